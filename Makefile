@@ -1,0 +1,50 @@
+# The two commands of the README: `make run` and `make test`. Both do all the set-up.
+BUILD      ?= build
+BUILD_SAN  ?= build-san
+DATA       ?= data
+JOBS       ?= $(shell nproc)
+SAN_CC     ?= $(shell command -v clang >/dev/null 2>&1 && echo clang || echo cc)
+SAN_FUZZ   := $(if $(filter clang,$(SAN_CC)),ON,OFF)
+TOOLGATE   := $(BUILD)/toolgate --data $(DATA)
+
+.PHONY: all deps build build-san run test test-fast bench docs clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+$(BUILD_SAN)/CMakeCache.txt:
+	CC=$(SAN_CC) cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=Debug -DTG_SANITIZE=ON -DTG_FUZZ=$(SAN_FUZZ)
+
+build: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+build-san: deps $(BUILD_SAN)/CMakeCache.txt
+	cmake --build $(BUILD_SAN) -j $(JOBS)
+
+# Until the MCP server lands, "run" sets up a demo workspace and shows the catalog and a call.
+run: build
+	@test -f $(DATA)/toolgate.db || $(TOOLGATE) init --demo
+	$(TOOLGATE) tools list --agent demo
+	$(TOOLGATE) call agent.tool.list --agent demo --args '{}'
+
+# Sanitizer build first, plain build last, so the output ends with ctest's summary line.
+test: build build-san
+	cd $(BUILD_SAN) && ctest --output-on-failure -j $(JOBS)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+test-fast: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+bench: build
+	bench/run.sh $(BUILD)
+
+docs: build
+	$(BUILD)/toolgate tools docs
+
+clean:
+	rm -rf $(BUILD) $(BUILD_SAN)

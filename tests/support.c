@@ -1,0 +1,31 @@
+#define _GNU_SOURCE
+#include "support.h"
+
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+char *tg_test_tmpdir(void) {
+  const char *base = getenv("TMPDIR");
+  char *path = NULL;
+  if (asprintf(&path, "%s/toolgate-test-XXXXXX", base && *base ? base : "/tmp") < 0) fail();
+  if (!mkdtemp(path)) fail_msg("mkdtemp %s failed", path);
+  return path;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+void tg_test_rmtree(const char *path) {
+  if (path) nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+const char *tg_test_testdata(void) {
+  const char *dir = getenv("TG_TESTDATA");
+  if (!dir || !*dir) fail_msg("TG_TESTDATA is not set (ctest sets it)");
+  return dir;
+}

@@ -1,0 +1,15 @@
+/* Helpers shared by the cmocka programs. cmocka needs these includes in this order. */
+#pragma once
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+/* A new empty folder under $TMPDIR (or /tmp), removed with everything in it by
+ * tg_test_rmtree. Returns a malloc'd path; fails the test when it cannot. */
+char *tg_test_tmpdir(void);
+void tg_test_rmtree(const char *path);
+
+/* Folder of the shared test data ($TG_TESTDATA), or fails the test. */
+const char *tg_test_testdata(void);
