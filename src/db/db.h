@@ -28,7 +28,9 @@ int tg_db_begin(tg_db *db);
 int tg_db_commit(tg_db *db);
 int tg_db_rollback(tg_db *db); /* harmless when no transaction is open */
 
-/* params: NULL or a JSON array (borrowed); string → text, integer → int64, real → double,
+/* For tg_db_exec, tg_db_query and tg_db_query_row: params is NULL or a JSON array, STOLEN (so call sites can pass json_pack(...) inline; the
+ * reference is released even on failure). A NULL params with $N in the SQL fails with
+ * TG_E_INVAL, which is also what an out-of-memory json_pack leads to. string → text, integer → int64, real → double,
  * true/false → 1/0, null → NULL, object/array → its compact JSON text.
  * Returns 0, TG_E_CONSTRAINT on a constraint violation, TG_E_BUSY, or TG_E_DB. */
 int tg_db_exec(tg_db *db, const char *sql, json_t *params, int64_t *ret_changes);

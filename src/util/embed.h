@@ -9,8 +9,8 @@ typedef struct tg_embedded_file {
   size_t size;      /* without the terminating NUL */
 } tg_embedded_file;
 
-extern const tg_embedded_file tg_embedded_specs[];      /* src/tools/*.json */
-extern const tg_embedded_file tg_embedded_migrations[]; /* src/db/migrations/*.sql, by name */
+extern const tg_embedded_file tg_embedded_specs[];      /* the provider specs of src/tools, the spec schema */
+extern const tg_embedded_file tg_embedded_migrations[]; /* the numbered SQL files, by name */
 
 /* Returns the entry named name in table, or NULL. */
 const tg_embedded_file *tg_embed_find(const tg_embedded_file *table, const char *name);

@@ -1,0 +1,154 @@
+#define _GNU_SOURCE
+#include "cli/cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tools/providers.h"
+#include "util/cleanup.h"
+#include "util/status.h"
+
+int cli_usage(const char *usage, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("toolgate: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  if (usage) fprintf(stderr, "%s", usage);
+  return CLI_USAGE;
+}
+
+bool cli_wants_help(int argc, char **argv, const char *usage) {
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      fputs(usage, stdout);
+      return true;
+    }
+  }
+  return false;
+}
+
+int cli_open_registry(cli *c) {
+  if (c->registry) return CLI_OK;
+  _cleanup_free_ char *why = NULL;
+  if (tg_registry_new(tg_builtin_providers, tg_builtin_providers_count, &c->registry, &why) < 0) {
+    fprintf(stderr, "toolgate: the tool registry did not load: %s\n", why ? why : "out of memory");
+    return CLI_FAILED;
+  }
+  c->env.registry = c->registry;
+  return CLI_OK;
+}
+
+static int find_tenant(cli *c) {
+  int r = tg_tenant_lookup(c->db, c->tenant, c->tenant_id);
+  if (r == TG_OK) return CLI_OK;
+  if (r == TG_E_NOTFOUND && c->tenant)
+    fprintf(stderr, "toolgate: no workspace '%s'\n", c->tenant);
+  else if (r == TG_E_NOTFOUND)
+    fprintf(stderr, "toolgate: no workspace yet: run 'toolgate init --demo' (or init --tenant SLUG)\n");
+  else if (r == TG_E_INVAL)
+    fprintf(stderr, "toolgate: several workspaces: name one with --tenant SLUG\n");
+  else
+    fprintf(stderr, "toolgate: database error: %s\n", tg_db_errmsg(c->db));
+  return CLI_FAILED;
+}
+
+int cli_open(cli *c, bool create) {
+  if (create && mkdir(c->data_dir, 0700) < 0 && errno != EEXIST) {
+    fprintf(stderr, "toolgate: cannot create %s: %s\n", c->data_dir, strerror(errno));
+    return CLI_FAILED;
+  }
+  _cleanup_free_ char *db_path = NULL;
+  if (asprintf(&db_path, "%s/toolgate.db", c->data_dir) < 0) return CLI_FAILED;
+  struct stat st;
+  if (!create && stat(db_path, &st) < 0) {
+    fprintf(stderr, "toolgate: no database in %s: run 'toolgate init --demo' first\n", c->data_dir);
+    return CLI_FAILED;
+  }
+  _cleanup_free_ char *why = NULL;
+  if (tg_db_open(c->data_dir, &c->db, &why) < 0) {
+    fprintf(stderr, "toolgate: cannot open the database in %s: %s\n", c->data_dir,
+            why ? why : "out of memory");
+    return CLI_FAILED;
+  }
+  c->env.db = c->db;
+  if (tg_db_migrate(c->db, NULL) < 0) {
+    fprintf(stderr, "toolgate: migration failed: %s\n", tg_db_errmsg(c->db));
+    return CLI_FAILED;
+  }
+  if (cli_open_registry(c) != CLI_OK) return CLI_FAILED;
+  return create ? CLI_OK : find_tenant(c);
+}
+
+void cli_close(cli *c) {
+  tg_registry_free(c->registry);
+  tg_db_close(c->db);
+  c->registry = NULL;
+  c->db = NULL;
+}
+
+int cli_operator_call(cli *c, const char *tool, json_t *args, json_t **ret) {
+  char principal[TG_UUID_LEN + 1];
+  if (tg_principal_owner(c->db, c->tenant_id, principal) < 0) {
+    fprintf(stderr, "toolgate: the workspace has no owner\n");
+    return CLI_FAILED;
+  }
+  tg_call_request req = {.principal_id = principal, .surface = TG_SURFACE_API, .tool = tool,
+                         .args = args};
+  tg_call_result res;
+  if (tg_call(&c->env, &req, &res) == TG_OK) {
+    *ret = TAKE_PTR(res.value);
+    tg_call_result_done(&res);
+    return CLI_OK;
+  }
+  cli_print_json(res.value);
+  tg_call_result_done(&res);
+  return CLI_FAILED;
+}
+
+void cli_print_json(const json_t *value) {
+  char *text = json_dumps(value, JSON_INDENT(2) | JSON_ENCODE_ANY);
+  if (text) puts(text);
+  free(text);
+}
+
+char *cli_read_file(const char *path, size_t max_bytes) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "toolgate: cannot read %s: %s\n", path, strerror(errno));
+    return NULL;
+  }
+  char *buf = malloc(max_bytes + 1);
+  size_t n = buf ? fread(buf, 1, max_bytes + 1, f) : 0;
+  bool err = ferror(f);
+  fclose(f);
+  if (!buf || err || n > max_bytes) {
+    fprintf(stderr, "toolgate: %s: %s\n", path,
+            !buf ? "out of memory" : err ? "read error" : "file too large");
+    free(buf);
+    return NULL;
+  }
+  buf[n] = '\0';
+  return buf;
+}
+
+int cli_dispatch(cli *c, int argc, char **argv, const cli_command *subs, size_t n_subs,
+                 const char *usage) {
+  if (argc < 2) {
+    fputs(usage, stderr);
+    return CLI_USAGE;
+  }
+  if (cli_wants_help(argc, argv, usage)) return CLI_OK;
+  for (size_t i = 0; i < n_subs; i++)
+    if (strcmp(argv[1], subs[i].name) == 0) {
+      optind = 1;
+      return subs[i].run(c, argc - 1, argv + 1);
+    }
+  return cli_usage(usage, "%s: unknown subcommand '%s'", argv[0], argv[1]);
+}

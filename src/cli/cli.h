@@ -1,0 +1,61 @@
+/* Shared by the subcommands of the toolgate CLI. */
+#pragma once
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "core/call.h"
+
+/* Exit statuses every subcommand uses. */
+enum { CLI_OK = 0, CLI_FAILED = 1, CLI_USAGE = 2 };
+
+typedef struct cli {
+  const char *data_dir; /* --data, $TOOLGATE_DATA, ./data */
+  const char *tenant;   /* --tenant: the workspace slug; NULL: the only one */
+  tg_db *db;
+  tg_registry *registry;
+  tg_env env;
+  char tenant_id[TG_UUID_LEN + 1];
+} cli;
+
+typedef struct cli_command {
+  const char *name;
+  int (*run)(cli *c, int argc, char **argv); /* argv[0] is the command name */
+  const char *summary;
+} cli_command;
+
+/* Opens the database (it must exist unless create), migrates it, builds the registry and
+ * finds the workspace. Prints why on failure. */
+int cli_open(cli *c, bool create);
+void cli_close(cli *c);
+/* Builds only the registry (commands that need no database). */
+int cli_open_registry(cli *c);
+
+/* Prints a usage error and returns CLI_USAGE. */
+int cli_usage(const char *usage, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Whether argv holds --help or -h; prints usage to stdout when it does. */
+bool cli_wants_help(int argc, char **argv, const char *usage);
+
+
+/* Runs tool through tg_call as the operator on the api surface. On success returns CLI_OK
+ * with the result in *ret; on failure prints the envelope on stdout, returns CLI_FAILED. */
+int cli_operator_call(cli *c, const char *tool, json_t *args, json_t **ret);
+
+/* Prints value as indented JSON on stdout. */
+void cli_print_json(const json_t *value);
+
+/* Reads a whole file (bounded) into a malloc'd string; prints why on failure. */
+char *cli_read_file(const char *path, size_t max_bytes);
+
+int cmd_init(cli *c, int argc, char **argv);
+int cmd_migrate(cli *c, int argc, char **argv);
+int cmd_tools(cli *c, int argc, char **argv);
+int cmd_call(cli *c, int argc, char **argv);
+int cmd_agents(cli *c, int argc, char **argv);
+int cmd_token(cli *c, int argc, char **argv);
+int cmd_runs(cli *c, int argc, char **argv);
+int cmd_policy(cli *c, int argc, char **argv);
+int cmd_schema(cli *c, int argc, char **argv);
+
+/* Runs the subcommand argv[1] of a command among subs; handles --help and usage errors. */
+int cli_dispatch(cli *c, int argc, char **argv, const cli_command *subs, size_t n_subs,
+                 const char *usage);

@@ -1,0 +1,302 @@
+/* Operator commands: agents, token, runs, policy. Each is a tool call of the admin provider
+ * made as the workspace owner, so people pass the same gate and leave the same audit trail. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "util/cleanup.h"
+
+/* Opens the workspace, calls tool as the owner, prints the result as JSON or with show. */
+static int operate(cli *c, const char *tool, json_t *args, bool json, void (*show)(json_t *)) {
+  _cleanup_json_ json_t *owned = args;
+  if (!args) return CLI_FAILED;
+  if (cli_open(c, false) != CLI_OK) return CLI_FAILED;
+  _cleanup_json_ json_t *result = NULL;
+  int r = cli_operator_call(c, tool, args, &result);
+  if (r != CLI_OK) return r;
+  if (json || !show) cli_print_json(result);
+  else show(result);
+  return CLI_OK;
+}
+
+static const char agents_usage[] =
+    "usage: toolgate agents create --slug S [--name N] [--scope tenant|mission:S|idea:S|work:S]\n"
+    "                              [--status draft|active] [--grant P]...\n"
+    "       toolgate agents list [--json]\n"
+    "       toolgate agents grant SLUG PERMISSION\n"
+    "       toolgate agents revoke SLUG PERMISSION\n\n"
+    "A permission is one a tool declares (tasks.assign) or a seed-000 flag (canAssignTasks).\n";
+
+static int agents_create(cli *c, int argc, char **argv) {
+  static const struct option options[] = {{"slug", required_argument, NULL, 's'},
+                                          {"name", required_argument, NULL, 'n'},
+                                          {"scope", required_argument, NULL, 'c'},
+                                          {"status", required_argument, NULL, 't'},
+                                          {"grant", required_argument, NULL, 'g'},
+                                          {0}};
+  json_t *args = json_object(), *grants = json_array();
+  json_object_set_new(args, "grants", grants);
+  static const char *const keys[] = {['s'] = "slug", ['n'] = "name", ['c'] = "scope", ['t'] = "status"};
+  int opt;
+  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+    if (opt == 'g') {
+      json_array_append_new(grants, json_string(optarg));
+    } else if (opt == 's' || opt == 'n' || opt == 'c' || opt == 't') {
+      json_object_set_new(args, keys[opt], json_string(optarg));
+    } else {
+      json_decref(args);
+      return cli_usage(agents_usage, "agents create: bad option");
+    }
+  }
+  if (optind < argc || !json_object_get(args, "slug")) {
+    json_decref(args);
+    return cli_usage(agents_usage, "agents create: --slug is required, nothing else positional");
+  }
+  return operate(c, "admin.agent.create", args, true, NULL);
+}
+
+static void show_agents(json_t *result) {
+  printf("%-24s %-8s %-22s %s\n", "AGENT", "STATUS", "SCOPE", "GRANTS");
+  size_t i, k;
+  json_t *a, *g;
+  json_array_foreach(json_object_get(result, "agents"), i, a) {
+    printf("%-24s %-8s %-22s ", json_string_value(json_object_get(a, "slug")),
+           json_string_value(json_object_get(a, "status")),
+           json_string_value(json_object_get(a, "scope")));
+    json_array_foreach(json_object_get(a, "grants"), k, g)
+      printf("%s%s", k ? "," : "", json_string_value(g));
+    putchar('\n');
+  }
+}
+
+static bool json_flag(int argc, char **argv, int *bad) {
+  bool json = false;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--json") == 0) json = true;
+    else *bad = i;
+  }
+  return json;
+}
+
+static int agents_list(cli *c, int argc, char **argv) {
+  int bad = 0;
+  bool json = json_flag(argc, argv, &bad);
+  if (bad) return cli_usage(agents_usage, "agents list: unexpected '%s'", argv[bad]);
+  return operate(c, "admin.agent.list", json_object(), json, show_agents);
+}
+
+static int agents_grant_change(cli *c, int argc, char **argv, const char *tool) {
+  if (argc != 3) return cli_usage(agents_usage, "agents %s: give SLUG and PERMISSION", argv[0]);
+  return operate(c, tool, json_pack("{s:s,s:s}", "agentSlug", argv[1], "permission", argv[2]),
+                 true, NULL);
+}
+
+static int agents_grant(cli *c, int argc, char **argv) {
+  return agents_grant_change(c, argc, argv, "admin.grant.add");
+}
+
+static int agents_revoke(cli *c, int argc, char **argv) {
+  return agents_grant_change(c, argc, argv, "admin.grant.revoke");
+}
+
+int cmd_agents(cli *c, int argc, char **argv) {
+  static const cli_command subs[] = {{"create", agents_create, NULL},
+                                     {"list", agents_list, NULL},
+                                     {"grant", agents_grant, NULL},
+                                     {"revoke", agents_revoke, NULL}};
+  return cli_dispatch(c, argc, argv, subs, 4, agents_usage);
+}
+
+static const char token_usage[] =
+    "usage: toolgate token create (--user NAME | --agent SLUG)\n\n"
+    "Creates an API token for a user or an agent and prints it once; only its hash is kept.\n";
+
+static int token_create(cli *c, int argc, char **argv) {
+  static const struct option options[] = {{"user", required_argument, NULL, 'u'},
+                                          {"agent", required_argument, NULL, 'a'},
+                                          {0}};
+  const char *user = NULL, *agent = NULL;
+  int opt;
+  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+    if (opt == 'u') user = optarg;
+    else if (opt == 'a') agent = optarg;
+    else return cli_usage(token_usage, "token create: bad option");
+  }
+  if (optind < argc || !!user + !!agent != 1)
+    return cli_usage(token_usage, "token create: give exactly one of --user, --agent");
+  return operate(c, "admin.token.create",
+                 user ? json_pack("{s:s}", "username", user) : json_pack("{s:s}", "agentSlug", agent),
+                 true, NULL);
+}
+
+int cmd_token(cli *c, int argc, char **argv) {
+  static const cli_command subs[] = {{"create", token_create, NULL}};
+  return cli_dispatch(c, argc, argv, subs, 1, token_usage);
+}
+
+static const char runs_usage[] =
+    "usage: toolgate runs start --agent SLUG\n"
+    "       toolgate runs end RUN_ID [--status completed|failed|cancelled]\n"
+    "       toolgate runs list [--agent SLUG] [--limit N] [--json]\n"
+    "       toolgate runs show RUN_ID [--json]\n\n"
+    "A run groups an agent's calls; 'call --run RUN_ID' attaches a call to a running run.\n";
+
+static int runs_start(cli *c, int argc, char **argv) {
+  static const struct option options[] = {{"agent", required_argument, NULL, 'a'}, {0}};
+  const char *agent = NULL;
+  int opt;
+  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+    if (opt == 'a') agent = optarg;
+    else return cli_usage(runs_usage, "runs start: bad option");
+  }
+  if (optind < argc || !agent) return cli_usage(runs_usage, "runs start: --agent is required");
+  if (cli_open(c, false) != CLI_OK) return CLI_FAILED;
+  _cleanup_json_ json_t *args = json_pack("{s:s}", "agentSlug", agent), *result = NULL;
+  int r = cli_operator_call(c, "admin.run.start", args, &result);
+  if (r == CLI_OK) puts(json_string_value(json_object_get(result, "runId")));
+  return r;
+}
+
+static int runs_end(cli *c, int argc, char **argv) {
+  static const struct option options[] = {{"status", required_argument, NULL, 's'}, {0}};
+  json_t *args = json_object();
+  int opt;
+  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+    if (opt == 's') {
+      json_object_set_new(args, "status", json_string(optarg));
+    } else {
+      json_decref(args);
+      return cli_usage(runs_usage, "runs end: bad option");
+    }
+  }
+  if (optind + 1 != argc) {
+    json_decref(args);
+    return cli_usage(runs_usage, "runs end: give one RUN_ID");
+  }
+  json_object_set_new(args, "runId", json_string(argv[optind]));
+  return operate(c, "admin.run.end", args, true, NULL);
+}
+
+static void show_runs(json_t *result) {
+  printf("%-36s %-20s %-10s %-5s %s\n", "RUN", "AGENT", "STATUS", "CALLS", "STARTED");
+  size_t i;
+  json_t *r;
+  json_array_foreach(json_object_get(result, "runs"), i, r) {
+    printf("%-36s %-20s %-10s %-5lld %s\n", json_string_value(json_object_get(r, "id")),
+           json_string_value(json_object_get(r, "agent")),
+           json_string_value(json_object_get(r, "status")),
+           (long long)json_integer_value(json_object_get(r, "calls")),
+           json_string_value(json_object_get(r, "started_at")));
+  }
+  if (json_is_true(json_object_get(result, "truncated"))) puts("(more: raise --limit)");
+}
+
+static int runs_list(cli *c, int argc, char **argv) {
+  static const struct option options[] = {{"agent", required_argument, NULL, 'a'},
+                                          {"limit", required_argument, NULL, 'l'},
+                                          {"json", no_argument, NULL, 'j'},
+                                          {0}};
+  json_t *args = json_object();
+  bool json = false;
+  int opt;
+  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+    char *end = NULL;
+    long limit;
+    switch (opt) {
+    case 'a': json_object_set_new(args, "agentSlug", json_string(optarg)); break;
+    case 'j': json = true; break;
+    case 'l':
+      limit = strtol(optarg, &end, 10);
+      if (*optarg && !*end) {
+        json_object_set_new(args, "limit", json_integer(limit));
+        break;
+      }
+      /* fall through */
+    default: json_decref(args); return cli_usage(runs_usage, "runs list: bad option");
+    }
+  }
+  if (optind < argc) {
+    json_decref(args);
+    return cli_usage(runs_usage, "runs list: unexpected '%s'", argv[optind]);
+  }
+  return operate(c, "admin.run.list", args, json, show_runs);
+}
+
+static void show_run(json_t *result) {
+  json_t *run = json_object_get(result, "run");
+  printf("run %s of %s: %s (%s)\n", json_string_value(json_object_get(run, "id")),
+         json_string_value(json_object_get(run, "agent")),
+         json_string_value(json_object_get(run, "status")),
+         json_string_value(json_object_get(run, "started_at")));
+  size_t i;
+  json_t *log;
+  json_array_foreach(json_object_get(result, "logs"), i, log) {
+    json_t *meta = json_object_get(log, "metadata");
+    printf("  %s %-5s %-28s %8.3f ms  %s\n", json_string_value(json_object_get(log, "created_at")),
+           json_string_value(json_object_get(log, "level")),
+           json_string_value(json_object_get(log, "step")),
+           json_number_value(json_object_get(meta, "durationMs")),
+           json_string_value(json_object_get(log, "message")));
+  }
+}
+
+static int runs_show(cli *c, int argc, char **argv) {
+  bool json = false;
+  int positional = 0;
+  const char *id = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--json") == 0) {
+      json = true;
+    } else {
+      id = argv[i];
+      positional++;
+    }
+  }
+  if (positional != 1) return cli_usage(runs_usage, "runs show: give one RUN_ID");
+  return operate(c, "admin.run.show", json_pack("{s:s}", "runId", id), json, show_run);
+}
+
+int cmd_runs(cli *c, int argc, char **argv) {
+  static const cli_command subs[] = {{"start", runs_start, NULL},
+                                     {"end", runs_end, NULL},
+                                     {"list", runs_list, NULL},
+                                     {"show", runs_show, NULL}};
+  return cli_dispatch(c, argc, argv, subs, 4, runs_usage);
+}
+
+static const char policy_usage[] =
+    "usage: toolgate policy set TOOL enabled|disabled|approval|default\n"
+    "       toolgate policy list [--json]\n\n"
+    "Without a policy row, low and medium risk tools are enabled and high risk tools disabled.\n";
+
+static int policy_set(cli *c, int argc, char **argv) {
+  if (argc != 3) return cli_usage(policy_usage, "policy set: give TOOL and MODE");
+  return operate(c, "admin.policy.set", json_pack("{s:s,s:s}", "tool", argv[1], "mode", argv[2]),
+                 true, NULL);
+}
+
+static void show_policy(json_t *result) {
+  printf("%-28s %-7s %-9s %s\n", "TOOL", "RISK", "MODE", "SOURCE");
+  size_t i;
+  json_t *t;
+  json_array_foreach(json_object_get(result, "tools"), i, t) {
+    printf("%-28s %-7s %-9s %s\n", json_string_value(json_object_get(t, "tool")),
+           json_string_value(json_object_get(t, "risk")),
+           json_string_value(json_object_get(t, "mode")),
+           json_string_value(json_object_get(t, "source")));
+  }
+}
+
+static int policy_list(cli *c, int argc, char **argv) {
+  int bad = 0;
+  bool json = json_flag(argc, argv, &bad);
+  if (bad) return cli_usage(policy_usage, "policy list: unexpected '%s'", argv[bad]);
+  return operate(c, "admin.policy.list", json_object(), json, show_policy);
+}
+
+int cmd_policy(cli *c, int argc, char **argv) {
+  static const cli_command subs[] = {{"set", policy_set, NULL}, {"list", policy_list, NULL}};
+  return cli_dispatch(c, argc, argv, subs, 2, policy_usage);
+}

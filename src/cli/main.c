@@ -1,0 +1,76 @@
+/* toolgate: the command line. Global options may stand anywhere on the line. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static const cli_command commands[] = {
+    {"init", cmd_init, "create the database (--demo: a demo workspace, owner and agent)"},
+    {"migrate", cmd_migrate, "apply pending database migrations"},
+    {"tools", cmd_tools, "list the catalog or what an agent may use; write docs/TOOLS.md"},
+    {"call", cmd_call, "call a tool through the gate, as an agent or a user"},
+    {"agents", cmd_agents, "create, list, grant and revoke agents"},
+    {"token", cmd_token, "create API tokens"},
+    {"runs", cmd_runs, "start, end, list and show agent runs"},
+    {"policy", cmd_policy, "set and list the workspace tool policy"},
+    {"schema", cmd_schema, "validate instances; run the JSON Schema test suite"},
+};
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: toolgate [--data DIR] [--tenant SLUG] COMMAND [ARGS]\n\n"
+          "A permission-gated tool runtime for AI agents.\n\n"
+          "global options:\n"
+          "  --data DIR      where the database lives (env TOOLGATE_DATA, default ./data)\n"
+          "  --tenant SLUG   the workspace (default: the only one)\n\n"
+          "Operator commands (agents, token, runs, policy) act as the workspace owner, through\n"
+          "the same gate as every tool call.\n\n"
+          "commands:\n");
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+  fprintf(out, "\n'toolgate COMMAND --help' tells more.\n");
+}
+
+/* Takes the global options out of argv wherever they stand. */
+static int take_globals(cli *c, int *argc, char **argv) {
+  int out = 1;
+  for (int i = 1; i < *argc; i++) {
+    const char **slot = strcmp(argv[i], "--data") == 0     ? &c->data_dir
+                        : strcmp(argv[i], "--tenant") == 0 ? &c->tenant
+                                                           : NULL;
+    if (!slot) {
+      argv[out++] = argv[i];
+      continue;
+    }
+    if (i + 1 >= *argc) return cli_usage(NULL, "%s needs a value", argv[i]);
+    *slot = argv[++i];
+  }
+  *argc = out;
+  argv[out] = NULL;
+  return CLI_OK;
+}
+
+int main(int argc, char **argv) {
+  cli c = {.data_dir = getenv("TOOLGATE_DATA")};
+  if (!c.data_dir || !*c.data_dir) c.data_dir = "data";
+  if (take_globals(&c, &argc, argv) != CLI_OK) return CLI_USAGE;
+  if (argc < 2) {
+    usage(stderr);
+    return CLI_USAGE;
+  }
+  if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+      strcmp(argv[1], "help") == 0) {
+    usage(stdout);
+    return CLI_OK;
+  }
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+    if (strcmp(argv[1], commands[i].name) != 0) continue;
+    int status = commands[i].run(&c, argc - 1, argv + 1);
+    cli_close(&c);
+    return status;
+  }
+  fprintf(stderr, "toolgate: unknown command '%s'\n\n", argv[1]);
+  usage(stderr);
+  return CLI_USAGE;
+}

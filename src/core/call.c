@@ -1,0 +1,345 @@
+#define _GNU_SOURCE
+#include "core/call.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/gates.h"
+#include "util/clock.h"
+#include "util/cleanup.h"
+#include "util/ids.h"
+#include "util/json.h"
+#include "util/log.h"
+#include "util/status.h"
+
+#define CALLED_AS_MAX 128 /* bytes of an unknown tool name kept in telemetry */
+
+/* Everything one call accumulates on its way through. */
+typedef struct call_state {
+  const tg_env *env;
+  const tg_call_request *req;
+  tg_principal *principal;
+  const tg_tool *tool;
+  json_t *args;
+  uint64_t started_ns;
+  char run_id[TG_UUID_LEN + 1]; /* the run the telemetry row belongs to, "" for none */
+  bool own_run;                 /* this call is a run of its own */
+} call_state;
+
+int tg_fail(tg_call_ctx *cx, tg_errcode code, json_t *details, const char *fmt, ...) {
+  char *message = NULL;
+  va_list ap;
+  va_start(ap, fmt);
+  if (vasprintf(&message, fmt, ap) < 0) message = NULL;
+  va_end(ap);
+  json_decref(cx->error);
+  cx->error = tg_error_envelope(code, message, details);
+  cx->code = code;
+  free(message);
+  return TG_E_TOOL;
+}
+
+int tg_activity(tg_call_ctx *cx, const char *action_type, json_t *scope, const char *summary,
+                json_t *details) {
+  json_t *row = json_pack("{s:s,s:s,s:o?,s:O?}", "actionType", action_type, "summary", summary,
+                          "details", details, "scope", scope);
+  if (!row || json_array_append_new(cx->activity, row) < 0) return TG_E_NOMEM;
+  return TG_OK;
+}
+
+/* The scope ids an activity row carries when the handler named none: the caller's own. */
+static void default_scope(const tg_principal *p, const char **mission, const char **idea,
+                          const char **work) {
+  *mission = *idea = *work = NULL;
+  if (!p->scope_id) return;
+  if (strcmp(p->scope_type, "mission") == 0) *mission = p->scope_id;
+  if (strcmp(p->scope_type, "idea") == 0) *idea = p->scope_id;
+  if (strcmp(p->scope_type, "work") == 0) *work = p->scope_id;
+}
+
+static int write_activity(tg_call_ctx *cx) {
+  const tg_principal *p = cx->principal;
+  char now[TG_ISO_LEN + 1];
+  tg_iso8601(tg_now_ms(), now);
+  size_t i;
+  json_t *row;
+  json_array_foreach(cx->activity, i, row) {
+    const char *mission, *idea, *work;
+    json_t *scope = json_object_get(row, "scope");
+    if (scope) {
+      mission = json_string_value(json_object_get(scope, "missionId"));
+      idea = json_string_value(json_object_get(scope, "ideaId"));
+      work = json_string_value(json_object_get(scope, "workId"));
+    } else {
+      default_scope(p, &mission, &idea, &work);
+    }
+    char id[TG_UUID_LEN + 1];
+    if (tg_uuid7(id) < 0) return TG_E_IO;
+    int r = tg_db_exec(
+        cx->db,
+        "INSERT INTO activity_log (id, tenant_id, mission_id, idea_id, work_id, actor_type,"
+        " actor_id, action_type, summary, details, created_at)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        json_pack("[sss?s?s?ssssOs]", id, p->tenant_id, mission, idea, work,
+                  p->kind == TG_PRINCIPAL_AGENT ? "agent" : "user", p->subject_id,
+                  json_string_value(json_object_get(row, "actionType")),
+                  json_string_value(json_object_get(row, "summary")),
+                  json_object_get(row, "details") ? json_object_get(row, "details") : json_null(),
+                  now),
+        NULL);
+    if (r < 0) return r;
+  }
+  return TG_OK;
+}
+
+/* The run of an agent's call that names none: created with the call, ended with it. */
+static int open_own_run(call_state *st) {
+  if (st->principal->kind != TG_PRINCIPAL_AGENT) return TG_OK;
+  if (st->req->run_id) {
+    snprintf(st->run_id, sizeof st->run_id, "%s", st->req->run_id);
+    return TG_OK;
+  }
+  int r = tg_uuid7(st->run_id);
+  if (r < 0) return r;
+  char now[TG_ISO_LEN + 1];
+  tg_iso8601(tg_now_ms(), now);
+  st->own_run = true;
+  return tg_db_exec(st->env->db,
+                    "INSERT INTO agent_runs (id, tenant_id, agent_id, status, trigger, started_at)"
+                    " VALUES ($1, $2, $3, 'running', 'call', $4)",
+                    json_pack("[ssss]", st->run_id, st->principal->tenant_id,
+                              st->principal->subject_id, now),
+                    NULL);
+}
+
+static int close_own_run(call_state *st, bool ok) {
+  if (!st->own_run) return TG_OK;
+  char now[TG_ISO_LEN + 1];
+  tg_iso8601(tg_now_ms(), now);
+  return tg_db_exec(st->env->db, "UPDATE agent_runs SET status = $1, ended_at = $2 WHERE id = $3",
+                    json_pack("[sss]", ok ? "completed" : "failed", now, st->run_id), NULL);
+}
+
+static const char *level_of(tg_errcode code) {
+  if (code == TG_ERR_NONE) return "INFO";
+  if (code == TG_ERR_INTERNAL_ERROR || code == TG_ERR_PROVIDER_ERROR) return "ERROR";
+  return "WARN";
+}
+
+/* The agent_run_logs row of seed 000 §5. */
+static int write_telemetry(call_state *st, tg_errcode code, const char *message,
+                           int64_t cost_cents) {
+  const tg_principal *p = st->principal;
+  char id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
+  if (tg_uuid7(id) < 0) return TG_E_IO;
+  tg_iso8601(tg_now_ms(), now);
+  double ms = (double)(tg_monotonic_ns() - st->started_ns) / 1e6;
+
+  char called[CALLED_AS_MAX + 1];
+  snprintf(called, sizeof called, "%s", st->req->tool);
+  _cleanup_free_ char *step = NULL;
+  if (asprintf(&step, "tool:%s", st->tool ? st->tool->name : called) < 0) return TG_E_NOMEM;
+  _cleanup_free_ char *line = NULL;
+  if (asprintf(&line, "%s%s%.200s", code ? tg_errcode_name(code) : "ok", code ? ": " : "",
+               code ? message : "") < 0)
+    return TG_E_NOMEM;
+
+  json_t *args = tg_json_truncate(st->args, TG_ARGS_LOG_MAX);
+  json_t *meta = json_pack("{s:o?,s:f,s:I,s:s,s:s}", "args", args, "durationMs", ms,
+                           "costCents", (json_int_t)cost_cents, "surface",
+                           tg_surface_name(st->req->surface), "calledAs", called);
+  if (!meta) return TG_E_NOMEM;
+  if (code) json_object_set_new(meta, "code", json_string(tg_errcode_name(code)));
+  return tg_db_exec(st->env->db,
+                    "INSERT INTO agent_run_logs (id, tenant_id, run_id, principal_id, step,"
+                    " level, message, metadata, created_at)"
+                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                    json_pack("[sss?ssssos]", id, p->tenant_id, *st->run_id ? st->run_id : NULL,
+                              p->id, step, level_of(code), line, meta, now),
+                    NULL);
+}
+
+/* Refusals and failures keep their telemetry row in a transaction of their own, after any
+ * rollback: the rollback must not erase the evidence. A refused call is no run of its own (it
+ * never started); a call that ran and failed records its run as failed. */
+static void record_failure(call_state *st, tg_errcode code, const char *message, bool ran) {
+  tg_db *db = st->env->db;
+  int r = tg_db_begin(db);
+  if (r == TG_OK && ran && !*st->run_id) r = open_own_run(st);
+  if (r == TG_OK) r = close_own_run(st, false);
+  if (r == TG_OK) r = write_telemetry(st, code, message, 0);
+  if (r == TG_OK) r = tg_db_commit(db);
+  if (r < 0) {
+    tg_db_rollback(db);
+    tg_log(TG_LOG_ERROR, "telemetry of a failed call to %s was not written: %s",
+           st->tool ? st->tool->name : "an unknown tool", tg_db_errmsg(db));
+  }
+}
+
+static int answer(tg_call_result *ret, tg_errcode code, const char *message, json_t *details) {
+  ret->code = code;
+  ret->value = tg_error_envelope(code, message, details);
+  return TG_E_TOOL;
+}
+
+/* Answers a refusal by a gate and writes its telemetry. details is stolen. */
+static int reject(call_state *st, tg_call_result *ret, tg_errcode code, const char *message,
+                  json_t *details) {
+  if (!st->req->dry_run) record_failure(st, code, message, false);
+  return answer(ret, code, message, details);
+}
+
+static int internal(call_state *st, tg_call_result *ret, const char *what, bool ran) {
+  tg_log(TG_LOG_ERROR, "call to %s: %s: %s", st->tool ? st->tool->name : st->req->tool, what,
+         tg_db_errmsg(st->env->db));
+  const char *message = tg_errcode_message(TG_ERR_INTERNAL_ERROR);
+  if (!st->req->dry_run) record_failure(st, TG_ERR_INTERNAL_ERROR, message, ran);
+  return answer(ret, TG_ERR_INTERNAL_ERROR, message, NULL);
+}
+
+/* The handler, its activity rows, the run and the telemetry row: one transaction. */
+static int execute(call_state *st, tg_call_result *ret) {
+  tg_db *db = st->env->db;
+  tg_call_ctx cx = {.env = st->env, .db = db, .tool = st->tool, .principal = st->principal,
+                    .surface = st->req->surface, .activity = json_array()};
+  _cleanup_json_ json_t *activity = cx.activity;
+  if (!activity) return internal(st, ret, "out of memory", false);
+  if (tg_db_begin(db) < 0) return internal(st, ret, "begin failed", false);
+  if (open_own_run(st) < 0) {
+    tg_db_rollback(db);
+    st->own_run = false;
+    *st->run_id = '\0';
+    return internal(st, ret, "run not recorded", false);
+  }
+  cx.run_id = *st->run_id ? st->run_id : NULL;
+
+  json_t *result = NULL;
+  int r = st->tool->handler(&cx, st->args, &result);
+  if (r == TG_OK && !tg_schema_validate(st->tool->output, result, NULL, 0)) {
+    tg_log(TG_LOG_ERROR, "tool %s returned a result that does not match its outputSchema",
+           st->tool->name);
+    r = TG_E_INVAL;
+  }
+  if (r == TG_OK) r = write_activity(&cx);
+  if (r == TG_OK) r = close_own_run(st, true);
+  if (r == TG_OK) r = write_telemetry(st, TG_ERR_NONE, NULL, cx.cost_cents);
+  if (r == TG_OK) r = tg_db_commit(db);
+  if (r == TG_OK) {
+    ret->code = TG_ERR_NONE;
+    ret->value = result;
+    return TG_OK;
+  }
+  json_decref(result);
+  tg_db_rollback(db);
+  st->own_run = false; /* rolled back with the rest; record_failure writes it again */
+  if (!st->req->run_id) *st->run_id = '\0';
+  if (r == TG_E_TOOL && cx.error) {
+    json_t *error = json_object_get(cx.error, "error");
+    record_failure(st, cx.code, json_string_value(json_object_get(error, "message")), true);
+    ret->code = cx.code;
+    ret->value = cx.error;
+    return TG_E_TOOL;
+  }
+  json_decref(cx.error);
+  return internal(st, ret, "handler or commit failed", true);
+}
+
+static int dry_run_answer(call_state *st, tg_call_result *ret, int gates, tg_refusal *refusal,
+                          json_t *trace) {
+  json_t *value = json_pack("{s:b,s:s,s:O}", "allowed", gates == 0, "tool", st->tool->name,
+                            "gates", trace);
+  if (value && gates == 1)
+    json_object_set_new(value, "error",
+                        tg_error_envelope(refusal->code, refusal->message,
+                                          json_incref(refusal->details)));
+  ret->gates = json_incref(trace);
+  ret->value = value;
+  ret->code = gates == 0 ? TG_ERR_NONE : refusal->code;
+  return gates == 0 ? TG_OK : TG_E_TOOL;
+}
+
+int tg_call(const tg_env *env, const tg_call_request *req, tg_call_result *ret) {
+  *ret = (tg_call_result){0};
+  _cleanup_json_ json_t *empty = json_object();
+  call_state st = {.env = env, .req = req, .args = req->args ? req->args : empty,
+                   .started_ns = tg_monotonic_ns()};
+  if (!st.args) return answer(ret, TG_ERR_INTERNAL_ERROR, NULL, NULL);
+
+  int r = tg_principal_load(env->db, req->principal_id, &st.principal);
+  if (r == TG_E_NOTFOUND)
+    return answer(ret, TG_ERR_PERMISSION_DENIED, "Unknown caller.", NULL);
+  if (r < 0) return answer(ret, TG_ERR_INTERNAL_ERROR, NULL, NULL);
+
+  st.tool = tg_registry_find(env->registry, req->tool);
+  if (!st.tool) {
+    r = reject(&st, ret, TG_ERR_NOT_FOUND, "No tool by that name.",
+               json_pack("{s:s%}", "tool", req->tool, strnlen(req->tool, CALLED_AS_MAX)));
+    tg_principal_free(st.principal);
+    return r;
+  }
+
+  tg_refusal refusal = {0};
+  _cleanup_json_ json_t *trace = req->dry_run ? json_array() : NULL;
+  tg_gate_input in = {.env = env, .principal = st.principal, .tool = st.tool,
+                      .surface = req->surface, .args = st.args, .run_id = req->run_id};
+  int gates = tg_gates_run(&in, &refusal, trace);
+  if (req->dry_run && gates >= 0)
+    r = dry_run_answer(&st, ret, gates, &refusal, trace);
+  else if (gates < 0)
+    r = internal(&st, ret, "a gate could not decide", false);
+  else if (gates == 1) {
+    /* The run gate runs first, so any other refusal names a run of this agent. */
+    if (req->run_id && strcmp(refusal.gate, "run") != 0)
+      snprintf(st.run_id, sizeof st.run_id, "%s", req->run_id);
+    r = reject(&st, ret, refusal.code, refusal.message, TAKE_PTR(refusal.details));
+  } else {
+    r = execute(&st, ret);
+  }
+  tg_refusal_done(&refusal);
+  tg_principal_free(st.principal);
+  return r;
+}
+
+void tg_call_result_done(tg_call_result *ret) {
+  json_decref(ret->value);
+  json_decref(ret->gates);
+  *ret = (tg_call_result){0};
+}
+
+const char *tg_tool_display_name(const tg_tool *tool, const tg_principal *principal) {
+  if (principal && strcmp(principal->naming_profile, "catalog") == 0) return tool->alias;
+  return tool->model_name;
+}
+
+int tg_tools_usable(const tg_env *env, const tg_principal *principal, tg_surface surface,
+                    json_t **ret) {
+  json_t *list = json_array();
+  if (!list) return TG_E_NOMEM;
+  for (size_t i = 0; i < tg_registry_count(env->registry); i++) {
+    const tg_tool *t = tg_registry_at(env->registry, i);
+    const char *name = tg_tool_display_name(t, principal);
+    if (!name) continue;
+    tg_refusal refusal = {0};
+    tg_gate_input in = {.env = env, .principal = principal, .tool = t, .surface = surface,
+                        .listing = true};
+    int r = tg_gates_run(&in, &refusal, NULL);
+    tg_refusal_done(&refusal);
+    if (r < 0) {
+      json_decref(list);
+      return r;
+    }
+    if (r == 1) continue;
+    json_t *entry = json_pack("{s:s,s:s,s:s,s:s,s:s,s:O,s:O}", "name", name, "canonicalName",
+                              t->name, "description", t->description, "effect",
+                              tg_effect_name(t->effect), "risk", tg_risk_name(t->risk),
+                              "inputSchema", t->input_schema, "outputSchema", t->output_schema);
+    if (!entry || json_array_append_new(list, entry) < 0) {
+      json_decref(list);
+      return TG_E_NOMEM;
+    }
+  }
+  *ret = list;
+  return TG_OK;
+}

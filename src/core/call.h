@@ -1,0 +1,80 @@
+/* tg_call: the one path every tool call takes, from every surface (DESIGN.md §1, §4).
+ * In order: resolve the name → the run it belongs to → surface → the caller's status →
+ * authorize against live grants → workspace policy and risk → budget → arguments against the
+ * compiled schema →
+ * one transaction (handler, activity rows, telemetry row) → result. Every refusal and
+ * failure is an error envelope and one telemetry row. */
+#pragma once
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/error.h"
+#include "core/principal.h"
+#include "core/registry.h"
+#include "db/db.h"
+
+#define TG_ARGS_LOG_MAX 1024  /* bytes of arguments kept in a telemetry row */
+#define TG_MAX_VIOLATIONS 20  /* validation failures reported in one envelope */
+
+/* What a call runs against: the registry (shared, immutable) and this thread's database
+ * connection. */
+typedef struct tg_env {
+  const tg_registry *registry;
+  tg_db *db;
+} tg_env;
+
+typedef struct tg_call_request {
+  const char *principal_id; /* resolved by the surface (token, --agent, session) */
+  tg_surface surface;
+  const char *tool;   /* canonical, model-facing or alias name */
+  json_t *args;       /* borrowed; NULL means {} */
+  const char *run_id; /* agents: attach to this running run; NULL: the call is its own run */
+  bool dry_run;       /* run every gate, not the handler; write nothing */
+} tg_call_request;
+
+typedef struct tg_call_result {
+  tg_errcode code; /* TG_ERR_NONE on success */
+  json_t *value;   /* the result, or the error envelope; owned by the caller */
+  json_t *gates;   /* dry runs: [{"gate","ok","detail"?}] in the order they ran */
+} tg_call_result;
+
+/* Always fills *ret (release it with tg_call_result_done). Returns 0 when the tool ran and
+ * succeeded (or, on a dry run, would be allowed), TG_E_TOOL when ret->value is an error
+ * envelope. */
+int tg_call(const tg_env *env, const tg_call_request *req, tg_call_result *ret);
+void tg_call_result_done(tg_call_result *ret);
+
+/* The context a handler receives. */
+struct tg_call_ctx {
+  const tg_env *env;
+  tg_db *db; /* inside the call's transaction */
+  const tg_tool *tool;
+  const tg_principal *principal;
+  tg_surface surface;
+  const char *run_id; /* the run this call is logged under, NULL for users */
+  tg_errcode code;    /* set by tg_fail */
+  json_t *error;      /* envelope set by tg_fail */
+  json_t *activity;   /* rows queued by tg_activity, written before commit */
+  int64_t cost_cents;
+};
+
+/* Records a tool-level failure; returns TG_E_TOOL for the handler to return. details is
+ * stolen and may be NULL. The message must be safe to show to a model. */
+int tg_fail(tg_call_ctx *cx, tg_errcode code, json_t *details, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Queues an activity_log row written in the call's transaction. scope (borrowed, may be NULL:
+ * the caller's own scope) may hold missionId, ideaId, workId. details is stolen. */
+int tg_activity(tg_call_ctx *cx, const char *action_type, json_t *scope, const char *summary,
+                json_t *details);
+
+/* The tools principal may call on surface, as the tool list offered to it (seed 000 §4):
+ * each passes the same surface, status, permission and policy gates as tg_call. Returns a
+ * new array of {name, canonicalName, description, effect, risk, inputSchema, outputSchema}
+ * where name follows the tenant's naming profile. */
+int tg_tools_usable(const tg_env *env, const tg_principal *principal, tg_surface surface,
+                    json_t **ret);
+/* The name a principal's tenant shows for tool: its alias under the "catalog" profile,
+ * else the model-facing name. */
+const char *tg_tool_display_name(const tg_tool *tool, const tg_principal *principal);

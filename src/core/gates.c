@@ -1,0 +1,197 @@
+#include "core/gates.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "util/cleanup.h"
+#include "util/status.h"
+
+/* A gate answers 0 (pass), 1 (refuse, filling the refusal) or negative TG_E_*. */
+typedef int (*gate_fn)(const tg_gate_input *in, tg_refusal *out);
+
+static int refuse(tg_refusal *out, tg_errcode code, json_t *details, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int refuse(tg_refusal *out, tg_errcode code, json_t *details, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(out->message, sizeof out->message, fmt, ap);
+  va_end(ap);
+  out->code = code;
+  out->details = details;
+  return 1;
+}
+
+static json_t *surface_list(unsigned surfaces) {
+  json_t *list = json_array();
+  for (unsigned bit = 1; list && bit <= TG_SURFACE_API; bit <<= 1)
+    if (surfaces & bit) json_array_append_new(list, json_string(tg_surface_name((tg_surface)bit)));
+  return list;
+}
+
+static int gate_surface(const tg_gate_input *in, tg_refusal *out) {
+  if (in->tool->surfaces & in->surface) return 0;
+  return refuse(out, TG_ERR_PERMISSION_DENIED,
+                json_pack("{s:s,s:s,s:o}", "reason", "surface", "surface",
+                          tg_surface_name(in->surface), "surfaces",
+                          surface_list(in->tool->surfaces)),
+                "Tool %s is not available on the %s surface.", in->tool->name,
+                tg_surface_name(in->surface));
+}
+
+/* Only an active agent acts: drafts wait for a person to start them, paused and archived
+ * agents must not resume by themselves. */
+static int gate_status(const tg_gate_input *in, tg_refusal *out) {
+  const tg_principal *p = in->principal;
+  if (p->kind != TG_PRINCIPAL_AGENT || strcmp(p->status, "active") == 0) return 0;
+  return refuse(out, TG_ERR_PERMISSION_DENIED,
+                json_pack("{s:s,s:s}", "reason", "agent_not_active", "status", p->status),
+                "Agent %s is %s, not active.", p->name, p->status);
+}
+
+static const char *flag_of(const char *permission) {
+  for (size_t i = 0; i < tg_agent_flags_count; i++)
+    if (strcmp(tg_agent_flags[i].permission, permission) == 0) return tg_agent_flags[i].flag;
+  return NULL;
+}
+
+static int gate_permissions(const tg_gate_input *in, tg_refusal *out) {
+  const tg_tool *t = in->tool;
+  json_t *missing = NULL;
+  for (size_t i = 0; i < t->n_permissions; i++) {
+    if (tg_principal_can(in->principal, t->permissions[i])) continue;
+    if (!missing && !(missing = json_array())) return TG_E_NOMEM;
+    json_array_append_new(missing, json_string(t->permissions[i]));
+  }
+  if (!missing) return 0;
+  const char *first = json_string_value(json_array_get(missing, 0));
+  json_t *details = json_pack("{s:s,s:s,s:o}", "reason", "missing_permission",
+                              "missingPermission", first, "missing", missing);
+  if (details && flag_of(first)) json_object_set_new(details, "flag", json_string(flag_of(first)));
+  return refuse(out, TG_ERR_PERMISSION_DENIED, details, "Calling %s requires the permission %s.",
+                t->name, first);
+}
+
+/* Workspace tool policy. Without a row, low and medium risk tools are enabled and high risk
+ * tools are disabled (default deny, seed 001). */
+static int gate_policy(const tg_gate_input *in, tg_refusal *out) {
+  _cleanup_json_ json_t *row = NULL;
+  int r = tg_db_query_row(in->env->db,
+                          "SELECT mode FROM tool_policies WHERE tenant_id = $1 AND tool_name = $2",
+                          json_pack("[ss]", in->principal->tenant_id, in->tool->name), &row);
+  if (r < 0) return r;
+  const char *mode = row ? json_string_value(json_object_get(row, "mode")) : NULL;
+  if (mode && strcmp(mode, "disabled") == 0)
+    return refuse(out, TG_ERR_PERMISSION_DENIED,
+                  json_pack("{s:s}", "reason", "disabled_by_policy"),
+                  "Tool %s is disabled by the workspace tool policy.", in->tool->name);
+  if (!mode && in->tool->risk == TG_RISK_HIGH)
+    return refuse(out, TG_ERR_PERMISSION_DENIED,
+                  json_pack("{s:s,s:s}", "reason", "high_risk_default_deny", "risk", "high"),
+                  "Tool %s is high risk and the workspace tool policy has not enabled it.",
+                  in->tool->name);
+  /* Approvals are not built yet: a tool that needs one cannot run, but stays offered. */
+  if (mode && strcmp(mode, "approval") == 0 && !in->listing)
+    return refuse(out, TG_ERR_PRECONDITION_FAILED,
+                  json_pack("{s:s}", "reason", "approval_required"),
+                  "Tool %s needs an approval before it runs.", in->tool->name);
+  return 0;
+}
+
+/* A call attached to a run must name a running run of the calling agent. */
+static int gate_run(const tg_gate_input *in, tg_refusal *out) {
+  if (!in->run_id) return 0;
+  if (in->principal->kind != TG_PRINCIPAL_AGENT)
+    return refuse(out, TG_ERR_VALIDATION_FAILED, json_pack("{s:s}", "reason", "run_for_user"),
+                  "Only agents' calls belong to runs.");
+  _cleanup_json_ json_t *row = NULL;
+  int r = tg_db_query_row(in->env->db,
+                          "SELECT status FROM agent_runs WHERE id = $1 AND agent_id = $2",
+                          json_pack("[ss]", in->run_id, in->principal->subject_id), &row);
+  if (r < 0) return r;
+  if (!row)
+    return refuse(out, TG_ERR_NOT_FOUND, json_pack("{s:s}", "runId", in->run_id),
+                  "No run %.64s of this agent.", in->run_id);
+  const char *status = json_string_value(json_object_get(row, "status"));
+  if (strcmp(status, "running") != 0)
+    return refuse(out, TG_ERR_PRECONDITION_FAILED,
+                  json_pack("{s:s,s:s}", "runId", in->run_id, "status", status),
+                  "Run %.64s is %s, not running.", in->run_id, status);
+  return 0;
+}
+
+/* A call that writes or costs, by an agent inside a mission whose spend reached its cap. */
+static int gate_budget(const tg_gate_input *in, tg_refusal *out) {
+  const tg_principal *p = in->principal;
+  if (in->tool->effect == TG_EFFECT_READ || !p->scope_id) return 0;
+  _cleanup_json_ json_t *row = NULL;
+  int r = tg_db_query_row(
+      in->env->db,
+      "SELECT m.id, m.current_spend_cents, m.cap_cents FROM missions m WHERE m.cap_cents IS NOT NULL"
+      " AND m.id = (SELECT $1 WHERE $2 = 'mission'"
+      " UNION ALL SELECT mission_id FROM ideas WHERE id = $1 AND $2 = 'idea'"
+      " UNION ALL SELECT mission_id FROM works WHERE id = $1 AND $2 = 'work')",
+      json_pack("[ss]", p->scope_id, p->scope_type), &row);
+  if (r < 0) return r;
+  if (!row) return 0;
+  json_int_t spent = json_integer_value(json_object_get(row, "current_spend_cents"));
+  json_int_t cap = json_integer_value(json_object_get(row, "cap_cents"));
+  if (spent < cap) return 0;
+  return refuse(out, TG_ERR_BUDGET_EXCEEDED,
+                json_pack("{s:O,s:I,s:I}", "missionId", json_object_get(row, "id"),
+                          "currentSpendCents", spent, "capCents", cap),
+                "The mission's budget is spent (%lld of %lld cents).", (long long)spent,
+                (long long)cap);
+}
+
+static int gate_arguments(const tg_gate_input *in, tg_refusal *out) {
+  json_t *violations = json_array();
+  if (!violations) return TG_E_NOMEM;
+  if (tg_schema_validate(in->tool->input, in->args, violations, TG_MAX_VIOLATIONS)) {
+    json_decref(violations);
+    return 0;
+  }
+  json_t *first = json_array_get(violations, 0);
+  const char *where = json_string_value(json_object_get(first, "instancePath"));
+  return refuse(out, TG_ERR_VALIDATION_FAILED, json_pack("{s:o}", "violations", violations),
+                "Invalid arguments: %.80s%s%.120s", where && *where ? where : "",
+                where && *where ? ": " : "",
+                json_string_value(json_object_get(first, "message")));
+}
+
+enum { FOR_LISTING = 1, FOR_CALL = 2 };
+
+static const struct {
+  const char *name;
+  gate_fn fn;
+  unsigned when;
+} gates[] = {
+    {"run", gate_run, FOR_CALL},
+    {"surface", gate_surface, FOR_LISTING | FOR_CALL},
+    {"status", gate_status, FOR_LISTING | FOR_CALL},
+    {"permissions", gate_permissions, FOR_LISTING | FOR_CALL},
+    {"policy", gate_policy, FOR_LISTING | FOR_CALL},
+    {"budget", gate_budget, FOR_CALL},
+    {"arguments", gate_arguments, FOR_CALL},
+};
+
+int tg_gates_run(const tg_gate_input *in, tg_refusal *refusal, json_t *trace) {
+  unsigned phase = in->listing ? FOR_LISTING : FOR_CALL;
+  for (size_t i = 0; i < sizeof gates / sizeof gates[0]; i++) {
+    if (!(gates[i].when & phase)) continue;
+    int r = gates[i].fn(in, refusal);
+    if (r == 1) refusal->gate = gates[i].name;
+    if (trace) {
+      json_t *step = json_pack("{s:s,s:b}", "gate", gates[i].name, "ok", r == 0);
+      if (step && r == 1) json_object_set_new(step, "detail", json_string(refusal->message));
+      json_array_append_new(trace, step);
+    }
+    if (r != 0) return r;
+  }
+  return 0;
+}
+
+void tg_refusal_done(tg_refusal *refusal) {
+  json_decref(refusal->details);
+  refusal->details = NULL;
+}

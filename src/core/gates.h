@@ -1,0 +1,31 @@
+/* The gates of the call path, in the order they run (private to src/core). The tool list
+ * offered to a principal is computed by the same gates, so offer and call cannot disagree. */
+#pragma once
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "core/call.h"
+
+typedef struct tg_refusal {
+  const char *gate; /* the gate that refused */
+  tg_errcode code;
+  char message[256];
+  json_t *details; /* owned */
+} tg_refusal;
+
+typedef struct tg_gate_input {
+  const tg_env *env;
+  const tg_principal *principal;
+  const tg_tool *tool;
+  tg_surface surface;
+  json_t *args;       /* NULL when listing */
+  const char *run_id; /* NULL when listing or not given */
+  bool listing;       /* deciding what to offer rather than whether to run */
+} tg_gate_input;
+
+/* Runs the gates that apply. Returns 0 when every gate passed, 1 when one refused (filling
+ * *refusal), negative TG_E_* when a gate could not decide (database failure).
+ * When trace is an array, appends {"gate","ok","detail"?} for each gate that ran. */
+int tg_gates_run(const tg_gate_input *in, tg_refusal *refusal, json_t *trace);
+
+void tg_refusal_done(tg_refusal *refusal);

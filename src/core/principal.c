@@ -1,0 +1,158 @@
+#include "core/principal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/cleanup.h"
+#include "util/clock.h"
+#include "util/status.h"
+
+const tg_permission_flag tg_agent_flags[] = {
+    {"canAssignTasks", "tasks.assign"},         {"canEditAgentFiles", "agent.files.edit"},
+    {"canCommitToRepo", "repo.commit"},         {"canOpenPullRequests", "repo.pull_request"},
+    {"canCreateAgents", "agents.create"},       {"canCallExternalTools", "external.call"},
+};
+const size_t tg_agent_flags_count = sizeof tg_agent_flags / sizeof tg_agent_flags[0];
+
+/* What a user's role grants. Owners and admins hold every permission. */
+static const char *const member_permissions[] = {"agents.read", "runs.read", "runs.manage",
+                                                 "policy.read", "tasks.assign", NULL};
+static const char *const viewer_permissions[] = {"agents.read", "runs.read", "policy.read", NULL};
+
+static bool role_grants(const char *role, const char *permission) {
+  if (!role) return false;
+  if (strcmp(role, "owner") == 0 || strcmp(role, "admin") == 0) return true;
+  const char *const *list = strcmp(role, "member") == 0   ? member_permissions
+                            : strcmp(role, "viewer") == 0 ? viewer_permissions
+                                                          : NULL;
+  for (; list && *list; list++)
+    if (strcmp(*list, permission) == 0) return true;
+  return false;
+}
+
+bool tg_principal_can(const tg_principal *p, const char *permission) {
+  return json_object_get(p->grants, permission) != NULL || role_grants(p->role, permission);
+}
+
+static void copy_id(char out[TG_UUID_LEN + 1], json_t *row, const char *key) {
+  const char *v = json_string_value(json_object_get(row, key));
+  snprintf(out, TG_UUID_LEN + 1, "%s", v ? v : "");
+}
+
+int tg_principal_load(tg_db *db, const char *principal_id, tg_principal **ret) {
+  _cleanup_json_ json_t *row = NULL;
+  int r = tg_db_query_row(
+      db,
+      "SELECT p.id, p.tenant_id, p.kind, t.naming_profile,"
+      " u.id AS user_id, u.username, u.role,"
+      " a.id AS agent_id, a.slug, a.status, a.scope_type, a.scope_id"
+      " FROM principals p JOIN tenants t ON t.id = p.tenant_id"
+      " LEFT JOIN users u ON u.principal_id = p.id"
+      " LEFT JOIN agents a ON a.principal_id = p.id WHERE p.id = $1",
+      json_pack("[s]", principal_id), &row);
+  if (r < 0) return r;
+  if (!row) return TG_E_NOTFOUND;
+  _cleanup_json_ json_t *grant_rows = NULL;
+  r = tg_db_query(db, "SELECT permission FROM grants WHERE principal_id = $1",
+                  json_pack("[s]", principal_id), &grant_rows);
+  if (r < 0) return r;
+
+  tg_principal *p = calloc(1, sizeof *p);
+  json_t *grants = json_object();
+  if (!p || !grants) {
+    free(p);
+    json_decref(grants);
+    return TG_E_NOMEM;
+  }
+  size_t i;
+  json_t *g;
+  json_array_foreach(grant_rows, i, g) {
+    json_object_set_new(grants, json_string_value(json_object_get(g, "permission")), json_true());
+  }
+  p->grants = grants;
+  copy_id(p->id, row, "id");
+  copy_id(p->tenant_id, row, "tenant_id");
+  bool agent = strcmp(json_string_value(json_object_get(row, "kind")), "agent") == 0;
+  p->kind = agent ? TG_PRINCIPAL_AGENT : TG_PRINCIPAL_USER;
+  copy_id(p->subject_id, row, agent ? "agent_id" : "user_id");
+  p->row = TAKE_PTR(row);
+  p->name = json_string_value(json_object_get(p->row, agent ? "slug" : "username"));
+  p->role = json_string_value(json_object_get(p->row, "role"));
+  p->status = json_string_value(json_object_get(p->row, "status"));
+  p->scope_type = agent ? json_string_value(json_object_get(p->row, "scope_type")) : "tenant";
+  p->scope_id = json_string_value(json_object_get(p->row, "scope_id"));
+  p->naming_profile = json_string_value(json_object_get(p->row, "naming_profile"));
+  *ret = p;
+  return TG_OK;
+}
+
+void tg_principal_free(tg_principal *p) {
+  if (!p) return;
+  json_decref(p->row);
+  json_decref(p->grants);
+  free(p);
+}
+
+static int first_id(tg_db *db, const char *sql, json_t *params, char out[TG_UUID_LEN + 1]) {
+  _cleanup_json_ json_t *rows = NULL;
+  int r = tg_db_query(db, sql, params, &rows);
+  if (r < 0) return r;
+  if (json_array_size(rows) == 0) return TG_E_NOTFOUND;
+  if (json_array_size(rows) > 1) return TG_E_INVAL;
+  copy_id(out, json_array_get(rows, 0), "id");
+  return TG_OK;
+}
+
+int tg_tenant_lookup(tg_db *db, const char *slug, char out[TG_UUID_LEN + 1]) {
+  if (slug) return first_id(db, "SELECT id FROM tenants WHERE slug = $1", json_pack("[s]", slug), out);
+  return first_id(db, "SELECT id FROM tenants LIMIT 2", NULL, out);
+}
+
+int tg_principal_lookup(tg_db *db, const char *tenant_id, tg_principal_kind kind,
+                        const char *name, char out[TG_UUID_LEN + 1]) {
+  const char *sql = kind == TG_PRINCIPAL_AGENT
+                        ? "SELECT principal_id AS id FROM agents WHERE tenant_id = $1 AND slug = $2"
+                        : "SELECT principal_id AS id FROM users WHERE tenant_id = $1 AND username = $2";
+  return first_id(db, sql, json_pack("[ss]", tenant_id, name), out);
+}
+
+int tg_principal_by_token(tg_db *db, const char *token, char out[TG_UUID_LEN + 1]) {
+  char hash[65];
+  tg_sha256_hex(token, strlen(token), hash);
+  return first_id(db,
+                  "SELECT principal_id AS id FROM api_tokens"
+                  " WHERE token_hash = $1 AND revoked_at IS NULL",
+                  json_pack("[s]", hash), out);
+}
+
+int tg_principal_owner(tg_db *db, const char *tenant_id, char out[TG_UUID_LEN + 1]) {
+  return first_id(db,
+                  "SELECT principal_id AS id FROM users WHERE tenant_id = $1 AND role = 'owner'"
+                  " ORDER BY created_at, id LIMIT 1",
+                  json_pack("[s]", tenant_id), out);
+}
+
+int tg_tenant_create(tg_db *db, const char *slug, const char *owner_username,
+                     char tenant_id[TG_UUID_LEN + 1], char owner_principal[TG_UUID_LEN + 1]) {
+  char user_id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
+  if (tg_uuid7(tenant_id) < 0 || tg_uuid7(owner_principal) < 0 || tg_uuid7(user_id) < 0)
+    return TG_E_IO;
+  tg_iso8601(tg_now_ms(), now);
+  int r = tg_db_begin(db);
+  if (r == TG_OK)
+    r = tg_db_exec(db, "INSERT INTO tenants (id, slug, name, created_at) VALUES ($1, $2, $2, $3)",
+                   json_pack("[sss]", tenant_id, slug, now), NULL);
+  if (r == TG_OK)
+    r = tg_db_exec(db,
+                   "INSERT INTO principals (id, tenant_id, kind, created_at) VALUES ($1, $2, 'user', $3)",
+                   json_pack("[sss]", owner_principal, tenant_id, now), NULL);
+  if (r == TG_OK)
+    r = tg_db_exec(db,
+                   "INSERT INTO users (id, tenant_id, principal_id, username, role, created_at)"
+                   " VALUES ($1, $2, $3, $4, 'owner', $5)",
+                   json_pack("[sssss]", user_id, tenant_id, owner_principal, owner_username, now),
+                   NULL);
+  if (r == TG_OK) r = tg_db_commit(db);
+  if (r < 0) tg_db_rollback(db);
+  return r;
+}

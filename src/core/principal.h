@@ -1,0 +1,57 @@
+/* Who is calling: a user or an agent of a tenant, with the permissions it holds right now.
+ * Loaded from the database at every call, so a revoked grant takes effect at once. */
+#pragma once
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "db/db.h"
+#include "util/ids.h"
+
+typedef enum tg_principal_kind { TG_PRINCIPAL_USER, TG_PRINCIPAL_AGENT } tg_principal_kind;
+
+typedef struct tg_principal {
+  char id[TG_UUID_LEN + 1];
+  char tenant_id[TG_UUID_LEN + 1];
+  char subject_id[TG_UUID_LEN + 1]; /* users.id or agents.id */
+  tg_principal_kind kind;
+  json_t *row; /* the joined principal/user/agent/tenant row; fields below point into it */
+  const char *name;           /* username or agent slug */
+  const char *role;           /* users: owner, admin, member, viewer; agents: NULL */
+  const char *status;         /* agents: draft, active, paused, archived; users: NULL */
+  const char *scope_type;     /* agents: tenant, mission, idea, work; users: "tenant" */
+  const char *scope_id;       /* agents below tenant scope: the mission, idea or work id */
+  const char *naming_profile; /* the tenant's: canonical or catalog */
+  json_t *grants;             /* object: permission → true, explicit grants only */
+} tg_principal;
+
+/* Loads the principal with id and its live grants. TG_E_NOTFOUND when there is none. */
+int tg_principal_load(tg_db *db, const char *principal_id, tg_principal **ret);
+void tg_principal_free(tg_principal *p);
+
+/* Whether p holds permission, by an explicit grant or (users) by its role. */
+bool tg_principal_can(const tg_principal *p, const char *permission);
+
+/* The tenant with slug, or the only tenant when slug is NULL. TG_E_NOTFOUND when there is
+ * none; TG_E_INVAL when slug is NULL and there are several. Writes its id into out. */
+int tg_tenant_lookup(tg_db *db, const char *slug, char out[TG_UUID_LEN + 1]);
+/* The principal of the agent with slug, or of the user with username, in tenant_id. */
+int tg_principal_lookup(tg_db *db, const char *tenant_id, tg_principal_kind kind,
+                        const char *name, char out[TG_UUID_LEN + 1]);
+/* The principal holding API token (not revoked). TG_E_NOTFOUND otherwise. */
+int tg_principal_by_token(tg_db *db, const char *token, char out[TG_UUID_LEN + 1]);
+
+/* The seed-000 agent permission flags and the grants they stand for (DESIGN.md §5). */
+typedef struct tg_permission_flag {
+  const char *flag;       /* canAssignTasks */
+  const char *permission; /* tasks.assign */
+} tg_permission_flag;
+extern const tg_permission_flag tg_agent_flags[];
+extern const size_t tg_agent_flags_count;
+
+/* The principal of the tenant's first owner. TG_E_NOTFOUND when it has none. */
+int tg_principal_owner(tg_db *db, const char *tenant_id, char out[TG_UUID_LEN + 1]);
+
+/* Bootstrap, the one write outside tg_call: a new tenant with slug and its owner user.
+ * TG_E_CONSTRAINT when the slug is taken. */
+int tg_tenant_create(tg_db *db, const char *slug, const char *owner_username,
+                     char tenant_id[TG_UUID_LEN + 1], char owner_principal[TG_UUID_LEN + 1]);

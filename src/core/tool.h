@@ -1,0 +1,71 @@
+/* A tool: declarative data (from its provider's JSON spec, embedded in the binary) joined
+ * at start-up with a handler from the provider's C table (DESIGN.md §3). */
+#pragma once
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/schema.h"
+
+typedef enum tg_surface {
+  TG_SURFACE_AGENT = 1u << 0,
+  TG_SURFACE_MCP = 1u << 1,
+  TG_SURFACE_API = 1u << 2,
+} tg_surface;
+
+typedef enum tg_effect { TG_EFFECT_READ, TG_EFFECT_WRITE, TG_EFFECT_PROPOSE } tg_effect;
+typedef enum tg_risk { TG_RISK_LOW, TG_RISK_MEDIUM, TG_RISK_HIGH } tg_risk;
+
+/* Behaviour a spec may declare beyond its effect; hints for clients such as MCP. */
+typedef enum tg_tool_flag {
+  TG_TOOL_IDEMPOTENT = 1u << 0,
+  TG_TOOL_DESTRUCTIVE = 1u << 1,
+  TG_TOOL_OPEN_WORLD = 1u << 2,
+} tg_tool_flag;
+
+typedef struct tg_call_ctx tg_call_ctx;
+
+/* A handler runs inside the call's transaction. It returns 0 with a new reference in
+ * *ret_result, or the value of tg_fail() (TG_E_TOOL) for a tool-level failure, or another
+ * negative TG_E_* for an unexpected one (answered as internal_error). It never checks
+ * permissions, never commits, never knows the surface's wire format. */
+typedef int (*tg_handler_fn)(tg_call_ctx *cx, json_t *args, json_t **ret_result);
+
+typedef struct tg_handler_entry {
+  const char *name; /* canonical tool name */
+  tg_handler_fn fn;
+} tg_handler_entry;
+
+typedef struct tg_provider {
+  const char *name;      /* must equal the spec's "provider" */
+  const char *spec_file; /* embedded spec, e.g. "admin.json" */
+  const char *spec_json; /* or the spec itself (tests), used when spec_file is NULL */
+  const tg_handler_entry *handlers;
+  size_t n_handlers;
+} tg_provider;
+
+typedef struct tg_tool {
+  unsigned id;       /* dense, the order of registration */
+  char *name;        /* canonical: domain.subject.action */
+  char *model_name;  /* dots replaced by underscores */
+  const char *alias; /* seed 000 name, or NULL */
+  const char *description;
+  unsigned surfaces; /* tg_surface bits */
+  tg_effect effect;
+  tg_risk risk;
+  unsigned flags;    /* tg_tool_flag bits */
+  const char **permissions; /* all required */
+  size_t n_permissions;
+  json_t *spec;          /* the declaration; the strings above point into it */
+  json_t *input_schema;  /* with additionalProperties defaulted to false */
+  json_t *output_schema;
+  tg_schema *input, *output; /* compiled once */
+  tg_handler_fn handler;
+  const tg_provider *provider;
+} tg_tool;
+
+const char *tg_surface_name(tg_surface surface);
+/* 0 when name is not a surface. */
+tg_surface tg_surface_parse(const char *name);
+const char *tg_effect_name(tg_effect effect);
+const char *tg_risk_name(tg_risk risk);

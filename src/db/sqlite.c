@@ -1,0 +1,528 @@
+/* The SQLite backend of the storage port (db.h); the only file that includes <sqlite3.h>. */
+#define _GNU_SOURCE
+#include "db/db.h"
+
+#include <math.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util/cleanup.h"
+#include "util/embed.h"
+#include "util/status.h"
+
+enum {
+  STMT_CACHE_SIZE = 64, /* the statements of a tool call, and then some */
+  BUSY_TIMEOUT_MS = 5000,
+  MAX_ROWS = 100000, /* a query that returns more is a bug, not a workload */
+};
+
+/* The same few statements run on every tool call: keep them prepared. */
+typedef struct cached_stmt {
+  char *sql; /* NULL: free slot */
+  sqlite3_stmt *stmt;
+  uint64_t used; /* tick of the last use; the smallest is evicted */
+} cached_stmt;
+
+struct tg_db {
+  sqlite3 *conn;
+  cached_stmt cache[STMT_CACHE_SIZE];
+  uint64_t tick;
+  int fail_after;     /* countdown of tg_db_fail_after, 0 when disarmed */
+  char *errbuf;       /* malloc'd message of the last failure */
+  const char *errmsg; /* errbuf, or a static text when there is none */
+};
+
+__attribute__((format(printf, 3, 4))) static int set_err(tg_db *db, int rc, const char *fmt, ...) {
+  free(db->errbuf);
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vasprintf(&db->errbuf, fmt, ap);
+  va_end(ap);
+  if (n < 0) db->errbuf = NULL; /* its content is undefined after a failure */
+  db->errmsg = db->errbuf ? db->errbuf : "out of memory";
+  return rc;
+}
+
+static int nomem(tg_db *db) { return set_err(db, TG_E_NOMEM, "out of memory"); }
+
+static int status_of(int sqlite_rc) {
+  switch (sqlite_rc & 0xff) { /* primary code of an extended one */
+  case SQLITE_CONSTRAINT:
+    return TG_E_CONSTRAINT;
+  case SQLITE_BUSY:
+  case SQLITE_LOCKED:
+    return TG_E_BUSY;
+  case SQLITE_NOMEM:
+    return TG_E_NOMEM;
+  default:
+    return TG_E_DB;
+  }
+}
+
+static int sqlite_err(tg_db *db, int sqlite_rc) {
+  return set_err(db, status_of(sqlite_rc), "%s", sqlite3_errmsg(db->conn));
+}
+
+/* Consumes one armed tg_db_fail_after step; true when this statement is the one to fail. */
+static bool injected(tg_db *db) { return db->fail_after > 0 && --db->fail_after == 0; }
+
+static int injected_failure(tg_db *db) { return set_err(db, TG_E_DB, "injected failure"); }
+
+/* RFC 3629 (no overlong forms, surrogates or code points above U+10FFFF), as jansson
+ * requires; checking first tells a bad value apart from a failed allocation. */
+static bool valid_utf8(const unsigned char *s, size_t n) {
+  for (size_t i = 0; i < n;) {
+    unsigned c = s[i];
+    size_t len;
+    uint32_t cp;
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
+    if (c >= 0xc2 && c <= 0xdf)
+      len = 2, cp = c & 0x1f;
+    else if (c >= 0xe0 && c <= 0xef)
+      len = 3, cp = c & 0x0f;
+    else if (c >= 0xf0 && c <= 0xf4)
+      len = 4, cp = c & 0x07;
+    else
+      return false;
+    if (n - i < len) return false;
+    for (size_t k = 1; k < len; k++) {
+      if ((s[i + k] & 0xc0) != 0x80) return false;
+      cp = cp << 6 | (s[i + k] & 0x3f);
+    }
+    if (len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) return false;
+    if (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) return false;
+    i += len;
+  }
+  return true;
+}
+
+/* Returns the cached statement for sql, preparing it (and evicting the least recently used
+ * one) on a miss. Cached statements are always reset, so evicting one is safe. */
+static int prepare(tg_db *db, const char *sql, sqlite3_stmt **ret) {
+  cached_stmt *victim = db->cache;
+  for (cached_stmt *c = db->cache; c < db->cache + STMT_CACHE_SIZE; c++) {
+    if (c->sql && strcmp(c->sql, sql) == 0) {
+      c->used = ++db->tick;
+      *ret = c->stmt;
+      return 0;
+    }
+    if (c->used < victim->used) victim = c; /* free slots have used == 0 */
+  }
+
+  _cleanup_free_ char *copy = strdup(sql);
+  if (!copy) return nomem(db);
+  sqlite3_stmt *stmt = NULL;
+  const char *tail = NULL;
+  int rc = sqlite3_prepare_v3(db->conn, sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt, &tail);
+  if (rc != SQLITE_OK) return sqlite_err(db, rc);
+  if (!stmt) return set_err(db, TG_E_INVAL, "empty SQL statement");
+  if (*tail) {
+    /* Only whitespace and comments may follow: a second statement would be ignored. */
+    sqlite3_stmt *extra = NULL;
+    rc = sqlite3_prepare_v2(db->conn, tail, -1, &extra, NULL);
+    sqlite3_finalize(extra);
+    if (rc != SQLITE_OK || extra) {
+      sqlite3_finalize(stmt);
+      if (status_of(rc) == TG_E_NOMEM) return nomem(db);
+      return set_err(db, TG_E_INVAL, "one SQL statement per call; this follows: %s", tail);
+    }
+  }
+
+  if (victim->sql) {
+    sqlite3_finalize(victim->stmt);
+    free(victim->sql);
+  }
+  victim->sql = TAKE_PTR(copy);
+  victim->stmt = stmt;
+  victim->used = ++db->tick;
+  *ret = stmt;
+  return 0;
+}
+
+/* "$N" with N from 1 and no leading zero → N; anything else → 0. */
+static size_t param_number(const char *name) {
+  if (!name || name[0] != '$' || name[1] < '1' || name[1] > '9') return 0;
+  size_t n = 0;
+  for (const char *p = name + 1; *p; p++) {
+    if (*p < '0' || *p > '9' || n > 99999) return 0;
+    n = n * 10 + (size_t)(*p - '0');
+  }
+  return n;
+}
+
+static int bind_value(tg_db *db, sqlite3_stmt *stmt, int i, json_t *v) {
+  int rc = SQLITE_MISUSE;
+  switch (json_typeof(v)) {
+  case JSON_STRING: /* static: bindings are cleared before the call returns */
+    rc = sqlite3_bind_text64(stmt, i, json_string_value(v), json_string_length(v), SQLITE_STATIC,
+                             SQLITE_UTF8);
+    break;
+  case JSON_INTEGER:
+    rc = sqlite3_bind_int64(stmt, i, json_integer_value(v));
+    break;
+  case JSON_REAL:
+    rc = sqlite3_bind_double(stmt, i, json_real_value(v));
+    break;
+  case JSON_TRUE:
+  case JSON_FALSE:
+    rc = sqlite3_bind_int(stmt, i, json_is_true(v));
+    break;
+  case JSON_NULL:
+    rc = sqlite3_bind_null(stmt, i);
+    break;
+  case JSON_OBJECT:
+  case JSON_ARRAY: {
+    char *text = json_dumps(v, JSON_COMPACT);
+    if (!text) return nomem(db);
+    /* SQLite calls free on text even when binding fails. */
+    rc = sqlite3_bind_text64(stmt, i, text, strlen(text), free, SQLITE_UTF8);
+    break;
+  }
+  }
+  return rc == SQLITE_OK ? 0 : sqlite_err(db, rc);
+}
+
+/* SQLite reads "$1" as a named parameter and numbers parameters by first appearance, so
+ * "$2 ... $1" gets indexes 1 and 2: bind by name. Every value must be used, as PostgreSQL
+ * cannot type a parameter the statement never mentions. */
+static int bind_params(tg_db *db, sqlite3_stmt *stmt, json_t *params) {
+  if (params && !json_is_array(params))
+    return set_err(db, TG_E_INVAL, "parameters must be a JSON array");
+  size_t given = json_array_size(params);
+  int count = sqlite3_bind_parameter_count(stmt);
+  for (int i = 1; i <= count; i++) {
+    const char *name = sqlite3_bind_parameter_name(stmt, i);
+    size_t n = param_number(name);
+    if (!n)
+      return set_err(db, TG_E_INVAL, "SQL parameter %s is not of the form $N (N from 1)",
+                     name ? name : "?");
+    if (n > given)
+      return set_err(db, TG_E_INVAL, "SQL parameter %s has no value (%zu given)", name, given);
+    int r = bind_value(db, stmt, i, json_array_get(params, n - 1));
+    if (r < 0) return r;
+  }
+  if ((size_t)count != given) /* the names are distinct and all within 1..given */
+    return set_err(db, TG_E_INVAL, "%zu parameters given but the statement uses %d", given, count);
+  return 0;
+}
+
+static int column_value(tg_db *db, sqlite3_stmt *stmt, int i, const char *name, json_t **ret) {
+  json_t *v = NULL;
+  switch (sqlite3_column_type(stmt, i)) {
+  case SQLITE_INTEGER:
+    v = json_integer(sqlite3_column_int64(stmt, i));
+    break;
+  case SQLITE_FLOAT: {
+    double d = sqlite3_column_double(stmt, i);
+    if (!isfinite(d)) /* SQLite stores infinities; JSON has none */
+      return set_err(db, TG_E_DB, "column %s holds a non-finite number", name);
+    v = json_real(d);
+    break;
+  }
+  case SQLITE_NULL:
+    v = json_null();
+    break;
+  default: { /* TEXT or BLOB */
+    const unsigned char *p = sqlite3_column_text(stmt, i);
+    size_t len = (size_t)sqlite3_column_bytes(stmt, i);
+    if (!p) {
+      if (sqlite3_errcode(db->conn) == SQLITE_NOMEM) return nomem(db);
+      p = (const unsigned char *)"", len = 0; /* an empty BLOB */
+    }
+    if (!valid_utf8(p, len))
+      return set_err(db, TG_E_DB, "column %s holds text that is not valid UTF-8", name);
+    v = json_stringn_nocheck((const char *)p, len);
+    break;
+  }
+  }
+  if (!v) return nomem(db);
+  *ret = v;
+  return 0;
+}
+
+static int row_object(tg_db *db, sqlite3_stmt *stmt, json_t **ret) {
+  _cleanup_json_ json_t *row = json_object();
+  if (!row) return nomem(db);
+  int n = sqlite3_column_count(stmt);
+  for (int i = 0; i < n; i++) {
+    const char *name = sqlite3_column_name(stmt, i);
+    if (!name) return nomem(db);
+    if (!valid_utf8((const unsigned char *)name, strlen(name)))
+      return set_err(db, TG_E_INVAL, "a column name is not valid UTF-8");
+    /* Silently keeping one of two same-named columns (a join's "id") would hide a bug. */
+    if (json_object_get(row, name))
+      return set_err(db, TG_E_INVAL, "column name %s appears twice; alias one", name);
+    json_t *v = NULL;
+    int r = column_value(db, stmt, i, name, &v);
+    if (r < 0) return r;
+    if (json_object_set_new_nocheck(row, name, v) < 0) return nomem(db);
+  }
+  *ret = TAKE_PTR(row);
+  return 0;
+}
+
+/* Binds params and steps the statement to its end (or its first row when first_only),
+ * appending rows to rows when not NULL. Leaves the statement reset and unbound. */
+static int run(tg_db *db, const char *sql, json_t *params, json_t *rows, bool first_only) {
+  sqlite3_stmt *stmt = NULL;
+  int r = prepare(db, sql, &stmt);
+  if (r < 0) return r;
+  r = bind_params(db, stmt, params);
+  while (r == 0) {
+    int rc = sqlite3_step(stmt);
+    if (rc == SQLITE_DONE) break;
+    if (rc != SQLITE_ROW) {
+      r = sqlite_err(db, rc);
+      break;
+    }
+    if (!rows) continue; /* exec: a RETURNING clause only takes effect when stepped */
+    if (json_array_size(rows) == MAX_ROWS) {
+      r = set_err(db, TG_E_TOO_LARGE, "the query returns more than %d rows", MAX_ROWS);
+      break;
+    }
+    json_t *row = NULL;
+    r = row_object(db, stmt, &row);
+    if (r == 0 && json_array_append_new(rows, row) < 0) r = nomem(db);
+    if (first_only) break;
+  }
+  sqlite3_reset(stmt); /* repeats a step error already reported */
+  sqlite3_clear_bindings(stmt);
+  return r;
+}
+
+static int query(tg_db *db, const char *sql, json_t *params, bool first_only, json_t **ret_rows) {
+  *ret_rows = NULL;
+  if (injected(db)) return injected_failure(db);
+  _cleanup_json_ json_t *rows = json_array();
+  if (!rows) return nomem(db);
+  int r = run(db, sql, params, rows, first_only);
+  if (r < 0) return r;
+  *ret_rows = TAKE_PTR(rows);
+  return 0;
+}
+
+static int exec_stmt(tg_db *db, const char *sql, json_t *params, int64_t *ret_changes) {
+  if (ret_changes) *ret_changes = 0;
+  if (injected(db)) return injected_failure(db);
+  int64_t before = sqlite3_total_changes64(db->conn);
+  int r = run(db, sql, params, NULL, false);
+  /* sqlite3_changes64 keeps the count of the last INSERT/UPDATE/DELETE, even after DDL. */
+  if (r == 0 && ret_changes && sqlite3_total_changes64(db->conn) != before)
+    *ret_changes = sqlite3_changes64(db->conn);
+  return r;
+}
+
+/* The public three steal params, also on failure. */
+int tg_db_exec(tg_db *db, const char *sql, json_t *params, int64_t *ret_changes) {
+  int r = exec_stmt(db, sql, params, ret_changes);
+  json_decref(params);
+  return r;
+}
+
+int tg_db_query(tg_db *db, const char *sql, json_t *params, json_t **ret_rows) {
+  int r = query(db, sql, params, false, ret_rows);
+  json_decref(params);
+  return r;
+}
+
+int tg_db_query_row(tg_db *db, const char *sql, json_t *params, json_t **ret_row) {
+  *ret_row = NULL;
+  _cleanup_json_ json_t *rows = NULL;
+  int r = query(db, sql, params, true, &rows);
+  json_decref(params);
+  if (r < 0) return r;
+  *ret_row = json_incref(json_array_get(rows, 0));
+  return 0;
+}
+
+int tg_db_begin(tg_db *db) { return run(db, "BEGIN IMMEDIATE", NULL, NULL, false); }
+
+int tg_db_commit(tg_db *db) { return run(db, "COMMIT", NULL, NULL, false); }
+
+int tg_db_rollback(tg_db *db) {
+  if (sqlite3_get_autocommit(db->conn)) return 0;
+  return run(db, "ROLLBACK", NULL, NULL, false);
+}
+
+const char *tg_db_errmsg(tg_db *db) { return db->errmsg; }
+
+void tg_db_fail_after(tg_db *db, int n) { db->fail_after = n > 0 ? n : 0; }
+
+static int configure(tg_db *db) {
+  int rc = sqlite3_busy_timeout(db->conn, BUSY_TIMEOUT_MS);
+  if (rc != SQLITE_OK) return sqlite_err(db, rc);
+  /* journal_mode answers with the mode in force, which stays "delete" where WAL is
+   * impossible (no shared memory); foreign_keys is silently ignored when compiled out. */
+  _cleanup_json_ json_t *mode = NULL;
+  int r = tg_db_query_row(db, "PRAGMA journal_mode = WAL", NULL, &mode);
+  if (r < 0) return r;
+  const char *got = json_string_value(json_object_get(mode, "journal_mode"));
+  if (!got || strcasecmp(got, "wal") != 0)
+    return set_err(db, TG_E_DB, "cannot use WAL mode (journal_mode is %s)", got ? got : "?");
+  r = tg_db_exec(db, "PRAGMA synchronous = NORMAL", NULL, NULL);
+  if (r == 0) r = tg_db_exec(db, "PRAGMA foreign_keys = ON", NULL, NULL);
+  if (r < 0) return r;
+  _cleanup_json_ json_t *fk = NULL;
+  r = tg_db_query_row(db, "PRAGMA foreign_keys", NULL, &fk);
+  if (r < 0) return r;
+  if (json_integer_value(json_object_get(fk, "foreign_keys")) != 1)
+    return set_err(db, TG_E_DB, "this SQLite does not enforce foreign keys");
+  return 0;
+}
+
+int tg_db_open(const char *dir, tg_db **ret, char **reterr) {
+  *ret = NULL;
+  if (reterr) *reterr = NULL;
+  tg_db *db = calloc(1, sizeof *db);
+  if (!db) return TG_E_NOMEM; /* and no room for a message either */
+  db->errmsg = "";
+
+  _cleanup_free_ char *path = NULL;
+  int r = 0;
+  if (asprintf(&path, "%s/toolgate.db", dir) < 0) {
+    path = NULL;
+    r = nomem(db);
+  }
+  if (r == 0) {
+    /* NOMUTEX: a connection belongs to one thread at a time. EXRESCODE: extended codes. */
+    int rc = sqlite3_open_v2(path, &db->conn,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX |
+                                 SQLITE_OPEN_EXRESCODE,
+                             NULL);
+    if (!db->conn)
+      r = nomem(db);
+    else if (rc != SQLITE_OK)
+      r = set_err(db, status_of(rc), "%s: %s", path, sqlite3_errmsg(db->conn));
+    else
+      r = configure(db);
+  }
+  if (r < 0) {
+    if (reterr) *reterr = strdup(db->errmsg);
+    tg_db_close(db);
+    return r;
+  }
+  *ret = db;
+  return 0;
+}
+
+void tg_db_close(tg_db *db) {
+  if (!db) return;
+  for (cached_stmt *c = db->cache; c < db->cache + STMT_CACHE_SIZE; c++) {
+    sqlite3_finalize(c->stmt);
+    free(c->sql);
+  }
+  sqlite3_close_v2(db->conn); /* rolls back an open transaction */
+  free(db->errbuf);
+  free(db);
+}
+
+int tg_db_schema_version(tg_db *db, int *ret_version) {
+  *ret_version = 0;
+  _cleanup_json_ json_t *table = NULL;
+  int r = tg_db_query_row(
+      db,
+      "SELECT 1 AS present FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'",
+      NULL, &table);
+  if (r < 0 || !table) return r;
+  _cleanup_json_ json_t *row = NULL;
+  r = tg_db_query_row(db, "SELECT COALESCE(MAX(version), 0) AS version FROM schema_migrations",
+                      NULL, &row);
+  if (r < 0) return r;
+  *ret_version = (int)json_integer_value(json_object_get(row, "version"));
+  return 0;
+}
+
+/* The embedded migrations must be 0001_x.sql, 0002_y.sql, ... in this order, without gaps
+ * or duplicates: the number is the version recorded in schema_migrations. */
+static int check_migrations(tg_db *db, int *ret_latest) {
+  int n = 0;
+  for (const tg_embedded_file *m = tg_embedded_migrations; m->name; m++) {
+    const char *s = m->name;
+    size_t len = strlen(s);
+    bool ok = len > 9 && s[4] == '_' && strcmp(s + len - 4, ".sql") == 0;
+    int number = 0;
+    for (int i = 0; ok && i < 4; i++) {
+      ok = s[i] >= '0' && s[i] <= '9';
+      number = number * 10 + (s[i] - '0');
+    }
+    if (!ok) return set_err(db, TG_E_INVAL, "migration %s is not named NNNN_name.sql", s);
+    if (number != ++n)
+      return set_err(db, TG_E_INVAL, "migration %s: expected number %04d (no gaps, no duplicates)",
+                     s, n);
+    if (strlen(m->data) != m->size) /* sqlite3_exec would stop there silently */
+      return set_err(db, TG_E_INVAL, "migration %s contains a NUL byte", s);
+  }
+  *ret_latest = n;
+  return 0;
+}
+
+/* ISO-8601 UTC with milliseconds: 2026-11-30T12:34:56.789Z. */
+static int utc_now(tg_db *db, char *buf, size_t size) {
+  struct timespec ts;
+  struct tm tm;
+  if (clock_gettime(CLOCK_REALTIME, &ts) != 0 || !gmtime_r(&ts.tv_sec, &tm))
+    return set_err(db, TG_E_DB, "cannot read the clock");
+  snprintf(buf, size, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
+           tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+  return 0;
+}
+
+/* Runs migration m (number version) inside the caller's transaction and records it. */
+static int apply(tg_db *db, const tg_embedded_file *m, int version) {
+  if (injected(db)) return injected_failure(db);
+  char *msg = NULL;
+  int rc = sqlite3_exec(db->conn, m->data, NULL, NULL, &msg);
+  if (rc != SQLITE_OK) {
+    int r = set_err(db, status_of(rc), "migration %s: %s", m->name, msg ? msg : sqlite3_errstr(rc));
+    sqlite3_free(msg);
+    return r;
+  }
+  if (sqlite3_get_autocommit(db->conn))
+    return set_err(db, TG_E_INVAL, "migration %s ends the transaction it runs in", m->name);
+  char stamp[64];
+  int r = utc_now(db, stamp, sizeof stamp);
+  if (r < 0) return r;
+  json_t *params = json_pack("[iss]", version, m->name, stamp);
+  if (!params) return nomem(db); /* rather than the TG_E_INVAL of a NULL params */
+  return tg_db_exec(db,
+                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
+                    params, NULL);
+}
+
+int tg_db_migrate(tg_db *db, int *ret_applied) {
+  if (ret_applied) *ret_applied = 0;
+  int latest = 0;
+  int r = check_migrations(db, &latest);
+  if (r == 0)
+    r = tg_db_exec(db,
+                   "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
+                   "name TEXT NOT NULL, applied_at TEXT NOT NULL)",
+                   NULL, NULL);
+  for (int applied = 0; r == 0; applied++) {
+    if (ret_applied) *ret_applied = applied;
+    /* The version is read under the write lock, so two processes starting at once apply
+     * each migration once. */
+    r = tg_db_begin(db);
+    if (r < 0) break;
+    int version = 0;
+    r = tg_db_schema_version(db, &version);
+    if (r == 0 && version > latest)
+      r = set_err(db, TG_E_INVAL,
+                  "the database is at schema version %d, newer than this build (%d)", version,
+                  latest);
+    if (r == 0 && version == latest) return tg_db_rollback(db);
+    if (r == 0) r = apply(db, &tg_embedded_migrations[version], version + 1);
+    if (r == 0) r = tg_db_commit(db);
+    if (r < 0 && !sqlite3_get_autocommit(db->conn))
+      sqlite3_exec(db->conn, "ROLLBACK", NULL, NULL, NULL); /* keeps errmsg */
+  }
+  return r;
+}

@@ -1,0 +1,424 @@
+/* Provider "admin": the tool list, and the operator's actions on agents, grants, tokens,
+ * tool policy and runs. Operators reach these through tg_call like agents reach theirs. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <string.h>
+
+#include "core/call.h"
+#include "tools/providers.h"
+#include "util/cleanup.h"
+#include "util/clock.h"
+#include "util/ids.h"
+#include "util/status.h"
+
+#define RUN_LOGS_MAX 1000
+
+static const char *arg_str(json_t *args, const char *key) {
+  return json_string_value(json_object_get(args, key));
+}
+
+static void now_iso(char out[TG_ISO_LEN + 1]) { tg_iso8601(tg_now_ms(), out); }
+
+/* The agent with slug in the caller's tenant, or a not_found failure. */
+static int find_agent(tg_call_ctx *cx, const char *slug, json_t **ret) {
+  int r = tg_db_query_row(cx->db,
+                          "SELECT id, principal_id, slug FROM agents"
+                          " WHERE tenant_id = $1 AND slug = $2",
+                          json_pack("[ss]", cx->principal->tenant_id, slug), ret);
+  if (r < 0) return r;
+  if (!*ret)
+    return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "agentSlug", slug),
+                   "No agent %s in this workspace.", slug);
+  return TG_OK;
+}
+
+/* A grant names a permission some tool declares, or a seed-000 flag standing for one; a
+ * typo must not be stored as a grant that silently does nothing. */
+static const char *known_permission(const tg_registry *reg, const char *name) {
+  for (size_t i = 0; i < tg_agent_flags_count; i++)
+    if (strcmp(tg_agent_flags[i].flag, name) == 0 || strcmp(tg_agent_flags[i].permission, name) == 0)
+      return tg_agent_flags[i].permission;
+  for (size_t i = 0; i < tg_registry_count(reg); i++) {
+    const tg_tool *t = tg_registry_at(reg, i);
+    for (size_t k = 0; k < t->n_permissions; k++)
+      if (strcmp(t->permissions[k], name) == 0) return t->permissions[k];
+  }
+  return NULL;
+}
+
+static int unknown_permission(tg_call_ctx *cx, const char *name) {
+  return tg_fail(cx, TG_ERR_VALIDATION_FAILED, json_pack("{s:s}", "permission", name),
+                 "Unknown permission %.64s: grant a permission a tool declares or a seed-000 flag.",
+                 name);
+}
+
+static int tool_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  json_t *tools = NULL;
+  int r = tg_tools_usable(cx->env, cx->principal, cx->surface, &tools);
+  if (r < 0) return r;
+  *ret = json_pack("{s:o}", "tools", tools);
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+/* "tenant" or "mission:SLUG" / "idea:SLUG" / "work:SLUG" → type and id. */
+static int resolve_scope(tg_call_ctx *cx, const char *scope, const char **type,
+                         json_t **scope_row) {
+  *type = "tenant";
+  *scope_row = NULL;
+  if (!scope || strcmp(scope, "tenant") == 0) return TG_OK;
+  const char *colon = strchr(scope, ':');
+  static const struct { const char *type, *sql; } tables[] = {
+      {"mission", "SELECT id FROM missions WHERE tenant_id = $1 AND slug = $2"},
+      {"idea", "SELECT id FROM ideas WHERE tenant_id = $1 AND slug = $2"},
+      {"work", "SELECT id FROM works WHERE tenant_id = $1 AND slug = $2"},
+  };
+  for (size_t i = 0; i < 3; i++) {
+    if (strncmp(scope, tables[i].type, (size_t)(colon - scope)) != 0) continue;
+    *type = tables[i].type;
+    int r = tg_db_query_row(cx->db, tables[i].sql,
+                            json_pack("[ss]", cx->principal->tenant_id, colon + 1), scope_row);
+    if (r < 0) return r;
+    if (!*scope_row)
+      return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "scope", scope),
+                     "No %s %s in this workspace.", tables[i].type, colon + 1);
+    return TG_OK;
+  }
+  return TG_E_INVAL; /* the input schema admits no other form */
+}
+
+static int insert_grant(tg_call_ctx *cx, const char *principal_id, const char *permission,
+                        int64_t *changes) {
+  char now[TG_ISO_LEN + 1];
+  now_iso(now);
+  return tg_db_exec(cx->db,
+                    "INSERT INTO grants (principal_id, permission, created_at) VALUES ($1, $2, $3)"
+                    " ON CONFLICT (principal_id, permission) DO NOTHING",
+                    json_pack("[sss]", principal_id, permission, now), changes);
+}
+
+static int agent_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  const char *slug = arg_str(args, "slug");
+  const char *name = arg_str(args, "name") ? arg_str(args, "name") : slug;
+  const char *status = arg_str(args, "status") ? arg_str(args, "status") : "active";
+  json_t *grants = json_object_get(args, "grants");
+  size_t i;
+  json_t *g;
+  json_array_foreach(grants, i, g) {
+    if (!known_permission(cx->env->registry, json_string_value(g)))
+      return unknown_permission(cx, json_string_value(g));
+  }
+  const char *scope_type;
+  _cleanup_json_ json_t *scope_row = NULL;
+  int r = resolve_scope(cx, arg_str(args, "scope"), &scope_type, &scope_row);
+  if (r < 0) return r;
+  _cleanup_json_ json_t *existing = NULL;
+  r = tg_db_query_row(cx->db, "SELECT id FROM agents WHERE tenant_id = $1 AND slug = $2",
+                      json_pack("[ss]", cx->principal->tenant_id, slug), &existing);
+  if (r < 0) return r;
+  if (existing)
+    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, json_pack("{s:s}", "slug", slug),
+                   "An agent %s already exists.", slug);
+
+  char agent_id[TG_UUID_LEN + 1], principal_id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
+  if (tg_uuid7(agent_id) < 0 || tg_uuid7(principal_id) < 0) return TG_E_IO;
+  now_iso(now);
+  r = tg_db_exec(cx->db,
+                 "INSERT INTO principals (id, tenant_id, kind, created_at) VALUES ($1, $2, 'agent', $3)",
+                 json_pack("[sss]", principal_id, cx->principal->tenant_id, now), NULL);
+  if (r == TG_OK)
+    r = tg_db_exec(cx->db,
+                   "INSERT INTO agents (id, tenant_id, principal_id, slug, name, scope_type, scope_id,"
+                   " status, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)",
+                   json_pack("[ssssssOss]", agent_id, cx->principal->tenant_id, principal_id, slug,
+                             name, scope_type,
+                             scope_row ? json_object_get(scope_row, "id") : json_null(), status, now),
+                   NULL);
+  json_array_foreach(grants, i, g) {
+    if (r == TG_OK)
+      r = insert_grant(cx, principal_id, known_permission(cx->env->registry, json_string_value(g)),
+                       NULL);
+  }
+  if (r < 0) return r;
+  char summary[160];
+  snprintf(summary, sizeof summary, "Agent %s created", slug);
+  r = tg_activity(cx, "AGENT_CREATED", NULL, summary,
+                  json_pack("{s:s,s:s,s:O}", "agentId", agent_id, "status", status, "grants",
+                            grants ? grants : json_array()));
+  if (r < 0) return r;
+  *ret = json_pack("{s:s,s:s,s:s}", "agentId", agent_id, "slug", slug, "status", status);
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+static int agent_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  _cleanup_json_ json_t *rows = NULL, *grant_rows = NULL;
+  int r = tg_db_query(
+      cx->db,
+      "SELECT a.id, a.principal_id, a.slug, a.name, a.status, a.scope_type,"
+      " COALESCE(m.slug, i.slug, w.slug) AS scope_slug FROM agents a"
+      " LEFT JOIN missions m ON a.scope_type = 'mission' AND m.id = a.scope_id"
+      " LEFT JOIN ideas i ON a.scope_type = 'idea' AND i.id = a.scope_id"
+      " LEFT JOIN works w ON a.scope_type = 'work' AND w.id = a.scope_id"
+      " WHERE a.tenant_id = $1 ORDER BY a.slug",
+      json_pack("[s]", cx->principal->tenant_id), &rows);
+  if (r == TG_OK)
+    r = tg_db_query(cx->db,
+                    "SELECT g.principal_id, g.permission FROM grants g"
+                    " JOIN agents a ON a.principal_id = g.principal_id"
+                    " WHERE a.tenant_id = $1 ORDER BY g.permission",
+                    json_pack("[s]", cx->principal->tenant_id), &grant_rows);
+  if (r < 0) return r;
+  json_t *agents = json_array();
+  size_t i, k;
+  json_t *row, *g;
+  json_array_foreach(rows, i, row) {
+    const char *pid = json_string_value(json_object_get(row, "principal_id"));
+    json_t *grants = json_array(), *flags = json_object();
+    json_array_foreach(grant_rows, k, g) {
+      if (strcmp(json_string_value(json_object_get(g, "principal_id")), pid) == 0)
+        json_array_append(grants, json_object_get(g, "permission"));
+    }
+    for (k = 0; k < tg_agent_flags_count; k++) {
+      bool held = false;
+      size_t n;
+      json_array_foreach(grants, n, g) {
+        if (strcmp(json_string_value(g), tg_agent_flags[k].permission) == 0) held = true;
+      }
+      json_object_set_new(flags, tg_agent_flags[k].flag, json_boolean(held));
+    }
+    const char *type = json_string_value(json_object_get(row, "scope_type"));
+    const char *scope_slug = json_string_value(json_object_get(row, "scope_slug"));
+    char scope[128];
+    snprintf(scope, sizeof scope, "%s%s%s", type, scope_slug ? ":" : "", scope_slug ? scope_slug : "");
+    json_array_append_new(agents, json_pack("{s:O,s:O,s:O,s:s,s:O,s:o,s:o}", "id",
+                                            json_object_get(row, "id"), "slug",
+                                            json_object_get(row, "slug"), "name",
+                                            json_object_get(row, "name"), "scope", scope, "status",
+                                            json_object_get(row, "status"), "grants", grants,
+                                            "permissions", flags));
+  }
+  *ret = json_pack("{s:o}", "agents", agents);
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+static int grant_change(tg_call_ctx *cx, json_t *args, json_t **ret, bool add) {
+  const char *slug = arg_str(args, "agentSlug");
+  const char *permission = known_permission(cx->env->registry, arg_str(args, "permission"));
+  if (!permission) return unknown_permission(cx, arg_str(args, "permission"));
+  _cleanup_json_ json_t *agent = NULL;
+  int r = find_agent(cx, slug, &agent);
+  if (r < 0) return r;
+  const char *principal_id = json_string_value(json_object_get(agent, "principal_id"));
+  int64_t changes = 0;
+  r = add ? insert_grant(cx, principal_id, permission, &changes)
+          : tg_db_exec(cx->db, "DELETE FROM grants WHERE principal_id = $1 AND permission = $2",
+                       json_pack("[ss]", principal_id, permission), &changes);
+  if (r < 0) return r;
+  if (changes) {
+    char summary[160];
+    snprintf(summary, sizeof summary, "%s %s %s %s", add ? "Granted" : "Revoked", permission,
+             add ? "to" : "from", slug);
+    r = tg_activity(cx, add ? "GRANT_ADDED" : "GRANT_REVOKED", NULL, summary,
+                    json_pack("{s:O,s:s}", "agentId", json_object_get(agent, "id"), "permission",
+                              permission));
+    if (r < 0) return r;
+  }
+  *ret = json_pack("{s:s,s:s,s:b}", "agentSlug", slug, "permission", permission, "changed",
+                   changes > 0);
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+static int grant_add(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  return grant_change(cx, args, ret, true);
+}
+
+static int grant_revoke(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  return grant_change(cx, args, ret, false);
+}
+
+static int token_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  const char *username = arg_str(args, "username");
+  _cleanup_json_ json_t *holder = NULL;
+  int r;
+  if (username) {
+    r = tg_db_query_row(cx->db,
+                        "SELECT principal_id FROM users WHERE tenant_id = $1 AND username = $2",
+                        json_pack("[ss]", cx->principal->tenant_id, username), &holder);
+    if (r < 0) return r;
+    if (!holder)
+      return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "username", username),
+                     "No user %s in this workspace.", username);
+  } else {
+    r = find_agent(cx, arg_str(args, "agentSlug"), &holder);
+    if (r < 0) return r;
+  }
+  const char *principal_id = json_string_value(json_object_get(holder, "principal_id"));
+  char token[TG_TOKEN_LEN + 1], hash[65], id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
+  if (tg_token_new(token) < 0 || tg_uuid7(id) < 0) return TG_E_IO;
+  tg_sha256_hex(token, strlen(token), hash);
+  now_iso(now);
+  char prefix[12];
+  snprintf(prefix, sizeof prefix, "%.11s", token);
+  r = tg_db_exec(cx->db,
+                 "INSERT INTO api_tokens (id, principal_id, token_hash, prefix, created_at)"
+                 " VALUES ($1, $2, $3, $4, $5)",
+                 json_pack("[sssss]", id, principal_id, hash, prefix, now), NULL);
+  if (r < 0) return r;
+  r = tg_activity(cx, "TOKEN_CREATED", NULL, "API token created",
+                  json_pack("{s:s,s:s,s:s}", "tokenId", id, "principalId", principal_id, "prefix",
+                            prefix));
+  if (r < 0) return r;
+  *ret = json_pack("{s:s,s:s,s:s}", "tokenId", id, "token", token, "principalId", principal_id);
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+static int policy_set(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  const tg_tool *tool = tg_registry_find(cx->env->registry, arg_str(args, "tool"));
+  if (!tool)
+    return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "tool", arg_str(args, "tool")),
+                   "No tool %.128s.", arg_str(args, "tool"));
+  const char *mode = arg_str(args, "mode");
+  char now[TG_ISO_LEN + 1];
+  now_iso(now);
+  int r = strcmp(mode, "default") == 0
+              ? tg_db_exec(cx->db, "DELETE FROM tool_policies WHERE tenant_id = $1 AND tool_name = $2",
+                           json_pack("[ss]", cx->principal->tenant_id, tool->name), NULL)
+              : tg_db_exec(cx->db,
+                           "INSERT INTO tool_policies (tenant_id, tool_name, mode, updated_at)"
+                           " VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id, tool_name)"
+                           " DO UPDATE SET mode = excluded.mode, updated_at = excluded.updated_at",
+                           json_pack("[ssss]", cx->principal->tenant_id, tool->name, mode, now),
+                           NULL);
+  if (r < 0) return r;
+  char summary[200];
+  snprintf(summary, sizeof summary, "Tool policy of %s set to %s", tool->name, mode);
+  r = tg_activity(cx, "TOOL_POLICY_CHANGED", NULL, summary,
+                  json_pack("{s:s,s:s}", "tool", tool->name, "mode", mode));
+  if (r < 0) return r;
+  *ret = json_pack("{s:s,s:s}", "tool", tool->name, "mode", mode);
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+static int policy_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  _cleanup_json_ json_t *rows = NULL;
+  int r = tg_db_query(cx->db, "SELECT tool_name, mode FROM tool_policies WHERE tenant_id = $1",
+                      json_pack("[s]", cx->principal->tenant_id), &rows);
+  if (r < 0) return r;
+  json_t *tools = json_array();
+  for (size_t i = 0; i < tg_registry_count(cx->env->registry); i++) {
+    const tg_tool *t = tg_registry_at(cx->env->registry, i);
+    const char *mode = t->risk == TG_RISK_HIGH ? "disabled" : "enabled", *source = "default";
+    size_t k;
+    json_t *row;
+    json_array_foreach(rows, k, row) {
+      if (strcmp(json_string_value(json_object_get(row, "tool_name")), t->name) == 0) {
+        mode = json_string_value(json_object_get(row, "mode"));
+        source = "policy";
+      }
+    }
+    json_array_append_new(tools, json_pack("{s:s,s:s,s:s,s:s}", "tool", t->name, "risk",
+                                           tg_risk_name(t->risk), "mode", mode, "source", source));
+  }
+  *ret = json_pack("{s:o}", "tools", tools);
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+static int run_start(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  _cleanup_json_ json_t *agent = NULL;
+  int r = find_agent(cx, arg_str(args, "agentSlug"), &agent);
+  if (r < 0) return r;
+  char id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
+  if (tg_uuid7(id) < 0) return TG_E_IO;
+  now_iso(now);
+  r = tg_db_exec(cx->db,
+                 "INSERT INTO agent_runs (id, tenant_id, agent_id, status, trigger, started_at)"
+                 " VALUES ($1, $2, $3, 'running', 'manual', $4)",
+                 json_pack("[ssOs]", id, cx->principal->tenant_id, json_object_get(agent, "id"), now),
+                 NULL);
+  if (r < 0) return r;
+  *ret = json_pack("{s:s}", "runId", id);
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+static int run_end(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  const char *id = arg_str(args, "runId");
+  const char *status = arg_str(args, "status") ? arg_str(args, "status") : "completed";
+  _cleanup_json_ json_t *run = NULL;
+  int r = tg_db_query_row(cx->db, "SELECT status FROM agent_runs WHERE id = $1 AND tenant_id = $2",
+                          json_pack("[ss]", id, cx->principal->tenant_id), &run);
+  if (r < 0) return r;
+  if (!run)
+    return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "runId", id), "No run %.64s.", id);
+  if (strcmp(json_string_value(json_object_get(run, "status")), "running") != 0)
+    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
+                   json_pack("{s:s,s:O}", "runId", id, "status", json_object_get(run, "status")),
+                   "Run %.64s has already ended.", id);
+  char now[TG_ISO_LEN + 1];
+  now_iso(now);
+  r = tg_db_exec(cx->db, "UPDATE agent_runs SET status = $1, ended_at = $2 WHERE id = $3",
+                 json_pack("[sss]", status, now, id), NULL);
+  if (r < 0) return r;
+  *ret = json_pack("{s:s,s:s}", "runId", id, "status", status);
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+static int run_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  json_int_t limit = json_integer_value(json_object_get(args, "limit"));
+  if (!limit) limit = 20;
+  const char *slug = arg_str(args, "agentSlug");
+  json_t *runs = NULL;
+  int r = tg_db_query(cx->db,
+                      "SELECT r.id, a.slug AS agent, r.status, r.trigger, r.started_at, r.ended_at,"
+                      " (SELECT COUNT(*) FROM agent_run_logs l WHERE l.run_id = r.id) AS calls"
+                      " FROM agent_runs r JOIN agents a ON a.id = r.agent_id"
+                      " WHERE r.tenant_id = $1 AND ($2 IS NULL OR a.slug = $2)"
+                      " ORDER BY r.started_at DESC, r.id DESC LIMIT $3",
+                      json_pack("[ss?I]", cx->principal->tenant_id, slug, limit + 1), &runs);
+  if (r < 0) return r;
+  bool truncated = (json_int_t)json_array_size(runs) > limit;
+  if (truncated) json_array_remove(runs, json_array_size(runs) - 1);
+  *ret = json_pack("{s:o,s:b}", "runs", runs, "truncated", truncated);
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+static int run_show(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  const char *id = arg_str(args, "runId");
+  _cleanup_json_ json_t *run = NULL;
+  int r = tg_db_query_row(cx->db,
+                          "SELECT r.id, a.slug AS agent, r.status, r.trigger, r.started_at,"
+                          " r.ended_at FROM agent_runs r JOIN agents a ON a.id = r.agent_id"
+                          " WHERE r.id = $1 AND r.tenant_id = $2",
+                          json_pack("[ss]", id, cx->principal->tenant_id), &run);
+  if (r < 0) return r;
+  if (!run)
+    return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "runId", id), "No run %.64s.", id);
+  json_t *logs = NULL;
+  r = tg_db_query(cx->db,
+                  "SELECT id, step, level, message, metadata, created_at FROM agent_run_logs"
+                  " WHERE run_id = $1 ORDER BY created_at, id LIMIT $2",
+                  json_pack("[si]", id, RUN_LOGS_MAX), &logs);
+  if (r < 0) return r;
+  size_t i;
+  json_t *row;
+  json_array_foreach(logs, i, row) {
+    json_t *meta = json_loads(json_string_value(json_object_get(row, "metadata")), 0, NULL);
+    if (meta) json_object_set_new(row, "metadata", meta);
+  }
+  *ret = json_pack("{s:O,s:o}", "run", run, "logs", logs);
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+static const tg_handler_entry handlers[] = {
+    {"agent.tool.list", tool_list},     {"admin.agent.create", agent_create},
+    {"admin.agent.list", agent_list},   {"admin.grant.add", grant_add},
+    {"admin.grant.revoke", grant_revoke}, {"admin.token.create", token_create},
+    {"admin.policy.set", policy_set},   {"admin.policy.list", policy_list},
+    {"admin.run.start", run_start},     {"admin.run.end", run_end},
+    {"admin.run.list", run_list},       {"admin.run.show", run_show},
+};
+
+const tg_provider tg_provider_admin = {
+    .name = "admin",
+    .spec_file = "admin.json",
+    .handlers = handlers,
+    .n_handlers = sizeof handlers / sizeof handlers[0],
+};

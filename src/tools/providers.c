@@ -1,0 +1,7 @@
+#include "tools/providers.h"
+
+const tg_provider *const tg_builtin_providers[] = {
+    &tg_provider_admin,
+};
+const size_t tg_builtin_providers_count =
+    sizeof tg_builtin_providers / sizeof tg_builtin_providers[0];

@@ -1,0 +1,44 @@
+#include "util/ids.h"
+
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "util/status.h"
+
+int tg_uuid7(char out[TG_UUID_LEN + 1]) {
+  unsigned char b[16];
+  if (RAND_bytes(b + 6, 10) != 1) return TG_E_IO;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  uint64_t ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+  for (int i = 0; i < 6; i++) b[i] = (unsigned char)(ms >> (40 - 8 * i));
+  b[6] = (unsigned char)(0x70 | (b[6] & 0x0f));
+  b[8] = (unsigned char)(0x80 | (b[8] & 0x3f));
+  snprintf(out, TG_UUID_LEN + 1,
+           "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+           b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+           b[15]);
+  return TG_OK;
+}
+
+int tg_token_new(char out[TG_TOKEN_LEN + 1]) {
+  static const char alphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  unsigned char raw[43];
+  if (RAND_bytes(raw, sizeof raw) != 1) return TG_E_IO;
+  memcpy(out, "tg_", 3);
+  for (size_t i = 0; i < sizeof raw; i++) out[3 + i] = alphabet[raw[i] & 63];
+  out[TG_TOKEN_LEN] = '\0';
+  return TG_OK;
+}
+
+void tg_sha256_hex(const void *data, size_t len, char out[65]) {
+  unsigned char md[32];
+  unsigned int mdlen = 0;
+  EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL);
+  for (unsigned int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", md[i]);
+}

@@ -1,0 +1,58 @@
+#define _GNU_SOURCE
+#include "util/json.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+char *tg_json_text(const json_t *value) {
+  return json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+}
+
+/* Backs up from len so that text[0..len) does not end inside a UTF-8 sequence. */
+static size_t utf8_boundary(const char *text, size_t len) {
+  while (len > 0 && ((unsigned char)text[len] & 0xc0) == 0x80) len--;
+  return len;
+}
+
+json_t *tg_json_truncate(json_t *value, size_t max_bytes) {
+  char *text = tg_json_text(value);
+  if (!text) return NULL;
+  size_t size = strlen(text);
+  if (size <= max_bytes) {
+    free(text);
+    return json_incref(value);
+  }
+  /* Escaping can grow the preview, so shrink it until the whole object fits. */
+  size_t keep = max_bytes;
+  json_t *out = NULL;
+  for (;;) {
+    keep = utf8_boundary(text, keep < size ? keep : size);
+    out = json_pack("{s:b,s:I,s:s%}", "truncated", 1, "bytes", (json_int_t)size, "preview",
+                    text, keep);
+    if (!out) break;
+    size_t out_size = json_dumpb(out, NULL, 0, JSON_COMPACT);
+    if (out_size <= max_bytes || keep == 0) break;
+    json_decref(out);
+    out = NULL;
+    size_t over = out_size - max_bytes;
+    keep = keep > over ? keep - over : 0;
+  }
+  free(text);
+  return out;
+}
+
+json_t *tg_json_parse(const char *text, size_t max_bytes, char **reterr) {
+  size_t len = strlen(text);
+  if (len > max_bytes) {
+    if (asprintf(reterr, "JSON text of %zu bytes is over the limit of %zu", len, max_bytes) < 0)
+      *reterr = NULL;
+    return NULL;
+  }
+  json_error_t err;
+  json_t *value = json_loadb(text, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &err);
+  if (!value && asprintf(reterr, "invalid JSON at line %d column %d: %s", err.line,
+                         err.column, err.text) < 0)
+    *reterr = NULL;
+  return value;
+}

@@ -1,0 +1,18 @@
+/* JSON helpers on top of jansson that several modules need. */
+#pragma once
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* A copy of value whose compact JSON text fits in max_bytes. A value that already fits is
+ * returned as is (new reference); a larger one becomes
+ *   {"truncated": true, "bytes": <original size>, "preview": "<start of its JSON text>"}
+ * cut on a UTF-8 boundary. Returns NULL only when out of memory. */
+json_t *tg_json_truncate(json_t *value, size_t max_bytes);
+
+/* Compact JSON text of value (malloc'd), or NULL when out of memory. */
+char *tg_json_text(const json_t *value);
+
+/* Parses text as any JSON value, refusing input over max_bytes or nested deeper than
+ * jansson's limit. Returns a new reference or NULL with a malloc'd message in *reterr. */
+json_t *tg_json_parse(const char *text, size_t max_bytes, char **reterr);

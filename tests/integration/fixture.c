@@ -1,0 +1,101 @@
+#define _GNU_SOURCE
+#include "fixture.h"
+
+#include "support.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/providers.h"
+#include "util/cleanup.h"
+
+fixture *fixture_new(const tg_provider *extra) {
+  fixture *f = calloc(1, sizeof *f);
+  assert_non_null(f);
+  f->dir = tg_test_tmpdir();
+  char *why = NULL;
+  assert_int_equal(tg_db_open(f->dir, &f->db, &why), 0);
+  assert_int_equal(tg_db_migrate(f->db, NULL), 0);
+  const tg_provider *providers[8];
+  size_t n = 0;
+  for (; n < tg_builtin_providers_count; n++) providers[n] = tg_builtin_providers[n];
+  if (extra) providers[n++] = extra;
+  int r = tg_registry_new(providers, n, &f->registry, &why);
+  if (r < 0) fail_msg("registry: %s", why);
+  f->env = (tg_env){.registry = f->registry, .db = f->db};
+  assert_int_equal(tg_tenant_create(f->db, "acme", "owner", f->tenant_id, f->owner), 0);
+  return f;
+}
+
+void fixture_free(fixture *f) {
+  tg_registry_free(f->registry);
+  tg_db_close(f->db);
+  tg_test_rmtree(f->dir);
+  free(f->dir);
+  free(f);
+}
+
+int fixture_call(fixture *f, const char *principal, tg_surface surface, const char *tool,
+                 const char *args, const char *run_id, tg_call_result *ret) {
+  json_error_t err;
+  _cleanup_json_ json_t *parsed = json_loads(args ? args : "{}", JSON_DECODE_ANY, &err);
+  if (!parsed) fail_msg("bad test args %s: %s", args, err.text);
+  tg_call_request req = {.principal_id = principal, .surface = surface, .tool = tool,
+                         .args = parsed, .run_id = run_id};
+  return tg_call(&f->env, &req, ret);
+}
+
+void fixture_agent(fixture *f, const char *args, char principal[TG_UUID_LEN + 1]) {
+  tg_call_result res;
+  int r = fixture_call(f, f->owner, TG_SURFACE_API, "admin.agent.create", args, NULL, &res);
+  if (r != 0) {
+    char *text = json_dumps(res.value, 0);
+    fail_msg("agent create failed: %s", text);
+  }
+  const char *slug = json_string_value(json_object_get(res.value, "slug"));
+  assert_int_equal(tg_principal_lookup(f->db, f->tenant_id, TG_PRINCIPAL_AGENT, slug, principal), 0);
+  tg_call_result_done(&res);
+}
+
+long fixture_count(fixture *f, const char *table) {
+  char *sql = NULL;
+  assert_true(asprintf(&sql, "SELECT COUNT(*) AS n FROM %s", table) > 0);
+  json_t *row = NULL;
+  assert_int_equal(tg_db_query_row(f->db, sql, NULL, &row), 0);
+  long n = (long)json_integer_value(json_object_get(row, "n"));
+  json_decref(row);
+  free(sql);
+  return n;
+}
+
+char *fixture_snapshot(fixture *f, const char *except_table) {
+  json_t *tables = NULL;
+  assert_int_equal(tg_db_query(f->db,
+                               "SELECT name FROM sqlite_master WHERE type = 'table'"
+                               " AND name NOT LIKE 'sqlite_%' ORDER BY name",
+                               NULL, &tables),
+                   0);
+  json_t *all = json_object();
+  size_t i;
+  json_t *t;
+  json_array_foreach(tables, i, t) {
+    const char *name = json_string_value(json_object_get(t, "name"));
+    if (except_table && strcmp(name, except_table) == 0) continue;
+    char *sql = NULL;
+    assert_true(asprintf(&sql, "SELECT * FROM %s ORDER BY 1", name) > 0);
+    json_t *rows = NULL;
+    assert_int_equal(tg_db_query(f->db, sql, NULL, &rows), 0);
+    json_object_set_new(all, name, rows);
+    free(sql);
+  }
+  char *text = json_dumps(all, JSON_SORT_KEYS | JSON_COMPACT);
+  json_decref(all);
+  json_decref(tables);
+  return text;
+}
+
+const char *fixture_code(const tg_call_result *res) {
+  const char *code = json_string_value(json_object_get(json_object_get(res->value, "error"), "code"));
+  return code ? code : "";
+}

@@ -1,0 +1,32 @@
+/* A workspace on a real SQLite file in a temporary folder, with the built-in providers and
+ * a test provider, shared by the integration tests. */
+#pragma once
+#include <jansson.h>
+
+#include "core/call.h"
+
+typedef struct fixture {
+  char *dir;
+  tg_db *db;
+  tg_registry *registry;
+  tg_env env;
+  char tenant_id[TG_UUID_LEN + 1];
+  char owner[TG_UUID_LEN + 1]; /* the owner user's principal */
+} fixture;
+
+/* extra: one more provider to register after the built-in ones, or NULL. */
+fixture *fixture_new(const tg_provider *extra);
+void fixture_free(fixture *f);
+
+/* Calls tool as principal; args is JSON text. Returns tg_call's status; *ret filled. */
+int fixture_call(fixture *f, const char *principal, tg_surface surface, const char *tool,
+                 const char *args, const char *run_id, tg_call_result *ret);
+/* Creates an agent through admin.agent.create as the owner (args JSON text, "slug" needed)
+ * and returns its principal id (static buffer per call site: copy it). */
+void fixture_agent(fixture *f, const char *args, char principal[TG_UUID_LEN + 1]);
+
+/* Rows of table, and a text snapshot of every table but the excluded one (NULL: none). */
+long fixture_count(fixture *f, const char *table);
+char *fixture_snapshot(fixture *f, const char *except_table);
+/* The wire code of an error envelope, or "" for a result. */
+const char *fixture_code(const tg_call_result *res);

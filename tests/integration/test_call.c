@@ -1,0 +1,476 @@
+/* tg_call end to end on a real SQLite file: every gate, the transaction, telemetry. */
+#include "support.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fixture.h"
+#include "util/cleanup.h"
+#include "util/status.h"
+
+/* A provider of tools made to exercise the call path. */
+static int item_write(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  const char *fail = json_string_value(json_object_get(args, "fail"));
+  int r = tg_db_exec(cx->db,
+                     "INSERT INTO missions (id, tenant_id, slug, title, created_at)"
+                     " VALUES ($1, $2, $3, 'written by a tool', 'now')",
+                     json_pack("[sss]", json_string_value(json_object_get(args, "note")),
+                               cx->principal->tenant_id,
+                               json_string_value(json_object_get(args, "note"))),
+                     NULL);
+  if (r < 0) return r;
+  r = tg_activity(cx, "ITEM_WRITTEN", NULL, "an item", json_pack("{s:s}", "k", "v"));
+  if (r < 0) return r;
+  if (fail && strcmp(fail, "tool") == 0)
+    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, json_pack("{s:s}", "why", "asked"),
+                   "Failing as asked.");
+  if (fail && strcmp(fail, "internal") == 0) return TG_E_DB;
+  if (fail && strcmp(fail, "db") == 0) {
+    tg_db_fail_after(cx->db, 1);
+    return tg_db_exec(cx->db, "SELECT 1", NULL, NULL);
+  }
+  *ret = fail && strcmp(fail, "output") == 0 ? json_pack("{s:s}", "ok", "not a boolean")
+                                             : json_pack("{s:b}", "ok", 1);
+  return TG_OK;
+}
+
+static int echo(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  *ret = json_pack("{s:O}", "text", json_object_get(args, "text"));
+  return TG_OK;
+}
+
+static const char kit_spec[] =
+    "{\"provider\":\"kit\",\"tools\":["
+    "{\"name\":\"test.item.write\",\"alias\":\"writeItem\",\"description\":\"Writes a mission row.\","
+    "\"surfaces\":[\"agent\",\"api\"],\"effect\":\"write\",\"risk\":\"low\","
+    "\"permissions\":[\"tasks.assign\"],"
+    "\"inputSchema\":{\"type\":\"object\",\"required\":[\"note\"],\"properties\":{"
+    "\"note\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":5000},"
+    "\"fail\":{\"enum\":[\"tool\",\"internal\",\"output\",\"db\"]}}},"
+    "\"outputSchema\":{\"type\":\"object\",\"required\":[\"ok\"],\"properties\":{\"ok\":{\"type\":\"boolean\"}}}},"
+    "{\"name\":\"test.danger.run\",\"description\":\"High risk.\",\"surfaces\":[\"agent\"],"
+    "\"effect\":\"write\",\"risk\":\"high\",\"permissions\":[],"
+    "\"inputSchema\":{\"type\":\"object\"},\"outputSchema\":{\"type\":\"object\"}},"
+    "{\"name\":\"test.read.echo\",\"alias\":\"echoText\",\"description\":\"Echoes.\","
+    "\"surfaces\":[\"agent\",\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
+    "\"inputSchema\":{\"type\":\"object\",\"required\":[\"text\"],\"properties\":{"
+    "\"text\":{\"type\":\"string\",\"minLength\":1}}},"
+    "\"outputSchema\":{\"type\":\"object\",\"required\":[\"text\"]}}]}";
+
+static int danger(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  *ret = json_object();
+  return TG_OK;
+}
+
+static const tg_handler_entry kit_handlers[] = {
+    {"test.item.write", item_write}, {"test.danger.run", danger}, {"test.read.echo", echo}};
+static const tg_provider kit = {.name = "kit", .spec_json = kit_spec, .handlers = kit_handlers,
+                                .n_handlers = 3};
+
+typedef struct world {
+  fixture *f;
+  char writer[TG_UUID_LEN + 1]; /* active, tenant scope, tasks.assign */
+  char reader[TG_UUID_LEN + 1]; /* active, no grants */
+} world;
+
+static int setup(void **state) {
+  world *w = calloc(1, sizeof *w);
+  w->f = fixture_new(&kit);
+  fixture_agent(w->f, "{\"slug\":\"writer\",\"grants\":[\"canAssignTasks\"]}", w->writer);
+  fixture_agent(w->f, "{\"slug\":\"reader\"}", w->reader);
+  *state = w;
+  return 0;
+}
+
+static int teardown(void **state) {
+  world *w = *state;
+  fixture_free(w->f);
+  free(w);
+  return 0;
+}
+
+static json_t *last_log(fixture *f) {
+  json_t *row = NULL;
+  assert_int_equal(tg_db_query_row(f->db,
+                                   "SELECT * FROM agent_run_logs ORDER BY created_at DESC, id DESC LIMIT 1",
+                                   NULL, &row),
+                   0);
+  assert_non_null(row);
+  json_t *meta = json_loads(json_string_value(json_object_get(row, "metadata")), 0, NULL);
+  assert_non_null(meta);
+  json_object_set_new(row, "metadata", meta);
+  return row;
+}
+
+static void test_success_writes_everything_once(void **state) {
+  world *w = *state;
+  long logs = fixture_count(w->f, "agent_run_logs"), runs = fixture_count(w->f, "agent_runs");
+  tg_call_result res;
+  assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.item.write",
+                                "{\"note\":\"m1\"}", NULL, &res),
+                   0);
+  assert_true(json_is_true(json_object_get(res.value, "ok")));
+  tg_call_result_done(&res);
+  assert_int_equal(fixture_count(w->f, "missions"), 1);
+  assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs + 1);
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs + 1);
+  _cleanup_json_ json_t *log = last_log(w->f);
+  assert_string_equal(json_string_value(json_object_get(log, "step")), "tool:test.item.write");
+  assert_string_equal(json_string_value(json_object_get(log, "level")), "INFO");
+  json_t *meta = json_object_get(log, "metadata");
+  assert_true(json_is_number(json_object_get(meta, "durationMs")));
+  assert_int_equal(json_integer_value(json_object_get(meta, "costCents")), 0);
+  assert_string_equal(json_string_value(json_object_get(json_object_get(meta, "args"), "note")), "m1");
+  _cleanup_json_ json_t *act = NULL;
+  assert_int_equal(tg_db_query_row(w->f->db,
+                                   "SELECT * FROM activity_log WHERE action_type = 'ITEM_WRITTEN'",
+                                   NULL, &act),
+                   0);
+  assert_non_null(act);
+  assert_string_equal(json_string_value(json_object_get(act, "actor_type")), "agent");
+  _cleanup_json_ json_t *run = NULL;
+  assert_int_equal(tg_db_query_row(w->f->db, "SELECT status FROM agent_runs WHERE id = $1",
+                                   json_pack("[O]", json_object_get(log, "run_id")), &run),
+                   0);
+  assert_string_equal(json_string_value(json_object_get(run, "status")), "completed");
+}
+
+static void test_lookup_by_every_name(void **state) {
+  world *w = *state;
+  const char *names[] = {"test.read.echo", "test_read_echo", "echoText"};
+  for (size_t i = 0; i < 3; i++) {
+    tg_call_result res;
+    assert_int_equal(fixture_call(w->f, w->reader, TG_SURFACE_AGENT, names[i], "{\"text\":\"hi\"}",
+                                  NULL, &res),
+                     0);
+    assert_string_equal(json_string_value(json_object_get(res.value, "text")), "hi");
+    tg_call_result_done(&res);
+  }
+}
+
+/* A refusal: the envelope, one WARN telemetry row, and nothing else written. */
+static void expect_refusal(world *w, const char *principal, tg_surface surface, const char *tool,
+                           const char *args, const char *run_id, const char *code,
+                           tg_call_result *res) {
+  _cleanup_free_ char *before = fixture_snapshot(w->f, "agent_run_logs");
+  long logs = fixture_count(w->f, "agent_run_logs");
+  assert_int_equal(fixture_call(w->f, principal, surface, tool, args, run_id, res), TG_E_TOOL);
+  assert_string_equal(fixture_code(res), code);
+  assert_non_null(json_string_value(json_object_get(json_object_get(res->value, "error"), "message")));
+  _cleanup_free_ char *after = fixture_snapshot(w->f, "agent_run_logs");
+  assert_string_equal(before, after);
+  assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs + 1);
+  _cleanup_json_ json_t *log = last_log(w->f);
+  assert_string_equal(json_string_value(json_object_get(log, "level")), "WARN");
+  assert_string_equal(json_string_value(json_object_get(json_object_get(log, "metadata"), "code")), code);
+}
+
+static json_t *details(tg_call_result *res) {
+  return json_object_get(json_object_get(res->value, "error"), "details");
+}
+
+static void test_unknown_tool_is_not_found(void **state) {
+  world *w = *state;
+  tg_call_result res;
+  expect_refusal(w, w->writer, TG_SURFACE_AGENT, "no.such.tool", "{}", NULL, "not_found", &res);
+  tg_call_result_done(&res);
+  _cleanup_json_ json_t *log = last_log(w->f);
+  assert_string_equal(json_string_value(json_object_get(log, "step")), "tool:no.such.tool");
+}
+
+static void test_missing_permission_is_denied(void **state) {
+  world *w = *state;
+  tg_call_result res;
+  expect_refusal(w, w->reader, TG_SURFACE_AGENT, "writeItem", "{\"note\":\"x\"}", NULL,
+                 "permission_denied", &res);
+  assert_string_equal(json_string_value(json_object_get(details(&res), "missingPermission")),
+                      "tasks.assign");
+  assert_string_equal(json_string_value(json_object_get(details(&res), "flag")), "canAssignTasks");
+  tg_call_result_done(&res);
+}
+
+static void test_grants_are_read_live(void **state) {
+  world *w = *state;
+  tg_call_result res;
+  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.grant.revoke",
+                                "{\"agentSlug\":\"writer\",\"permission\":\"tasks.assign\"}", NULL, &res),
+                   0);
+  tg_call_result_done(&res);
+  expect_refusal(w, w->writer, TG_SURFACE_AGENT, "test.item.write", "{\"note\":\"x\"}", NULL,
+                 "permission_denied", &res);
+  tg_call_result_done(&res);
+  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.grant.add",
+                                "{\"agentSlug\":\"writer\",\"permission\":\"canAssignTasks\"}", NULL, &res),
+                   0);
+  tg_call_result_done(&res);
+  assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.item.write",
+                                "{\"note\":\"live\"}", NULL, &res),
+                   0);
+  tg_call_result_done(&res);
+}
+
+static void test_wrong_surface_is_denied(void **state) {
+  world *w = *state;
+  tg_call_result res;
+  expect_refusal(w, w->writer, TG_SURFACE_MCP, "test.item.write", "{\"note\":\"x\"}", NULL,
+                 "permission_denied", &res);
+  assert_string_equal(json_string_value(json_object_get(details(&res), "reason")), "surface");
+  tg_call_result_done(&res);
+}
+
+static void test_inactive_agent_is_denied(void **state) {
+  world *w = *state;
+  char draft[TG_UUID_LEN + 1];
+  fixture_agent(w->f, "{\"slug\":\"drafty\",\"status\":\"draft\",\"grants\":[\"tasks.assign\"]}", draft);
+  tg_call_result res;
+  expect_refusal(w, draft, TG_SURFACE_AGENT, "test.read.echo", "{\"text\":\"x\"}", NULL,
+                 "permission_denied", &res);
+  assert_string_equal(json_string_value(json_object_get(details(&res), "reason")), "agent_not_active");
+  tg_call_result_done(&res);
+}
+
+static void set_policy(world *w, const char *tool, const char *mode) {
+  char args[200];
+  snprintf(args, sizeof args, "{\"tool\":\"%s\",\"mode\":\"%s\"}", tool, mode);
+  tg_call_result res;
+  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.policy.set", args, NULL, &res), 0);
+  tg_call_result_done(&res);
+}
+
+static void test_policy_gates(void **state) {
+  world *w = *state;
+  tg_call_result res;
+  expect_refusal(w, w->writer, TG_SURFACE_AGENT, "test.danger.run", "{}", NULL, "permission_denied", &res);
+  assert_string_equal(json_string_value(json_object_get(details(&res), "reason")), "high_risk_default_deny");
+  tg_call_result_done(&res);
+  set_policy(w, "test.danger.run", "enabled");
+  assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.danger.run", "{}", NULL, &res), 0);
+  tg_call_result_done(&res);
+
+  set_policy(w, "echoText", "disabled");
+  expect_refusal(w, w->reader, TG_SURFACE_AGENT, "test.read.echo", "{\"text\":\"x\"}", NULL,
+                 "permission_denied", &res);
+  assert_string_equal(json_string_value(json_object_get(details(&res), "reason")), "disabled_by_policy");
+  tg_call_result_done(&res);
+  set_policy(w, "test.read.echo", "approval");
+  expect_refusal(w, w->reader, TG_SURFACE_AGENT, "test.read.echo", "{\"text\":\"x\"}", NULL,
+                 "precondition_failed", &res);
+  tg_call_result_done(&res);
+  set_policy(w, "test.read.echo", "default");
+  assert_int_equal(fixture_call(w->f, w->reader, TG_SURFACE_AGENT, "test.read.echo", "{\"text\":\"x\"}",
+                                NULL, &res),
+                   0);
+  tg_call_result_done(&res);
+}
+
+static void test_invalid_arguments_name_every_violation(void **state) {
+  world *w = *state;
+  tg_call_result res;
+  expect_refusal(w, w->writer, TG_SURFACE_AGENT, "test.item.write",
+                 "{\"note\":\"\",\"fail\":\"sometimes\",\"extra\":1}", NULL, "validation_failed", &res);
+  json_t *violations = json_object_get(details(&res), "violations");
+  assert_true(json_array_size(violations) >= 3);
+  const char *want[][2] = {{"/note", "minLength"}, {"/fail", "enum"}, {"", "additionalProperties"}};
+  for (size_t k = 0; k < 3; k++) {
+    bool seen = false;
+    size_t i;
+    json_t *v;
+    json_array_foreach(violations, i, v) {
+      if (strcmp(json_string_value(json_object_get(v, "instancePath")), want[k][0]) == 0 &&
+          strcmp(json_string_value(json_object_get(v, "keyword")), want[k][1]) == 0)
+        seen = true;
+    }
+    if (!seen) fail_msg("no violation %s at '%s'", want[k][1], want[k][0]);
+  }
+  tg_call_result_done(&res);
+}
+
+/* A handler failure rolls back its writes and its activity; the telemetry row stays. */
+static void test_failures_roll_back(void **state) {
+  world *w = *state;
+  const char *cases[][2] = {{"tool", "precondition_failed"},
+                            {"internal", "internal_error"},
+                            {"output", "internal_error"},
+                            {"db", "internal_error"}};
+  for (size_t i = 0; i < 4; i++) {
+    char args[100];
+    snprintf(args, sizeof args, "{\"note\":\"f%zu\",\"fail\":\"%s\"}", i, cases[i][0]);
+    long missions = fixture_count(w->f, "missions"), activity = fixture_count(w->f, "activity_log");
+    long logs = fixture_count(w->f, "agent_run_logs");
+    tg_call_result res;
+    assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.item.write", args, NULL, &res),
+                     TG_E_TOOL);
+    assert_string_equal(fixture_code(&res), cases[i][1]);
+    tg_call_result_done(&res);
+    assert_int_equal(fixture_count(w->f, "missions"), missions);
+    assert_int_equal(fixture_count(w->f, "activity_log"), activity);
+    assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs + 1);
+    _cleanup_json_ json_t *log = last_log(w->f);
+    _cleanup_json_ json_t *run = NULL;
+    assert_int_equal(tg_db_query_row(w->f->db, "SELECT status FROM agent_runs WHERE id = $1",
+                                     json_pack("[O]", json_object_get(log, "run_id")), &run),
+                     0);
+    assert_non_null(run);
+    assert_string_equal(json_string_value(json_object_get(run, "status")), "failed");
+  }
+}
+
+static void test_dry_run_writes_nothing(void **state) {
+  world *w = *state;
+  _cleanup_free_ char *before = fixture_snapshot(w->f, NULL);
+  _cleanup_json_ json_t *args = json_pack("{s:s}", "note", "dry");
+  tg_call_request req = {.principal_id = w->writer, .surface = TG_SURFACE_AGENT,
+                         .tool = "test.item.write", .args = args, .dry_run = true};
+  tg_call_result res;
+  assert_int_equal(tg_call(&w->f->env, &req, &res), 0);
+  assert_true(json_is_true(json_object_get(res.value, "allowed")));
+  assert_int_equal(json_array_size(json_object_get(res.value, "gates")), 7);
+  tg_call_result_done(&res);
+  req.principal_id = w->reader;
+  assert_int_equal(tg_call(&w->f->env, &req, &res), TG_E_TOOL);
+  assert_false(json_is_true(json_object_get(res.value, "allowed")));
+  json_t *gates = json_object_get(res.value, "gates");
+  json_t *last = json_array_get(gates, json_array_size(gates) - 1);
+  assert_string_equal(json_string_value(json_object_get(last, "gate")), "permissions");
+  assert_false(json_is_true(json_object_get(last, "ok")));
+  tg_call_result_done(&res);
+  _cleanup_free_ char *after = fixture_snapshot(w->f, NULL);
+  assert_string_equal(before, after);
+}
+
+static void test_calls_attach_to_runs(void **state) {
+  world *w = *state;
+  tg_call_result res;
+  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.run.start",
+                                "{\"agentSlug\":\"writer\"}", NULL, &res),
+                   0);
+  char run[TG_UUID_LEN + 1];
+  snprintf(run, sizeof run, "%s", json_string_value(json_object_get(res.value, "runId")));
+  tg_call_result_done(&res);
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "echoText", "{\"text\":\"a\"}", run, &res), 0);
+    tg_call_result_done(&res);
+  }
+  expect_refusal(w, w->writer, TG_SURFACE_AGENT, "test.item.write", "{}", run, "validation_failed", &res);
+  tg_call_result_done(&res);
+  _cleanup_json_ json_t *n = NULL;
+  assert_int_equal(tg_db_query_row(w->f->db, "SELECT COUNT(*) AS n FROM agent_run_logs WHERE run_id = $1",
+                                   json_pack("[s]", run), &n),
+                   0);
+  assert_int_equal(json_integer_value(json_object_get(n, "n")), 3);
+  /* Another agent's run, and an ended run, are refused. */
+  expect_refusal(w, w->reader, TG_SURFACE_AGENT, "echoText", "{\"text\":\"a\"}", run, "not_found", &res);
+  tg_call_result_done(&res);
+  char end_args[100];
+  snprintf(end_args, sizeof end_args, "{\"runId\":\"%s\"}", run);
+  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.run.end", end_args, NULL, &res), 0);
+  tg_call_result_done(&res);
+  expect_refusal(w, w->writer, TG_SURFACE_AGENT, "echoText", "{\"text\":\"a\"}", run,
+                 "precondition_failed", &res);
+  tg_call_result_done(&res);
+}
+
+static void test_telemetry_truncates_arguments(void **state) {
+  world *w = *state;
+  char args[5200];
+  memset(args, 0, sizeof args);
+  strcpy(args, "{\"note\":\"");
+  memset(args + strlen(args), 'x', 4900);
+  strcat(args, "\"}");
+  tg_call_result res;
+  assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.item.write", args, NULL, &res), 0);
+  tg_call_result_done(&res);
+  _cleanup_json_ json_t *log = last_log(w->f);
+  json_t *logged = json_object_get(json_object_get(log, "metadata"), "args");
+  assert_true(json_is_true(json_object_get(logged, "truncated")));
+  _cleanup_free_ char *text = json_dumps(logged, JSON_COMPACT);
+  assert_true(strlen(text) <= TG_ARGS_LOG_MAX);
+}
+
+static void test_budget_stops_writes_not_reads(void **state) {
+  world *w = *state;
+  assert_int_equal(tg_db_exec(w->f->db,
+                              "INSERT INTO missions (id, tenant_id, slug, title, current_spend_cents,"
+                              " cap_cents, created_at) VALUES ('m-spent', $1, 'spent', 'Spent', 500, 500, 'now')",
+                              json_pack("[s]", w->f->tenant_id), NULL),
+                   0);
+  char agent[TG_UUID_LEN + 1];
+  fixture_agent(w->f, "{\"slug\":\"miner\",\"scope\":\"mission:spent\",\"grants\":[\"tasks.assign\"]}", agent);
+  tg_call_result res;
+  expect_refusal(w, agent, TG_SURFACE_AGENT, "test.item.write", "{\"note\":\"b\"}", NULL,
+                 "budget_exceeded", &res);
+  assert_int_equal(json_integer_value(json_object_get(details(&res), "capCents")), 500);
+  tg_call_result_done(&res);
+  assert_int_equal(fixture_call(w->f, agent, TG_SURFACE_AGENT, "echoText", "{\"text\":\"a\"}", NULL, &res), 0);
+  tg_call_result_done(&res);
+}
+
+static bool listed(json_t *tools, const char *name) {
+  size_t i;
+  json_t *t;
+  json_array_foreach(tools, i, t) {
+    if (strcmp(json_string_value(json_object_get(t, "name")), name) == 0) return true;
+  }
+  return false;
+}
+
+static void test_tool_list_follows_the_gates(void **state) {
+  world *w = *state;
+  tg_call_result res;
+  assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "agent.tool.list", "{}", NULL, &res), 0);
+  json_t *tools = json_object_get(res.value, "tools");
+  assert_true(listed(tools, "test_item_write"));
+  assert_true(listed(tools, "agent_tool_list"));
+  assert_false(listed(tools, "test_danger_run"));   /* high risk, not enabled */
+  assert_false(listed(tools, "admin_agent_create")); /* api surface only */
+  tg_call_result_done(&res);
+  assert_int_equal(fixture_call(w->f, w->reader, TG_SURFACE_AGENT, "agent.tool.list", "{}", NULL, &res), 0);
+  assert_false(listed(json_object_get(res.value, "tools"), "test_item_write"));
+  assert_true(listed(json_object_get(res.value, "tools"), "test_read_echo"));
+  tg_call_result_done(&res);
+  /* The catalog naming profile offers exactly the seed's names. */
+  assert_int_equal(tg_db_exec(w->f->db, "UPDATE tenants SET naming_profile = 'catalog'", NULL, NULL), 0);
+  assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "agent.tool.list", "{}", NULL, &res), 0);
+  tools = json_object_get(res.value, "tools");
+  assert_int_equal(json_array_size(tools), 2);
+  assert_true(listed(tools, "writeItem"));
+  assert_true(listed(tools, "echoText"));
+  tg_call_result_done(&res);
+  assert_int_equal(tg_db_exec(w->f->db, "UPDATE tenants SET naming_profile = 'canonical'", NULL, NULL), 0);
+}
+
+static void test_unknown_grant_is_refused(void **state) {
+  world *w = *state;
+  tg_call_result res;
+  _cleanup_free_ char *before = fixture_snapshot(w->f, "agent_run_logs");
+  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.grant.add",
+                                "{\"agentSlug\":\"reader\",\"permission\":\"task.asign\"}", NULL, &res),
+                   TG_E_TOOL);
+  assert_string_equal(fixture_code(&res), "validation_failed");
+  tg_call_result_done(&res);
+  _cleanup_free_ char *after = fixture_snapshot(w->f, "agent_run_logs");
+  assert_string_equal(before, after);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_success_writes_everything_once, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_lookup_by_every_name, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_unknown_tool_is_not_found, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_missing_permission_is_denied, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_grants_are_read_live, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_wrong_surface_is_denied, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_inactive_agent_is_denied, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_policy_gates, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_invalid_arguments_name_every_violation, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_failures_roll_back, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_dry_run_writes_nothing, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_calls_attach_to_runs, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_telemetry_truncates_arguments, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_budget_stops_writes_not_reads, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_tool_list_follows_the_gates, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_unknown_grant_is_refused, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,90 @@
+/* The gate test every provider inherits: for each registered tool that requires a
+ * permission, a caller holding every other grant but that one is refused with
+ * permission_denied naming it, and no table but agent_run_logs changes. */
+#include "support.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fixture.h"
+#include "util/cleanup.h"
+#include "util/status.h"
+
+/* Every permission any tool declares, so the caller lacks only the one under test. */
+static json_t *all_permissions(const tg_registry *reg) {
+  json_t *set = json_object();
+  for (size_t i = 0; i < tg_registry_count(reg); i++) {
+    const tg_tool *t = tg_registry_at(reg, i);
+    for (size_t k = 0; k < t->n_permissions; k++) json_object_set_new(set, t->permissions[k], json_true());
+  }
+  return set;
+}
+
+static void grant(fixture *f, const char *slug, const char *permission, bool add) {
+  char args[256];
+  snprintf(args, sizeof args, "{\"agentSlug\":\"%s\",\"permission\":\"%s\"}", slug, permission);
+  tg_call_result res;
+  assert_int_equal(fixture_call(f, f->owner, TG_SURFACE_API, add ? "admin.grant.add" : "admin.grant.revoke",
+                                args, NULL, &res),
+                   0);
+  tg_call_result_done(&res);
+}
+
+static tg_surface first_surface(const tg_tool *t) {
+  for (unsigned bit = TG_SURFACE_AGENT; bit <= TG_SURFACE_API; bit <<= 1)
+    if (t->surfaces & bit) return (tg_surface)bit;
+  return TG_SURFACE_AGENT;
+}
+
+static void test_every_gated_tool_refuses_without_its_grant(void **state) {
+  fixture *f = fixture_new(NULL);
+  char agent[TG_UUID_LEN + 1];
+  fixture_agent(f, "{\"slug\":\"probe\"}", agent);
+  _cleanup_json_ json_t *perms = all_permissions(f->registry);
+  const char *perm;
+  json_t *v;
+  json_object_foreach(perms, perm, v) grant(f, "probe", perm, true);
+
+  int checked = 0;
+  for (size_t i = 0; i < tg_registry_count(f->registry); i++) {
+    const tg_tool *t = tg_registry_at(f->registry, i);
+    if (t->risk == TG_RISK_HIGH) {
+      char args[256];
+      snprintf(args, sizeof args, "{\"tool\":\"%s\",\"mode\":\"enabled\"}", t->name);
+      tg_call_result res;
+      assert_int_equal(fixture_call(f, f->owner, TG_SURFACE_API, "admin.policy.set", args, NULL, &res), 0);
+      tg_call_result_done(&res);
+    }
+    for (size_t k = 0; k < t->n_permissions; k++) {
+      grant(f, "probe", t->permissions[k], false);
+      _cleanup_free_ char *before = fixture_snapshot(f, "agent_run_logs");
+      long logs = fixture_count(f, "agent_run_logs");
+      tg_call_result res;
+      assert_int_equal(fixture_call(f, agent, first_surface(t), t->name, "{}", NULL, &res), TG_E_TOOL);
+      json_t *error = json_object_get(res.value, "error");
+      if (strcmp(json_string_value(json_object_get(error, "code")), "permission_denied") != 0)
+        fail_msg("%s without %s answered %s", t->name, t->permissions[k],
+                 json_string_value(json_object_get(error, "code")));
+      assert_string_equal(
+          json_string_value(json_object_get(json_object_get(error, "details"), "missingPermission")),
+          t->permissions[k]);
+      tg_call_result_done(&res);
+      _cleanup_free_ char *after = fixture_snapshot(f, "agent_run_logs");
+      if (strcmp(before, after) != 0) fail_msg("%s refused but wrote outside agent_run_logs", t->name);
+      assert_int_equal(fixture_count(f, "agent_run_logs"), logs + 1);
+      grant(f, "probe", t->permissions[k], true);
+      checked++;
+    }
+  }
+  printf("gate test: %d (tool, permission) pairs refused without writing\n", checked);
+  assert_true(checked > 0);
+  fixture_free(f);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_every_gated_tool_refuses_without_its_grant),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,593 @@
+/* The SQLite backend of the storage port: open, migrations, parameters, rows, errors,
+ * transactions, the failure hook, locking between connections. */
+#include "support.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "db/db.h"
+#include "util/embed.h"
+#include "util/status.h"
+
+typedef struct fixture {
+  char *dir;
+  tg_db *db;
+} fixture;
+
+static tg_db *open_db(const char *dir) {
+  tg_db *db = NULL;
+  char *err = NULL;
+  int r = tg_db_open(dir, &db, &err);
+  if (r != 0) fail_msg("tg_db_open: %d %s", r, err ? err : "");
+  assert_null(err);
+  return db;
+}
+
+static int count_migrations(void) {
+  int n = 0;
+  while (tg_embedded_migrations[n].name)
+    n++;
+  return n;
+}
+
+/* A new database, not migrated. */
+static int setup_fresh(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  assert_non_null(f);
+  f->dir = tg_test_tmpdir();
+  f->db = open_db(f->dir);
+  *state = f;
+  return 0;
+}
+
+/* A new database, migrated. */
+static int setup(void **state) {
+  setup_fresh(state);
+  fixture *f = *state;
+  assert_int_equal(tg_db_migrate(f->db, NULL), 0);
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  tg_db_close(f->db);
+  tg_test_rmtree(f->dir);
+  free(f->dir);
+  free(f);
+  return 0;
+}
+
+static json_t *J(const char *text) {
+  json_error_t error;
+  json_t *v = json_loads(text, JSON_DECODE_ANY | JSON_ALLOW_NUL, &error);
+  if (!v) fail_msg("bad test JSON %s: %s", text, error.text);
+  return v;
+}
+
+/* Runs sql with params given as JSON text (NULL: none), expecting rc. */
+static void exec_expect(tg_db *db, int rc, const char *sql, const char *params) {
+  int r = tg_db_exec(db, sql, params ? J(params) : NULL, NULL);
+  if (r != rc) fail_msg("%s: got %d (%s), expected %d", sql, r, tg_db_errmsg(db), rc);
+}
+
+static void assert_json_equal(json_t *got, const char *want) {
+  json_t *w = J(want);
+  if (!json_equal(got, w)) {
+    char *text = json_dumps(got, JSON_COMPACT | JSON_ENCODE_ANY);
+    fail_msg("got %s, expected %s", text ? text : "NULL", want);
+  }
+  json_decref(w);
+}
+
+static void query_expect(tg_db *db, const char *sql, const char *params, const char *want) {
+  json_t *rows = NULL;
+  int r = tg_db_query(db, sql, params ? J(params) : NULL, &rows);
+  if (r != 0) fail_msg("%s: %d %s", sql, r, tg_db_errmsg(db));
+  assert_json_equal(rows, want);
+  json_decref(rows);
+}
+
+static json_int_t count(tg_db *db, const char *sql) {
+  json_t *row = NULL;
+  int r = tg_db_query_row(db, sql, NULL, &row);
+  if (r != 0) fail_msg("%s: %d %s", sql, r, tg_db_errmsg(db));
+  assert_non_null(row);
+  assert_int_equal(json_object_size(row), 1);
+  json_int_t n = json_integer_value(json_object_iter_value(json_object_iter(row)));
+  json_decref(row);
+  return n;
+}
+
+static void assert_errmsg_has(tg_db *db, const char *part) {
+  if (!strstr(tg_db_errmsg(db), part))
+    fail_msg("errmsg \"%s\" lacks \"%s\"", tg_db_errmsg(db), part);
+}
+
+static void add_tenant(tg_db *db, const char *id) {
+  int r = tg_db_exec(db, "INSERT INTO tenants (id, slug, name, created_at) VALUES ($1, $2, $2, $3)",
+                     json_pack("[sss]", id, id, "2026-01-01T00:00:00.000Z"), NULL);
+  if (r != 0) fail_msg("add tenant: %d %s", r, tg_db_errmsg(db));
+}
+
+static void test_open_creates_database(void **state) {
+  fixture *f = *state;
+  tg_db *db = f->db;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/toolgate.db", f->dir);
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+
+  int version = -1;
+  assert_int_equal(tg_db_schema_version(db, &version), 0);
+  assert_int_equal(version, 0); /* fresh, not migrated */
+
+  json_t *row = NULL;
+  assert_int_equal(tg_db_query_row(db, "PRAGMA journal_mode", NULL, &row), 0);
+  assert_json_equal(row, "{\"journal_mode\": \"wal\"}");
+  json_decref(row);
+  assert_int_equal(count(db, "PRAGMA foreign_keys"), 1);
+  assert_int_equal(count(db, "PRAGMA synchronous"), 1); /* NORMAL */
+  assert_int_equal(count(db, "PRAGMA busy_timeout"), 5000);
+}
+
+static void test_open_missing_dir(void **state) {
+  fixture *f = *state;
+  char missing[4096];
+  snprintf(missing, sizeof missing, "%s/nope", f->dir);
+  tg_db *db = (tg_db *)&db; /* must be reset */
+  char *err = NULL;
+  assert_int_equal(tg_db_open(missing, &db, &err), TG_E_DB);
+  assert_null(db);
+  assert_non_null(err);
+  assert_non_null(strstr(err, "toolgate.db"));
+  free(err);
+}
+
+static void test_migrate_creates_tables(void **state) {
+  fixture *f = *state;
+  tg_db *db = f->db;
+  int applied = -1;
+  assert_int_equal(tg_db_migrate(db, &applied), 0);
+  assert_true(count_migrations() >= 1);
+  assert_int_equal(applied, count_migrations());
+
+  static const char *tables[] = {"tenants",      "principals",       "users",      "grants",
+                                 "api_tokens",   "missions",         "ideas",      "works",
+                                 "agents",       "tool_policies",    "agent_runs", "agent_run_logs",
+                                 "activity_log", "schema_migrations"};
+  for (size_t i = 0; i < sizeof tables / sizeof *tables; i++) {
+    json_t *row = NULL;
+    assert_int_equal(
+        tg_db_query_row(db, "SELECT name FROM sqlite_master WHERE type = 'table' AND name = $1",
+                        json_pack("[s]", tables[i]), &row),
+        0);
+    if (!row) fail_msg("table %s is missing", tables[i]);
+    json_decref(row);
+  }
+  query_expect(db,
+               "SELECT name FROM sqlite_master WHERE type = 'index' AND name NOT LIKE 'sqlite_%' "
+               "ORDER BY name",
+               NULL,
+               "[{\"name\": \"activity_log_tenant\"}, {\"name\": \"agent_run_logs_run\"},"
+               " {\"name\": \"agent_runs_agent\"}]");
+
+  json_t *row = NULL;
+  assert_int_equal(
+      tg_db_query_row(db,
+                      "SELECT version, name, applied_at FROM schema_migrations WHERE version = 1",
+                      NULL, &row),
+      0);
+  assert_non_null(row);
+  assert_string_equal(json_string_value(json_object_get(row, "name")), "0001_foundation.sql");
+  const char *at = json_string_value(json_object_get(row, "applied_at"));
+  int y, mo, d, h, mi, s, ms, end = 0;
+  assert_int_equal(
+      sscanf(at, "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ%n", &y, &mo, &d, &h, &mi, &s, &ms, &end), 7);
+  assert_int_equal(strlen(at), 24);
+  assert_int_equal(end, 24);
+  assert_true(y >= 2024 && mo >= 1 && mo <= 12 && d >= 1 && d <= 31 && h <= 23 && mi <= 59);
+  json_decref(row);
+}
+
+static void test_migrate_idempotent(void **state) {
+  fixture *f = *state;
+  int applied = -1, version = -1;
+  assert_int_equal(tg_db_migrate(f->db, &applied), 0);
+  assert_int_equal(applied, 0);
+  assert_int_equal(tg_db_schema_version(f->db, &version), 0);
+  assert_int_equal(version, count_migrations());
+
+  tg_db_close(f->db);
+  f->db = open_db(f->dir);
+  applied = -1;
+  assert_int_equal(tg_db_migrate(f->db, &applied), 0);
+  assert_int_equal(applied, 0);
+  assert_int_equal(count(f->db, "SELECT COUNT(*) FROM schema_migrations"), count_migrations());
+}
+
+static void test_params(void **state) {
+  fixture *f = *state;
+  exec_expect(f->db, 0, "CREATE TABLE t (id INTEGER PRIMARY KEY, a, b)", NULL);
+  int64_t changes = -1;
+  assert_int_equal(tg_db_exec(f->db, "INSERT INTO t (id, a, b) VALUES (1, $2, $1)",
+                              J("[\"second\", \"first\"]"), &changes),
+                   0);
+  assert_int_equal(changes, 1);
+  exec_expect(f->db, 0, "INSERT INTO t (id, a, b) VALUES (2, $1, $2)", "[null, 9007199254740993]");
+  exec_expect(f->db, 0, "INSERT INTO t (id, a, b) VALUES (3, $1, $2)",
+              "[2.5, -9223372036854775808]");
+  exec_expect(f->db, 0, "INSERT INTO t (id, a, b) VALUES (4, $1, $2)", "[true, false]");
+  exec_expect(f->db, 0, "INSERT INTO t (id, a, b) VALUES (5, $1, $2)",
+              "[{\"k\": [1, \"x\"], \"n\": null}, [1, 2.5]]");
+  exec_expect(f->db, 0, "INSERT INTO t (id, a, b) VALUES (6, $1, $1 || $1)", "[\"ab\"]");
+  exec_expect(f->db, 0, "INSERT INTO t (id, a, b) VALUES (7, $1, $2)",
+              "[\"\", \"h\\u00e9\\u0000z\"]");
+  query_expect(f->db, "SELECT a, b FROM t ORDER BY id", NULL,
+               "[{\"a\": \"first\", \"b\": \"second\"},"
+               " {\"a\": null, \"b\": 9007199254740993},"
+               " {\"a\": 2.5, \"b\": -9223372036854775808},"
+               " {\"a\": 1, \"b\": 0},"
+               " {\"a\": \"{\\\"k\\\":[1,\\\"x\\\"],\\\"n\\\":null}\", \"b\": \"[1,2.5]\"},"
+               " {\"a\": \"ab\", \"b\": \"abab\"},"
+               " {\"a\": \"\", \"b\": \"h\\u00e9\\u0000z\"}]");
+  /* Types of the result follow the storage class, not the declared column type. */
+  query_expect(f->db, "SELECT typeof(a) AS ta, typeof(b) AS tb FROM t WHERE id = $1", "[3]",
+               "[{\"ta\": \"real\", \"tb\": \"integer\"}]");
+  query_expect(f->db, "SELECT 1 AS one, 1.0 AS real, 'x' AS text, x'6869' AS blob, NULL AS none",
+               NULL,
+               "[{\"one\": 1, \"real\": 1.0, \"text\": \"x\", \"blob\": \"hi\", \"none\": null}]");
+  /* Ten and more parameters: $10 is not $1 followed by 0. */
+  query_expect(f->db, "SELECT $10 AS ten, $1 AS one, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 AS rest",
+               "[1, 1, 1, 1, 1, 1, 1, 1, 1, 10]", "[{\"ten\": 10, \"one\": 1, \"rest\": 8}]");
+}
+
+static void test_param_errors(void **state) {
+  fixture *f = *state;
+  exec_expect(f->db, TG_E_INVAL, "SELECT $1, $2", "[1]");
+  assert_errmsg_has(f->db, "$2");
+  exec_expect(f->db, TG_E_INVAL, "SELECT $1", NULL);
+  exec_expect(f->db, TG_E_INVAL, "SELECT $1", "[1, 2]"); /* $2 unused */
+  assert_errmsg_has(f->db, "2 parameters given");
+  exec_expect(f->db, TG_E_INVAL, "SELECT 1", "[1]");
+  exec_expect(f->db, TG_E_INVAL, "SELECT ?", "[1]");
+  exec_expect(f->db, TG_E_INVAL, "SELECT ?1", "[1]");
+  exec_expect(f->db, TG_E_INVAL, "SELECT :a", "[1]");
+  exec_expect(f->db, TG_E_INVAL, "SELECT $a", "[1]");
+  exec_expect(f->db, TG_E_INVAL, "SELECT $0", "[1]");
+  exec_expect(f->db, TG_E_INVAL, "SELECT $01", "[1]");
+  exec_expect(f->db, TG_E_INVAL, "SELECT $1::text", "[1]");
+  assert_errmsg_has(f->db, "$1::text");
+  exec_expect(f->db, TG_E_INVAL, "SELECT $1", "{\"a\": 1}");
+  exec_expect(f->db, TG_E_INVAL, "SELECT 1; SELECT 2", NULL);
+  exec_expect(f->db, TG_E_INVAL, "", NULL);
+  exec_expect(f->db, TG_E_INVAL, "  -- nothing", NULL);
+  exec_expect(f->db, 0, "SELECT 1; -- a comment\n ;", NULL);
+  exec_expect(f->db, TG_E_DB, "SELEC 1", NULL);
+  assert_errmsg_has(f->db, "syntax error");
+  exec_expect(f->db, TG_E_DB, "SELECT * FROM no_such_table", NULL);
+  assert_errmsg_has(f->db, "no_such_table");
+  /* params are stolen on every path. */
+  json_t *p = J("[1]");
+  json_incref(p);
+  assert_int_equal(tg_db_exec(f->db, "SELECT $1, $2", json_incref(p), NULL), TG_E_INVAL);
+  assert_int_equal(tg_db_exec(f->db, "SELECT $1", json_incref(p), NULL), 0);
+  json_t *row = NULL;
+  assert_int_equal(tg_db_query_row(f->db, "SELEC", json_incref(p), &row), TG_E_DB);
+  assert_int_equal(tg_db_query(f->db, "SELECT $1 AS a", json_incref(p), &row), 0);
+  json_decref(row);
+  tg_db_fail_after(f->db, 1);
+  assert_int_equal(tg_db_query(f->db, "SELECT $1", json_incref(p), &row), TG_E_DB);
+  assert_int_equal(p->refcount, 2);
+  json_decref(p);
+  json_decref(p);
+  /* A NULL params, as from a failed json_pack, is refused when the SQL has parameters. */
+  exec_expect(f->db, TG_E_INVAL, "SELECT $1", NULL);
+  /* The statement still works after a failed binding. */
+  query_expect(f->db, "SELECT $1 AS v", "[7]", "[{\"v\": 7}]");
+}
+
+static void test_rows(void **state) {
+  fixture *f = *state;
+  exec_expect(f->db, 0, "CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)", NULL);
+  query_expect(f->db, "SELECT * FROM t", NULL, "[]");
+  json_t *row = (json_t *)&row;
+  assert_int_equal(tg_db_query_row(f->db, "SELECT * FROM t", NULL, &row), 0);
+  assert_null(row);
+  int64_t changes = -1;
+  assert_int_equal(
+      tg_db_exec(f->db, "INSERT INTO t (v) VALUES ('a'), ('b'), ('c')", NULL, &changes), 0);
+  assert_int_equal(changes, 3);
+  assert_int_equal(tg_db_exec(f->db, "UPDATE t SET v = v || v WHERE id > 1", NULL, &changes), 0);
+  assert_int_equal(changes, 2);
+  /* A statement that changes no rows reports 0, not the count of the last one that did. */
+  assert_int_equal(tg_db_exec(f->db, "CREATE TABLE u (x)", NULL, &changes), 0);
+  assert_int_equal(changes, 0);
+  assert_int_equal(tg_db_exec(f->db, "UPDATE t SET v = 'z' WHERE id > 100", NULL, &changes), 0);
+  assert_int_equal(changes, 0);
+
+  query_expect(
+      f->db, "SELECT id, v FROM t ORDER BY id DESC", NULL,
+      "[{\"id\": 3, \"v\": \"cc\"}, {\"id\": 2, \"v\": \"bb\"}, {\"id\": 1, \"v\": \"a\"}]");
+  assert_int_equal(tg_db_query_row(f->db, "SELECT v FROM t ORDER BY id", NULL, &row), 0);
+  assert_json_equal(row, "{\"v\": \"a\"}");
+  json_decref(row);
+  /* exec steps RETURNING to its end, so the write happens. */
+  exec_expect(f->db, 0, "DELETE FROM t WHERE id = 3 RETURNING id", NULL);
+  assert_int_equal(count(f->db, "SELECT COUNT(*) FROM t"), 2);
+
+  json_t *rows = (json_t *)&rows;
+  assert_int_equal(tg_db_query(f->db, "SELECT 1 AS a, 2 AS a", NULL, &rows), TG_E_INVAL);
+  assert_null(rows);
+  assert_errmsg_has(f->db, "twice");
+  assert_int_equal(tg_db_query(f->db, "SELECT CAST(x'ff41' AS TEXT) AS bad", NULL, &rows), TG_E_DB);
+  assert_errmsg_has(f->db, "UTF-8");
+  assert_int_equal(tg_db_query(f->db, "SELECT 1e999 AS inf", NULL, &rows), TG_E_DB);
+  assert_errmsg_has(f->db, "non-finite");
+  query_expect(f->db, "SELECT x'' AS empty", NULL, "[{\"empty\": \"\"}]");
+}
+
+static void test_row_bound(void **state) {
+  fixture *f = *state;
+  static const char *sql = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE "
+                           "i < $1) SELECT i FROM n";
+  json_t *rows = NULL;
+  assert_int_equal(tg_db_query(f->db, sql, json_pack("[i]", 100000), &rows), 0);
+  assert_int_equal(json_array_size(rows), 100000);
+  json_decref(rows);
+  assert_int_equal(tg_db_query(f->db, sql, json_pack("[i]", 100001), &rows), TG_E_TOO_LARGE);
+  assert_null(rows);
+  /* query_row stops at the first row. */
+  assert_int_equal(tg_db_query_row(f->db, sql, json_pack("[i]", 100001), &rows), 0);
+  assert_json_equal(rows, "{\"i\": 1}");
+  json_decref(rows);
+}
+
+static void test_constraints(void **state) {
+  fixture *f = *state;
+  add_tenant(f->db, "t1");
+  exec_expect(f->db, TG_E_CONSTRAINT,
+              "INSERT INTO tenants (id, slug, name, created_at) VALUES ('t1', 'other', 'n', 'x')",
+              NULL);
+  assert_errmsg_has(f->db, "UNIQUE");
+  exec_expect(f->db, TG_E_CONSTRAINT,
+              "INSERT INTO tenants (id, slug, name, created_at) VALUES ('t2', 't1', 'n', 'x')",
+              NULL);
+  exec_expect(f->db, TG_E_CONSTRAINT,
+              "INSERT INTO tenants (id, slug, name, naming_profile, created_at) "
+              "VALUES ('t3', 's3', 'n', 'bogus', 'x')",
+              NULL);
+  assert_errmsg_has(f->db, "CHECK");
+  exec_expect(f->db, TG_E_CONSTRAINT,
+              "INSERT INTO tenants (id, slug, name, created_at) VALUES ('t4', 's4', $1, 'x')",
+              "[null]");
+  assert_errmsg_has(f->db, "NOT NULL");
+  assert_int_equal(count(f->db, "SELECT COUNT(*) FROM tenants"), 1);
+}
+
+static void test_foreign_keys(void **state) {
+  fixture *f = *state;
+  exec_expect(f->db, TG_E_CONSTRAINT,
+              "INSERT INTO principals (id, tenant_id, kind, created_at) VALUES ($1, $2, $3, $4)",
+              "[\"p1\", \"nobody\", \"user\", \"x\"]");
+  assert_errmsg_has(f->db, "FOREIGN KEY");
+  add_tenant(f->db, "t1");
+  exec_expect(f->db, 0,
+              "INSERT INTO principals (id, tenant_id, kind, created_at) VALUES ($1, $2, $3, $4)",
+              "[\"p1\", \"t1\", \"user\", \"x\"]");
+  exec_expect(f->db, TG_E_CONSTRAINT, "DELETE FROM tenants WHERE id = 't1'", NULL);
+}
+
+static void test_rollback_discards(void **state) {
+  fixture *f = *state;
+  assert_int_equal(tg_db_rollback(f->db), 0); /* none open: harmless */
+  assert_int_equal(tg_db_begin(f->db), 0);
+  add_tenant(f->db, "t1");
+  assert_int_equal(count(f->db, "SELECT COUNT(*) FROM tenants"), 1);
+  assert_int_equal(tg_db_begin(f->db), TG_E_DB); /* not nestable */
+  assert_int_equal(tg_db_rollback(f->db), 0);
+  assert_int_equal(tg_db_rollback(f->db), 0);
+  assert_int_equal(count(f->db, "SELECT COUNT(*) FROM tenants"), 0);
+  assert_int_equal(tg_db_commit(f->db), TG_E_DB); /* none open */
+
+  /* A failed statement leaves the transaction open for the caller to roll back. */
+  assert_int_equal(tg_db_begin(f->db), 0);
+  add_tenant(f->db, "t2");
+  exec_expect(
+      f->db, TG_E_CONSTRAINT,
+      "INSERT INTO principals (id, tenant_id, kind, created_at) VALUES ('p', 'x', 'user', 'x')",
+      NULL);
+  assert_int_equal(tg_db_rollback(f->db), 0);
+  assert_int_equal(count(f->db, "SELECT COUNT(*) FROM tenants"), 0);
+}
+
+static void test_commit_persists(void **state) {
+  fixture *f = *state;
+  assert_int_equal(tg_db_begin(f->db), 0);
+  add_tenant(f->db, "t1");
+  add_tenant(f->db, "t2");
+  assert_int_equal(tg_db_commit(f->db), 0);
+  /* Closing with a transaction open discards it. */
+  assert_int_equal(tg_db_begin(f->db), 0);
+  add_tenant(f->db, "t3");
+  tg_db_close(f->db);
+  f->db = open_db(f->dir);
+  query_expect(f->db, "SELECT id FROM tenants ORDER BY id", NULL,
+               "[{\"id\": \"t1\"}, {\"id\": \"t2\"}]");
+}
+
+static void test_fail_after(void **state) {
+  fixture *f = *state;
+  tg_db_fail_after(f->db, 2);
+  add_tenant(f->db, "t1");
+  exec_expect(f->db, TG_E_DB, "SELECT 1", NULL);
+  assert_string_equal(tg_db_errmsg(f->db), "injected failure");
+  exec_expect(f->db, 0, "SELECT 1", NULL); /* fires once */
+
+  tg_db_fail_after(f->db, 1);
+  json_t *rows = (json_t *)&rows;
+  assert_int_equal(tg_db_query(f->db, "SELECT 1 AS x", NULL, &rows), TG_E_DB);
+  assert_null(rows);
+  tg_db_fail_after(f->db, 1);
+  assert_int_equal(tg_db_query_row(f->db, "SELECT 1 AS x", NULL, &rows), TG_E_DB);
+  assert_null(rows);
+  tg_db_fail_after(f->db, 1);
+  tg_db_fail_after(f->db, 0); /* disarmed */
+  exec_expect(f->db, 0, "SELECT 1", NULL);
+
+  /* begin/commit/rollback are not counted, so a failing step of a transaction can be
+   * rolled back. */
+  tg_db_fail_after(f->db, 2);
+  assert_int_equal(tg_db_begin(f->db), 0);
+  add_tenant(f->db, "t2");
+  exec_expect(f->db, TG_E_DB, "SELECT 1", NULL);
+  assert_int_equal(tg_db_rollback(f->db), 0);
+  query_expect(f->db, "SELECT id FROM tenants", NULL, "[{\"id\": \"t1\"}]");
+}
+
+/* Every statement of a migration run can fail; each failure must leave the database as it
+ * was before the failing migration, so that the next run completes it. */
+static void test_migrate_failure_rolls_back(void **state) {
+  fixture *f = *state;
+  tg_db *db = f->db;
+  int n = 1, applied = -1;
+  for (;; n++) {
+    tg_db_fail_after(db, n);
+    int r = tg_db_migrate(db, &applied);
+    tg_db_fail_after(db, 0);
+    if (r == 0) break;
+    assert_int_equal(r, TG_E_DB);
+    assert_string_equal(tg_db_errmsg(db), "injected failure");
+    int version = -1;
+    assert_int_equal(tg_db_schema_version(db, &version), 0);
+    assert_int_equal(applied, version);
+    if (version == 0)
+      assert_int_equal(count(db, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'tenants'"), 0);
+    assert_true(n < 100);
+  }
+  assert_true(n > 3); /* it did fail along the way */
+  int version = -1;
+  assert_int_equal(tg_db_schema_version(db, &version), 0);
+  assert_int_equal(version, count_migrations());
+  assert_int_equal(count(db, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'tenants'"), 1);
+}
+
+static void test_busy(void **state) {
+  fixture *f = *state;
+  tg_db *other = open_db(f->dir);
+  /* Shortens the wait of this connection only; the 5 s default is checked in
+   * test_open_creates_database. */
+  exec_expect(other, 0, "PRAGMA busy_timeout = 50", NULL);
+  assert_int_equal(tg_db_begin(f->db), 0);
+  add_tenant(f->db, "t1");
+  assert_int_equal(tg_db_begin(other), TG_E_BUSY);
+  exec_expect(other, TG_E_BUSY, "DELETE FROM tenants", NULL);
+  /* WAL: readers are not blocked and see the last commit. */
+  assert_int_equal(count(other, "SELECT COUNT(*) FROM tenants"), 0);
+  assert_int_equal(tg_db_commit(f->db), 0);
+  assert_int_equal(tg_db_begin(other), 0);
+  assert_int_equal(count(other, "SELECT COUNT(*) FROM tenants"), 1);
+  exec_expect(f->db, 0, "PRAGMA busy_timeout = 50", NULL);
+  assert_int_equal(tg_db_begin(f->db), TG_E_BUSY);
+  assert_int_equal(tg_db_rollback(other), 0);
+  tg_db_close(other);
+}
+
+/* More distinct statements than the cache holds, and a schema change under a cached one. */
+static void test_statement_cache(void **state) {
+  fixture *f = *state;
+  char sql[64], want[64];
+  for (int round = 0; round < 2; round++)
+    for (int i = 0; i < 200; i++) {
+      snprintf(sql, sizeof sql, "SELECT %d AS v", i);
+      snprintf(want, sizeof want, "[{\"v\": %d}]", i);
+      query_expect(f->db, sql, NULL, want);
+    }
+  exec_expect(f->db, 0, "CREATE TABLE t (a)", NULL);
+  exec_expect(f->db, 0, "INSERT INTO t VALUES (1)", NULL);
+  query_expect(f->db, "SELECT * FROM t", NULL, "[{\"a\": 1}]");
+  exec_expect(f->db, 0, "ALTER TABLE t ADD COLUMN b DEFAULT 2", NULL);
+  query_expect(f->db, "SELECT * FROM t", NULL, "[{\"a\": 1, \"b\": 2}]");
+}
+
+/* jansson allocations fail one after the other: each call reports TG_E_NOMEM, leaks
+ * nothing (ASan), and leaves the connection usable. */
+static int allocs_left;
+static void *failing_malloc(size_t size) { return allocs_left-- > 0 ? malloc(size) : NULL; }
+
+static void test_json_nomem(void **state) {
+  fixture *f = *state;
+  exec_expect(f->db, 0, "CREATE TABLE t (id INTEGER PRIMARY KEY, doc TEXT, x REAL)", NULL);
+  exec_expect(f->db, 0, "INSERT INTO t (doc, x) VALUES ('a', 1.5), ('b', 2.5), ('c', NULL)", NULL);
+  json_t *doc = J("[{\"k\": [1, 2, {\"z\": \"y\"}]}]");
+  json_t *ids = J("[0]");
+  int failures = 0;
+  for (int n = 0;; n++) {
+    json_t *rows = NULL;
+    allocs_left = n;
+    json_set_alloc_funcs(failing_malloc, free);
+    int r = tg_db_exec(f->db, "UPDATE t SET doc = $1 WHERE id = 1", json_incref(doc), NULL);
+    if (r == 0)
+      r = tg_db_query(f->db, "SELECT * FROM t WHERE id > $1 ORDER BY id", json_incref(ids), &rows);
+    json_set_alloc_funcs(malloc, free);
+    if (r == 0) {
+      assert_json_equal(
+          rows,
+          "[{\"id\": 1, \"doc\": \"{\\\"k\\\":[1,2,{\\\"z\\\":\\\"y\\\"}]}\", \"x\": 1.5},"
+          " {\"id\": 2, \"doc\": \"b\", \"x\": 2.5}, {\"id\": 3, \"doc\": \"c\", \"x\": null}]");
+      json_decref(rows);
+      break;
+    }
+    assert_int_equal(r, TG_E_NOMEM);
+    assert_null(rows);
+    failures++;
+  }
+  assert_true(failures > 10);
+  json_decref(doc);
+  json_decref(ids);
+}
+
+/* The same for a whole migration run. */
+static void test_json_nomem_migrate(void **state) {
+  fixture *f = *state;
+  int failures = 0;
+  for (;;) {
+    allocs_left = failures;
+    json_set_alloc_funcs(failing_malloc, free);
+    int r = tg_db_migrate(f->db, NULL);
+    json_set_alloc_funcs(malloc, free);
+    if (r == 0) break;
+    assert_int_equal(r, TG_E_NOMEM);
+    assert_true(++failures < 1000);
+  }
+  assert_true(failures > 3);
+  int version = -1;
+  assert_int_equal(tg_db_schema_version(f->db, &version), 0);
+  assert_int_equal(version, count_migrations());
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_open_creates_database, setup_fresh, teardown),
+      cmocka_unit_test_setup_teardown(test_open_missing_dir, setup_fresh, teardown),
+      cmocka_unit_test_setup_teardown(test_migrate_creates_tables, setup_fresh, teardown),
+      cmocka_unit_test_setup_teardown(test_migrate_idempotent, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_params, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_param_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_rows, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_row_bound, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_constraints, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_foreign_keys, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_rollback_discards, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_commit_persists, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_fail_after, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_migrate_failure_rolls_back, setup_fresh, teardown),
+      cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_statement_cache, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_json_nomem, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_json_nomem_migrate, setup_fresh, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

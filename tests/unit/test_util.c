@@ -1,0 +1,124 @@
+/* util: ids, time, JSON truncation and parsing; core/error: the envelope. */
+#include "support.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "util/clock.h"
+#include "util/ids.h"
+#include "util/json.h"
+
+static void test_uuid7_is_versioned_and_ordered(void **state) {
+  char a[TG_UUID_LEN + 1], b[TG_UUID_LEN + 1];
+  assert_int_equal(tg_uuid7(a), 0);
+  assert_int_equal(strlen(a), 36);
+  assert_int_equal(a[14], '7');
+  assert_true(strchr("89ab", a[19]) != NULL);
+  assert_int_equal(a[8], '-');
+  assert_int_equal(tg_uuid7(b), 0);
+  assert_string_not_equal(a, b);
+  assert_true(strncmp(a, b, 8) <= 0); /* the time prefix does not go backwards */
+}
+
+static void test_tokens_are_random_and_hashed(void **state) {
+  char t1[TG_TOKEN_LEN + 1], t2[TG_TOKEN_LEN + 1], h[65];
+  assert_int_equal(tg_token_new(t1), 0);
+  assert_int_equal(tg_token_new(t2), 0);
+  assert_int_equal(strlen(t1), TG_TOKEN_LEN);
+  assert_memory_equal(t1, "tg_", 3);
+  assert_string_not_equal(t1, t2);
+  tg_sha256_hex("abc", 3, h);
+  assert_string_equal(h, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+static void test_iso8601(void **state) {
+  char out[TG_ISO_LEN + 1];
+  tg_iso8601(1764504896789LL, out);
+  assert_string_equal(out, "2025-11-30T12:14:56.789Z");
+}
+
+static void test_truncate_keeps_small_values(void **state) {
+  json_t *v = json_pack("{s:s}", "a", "b");
+  json_t *t = tg_json_truncate(v, 1024);
+  assert_ptr_equal(t, v);
+  json_decref(t);
+  json_decref(v);
+}
+
+static void test_truncate_is_valid_bounded_and_marked(void **state) {
+  /* Quotes and multi-byte characters: escaping grows the preview, cuts must not split. */
+  char big[6000];
+  size_t n = 0;
+  while (n + 3 < sizeof big - 1) {
+    memcpy(big + n, n % 2 ? "\"" : "\xc3\xa9", n % 2 ? 1 : 2);
+    n += n % 2 ? 1 : 2;
+  }
+  big[n] = '\0';
+  json_t *v = json_pack("{s:s}", "body", big);
+  assert_non_null(v);
+  for (size_t max = 64; max <= 1024; max *= 2) {
+    json_t *t = tg_json_truncate(v, max);
+    assert_non_null(t);
+    assert_true(json_is_true(json_object_get(t, "truncated")));
+    assert_true(json_integer_value(json_object_get(t, "bytes")) > (json_int_t)max);
+    char *text = json_dumps(t, JSON_COMPACT);
+    assert_true(strlen(text) <= max);
+    json_t *back = json_loads(text, 0, NULL); /* valid JSON, valid UTF-8 */
+    assert_non_null(back);
+    json_decref(back);
+    free(text);
+    json_decref(t);
+  }
+  json_decref(v);
+}
+
+static void test_parse_bounds_and_reports(void **state) {
+  char *why = NULL;
+  assert_null(tg_json_parse("{\"a\":", 100, &why));
+  assert_non_null(strstr(why, "line 1"));
+  free(why);
+  why = NULL;
+  assert_null(tg_json_parse("[1,2,3]", 3, &why));
+  assert_non_null(strstr(why, "over the limit"));
+  free(why);
+  why = NULL;
+  assert_null(tg_json_parse("{\"a\":1,\"a\":2}", 100, &why));
+  free(why);
+  json_t *ok = tg_json_parse("[1]", 100, &why);
+  assert_non_null(ok);
+  json_decref(ok);
+}
+
+static void test_error_envelope(void **state) {
+  static const char *const wire[] = {"permission_denied", "not_found", "validation_failed",
+                                     "budget_exceeded", "rate_limited", "precondition_failed",
+                                     "provider_error", "internal_error"};
+  for (int code = 1; code <= 8; code++) {
+    assert_string_equal(tg_errcode_name((tg_errcode)code), wire[code - 1]);
+    assert_int_equal(tg_errcode_parse(wire[code - 1]), code);
+  }
+  assert_null(tg_errcode_name(TG_ERR_NONE));
+  assert_null(tg_errcode_name((tg_errcode)9));
+  json_t *e = tg_error_envelope(TG_ERR_NOT_FOUND, NULL, json_pack("{s:i}", "x", 1));
+  json_t *inner = json_object_get(e, "error");
+  assert_string_equal(json_string_value(json_object_get(inner, "code")), "not_found");
+  assert_string_equal(json_string_value(json_object_get(inner, "message")),
+                      tg_errcode_message(TG_ERR_NOT_FOUND));
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(inner, "details"), "x")), 1);
+  assert_int_equal(json_object_size(e), 1);
+  json_decref(e);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_uuid7_is_versioned_and_ordered),
+      cmocka_unit_test(test_tokens_are_random_and_hashed),
+      cmocka_unit_test(test_iso8601),
+      cmocka_unit_test(test_truncate_keeps_small_values),
+      cmocka_unit_test(test_truncate_is_valid_bounded_and_marked),
+      cmocka_unit_test(test_parse_bounds_and_reports),
+      cmocka_unit_test(test_error_envelope),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
