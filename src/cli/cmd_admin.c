@@ -8,13 +8,13 @@
 #include "cli/cli.h"
 #include "util/cleanup.h"
 
-/* Opens the workspace, calls tool as the owner, prints the result as JSON or with show. */
+/* Opens the workspace, calls tool as the owner with args (stolen), prints the result as JSON
+ * or with show. */
 static int operate(cli *c, const char *tool, json_t *args, bool json, void (*show)(json_t *)) {
-  _cleanup_json_ json_t *owned = args;
   if (!args) return CLI_FAILED;
-  if (cli_open(c, false) != CLI_OK) return CLI_FAILED;
   _cleanup_json_ json_t *result = NULL;
-  int r = cli_operator_call(c, tool, args, &result);
+  int r = cli_open(c, false) == CLI_OK ? cli_operator_call(c, tool, args, &result) : CLI_FAILED;
+  json_decref(args);
   if (r != CLI_OK) return r;
   if (json || !show) cli_print_json(result);
   else show(result);

@@ -142,8 +142,8 @@ static int agent_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
   char summary[160];
   snprintf(summary, sizeof summary, "Agent %s created", slug);
   r = tg_activity(cx, "AGENT_CREATED", NULL, summary,
-                  json_pack("{s:s,s:s,s:O}", "agentId", agent_id, "status", status, "grants",
-                            grants ? grants : json_array()));
+                  json_pack("{s:s,s:s,s:o}", "agentId", agent_id, "status", status, "grants",
+                            grants ? json_incref(grants) : json_array()));
   if (r < 0) return r;
   *ret = json_pack("{s:s,s:s,s:s}", "agentId", agent_id, "slug", slug, "status", status);
   return *ret ? TG_OK : TG_E_NOMEM;
