@@ -55,6 +55,13 @@ int cmd_token(cli *c, int argc, char **argv);
 int cmd_runs(cli *c, int argc, char **argv);
 int cmd_policy(cli *c, int argc, char **argv);
 int cmd_schema(cli *c, int argc, char **argv);
+int cmd_missions(cli *c, int argc, char **argv); /* cmd_work.c */
+int cmd_ideas(cli *c, int argc, char **argv);
+int cmd_works(cli *c, int argc, char **argv);
+int cmd_tasks(cli *c, int argc, char **argv);
+int cmd_kb(cli *c, int argc, char **argv); /* cmd_knowledge.c */
+int cmd_skills(cli *c, int argc, char **argv);
+int cmd_activity(cli *c, int argc, char **argv);
 
 /* Runs the subcommand argv[1] of a command among subs; handles --help and usage errors. */
 int cli_dispatch(cli *c, int argc, char **argv, const cli_command *subs, size_t n_subs,

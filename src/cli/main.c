@@ -15,6 +15,13 @@ static const cli_command commands[] = {
     {"runs", cmd_runs, "start, end, list and show agent runs"},
     {"policy", cmd_policy, "set and list the workspace tool policy"},
     {"schema", cmd_schema, "validate instances; run the JSON Schema test suite"},
+    {"missions", cmd_missions, "create and list missions"},
+    {"ideas", cmd_ideas, "create and list ideas of a mission"},
+    {"works", cmd_works, "create and list works of a mission"},
+    {"tasks", cmd_tasks, "list, show and approve tasks"},
+    {"kb", cmd_kb, "put and list knowledge-base documents"},
+    {"skills", cmd_skills, "add and list skills and their bindings"},
+    {"activity", cmd_activity, "show the workspace's recent activity"},
 };
 
 static void usage(FILE *out) {

@@ -2,6 +2,8 @@
 
 const tg_provider *const tg_builtin_providers[] = {
     &tg_provider_admin,
+    &tg_provider_work,
+    &tg_provider_knowledge,
 };
 const size_t tg_builtin_providers_count =
     sizeof tg_builtin_providers / sizeof tg_builtin_providers[0];

@@ -5,6 +5,8 @@
 #include "core/tool.h"
 
 extern const tg_provider tg_provider_admin;
+extern const tg_provider tg_provider_work;
+extern const tg_provider tg_provider_knowledge;
 
 extern const tg_provider *const tg_builtin_providers[];
 extern const size_t tg_builtin_providers_count;

@@ -1,0 +1,3 @@
+#include "tools/providers.h"
+
+const tg_provider tg_provider_work = {.name = "work", .spec_file = "work.json"};
