@@ -55,6 +55,8 @@ int cmd_token(cli *c, int argc, char **argv);
 int cmd_runs(cli *c, int argc, char **argv);
 int cmd_policy(cli *c, int argc, char **argv);
 int cmd_schema(cli *c, int argc, char **argv);
+int cmd_mcp(cli *c, int argc, char **argv); /* cmd_mcp.c */
+int cmd_serve(cli *c, int argc, char **argv);
 int cmd_missions(cli *c, int argc, char **argv); /* cmd_work.c */
 int cmd_ideas(cli *c, int argc, char **argv);
 int cmd_works(cli *c, int argc, char **argv);

@@ -10,6 +10,8 @@ static const cli_command commands[] = {
     {"migrate", cmd_migrate, "apply pending database migrations"},
     {"tools", cmd_tools, "list the catalog or what an agent may use; write docs/TOOLS.md"},
     {"call", cmd_call, "call a tool through the gate, as an agent or a user"},
+    {"mcp", cmd_mcp, "serve MCP over stdio as one agent or token holder"},
+    {"serve", cmd_serve, "serve MCP over Streamable HTTP"},
     {"agents", cmd_agents, "create, list, grant and revoke agents"},
     {"token", cmd_token, "create API tokens"},
     {"runs", cmd_runs, "start, end, list and show agent runs"},
