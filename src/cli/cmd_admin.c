@@ -300,3 +300,25 @@ int cmd_policy(cli *c, int argc, char **argv) {
   static const cli_command subs[] = {{"set", policy_set, NULL}, {"list", policy_list, NULL}};
   return cli_dispatch(c, argc, argv, subs, 2, policy_usage);
 }
+
+static const char workspace_usage[] =
+    "usage: toolgate workspace set --naming canonical|catalog\n\n"
+    "canonical: agents are offered model-facing names (work_task_create); catalog: exactly the\n"
+    "seed-000 names (createTask), and tools without one are not offered.\n";
+
+static int workspace_set(cli *c, int argc, char **argv) {
+  static const struct option options[] = {{"naming", required_argument, NULL, 'n'}, {0}};
+  const char *naming = NULL;
+  int opt;
+  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+    if (opt == 'n') naming = optarg;
+    else return cli_usage(workspace_usage, "workspace set: bad option");
+  }
+  if (optind < argc || !naming) return cli_usage(workspace_usage, "workspace set: --naming is required");
+  return operate(c, "admin.workspace.set", json_pack("{s:s}", "namingProfile", naming), true, NULL);
+}
+
+int cmd_workspace(cli *c, int argc, char **argv) {
+  static const cli_command subs[] = {{"set", workspace_set, NULL}};
+  return cli_dispatch(c, argc, argv, subs, 1, workspace_usage);
+}

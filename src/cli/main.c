@@ -16,6 +16,7 @@ static const cli_command commands[] = {
     {"token", cmd_token, "create API tokens"},
     {"runs", cmd_runs, "start, end, list and show agent runs"},
     {"policy", cmd_policy, "set and list the workspace tool policy"},
+    {"workspace", cmd_workspace, "workspace settings (naming profile)"},
     {"schema", cmd_schema, "validate instances; run the JSON Schema test suite"},
     {"missions", cmd_missions, "create and list missions"},
     {"ideas", cmd_ideas, "create and list ideas of a mission"},

@@ -322,6 +322,20 @@ static int policy_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return *ret ? TG_OK : TG_E_NOMEM;
 }
 
+static int workspace_set(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  const char *profile = arg_str(args, "namingProfile");
+  int r = tg_db_exec(cx->db, "UPDATE tenants SET naming_profile = $1 WHERE id = $2",
+                     json_pack("[ss]", profile, cx->principal->tenant_id), NULL);
+  if (r < 0) return r;
+  char summary[100];
+  snprintf(summary, sizeof summary, "Naming profile set to %s", profile);
+  r = tg_activity(cx, "WORKSPACE_UPDATED", NULL, summary,
+                  json_pack("{s:s}", "namingProfile", profile));
+  if (r < 0) return r;
+  *ret = json_pack("{s:s}", "namingProfile", profile);
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
 static int run_start(tg_call_ctx *cx, json_t *args, json_t **ret) {
   _cleanup_json_ json_t *agent = NULL;
   int r = find_agent(cx, arg_str(args, "agentSlug"), &agent);
@@ -412,7 +426,7 @@ static const tg_handler_entry handlers[] = {
     {"admin.agent.list", agent_list},   {"admin.grant.add", grant_add},
     {"admin.grant.revoke", grant_revoke}, {"admin.token.create", token_create},
     {"admin.policy.set", policy_set},   {"admin.policy.list", policy_list},
-    {"admin.run.start", run_start},     {"admin.run.end", run_end},
+    {"admin.workspace.set", workspace_set}, {"admin.run.start", run_start},     {"admin.run.end", run_end},
     {"admin.run.list", run_list},       {"admin.run.show", run_show},
 };
 

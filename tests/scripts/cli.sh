@@ -74,6 +74,12 @@ jq -e '.error.details.reason == "disabled_by_policy"' "$dir/out" >/dev/null || {
 check "policy back to default" 0 "$tg" policy set agent_tool_list default
 check "policy list" 0 "$tg" policy list
 
+check "workspace set --naming catalog" 0 "$tg" workspace set --naming catalog
+check "catalog profile offers only seed names" 0 "$tg" tools list --agent demo --json
+jq -e 'length == 0' "$dir/out" >/dev/null || { echo "FAIL catalog profile list"; cat "$dir/out"; fails=$((fails + 1)); }
+check "workspace set bad profile" 1 "$tg" workspace set --naming fancy
+check "workspace set --naming canonical" 0 "$tg" workspace set --naming canonical
+
 check "runs start" 0 "$tg" runs start --agent demo
 run=$(cat "$dir/out")
 check "call in a run" 0 "$tg" call agent.tool.list --agent demo --run "$run"
@@ -85,7 +91,7 @@ check "runs end" 0 "$tg" runs end "$run"
 check "call in an ended run" 1 "$tg" call agent.tool.list --agent demo --run "$run"
 check "runs list bad limit" 2 "$tg" runs list --limit x
 
-for cmd in "" init migrate tools call agents token runs policy schema; do
+for cmd in "" init migrate tools call agents token runs policy workspace schema; do
   check "--help of '$cmd'" 0 "$tg" $cmd --help
   has "--help of '$cmd' prints usage" 'usage: toolgate'
 done
