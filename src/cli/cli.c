@@ -78,6 +78,9 @@ int cli_open(cli *c, bool create) {
     return CLI_FAILED;
   }
   c->env.db = c->db;
+  c->env.data_dir = c->data_dir;
+  c->env.public_url = getenv("TOOLGATE_PUBLIC_URL");
+  if (!c->env.public_url || !*c->env.public_url) c->env.public_url = "http://127.0.0.1:7878";
   if (tg_db_migrate(c->db, NULL) < 0) {
     fprintf(stderr, "toolgate: migration failed: %s\n", tg_db_errmsg(c->db));
     return CLI_FAILED;

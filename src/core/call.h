@@ -17,11 +17,13 @@
 #define TG_ARGS_LOG_MAX 1024  /* bytes of arguments kept in a telemetry row */
 #define TG_MAX_VIOLATIONS 20  /* validation failures reported in one envelope */
 
-/* What a call runs against: the registry (shared, immutable) and this thread's database
- * connection. */
+/* What a call runs against: the registry (shared, immutable), this thread's database
+ * connection, and where the server keeps its files. */
 typedef struct tg_env {
   const tg_registry *registry;
   tg_db *db;
+  const char *data_dir;   /* the database and the repositories live here */
+  const char *public_url; /* how people reach this server, for links (e.g. pull requests) */
 } tg_env;
 
 typedef struct tg_call_request {

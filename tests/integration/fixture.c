@@ -23,7 +23,8 @@ fixture *fixture_new(const tg_provider *extra) {
   if (extra) providers[n++] = extra;
   int r = tg_registry_new(providers, n, &f->registry, &why);
   if (r < 0) fail_msg("registry: %s", why);
-  f->env = (tg_env){.registry = f->registry, .db = f->db};
+  f->env = (tg_env){.registry = f->registry, .db = f->db, .data_dir = f->dir,
+                    .public_url = "http://toolgate.test"};
   assert_int_equal(tg_tenant_create(f->db, "acme", "owner", f->tenant_id, f->owner), 0);
   return f;
 }
