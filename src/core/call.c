@@ -43,7 +43,7 @@ int tg_fail(tg_call_ctx *cx, tg_errcode code, json_t *details, const char *fmt, 
 
 int tg_activity(tg_call_ctx *cx, const char *action_type, json_t *scope, const char *summary,
                 json_t *details) {
-  json_t *row = json_pack("{s:s,s:s,s:o?,s:O?}", "actionType", action_type, "summary", summary,
+  json_t *row = json_pack("{s:s,s:s,s:o*,s:O*}", "actionType", action_type, "summary", summary,
                           "details", details, "scope", scope);
   if (!row || json_array_append_new(cx->activity, row) < 0) return TG_E_NOMEM;
   return TG_OK;

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# The README's work-management tour against the real binary: a mission and a work, an agent
+# scoped to the work, and that agent creating, discussing and finishing a task through the
+# seed-000 tool names, with the operator's approval in between; then what it reads back.
+set -euo pipefail
+tg=${TG_BINARY:?set by ctest}
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+export TOOLGATE_DATA=$dir/data
+passes=0
+fails=0
+check() { # check DESCRIPTION EXPECTED_STATUS COMMAND...
+  local what=$1 want=$2
+  shift 2
+  set +e
+  "$@" >"$dir/out" 2>"$dir/err"
+  local got=$?
+  set -e
+  if [ "$got" != "$want" ]; then
+    echo "FAIL $what: exit $got, expected $want"
+    sed 's/^/  | /' "$dir/out" "$dir/err"
+    fails=$((fails + 1))
+  else
+    passes=$((passes + 1))
+  fi
+}
+is() { # is DESCRIPTION JQ_FILTER: the last command's stdout satisfies the filter
+  if jq -e "$2" "$dir/out" >/dev/null 2>&1; then
+    passes=$((passes + 1))
+  else
+    echo "FAIL $1: not $2"
+    sed 's/^/  | /' "$dir/out"
+    fails=$((fails + 1))
+  fi
+}
+has() { # has DESCRIPTION PATTERN: the last command's stdout matches
+  if grep -qE -- "$2" "$dir/out"; then
+    passes=$((passes + 1))
+  else
+    echo "FAIL $1: no '$2' in output"
+    sed 's/^/  | /' "$dir/out"
+    fails=$((fails + 1))
+  fi
+}
+
+check "init --demo" 0 "$tg" init --demo
+
+check "missions create" 0 "$tg" missions create --slug launch --title "Launch the site" --cap-cents 5000
+is "mission created" '.slug == "launch"'
+check "missions create twice" 1 "$tg" missions create --slug launch --title again
+is "duplicate refused" '.error.code == "precondition_failed"'
+check "missions create without a title" 2 "$tg" missions create --slug other
+check "missions create with a bad cap" 2 "$tg" missions create --slug other --title T --cap-cents lots
+check "missions create other" 0 "$tg" missions create --slug other --title "Another mission"
+check "ideas create" 0 "$tg" ideas create --mission launch --title "Pricing page"
+is "idea slug from its title" '.slug == "pricing-page"'
+check "ideas create in an unknown mission" 1 "$tg" ideas create --mission nope --title x
+is "unknown mission" '.error.code == "not_found"'
+check "works create" 0 "$tg" works create --slug site --mission launch --idea pricing-page --title "The website"
+check "works create in the other mission" 0 "$tg" works create --slug elsewhere --mission other
+check "works create without a mission" 2 "$tg" works create --slug nope
+check "missions list" 0 "$tg" missions list
+has "missions table" '^launch +active +1 +1 +0/5000 +Launch the site'
+check "missions list --json" 0 "$tg" missions list --json
+is "mission tree" '.missions[0].works[0].slug == "site" and .missions[0].ideas[0].slug == "pricing-page"'
+check "ideas list" 0 "$tg" ideas list --mission launch
+has "ideas table" 'pricing-page'
+check "works list --json" 0 "$tg" works list --json
+is "works of every mission" 'map(.slug) == ["site", "elsewhere"] and .[0].mission == "launch"'
+
+check "agents create builder" 0 "$tg" agents create --slug builder --scope work:site --grant canAssignTasks
+check "agents create helper" 0 "$tg" agents create --slug helper --scope work:site
+check "agents create outsider" 0 "$tg" agents create --slug outsider --scope work:elsewhere --grant canAssignTasks
+
+check "createTask" 0 "$tg" call createTask --agent builder --args \
+  '{"title":"Write the pricing copy","priority":"p1","labels":["copy"],"assigneeAgentSlugs":["builder","helper"],"status":"todo"}'
+is "task created in todo" '.slug == "T-1" and .status == "todo"'
+check "createTask assigning outside the work" 1 "$tg" call createTask --agent builder --args \
+  '{"title":"x","assigneeAgentSlugs":["outsider"]}'
+is "out of scope" '.error.code == "permission_denied" and .error.details.outOfScope == "outsider"'
+check "createTask in another scope" 1 "$tg" call createTask --agent builder --args \
+  '{"title":"x","scope":{"workId":"elsewhere"}}'
+is "scope out of reach" '.error.code == "permission_denied"'
+check "createTask with a title too long" 1 "$tg" call createTask --agent builder \
+  --args "{\"title\":\"$(printf 'x%.0s' $(seq 201))\"}"
+is "bound enforced" '.error.code == "validation_failed"'
+check "createTask without the grant" 1 "$tg" call createTask --agent helper --args '{"title":"x"}'
+is "gate" '.error.details.missingPermission == "tasks.assign" and .error.details.flag == "canAssignTasks"'
+
+check "commentOnTask" 0 "$tg" call commentOnTask --agent builder --args \
+  '{"taskSlug":"T-1","body":"@helper can you draft the FAQ?","mentions":[{"type":"agent","slug":"helper"}]}'
+is "message id" '.messageId | length > 0'
+check "commentOnTask off the task" 1 "$tg" call commentOnTask --agent outsider --args '{"taskSlug":"T-1","body":"hi"}'
+is "not reachable" '.error.code == "not_found"'
+check "commentOnTask by the owner, not on the task" 1 "$tg" call commentOnTask --user owner --args '{"taskSlug":"T-1","body":"hi"}'
+is "not a participant" '.error.code == "permission_denied"'
+
+check "transitionTask to in_progress" 0 "$tg" call transitionTask --agent builder --args '{"taskSlug":"T-1","to":"in_progress"}'
+is "moved" '.status == "in_progress"'
+check "transitionTask along no edge" 1 "$tg" call transitionTask --agent builder --args '{"taskSlug":"T-1","to":"backlog"}'
+is "illegal move" '.error.code == "validation_failed" and (.error.details.allowed | index("done")) != null'
+check "tasks assign an approver" 0 "$tg" tasks assign T-1 --user owner --role approver
+check "transitionTask to done before approval" 1 "$tg" call transitionTask --agent builder --args '{"taskSlug":"T-1","to":"done"}'
+is "approval pending" '.error.code == "precondition_failed" and .error.details.pendingApprovers[0].name == "owner"'
+check "tasks approve someone else" 1 "$tg" tasks approve T-1 --agent helper
+is "not an approver" '.error.code == "precondition_failed"'
+check "tasks approve without --user" 2 "$tg" tasks approve T-1
+check "tasks approve" 0 "$tg" tasks approve T-1 --user owner
+is "approved" '.changed == true and .pendingApprovers == []'
+check "transitionTask to done" 0 "$tg" call transitionTask --agent builder --args \
+  '{"taskSlug":"T-1","to":"done","reason":"copy approved"}'
+
+check "tasks list" 0 "$tg" tasks list
+has "tasks table" '^T-1 +done +p1 +work:site +Write the pricing copy'
+check "tasks list --json" 0 "$tg" tasks list --status done --json
+is "filtered list" '(.tasks | length) == 1 and .truncated == false'
+check "tasks show" 0 "$tg" tasks show T-1 --json
+is "task in full" '.task.status == "done" and (.assignees | length) == 3 and (.chat | length) == 1'
+check "tasks show text" 0 "$tg" tasks show T-1
+has "chat shown" 'agent:builder'
+check "tasks show unknown" 1 "$tg" tasks show T-9
+
+check "getActivity" 0 "$tg" call getActivity --agent builder --args '{"limit":50}'
+is "the task's story" '[.rows[].actionType] | (index("TASK_CREATED") != null and index("TASK_COMMENTED") != null and index("TASK_UPDATED") != null)'
+is "the task's scope only" '[.rows[].actionType] | index("MISSION_CREATED") == null'
+
+for cmd in missions ideas works tasks; do
+  check "--help of '$cmd'" 0 "$tg" $cmd --help
+  has "--help of '$cmd' prints usage" "usage: toolgate $cmd"
+done
+check "tasks frobnicate" 2 "$tg" tasks frobnicate
+
+echo "$passes passed, $fails failed"
+[ "$fails" -eq 0 ]
