@@ -115,6 +115,27 @@ int cli_operator_call(cli *c, const char *tool, json_t *args, json_t **ret) {
   return CLI_FAILED;
 }
 
+int cli_operate(cli *c, const char *tool, json_t *args, bool json, void (*show)(json_t *)) {
+  if (!args) return CLI_FAILED;
+  _cleanup_json_ json_t *result = NULL;
+  int r = cli_open(c, false) == CLI_OK ? cli_operator_call(c, tool, args, &result) : CLI_FAILED;
+  json_decref(args);
+  if (r != CLI_OK) return r;
+  if (json || !show) cli_print_json(result);
+  else show(result);
+  return CLI_OK;
+}
+
+int cli_json_only(int argc, char **argv, const char *usage, const char *command, bool *json) {
+  *json = false;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--json") != 0)
+      return cli_usage(usage, "%s %s: unexpected '%s'", command, argv[0], argv[i]);
+    *json = true;
+  }
+  return CLI_OK;
+}
+
 void cli_print_json(const json_t *value) {
   char *text = json_dumps(value, JSON_INDENT(2) | JSON_ENCODE_ANY);
   if (text) puts(text);

@@ -40,6 +40,14 @@ bool cli_wants_help(int argc, char **argv, const char *usage);
  * with the result in *ret; on failure prints the envelope on stdout, returns CLI_FAILED. */
 int cli_operator_call(cli *c, const char *tool, json_t *args, json_t **ret);
 
+/* Opens the workspace, calls tool as the owner with args (stolen), prints the result as
+ * indented JSON, or with show when json is false and show is given. */
+int cli_operate(cli *c, const char *tool, json_t *args, bool json, void (*show)(json_t *));
+
+/* For a subcommand (of command) whose only option is --json: sets *json, or prints a usage
+ * error and returns CLI_USAGE on anything else. */
+int cli_json_only(int argc, char **argv, const char *usage, const char *command, bool *json);
+
 /* Prints value as indented JSON on stdout. */
 void cli_print_json(const json_t *value);
 
@@ -65,6 +73,8 @@ int cmd_tasks(cli *c, int argc, char **argv);
 int cmd_kb(cli *c, int argc, char **argv); /* cmd_knowledge.c */
 int cmd_skills(cli *c, int argc, char **argv);
 int cmd_activity(cli *c, int argc, char **argv);
+int cmd_repos(cli *c, int argc, char **argv); /* cmd_repo.c */
+int cmd_prs(cli *c, int argc, char **argv);
 
 /* Runs the subcommand argv[1] of a command among subs; handles --help and usage errors. */
 int cli_dispatch(cli *c, int argc, char **argv, const cli_command *subs, size_t n_subs,

@@ -13,33 +13,9 @@
 #define KB_FILE_MAX (4u << 20)
 #define SKILL_FILE_MAX (1u << 20)
 
-/* Opens the workspace, calls tool as the owner with args (stolen), prints the result as JSON
- * or with show. */
-static int operate(cli *c, const char *tool, json_t *args, bool json, void (*show)(json_t *)) {
-  if (!args) return CLI_FAILED;
-  _cleanup_json_ json_t *result = NULL;
-  int r = cli_open(c, false) == CLI_OK ? cli_operator_call(c, tool, args, &result) : CLI_FAILED;
-  json_decref(args);
-  if (r != CLI_OK) return r;
-  if (json || !show) cli_print_json(result);
-  else show(result);
-  return CLI_OK;
-}
-
 static const char *str(json_t *object, const char *key) {
   const char *s = json_string_value(json_object_get(object, key));
   return s ? s : "";
-}
-
-/* The arguments of a subcommand (command names it) whose only option is --json. */
-static int json_only(int argc, char **argv, const char *usage, const char *command, bool *json) {
-  *json = false;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--json") != 0)
-      return cli_usage(usage, "%s %s: unexpected '%s'", command, argv[0], argv[i]);
-    *json = true;
-  }
-  return CLI_OK;
 }
 
 static const char kb_usage[] =
@@ -70,7 +46,7 @@ static int kb_put(cli *c, int argc, char **argv) {
     return cli_usage(kb_usage, "kb put: --work, --slug, --title and --file are required");
   _cleanup_free_ char *body = cli_read_file(file, KB_FILE_MAX);
   if (!body) return CLI_FAILED;
-  return operate(c, "kb.document.put",
+  return cli_operate(c, "kb.document.put",
                  json_pack("{s:s,s:s,s:s,s:s}", "workSlug", work, "slug", slug, "title", title,
                            "body", body),
                  true, NULL);
@@ -90,8 +66,8 @@ static void show_documents(json_t *result) {
 
 static int kb_list(cli *c, int argc, char **argv) {
   bool json;
-  if (json_only(argc, argv, kb_usage, "kb", &json) != CLI_OK) return CLI_USAGE;
-  return operate(c, "kb.document.list", json_object(), json, show_documents);
+  if (cli_json_only(argc, argv, kb_usage, "kb", &json) != CLI_OK) return CLI_USAGE;
+  return cli_operate(c, "kb.document.list", json_object(), json, show_documents);
 }
 
 int cmd_kb(cli *c, int argc, char **argv) {
@@ -124,7 +100,7 @@ static int skills_add(cli *c, int argc, char **argv) {
   if (optind + 1 != argc) return cli_usage(skills_usage, "skills add: give one FILE");
   _cleanup_free_ char *text = cli_read_file(argv[optind], SKILL_FILE_MAX);
   if (!text) return CLI_FAILED;
-  return operate(c, "skill.catalog.add",
+  return cli_operate(c, "skill.catalog.add",
                  json_pack("{s:s,s:O}", "text", text, "bindings", bindings), true, NULL);
 }
 
@@ -144,8 +120,8 @@ static void show_skills(json_t *result) {
 
 static int skills_list(cli *c, int argc, char **argv) {
   bool json;
-  if (json_only(argc, argv, skills_usage, "skills", &json) != CLI_OK) return CLI_USAGE;
-  return operate(c, "skill.catalog.list", json_object(), json, show_skills);
+  if (cli_json_only(argc, argv, skills_usage, "skills", &json) != CLI_OK) return CLI_USAGE;
+  return cli_operate(c, "skill.catalog.list", json_object(), json, show_skills);
 }
 
 int cmd_skills(cli *c, int argc, char **argv) {
@@ -193,5 +169,5 @@ int cmd_activity(cli *c, int argc, char **argv) {
     }
   }
   if (optind < argc) return cli_usage(activity_usage, "activity: unexpected '%s'", argv[optind]);
-  return operate(c, "work.activity.list", TAKE_PTR(args), json, show_activity);
+  return cli_operate(c, "work.activity.list", TAKE_PTR(args), json, show_activity);
 }

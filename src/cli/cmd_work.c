@@ -8,19 +8,6 @@
 #include "cli/cli.h"
 #include "util/cleanup.h"
 
-/* Opens the workspace, calls tool as the owner with args (stolen), prints the result as JSON
- * or with show. */
-static int operate(cli *c, const char *tool, json_t *args, bool json, void (*show)(json_t *)) {
-  if (!args) return CLI_FAILED;
-  _cleanup_json_ json_t *result = NULL;
-  int r = cli_open(c, false) == CLI_OK ? cli_operator_call(c, tool, args, &result) : CLI_FAILED;
-  json_decref(args);
-  if (r != CLI_OK) return r;
-  if (json || !show) cli_print_json(result);
-  else show(result);
-  return CLI_OK;
-}
-
 static const char *str(json_t *object, const char *key) {
   const char *s = json_string_value(json_object_get(object, key));
   return s ? s : "-";
@@ -89,7 +76,7 @@ static int missions_create(cli *c, int argc, char **argv) {
     json_decref(args);
     return r;
   }
-  return operate(c, "work.mission.create", args, true, NULL);
+  return cli_operate(c, "work.mission.create", args, true, NULL);
 }
 
 static void show_missions(json_t *result) {
@@ -118,7 +105,7 @@ static int missions_list(cli *c, int argc, char **argv) {
     return r;
   }
   json_object_set_new(args, "limit", json_integer(100));
-  return operate(c, "work.mission.list", args, json, show_missions);
+  return cli_operate(c, "work.mission.list", args, json, show_missions);
 }
 
 int cmd_missions(cli *c, int argc, char **argv) {
@@ -138,7 +125,7 @@ static int list_part(cli *c, int argc, char **argv, const char *usage, void (*sh
     return r;
   }
   json_object_set_new(args, "limit", json_integer(100));
-  if (!json) return operate(c, "work.mission.list", args, false, show);
+  if (!json) return cli_operate(c, "work.mission.list", args, false, show);
   /* --json: the part of every mission, flattened, each entry naming its mission. */
   _cleanup_json_ json_t *result = NULL;
   r = cli_open(c, false) == CLI_OK ? cli_operator_call(c, "work.mission.list", args, &result) : CLI_FAILED;
@@ -174,7 +161,7 @@ static int ideas_create(cli *c, int argc, char **argv) {
     json_decref(args);
     return r;
   }
-  return operate(c, "work.idea.create", args, true, NULL);
+  return cli_operate(c, "work.idea.create", args, true, NULL);
 }
 
 static void show_ideas(json_t *result) {
@@ -216,7 +203,7 @@ static int works_create(cli *c, int argc, char **argv) {
     json_decref(args);
     return r;
   }
-  return operate(c, "work.work.create", args, true, NULL);
+  return cli_operate(c, "work.work.create", args, true, NULL);
 }
 
 static void show_works(json_t *result) {
@@ -278,7 +265,7 @@ static int tasks_list(cli *c, int argc, char **argv) {
     json_decref(args);
     return r;
   }
-  return operate(c, "work.task.list", args, json, show_tasks);
+  return cli_operate(c, "work.task.list", args, json, show_tasks);
 }
 
 static void show_task(json_t *result) {
@@ -320,7 +307,7 @@ static int tasks_show(cli *c, int argc, char **argv) {
     return r;
   }
   json_object_set_new(args, "taskSlug", json_string(slug));
-  return operate(c, "work.task.show", args, json, show_task);
+  return cli_operate(c, "work.task.show", args, json, show_task);
 }
 
 /* tasks assign and tasks approve: a task SLUG and one of --agent, --user. */
@@ -338,7 +325,7 @@ static int task_person(cli *c, int argc, char **argv, const char *tool, bool rol
     return r;
   }
   json_object_set_new(args, "taskSlug", json_string(slug));
-  return operate(c, tool, args, true, NULL);
+  return cli_operate(c, tool, args, true, NULL);
 }
 
 static int tasks_assign(cli *c, int argc, char **argv) {
