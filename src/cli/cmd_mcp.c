@@ -1,4 +1,136 @@
-/* Placeholder until the MCP issue lands. */
+/* toolgate mcp (stdio) and toolgate serve (Streamable HTTP): the MCP surfaces. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cli/cli.h"
-int cmd_mcp(cli *c, int argc, char **argv) { return cli_usage(NULL, "mcp: not built yet"); }
-int cmd_serve(cli *c, int argc, char **argv) { return cli_usage(NULL, "serve: not built yet"); }
+#include "http/server.h"
+#include "mcp/stdio.h"
+#include "tools/conformance.h"
+#include "tools/providers.h"
+#include "util/cleanup.h"
+#include "util/log.h"
+#include "util/status.h"
+
+#define DEFAULT_LISTEN "127.0.0.1:7878"
+
+static const char mcp_usage[] =
+    "usage: toolgate mcp (--agent SLUG | --token TOKEN) [--conformance-fixtures]\n\n"
+    "Serves MCP (2026-07-28 and 2025-11-25) over stdio: newline-delimited JSON-RPC on\n"
+    "stdin and stdout, logs on stderr. Every tool call is made as the agent, or as the\n"
+    "holder of the API token, through the same gate as every other surface.\n"
+    "  --conformance-fixtures  also serve the fixtures of the official conformance suite\n";
+
+static const char serve_usage[] =
+    "usage: toolgate serve [--listen HOST:PORT] [--no-auth [--agent SLUG]]\n"
+    "                      [--conformance-fixtures] [--threads N]\n\n"
+    "Serves MCP over Streamable HTTP on POST/GET/DELETE /mcp, and /healthz.\n"
+    "Requests authenticate with 'Authorization: Bearer TOKEN' (toolgate token create).\n"
+    "  --listen HOST:PORT      where to listen (default " DEFAULT_LISTEN ")\n"
+    "  --no-auth               loopback only: every request acts as --agent SLUG, or as the\n"
+    "                          workspace owner\n"
+    "  --conformance-fixtures  also serve the fixtures of the official conformance suite\n"
+    "  --threads N             worker threads (default 8)\n";
+
+/* The registry, with the conformance provider appended when asked for. */
+static int open_registry(cli *c, bool fixtures) {
+  if (!fixtures) return cli_open_registry(c);
+  size_t n = tg_builtin_providers_count;
+  _cleanup_free_ const tg_provider **list = calloc(n + 1, sizeof *list);
+  if (!list) return CLI_FAILED;
+  memcpy(list, tg_builtin_providers, n * sizeof *list);
+  list[n] = &tg_provider_conformance;
+  _cleanup_free_ char *why = NULL;
+  if (tg_registry_new(list, n + 1, &c->registry, &why) < 0) {
+    fprintf(stderr, "toolgate: the tool registry did not load: %s\n", why ? why : "out of memory");
+    return CLI_FAILED;
+  }
+  c->env.registry = c->registry;
+  return CLI_OK;
+}
+
+int cmd_mcp(cli *c, int argc, char **argv) {
+  if (cli_wants_help(argc, argv, mcp_usage)) return CLI_OK;
+  static const struct option options[] = {{"agent", required_argument, NULL, 'a'},
+                                          {"token", required_argument, NULL, 't'},
+                                          {"conformance-fixtures", no_argument, NULL, 'f'},
+                                          {0}};
+  const char *agent = NULL, *token = NULL;
+  bool fixtures = false;
+  int opt;
+  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+    switch (opt) {
+    case 'a': agent = optarg; break;
+    case 't': token = optarg; break;
+    case 'f': fixtures = true; break;
+    default: return cli_usage(mcp_usage, "mcp: bad option");
+    }
+  }
+  if (optind != argc) return cli_usage(mcp_usage, "mcp: unexpected argument '%s'", argv[optind]);
+  if (!!agent + !!token != 1) return cli_usage(mcp_usage, "mcp: give exactly one of --agent, --token");
+  if (open_registry(c, fixtures) != CLI_OK || cli_open(c, false) != CLI_OK) return CLI_FAILED;
+  char principal[TG_UUID_LEN + 1];
+  int r = agent ? tg_principal_lookup(c->db, c->tenant_id, TG_PRINCIPAL_AGENT, agent, principal)
+                : tg_principal_by_token(c->db, token, principal);
+  if (r < 0) {
+    fprintf(stderr, agent ? "toolgate: no agent '%s' in this workspace\n"
+                          : "toolgate: the token is unknown or revoked%s\n",
+            agent ? agent : "");
+    return CLI_FAILED;
+  }
+  tg_mcp_server srv = {.fixtures = fixtures, .name = "toolgate", .version = TG_MCP_SERVER_VERSION};
+  tg_log(TG_LOG_INFO, "mcp: serving stdio as %s%s", agent ? agent : "the token's holder",
+         fixtures ? " with the conformance fixtures" : "");
+  r = tg_mcp_stdio_serve(&srv, &c->env, principal, stdin, stdout);
+  if (r < 0) tg_log(TG_LOG_ERROR, "mcp: stopped: %s", r == TG_E_NOMEM ? "out of memory" : "output closed");
+  return r < 0 ? CLI_FAILED : CLI_OK;
+}
+
+int cmd_serve(cli *c, int argc, char **argv) {
+  if (cli_wants_help(argc, argv, serve_usage)) return CLI_OK;
+  static const struct option options[] = {{"listen", required_argument, NULL, 'l'},
+                                          {"no-auth", no_argument, NULL, 'n'},
+                                          {"agent", required_argument, NULL, 'a'},
+                                          {"conformance-fixtures", no_argument, NULL, 'f'},
+                                          {"threads", required_argument, NULL, 'j'},
+                                          {0}};
+  tg_http_config cfg = {.listen = DEFAULT_LISTEN, .threads = 8};
+  const char *agent = NULL;
+  int opt;
+  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+    switch (opt) {
+    case 'l': cfg.listen = optarg; break;
+    case 'n': cfg.no_auth = true; break;
+    case 'a': agent = optarg; break;
+    case 'f': cfg.server.fixtures = true; break;
+    case 'j': {
+      char *end = NULL;
+      long n = strtol(optarg, &end, 10);
+      if (*end || n < 1 || n > 256) return cli_usage(serve_usage, "serve: --threads takes 1 to 256");
+      cfg.threads = (unsigned)n;
+      break;
+    }
+    default: return cli_usage(serve_usage, "serve: bad option");
+    }
+  }
+  if (optind != argc) return cli_usage(serve_usage, "serve: unexpected argument '%s'", argv[optind]);
+  if (agent && !cfg.no_auth) return cli_usage(serve_usage, "serve: --agent goes with --no-auth");
+  if (open_registry(c, cfg.server.fixtures) != CLI_OK || cli_open(c, false) != CLI_OK)
+    return CLI_FAILED;
+  char principal[TG_UUID_LEN + 1];
+  if (cfg.no_auth) {
+    int r = agent ? tg_principal_lookup(c->db, c->tenant_id, TG_PRINCIPAL_AGENT, agent, principal)
+                  : tg_principal_owner(c->db, c->tenant_id, principal);
+    if (r < 0) {
+      fprintf(stderr, "toolgate: no %s to act as\n", agent ? "such agent" : "workspace owner");
+      return CLI_FAILED;
+    }
+    cfg.no_auth_principal = principal;
+  }
+  cfg.server.name = "toolgate";
+  cfg.server.version = TG_MCP_SERVER_VERSION;
+  cfg.data_dir = c->data_dir;
+  cfg.registry = c->registry;
+  return tg_http_serve(&cfg) < 0 ? CLI_FAILED : CLI_OK;
+}

@@ -203,7 +203,8 @@ static int internal(call_state *st, tg_call_result *ret, const char *what, bool 
 static int execute(call_state *st, tg_call_result *ret) {
   tg_db *db = st->env->db;
   tg_call_ctx cx = {.env = st->env, .db = db, .tool = st->tool, .principal = st->principal,
-                    .surface = st->req->surface, .activity = json_array()};
+                    .surface = st->req->surface, .client = st->req->client,
+                    .activity = json_array()};
   _cleanup_json_ json_t *activity = cx.activity;
   if (!activity) return internal(st, ret, "out of memory", false);
   if (tg_db_begin(db) < 0) return internal(st, ret, "begin failed", false);

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/client.h"
 #include "core/error.h"
 #include "core/principal.h"
 #include "core/registry.h"
@@ -33,6 +34,7 @@ typedef struct tg_call_request {
   json_t *args;       /* borrowed; NULL means {} */
   const char *run_id; /* agents: attach to this running run; NULL: the call is its own run */
   bool dry_run;       /* run every gate, not the handler; write nothing */
+  const tg_client_channel *client; /* the way back to the client, or NULL */
 } tg_call_request;
 
 typedef struct tg_call_result {
@@ -55,6 +57,7 @@ struct tg_call_ctx {
   const tg_principal *principal;
   tg_surface surface;
   const char *run_id; /* the run this call is logged under, NULL for users */
+  const tg_client_channel *client; /* NULL when the surface has no way back */
   tg_errcode code;    /* set by tg_fail */
   json_t *error;      /* envelope set by tg_fail */
   json_t *activity;   /* rows queued by tg_activity, written before commit */

@@ -95,7 +95,7 @@ static int build_tool(tg_tool *tool, json_t *decl, const tg_provider *provider, 
   static const char *const surfaces[] = {"agent", "mcp", "api"};
   static const char *const effects[] = {"read", "write", "propose"};
   static const char *const risks[] = {"low", "medium", "high"};
-  static const char *const flags[] = {"idempotent", "destructive", "open_world"};
+  static const char *const flags[] = {"idempotent", "destructive", "open_world", "mcp_content"};
 
   tool->spec = json_incref(decl);
   tool->name = strdup(json_string_value(json_object_get(decl, "name")));
@@ -108,7 +108,7 @@ static int build_tool(tg_tool *tool, json_t *decl, const tg_provider *provider, 
   tool->surfaces = parse_flags(json_object_get(decl, "surfaces"), surfaces, 3);
   tool->effect = (tg_effect)enum_index(json_string_value(json_object_get(decl, "effect")), effects, 3);
   tool->risk = (tg_risk)enum_index(json_string_value(json_object_get(decl, "risk")), risks, 3);
-  tool->flags = parse_flags(json_object_get(decl, "flags"), flags, 3);
+  tool->flags = parse_flags(json_object_get(decl, "flags"), flags, 4);
 
   json_t *perms = json_object_get(decl, "permissions");
   tool->n_permissions = json_array_size(perms);
@@ -272,7 +272,7 @@ void tg_registry_free(tg_registry *reg) {
 }
 
 const tg_tool *tg_registry_find(const tg_registry *reg, const char *name) {
-  return reg->slots[slot_of(reg, name)];
+  return name ? reg->slots[slot_of(reg, name)] : NULL;
 }
 
 size_t tg_registry_count(const tg_registry *reg) { return reg->n_tools; }

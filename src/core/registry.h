@@ -15,7 +15,7 @@ int tg_registry_new(const tg_provider *const *providers, size_t n_providers,
                     tg_registry **ret, char **reterr);
 void tg_registry_free(tg_registry *reg);
 
-/* The tool answering to name (canonical, model-facing or alias), or NULL. */
+/* The tool answering to name (canonical, model-facing or alias), or NULL (also for NULL). */
 const tg_tool *tg_registry_find(const tg_registry *reg, const char *name);
 size_t tg_registry_count(const tg_registry *reg);
 const tg_tool *tg_registry_at(const tg_registry *reg, size_t index);

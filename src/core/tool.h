@@ -21,6 +21,7 @@ typedef enum tg_tool_flag {
   TG_TOOL_IDEMPOTENT = 1u << 0,
   TG_TOOL_DESTRUCTIVE = 1u << 1,
   TG_TOOL_OPEN_WORLD = 1u << 2,
+  TG_TOOL_MCP_CONTENT = 1u << 3, /* the result is MCP content blocks, served as they are */
 } tg_tool_flag;
 
 typedef struct tg_call_ctx tg_call_ctx;

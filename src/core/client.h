@@ -1,0 +1,26 @@
+/* The way back to the client during a call: progress, log messages, and requests to the
+ * client (sampling, elicitation) or, in MCP 2026-07-28, input asked for by returning
+ * {"resultType":"input_required",...}. A surface fills one per call (tg_call_request.client);
+ * handlers reach it as cx->client and never learn the transport. */
+#pragma once
+#include <jansson.h>
+
+/* What a surface offers a handler for the duration of one call. */
+typedef struct tg_client_channel {
+  void *self;
+  json_t *progress_token; /* borrowed; NULL: the client asked for no progress */
+  const char *log_level;  /* lowest level the client wants; NULL: send no log messages */
+  json_t *capabilities;   /* borrowed client capabilities; NULL when unknown */
+  /* 2026-07-28 multi round-trip requests: the client's answers to the input requests of an
+   * earlier round (borrowed object, NULL in the first round) and the request state that
+   * round returned, verified by the surface (NULL when none). A handler asks for input by
+   * returning {"resultType":"input_required","inputRequests":{...},"requestState"?:...}. */
+  json_t *input_responses;
+  const char *request_state;
+  /* Sends a notification related to the call; params is stolen. */
+  int (*notify)(void *self, const char *method, json_t *params);
+  /* Sends a request to the client and waits for its result (a new reference in *ret), or
+   * NULL when this transport or revision cannot (then the handler fails cleanly). params is
+   * stolen. Returns 0, TG_E_TOOL with *ret the client's error object, or another TG_E_*. */
+  int (*ask)(void *self, const char *method, json_t *params, json_t **ret);
+} tg_client_channel;

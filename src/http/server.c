@@ -1,0 +1,868 @@
+#define _GNU_SOURCE
+#include "http/server.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "core/principal.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/status.h"
+
+#define SESSION_ID_BYTES 16
+#define STREAM_MAX_BYTES (16u * 1024u * 1024u) /* unread SSE output kept for one client */
+#define MAX_ASKS 16                            /* server-to-client requests open per session */
+
+/* ---- legacy sessions ---- */
+
+typedef struct ask_slot {
+  json_t *id; /* the request id we sent; NULL: free */
+  json_t *response;
+} ask_slot;
+
+typedef struct session {
+  char id[2 * SESSION_ID_BYTES + 1];
+  char principal[TG_UUID_LEN + 1];
+  int refs;
+  bool dead;
+  int64_t last_used;
+  tg_mcp_session state; /* guarded by the server's lock */
+  ask_slot asks[MAX_ASKS];
+  struct session *next;
+} session;
+
+typedef struct server {
+  const tg_http_config *cfg;
+  bool loopback;
+  pthread_mutex_t lock;
+  pthread_cond_t answered; /* an ask slot received its response */
+  session *sessions;
+  size_t n_sessions;
+  unsigned workers; /* tool calls running on worker threads */
+  pthread_cond_t worker_free;
+} server;
+
+static bool loopback_host(const char *host, size_t len) {
+  static const char *const names[] = {"localhost", "127.0.0.1", "[::1]", "::1"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strlen(names[i]) == len && strncasecmp(host, names[i], len) == 0) return true;
+  return false;
+}
+
+/* Host header "name[:port]" names this machine. */
+static bool host_ok(const char *host) {
+  if (!host) return true;
+  const char *end = host[0] == '[' ? strchr(host, ']') : strchr(host, ':');
+  size_t len = !end ? strlen(host) : (size_t)(end - host) + (host[0] == '[');
+  return loopback_host(host, len);
+}
+
+/* Origin "scheme://name[:port]" names this machine. */
+static bool origin_ok(const char *origin) {
+  if (!origin) return true;
+  const char *p = strstr(origin, "://");
+  if (!p) return false;
+  size_t scheme = (size_t)(p - origin);
+  if (!(scheme == 4 && strncmp(origin, "http", 4) == 0) &&
+      !(scheme == 5 && strncmp(origin, "https", 5) == 0))
+    return false;
+  return host_ok(p + 3) && !strchr(p + 3, '/');
+}
+
+static void session_release_locked(server *s, session *x) {
+  if (--x->refs > 0) return;
+  for (size_t i = 0; i < MAX_ASKS; i++) {
+    json_decref(x->asks[i].id);
+    json_decref(x->asks[i].response);
+  }
+  tg_mcp_session_done(&x->state);
+  free(x);
+}
+
+static void session_unlink_locked(server *s, session *x) {
+  for (session **p = &s->sessions; *p; p = &(*p)->next) {
+    if (*p != x) continue;
+    *p = x->next;
+    s->n_sessions--;
+    x->dead = true;
+    pthread_cond_broadcast(&s->answered);
+    session_release_locked(s, x);
+    return;
+  }
+}
+
+/* Drops idle sessions, and the least recently used one when the table is full. */
+static void reap_locked(server *s, int64_t now) {
+  session *oldest = NULL;
+  for (session *x = s->sessions, *next; x; x = next) {
+    next = x->next;
+    if (now - x->last_used > TG_HTTP_SESSION_IDLE_MS && x->refs == 1) session_unlink_locked(s, x);
+    else if (!oldest || x->last_used < oldest->last_used) oldest = x;
+  }
+  if (s->n_sessions >= TG_HTTP_MAX_SESSIONS && oldest) session_unlink_locked(s, oldest);
+}
+
+static session *session_new(server *s, const char *principal) {
+  session *x = calloc(1, sizeof *x);
+  unsigned char raw[SESSION_ID_BYTES];
+  if (!x || getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
+    free(x);
+    return NULL;
+  }
+  for (size_t i = 0; i < sizeof raw; i++) snprintf(x->id + 2 * i, 3, "%02x", raw[i]);
+  snprintf(x->principal, sizeof x->principal, "%s", principal);
+  tg_mcp_session_init(&x->state);
+  x->refs = 2; /* the table's and the caller's */
+  pthread_mutex_lock(&s->lock);
+  x->last_used = tg_now_ms();
+  reap_locked(s, x->last_used);
+  x->next = s->sessions;
+  s->sessions = x;
+  s->n_sessions++;
+  pthread_mutex_unlock(&s->lock);
+  return x;
+}
+
+/* The live session with id belonging to principal, with a reference, or NULL. */
+static session *session_find(server *s, const char *id, const char *principal) {
+  pthread_mutex_lock(&s->lock);
+  session *x = s->sessions;
+  while (x && strcmp(x->id, id) != 0) x = x->next;
+  if (x && strcmp(x->principal, principal) != 0) x = NULL;
+  if (x) {
+    x->refs++;
+    x->last_used = tg_now_ms();
+  }
+  pthread_mutex_unlock(&s->lock);
+  return x;
+}
+
+static void session_put(server *s, session *x) {
+  if (!x) return;
+  pthread_mutex_lock(&s->lock);
+  session_release_locked(s, x);
+  pthread_mutex_unlock(&s->lock);
+}
+
+/* ---- SSE streams fed by a worker ----
+ * A tool call runs on a worker thread. Its connection waits for the first thing it says:
+ * a final answer alone goes out as one JSON response with its own HTTP status (so a
+ * -32021 is a 400); a notification or a request to the client first turns the answer into
+ * an SSE stream that carries everything that follows. */
+
+typedef struct stream {
+  pthread_mutex_t lock;
+  pthread_cond_t ready;
+  char *buf;
+  size_t len, sent;
+  json_t *final;    /* the answer, while the response is not a stream */
+  int final_status;
+  bool done;        /* the worker has answered */
+  bool streaming;   /* the response is an SSE stream */
+  bool closed;      /* the client went away */
+  int refs;         /* the worker's and the connection's */
+  unsigned next_event;
+} stream;
+
+static void stream_release(stream *st) {
+  pthread_mutex_lock(&st->lock);
+  bool last = --st->refs == 0;
+  pthread_mutex_unlock(&st->lock);
+  if (!last) return;
+  pthread_mutex_destroy(&st->lock);
+  pthread_cond_destroy(&st->ready);
+  json_decref(st->final);
+  free(st->buf);
+  free(st);
+}
+
+/* Appends one SSE event carrying msg (stolen); called with the lock held. */
+static int append_event_locked(stream *st, json_t *msg) {
+  char *text = msg ? tg_rpc_encode(msg) : NULL;
+  json_decref(msg);
+  if (!text) return TG_E_NOMEM;
+  if (st->closed) {
+    free(text);
+    return TG_OK;
+  }
+  char *event = NULL;
+  int n = asprintf(&event, "event: message\nid: %u\ndata: %s\n\n", ++st->next_event, text);
+  free(text);
+  if (n < 0) return TG_E_NOMEM;
+  int r = TG_OK;
+  char *grown = st->len - st->sent + (size_t)n > STREAM_MAX_BYTES
+                    ? NULL
+                    : realloc(st->buf, st->len + (size_t)n);
+  if (grown) {
+    memcpy(grown + st->len, event, (size_t)n);
+    st->buf = grown;
+    st->len += (size_t)n;
+  } else {
+    r = TG_E_TOO_LARGE;
+  }
+  free(event);
+  pthread_cond_broadcast(&st->ready);
+  return r;
+}
+
+/* A notification or request related to the call; msg is stolen. */
+static int stream_event(stream *st, json_t *msg) {
+  pthread_mutex_lock(&st->lock);
+  int r = append_event_locked(st, msg);
+  pthread_mutex_unlock(&st->lock);
+  return r;
+}
+
+/* The worker's answer (stolen; NULL when it had none to give). */
+static void stream_finish(stream *st, json_t *msg, int status) {
+  pthread_mutex_lock(&st->lock);
+  if (st->streaming) {
+    append_event_locked(st, msg);
+  } else {
+    st->final = msg;
+    st->final_status = status;
+  }
+  st->done = true;
+  pthread_cond_broadcast(&st->ready);
+  pthread_mutex_unlock(&st->lock);
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
+  stream *st = cls;
+  pthread_mutex_lock(&st->lock);
+  while (st->sent == st->len && !st->done) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += TG_HTTP_KEEPALIVE_MS / 1000;
+    if (pthread_cond_timedwait(&st->ready, &st->lock, &until) == ETIMEDOUT &&
+        st->sent == st->len && !st->done) {
+      /* A comment line keeps proxies and clients from timing the stream out. */
+      static const char keepalive[] = ": keep-alive\n\n";
+      pthread_mutex_unlock(&st->lock);
+      size_t n = sizeof keepalive - 1 < max ? sizeof keepalive - 1 : max;
+      memcpy(out, keepalive, n);
+      return (ssize_t)n;
+    }
+  }
+  size_t n = st->len - st->sent;
+  if (n == 0) {
+    pthread_mutex_unlock(&st->lock);
+    return MHD_CONTENT_READER_END_OF_STREAM;
+  }
+  if (n > max) n = max;
+  memcpy(out, st->buf + st->sent, n);
+  st->sent += n;
+  pthread_mutex_unlock(&st->lock);
+  return (ssize_t)n;
+}
+
+static void stream_free(void *cls) {
+  stream *st = cls;
+  pthread_mutex_lock(&st->lock);
+  st->closed = true;
+  pthread_mutex_unlock(&st->lock);
+  stream_release(st);
+}
+
+/* ---- one request ---- */
+
+typedef struct request {
+  char *body;
+  size_t len;
+  bool too_large;
+} request;
+
+typedef struct worker {
+  server *srv;
+  stream *st;
+  session *sess; /* NULL for stateless requests */
+  tg_mcp_session scratch;
+  bool opened;      /* this request is the initialize that opened sess */
+  int loaded_level; /* the session's log level when scratch was copied */
+  char principal[TG_UUID_LEN + 1];
+  tg_mcp_headers headers;
+  char *header_copies[3];
+  json_t *params; /* Mcp-Param-* headers */
+  tg_rpc_msg msg;
+} worker;
+
+static int worker_send(void *self, json_t *msg) { return stream_event(((worker *)self)->st, msg); }
+
+/* Sends a request on the call's stream and waits for the client to POST the response. */
+static int worker_ask(void *self, json_t *ask, json_t **ret) {
+  worker *w = self;
+  server *s = w->srv;
+  json_t *id = json_incref(json_object_get(ask, "id"));
+  pthread_mutex_lock(&s->lock);
+  ask_slot *slot = NULL;
+  for (size_t i = 0; i < MAX_ASKS && !slot; i++)
+    if (!w->sess->asks[i].id) slot = &w->sess->asks[i];
+  if (slot) slot->id = id;
+  pthread_mutex_unlock(&s->lock);
+  if (!slot) {
+    json_decref(id);
+    json_decref(ask);
+    return TG_E_TOO_LARGE;
+  }
+  int r = stream_event(w->st, ask);
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += TG_HTTP_ASK_TIMEOUT_MS / 1000;
+  pthread_mutex_lock(&s->lock);
+  while (r == 0 && !slot->response && !w->sess->dead)
+    if (pthread_cond_timedwait(&s->answered, &s->lock, &until) == ETIMEDOUT) r = TG_E_IO;
+  if (r == 0 && !slot->response) r = TG_E_IO;
+  if (r == 0) *ret = slot->response;
+  else json_decref(slot->response);
+  slot->response = NULL;
+  json_decref(slot->id);
+  slot->id = NULL;
+  pthread_mutex_unlock(&s->lock);
+  return r;
+}
+
+/* Hands a posted JSON-RPC response to the tool waiting for it. */
+static bool deliver_answer(server *s, session *x, const tg_rpc_msg *msg) {
+  bool found = false;
+  pthread_mutex_lock(&s->lock);
+  for (size_t i = 0; i < MAX_ASKS && !found; i++) {
+    if (!x->asks[i].id || !json_equal(x->asks[i].id, msg->id)) continue;
+    json_decref(x->asks[i].response);
+    x->asks[i].response = json_incref(msg->root);
+    found = true;
+  }
+  pthread_cond_broadcast(&s->answered);
+  pthread_mutex_unlock(&s->lock);
+  return found;
+}
+
+/* A request works on a copy of its session's state. Requests of one session may run at
+ * once, so only what a request changed is written back: the whole state after the
+ * initialize that opened the session, else the log level and the initialized flag. */
+static void state_load(server *s, session *x, tg_mcp_session *out, int *loaded_level) {
+  pthread_mutex_lock(&s->lock);
+  *out = x->state;
+  json_incref(out->client_capabilities);
+  pthread_mutex_unlock(&s->lock);
+  *loaded_level = out->log_level;
+}
+
+static void state_store(server *s, session *x, tg_mcp_session *in, bool opened, int loaded_level) {
+  pthread_mutex_lock(&s->lock);
+  if (opened) {
+    json_decref(x->state.client_capabilities);
+    x->state = *in;
+    in->client_capabilities = NULL;
+  } else {
+    if (in->log_level != loaded_level) x->state.log_level = in->log_level;
+    if (in->initialized) x->state.initialized = true;
+  }
+  pthread_mutex_unlock(&s->lock);
+}
+
+static void worker_free(worker *w) {
+  tg_rpc_msg_done(&w->msg);
+  json_decref(w->params);
+  for (size_t i = 0; i < 3; i++) free(w->header_copies[i]);
+  tg_mcp_session_done(&w->scratch);
+  session_put(w->srv, w->sess);
+  stream_release(w->st);
+  pthread_mutex_lock(&w->srv->lock);
+  w->srv->workers--;
+  pthread_cond_broadcast(&w->srv->worker_free);
+  pthread_mutex_unlock(&w->srv->lock);
+  free(w);
+}
+
+static void *worker_main(void *arg) {
+  worker *w = arg;
+  server *s = w->srv;
+  tg_db *db = NULL;
+  char *why = NULL;
+  json_t *final = NULL;
+  int status = 500;
+  if (tg_db_open(s->cfg->data_dir, &db, &why) < 0) {
+    tg_log(TG_LOG_ERROR, "http: worker cannot open the database: %s", why ? why : "out of memory");
+    free(why);
+  } else {
+    tg_env env = {.registry = s->cfg->registry, .db = db};
+    tg_mcp_io io = {.self = w, .send = worker_send, .ask = w->sess ? worker_ask : NULL};
+    tg_mcp_request req = {.env = &env, .principal_id = w->principal, .session = &w->scratch,
+                          .headers = &w->headers, .io = &io};
+    tg_mcp_reply reply;
+    if (tg_mcp_handle(&s->cfg->server, &req, &w->msg, &reply) == 0) {
+      final = reply.message;
+      status = reply.http_status;
+      if (w->sess) state_store(s, w->sess, &w->scratch, w->opened, w->loaded_level);
+    }
+    tg_db_close(db);
+  }
+  if (!final) final = tg_rpc_error(w->msg.id, TG_RPC_INTERNAL_ERROR, "Internal error", NULL);
+  /* Ends the exchange even without a message, so the client is never left waiting. */
+  stream_finish(w->st, final, status);
+  worker_free(w);
+  return NULL;
+}
+
+/* ---- responses ---- */
+
+static enum MHD_Result queue(struct MHD_Connection *conn, unsigned status, const char *type,
+                             const char *body, const char *session_id) {
+  struct MHD_Response *res =
+      MHD_create_response_from_buffer(body ? strlen(body) : 0, (void *)(body ? body : ""),
+                                      MHD_RESPMEM_MUST_COPY);
+  if (!res) return MHD_NO;
+  if (type) MHD_add_response_header(res, "Content-Type", type);
+  if (session_id) MHD_add_response_header(res, "Mcp-Session-Id", session_id);
+  if (status == MHD_HTTP_UNAUTHORIZED)
+    MHD_add_response_header(res, "WWW-Authenticate",
+                            "Bearer realm=\"toolgate\", error=\"invalid_token\"");
+  if (status == MHD_HTTP_METHOD_NOT_ALLOWED) MHD_add_response_header(res, "Allow", "POST, DELETE");
+  enum MHD_Result r = MHD_queue_response(conn, status, res);
+  MHD_destroy_response(res);
+  return r;
+}
+
+static enum MHD_Result queue_json(struct MHD_Connection *conn, unsigned status, json_t *msg,
+                                  const char *session_id) {
+  char *text = msg ? tg_rpc_encode(msg) : NULL;
+  json_decref(msg);
+  if (!text) return queue(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, NULL, NULL);
+  enum MHD_Result r = queue(conn, status, "application/json", text, session_id);
+  free(text);
+  return r;
+}
+
+static enum MHD_Result queue_rpc_error(struct MHD_Connection *conn, unsigned status, int code,
+                                       const char *message) {
+  return queue_json(conn, status, tg_rpc_error(NULL, code, message, NULL), NULL);
+}
+
+/* An error answering a decoded request echoes its id. */
+static enum MHD_Result queue_msg_error(struct MHD_Connection *conn, unsigned status,
+                                       const tg_rpc_msg *msg, int code, const char *message) {
+  return queue_json(conn, status, tg_rpc_error(msg->id, code, message, NULL), NULL);
+}
+
+/* A trimmed copy of header name (RFC 9110 optional whitespace), or NULL. */
+static char *header_copy(struct MHD_Connection *conn, const char *name) {
+  const char *v = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, name);
+  if (!v) return NULL;
+  while (*v == ' ' || *v == '\t') v++;
+  size_t len = strlen(v);
+  while (len && (v[len - 1] == ' ' || v[len - 1] == '\t')) len--;
+  return strndup(v, len);
+}
+
+#define MAX_PARAM_HEADERS 64
+
+/* Collects Mcp-Param-{Name} headers into an object keyed by lower-case Name. */
+static enum MHD_Result collect_param(void *cls, enum MHD_ValueKind kind, const char *key,
+                                    const char *value) {
+  json_t *params = cls;
+  if (strncasecmp(key, "Mcp-Param-", 10) != 0 || !value) return MHD_YES;
+  if (json_object_size(params) >= MAX_PARAM_HEADERS) return MHD_NO;
+  char name[128];
+  size_t i = 0;
+  for (const char *p = key + 10; *p && i + 1 < sizeof name; p++) name[i++] = (char)tolower((unsigned char)*p);
+  name[i] = 0;
+  while (*value == ' ' || *value == '\t') value++;
+  size_t len = strlen(value);
+  while (len && (value[len - 1] == ' ' || value[len - 1] == '\t')) len--;
+  json_object_set_new(params, name, json_stringn(value, len));
+  return MHD_YES;
+}
+
+static bool accepts_sse(struct MHD_Connection *conn) {
+  const char *accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept");
+  return accept && strcasestr(accept, "text/event-stream");
+}
+
+/* The principal of the request, or NULL after queueing a 401. */
+static bool authenticate(server *s, struct MHD_Connection *conn, tg_db *db,
+                         char out[TG_UUID_LEN + 1]) {
+  if (s->cfg->no_auth) {
+    snprintf(out, TG_UUID_LEN + 1, "%s", s->cfg->no_auth_principal);
+    return true;
+  }
+  const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+  if (!auth || strncasecmp(auth, "Bearer ", 7) != 0 || strlen(auth) > 512) return false;
+  const char *token = auth + 7;
+  while (*token == ' ') token++;
+  return db && tg_principal_by_token(db, token, out) == TG_OK;
+}
+
+/* Runs w on a worker thread and answers from what it says. *started tells whether the
+ * worker took w (it then frees it); when it did not, the caller still owns w. */
+static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker *w,
+                                  const char *session_id, bool *started) {
+  stream *st = calloc(1, sizeof *st);
+  if (!st) return MHD_NO;
+  pthread_mutex_init(&st->lock, NULL);
+  pthread_cond_init(&st->ready, NULL);
+  st->refs = 2;
+  w->st = st;
+  /* The pool is bounded: a call waits here for a free worker. */
+  pthread_mutex_lock(&s->lock);
+  while (s->workers >= s->cfg->threads) pthread_cond_wait(&s->worker_free, &s->lock);
+  s->workers++;
+  pthread_mutex_unlock(&s->lock);
+  pthread_t tid;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  *started = pthread_create(&tid, &attr, worker_main, w) == 0;
+  pthread_attr_destroy(&attr);
+  if (!*started) {
+    pthread_mutex_lock(&s->lock);
+    s->workers--;
+    pthread_cond_broadcast(&s->worker_free);
+    pthread_mutex_unlock(&s->lock);
+    st->refs = 1;
+    stream_release(st);
+    w->st = NULL;
+    return queue_msg_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, &w->msg, TG_RPC_INTERNAL_ERROR,
+                           "Server busy");
+  }
+  pthread_mutex_lock(&st->lock);
+  while (!st->done && st->len == 0) pthread_cond_wait(&st->ready, &st->lock);
+  if (st->len == 0) {
+    json_t *final = st->final;
+    int status = st->final_status;
+    st->final = NULL;
+    pthread_mutex_unlock(&st->lock);
+    stream_release(st);
+    return final ? queue_json(conn, (unsigned)status, final, session_id)
+                 : queue_rpc_error(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, TG_RPC_INTERNAL_ERROR,
+                                   "Internal error");
+  }
+  st->streaming = true;
+  if (st->final) {
+    append_event_locked(st, st->final);
+    st->final = NULL;
+  }
+  pthread_mutex_unlock(&st->lock);
+  struct MHD_Response *res =
+      MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free);
+  if (!res) {
+    stream_free(st);
+    return MHD_NO;
+  }
+  MHD_add_response_header(res, "Content-Type", "text/event-stream");
+  MHD_add_response_header(res, "Cache-Control", "no-cache");
+  MHD_add_response_header(res, "X-Accel-Buffering", "no");
+  if (session_id) MHD_add_response_header(res, "Mcp-Session-Id", session_id);
+  enum MHD_Result r = MHD_queue_response(conn, MHD_HTTP_OK, res);
+  MHD_destroy_response(res);
+  return r;
+}
+
+static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db *db,
+                                   const char *principal, request *rq) {
+  if (rq->too_large)
+    return queue_rpc_error(conn, MHD_HTTP_CONTENT_TOO_LARGE, TG_RPC_INVALID_REQUEST,
+                           "Message too large");
+  worker *w = calloc(1, sizeof *w);
+  if (!w) return MHD_NO;
+  w->srv = s;
+  snprintf(w->principal, sizeof w->principal, "%s", principal);
+  tg_mcp_session_init(&w->scratch);
+  json_t *err = NULL;
+  int dr = tg_rpc_decode(rq->body ? rq->body : "", rq->len, &w->msg, &err);
+  if (dr != 0) {
+    free(w);
+    return err ? queue_json(conn, MHD_HTTP_BAD_REQUEST, err, NULL) : MHD_NO;
+  }
+  enum MHD_Result result;
+  w->header_copies[0] = header_copy(conn, "MCP-Protocol-Version");
+  w->header_copies[1] = header_copy(conn, "Mcp-Method");
+  w->header_copies[2] = header_copy(conn, "Mcp-Name");
+  w->params = json_object();
+  if (!w->params) {
+    result = MHD_NO;
+    goto done;
+  }
+  MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_param, w->params);
+  w->headers = (tg_mcp_headers){w->header_copies[0], w->header_copies[1], w->header_copies[2],
+                                w->params};
+  const char *sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Mcp-Session-Id");
+  /* A modern version header without a modern _meta is still modern traffic: the dispatch
+   * answers it with the missing envelope keys, statelessly. */
+  bool modern = tg_mcp_has_claim(&w->msg) ||
+                (w->headers.protocol_version &&
+                 strcmp(w->headers.protocol_version, TG_MCP_MODERN_VERSION) == 0);
+  bool opens = !modern && w->msg.kind == TG_RPC_REQUEST && strcmp(w->msg.method, "initialize") == 0;
+  const char *new_sid = NULL;
+  /* 2026-07-28 is stateless: a session id it carries is ignored, and none is minted. */
+  if (!modern && !opens) {
+    if (!sid) {
+      result = queue_msg_error(conn, MHD_HTTP_BAD_REQUEST, &w->msg, TG_RPC_INVALID_REQUEST,
+                               "Mcp-Session-Id is required; send initialize first");
+      goto done;
+    }
+    if (!(w->sess = session_find(s, sid, principal))) {
+      result = queue_msg_error(conn, MHD_HTTP_NOT_FOUND, &w->msg, TG_RPC_INVALID_REQUEST,
+                               "Session not found");
+      goto done;
+    }
+    state_load(s, w->sess, &w->scratch, &w->loaded_level);
+  } else if (opens) {
+    if (!(w->sess = session_new(s, principal))) {
+      result = MHD_NO;
+      goto done;
+    }
+    w->opened = true;
+    w->loaded_level = -1;
+    new_sid = w->sess->id;
+  }
+  if (w->msg.kind == TG_RPC_RESPONSE) {
+    result = deliver_answer(s, w->sess, &w->msg)
+                 ? queue(conn, MHD_HTTP_ACCEPTED, NULL, NULL, NULL)
+                 : queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
+                                   "No request is waiting for this response");
+    goto done;
+  }
+  /* Tool calls may talk back before their result: they stream when the client can read
+   * SSE, from a worker thread so that this connection can deliver the events. */
+  if (w->msg.kind == TG_RPC_REQUEST && strcmp(w->msg.method, "tools/call") == 0 &&
+      accepts_sse(conn)) {
+    /* The session id is copied: the worker may release its session before we answer. */
+    char sid_copy[sizeof w->sess->id] = "";
+    if (new_sid) snprintf(sid_copy, sizeof sid_copy, "%s", new_sid);
+    bool started = false;
+    result = start_call(s, conn, w, new_sid ? sid_copy : NULL, &started);
+    if (started) return result;
+    goto done;
+  }
+  tg_env env = {.registry = s->cfg->registry, .db = db};
+  tg_mcp_request req = {.env = &env, .principal_id = principal, .session = &w->scratch,
+                        .headers = &w->headers};
+  tg_mcp_reply reply;
+  if (tg_mcp_handle(&s->cfg->server, &req, &w->msg, &reply) < 0) {
+    result = queue_rpc_error(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, TG_RPC_INTERNAL_ERROR,
+                             "Out of memory");
+    goto done;
+  }
+  if (w->sess) state_store(s, w->sess, &w->scratch, w->opened, w->loaded_level);
+  if (opens && reply.http_status != 200) {
+    pthread_mutex_lock(&s->lock);
+    session_unlink_locked(s, w->sess);
+    pthread_mutex_unlock(&s->lock);
+    new_sid = NULL;
+  }
+  result = reply.message ? queue_json(conn, (unsigned)reply.http_status, reply.message, new_sid)
+                         : queue(conn, MHD_HTTP_ACCEPTED, NULL, NULL, new_sid);
+done:
+  w->st = NULL;
+  tg_rpc_msg_done(&w->msg);
+  json_decref(w->params);
+  for (size_t i = 0; i < 3; i++) free(w->header_copies[i]);
+  tg_mcp_session_done(&w->scratch);
+  session_put(s, w->sess);
+  free(w);
+  return result;
+}
+
+static enum MHD_Result handle_delete(server *s, struct MHD_Connection *conn, const char *principal) {
+  const char *sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Mcp-Session-Id");
+  if (!sid)
+    return queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
+                           "Mcp-Session-Id is required");
+  session *x = session_find(s, sid, principal);
+  if (!x) return queue_rpc_error(conn, MHD_HTTP_NOT_FOUND, TG_RPC_INVALID_REQUEST, "Session not found");
+  pthread_mutex_lock(&s->lock);
+  if (!x->dead) session_unlink_locked(s, x);
+  session_release_locked(s, x);
+  pthread_mutex_unlock(&s->lock);
+  return queue(conn, MHD_HTTP_OK, NULL, NULL, NULL);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_size, void **con_cls) {
+  server *s = cls;
+  request *rq = *con_cls;
+  if (!rq) {
+    if (!(rq = calloc(1, sizeof *rq))) return MHD_NO;
+    *con_cls = rq;
+    return MHD_YES;
+  }
+  if (*upload_size) {
+    if (rq->len + *upload_size > TG_RPC_MAX_BODY) {
+      rq->too_large = true;
+    } else {
+      char *grown = realloc(rq->body, rq->len + *upload_size + 1);
+      if (!grown) return MHD_NO;
+      memcpy(grown + rq->len, upload_data, *upload_size);
+      rq->body = grown;
+      rq->len += *upload_size;
+      rq->body[rq->len] = 0;
+    }
+    *upload_size = 0;
+    return MHD_YES;
+  }
+  if (strcmp(url, "/healthz") == 0)
+    return strcmp(method, "GET") == 0 ? queue(conn, MHD_HTTP_OK, "application/json", "{\"status\":\"ok\"}", NULL)
+                                      : queue(conn, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, NULL);
+  if (strcmp(url, "/mcp") != 0) return queue(conn, MHD_HTTP_NOT_FOUND, NULL, NULL, NULL);
+  /* DNS rebinding: a page elsewhere must not reach a server on this machine. */
+  if (!origin_ok(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin")) ||
+      (s->loopback && !host_ok(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host"))))
+    return queue_rpc_error(conn, MHD_HTTP_FORBIDDEN, TG_RPC_INVALID_REQUEST, "Forbidden origin or host");
+  const union MHD_ConnectionInfo *info =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  tg_db *db = info ? info->socket_context : NULL;
+  char principal[TG_UUID_LEN + 1];
+  if (!authenticate(s, conn, db, principal))
+    return queue_rpc_error(conn, MHD_HTTP_UNAUTHORIZED, TG_RPC_INVALID_REQUEST,
+                           "A valid Bearer token is required");
+  if (strcmp(method, "POST") == 0) {
+    if (!db) return queue_rpc_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, TG_RPC_INTERNAL_ERROR, "No database");
+    return handle_post(s, conn, db, principal, rq);
+  }
+  if (strcmp(method, "DELETE") == 0) return handle_delete(s, conn, principal);
+  /* No standalone GET stream: this server sends nothing unrelated to a request. */
+  return queue(conn, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, NULL);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode code) {
+  request *rq = *con_cls;
+  if (!rq) return;
+  free(rq->body);
+  free(rq);
+  *con_cls = NULL;
+}
+
+/* Each connection has its own thread and its own database connection. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+  server *s = cls;
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    char *why = NULL;
+    tg_db *db = NULL;
+    if (tg_db_open(s->cfg->data_dir, &db, &why) < 0) {
+      tg_log(TG_LOG_ERROR, "http: cannot open the database: %s", why ? why : "out of memory");
+      free(why);
+    }
+    *socket_context = db;
+  } else {
+    tg_db_close(*socket_context);
+    *socket_context = NULL;
+  }
+}
+
+static int parse_listen(const char *listen, struct sockaddr_storage *addr, bool *loopback) {
+  const char *colon = strrchr(listen, ':');
+  if (!colon || colon == listen || strlen(listen) > 300) return TG_E_INVAL;
+  char host[301];
+  size_t hlen = (size_t)(colon - listen);
+  if (listen[0] == '[' && listen[hlen - 1] == ']') snprintf(host, sizeof host, "%.*s", (int)hlen - 2, listen + 1);
+  else snprintf(host, sizeof host, "%.*s", (int)hlen, listen);
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                           .ai_flags = AI_NUMERICSERV | AI_PASSIVE}, *res = NULL;
+  if (getaddrinfo(host, colon + 1, &hints, &res) != 0 || !res) return TG_E_INVAL;
+  memcpy(addr, res->ai_addr, res->ai_addrlen);
+  if (res->ai_family == AF_INET)
+    *loopback = (ntohl(((struct sockaddr_in *)res->ai_addr)->sin_addr.s_addr) >> 24) == 127;
+  else
+    *loopback = IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)res->ai_addr)->sin6_addr);
+  freeaddrinfo(res);
+  return TG_OK;
+}
+
+struct tg_http {
+  server s;
+  struct MHD_Daemon *daemon;
+};
+
+int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) {
+  struct sockaddr_storage addr = {0};
+  bool loopback = false;
+  if (parse_listen(cfg->listen, &addr, &loopback) < 0) {
+    tg_log(TG_LOG_ERROR, "serve: cannot use --listen %s (HOST:PORT)", cfg->listen);
+    return TG_E_INVAL;
+  }
+  if (cfg->no_auth && !loopback) {
+    tg_log(TG_LOG_ERROR, "serve: --no-auth is only allowed on a loopback address");
+    return TG_E_INVAL;
+  }
+  tg_http *h = calloc(1, sizeof *h);
+  if (!h) return TG_E_NOMEM;
+  h->s.cfg = cfg;
+  h->s.loopback = loopback;
+  pthread_mutex_init(&h->s.lock, NULL);
+  pthread_cond_init(&h->s.answered, NULL);
+  pthread_cond_init(&h->s.worker_free, NULL);
+  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                   MHD_USE_ERROR_LOG | (addr.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+  h->daemon = MHD_start_daemon(
+      flags, 0, NULL, NULL, on_request, &h->s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)TG_HTTP_MAX_CONNECTIONS,
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
+      &h->s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, &h->s, MHD_OPTION_END);
+  if (!h->daemon) {
+    tg_log(TG_LOG_ERROR, "serve: cannot listen on %s: %s", cfg->listen, strerror(errno));
+    tg_http_stop(h);
+    return TG_E_IO;
+  }
+  const union MHD_DaemonInfo *port = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
+  *ret_port = port ? port->port : 0;
+  *ret = h;
+  return TG_OK;
+}
+
+int tg_http_add_connection(tg_http *h, int fd) {
+  struct sockaddr_in peer = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  return MHD_add_connection(h->daemon, fd, (struct sockaddr *)&peer, sizeof peer) == MHD_YES
+             ? TG_OK
+             : TG_E_IO;
+}
+
+void tg_http_stop(tg_http *h) {
+  if (!h) return;
+  if (h->daemon) MHD_stop_daemon(h->daemon);
+  server *s = &h->s;
+  pthread_mutex_lock(&s->lock);
+  /* Dead sessions release the tools waiting on their clients, then the workers end. */
+  while (s->sessions) session_unlink_locked(s, s->sessions);
+  while (s->workers) pthread_cond_wait(&s->worker_free, &s->lock);
+  pthread_mutex_unlock(&s->lock);
+  pthread_mutex_destroy(&s->lock);
+  pthread_cond_destroy(&s->answered);
+  pthread_cond_destroy(&s->worker_free);
+  free(h);
+}
+
+int tg_http_serve(const tg_http_config *cfg) {
+  /* Threads inherit this mask, so only sigwait below sees the stop signals. */
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, NULL);
+  tg_http *h = NULL;
+  unsigned port = 0;
+  int r = tg_http_start(cfg, &h, &port);
+  if (r < 0) return r;
+  if (cfg->no_auth)
+    tg_log(TG_LOG_WARN, "serve: AUTHENTICATION IS OFF: every request acts as principal %s",
+           cfg->no_auth_principal);
+  tg_log(TG_LOG_INFO, "serve: listening on %.*s:%u", (int)(strrchr(cfg->listen, ':') - cfg->listen),
+         cfg->listen, port);
+  int sig = 0;
+  sigwait(&stop, &sig);
+  tg_log(TG_LOG_INFO, "serve: stopping on signal %d", sig);
+  tg_http_stop(h);
+  return TG_OK;
+}

@@ -1,0 +1,37 @@
+/* Streamable HTTP for MCP on libmicrohttpd: POST/GET/DELETE /mcp and GET /healthz, Bearer
+ * token authentication, Origin and Host checks, legacy sessions, SSE for tool calls. One
+ * thread per connection (bounded), each with its own database connection. */
+#pragma once
+#include <stdbool.h>
+
+#include "core/registry.h"
+#include "mcp/server.h"
+
+#define TG_HTTP_MAX_CONNECTIONS 256
+#define TG_HTTP_MAX_SESSIONS 1024
+#define TG_HTTP_SESSION_IDLE_MS (30LL * 60 * 1000)
+#define TG_HTTP_ASK_TIMEOUT_MS (60LL * 1000)   /* how long a tool waits for the client */
+#define TG_HTTP_KEEPALIVE_MS (15LL * 1000)     /* comment lines on a quiet SSE stream */
+
+typedef struct tg_http_config {
+  const char *listen; /* HOST:PORT or [V6]:PORT; port 0 picks a free one */
+  bool no_auth;       /* loopback only */
+  const char *no_auth_principal;
+  unsigned threads;   /* worker threads running tool calls; further calls wait */
+  const char *data_dir;
+  const tg_registry *registry;
+  tg_mcp_server server;
+} tg_http_config;
+
+/* Serves until SIGINT or SIGTERM. Logs "listening on HOST:PORT" on stderr once ready.
+ * Returns 0 after a clean stop, negative TG_E_* when it cannot start. */
+int tg_http_serve(const tg_http_config *cfg);
+
+/* The same server without the signal handling, for tests and fuzzers: starts listening
+ * (cfg must outlive it), reports the bound port. */
+typedef struct tg_http tg_http;
+int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port);
+/* Serves an already connected socket (one end of a socketpair, say) as a loopback client. */
+int tg_http_add_connection(tg_http *h, int fd);
+/* Stops listening, ends every session, waits for running calls; frees h. */
+void tg_http_stop(tg_http *h);

@@ -1,0 +1,178 @@
+#include "mcp/jsonrpc.h"
+
+#include <stdbool.h>
+#include <string.h>
+
+#include "util/status.h"
+
+/* One pass over the raw text before jansson sees it, so that nesting and string sizes are
+ * bounded by us, not by the parser's compile-time limits. Malformed text passes through;
+ * the parser reports it. Returns NULL or the limit that was hit. */
+static const char *scan_limits(const char *buf, size_t len) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  size_t string_len = 0;
+  for (size_t i = 0; i < len; i++) {
+    char ch = buf[i];
+    if (in_string) {
+      if (++string_len > TG_RPC_MAX_STRING) return "string length";
+      if (escaped) escaped = false;
+      else if (ch == '\\') escaped = true;
+      else if (ch == '"') in_string = false;
+      continue;
+    }
+    if (ch == '"') {
+      in_string = true;
+      string_len = 0;
+    } else if (ch == '{' || ch == '[') {
+      if (++depth > TG_RPC_MAX_DEPTH) return "nesting depth";
+    } else if (ch == '}' || ch == ']') {
+      depth--;
+    }
+  }
+  return NULL;
+}
+
+static json_t *jsonrpc_base(void) { return json_pack("{s:s}", "jsonrpc", "2.0"); }
+
+/* json_object_set_new steals its value even when it fails, which the builders below rely
+ * on: every reference handed to them is consumed exactly once. */
+json_t *tg_rpc_error(json_t *id, int code, const char *message, json_t *data) {
+  json_t *err = json_pack("{s:i,s:s}", "code", code, "message", message);
+  json_t *msg = jsonrpc_base();
+  if (!err || !msg) {
+    json_decref(data);
+    goto fail;
+  }
+  if (data && json_object_set_new(err, "data", data) < 0) goto fail;
+  if (json_object_set(msg, "id", id ? id : json_null()) < 0) goto fail;
+  if (json_object_set_new(msg, "error", err) < 0) {
+    json_decref(msg);
+    return NULL;
+  }
+  return msg;
+fail:
+  json_decref(err);
+  json_decref(msg);
+  return NULL;
+}
+
+json_t *tg_rpc_result(json_t *id, json_t *result) {
+  json_t *msg = jsonrpc_base();
+  if (!msg || !result || json_object_set(msg, "id", id) < 0) {
+    json_decref(result);
+    json_decref(msg);
+    return NULL;
+  }
+  if (json_object_set_new(msg, "result", result) < 0) {
+    json_decref(msg);
+    return NULL;
+  }
+  return msg;
+}
+
+json_t *tg_rpc_notification(const char *method, json_t *params) {
+  json_t *msg = json_pack("{s:s,s:s}", "jsonrpc", "2.0", "method", method);
+  if (!msg) {
+    json_decref(params);
+    return NULL;
+  }
+  if (params && json_object_set_new(msg, "params", params) < 0) {
+    json_decref(msg);
+    return NULL;
+  }
+  return msg;
+}
+
+json_t *tg_rpc_request(json_int_t id, const char *method, json_t *params) {
+  json_t *msg = tg_rpc_notification(method, params);
+  if (msg && json_object_set_new(msg, "id", json_integer(id)) < 0) {
+    json_decref(msg);
+    return NULL;
+  }
+  return msg;
+}
+
+char *tg_rpc_encode(const json_t *message) {
+  return json_dumps(message, JSON_COMPACT | JSON_ENCODE_ANY);
+}
+
+static int fail(json_t *id, int code, const char *message, json_t *data, json_t **ret_error) {
+  *ret_error = tg_rpc_error(id, code, message, data);
+  return *ret_error ? code : TG_E_NOMEM;
+}
+
+static bool valid_id(const json_t *id) { return json_is_string(id) || json_is_integer(id); }
+
+void tg_rpc_msg_done(tg_rpc_msg *msg) {
+  json_decref(msg->root);
+  memset(msg, 0, sizeof *msg);
+}
+
+int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_error) {
+  memset(msg, 0, sizeof *msg);
+  *ret_error = NULL;
+  if (len > TG_RPC_MAX_BODY)
+    return fail(NULL, TG_RPC_INVALID_REQUEST, "Message too large",
+                json_pack("{s:I}", "maxBytes", (json_int_t)TG_RPC_MAX_BODY), ret_error);
+  const char *limit = scan_limits(buf, len);
+  if (limit)
+    return fail(NULL, TG_RPC_INVALID_REQUEST, "Message exceeds a limit",
+                json_pack("{s:s}", "limit", limit), ret_error);
+  json_error_t jerr;
+  json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root) {
+    return fail(NULL, TG_RPC_PARSE_ERROR, "Parse error",
+                json_pack("{s:s,s:i}", "reason", jerr.text, "position", jerr.position),
+                ret_error);
+  }
+  if (!json_is_object(root)) {
+    bool batch = json_is_array(root);
+    json_decref(root);
+    return fail(NULL, TG_RPC_INVALID_REQUEST,
+                batch ? "Batches are not supported" : "A message must be an object", NULL,
+                ret_error);
+  }
+  json_t *id = json_object_get(root, "id");
+  json_t *echo_id = valid_id(id) ? id : NULL;
+  int code = 0;
+  const char *why = NULL;
+  json_t *method = json_object_get(root, "method");
+  json_t *params = json_object_get(root, "params");
+  json_t *result = json_object_get(root, "result");
+  json_t *error = json_object_get(root, "error");
+  if (!json_is_string(json_object_get(root, "jsonrpc")) ||
+      strcmp(json_string_value(json_object_get(root, "jsonrpc")), "2.0") != 0) {
+    why = "jsonrpc must be \"2.0\"";
+  } else if (id && !valid_id(id)) {
+    why = "id must be a string or an integer";
+  } else if (method) {
+    if (!json_is_string(method) || json_string_length(method) == 0) why = "method must be a string";
+    else if (params && !json_is_object(params)) why = "params must be an object";
+    else if (result || error) why = "a request carries no result or error";
+  } else if (!id) {
+    why = "a message needs a method or an id";
+  } else if (!!result == !!error) {
+    why = "a response carries exactly one of result and error";
+  } else if (error && (!json_is_object(error) || !json_is_integer(json_object_get(error, "code")))) {
+    why = "error must be an object with an integer code";
+  }
+  if (why) {
+    code = fail(echo_id, TG_RPC_INVALID_REQUEST, "Invalid Request",
+                json_pack("{s:s}", "reason", why), ret_error);
+    json_decref(root);
+    return code;
+  }
+  msg->root = root;
+  msg->id = id;
+  msg->params = params;
+  if (method) {
+    msg->kind = id ? TG_RPC_REQUEST : TG_RPC_NOTIFICATION;
+    msg->method = json_string_value(method);
+  } else {
+    msg->kind = TG_RPC_RESPONSE;
+    msg->result = result;
+    msg->error = error;
+  }
+  return 0;
+}

@@ -1,0 +1,60 @@
+/* JSON-RPC 2.0 framing for MCP: decoding one message under limits a caller cannot exceed,
+ * and building responses and errors. Knows nothing of MCP methods or transports. */
+#pragma once
+#include <jansson.h>
+#include <stddef.h>
+
+/* Limits on what a peer may send in one message. */
+#define TG_RPC_MAX_BODY (4u * 1024u * 1024u) /* bytes of one message */
+#define TG_RPC_MAX_DEPTH 64                  /* nesting of arrays and objects */
+#define TG_RPC_MAX_STRING (1024u * 1024u)    /* bytes of one string or key, as sent */
+
+/* Error codes: JSON-RPC's own, then MCP's. */
+enum {
+  TG_RPC_PARSE_ERROR = -32700,
+  TG_RPC_INVALID_REQUEST = -32600,
+  TG_RPC_METHOD_NOT_FOUND = -32601,
+  TG_RPC_INVALID_PARAMS = -32602,
+  TG_RPC_INTERNAL_ERROR = -32603,
+  TG_RPC_RESOURCE_NOT_FOUND = -32002,     /* 2025-11-25 only */
+  TG_RPC_HEADER_MISMATCH = -32020,        /* 2026-07-28 */
+  TG_RPC_MISSING_CAPABILITY = -32021,     /* 2026-07-28 */
+  TG_RPC_UNSUPPORTED_VERSION = -32022,    /* 2026-07-28 */
+};
+
+typedef enum tg_rpc_kind {
+  TG_RPC_REQUEST,      /* method and id */
+  TG_RPC_NOTIFICATION, /* method, no id */
+  TG_RPC_RESPONSE,     /* id with result or error: the answer to a request we sent */
+} tg_rpc_kind;
+
+/* A decoded message. The pointers below borrow from root. */
+typedef struct tg_rpc_msg {
+  json_t *root;
+  tg_rpc_kind kind;
+  json_t *id;         /* string or integer; NULL for notifications */
+  const char *method; /* requests and notifications */
+  json_t *params;     /* object or NULL when absent */
+  json_t *result;     /* responses */
+  json_t *error;      /* responses */
+} tg_rpc_msg;
+
+/* Decodes one message of len bytes (need not be NUL-terminated). Returns 0 and fills *msg
+ * (release with tg_rpc_msg_done), or a JSON-RPC error code with *ret_error a complete error
+ * response (id null unless the id could be read), or TG_E_NOMEM with *ret_error NULL.
+ * Batches (arrays) are refused with -32600: neither revision served here has them. */
+int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_error);
+void tg_rpc_msg_done(tg_rpc_msg *msg);
+
+/* {"jsonrpc":"2.0","id":id,"result":result}; result is stolen. NULL when out of memory. */
+json_t *tg_rpc_result(json_t *id, json_t *result);
+/* {"jsonrpc":"2.0","id":id|null,"error":{code,message,data?}}; data is stolen, may be NULL. */
+json_t *tg_rpc_error(json_t *id, int code, const char *message, json_t *data);
+/* {"jsonrpc":"2.0","method":method,"params":params?}; params is stolen, may be NULL. */
+json_t *tg_rpc_notification(const char *method, json_t *params);
+/* {"jsonrpc":"2.0","id":id,"method":method,"params":params?}; params is stolen. */
+json_t *tg_rpc_request(json_int_t id, const char *method, json_t *params);
+
+/* Compact one-line text of a message (no embedded newlines), malloc'd; NULL when out of
+ * memory. */
+char *tg_rpc_encode(const json_t *message);

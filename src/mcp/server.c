@@ -1,0 +1,883 @@
+#define _GNU_SOURCE
+#include "mcp/server.h"
+
+#include <ctype.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "core/principal.h"
+#include "core/registry.h"
+#include "tools/conformance.h"
+#include "util/cleanup.h"
+#include "util/clock.h"
+#include "util/status.h"
+
+#define META_VERSION "io.modelcontextprotocol/protocolVersion"
+#define META_CAPS "io.modelcontextprotocol/clientCapabilities"
+#define META_LOG "io.modelcontextprotocol/logLevel"
+#define META_SERVER "io.modelcontextprotocol/serverInfo"
+
+static const char *const legacy_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26",
+                                              "2024-11-05"};
+static const char *const log_levels[] = {"debug",    "info",  "notice", "warning",
+                                         "error",    "critical", "alert", "emergency"};
+#define N_LOG_LEVELS (sizeof log_levels / sizeof log_levels[0])
+
+enum { ERA_LEGACY = 1, ERA_MODERN = 2, ERA_BOTH = 3 };
+
+/* One request being served. */
+typedef struct cx {
+  const tg_mcp_server *srv;
+  const tg_mcp_request *req;
+  const tg_rpc_msg *msg;
+  bool modern;
+  json_t *caps;          /* borrowed client capabilities of this request */
+  const char *log_level; /* lowest level to send, NULL: none */
+  /* A JSON-RPC error a method answered with. */
+  const char *err_message;
+  json_t *err_data;
+} cx;
+
+/* Method results: 0, a JSON-RPC error code (set with rpc_fail), or TG_E_NOMEM. */
+typedef int (*method_fn)(cx *c, json_t *params, json_t **ret);
+
+static int rpc_fail(cx *c, int code, const char *message, json_t *data) {
+  c->err_message = message;
+  json_decref(c->err_data);
+  c->err_data = data;
+  return code;
+}
+
+void tg_mcp_session_init(tg_mcp_session *s) {
+  memset(s, 0, sizeof *s);
+  s->log_level = -1;
+}
+
+void tg_mcp_session_done(tg_mcp_session *s) {
+  json_decref(s->client_capabilities);
+  tg_mcp_session_init(s);
+}
+
+void tg_mcp_reply_done(tg_mcp_reply *reply) {
+  json_decref(reply->message);
+  reply->message = NULL;
+}
+
+bool tg_mcp_legacy_supported(const char *version) {
+  for (size_t i = 0; version && i < sizeof legacy_versions / sizeof legacy_versions[0]; i++)
+    if (strcmp(version, legacy_versions[i]) == 0) return true;
+  return false;
+}
+
+static json_t *meta_of(const tg_rpc_msg *msg) {
+  return msg->params ? json_object_get(msg->params, "_meta") : NULL;
+}
+
+bool tg_mcp_has_claim(const tg_rpc_msg *msg) {
+  json_t *meta = meta_of(msg);
+  return json_is_object(meta) && json_object_get(meta, META_VERSION) != NULL;
+}
+
+static int level_index(const char *name) {
+  for (size_t i = 0; name && i < N_LOG_LEVELS; i++)
+    if (strcmp(name, log_levels[i]) == 0) return (int)i;
+  return -1;
+}
+
+/* ---- annotations ---- */
+
+json_t *tg_mcp_annotations(const tg_tool *tool) {
+  bool read_only = tool->effect == TG_EFFECT_READ;
+  /* A read never destroys; a write is destructive only when its spec says so, since the
+   * catalog's writes create or update records of their own. */
+  bool destructive = !read_only && (tool->flags & TG_TOOL_DESTRUCTIVE);
+  bool idempotent = read_only || (tool->flags & TG_TOOL_IDEMPOTENT);
+  bool open_world = tool->flags & TG_TOOL_OPEN_WORLD;
+  return json_pack("{s:b,s:b,s:b,s:b}", "readOnlyHint", read_only, "destructiveHint",
+                   destructive, "idempotentHint", idempotent, "openWorldHint", open_world);
+}
+
+/* A tool declaring mcp_content answers in MCP content blocks itself ({"content": [...]}),
+ * passed through as is. Every other tool's result is JSON data, served as structuredContent
+ * with its text as one text block. */
+static bool content_passthrough(const tg_tool *tool) {
+  return tool && (tool->flags & TG_TOOL_MCP_CONTENT);
+}
+
+/* ---- lists ---- */
+
+/* Pages array by an opaque cursor (the decimal offset). */
+static int paginate(cx *c, json_t *params, json_t *all, const char *key, json_t **ret) {
+  size_t offset = 0;
+  json_t *cursor = params ? json_object_get(params, "cursor") : NULL;
+  if (cursor) {
+    const char *text = json_string_value(cursor);
+    char *end = NULL;
+    unsigned long long v = text && *text ? strtoull(text, &end, 10) : 0;
+    if (!text || !*text || *end || v > json_array_size(all))
+      return rpc_fail(c, TG_RPC_INVALID_PARAMS, "Invalid cursor", NULL);
+    offset = (size_t)v;
+  }
+  json_t *page = json_array();
+  json_t *result = json_object();
+  if (!page || !result) goto nomem;
+  size_t end = offset + TG_MCP_PAGE_SIZE;
+  for (size_t i = offset; i < json_array_size(all) && i < end; i++)
+    if (json_array_append(page, json_array_get(all, i)) < 0) goto nomem;
+  if (json_object_set_new(result, key, page) < 0) {
+    page = NULL;
+    goto nomem;
+  }
+  page = NULL;
+  if (end < json_array_size(all)) {
+    char next[32];
+    snprintf(next, sizeof next, "%zu", end);
+    if (json_object_set_new(result, "nextCursor", json_string(next)) < 0) goto nomem;
+  }
+  *ret = result;
+  return 0;
+nomem:
+  json_decref(page);
+  json_decref(result);
+  return TG_E_NOMEM;
+}
+
+static int load_principal(cx *c, tg_principal **ret) {
+  int r = tg_principal_load(c->req->env->db, c->req->principal_id, ret);
+  if (r == TG_E_NOMEM) return r;
+  if (r < 0) return rpc_fail(c, TG_RPC_INTERNAL_ERROR, "The caller could not be loaded", NULL);
+  return 0;
+}
+
+static json_t *mcp_tool(const tg_tool *tool, json_t *usable) {
+  json_t *t = json_pack("{s:O,s:O,s:O,s:o}", "name", json_object_get(usable, "name"),
+                        "description", json_object_get(usable, "description"), "inputSchema",
+                        json_object_get(usable, "inputSchema"), "annotations",
+                        tg_mcp_annotations(tool));
+  if (t && !content_passthrough(tool) &&
+      json_object_set(t, "outputSchema", json_object_get(usable, "outputSchema")) < 0) {
+    json_decref(t);
+    return NULL;
+  }
+  return t;
+}
+
+static int m_tools_list(cx *c, json_t *params, json_t **ret) {
+  tg_principal *p = NULL;
+  int r = load_principal(c, &p);
+  if (r) return r;
+  json_t *usable = NULL;
+  r = tg_tools_usable(c->req->env, p, TG_SURFACE_MCP, &usable);
+  tg_principal_free(p);
+  if (r < 0) return r == TG_E_NOMEM ? r : rpc_fail(c, TG_RPC_INTERNAL_ERROR, "Listing failed", NULL);
+  _cleanup_json_ json_t *all = json_array();
+  if (!all) {
+    json_decref(usable);
+    return TG_E_NOMEM;
+  }
+  size_t i;
+  json_t *u;
+  json_array_foreach(usable, i, u) {
+    const tg_tool *tool = tg_registry_find(c->req->env->registry,
+                                           json_string_value(json_object_get(u, "canonicalName")));
+    if (!tool || json_array_append_new(all, mcp_tool(tool, u)) < 0) {
+      json_decref(usable);
+      return TG_E_NOMEM;
+    }
+  }
+  json_decref(usable);
+  return paginate(c, params, all, "tools", ret);
+}
+
+/* ---- 2026-07-28 multi round-trip requests ----
+ * A handler's requestState comes back from the client, so the server seals it: an HMAC
+ * under a key of this process binds it to the principal, the method and target, and an
+ * expiry. Altered, foreign or stale state is refused before any handler sees it. */
+
+#define STATE_TTL_MS (10LL * 60 * 1000)
+#define STATE_MAX 8192 /* bytes of a sealed state a client may send back */
+
+static unsigned char state_key[32];
+static bool state_key_ok;
+static pthread_once_t state_once = PTHREAD_ONCE_INIT;
+
+static void state_key_init(void) {
+  state_key_ok = getrandom(state_key, sizeof state_key, 0) == (ssize_t)sizeof state_key;
+}
+
+/* Hex HMAC-SHA256 of the state's binding into out; false when it cannot be computed. */
+static bool state_mac(const char *principal, const char *subject, long long expiry,
+                      const char *payload, char out[65]) {
+  pthread_once(&state_once, state_key_init);
+  if (!state_key_ok) return false;
+  _cleanup_free_ char *msg = NULL;
+  int n = asprintf(&msg, "%s\n%s\n%lld\n%s", principal, subject, expiry, payload);
+  if (n < 0) return false;
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned len = 0;
+  if (!HMAC(EVP_sha256(), state_key, sizeof state_key, (unsigned char *)msg, (size_t)n, mac, &len) ||
+      len != 32)
+    return false;
+  for (unsigned i = 0; i < len; i++) snprintf(out + 2 * i, 3, "%02x", mac[i]);
+  return true;
+}
+
+/* "expiry.mac.payload" */
+static json_t *state_seal(const char *principal, const char *subject, const char *payload) {
+  long long expiry = (long long)tg_now_ms() + STATE_TTL_MS;
+  char mac[65];
+  if (!state_mac(principal, subject, expiry, payload, mac)) return NULL;
+  _cleanup_free_ char *sealed = NULL;
+  if (asprintf(&sealed, "%lld.%s.%s", expiry, mac, payload) < 0) return NULL;
+  return json_string(sealed);
+}
+
+/* The payload of a sealed state (pointing into sealed), or NULL when it does not verify. */
+static const char *state_open(const char *principal, const char *subject, const char *sealed) {
+  if (strlen(sealed) > STATE_MAX) return NULL;
+  char *end = NULL;
+  long long expiry = strtoll(sealed, &end, 10);
+  if (end == sealed || *end != '.' || strlen(end + 1) < 65 || end[65] != '.') return NULL;
+  if (expiry < (long long)tg_now_ms()) return NULL;
+  char mac[65];
+  if (!state_mac(principal, subject, expiry, end + 66, mac)) return NULL;
+  return CRYPTO_memcmp(mac, end + 1, 64) == 0 ? end + 66 : NULL;
+}
+
+/* Reads the retry fields of a request: inputResponses (an object of objects) and the
+ * requestState, verified. Returns 0 or a JSON-RPC error code. */
+static int read_round(cx *c, json_t *params, const char *subject, json_t **responses,
+                      const char **state) {
+  json_t *in = json_object_get(params, "inputResponses");
+  json_t *sealed = json_object_get(params, "requestState");
+  *responses = NULL;
+  *state = NULL;
+  if (in) {
+    const char *key;
+    json_t *v;
+    if (!json_is_object(in))
+      return rpc_fail(c, TG_RPC_INVALID_PARAMS, "inputResponses must be an object", NULL);
+    json_object_foreach(in, key, v) if (!json_is_object(v)) return rpc_fail(
+        c, TG_RPC_INVALID_PARAMS, "Each input response must be an object",
+        json_pack("{s:s}", "key", key));
+    *responses = in;
+  }
+  if (sealed) {
+    const char *text = json_string_value(sealed);
+    if (!text || !(*state = state_open(c->req->principal_id, subject, text)))
+      return rpc_fail(c, TG_RPC_INVALID_PARAMS, "Invalid or expired requestState", NULL);
+  }
+  return 0;
+}
+
+static const char *capability_of(const char *method) {
+  if (!method) return NULL;
+  if (strcmp(method, "elicitation/create") == 0) return "elicitation";
+  if (strcmp(method, "sampling/createMessage") == 0) return "sampling";
+  if (strcmp(method, "roots/list") == 0) return "roots";
+  return NULL;
+}
+
+/* Serves an InputRequiredResult a handler returned: only on 2026-07-28, only for input the
+ * client declared it can give in this request (else -32021), with its state sealed.
+ * Returns 0 (result ready), a JSON-RPC error code, or TG_E_NOMEM. */
+static int finish_input_required(cx *c, const char *subject, json_t *result) {
+  if (!c->modern)
+    return rpc_fail(c, TG_RPC_INTERNAL_ERROR,
+                    "This request needs input the client can give only on protocol 2026-07-28",
+                    NULL);
+  json_t *requests = json_object_get(result, "inputRequests");
+  json_t *missing = json_object();
+  if (!missing) return TG_E_NOMEM;
+  const char *key;
+  json_t *req;
+  json_object_foreach(requests, key, req) {
+    const char *cap = capability_of(json_string_value(json_object_get(req, "method")));
+    if (!cap) {
+      json_decref(missing);
+      return rpc_fail(c, TG_RPC_INTERNAL_ERROR, "A handler asked for an unknown kind of input", NULL);
+    }
+    if (!json_object_get(c->caps, cap) && json_object_set_new(missing, cap, json_object()) < 0) {
+      json_decref(missing);
+      return TG_E_NOMEM;
+    }
+  }
+  if (json_object_size(missing))
+    return rpc_fail(c, TG_RPC_MISSING_CAPABILITY, "Missing required client capability",
+                    json_pack("{s:o}", "requiredCapabilities", missing));
+  json_decref(missing);
+  const char *payload = json_string_value(json_object_get(result, "requestState"));
+  if (payload) {
+    json_t *sealed = state_seal(c->req->principal_id, subject, payload);
+    if (!sealed || json_object_set_new(result, "requestState", sealed) < 0) return TG_E_NOMEM;
+  }
+  return 0;
+}
+
+static bool is_input_required(json_t *result) {
+  const char *type = json_string_value(json_object_get(result, "resultType"));
+  return type && strcmp(type, "input_required") == 0;
+}
+
+/* ---- tools/call ---- */
+
+typedef struct call_channel {
+  cx *c;
+} call_channel;
+
+static int channel_notify(void *self, const char *method, json_t *params) {
+  call_channel *ch = self;
+  const tg_mcp_io *io = ch->c->req->io;
+  json_t *msg = tg_rpc_notification(method, params);
+  if (!msg) return TG_E_NOMEM;
+  if (!io || !io->send) {
+    json_decref(msg);
+    return TG_OK;
+  }
+  return io->send(io->self, msg);
+}
+
+static int channel_ask(void *self, const char *method, json_t *params, json_t **ret) {
+  call_channel *ch = self;
+  const tg_mcp_io *io = ch->c->req->io;
+  static json_int_t next_id;
+  json_t *request = tg_rpc_request(__atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED), method,
+                                   params);
+  if (!request) return TG_E_NOMEM;
+  json_t *response = NULL;
+  int r = io->ask(io->self, request, &response);
+  if (r < 0) return r;
+  json_t *result = json_object_get(response, "result");
+  json_t *error = json_object_get(response, "error");
+  *ret = json_incref(result ? result : error);
+  json_decref(response);
+  if (!*ret) return TG_E_INVAL;
+  return result ? TG_OK : TG_E_TOOL;
+}
+
+static json_t *text_block(const char *text) {
+  return json_pack("[{s:s,s:s}]", "type", "text", "text", text);
+}
+
+/* The MCP CallToolResult of a tg_call outcome. */
+static json_t *tool_result(const tg_tool *tool, int status, json_t *value) {
+  if (status == TG_OK && content_passthrough(tool)) return json_incref(value);
+  if (status == TG_OK) {
+    _cleanup_free_ char *text = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!text) return NULL;
+    return json_pack("{s:o,s:O}", "content", text_block(text), "structuredContent", value);
+  }
+  json_t *err = json_object_get(value, "error");
+  const char *message = json_string_value(json_object_get(err, "message"));
+  const char *code = json_string_value(json_object_get(err, "code"));
+  _cleanup_free_ char *text = NULL;
+  if (asprintf(&text, "%s: %s", code ? code : "error", message ? message : "") < 0) return NULL;
+  return json_pack("{s:o,s:O,s:b}", "content", text_block(text), "structuredContent", value,
+                   "isError", 1);
+}
+
+static int m_tools_call(cx *c, json_t *params, json_t **ret) {
+  const char *name = json_string_value(json_object_get(params, "name"));
+  json_t *args = json_object_get(params, "arguments");
+  if (!name) return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.name must be a string", NULL);
+  if (args && !json_is_object(args) && !json_is_null(args))
+    return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.arguments must be an object", NULL);
+  json_t *meta = json_object_get(params, "_meta");
+  _cleanup_free_ char *subject = NULL;
+  if (asprintf(&subject, "tools/call:%s", name) < 0) return TG_E_NOMEM;
+  json_t *responses;
+  const char *state;
+  int rr = read_round(c, params, subject, &responses, &state);
+  if (rr) return rr;
+  call_channel ch = {.c = c};
+  tg_client_channel channel = {
+      .self = &ch,
+      .progress_token = json_object_get(meta, "progressToken"),
+      .log_level = c->log_level,
+      .capabilities = c->caps,
+      .input_responses = responses,
+      .request_state = state,
+      .notify = channel_notify,
+      /* 2026-07-28 forbids server-to-client requests; legacy needs a transport that can. */
+      .ask = !c->modern && c->req->io && c->req->io->ask ? channel_ask : NULL,
+  };
+  tg_call_request call = {.principal_id = c->req->principal_id, .surface = TG_SURFACE_MCP,
+                          .tool = name, .args = json_is_null(args) ? NULL : args,
+                          .client = &channel};
+  tg_call_result res;
+  int r = tg_call(c->req->env, &call, &res);
+  const tg_tool *tool = tg_registry_find(c->req->env->registry, name);
+  if (r == TG_E_TOOL && !tool) {
+    tg_call_result_done(&res);
+    return rpc_fail(c, TG_RPC_INVALID_PARAMS, "Unknown tool", json_pack("{s:s}", "name", name));
+  }
+  if (!res.value) {
+    tg_call_result_done(&res);
+    return TG_E_NOMEM;
+  }
+  *ret = tool_result(tool, r == TG_OK ? TG_OK : TG_E_TOOL, res.value);
+  tg_call_result_done(&res);
+  if (!*ret) return TG_E_NOMEM;
+  if (r == TG_OK && is_input_required(*ret)) {
+    int fr = finish_input_required(c, subject, *ret);
+    if (fr) {
+      json_decref(*ret);
+      *ret = NULL;
+      return fr;
+    }
+  }
+  return 0;
+}
+
+/* ---- resources, prompts, completion ---- */
+
+static int fixture_list(cx *c, json_t *params, json_t *(*source)(void), const char *key,
+                        json_t **ret) {
+  json_t *all = c->srv->fixtures ? source() : json_array();
+  if (!all) return TG_E_NOMEM;
+  int r = paginate(c, params, all, key, ret);
+  json_decref(all);
+  return r;
+}
+
+static int m_resources_list(cx *c, json_t *params, json_t **ret) {
+  return fixture_list(c, params, tg_conformance_resources, "resources", ret);
+}
+
+static int m_templates_list(cx *c, json_t *params, json_t **ret) {
+  return fixture_list(c, params, tg_conformance_resource_templates, "resourceTemplates", ret);
+}
+
+static int m_prompts_list(cx *c, json_t *params, json_t **ret) {
+  return fixture_list(c, params, tg_conformance_prompts, "prompts", ret);
+}
+
+static int m_resources_read(cx *c, json_t *params, json_t **ret) {
+  const char *uri = json_string_value(json_object_get(params, "uri"));
+  if (!uri) return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.uri must be a string", NULL);
+  json_t *contents = NULL;
+  int r = c->srv->fixtures ? tg_conformance_resource_read(uri, &contents) : TG_E_NOTFOUND;
+  if (r == TG_E_NOTFOUND)
+    /* 2026-07-28 moved "not found" to -32602; 2025-11-25 clients expect -32002. */
+    return rpc_fail(c, c->modern ? TG_RPC_INVALID_PARAMS : TG_RPC_RESOURCE_NOT_FOUND,
+                    "Resource not found", json_pack("{s:s}", "uri", uri));
+  if (r < 0) return r;
+  *ret = json_pack("{s:o}", "contents", contents);
+  return *ret ? 0 : TG_E_NOMEM;
+}
+
+static int m_resources_subscribe(cx *c, json_t *params, json_t **ret) {
+  if (!json_is_string(json_object_get(params, "uri")))
+    return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.uri must be a string", NULL);
+  *ret = json_object();
+  return *ret ? 0 : TG_E_NOMEM;
+}
+
+static int m_prompts_get(cx *c, json_t *params, json_t **ret) {
+  const char *name = json_string_value(json_object_get(params, "name"));
+  json_t *args = json_object_get(params, "arguments");
+  if (!name) return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.name must be a string", NULL);
+  if (args && !json_is_object(args))
+    return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.arguments must be an object", NULL);
+  _cleanup_free_ char *subject = NULL;
+  if (asprintf(&subject, "prompts/get:%s", name) < 0) return TG_E_NOMEM;
+  json_t *responses;
+  const char *state;
+  int r = read_round(c, params, subject, &responses, &state);
+  if (r) return r;
+  json_t *result = NULL;
+  const char *why = NULL;
+  r = c->srv->fixtures ? tg_conformance_prompt_get(name, args, responses, &result, &why)
+                       : TG_E_NOTFOUND;
+  if (r == TG_E_NOTFOUND)
+    return rpc_fail(c, TG_RPC_INVALID_PARAMS, "Unknown prompt", json_pack("{s:s}", "name", name));
+  if (r == TG_E_INVAL) return rpc_fail(c, TG_RPC_INVALID_PARAMS, why, NULL);
+  if (r < 0) return r;
+  if (is_input_required(result) && (r = finish_input_required(c, subject, result)) != 0) {
+    json_decref(result);
+    return r;
+  }
+  *ret = result;
+  return 0;
+}
+
+static int m_complete(cx *c, json_t *params, json_t **ret) {
+  json_t *ref = json_object_get(params, "ref");
+  json_t *arg = json_object_get(params, "argument");
+  const char *type = json_string_value(json_object_get(ref, "type"));
+  const char *arg_name = json_string_value(json_object_get(arg, "name"));
+  const char *value = json_string_value(json_object_get(arg, "value"));
+  if (!type || !arg_name || !value)
+    return rpc_fail(c, TG_RPC_INVALID_PARAMS, "ref.type, argument.name and argument.value are required", NULL);
+  json_t *values = c->srv->fixtures && strcmp(type, "ref/prompt") == 0
+                       ? tg_conformance_complete(json_string_value(json_object_get(ref, "name")),
+                                                 arg_name, value)
+                       : json_array();
+  if (!values) return TG_E_NOMEM;
+  *ret = json_pack("{s:{s:o,s:I,s:b}}", "completion", "values", values, "total",
+                   (json_int_t)json_array_size(values), "hasMore", 0);
+  return *ret ? 0 : TG_E_NOMEM;
+}
+
+/* ---- lifecycle ---- */
+
+static json_t *capabilities(bool modern) {
+  json_t *caps = json_pack("{s:{},s:{},s:{},s:{}}", "tools", "resources", "prompts",
+                           "completions");
+  /* Subscriptions and logging exist on the legacy wire only; 2026-07-28 removed both. */
+  if (caps && !modern &&
+      (json_object_set_new(json_object_get(caps, "resources"), "subscribe", json_true()) < 0 ||
+       json_object_set_new(caps, "logging", json_object()) < 0)) {
+    json_decref(caps);
+    return NULL;
+  }
+  return caps;
+}
+
+static json_t *server_info(const tg_mcp_server *srv) {
+  return json_pack("{s:s,s:s}", "name", srv->name, "version", srv->version);
+}
+
+static int m_initialize(cx *c, json_t *params, json_t **ret) {
+  tg_mcp_session *s = c->req->session;
+  const char *asked = json_string_value(json_object_get(params, "protocolVersion"));
+  if (!asked) return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.protocolVersion must be a string", NULL);
+  if (s->era == TG_MCP_ERA_MODERN)
+    return rpc_fail(c, TG_RPC_UNSUPPORTED_VERSION, "This connection speaks 2026-07-28",
+                    json_pack("{s:[s],s:s}", "supported", TG_MCP_MODERN_VERSION, "requested", asked));
+  /* An unknown or modern version gets our latest legacy one: 2026-07-28 is never
+   * negotiated through initialize. */
+  const char *version = tg_mcp_legacy_supported(asked) ? asked : TG_MCP_LEGACY_VERSION;
+  json_t *caps = json_object_get(params, "capabilities");
+  json_decref(s->client_capabilities);
+  s->client_capabilities = json_is_object(caps) ? json_incref(caps) : json_object();
+  s->era = TG_MCP_ERA_LEGACY;
+  snprintf(s->version, sizeof s->version, "%s", version);
+  *ret = json_pack("{s:s,s:o,s:o,s:s}", "protocolVersion", version, "capabilities",
+                   capabilities(false), "serverInfo", server_info(c->srv), "instructions",
+                   "toolgate: a permission-gated tool catalog. Every call is authorized and "
+                   "audited; a refused call answers isError with an error envelope.");
+  return *ret ? 0 : TG_E_NOMEM;
+}
+
+static int m_discover(cx *c, json_t *params, json_t **ret) {
+  *ret = json_pack("{s:[s],s:o}", "supportedVersions", TG_MCP_MODERN_VERSION, "capabilities",
+                   capabilities(true));
+  return *ret ? 0 : TG_E_NOMEM;
+}
+
+static int m_empty(cx *c, json_t *params, json_t **ret) {
+  *ret = json_object();
+  return *ret ? 0 : TG_E_NOMEM;
+}
+
+static int m_set_level(cx *c, json_t *params, json_t **ret) {
+  int level = level_index(json_string_value(json_object_get(params, "level")));
+  if (level < 0) return rpc_fail(c, TG_RPC_INVALID_PARAMS, "Unknown log level", NULL);
+  c->req->session->log_level = level;
+  return m_empty(c, params, ret);
+}
+
+typedef struct method {
+  const char *name;
+  method_fn fn;
+  unsigned eras;
+  bool cacheable; /* 2026-07-28 results carry ttlMs and cacheScope */
+} method;
+
+static const method methods[] = {
+    {"initialize", m_initialize, ERA_LEGACY, false},
+    {"server/discover", m_discover, ERA_MODERN, true},
+    {"ping", m_empty, ERA_LEGACY, false},
+    {"tools/list", m_tools_list, ERA_BOTH, true},
+    {"tools/call", m_tools_call, ERA_BOTH, false},
+    {"resources/list", m_resources_list, ERA_BOTH, true},
+    {"resources/templates/list", m_templates_list, ERA_BOTH, true},
+    {"resources/read", m_resources_read, ERA_BOTH, true},
+    {"resources/subscribe", m_resources_subscribe, ERA_LEGACY, false},
+    {"resources/unsubscribe", m_resources_subscribe, ERA_LEGACY, false},
+    {"prompts/list", m_prompts_list, ERA_BOTH, true},
+    {"prompts/get", m_prompts_get, ERA_BOTH, false},
+    {"completion/complete", m_complete, ERA_BOTH, false},
+    {"logging/setLevel", m_set_level, ERA_LEGACY, false},
+};
+
+static const method *find_method(const char *name, unsigned era) {
+  for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++)
+    if (strcmp(methods[i].name, name) == 0 && (methods[i].eras & era)) return &methods[i];
+  return NULL;
+}
+
+/* ---- routing headers (2026-07-28 over HTTP) ---- */
+
+static int b64_digit(char ch) {
+  if (ch >= 'A' && ch <= 'Z') return ch - 'A';
+  if (ch >= 'a' && ch <= 'z') return ch - 'a' + 26;
+  if (ch >= '0' && ch <= '9') return ch - '0' + 52;
+  if (ch == '+') return 62;
+  if (ch == '/') return 63;
+  return -1;
+}
+
+/* Strict base64 (RFC 4648 alphabet, padded, no stray characters); NULL when malformed or
+ * when the text holds a NUL byte. */
+static char *b64_decode(const char *s, size_t n) {
+  if (n % 4) return NULL;
+  char *out = malloc(n / 4 * 3 + 1);
+  if (!out) return NULL;
+  size_t len = 0;
+  for (size_t i = 0; i < n; i += 4) {
+    bool last = i + 4 == n;
+    int pad = last ? (s[i + 3] == '=') + (s[i + 2] == '=' && s[i + 3] == '=') : 0;
+    int v[4] = {0};
+    for (int k = 0; k < 4 - pad; k++)
+      if ((v[k] = b64_digit(s[i + k])) < 0) goto bad;
+    unsigned bits = (unsigned)v[0] << 18 | (unsigned)v[1] << 12 | (unsigned)v[2] << 6 | (unsigned)v[3];
+    out[len++] = (char)(bits >> 16);
+    if (pad < 2) out[len++] = (char)(bits >> 8 & 0xff);
+    if (pad < 1) out[len++] = (char)(bits & 0xff);
+  }
+  if (memchr(out, 0, len)) goto bad;
+  out[len] = 0;
+  return out;
+bad:
+  free(out);
+  return NULL;
+}
+
+/* A header value as the client meant it: the =?base64?...?= sentinel decoded, anything
+ * else literal. *ret is malloc'd; false when the sentinel is malformed (or out of memory). */
+static bool header_value(const char *raw, char **ret) {
+  size_t n = strlen(raw);
+  if (n >= 11 && strncmp(raw, "=?base64?", 9) == 0 && strcmp(raw + n - 2, "?=") == 0)
+    *ret = b64_decode(raw + 9, n - 11);
+  else
+    *ret = strdup(raw);
+  return *ret != NULL;
+}
+
+/* Whether a mirrored header value equals the argument it mirrors. */
+static bool param_matches(const char *value, json_t *arg) {
+  char *end = NULL;
+  if (json_is_string(arg)) return strcmp(value, json_string_value(arg)) == 0;
+  if (json_is_boolean(arg)) return strcmp(value, json_is_true(arg) ? "true" : "false") == 0;
+  if (json_is_integer(arg)) {
+    long long v = strtoll(value, &end, 10);
+    return *value && !*end && v == json_integer_value(arg);
+  }
+  return false;
+}
+
+/* Every argument the tool's schema marks x-mcp-header must arrive mirrored in its
+ * Mcp-Param-{Name} header, and a header must mirror an argument. */
+static bool params_match(const tg_registry *reg, const tg_rpc_msg *msg, json_t *headers) {
+  const char *tool_name = json_string_value(json_object_get(msg->params, "name"));
+  const tg_tool *tool = tool_name ? tg_registry_find(reg, tool_name) : NULL;
+  if (!tool) return true; /* tools/call answers a missing or unknown tool */
+  json_t *args = json_object_get(msg->params, "arguments");
+  const char *prop;
+  json_t *schema;
+  json_object_foreach(json_object_get(tool->input_schema, "properties"), prop, schema) {
+    const char *name = json_string_value(json_object_get(schema, "x-mcp-header"));
+    if (!name) continue;
+    char lower[128];
+    size_t i = 0;
+    for (; name[i] && i + 1 < sizeof lower; i++) lower[i] = (char)tolower((unsigned char)name[i]);
+    lower[i] = 0;
+    const char *raw = json_string_value(json_object_get(headers, lower));
+    json_t *arg = json_object_get(args, prop);
+    bool has_arg = arg && !json_is_null(arg);
+    if (!raw && !has_arg) continue;
+    _cleanup_free_ char *value = NULL;
+    if (!raw || !has_arg || !header_value(raw, &value) || !param_matches(value, arg)) return false;
+  }
+  return true;
+}
+
+/* ---- the dispatch ladder ---- */
+
+static int reply_error(const tg_rpc_msg *msg, int code, const char *message, json_t *data,
+                       int http_status, tg_mcp_reply *reply) {
+  reply->http_status = http_status;
+  reply->message = tg_rpc_error(msg->id, code, message, data);
+  return reply->message ? 0 : TG_E_NOMEM;
+}
+
+static int http_status_of(int code) {
+  switch (code) {
+  case TG_RPC_METHOD_NOT_FOUND: return 404;
+  case TG_RPC_MISSING_CAPABILITY:
+  case TG_RPC_HEADER_MISMATCH:
+  case TG_RPC_UNSUPPORTED_VERSION:
+  case TG_RPC_PARSE_ERROR:
+  case TG_RPC_INVALID_REQUEST: return 400;
+  default: return 200; /* handler errors travel in-band */
+  }
+}
+
+/* Adds what 2026-07-28 requires on results: resultType, serverInfo, caching hints. */
+static int decorate_modern(const tg_mcp_server *srv, const method *m, json_t *result) {
+  if (!json_object_get(result, "resultType") &&
+      json_object_set_new(result, "resultType", json_string("complete")) < 0)
+    return TG_E_NOMEM;
+  json_t *meta = json_object_get(result, "_meta");
+  if (!meta) {
+    if (json_object_set_new(result, "_meta", meta = json_object()) < 0) return TG_E_NOMEM;
+  }
+  if (json_object_set_new(meta, META_SERVER, server_info(srv)) < 0) return TG_E_NOMEM;
+  /* Lists are computed per principal, so nothing may be shared across callers. */
+  if (m->cacheable && (json_object_set_new(result, "ttlMs", json_integer(0)) < 0 ||
+                       json_object_set_new(result, "cacheScope", json_string("private")) < 0))
+    return TG_E_NOMEM;
+  return 0;
+}
+
+static bool header_differs(const char *header, const char *body) {
+  return header && (!body || strcmp(header, body) != 0);
+}
+
+/* Mcp-Name carries params.name (tools/call, prompts/get) or params.uri (resources/read). */
+static bool name_matches(const tg_rpc_msg *msg, const char *header) {
+  const char *field = strcmp(msg->method, "resources/read") == 0 ? "uri"
+                      : strcmp(msg->method, "tools/call") == 0 ||
+                              strcmp(msg->method, "prompts/get") == 0
+                          ? "name"
+                          : NULL;
+  if (!field) return true;
+  const char *body = json_string_value(json_object_get(msg->params, field));
+  _cleanup_free_ char *value = NULL;
+  if (!header) return body == NULL;
+  return body && header_value(header, &value) && strcmp(value, body) == 0;
+}
+
+/* The 2026-07-28 envelope and header checks, in the order the reference SDK applies them.
+ * Returns 0 to serve, or an error reply already filled (returns 1), or TG_E_NOMEM. */
+static int check_modern(cx *c, tg_mcp_reply *reply) {
+  const tg_rpc_msg *msg = c->msg;
+  const tg_mcp_headers *h = c->req->headers;
+  json_t *meta = meta_of(msg);
+  json_t *version = json_object_get(meta, META_VERSION);
+  json_t *caps = json_object_get(meta, META_CAPS);
+  json_t *level = json_object_get(meta, META_LOG);
+  int r;
+  if (!json_is_string(version) || !json_is_object(caps))
+    r = reply_error(msg, TG_RPC_INVALID_PARAMS, "Invalid request _meta",
+                    json_pack("{s:[s,s]}", "required", META_VERSION, META_CAPS), 400, reply);
+  else if (h && header_differs(h->protocol_version, json_string_value(version)))
+    r = reply_error(msg, TG_RPC_HEADER_MISMATCH, "MCP-Protocol-Version does not match _meta",
+                    NULL, 400, reply);
+  else if (h && header_differs(h->method, msg->method))
+    r = reply_error(msg, TG_RPC_HEADER_MISMATCH, "Mcp-Method does not match the method", NULL,
+                    400, reply);
+  else if (strcmp(json_string_value(version), TG_MCP_MODERN_VERSION) != 0)
+    r = reply_error(msg, TG_RPC_UNSUPPORTED_VERSION, "Unsupported protocol version",
+                    json_pack("{s:[s],s:O}", "supported", TG_MCP_MODERN_VERSION, "requested",
+                              version),
+                    400, reply);
+  else
+    goto headers;
+  return r < 0 ? r : 1;
+headers:
+  if (h && (!h->protocol_version || !h->method))
+    r = reply_error(msg, TG_RPC_HEADER_MISMATCH, "MCP-Protocol-Version and Mcp-Method are required",
+                    NULL, 400, reply);
+  else if (h && !name_matches(msg, h->name))
+    r = reply_error(msg, TG_RPC_HEADER_MISMATCH, "Mcp-Name does not match the request", NULL,
+                    400, reply);
+  else if (h && strcmp(msg->method, "tools/call") == 0 &&
+           !params_match(c->req->env->registry, msg, h->params))
+    r = reply_error(msg, TG_RPC_HEADER_MISMATCH,
+                    "An Mcp-Param header does not match its argument", NULL, 400, reply);
+  else if (!find_method(msg->method, ERA_MODERN))
+    r = reply_error(msg, TG_RPC_METHOD_NOT_FOUND, "Method not found",
+                    json_pack("{s:s}", "method", msg->method), 404, reply);
+  else if (level && level_index(json_string_value(level)) < 0)
+    r = reply_error(msg, TG_RPC_INVALID_PARAMS, "Unknown log level", NULL, 400, reply);
+  else {
+    c->caps = caps;
+    c->log_level = json_string_value(level);
+    return 0;
+  }
+  return r < 0 ? r : 1;
+}
+
+static int check_legacy(cx *c, tg_mcp_reply *reply) {
+  const tg_rpc_msg *msg = c->msg;
+  const tg_mcp_headers *h = c->req->headers;
+  tg_mcp_session *s = c->req->session;
+  int r;
+  if (h && h->protocol_version && strcmp(h->protocol_version, TG_MCP_MODERN_VERSION) == 0)
+    r = reply_error(msg, TG_RPC_INVALID_PARAMS, "A 2026-07-28 request needs params._meta",
+                    json_pack("{s:[s,s]}", "required", META_VERSION, META_CAPS), 400, reply);
+  else if (h && h->protocol_version && !tg_mcp_legacy_supported(h->protocol_version))
+    r = reply_error(msg, TG_RPC_INVALID_REQUEST, "Unsupported MCP-Protocol-Version", NULL, 400,
+                    reply);
+  else if (strcmp(msg->method, "server/discover") == 0)
+    r = reply_error(msg, TG_RPC_INVALID_PARAMS, "server/discover needs params._meta",
+                    json_pack("{s:[s,s]}", "required", META_VERSION, META_CAPS), 400, reply);
+  else if (!find_method(msg->method, ERA_LEGACY))
+    r = reply_error(msg, TG_RPC_METHOD_NOT_FOUND, "Method not found",
+                    json_pack("{s:s}", "method", msg->method), 200, reply);
+  else {
+    c->caps = s->client_capabilities;
+    c->log_level = s->log_level >= 0 ? log_levels[s->log_level] : NULL;
+    return 0;
+  }
+  return r < 0 ? r : 1;
+}
+
+static void notification(const tg_rpc_msg *msg, tg_mcp_session *s) {
+  if (strcmp(msg->method, "notifications/initialized") == 0) s->initialized = true;
+  /* cancelled, progress and roots/list_changed need no action: calls run to completion in
+   * their transaction, and this server asks for no roots. Unknown ones are ignored. */
+}
+
+int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_rpc_msg *msg,
+                  tg_mcp_reply *reply) {
+  memset(reply, 0, sizeof *reply);
+  reply->http_status = 202;
+  if (msg->kind == TG_RPC_RESPONSE) return 0;
+  if (msg->kind == TG_RPC_NOTIFICATION) {
+    notification(msg, req->session);
+    return 0;
+  }
+  cx c = {.srv = srv, .req = req, .msg = msg, .modern = tg_mcp_has_claim(msg)};
+  int r = c.modern ? check_modern(&c, reply) : check_legacy(&c, reply);
+  if (r != 0) return r < 0 ? r : 0;
+  const method *m = find_method(msg->method, c.modern ? ERA_MODERN : ERA_LEGACY);
+  /* A modern request pins a stdio connection, except the discover probe: a client may
+   * probe and then fall back to initialize. */
+  if (c.modern && !req->headers && strcmp(m->name, "server/discover") != 0)
+    req->session->era = TG_MCP_ERA_MODERN;
+  if (!c.modern && req->session->era == TG_MCP_ERA_NONE && strcmp(m->name, "initialize") != 0 &&
+      !req->headers)
+    req->session->era = TG_MCP_ERA_LEGACY;
+  json_t *result = NULL;
+  r = m->fn(&c, msg->params, &result);
+  if (r == TG_E_NOMEM) {
+    json_decref(c.err_data);
+    return r;
+  }
+  if (r < 0 && r > TG_RPC_PARSE_ERROR && r > -32000) {
+    /* An internal TG_E_* status, not a JSON-RPC code. */
+    r = rpc_fail(&c, TG_RPC_INTERNAL_ERROR, "Internal error", NULL);
+  }
+  if (r < 0) {
+    int status = c.modern ? http_status_of(r) : (r == TG_RPC_MISSING_CAPABILITY ? 400 : 200);
+    r = reply_error(msg, r, c.err_message, c.err_data, status, reply);
+    return r;
+  }
+  if (c.modern && decorate_modern(srv, m, result) < 0) {
+    json_decref(result);
+    return TG_E_NOMEM;
+  }
+  reply->http_status = 200;
+  reply->message = tg_rpc_result(msg->id, result);
+  return reply->message ? 0 : TG_E_NOMEM;
+}

@@ -1,0 +1,80 @@
+/* The MCP server, transport-neutral: one decoded JSON-RPC message plus the state of the
+ * connection or session in, the reply out. Serves both protocol revisions (research file
+ * mcp-2026-07-28.md §1.5): a request whose params._meta claims a protocol version is served
+ * statelessly as 2026-07-28; anything else follows the 2025-11-25 lifecycle.
+ * Every tools/call goes through tg_call. */
+#pragma once
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "core/call.h"
+#include "mcp/jsonrpc.h"
+
+#define TG_MCP_MODERN_VERSION "2026-07-28"
+#define TG_MCP_LEGACY_VERSION "2025-11-25"
+#define TG_MCP_SERVER_VERSION "0.1.0"
+#define TG_MCP_PAGE_SIZE 100 /* entries of one tools/list page */
+
+typedef enum tg_mcp_era { TG_MCP_ERA_NONE, TG_MCP_ERA_LEGACY, TG_MCP_ERA_MODERN } tg_mcp_era;
+
+/* A stdio connection or an HTTP session. */
+typedef struct tg_mcp_session {
+  tg_mcp_era era;    /* stdio: what the connection is pinned to; HTTP sessions: legacy */
+  char version[16];  /* legacy: the negotiated revision */
+  bool initialized;  /* legacy: notifications/initialized arrived */
+  int log_level;     /* legacy: index of the level set by logging/setLevel, -1: none */
+  json_t *client_capabilities; /* legacy: from initialize */
+} tg_mcp_session;
+
+void tg_mcp_session_init(tg_mcp_session *s);
+void tg_mcp_session_done(tg_mcp_session *s);
+
+/* The HTTP routing headers of a request (trimmed, NULL when absent). Stdio has none. */
+typedef struct tg_mcp_headers {
+  const char *protocol_version;
+  const char *method;
+  const char *name;
+  json_t *params; /* Mcp-Param-{Name} values by lower-case Name (borrowed, may be NULL) */
+} tg_mcp_headers;
+
+/* How a transport lets a request talk to the client before its reply. */
+typedef struct tg_mcp_io {
+  void *self;
+  /* Sends a message related to the request (a notification); msg is stolen. */
+  int (*send)(void *self, json_t *msg);
+  /* Sends a request to the client and waits for the response message (new reference).
+   * NULL when the transport cannot (then sampling and elicitation are refused). */
+  int (*ask)(void *self, json_t *request, json_t **ret_response);
+} tg_mcp_io;
+
+typedef struct tg_mcp_server {
+  bool fixtures;    /* serve the conformance resources and prompts */
+  const char *name; /* serverInfo */
+  const char *version;
+} tg_mcp_server;
+
+typedef struct tg_mcp_request {
+  const tg_env *env;        /* this thread's registry and connection */
+  const char *principal_id; /* who calls */
+  tg_mcp_session *session;  /* never NULL; a scratch one for stateless HTTP requests */
+  const tg_mcp_headers *headers; /* NULL on stdio */
+  const tg_mcp_io *io;
+} tg_mcp_request;
+
+typedef struct tg_mcp_reply {
+  json_t *message; /* the response; NULL for notifications and responses */
+  int http_status; /* what an HTTP transport answers: 200, 202, 400, 404 */
+} tg_mcp_reply;
+
+/* Whether params._meta carries a modern protocol-version claim. */
+bool tg_mcp_has_claim(const tg_rpc_msg *msg);
+/* Whether version is a legacy revision this server negotiates. */
+bool tg_mcp_legacy_supported(const char *version);
+
+/* Serves msg. Returns 0 with *reply filled (release with tg_mcp_reply_done), or TG_E_NOMEM. */
+int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_rpc_msg *msg,
+                  tg_mcp_reply *reply);
+void tg_mcp_reply_done(tg_mcp_reply *reply);
+
+/* The MCP tool annotations of tool, derived from its effect, risk and flags. */
+json_t *tg_mcp_annotations(const tg_tool *tool);

@@ -1,0 +1,528 @@
+#define _GNU_SOURCE
+#include "tools/conformance.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "core/call.h"
+#include "util/cleanup.h"
+#include "util/status.h"
+
+/* The suite only checks that these decode as base64 of the right media type. */
+#define PNG_1X1                                                                         \
+  "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJ" \
+  "RU5ErkJggg=="
+#define WAV_TINY "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA="
+
+
+
+static int content_result(json_t *content, json_t **ret) {
+  *ret = json_pack("{s:o}", "content", content);
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+static json_t *text(const char *s) { return json_pack("{s:s,s:s}", "type", "text", "text", s); }
+
+static int h_simple_text(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  return content_result(json_pack("[o]", text("This is a simple text response for testing.")), ret);
+}
+
+static int h_image(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  return content_result(
+      json_pack("[{s:s,s:s,s:s}]", "type", "image", "data", PNG_1X1, "mimeType", "image/png"),
+      ret);
+}
+
+static int h_audio(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  return content_result(
+      json_pack("[{s:s,s:s,s:s}]", "type", "audio", "data", WAV_TINY, "mimeType", "audio/wav"),
+      ret);
+}
+
+static int h_embedded(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  return content_result(json_pack("[{s:s,s:{s:s,s:s,s:s}}]", "type", "resource", "resource",
+                                  "uri", "test://embedded-resource", "mimeType", "text/plain",
+                                  "text", "This is an embedded resource content."),
+                        ret);
+}
+
+static int h_mixed(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  return content_result(
+      json_pack("[o,{s:s,s:s,s:s},{s:s,s:{s:s,s:s,s:s}}]", text("Multiple content types test:"),
+                "type", "image", "data", PNG_1X1, "mimeType", "image/png", "type", "resource",
+                "resource", "uri", "test://mixed-content-resource", "mimeType",
+                "application/json", "text", "{\"test\":\"data\",\"value\":123}"),
+      ret);
+}
+
+static int level_rank(const char *level) {
+  static const char *const levels[] = {"debug", "info",     "notice", "warning",
+                                       "error", "critical", "alert",  "emergency"};
+  for (size_t i = 0; level && i < sizeof levels / sizeof levels[0]; i++)
+    if (strcmp(level, levels[i]) == 0) return (int)i;
+  return -1;
+}
+
+static int h_logging(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  static const char *const steps[] = {"Tool execution started", "Tool processing data",
+                                      "Tool execution completed"};
+  const tg_client_channel *ch = cx->client;
+  /* Log messages go out only at or above the level the client asked for. */
+  if (ch && ch->log_level && level_rank(ch->log_level) <= level_rank("info")) {
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+      int r = ch->notify(ch->self, "notifications/message",
+                         json_pack("{s:s,s:s,s:s}", "level", "info", "logger", "conformance",
+                                   "data", steps[i]));
+      if (r < 0) return r;
+    }
+  }
+  return content_result(json_pack("[o]", text("Tool with logging executed successfully")), ret);
+}
+
+static int h_progress(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  const tg_client_channel *ch = cx->client;
+  for (int step = 0; ch && ch->progress_token && step <= 100; step += 50) {
+    int r = ch->notify(ch->self, "notifications/progress",
+                       json_pack("{s:O,s:i,s:i,s:s}", "progressToken", ch->progress_token,
+                                 "progress", step, "total", 100, "message", "working"));
+    if (r < 0) return r;
+  }
+  return content_result(json_pack("[o]", text("Tool with progress executed successfully")), ret);
+}
+
+static int h_error(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, NULL,
+                 "This tool intentionally returns an error for testing");
+}
+
+/* Sends method to the client when the connection can and the client declared capability. */
+static int ask_client(tg_call_ctx *cx, const char *capability, const char *method,
+                      json_t *params, json_t **ret) {
+  const tg_client_channel *ch = cx->client;
+  if (!params) return TG_E_NOMEM;
+  if (!ch || !ch->ask || !json_object_get(ch->capabilities, capability)) {
+    json_decref(params);
+    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, json_pack("{s:s}", "capability", capability),
+                   "The client cannot answer %s on this connection", method);
+  }
+  int r = ch->ask(ch->self, method, params, ret);
+  if (r == TG_E_TOOL) {
+    json_decref(*ret);
+    return tg_fail(cx, TG_ERR_PROVIDER_ERROR, NULL, "The client refused %s", method);
+  }
+  return r;
+}
+
+static int answer_with(const char *prefix, json_t *answer, json_t **ret) {
+  _cleanup_free_ char *dump = json_dumps(answer, JSON_COMPACT);
+  _cleanup_free_ char *line = NULL;
+  json_decref(answer);
+  if (!dump || asprintf(&line, "%s%s", prefix, dump) < 0) return TG_E_NOMEM;
+  return content_result(json_pack("[o]", text(line)), ret);
+}
+
+static int h_sampling(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  json_t *answer = NULL;
+  int r = ask_client(cx, "sampling", "sampling/createMessage",
+                     json_pack("{s:[{s:s,s:{s:s,s:O}}],s:i}", "messages", "role", "user",
+                               "content", "type", "text", "text",
+                               json_object_get(args, "prompt"), "maxTokens", 100),
+                     &answer);
+  return r ? r : answer_with("LLM response: ", answer, ret);
+}
+
+static int h_elicitation(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  json_t *answer = NULL;
+  int r = ask_client(
+      cx, "elicitation", "elicitation/create",
+      json_pack("{s:O,s:{s:s,s:{s:{s:s,s:s},s:{s:s,s:s,s:s}},s:[s,s]}}", "message",
+                json_object_get(args, "message"), "requestedSchema", "type", "object",
+                "properties", "username", "type", "string", "description", "Your username",
+                "email", "type", "string", "format", "email", "description", "Your email",
+                "required", "username", "email"),
+      &answer);
+  return r ? r : answer_with("User response: ", answer, ret);
+}
+
+static int h_sep1034(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  json_t *answer = NULL;
+  int r = ask_client(
+      cx, "elicitation", "elicitation/create",
+      json_pack("{s:s,s:{s:s,s:{s:{s:s,s:s},s:{s:s,s:i},s:{s:s,s:f},s:{s:s,s:[s,s,s],s:s},"
+                "s:{s:s,s:b}}}}",
+                "message", "Please review and update the form fields with defaults",
+                "requestedSchema", "type", "object", "properties", "name", "type", "string",
+                "default", "John Doe", "age", "type", "integer", "default", 30, "score", "type",
+                "number", "default", 95.5, "status", "type", "string", "enum", "active",
+                "inactive", "pending", "default", "active", "verified", "type", "boolean",
+                "default", 1),
+      &answer);
+  return r ? r : answer_with("Elicitation completed: ", answer, ret);
+}
+
+static const char sep1330_schema[] =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"untitledSingle\":{\"type\":\"string\",\"enum\":[\"option1\",\"option2\",\"option3\"]},"
+    "\"titledSingle\":{\"type\":\"string\",\"oneOf\":[{\"const\":\"value1\",\"title\":\"First "
+    "Option\"},{\"const\":\"value2\",\"title\":\"Second Option\"},{\"const\":\"value3\","
+    "\"title\":\"Third Option\"}]},"
+    "\"legacyEnum\":{\"type\":\"string\",\"enum\":[\"opt1\",\"opt2\",\"opt3\"],\"enumNames\":["
+    "\"Option One\",\"Option Two\",\"Option Three\"]},"
+    "\"untitledMulti\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"enum\":[\"option1\","
+    "\"option2\",\"option3\"]}},"
+    "\"titledMulti\":{\"type\":\"array\",\"items\":{\"anyOf\":[{\"const\":\"value1\",\"title\":"
+    "\"First Choice\"},{\"const\":\"value2\",\"title\":\"Second Choice\"},{\"const\":\"value3\","
+    "\"title\":\"Third Choice\"}]}}}}";
+
+static int h_sep1330(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  json_t *schema = json_loads(sep1330_schema, 0, NULL);
+  if (!schema) return TG_E_NOMEM;
+  json_t *answer = NULL;
+  int r = ask_client(cx, "elicitation", "elicitation/create",
+                     json_pack("{s:s,s:o}", "message", "Pick from the enums", "requestedSchema",
+                               schema),
+                     &answer);
+  return r ? r : answer_with("Elicitation completed: ", answer, ret);
+}
+
+static int h_json_schema(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  return content_result(json_pack("[o]", text("Received the arguments")), ret);
+}
+
+/* ---- 2026-07-28 multi round-trip requests ---- */
+
+static json_t *elicit(const char *message, const char *property, const char *type) {
+  return json_pack("{s:s,s:{s:s,s:{s:s,s:{s:{s:s}},s:[s]}}}", "method", "elicitation/create",
+                   "params", "message", message, "requestedSchema", "type", "object",
+                   "properties", property, "type", type, "required", property);
+}
+
+static json_t *sample(const char *question, int max_tokens) {
+  return json_pack("{s:s,s:{s:[{s:s,s:{s:s,s:s}}],s:i}}", "method", "sampling/createMessage",
+                   "params", "messages", "role", "user", "content", "type", "text", "text",
+                   question, "maxTokens", max_tokens);
+}
+
+static json_t *roots(void) { return json_pack("{s:s,s:{}}", "method", "roots/list", "params"); }
+
+/* An InputRequiredResult; requests is stolen, state may be NULL. */
+static int input_required(json_t *requests, const char *state, json_t **ret) {
+  if (!requests) return TG_E_NOMEM;
+  *ret = json_pack("{s:s,s:o}", "resultType", "input_required", "inputRequests", requests);
+  if (*ret && state && json_object_set_new(*ret, "requestState", json_string(state)) < 0) {
+    json_decref(*ret);
+    *ret = NULL;
+  }
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+static json_t *answer(const char *key) {
+  return current ? json_object_get(current->input_responses, key) : NULL;
+}
+
+static const char *state(void) { return current ? current->request_state : NULL; }
+
+static int text_result(const char *line, json_t **ret) {
+  return content_result(json_pack("[o]", text(line)), ret);
+}
+
+/* The string field of an elicitation answer's content. */
+static const char *elicited(const char *key, const char *field) {
+  return json_string_value(json_object_get(json_object_get(answer(key), "content"), field));
+}
+
+static int h_ir_elicitation(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  const char *name = elicited("user_name", "name");
+  if (!name) return input_required(json_pack("{s:o}", "user_name", elicit("What is your name?", "name", "string")), NULL, ret);
+  _cleanup_free_ char *line = NULL;
+  return asprintf(&line, "Hello, %s!", name) < 0 ? TG_E_NOMEM : text_result(line, ret);
+}
+
+static int h_ir_sampling(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  json_t *a = answer("capital_question");
+  if (!a) return input_required(json_pack("{s:o}", "capital_question", sample("What is the capital of France?", 100)), NULL, ret);
+  const char *reply = json_string_value(json_object_get(json_object_get(a, "content"), "text"));
+  _cleanup_free_ char *line = NULL;
+  return asprintf(&line, "The model answered: %s", reply ? reply : "(no text)") < 0 ? TG_E_NOMEM
+                                                                                    : text_result(line, ret);
+}
+
+static int h_ir_roots(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  json_t *list = json_object_get(answer("client_roots"), "roots");
+  if (!json_is_array(list)) return input_required(json_pack("{s:o}", "client_roots", roots()), NULL, ret);
+  _cleanup_free_ char *line = NULL;
+  return asprintf(&line, "The client has %zu roots", json_array_size(list)) < 0 ? TG_E_NOMEM
+                                                                              : text_result(line, ret);
+}
+
+static int h_ir_request_state(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  if (!answer("confirm") || !state() || strcmp(state(), "awaiting-confirmation") != 0)
+    return input_required(json_pack("{s:{s:s,s:{s:s,s:{s:s,s:{s:{s:s}},s:[s]}}}}", "confirm",
+                                    "method", "elicitation/create", "params", "message",
+                                    "Please confirm", "requestedSchema", "type", "object",
+                                    "properties", "ok", "type", "boolean", "required", "ok"),
+                          "awaiting-confirmation", ret);
+  return text_result("state-ok: the confirmation arrived with its request state", ret);
+}
+
+static int h_ir_multiple(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  json_t *missing = json_object();
+  if (!missing) return TG_E_NOMEM;
+  if ((!answer("user_name") && json_object_set_new(missing, "user_name", elicit("What is your name?", "name", "string")) < 0) ||
+      (!answer("greeting") && json_object_set_new(missing, "greeting", sample("Generate a greeting", 50)) < 0) ||
+      (!answer("client_roots") && json_object_set_new(missing, "client_roots", roots()) < 0)) {
+    json_decref(missing);
+    return TG_E_NOMEM;
+  }
+  if (json_object_size(missing) || !state() || strcmp(state(), "multiple-inputs") != 0) {
+    if (!json_object_size(missing)) { /* answers without our state: ask everything again */
+      json_decref(missing);
+      missing = json_pack("{s:o,s:o,s:o}", "user_name", elicit("What is your name?", "name", "string"),
+                          "greeting", sample("Generate a greeting", 50), "client_roots", roots());
+    }
+    return input_required(missing, "multiple-inputs", ret);
+  }
+  json_decref(missing);
+  return text_result("Received the name, the greeting and the roots", ret);
+}
+
+static int h_ir_multi_round(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  const char *st = state();
+  const char *name = elicited("step1", "name");
+  const char *color = elicited("step2", "color");
+  if (st && strncmp(st, "round-2:", 8) == 0 && color) {
+    _cleanup_free_ char *line = NULL;
+    return asprintf(&line, "%s likes %s", st + 8, color) < 0 ? TG_E_NOMEM : text_result(line, ret);
+  }
+  if (st && strcmp(st, "round-1") == 0 && name) {
+    _cleanup_free_ char *next = NULL;
+    if (asprintf(&next, "round-2:%.64s", name) < 0) return TG_E_NOMEM;
+    return input_required(json_pack("{s:o}", "step2", elicit("Step 2: What is your favorite color?", "color", "string")), next, ret);
+  }
+  return input_required(json_pack("{s:o}", "step1", elicit("Step 1: What is your name?", "name", "string")), "round-1", ret);
+}
+
+static int h_ir_tampered(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  /* The surface rejects altered state before this runs; an intact one completes. */
+  if (state() && strcmp(state(), "untampered") == 0 && answer("confirm"))
+    return text_result("The request state came back intact", ret);
+  return input_required(json_pack("{s:o}", "confirm", elicit("Please confirm", "ok", "boolean")), "untampered", ret);
+}
+
+static int h_ir_capabilities(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  json_t *caps = current ? current->capabilities : NULL;
+  if (answer("user_name") || answer("question") || answer("client_roots"))
+    return text_result("Received an answer the client was able to give", ret);
+  /* Only what this request's client declared it can answer. */
+  if (json_object_get(caps, "elicitation"))
+    return input_required(json_pack("{s:o}", "user_name", elicit("What is your name?", "name", "string")), NULL, ret);
+  if (json_object_get(caps, "sampling"))
+    return input_required(json_pack("{s:o}", "question", sample("Say hello", 50)), NULL, ret);
+  if (json_object_get(caps, "roots"))
+    return input_required(json_pack("{s:o}", "client_roots", roots()), NULL, ret);
+  return text_result("The client declared no way to answer questions", ret);
+}
+
+/* Needs sampling: asked directly on a legacy session, as an input request on 2026-07-28
+ * (which the surface refuses with -32021 when the client did not declare sampling). */
+static int h_missing_capability(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  if (current && current->ask) {
+    json_t *reply = NULL;
+    int r = ask_client(cx, "sampling", "sampling/createMessage",
+                       json_pack("{s:[{s:s,s:{s:s,s:s}}],s:i}", "messages", "role", "user",
+                                 "content", "type", "text", "text", "Say hello", "maxTokens", 50),
+                       &reply);
+    return r ? r : answer_with("LLM response: ", reply, ret);
+  }
+  json_t *a = answer("needs_sampling");
+  if (a) return text_result("Sampling answered", ret);
+  return input_required(json_pack("{s:o}", "needs_sampling", sample("Say hello", 50)), NULL, ret);
+}
+
+static int h_x_mcp_header(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  const char *region = json_string_value(json_object_get(args, "region"));
+  _cleanup_free_ char *line = NULL;
+  return asprintf(&line, "Region: %s", region ? region : "(none)") < 0 ? TG_E_NOMEM : text_result(line, ret);
+}
+
+static int h_streaming_elicitation(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  return text_result("Answered on the response stream without asking the client", ret);
+}
+
+static const tg_handler_entry handlers[] = {
+    {"test.simple.text", h_simple_text},
+    {"test.image.content", h_image},
+    {"test.audio.content", h_audio},
+    {"test.embedded.resource", h_embedded},
+    {"test.multiple.content_types", h_mixed},
+    {"test.tool.with_logging", h_logging},
+    {"test.tool.with_progress", h_progress},
+    {"test.error.handling", h_error},
+    {"test.sampling.tool", h_sampling},
+    {"test.elicitation.tool", h_elicitation},
+    {"test.elicitation.sep1034_defaults", h_sep1034},
+    {"test.elicitation.sep1330_enums", h_sep1330},
+    {"json.schema_2020_12.tool", h_json_schema},
+    {"test.missing.capability", h_missing_capability},
+    {"test.streaming.elicitation", h_streaming_elicitation},
+    {"test.logging.tool", h_logging},
+    {"test.input_required.result_elicitation", h_ir_elicitation},
+    {"test.input_required.result_sampling", h_ir_sampling},
+    {"test.input_required.result_list_roots", h_ir_roots},
+    {"test.input_required.result_request_state", h_ir_request_state},
+    {"test.input_required.result_multiple_inputs", h_ir_multiple},
+    {"test.input_required.result_multi_round", h_ir_multi_round},
+    {"test.input_required.result_tampered_state", h_ir_tampered},
+    {"test.input_required.result_capabilities", h_ir_capabilities},
+    {"test.x_mcp.header", h_x_mcp_header},
+};
+
+const tg_provider tg_provider_conformance = {
+    .name = "conformance",
+    .spec_file = "conformance.json",
+    .handlers = handlers,
+    .n_handlers = sizeof handlers / sizeof handlers[0],
+};
+
+/* ---- resources, templates, prompts ---- */
+
+json_t *tg_conformance_resources(void) {
+  return json_pack("[{s:s,s:s,s:s,s:s},{s:s,s:s,s:s,s:s},{s:s,s:s,s:s,s:s}]", "uri",
+                   "test://static-text", "name", "static-text", "description",
+                   "A static text resource", "mimeType", "text/plain", "uri",
+                   "test://static-binary", "name", "static-binary", "description",
+                   "A static PNG image", "mimeType", "image/png", "uri",
+                   "test://watched-resource", "name", "watched-resource", "description",
+                   "A resource clients may subscribe to", "mimeType", "text/plain");
+}
+
+json_t *tg_conformance_resource_templates(void) {
+  return json_pack("[{s:s,s:s,s:s,s:s}]", "uriTemplate", "test://template/{id}/data", "name",
+                   "template", "description", "Data for an id", "mimeType", "application/json");
+}
+
+json_t *tg_conformance_prompts(void) {
+  return json_pack(
+      "[{s:s,s:s},{s:s,s:s,s:[{s:s,s:s,s:b},{s:s,s:s,s:b}]},{s:s,s:s,s:[{s:s,s:s,s:b}]},"
+      "{s:s,s:s},{s:s,s:s}]",
+      "name", "test_simple_prompt", "description", "A simple prompt without arguments",
+      "name", "test_prompt_with_arguments", "description", "A prompt with two arguments",
+      "arguments", "name", "arg1", "description", "First argument", "required", 1, "name",
+      "arg2", "description", "Second argument", "required", 1, "name",
+      "test_prompt_with_embedded_resource", "description", "A prompt embedding a resource",
+      "arguments", "name", "resourceUri", "description", "The resource to embed", "required", 1,
+      "name", "test_prompt_with_image", "description", "A prompt with an image", "name",
+      "test_input_required_result_prompt", "description",
+      "A prompt that asks the user for context first (SEP-2322)");
+}
+
+#define TEMPLATE_PREFIX "test://template/"
+#define TEMPLATE_SUFFIX "/data"
+#define TEMPLATE_ID_MAX 64
+
+int tg_conformance_resource_read(const char *uri, json_t **ret) {
+  if (strcmp(uri, "test://static-text") == 0)
+    *ret = json_pack("[{s:s,s:s,s:s}]", "uri", uri, "mimeType", "text/plain", "text",
+                     "This is the content of the static text resource.");
+  else if (strcmp(uri, "test://static-binary") == 0)
+    *ret = json_pack("[{s:s,s:s,s:s}]", "uri", uri, "mimeType", "image/png", "blob", PNG_1X1);
+  else if (strcmp(uri, "test://watched-resource") == 0)
+    *ret = json_pack("[{s:s,s:s,s:s}]", "uri", uri, "mimeType", "text/plain", "text",
+                     "Watched resource content");
+  else {
+    size_t len = strlen(uri), pre = strlen(TEMPLATE_PREFIX), suf = strlen(TEMPLATE_SUFFIX);
+    if (len <= pre + suf || len - pre - suf > TEMPLATE_ID_MAX ||
+        strncmp(uri, TEMPLATE_PREFIX, pre) != 0 || strcmp(uri + len - suf, TEMPLATE_SUFFIX) != 0 ||
+        memchr(uri + pre, '/', len - pre - suf))
+      return TG_E_NOTFOUND;
+    char id[TEMPLATE_ID_MAX + 1];
+    snprintf(id, sizeof id, "%.*s", (int)(len - pre - suf), uri + pre);
+    _cleanup_free_ char *body = NULL;
+    json_t *data = json_pack("{s:s,s:b,s:s+}", "id", id, "templateTest", 1, "data",
+                             "Data for ID: ", id);
+    body = data ? json_dumps(data, JSON_COMPACT) : NULL;
+    json_decref(data);
+    if (!body) return TG_E_NOMEM;
+    *ret = json_pack("[{s:s,s:s,s:s}]", "uri", uri, "mimeType", "application/json", "text", body);
+  }
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+static json_t *user_text(const char *s) {
+  return json_pack("{s:s,s:o}", "role", "user", "content", text(s));
+}
+
+static int prompt_messages(const char *name, json_t *args, json_t *responses, json_t **ret,
+                           const char **why);
+
+int tg_conformance_prompt_get(const char *name, json_t *args, json_t *responses,
+                              json_t **ret_result, const char **why) {
+  json_t *messages = NULL;
+  int r = prompt_messages(name, args, responses, &messages, why);
+  if (r < 0) return r;
+  if (json_is_object(messages)) { /* already an InputRequiredResult */
+    *ret_result = messages;
+    return TG_OK;
+  }
+  *ret_result = json_pack("{s:o}", "messages", messages);
+  return *ret_result ? TG_OK : TG_E_NOMEM;
+}
+
+static int prompt_messages(const char *name, json_t *args, json_t *responses, json_t **ret,
+                           const char **why) {
+  const char *arg1 = json_string_value(json_object_get(args, "arg1"));
+  const char *arg2 = json_string_value(json_object_get(args, "arg2"));
+  const char *uri = json_string_value(json_object_get(args, "resourceUri"));
+  if (strcmp(name, "test_simple_prompt") == 0) {
+    *ret = json_pack("[o]", user_text("This is a simple prompt for testing."));
+  } else if (strcmp(name, "test_prompt_with_arguments") == 0) {
+    if (!arg1 || !arg2) {
+      *why = "arg1 and arg2 are required strings";
+      return TG_E_INVAL;
+    }
+    _cleanup_free_ char *line = NULL;
+    if (asprintf(&line, "Prompt with arguments: arg1='%s', arg2='%s'", arg1, arg2) < 0)
+      return TG_E_NOMEM;
+    *ret = json_pack("[o]", user_text(line));
+  } else if (strcmp(name, "test_prompt_with_embedded_resource") == 0) {
+    if (!uri) {
+      *why = "resourceUri is a required string";
+      return TG_E_INVAL;
+    }
+    *ret = json_pack("[{s:s,s:{s:s,s:{s:s,s:s,s:s}}},o]", "role", "user", "content", "type",
+                     "resource", "resource", "uri", uri, "mimeType", "text/plain", "text",
+                     "Embedded resource content for testing.",
+                     user_text("Please process the embedded resource above."));
+  } else if (strcmp(name, "test_input_required_result_prompt") == 0) {
+    const char *context = json_string_value(
+        json_object_get(json_object_get(json_object_get(responses, "user_context"), "content"), "context"));
+    if (!context)
+      return input_required(json_pack("{s:o}", "user_context",
+                                      elicit("What context should the prompt use?", "context", "string")),
+                            NULL, ret);
+    _cleanup_free_ char *line = NULL;
+    if (asprintf(&line, "Use this context: %s", context) < 0) return TG_E_NOMEM;
+    *ret = json_pack("[o]", user_text(line));
+  } else if (strcmp(name, "test_prompt_with_image") == 0) {
+    *ret = json_pack("[{s:s,s:{s:s,s:s,s:s}},o]", "role", "user", "content", "type", "image",
+                     "data", PNG_1X1, "mimeType", "image/png",
+                     user_text("Please analyze the image above."));
+  } else {
+    return TG_E_NOTFOUND;
+  }
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+json_t *tg_conformance_complete(const char *prompt, const char *argument, const char *value) {
+  static const char *const words[] = {"test", "testing", "testValue1", "other"};
+  json_t *values = json_array();
+  if (!values || !prompt || strcmp(prompt, "test_prompt_with_arguments") != 0) return values;
+  for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
+    if (strncmp(words[i], value, strlen(value)) != 0) continue;
+    if (json_array_append_new(values, json_string(words[i])) < 0) {
+      json_decref(values);
+      return NULL;
+    }
+  }
+  return values;
+}

@@ -1,0 +1,38 @@
+/* Fuzzes the JSON-RPC decoder and the MCP dispatch checks that need no database. Besides
+ * crashes and leaks it checks the decoder's contract: success gives a message of a known
+ * kind with the fields of that kind; failure gives a JSON-RPC error response with a code
+ * from the JSON-RPC range, and never both. */
+#include <jansson.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mcp/jsonrpc.h"
+#include "mcp/server.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  tg_rpc_msg msg;
+  json_t *err = NULL;
+  int r = tg_rpc_decode((const char *)data, size, &msg, &err);
+  if (r == 0) {
+    if (err) abort();
+    if (msg.kind == TG_RPC_RESPONSE ? !msg.id || (!msg.result == !msg.error) : !msg.method) abort();
+    if (msg.kind == TG_RPC_NOTIFICATION && msg.id) abort();
+    /* Stateless checks on a decoded message must not crash whatever its shape. */
+    (void)tg_mcp_has_claim(&msg);
+    char *text = tg_rpc_encode(msg.root);
+    if (!text) abort();
+    free(text);
+    tg_rpc_msg_done(&msg);
+    return 0;
+  }
+  if (r > 0 || (r > -32000 && r != -1) || (r <= -32000 && !err)) abort();
+  if (err) {
+    json_int_t code = json_integer_value(json_object_get(json_object_get(err, "error"), "code"));
+    if (code != r || msg.root) abort();
+    json_decref(err);
+  }
+  return 0;
+}

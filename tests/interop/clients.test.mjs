@@ -1,0 +1,138 @@
+// Real MCP clients against the real binary: the official TypeScript SDK client over stdio
+// and over Streamable HTTP, and the MCP Inspector CLI over stdio.
+// Needs TG_BINARY (set by ctest or run.sh).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const tg = process.env.TG_BINARY;
+assert.ok(tg, 'TG_BINARY must name the toolgate binary');
+const data = mkdtempSync(join(tmpdir(), 'tg-interop-'));
+const env = { ...process.env, TOOLGATE_DATA: data };
+let server; // the `toolgate serve` child
+let url;
+let token;
+
+// Starts `toolgate serve` on a free loopback port; resolves with its URL once it listens.
+function serve(args) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(tg, ['serve', '--listen', '127.0.0.1:0', ...args], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+    let err = '';
+    child.stderr.on('data', (chunk) => {
+      err += chunk;
+      const m = /listening on 127\.0\.0\.1:(\d+)/.exec(err);
+      if (m) resolve({ child, url: `http://127.0.0.1:${m[1]}/mcp` });
+    });
+    child.on('exit', (code) => reject(new Error(`serve exited with ${code}: ${err}`)));
+  });
+}
+
+before(async () => {
+  execFileSync(tg, ['init', '--demo'], { env });
+  token = JSON.parse(execFileSync(tg, ['token', 'create', '--agent', 'demo'], { env })).token;
+  ({ child: server, url } = await serve([]));
+});
+
+after(() => {
+  server?.kill('SIGTERM');
+  rmSync(data, { recursive: true, force: true });
+});
+
+// The same checks over any transport: listing, a read call, a refused call.
+async function exercise(transport) {
+  const client = new Client({ name: 'toolgate-interop', version: '1.0.0' });
+  await client.connect(transport);
+  try {
+    const { tools } = await client.listTools();
+    const names = tools.map((t) => t.name);
+    assert.ok(names.includes('agent_tool_list'), `agent_tool_list listed: ${names}`);
+    assert.ok(!names.includes('admin_agent_list'), 'api-only tools are not offered on MCP');
+    const listTool = tools.find((t) => t.name === 'agent_tool_list');
+    assert.equal(listTool.annotations.readOnlyHint, true);
+    assert.equal(listTool.outputSchema.type, 'object');
+
+    const ok = await client.callTool({ name: 'agent_tool_list', arguments: {} });
+    assert.notEqual(ok.isError, true);
+    assert.ok(Array.isArray(ok.structuredContent.tools));
+    assert.equal(ok.content[0].type, 'text');
+
+    const refused = await client.callTool({ name: 'admin.agent.list', arguments: {} });
+    assert.equal(refused.isError, true);
+    assert.equal(refused.structuredContent.error.code, 'permission_denied');
+    assert.equal(refused.structuredContent.error.details.reason, 'surface');
+
+    await assert.rejects(client.callTool({ name: 'no_such_tool', arguments: {} }), /-32602|Unknown tool/);
+  } finally {
+    await client.close();
+  }
+}
+
+test('SDK client over stdio (--agent)', async () => {
+  await exercise(new StdioClientTransport({ command: tg, args: ['mcp', '--agent', 'demo'], env, stderr: 'ignore' }));
+});
+
+test('SDK client over stdio (--token)', async () => {
+  await exercise(new StdioClientTransport({ command: tg, args: ['mcp', '--token', token], env, stderr: 'ignore' }));
+});
+
+test('SDK client over Streamable HTTP with a Bearer token', async () => {
+  await exercise(new StreamableHTTPClientTransport(new URL(url), {
+    requestInit: { headers: { Authorization: `Bearer ${token}` } },
+  }));
+});
+
+test('HTTP without a token answers 401 with WWW-Authenticate', async () => {
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }),
+  });
+  assert.equal(res.status, 401);
+  assert.match(res.headers.get('www-authenticate'), /^Bearer /);
+});
+
+test('HTTP refuses a forged Origin with 403', async () => {
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', Origin: 'http://evil.example.com', Authorization: `Bearer ${token}` },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }),
+  });
+  assert.equal(res.status, 403);
+});
+
+test('a deleted session answers 404', async () => {
+  const headers = { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', Authorization: `Bearer ${token}` };
+  const init = await fetch(url, {
+    method: 'POST', headers,
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 't', version: '1' } } }),
+  });
+  assert.equal(init.status, 200);
+  const sid = init.headers.get('mcp-session-id');
+  assert.match(sid, /^[0-9a-f]{32}$/);
+  const del = await fetch(url, { method: 'DELETE', headers: { ...headers, 'Mcp-Session-Id': sid } });
+  assert.equal(del.status, 200);
+  const again = await fetch(url, { method: 'POST', headers: { ...headers, 'Mcp-Session-Id': sid }, body: JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'ping' }) });
+  assert.equal(again.status, 404);
+});
+
+test('MCP Inspector CLI over stdio', () => {
+  const cli = join(here, 'node_modules/@modelcontextprotocol/inspector-cli/build/index.js');
+  // 1.0.3 finds its own package.json relative to the working folder, so it runs from there.
+  const run = (...args) => JSON.parse(execFileSync(process.execPath, [cli, tg, 'mcp', '--agent', 'demo', ...args],
+    { env, cwd: dirname(cli), stdio: ['ignore', 'pipe', 'ignore'] }));
+  const listed = run('--method', 'tools/list');
+  assert.ok(listed.tools.some((t) => t.name === 'agent_tool_list'));
+  const called = run('--method', 'tools/call', '--tool-name', 'agent_tool_list');
+  assert.ok(Array.isArray(called.structuredContent.tools));
+  const refused = run('--method', 'tools/call', '--tool-name', 'admin.agent.list');
+  assert.equal(refused.isError, true);
+  assert.equal(refused.structuredContent.error.code, 'permission_denied');
+});

@@ -1,0 +1,159 @@
+/* JSON-RPC decoding and encoding: every malformed shape gets its precise code, limits hold. */
+#include "support.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "mcp/jsonrpc.h"
+
+/* Decodes text expecting failure with code; returns the error response for more checks. */
+static json_t *decode_fails(const char *text, size_t len, int code) {
+  tg_rpc_msg msg;
+  json_t *err = NULL;
+  assert_int_equal(tg_rpc_decode(text, len, &msg, &err), code);
+  assert_non_null(err);
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(err, "error"), "code")), code);
+  assert_string_equal(json_string_value(json_object_get(err, "jsonrpc")), "2.0");
+  assert_null(msg.root);
+  return err;
+}
+
+static void fails_with(const char *text, int code) {
+  json_decref(decode_fails(text, strlen(text), code));
+}
+
+static void test_kinds(void **state) {
+  tg_rpc_msg msg;
+  json_t *err = NULL;
+  const char *req = "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/list\"}";
+  assert_int_equal(tg_rpc_decode(req, strlen(req), &msg, &err), 0);
+  assert_int_equal(msg.kind, TG_RPC_REQUEST);
+  assert_string_equal(msg.method, "tools/list");
+  assert_null(msg.params);
+  assert_int_equal(json_integer_value(msg.id), 7);
+  tg_rpc_msg_done(&msg);
+
+  const char *note = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\",\"params\":{}}";
+  assert_int_equal(tg_rpc_decode(note, strlen(note), &msg, &err), 0);
+  assert_int_equal(msg.kind, TG_RPC_NOTIFICATION);
+  assert_null(msg.id);
+  assert_true(json_is_object(msg.params));
+  tg_rpc_msg_done(&msg);
+
+  const char *resp = "{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"result\":{}}";
+  assert_int_equal(tg_rpc_decode(resp, strlen(resp), &msg, &err), 0);
+  assert_int_equal(msg.kind, TG_RPC_RESPONSE);
+  assert_true(json_is_object(msg.result));
+  tg_rpc_msg_done(&msg);
+}
+
+static void test_shape_errors(void **state) {
+  fails_with("{bad", TG_RPC_PARSE_ERROR);
+  fails_with("", TG_RPC_PARSE_ERROR);
+  json_t *batch = decode_fails("[]", 2, TG_RPC_INVALID_REQUEST);
+  assert_string_equal(json_string_value(json_object_get(json_object_get(batch, "error"), "message")),
+                      "Batches are not supported");
+  json_decref(batch);
+  fails_with("[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]", TG_RPC_INVALID_REQUEST);
+  fails_with("{\"id\":1,\"method\":\"ping\"}", TG_RPC_INVALID_REQUEST);
+  fails_with("{\"jsonrpc\":\"1.0\",\"id\":1,\"method\":\"ping\"}", TG_RPC_INVALID_REQUEST);
+  fails_with("{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"ping\"}", TG_RPC_INVALID_REQUEST);
+  fails_with("{\"jsonrpc\":\"2.0\",\"id\":1.5,\"method\":\"ping\"}", TG_RPC_INVALID_REQUEST);
+  fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":7}", TG_RPC_INVALID_REQUEST);
+  fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":[1]}", TG_RPC_INVALID_REQUEST);
+  fails_with("{\"jsonrpc\":\"2.0\",\"id\":1}", TG_RPC_INVALID_REQUEST);
+  fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{},\"error\":{\"code\":1}}", TG_RPC_INVALID_REQUEST);
+  fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":\"x\"}}", TG_RPC_INVALID_REQUEST);
+  fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"id\":2,\"method\":\"ping\"}", TG_RPC_PARSE_ERROR);
+}
+
+static void test_error_echoes_readable_id(void **state) {
+  const char *text = "{\"jsonrpc\":\"2.0\",\"id\":\"abc\",\"method\":5}";
+  json_t *err = decode_fails(text, strlen(text), TG_RPC_INVALID_REQUEST);
+  assert_string_equal(json_string_value(json_object_get(err, "id")), "abc");
+  json_decref(err);
+  err = decode_fails("{bad", 4, TG_RPC_PARSE_ERROR);
+  assert_true(json_is_null(json_object_get(err, "id")));
+  json_decref(err);
+}
+
+static char *nested(int depth) {
+  char *s = malloc((size_t)depth * 2 + 64);
+  assert_non_null(s);
+  size_t n = (size_t)sprintf(s, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{\"a\":");
+  for (int i = 0; i < depth; i++) s[n++] = '[';
+  for (int i = 0; i < depth; i++) s[n++] = ']';
+  s[n++] = '}';
+  s[n++] = '}';
+  s[n] = 0;
+  return s;
+}
+
+static void test_limits(void **state) {
+  /* Two levels for the message and params, the rest for the arrays. */
+  char *ok = nested(TG_RPC_MAX_DEPTH - 2);
+  tg_rpc_msg msg;
+  json_t *err = NULL;
+  assert_int_equal(tg_rpc_decode(ok, strlen(ok), &msg, &err), 0);
+  tg_rpc_msg_done(&msg);
+  free(ok);
+  char *deep = nested(TG_RPC_MAX_DEPTH);
+  json_t *e = decode_fails(deep, strlen(deep), TG_RPC_INVALID_REQUEST);
+  assert_string_equal(
+      json_string_value(json_object_get(json_object_get(json_object_get(e, "error"), "data"), "limit")),
+      "nesting depth");
+  json_decref(e);
+  free(deep);
+
+  /* Brackets inside strings do not count as nesting. */
+  const char *quoted = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"}";
+  assert_int_equal(tg_rpc_decode(quoted, strlen(quoted), &msg, &err), 0);
+  tg_rpc_msg_done(&msg);
+
+  size_t big = TG_RPC_MAX_STRING + 64;
+  char *s = malloc(big + 64);
+  assert_non_null(s);
+  size_t n = (size_t)sprintf(s, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"");
+  memset(s + n, 'a', TG_RPC_MAX_STRING + 1);
+  n += TG_RPC_MAX_STRING + 1;
+  strcpy(s + n, "\"}");
+  e = decode_fails(s, strlen(s), TG_RPC_INVALID_REQUEST);
+  json_decref(e);
+  /* A body over the limit is refused before it is read. */
+  e = decode_fails(s, TG_RPC_MAX_BODY + 1, TG_RPC_INVALID_REQUEST);
+  json_decref(e);
+  free(s);
+}
+
+static void test_builders(void **state) {
+  json_t *id = json_integer(3);
+  json_t *res = tg_rpc_result(id, json_pack("{s:b}", "ok", 1));
+  char *text = tg_rpc_encode(res);
+  assert_string_equal(text, "{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"ok\":true}}");
+  assert_null(strchr(text, '\n'));
+  free(text);
+  json_decref(res);
+  json_t *err = tg_rpc_error(id, TG_RPC_METHOD_NOT_FOUND, "Method not found", json_pack("{s:s}", "m", "x"));
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(err, "error"), "code")), -32601);
+  assert_string_equal(json_string_value(json_object_get(json_object_get(json_object_get(err, "error"), "data"), "m")), "x");
+  json_decref(err);
+  json_t *note = tg_rpc_notification("notifications/progress", json_pack("{s:i}", "progress", 1));
+  assert_null(json_object_get(note, "id"));
+  json_decref(note);
+  json_t *req = tg_rpc_request(9, "sampling/createMessage", NULL);
+  assert_int_equal(json_integer_value(json_object_get(req, "id")), 9);
+  assert_null(json_object_get(req, "params"));
+  json_decref(req);
+  json_decref(id);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_kinds),
+      cmocka_unit_test(test_shape_errors),
+      cmocka_unit_test(test_error_echoes_readable_id),
+      cmocka_unit_test(test_limits),
+      cmocka_unit_test(test_builders),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
