@@ -216,30 +216,30 @@ static int input_required(json_t *requests, const char *state, json_t **ret) {
   return *ret ? TG_OK : TG_E_NOMEM;
 }
 
-static json_t *answer(const char *key) {
-  return current ? json_object_get(current->input_responses, key) : NULL;
+static json_t *answer(tg_call_ctx *cx, const char *key) {
+  return cx->client ? json_object_get(cx->client->input_responses, key) : NULL;
 }
 
-static const char *state(void) { return current ? current->request_state : NULL; }
+static const char *state(tg_call_ctx *cx) { return cx->client ? cx->client->request_state : NULL; }
 
 static int text_result(const char *line, json_t **ret) {
   return content_result(json_pack("[o]", text(line)), ret);
 }
 
 /* The string field of an elicitation answer's content. */
-static const char *elicited(const char *key, const char *field) {
-  return json_string_value(json_object_get(json_object_get(answer(key), "content"), field));
+static const char *elicited(tg_call_ctx *cx, const char *key, const char *field) {
+  return json_string_value(json_object_get(json_object_get(answer(cx, key), "content"), field));
 }
 
 static int h_ir_elicitation(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  const char *name = elicited("user_name", "name");
+  const char *name = elicited(cx, "user_name", "name");
   if (!name) return input_required(json_pack("{s:o}", "user_name", elicit("What is your name?", "name", "string")), NULL, ret);
   _cleanup_free_ char *line = NULL;
   return asprintf(&line, "Hello, %s!", name) < 0 ? TG_E_NOMEM : text_result(line, ret);
 }
 
 static int h_ir_sampling(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  json_t *a = answer("capital_question");
+  json_t *a = answer(cx, "capital_question");
   if (!a) return input_required(json_pack("{s:o}", "capital_question", sample("What is the capital of France?", 100)), NULL, ret);
   const char *reply = json_string_value(json_object_get(json_object_get(a, "content"), "text"));
   _cleanup_free_ char *line = NULL;
@@ -248,7 +248,7 @@ static int h_ir_sampling(tg_call_ctx *cx, json_t *args, json_t **ret) {
 }
 
 static int h_ir_roots(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  json_t *list = json_object_get(answer("client_roots"), "roots");
+  json_t *list = json_object_get(answer(cx, "client_roots"), "roots");
   if (!json_is_array(list)) return input_required(json_pack("{s:o}", "client_roots", roots()), NULL, ret);
   _cleanup_free_ char *line = NULL;
   return asprintf(&line, "The client has %zu roots", json_array_size(list)) < 0 ? TG_E_NOMEM
@@ -256,7 +256,7 @@ static int h_ir_roots(tg_call_ctx *cx, json_t *args, json_t **ret) {
 }
 
 static int h_ir_request_state(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  if (!answer("confirm") || !state() || strcmp(state(), "awaiting-confirmation") != 0)
+  if (!answer(cx, "confirm") || !state(cx) || strcmp(state(cx), "awaiting-confirmation") != 0)
     return input_required(json_pack("{s:{s:s,s:{s:s,s:{s:s,s:{s:{s:s}},s:[s]}}}}", "confirm",
                                     "method", "elicitation/create", "params", "message",
                                     "Please confirm", "requestedSchema", "type", "object",
@@ -268,13 +268,13 @@ static int h_ir_request_state(tg_call_ctx *cx, json_t *args, json_t **ret) {
 static int h_ir_multiple(tg_call_ctx *cx, json_t *args, json_t **ret) {
   json_t *missing = json_object();
   if (!missing) return TG_E_NOMEM;
-  if ((!answer("user_name") && json_object_set_new(missing, "user_name", elicit("What is your name?", "name", "string")) < 0) ||
-      (!answer("greeting") && json_object_set_new(missing, "greeting", sample("Generate a greeting", 50)) < 0) ||
-      (!answer("client_roots") && json_object_set_new(missing, "client_roots", roots()) < 0)) {
+  if ((!answer(cx, "user_name") && json_object_set_new(missing, "user_name", elicit("What is your name?", "name", "string")) < 0) ||
+      (!answer(cx, "greeting") && json_object_set_new(missing, "greeting", sample("Generate a greeting", 50)) < 0) ||
+      (!answer(cx, "client_roots") && json_object_set_new(missing, "client_roots", roots()) < 0)) {
     json_decref(missing);
     return TG_E_NOMEM;
   }
-  if (json_object_size(missing) || !state() || strcmp(state(), "multiple-inputs") != 0) {
+  if (json_object_size(missing) || !state(cx) || strcmp(state(cx), "multiple-inputs") != 0) {
     if (!json_object_size(missing)) { /* answers without our state: ask everything again */
       json_decref(missing);
       missing = json_pack("{s:o,s:o,s:o}", "user_name", elicit("What is your name?", "name", "string"),
@@ -287,9 +287,9 @@ static int h_ir_multiple(tg_call_ctx *cx, json_t *args, json_t **ret) {
 }
 
 static int h_ir_multi_round(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  const char *st = state();
-  const char *name = elicited("step1", "name");
-  const char *color = elicited("step2", "color");
+  const char *st = state(cx);
+  const char *name = elicited(cx, "step1", "name");
+  const char *color = elicited(cx, "step2", "color");
   if (st && strncmp(st, "round-2:", 8) == 0 && color) {
     _cleanup_free_ char *line = NULL;
     return asprintf(&line, "%s likes %s", st + 8, color) < 0 ? TG_E_NOMEM : text_result(line, ret);
@@ -304,14 +304,14 @@ static int h_ir_multi_round(tg_call_ctx *cx, json_t *args, json_t **ret) {
 
 static int h_ir_tampered(tg_call_ctx *cx, json_t *args, json_t **ret) {
   /* The surface rejects altered state before this runs; an intact one completes. */
-  if (state() && strcmp(state(), "untampered") == 0 && answer("confirm"))
+  if (state(cx) && strcmp(state(cx), "untampered") == 0 && answer(cx, "confirm"))
     return text_result("The request state came back intact", ret);
   return input_required(json_pack("{s:o}", "confirm", elicit("Please confirm", "ok", "boolean")), "untampered", ret);
 }
 
 static int h_ir_capabilities(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  json_t *caps = current ? current->capabilities : NULL;
-  if (answer("user_name") || answer("question") || answer("client_roots"))
+  json_t *caps = cx->client ? cx->client->capabilities : NULL;
+  if (answer(cx, "user_name") || answer(cx, "question") || answer(cx, "client_roots"))
     return text_result("Received an answer the client was able to give", ret);
   /* Only what this request's client declared it can answer. */
   if (json_object_get(caps, "elicitation"))
@@ -326,7 +326,7 @@ static int h_ir_capabilities(tg_call_ctx *cx, json_t *args, json_t **ret) {
 /* Needs sampling: asked directly on a legacy session, as an input request on 2026-07-28
  * (which the surface refuses with -32021 when the client did not declare sampling). */
 static int h_missing_capability(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  if (current && current->ask) {
+  if (cx->client && cx->client->ask) {
     json_t *reply = NULL;
     int r = ask_client(cx, "sampling", "sampling/createMessage",
                        json_pack("{s:[{s:s,s:{s:s,s:s}}],s:i}", "messages", "role", "user",
@@ -334,7 +334,7 @@ static int h_missing_capability(tg_call_ctx *cx, json_t *args, json_t **ret) {
                        &reply);
     return r ? r : answer_with("LLM response: ", reply, ret);
   }
-  json_t *a = answer("needs_sampling");
+  json_t *a = answer(cx, "needs_sampling");
   if (a) return text_result("Sampling answered", ret);
   return input_required(json_pack("{s:o}", "needs_sampling", sample("Say hello", 50)), NULL, ret);
 }
