@@ -8,25 +8,13 @@
 #include "cli/cli.h"
 #include "util/cleanup.h"
 
-/* Opens the workspace, calls tool as the owner with args (stolen), prints the result as JSON
- * or with show. */
-static int operate(cli *c, const char *tool, json_t *args, bool json, void (*show)(json_t *)) {
-  if (!args) return CLI_FAILED;
-  _cleanup_json_ json_t *result = NULL;
-  int r = cli_open(c, false) == CLI_OK ? cli_operator_call(c, tool, args, &result) : CLI_FAILED;
-  json_decref(args);
-  if (r != CLI_OK) return r;
-  if (json || !show) cli_print_json(result);
-  else show(result);
-  return CLI_OK;
-}
-
 static const char agents_usage[] =
     "usage: toolgate agents create --slug S [--name N] [--scope tenant|mission:S|idea:S|work:S]\n"
     "                              [--status draft|active] [--grant P]...\n"
     "       toolgate agents list [--json]\n"
     "       toolgate agents grant SLUG PERMISSION\n"
-    "       toolgate agents revoke SLUG PERMISSION\n\n"
+    "       toolgate agents revoke SLUG PERMISSION\n"
+    "       toolgate agents start|pause|archive|unarchive SLUG\n\n"
     "A permission is one a tool declares (tasks.assign) or a seed-000 flag (canAssignTasks).\n";
 
 static int agents_create(cli *c, int argc, char **argv) {
@@ -54,7 +42,7 @@ static int agents_create(cli *c, int argc, char **argv) {
     json_decref(args);
     return cli_usage(agents_usage, "agents create: --slug is required, nothing else positional");
   }
-  return operate(c, "admin.agent.create", args, true, NULL);
+  return cli_operate(c, "admin.agent.create", args, true, NULL);
 }
 
 static void show_agents(json_t *result) {
@@ -71,25 +59,15 @@ static void show_agents(json_t *result) {
   }
 }
 
-static bool json_flag(int argc, char **argv, int *bad) {
-  bool json = false;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--json") == 0) json = true;
-    else *bad = i;
-  }
-  return json;
-}
-
 static int agents_list(cli *c, int argc, char **argv) {
-  int bad = 0;
-  bool json = json_flag(argc, argv, &bad);
-  if (bad) return cli_usage(agents_usage, "agents list: unexpected '%s'", argv[bad]);
-  return operate(c, "admin.agent.list", json_object(), json, show_agents);
+  bool json;
+  if (cli_json_only(argc, argv, agents_usage, "agents", &json) != CLI_OK) return CLI_USAGE;
+  return cli_operate(c, "admin.agent.list", json_object(), json, show_agents);
 }
 
 static int agents_grant_change(cli *c, int argc, char **argv, const char *tool) {
   if (argc != 3) return cli_usage(agents_usage, "agents %s: give SLUG and PERMISSION", argv[0]);
-  return operate(c, tool, json_pack("{s:s,s:s}", "agentSlug", argv[1], "permission", argv[2]),
+  return cli_operate(c, tool, json_pack("{s:s,s:s}", "agentSlug", argv[1], "permission", argv[2]),
                  true, NULL);
 }
 
@@ -101,12 +79,24 @@ static int agents_revoke(cli *c, int argc, char **argv) {
   return agents_grant_change(c, argc, argv, "admin.grant.revoke");
 }
 
+/* Lifecycle: start (draft or paused → active), pause, archive, unarchive (→ paused). */
+static int agents_lifecycle(cli *c, int argc, char **argv) {
+  if (argc != 2) return cli_usage(agents_usage, "agents %s: give one SLUG", argv[0]);
+  char tool[40];
+  snprintf(tool, sizeof tool, "admin.agent.%s", argv[0]);
+  return cli_operate(c, tool, json_pack("{s:s}", "agentSlug", argv[1]), true, NULL);
+}
+
 int cmd_agents(cli *c, int argc, char **argv) {
   static const cli_command subs[] = {{"create", agents_create, NULL},
                                      {"list", agents_list, NULL},
                                      {"grant", agents_grant, NULL},
-                                     {"revoke", agents_revoke, NULL}};
-  return cli_dispatch(c, argc, argv, subs, 4, agents_usage);
+                                     {"revoke", agents_revoke, NULL},
+                                     {"start", agents_lifecycle, NULL},
+                                     {"pause", agents_lifecycle, NULL},
+                                     {"archive", agents_lifecycle, NULL},
+                                     {"unarchive", agents_lifecycle, NULL}};
+  return cli_dispatch(c, argc, argv, subs, sizeof subs / sizeof subs[0], agents_usage);
 }
 
 static const char token_usage[] =
@@ -126,7 +116,7 @@ static int token_create(cli *c, int argc, char **argv) {
   }
   if (optind < argc || !!user + !!agent != 1)
     return cli_usage(token_usage, "token create: give exactly one of --user, --agent");
-  return operate(c, "admin.token.create",
+  return cli_operate(c, "admin.token.create",
                  user ? json_pack("{s:s}", "username", user) : json_pack("{s:s}", "agentSlug", agent),
                  true, NULL);
 }
@@ -176,7 +166,7 @@ static int runs_end(cli *c, int argc, char **argv) {
     return cli_usage(runs_usage, "runs end: give one RUN_ID");
   }
   json_object_set_new(args, "runId", json_string(argv[optind]));
-  return operate(c, "admin.run.end", args, true, NULL);
+  return cli_operate(c, "admin.run.end", args, true, NULL);
 }
 
 static void show_runs(json_t *result) {
@@ -221,7 +211,7 @@ static int runs_list(cli *c, int argc, char **argv) {
     json_decref(args);
     return cli_usage(runs_usage, "runs list: unexpected '%s'", argv[optind]);
   }
-  return operate(c, "admin.run.list", args, json, show_runs);
+  return cli_operate(c, "admin.run.list", args, json, show_runs);
 }
 
 static void show_run(json_t *result) {
@@ -255,7 +245,7 @@ static int runs_show(cli *c, int argc, char **argv) {
     }
   }
   if (positional != 1) return cli_usage(runs_usage, "runs show: give one RUN_ID");
-  return operate(c, "admin.run.show", json_pack("{s:s}", "runId", id), json, show_run);
+  return cli_operate(c, "admin.run.show", json_pack("{s:s}", "runId", id), json, show_run);
 }
 
 int cmd_runs(cli *c, int argc, char **argv) {
@@ -273,7 +263,7 @@ static const char policy_usage[] =
 
 static int policy_set(cli *c, int argc, char **argv) {
   if (argc != 3) return cli_usage(policy_usage, "policy set: give TOOL and MODE");
-  return operate(c, "admin.policy.set", json_pack("{s:s,s:s}", "tool", argv[1], "mode", argv[2]),
+  return cli_operate(c, "admin.policy.set", json_pack("{s:s,s:s}", "tool", argv[1], "mode", argv[2]),
                  true, NULL);
 }
 
@@ -290,10 +280,9 @@ static void show_policy(json_t *result) {
 }
 
 static int policy_list(cli *c, int argc, char **argv) {
-  int bad = 0;
-  bool json = json_flag(argc, argv, &bad);
-  if (bad) return cli_usage(policy_usage, "policy list: unexpected '%s'", argv[bad]);
-  return operate(c, "admin.policy.list", json_object(), json, show_policy);
+  bool json;
+  if (cli_json_only(argc, argv, policy_usage, "policy", &json) != CLI_OK) return CLI_USAGE;
+  return cli_operate(c, "admin.policy.list", json_object(), json, show_policy);
 }
 
 int cmd_policy(cli *c, int argc, char **argv) {
@@ -315,7 +304,7 @@ static int workspace_set(cli *c, int argc, char **argv) {
     else return cli_usage(workspace_usage, "workspace set: bad option");
   }
   if (optind < argc || !naming) return cli_usage(workspace_usage, "workspace set: --naming is required");
-  return operate(c, "admin.workspace.set", json_pack("{s:s}", "namingProfile", naming), true, NULL);
+  return cli_operate(c, "admin.workspace.set", json_pack("{s:s}", "namingProfile", naming), true, NULL);
 }
 
 int cmd_workspace(cli *c, int argc, char **argv) {

@@ -25,6 +25,8 @@ static const cli_command commands[] = {
     {"kb", cmd_kb, "put and list knowledge-base documents"},
     {"skills", cmd_skills, "add and list skills and their bindings"},
     {"activity", cmd_activity, "show the workspace's recent activity"},
+    {"repos", cmd_repos, "list the git repositories and where to clone them"},
+    {"prs", cmd_prs, "list, show, merge and close pull requests"},
 };
 
 static void usage(FILE *out) {

@@ -1,6 +1,9 @@
 /* The gate test every provider inherits: for each registered tool that requires a
  * permission, a caller holding every other grant but that one is refused with
- * permission_denied naming it, and no table but agent_run_logs changes. */
+ * permission_denied naming it, and no table but agent_run_logs changes, and no ref of any
+ * repository under the data folder moves. Tools that write to repositories get arguments
+ * that would commit, so the gate alone stands between the call and a commit. */
+#define _GNU_SOURCE
 #include "support.h"
 
 #include <stdio.h>
@@ -31,6 +34,43 @@ static void grant(fixture *f, const char *slug, const char *permission, bool add
   tg_call_result_done(&res);
 }
 
+/* Arguments that would write to a repository if the gate let the call through. */
+static const struct { const char *tool, *args; } writing_args[] = {
+    {"repo.commit.create",
+     "{\"files\":[{\"path\":\"g.md\",\"content\":\"g\",\"mode\":\"add\"}],"
+     "\"commitMessage\":\"gate\",\"targetRepo\":\"data\",\"targetId\":\"gw\"}"},
+    {"repo.pr.open",
+     "{\"files\":[{\"path\":\"g.md\",\"content\":\"g\",\"mode\":\"add\"}],\"branchName\":\"gate\","
+     "\"title\":\"gate\",\"body\":\"\",\"targetRepo\":\"data\",\"targetId\":\"gw\"}"},
+    {"agent.file.edit", "{\"name\":\"SOUL.md\",\"body\":\"gate\"}"},
+    {"agent.subagent.create",
+     "{\"name\":\"gate kid\",\"capabilities\":\"x\",\"scope\":\"work\",\"targetId\":\"gw\"}"},
+    {"repo.pr.merge", "{\"repo\":\"work:gw/data\",\"number\":1}"},
+};
+
+static const char *args_for(const tg_tool *t) {
+  for (size_t i = 0; i < sizeof writing_args / sizeof writing_args[0]; i++)
+    if (strcmp(writing_args[i].tool, t->name) == 0) return writing_args[i].args;
+  return "{}";
+}
+
+/* Every ref of every repository under dir, as text. */
+static char *refs_snapshot(const char *dir) {
+  char *cmd = NULL, *text = NULL;
+  size_t size = 0;
+  assert_true(asprintf(&cmd,
+                       "find %s/repos -name '*.git' -type d -prune 2>/dev/null | sort | while read d;"
+                       " do echo \"$d\"; git -C \"$d\" for-each-ref; done", dir) > 0);
+  FILE *p = popen(cmd, "r"), *mem = open_memstream(&text, &size);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) fwrite(buf, 1, n, mem);
+  fclose(mem);
+  pclose(p);
+  free(cmd);
+  return text;
+}
+
 static tg_surface first_surface(const tg_tool *t) {
   for (unsigned bit = TG_SURFACE_AGENT; bit <= TG_SURFACE_API; bit <<= 1)
     if (t->surfaces & bit) return (tg_surface)bit;
@@ -45,6 +85,26 @@ static void test_every_gated_tool_refuses_without_its_grant(void **state) {
   const char *perm;
   json_t *v;
   json_object_foreach(perms, perm, v) grant(f, "probe", perm, true);
+  /* A work whose data repository exists, with an open pull request to merge. */
+  static const struct { const char *tool, *args; } world[] = {
+      {"work.mission.create", "{\"slug\":\"gm\",\"title\":\"gm\"}"},
+      {"work.work.create", "{\"slug\":\"gw\",\"missionSlug\":\"gm\"}"},
+  };
+  for (size_t i = 0; i < 2; i++) {
+    tg_call_result res;
+    assert_int_equal(fixture_call(f, f->owner, TG_SURFACE_API, world[i].tool, world[i].args, NULL, &res), 0);
+    tg_call_result_done(&res);
+  }
+  tg_call_result opened;
+  assert_int_equal(fixture_call(f, agent, TG_SURFACE_AGENT, "repo.pr.open",
+                                "{\"files\":[{\"path\":\"o.md\",\"content\":\"o\",\"mode\":\"add\"}],"
+                                "\"branchName\":\"open\",\"title\":\"o\",\"body\":\"\",\"targetRepo\":\"data\","
+                                "\"targetId\":\"gw\"}",
+                                NULL, &opened),
+                   0);
+  tg_call_result_done(&opened);
+  _cleanup_free_ char *refs = refs_snapshot(f->dir);
+  assert_non_null(strstr(refs, "refs/heads/open"));
 
   int checked = 0;
   for (size_t i = 0; i < tg_registry_count(f->registry); i++) {
@@ -59,9 +119,10 @@ static void test_every_gated_tool_refuses_without_its_grant(void **state) {
     for (size_t k = 0; k < t->n_permissions; k++) {
       grant(f, "probe", t->permissions[k], false);
       _cleanup_free_ char *before = fixture_snapshot(f, "agent_run_logs");
+      _cleanup_free_ char *refs_before = refs_snapshot(f->dir);
       long logs = fixture_count(f, "agent_run_logs");
       tg_call_result res;
-      assert_int_equal(fixture_call(f, agent, first_surface(t), t->name, "{}", NULL, &res), TG_E_TOOL);
+      assert_int_equal(fixture_call(f, agent, first_surface(t), t->name, args_for(t), NULL, &res), TG_E_TOOL);
       json_t *error = json_object_get(res.value, "error");
       if (strcmp(json_string_value(json_object_get(error, "code")), "permission_denied") != 0)
         fail_msg("%s without %s answered %s", t->name, t->permissions[k],
@@ -72,6 +133,8 @@ static void test_every_gated_tool_refuses_without_its_grant(void **state) {
       tg_call_result_done(&res);
       _cleanup_free_ char *after = fixture_snapshot(f, "agent_run_logs");
       if (strcmp(before, after) != 0) fail_msg("%s refused but wrote outside agent_run_logs", t->name);
+      _cleanup_free_ char *refs_after = refs_snapshot(f->dir);
+      if (strcmp(refs_before, refs_after) != 0) fail_msg("%s refused but moved a ref", t->name);
       assert_int_equal(fixture_count(f, "agent_run_logs"), logs + 1);
       grant(f, "probe", t->permissions[k], true);
       checked++;

@@ -1,0 +1,499 @@
+#define _GNU_SOURCE
+#include "git/git.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <git2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util/log.h"
+#include "util/status.h"
+
+#define INTENTS_FILE "toolgate-intents"
+#define INTENTS_MAX (1024 * 1024) /* bytes; recovery empties the file at every use */
+#define CONFLICTS_MAX 50
+
+void (*tg_git_test_before_move)(const char *repo_path, const char *branch);
+
+struct tg_git {
+  git_repository *repo;
+  char *path;
+};
+
+/* libgit2 failures that are not an expected outcome are logged once here and reported to the
+ * caller as an I/O failure, answered as internal_error. */
+static int fail_io(const char *what) {
+  const git_error *e = git_error_last();
+  tg_log(TG_LOG_ERROR, "git: %s: %s", what, e && e->message ? e->message : "unknown error");
+  return TG_E_IO;
+}
+
+int tg_git_open(const char *path, const char *default_branch, tg_git **ret) {
+  *ret = NULL;
+  if (git_libgit2_init() < 0) return fail_io("init");
+  tg_git *g = calloc(1, sizeof *g);
+  if (!g || !(g->path = strdup(path))) {
+    free(g);
+    git_libgit2_shutdown();
+    return TG_E_NOMEM;
+  }
+  if (git_repository_open_bare(&g->repo, path) == 0) {
+    *ret = g;
+    return TG_OK;
+  }
+  git_repository_init_options opts;
+  if (git_repository_init_options_init(&opts, GIT_REPOSITORY_INIT_OPTIONS_VERSION) < 0) {
+    tg_git_close(g);
+    return fail_io("init options");
+  }
+  opts.flags = GIT_REPOSITORY_INIT_BARE | GIT_REPOSITORY_INIT_MKPATH | GIT_REPOSITORY_INIT_MKDIR;
+  opts.initial_head = default_branch;
+  if (git_repository_init_ext(&g->repo, path, &opts) < 0) {
+    int r = fail_io("create repository");
+    tg_git_close(g);
+    return r;
+  }
+  *ret = g;
+  return TG_OK;
+}
+
+void tg_git_close(tg_git *g) {
+  if (!g) return;
+  git_repository_free(g->repo);
+  free(g->path);
+  free(g);
+  git_libgit2_shutdown();
+}
+
+bool tg_git_branch_name_ok(const char *name) {
+  size_t len = strlen(name);
+  if (len == 0 || len > TG_GIT_BRANCH_MAX) return false;
+  for (const char *p = name; *p; p++)
+    if (!(('a' <= *p && *p <= 'z') || ('A' <= *p && *p <= 'Z') || ('0' <= *p && *p <= '9') ||
+          *p == '.' || *p == '_' || *p == '-' || *p == '/'))
+      return false;
+  if (name[0] == '-') return false; /* would read as an option to the git program */
+  char ref[TG_GIT_BRANCH_MAX + 16];
+  snprintf(ref, sizeof ref, "refs/heads/%s", name);
+  int valid = 0;
+  /* libgit2 keeps its error state per thread from init to shutdown. */
+  if (git_libgit2_init() < 0) return false;
+  bool ok = git_reference_name_is_valid(&valid, ref) == 0 && valid;
+  git_libgit2_shutdown();
+  return ok;
+}
+
+static int branch_ref(const char *branch, char *out, size_t size) {
+  if (!tg_git_branch_name_ok(branch)) return TG_E_INVAL;
+  snprintf(out, size, "refs/heads/%s", branch);
+  return TG_OK;
+}
+
+static int parse_sha(const char *sha, git_oid *oid) {
+  if (!sha || strlen(sha) != TG_GIT_SHA_LEN || git_oid_fromstr(oid, sha) < 0) return TG_E_INVAL;
+  return TG_OK;
+}
+
+int tg_git_tip(tg_git *g, const char *branch, char sha[TG_GIT_SHA_LEN + 1]) {
+  char ref[TG_GIT_BRANCH_MAX + 16];
+  if (branch_ref(branch, ref, sizeof ref) < 0) return TG_E_NOTFOUND;
+  git_oid oid;
+  int e = git_reference_name_to_id(&oid, g->repo, ref);
+  if (e == GIT_ENOTFOUND) return TG_E_NOTFOUND;
+  if (e < 0) return fail_io("read branch");
+  git_oid_tostr(sha, TG_GIT_SHA_LEN + 1, &oid);
+  return TG_OK;
+}
+
+int tg_git_branches(tg_git *g, json_t **ret) {
+  json_t *list = json_array();
+  if (!list) return TG_E_NOMEM;
+  git_branch_iterator *it = NULL;
+  if (git_branch_iterator_new(&it, g->repo, GIT_BRANCH_LOCAL) < 0) {
+    json_decref(list);
+    return fail_io("list branches");
+  }
+  git_reference *ref;
+  git_branch_t type;
+  int e, r = TG_OK;
+  while (r == TG_OK && (e = git_branch_next(&ref, &type, it)) == 0) {
+    const char *name = NULL;
+    if (git_branch_name(&name, ref) < 0) r = fail_io("branch name");
+    else if (json_array_append_new(list, json_string(name)) < 0) r = TG_E_NOMEM;
+    git_reference_free(ref);
+  }
+  git_branch_iterator_free(it);
+  if (r == TG_OK && e != GIT_ITEROVER) r = fail_io("list branches");
+  if (r < 0) {
+    json_decref(list);
+    return r;
+  }
+  *ret = list;
+  return TG_OK;
+}
+
+/* The tree of commit sha, or the empty tree when sha is NULL. */
+static int commit_tree(tg_git *g, const char *sha, git_tree **ret) {
+  git_oid oid;
+  if (!sha) {
+    git_treebuilder *bld = NULL;
+    if (git_treebuilder_new(&bld, g->repo, NULL) < 0) return fail_io("tree builder");
+    int e = git_treebuilder_write(&oid, bld);
+    git_treebuilder_free(bld);
+    if (e < 0 || git_tree_lookup(ret, g->repo, &oid) < 0) return fail_io("empty tree");
+    return TG_OK;
+  }
+  if (parse_sha(sha, &oid) < 0) return TG_E_INVAL;
+  git_commit *commit = NULL;
+  int e = git_commit_lookup(&commit, g->repo, &oid);
+  if (e == GIT_ENOTFOUND) return TG_E_NOTFOUND;
+  if (e < 0) return fail_io("read commit");
+  e = git_commit_tree(ret, commit);
+  git_commit_free(commit);
+  return e < 0 ? fail_io("read tree") : TG_OK;
+}
+
+int tg_git_read(tg_git *g, const char *sha, const char *path, size_t max, char **ret,
+                size_t *ret_len) {
+  git_tree *tree = NULL;
+  int r = commit_tree(g, sha, &tree);
+  if (r < 0) return r;
+  git_tree_entry *entry = NULL;
+  int e = git_tree_entry_bypath(&entry, tree, path);
+  git_tree_free(tree);
+  if (e == GIT_ENOTFOUND) return TG_E_NOTFOUND;
+  if (e < 0) return fail_io("find file");
+  git_filemode_t mode = git_tree_entry_filemode(entry);
+  if (mode != GIT_FILEMODE_BLOB && mode != GIT_FILEMODE_BLOB_EXECUTABLE) {
+    git_tree_entry_free(entry);
+    return TG_E_NOTFOUND;
+  }
+  git_blob *blob = NULL;
+  e = git_blob_lookup(&blob, g->repo, git_tree_entry_id(entry));
+  git_tree_entry_free(entry);
+  if (e < 0) return fail_io("read blob");
+  size_t len = (size_t)git_blob_rawsize(blob);
+  if (len > max) {
+    git_blob_free(blob);
+    return TG_E_TOO_LARGE;
+  }
+  char *copy = malloc(len + 1);
+  if (copy) {
+    memcpy(copy, git_blob_rawcontent(blob), len);
+    copy[len] = '\0';
+  }
+  git_blob_free(blob);
+  if (!copy) return TG_E_NOMEM;
+  *ret = copy;
+  *ret_len = len;
+  return TG_OK;
+}
+
+/* One path under (or equal to) another, as folders: "a" and "a/b", or "a" and "a". */
+static bool overlaps(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b), l = la < lb ? la : lb;
+  if (strncmp(a, b, l) != 0) return false;
+  return la == lb || (la < lb ? b[la] == '/' : a[lb] == '/');
+}
+
+static int problem_at(tg_git_problem *problem, size_t index, const char *reason) {
+  problem->index = index;
+  problem->reason = reason;
+  return TG_E_INVAL;
+}
+
+/* Checks change i against the parent tree: every folder on the way must be a folder (a
+ * symbolic link there would let a write land outside the path it names), and the path itself
+ * must exist as a file or not exist, as its mode asks. */
+static int check_change(git_tree *tree, const tg_git_change *c, size_t i,
+                        tg_git_problem *problem) {
+  char prefix[4096];
+  size_t len = strlen(c->path);
+  if (len >= sizeof prefix) return problem_at(problem, i, "not_a_file");
+  for (size_t k = 0; k <= len; k++) {
+    if (c->path[k] != '/' && c->path[k] != '\0') continue;
+    memcpy(prefix, c->path, k);
+    prefix[k] = '\0';
+    git_tree_entry *entry = NULL;
+    int e = git_tree_entry_bypath(&entry, tree, prefix);
+    if (e == GIT_ENOTFOUND) {
+      if (c->mode != TG_GIT_ADD) return problem_at(problem, i, "missing");
+      return TG_OK; /* nothing further down exists either */
+    }
+    if (e < 0) return fail_io("find path");
+    git_filemode_t mode = git_tree_entry_filemode(entry);
+    git_tree_entry_free(entry);
+    bool last = c->path[k] == '\0';
+    if (mode == GIT_FILEMODE_LINK) {
+      if (last && c->mode == TG_GIT_DELETE) return TG_OK;
+      return problem_at(problem, i, "symlink");
+    }
+    if (!last) {
+      if (mode != GIT_FILEMODE_TREE) return problem_at(problem, i, "under_a_file");
+      continue;
+    }
+    if (mode != GIT_FILEMODE_BLOB && mode != GIT_FILEMODE_BLOB_EXECUTABLE)
+      return problem_at(problem, i, "not_a_file");
+    if (c->mode == TG_GIT_ADD) return problem_at(problem, i, "exists");
+  }
+  return TG_OK;
+}
+
+int tg_git_commit(tg_git *g, const char *parent_sha, const tg_git_change *changes, size_t n,
+                  const char *name, const char *email, const char *message,
+                  char sha[TG_GIT_SHA_LEN + 1], tg_git_problem *problem) {
+  for (size_t i = 0; i < n; i++)
+    for (size_t k = 0; k < i; k++)
+      if (overlaps(changes[i].path, changes[k].path)) return problem_at(problem, i, "duplicate");
+
+  git_tree *base = NULL, *tree = NULL;
+  git_commit *parent = NULL;
+  git_signature *who = NULL;
+  git_tree_update *updates = NULL;
+  int r = commit_tree(g, parent_sha, &base);
+  if (r < 0) return r;
+  for (size_t i = 0; r == TG_OK && i < n; i++) r = check_change(base, &changes[i], i, problem);
+  if (r == TG_OK && n && !(updates = calloc(n, sizeof *updates))) r = TG_E_NOMEM;
+  for (size_t i = 0; r == TG_OK && i < n; i++) {
+    updates[i].path = changes[i].path;
+    if (changes[i].mode == TG_GIT_DELETE) {
+      updates[i].action = GIT_TREE_UPDATE_REMOVE;
+      continue;
+    }
+    updates[i].action = GIT_TREE_UPDATE_UPSERT;
+    updates[i].filemode = GIT_FILEMODE_BLOB;
+    if (git_blob_create_from_buffer(&updates[i].id, g->repo, changes[i].content, changes[i].len) < 0)
+      r = fail_io("write blob");
+  }
+  git_oid tree_id, commit_id, parent_id;
+  if (r == TG_OK && git_tree_create_updated(&tree_id, g->repo, base, n, updates) < 0)
+    r = fail_io("write tree");
+  if (r == TG_OK && git_tree_lookup(&tree, g->repo, &tree_id) < 0) r = fail_io("read tree");
+  if (r == TG_OK && parent_sha &&
+      (parse_sha(parent_sha, &parent_id) < 0 ||
+       git_commit_lookup(&parent, g->repo, &parent_id) < 0))
+    r = fail_io("read parent");
+  if (r == TG_OK && git_signature_now(&who, name, email) < 0) r = fail_io("signature");
+  const git_commit *parents[1] = {parent};
+  if (r == TG_OK && git_commit_create(&commit_id, g->repo, NULL, who, who, NULL, message, tree,
+                                      parent ? 1 : 0, parents) < 0)
+    r = fail_io("write commit");
+  if (r == TG_OK) git_oid_tostr(sha, TG_GIT_SHA_LEN + 1, &commit_id);
+  free(updates);
+  git_signature_free(who);
+  git_commit_free(parent);
+  git_tree_free(tree);
+  git_tree_free(base);
+  return r;
+}
+
+/* Appends "ref old new" to the intents file and flushes it to disk before the ref moves, so
+ * that a crash after the move still leaves the evidence recovery needs. */
+static int write_intent(tg_git *g, const char *ref, const char *old_sha, const char *new_sha) {
+  char *file = NULL, line[TG_GIT_BRANCH_MAX + 2 * TG_GIT_SHA_LEN + 32];
+  if (asprintf(&file, "%s/" INTENTS_FILE, g->path) < 0) return TG_E_NOMEM;
+  int len = snprintf(line, sizeof line, "%s %s %s\n", ref, old_sha ? old_sha : "-", new_sha);
+  int fd = open(file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  free(file);
+  if (fd < 0) return fail_io("open intents");
+  int r = write(fd, line, (size_t)len) == len && fsync(fd) == 0 ? TG_OK : TG_E_IO;
+  if (close(fd) < 0) r = TG_E_IO;
+  if (r < 0) tg_log(TG_LOG_ERROR, "git: writing %s/" INTENTS_FILE ": %s", g->path, strerror(errno));
+  return r;
+}
+
+int tg_git_move(tg_git *g, const char *branch, const char *old_sha, const char *new_sha,
+                const char *why) {
+  char ref[TG_GIT_BRANCH_MAX + 16];
+  git_oid old_id, new_id;
+  if (branch_ref(branch, ref, sizeof ref) < 0 || parse_sha(new_sha, &new_id) < 0 ||
+      (old_sha && parse_sha(old_sha, &old_id) < 0))
+    return TG_E_INVAL;
+  int r = write_intent(g, ref, old_sha, new_sha);
+  if (r < 0) return r;
+  if (tg_git_test_before_move) tg_git_test_before_move(g->path, branch);
+  git_reference *out = NULL;
+  int e = old_sha ? git_reference_create_matching(&out, g->repo, ref, &new_id, 1, &old_id, why)
+                  : git_reference_create(&out, g->repo, ref, &new_id, 0, why);
+  git_reference_free(out);
+  if (e == GIT_EMODIFIED || e == GIT_EEXISTS || (old_sha && e == GIT_ENOTFOUND))
+    return TG_E_CONSTRAINT;
+  return e < 0 ? fail_io("move branch") : TG_OK;
+}
+
+/* Puts ref back from new_sha to old_sha (NULL: deletes it), when it is still at new_sha. */
+static int undo_move(tg_git *g, const char *ref, const char *old_sha, const char *new_sha) {
+  git_oid old_id, new_id, at;
+  if (parse_sha(new_sha, &new_id) < 0 || (old_sha && parse_sha(old_sha, &old_id) < 0))
+    return TG_OK; /* a torn line from a crash mid-write: its move never happened */
+  int e = git_reference_name_to_id(&at, g->repo, ref);
+  if (e == GIT_ENOTFOUND) return TG_OK;
+  if (e < 0) return fail_io("read branch");
+  if (!git_oid_equal(&at, &new_id)) return TG_OK;
+  tg_log(TG_LOG_WARN, "git: %s in %s pointed at unrecorded commit %s; moved back", ref, g->path,
+         new_sha);
+  git_reference *cur = NULL, *out = NULL;
+  if (!old_sha) {
+    if (git_reference_lookup(&cur, g->repo, ref) < 0) return fail_io("read branch");
+    e = git_reference_delete(cur);
+    git_reference_free(cur);
+  } else {
+    e = git_reference_create_matching(&out, g->repo, ref, &old_id, 1, &new_id,
+                                      "toolgate: undo an unrecorded commit");
+    git_reference_free(out);
+  }
+  return e < 0 && e != GIT_EMODIFIED ? fail_io("undo move") : TG_OK;
+}
+
+int tg_git_recover(tg_git *g, tg_git_recorded_fn recorded, void *arg) {
+  char *file = NULL;
+  if (asprintf(&file, "%s/" INTENTS_FILE, g->path) < 0) return TG_E_NOMEM;
+  FILE *in = fopen(file, "re");
+  if (!in) {
+    int r = errno == ENOENT ? TG_OK : fail_io("open intents");
+    free(file);
+    return r;
+  }
+  char line[TG_GIT_BRANCH_MAX + 2 * TG_GIT_SHA_LEN + 32];
+  int r = TG_OK;
+  long read_bytes = 0;
+  /* Newest first: two unrecorded moves of one branch (A→B, B→C) undo back to A, each undo
+   * a compare-and-swap on the value the later move left. */
+  json_t *lines = json_array();
+  if (!lines) r = TG_E_NOMEM;
+  while (r == TG_OK && read_bytes < INTENTS_MAX && fgets(line, sizeof line, in)) {
+    read_bytes += (long)strlen(line);
+    if (json_array_insert_new(lines, 0, json_string(line)) < 0) r = TG_E_NOMEM;
+  }
+  fclose(in);
+  size_t i;
+  json_t *item;
+  json_array_foreach(lines, i, item) {
+    if (r < 0) break;
+    char ref[TG_GIT_BRANCH_MAX + 16], old_sha[TG_GIT_SHA_LEN + 2], new_sha[TG_GIT_SHA_LEN + 2];
+    if (sscanf(json_string_value(item), "%115s %41s %41s", ref, old_sha, new_sha) != 3) continue;
+    bool yes = false;
+    const char *old = strcmp(old_sha, "-") ? old_sha : NULL;
+    if (strncmp(ref, "refs/heads/", 11) != 0) continue;
+    r = recorded(arg, ref + 11, old, new_sha, &yes);
+    if (r == TG_OK && !yes) r = undo_move(g, ref, old, new_sha);
+  }
+  json_decref(lines);
+  if (r == TG_OK && truncate(file, 0) < 0) r = fail_io("empty intents");
+  free(file);
+  return r;
+}
+
+static int lookup_commit(tg_git *g, const char *sha, git_commit **ret) {
+  git_oid oid;
+  if (parse_sha(sha, &oid) < 0) return TG_E_INVAL;
+  int e = git_commit_lookup(ret, g->repo, &oid);
+  if (e == GIT_ENOTFOUND) return TG_E_NOTFOUND;
+  return e < 0 ? fail_io("read commit") : TG_OK;
+}
+
+int tg_git_diff(tg_git *g, const char *from_sha, const char *to_sha, size_t max, char **ret,
+                bool *truncated, size_t *files) {
+  git_tree *from = NULL, *to = NULL;
+  git_diff *diff = NULL;
+  git_buf buf = GIT_BUF_INIT;
+  int r = commit_tree(g, from_sha, &from);
+  if (r == TG_OK) r = commit_tree(g, to_sha, &to);
+  if (r == TG_OK && git_diff_tree_to_tree(&diff, g->repo, from, to, NULL) < 0) r = fail_io("diff");
+  if (r == TG_OK && git_diff_to_buf(&buf, diff, GIT_DIFF_FORMAT_PATCH) < 0) r = fail_io("diff text");
+  if (r == TG_OK) {
+    *files = git_diff_num_deltas(diff);
+    size_t len = buf.size;
+    *truncated = len > max;
+    if (*truncated) {
+      len = max;
+      while (len > 0 && ((unsigned char)buf.ptr[len] & 0xC0) == 0x80) len--; /* UTF-8 boundary */
+    }
+    if (!(*ret = strndup(buf.ptr ? buf.ptr : "", len))) r = TG_E_NOMEM;
+  }
+  git_buf_dispose(&buf);
+  git_diff_free(diff);
+  git_tree_free(to);
+  git_tree_free(from);
+  return r;
+}
+
+static int collect_conflicts(git_index *index, json_t **ret) {
+  json_t *paths = json_array();
+  git_index_conflict_iterator *it = NULL;
+  if (!paths) return TG_E_NOMEM;
+  if (git_index_conflict_iterator_new(&it, index) < 0) {
+    json_decref(paths);
+    return fail_io("conflicts");
+  }
+  const git_index_entry *ancestor, *ours, *theirs;
+  while (json_array_size(paths) < CONFLICTS_MAX &&
+         git_index_conflict_next(&ancestor, &ours, &theirs, it) == 0) {
+    const git_index_entry *any = ours ? ours : theirs ? theirs : ancestor;
+    json_array_append_new(paths, json_string(any->path));
+  }
+  git_index_conflict_iterator_free(it);
+  *ret = paths;
+  return TG_OK;
+}
+
+int tg_git_merge(tg_git *g, const char *base_sha, const char *head_sha, const char *name,
+                 const char *email, const char *message, char sha[TG_GIT_SHA_LEN + 1],
+                 bool *fast_forward, bool *up_to_date, json_t **conflicts) {
+  *fast_forward = *up_to_date = false;
+  *conflicts = NULL;
+  git_commit *base = NULL, *head = NULL;
+  git_index *index = NULL;
+  git_tree *tree = NULL;
+  git_signature *who = NULL;
+  int r = lookup_commit(g, base_sha, &base);
+  if (r == TG_OK) r = lookup_commit(g, head_sha, &head);
+  if (r < 0) goto out;
+  const git_oid *base_id = git_commit_id(base), *head_id = git_commit_id(head);
+  if (git_oid_equal(base_id, head_id) || git_graph_descendant_of(g->repo, base_id, head_id) == 1) {
+    *up_to_date = true;
+    snprintf(sha, TG_GIT_SHA_LEN + 1, "%s", base_sha);
+    goto out;
+  }
+  int e = git_graph_descendant_of(g->repo, head_id, base_id);
+  if (e < 0) {
+    r = fail_io("ancestry");
+    goto out;
+  }
+  if (e == 1) {
+    *fast_forward = true;
+    snprintf(sha, TG_GIT_SHA_LEN + 1, "%s", head_sha);
+    goto out;
+  }
+  if (git_merge_commits(&index, g->repo, base, head, NULL) < 0) {
+    r = fail_io("merge");
+    goto out;
+  }
+  if (git_index_has_conflicts(index)) {
+    r = collect_conflicts(index, conflicts);
+    if (r == TG_OK) r = TG_E_CONSTRAINT;
+    goto out;
+  }
+  git_oid tree_id, commit_id;
+  if (git_index_write_tree_to(&tree_id, index, g->repo) < 0 ||
+      git_tree_lookup(&tree, g->repo, &tree_id) < 0 || git_signature_now(&who, name, email) < 0) {
+    r = fail_io("merge tree");
+    goto out;
+  }
+  const git_commit *parents[2] = {base, head};
+  if (git_commit_create(&commit_id, g->repo, NULL, who, who, NULL, message, tree, 2, parents) < 0) {
+    r = fail_io("merge commit");
+    goto out;
+  }
+  git_oid_tostr(sha, TG_GIT_SHA_LEN + 1, &commit_id);
+out:
+  git_signature_free(who);
+  git_tree_free(tree);
+  git_index_free(index);
+  git_commit_free(head);
+  git_commit_free(base);
+  return r;
+}

@@ -1,0 +1,96 @@
+/* The repositories behind the git-backed tools: bare repositories under the data folder,
+ * written only by toolgate through libgit2 (never by running the git program).
+ *
+ * A write follows DESIGN.md §7 in three steps:
+ *   1. tg_git_commit writes the blobs, trees and the commit object; no ref moves;
+ *   2. the caller records the sha in its database transaction;
+ *   3. tg_git_move moves the branch with a compare-and-swap on its old value.
+ * tg_call commits after the handler returns, so step 3 runs before the commit of step 2.
+ * To keep "a ref never points at an unrecorded commit" true after a failure in that window,
+ * tg_git_move first appends an intent line (ref, old, new) to the file toolgate-intents in
+ * the repository, and tg_git_recover, run before every use of a repository, moves every
+ * branch whose intended commit was not recorded back to its old value. */
+#pragma once
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#define TG_GIT_SHA_LEN 40
+#define TG_GIT_BRANCH_MAX 100 /* bytes of a branch name */
+
+typedef struct tg_git tg_git;
+
+/* Opens the bare repository at path, creating it (and its parent folders) when missing,
+ * with HEAD naming default_branch. Returns 0, TG_E_IO or TG_E_NOMEM. */
+int tg_git_open(const char *path, const char *default_branch, tg_git **ret);
+void tg_git_close(tg_git *g);
+
+/* Whether name is a branch name toolgate accepts: git's ref rules, ASCII letters, digits and
+ * "._-/", at most TG_GIT_BRANCH_MAX bytes. */
+bool tg_git_branch_name_ok(const char *name);
+
+/* The commit sha a branch points at. TG_E_NOTFOUND when there is no such branch. */
+int tg_git_tip(tg_git *g, const char *branch, char sha[TG_GIT_SHA_LEN + 1]);
+/* The branch names, as a new array of strings. */
+int tg_git_branches(tg_git *g, json_t **ret);
+
+/* The file at path in commit sha: a malloc'd NUL-terminated copy and its size. TG_E_NOTFOUND
+ * when it is missing or not a regular file; TG_E_TOO_LARGE over max bytes. */
+int tg_git_read(tg_git *g, const char *sha, const char *path, size_t max, char **ret,
+                size_t *ret_len);
+
+typedef enum tg_git_mode { TG_GIT_ADD, TG_GIT_MODIFY, TG_GIT_DELETE } tg_git_mode;
+
+typedef struct tg_git_change {
+  const char *path; /* validated by the caller (domain/repo_path.h) */
+  const char *content;
+  size_t len;
+  tg_git_mode mode;
+} tg_git_change;
+
+/* Why a change cannot apply to the parent tree: the index of the change and a reason,
+ * one of "exists" (an add of an existing path), "missing" (a modify or delete of a missing
+ * one), "not_a_file" (the path is a folder or a submodule), "symlink" (the path, or a folder
+ * on its way, is a symbolic link in the tree), "under_a_file" (a folder on its way is a file),
+ * "duplicate" (two changes to the same path or one under the other). */
+typedef struct tg_git_problem {
+  size_t index;
+  const char *reason;
+} tg_git_problem;
+
+/* Writes one commit applying every change to the tree of parent_sha (NULL: a root commit
+ * on an empty tree), authored and committed by name <email>. Moves no ref. Returns 0 and
+ * the sha, TG_E_INVAL with *problem filled when a change does not apply, or TG_E_IO. */
+int tg_git_commit(tg_git *g, const char *parent_sha, const tg_git_change *changes, size_t n,
+                  const char *name, const char *email, const char *message,
+                  char sha[TG_GIT_SHA_LEN + 1], tg_git_problem *problem);
+
+/* Moves branch from old_sha (NULL: the branch must not exist) to new_sha, after writing the
+ * intent. TG_E_CONSTRAINT when the branch is not at old_sha any more (a concurrent writer). */
+int tg_git_move(tg_git *g, const char *branch, const char *old_sha, const char *new_sha,
+                const char *why);
+
+/* Settles the intents of earlier moves: a move that recorded() says was recorded stays; any
+ * other is undone when its branch still points at it. recorded gets the branch, the old sha
+ * (NULL: the branch was created) and the new one, sets *yes and returns 0 or a negative
+ * TG_E_*, which stops recovery. */
+typedef int (*tg_git_recorded_fn)(void *arg, const char *branch, const char *old_sha,
+                                  const char *new_sha, bool *yes);
+int tg_git_recover(tg_git *g, tg_git_recorded_fn recorded, void *arg);
+
+/* The unified diff from commit from_sha to commit to_sha (malloc'd), cut at max bytes with
+ * *truncated set, and the number of files changed. */
+int tg_git_diff(tg_git *g, const char *from_sha, const char *to_sha, size_t max, char **ret,
+                bool *truncated, size_t *files);
+
+/* Merges head_sha into base_sha: *fast_forward and sha = head_sha when base_sha is an
+ * ancestor of head_sha; else a merge commit with both parents. TG_E_CONSTRAINT with the
+ * conflicting paths in *conflicts (a new array, at most 50) when the merge does not apply
+ * cleanly. *up_to_date (sha = base_sha) when head_sha is already in base_sha. */
+int tg_git_merge(tg_git *g, const char *base_sha, const char *head_sha, const char *name,
+                 const char *email, const char *message, char sha[TG_GIT_SHA_LEN + 1],
+                 bool *fast_forward, bool *up_to_date, json_t **conflicts);
+
+/* Test hook: called just before a branch moves (after the intent is written), so a test can
+ * play a concurrent writer. NULL in production. */
+extern void (*tg_git_test_before_move)(const char *repo_path, const char *branch);

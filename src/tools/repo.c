@@ -1,0 +1,717 @@
+/* Provider "repo": commitToRepo and openPullRequest for agents (seed 000 §3.5, §3.6), and
+ * the operator's repository list and pull request review, merge and close. */
+#define _GNU_SOURCE
+#include "tools/repo.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "domain/repo_path.h"
+#include "tools/providers.h"
+#include "util/cleanup.h"
+#include "util/clock.h"
+#include "util/ids.h"
+#include "util/status.h"
+
+#define TOTAL_BYTES_MAX (8u * 1024 * 1024) /* content of one call, all files together */
+#define DIFF_MAX (256u * 1024)              /* bytes of a diff shown */
+#define MESSAGE_MAX 8192                    /* bytes of a commit message with its trailers */
+
+static const char *arg_str(json_t *args, const char *key) {
+  return json_string_value(json_object_get(args, key));
+}
+
+static void now_iso(char out[TG_ISO_LEN + 1]) { tg_iso8601(tg_now_ms(), out); }
+
+static void repo_releasep(tg_scope_repo *repo) { tg_repo_release(repo); }
+#define _cleanup_repo_ __attribute__((cleanup(repo_releasep)))
+
+/* Only slugs of the schema's shape become folder names. */
+static bool slug_ok(const char *s) {
+  if (!s || !*s || strlen(s) > 63) return false;
+  for (; *s; s++)
+    if (!(('a' <= *s && *s <= 'z') || ('0' <= *s && *s <= '9') || *s == '-')) return false;
+  return true;
+}
+
+/* Who a commit is by: the calling agent or user, at addresses that cannot receive mail. */
+static void identity(const tg_call_ctx *cx, char *name, size_t name_size, char *email,
+                     size_t email_size) {
+  bool agent = cx->principal->kind == TG_PRINCIPAL_AGENT;
+  snprintf(name, name_size, "%s", cx->principal->name);
+  snprintf(email, email_size, "%s@%s.toolgate.invalid", cx->principal->name,
+           agent ? "agents" : "users");
+}
+
+/* The message as given plus trailers that tie the commit to the call that made it. */
+static char *full_message(const tg_call_ctx *cx, const char *message) {
+  char *out = NULL;
+  if (asprintf(&out, "%.4096s\n\nToolgate-Tool: %s%s%s\n", message, cx->tool->name,
+               cx->run_id ? "\nToolgate-Run: " : "", cx->run_id ? cx->run_id : "") < 0)
+    return NULL;
+  return out;
+}
+
+typedef struct recover_arg {
+  tg_call_ctx *cx;
+  const char *repo_id;
+} recover_arg;
+
+static int move_recorded(void *arg, const char *branch, const char *old_sha, const char *new_sha,
+                         bool *yes) {
+  recover_arg *ra = arg;
+  _cleanup_json_ json_t *row = NULL;
+  int r = tg_db_query_row(ra->cx->db,
+                          "SELECT 1 AS found FROM repo_ref_moves WHERE repo_id = $1 AND branch = $2"
+                          " AND new_sha = $3 AND COALESCE(old_sha, '') = $4",
+                          json_pack("[ssss]", ra->repo_id, branch, new_sha, old_sha ? old_sha : ""),
+                          &row);
+  *yes = row != NULL;
+  return r;
+}
+
+json_t *tg_repo_activity_scope(const tg_scope_repo *repo) {
+  json_t *scope = json_object();
+  if (!scope) return NULL;
+  if (*repo->scope.mission_id) json_object_set_new(scope, "missionId", json_string(repo->scope.mission_id));
+  if (*repo->scope.idea_id) json_object_set_new(scope, "ideaId", json_string(repo->scope.idea_id));
+  if (*repo->scope.work_id) json_object_set_new(scope, "workId", json_string(repo->scope.work_id));
+  return scope;
+}
+
+int tg_repo_record(tg_call_ctx *cx, tg_scope_repo *repo, const tg_repo_move *move) {
+  char id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
+  if (tg_uuid7(id) < 0) return TG_E_IO;
+  now_iso(now);
+  return tg_db_exec(cx->db,
+                    "INSERT INTO repo_ref_moves (id, repo_id, branch, old_sha, new_sha,"
+                    " principal_id, run_id, tool, created_at)"
+                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                    json_pack("[ssss?sss?ss]", id, repo->id, move->branch,
+                              *move->old_sha ? move->old_sha : NULL, move->new_sha,
+                              cx->principal->id, cx->run_id, cx->tool->name, now),
+                    NULL);
+}
+
+int tg_repo_publish(tg_call_ctx *cx, tg_scope_repo *repo, const tg_repo_move *move) {
+  char why[160];
+  snprintf(why, sizeof why, "toolgate: %s", cx->tool->name);
+  int r = tg_git_move(repo->git, move->branch, *move->old_sha ? move->old_sha : NULL,
+                      move->new_sha, why);
+  if (r == TG_E_CONSTRAINT)
+    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
+                   json_pack("{s:s,s:s,s:s}", "reason", "concurrent_write", "repo", repo->label,
+                             "branch", move->branch),
+                   "Branch %s of %s moved while this call ran; nothing was committed. Retry.",
+                   move->branch, repo->label);
+  return r;
+}
+
+/* The first commit of a new repository, so that branches can start from the default one. */
+static int initialize(tg_call_ctx *cx, tg_scope_repo *repo, const char *tenant_id) {
+  char now[TG_ISO_LEN + 1];
+  now_iso(now);
+  int r = tg_db_exec(cx->db,
+                     "INSERT INTO repos (id, tenant_id, scope_type, scope_id, name, path,"
+                     " default_branch, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                     json_pack("[ssssssss]", repo->id, tenant_id, repo->kind, repo->owner_id,
+                               repo->name, repo->rel_path, repo->default_branch, now),
+                     NULL);
+  if (r < 0) return r;
+  tg_repo_move move = {0};
+  snprintf(move.branch, sizeof move.branch, "%s", repo->default_branch);
+  r = tg_git_tip(repo->git, repo->default_branch, move.new_sha);
+  if (r == TG_OK) return tg_repo_record(cx, repo, &move); /* adopt a folder left from before */
+  if (r != TG_E_NOTFOUND) return r;
+  char message[160];
+  snprintf(message, sizeof message, "Initialize %s\n", repo->label);
+  tg_git_problem problem;
+  r = tg_git_commit(repo->git, NULL, NULL, 0, "toolgate", "toolgate@toolgate.invalid", message,
+                    move.new_sha, &problem);
+  if (r == TG_OK) r = tg_repo_record(cx, repo, &move);
+  if (r == TG_OK) r = tg_repo_publish(cx, repo, &move);
+  return r;
+}
+
+int tg_repo_acquire(tg_call_ctx *cx, const char *kind, const char *owner_id, const char *name,
+                    tg_scope_repo *ret) {
+  *ret = (tg_scope_repo){0};
+  bool mission = strcmp(kind, "mission") == 0;
+  ret->kind = mission ? "mission" : "work";
+  ret->name = strcmp(name, "mission") == 0 ? "mission" : strcmp(name, "data") == 0 ? "data" : "website";
+  snprintf(ret->owner_id, sizeof ret->owner_id, "%s", owner_id);
+  const char *tenant_id = cx->principal->tenant_id;
+  _cleanup_json_ json_t *owner = NULL, *row = NULL;
+  int r = tg_db_query_row(cx->db,
+                          mission ? "SELECT o.slug, t.slug AS tenant FROM missions o JOIN tenants t"
+                                    " ON t.id = o.tenant_id WHERE o.id = $1 AND o.tenant_id = $2"
+                                  : "SELECT o.slug, t.slug AS tenant FROM works o JOIN tenants t"
+                                    " ON t.id = o.tenant_id WHERE o.id = $1 AND o.tenant_id = $2",
+                          json_pack("[ss]", owner_id, tenant_id), &owner);
+  if (r < 0) return r;
+  if (!owner) return TG_E_NOTFOUND;
+  const char *slug = json_string_value(json_object_get(owner, "slug"));
+  const char *tenant = json_string_value(json_object_get(owner, "tenant"));
+  if (!slug_ok(slug) || !slug_ok(tenant)) return TG_E_INVAL;
+  snprintf(ret->label, sizeof ret->label, "%s:%s/%s", ret->kind, slug, ret->name);
+  snprintf(mission ? ret->scope.mission_id : ret->scope.work_id, TG_UUID_LEN + 1, "%s", owner_id);
+  r = tg_scope_resolve(cx->db, tenant_id, &ret->scope);
+  if (r < 0) return r;
+
+  r = tg_db_query_row(cx->db,
+                      "SELECT id, path, default_branch FROM repos"
+                      " WHERE tenant_id = $1 AND scope_id = $2 AND name = $3",
+                      json_pack("[sss]", tenant_id, owner_id, ret->name), &row);
+  if (r < 0) return r;
+  if (row) {
+    snprintf(ret->id, sizeof ret->id, "%s", json_string_value(json_object_get(row, "id")));
+    snprintf(ret->rel_path, sizeof ret->rel_path, "%s", json_string_value(json_object_get(row, "path")));
+    snprintf(ret->default_branch, sizeof ret->default_branch, "%s",
+             json_string_value(json_object_get(row, "default_branch")));
+  } else {
+    if (tg_uuid7(ret->id) < 0) return TG_E_IO;
+    snprintf(ret->rel_path, sizeof ret->rel_path, "repos/%s/%ss/%s/%s.git", tenant, ret->kind,
+             slug, ret->name);
+    snprintf(ret->default_branch, sizeof ret->default_branch, "main");
+  }
+  _cleanup_free_ char *abs = NULL;
+  if (asprintf(&abs, "%s/%s", cx->env->data_dir ? cx->env->data_dir : ".", ret->rel_path) < 0)
+    return TG_E_NOMEM;
+  r = tg_git_open(abs, ret->default_branch, &ret->git);
+  recover_arg ra = {.cx = cx, .repo_id = row ? ret->id : ""};
+  if (r == TG_OK) r = tg_git_recover(ret->git, move_recorded, &ra);
+  if (r == TG_OK && !row) r = initialize(cx, ret, tenant_id);
+  return r;
+}
+
+void tg_repo_release(tg_scope_repo *repo) {
+  tg_git_close(repo->git);
+  repo->git = NULL;
+}
+
+static const char *problem_message(const char *reason) {
+  if (strcmp(reason, "exists") == 0) return "an add of a path that already exists (use modify)";
+  if (strcmp(reason, "missing") == 0) return "a modify or delete of a path that does not exist";
+  if (strcmp(reason, "symlink") == 0) return "the path is or passes through a symbolic link";
+  if (strcmp(reason, "under_a_file") == 0) return "a folder on the path is a file";
+  if (strcmp(reason, "duplicate") == 0) return "the path is changed twice, or inside another changed path";
+  return "the path is a folder or a submodule";
+}
+
+int tg_repo_prepare(tg_call_ctx *cx, tg_scope_repo *repo, const char *branch, bool create,
+                    const tg_git_change *changes, size_t n, const char *message,
+                    tg_repo_move *move) {
+  *move = (tg_repo_move){0};
+  const char *base = create ? repo->default_branch : branch;
+  char parent[TG_GIT_SHA_LEN + 1];
+  int r = tg_git_tip(repo->git, base, parent);
+  if (r == TG_E_NOTFOUND)
+    return tg_fail(cx, TG_ERR_NOT_FOUND,
+                   json_pack("{s:s,s:s}", "repo", repo->label, "branch", base),
+                   "No branch %s in %s.", base, repo->label);
+  if (r < 0) return r;
+  snprintf(move->branch, sizeof move->branch, "%s", branch);
+  if (create) {
+    r = tg_git_tip(repo->git, branch, move->old_sha);
+    if (r == TG_OK)
+      return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
+                     json_pack("{s:s,s:s,s:s}", "reason", "branch_exists", "repo", repo->label,
+                               "branch", branch),
+                     "Branch %s already exists in %s.", branch, repo->label);
+    if (r != TG_E_NOTFOUND) return r;
+    *move->old_sha = '\0';
+  } else {
+    memcpy(move->old_sha, parent, sizeof parent);
+  }
+  _cleanup_free_ char *text = full_message(cx, message);
+  if (!text) return TG_E_NOMEM;
+  char name[80], email[120];
+  identity(cx, name, sizeof name, email, sizeof email);
+  tg_git_problem problem = {0};
+  r = tg_git_commit(repo->git, parent, changes, n, name, email, text, move->new_sha, &problem);
+  if (r == TG_E_INVAL)
+    return tg_fail(cx, TG_ERR_VALIDATION_FAILED,
+                   json_pack("{s:s,s:I,s:s,s:s}", "reason", problem.reason, "index",
+                             (json_int_t)problem.index, "path", changes[problem.index].path,
+                             "repo", repo->label),
+                   "File %zu (%.200s): %s.", problem.index, changes[problem.index].path,
+                   problem_message(problem.reason));
+  if (r < 0) return r;
+  return tg_repo_record(cx, repo, move);
+}
+
+/* Where a commit of the caller goes: the repository and the folder its paths must stay in. */
+typedef struct target {
+  const char *kind, *name;
+  char owner_id[TG_UUID_LEN + 1];
+  char prefix[64]; /* "" or ".works/ideas/<idea id>" */
+} target;
+
+static int lookup_owner(tg_call_ctx *cx, const char *kind, const char *id_or_slug,
+                        char out[TG_UUID_LEN + 1]) {
+  _cleanup_json_ json_t *row = NULL;
+  int r = tg_db_query_row(cx->db,
+                          strcmp(kind, "mission") == 0
+                              ? "SELECT id FROM missions WHERE tenant_id = $1 AND (id = $2 OR slug = $2)"
+                              : "SELECT id FROM works WHERE tenant_id = $1 AND (id = $2 OR slug = $2)",
+                          json_pack("[ss]", cx->principal->tenant_id, id_or_slug), &row);
+  if (r < 0) return r;
+  if (!row)
+    return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s,s:s}", "kind", kind, "targetId", id_or_slug),
+                   "No %s %.64s in this workspace.", kind, id_or_slug);
+  snprintf(out, TG_UUID_LEN + 1, "%s", json_string_value(json_object_get(row, "id")));
+  return TG_OK;
+}
+
+static int resolve_target(tg_call_ctx *cx, json_t *args, target *t) {
+  const tg_principal *p = cx->principal;
+  *t = (target){0};
+  tg_scope_ref own;
+  int r = tg_scope_of(cx->db, p, &own);
+  if (r < 0) return r;
+  const char *repo = arg_str(args, "targetRepo");
+  if (!repo) repo = strcmp(p->scope_type, "work") == 0 ? "data" : "mission";
+  t->name = repo;
+  t->kind = strcmp(repo, "mission") == 0 ? "mission" : "work";
+  const char *given = arg_str(args, "targetId");
+  if (given) {
+    r = lookup_owner(cx, t->kind, given, t->owner_id);
+    if (r < 0) return r;
+  } else {
+    const char *own_id = strcmp(t->kind, "mission") == 0 ? own.mission_id : own.work_id;
+    if (!*own_id)
+      return tg_fail(cx, TG_ERR_VALIDATION_FAILED,
+                     json_pack("{s:s,s:s}", "reason", "target_needed", "targetRepo", repo),
+                     "The caller has no %s of its own: name one with targetId.", t->kind);
+    snprintf(t->owner_id, sizeof t->owner_id, "%s", own_id);
+  }
+  tg_scope_ref ref = {0};
+  snprintf(strcmp(t->kind, "mission") == 0 ? ref.mission_id : ref.work_id, TG_UUID_LEN + 1, "%s",
+           t->owner_id);
+  r = tg_scope_resolve(cx->db, p->tenant_id, &ref);
+  if (r < 0) return r;
+  /* A mission agent reaches its mission's repository; an idea agent reaches only its idea's
+   * folder in it, since the idea is all of the mission it is scoped to. */
+  bool idea_in_mission = p->scope_id && strcmp(p->scope_type, "idea") == 0 &&
+                         strcmp(t->kind, "mission") == 0 && strcmp(own.mission_id, t->owner_id) == 0;
+  if (!idea_in_mission && !tg_scope_reaches(p, &ref))
+    return tg_fail(cx, TG_ERR_PERMISSION_DENIED,
+                   json_pack("{s:s,s:s,s:s}", "reason", "out_of_scope", "targetRepo", repo,
+                             "scope", p->scope_type),
+                   "The %s repository of that %s is outside the caller's scope.", repo, t->kind);
+  if (idea_in_mission) snprintf(t->prefix, sizeof t->prefix, ".works/ideas/%s", p->scope_id);
+  return TG_OK;
+}
+
+/* The files argument as changes, every path validated. changes borrow from args. */
+static int build_changes(tg_call_ctx *cx, json_t *files, const char *prefix,
+                         tg_git_change **ret, size_t *ret_n) {
+  size_t n = json_array_size(files), total = 0;
+  tg_git_change *changes = calloc(n ? n : 1, sizeof *changes);
+  if (!changes) return TG_E_NOMEM;
+  for (size_t i = 0; i < n; i++) {
+    json_t *f = json_array_get(files, i), *path = json_object_get(f, "path");
+    json_t *content = json_object_get(f, "content");
+    const char *mode = arg_str(f, "mode");
+    const char *p = json_string_value(path);
+    size_t len = json_string_length(path);
+    const char *why = tg_repo_path_check(p, len);
+    int r = TG_OK;
+    if (why)
+      r = tg_fail(cx, TG_ERR_VALIDATION_FAILED,
+                  json_pack("{s:s,s:I,s:s}", "reason", "bad_path", "index", (json_int_t)i, "why", why),
+                  "File %zu: the path is not acceptable: %s.", i, why);
+    else if (tg_repo_path_reserved(p))
+      r = tg_fail(cx, TG_ERR_PERMISSION_DENIED,
+                  json_pack("{s:s,s:I,s:s}", "reason", "agent_files", "index", (json_int_t)i, "path", p),
+                  "File %zu (%s): agent files change only through editAgentFile.", i, p);
+    else if (!tg_repo_path_under(p, prefix))
+      r = tg_fail(cx, TG_ERR_PERMISSION_DENIED,
+                  json_pack("{s:s,s:I,s:s,s:s}", "reason", "outside_scope_tree", "index",
+                            (json_int_t)i, "path", p, "allowed", prefix),
+                  "File %zu (%s) is outside the caller's scope tree %s/.", i, p, prefix);
+    if (r < 0) {
+      free(changes);
+      return r;
+    }
+    changes[i] = (tg_git_change){
+        .path = p,
+        .content = json_string_value(content) ? json_string_value(content) : "",
+        .len = json_string_length(content),
+        .mode = strcmp(mode, "add") == 0 ? TG_GIT_ADD : strcmp(mode, "modify") == 0 ? TG_GIT_MODIFY
+                                                                                  : TG_GIT_DELETE};
+    total += changes[i].len;
+  }
+  if (total > TOTAL_BYTES_MAX) {
+    free(changes);
+    return tg_fail(cx, TG_ERR_VALIDATION_FAILED,
+                   json_pack("{s:s,s:I,s:I}", "reason", "too_large", "bytes", (json_int_t)total,
+                             "maxBytes", (json_int_t)TOTAL_BYTES_MAX),
+                   "The files hold %zu bytes; one call may write at most %u.", total,
+                   TOTAL_BYTES_MAX);
+  }
+  *ret = changes;
+  *ret_n = n;
+  return TG_OK;
+}
+
+static json_t *file_list(const tg_git_change *changes, size_t n) {
+  static const char *const modes[] = {"add", "modify", "delete"};
+  json_t *list = json_array();
+  for (size_t i = 0; list && i < n; i++)
+    json_array_append_new(list, json_pack("{s:s,s:s}", "path", changes[i].path, "mode",
+                                          modes[changes[i].mode]));
+  return list;
+}
+
+static int bad_branch(tg_call_ctx *cx, const char *branch) {
+  return tg_fail(cx, TG_ERR_VALIDATION_FAILED, json_pack("{s:s}", "reason", "bad_branch"),
+                 "The branch name is not acceptable: use ASCII letters, digits and ._-/ as git "
+                 "allows, at most %d bytes.",
+                 TG_GIT_BRANCH_MAX);
+}
+
+static int commit_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  target t;
+  int r = resolve_target(cx, args, &t);
+  if (r < 0) return r;
+  _cleanup_free_ tg_git_change *changes = NULL;
+  size_t n;
+  r = build_changes(cx, json_object_get(args, "files"), t.prefix, &changes, &n);
+  if (r < 0) return r;
+  const char *branch = arg_str(args, "branch");
+  if (branch && !tg_git_branch_name_ok(branch)) return bad_branch(cx, branch);
+  _cleanup_repo_ tg_scope_repo repo = {0};
+  r = tg_repo_acquire(cx, t.kind, t.owner_id, t.name, &repo);
+  if (r < 0) return r;
+  if (!branch) branch = repo.default_branch;
+  tg_repo_move move;
+  r = tg_repo_prepare(cx, &repo, branch, false, changes, n, arg_str(args, "commitMessage"), &move);
+  if (r < 0) return r;
+  char summary[320];
+  snprintf(summary, sizeof summary, "Committed %zu file(s) to %s on %s", n, repo.label, branch);
+  _cleanup_json_ json_t *scope = tg_repo_activity_scope(&repo);
+  r = tg_activity(cx, "AGENT_COMMITTED_TO_REPO", scope, summary,
+                  json_pack("{s:s,s:s,s:s,s:s?,s:o}", "repo", repo.label, "branch", branch, "sha",
+                            move.new_sha, "parentSha", *move.old_sha ? move.old_sha : NULL,
+                            "files", file_list(changes, n)));
+  if (r < 0) return r;
+  r = tg_repo_publish(cx, &repo, &move);
+  if (r < 0) return r;
+  *ret = json_pack("{s:s,s:s}", "sha", move.new_sha, "branch", branch);
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+static char *pr_url(const tg_call_ctx *cx, const tg_scope_repo *repo, json_int_t number) {
+  const char *base = cx->env->public_url ? cx->env->public_url : "";
+  size_t len = strlen(base);
+  while (len && base[len - 1] == '/') len--;
+  size_t rel = strlen(repo->rel_path) - strlen(".git"); /* rel_path ends in .git */
+  char *url = NULL;
+  if (asprintf(&url, "%.*s/%.*s/pulls/%lld", (int)len, base, (int)rel, repo->rel_path,
+               (long long)number) < 0)
+    return NULL;
+  return url;
+}
+
+static int pr_open(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  target t;
+  int r = resolve_target(cx, args, &t);
+  if (r < 0) return r;
+  _cleanup_free_ tg_git_change *changes = NULL;
+  size_t n;
+  r = build_changes(cx, json_object_get(args, "files"), t.prefix, &changes, &n);
+  if (r < 0) return r;
+  const char *branch = arg_str(args, "branchName");
+  if (!tg_git_branch_name_ok(branch)) return bad_branch(cx, branch);
+  _cleanup_repo_ tg_scope_repo repo = {0};
+  r = tg_repo_acquire(cx, t.kind, t.owner_id, t.name, &repo);
+  if (r < 0) return r;
+  char base_sha[TG_GIT_SHA_LEN + 1];
+  r = tg_git_tip(repo.git, repo.default_branch, base_sha);
+  if (r < 0) return r;
+  const char *title = arg_str(args, "title");
+  tg_repo_move move;
+  r = tg_repo_prepare(cx, &repo, branch, true, changes, n, title, &move);
+  if (r < 0) return r;
+  _cleanup_json_ json_t *counter = NULL;
+  r = tg_db_query_row(cx->db,
+                      "UPDATE repos SET last_pr_number = last_pr_number + 1 WHERE id = $1"
+                      " RETURNING last_pr_number",
+                      json_pack("[s]", repo.id), &counter);
+  if (r < 0) return r;
+  if (!counter) return TG_E_NOTFOUND;
+  json_int_t number = json_integer_value(json_object_get(counter, "last_pr_number"));
+  char id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
+  if (tg_uuid7(id) < 0) return TG_E_IO;
+  now_iso(now);
+  r = tg_db_exec(cx->db,
+                 "INSERT INTO pull_requests (id, repo_id, number, title, body, head_branch,"
+                 " base_branch, base_sha, head_sha, author_id, created_at, updated_at)"
+                 " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)",
+                 json_pack("[ssIssssssss]", id, repo.id, number, title, arg_str(args, "body"),
+                           branch, repo.default_branch, base_sha, move.new_sha, cx->principal->id,
+                           now),
+                 NULL);
+  if (r < 0) return r;
+  _cleanup_free_ char *url = pr_url(cx, &repo, number);
+  if (!url) return TG_E_NOMEM;
+  char summary[400];
+  snprintf(summary, sizeof summary, "Opened pull request #%lld in %s: %.200s", (long long)number,
+           repo.label, title);
+  _cleanup_json_ json_t *scope = tg_repo_activity_scope(&repo);
+  r = tg_activity(cx, "AGENT_OPENED_PR", scope, summary,
+                  json_pack("{s:s,s:I,s:s,s:s,s:s,s:s,s:o}", "repo", repo.label, "prNumber",
+                            number, "prUrl", url, "head", branch, "base", repo.default_branch,
+                            "sha", move.new_sha, "files", file_list(changes, n)));
+  if (r < 0) return r;
+  r = tg_repo_publish(cx, &repo, &move);
+  if (r < 0) return r;
+  *ret = json_pack("{s:s,s:I}", "prUrl", url, "prNumber", number);
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+/* Operators' view: every repository, with a label, in one query. */
+static const char repos_sql[] =
+    "SELECT r.id, r.scope_type, r.scope_id, r.name, r.path, r.default_branch,"
+    " CASE WHEN r.scope_type = 'mission' THEN 'mission:' || m.slug || '/mission'"
+    " ELSE 'work:' || w.slug || '/' || r.name END AS label,"
+    " (SELECT COUNT(*) FROM pull_requests p WHERE p.repo_id = r.id AND p.state = 'open') AS open"
+    " FROM repos r LEFT JOIN missions m ON r.scope_type = 'mission' AND m.id = r.scope_id"
+    " LEFT JOIN works w ON r.scope_type = 'work' AND w.id = r.scope_id WHERE r.tenant_id = $1";
+
+static int repository_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  _cleanup_json_ json_t *rows = NULL;
+  _cleanup_free_ char *sql = NULL;
+  if (asprintf(&sql, "%s ORDER BY label", repos_sql) < 0) return TG_E_NOMEM;
+  int r = tg_db_query(cx->db, sql, json_pack("[s]", cx->principal->tenant_id), &rows);
+  if (r < 0) return r;
+  json_t *list = json_array();
+  if (!list) return TG_E_NOMEM;
+  size_t i;
+  json_t *row;
+  json_array_foreach(rows, i, row) {
+    _cleanup_repo_ tg_scope_repo repo = {0};
+    r = tg_repo_acquire(cx, json_string_value(json_object_get(row, "scope_type")),
+                        json_string_value(json_object_get(row, "scope_id")),
+                        json_string_value(json_object_get(row, "name")), &repo);
+    json_t *branches = NULL;
+    char head[TG_GIT_SHA_LEN + 1] = "";
+    if (r == TG_OK) r = tg_git_branches(repo.git, &branches);
+    if (r == TG_OK && tg_git_tip(repo.git, repo.default_branch, head) < 0) *head = '\0';
+    _cleanup_free_ char *abs = NULL;
+    if (r == TG_OK && asprintf(&abs, "%s/%s", cx->env->data_dir ? cx->env->data_dir : ".",
+                               repo.rel_path) < 0)
+      r = TG_E_NOMEM;
+    if (r < 0) {
+      json_decref(branches);
+      json_decref(list);
+      return r;
+    }
+    json_t *item = json_pack("{s:O,s:s,s:s,s:o,s:O}", "repo", json_object_get(row, "label"), "path",
+                             abs, "defaultBranch", repo.default_branch, "branches", branches,
+                             "openPullRequests", json_object_get(row, "open"));
+    if (item && *head) json_object_set_new(item, "headSha", json_string(head));
+    if (!item || json_array_append_new(list, item) < 0) {
+      json_decref(list);
+      return TG_E_NOMEM;
+    }
+  }
+  *ret = json_pack("{s:o}", "repos", list);
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+static const char prs_sql[] =
+    "SELECT * FROM (SELECT p.id, p.number, p.title, p.body, p.state, p.head_branch, p.base_branch,"
+    " p.base_sha, p.head_sha, p.merged_sha, p.created_at, r.scope_type, r.scope_id, r.name,"
+    " r.tenant_id, CASE WHEN r.scope_type = 'mission' THEN 'mission:' || m.slug || '/mission'"
+    " ELSE 'work:' || w.slug || '/' || r.name END AS label,"
+    " COALESCE(a.slug, u.username) AS author"
+    " FROM pull_requests p JOIN repos r ON r.id = p.repo_id"
+    " LEFT JOIN missions m ON r.scope_type = 'mission' AND m.id = r.scope_id"
+    " LEFT JOIN works w ON r.scope_type = 'work' AND w.id = r.scope_id"
+    " LEFT JOIN agents a ON a.principal_id = p.author_id"
+    " LEFT JOIN users u ON u.principal_id = p.author_id) q WHERE q.tenant_id = $1";
+
+static json_t *pr_json(json_t *row) {
+  json_t *pr = json_pack("{s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O}", "repo",
+                         json_object_get(row, "label"), "number", json_object_get(row, "number"),
+                         "title", json_object_get(row, "title"), "body",
+                         json_object_get(row, "body"), "state", json_object_get(row, "state"),
+                         "head", json_object_get(row, "head_branch"), "base",
+                         json_object_get(row, "base_branch"), "author",
+                         json_object_get(row, "author"), "createdAt",
+                         json_object_get(row, "created_at"));
+  if (pr && json_is_string(json_object_get(row, "merged_sha")))
+    json_object_set(pr, "mergedSha", json_object_get(row, "merged_sha"));
+  return pr;
+}
+
+static int pr_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  json_int_t limit = json_integer_value(json_object_get(args, "limit"));
+  if (!limit) limit = 50;
+  _cleanup_free_ char *sql = NULL;
+  if (asprintf(&sql,
+               "%s AND ($2 IS NULL OR q.label = $2) AND ($3 IS NULL OR q.state = $3)"
+               " ORDER BY q.created_at DESC, q.id DESC LIMIT $4",
+               prs_sql) < 0)
+    return TG_E_NOMEM;
+  _cleanup_json_ json_t *rows = NULL;
+  int r = tg_db_query(cx->db, sql,
+                      json_pack("[ss?s?I]", cx->principal->tenant_id, arg_str(args, "repo"),
+                                arg_str(args, "state"), limit + 1),
+                      &rows);
+  if (r < 0) return r;
+  bool truncated = (json_int_t)json_array_size(rows) > limit;
+  json_t *list = json_array();
+  size_t i;
+  json_t *row;
+  json_array_foreach(rows, i, row) {
+    if ((json_int_t)i == limit) break;
+    json_array_append_new(list, pr_json(row));
+  }
+  *ret = json_pack("{s:o,s:b}", "pullRequests", list, "truncated", truncated);
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+/* The pull request args name, with its repository acquired. */
+static int find_pr(tg_call_ctx *cx, json_t *args, json_t **ret, tg_scope_repo *repo) {
+  _cleanup_free_ char *sql = NULL;
+  if (asprintf(&sql, "%s AND q.label = $2 AND q.number = $3", prs_sql) < 0) return TG_E_NOMEM;
+  const char *label = arg_str(args, "repo");
+  json_int_t number = json_integer_value(json_object_get(args, "number"));
+  int r = tg_db_query_row(cx->db, sql,
+                          json_pack("[ssI]", cx->principal->tenant_id, label, number), ret);
+  if (r < 0) return r;
+  if (!*ret)
+    return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s,s:I}", "repo", label, "number", number),
+                   "No pull request #%lld in %s.", (long long)number, label);
+  return tg_repo_acquire(cx, json_string_value(json_object_get(*ret, "scope_type")),
+                         json_string_value(json_object_get(*ret, "scope_id")),
+                         json_string_value(json_object_get(*ret, "name")), repo);
+}
+
+static int pr_show(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  _cleanup_json_ json_t *row = NULL;
+  _cleanup_repo_ tg_scope_repo repo = {0};
+  int r = find_pr(cx, args, &row, &repo);
+  if (r < 0) return r;
+  const char *state = json_string_value(json_object_get(row, "state"));
+  char head[TG_GIT_SHA_LEN + 1];
+  snprintf(head, sizeof head, "%s", json_string_value(json_object_get(row, "head_sha")));
+  /* An open pull request shows its branch as it is now; a deleted branch, what it was. */
+  if (strcmp(state, "open") == 0 &&
+      tg_git_tip(repo.git, json_string_value(json_object_get(row, "head_branch")), head) < 0)
+    snprintf(head, sizeof head, "%s", json_string_value(json_object_get(row, "head_sha")));
+  _cleanup_free_ char *diff = NULL;
+  bool truncated;
+  size_t files;
+  r = tg_git_diff(repo.git, json_string_value(json_object_get(row, "base_sha")), head, DIFF_MAX,
+                  &diff, &truncated, &files);
+  if (r < 0) return r;
+  *ret = json_pack("{s:o,s:s,s:b,s:I}", "pullRequest", pr_json(row), "diff", diff,
+                   "diffTruncated", truncated, "filesChanged", (json_int_t)files);
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+static int not_open(tg_call_ctx *cx, json_t *row) {
+  return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
+                 json_pack("{s:s,s:O}", "reason", "not_open", "state", json_object_get(row, "state")),
+                 "Pull request #%lld is %s, not open.",
+                 (long long)json_integer_value(json_object_get(row, "number")),
+                 json_string_value(json_object_get(row, "state")));
+}
+
+static int pr_finish(tg_call_ctx *cx, json_t *row, const tg_scope_repo *repo, const char *state,
+                     const char *merged_sha, const char *head_sha) {
+  char now[TG_ISO_LEN + 1];
+  now_iso(now);
+  int r = tg_db_exec(cx->db,
+                     "UPDATE pull_requests SET state = $1, merged_sha = $2,"
+                     " head_sha = COALESCE($3, head_sha), updated_at = $4"
+                     " WHERE id = $5 AND state = 'open'",
+                     json_pack("[ss?s?sO]", state, merged_sha, head_sha, now,
+                               json_object_get(row, "id")),
+                     NULL);
+  if (r < 0) return r;
+  char summary[300];
+  snprintf(summary, sizeof summary, "Pull request #%lld in %s %s",
+           (long long)json_integer_value(json_object_get(row, "number")), repo->label, state);
+  json_t *details = json_pack("{s:s,s:O,s:O,s:O}", "repo", repo->label, "prNumber",
+                              json_object_get(row, "number"), "head",
+                              json_object_get(row, "head_branch"), "base",
+                              json_object_get(row, "base_branch"));
+  if (details && merged_sha) json_object_set_new(details, "sha", json_string(merged_sha));
+  _cleanup_json_ json_t *scope = tg_repo_activity_scope(repo);
+  return tg_activity(cx, strcmp(state, "merged") == 0 ? "PR_MERGED" : "PR_CLOSED", scope, summary,
+                     details);
+}
+
+static int pr_merge(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  _cleanup_json_ json_t *row = NULL, *conflicts = NULL;
+  _cleanup_repo_ tg_scope_repo repo = {0};
+  int r = find_pr(cx, args, &row, &repo);
+  if (r < 0) return r;
+  if (strcmp(json_string_value(json_object_get(row, "state")), "open") != 0) return not_open(cx, row);
+  const char *base = json_string_value(json_object_get(row, "base_branch"));
+  const char *head = json_string_value(json_object_get(row, "head_branch"));
+  tg_repo_move move = {0};
+  char head_sha[TG_GIT_SHA_LEN + 1];
+  snprintf(move.branch, sizeof move.branch, "%s", base);
+  if (tg_git_tip(repo.git, base, move.old_sha) < 0 || tg_git_tip(repo.git, head, head_sha) < 0)
+    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
+                   json_pack("{s:s,s:s,s:s}", "reason", "branch_missing", "base", base, "head", head),
+                   "Branch %s or %s no longer exists.", base, head);
+  _cleanup_free_ char *message = NULL;
+  if (asprintf(&message, "Merge pull request #%lld from %s\n\n%.200s\n",
+               (long long)json_integer_value(json_object_get(row, "number")), head,
+               json_string_value(json_object_get(row, "title"))) < 0)
+    return TG_E_NOMEM;
+  char name[80], email[120];
+  identity(cx, name, sizeof name, email, sizeof email);
+  bool ff, up_to_date;
+  r = tg_git_merge(repo.git, move.old_sha, head_sha, name, email, message, move.new_sha, &ff,
+                   &up_to_date, &conflicts);
+  if (r == TG_E_CONSTRAINT)
+    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
+                   json_pack("{s:s,s:O}", "reason", "conflict", "conflicts", conflicts),
+                   "Pull request #%lld does not merge cleanly into %s; nothing changed.",
+                   (long long)json_integer_value(json_object_get(row, "number")), base);
+  if (r < 0) return r;
+  if (!up_to_date) r = tg_repo_record(cx, &repo, &move);
+  if (r == TG_OK) r = pr_finish(cx, row, &repo, "merged", move.new_sha, head_sha);
+  if (r == TG_OK && !up_to_date) r = tg_repo_publish(cx, &repo, &move);
+  if (r < 0) return r;
+  *ret = json_pack("{s:s,s:O,s:s,s:s,s:b}", "repo", repo.label, "number",
+                   json_object_get(row, "number"), "state", "merged", "sha", move.new_sha,
+                   "fastForward", ff);
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+static int pr_close(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  _cleanup_json_ json_t *row = NULL;
+  _cleanup_repo_ tg_scope_repo repo = {0};
+  int r = find_pr(cx, args, &row, &repo);
+  if (r < 0) return r;
+  if (strcmp(json_string_value(json_object_get(row, "state")), "open") != 0) return not_open(cx, row);
+  r = pr_finish(cx, row, &repo, "closed", NULL, NULL);
+  if (r < 0) return r;
+  *ret = json_pack("{s:s,s:O,s:s}", "repo", repo.label, "number", json_object_get(row, "number"),
+                   "state", "closed");
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+static const tg_handler_entry handlers[] = {
+    {"repo.commit.create", commit_create}, {"repo.pr.open", pr_open},
+    {"repo.repository.list", repository_list}, {"repo.pr.list", pr_list},
+    {"repo.pr.show", pr_show},             {"repo.pr.merge", pr_merge},
+    {"repo.pr.close", pr_close},
+};
+
+const tg_provider tg_provider_repo = {
+    .name = "repo",
+    .spec_file = "repo.json",
+    .handlers = handlers,
+    .n_handlers = sizeof handlers / sizeof handlers[0],
+};

@@ -1,0 +1,669 @@
+/* The git-backed tools end to end on real repositories in a temporary folder, checked with
+ * the git program: commitToRepo, editAgentFile, openPullRequest and the operator's review,
+ * createSubAgent and the agent lifecycle, and the atomicity of DESIGN.md §7. */
+#define _GNU_SOURCE
+#include "support.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fixture.h"
+#include "git/git.h"
+#include "util/cleanup.h"
+#include "util/status.h"
+
+typedef struct world {
+  fixture *f;
+  char worker[TG_UUID_LEN + 1];  /* work:site, every repo and agent grant */
+  char other[TG_UUID_LEN + 1];   /* work:other, same grants */
+  char tenant[TG_UUID_LEN + 1];  /* tenant scope, same grants */
+  char planner[TG_UUID_LEN + 1]; /* mission:m1 */
+  char thinker[TG_UUID_LEN + 1]; /* idea:i1 of m1 */
+} world;
+
+#define GRANTS "\"grants\":[\"canCommitToRepo\",\"canOpenPullRequests\",\"canEditAgentFiles\",\"canCreateAgents\"]"
+
+static void owner_call(fixture *f, const char *tool, const char *args) {
+  tg_call_result res;
+  if (fixture_call(f, f->owner, TG_SURFACE_API, tool, args, NULL, &res) != 0)
+    fail_msg("%s %s: %s", tool, args, json_dumps(res.value, 0));
+  tg_call_result_done(&res);
+}
+
+static int setup(void **state) {
+  world *w = calloc(1, sizeof *w);
+  w->f = fixture_new(NULL);
+  owner_call(w->f, "work.mission.create", "{\"slug\":\"m1\",\"title\":\"M1\"}");
+  owner_call(w->f, "work.idea.create", "{\"missionSlug\":\"m1\",\"title\":\"i1\"}");
+  owner_call(w->f, "work.work.create", "{\"slug\":\"site\",\"missionSlug\":\"m1\"}");
+  owner_call(w->f, "work.work.create", "{\"slug\":\"other\",\"missionSlug\":\"m1\"}");
+  fixture_agent(w->f, "{\"slug\":\"worker\",\"scope\":\"work:site\"," GRANTS "}", w->worker);
+  fixture_agent(w->f, "{\"slug\":\"other\",\"scope\":\"work:other\"," GRANTS "}", w->other);
+  fixture_agent(w->f, "{\"slug\":\"boss\"," GRANTS "}", w->tenant);
+  fixture_agent(w->f, "{\"slug\":\"planner\",\"scope\":\"mission:m1\"," GRANTS "}", w->planner);
+  fixture_agent(w->f, "{\"slug\":\"thinker\",\"scope\":\"idea:i1\"," GRANTS "}", w->thinker);
+  *state = w;
+  return 0;
+}
+
+static int teardown(void **state) {
+  world *w = *state;
+  fixture_free(w->f);
+  free(w);
+  return 0;
+}
+
+/* Runs a shell command; returns its exit status. */
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...) {
+  char *cmd = NULL;
+  va_list ap;
+  va_start(ap, fmt);
+  assert_true(vasprintf(&cmd, fmt, ap) > 0);
+  va_end(ap);
+  int r = system(cmd);
+  free(cmd);
+  return WIFEXITED(r) ? WEXITSTATUS(r) : -1;
+}
+
+/* A shell command's whole stdout (malloc'd). */
+static char *out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *out(const char *fmt, ...) {
+  char *cmd = NULL;
+  va_list ap;
+  va_start(ap, fmt);
+  assert_true(vasprintf(&cmd, fmt, ap) > 0);
+  va_end(ap);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  char *text = NULL;
+  size_t size = 0;
+  FILE *mem = open_memstream(&text, &size);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) fwrite(buf, 1, n, mem);
+  fclose(mem);
+  pclose(p);
+  free(cmd);
+  return text;
+}
+
+static char *repo_dir(world *w, const char *rel) {
+  char *dir = NULL;
+  assert_true(asprintf(&dir, "%s/repos/acme/%s.git", w->f->dir, rel) > 0);
+  return dir;
+}
+
+/* Calls and expects code ("" for success); returns the result (free with json_decref). */
+static json_t *expect(world *w, const char *who, const char *tool, const char *args,
+                      const char *run, const char *code) {
+  tg_call_result res;
+  fixture_call(w->f, who, TG_SURFACE_AGENT, tool, args, run, &res);
+  if (strcmp(fixture_code(&res), code) != 0)
+    fail_msg("%s %.300s: expected '%s', got %s", tool, args, code, json_dumps(res.value, 0));
+  json_t *value = json_incref(res.value);
+  tg_call_result_done(&res);
+  return value;
+}
+
+static json_t *expect_api(world *w, const char *tool, const char *args, const char *code) {
+  tg_call_result res;
+  fixture_call(w->f, w->f->owner, TG_SURFACE_API, tool, args, NULL, &res);
+  if (strcmp(fixture_code(&res), code) != 0)
+    fail_msg("%s %s: expected '%s', got %s", tool, args, code, json_dumps(res.value, 0));
+  json_t *value = json_incref(res.value);
+  tg_call_result_done(&res);
+  return value;
+}
+
+static const char *reason_of(json_t *value) {
+  return json_string_value(
+      json_object_get(json_object_get(json_object_get(value, "error"), "details"), "reason"));
+}
+
+static long count(world *w, const char *sql) {
+  json_t *row = NULL;
+  assert_int_equal(tg_db_query_row(w->f->db, sql, NULL, &row), 0);
+  long n = (long)json_integer_value(json_object_get(row, "n"));
+  json_decref(row);
+  return n;
+}
+
+static void test_commit_to_repo(void **state) {
+  world *w = *state;
+  json_t *v = expect(w, w->worker, "commitToRepo",
+                     "{\"files\":[{\"path\":\"docs/a.md\",\"content\":\"alpha\\n\",\"mode\":\"add\"},"
+                     "{\"path\":\"items/b.json\",\"content\":\"{}\",\"mode\":\"add\"}],"
+                     "\"commitMessage\":\"Add docs\"}",
+                     NULL, "");
+  const char *sha = json_string_value(json_object_get(v, "sha"));
+  assert_string_equal(json_string_value(json_object_get(v, "branch")), "main");
+  _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
+  assert_int_equal(sh("git -C %s fsck --strict --no-progress >/dev/null 2>&1", dir), 0);
+  _cleanup_free_ char *head = out("git -C %s rev-parse main", dir);
+  assert_int_equal(strncmp(head, sha, 40), 0);
+  _cleanup_free_ char *shown = out("git -C %s show --name-status --format=%%an%%n%%B main", dir);
+  assert_non_null(strstr(shown, "worker\nAdd docs"));
+  assert_non_null(strstr(shown, "A\tdocs/a.md"));
+  assert_non_null(strstr(shown, "A\titems/b.json"));
+  assert_non_null(strstr(shown, "Toolgate-Tool: repo.commit.create"));
+  _cleanup_free_ char *n = out("git -C %s rev-list --count main", dir);
+  assert_int_equal(atoi(n), 2); /* the repository's first commit and this one */
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM activity_log WHERE action_type = 'AGENT_COMMITTED_TO_REPO'"), 1);
+  json_decref(v);
+
+  /* modify and delete in one commit */
+  v = expect(w, w->worker, "commitToRepo",
+             "{\"files\":[{\"path\":\"docs/a.md\",\"content\":\"beta\\n\",\"mode\":\"modify\"},"
+             "{\"path\":\"items/b.json\",\"mode\":\"delete\"}],\"commitMessage\":\"Edit\"}",
+             NULL, "");
+  json_decref(v);
+  _cleanup_free_ char *a = out("git -C %s show main:docs/a.md", dir);
+  assert_string_equal(a, "beta\n");
+  assert_int_not_equal(sh("git -C %s cat-file -e main:items/b.json 2>/dev/null", dir), 0);
+
+  /* add of an existing path, modify and delete of missing ones, changes that overlap */
+  static const struct { const char *files, *reason; } bad[] = {
+      {"[{\"path\":\"docs/a.md\",\"content\":\"x\",\"mode\":\"add\"}]", "exists"},
+      {"[{\"path\":\"docs/zz.md\",\"mode\":\"delete\"}]", "missing"},
+      {"[{\"path\":\"nope/zz.md\",\"content\":\"x\",\"mode\":\"modify\"}]", "missing"},
+      {"[{\"path\":\"docs\",\"content\":\"x\",\"mode\":\"modify\"}]", "not_a_file"},
+      {"[{\"path\":\"docs/a.md/x\",\"content\":\"x\",\"mode\":\"add\"}]", "under_a_file"},
+      {"[{\"path\":\"n/a\",\"content\":\"x\",\"mode\":\"add\"},{\"path\":\"n/a\",\"content\":\"y\",\"mode\":\"add\"}]", "duplicate"},
+      {"[{\"path\":\"../x\",\"content\":\"x\",\"mode\":\"add\"}]", "bad_path"},
+      {"[{\"path\":\"/etc/x\",\"content\":\"x\",\"mode\":\"add\"}]", "bad_path"},
+      {"[{\"path\":\".git/config\",\"content\":\"x\",\"mode\":\"add\"}]", "bad_path"},
+      {"[{\"path\":\"a\\u0001b\",\"content\":\"x\",\"mode\":\"add\"}]", "bad_path"},
+      {"[{\"path\":\"\\u2025/x\",\"content\":\"x\",\"mode\":\"add\"}]", "bad_path"},
+  };
+  _cleanup_free_ char *before = out("git -C %s for-each-ref", dir);
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char args[512];
+    snprintf(args, sizeof args, "{\"files\":%s,\"commitMessage\":\"bad\"}", bad[i].files);
+    v = expect(w, w->worker, "commitToRepo", args, NULL, "validation_failed");
+    if (bad[i].reason && strcmp(reason_of(v), bad[i].reason) != 0)
+      fail_msg("case %zu: reason %s, expected %s", i, reason_of(v), bad[i].reason);
+    json_decref(v);
+  }
+  /* a NUL inside a path (no surface parses one, but the handler must not cut it short) */
+  json_t *nul = json_pack("{s:[{s:s%,s:s,s:s}],s:s}", "files", "path", "a\0b", (size_t)3, "content",
+                          "x", "mode", "add", "commitMessage", "nul");
+  tg_call_request req = {.principal_id = w->worker, .surface = TG_SURFACE_AGENT,
+                         .tool = "commitToRepo", .args = nul};
+  tg_call_result res;
+  assert_int_equal(tg_call(&w->f->env, &req, &res), TG_E_TOOL);
+  assert_string_equal(fixture_code(&res), "validation_failed");
+  tg_call_result_done(&res);
+  json_decref(nul);
+  _cleanup_free_ char *after = out("git -C %s for-each-ref", dir);
+  assert_string_equal(before, after);
+
+  /* no commit message, a bad branch name, a missing branch */
+  json_decref(expect(w, w->worker, "commitToRepo",
+                     "{\"files\":[{\"path\":\"x\",\"content\":\"x\",\"mode\":\"add\"}]}", NULL,
+                     "validation_failed"));
+  json_decref(expect(w, w->worker, "commitToRepo",
+                     "{\"files\":[{\"path\":\"x\",\"content\":\"x\",\"mode\":\"add\"}],"
+                     "\"commitMessage\":\"m\",\"branch\":\"a..b\"}",
+                     NULL, "validation_failed"));
+  json_decref(expect(w, w->worker, "commitToRepo",
+                     "{\"files\":[{\"path\":\"x\",\"content\":\"x\",\"mode\":\"add\"}],"
+                     "\"commitMessage\":\"m\",\"branch\":\"nope\"}",
+                     NULL, "not_found"));
+  /* file count bound */
+  json_t *args = json_pack("{s:[],s:s}", "files", "commitMessage", "many");
+  for (int i = 0; i < 101; i++)
+    json_array_append_new(json_object_get(args, "files"),
+                          json_pack("{s:s,s:s,s:s}", "path", "x", "content", "x", "mode", "add"));
+  char *text = json_dumps(args, 0);
+  json_decref(expect(w, w->worker, "commitToRepo", text, NULL, "validation_failed"));
+  free(text);
+  json_decref(args);
+  /* total size bound: 9 files of 1 MiB */
+  args = json_pack("{s:[],s:s}", "files", "commitMessage", "big");
+  char *mib = malloc(1048577);
+  memset(mib, 'z', 1048576);
+  mib[1048576] = '\0';
+  for (int i = 0; i < 9; i++) {
+    char path[16];
+    snprintf(path, sizeof path, "big/%d", i);
+    json_array_append_new(json_object_get(args, "files"),
+                          json_pack("{s:s,s:s,s:s}", "path", path, "content", mib, "mode", "add"));
+  }
+  free(mib);
+  text = json_dumps(args, 0);
+  v = expect(w, w->worker, "commitToRepo", text, NULL, "validation_failed");
+  assert_string_equal(reason_of(v), "too_large");
+  json_decref(v);
+  free(text);
+  json_decref(args);
+}
+
+static void test_commit_scope_rules(void **state) {
+  world *w = *state;
+  const char *file = "\"files\":[{\"path\":\"s.md\",\"content\":\"s\",\"mode\":\"add\"}],\"commitMessage\":\"m\"";
+  char args[512];
+  /* another work's repository, and the mission repository, are outside a work agent's scope */
+  snprintf(args, sizeof args, "{%s,\"targetId\":\"other\"}", file);
+  json_t *v = expect(w, w->worker, "commitToRepo", args, NULL, "permission_denied");
+  assert_string_equal(reason_of(v), "out_of_scope");
+  json_decref(v);
+  snprintf(args, sizeof args, "{%s,\"targetRepo\":\"mission\",\"targetId\":\"m1\"}", file);
+  json_decref(expect(w, w->worker, "commitToRepo", args, NULL, "permission_denied"));
+  /* agent files are reserved to editAgentFile */
+  v = expect(w, w->worker, "commitToRepo",
+             "{\"files\":[{\"path\":\".works/agents/worker/SOUL.md\",\"content\":\"x\",\"mode\":\"add\"}],"
+             "\"commitMessage\":\"m\"}",
+             NULL, "permission_denied");
+  assert_string_equal(reason_of(v), "agent_files");
+  json_decref(v);
+  /* a tenant agent names its target; a mission agent reaches the works of its mission */
+  snprintf(args, sizeof args, "{%s}", file);
+  v = expect(w, w->tenant, "commitToRepo", args, NULL, "validation_failed");
+  assert_string_equal(reason_of(v), "target_needed");
+  json_decref(v);
+  snprintf(args, sizeof args, "{%s,\"targetRepo\":\"website\",\"targetId\":\"other\"}", file);
+  json_decref(expect(w, w->tenant, "commitToRepo", args, NULL, ""));
+  json_decref(expect(w, w->planner, "commitToRepo",
+                     "{\"files\":[{\"path\":\"p.md\",\"content\":\"p\",\"mode\":\"add\"}],"
+                     "\"commitMessage\":\"m\",\"targetRepo\":\"data\",\"targetId\":\"site\"}",
+                     NULL, ""));
+  /* an idea agent writes in its idea's folder of the mission repository, nowhere else */
+  v = expect(w, w->thinker, "commitToRepo", args, NULL, "permission_denied");
+  json_decref(v);
+  snprintf(args, sizeof args, "{%s}", file);
+  v = expect(w, w->thinker, "commitToRepo", args, NULL, "permission_denied");
+  assert_string_equal(reason_of(v), "outside_scope_tree");
+  json_decref(v);
+  _cleanup_json_ json_t *idea = NULL;
+  assert_int_equal(tg_db_query_row(w->f->db, "SELECT id FROM ideas WHERE slug = 'i1'", NULL, &idea), 0);
+  snprintf(args, sizeof args,
+           "{\"files\":[{\"path\":\".works/ideas/%s/notes.md\",\"content\":\"n\",\"mode\":\"add\"}],"
+           "\"commitMessage\":\"m\"}",
+           json_string_value(json_object_get(idea, "id")));
+  json_decref(expect(w, w->thinker, "commitToRepo", args, NULL, ""));
+
+  /* a symbolic link in the tree (pushed by someone with the git program) is never written
+   * through, nor replaced by a file */
+  _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
+  char *clone = NULL;
+  assert_true(asprintf(&clone, "%s/clone-link", w->f->dir) > 0);
+  assert_int_equal(sh("git clone -q %s %s && cd %s && ln -s /etc evil && ln -s docs/a.md alias.md"
+                      " && git add evil alias.md && git -c user.name=t -c user.email=t@t commit -qm link"
+                      " && git push -q origin HEAD:main 2>/dev/null",
+                      dir, clone, clone),
+                   0);
+  free(clone);
+  static const char *const via_link[] = {
+      "{\"files\":[{\"path\":\"evil/passwd\",\"content\":\"x\",\"mode\":\"add\"}],\"commitMessage\":\"m\"}",
+      "{\"files\":[{\"path\":\"alias.md\",\"content\":\"x\",\"mode\":\"modify\"}],\"commitMessage\":\"m\"}",
+      "{\"files\":[{\"path\":\"evil\",\"content\":\"x\",\"mode\":\"add\"}],\"commitMessage\":\"m\"}",
+  };
+  for (size_t i = 0; i < 3; i++) {
+    v = expect(w, w->worker, "commitToRepo", via_link[i], NULL, "validation_failed");
+    assert_string_equal(reason_of(v), "symlink");
+    json_decref(v);
+  }
+  /* deleting a link is fine */
+  json_decref(expect(w, w->worker, "commitToRepo",
+                     "{\"files\":[{\"path\":\"evil\",\"mode\":\"delete\"}],\"commitMessage\":\"m\"}",
+                     NULL, ""));
+}
+
+static void test_edit_agent_file(void **state) {
+  world *w = *state;
+  /* a work agent's files live in its work's data repository */
+  json_t *v = expect(w, w->worker, "editAgentFile", "{\"name\":\"SOUL.md\",\"body\":\"# Worker\\n\"}",
+                     NULL, "");
+  char hash1[65];
+  snprintf(hash1, sizeof hash1, "%s", json_string_value(json_object_get(v, "newHash")));
+  json_decref(v);
+  _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
+  _cleanup_free_ char *soul = out("git -C %s show main:.works/agents/worker/SOUL.md", dir);
+  assert_string_equal(soul, "# Worker\n");
+  _cleanup_free_ char *subject = out("git -C %s log -1 --format=%%s main", dir);
+  assert_string_equal(subject, "chore(agent/worker): self-edit\n");
+  _cleanup_json_ json_t *agent = NULL;
+  assert_int_equal(tg_db_query_row(w->f->db, "SELECT content_hash FROM agents WHERE slug = 'worker'", NULL, &agent), 0);
+  assert_string_equal(json_string_value(json_object_get(agent, "content_hash")), hash1);
+
+  /* expectedHash: a stale one is refused with the current hash */
+  char args[400];
+  snprintf(args, sizeof args, "{\"name\":\"AGENTS.md\",\"body\":\"a\",\"expectedHash\":\"%064d\"}", 0);
+  v = expect(w, w->worker, "editAgentFile", args, NULL, "precondition_failed");
+  assert_string_equal(json_string_value(json_object_get(
+                          json_object_get(json_object_get(v, "error"), "details"), "currentHash")),
+                      hash1);
+  json_decref(v);
+  snprintf(args, sizeof args,
+           "{\"name\":\"AGENTS.md\",\"body\":\"a\",\"expectedHash\":\"%s\",\"commitMessage\":\"docs: agents\"}",
+           hash1);
+  json_decref(expect(w, w->worker, "editAgentFile", args, NULL, ""));
+  _cleanup_free_ char *subject2 = out("git -C %s log -1 --format=%%s main", dir);
+  assert_string_equal(subject2, "docs: agents\n");
+
+  /* the secret scan names the rule and the line, never the secret */
+  v = expect(w, w->worker, "editAgentFile",
+             "{\"name\":\"TOOLS.md\",\"body\":\"# Tools\\nuse gh" "p_0123456789abcdefghijABCDEFGHIJ012345\\n\"}",
+             NULL, "validation_failed");
+  char *dump = json_dumps(v, 0);
+  assert_null(strstr(dump, "0123456789abcdefghij"));
+  free(dump);
+  json_t *details = json_object_get(json_object_get(v, "error"), "details");
+  assert_string_equal(json_string_value(json_object_get(details, "rule")), "github_pat_classic");
+  assert_int_equal(json_integer_value(json_object_get(details, "line")), 2);
+  json_decref(v);
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM agent_run_logs WHERE message LIKE '%0123456789abcdefghij%'"), 0);
+
+  /* agent.yml must be YAML; a body over 64 KB (of bytes) is refused */
+  v = expect(w, w->worker, "editAgentFile", "{\"name\":\"agent.yml\",\"body\":\"a: [1, 2\\nb: c\"}",
+             NULL, "validation_failed");
+  assert_string_equal(reason_of(v), "yaml");
+  json_decref(v);
+  json_decref(expect(w, w->worker, "editAgentFile", "{\"name\":\"agent.yml\",\"body\":\"a: [1, 2]\\n\"}", NULL, ""));
+  json_decref(expect(w, w->worker, "editAgentFile", "{\"name\":\"notes.md\",\"body\":\"x\"}", NULL, "validation_failed"));
+  json_t *big = json_pack("{s:s,s:s%}", "name", "SOUL.md", "body", "", (size_t)0);
+  char *two_byte = malloc(2 * 40000 + 1);
+  for (int i = 0; i < 40000; i++) memcpy(two_byte + 2 * i, "\xc3\xa9", 2);
+  two_byte[80000] = '\0';
+  json_object_set_new(big, "body", json_string(two_byte));
+  free(two_byte);
+  char *text = json_dumps(big, 0);
+  v = expect(w, w->worker, "editAgentFile", text, NULL, "validation_failed");
+  assert_string_equal(reason_of(v), "too_large");
+  json_decref(v);
+  free(text);
+  json_decref(big);
+
+  /* one edit per run: a failed attempt does not count, the second success is refused */
+  tg_call_result res;
+  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.run.start",
+                                "{\"agentSlug\":\"worker\"}", NULL, &res), 0);
+  char run[TG_UUID_LEN + 1];
+  snprintf(run, sizeof run, "%s", json_string_value(json_object_get(res.value, "runId")));
+  tg_call_result_done(&res);
+  json_decref(expect(w, w->worker, "editAgentFile", "{\"name\":\"agent.yml\",\"body\":\"[\"}", run, "validation_failed"));
+  json_decref(expect(w, w->worker, "editAgentFile", "{\"name\":\"HEARTBEAT.md\",\"body\":\"h\"}", run, ""));
+  v = expect(w, w->worker, "editAgentFile", "{\"name\":\"TOOLS.md\",\"body\":\"t\"}", run, "precondition_failed");
+  assert_string_equal(reason_of(v), "per_run_cap");
+  json_decref(v);
+
+  /* a tenant agent's files live in the database */
+  v = expect(w, w->tenant, "editAgentFile", "{\"name\":\"SOUL.md\",\"body\":\"boss\",\"expectedHash\":\"\"}", NULL, "");
+  json_decref(v);
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM agent_files f JOIN agents a ON a.id = f.agent_id"
+                            " WHERE a.slug = 'boss' AND f.body = 'boss'"), 1);
+  /* a mission agent's files live in the mission repository */
+  json_decref(expect(w, w->planner, "editAgentFile", "{\"name\":\"SOUL.md\",\"body\":\"plan\"}", NULL, ""));
+  _cleanup_free_ char *mdir = repo_dir(w, "missions/m1/mission");
+  _cleanup_free_ char *plan = out("git -C %s show main:.works/agents/planner/SOUL.md", mdir);
+  assert_string_equal(plan, "plan");
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM activity_log WHERE action_type = 'AGENT_FILE_EDITED'"), 6);
+}
+
+static void test_pull_requests(void **state) {
+  world *w = *state;
+  json_t *v = expect(w, w->worker, "openPullRequest",
+                     "{\"files\":[{\"path\":\"pr/one.md\",\"content\":\"one\\n\",\"mode\":\"add\"}],"
+                     "\"branchName\":\"feat/one\",\"title\":\"One\",\"body\":\"first\"}",
+                     NULL, "");
+  assert_int_equal(json_integer_value(json_object_get(v, "prNumber")), 1);
+  assert_string_equal(json_string_value(json_object_get(v, "prUrl")),
+                      "http://toolgate.test/repos/acme/works/site/data/pulls/1");
+  json_decref(v);
+  v = expect(w, w->worker, "openPullRequest",
+             "{\"files\":[{\"path\":\"pr/two.md\",\"content\":\"two\\n\",\"mode\":\"add\"}],"
+             "\"branchName\":\"feat/two\",\"title\":\"Two\",\"body\":\"\"}",
+             NULL, "");
+  assert_int_equal(json_integer_value(json_object_get(v, "prNumber")), 2);
+  json_decref(v);
+  /* two pull requests that change one file differently */
+  json_decref(expect(w, w->worker, "openPullRequest",
+                     "{\"files\":[{\"path\":\"docs/a.md\",\"content\":\"three\\n\",\"mode\":\"modify\"}],"
+                     "\"branchName\":\"c1\",\"title\":\"C1\",\"body\":\"\"}", NULL, ""));
+  json_decref(expect(w, w->worker, "openPullRequest",
+                     "{\"files\":[{\"path\":\"docs/a.md\",\"content\":\"four\\n\",\"mode\":\"modify\"}],"
+                     "\"branchName\":\"c2\",\"title\":\"C2\",\"body\":\"\"}", NULL, ""));
+  v = expect(w, w->worker, "openPullRequest",
+             "{\"files\":[{\"path\":\"x.md\",\"content\":\"x\",\"mode\":\"add\"}],"
+             "\"branchName\":\"feat/one\",\"title\":\"Again\",\"body\":\"\"}",
+             NULL, "precondition_failed");
+  assert_string_equal(reason_of(v), "branch_exists");
+  json_decref(v);
+  json_decref(expect(w, w->worker, "openPullRequest",
+                     "{\"files\":[{\"path\":\"x.md\",\"content\":\"x\",\"mode\":\"add\"}],"
+                     "\"branchName\":\"-bad\",\"title\":\"Bad\",\"body\":\"\"}",
+                     NULL, "validation_failed"));
+  /* numbers count per repository */
+  v = expect(w, w->other, "openPullRequest",
+             "{\"files\":[{\"path\":\"o.md\",\"content\":\"o\",\"mode\":\"add\"}],"
+             "\"branchName\":\"o\",\"title\":\"O\",\"body\":\"\"}",
+             NULL, "");
+  assert_int_equal(json_integer_value(json_object_get(v, "prNumber")), 1);
+  json_decref(v);
+
+  v = expect_api(w, "repo.pr.list", "{\"repo\":\"work:site/data\",\"state\":\"open\"}", "");
+  assert_int_equal(json_array_size(json_object_get(v, "pullRequests")), 4);
+  json_decref(v);
+  v = expect_api(w, "repo.pr.show", "{\"repo\":\"work:site/data\",\"number\":1}", "");
+  assert_non_null(strstr(json_string_value(json_object_get(v, "diff")), "+++ b/pr/one.md"));
+  assert_int_equal(json_integer_value(json_object_get(v, "filesChanged")), 1);
+  json_decref(v);
+  json_decref(expect_api(w, "repo.pr.show", "{\"repo\":\"work:site/data\",\"number\":99}", "not_found"));
+
+  /* the first merges by fast-forward, the second needs a merge commit */
+  v = expect_api(w, "repo.pr.merge", "{\"repo\":\"work:site/data\",\"number\":1}", "");
+  assert_true(json_is_true(json_object_get(v, "fastForward")));
+  json_decref(v);
+  v = expect_api(w, "repo.pr.merge", "{\"repo\":\"work:site/data\",\"number\":2}", "");
+  assert_false(json_is_true(json_object_get(v, "fastForward")));
+  json_decref(v);
+  _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
+  _cleanup_free_ char *parents = out("git -C %s log -1 --format=%%p main", dir);
+  assert_non_null(strchr(parents, ' ')); /* two parents */
+  assert_int_equal(sh("git -C %s cat-file -e main:pr/one.md && git -C %s cat-file -e main:pr/two.md", dir, dir), 0);
+  /* the third merges, the fourth then conflicts and changes nothing */
+  json_decref(expect_api(w, "repo.pr.merge", "{\"repo\":\"work:site/data\",\"number\":3}", ""));
+  _cleanup_free_ char *before = out("git -C %s for-each-ref", dir);
+  v = expect_api(w, "repo.pr.merge", "{\"repo\":\"work:site/data\",\"number\":4}", "precondition_failed");
+  assert_string_equal(reason_of(v), "conflict");
+  json_decref(v);
+  _cleanup_free_ char *after = out("git -C %s for-each-ref", dir);
+  assert_string_equal(before, after);
+  json_decref(expect_api(w, "repo.pr.close", "{\"repo\":\"work:site/data\",\"number\":4}", ""));
+  v = expect_api(w, "repo.pr.merge", "{\"repo\":\"work:site/data\",\"number\":4}", "precondition_failed");
+  assert_string_equal(reason_of(v), "not_open");
+  json_decref(v);
+  json_decref(expect_api(w, "repo.pr.close", "{\"repo\":\"work:site/data\",\"number\":1}", "precondition_failed"));
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM activity_log WHERE action_type = 'AGENT_OPENED_PR'"), 5);
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM activity_log WHERE action_type = 'PR_MERGED'"), 3);
+  assert_int_equal(sh("git -C %s fsck --strict --no-progress >/dev/null 2>&1", dir), 0);
+
+  v = expect_api(w, "repo.repository.list", "{}", "");
+  assert_true(json_array_size(json_object_get(v, "repos")) >= 3);
+  json_decref(v);
+}
+
+static void test_create_sub_agent(void **state) {
+  world *w = *state;
+  json_t *v = expect(w, w->worker, "createSubAgent",
+                     "{\"name\":\"Site Helper\",\"capabilities\":\"helps\",\"scope\":\"work\","
+                     "\"heartbeatCadence\":\"0 9 * * MON-FRI\",\"permissions\":{\"canSpend\":false}}",
+                     NULL, "");
+  assert_string_equal(json_string_value(json_object_get(v, "slug")), "site-helper");
+  json_decref(v);
+  _cleanup_json_ json_t *row = NULL;
+  assert_int_equal(tg_db_query_row(w->f->db,
+                                   "SELECT a.status, a.heartbeat_cadence, a.content_hash, c.slug AS creator,"
+                                   " (SELECT COUNT(*) FROM grants g WHERE g.principal_id = a.principal_id) AS grants"
+                                   " FROM agents a JOIN agents c ON c.id = a.created_by_agent_id"
+                                   " WHERE a.slug = 'site-helper'",
+                                   NULL, &row),
+                   0);
+  assert_string_equal(json_string_value(json_object_get(row, "status")), "draft");
+  assert_string_equal(json_string_value(json_object_get(row, "creator")), "worker");
+  assert_int_equal(json_integer_value(json_object_get(row, "grants")), 0);
+  _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
+  _cleanup_free_ char *files = out("git -C %s ls-tree --name-only main .works/agents/site-helper/", dir);
+  assert_string_equal(files, ".works/agents/site-helper/AGENTS.md\n.works/agents/site-helper/HEARTBEAT.md\n"
+                             ".works/agents/site-helper/SOUL.md\n.works/agents/site-helper/TOOLS.md\n"
+                             ".works/agents/site-helper/agent.yml\n");
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM activity_log WHERE action_type = 'AGENT_CREATED'"
+                            " AND details LIKE '%\"createdByAgentId\"%'"),
+                   1);
+  /* a draft does not act */
+  char helper[TG_UUID_LEN + 1];
+  assert_int_equal(tg_principal_lookup(w->f->db, w->f->tenant_id, TG_PRINCIPAL_AGENT, "site-helper", helper), 0);
+  json_decref(expect(w, helper, "agent.tool.list", "{}", NULL, "permission_denied"));
+
+  v = expect(w, w->worker, "createSubAgent",
+             "{\"name\":\"Greedy\",\"capabilities\":\"x\",\"scope\":\"work\",\"permissions\":{\"canCommitToRepo\":true}}",
+             NULL, "permission_denied");
+  assert_string_equal(reason_of(v), "child_permissions");
+  json_decref(v);
+  static const char *const wider[] = {
+      "{\"name\":\"W1\",\"capabilities\":\"x\",\"scope\":\"mission\"}",
+      "{\"name\":\"W2\",\"capabilities\":\"x\",\"scope\":\"tenant\"}",
+      "{\"name\":\"W3\",\"capabilities\":\"x\",\"scope\":\"work\",\"targetId\":\"other\"}",
+      "{\"name\":\"W4\",\"capabilities\":\"x\",\"scope\":\"idea\",\"targetId\":\"i1\"}",
+  };
+  for (size_t i = 0; i < 4; i++) {
+    v = expect(w, w->worker, "createSubAgent", wider[i], NULL, "permission_denied");
+    assert_string_equal(reason_of(v), "scope_cascade");
+    json_decref(v);
+  }
+  json_decref(expect(w, w->worker, "createSubAgent",
+                     "{\"name\":\"Site Helper\",\"capabilities\":\"x\",\"scope\":\"work\"}", NULL,
+                     "precondition_failed"));
+  json_decref(expect(w, w->worker, "createSubAgent",
+                     "{\"name\":\"Bad Cron\",\"capabilities\":\"x\",\"scope\":\"work\",\"heartbeatCadence\":\"61 * * * *\"}",
+                     NULL, "validation_failed"));
+  json_decref(expect(w, w->worker, "createSubAgent",
+                     "{\"name\":\"Leaky\",\"capabilities\":\"key gl" "pat-abcdefghij0123456789\",\"scope\":\"work\"}",
+                     NULL, "validation_failed"));
+  json_decref(expect(w, w->worker, "createSubAgent", "{\"name\":\"!!!\",\"capabilities\":\"x\",\"scope\":\"work\"}",
+                     NULL, "validation_failed"));
+  json_decref(expect(w, w->worker, "createSubAgent", "{\"name\":\"Nowhere\",\"capabilities\":\"x\",\"scope\":\"work\",\"targetId\":\"nope\"}",
+                     NULL, "not_found"));
+  /* a mission agent creates in its mission, its ideas and works; a tenant agent anywhere */
+  json_decref(expect(w, w->planner, "createSubAgent", "{\"name\":\"Idea Kid\",\"capabilities\":\"x\",\"scope\":\"idea\",\"targetId\":\"i1\"}", NULL, ""));
+  json_decref(expect(w, w->planner, "createSubAgent", "{\"name\":\"Mission Kid\",\"capabilities\":\"x\",\"scope\":\"mission\"}", NULL, ""));
+  json_decref(expect(w, w->tenant, "createSubAgent", "{\"name\":\"Tenant Kid\",\"capabilities\":\"x\",\"scope\":\"tenant\"}", NULL, ""));
+  json_decref(expect(w, w->tenant, "createSubAgent", "{\"name\":\"Far Kid\",\"capabilities\":\"x\",\"scope\":\"work\",\"targetId\":\"other\"}", NULL, ""));
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM agent_files f JOIN agents a ON a.id = f.agent_id WHERE a.slug = 'tenant-kid'"), 5);
+  _cleanup_json_ json_t *idea = NULL;
+  assert_int_equal(tg_db_query_row(w->f->db, "SELECT id FROM ideas WHERE slug = 'i1'", NULL, &idea), 0);
+  _cleanup_free_ char *mdir = repo_dir(w, "missions/m1/mission");
+  assert_int_equal(sh("git -C %s cat-file -e main:.works/ideas/%s/agents/idea-kid/agent.yml", mdir,
+                      json_string_value(json_object_get(idea, "id"))),
+                   0);
+
+  /* lifecycle */
+  v = expect_api(w, "admin.agent.start", "{\"agentSlug\":\"site-helper\"}", "");
+  assert_string_equal(json_string_value(json_object_get(v, "status")), "active");
+  json_decref(v);
+  json_decref(expect_api(w, "admin.agent.start", "{\"agentSlug\":\"site-helper\"}", "precondition_failed"));
+  json_decref(expect_api(w, "admin.agent.pause", "{\"agentSlug\":\"site-helper\"}", ""));
+  json_decref(expect_api(w, "admin.agent.unarchive", "{\"agentSlug\":\"site-helper\"}", "precondition_failed"));
+  json_decref(expect_api(w, "admin.agent.archive", "{\"agentSlug\":\"site-helper\"}", ""));
+  v = expect_api(w, "admin.agent.unarchive", "{\"agentSlug\":\"site-helper\"}", "");
+  assert_string_equal(json_string_value(json_object_get(v, "status")), "paused");
+  json_decref(v);
+  json_decref(expect_api(w, "admin.agent.start", "{\"agentSlug\":\"site-helper\"}", ""));
+  json_decref(expect_api(w, "admin.agent.pause", "{\"agentSlug\":\"ghost\"}", "not_found"));
+}
+
+/* Every branch tip of dir is a recorded move, and every recorded move's commit exists. */
+static void assert_agree(world *w, const char *dir) {
+  _cleanup_free_ char *refs = out("git -C %s for-each-ref --format='%%(refname:short) %%(objectname)' refs/heads", dir);
+  char *save = NULL;
+  for (char *line = strtok_r(refs, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    char branch[128], sha[41], sql[512];
+    assert_int_equal(sscanf(line, "%127s %40s", branch, sha), 2);
+    snprintf(sql, sizeof sql,
+             "SELECT COUNT(*) AS n FROM repo_ref_moves WHERE branch = '%s' AND new_sha = '%s'", branch, sha);
+    if (count(w, sql) == 0) fail_msg("branch %s of %s points at unrecorded %s", branch, dir, sha);
+  }
+  json_t *rows = NULL;
+  assert_int_equal(tg_db_query(w->f->db,
+                               "SELECT m.new_sha FROM repo_ref_moves m JOIN repos r ON r.id = m.repo_id"
+                               " WHERE r.path LIKE '%works/site/data.git'",
+                               NULL, &rows),
+                   0);
+  size_t i;
+  json_t *row;
+  json_array_foreach(rows, i, row)
+    assert_int_equal(sh("git -C %s cat-file -e %s", dir, json_string_value(json_object_get(row, "new_sha"))), 0);
+  json_decref(rows);
+}
+
+static void test_failure_between_steps(void **state) {
+  world *w = *state;
+  _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
+  int successes = 0;
+  /* Fail the n-th statement of the call, for every n until the call gets through: objects
+   * written, the record rolled back (or the ref moved and the commit then failed). After each
+   * attempt, the next use of the repository must find it agreeing with the database. */
+  for (int n = 1; n < 400 && successes == 0; n++) {
+    char args[256];
+    snprintf(args, sizeof args,
+             "{\"files\":[{\"path\":\"atom/%d.md\",\"content\":\"%d\",\"mode\":\"add\"}],\"commitMessage\":\"atom\"}",
+             n, n);
+    tg_db_fail_after(w->f->db, n);
+    tg_call_result res;
+    int r = fixture_call(w->f, w->worker, TG_SURFACE_AGENT, "commitToRepo", args, NULL, &res);
+    tg_db_fail_after(w->f->db, 0);
+    if (r == 0) successes++;
+    else assert_string_equal(fixture_code(&res), "internal_error");
+    tg_call_result_done(&res);
+    json_decref(expect_api(w, "repo.repository.list", "{}", "")); /* recovers */
+    assert_agree(w, dir);
+  }
+  assert_int_equal(successes, 1);
+  assert_int_equal(sh("git -C %s fsck --strict --no-progress >/dev/null 2>&1", dir), 0);
+  _cleanup_free_ char *tree = out("git -C %s ls-tree --name-only main atom/", dir);
+  assert_non_null(strstr(tree, "atom/"));
+  assert_null(strchr(strchr(tree, '\n') + 1, '/')); /* exactly one atom file reached main */
+}
+
+static const char *race_target;
+/* A concurrent writer: moves main to its parent just before toolgate moves it. */
+static void move_main_away(const char *repo_path, const char *branch) {
+  if (strcmp(branch, "main") != 0) return;
+  assert_int_equal(sh("git -C %s update-ref refs/heads/main %s", repo_path, race_target), 0);
+}
+
+static void test_concurrent_writer(void **state) {
+  world *w = *state;
+  _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
+  _cleanup_free_ char *parent = out("git -C %s rev-parse main~1", dir);
+  parent[40] = '\0';
+  race_target = parent;
+  long moves = count(w, "SELECT COUNT(*) AS n FROM repo_ref_moves");
+  tg_git_test_before_move = move_main_away;
+  json_t *v = expect(w, w->worker, "commitToRepo",
+                     "{\"files\":[{\"path\":\"race.md\",\"content\":\"r\",\"mode\":\"add\"}],\"commitMessage\":\"race\"}",
+                     NULL, "precondition_failed");
+  tg_git_test_before_move = NULL;
+  assert_string_equal(reason_of(v), "concurrent_write");
+  json_decref(v);
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM repo_ref_moves"), moves);
+  _cleanup_free_ char *head = out("git -C %s rev-parse main", dir);
+  assert_int_equal(strncmp(head, parent, 40), 0); /* the other writer's value stands */
+}
+
+int main(void) {
+  if (system("git --version >/dev/null 2>&1") != 0) {
+    puts("the git program is needed to check the repositories");
+    return 1;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_commit_to_repo),        cmocka_unit_test(test_commit_scope_rules),
+      cmocka_unit_test(test_edit_agent_file),       cmocka_unit_test(test_pull_requests),
+      cmocka_unit_test(test_create_sub_agent),      cmocka_unit_test(test_failure_between_steps),
+      cmocka_unit_test(test_concurrent_writer),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
