@@ -42,6 +42,7 @@ test-fast: build
 
 bench: build
 	bench/run.sh $(BUILD)
+	bench/http.sh $(BUILD)
 
 docs: build
 	$(BUILD)/toolgate tools docs

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <pthread.h>
@@ -21,7 +22,13 @@
 
 #define SESSION_ID_BYTES 16
 #define STREAM_MAX_BYTES (16u * 1024u * 1024u) /* unread SSE output kept for one client */
-#define MAX_ASKS 16                            /* server-to-client requests open per session */
+#define REPLAY_MAX_BYTES (256u * 1024u)        /* delivered SSE output kept for Last-Event-ID */
+#define KEPT_STREAMS 8   /* a session's latest POST streams that a client may resume */
+#define RETRY_MS 500     /* the reconnection delay a GET stream asks of the client */
+#define MAX_ASKS 16      /* server-to-client requests open per session */
+
+typedef struct stream stream;
+typedef struct worker worker;
 
 /* ---- legacy sessions ---- */
 
@@ -38,6 +45,11 @@ typedef struct session {
   int64_t last_used;
   tg_mcp_session state; /* guarded by the server's lock */
   ask_slot asks[MAX_ASKS];
+  /* SSE streams, numbered per session so that an event id "STREAM-EVENT" names its stream. */
+  unsigned next_stream;
+  stream *kept[KEPT_STREAMS]; /* ring of the latest POST streams, each with a reference */
+  unsigned n_kept;
+  stream *standalone; /* the GET stream, with a reference; NULL until the client opens one */
   struct session *next;
 } session;
 
@@ -48,8 +60,14 @@ typedef struct server {
   pthread_cond_t answered; /* an ask slot received its response */
   session *sessions;
   size_t n_sessions;
-  unsigned workers; /* tool calls running on worker threads */
-  pthread_cond_t worker_free;
+  /* The worker pool: a fixed set of threads, each with its own database connection for its
+   * whole life, taking tool calls from a queue. The queue needs no bound of its own: each
+   * queued call holds one of at most TG_HTTP_MAX_CONNECTIONS connection threads. */
+  pthread_t *pool;
+  unsigned n_pool;
+  worker *queue_head, *queue_tail;
+  pthread_cond_t queued;
+  bool stopping; /* the pool drains the queue and ends */
 } server;
 
 static bool loopback_host(const char *host, size_t len) {
@@ -79,12 +97,18 @@ static bool origin_ok(const char *origin) {
   return host_ok(p + 3) && !strchr(p + 3, '/');
 }
 
+static void stream_release(stream *st);
+static void stream_end(stream *st);
+
 static void session_release_locked(server *s, session *x) {
   if (--x->refs > 0) return;
   for (size_t i = 0; i < MAX_ASKS; i++) {
     json_decref(x->asks[i].id);
     json_decref(x->asks[i].response);
   }
+  for (size_t i = 0; i < KEPT_STREAMS; i++)
+    if (x->kept[i]) stream_release(x->kept[i]);
+  if (x->standalone) stream_release(x->standalone);
   tg_mcp_session_done(&x->state);
   free(x);
 }
@@ -96,6 +120,8 @@ static void session_unlink_locked(server *s, session *x) {
     s->n_sessions--;
     x->dead = true;
     pthread_cond_broadcast(&s->answered);
+    /* The GET stream ends with its session; the client's reconnection then gets a 404. */
+    if (x->standalone) stream_end(x->standalone);
     session_release_locked(s, x);
     return;
   }
@@ -160,19 +186,42 @@ static void session_put(server *s, session *x) {
  * -32021 is a 400); a notification or a request to the client first turns the answer into
  * an SSE stream that carries everything that follows. */
 
-typedef struct stream {
+struct stream {
   pthread_mutex_t lock;
   pthread_cond_t ready;
+  /* SSE text, whole events. buf[0, sent) went out; a stream of a session keeps up to
+   * REPLAY_MAX_BYTES of it for Last-Event-ID; a sessionless one keeps none. */
   char *buf;
   size_t len, sent;
-  json_t *final;    /* the answer, while the response is not a stream */
+  unsigned no;         /* number in its session; 0: sessionless, its events carry no id */
+  unsigned first;      /* number of the first event in buf */
+  unsigned next_event; /* number of the last event appended */
+  json_t *final;       /* the answer, while the response is not a stream */
   int final_status;
-  bool done;        /* the worker has answered */
-  bool streaming;   /* the response is an SSE stream */
-  bool closed;      /* the client went away */
-  int refs;         /* the worker's and the connection's */
-  unsigned next_event;
-} stream;
+  bool done;           /* nothing more will be appended */
+  bool streaming;      /* the response is an SSE stream */
+  bool reading;        /* a connection reads it */
+  unsigned reader;     /* which one: a resumption takes the stream over from a stale one */
+  bool closed;         /* a sessionless stream lost its client: nothing more is kept */
+  int refs;
+};
+
+static stream *stream_new(unsigned no) {
+  stream *st = calloc(1, sizeof *st);
+  if (!st) return NULL;
+  pthread_mutex_init(&st->lock, NULL);
+  pthread_cond_init(&st->ready, NULL);
+  st->no = no;
+  st->first = 1;
+  st->refs = 1;
+  return st;
+}
+
+static void stream_ref(stream *st) {
+  pthread_mutex_lock(&st->lock);
+  st->refs++;
+  pthread_mutex_unlock(&st->lock);
+}
 
 static void stream_release(stream *st) {
   pthread_mutex_lock(&st->lock);
@@ -186,7 +235,29 @@ static void stream_release(stream *st) {
   free(st);
 }
 
-/* Appends one SSE event carrying msg (stolen); called with the lock held. */
+/* Nothing more will be appended: a reader ends once it has the rest. */
+static void stream_end(stream *st) {
+  pthread_mutex_lock(&st->lock);
+  st->done = true;
+  pthread_cond_broadcast(&st->ready);
+  pthread_mutex_unlock(&st->lock);
+}
+
+/* Appends text (n bytes, one whole event); called with the lock held. */
+static int append_locked(stream *st, const char *text, size_t n) {
+  if (st->len - st->sent + n > STREAM_MAX_BYTES) return TG_E_TOO_LARGE;
+  char *grown = realloc(st->buf, st->len + n);
+  if (!grown) return TG_E_NOMEM;
+  memcpy(grown + st->len, text, n);
+  st->buf = grown;
+  st->len += n;
+  pthread_cond_broadcast(&st->ready);
+  return TG_OK;
+}
+
+/* Appends one SSE event carrying msg (stolen); called with the lock held. A stream of a
+ * session keeps its events while no client reads it: a disconnect is not a cancellation,
+ * and the client may resume with Last-Event-ID. */
 static int append_event_locked(stream *st, json_t *msg) {
   char *text = msg ? tg_rpc_encode(msg) : NULL;
   json_decref(msg);
@@ -196,22 +267,14 @@ static int append_event_locked(stream *st, json_t *msg) {
     return TG_OK;
   }
   char *event = NULL;
-  int n = asprintf(&event, "event: message\nid: %u\ndata: %s\n\n", ++st->next_event, text);
+  st->next_event++;
+  int n = st->no ? asprintf(&event, "id: %u-%u\nevent: message\ndata: %s\n\n", st->no,
+                            st->next_event, text)
+                 : asprintf(&event, "event: message\ndata: %s\n\n", text);
   free(text);
   if (n < 0) return TG_E_NOMEM;
-  int r = TG_OK;
-  char *grown = st->len - st->sent + (size_t)n > STREAM_MAX_BYTES
-                    ? NULL
-                    : realloc(st->buf, st->len + (size_t)n);
-  if (grown) {
-    memcpy(grown + st->len, event, (size_t)n);
-    st->buf = grown;
-    st->len += (size_t)n;
-  } else {
-    r = TG_E_TOO_LARGE;
-  }
+  int r = append_locked(st, event, (size_t)n);
   free(event);
-  pthread_cond_broadcast(&st->ready);
   return r;
 }
 
@@ -237,15 +300,50 @@ static void stream_finish(stream *st, json_t *msg, int status) {
   pthread_mutex_unlock(&st->lock);
 }
 
+/* Offset in buf of event number n (first <= n <= next_event + 1). */
+static size_t event_offset_locked(const stream *st, unsigned n) {
+  size_t off = 0;
+  for (unsigned i = st->first; i < n && off < st->len; i++) {
+    const char *end = memmem(st->buf + off, st->len - off, "\n\n", 2);
+    off = end ? (size_t)(end - st->buf) + 2 : st->len;
+  }
+  return off;
+}
+
+/* Drops delivered events beyond what a resumption may ask for again. */
+static void compact_locked(stream *st) {
+  size_t keep = st->no ? REPLAY_MAX_BYTES : 0;
+  if (st->sent <= keep) return;
+  size_t cut = 0;
+  unsigned dropped = 0;
+  while (st->sent - cut > keep) {
+    const char *end = memmem(st->buf + cut, st->sent - cut, "\n\n", 2);
+    if (!end) break;
+    cut = (size_t)(end - st->buf) + 2;
+    dropped++;
+  }
+  memmove(st->buf, st->buf + cut, st->len - cut);
+  st->len -= cut;
+  st->sent -= cut;
+  st->first += dropped;
+}
+
+/* One connection's hold on a stream. */
+typedef struct reader {
+  stream *st;
+  unsigned id;
+} reader;
+
 static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
-  stream *st = cls;
+  reader *rd = cls;
+  stream *st = rd->st;
   pthread_mutex_lock(&st->lock);
-  while (st->sent == st->len && !st->done) {
+  while (st->sent == st->len && !st->done && rd->id == st->reader) {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += TG_HTTP_KEEPALIVE_MS / 1000;
     if (pthread_cond_timedwait(&st->ready, &st->lock, &until) == ETIMEDOUT &&
-        st->sent == st->len && !st->done) {
+        st->sent == st->len && !st->done && rd->id == st->reader) {
       /* A comment line keeps proxies and clients from timing the stream out. */
       static const char keepalive[] = ": keep-alive\n\n";
       pthread_mutex_unlock(&st->lock);
@@ -254,7 +352,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
       return (ssize_t)n;
     }
   }
-  size_t n = st->len - st->sent;
+  size_t n = rd->id == st->reader ? st->len - st->sent : 0;
   if (n == 0) {
     pthread_mutex_unlock(&st->lock);
     return MHD_CONTENT_READER_END_OF_STREAM;
@@ -262,16 +360,48 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
   if (n > max) n = max;
   memcpy(out, st->buf + st->sent, n);
   st->sent += n;
+  compact_locked(st);
   pthread_mutex_unlock(&st->lock);
   return (ssize_t)n;
 }
 
 static void stream_free(void *cls) {
-  stream *st = cls;
+  reader *rd = cls;
+  stream *st = rd->st;
   pthread_mutex_lock(&st->lock);
-  st->closed = true;
+  if (rd->id == st->reader) {
+    st->reading = false;
+    if (!st->no) st->closed = true;
+  }
   pthread_mutex_unlock(&st->lock);
   stream_release(st);
+  free(rd);
+}
+
+/* Answers with st, just attached (reading set), as an SSE stream; takes over one reference. */
+static enum MHD_Result queue_stream(struct MHD_Connection *conn, stream *st,
+                                    const char *session_id) {
+  reader *rd = malloc(sizeof *rd);
+  if (!rd) {
+    stream_release(st);
+    return MHD_NO;
+  }
+  pthread_mutex_lock(&st->lock);
+  *rd = (reader){.st = st, .id = st->reader};
+  pthread_mutex_unlock(&st->lock);
+  struct MHD_Response *res =
+      MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, rd, stream_free);
+  if (!res) {
+    stream_free(rd);
+    return MHD_NO;
+  }
+  MHD_add_response_header(res, "Content-Type", "text/event-stream");
+  MHD_add_response_header(res, "Cache-Control", "no-cache");
+  MHD_add_response_header(res, "X-Accel-Buffering", "no");
+  if (session_id) MHD_add_response_header(res, "Mcp-Session-Id", session_id);
+  enum MHD_Result r = MHD_queue_response(conn, MHD_HTTP_OK, res);
+  MHD_destroy_response(res);
+  return r;
 }
 
 /* ---- one request ---- */
@@ -282,8 +412,9 @@ typedef struct request {
   bool too_large;
 } request;
 
-typedef struct worker {
+struct worker {
   server *srv;
+  worker *next; /* in the pool's queue */
   stream *st;
   session *sess; /* NULL for stateless requests */
   tg_mcp_session scratch;
@@ -294,7 +425,7 @@ typedef struct worker {
   char *header_copies[3];
   json_t *params; /* Mcp-Param-* headers */
   tg_rpc_msg msg;
-} worker;
+};
 
 static int worker_send(void *self, json_t *msg) { return stream_event(((worker *)self)->st, msg); }
 
@@ -377,24 +508,15 @@ static void worker_free(worker *w) {
   tg_mcp_session_done(&w->scratch);
   session_put(w->srv, w->sess);
   stream_release(w->st);
-  pthread_mutex_lock(&w->srv->lock);
-  w->srv->workers--;
-  pthread_cond_broadcast(&w->srv->worker_free);
-  pthread_mutex_unlock(&w->srv->lock);
   free(w);
 }
 
-static void *worker_main(void *arg) {
-  worker *w = arg;
+/* Serves one queued call on a pool thread's connection (NULL when it could not be opened). */
+static void run_call(worker *w, tg_db *db) {
   server *s = w->srv;
-  tg_db *db = NULL;
-  char *why = NULL;
   json_t *final = NULL;
   int status = 500;
-  if (tg_db_open(s->cfg->data_dir, &db, &why) < 0) {
-    tg_log(TG_LOG_ERROR, "http: worker cannot open the database: %s", why ? why : "out of memory");
-    free(why);
-  } else {
+  if (db) {
     tg_env env = {.registry = s->cfg->registry, .db = db};
     tg_mcp_io io = {.self = w, .send = worker_send, .ask = w->sess ? worker_ask : NULL};
     tg_mcp_request req = {.env = &env, .principal_id = w->principal, .session = &w->scratch,
@@ -405,12 +527,37 @@ static void *worker_main(void *arg) {
       status = reply.http_status;
       if (w->sess) state_store(s, w->sess, &w->scratch, w->opened, w->loaded_level);
     }
-    tg_db_close(db);
   }
   if (!final) final = tg_rpc_error(w->msg.id, TG_RPC_INTERNAL_ERROR, "Internal error", NULL);
   /* Ends the exchange even without a message, so the client is never left waiting. */
   stream_finish(w->st, final, status);
   worker_free(w);
+}
+
+/* A pool thread: opens its database connection once, then serves calls until the pool
+ * stops and the queue is empty. A connection that fails to open is retried per call. */
+static void *pool_main(void *arg) {
+  server *s = arg;
+  tg_db *db = NULL;
+  for (;;) {
+    pthread_mutex_lock(&s->lock);
+    while (!s->queue_head && !s->stopping) pthread_cond_wait(&s->queued, &s->lock);
+    worker *w = s->queue_head;
+    if (w) {
+      s->queue_head = w->next;
+      if (!s->queue_head) s->queue_tail = NULL;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (!w) break;
+    char *why = NULL;
+    if (!db && tg_db_open(s->cfg->data_dir, &db, &why) < 0) {
+      tg_log(TG_LOG_ERROR, "http: worker cannot open the database: %s", why ? why : "out of memory");
+      free(why);
+      db = NULL;
+    }
+    run_call(w, db);
+  }
+  tg_db_close(db);
   return NULL;
 }
 
@@ -427,7 +574,7 @@ static enum MHD_Result queue(struct MHD_Connection *conn, unsigned status, const
   if (status == MHD_HTTP_UNAUTHORIZED)
     MHD_add_response_header(res, "WWW-Authenticate",
                             "Bearer realm=\"toolgate\", error=\"invalid_token\"");
-  if (status == MHD_HTTP_METHOD_NOT_ALLOWED) MHD_add_response_header(res, "Allow", "POST, DELETE");
+  if (status == MHD_HTTP_METHOD_NOT_ALLOWED) MHD_add_response_header(res, "Allow", "GET, POST, DELETE");
   enum MHD_Result r = MHD_queue_response(conn, status, res);
   MHD_destroy_response(res);
   return r;
@@ -506,34 +653,25 @@ static bool authenticate(server *s, struct MHD_Connection *conn, tg_db *db,
  * worker took w (it then frees it); when it did not, the caller still owns w. */
 static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker *w,
                                   const char *session_id, bool *started) {
-  stream *st = calloc(1, sizeof *st);
+  *started = false;
+  stream *st = stream_new(0);
   if (!st) return MHD_NO;
-  pthread_mutex_init(&st->lock, NULL);
-  pthread_cond_init(&st->ready, NULL);
-  st->refs = 2;
+  st->refs = 2; /* the worker's and this connection's */
   w->st = st;
-  /* The pool is bounded: a call waits here for a free worker. */
+  /* w belongs to the pool once queued: what this thread needs of it is taken first. */
+  session *x = w->sess;
   pthread_mutex_lock(&s->lock);
-  while (s->workers >= s->cfg->threads) pthread_cond_wait(&s->worker_free, &s->lock);
-  s->workers++;
-  pthread_mutex_unlock(&s->lock);
-  pthread_t tid;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  *started = pthread_create(&tid, &attr, worker_main, w) == 0;
-  pthread_attr_destroy(&attr);
-  if (!*started) {
-    pthread_mutex_lock(&s->lock);
-    s->workers--;
-    pthread_cond_broadcast(&s->worker_free);
-    pthread_mutex_unlock(&s->lock);
-    st->refs = 1;
-    stream_release(st);
-    w->st = NULL;
-    return queue_msg_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, &w->msg, TG_RPC_INTERNAL_ERROR,
-                           "Server busy");
+  if (x) {
+    st->no = ++x->next_stream;
+    x->refs++;
   }
+  w->next = NULL;
+  if (s->queue_tail) s->queue_tail->next = w;
+  else s->queue_head = w;
+  s->queue_tail = w;
+  pthread_cond_signal(&s->queued);
+  pthread_mutex_unlock(&s->lock);
+  *started = true;
   pthread_mutex_lock(&st->lock);
   while (!st->done && st->len == 0) pthread_cond_wait(&st->ready, &st->lock);
   if (st->len == 0) {
@@ -542,29 +680,29 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
     st->final = NULL;
     pthread_mutex_unlock(&st->lock);
     stream_release(st);
+    session_put(s, x);
     return final ? queue_json(conn, (unsigned)status, final, session_id)
                  : queue_rpc_error(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, TG_RPC_INTERNAL_ERROR,
                                    "Internal error");
   }
   st->streaming = true;
+  st->reading = true;
   if (st->final) {
     append_event_locked(st, st->final);
     st->final = NULL;
   }
   pthread_mutex_unlock(&st->lock);
-  struct MHD_Response *res =
-      MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free);
-  if (!res) {
-    stream_free(st);
-    return MHD_NO;
+  /* A session keeps its latest streams, so that a client cut off may resume one. */
+  if (x) {
+    pthread_mutex_lock(&s->lock);
+    stream **slot = &x->kept[x->n_kept++ % KEPT_STREAMS];
+    if (*slot) stream_release(*slot);
+    stream_ref(st);
+    *slot = st;
+    session_release_locked(s, x);
+    pthread_mutex_unlock(&s->lock);
   }
-  MHD_add_response_header(res, "Content-Type", "text/event-stream");
-  MHD_add_response_header(res, "Cache-Control", "no-cache");
-  MHD_add_response_header(res, "X-Accel-Buffering", "no");
-  if (session_id) MHD_add_response_header(res, "Mcp-Session-Id", session_id);
-  enum MHD_Result r = MHD_queue_response(conn, MHD_HTTP_OK, res);
-  MHD_destroy_response(res);
-  return r;
+  return queue_stream(conn, st, session_id);
 }
 
 static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db *db,
@@ -687,6 +825,110 @@ static enum MHD_Result handle_delete(server *s, struct MHD_Connection *conn, con
   return queue(conn, MHD_HTTP_OK, NULL, NULL, NULL);
 }
 
+/* Resumes the stream that Last-Event-ID "STREAM-EVENT" names from the event after it; NULL
+ * with *status and *why set when it cannot. Called with the server's lock held. */
+static stream *resume_locked(session *x, const char *last, unsigned *status, const char **why) {
+  char *end = NULL;
+  errno = 0;
+  unsigned long no = strtoul(last, &end, 10), n = 0;
+  bool ok = end != last && *end == '-' && isdigit((unsigned char)end[1]);
+  if (ok) {
+    const char *num = end + 1;
+    n = strtoul(num, &end, 10);
+    ok = !*end && errno == 0 && no <= UINT_MAX && n < UINT_MAX;
+  }
+  stream *st = NULL;
+  if (ok && x->standalone && x->standalone->no == no) st = x->standalone;
+  for (size_t i = 0; ok && !st && i < KEPT_STREAMS; i++)
+    if (x->kept[i] && x->kept[i]->no == no) st = x->kept[i];
+  *status = MHD_HTTP_BAD_REQUEST;
+  if (!st) {
+    *why = "Last-Event-ID names no stream of this session";
+    return NULL;
+  }
+  pthread_mutex_lock(&st->lock);
+  if (n > st->next_event) {
+    *why = "Last-Event-ID names no event of this stream";
+  } else if (n + 1 < st->first) {
+    *why = "The events after Last-Event-ID are no longer kept";
+  } else {
+    /* A client resuming may be quicker than the server noticing the old connection
+     * dropped: the new connection takes the stream over, the old one ends. */
+    st->sent = event_offset_locked(st, (unsigned)n + 1);
+    st->reading = true;
+    st->reader++;
+    pthread_cond_broadcast(&st->ready);
+    st->refs++;
+    *why = NULL;
+  }
+  pthread_mutex_unlock(&st->lock);
+  return *why ? NULL : st;
+}
+
+/* Opens the session's standalone GET stream, which replaces one no client reads any more.
+ * It starts with a priming event (an id and no data) so that a client cut off before any
+ * message can still resume it. Called with the server's lock held. */
+static stream *standalone_locked(session *x, unsigned *status, const char **why) {
+  stream *old = x->standalone;
+  if (old) {
+    pthread_mutex_lock(&old->lock);
+    bool busy = old->reading;
+    pthread_mutex_unlock(&old->lock);
+    if (busy) {
+      *status = MHD_HTTP_CONFLICT;
+      *why = "A GET stream is already open for this session";
+      return NULL;
+    }
+  }
+  *status = MHD_HTTP_INTERNAL_SERVER_ERROR;
+  *why = "Out of memory";
+  stream *st = stream_new(x->next_stream + 1);
+  char priming[64];
+  int n = st ? snprintf(priming, sizeof priming, "id: %u-0\nretry: %d\ndata: \n\n", st->no, RETRY_MS) : -1;
+  if (!st || append_locked(st, priming, (size_t)n) < 0) {
+    if (st) stream_release(st);
+    return NULL;
+  }
+  x->next_stream++;
+  st->first = 0;
+  st->streaming = true;
+  st->reading = true;
+  st->refs = 2; /* the session's and the response's */
+  if (old) {
+    stream_end(old);
+    stream_release(old);
+  }
+  x->standalone = st;
+  return st;
+}
+
+/* GET /mcp: a legacy session's standalone stream, or the resumption of one of its streams. */
+static enum MHD_Result handle_get(server *s, struct MHD_Connection *conn, const char *principal) {
+  const char *sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Mcp-Session-Id");
+  /* Without a session there is no stream to offer: 2026-07-28 is POST only. */
+  if (!sid) return queue(conn, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, NULL);
+  if (!accepts_sse(conn))
+    return queue_rpc_error(conn, MHD_HTTP_NOT_ACCEPTABLE, TG_RPC_INVALID_REQUEST,
+                           "Accept must include text/event-stream");
+  session *x = session_find(s, sid, principal);
+  if (!x) return queue_rpc_error(conn, MHD_HTTP_NOT_FOUND, TG_RPC_INVALID_REQUEST, "Session not found");
+  const char *last = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Last-Event-ID");
+  unsigned status = 0;
+  const char *why = NULL;
+  pthread_mutex_lock(&s->lock);
+  stream *st = x->dead ? NULL
+               : last  ? resume_locked(x, last, &status, &why)
+                       : standalone_locked(x, &status, &why);
+  if (x->dead) {
+    status = MHD_HTTP_NOT_FOUND;
+    why = "Session not found";
+  }
+  session_release_locked(s, x);
+  pthread_mutex_unlock(&s->lock);
+  return st ? queue_stream(conn, st, NULL)
+            : queue_rpc_error(conn, status, TG_RPC_INVALID_REQUEST, why);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_size, void **con_cls) {
@@ -731,7 +973,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return handle_post(s, conn, db, principal, rq);
   }
   if (strcmp(method, "DELETE") == 0) return handle_delete(s, conn, principal);
-  /* No standalone GET stream: this server sends nothing unrelated to a request. */
+  if (strcmp(method, "GET") == 0) return handle_get(s, conn, principal);
   return queue(conn, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, NULL);
 }
 
@@ -803,7 +1045,20 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   h->s.loopback = loopback;
   pthread_mutex_init(&h->s.lock, NULL);
   pthread_cond_init(&h->s.answered, NULL);
-  pthread_cond_init(&h->s.worker_free, NULL);
+  pthread_cond_init(&h->s.queued, NULL);
+  unsigned threads = cfg->threads ? cfg->threads : 1;
+  if (!(h->s.pool = calloc(threads, sizeof *h->s.pool))) {
+    tg_http_stop(h);
+    return TG_E_NOMEM;
+  }
+  while (h->s.n_pool < threads &&
+         pthread_create(&h->s.pool[h->s.n_pool], NULL, pool_main, &h->s) == 0)
+    h->s.n_pool++;
+  if (h->s.n_pool == 0) {
+    tg_log(TG_LOG_ERROR, "serve: cannot start worker threads: %s", strerror(errno));
+    tg_http_stop(h);
+    return TG_E_IO;
+  }
   unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                    MHD_USE_ERROR_LOG | (addr.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
   h->daemon = MHD_start_daemon(
@@ -831,16 +1086,24 @@ int tg_http_add_connection(tg_http *h, int fd) {
 
 void tg_http_stop(tg_http *h) {
   if (!h) return;
-  if (h->daemon) MHD_stop_daemon(h->daemon);
   server *s = &h->s;
+  /* Ending the sessions first releases the tools waiting on their clients and ends the GET
+   * streams, so that every connection thread can finish. */
   pthread_mutex_lock(&s->lock);
-  /* Dead sessions release the tools waiting on their clients, then the workers end. */
   while (s->sessions) session_unlink_locked(s, s->sessions);
-  while (s->workers) pthread_cond_wait(&s->worker_free, &s->lock);
   pthread_mutex_unlock(&s->lock);
+  if (h->daemon) MHD_stop_daemon(h->daemon);
+  /* Then the sessions opened meanwhile; then the pool drains its queue and ends. */
+  pthread_mutex_lock(&s->lock);
+  while (s->sessions) session_unlink_locked(s, s->sessions);
+  s->stopping = true;
+  pthread_cond_broadcast(&s->queued);
+  pthread_mutex_unlock(&s->lock);
+  for (unsigned i = 0; i < s->n_pool; i++) pthread_join(s->pool[i], NULL);
+  free(s->pool);
   pthread_mutex_destroy(&s->lock);
   pthread_cond_destroy(&s->answered);
-  pthread_cond_destroy(&s->worker_free);
+  pthread_cond_destroy(&s->queued);
   free(h);
 }
 

@@ -1,6 +1,8 @@
 /* Streamable HTTP for MCP on libmicrohttpd: POST/GET/DELETE /mcp and GET /healthz, Bearer
- * token authentication, Origin and Host checks, legacy sessions, SSE for tool calls. One
- * thread per connection (bounded), each with its own database connection. */
+ * token authentication, Origin and Host checks, legacy sessions with their GET stream and
+ * Last-Event-ID resumption, SSE for tool calls. One thread per connection (bounded), each
+ * with its own database connection; tool calls run on a fixed pool of worker threads, each
+ * with its own database connection for its whole life. */
 #pragma once
 #include <stdbool.h>
 
@@ -17,7 +19,7 @@ typedef struct tg_http_config {
   const char *listen; /* HOST:PORT or [V6]:PORT; port 0 picks a free one */
   bool no_auth;       /* loopback only */
   const char *no_auth_principal;
-  unsigned threads;   /* worker threads running tool calls; further calls wait */
+  unsigned threads;   /* worker threads running tool calls; further calls wait in a queue */
   const char *data_dir;
   const tg_registry *registry;
   tg_mcp_server server;

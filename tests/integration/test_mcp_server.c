@@ -1,11 +1,18 @@
 /* The MCP dispatch on a real workspace: both eras, the 2026-07-28 error ladder, tool results
- * through tg_call, annotations, pagination, talking back to the client during a call. */
+ * through tg_call, annotations, pagination, talking back to the client during a call; and
+ * over Streamable HTTP, the legacy GET stream and resumption with Last-Event-ID. */
+#define _GNU_SOURCE
 #include "support.h"
 
+#include <arpa/inet.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "fixture.h"
+#include "http/server.h"
 #include "mcp/server.h"
 #include "tools/conformance.h"
 #include "util/status.h"
@@ -304,6 +311,140 @@ static void test_elicitation_asks_the_client(void **state) {
   json_decref(r);
 }
 
+/* ---- Streamable HTTP ---- */
+
+#define HANG_GUARD_S 30 /* a read that waits this long means the server hung: not a timing check */
+
+/* Connects to the server and sends one request; returns the socket. */
+static int http_send(unsigned port, const char *method, const char *sid, const char *extra,
+                     const char *body) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  struct timeval guard = {.tv_sec = HANG_GUARD_S};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &guard, sizeof guard);
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
+  char *req = NULL;
+  int n = asprintf(&req,
+                   "%s /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                   "Accept: application/json, text/event-stream\r\n%s%s%s%s"
+                   "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                   method, sid ? "Mcp-Session-Id: " : "", sid ? sid : "", sid ? "\r\n" : "",
+                   extra ? extra : "", body ? strlen(body) : 0, body ? body : "");
+  assert_true(n > 0);
+  assert_int_equal(write(fd, req, (size_t)n), n);
+  free(req);
+  return fd;
+}
+
+/* Reads until text appears (NULL: until the server closes); fails on a hang. */
+static char *http_read(int fd, const char *until) {
+  size_t len = 0, cap = 4096;
+  char *buf = malloc(cap);
+  buf[0] = 0;
+  while (!until || !strstr(buf, until)) {
+    if (cap - len < 2048) buf = realloc(buf, cap *= 2);
+    ssize_t n = read(fd, buf + len, cap - len - 1);
+    if (n < 0) fail_msg("the server hung; read so far: %s", buf);
+    if (n == 0) break;
+    buf[len += (size_t)n] = 0;
+  }
+  if (until && !strstr(buf, until)) fail_msg("expected '%s' in: %s", until, buf);
+  return buf;
+}
+
+static char *http_exchange(unsigned port, const char *method, const char *sid, const char *extra,
+                           const char *body) {
+  int fd = http_send(port, method, sid, extra, body);
+  char *res = http_read(fd, NULL);
+  close(fd);
+  return res;
+}
+
+static void assert_status(const char *res, const char *status) {
+  if (strncmp(res, "HTTP/1.1 ", 9) != 0 || strncmp(res + 9, status, 3) != 0)
+    fail_msg("expected HTTP %s, got: %s", status, res);
+}
+
+static void test_http_get_stream_and_resumption(void **state) {
+  world *w = *state;
+  tg_http_config cfg = {.listen = "127.0.0.1:0", .no_auth = true, .no_auth_principal = w->agent,
+                        .threads = 2, .data_dir = w->f->dir, .registry = w->f->registry,
+                        .server = w->srv};
+  tg_http *h = NULL;
+  unsigned port = 0;
+  assert_int_equal(tg_http_start(&cfg, &h, &port), 0);
+  char *res = http_exchange(port, "POST", NULL, NULL,
+                            "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
+                            "\"protocolVersion\":\"2025-11-25\",\"capabilities\":{}}}");
+  assert_status(res, "200");
+  char sid[64] = "";
+  const char *at = strcasestr(res, "Mcp-Session-Id: ");
+  assert_non_null(at);
+  assert_int_equal(sscanf(at + 16, "%63[0-9a-f]", sid), 1);
+  free(res);
+  res = http_exchange(port, "POST", sid, NULL, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}");
+  assert_status(res, "202");
+  free(res);
+  /* No session, no GET stream (2026-07-28 is POST only); a GET must accept SSE. */
+  res = http_exchange(port, "GET", NULL, NULL, NULL);
+  assert_status(res, "405");
+  free(res);
+
+  /* A call streams its progress; the client goes away after the first event. A disconnect
+   * is not a cancellation: the rest is kept, and GET with Last-Event-ID replays it. */
+  int fd = http_send(port, "POST", sid, NULL,
+                     "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":"
+                     "\"test_tool_with_progress\",\"_meta\":{\"progressToken\":\"p\"}}}");
+  res = http_read(fd, "id: 1-1\n");
+  assert_non_null(strstr(res, "text/event-stream"));
+  free(res);
+  close(fd);
+  res = http_exchange(port, "GET", sid, "Last-Event-ID: 1-1\r\n", NULL);
+  assert_status(res, "200");
+  assert_null(strstr(res, "\"progress\":0,"));
+  assert_non_null(strstr(res, "id: 1-2\n"));
+  assert_non_null(strstr(res, "\"progress\":50"));
+  assert_non_null(strstr(res, "\"progress\":100"));
+  assert_non_null(strstr(res, "id: 1-4\n"));
+  assert_non_null(strstr(res, "\"id\":3,\"result\""));
+  free(res);
+  /* Only this session's streams and events can be named. */
+  res = http_exchange(port, "GET", sid, "Last-Event-ID: 9-1\r\n", NULL);
+  assert_status(res, "400");
+  free(res);
+  res = http_exchange(port, "GET", sid, "Last-Event-ID: 1-99\r\n", NULL);
+  assert_status(res, "400");
+  free(res);
+
+  /* The standalone stream opens with a priming event; there is one per session. */
+  int get = http_send(port, "GET", sid, NULL, NULL);
+  res = http_read(get, "data: \n\n");
+  assert_status(res, "200");
+  assert_non_null(strstr(res, "id: 2-0\nretry: "));
+  free(res);
+  res = http_exchange(port, "GET", sid, NULL, NULL);
+  assert_status(res, "409");
+  free(res);
+  /* Ending the session ends its stream; the session then answers 404 everywhere. */
+  res = http_exchange(port, "DELETE", sid, NULL, NULL);
+  assert_status(res, "200");
+  free(res);
+  free(http_read(get, NULL)); /* the stream ends instead of hanging */
+  close(get);
+  res = http_exchange(port, "GET", sid, NULL, NULL);
+  assert_status(res, "404");
+  free(res);
+  res = http_exchange(port, "GET", sid, "Last-Event-ID: 1-1\r\n", NULL);
+  assert_status(res, "404");
+  free(res);
+  res = http_exchange(port, "POST", sid, NULL, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"ping\"}");
+  assert_status(res, "404");
+  free(res);
+  tg_http_stop(h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_initialize_negotiates_legacy, setup, teardown),
@@ -313,6 +454,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_stdio_pinning, setup, teardown),
       cmocka_unit_test_setup_teardown(test_progress_and_logging, setup, teardown),
       cmocka_unit_test_setup_teardown(test_elicitation_asks_the_client, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_http_get_stream_and_resumption, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

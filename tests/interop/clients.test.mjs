@@ -11,6 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const tg = process.env.TG_BINARY;
@@ -121,6 +122,45 @@ test('a deleted session answers 404', async () => {
   assert.equal(del.status, 200);
   const again = await fetch(url, { method: 'POST', headers: { ...headers, 'Mcp-Session-Id': sid }, body: JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'ping' }) });
   assert.equal(again.status, 404);
+});
+
+test('SDK client resumes a call stream with Last-Event-ID', async () => {
+  // The progress fixture streams events with ids; a second request for the same call,
+  // carrying the first event's id as its resumption token, is a GET with Last-Event-ID
+  // whose replay must bring the rest of the stream and the result.
+  const { child, url: fixturesUrl } = await serve(['--no-auth', '--agent', 'demo', '--conformance-fixtures']);
+  const client = new Client({ name: 'toolgate-interop', version: '1.0.0' });
+  try {
+    const transport = new StreamableHTTPClientTransport(new URL(fixturesUrl));
+    await client.connect(transport);
+    // Every message the transport delivers, to see what a replay carries.
+    const delivered = [];
+    const deliver = transport.onmessage;
+    transport.onmessage = (message, extra) => {
+      delivered.push(message);
+      deliver(message, extra);
+    };
+    const tokens = [];
+    const progress = [];
+    const first = await client.callTool({ name: 'test_tool_with_progress', arguments: {} }, undefined, {
+      onprogress: (p) => progress.push(p.progress),
+      onresumptiontoken: (t) => tokens.push(t),
+    });
+    assert.deepEqual(progress, [0, 50, 100]);
+    assert.equal(tokens.length, 4, `one id per event: ${tokens}`);
+    delivered.length = 0;
+    const resumed = await client.request(
+      { method: 'tools/call', params: { name: 'test_tool_with_progress', arguments: {} } },
+      CallToolResultSchema,
+      { resumptionToken: tokens[0] },
+    );
+    assert.deepEqual(resumed.content, first.content);
+    const replayed = delivered.filter((m) => m.method === 'notifications/progress').map((m) => m.params.progress);
+    assert.deepEqual(replayed, [50, 100], 'the replay starts after the given event');
+  } finally {
+    await client.close();
+    child.kill('SIGTERM');
+  }
 });
 
 test('MCP Inspector CLI over stdio', () => {

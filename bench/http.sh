@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# bench/http.sh BUILD_DIR: Streamable HTTP under load, toolgate next to a server built with the
+# official MCP TypeScript SDK (bench/peer-node/http-server.mjs), in one run on this machine.
+# Both listen on free loopback ports and expose the same read tool (test_simple_text; toolgate
+# serves it with --conformance-fixtures, through its full gate and audit path). For each of
+# 1, 8 and 64 connections, bench_http_load runs for BENCH_SECONDS (default 5) against each:
+# 2025-11-25 sessions, alternating tools/call and tools/list. Then it prints both sides, the
+# ratio, idle RSS (after start, before load) and peak RSS (VmHWM), and stops both by PID.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+seconds="${BENCH_SECONDS:-5}"
+if [ $# -ne 1 ]; then
+  echo "usage: bench/http.sh BUILD_DIR   (or: make bench)" >&2
+  exit 2
+fi
+if ! build="$(cd "$1" 2>/dev/null && pwd)" || [ ! -x "$build/bench_http_load" ] || [ ! -x "$build/toolgate" ]; then
+  echo "bench/http.sh: error: no toolgate or bench_http_load in '$1'; build first (make bench does)" >&2
+  exit 1
+fi
+peer="$here/peer-node"
+if [ ! -d "$peer/node_modules" ]; then
+  echo "bench/http.sh: installing the peer's pinned packages (npm ci in bench/peer-node)" >&2
+  (cd "$peer" && npm ci --no-audit --no-fund >&2)
+fi
+
+work="$(mktemp -d)"
+tg_pid=""
+peer_pid=""
+stop() {
+  for pid in $tg_pid $peer_pid; do
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf "$work"
+}
+trap stop EXIT
+
+# port LOG PID: the port a server logged as "listening on 127.0.0.1:PORT".
+port() {
+  local p=""
+  for _ in $(seq 100); do
+    p="$(grep -o 'listening on 127\.0\.0\.1:[0-9]*' "$1" | cut -d: -f2 || true)"
+    [ -n "$p" ] && { echo "$p"; return; }
+    kill -0 "$2" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "bench/http.sh: a server did not start:" >&2
+  cat "$1" >&2
+  exit 1
+}
+rss() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; } # kB
+
+export TOOLGATE_DATA="$work/ws"
+"$build/toolgate" init --demo >/dev/null
+"$build/toolgate" serve --listen 127.0.0.1:0 --no-auth --agent demo --conformance-fixtures 2>"$work/tg.log" &
+tg_pid=$!
+(cd "$peer" && exec node http-server.mjs --port 0) 2>"$work/peer.log" &
+peer_pid=$!
+tg_url="http://127.0.0.1:$(port "$work/tg.log" "$tg_pid")/mcp"
+peer_url="http://127.0.0.1:$(port "$work/peer.log" "$peer_pid")/mcp"
+sleep 1
+tg_idle="$(rss "$tg_pid" VmRSS)"
+peer_idle="$(rss "$peer_pid" VmRSS)"
+
+declare -A res
+for c in 1 8 64; do
+  for side in tg peer; do
+    url="$tg_url"
+    [ "$side" = peer ] && url="$peer_url"
+    echo "bench/http.sh: $side, $c connections, ${seconds}s ..." >&2
+    res[$side.$c]="$("$build/bench_http_load" --url "$url" --connections "$c" --duration "$seconds" || true)"
+  done
+done
+tg_peak="$(rss "$tg_pid" VmHWM)"
+peer_peak="$(rss "$peer_pid" VmHWM)"
+
+field() { sed -n "s/.*\b$2=\([^ ]*\).*/\1/p" <<<"$1"; }
+cpu="$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+echo "toolgate Streamable HTTP benchmark, $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+echo "machine: $(nproc) cores, CPU: ${cpu:-unknown}, $(uname -sr); load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "peer: @modelcontextprotocol/sdk $(node -p "require('$peer/node_modules/@modelcontextprotocol/sdk/package.json').version"), node $(node --version)"
+echo "load: bench_http_load, 2025-11-25 sessions, tools/call test_simple_text and tools/list alternating, ${seconds}s per run"
+echo
+printf '%-5s | %-38s | %-38s | %s\n' conns "toolgate  req/s  p50/p90/p99 ms  errors" "TS SDK  req/s  p50/p90/p99 ms  errors" "req/s ratio"
+for c in 1 8 64; do
+  t="${res[tg.$c]}"
+  p="${res[peer.$c]}"
+  cell() { printf '%7s  %s/%s/%s  %s' "$(field "$1" rps)" "$(field "$1" p50_ms)" "$(field "$1" p90_ms)" "$(field "$1" p99_ms)" "$(field "$1" errors)"; }
+  ratio="$(awk -v a="$(field "$t" rps)" -v b="$(field "$p" rps)" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "n/a" }')"
+  printf '%-5s | %-38s | %-38s | %s\n' "$c" "$(cell "$t")" "$(cell "$p")" "$ratio"
+done
+echo
+printf 'RSS (MiB)  idle: toolgate %.1f, TS SDK %.1f;  peak (VmHWM): toolgate %.1f, TS SDK %.1f\n' \
+  "$(awk -v k="$tg_idle" 'BEGIN{print k/1024}')" "$(awk -v k="$peer_idle" 'BEGIN{print k/1024}')" \
+  "$(awk -v k="$tg_peak" 'BEGIN{print k/1024}')" "$(awk -v k="$peer_peak" 'BEGIN{print k/1024}')"
