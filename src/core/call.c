@@ -25,7 +25,6 @@ typedef struct call_state {
   json_t *args;
   uint64_t started_ns;
   char run_id[TG_UUID_LEN + 1]; /* the run the telemetry row belongs to, "" for none */
-  bool own_run;                 /* this call is a run of its own */
 } call_state;
 
 int tg_fail(tg_call_ctx *cx, tg_errcode code, json_t *details, const char *fmt, ...) {
@@ -62,7 +61,7 @@ static void default_scope(const tg_principal *p, const char **mission, const cha
 static int write_activity(tg_call_ctx *cx) {
   const tg_principal *p = cx->principal;
   char now[TG_ISO_LEN + 1];
-  tg_iso8601(tg_now_ms(), now);
+  tg_now_iso(now);
   size_t i;
   json_t *row;
   json_array_foreach(cx->activity, i, row) {
@@ -94,8 +93,10 @@ static int write_activity(tg_call_ctx *cx) {
   return TG_OK;
 }
 
-/* The run of an agent's call that names none: created with the call, ended with it. */
-static int open_own_run(call_state *st) {
+/* The run of an agent's call that names none. It commits with the call's outcome, so it is
+ * written once, already ended with its final status; the call's duration is in its
+ * telemetry row. */
+static int open_own_run(call_state *st, const char *status) {
   if (st->principal->kind != TG_PRINCIPAL_AGENT) return TG_OK;
   if (st->req->run_id) {
     snprintf(st->run_id, sizeof st->run_id, "%s", st->req->run_id);
@@ -104,22 +105,13 @@ static int open_own_run(call_state *st) {
   int r = tg_uuid7(st->run_id);
   if (r < 0) return r;
   char now[TG_ISO_LEN + 1];
-  tg_iso8601(tg_now_ms(), now);
-  st->own_run = true;
+  tg_now_iso(now);
   return tg_db_exec(st->env->db,
-                    "INSERT INTO agent_runs (id, tenant_id, agent_id, status, trigger, started_at)"
-                    " VALUES ($1, $2, $3, 'running', 'call', $4)",
-                    json_pack("[ssss]", st->run_id, st->principal->tenant_id,
-                              st->principal->subject_id, now),
+                    "INSERT INTO agent_runs (id, tenant_id, agent_id, status, trigger, started_at,"
+                    " ended_at) VALUES ($1, $2, $3, $4, 'call', $5, $5)",
+                    json_pack("[sssss]", st->run_id, st->principal->tenant_id,
+                              st->principal->subject_id, status, now),
                     NULL);
-}
-
-static int close_own_run(call_state *st, bool ok) {
-  if (!st->own_run) return TG_OK;
-  char now[TG_ISO_LEN + 1];
-  tg_iso8601(tg_now_ms(), now);
-  return tg_db_exec(st->env->db, "UPDATE agent_runs SET status = $1, ended_at = $2 WHERE id = $3",
-                    json_pack("[sss]", ok ? "completed" : "failed", now, st->run_id), NULL);
 }
 
 static const char *level_of(tg_errcode code) {
@@ -134,7 +126,7 @@ static int write_telemetry(call_state *st, tg_errcode code, const char *message,
   const tg_principal *p = st->principal;
   char id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
   if (tg_uuid7(id) < 0) return TG_E_IO;
-  tg_iso8601(tg_now_ms(), now);
+  tg_now_iso(now);
   double ms = (double)(tg_monotonic_ns() - st->started_ns) / 1e6;
 
   char called[CALLED_AS_MAX + 1];
@@ -167,8 +159,7 @@ static int write_telemetry(call_state *st, tg_errcode code, const char *message,
 static void record_failure(call_state *st, tg_errcode code, const char *message, bool ran) {
   tg_db *db = st->env->db;
   int r = tg_db_begin(db);
-  if (r == TG_OK && ran && !*st->run_id) r = open_own_run(st);
-  if (r == TG_OK) r = close_own_run(st, false);
+  if (r == TG_OK && ran && !*st->run_id) r = open_own_run(st, "failed");
   if (r == TG_OK) r = write_telemetry(st, code, message, 0);
   if (r == TG_OK) r = tg_db_commit(db);
   if (r < 0) {
@@ -208,9 +199,8 @@ static int execute(call_state *st, tg_call_result *ret) {
   _cleanup_json_ json_t *activity = cx.activity;
   if (!activity) return internal(st, ret, "out of memory", false);
   if (tg_db_begin(db) < 0) return internal(st, ret, "begin failed", false);
-  if (open_own_run(st) < 0) {
+  if (open_own_run(st, "completed") < 0) {
     tg_db_rollback(db);
-    st->own_run = false;
     *st->run_id = '\0';
     return internal(st, ret, "run not recorded", false);
   }
@@ -224,7 +214,6 @@ static int execute(call_state *st, tg_call_result *ret) {
     r = TG_E_INVAL;
   }
   if (r == TG_OK) r = write_activity(&cx);
-  if (r == TG_OK) r = close_own_run(st, true);
   if (r == TG_OK) r = write_telemetry(st, TG_ERR_NONE, NULL, cx.cost_cents);
   if (r == TG_OK) r = tg_db_commit(db);
   if (r == TG_OK) {
@@ -234,8 +223,7 @@ static int execute(call_state *st, tg_call_result *ret) {
   }
   json_decref(result);
   tg_db_rollback(db);
-  st->own_run = false; /* rolled back with the rest; record_failure writes it again */
-  if (!st->req->run_id) *st->run_id = '\0';
+  if (!st->req->run_id) *st->run_id = '\0'; /* rolled back; record_failure writes it again */
   if (r == TG_E_TOOL && cx.error) {
     json_t *error = json_object_get(cx.error, "error");
     record_failure(st, cx.code, json_string_value(json_object_get(error, "message")), true);
@@ -314,8 +302,32 @@ const char *tg_tool_display_name(const tg_tool *tool, const tg_principal *princi
   return tool->model_name;
 }
 
+/* The tenant's tool policy rows as {tool name: mode}, read once for a whole listing. */
+static int load_policies(const tg_env *env, const tg_principal *principal, json_t **ret) {
+  _cleanup_json_ json_t *rows = NULL;
+  int r = tg_db_query(env->db, "SELECT tool_name, mode FROM tool_policies WHERE tenant_id = $1",
+                      json_pack("[s]", principal->tenant_id), &rows);
+  if (r < 0) return r;
+  json_t *map = json_object();
+  if (!map) return TG_E_NOMEM;
+  size_t i;
+  json_t *row;
+  json_array_foreach(rows, i, row) {
+    if (json_object_set(map, json_string_value(json_object_get(row, "tool_name")),
+                        json_object_get(row, "mode")) < 0) {
+      json_decref(map);
+      return TG_E_NOMEM;
+    }
+  }
+  *ret = map;
+  return TG_OK;
+}
+
 int tg_tools_usable(const tg_env *env, const tg_principal *principal, tg_surface surface,
                     json_t **ret) {
+  _cleanup_json_ json_t *policies = NULL;
+  int r = load_policies(env, principal, &policies);
+  if (r < 0) return r;
   json_t *list = json_array();
   if (!list) return TG_E_NOMEM;
   for (size_t i = 0; i < tg_registry_count(env->registry); i++) {
@@ -324,8 +336,8 @@ int tg_tools_usable(const tg_env *env, const tg_principal *principal, tg_surface
     if (!name) continue;
     tg_refusal refusal = {0};
     tg_gate_input in = {.env = env, .principal = principal, .tool = t, .surface = surface,
-                        .listing = true};
-    int r = tg_gates_run(&in, &refusal, NULL);
+                        .listing = true, .policies = policies};
+    r = tg_gates_run(&in, &refusal, NULL);
     tg_refusal_done(&refusal);
     if (r < 0) {
       json_decref(list);

@@ -140,7 +140,7 @@ int tg_tenant_create(tg_db *db, const char *slug, const char *owner_username,
   char user_id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
   if (tg_uuid7(tenant_id) < 0 || tg_uuid7(owner_principal) < 0 || tg_uuid7(user_id) < 0)
     return TG_E_IO;
-  tg_iso8601(tg_now_ms(), now);
+  tg_now_iso(now);
   int r = tg_db_begin(db);
   if (r == TG_OK)
     r = tg_db_exec(db, "INSERT INTO tenants (id, slug, name, created_at) VALUES ($1, $2, $2, $3)",

@@ -5,32 +5,15 @@
 #include <string.h>
 
 #include "core/call.h"
+#include "tools/lookup.h"
 #include "tools/providers.h"
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/ids.h"
+#include "util/json.h"
 #include "util/status.h"
 
 #define RUN_LOGS_MAX 1000
-
-static const char *arg_str(json_t *args, const char *key) {
-  return json_string_value(json_object_get(args, key));
-}
-
-static void now_iso(char out[TG_ISO_LEN + 1]) { tg_iso8601(tg_now_ms(), out); }
-
-/* The agent with slug in the caller's tenant, or a not_found failure. */
-static int find_agent(tg_call_ctx *cx, const char *slug, json_t **ret) {
-  int r = tg_db_query_row(cx->db,
-                          "SELECT id, principal_id, slug FROM agents"
-                          " WHERE tenant_id = $1 AND slug = $2",
-                          json_pack("[ss]", cx->principal->tenant_id, slug), ret);
-  if (r < 0) return r;
-  if (!*ret)
-    return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "agentSlug", slug),
-                   "No agent %s in this workspace.", slug);
-  return TG_OK;
-}
 
 /* A grant names a permission some tool declares, or a seed-000 flag standing for one; a
  * typo must not be stored as a grant that silently does nothing. */
@@ -89,7 +72,7 @@ static int resolve_scope(tg_call_ctx *cx, const char *scope, const char **type,
 static int insert_grant(tg_call_ctx *cx, const char *principal_id, const char *permission,
                         int64_t *changes) {
   char now[TG_ISO_LEN + 1];
-  now_iso(now);
+  tg_now_iso(now);
   return tg_db_exec(cx->db,
                     "INSERT INTO grants (principal_id, permission, created_at) VALUES ($1, $2, $3)"
                     " ON CONFLICT (principal_id, permission) DO NOTHING",
@@ -97,9 +80,9 @@ static int insert_grant(tg_call_ctx *cx, const char *principal_id, const char *p
 }
 
 static int agent_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  const char *slug = arg_str(args, "slug");
-  const char *name = arg_str(args, "name") ? arg_str(args, "name") : slug;
-  const char *status = arg_str(args, "status") ? arg_str(args, "status") : "active";
+  const char *slug = tg_json_str(args, "slug");
+  const char *name = tg_json_str(args, "name") ? tg_json_str(args, "name") : slug;
+  const char *status = tg_json_str(args, "status") ? tg_json_str(args, "status") : "active";
   json_t *grants = json_object_get(args, "grants");
   size_t i;
   json_t *g;
@@ -109,7 +92,7 @@ static int agent_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
   }
   const char *scope_type;
   _cleanup_json_ json_t *scope_row = NULL;
-  int r = resolve_scope(cx, arg_str(args, "scope"), &scope_type, &scope_row);
+  int r = resolve_scope(cx, tg_json_str(args, "scope"), &scope_type, &scope_row);
   if (r < 0) return r;
   _cleanup_json_ json_t *existing = NULL;
   r = tg_db_query_row(cx->db, "SELECT id FROM agents WHERE tenant_id = $1 AND slug = $2",
@@ -121,7 +104,7 @@ static int agent_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
 
   char agent_id[TG_UUID_LEN + 1], principal_id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
   if (tg_uuid7(agent_id) < 0 || tg_uuid7(principal_id) < 0) return TG_E_IO;
-  now_iso(now);
+  tg_now_iso(now);
   r = tg_db_exec(cx->db,
                  "INSERT INTO principals (id, tenant_id, kind, created_at) VALUES ($1, $2, 'agent', $3)",
                  json_pack("[sss]", principal_id, cx->principal->tenant_id, now), NULL);
@@ -201,11 +184,11 @@ static int agent_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
 }
 
 static int grant_change(tg_call_ctx *cx, json_t *args, json_t **ret, bool add) {
-  const char *slug = arg_str(args, "agentSlug");
-  const char *permission = known_permission(cx->env->registry, arg_str(args, "permission"));
-  if (!permission) return unknown_permission(cx, arg_str(args, "permission"));
+  const char *slug = tg_json_str(args, "agentSlug");
+  const char *permission = known_permission(cx->env->registry, tg_json_str(args, "permission"));
+  if (!permission) return unknown_permission(cx, tg_json_str(args, "permission"));
   _cleanup_json_ json_t *agent = NULL;
-  int r = find_agent(cx, slug, &agent);
+  int r = tg_lookup_agent(cx, slug, &agent);
   if (r < 0) return r;
   const char *principal_id = json_string_value(json_object_get(agent, "principal_id"));
   int64_t changes = 0;
@@ -236,7 +219,7 @@ static int grant_revoke(tg_call_ctx *cx, json_t *args, json_t **ret) {
 }
 
 static int token_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  const char *username = arg_str(args, "username");
+  const char *username = tg_json_str(args, "username");
   _cleanup_json_ json_t *holder = NULL;
   int r;
   if (username) {
@@ -248,14 +231,14 @@ static int token_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
       return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "username", username),
                      "No user %s in this workspace.", username);
   } else {
-    r = find_agent(cx, arg_str(args, "agentSlug"), &holder);
+    r = tg_lookup_agent(cx, tg_json_str(args, "agentSlug"), &holder);
     if (r < 0) return r;
   }
   const char *principal_id = json_string_value(json_object_get(holder, "principal_id"));
   char token[TG_TOKEN_LEN + 1], hash[65], id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
   if (tg_token_new(token) < 0 || tg_uuid7(id) < 0) return TG_E_IO;
   tg_sha256_hex(token, strlen(token), hash);
-  now_iso(now);
+  tg_now_iso(now);
   char prefix[12];
   snprintf(prefix, sizeof prefix, "%.11s", token);
   r = tg_db_exec(cx->db,
@@ -272,13 +255,13 @@ static int token_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
 }
 
 static int policy_set(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  const tg_tool *tool = tg_registry_find(cx->env->registry, arg_str(args, "tool"));
+  const tg_tool *tool = tg_registry_find(cx->env->registry, tg_json_str(args, "tool"));
   if (!tool)
-    return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "tool", arg_str(args, "tool")),
-                   "No tool %.128s.", arg_str(args, "tool"));
-  const char *mode = arg_str(args, "mode");
+    return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "tool", tg_json_str(args, "tool")),
+                   "No tool %.128s.", tg_json_str(args, "tool"));
+  const char *mode = tg_json_str(args, "mode");
   char now[TG_ISO_LEN + 1];
-  now_iso(now);
+  tg_now_iso(now);
   int r = strcmp(mode, "default") == 0
               ? tg_db_exec(cx->db, "DELETE FROM tool_policies WHERE tenant_id = $1 AND tool_name = $2",
                            json_pack("[ss]", cx->principal->tenant_id, tool->name), NULL)
@@ -323,7 +306,7 @@ static int policy_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
 }
 
 static int workspace_set(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  const char *profile = arg_str(args, "namingProfile");
+  const char *profile = tg_json_str(args, "namingProfile");
   int r = tg_db_exec(cx->db, "UPDATE tenants SET naming_profile = $1 WHERE id = $2",
                      json_pack("[ss]", profile, cx->principal->tenant_id), NULL);
   if (r < 0) return r;
@@ -338,11 +321,11 @@ static int workspace_set(tg_call_ctx *cx, json_t *args, json_t **ret) {
 
 static int run_start(tg_call_ctx *cx, json_t *args, json_t **ret) {
   _cleanup_json_ json_t *agent = NULL;
-  int r = find_agent(cx, arg_str(args, "agentSlug"), &agent);
+  int r = tg_lookup_agent(cx, tg_json_str(args, "agentSlug"), &agent);
   if (r < 0) return r;
   char id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
   if (tg_uuid7(id) < 0) return TG_E_IO;
-  now_iso(now);
+  tg_now_iso(now);
   r = tg_db_exec(cx->db,
                  "INSERT INTO agent_runs (id, tenant_id, agent_id, status, trigger, started_at)"
                  " VALUES ($1, $2, $3, 'running', 'manual', $4)",
@@ -354,8 +337,8 @@ static int run_start(tg_call_ctx *cx, json_t *args, json_t **ret) {
 }
 
 static int run_end(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  const char *id = arg_str(args, "runId");
-  const char *status = arg_str(args, "status") ? arg_str(args, "status") : "completed";
+  const char *id = tg_json_str(args, "runId");
+  const char *status = tg_json_str(args, "status") ? tg_json_str(args, "status") : "completed";
   _cleanup_json_ json_t *run = NULL;
   int r = tg_db_query_row(cx->db, "SELECT status FROM agent_runs WHERE id = $1 AND tenant_id = $2",
                           json_pack("[ss]", id, cx->principal->tenant_id), &run);
@@ -367,7 +350,7 @@ static int run_end(tg_call_ctx *cx, json_t *args, json_t **ret) {
                    json_pack("{s:s,s:O}", "runId", id, "status", json_object_get(run, "status")),
                    "Run %.64s has already ended.", id);
   char now[TG_ISO_LEN + 1];
-  now_iso(now);
+  tg_now_iso(now);
   r = tg_db_exec(cx->db, "UPDATE agent_runs SET status = $1, ended_at = $2 WHERE id = $3",
                  json_pack("[sss]", status, now, id), NULL);
   if (r < 0) return r;
@@ -378,7 +361,7 @@ static int run_end(tg_call_ctx *cx, json_t *args, json_t **ret) {
 static int run_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
   json_int_t limit = json_integer_value(json_object_get(args, "limit"));
   if (!limit) limit = 20;
-  const char *slug = arg_str(args, "agentSlug");
+  const char *slug = tg_json_str(args, "agentSlug");
   json_t *runs = NULL;
   int r = tg_db_query(cx->db,
                       "SELECT r.id, a.slug AS agent, r.status, r.trigger, r.started_at, r.ended_at,"
@@ -395,7 +378,7 @@ static int run_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
 }
 
 static int run_show(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  const char *id = arg_str(args, "runId");
+  const char *id = tg_json_str(args, "runId");
   _cleanup_json_ json_t *run = NULL;
   int r = tg_db_query_row(cx->db,
                           "SELECT r.id, a.slug AS agent, r.status, r.trigger, r.started_at,"

@@ -17,6 +17,7 @@
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/ids.h"
+#include "util/json.h"
 #include "util/status.h"
 
 #define N_FILES 5
@@ -28,12 +29,6 @@ static const char *const file_names[N_FILES] = {"SOUL.md", "AGENTS.md", "HEARTBE
 /* Between consecutive bodies in the hash input (research/ever-works-semantics.md §3.3). */
 static const char *const hash_labels[N_FILES - 1] = {"SOUL/AGENTS", "AGENTS/HEARTBEAT",
                                                      "HEARTBEAT/TOOLS", "TOOLS/AGENTYML"};
-
-static const char *arg_str(json_t *args, const char *key) {
-  return json_string_value(json_object_get(args, key));
-}
-
-static void now_iso(char out[TG_ISO_LEN + 1]) { tg_iso8601(tg_now_ms(), out); }
 
 static void repo_releasep(tg_scope_repo *repo) { tg_repo_release(repo); }
 #define _cleanup_repo_ __attribute__((cleanup(repo_releasep)))
@@ -194,7 +189,7 @@ static int file_edit(tg_call_ctx *cx, json_t *args, json_t **ret) {
   if (p->kind != TG_PRINCIPAL_AGENT)
     return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, json_pack("{s:s}", "reason", "not_an_agent"),
                    "Only an agent has agent files to edit.");
-  const char *name = arg_str(args, "name");
+  const char *name = tg_json_str(args, "name");
   json_t *body_json = json_object_get(args, "body");
   const char *body = json_string_value(body_json);
   size_t len = json_string_length(body_json);
@@ -212,7 +207,7 @@ static int file_edit(tg_call_ctx *cx, json_t *args, json_t **ret) {
                              "maxEditsPerRun", 1),
                    "This run already edited an agent file; one edit per run.");
   r = scan(cx, name, body, len);
-  const char *message = arg_str(args, "commitMessage");
+  const char *message = tg_json_str(args, "commitMessage");
   if (r == TG_OK && message) r = scan(cx, "commitMessage", message, strlen(message));
   if (r == TG_OK && strcmp(name, "agent.yml") == 0) r = check_yaml(cx, body, len);
   if (r < 0) return r;
@@ -225,7 +220,7 @@ static int file_edit(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const char *agent_id = p->subject_id, *slug = p->name;
   const char *stored = json_string_value(json_object_get(agent, "content_hash"));
   const char *current = stored ? stored : "";
-  const char *expected = arg_str(args, "expectedHash");
+  const char *expected = tg_json_str(args, "expectedHash");
   if (expected && strcmp(expected, current) != 0)
     return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
                    json_pack("{s:s,s:s,s:s}", "reason", "hash_mismatch", "expectedHash", expected,
@@ -255,7 +250,7 @@ static int file_edit(tg_call_ctx *cx, json_t *args, json_t **ret) {
   char new_hash[65], now[TG_ISO_LEN + 1];
   r = content_hash(&b, new_hash);
   if (r < 0) return r;
-  now_iso(now);
+  tg_now_iso(now);
 
   tg_repo_move move = {0};
   if (h.git) {
@@ -407,7 +402,7 @@ static int subagent_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
                    json_pack("{s:s,s:O}", "reason", "child_permissions", "flags", on),
                    "A sub-agent starts with every permission off; a person grants them.");
 
-  const char *cadence = arg_str(args, "heartbeatCadence");
+  const char *cadence = tg_json_str(args, "heartbeatCadence");
   const char *why = tg_cadence_check(cadence, tg_now_ms());
   if (why)
     return tg_fail(cx, TG_ERR_VALIDATION_FAILED,
@@ -415,10 +410,10 @@ static int subagent_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
                    "heartbeatCadence is not valid: %s.", why);
   bool manual = tg_cadence_manual(cadence);
 
-  const char *scope = arg_str(args, "scope");
+  const char *scope = tg_json_str(args, "scope");
   tg_scope_ref ref;
   char scope_id[TG_UUID_LEN + 1];
-  int r = child_scope(cx, scope, arg_str(args, "targetId"), &ref, scope_id);
+  int r = child_scope(cx, scope, tg_json_str(args, "targetId"), &ref, scope_id);
   if (r < 0) return r;
   /* The cascade: a tenant caller creates anywhere; any other creates inside its own scope
    * (which tg_scope_reaches decides) and never wider (a tenant child has no scope ids). */
@@ -431,8 +426,8 @@ static int subagent_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
                    "scope or narrower.",
                    p->scope_type, scope);
 
-  const char *name = arg_str(args, "name"), *title = arg_str(args, "title");
-  const char *capabilities = arg_str(args, "capabilities");
+  const char *name = tg_json_str(args, "name"), *title = tg_json_str(args, "title");
+  const char *capabilities = tg_json_str(args, "capabilities");
   char slug[64];
   slugify(name, slug);
   if (!*slug)
@@ -453,14 +448,14 @@ static int subagent_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
 
   _cleanup_bodies_ bodies b = {0};
   r = scaffold(slug, name, title, capabilities, scope, manual ? "manual" : cadence,
-               arg_str(args, "modelId"), &b);
+               tg_json_str(args, "modelId"), &b);
   char hash[65];
   if (r == TG_OK) r = content_hash(&b, hash);
   if (r < 0) return r;
 
   char agent_id[TG_UUID_LEN + 1], principal_id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
   if (tg_uuid7(agent_id) < 0 || tg_uuid7(principal_id) < 0) return TG_E_IO;
-  now_iso(now);
+  tg_now_iso(now);
   const char *creator = p->kind == TG_PRINCIPAL_AGENT ? p->subject_id : NULL;
   r = tg_db_exec(cx->db,
                  "INSERT INTO principals (id, tenant_id, kind, created_at) VALUES ($1, $2, 'agent', $3)",
@@ -474,7 +469,7 @@ static int subagent_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
         " VALUES ($1, $2, $3, $4, $5, $6, $7, 'draft', $8, $9, $10, $11, $12, $13, $14, $15, $15)",
         json_pack("[sssssss?ss?s?ss?s?s?s]", agent_id, p->tenant_id, principal_id, slug, name, scope,
                   *scope_id ? scope_id : NULL, hash, creator, title, capabilities,
-                  arg_str(args, "aiProviderId"), arg_str(args, "modelId"),
+                  tg_json_str(args, "aiProviderId"), tg_json_str(args, "modelId"),
                   manual ? NULL : cadence, now),
         NULL);
   if (r < 0) return r;
@@ -538,7 +533,7 @@ static const lifecycle archive_move = {{"draft", "active", "paused"}, "archived"
 static const lifecycle unarchive_move = {{"archived"}, "paused", {"AGENT_UNARCHIVED"}};
 
 static int lifecycle_move(tg_call_ctx *cx, json_t *args, json_t **ret, const lifecycle *m) {
-  const char *slug = arg_str(args, "agentSlug");
+  const char *slug = tg_json_str(args, "agentSlug");
   _cleanup_json_ json_t *agent = NULL;
   int r = tg_db_query_row(cx->db, "SELECT id, status FROM agents WHERE tenant_id = $1 AND slug = $2",
                           json_pack("[ss]", cx->principal->tenant_id, slug), &agent);
@@ -561,7 +556,7 @@ static int lifecycle_move(tg_call_ctx *cx, json_t *args, json_t **ret, const lif
                    "Agent %s is %s; it cannot become %s from there.", slug, status, m->to);
   json_decref(allowed);
   char now[TG_ISO_LEN + 1];
-  now_iso(now);
+  tg_now_iso(now);
   int64_t changes = 0;
   r = tg_db_exec(cx->db,
                  "UPDATE agents SET status = $1, updated_at = $2 WHERE id = $3 AND status = $4",

@@ -21,6 +21,7 @@
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/ids.h"
+#include "util/json.h"
 #include "util/status.h"
 
 #define ACTIVITY_LIMIT_DEFAULT 20
@@ -31,16 +32,10 @@
 #define SUMMARY_MAX 200
 #define BINDINGS_MAX 32 /* skill.catalog.add: the input schema's maxItems */
 
-static const char *arg_str(json_t *args, const char *key) {
-  return json_string_value(json_object_get(args, key));
-}
-
 static json_int_t arg_int(json_t *args, const char *key, json_int_t fallback) {
   json_t *v = json_object_get(args, key);
   return v ? json_integer_value(v) : fallback;
 }
-
-static void now_iso(char out[TG_ISO_LEN + 1]) { tg_iso8601(tg_now_ms(), out); }
 
 static const char *nonempty(const char *s) { return s && *s ? s : NULL; }
 
@@ -113,7 +108,7 @@ static bool parse_datetime(const char *s, int64_t *ret) {
 
 static int activity_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
   char since[TG_ISO_LEN + 1];
-  const char *since_arg = arg_str(args, "since");
+  const char *since_arg = tg_json_str(args, "since");
   if (since_arg) {
     int64_t ms;
     if (!parse_datetime(since_arg, &ms))
@@ -193,7 +188,7 @@ static int activity_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
 /* ---- work.mission.state ---------------------------------------------------------------- */
 
 static int mission_state(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  const char *key = arg_str(args, "missionSlugOrId");
+  const char *key = tg_json_str(args, "missionSlugOrId");
   _cleanup_json_ json_t *mission = NULL;
   int r = tg_db_query_row(cx->db,
                           "SELECT id, title, description, status, current_spend_cents, cap_cents,"
@@ -289,7 +284,7 @@ static json_t *user_content(const char *slug, const char *text, size_t len, bool
 }
 
 static int kb_get(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  const char *slug = arg_str(args, "slug"), *work = arg_str(args, "workId");
+  const char *slug = tg_json_str(args, "slug"), *work = tg_json_str(args, "workId");
   reach rc = reach_of(cx->principal);
   _cleanup_json_ json_t *matches = NULL;
   int r = tg_db_query(
@@ -395,7 +390,7 @@ static json_t *tools_as_seen(tg_call_ctx *cx, const char *stored) {
 }
 
 static int skill_load(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  const char *slug = arg_str(args, "slug");
+  const char *slug = tg_json_str(args, "slug");
   tg_scope_ref chain;
   _cleanup_json_ json_t *found = NULL;
   int r = tg_scope_of(cx->db, cx->principal, &chain);
@@ -450,7 +445,7 @@ static int out_of_scope(tg_call_ctx *cx, const char *key, const char *value) {
 }
 
 static int kb_put(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  const char *work_slug = arg_str(args, "workSlug"), *slug = arg_str(args, "slug");
+  const char *work_slug = tg_json_str(args, "workSlug"), *slug = tg_json_str(args, "slug");
   _cleanup_json_ json_t *existing = NULL;
   tg_scope_ref ref;
   int r = find_work(cx, work_slug, &ref);
@@ -460,7 +455,7 @@ static int kb_put(tg_call_ctx *cx, json_t *args, json_t **ret) {
                       json_pack("[ss]", ref.work_id, slug), &existing);
   if (r < 0) return r;
   char id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
-  now_iso(now);
+  tg_now_iso(now);
   if (existing) {
     snprintf(id, sizeof id, "%s", json_string_value(json_object_get(existing, "id")));
     r = tg_db_exec(cx->db,
@@ -495,7 +490,7 @@ static int kb_put(tg_call_ctx *cx, json_t *args, json_t **ret) {
 }
 
 static int kb_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  const char *work_slug = arg_str(args, "workSlug");
+  const char *work_slug = tg_json_str(args, "workSlug");
   json_int_t limit = arg_int(args, "limit", LIST_LIMIT_DEFAULT);
   reach rc = reach_of(cx->principal);
   if (work_slug) {
@@ -662,7 +657,7 @@ static int skill_add(tg_call_ctx *cx, json_t *args, json_t **ret) {
                       json_pack("[ss]", cx->principal->tenant_id, slug), &existing);
   if (r < 0) return r;
   char id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
-  now_iso(now);
+  tg_now_iso(now);
   json_t *examples = json_object_get(skill, "examples");
   if (existing) {
     snprintf(id, sizeof id, "%s", json_string_value(json_object_get(existing, "id")));

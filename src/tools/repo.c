@@ -12,17 +12,12 @@
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/ids.h"
+#include "util/json.h"
 #include "util/status.h"
 
 #define TOTAL_BYTES_MAX (8u * 1024 * 1024) /* content of one call, all files together */
 #define DIFF_MAX (256u * 1024)              /* bytes of a diff shown */
 #define MESSAGE_MAX 8192                    /* bytes of a commit message with its trailers */
-
-static const char *arg_str(json_t *args, const char *key) {
-  return json_string_value(json_object_get(args, key));
-}
-
-static void now_iso(char out[TG_ISO_LEN + 1]) { tg_iso8601(tg_now_ms(), out); }
 
 static void repo_releasep(tg_scope_repo *repo) { tg_repo_release(repo); }
 #define _cleanup_repo_ __attribute__((cleanup(repo_releasep)))
@@ -83,7 +78,7 @@ json_t *tg_repo_activity_scope(const tg_scope_repo *repo) {
 int tg_repo_record(tg_call_ctx *cx, tg_scope_repo *repo, const tg_repo_move *move) {
   char id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
   if (tg_uuid7(id) < 0) return TG_E_IO;
-  now_iso(now);
+  tg_now_iso(now);
   return tg_db_exec(cx->db,
                     "INSERT INTO repo_ref_moves (id, repo_id, branch, old_sha, new_sha,"
                     " principal_id, run_id, tool, created_at)"
@@ -111,7 +106,7 @@ int tg_repo_publish(tg_call_ctx *cx, tg_scope_repo *repo, const tg_repo_move *mo
 /* The first commit of a new repository, so that branches can start from the default one. */
 static int initialize(tg_call_ctx *cx, tg_scope_repo *repo, const char *tenant_id) {
   char now[TG_ISO_LEN + 1];
-  now_iso(now);
+  tg_now_iso(now);
   int r = tg_db_exec(cx->db,
                      "INSERT INTO repos (id, tenant_id, scope_type, scope_id, name, path,"
                      " default_branch, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
@@ -270,11 +265,11 @@ static int resolve_target(tg_call_ctx *cx, json_t *args, target *t) {
   tg_scope_ref own;
   int r = tg_scope_of(cx->db, p, &own);
   if (r < 0) return r;
-  const char *repo = arg_str(args, "targetRepo");
+  const char *repo = tg_json_str(args, "targetRepo");
   if (!repo) repo = strcmp(p->scope_type, "work") == 0 ? "data" : "mission";
   t->name = repo;
   t->kind = strcmp(repo, "mission") == 0 ? "mission" : "work";
-  const char *given = arg_str(args, "targetId");
+  const char *given = tg_json_str(args, "targetId");
   if (given) {
     r = lookup_owner(cx, t->kind, given, t->owner_id);
     if (r < 0) return r;
@@ -313,7 +308,7 @@ static int build_changes(tg_call_ctx *cx, json_t *files, const char *prefix,
   for (size_t i = 0; i < n; i++) {
     json_t *f = json_array_get(files, i), *path = json_object_get(f, "path");
     json_t *content = json_object_get(f, "content");
-    const char *mode = arg_str(f, "mode");
+    const char *mode = tg_json_str(f, "mode");
     const char *p = json_string_value(path);
     size_t len = json_string_length(path);
     const char *why = tg_repo_path_check(p, len);
@@ -380,14 +375,14 @@ static int commit_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
   size_t n;
   r = build_changes(cx, json_object_get(args, "files"), t.prefix, &changes, &n);
   if (r < 0) return r;
-  const char *branch = arg_str(args, "branch");
+  const char *branch = tg_json_str(args, "branch");
   if (branch && !tg_git_branch_name_ok(branch)) return bad_branch(cx, branch);
   _cleanup_repo_ tg_scope_repo repo = {0};
   r = tg_repo_acquire(cx, t.kind, t.owner_id, t.name, &repo);
   if (r < 0) return r;
   if (!branch) branch = repo.default_branch;
   tg_repo_move move;
-  r = tg_repo_prepare(cx, &repo, branch, false, changes, n, arg_str(args, "commitMessage"), &move);
+  r = tg_repo_prepare(cx, &repo, branch, false, changes, n, tg_json_str(args, "commitMessage"), &move);
   if (r < 0) return r;
   char summary[320];
   snprintf(summary, sizeof summary, "Committed %zu file(s) to %s on %s", n, repo.label, branch);
@@ -423,7 +418,7 @@ static int pr_open(tg_call_ctx *cx, json_t *args, json_t **ret) {
   size_t n;
   r = build_changes(cx, json_object_get(args, "files"), t.prefix, &changes, &n);
   if (r < 0) return r;
-  const char *branch = arg_str(args, "branchName");
+  const char *branch = tg_json_str(args, "branchName");
   if (!tg_git_branch_name_ok(branch)) return bad_branch(cx, branch);
   _cleanup_repo_ tg_scope_repo repo = {0};
   r = tg_repo_acquire(cx, t.kind, t.owner_id, t.name, &repo);
@@ -431,7 +426,7 @@ static int pr_open(tg_call_ctx *cx, json_t *args, json_t **ret) {
   char base_sha[TG_GIT_SHA_LEN + 1];
   r = tg_git_tip(repo.git, repo.default_branch, base_sha);
   if (r < 0) return r;
-  const char *title = arg_str(args, "title");
+  const char *title = tg_json_str(args, "title");
   tg_repo_move move;
   r = tg_repo_prepare(cx, &repo, branch, true, changes, n, title, &move);
   if (r < 0) return r;
@@ -445,12 +440,12 @@ static int pr_open(tg_call_ctx *cx, json_t *args, json_t **ret) {
   json_int_t number = json_integer_value(json_object_get(counter, "last_pr_number"));
   char id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
   if (tg_uuid7(id) < 0) return TG_E_IO;
-  now_iso(now);
+  tg_now_iso(now);
   r = tg_db_exec(cx->db,
                  "INSERT INTO pull_requests (id, repo_id, number, title, body, head_branch,"
                  " base_branch, base_sha, head_sha, author_id, created_at, updated_at)"
                  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)",
-                 json_pack("[ssIssssssss]", id, repo.id, number, title, arg_str(args, "body"),
+                 json_pack("[ssIssssssss]", id, repo.id, number, title, tg_json_str(args, "body"),
                            branch, repo.default_branch, base_sha, move.new_sha, cx->principal->id,
                            now),
                  NULL);
@@ -559,8 +554,8 @@ static int pr_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
     return TG_E_NOMEM;
   _cleanup_json_ json_t *rows = NULL;
   int r = tg_db_query(cx->db, sql,
-                      json_pack("[ss?s?I]", cx->principal->tenant_id, arg_str(args, "repo"),
-                                arg_str(args, "state"), limit + 1),
+                      json_pack("[ss?s?I]", cx->principal->tenant_id, tg_json_str(args, "repo"),
+                                tg_json_str(args, "state"), limit + 1),
                       &rows);
   if (r < 0) return r;
   bool truncated = (json_int_t)json_array_size(rows) > limit;
@@ -579,7 +574,7 @@ static int pr_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
 static int find_pr(tg_call_ctx *cx, json_t *args, json_t **ret, tg_scope_repo *repo) {
   _cleanup_free_ char *sql = NULL;
   if (asprintf(&sql, "%s AND q.label = $2 AND q.number = $3", prs_sql) < 0) return TG_E_NOMEM;
-  const char *label = arg_str(args, "repo");
+  const char *label = tg_json_str(args, "repo");
   json_int_t number = json_integer_value(json_object_get(args, "number"));
   int r = tg_db_query_row(cx->db, sql,
                           json_pack("[ssI]", cx->principal->tenant_id, label, number), ret);
@@ -626,7 +621,7 @@ static int not_open(tg_call_ctx *cx, json_t *row) {
 static int pr_finish(tg_call_ctx *cx, json_t *row, const tg_scope_repo *repo, const char *state,
                      const char *merged_sha, const char *head_sha) {
   char now[TG_ISO_LEN + 1];
-  now_iso(now);
+  tg_now_iso(now);
   int r = tg_db_exec(cx->db,
                      "UPDATE pull_requests SET state = $1, merged_sha = $2,"
                      " head_sha = COALESCE($3, head_sha), updated_at = $4"

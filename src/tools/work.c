@@ -10,10 +10,12 @@
 #include "core/call.h"
 #include "core/scope.h"
 #include "domain/task_state.h"
+#include "tools/lookup.h"
 #include "tools/providers.h"
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/ids.h"
+#include "util/json.h"
 #include "util/status.h"
 
 #define PARENT_DEPTH_MAX 64 /* a task and its ancestors, as the platform bounds it */
@@ -23,15 +25,9 @@
 #define IDEA_SLUG_BASE_MAX 50
 #define SUMMARY_TITLE_MAX 80 /* characters of a title quoted in an activity summary */
 
-static const char *arg_str(json_t *args, const char *key) {
-  return json_string_value(json_object_get(args, key));
-}
-
 static const char *row_str(json_t *row, const char *key) {
   return json_string_value(json_object_get(row, key));
 }
-
-static void now_iso(char out[TG_ISO_LEN + 1]) { tg_iso8601(tg_now_ms(), out); }
 
 static const char *actor_type(const tg_principal *p) {
   return p->kind == TG_PRINCIPAL_AGENT ? "agent" : "user";
@@ -110,18 +106,6 @@ static int find_task(tg_call_ctx *cx, const char *slug, json_t **ret) {
                  "No task %s that you can reach.", slug);
 }
 
-static int find_agent(tg_call_ctx *cx, const char *slug, json_t **ret) {
-  int r = tg_db_query_row(cx->db,
-                          "SELECT id, slug, scope_type, scope_id FROM agents"
-                          " WHERE tenant_id = $1 AND slug = $2",
-                          json_pack("[ss]", cx->principal->tenant_id, slug), ret);
-  if (r < 0) return r;
-  if (!*ret)
-    return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "agentSlug", slug),
-                   "No agent %s in this workspace.", slug);
-  return TG_OK;
-}
-
 /* A user by id or username; key names the argument in the failure's details. */
 static int find_user(tg_call_ctx *cx, const char *key, const char *ref, json_t **ret) {
   int r = tg_db_query_row(cx->db,
@@ -177,7 +161,7 @@ static int scope_from_args(tg_call_ctx *cx, json_t *scope, tg_scope_ref *ref) {
   char *targets[] = {ref->mission_id, ref->idea_id, ref->work_id};
   int narrowest = -1;
   for (int i = 0; i < 3; i++) {
-    const char *value = arg_str(scope, parts[i].key);
+    const char *value = tg_json_str(scope, parts[i].key);
     if (!value) continue;
     int r = scope_part(cx, parts[i].table, parts[i].key, value, slots[i]);
     if (r < 0) return r;
@@ -236,7 +220,7 @@ static int check_assignable(tg_call_ctx *cx, json_t *agent) {
 static int add_participant(tg_call_ctx *cx, const char *task_id, const char *type,
                            const char *actor_id, const char *role, int64_t *changes) {
   char now[TG_ISO_LEN + 1];
-  now_iso(now);
+  tg_now_iso(now);
   return tg_db_exec(cx->db,
                     "INSERT INTO task_assignees (task_id, actor_type, actor_id, role, created_at)"
                     " VALUES ($1, $2, $3, $4, $5)"
@@ -252,7 +236,7 @@ static int queue_job(tg_call_ctx *cx, const char *kind, const char *dedupe_key, 
     json_decref(payload);
     return TG_E_IO;
   }
-  now_iso(now);
+  tg_now_iso(now);
   return tg_db_exec(cx->db,
                     "INSERT INTO jobs (id, tenant_id, kind, payload, dedupe_key, created_at)"
                     " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (dedupe_key) DO NOTHING",
@@ -347,7 +331,7 @@ static int apply_move(tg_call_ctx *cx, json_t *task, tg_task_status from, tg_tas
   json_int_t starts = json_integer_value(json_object_get(task, "start_count"));
   bool start = tg_task_edge(from, to) & TG_EDGE_DISPATCH;
   char now[TG_ISO_LEN + 1];
-  now_iso(now);
+  tg_now_iso(now);
   int64_t changes = 0;
   int r = tg_db_exec(
       cx->db,
@@ -458,7 +442,7 @@ static int check_parent(tg_call_ctx *cx, json_t *parent, const tg_scope_ref *ref
 
 static int task_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const tg_principal *p = cx->principal;
-  const char *parent_slug = arg_str(args, "parentTaskSlug");
+  const char *parent_slug = tg_json_str(args, "parentTaskSlug");
   _cleanup_json_ json_t *parent = NULL;
   int r = parent_slug ? find_task(cx, parent_slug, &parent) : TG_OK;
   if (r < 0) return r;
@@ -486,7 +470,7 @@ static int task_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
   }
   json_array_foreach(json_object_get(args, "assigneeAgentSlugs"), i, v) {
     json_t *row = NULL;
-    if ((r = find_agent(cx, json_string_value(v), &row)) < 0) return r;
+    if ((r = tg_lookup_agent(cx, json_string_value(v), &row)) < 0) return r;
     json_array_append_new(agents, row);
     if ((r = check_assignable(cx, row)) < 0) return r;
   }
@@ -496,24 +480,24 @@ static int task_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
     json_array_append_new(users, row);
   }
 
-  const char *status = arg_str(args, "status") ? arg_str(args, "status") : "backlog";
+  const char *status = tg_json_str(args, "status") ? tg_json_str(args, "status") : "backlog";
   bool todo = strcmp(status, "todo") == 0;
   json_t *auto_arg = json_object_get(args, "autoStart");
   bool auto_start = auto_arg ? json_is_true(auto_arg) : todo;
-  const char *priority = arg_str(args, "priority") ? arg_str(args, "priority") : "p3";
+  const char *priority = tg_json_str(args, "priority") ? tg_json_str(args, "priority") : "p3";
   json_t *labels = json_object_get(args, "labels");
   char id[TG_UUID_LEN + 1], slug[32], now[TG_ISO_LEN + 1];
   if (tg_uuid7(id) < 0) return TG_E_IO;
   if ((r = next_task_slug(cx, slug)) < 0) return r;
-  now_iso(now);
+  tg_now_iso(now);
   r = tg_db_exec(
       cx->db,
       "INSERT INTO tasks (id, tenant_id, slug, title, description, priority, labels, status,"
       " parent_task_id, mission_id, idea_id, work_id, created_by_type, created_by_id, auto_start,"
       " created_at, updated_at)"
       " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $16)",
-      json_pack("[ssssssosOs?s?s?ssbs]", id, p->tenant_id, slug, arg_str(args, "title"),
-                arg_str(args, "description") ? arg_str(args, "description") : "", priority,
+      json_pack("[ssssssosOs?s?s?ssbs]", id, p->tenant_id, slug, tg_json_str(args, "title"),
+                tg_json_str(args, "description") ? tg_json_str(args, "description") : "", priority,
                 labels ? json_incref(labels) : json_array(), status,
                 parent ? json_object_get(parent, "id") : json_null(), nonempty(ref.mission_id),
                 nonempty(ref.idea_id), nonempty(ref.work_id), actor_type(p), p->subject_id,
@@ -540,10 +524,10 @@ static int task_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
   json_array_foreach(blockers, i, v) json_array_append(blocker_slugs, json_object_get(v, "slug"));
   char summary[160];
   snprintf(summary, sizeof summary, "Task %s created: %.*s", slug, SUMMARY_TITLE_MAX,
-           arg_str(args, "title"));
+           tg_json_str(args, "title"));
   r = activity(cx, "TASK_CREATED", &ref, summary,
                json_pack("{s:s,s:s,s:s,s:s,s:s,s:o,s:O?,s:o,s:s?,s:b}", "taskId", id, "taskSlug",
-                         slug, "title", arg_str(args, "title"), "status", status, "priority",
+                         slug, "title", tg_json_str(args, "title"), "status", status, "priority",
                          priority, "assigneeAgents", agent_slugs, "assigneeUsers",
                          json_object_get(args, "assigneeUserIds"), "blockedBy", blocker_slugs,
                          "parentTaskSlug", parent_slug, "autoStart", auto_start));
@@ -554,10 +538,10 @@ static int task_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
 
 /* A mention, resolved: {type, slug, id}. */
 static int resolve_mention(tg_call_ctx *cx, json_t *mention, json_t **ret) {
-  const char *type = arg_str(mention, "type"), *slug = arg_str(mention, "slug");
+  const char *type = tg_json_str(mention, "type"), *slug = tg_json_str(mention, "slug");
   _cleanup_json_ json_t *row = NULL;
   bool agent = strcmp(type, "agent") == 0;
-  int r = agent ? find_agent(cx, slug, &row) : find_user(cx, "mention", slug, &row);
+  int r = agent ? tg_lookup_agent(cx, slug, &row) : find_user(cx, "mention", slug, &row);
   if (r < 0) return r;
   *ret = json_pack("{s:s,s:O,s:O}", "type", type, "slug",
                    json_object_get(row, agent ? "slug" : "username"), "id",
@@ -600,7 +584,7 @@ static int ping_mentioned(tg_call_ctx *cx, json_t *task, const char *message_id,
 
 static int task_comment(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const tg_principal *p = cx->principal;
-  const char *slug = arg_str(args, "taskSlug");
+  const char *slug = tg_json_str(args, "taskSlug");
   _cleanup_json_ json_t *task = NULL;
   int r = find_task(cx, slug, &task);
   if (r < 0) return r;
@@ -620,12 +604,12 @@ static int task_comment(tg_call_ctx *cx, json_t *args, json_t **ret) {
   }
   char id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
   if (tg_uuid7(id) < 0) return TG_E_IO;
-  now_iso(now);
+  tg_now_iso(now);
   r = tg_db_exec(cx->db,
                  "INSERT INTO task_chat_messages (id, task_id, author_type, author_id, body,"
                  " mentions, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
                  json_pack("[sOsssOs]", id, json_object_get(task, "id"), actor_type(p),
-                           p->subject_id, arg_str(args, "body"), mentions, now),
+                           p->subject_id, tg_json_str(args, "body"), mentions, now),
                  NULL);
   json_array_foreach(mentions, i, m) {
     if (r == TG_OK) r = ping_mentioned(cx, task, id, m);
@@ -644,14 +628,14 @@ static int task_comment(tg_call_ctx *cx, json_t *args, json_t **ret) {
 }
 
 static int task_transition(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  const char *slug = arg_str(args, "taskSlug");
+  const char *slug = tg_json_str(args, "taskSlug");
   _cleanup_json_ json_t *task = NULL;
   int r = find_task(cx, slug, &task);
   if (r < 0) return r;
   tg_task_status from, to;
   /* The table's CHECK and the input schema admit only the seven statuses. */
   if (!tg_task_status_parse(row_str(task, "status"), &from) ||
-      !tg_task_status_parse(arg_str(args, "to"), &to))
+      !tg_task_status_parse(tg_json_str(args, "to"), &to))
     return TG_E_INVAL;
   unsigned edge = tg_task_edge(from, to);
   if (!edge) return illegal_move(cx, slug, from, to);
@@ -675,7 +659,7 @@ static int task_transition(tg_call_ctx *cx, json_t *args, json_t **ret) {
                      "Task %s needs the approval of %zu more approver(s) before it is done.", slug,
                      json_array_size(pending));
   }
-  r = apply_move(cx, task, from, to, arg_str(args, "reason"), NULL);
+  r = apply_move(cx, task, from, to, tg_json_str(args, "reason"), NULL);
   if (r == TG_OK && !tg_task_status_open(to)) r = unblock_dependents(cx, task);
   if (r < 0) return r;
   *ret = json_pack("{s:s}", "status", tg_task_status_name(to));
@@ -684,9 +668,9 @@ static int task_transition(tg_call_ctx *cx, json_t *args, json_t **ret) {
 
 /* The participant an operator names: an agent by slug, or a user by username. */
 static int find_participant(tg_call_ctx *cx, json_t *args, const char **type, json_t **ret) {
-  const char *agent = arg_str(args, "agentSlug");
+  const char *agent = tg_json_str(args, "agentSlug");
   *type = agent ? "agent" : "user";
-  return agent ? find_agent(cx, agent, ret) : find_user(cx, "username", arg_str(args, "username"), ret);
+  return agent ? tg_lookup_agent(cx, agent, ret) : find_user(cx, "username", tg_json_str(args, "username"), ret);
 }
 
 static const char *participant_name(json_t *row) {
@@ -694,8 +678,8 @@ static const char *participant_name(json_t *row) {
 }
 
 static int task_assign(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  const char *slug = arg_str(args, "taskSlug");
-  const char *role = arg_str(args, "role") ? arg_str(args, "role") : "assignee";
+  const char *slug = tg_json_str(args, "taskSlug");
+  const char *role = tg_json_str(args, "role") ? tg_json_str(args, "role") : "assignee";
   _cleanup_json_ json_t *task = NULL, *who = NULL;
   const char *type;
   int r = find_task(cx, slug, &task);
@@ -727,7 +711,7 @@ static int task_assign(tg_call_ctx *cx, json_t *args, json_t **ret) {
 }
 
 static int task_approve(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  const char *slug = arg_str(args, "taskSlug");
+  const char *slug = tg_json_str(args, "taskSlug");
   _cleanup_json_ json_t *task = NULL, *who = NULL, *row = NULL;
   const char *type;
   int r = find_task(cx, slug, &task);
@@ -745,7 +729,7 @@ static int task_approve(tg_call_ctx *cx, json_t *args, json_t **ret) {
                              "approverType", type, "approver", name),
                    "%s is not an approver of task %s.", name, slug);
   char now[TG_ISO_LEN + 1];
-  now_iso(now);
+  tg_now_iso(now);
   bool changed = json_is_null(json_object_get(row, "approved_at"));
   const char *approved_at = changed ? now : row_str(row, "approved_at");
   if (changed) {
@@ -844,9 +828,9 @@ static int task_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
       " AND ($8 IS NULL OR t.work_id = $8)) OR EXISTS (SELECT 1 FROM task_assignees a"
       " WHERE a.task_id = t.id AND a.actor_type = $9 AND a.actor_id = $10))"
       " ORDER BY t.created_at DESC, t.id DESC LIMIT $11",
-      json_pack("[ss?s?s?s?s?s?s?ssI]", p->tenant_id, arg_str(args, "status"),
-                arg_str(args, "missionSlug"), arg_str(args, "workSlug"),
-                arg_str(args, "assigneeAgentSlug"), mission, idea, work, actor_type(p),
+      json_pack("[ss?s?s?s?s?s?s?ssI]", p->tenant_id, tg_json_str(args, "status"),
+                tg_json_str(args, "missionSlug"), tg_json_str(args, "workSlug"),
+                tg_json_str(args, "assigneeAgentSlug"), mission, idea, work, actor_type(p),
                 p->subject_id, limit + 1),
       &rows);
   if (r < 0) return r;
@@ -876,7 +860,7 @@ static json_t *assignee_view(json_t *row) {
 static int task_show(tg_call_ctx *cx, json_t *args, json_t **ret) {
   _cleanup_json_ json_t *task = NULL, *view_row = NULL, *assignees = NULL, *blocked_by = NULL,
                         *blocks = NULL, *chat = NULL;
-  int r = find_task(cx, arg_str(args, "taskSlug"), &task);
+  int r = find_task(cx, tg_json_str(args, "taskSlug"), &task);
   if (r < 0) return r;
   json_t *id = json_object_get(task, "id");
   r = tg_db_query_row(cx->db, TASK_VIEW_SQL " WHERE t.id = $1", json_pack("[O]", id), &view_row);
@@ -934,18 +918,18 @@ static int slug_taken(tg_call_ctx *cx, const char *table, const char *slug) {
 }
 
 static int mission_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  const char *slug = arg_str(args, "slug");
+  const char *slug = tg_json_str(args, "slug");
   int r = slug_taken(cx, "missions", slug);
   if (r < 0) return r;
   json_t *cap = json_object_get(args, "capCents");
   char id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
   if (tg_uuid7(id) < 0) return TG_E_IO;
-  now_iso(now);
+  tg_now_iso(now);
   r = tg_db_exec(cx->db,
                  "INSERT INTO missions (id, tenant_id, slug, title, description, cap_cents, created_at)"
                  " VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                 json_pack("[sssssOs]", id, cx->principal->tenant_id, slug, arg_str(args, "title"),
-                           arg_str(args, "description") ? arg_str(args, "description") : "",
+                 json_pack("[sssssOs]", id, cx->principal->tenant_id, slug, tg_json_str(args, "title"),
+                           tg_json_str(args, "description") ? tg_json_str(args, "description") : "",
                            cap ? cap : json_null(), now),
                  NULL);
   if (r < 0) return r;
@@ -955,7 +939,7 @@ static int mission_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
   snprintf(summary, sizeof summary, "Mission %s created", slug);
   r = activity(cx, "MISSION_CREATED", &ref, summary,
                json_pack("{s:s,s:s,s:s,s:O}", "missionId", id, "slug", slug, "title",
-                         arg_str(args, "title"), "capCents", cap ? cap : json_null()));
+                         tg_json_str(args, "title"), "capCents", cap ? cap : json_null()));
   if (r < 0) return r;
   *ret = json_pack("{s:s,s:s}", "missionId", id, "slug", slug);
   return *ret ? TG_OK : TG_E_NOMEM;
@@ -1013,7 +997,7 @@ static int mission_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
                   "SELECT id, slug, title, description, status, cap_cents, current_spend_cents,"
                   " created_at FROM missions WHERE tenant_id = $1 AND ($2 IS NULL OR slug = $2)"
                   " AND ($3 IS NULL OR id = $3) ORDER BY created_at, id LIMIT $4",
-                  json_pack("[ss?s?I]", cx->principal->tenant_id, arg_str(args, "missionSlug"),
+                  json_pack("[ss?s?I]", cx->principal->tenant_id, tg_json_str(args, "missionSlug"),
                             nonempty(own.mission_id), limit + 1),
                   &rows);
   if (r < 0) return r;
@@ -1082,19 +1066,19 @@ static int free_idea_slug(tg_call_ctx *cx, const char *base, char *out, size_t s
 
 static int idea_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
   _cleanup_json_ json_t *mission = NULL;
-  int r = find_by_slug(cx, "missions", "missionSlug", arg_str(args, "missionSlug"), &mission);
+  int r = find_by_slug(cx, "missions", "missionSlug", tg_json_str(args, "missionSlug"), &mission);
   if (r < 0) return r;
   char base[IDEA_SLUG_BASE_MAX + 1], slug[IDEA_SLUG_BASE_MAX + 24];
-  slugify(arg_str(args, "title"), base);
+  slugify(tg_json_str(args, "title"), base);
   if ((r = free_idea_slug(cx, base, slug, sizeof slug)) < 0) return r;
   char id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
   if (tg_uuid7(id) < 0) return TG_E_IO;
-  now_iso(now);
+  tg_now_iso(now);
   r = tg_db_exec(cx->db,
                  "INSERT INTO ideas (id, tenant_id, mission_id, slug, title, created_at)"
                  " VALUES ($1, $2, $3, $4, $5, $6)",
                  json_pack("[ssOsss]", id, cx->principal->tenant_id, json_object_get(mission, "id"),
-                           slug, arg_str(args, "title"), now),
+                           slug, tg_json_str(args, "title"), now),
                  NULL);
   if (r < 0) return r;
   tg_scope_ref ref = {0};
@@ -1103,17 +1087,17 @@ static int idea_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
   char summary[160];
   snprintf(summary, sizeof summary, "Idea %s created in mission %s", slug, row_str(mission, "slug"));
   r = activity(cx, "IDEA_CREATED", &ref, summary,
-               json_pack("{s:s,s:s,s:s}", "ideaId", id, "slug", slug, "title", arg_str(args, "title")));
+               json_pack("{s:s,s:s,s:s}", "ideaId", id, "slug", slug, "title", tg_json_str(args, "title")));
   if (r < 0) return r;
   *ret = json_pack("{s:s,s:s}", "ideaId", id, "slug", slug);
   return *ret ? TG_OK : TG_E_NOMEM;
 }
 
 static int work_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  const char *slug = arg_str(args, "slug"), *idea_slug = arg_str(args, "ideaSlug");
+  const char *slug = tg_json_str(args, "slug"), *idea_slug = tg_json_str(args, "ideaSlug");
   _cleanup_json_ json_t *mission = NULL, *idea = NULL;
   int r = slug_taken(cx, "works", slug);
-  if (r == TG_OK) r = find_by_slug(cx, "missions", "missionSlug", arg_str(args, "missionSlug"), &mission);
+  if (r == TG_OK) r = find_by_slug(cx, "missions", "missionSlug", tg_json_str(args, "missionSlug"), &mission);
   if (r == TG_OK && idea_slug) r = find_by_slug(cx, "ideas", "ideaSlug", idea_slug, &idea);
   if (r < 0) return r;
   if (idea && strcmp(row_str(idea, "mission_id"), row_str(mission, "id")) != 0)
@@ -1121,10 +1105,10 @@ static int work_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
                    json_pack("{s:s,s:s,s:s}", "reason", "idea_of_another_mission", "ideaSlug",
                              idea_slug, "missionSlug", row_str(mission, "slug")),
                    "Idea %s belongs to another mission than %s.", idea_slug, row_str(mission, "slug"));
-  const char *title = arg_str(args, "title") ? arg_str(args, "title") : slug;
+  const char *title = tg_json_str(args, "title") ? tg_json_str(args, "title") : slug;
   char id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
   if (tg_uuid7(id) < 0) return TG_E_IO;
-  now_iso(now);
+  tg_now_iso(now);
   r = tg_db_exec(cx->db,
                  "INSERT INTO works (id, tenant_id, mission_id, idea_id, slug, title, created_at)"
                  " VALUES ($1, $2, $3, $4, $5, $6, $7)",

@@ -22,3 +22,5 @@ void tg_iso8601(int64_t ms, char out[TG_ISO_LEN + 1]) {
   size_t n = strftime(out, TG_ISO_LEN + 1, "%Y-%m-%dT%H:%M:%S", &tm);
   snprintf(out + n, TG_ISO_LEN + 1 - n, ".%03uZ", (unsigned)(ms % 1000));
 }
+
+void tg_now_iso(char out[TG_ISO_LEN + 1]) { tg_iso8601(tg_now_ms(), out); }

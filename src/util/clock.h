@@ -8,3 +8,5 @@ int64_t tg_now_ms(void);          /* milliseconds since the Unix epoch */
 uint64_t tg_monotonic_ns(void);   /* for durations only */
 /* Formats ms since the epoch into out[TG_ISO_LEN + 1]. */
 void tg_iso8601(int64_t ms, char out[TG_ISO_LEN + 1]);
+/* The current time, formatted the same way. */
+void tg_now_iso(char out[TG_ISO_LEN + 1]);

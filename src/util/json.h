@@ -10,6 +10,11 @@
  * cut on a UTF-8 boundary. Returns NULL only when out of memory. */
 json_t *tg_json_truncate(json_t *value, size_t max_bytes);
 
+/* The string at key of object, or NULL when absent or not a string (borrowed). */
+static inline const char *tg_json_str(const json_t *object, const char *key) {
+  return json_string_value(json_object_get(object, key));
+}
+
 /* Compact JSON text of value (malloc'd), or NULL when out of memory. */
 char *tg_json_text(const json_t *value);
 

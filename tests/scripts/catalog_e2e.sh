@@ -2,46 +2,7 @@
 # The README's work-management tour against the real binary: a mission and a work, an agent
 # scoped to the work, and that agent creating, discussing and finishing a task through the
 # seed-000 tool names, with the operator's approval in between; then what it reads back.
-set -euo pipefail
-tg=${TG_BINARY:?set by ctest}
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-export TOOLGATE_DATA=$dir/data
-passes=0
-fails=0
-check() { # check DESCRIPTION EXPECTED_STATUS COMMAND...
-  local what=$1 want=$2
-  shift 2
-  set +e
-  "$@" >"$dir/out" 2>"$dir/err"
-  local got=$?
-  set -e
-  if [ "$got" != "$want" ]; then
-    echo "FAIL $what: exit $got, expected $want"
-    sed 's/^/  | /' "$dir/out" "$dir/err"
-    fails=$((fails + 1))
-  else
-    passes=$((passes + 1))
-  fi
-}
-is() { # is DESCRIPTION JQ_FILTER: the last command's stdout satisfies the filter
-  if jq -e "$2" "$dir/out" >/dev/null 2>&1; then
-    passes=$((passes + 1))
-  else
-    echo "FAIL $1: not $2"
-    sed 's/^/  | /' "$dir/out"
-    fails=$((fails + 1))
-  fi
-}
-has() { # has DESCRIPTION PATTERN: the last command's stdout matches
-  if grep -qE -- "$2" "$dir/out"; then
-    passes=$((passes + 1))
-  else
-    echo "FAIL $1: no '$2' in output"
-    sed 's/^/  | /' "$dir/out"
-    fails=$((fails + 1))
-  fi
-}
+source "$(dirname "$0")/lib/check.bash"
 
 check "init --demo" 0 "$tg" init --demo
 
@@ -130,5 +91,4 @@ for cmd in missions ideas works tasks; do
 done
 check "tasks frobnicate" 2 "$tg" tasks frobnicate
 
-echo "$passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish

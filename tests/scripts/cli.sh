@@ -1,27 +1,6 @@
 #!/usr/bin/env bash
 # The CLI end to end against the real binary: the README's tour, exit codes, --help.
-set -euo pipefail
-tg=${TG_BINARY:?set by ctest}
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-export TOOLGATE_DATA=$dir/data
-fails=0
-check() { # check DESCRIPTION EXPECTED_STATUS COMMAND...
-  local what=$1 want=$2
-  shift 2
-  set +e
-  "$@" >"$dir/out" 2>"$dir/err"
-  local got=$?
-  set -e
-  if [ "$got" != "$want" ]; then
-    echo "FAIL $what: exit $got, expected $want"
-    sed 's/^/  | /' "$dir/out" "$dir/err"
-    fails=$((fails + 1))
-  fi
-}
-has() { # has DESCRIPTION PATTERN: the last command's stdout matches
-  grep -qE -- "$2" "$dir/out" || { echo "FAIL $1: no '$2' in output"; sed 's/^/  | /' "$dir/out"; fails=$((fails + 1)); }
-}
+source "$(dirname "$0")/lib/check.bash"
 
 check "call before init" 1 "$tg" call agent.tool.list --agent demo
 check "init --demo" 0 "$tg" init --demo
@@ -33,33 +12,33 @@ has "migrate is idempotent" 'applied 0 migrations'
 check "tools list" 0 "$tg" tools list
 has "catalog" 'agent.tool.list'
 check "tools list --json" 0 "$tg" tools list --json
-jq -e 'map(.canonicalName) | index("admin.agent.create") != null' "$dir/out" >/dev/null || { echo "FAIL catalog json"; fails=$((fails + 1)); }
+is "catalog json" 'map(.canonicalName) | index("admin.agent.create") != null'
 check "tools list --agent demo" 0 "$tg" tools list --agent demo --json
-jq -e 'map(.name) | (index("agent_tool_list") != null) and all(startswith("admin_") | not)' "$dir/out" >/dev/null || { echo "FAIL demo agent's list"; cat "$dir/out"; fails=$((fails + 1)); }
+is "demo agent's list" 'map(.name) | (index("agent_tool_list") != null) and all(startswith("admin_") | not)'
 check "tools list --surface bad" 2 "$tg" tools list --surface nope
 
 check "call agent.tool.list" 0 "$tg" call agent.tool.list --agent demo --args '{}'
-jq -e '.tools[0].name == "agent_tool_list"' "$dir/out" >/dev/null || { echo "FAIL call output"; fails=$((fails + 1)); }
+is "call output" '.tools[0].name == "agent_tool_list"'
 check "call unknown tool" 1 "$tg" call no.such.tool --agent demo
-jq -e '.error.code == "not_found"' "$dir/out" >/dev/null || { echo "FAIL not_found envelope"; fails=$((fails + 1)); }
+is "not_found envelope" '.error.code == "not_found"'
 check "call an api tool as an agent on its surface" 1 "$tg" call admin.agent.list --agent demo
-jq -e '.error.code == "permission_denied" and .error.details.reason == "surface"' "$dir/out" >/dev/null || { echo "FAIL surface envelope"; fails=$((fails + 1)); }
+is "surface envelope" '.error.code == "permission_denied" and .error.details.reason == "surface"'
 check "call with bad args" 1 "$tg" call agent.tool.list --agent demo --args '{"x":1}'
-jq -e '.error.code == "validation_failed" and .error.details.violations[0].keyword == "additionalProperties"' "$dir/out" >/dev/null || { echo "FAIL validation envelope"; cat "$dir/out"; fails=$((fails + 1)); }
+is "validation envelope" '.error.code == "validation_failed" and .error.details.violations[0].keyword == "additionalProperties"'
 check "call with broken JSON" 2 "$tg" call agent.tool.list --agent demo --args '{'
 check "call without a caller" 2 "$tg" call agent.tool.list
 check "call as an unknown agent" 1 "$tg" call agent.tool.list --agent ghost
 check "dry run" 0 "$tg" call agent.tool.list --agent demo --dry-run
-jq -e '.allowed == true and (.gates | length) == 7' "$dir/out" >/dev/null || { echo "FAIL dry run"; cat "$dir/out"; fails=$((fails + 1)); }
+is "dry run" '.allowed == true and (.gates | length) == 7'
 check "dry run refused" 1 "$tg" call admin.run.list --agent demo --surface api --dry-run
-jq -e '.allowed == false and .error.error.details.missingPermission == "runs.read"' "$dir/out" >/dev/null || { echo "FAIL refused dry run"; cat "$dir/out"; fails=$((fails + 1)); }
+is "refused dry run" '.allowed == false and .error.error.details.missingPermission == "runs.read"'
 
 check "agents create" 0 "$tg" agents create --slug helper --grant canAssignTasks
 check "agents create duplicate" 1 "$tg" agents create --slug helper
 check "agents create unknown grant" 1 "$tg" agents create --slug typo --grant task.asign
 check "agents grant" 0 "$tg" agents grant helper runs.read
 check "agents list" 0 "$tg" agents list --json
-jq -e '.agents | map(select(.slug == "helper"))[0] | .permissions.canAssignTasks == true and (.grants | index("runs.read")) != null' "$dir/out" >/dev/null || { echo "FAIL agents list"; cat "$dir/out"; fails=$((fails + 1)); }
+is "agents list" '.agents | map(select(.slug == "helper"))[0] | .permissions.canAssignTasks == true and (.grants | index("runs.read")) != null'
 check "helper reads runs on the api surface" 0 "$tg" call admin.run.list --agent helper --surface api
 check "agents revoke" 0 "$tg" agents revoke helper runs.read
 check "revoked at once" 1 "$tg" call admin.run.list --agent helper --surface api
@@ -70,13 +49,13 @@ check "call by a bad token" 1 "$tg" call agent.tool.list --token tg_nope
 check "call as the owner user" 0 "$tg" call admin.policy.list --user owner
 check "policy set" 0 "$tg" policy set agent.tool.list disabled
 check "disabled by policy" 1 "$tg" call agent.tool.list --agent demo
-jq -e '.error.details.reason == "disabled_by_policy"' "$dir/out" >/dev/null || { echo "FAIL policy envelope"; fails=$((fails + 1)); }
+is "policy envelope" '.error.details.reason == "disabled_by_policy"'
 check "policy back to default" 0 "$tg" policy set agent_tool_list default
 check "policy list" 0 "$tg" policy list
 
 check "workspace set --naming catalog" 0 "$tg" workspace set --naming catalog
 check "catalog profile offers only seed names" 0 "$tg" tools list --agent demo --json
-jq -e 'map(.name) | all(test("^[a-z][A-Za-z]*$"))' "$dir/out" >/dev/null || { echo "FAIL catalog profile list"; cat "$dir/out"; fails=$((fails + 1)); }
+is "catalog profile list" 'map(.name) | all(test("^[a-z][A-Za-z]*$"))'
 check "workspace set bad profile" 1 "$tg" workspace set --naming fancy
 check "workspace set --naming canonical" 0 "$tg" workspace set --naming canonical
 
@@ -85,7 +64,7 @@ run=$(cat "$dir/out")
 check "call in a run" 0 "$tg" call agent.tool.list --agent demo --run "$run"
 check "call in a run again" 0 "$tg" call agent.tool.list --agent demo --run "$run"
 check "runs show" 0 "$tg" runs show "$run" --json
-jq -e '(.logs | length) == 2 and .logs[0].step == "tool:agent.tool.list" and .logs[0].level == "INFO"' "$dir/out" >/dev/null || { echo "FAIL runs show"; cat "$dir/out"; fails=$((fails + 1)); }
+is "runs show" '(.logs | length) == 2 and .logs[0].step == "tool:agent.tool.list" and .logs[0].level == "INFO"'
 check "runs list" 0 "$tg" runs list --agent demo
 check "runs end" 0 "$tg" runs end "$run"
 check "call in an ended run" 1 "$tg" call agent.tool.list --agent demo --run "$run"
@@ -98,5 +77,4 @@ done
 check "unknown command" 2 "$tg" frobnicate
 check "no command" 2 "$tg"
 
-echo "$fails failed"
-[ "$fails" -eq 0 ]
+finish
