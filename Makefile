@@ -26,11 +26,14 @@ build: deps $(BUILD)/CMakeCache.txt
 build-san: deps $(BUILD_SAN)/CMakeCache.txt
 	cmake --build $(BUILD_SAN) -j $(JOBS)
 
-# Until the MCP server lands, "run" sets up a demo workspace and shows the catalog and a call.
+# Sets up a demo workspace on first use (printing the owner's token once), then serves MCP
+# over Streamable HTTP on 127.0.0.1:7878 until interrupted.
+LISTEN ?= 127.0.0.1:7878
 run: build
 	@test -f $(DATA)/toolgate.db || $(TOOLGATE) init --demo
 	$(TOOLGATE) tools list --agent demo
-	$(TOOLGATE) call agent.tool.list --agent demo --args '{}'
+	@echo "serving MCP on http://$(LISTEN)/mcp (Ctrl-C stops); an agent token: $(BUILD)/toolgate --data $(DATA) token create --agent demo"
+	$(TOOLGATE) serve --listen $(LISTEN)
 
 # Sanitizer build first, plain build last, so the output ends with ctest's summary line.
 test: build build-san
