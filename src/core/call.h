@@ -1,7 +1,7 @@
 /* tg_call: the one path every tool call takes, from every surface (DESIGN.md §1, §4).
  * In order: resolve the name → the run it belongs to → surface → the caller's status →
- * authorize against live grants → workspace policy and risk → budget → arguments against the
- * compiled schema →
+ * authorize against live grants → workspace policy and risk → per-run cap → budget →
+ * arguments against the compiled schema →
  * one transaction (handler, activity rows, telemetry row) → result. Every refusal and
  * failure is an error envelope and one telemetry row. */
 #pragma once

@@ -125,6 +125,27 @@ static int gate_run(const tg_gate_input *in, tg_refusal *out) {
   return 0;
 }
 
+/* A tool declaring maxPerRun may succeed that many times in one run (e.g. one agent-file
+ * edit per run); refused calls do not count. */
+static int gate_run_cap(const tg_gate_input *in, tg_refusal *out) {
+  if (!in->tool->max_per_run || !in->run_id) return 0;
+  char step[160];
+  snprintf(step, sizeof step, "tool:%s", in->tool->name);
+  _cleanup_json_ json_t *row = NULL;
+  int r = tg_db_query_row(in->env->db,
+                          "SELECT COUNT(*) AS n FROM agent_run_logs WHERE run_id = $1 AND step = $2"
+                          " AND level = 'INFO'",
+                          json_pack("[ss]", in->run_id, step), &row);
+  if (r < 0) return r;
+  json_int_t done = json_integer_value(json_object_get(row, "n"));
+  if (done < (json_int_t)in->tool->max_per_run) return 0;
+  return refuse(out, TG_ERR_PRECONDITION_FAILED,
+                json_pack("{s:s,s:s,s:i}", "reason", "per_run_cap", "runId", in->run_id,
+                          "maxPerRun", (int)in->tool->max_per_run),
+                "This run already called %s %u time%s; that is its cap per run.", in->tool->name,
+                in->tool->max_per_run, in->tool->max_per_run == 1 ? "" : "s");
+}
+
 /* A call that writes or costs, by an agent inside a mission whose spend reached its cap. */
 static int gate_budget(const tg_gate_input *in, tg_refusal *out) {
   const tg_principal *p = in->principal;
@@ -176,6 +197,7 @@ static const struct {
     {"status", gate_status, FOR_LISTING | FOR_CALL},
     {"permissions", gate_permissions, FOR_LISTING | FOR_CALL},
     {"policy", gate_policy, FOR_LISTING | FOR_CALL},
+    {"run_cap", gate_run_cap, FOR_CALL},
     {"budget", gate_budget, FOR_CALL},
     {"arguments", gate_arguments, FOR_CALL},
 };

@@ -109,6 +109,7 @@ static int build_tool(tg_tool *tool, json_t *decl, const tg_provider *provider, 
   tool->effect = (tg_effect)enum_index(json_string_value(json_object_get(decl, "effect")), effects, 3);
   tool->risk = (tg_risk)enum_index(json_string_value(json_object_get(decl, "risk")), risks, 3);
   tool->flags = parse_flags(json_object_get(decl, "flags"), flags, 4);
+  tool->max_per_run = (unsigned)json_integer_value(json_object_get(decl, "maxPerRun"));
 
   json_t *perms = json_object_get(decl, "permissions");
   tool->n_permissions = json_array_size(perms);

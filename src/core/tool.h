@@ -55,6 +55,7 @@ typedef struct tg_tool {
   tg_effect effect;
   tg_risk risk;
   unsigned flags;    /* tg_tool_flag bits */
+  unsigned max_per_run; /* successful calls one run may make; 0: no cap */
   const char **permissions; /* all required */
   size_t n_permissions;
   json_t *spec;          /* the declaration; the strings above point into it */

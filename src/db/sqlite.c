@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "util/cleanup.h"
+#include "util/clock.h"
 #include "util/embed.h"
 #include "util/status.h"
 
@@ -464,17 +465,6 @@ static int check_migrations(tg_db *db, int *ret_latest) {
   return 0;
 }
 
-/* ISO-8601 UTC with milliseconds: 2026-11-30T12:34:56.789Z. */
-static int utc_now(tg_db *db, char *buf, size_t size) {
-  struct timespec ts;
-  struct tm tm;
-  if (clock_gettime(CLOCK_REALTIME, &ts) != 0 || !gmtime_r(&ts.tv_sec, &tm))
-    return set_err(db, TG_E_DB, "cannot read the clock");
-  snprintf(buf, size, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
-           tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
-  return 0;
-}
-
 /* Runs migration m (number version) inside the caller's transaction and records it. */
 static int apply(tg_db *db, const tg_embedded_file *m, int version) {
   if (injected(db)) return injected_failure(db);
@@ -487,9 +477,8 @@ static int apply(tg_db *db, const tg_embedded_file *m, int version) {
   }
   if (sqlite3_get_autocommit(db->conn))
     return set_err(db, TG_E_INVAL, "migration %s ends the transaction it runs in", m->name);
-  char stamp[64];
-  int r = utc_now(db, stamp, sizeof stamp);
-  if (r < 0) return r;
+  char stamp[TG_ISO_LEN + 1];
+  tg_now_iso(stamp);
   json_t *params = json_pack("[iss]", version, m->name, stamp);
   if (!params) return nomem(db); /* rather than the TG_E_INVAL of a NULL params */
   return tg_db_exec(db,

@@ -64,11 +64,6 @@ void tg_mcp_session_done(tg_mcp_session *s) {
   tg_mcp_session_init(s);
 }
 
-void tg_mcp_reply_done(tg_mcp_reply *reply) {
-  json_decref(reply->message);
-  reply->message = NULL;
-}
-
 bool tg_mcp_legacy_supported(const char *version) {
   for (size_t i = 0; version && i < sizeof legacy_versions / sizeof legacy_versions[0]; i++)
     if (strcmp(version, legacy_versions[i]) == 0) return true;

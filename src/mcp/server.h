@@ -71,10 +71,9 @@ bool tg_mcp_has_claim(const tg_rpc_msg *msg);
 /* Whether version is a legacy revision this server negotiates. */
 bool tg_mcp_legacy_supported(const char *version);
 
-/* Serves msg. Returns 0 with *reply filled (release with tg_mcp_reply_done), or TG_E_NOMEM. */
+/* Serves msg. Returns 0 with *reply filled (the caller owns reply->message), or TG_E_NOMEM. */
 int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_rpc_msg *msg,
                   tg_mcp_reply *reply);
-void tg_mcp_reply_done(tg_mcp_reply *reply);
 
 /* The MCP tool annotations of tool, derived from its effect, risk and flags. */
 json_t *tg_mcp_annotations(const tg_tool *tool);

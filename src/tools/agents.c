@@ -12,6 +12,7 @@
 #include "core/scope.h"
 #include "domain/cron.h"
 #include "domain/secret_scan.h"
+#include "tools/lookup.h"
 #include "tools/providers.h"
 #include "tools/repo.h"
 #include "util/cleanup.h"
@@ -171,19 +172,6 @@ static int check_yaml(tg_call_ctx *cx, const char *text, size_t len) {
   return r;
 }
 
-/* How many edits of agent files the current run already made. */
-static int edits_in_run(tg_call_ctx *cx, long *ret) {
-  *ret = 0;
-  if (!cx->run_id) return TG_OK;
-  _cleanup_json_ json_t *row = NULL;
-  int r = tg_db_query_row(cx->db,
-                          "SELECT COUNT(*) AS n FROM agent_run_logs WHERE run_id = $1 AND step = $2"
-                          " AND level = 'INFO'",
-                          json_pack("[ss]", cx->run_id, "tool:agent.file.edit"), &row);
-  if (r == TG_OK) *ret = (long)json_integer_value(json_object_get(row, "n"));
-  return r;
-}
-
 static int file_edit(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const tg_principal *p = cx->principal;
   if (p->kind != TG_PRINCIPAL_AGENT)
@@ -198,15 +186,7 @@ static int file_edit(tg_call_ctx *cx, json_t *args, json_t **ret) {
                    json_pack("{s:s,s:I,s:i}", "reason", "too_large", "bytes", (json_int_t)len,
                              "maxBytes", BODY_MAX),
                    "The body holds %zu bytes; an agent file holds at most %d.", len, BODY_MAX);
-  long edits;
-  int r = edits_in_run(cx, &edits);
-  if (r < 0) return r;
-  if (edits > 0)
-    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
-                   json_pack("{s:s,s:s,s:i}", "reason", "per_run_cap", "runId", cx->run_id,
-                             "maxEditsPerRun", 1),
-                   "This run already edited an agent file; one edit per run.");
-  r = scan(cx, name, body, len);
+  int r = scan(cx, name, body, len);
   const char *message = tg_json_str(args, "commitMessage");
   if (r == TG_OK && message) r = scan(cx, "commitMessage", message, strlen(message));
   if (r == TG_OK && strcmp(name, "agent.yml") == 0) r = check_yaml(cx, body, len);
@@ -535,12 +515,8 @@ static const lifecycle unarchive_move = {{"archived"}, "paused", {"AGENT_UNARCHI
 static int lifecycle_move(tg_call_ctx *cx, json_t *args, json_t **ret, const lifecycle *m) {
   const char *slug = tg_json_str(args, "agentSlug");
   _cleanup_json_ json_t *agent = NULL;
-  int r = tg_db_query_row(cx->db, "SELECT id, status FROM agents WHERE tenant_id = $1 AND slug = $2",
-                          json_pack("[ss]", cx->principal->tenant_id, slug), &agent);
+  int r = tg_lookup_agent(cx, slug, &agent);
   if (r < 0) return r;
-  if (!agent)
-    return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "agentSlug", slug),
-                   "No agent %s in this workspace.", slug);
   const char *status = json_string_value(json_object_get(agent, "status"));
   int k = -1;
   json_t *allowed = json_array();

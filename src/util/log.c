@@ -5,9 +5,7 @@
 
 #include "util/clock.h"
 
-static tg_log_level min_level = TG_LOG_INFO;
-
-void tg_log_set_level(tg_log_level min) { min_level = min; }
+static const tg_log_level min_level = TG_LOG_INFO;
 
 void tg_log(tg_log_level level, const char *fmt, ...) {
   static const char *const names[] = {"debug", "info", "warn", "error"};

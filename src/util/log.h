@@ -3,5 +3,4 @@
 
 typedef enum { TG_LOG_DEBUG, TG_LOG_INFO, TG_LOG_WARN, TG_LOG_ERROR } tg_log_level;
 
-void tg_log_set_level(tg_log_level min);
 void tg_log(tg_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

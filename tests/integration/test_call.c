@@ -325,7 +325,7 @@ static void test_dry_run_writes_nothing(void **state) {
   tg_call_result res;
   assert_int_equal(tg_call(&w->f->env, &req, &res), 0);
   assert_true(json_is_true(json_object_get(res.value, "allowed")));
-  assert_int_equal(json_array_size(json_object_get(res.value, "gates")), 7);
+  assert_int_equal(json_array_size(json_object_get(res.value, "gates")), 8);
   tg_call_result_done(&res);
   req.principal_id = w->reader;
   assert_int_equal(tg_call(&w->f->env, &req, &res), TG_E_TOOL);
