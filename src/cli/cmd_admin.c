@@ -57,6 +57,7 @@ static void show_agents(json_t *result) {
       printf("%s%s", k ? "," : "", json_string_value(g));
     putchar('\n');
   }
+  if (json_is_true(json_object_get(result, "truncated"))) puts("(more agents not shown)");
 }
 
 static int agents_list(cli *c, int argc, char **argv) {

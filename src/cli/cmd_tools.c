@@ -55,6 +55,9 @@ static void print_table(json_t *tools) {
   }
 }
 
+/* admin.agent.tools answers {"tools": [...]}. */
+static void print_listed(json_t *result) { print_table(json_object_get(result, "tools")); }
+
 static int tools_list(cli *c, int argc, char **argv) {
   static const struct option options[] = {{"agent", required_argument, NULL, 'a'},
                                           {"surface", required_argument, NULL, 's'},
@@ -72,26 +75,12 @@ static int tools_list(cli *c, int argc, char **argv) {
     else if (opt == '?') return cli_usage(usage, "tools list: bad option");
   }
   if (optind < argc) return cli_usage(usage, "tools list: unexpected '%s'", argv[optind]);
-  _cleanup_json_ json_t *tools = NULL;
-  if (!agent) {
-    if (cli_open_registry(c) != CLI_OK) return CLI_FAILED;
-    tools = catalog(c->registry);
-  } else {
-    if (cli_open(c, false) != CLI_OK) return CLI_FAILED;
-    char id[TG_UUID_LEN + 1];
-    tg_principal *p = NULL;
-    if (tg_principal_lookup(c->db, c->tenant_id, TG_PRINCIPAL_AGENT, agent, id) < 0 ||
-        tg_principal_load(c->db, id, &p) < 0) {
-      fprintf(stderr, "toolgate: no agent '%s' in this workspace\n", agent);
-      return CLI_FAILED;
-    }
-    int r = tg_tools_usable(&c->env, p, surface, &tools);
-    tg_principal_free(p);
-    if (r < 0) {
-      fprintf(stderr, "toolgate: cannot compute the tool list: %s\n", tg_db_errmsg(c->db));
-      return CLI_FAILED;
-    }
+  if (agent) {
+    json_t *args = json_pack("{s:s,s:s}", "agentSlug", agent, "surface", tg_surface_name(surface));
+    return cli_operate(c, "admin.agent.tools", args, json, print_listed);
   }
+  if (cli_open_registry(c) != CLI_OK) return CLI_FAILED;
+  _cleanup_json_ json_t *tools = catalog(c->registry);
   if (json) cli_print_json(tools);
   else print_table(tools);
   return CLI_OK;

@@ -43,6 +43,22 @@ static int tool_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return *ret ? TG_OK : TG_E_NOMEM;
 }
 
+static int agent_tools(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  _cleanup_json_ json_t *agent = NULL;
+  int r = tg_lookup_agent(cx, tg_json_str(args, "agentSlug"), &agent);
+  if (r < 0) return r;
+  tg_principal *p = NULL;
+  r = tg_principal_load(cx->db, tg_json_str(agent, "principal_id"), &p);
+  if (r < 0) return r;
+  const char *surface = tg_json_str(args, "surface");
+  json_t *tools = NULL;
+  r = tg_tools_usable(cx->env, p, surface ? tg_surface_parse(surface) : TG_SURFACE_AGENT, &tools);
+  tg_principal_free(p);
+  if (r < 0) return r;
+  *ret = json_pack("{s:o}", "tools", tools);
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
 /* "tenant" or "mission:SLUG" / "idea:SLUG" / "work:SLUG" → type and id. */
 static int resolve_scope(tg_call_ctx *cx, const char *scope, const char **type,
                          json_t **scope_row) {
@@ -133,6 +149,8 @@ static int agent_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
 }
 
 static int agent_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  json_int_t limit = json_integer_value(json_object_get(args, "limit"));
+  if (!limit) limit = 100;
   _cleanup_json_ json_t *rows = NULL, *grant_rows = NULL;
   int r = tg_db_query(
       cx->db,
@@ -141,15 +159,17 @@ static int agent_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
       " LEFT JOIN missions m ON a.scope_type = 'mission' AND m.id = a.scope_id"
       " LEFT JOIN ideas i ON a.scope_type = 'idea' AND i.id = a.scope_id"
       " LEFT JOIN works w ON a.scope_type = 'work' AND w.id = a.scope_id"
-      " WHERE a.tenant_id = $1 ORDER BY a.slug",
-      json_pack("[s]", cx->principal->tenant_id), &rows);
+      " WHERE a.tenant_id = $1 ORDER BY a.slug LIMIT $2",
+      json_pack("[sI]", cx->principal->tenant_id, limit + 1), &rows);
   if (r == TG_OK)
     r = tg_db_query(cx->db,
                     "SELECT g.principal_id, g.permission FROM grants g"
-                    " JOIN agents a ON a.principal_id = g.principal_id"
-                    " WHERE a.tenant_id = $1 ORDER BY g.permission",
-                    json_pack("[s]", cx->principal->tenant_id), &grant_rows);
+                    " WHERE g.principal_id IN (SELECT principal_id FROM agents WHERE tenant_id = $1"
+                    " ORDER BY slug LIMIT $2) ORDER BY g.permission",
+                    json_pack("[sI]", cx->principal->tenant_id, limit), &grant_rows);
   if (r < 0) return r;
+  bool truncated = (json_int_t)json_array_size(rows) > limit;
+  if (truncated) json_array_remove(rows, json_array_size(rows) - 1);
   json_t *agents = json_array();
   size_t i, k;
   json_t *row, *g;
@@ -179,7 +199,7 @@ static int agent_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
                                             json_object_get(row, "status"), "grants", grants,
                                             "permissions", flags));
   }
-  *ret = json_pack("{s:o}", "agents", agents);
+  *ret = json_pack("{s:o,s:b}", "agents", agents, "truncated", truncated);
   return *ret ? TG_OK : TG_E_NOMEM;
 }
 
@@ -405,7 +425,8 @@ static int run_show(tg_call_ctx *cx, json_t *args, json_t **ret) {
 }
 
 static const tg_handler_entry handlers[] = {
-    {"agent.tool.list", tool_list},     {"admin.agent.create", agent_create},
+    {"agent.tool.list", tool_list},     {"admin.agent.tools", agent_tools},
+    {"admin.agent.create", agent_create},
     {"admin.agent.list", agent_list},   {"admin.grant.add", grant_add},
     {"admin.grant.revoke", grant_revoke}, {"admin.token.create", token_create},
     {"admin.policy.set", policy_set},   {"admin.policy.list", policy_list},

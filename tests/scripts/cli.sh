@@ -14,7 +14,11 @@ has "catalog" 'agent.tool.list'
 check "tools list --json" 0 "$tg" tools list --json
 is "catalog json" 'map(.canonicalName) | index("admin.agent.create") != null'
 check "tools list --agent demo" 0 "$tg" tools list --agent demo --json
-is "demo agent's list" 'map(.name) | (index("agent_tool_list") != null) and all(startswith("admin_") | not)'
+is "demo agent's list" '.tools | map(.name) | (index("agent_tool_list") != null) and all(startswith("admin_") | not)'
+check "tools list --agent on the api surface" 0 "$tg" tools list --agent demo --surface api --json
+is "api surface list" '.tools | map(.name) | index("agent_tool_list") != null'
+check "tools list for an unknown agent" 1 "$tg" tools list --agent ghost
+is "unknown agent" '.error.code == "not_found"'
 check "tools list --surface bad" 2 "$tg" tools list --surface nope
 
 check "call agent.tool.list" 0 "$tg" call agent.tool.list --agent demo --args '{}'
@@ -55,7 +59,7 @@ check "policy list" 0 "$tg" policy list
 
 check "workspace set --naming catalog" 0 "$tg" workspace set --naming catalog
 check "catalog profile offers only seed names" 0 "$tg" tools list --agent demo --json
-is "catalog profile list" 'map(.name) | all(test("^[a-z][A-Za-z]*$"))'
+is "catalog profile list" '.tools | length > 0 and (map(.name) | all(test("^[a-z][A-Za-z]*$")))'
 check "workspace set bad profile" 1 "$tg" workspace set --naming fancy
 check "workspace set --naming canonical" 0 "$tg" workspace set --naming canonical
 
