@@ -170,7 +170,8 @@ static int agent_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
   if (r < 0) return r;
   bool truncated = (json_int_t)json_array_size(rows) > limit;
   if (truncated) json_array_remove(rows, json_array_size(rows) - 1);
-  json_t *agents = json_array();
+  _cleanup_json_ json_t *agents = json_array();
+  if (!agents) return TG_E_NOMEM;
   size_t i, k;
   json_t *row, *g;
   json_array_foreach(rows, i, row) {
@@ -192,14 +193,14 @@ static int agent_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
     const char *scope_slug = json_string_value(json_object_get(row, "scope_slug"));
     char scope[128];
     snprintf(scope, sizeof scope, "%s%s%s", type, scope_slug ? ":" : "", scope_slug ? scope_slug : "");
-    json_array_append_new(agents, json_pack("{s:O,s:O,s:O,s:s,s:O,s:o,s:o}", "id",
-                                            json_object_get(row, "id"), "slug",
-                                            json_object_get(row, "slug"), "name",
-                                            json_object_get(row, "name"), "scope", scope, "status",
-                                            json_object_get(row, "status"), "grants", grants,
-                                            "permissions", flags));
+    json_t *entry = json_pack("{s:O,s:O,s:O,s:s,s:O,s:o,s:o}", "id", json_object_get(row, "id"),
+                              "slug", json_object_get(row, "slug"), "name",
+                              json_object_get(row, "name"), "scope", scope, "status",
+                              json_object_get(row, "status"), "grants", grants, "permissions",
+                              flags);
+    if (json_array_append_new(agents, entry) < 0) return TG_E_NOMEM;
   }
-  *ret = json_pack("{s:o,s:b}", "agents", agents, "truncated", truncated);
+  *ret = json_pack("{s:O,s:b}", "agents", agents, "truncated", truncated);
   return *ret ? TG_OK : TG_E_NOMEM;
 }
 
@@ -306,7 +307,8 @@ static int policy_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
   int r = tg_db_query(cx->db, "SELECT tool_name, mode FROM tool_policies WHERE tenant_id = $1",
                       json_pack("[s]", cx->principal->tenant_id), &rows);
   if (r < 0) return r;
-  json_t *tools = json_array();
+  _cleanup_json_ json_t *tools = json_array();
+  if (!tools) return TG_E_NOMEM;
   for (size_t i = 0; i < tg_registry_count(cx->env->registry); i++) {
     const tg_tool *t = tg_registry_at(cx->env->registry, i);
     const char *mode = t->risk == TG_RISK_HIGH ? "disabled" : "enabled", *source = "default";
@@ -318,10 +320,12 @@ static int policy_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
         source = "policy";
       }
     }
-    json_array_append_new(tools, json_pack("{s:s,s:s,s:s,s:s}", "tool", t->name, "risk",
-                                           tg_risk_name(t->risk), "mode", mode, "source", source));
+    if (json_array_append_new(tools, json_pack("{s:s,s:s,s:s,s:s}", "tool", t->name, "risk",
+                                               tg_risk_name(t->risk), "mode", mode, "source",
+                                               source)) < 0)
+      return TG_E_NOMEM;
   }
-  *ret = json_pack("{s:o}", "tools", tools);
+  *ret = json_pack("{s:O}", "tools", tools);
   return *ret ? TG_OK : TG_E_NOMEM;
 }
 
