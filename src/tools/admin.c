@@ -168,8 +168,7 @@ static int agent_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
                     " ORDER BY slug LIMIT $2) ORDER BY g.permission",
                     json_pack("[sI]", cx->principal->tenant_id, limit), &grant_rows);
   if (r < 0) return r;
-  bool truncated = (json_int_t)json_array_size(rows) > limit;
-  if (truncated) json_array_remove(rows, json_array_size(rows) - 1);
+  bool truncated = tg_json_cut(rows, limit);
   _cleanup_json_ json_t *agents = json_array();
   if (!agents) return TG_E_NOMEM;
   size_t i, k;
@@ -395,8 +394,7 @@ static int run_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
                       " ORDER BY r.started_at DESC, r.id DESC LIMIT $3",
                       json_pack("[ss?I]", cx->principal->tenant_id, slug, limit + 1), &runs);
   if (r < 0) return r;
-  bool truncated = (json_int_t)json_array_size(runs) > limit;
-  if (truncated) json_array_remove(runs, json_array_size(runs) - 1);
+  bool truncated = tg_json_cut(runs, limit);
   *ret = json_pack("{s:o,s:b}", "runs", runs, "truncated", truncated);
   return *ret ? TG_OK : TG_E_NOMEM;
 }

@@ -165,12 +165,11 @@ static int activity_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
   _cleanup_json_ json_t *found = NULL;
   int r = tg_db_query(cx->db, sql, params, &found);
   if (r < 0) return r;
-  bool truncated = (json_int_t)json_array_size(found) > limit;
+  bool truncated = tg_json_cut(found, limit);
   json_t *rows = json_array();
   size_t i;
   json_t *row;
   json_array_foreach(found, i, row) {
-    if ((json_int_t)i >= limit) break;
     json_t *out = json_pack("{s:O,s:O,s:O,s:O}", "id", json_object_get(row, "id"), "actionType",
                             json_object_get(row, "action_type"), "createdAt",
                             json_object_get(row, "created_at"), "summary",
@@ -367,8 +366,7 @@ static int skill_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
     r = active_skills(cx, &chain, "s.slug, s.name, s.description", NULL, SKILLS_ACTIVE_MAX + 1,
                       &skills);
   if (r < 0) return r;
-  bool truncated = json_array_size(skills) > SKILLS_ACTIVE_MAX;
-  if (truncated) json_array_remove(skills, SKILLS_ACTIVE_MAX);
+  bool truncated = tg_json_cut(skills, SKILLS_ACTIVE_MAX);
   *ret = json_pack("{s:o,s:b}", "skills", skills, "truncated", truncated);
   return *ret ? TG_OK : TG_E_NOMEM;
 }
@@ -513,8 +511,7 @@ static int kb_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
                 limit + 1),
       &found);
   if (r < 0) return r;
-  bool truncated = (json_int_t)json_array_size(found) > limit;
-  if (truncated) json_array_remove(found, json_array_size(found) - 1);
+  bool truncated = tg_json_cut(found, limit);
   *ret = json_pack("{s:o,s:b}", "documents", found, "truncated", truncated);
   return *ret ? TG_OK : TG_E_NOMEM;
 }
@@ -715,12 +712,11 @@ static int skill_catalog_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
                       json_pack("[sI]", cx->principal->tenant_id, limit + 1), &found);
   if (r == TG_OK) r = binding_labels(cx, NULL, &bindings);
   if (r < 0) return r;
-  bool truncated = (json_int_t)json_array_size(found) > limit;
+  bool truncated = tg_json_cut(found, limit);
   json_t *skills = json_array();
   size_t i;
   json_t *s;
   json_array_foreach(found, i, s) {
-    if ((json_int_t)i >= limit) break;
     const char *id = json_string_value(json_object_get(s, "id"));
     json_t *tools = json_loads(json_string_value(json_object_get(s, "allowed_tools")), 0, NULL);
     json_array_append_new(skills,

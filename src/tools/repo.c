@@ -558,12 +558,11 @@ static int pr_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
                                 tg_json_str(args, "state"), limit + 1),
                       &rows);
   if (r < 0) return r;
-  bool truncated = (json_int_t)json_array_size(rows) > limit;
+  bool truncated = tg_json_cut(rows, limit);
   json_t *list = json_array();
   size_t i;
   json_t *row;
   json_array_foreach(rows, i, row) {
-    if ((json_int_t)i == limit) break;
     json_array_append_new(list, pr_json(row));
   }
   *ret = json_pack("{s:o,s:b}", "pullRequests", list, "truncated", truncated);

@@ -24,6 +24,7 @@
 #define NESTED_MAX 100      /* ideas and works per mission in work.mission.list */
 #define IDEA_SLUG_BASE_MAX 50
 #define SUMMARY_TITLE_MAX 80 /* characters of a title quoted in an activity summary */
+#define PARTICIPANTS_MAX 100 /* assignees, reviewers and approvers of one task */
 
 static const char *row_str(json_t *row, const char *key) {
   return json_string_value(json_object_get(row, key));
@@ -686,6 +687,15 @@ static int task_assign(tg_call_ctx *cx, json_t *args, json_t **ret) {
   if (r == TG_OK) r = find_participant(cx, args, &type, &who);
   if (r == TG_OK && strcmp(type, "agent") == 0) r = check_assignable(cx, who);
   if (r < 0) return r;
+  _cleanup_json_ json_t *count = NULL;
+  r = tg_db_query_row(cx->db, "SELECT COUNT(*) AS n FROM task_assignees WHERE task_id = $1",
+                      json_pack("[O]", json_object_get(task, "id")), &count);
+  if (r < 0) return r;
+  if (json_integer_value(json_object_get(count, "n")) >= PARTICIPANTS_MAX)
+    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
+                   json_pack("{s:s,s:s,s:i}", "reason", "too_many_participants", "taskSlug", slug,
+                             "max", PARTICIPANTS_MAX),
+                   "Task %s already has %d people on it.", slug, PARTICIPANTS_MAX);
   int64_t changes = 0;
   r = add_participant(cx, row_str(task, "id"), type, row_str(who, "id"), role, &changes);
   /* An agent joining a running task as assignee joins its current start. */
@@ -804,12 +814,6 @@ static json_t *views(json_t *rows, json_t *(*view)(json_t *)) {
 }
 
 /* Keeps the first limit rows; true when there were more. */
-static bool cut(json_t *rows, json_int_t limit) {
-  bool more = (json_int_t)json_array_size(rows) > limit;
-  while ((json_int_t)json_array_size(rows) > limit) json_array_remove(rows, json_array_size(rows) - 1);
-  return more;
-}
-
 static int task_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const tg_principal *p = cx->principal;
   json_int_t limit = json_integer_value(json_object_get(args, "limit"));
@@ -834,7 +838,7 @@ static int task_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
                 p->subject_id, limit + 1),
       &rows);
   if (r < 0) return r;
-  bool truncated = cut(rows, limit);
+  bool truncated = tg_json_cut(rows, limit);
   json_t *tasks = views(rows, task_view);
   if (!tasks) return TG_E_NOMEM;
   *ret = json_pack("{s:o,s:b}", "tasks", tasks, "truncated", truncated);
@@ -892,7 +896,7 @@ static int task_show(tg_call_ctx *cx, json_t *args, json_t **ret) {
                     " WHERE c.task_id = $1 ORDER BY c.created_at DESC, c.id DESC LIMIT $2",
                     json_pack("[Oi]", id, CHAT_SHOW_MAX + 1), &chat);
   if (r < 0) return r;
-  bool blocks_more = cut(blocks, BLOCKS_SHOW_MAX), chat_more = cut(chat, CHAT_SHOW_MAX);
+  bool blocks_more = tg_json_cut(blocks, BLOCKS_SHOW_MAX), chat_more = tg_json_cut(chat, CHAT_SHOW_MAX);
   json_t *chat_views = json_array(); /* oldest first, like a conversation reads */
   for (size_t i = json_array_size(chat); chat_views && i-- > 0;)
     json_array_append_new(chat_views, chat_view(json_array_get(chat, i)));
@@ -1001,7 +1005,7 @@ static int mission_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
                             nonempty(own.mission_id), limit + 1),
                   &rows);
   if (r < 0) return r;
-  bool truncated = cut(rows, limit);
+  bool truncated = tg_json_cut(rows, limit);
   json_t *missions = json_array();
   *ret = json_pack("{s:o,s:b}", "missions", missions, "truncated", truncated);
   if (!*ret) return TG_E_NOMEM;

@@ -56,3 +56,9 @@ json_t *tg_json_parse(const char *text, size_t max_bytes, char **reterr) {
     *reterr = NULL;
   return value;
 }
+
+bool tg_json_cut(json_t *rows, json_int_t limit) {
+  bool more = (json_int_t)json_array_size(rows) > limit;
+  while ((json_int_t)json_array_size(rows) > limit) json_array_remove(rows, json_array_size(rows) - 1);
+  return more;
+}

@@ -15,6 +15,10 @@ static inline const char *tg_json_str(const json_t *object, const char *key) {
   return json_string_value(json_object_get(object, key));
 }
 
+/* For lists fetched with one row more than asked: drops the rows past limit and says
+ * whether there were any (the "truncated" of a listing). */
+bool tg_json_cut(json_t *rows, json_int_t limit);
+
 /* Compact JSON text of value (malloc'd), or NULL when out of memory. */
 char *tg_json_text(const json_t *value);
 

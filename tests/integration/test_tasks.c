@@ -927,6 +927,28 @@ static void test_mission_isolation(void **state) {
   tg_call_result_done(&res);
 }
 
+/* A task holds at most 100 participants (each person in each role counts once). */
+static void test_participants_are_bounded(void **state) {
+  world *w = *state;
+  tslug t = task(w, w->boss, "{\"title\":\"crowded\"}");
+  static const char *const roles[] = {"assignee", "reviewer", "approver"};
+  int added = 0;
+  for (int i = 0; added < 100; i++) {
+    char slug[32], args[64], principal[TG_UUID_LEN + 1];
+    snprintf(slug, sizeof slug, "crowd-%d", i);
+    snprintf(args, sizeof args, "{\"slug\":\"%s\"}", slug);
+    fixture_agent(w->f, args, principal);
+    for (int k = 0; k < 3 && added < 100; k++, added++)
+      json_decref(ok(w, w->f->owner, "work.task.assign",
+                     "{\"taskSlug\":\"%s\",\"agentSlug\":\"%s\",\"role\":\"%s\"}", t.s, slug,
+                     roles[k]));
+  }
+  json_t *d = fails(w, w->f->owner, "work.task.assign", "precondition_failed",
+                    "{\"taskSlug\":\"%s\",\"agentSlug\":\"boss\",\"role\":\"reviewer\"}", t.s);
+  assert_string_equal(json_string_value(json_object_get(d, "reason")), "too_many_participants");
+  json_decref(d);
+}
+
 static void test_workspace_isolation(void **state) {
   world *w = *state;
   tslug mine = task(w, w->boss, "{\"title\":\"ours\"}");
@@ -1143,7 +1165,8 @@ int main(void) {
       T(test_approvals_before_done),
       T(test_blockers_gate_and_release),
       T(test_mission_isolation),
-      T(test_workspace_isolation),
+    T(test_participants_are_bounded),
+    T(test_workspace_isolation),
       T(test_operator_tools),
       T(test_catalog_naming_profile),
       T(test_failures_roll_back),
