@@ -160,6 +160,9 @@ static void record_failure(call_state *st, tg_errcode code, const char *message,
   tg_db *db = st->env->db;
   int r = tg_db_begin(db);
   if (r == TG_OK && ran && !*st->run_id) r = open_own_run(st, "failed");
+  else if (r == TG_OK && ran && !st->req->run_id) /* committed, then an after-commit step failed */
+    r = tg_db_exec(db, "UPDATE agent_runs SET status = 'failed' WHERE id = $1",
+                   json_pack("[s]", st->run_id), NULL);
   if (r == TG_OK) r = write_telemetry(st, code, message, 0);
   if (r == TG_OK) r = tg_db_commit(db);
   if (r < 0) {
@@ -190,7 +193,40 @@ static int internal(call_state *st, tg_call_result *ret, const char *what, bool 
   return answer(ret, TG_ERR_INTERNAL_ERROR, message, NULL);
 }
 
-/* The handler, its activity rows, the run and the telemetry row: one transaction. */
+bool tg_call_test_die_after_commit;
+
+int tg_call_after(tg_call_ctx *cx, tg_after_fn fn, void *arg, void (*free_arg)(void *)) {
+  if (cx->n_after == TG_AFTER_MAX) {
+    if (free_arg) free_arg(arg);
+    return TG_E_NOMEM;
+  }
+  cx->after[cx->n_after++] = (struct tg_call_after_step){fn, arg, free_arg};
+  return TG_OK;
+}
+
+/* Runs the after-commit steps (run = false: only frees them); the first failure stops the rest. */
+static int finish_after(tg_call_ctx *cx, bool run) {
+  int r = TG_OK;
+  for (size_t i = 0; i < cx->n_after; i++) {
+    struct tg_call_after_step *step = &cx->after[i];
+    if (run && r == TG_OK && !tg_call_test_die_after_commit) r = step->fn(cx, step->arg);
+    if (step->free_arg) step->free_arg(step->arg);
+  }
+  cx->n_after = 0;
+  return r;
+}
+
+/* The handler's failure as the call's answer, with its telemetry row. */
+static int handler_failed(call_state *st, tg_call_ctx *cx, tg_call_result *ret) {
+  json_t *error = json_object_get(cx->error, "error");
+  record_failure(st, cx->code, json_string_value(json_object_get(error, "message")), true);
+  ret->code = cx->code;
+  ret->value = cx->error;
+  return TG_E_TOOL;
+}
+
+/* The handler, its activity rows, the run and the telemetry row: one transaction; then the
+ * handler's after-commit steps. */
 static int execute(call_state *st, tg_call_result *ret) {
   tg_db *db = st->env->db;
   tg_call_ctx cx = {.env = st->env, .db = db, .tool = st->tool, .principal = st->principal,
@@ -217,20 +253,22 @@ static int execute(call_state *st, tg_call_result *ret) {
   if (r == TG_OK) r = write_telemetry(st, TG_ERR_NONE, NULL, cx.cost_cents);
   if (r == TG_OK) r = tg_db_commit(db);
   if (r == TG_OK) {
-    ret->code = TG_ERR_NONE;
-    ret->value = result;
-    return TG_OK;
+    r = finish_after(&cx, true);
+    if (r == TG_OK) {
+      ret->code = TG_ERR_NONE;
+      ret->value = result;
+      return TG_OK;
+    }
+    json_decref(result);
+    if (r == TG_E_TOOL && cx.error) return handler_failed(st, &cx, ret);
+    json_decref(cx.error);
+    return internal(st, ret, "an after-commit step failed", true);
   }
+  finish_after(&cx, false);
   json_decref(result);
   tg_db_rollback(db);
   if (!st->req->run_id) *st->run_id = '\0'; /* rolled back; record_failure writes it again */
-  if (r == TG_E_TOOL && cx.error) {
-    json_t *error = json_object_get(cx.error, "error");
-    record_failure(st, cx.code, json_string_value(json_object_get(error, "message")), true);
-    ret->code = cx.code;
-    ret->value = cx.error;
-    return TG_E_TOOL;
-  }
+  if (r == TG_E_TOOL && cx.error) return handler_failed(st, &cx, ret);
   json_decref(cx.error);
   return internal(st, ret, "handler or commit failed", true);
 }

@@ -49,6 +49,9 @@ typedef struct tg_call_result {
 int tg_call(const tg_env *env, const tg_call_request *req, tg_call_result *ret);
 void tg_call_result_done(tg_call_result *ret);
 
+#define TG_AFTER_MAX 4 /* after-commit steps of one call */
+typedef int (*tg_after_fn)(tg_call_ctx *cx, void *arg);
+
 /* The context a handler receives. */
 struct tg_call_ctx {
   const tg_env *env;
@@ -62,7 +65,23 @@ struct tg_call_ctx {
   json_t *error;      /* envelope set by tg_fail */
   json_t *activity;   /* rows queued by tg_activity, written before commit */
   int64_t cost_cents;
+  struct tg_call_after_step {
+    tg_after_fn fn;
+    void *arg;
+    void (*free_arg)(void *);
+  } after[TG_AFTER_MAX]; /* registered by tg_call_after */
+  size_t n_after;
 };
+
+/* Registers fn(cx, arg) to run once the call's transaction has committed, outside any
+ * transaction (never when it rolls back), in the order registered; free_arg(arg) runs in
+ * every case. A step that fails (tg_fail, or a TG_E_* status) turns the call's answer into
+ * that failure; the call's telemetry gets a row for it, and the step undoes or marks what the
+ * committed transaction recorded. TG_E_NOMEM (arg freed) when TG_AFTER_MAX are registered. */
+int tg_call_after(tg_call_ctx *cx, tg_after_fn fn, void *arg, void (*free_arg)(void *));
+
+/* Tests: drop the after-commit steps, as a process killed right after the commit would. */
+extern bool tg_call_test_die_after_commit;
 
 /* Records a tool-level failure; returns TG_E_TOOL for the handler to return. details is
  * stolen and may be NULL. The message must be safe to show to a model. */

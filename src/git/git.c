@@ -1,19 +1,14 @@
 #define _GNU_SOURCE
 #include "git/git.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <git2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "util/log.h"
 #include "util/status.h"
 
-#define INTENTS_FILE "toolgate-intents"
-#define INTENTS_MAX (1024 * 1024) /* bytes; recovery empties the file at every use */
 #define CONFLICTS_MAX 50
 
 void (*tg_git_test_before_move)(const char *repo_path, const char *branch);
@@ -51,11 +46,18 @@ int tg_git_open(const char *path, const char *default_branch, tg_git **ret) {
   }
   opts.flags = GIT_REPOSITORY_INIT_BARE | GIT_REPOSITORY_INIT_MKPATH | GIT_REPOSITORY_INIT_MKDIR;
   opts.initial_head = default_branch;
-  if (git_repository_init_ext(&g->repo, path, &opts) < 0) {
+  git_config *config = NULL;
+  /* Bare repositories keep no reflog by default; the branch logs are how a later use tells
+   * a recorded move that never applied from one applied and then undone by another writer. */
+  if (git_repository_init_ext(&g->repo, path, &opts) < 0 ||
+      git_repository_config(&config, g->repo) < 0 ||
+      git_config_set_bool(config, "core.logAllRefUpdates", 1) < 0) {
     int r = fail_io("create repository");
+    git_config_free(config);
     tg_git_close(g);
     return r;
   }
+  git_config_free(config);
   *ret = g;
   return TG_OK;
 }
@@ -290,21 +292,6 @@ int tg_git_commit(tg_git *g, const char *parent_sha, const tg_git_change *change
   return r;
 }
 
-/* Appends "ref old new" to the intents file and flushes it to disk before the ref moves, so
- * that a crash after the move still leaves the evidence recovery needs. */
-static int write_intent(tg_git *g, const char *ref, const char *old_sha, const char *new_sha) {
-  char *file = NULL, line[TG_GIT_BRANCH_MAX + 2 * TG_GIT_SHA_LEN + 32];
-  if (asprintf(&file, "%s/" INTENTS_FILE, g->path) < 0) return TG_E_NOMEM;
-  int len = snprintf(line, sizeof line, "%s %s %s\n", ref, old_sha ? old_sha : "-", new_sha);
-  int fd = open(file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  free(file);
-  if (fd < 0) return fail_io("open intents");
-  int r = write(fd, line, (size_t)len) == len && fsync(fd) == 0 ? TG_OK : TG_E_IO;
-  if (close(fd) < 0) r = TG_E_IO;
-  if (r < 0) tg_log(TG_LOG_ERROR, "git: writing %s/" INTENTS_FILE ": %s", g->path, strerror(errno));
-  return r;
-}
-
 int tg_git_move(tg_git *g, const char *branch, const char *old_sha, const char *new_sha,
                 const char *why) {
   char ref[TG_GIT_BRANCH_MAX + 16];
@@ -312,8 +299,6 @@ int tg_git_move(tg_git *g, const char *branch, const char *old_sha, const char *
   if (branch_ref(branch, ref, sizeof ref) < 0 || parse_sha(new_sha, &new_id) < 0 ||
       (old_sha && parse_sha(old_sha, &old_id) < 0))
     return TG_E_INVAL;
-  int r = write_intent(g, ref, old_sha, new_sha);
-  if (r < 0) return r;
   if (tg_git_test_before_move) tg_git_test_before_move(g->path, branch);
   git_reference *out = NULL;
   int e = old_sha ? git_reference_create_matching(&out, g->repo, ref, &new_id, 1, &old_id, why)
@@ -324,67 +309,42 @@ int tg_git_move(tg_git *g, const char *branch, const char *old_sha, const char *
   return e < 0 ? fail_io("move branch") : TG_OK;
 }
 
-/* Puts ref back from new_sha to old_sha (NULL: deletes it), when it is still at new_sha. */
-static int undo_move(tg_git *g, const char *ref, const char *old_sha, const char *new_sha) {
-  git_oid old_id, new_id, at;
-  if (parse_sha(new_sha, &new_id) < 0 || (old_sha && parse_sha(old_sha, &old_id) < 0))
-    return TG_OK; /* a torn line from a crash mid-write: its move never happened */
-  int e = git_reference_name_to_id(&at, g->repo, ref);
+int tg_git_contains(tg_git *g, const char *branch, const char *sha, bool *yes) {
+  *yes = false;
+  char ref[TG_GIT_BRANCH_MAX + 16];
+  git_oid want, tip;
+  if (branch_ref(branch, ref, sizeof ref) < 0 || parse_sha(sha, &want) < 0) return TG_E_INVAL;
+  int e = git_reference_name_to_id(&tip, g->repo, ref);
   if (e == GIT_ENOTFOUND) return TG_OK;
   if (e < 0) return fail_io("read branch");
-  if (!git_oid_equal(&at, &new_id)) return TG_OK;
-  tg_log(TG_LOG_WARN, "git: %s in %s pointed at unrecorded commit %s; moved back", ref, g->path,
-         new_sha);
-  git_reference *cur = NULL, *out = NULL;
-  if (!old_sha) {
-    if (git_reference_lookup(&cur, g->repo, ref) < 0) return fail_io("read branch");
-    e = git_reference_delete(cur);
-    git_reference_free(cur);
-  } else {
-    e = git_reference_create_matching(&out, g->repo, ref, &old_id, 1, &new_id,
-                                      "toolgate: undo an unrecorded commit");
-    git_reference_free(out);
+  if (git_oid_equal(&tip, &want)) {
+    *yes = true;
+    return TG_OK;
   }
-  return e < 0 && e != GIT_EMODIFIED ? fail_io("undo move") : TG_OK;
+  e = git_graph_descendant_of(g->repo, &tip, &want);
+  if (e < 0) return fail_io("walk history");
+  *yes = e == 1;
+  return TG_OK;
 }
 
-int tg_git_recover(tg_git *g, tg_git_recorded_fn recorded, void *arg) {
-  char *file = NULL;
-  if (asprintf(&file, "%s/" INTENTS_FILE, g->path) < 0) return TG_E_NOMEM;
-  FILE *in = fopen(file, "re");
-  if (!in) {
-    int r = errno == ENOENT ? TG_OK : fail_io("open intents");
-    free(file);
-    return r;
+int tg_git_was_moved(tg_git *g, const char *branch, const char *old_sha, const char *new_sha,
+                     bool *yes) {
+  *yes = false;
+  char ref[TG_GIT_BRANCH_MAX + 16];
+  git_oid old_id, new_id;
+  if (branch_ref(branch, ref, sizeof ref) < 0 || parse_sha(new_sha, &new_id) < 0 ||
+      (old_sha && parse_sha(old_sha, &old_id) < 0))
+    return TG_E_INVAL;
+  if (!old_sha) memset(&old_id, 0, sizeof old_id); /* the log's "no value" */
+  git_reflog *log = NULL;
+  if (git_reflog_read(&log, g->repo, ref) < 0) return fail_io("read branch log");
+  for (size_t i = 0, n = git_reflog_entrycount(log); i < n && !*yes; i++) {
+    const git_reflog_entry *e = git_reflog_entry_byindex(log, i);
+    *yes = git_oid_equal(git_reflog_entry_id_new(e), &new_id) &&
+           git_oid_equal(git_reflog_entry_id_old(e), &old_id);
   }
-  char line[TG_GIT_BRANCH_MAX + 2 * TG_GIT_SHA_LEN + 32];
-  int r = TG_OK;
-  long read_bytes = 0;
-  /* Newest first: two unrecorded moves of one branch (A→B, B→C) undo back to A, each undo
-   * a compare-and-swap on the value the later move left. */
-  json_t *lines = json_array();
-  if (!lines) r = TG_E_NOMEM;
-  while (r == TG_OK && read_bytes < INTENTS_MAX && fgets(line, sizeof line, in)) {
-    read_bytes += (long)strlen(line);
-    if (json_array_insert_new(lines, 0, json_string(line)) < 0) r = TG_E_NOMEM;
-  }
-  fclose(in);
-  size_t i;
-  json_t *item;
-  json_array_foreach(lines, i, item) {
-    if (r < 0) break;
-    char ref[TG_GIT_BRANCH_MAX + 16], old_sha[TG_GIT_SHA_LEN + 2], new_sha[TG_GIT_SHA_LEN + 2];
-    if (sscanf(json_string_value(item), "%115s %41s %41s", ref, old_sha, new_sha) != 3) continue;
-    bool yes = false;
-    const char *old = strcmp(old_sha, "-") ? old_sha : NULL;
-    if (strncmp(ref, "refs/heads/", 11) != 0) continue;
-    r = recorded(arg, ref + 11, old, new_sha, &yes);
-    if (r == TG_OK && !yes) r = undo_move(g, ref, old, new_sha);
-  }
-  json_decref(lines);
-  if (r == TG_OK && truncate(file, 0) < 0) r = fail_io("empty intents");
-  free(file);
-  return r;
+  git_reflog_free(log);
+  return TG_OK;
 }
 
 static int lookup_commit(tg_git *g, const char *sha, git_commit **ret) {

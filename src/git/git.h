@@ -3,13 +3,12 @@
  *
  * A write follows DESIGN.md §7 in three steps:
  *   1. tg_git_commit writes the blobs, trees and the commit object; no ref moves;
- *   2. the caller records the sha in its database transaction;
- *   3. tg_git_move moves the branch with a compare-and-swap on its old value.
- * tg_call commits after the handler returns, so step 3 runs before the commit of step 2.
- * To keep "a ref never points at an unrecorded commit" true after a failure in that window,
- * tg_git_move first appends an intent line (ref, old, new) to the file toolgate-intents in
- * the repository, and tg_git_recover, run before every use of a repository, moves every
- * branch whose intended commit was not recorded back to its old value. */
+ *   2. the caller records the move (branch, old sha, new sha) in its database transaction;
+ *   3. after that transaction commits, tg_git_move moves the branch with a compare-and-swap
+ *      on its old value.
+ * A branch therefore never points at a commit the database does not hold. A process that
+ * dies between 2 and 3 leaves a recorded move whose branch is still at its old value; the
+ * next use of the repository finishes it (src/tools/repo.c). */
 #pragma once
 #include <jansson.h>
 #include <stdbool.h>
@@ -65,18 +64,17 @@ int tg_git_commit(tg_git *g, const char *parent_sha, const tg_git_change *change
                   const char *name, const char *email, const char *message,
                   char sha[TG_GIT_SHA_LEN + 1], tg_git_problem *problem);
 
-/* Moves branch from old_sha (NULL: the branch must not exist) to new_sha, after writing the
- * intent. TG_E_CONSTRAINT when the branch is not at old_sha any more (a concurrent writer). */
+/* Moves branch from old_sha (NULL: the branch must not exist) to new_sha. TG_E_CONSTRAINT
+ * when the branch is not at old_sha any more (another writer moved it). */
 int tg_git_move(tg_git *g, const char *branch, const char *old_sha, const char *new_sha,
                 const char *why);
 
-/* Settles the intents of earlier moves: a move that recorded() says was recorded stays; any
- * other is undone when its branch still points at it. recorded gets the branch, the old sha
- * (NULL: the branch was created) and the new one, sets *yes and returns 0 or a negative
- * TG_E_*, which stops recovery. */
-typedef int (*tg_git_recorded_fn)(void *arg, const char *branch, const char *old_sha,
-                                  const char *new_sha, bool *yes);
-int tg_git_recover(tg_git *g, tg_git_recorded_fn recorded, void *arg);
+/* Whether branch's tip is commit sha or has it in its history (false: no such branch). */
+int tg_git_contains(tg_git *g, const char *branch, const char *sha, bool *yes);
+
+/* Whether the branch's log shows it moved from old_sha (NULL: created) to new_sha. */
+int tg_git_was_moved(tg_git *g, const char *branch, const char *old_sha, const char *new_sha,
+                     bool *yes);
 
 /* The unified diff from commit from_sha to commit to_sha (malloc'd), cut at max bytes with
  * *truncated set, and the number of files changed. */
@@ -91,6 +89,6 @@ int tg_git_merge(tg_git *g, const char *base_sha, const char *head_sha, const ch
                  const char *email, const char *message, char sha[TG_GIT_SHA_LEN + 1],
                  bool *fast_forward, bool *up_to_date, json_t **conflicts);
 
-/* Test hook: called just before a branch moves (after the intent is written), so a test can
- * play a concurrent writer. NULL in production. */
+/* Test hook: called just before a branch moves, so a test can play a concurrent writer.
+ * NULL in production. */
 extern void (*tg_git_test_before_move)(const char *repo_path, const char *branch);

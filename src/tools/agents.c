@@ -269,7 +269,10 @@ static int file_edit(tg_call_ctx *cx, json_t *args, json_t **ret) {
     json_object_set_new(details, "sha", json_string(move.new_sha));
   }
   r = tg_activity(cx, "AGENT_FILE_EDITED", NULL, summary, details);
-  if (r == TG_OK && h.git) r = tg_repo_publish(cx, &repo, &move);
+  if (r == TG_OK && h.git)
+    r = tg_repo_publish(cx, &repo, &move,
+                        "UPDATE agents SET content_hash = $1 WHERE id = $2 AND content_hash = $3",
+                        json_pack("[s?ss]", stored, agent_id, new_hash));
   if (r < 0) return r;
   *ret = json_pack("{s:s}", "newHash", new_hash);
   return *ret ? TG_OK : TG_E_NOMEM;
@@ -492,7 +495,11 @@ static int subagent_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
                               "heartbeatCadence", manual ? "manual" : cadence, "contentHash", hash);
   r = tg_activity(cx, "AGENT_CREATED", activity_scope, summary, details);
   json_decref(activity_scope);
-  if (r == TG_OK && h.git) r = tg_repo_publish(cx, &repo, &move);
+  if (r == TG_OK && h.git) /* without its files the draft cannot start: archive it */
+    r = tg_repo_publish(cx, &repo, &move,
+                        "UPDATE agents SET status = 'archived', content_hash = NULL,"
+                        " updated_at = $2 WHERE id = $1",
+                        json_pack("[ss]", agent_id, now));
   if (r < 0) return r;
   *ret = json_pack("{s:s,s:s}", "agentId", agent_id, "slug", slug);
   return *ret ? TG_OK : TG_E_NOMEM;

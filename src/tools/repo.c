@@ -13,6 +13,7 @@
 #include "util/clock.h"
 #include "util/ids.h"
 #include "util/json.h"
+#include "util/log.h"
 #include "util/status.h"
 
 #define TOTAL_BYTES_MAX (8u * 1024 * 1024) /* content of one call, all files together */
@@ -48,24 +49,6 @@ static char *full_message(const tg_call_ctx *cx, const char *message) {
   return out;
 }
 
-typedef struct recover_arg {
-  tg_call_ctx *cx;
-  const char *repo_id;
-} recover_arg;
-
-static int move_recorded(void *arg, const char *branch, const char *old_sha, const char *new_sha,
-                         bool *yes) {
-  recover_arg *ra = arg;
-  _cleanup_json_ json_t *row = NULL;
-  int r = tg_db_query_row(ra->cx->db,
-                          "SELECT 1 AS found FROM repo_ref_moves WHERE repo_id = $1 AND branch = $2"
-                          " AND new_sha = $3 AND COALESCE(old_sha, '') = $4",
-                          json_pack("[ssss]", ra->repo_id, branch, new_sha, old_sha ? old_sha : ""),
-                          &row);
-  *yes = row != NULL;
-  return r;
-}
-
 json_t *tg_repo_activity_scope(const tg_scope_repo *repo) {
   json_t *scope = json_object();
   if (!scope) return NULL;
@@ -75,31 +58,122 @@ json_t *tg_repo_activity_scope(const tg_scope_repo *repo) {
   return scope;
 }
 
-int tg_repo_record(tg_call_ctx *cx, tg_scope_repo *repo, const tg_repo_move *move) {
-  char id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
-  if (tg_uuid7(id) < 0) return TG_E_IO;
+int tg_repo_record(tg_call_ctx *cx, tg_scope_repo *repo, tg_repo_move *move) {
+  char now[TG_ISO_LEN + 1];
+  if (tg_uuid7(move->id) < 0) return TG_E_IO;
   tg_now_iso(now);
   return tg_db_exec(cx->db,
                     "INSERT INTO repo_ref_moves (id, repo_id, branch, old_sha, new_sha,"
-                    " principal_id, run_id, tool, created_at)"
-                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                    json_pack("[ssss?sss?ss]", id, repo->id, move->branch,
+                    " principal_id, run_id, tool, created_at, seq)"
+                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,"
+                    " (SELECT COALESCE(MAX(seq), 0) + 1 FROM repo_ref_moves WHERE repo_id = $2))",
+                    json_pack("[ssss?sss?ss]", move->id, repo->id, move->branch,
                               *move->old_sha ? move->old_sha : NULL, move->new_sha,
                               cx->principal->id, cx->run_id, cx->tool->name, now),
                     NULL);
 }
 
-int tg_repo_publish(tg_call_ctx *cx, tg_scope_repo *repo, const tg_repo_move *move) {
+/* A recorded move waiting for its call's transaction to commit. */
+typedef struct publish_step {
+  tg_git *git; /* taken over from the handler's tg_scope_repo */
+  tg_repo_move move;
+  char repo_id[TG_UUID_LEN + 1];
+  char label[96];
+  char *undo_sql;
+  json_t *undo_params;
+} publish_step;
+
+static void publish_step_free(void *arg) {
+  publish_step *p = arg;
+  tg_git_close(p->git);
+  free(p->undo_sql);
+  json_decref(p->undo_params);
+  free(p);
+}
+
+/* The branch went to another writer: the move will never apply. Marks it abandoned and runs
+ * the handler's undo statement, in a transaction of their own. */
+static int abandon(tg_call_ctx *cx, publish_step *p) {
+  char now[TG_ISO_LEN + 1];
+  tg_now_iso(now);
+  int r = tg_db_begin(cx->db);
+  if (r == TG_OK)
+    r = tg_db_exec(cx->db, "UPDATE repo_ref_moves SET abandoned_at = $2 WHERE id = $1",
+                   json_pack("[ss]", p->move.id, now), NULL);
+  if (r == TG_OK && p->undo_sql) r = tg_db_exec(cx->db, p->undo_sql, TAKE_PTR(p->undo_params), NULL);
+  if (r == TG_OK) r = tg_db_commit(cx->db);
+  if (r < 0) tg_db_rollback(cx->db);
+  return r;
+}
+
+static int publish_after_commit(tg_call_ctx *cx, void *arg) {
+  publish_step *p = arg;
+  const tg_repo_move *move = &p->move;
   char why[160];
   snprintf(why, sizeof why, "toolgate: %s", cx->tool->name);
-  int r = tg_git_move(repo->git, move->branch, *move->old_sha ? move->old_sha : NULL,
-                      move->new_sha, why);
-  if (r == TG_E_CONSTRAINT)
-    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
-                   json_pack("{s:s,s:s,s:s}", "reason", "concurrent_write", "repo", repo->label,
-                             "branch", move->branch),
-                   "Branch %s of %s moved while this call ran; nothing was committed. Retry.",
-                   move->branch, repo->label);
+  int r = tg_git_move(p->git, move->branch, *move->old_sha ? move->old_sha : NULL, move->new_sha,
+                      why);
+  if (r != TG_E_CONSTRAINT) return r;
+  bool applied;
+  r = tg_git_contains(p->git, move->branch, move->new_sha, &applied);
+  if (r < 0) return r;
+  if (applied) return TG_OK; /* the next call to use the repository finished the move first */
+  r = abandon(cx, p);
+  if (r < 0) return r;
+  return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
+                 json_pack("{s:s,s:s,s:s,s:s}", "reason", "concurrent_write", "repo", p->label,
+                           "branch", move->branch, "sha", move->new_sha),
+                 "Branch %s of %s was moved by another writer while this call ran; commit %.12s "
+                 "was not published. Retry.",
+                 move->branch, p->label, move->new_sha);
+}
+
+int tg_repo_publish(tg_call_ctx *cx, tg_scope_repo *repo, const tg_repo_move *move,
+                    const char *undo_sql, json_t *undo_params) {
+  publish_step *p = calloc(1, sizeof *p);
+  if (!p || (undo_sql && !(p->undo_sql = strdup(undo_sql)))) {
+    free(p);
+    json_decref(undo_params);
+    return TG_E_NOMEM;
+  }
+  p->undo_params = undo_params;
+  p->git = TAKE_PTR(repo->git);
+  p->move = *move;
+  snprintf(p->repo_id, sizeof p->repo_id, "%s", repo->id);
+  snprintf(p->label, sizeof p->label, "%s", repo->label);
+  return tg_call_after(cx, publish_after_commit, p, publish_step_free);
+}
+
+/* Finishes the moves a process recorded but did not live to apply: the latest recorded move
+ * of each branch, when the branch is still at the move's old value and its log shows the move
+ * never happened (else another writer undid it, and that stands). Runs under the call's write
+ * lock, so no other toolgate call is between its commit and its move at that moment. */
+static int settle(tg_call_ctx *cx, tg_scope_repo *repo) {
+  _cleanup_json_ json_t *rows = NULL;
+  int r = tg_db_query(cx->db,
+                      "SELECT m.branch, m.old_sha, m.new_sha FROM repo_ref_moves m"
+                      " WHERE m.repo_id = $1 AND m.abandoned_at IS NULL AND m.seq ="
+                      " (SELECT MAX(seq) FROM repo_ref_moves o WHERE o.repo_id = $1"
+                      " AND o.branch = m.branch AND o.abandoned_at IS NULL)",
+                      json_pack("[s]", repo->id), &rows);
+  size_t i;
+  json_t *row;
+  json_array_foreach(rows, i, row) {
+    if (r < 0) break;
+    const char *branch = tg_json_str(row, "branch"), *old_sha = tg_json_str(row, "old_sha");
+    const char *new_sha = tg_json_str(row, "new_sha");
+    char tip[TG_GIT_SHA_LEN + 1] = "";
+    r = tg_git_tip(repo->git, branch, tip);
+    if (r == TG_E_NOTFOUND) r = TG_OK;
+    if (r < 0 || strcmp(tip, old_sha ? old_sha : "") != 0) continue;
+    bool moved;
+    r = tg_git_was_moved(repo->git, branch, old_sha, new_sha, &moved);
+    if (r < 0 || moved) continue;
+    tg_log(TG_LOG_WARN, "repo %s: finishing the recorded move of %s to %s", repo->label, branch,
+           new_sha);
+    r = tg_git_move(repo->git, branch, old_sha, new_sha, "toolgate: finish a recorded move");
+    if (r == TG_E_CONSTRAINT) r = TG_OK; /* moved meanwhile by a writer outside toolgate */
+  }
   return r;
 }
 
@@ -125,7 +199,10 @@ static int initialize(tg_call_ctx *cx, tg_scope_repo *repo, const char *tenant_i
   r = tg_git_commit(repo->git, NULL, NULL, 0, "toolgate", "toolgate@toolgate.invalid", message,
                     move.new_sha, &problem);
   if (r == TG_OK) r = tg_repo_record(cx, repo, &move);
-  if (r == TG_OK) r = tg_repo_publish(cx, repo, &move);
+  /* The one move made before the commit, so that the call can build on the branch: should
+   * the transaction roll back, the next use adopts the branch as above. */
+  if (r == TG_OK)
+    r = tg_git_move(repo->git, move.branch, NULL, move.new_sha, "toolgate: initialize");
   return r;
 }
 
@@ -174,9 +251,7 @@ int tg_repo_acquire(tg_call_ctx *cx, const char *kind, const char *owner_id, con
   if (asprintf(&abs, "%s/%s", cx->env->data_dir ? cx->env->data_dir : ".", ret->rel_path) < 0)
     return TG_E_NOMEM;
   r = tg_git_open(abs, ret->default_branch, &ret->git);
-  recover_arg ra = {.cx = cx, .repo_id = row ? ret->id : ""};
-  if (r == TG_OK) r = tg_git_recover(ret->git, move_recorded, &ra);
-  if (r == TG_OK && !row) r = initialize(cx, ret, tenant_id);
+  if (r == TG_OK) r = row ? settle(cx, ret) : initialize(cx, ret, tenant_id);
   return r;
 }
 
@@ -392,7 +467,7 @@ static int commit_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
                             move.new_sha, "parentSha", *move.old_sha ? move.old_sha : NULL,
                             "files", file_list(changes, n)));
   if (r < 0) return r;
-  r = tg_repo_publish(cx, &repo, &move);
+  r = tg_repo_publish(cx, &repo, &move, NULL, NULL);
   if (r < 0) return r;
   *ret = json_pack("{s:s,s:s}", "sha", move.new_sha, "branch", branch);
   return *ret ? TG_OK : TG_E_NOMEM;
@@ -461,7 +536,9 @@ static int pr_open(tg_call_ctx *cx, json_t *args, json_t **ret) {
                             number, "prUrl", url, "head", branch, "base", repo.default_branch,
                             "sha", move.new_sha, "files", file_list(changes, n)));
   if (r < 0) return r;
-  r = tg_repo_publish(cx, &repo, &move);
+  r = tg_repo_publish(cx, &repo, &move,
+                      "UPDATE pull_requests SET state = 'closed', updated_at = $2 WHERE id = $1",
+                      json_pack("[ss]", id, now));
   if (r < 0) return r;
   *ret = json_pack("{s:s,s:I}", "prUrl", url, "prNumber", number);
   return *ret ? TG_OK : TG_E_NOMEM;
@@ -675,7 +752,10 @@ static int pr_merge(tg_call_ctx *cx, json_t *args, json_t **ret) {
   if (r < 0) return r;
   if (!up_to_date) r = tg_repo_record(cx, &repo, &move);
   if (r == TG_OK) r = pr_finish(cx, row, &repo, "merged", move.new_sha, head_sha);
-  if (r == TG_OK && !up_to_date) r = tg_repo_publish(cx, &repo, &move);
+  if (r == TG_OK && !up_to_date)
+    r = tg_repo_publish(cx, &repo, &move,
+                        "UPDATE pull_requests SET state = 'open', merged_sha = NULL WHERE id = $1",
+                        json_pack("[O]", json_object_get(row, "id")));
   if (r < 0) return r;
   *ret = json_pack("{s:s,s:O,s:s,s:s,s:b}", "repo", repo.label, "number",
                    json_object_get(row, "number"), "state", "merged", "sha", move.new_sha,

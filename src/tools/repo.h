@@ -1,8 +1,10 @@
 /* The repositories of scopes as the git-backed tools see them (provider "repo", also used by
- * provider "agents" for agent files): found or created on first use, recovered before use,
- * and written in the order of DESIGN.md §7 (src/git/git.h):
+ * provider "agents" for agent files): found or created on first use, and written in the
+ * order of DESIGN.md §7 (src/git/git.h):
  *   tg_repo_prepare   objects, then the move recorded in the call's transaction;
- *   tg_repo_publish   the branch moved with a compare-and-swap, the handler's last step. */
+ *   tg_repo_publish   the branch moved with a compare-and-swap once that transaction has
+ *                     committed (an after-commit step of the call, src/core/call.h).
+ * Acquiring a repository first finishes any recorded move a dead process left unapplied. */
 #pragma once
 #include <stdbool.h>
 
@@ -24,13 +26,14 @@ typedef struct tg_scope_repo {
 
 /* A branch move prepared and recorded, to publish last. */
 typedef struct tg_repo_move {
+  char id[TG_UUID_LEN + 1]; /* its repo_ref_moves row, set by tg_repo_record */
   char branch[TG_GIT_BRANCH_MAX + 1];
   char old_sha[TG_GIT_SHA_LEN + 1]; /* "" when the branch is created */
   char new_sha[TG_GIT_SHA_LEN + 1];
 } tg_repo_move;
 
 /* The repository name of kind ("mission" or "work") with owner_id, opened (created with its
- * first commit on first use) after recovering interrupted moves. */
+ * first commit on first use), its unapplied recorded moves finished. */
 int tg_repo_acquire(tg_call_ctx *cx, const char *kind, const char *owner_id, const char *name,
                     tg_scope_repo *ret);
 void tg_repo_release(tg_scope_repo *repo);
@@ -42,10 +45,14 @@ void tg_repo_release(tg_scope_repo *repo);
 int tg_repo_prepare(tg_call_ctx *cx, tg_scope_repo *repo, const char *branch, bool create,
                     const tg_git_change *changes, size_t n, const char *message,
                     tg_repo_move *move);
-/* Records a move the caller computed (a merge) in the call's transaction. */
-int tg_repo_record(tg_call_ctx *cx, tg_scope_repo *repo, const tg_repo_move *move);
-/* Moves the branch; a concurrent writer that moved it first makes it precondition_failed. */
-int tg_repo_publish(tg_call_ctx *cx, tg_scope_repo *repo, const tg_repo_move *move);
+/* Records a move the caller computed (a merge) in the call's transaction; sets move->id. */
+int tg_repo_record(tg_call_ctx *cx, tg_scope_repo *repo, tg_repo_move *move);
+/* Moves the branch after the call's transaction commits; repo's handle goes with it, so this
+ * is the handler's last use of repo. Should a writer outside toolgate have moved the branch
+ * first, the call fails with precondition_failed, the move is marked abandoned and undo_sql
+ * (with undo_params, stolen; both may be NULL) reverts what the handler recorded about it. */
+int tg_repo_publish(tg_call_ctx *cx, tg_scope_repo *repo, const tg_repo_move *move,
+                    const char *undo_sql, json_t *undo_params);
 
 /* The scope object ({missionId, ideaId, workId}) of a repository's activity rows: a new
  * reference (tg_activity borrows it). */

@@ -575,16 +575,21 @@ static void test_create_sub_agent(void **state) {
   json_decref(expect_api(w, "admin.agent.pause", "{\"agentSlug\":\"ghost\"}", "not_found"));
 }
 
-/* Every branch tip of dir is a recorded move, and every recorded move's commit exists. */
+/* The repository of dir and the database agree: every branch is at the latest move the
+ * database holds for it (abandoned moves aside), and every recorded commit exists. */
 static void assert_agree(world *w, const char *dir) {
   _cleanup_free_ char *refs = out("git -C %s for-each-ref --format='%%(refname:short) %%(objectname)' refs/heads", dir);
   char *save = NULL;
   for (char *line = strtok_r(refs, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-    char branch[128], sha[41], sql[512];
+    char branch[128], sha[41], sql[768];
     assert_int_equal(sscanf(line, "%127s %40s", branch, sha), 2);
     snprintf(sql, sizeof sql,
-             "SELECT COUNT(*) AS n FROM repo_ref_moves WHERE branch = '%s' AND new_sha = '%s'", branch, sha);
-    if (count(w, sql) == 0) fail_msg("branch %s of %s points at unrecorded %s", branch, dir, sha);
+             "SELECT COUNT(*) AS n FROM repo_ref_moves m JOIN repos r ON r.id = m.repo_id"
+             " WHERE r.path LIKE '%%works/site/data.git' AND m.branch = '%s' AND m.new_sha = '%s'"
+             " AND m.abandoned_at IS NULL AND m.seq = (SELECT MAX(seq) FROM repo_ref_moves o"
+             " WHERE o.repo_id = m.repo_id AND o.branch = m.branch AND o.abandoned_at IS NULL)",
+             branch, sha);
+    if (count(w, sql) != 1) fail_msg("branch %s of %s is at %s, not its latest recorded move", branch, dir, sha);
   }
   json_t *rows = NULL;
   assert_int_equal(tg_db_query(w->f->db,
@@ -599,18 +604,25 @@ static void assert_agree(world *w, const char *dir) {
   json_decref(rows);
 }
 
+static char *tip_of(const char *dir) {
+  char *sha = out("git -C %s rev-parse main", dir);
+  assert_true(strlen(sha) >= 40);
+  sha[40] = '\0';
+  return sha;
+}
+
 static void test_failure_between_steps(void **state) {
   world *w = *state;
   _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
   int successes = 0;
-  /* Fail the n-th statement of the call, for every n until the call gets through: objects
-   * written, the record rolled back (or the ref moved and the commit then failed). After each
-   * attempt, the next use of the repository must find it agreeing with the database. */
+  /* Step 2 fails: fail the n-th statement of the call, for every n until the call gets
+   * through. Objects are written, the record rolls back, the branch never moved. */
   for (int n = 1; n < 400 && successes == 0; n++) {
     char args[256];
     snprintf(args, sizeof args,
              "{\"files\":[{\"path\":\"atom/%d.md\",\"content\":\"%d\",\"mode\":\"add\"}],\"commitMessage\":\"atom\"}",
              n, n);
+    _cleanup_free_ char *before = tip_of(dir);
     tg_db_fail_after(w->f->db, n);
     tg_call_result res;
     int r = fixture_call(w->f, w->worker, TG_SURFACE_AGENT, "commitToRepo", args, NULL, &res);
@@ -618,7 +630,8 @@ static void test_failure_between_steps(void **state) {
     if (r == 0) successes++;
     else assert_string_equal(fixture_code(&res), "internal_error");
     tg_call_result_done(&res);
-    json_decref(expect_api(w, "repo.repository.list", "{}", "")); /* recovers */
+    _cleanup_free_ char *after = tip_of(dir);
+    assert_int_equal(strcmp(before, after) != 0, r == 0);
     assert_agree(w, dir);
   }
   assert_int_equal(successes, 1);
@@ -626,13 +639,31 @@ static void test_failure_between_steps(void **state) {
   _cleanup_free_ char *tree = out("git -C %s ls-tree --name-only main atom/", dir);
   assert_non_null(strstr(tree, "atom/"));
   assert_null(strchr(strchr(tree, '\n') + 1, '/')); /* exactly one atom file reached main */
+
+  /* The process dies between step 2 and step 3: the move is recorded, the branch has not
+   * moved. The next use of the repository finishes the move. */
+  _cleanup_free_ char *before = tip_of(dir);
+  tg_call_test_die_after_commit = true;
+  json_decref(expect(w, w->worker, "commitToRepo",
+                     "{\"files\":[{\"path\":\"late.md\",\"content\":\"l\",\"mode\":\"add\"}],\"commitMessage\":\"late\"}",
+                     NULL, ""));
+  tg_call_test_die_after_commit = false;
+  _cleanup_free_ char *stalled = tip_of(dir);
+  assert_string_equal(stalled, before);
+  json_decref(expect_api(w, "repo.repository.list", "{}", "")); /* uses the repository */
+  _cleanup_free_ char *finished = tip_of(dir);
+  assert_string_not_equal(finished, before);
+  assert_agree(w, dir);
+  _cleanup_free_ char *late = out("git -C %s show main:late.md", dir);
+  assert_string_equal(late, "l");
+  assert_int_equal(sh("git -C %s fsck --strict --no-progress >/dev/null 2>&1", dir), 0);
 }
 
-static const char *race_target;
-/* A concurrent writer: moves main to its parent just before toolgate moves it. */
-static void move_main_away(const char *repo_path, const char *branch) {
-  if (strcmp(branch, "main") != 0) return;
-  assert_int_equal(sh("git -C %s update-ref refs/heads/main %s", repo_path, race_target), 0);
+static const char *race_branch, *race_target;
+/* A writer outside toolgate: sets race_branch to race_target just before toolgate moves it. */
+static void move_branch_away(const char *repo_path, const char *branch) {
+  if (strcmp(branch, race_branch) != 0) return;
+  assert_int_equal(sh("git -C %s update-ref refs/heads/%s %s", repo_path, branch, race_target), 0);
 }
 
 static void test_concurrent_writer(void **state) {
@@ -640,18 +671,57 @@ static void test_concurrent_writer(void **state) {
   _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
   _cleanup_free_ char *parent = out("git -C %s rev-parse main~1", dir);
   parent[40] = '\0';
+  race_branch = "main";
   race_target = parent;
   long moves = count(w, "SELECT COUNT(*) AS n FROM repo_ref_moves");
-  tg_git_test_before_move = move_main_away;
+  long refusals = count(w, "SELECT COUNT(*) AS n FROM agent_run_logs WHERE message LIKE 'precondition_failed%'");
+  tg_git_test_before_move = move_branch_away;
   json_t *v = expect(w, w->worker, "commitToRepo",
                      "{\"files\":[{\"path\":\"race.md\",\"content\":\"r\",\"mode\":\"add\"}],\"commitMessage\":\"race\"}",
                      NULL, "precondition_failed");
   tg_git_test_before_move = NULL;
   assert_string_equal(reason_of(v), "concurrent_write");
+  const char *lost = json_string_value(json_object_get(
+      json_object_get(json_object_get(v, "error"), "details"), "sha"));
+  assert_non_null(lost);
+  /* Recorded, then marked abandoned; the call's failure is in its telemetry and its run. */
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM repo_ref_moves"), moves + 1);
+  char sql[256];
+  snprintf(sql, sizeof sql,
+           "SELECT COUNT(*) AS n FROM repo_ref_moves WHERE new_sha = '%s' AND abandoned_at IS NOT NULL", lost);
+  assert_int_equal(count(w, sql), 1);
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM agent_run_logs WHERE message LIKE 'precondition_failed%'"),
+                   refusals + 1);
   json_decref(v);
-  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM repo_ref_moves"), moves);
-  _cleanup_free_ char *head = out("git -C %s rev-parse main", dir);
-  assert_int_equal(strncmp(head, parent, 40), 0); /* the other writer's value stands */
+  _cleanup_free_ char *head = tip_of(dir);
+  assert_string_equal(head, parent); /* the other writer's value stands */
+  /* A later use of the repository does not take the branch back from the other writer. */
+  json_decref(expect_api(w, "repo.repository.list", "{}", ""));
+  _cleanup_free_ char *still = tip_of(dir);
+  assert_string_equal(still, parent);
+  json_decref(expect(w, w->worker, "commitToRepo",
+                     "{\"files\":[{\"path\":\"after.md\",\"content\":\"a\",\"mode\":\"add\"}],\"commitMessage\":\"after\"}",
+                     NULL, ""));
+  _cleanup_free_ char *next = out("git -C %s rev-parse main~1", dir);
+  assert_int_equal(strncmp(next, parent, 40), 0); /* built on the other writer's value */
+
+  /* A pull request whose branch another writer created first is closed, not left open. */
+  race_branch = "race-pr";
+  tg_git_test_before_move = move_branch_away;
+  v = expect(w, w->worker, "openPullRequest",
+             "{\"branchName\":\"race-pr\",\"title\":\"Race\",\"body\":\"b\","
+             "\"files\":[{\"path\":\"pr.md\",\"content\":\"p\",\"mode\":\"add\"}]}",
+             NULL, "precondition_failed");
+  tg_git_test_before_move = NULL;
+  assert_string_equal(reason_of(v), "concurrent_write");
+  json_decref(v);
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM pull_requests WHERE head_branch = 'race-pr'"
+                            " AND state = 'closed'"), 1);
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM pull_requests WHERE head_branch = 'race-pr'"
+                            " AND state = 'open'"), 0);
+  _cleanup_free_ char *pr_tip = out("git -C %s rev-parse race-pr", dir);
+  assert_int_equal(strncmp(pr_tip, parent, 40), 0);
+  assert_int_equal(sh("git -C %s fsck --strict --no-progress >/dev/null 2>&1", dir), 0);
 }
 
 int main(void) {
