@@ -11,10 +11,10 @@
 
 #include "core/scope.h"
 #include "domain/cron.h"
-#include "domain/secret_scan.h"
 #include "tools/lookup.h"
 #include "tools/providers.h"
 #include "tools/repo.h"
+#include "tools/secrets.h"
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/ids.h"
@@ -131,23 +131,6 @@ static int read_bodies(tg_call_ctx *cx, const char *agent_id, const home *h, tg_
   return TG_OK;
 }
 
-static int secret_refusal(tg_call_ctx *cx, const char *field, const tg_secret_hit *hit) {
-  return tg_fail(cx, TG_ERR_VALIDATION_FAILED,
-                 json_pack("{s:s,s:s,s:s,s:I}", "reason", "secret", "field", field, "rule",
-                           hit->rule, "line", (json_int_t)hit->line),
-                 "%s holds what looks like a credential (rule %s, line %zu); remove it. Keep "
-                 "secrets out of agent files.",
-                 field, hit->rule, hit->line);
-}
-
-/* Scans text named field; 0 when clean, a validation failure on a hit. */
-static int scan(tg_call_ctx *cx, const char *field, const char *text, size_t len) {
-  tg_secret_hit hit;
-  int r = tg_secret_scan(text, len, &hit);
-  if (r == 1) return secret_refusal(cx, field, &hit);
-  return r;
-}
-
 /* agent.yml must be one well-formed YAML stream. */
 static int check_yaml(tg_call_ctx *cx, const char *text, size_t len) {
   yaml_parser_t parser;
@@ -186,9 +169,9 @@ static int file_edit(tg_call_ctx *cx, json_t *args, json_t **ret) {
                    json_pack("{s:s,s:I,s:i}", "reason", "too_large", "bytes", (json_int_t)len,
                              "maxBytes", BODY_MAX),
                    "The body holds %zu bytes; an agent file holds at most %d.", len, BODY_MAX);
-  int r = scan(cx, name, body, len);
+  int r = tg_refuse_secret(cx, name, body, len);
   const char *message = tg_json_str(args, "commitMessage");
-  if (r == TG_OK && message) r = scan(cx, "commitMessage", message, strlen(message));
+  if (r == TG_OK && message) r = tg_refuse_secret(cx, "commitMessage", message, strlen(message));
   if (r == TG_OK && strcmp(name, "agent.yml") == 0) r = check_yaml(cx, body, len);
   if (r < 0) return r;
 
@@ -416,9 +399,9 @@ static int subagent_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
   if (!*slug)
     return tg_fail(cx, TG_ERR_VALIDATION_FAILED, json_pack("{s:s}", "reason", "bad_name"),
                    "The name needs at least one ASCII letter or digit to make a slug.");
-  r = scan(cx, "name", name, strlen(name));
-  if (r == TG_OK && title) r = scan(cx, "title", title, strlen(title));
-  if (r == TG_OK) r = scan(cx, "capabilities", capabilities, strlen(capabilities));
+  r = tg_refuse_secret(cx, "name", name, strlen(name));
+  if (r == TG_OK && title) r = tg_refuse_secret(cx, "title", title, strlen(title));
+  if (r == TG_OK) r = tg_refuse_secret(cx, "capabilities", capabilities, strlen(capabilities));
   if (r < 0) return r;
   _cleanup_json_ json_t *existing = NULL;
   r = tg_db_query_row(cx->db, "SELECT id FROM agents WHERE tenant_id = $1 AND slug = $2",

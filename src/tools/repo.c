@@ -9,6 +9,7 @@
 
 #include "domain/repo_path.h"
 #include "tools/providers.h"
+#include "tools/secrets.h"
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/ids.h"
@@ -401,6 +402,11 @@ static int build_changes(tg_call_ctx *cx, json_t *files, const char *prefix,
                   json_pack("{s:s,s:I,s:s,s:s}", "reason", "outside_scope_tree", "index",
                             (json_int_t)i, "path", p, "allowed", prefix),
                   "File %zu (%s) is outside the caller's scope tree %s/.", i, p, prefix);
+    if (r == TG_OK && strcmp(mode, "delete") != 0) {
+      char field[48];
+      snprintf(field, sizeof field, "files[%zu].content", i);
+      r = tg_refuse_secret(cx, field, json_string_value(content), json_string_length(content));
+    }
     if (r < 0) {
       free(changes);
       return r;
@@ -450,6 +456,9 @@ static int commit_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
   size_t n;
   r = build_changes(cx, json_object_get(args, "files"), t.prefix, &changes, &n);
   if (r < 0) return r;
+  const char *message = tg_json_str(args, "commitMessage");
+  r = tg_refuse_secret(cx, "commitMessage", message, strlen(message));
+  if (r < 0) return r;
   const char *branch = tg_json_str(args, "branch");
   if (branch && !tg_git_branch_name_ok(branch)) return bad_branch(cx, branch);
   _cleanup_repo_ tg_scope_repo repo = {0};
@@ -457,7 +466,7 @@ static int commit_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
   if (r < 0) return r;
   if (!branch) branch = repo.default_branch;
   tg_repo_move move;
-  r = tg_repo_prepare(cx, &repo, branch, false, changes, n, tg_json_str(args, "commitMessage"), &move);
+  r = tg_repo_prepare(cx, &repo, branch, false, changes, n, message, &move);
   if (r < 0) return r;
   char summary[320];
   snprintf(summary, sizeof summary, "Committed %zu file(s) to %s on %s", n, repo.label, branch);
@@ -493,6 +502,10 @@ static int pr_open(tg_call_ctx *cx, json_t *args, json_t **ret) {
   size_t n;
   r = build_changes(cx, json_object_get(args, "files"), t.prefix, &changes, &n);
   if (r < 0) return r;
+  const char *title = tg_json_str(args, "title"), *body = tg_json_str(args, "body");
+  r = tg_refuse_secret(cx, "title", title, strlen(title));
+  if (r == TG_OK) r = tg_refuse_secret(cx, "body", body, strlen(body));
+  if (r < 0) return r;
   const char *branch = tg_json_str(args, "branchName");
   if (!tg_git_branch_name_ok(branch)) return bad_branch(cx, branch);
   _cleanup_repo_ tg_scope_repo repo = {0};
@@ -501,7 +514,6 @@ static int pr_open(tg_call_ctx *cx, json_t *args, json_t **ret) {
   char base_sha[TG_GIT_SHA_LEN + 1];
   r = tg_git_tip(repo.git, repo.default_branch, base_sha);
   if (r < 0) return r;
-  const char *title = tg_json_str(args, "title");
   tg_repo_move move;
   r = tg_repo_prepare(cx, &repo, branch, true, changes, n, title, &move);
   if (r < 0) return r;
@@ -520,7 +532,7 @@ static int pr_open(tg_call_ctx *cx, json_t *args, json_t **ret) {
                  "INSERT INTO pull_requests (id, repo_id, number, title, body, head_branch,"
                  " base_branch, base_sha, head_sha, author_id, created_at, updated_at)"
                  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)",
-                 json_pack("[ssIssssssss]", id, repo.id, number, title, tg_json_str(args, "body"),
+                 json_pack("[ssIssssssss]", id, repo.id, number, title, body,
                            branch, repo.default_branch, base_sha, move.new_sha, cx->principal->id,
                            now),
                  NULL);

@@ -177,6 +177,7 @@ static void test_commit_to_repo(void **state) {
       {"[{\"path\":\".git/config\",\"content\":\"x\",\"mode\":\"add\"}]", "bad_path"},
       {"[{\"path\":\"a\\u0001b\",\"content\":\"x\",\"mode\":\"add\"}]", "bad_path"},
       {"[{\"path\":\"\\u2025/x\",\"content\":\"x\",\"mode\":\"add\"}]", "bad_path"},
+      {"[{\"path\":\"ok.md\",\"content\":\"x\\nuse gh" "p_0123456789abcdefghijABCDEFGHIJ012345\",\"mode\":\"add\"}]", "secret"},
   };
   _cleanup_free_ char *before = out("git -C %s for-each-ref", dir);
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -197,6 +198,23 @@ static void test_commit_to_repo(void **state) {
   assert_string_equal(fixture_code(&res), "validation_failed");
   tg_call_result_done(&res);
   json_decref(nul);
+  /* the secret scan covers the commit message and a pull request's title and body too */
+  v = expect(w, w->worker, "commitToRepo",
+             "{\"files\":[{\"path\":\"x\",\"content\":\"x\",\"mode\":\"add\"}],"
+             "\"commitMessage\":\"key AKIA" "IOSFODNN7EXAMPLE\"}",
+             NULL, "validation_failed");
+  json_t *details = json_object_get(json_object_get(v, "error"), "details");
+  assert_string_equal(json_string_value(json_object_get(details, "field")), "commitMessage");
+  json_decref(v);
+  v = expect(w, w->worker, "openPullRequest",
+             "{\"branchName\":\"leak\",\"title\":\"t\",\"body\":\"x\\n\\ngh" "p_0123456789abcdefghijABCDEFGHIJ012345\","
+             "\"files\":[{\"path\":\"y\",\"content\":\"y\",\"mode\":\"add\"}]}",
+             NULL, "validation_failed");
+  details = json_object_get(json_object_get(v, "error"), "details");
+  assert_string_equal(json_string_value(json_object_get(details, "field")), "body");
+  assert_int_equal(json_integer_value(json_object_get(details, "line")), 3);
+  json_decref(v);
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM pull_requests"), 0);
   _cleanup_free_ char *after = out("git -C %s for-each-ref", dir);
   assert_string_equal(before, after);
 

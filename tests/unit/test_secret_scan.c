@@ -3,6 +3,7 @@
 #include "support.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "domain/secret_scan.h"
@@ -95,12 +96,32 @@ static void test_disguises_are_seen_through(void **state) {
   assert_string_equal(hit.rule, "github_pat_classic");
 }
 
+/* A 4 MiB run of one letter stays within the backtracking limits (it used to fail the
+ * scan), and a credential after it is still found. */
+static void test_long_texts_scan(void **state) {
+  (void)state;
+  size_t n = 4u << 20;
+  char *text = malloc(n + 64);
+  assert_non_null(text);
+  memset(text, 'z', n);
+  text[n] = '\0';
+  tg_secret_hit hit;
+  assert_int_equal(tg_secret_scan(text, n, &hit), 0);
+  static const char tail[] = "\napi_token = \"Zq8vR2mT7xL4pW9sK3nB6cY1\"";
+  memcpy(text + n, tail, sizeof tail);
+  assert_int_equal(tg_secret_scan(text, n + sizeof tail - 1, &hit), 1);
+  assert_string_equal(hit.rule, "high_entropy_assignment");
+  assert_int_equal(hit.line, 2);
+  free(text);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_rule_has_cases),
       cmocka_unit_test(test_positive_and_negative),
       cmocka_unit_test(test_hit_names_rule_and_line),
       cmocka_unit_test(test_disguises_are_seen_through),
+      cmocka_unit_test(test_long_texts_scan),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
