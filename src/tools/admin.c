@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/call.h"
+#include "tools/agent_rows.h"
 #include "tools/lookup.h"
 #include "tools/providers.h"
 #include "util/cleanup.h"
@@ -110,28 +111,10 @@ static int agent_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
   _cleanup_json_ json_t *scope_row = NULL;
   int r = resolve_scope(cx, tg_json_str(args, "scope"), &scope_type, &scope_row);
   if (r < 0) return r;
-  _cleanup_json_ json_t *existing = NULL;
-  r = tg_db_query_row(cx->db, "SELECT id FROM agents WHERE tenant_id = $1 AND slug = $2",
-                      json_pack("[ss]", cx->principal->tenant_id, slug), &existing);
-  if (r < 0) return r;
-  if (existing)
-    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, json_pack("{s:s}", "slug", slug),
-                   "An agent %s already exists.", slug);
-
-  char agent_id[TG_UUID_LEN + 1], principal_id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
-  if (tg_uuid7(agent_id) < 0 || tg_uuid7(principal_id) < 0) return TG_E_IO;
-  tg_now_iso(now);
-  r = tg_db_exec(cx->db,
-                 "INSERT INTO principals (id, tenant_id, kind, created_at) VALUES ($1, $2, 'agent', $3)",
-                 json_pack("[sss]", principal_id, cx->principal->tenant_id, now), NULL);
-  if (r == TG_OK)
-    r = tg_db_exec(cx->db,
-                   "INSERT INTO agents (id, tenant_id, principal_id, slug, name, scope_type, scope_id,"
-                   " status, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)",
-                   json_pack("[ssssssOss]", agent_id, cx->principal->tenant_id, principal_id, slug,
-                             name, scope_type,
-                             scope_row ? json_object_get(scope_row, "id") : json_null(), status, now),
-                   NULL);
+  char agent_id[TG_UUID_LEN + 1], principal_id[TG_UUID_LEN + 1];
+  tg_new_agent agent = {.slug = slug, .name = name, .status = status, .scope_type = scope_type,
+                        .scope_id = tg_json_str(scope_row, "id")};
+  r = tg_agent_insert(cx, &agent, agent_id, principal_id);
   json_array_foreach(grants, i, g) {
     if (r == TG_OK)
       r = insert_grant(cx, principal_id, known_permission(cx->env->registry, json_string_value(g)),

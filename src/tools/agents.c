@@ -11,6 +11,7 @@
 
 #include "core/scope.h"
 #include "domain/cron.h"
+#include "tools/agent_rows.h"
 #include "tools/lookup.h"
 #include "tools/providers.h"
 #include "tools/repo.h"
@@ -285,22 +286,12 @@ static int child_scope(tg_call_ctx *cx, const char *scope, const char *target,
   *ref = (tg_scope_ref){0};
   *scope_id = '\0';
   if (strcmp(scope, "tenant") == 0) return TG_OK;
-  static const struct { const char *scope, *sql; } tables[] = {
-      {"mission", "SELECT id FROM missions WHERE tenant_id = $1 AND (id = $2 OR slug = $2)"},
-      {"idea", "SELECT id FROM ideas WHERE tenant_id = $1 AND (id = $2 OR slug = $2)"},
-      {"work", "SELECT id FROM works WHERE tenant_id = $1 AND (id = $2 OR slug = $2)"},
-  };
   size_t t = strcmp(scope, "mission") == 0 ? 0 : strcmp(scope, "idea") == 0 ? 1 : 2;
   char *slot = t == 0 ? ref->mission_id : t == 1 ? ref->idea_id : ref->work_id;
   if (target) {
-    _cleanup_json_ json_t *row = NULL;
-    int r = tg_db_query_row(cx->db, tables[t].sql,
-                            json_pack("[ss]", cx->principal->tenant_id, target), &row);
+    int r = tg_lookup_scope_id(cx, scope, target,
+                               json_pack("{s:s,s:s}", "scope", scope, "targetId", target), slot);
     if (r < 0) return r;
-    if (!row)
-      return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s,s:s}", "scope", scope, "targetId", target),
-                     "No %s %.64s in this workspace.", scope, target);
-    snprintf(slot, TG_UUID_LEN + 1, "%s", json_string_value(json_object_get(row, "id")));
   } else {
     tg_scope_ref own;
     int r = tg_scope_of(cx->db, cx->principal, &own);
@@ -403,15 +394,6 @@ static int subagent_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
   if (r == TG_OK && title) r = tg_refuse_secret(cx, "title", title, strlen(title));
   if (r == TG_OK) r = tg_refuse_secret(cx, "capabilities", capabilities, strlen(capabilities));
   if (r < 0) return r;
-  _cleanup_json_ json_t *existing = NULL;
-  r = tg_db_query_row(cx->db, "SELECT id FROM agents WHERE tenant_id = $1 AND slug = $2",
-                      json_pack("[ss]", p->tenant_id, slug), &existing);
-  if (r < 0) return r;
-  if (existing)
-    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
-                   json_pack("{s:s,s:s}", "reason", "slug_taken", "slug", slug),
-                   "An agent %s already exists in this workspace.", slug);
-
   _cleanup_bodies_ bodies b = {0};
   r = scaffold(slug, name, title, capabilities, scope, manual ? "manual" : cadence,
                tg_json_str(args, "modelId"), &b);
@@ -420,24 +402,16 @@ static int subagent_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
   if (r < 0) return r;
 
   char agent_id[TG_UUID_LEN + 1], principal_id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
-  if (tg_uuid7(agent_id) < 0 || tg_uuid7(principal_id) < 0) return TG_E_IO;
   tg_now_iso(now);
   const char *creator = p->kind == TG_PRINCIPAL_AGENT ? p->subject_id : NULL;
-  r = tg_db_exec(cx->db,
-                 "INSERT INTO principals (id, tenant_id, kind, created_at) VALUES ($1, $2, 'agent', $3)",
-                 json_pack("[sss]", principal_id, p->tenant_id, now), NULL);
-  if (r == TG_OK)
-    r = tg_db_exec(
-        cx->db,
-        "INSERT INTO agents (id, tenant_id, principal_id, slug, name, scope_type, scope_id, status,"
-        " content_hash, created_by_agent_id, title, capabilities, ai_provider_id, model_id,"
-        " heartbeat_cadence, created_at, updated_at)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, 'draft', $8, $9, $10, $11, $12, $13, $14, $15, $15)",
-        json_pack("[sssssss?ss?s?ss?s?s?s]", agent_id, p->tenant_id, principal_id, slug, name, scope,
-                  *scope_id ? scope_id : NULL, hash, creator, title, capabilities,
-                  tg_json_str(args, "aiProviderId"), tg_json_str(args, "modelId"),
-                  manual ? NULL : cadence, now),
-        NULL);
+  tg_new_agent agent = {.slug = slug, .name = name, .status = "draft", .scope_type = scope,
+                        .scope_id = *scope_id ? scope_id : NULL, .content_hash = hash,
+                        .created_by_agent_id = creator, .title = title,
+                        .capabilities = capabilities,
+                        .ai_provider_id = tg_json_str(args, "aiProviderId"),
+                        .model_id = tg_json_str(args, "modelId"),
+                        .heartbeat_cadence = manual ? NULL : cadence};
+  r = tg_agent_insert(cx, &agent, agent_id, principal_id);
   if (r < 0) return r;
 
   home h;

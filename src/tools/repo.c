@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "domain/repo_path.h"
+#include "tools/lookup.h"
 #include "tools/providers.h"
 #include "tools/secrets.h"
 #include "util/cleanup.h"
@@ -319,22 +320,6 @@ typedef struct target {
   char prefix[64]; /* "" or ".works/ideas/<idea id>" */
 } target;
 
-static int lookup_owner(tg_call_ctx *cx, const char *kind, const char *id_or_slug,
-                        char out[TG_UUID_LEN + 1]) {
-  _cleanup_json_ json_t *row = NULL;
-  int r = tg_db_query_row(cx->db,
-                          strcmp(kind, "mission") == 0
-                              ? "SELECT id FROM missions WHERE tenant_id = $1 AND (id = $2 OR slug = $2)"
-                              : "SELECT id FROM works WHERE tenant_id = $1 AND (id = $2 OR slug = $2)",
-                          json_pack("[ss]", cx->principal->tenant_id, id_or_slug), &row);
-  if (r < 0) return r;
-  if (!row)
-    return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s,s:s}", "kind", kind, "targetId", id_or_slug),
-                   "No %s %.64s in this workspace.", kind, id_or_slug);
-  snprintf(out, TG_UUID_LEN + 1, "%s", json_string_value(json_object_get(row, "id")));
-  return TG_OK;
-}
-
 static int resolve_target(tg_call_ctx *cx, json_t *args, target *t) {
   const tg_principal *p = cx->principal;
   *t = (target){0};
@@ -347,7 +332,9 @@ static int resolve_target(tg_call_ctx *cx, json_t *args, target *t) {
   t->kind = strcmp(repo, "mission") == 0 ? "mission" : "work";
   const char *given = tg_json_str(args, "targetId");
   if (given) {
-    r = lookup_owner(cx, t->kind, given, t->owner_id);
+    r = tg_lookup_scope_id(cx, t->kind, given,
+                           json_pack("{s:s,s:s}", "kind", t->kind, "targetId", given),
+                           t->owner_id);
     if (r < 0) return r;
   } else {
     const char *own_id = strcmp(t->kind, "mission") == 0 ? own.mission_id : own.work_id;

@@ -136,27 +136,12 @@ static int find_by_slug(tg_call_ctx *cx, const char *table, const char *key, con
   return TG_OK;
 }
 
-/* The id of the mission, idea or work named by an id or a slug. */
-static int scope_part(tg_call_ctx *cx, const char *table, const char *key, const char *ref,
-                      char out[TG_UUID_LEN + 1]) {
-  char sql[128];
-  snprintf(sql, sizeof sql, "SELECT id FROM %s WHERE tenant_id = $1 AND (id = $2 OR slug = $2)", table);
-  _cleanup_json_ json_t *row = NULL;
-  int r = tg_db_query_row(cx->db, sql, json_pack("[ss]", cx->principal->tenant_id, ref), &row);
-  if (r < 0) return r;
-  if (!row)
-    return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:{s:s}}", "scope", key, ref),
-                   "No %.*s %s in this workspace.", noun_len(key), key, ref);
-  set_id(out, row_str(row, "id"));
-  return TG_OK;
-}
-
 /* The scope argument {workId, missionId, ideaId}: the narrowest part named decides, with its
  * parents filled; a broader part named as well must be one of those parents. */
 static int scope_from_args(tg_call_ctx *cx, json_t *scope, tg_scope_ref *ref) {
   *ref = (tg_scope_ref){0};
-  static const struct { const char *key, *table; } parts[] = {
-      {"missionId", "missions"}, {"ideaId", "ideas"}, {"workId", "works"}};
+  static const struct { const char *key, *kind; } parts[] = {
+      {"missionId", "mission"}, {"ideaId", "idea"}, {"workId", "work"}};
   tg_scope_ref named = {0};
   char *slots[] = {named.mission_id, named.idea_id, named.work_id};
   char *targets[] = {ref->mission_id, ref->idea_id, ref->work_id};
@@ -164,7 +149,8 @@ static int scope_from_args(tg_call_ctx *cx, json_t *scope, tg_scope_ref *ref) {
   for (int i = 0; i < 3; i++) {
     const char *value = tg_json_str(scope, parts[i].key);
     if (!value) continue;
-    int r = scope_part(cx, parts[i].table, parts[i].key, value, slots[i]);
+    int r = tg_lookup_scope_id(cx, parts[i].kind, value,
+                               json_pack("{s:{s:s}}", "scope", parts[i].key, value), slots[i]);
     if (r < 0) return r;
     narrowest = i;
   }
