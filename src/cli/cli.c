@@ -24,6 +24,18 @@ int cli_usage(const char *usage, const char *fmt, ...) {
   return CLI_USAGE;
 }
 
+bool cli_limit_option(const char *usage, const char *command, const char *value, json_t *args) {
+  char *end = NULL;
+  errno = 0;
+  long long n = strtoll(value, &end, 10);
+  if (!*value || *end || errno == ERANGE) {
+    cli_usage(usage, "%s: --limit takes a number", command);
+    return false;
+  }
+  json_object_set_new(args, "limit", json_integer(n));
+  return true;
+}
+
 bool cli_wants_help(int argc, char **argv, const char *usage) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {

@@ -32,6 +32,9 @@ int cli_open_registry(cli *c);
 
 /* Prints a usage error and returns CLI_USAGE. */
 int cli_usage(const char *usage, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* --limit VALUE: an integer into args["limit"] (the tool's schema checks its range); false,
+ * with the usage error printed, when VALUE is not one. */
+bool cli_limit_option(const char *usage, const char *command, const char *value, json_t *args);
 /* Whether argv holds --help or -h; prints usage to stdout when it does. */
 bool cli_wants_help(int argc, char **argv, const char *usage);
 

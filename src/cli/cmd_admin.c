@@ -193,19 +193,14 @@ static int runs_list(cli *c, int argc, char **argv) {
   bool json = false;
   int opt;
   while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
-    char *end = NULL;
-    long limit;
-    switch (opt) {
-    case 'a': json_object_set_new(args, "agentSlug", json_string(optarg)); break;
-    case 'j': json = true; break;
-    case 'l':
-      limit = strtol(optarg, &end, 10);
-      if (*optarg && !*end) {
-        json_object_set_new(args, "limit", json_integer(limit));
-        break;
-      }
-      /* fall through */
-    default: json_decref(args); return cli_usage(runs_usage, "runs list: bad option");
+    if (opt == 'a') json_object_set_new(args, "agentSlug", json_string(optarg));
+    else if (opt == 'j') json = true;
+    else if (opt != 'l') {
+      json_decref(args);
+      return cli_usage(runs_usage, "runs list: bad option");
+    } else if (!cli_limit_option(runs_usage, "runs list", optarg, args)) {
+      json_decref(args);
+      return CLI_USAGE;
     }
   }
   if (optind < argc) {

@@ -154,19 +154,9 @@ int cmd_activity(cli *c, int argc, char **argv) {
   int opt;
   optind = 1;
   while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
-    char *end = NULL;
-    long limit;
-    switch (opt) {
-    case 'j': json = true; break;
-    case 'l':
-      limit = strtol(optarg, &end, 10);
-      if (*optarg && !*end) {
-        json_object_set_new(args, "limit", json_integer(limit));
-        break;
-      }
-      /* fall through */
-    default: return cli_usage(activity_usage, "activity: bad option");
-    }
+    if (opt == 'j') json = true;
+    else if (opt != 'l') return cli_usage(activity_usage, "activity: bad option");
+    else if (!cli_limit_option(activity_usage, "activity", optarg, args)) return CLI_USAGE;
   }
   if (optind < argc) return cli_usage(activity_usage, "activity: unexpected '%s'", argv[optind]);
   return cli_operate(c, "work.activity.list", TAKE_PTR(args), json, show_activity);

@@ -9,9 +9,10 @@
 #include "util/cleanup.h"
 
 static const char repos_usage[] =
-    "usage: toolgate repos list [--json]\n\n"
+    "usage: toolgate repos list [--limit N] [--json]\n\n"
     "Lists the workspace's git repositories (created when an agent first writes to them)\n"
-    "with the folder each lives in: 'git clone PATH' gives a working copy.\n";
+    "with the folder each lives in: 'git clone PATH' gives a working copy. At most N\n"
+    "(default 50) repositories, by name.\n";
 
 static void show_repos(json_t *result) {
   printf("%-32s %-6s %-8s %s\n", "REPO", "OPEN", "DEFAULT", "PATH");
@@ -23,16 +24,24 @@ static void show_repos(json_t *result) {
            json_string_value(json_object_get(r, "defaultBranch")),
            json_string_value(json_object_get(r, "path")));
   }
+  if (json_is_true(json_object_get(result, "truncated"))) puts("(more: raise --limit)");
 }
 
 static int repos_list(cli *c, int argc, char **argv) {
+  static const struct option options[] = {{"limit", required_argument, NULL, 'l'},
+                                          {"json", no_argument, NULL, 'j'},
+                                          {0}};
+  _cleanup_json_ json_t *args = json_object();
   bool json = false;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--json") != 0)
-      return cli_usage(repos_usage, "repos list: unexpected '%s'", argv[i]);
-    json = true;
+  int opt;
+  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+    if (opt == 'l') {
+      if (!cli_limit_option(repos_usage, "repos list", optarg, args)) return CLI_USAGE;
+    } else if (opt == 'j') json = true;
+    else return cli_usage(repos_usage, "repos list: bad option");
   }
-  return cli_operate(c, "repo.repository.list", json_object(), json, show_repos);
+  if (optind < argc) return cli_usage(repos_usage, "repos list: unexpected '%s'", argv[optind]);
+  return cli_operate(c, "repo.repository.list", json_incref(args), json, show_repos);
 }
 
 int cmd_repos(cli *c, int argc, char **argv) {
@@ -76,10 +85,7 @@ static int prs_list(cli *c, int argc, char **argv) {
     if (opt == 'r') json_object_set_new(args, "repo", json_string(optarg));
     else if (opt == 's') json_object_set_new(args, "state", json_string(optarg));
     else if (opt == 'l') {
-      char *end;
-      long n = strtol(optarg, &end, 10);
-      if (*end || n < 1) return cli_usage(prs_usage, "prs list: --limit takes a positive number");
-      json_object_set_new(args, "limit", json_integer(n));
+      if (!cli_limit_option(prs_usage, "prs list", optarg, args)) return CLI_USAGE;
     } else if (opt == 'j') json = true;
     else return cli_usage(prs_usage, "prs list: bad option");
   }

@@ -110,7 +110,8 @@ int tg_git_tip(tg_git *g, const char *branch, char sha[TG_GIT_SHA_LEN + 1]) {
   return TG_OK;
 }
 
-int tg_git_branches(tg_git *g, json_t **ret) {
+int tg_git_branches(tg_git *g, size_t max, json_t **ret, bool *truncated) {
+  *truncated = false;
   json_t *list = json_array();
   if (!list) return TG_E_NOMEM;
   git_branch_iterator *it = NULL;
@@ -123,6 +124,12 @@ int tg_git_branches(tg_git *g, json_t **ret) {
   int e, r = TG_OK;
   while (r == TG_OK && (e = git_branch_next(&ref, &type, it)) == 0) {
     const char *name = NULL;
+    if (json_array_size(list) == max) {
+      *truncated = true;
+      git_reference_free(ref);
+      e = GIT_ITEROVER;
+      break;
+    }
     if (git_branch_name(&name, ref) < 0) r = fail_io("branch name");
     else if (json_array_append_new(list, json_string(name)) < 0) r = TG_E_NOMEM;
     git_reference_free(ref);

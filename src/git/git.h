@@ -30,8 +30,8 @@ bool tg_git_branch_name_ok(const char *name);
 
 /* The commit sha a branch points at. TG_E_NOTFOUND when there is no such branch. */
 int tg_git_tip(tg_git *g, const char *branch, char sha[TG_GIT_SHA_LEN + 1]);
-/* The branch names, as a new array of strings. */
-int tg_git_branches(tg_git *g, json_t **ret);
+/* The branch names, at most max, as a new array of strings; *truncated when there are more. */
+int tg_git_branches(tg_git *g, size_t max, json_t **ret, bool *truncated);
 
 /* The file at path in commit sha: a malloc'd NUL-terminated copy and its size. TG_E_NOTFOUND
  * when it is missing or not a regular file; TG_E_TOO_LARGE over max bytes. */

@@ -21,6 +21,7 @@
 #define TOTAL_BYTES_MAX (8u * 1024 * 1024) /* content of one call, all files together */
 #define DIFF_MAX (256u * 1024)              /* bytes of a diff shown */
 #define MESSAGE_MAX 8192                    /* bytes of a commit message with its trailers */
+#define BRANCHES_MAX 100                    /* branches listed per repository */
 
 static void repo_releasep(tg_scope_repo *repo) { tg_repo_release(repo); }
 #define _cleanup_repo_ __attribute__((cleanup(repo_releasep)))
@@ -555,9 +556,12 @@ static const char repos_sql[] =
 static int repository_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
   _cleanup_json_ json_t *rows = NULL;
   _cleanup_free_ char *sql = NULL;
-  if (asprintf(&sql, "%s ORDER BY label", repos_sql) < 0) return TG_E_NOMEM;
-  int r = tg_db_query(cx->db, sql, json_pack("[s]", cx->principal->tenant_id), &rows);
+  if (asprintf(&sql, "%s ORDER BY label LIMIT $2", repos_sql) < 0) return TG_E_NOMEM;
+  json_int_t limit = json_integer_value(json_object_get(args, "limit"));
+  if (!limit) limit = 50;
+  int r = tg_db_query(cx->db, sql, json_pack("[sI]", cx->principal->tenant_id, limit + 1), &rows);
   if (r < 0) return r;
+  bool truncated = tg_json_cut(rows, limit);
   json_t *list = json_array();
   if (!list) return TG_E_NOMEM;
   size_t i;
@@ -568,8 +572,9 @@ static int repository_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
                         json_string_value(json_object_get(row, "scope_id")),
                         json_string_value(json_object_get(row, "name")), &repo);
     json_t *branches = NULL;
+    bool more_branches = false;
     char head[TG_GIT_SHA_LEN + 1] = "";
-    if (r == TG_OK) r = tg_git_branches(repo.git, &branches);
+    if (r == TG_OK) r = tg_git_branches(repo.git, BRANCHES_MAX, &branches, &more_branches);
     if (r == TG_OK && tg_git_tip(repo.git, repo.default_branch, head) < 0) *head = '\0';
     _cleanup_free_ char *abs = NULL;
     if (r == TG_OK && asprintf(&abs, "%s/%s", cx->env->data_dir ? cx->env->data_dir : ".",
@@ -584,12 +589,13 @@ static int repository_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
                              abs, "defaultBranch", repo.default_branch, "branches", branches,
                              "openPullRequests", json_object_get(row, "open"));
     if (item && *head) json_object_set_new(item, "headSha", json_string(head));
+    if (item && more_branches) json_object_set_new(item, "branchesTruncated", json_true());
     if (!item || json_array_append_new(list, item) < 0) {
       json_decref(list);
       return TG_E_NOMEM;
     }
   }
-  *ret = json_pack("{s:o}", "repos", list);
+  *ret = json_pack("{s:o,s:b}", "repos", list, "truncated", truncated);
   return *ret ? TG_OK : TG_E_NOMEM;
 }
 

@@ -742,6 +742,31 @@ static void test_concurrent_writer(void **state) {
   assert_int_equal(sh("git -C %s fsck --strict --no-progress >/dev/null 2>&1", dir), 0);
 }
 
+static void test_repository_list_bounds(void **state) {
+  world *w = *state;
+  json_t *v = expect_api(w, "repo.repository.list", "{\"limit\":1}", "");
+  assert_int_equal(json_array_size(json_object_get(v, "repos")), 1);
+  assert_true(json_is_true(json_object_get(v, "truncated")));
+  json_decref(v);
+  json_decref(expect_api(w, "repo.repository.list", "{\"limit\":0}", "validation_failed"));
+  json_decref(expect_api(w, "repo.repository.list", "{\"limit\":501}", "validation_failed"));
+
+  _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
+  assert_int_equal(sh("for i in $(seq 120); do git -C %s update-ref refs/heads/many-$i main || exit 1; done", dir), 0);
+  v = expect_api(w, "repo.repository.list", "{\"limit\":500}", "");
+  assert_false(json_is_true(json_object_get(v, "truncated")));
+  size_t i;
+  json_t *repo, *site = NULL;
+  json_array_foreach(json_object_get(v, "repos"), i, repo) {
+    if (strcmp(json_string_value(json_object_get(repo, "repo")), "work:site/data") == 0) site = repo;
+    else assert_null(json_object_get(repo, "branchesTruncated"));
+  }
+  assert_non_null(site);
+  assert_int_equal(json_array_size(json_object_get(site, "branches")), 100);
+  assert_true(json_is_true(json_object_get(site, "branchesTruncated")));
+  json_decref(v);
+}
+
 int main(void) {
   if (system("git --version >/dev/null 2>&1") != 0) {
     puts("the git program is needed to check the repositories");
@@ -751,7 +776,7 @@ int main(void) {
       cmocka_unit_test(test_commit_to_repo),        cmocka_unit_test(test_commit_scope_rules),
       cmocka_unit_test(test_edit_agent_file),       cmocka_unit_test(test_pull_requests),
       cmocka_unit_test(test_create_sub_agent),      cmocka_unit_test(test_failure_between_steps),
-      cmocka_unit_test(test_concurrent_writer),
+      cmocka_unit_test(test_concurrent_writer),     cmocka_unit_test(test_repository_list_bounds),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
