@@ -518,9 +518,10 @@ static int kb_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
 
 /* ---- skill.catalog.add, skill.catalog.list --------------------------------------------- */
 
-/* Every binding of the tenant's skills (or of one skill) as {skill_id, label}, where label
- * is the spelling skill.catalog.add takes: tenant, mission:SLUG, work:SLUG, agent:SLUG. */
-static int binding_labels(tg_call_ctx *cx, const char *skill_id, json_t **ret) {
+/* The bindings of one skill, or (skill_id NULL) of the tenant's first `first` skills by slug,
+ * as {skill_id, label}, where label is the spelling skill.catalog.add takes: tenant,
+ * mission:SLUG, work:SLUG, agent:SLUG. At most BINDINGS_MAX rows a skill. */
+static int binding_labels(tg_call_ctx *cx, const char *skill_id, json_int_t first, json_t **ret) {
   return tg_db_query(
       cx->db,
       "SELECT b.skill_id, CASE WHEN b.level = 'tenant' THEN 'tenant'"
@@ -529,8 +530,9 @@ static int binding_labels(tg_call_ctx *cx, const char *skill_id, json_t **ret) {
       " LEFT JOIN missions m ON b.level = 'mission' AND m.id = b.target_id"
       " LEFT JOIN works w ON b.level = 'work' AND w.id = b.target_id"
       " LEFT JOIN agents a ON b.level = 'agent' AND a.id = b.target_id"
-      " WHERE s.tenant_id = $1 AND ($2 IS NULL OR b.skill_id = $2) ORDER BY label",
-      json_pack("[ss?]", cx->principal->tenant_id, skill_id), ret);
+      " WHERE s.tenant_id = $1 AND (b.skill_id = $2 OR ($2 IS NULL AND b.skill_id IN"
+      " (SELECT id FROM skills WHERE tenant_id = $1 ORDER BY slug LIMIT $3))) ORDER BY label",
+      json_pack("[ss?I]", cx->principal->tenant_id, skill_id, first), ret);
 }
 
 static json_t *labels_of(json_t *bindings, const char *skill_id) {
@@ -597,7 +599,7 @@ static int resolve_binding(tg_call_ctx *cx, const char *label, const char **leve
 static int may_replace(tg_call_ctx *cx, const char *skill_id) {
   if (!cx->principal->scope_id) return TG_OK;
   _cleanup_json_ json_t *current = NULL;
-  int r = binding_labels(cx, skill_id, &current);
+  int r = binding_labels(cx, skill_id, 0, &current);
   size_t i;
   json_t *b;
   json_array_foreach(current, i, b) {
@@ -696,7 +698,7 @@ static int skill_add(tg_call_ctx *cx, json_t *args, json_t **ret) {
                     json_pack("{s:s,s:s,s:b,s:O}", "skillId", id, "slug", slug, "created",
                               !existing, "bindingsAdded", added));
   json_decref(added);
-  if (r == TG_OK) r = binding_labels(cx, id, &labels);
+  if (r == TG_OK) r = binding_labels(cx, id, 0, &labels);
   if (r < 0) return r;
   *ret = json_pack("{s:s,s:s,s:b,s:o}", "skillId", id, "slug", slug, "created", !existing,
                    "bindings", labels_of(labels, id));
@@ -710,7 +712,7 @@ static int skill_catalog_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
                       "SELECT id, slug, name, description, allowed_tools, updated_at FROM skills"
                       " WHERE tenant_id = $1 ORDER BY slug LIMIT $2",
                       json_pack("[sI]", cx->principal->tenant_id, limit + 1), &found);
-  if (r == TG_OK) r = binding_labels(cx, NULL, &bindings);
+  if (r == TG_OK) r = binding_labels(cx, NULL, limit, &bindings);
   if (r < 0) return r;
   bool truncated = tg_json_cut(found, limit);
   json_t *skills = json_array();

@@ -844,6 +844,14 @@ static void test_skill_add_replaces_and_adds_bindings(void **state) {
   expect_json(json_object_get(s, "allowedTools"), "[\"work.activity.list\"]");
   expect_json(json_object_get(s, "bindings"), "[\"agent:beta-agent\",\"tenant\",\"work:alpha-site\"]");
   assert_string_equal(json_string_value(json_object_get(s, "name")), "Skill notes");
+  /* A page carries its own skills' bindings, whatever else is bound. */
+  json_decref(add_skill(w, w->f->owner, "aaa", "", "[\"mission:alpha\"]"));
+  _cleanup_json_ json_t *page = ok(w, w->f->owner, TG_SURFACE_API, "skill.catalog.list", "{\"limit\":1}");
+  assert_true(json_is_true(json_object_get(page, "truncated")));
+  assert_int_equal(json_array_size(json_object_get(page, "skills")), 1);
+  s = json_array_get(json_object_get(page, "skills"), 0);
+  assert_string_equal(json_string_value(json_object_get(s, "slug")), "aaa");
+  expect_json(json_object_get(s, "bindings"), "[\"mission:alpha\"]");
   invalid(w, w->f->owner, TG_SURFACE_API, "skill.catalog.list", "{\"limit\":0}", "minimum");
   invalid(w, w->f->owner, TG_SURFACE_API, "skill.catalog.list", "{\"limit\":501}", "maximum");
 }
