@@ -1,12 +1,13 @@
 /* A load generator for MCP Streamable HTTP: N keep-alive connections, each on its own thread,
  * each opening a 2025-11-25 session (initialize, notifications/initialized, then the
  * Mcp-Session-Id header) or speaking 2026-07-28 statelessly (--modern: params._meta and the
- * routing headers), then alternating tools/call of one tool and tools/list for a given time.
- * Prints requests/s, p50/p90/p99 latency and errors; a non-2xx status, a JSON-RPC error, a
- * tool result with isError, or an unreadable response is an error.
+ * routing headers), then sending tools/call of one tool, tools/list, or both alternating
+ * (--mix) for a given time. Prints requests/s, p50/p90/p99 latency, errors and how many tools
+ * the last tools/list answer held; a non-2xx status, a JSON-RPC error, a tool result with
+ * isError, or an unreadable response is an error.
  *
  *   bench_http_load --url http://127.0.0.1:PORT/mcp [--connections N] [--duration S]
- *                   [--tool NAME] [--modern]
+ *                   [--tool NAME] [--mix call|list|both] [--modern]
  *
  * Blocking sockets and one thread per connection: the generator stays simple and, written in
  * C, is not the bottleneck at the concurrencies measured (1 to 64). */
@@ -40,6 +41,7 @@ typedef struct options {
   unsigned connections;
   unsigned duration_s;
   const char *tool;
+  bool calls, lists; /* what --mix sends */
   bool modern;
 } options;
 
@@ -54,6 +56,7 @@ typedef struct conn {
   unsigned long errors;
   int64_t deadline_ns;
   long next_id;
+  long listed; /* tools in the last tools/list answer; -1: none seen */
 } conn;
 
 static int64_t now_ns(void) {
@@ -171,8 +174,8 @@ fail:
 }
 
 /* Whether the answer is a success: a JSON-RPC result without isError. An SSE body counts by
- * its last message, the response. */
-static bool answer_ok(const char *body, bool sse) {
+ * its last message, the response. A result holding a tools array sets *listed to its size. */
+static bool answer_ok(const char *body, bool sse, long *listed) {
   if (sse) {
     const char *last = NULL;
     for (const char *p = strstr(body, "data: "); p; p = strstr(p + 6, "data: ")) last = p + 6;
@@ -182,6 +185,8 @@ static bool answer_ok(const char *body, bool sse) {
   json_t *msg = json_loadb(body, sse ? strcspn(body, "\n") : strlen(body), 0, NULL);
   json_t *result = json_object_get(msg, "result");
   bool ok = json_is_object(result) && !json_is_true(json_object_get(result, "isError"));
+  json_t *tools = json_object_get(result, "tools");
+  if (json_is_array(tools)) *listed = (long)json_array_size(tools);
   json_decref(msg);
   return ok;
 }
@@ -217,7 +222,7 @@ static bool exchange(conn *c, const char *method, const char *name, const char *
       c->fd = -1;
     }
     if (!read) break;
-    bool ok = status / 100 == 2 && (notification || answer_ok(answer, sse));
+    bool ok = status / 100 == 2 && (notification || answer_ok(answer, sse, &c->listed));
     free(answer);
     free(req);
     return ok;
@@ -245,7 +250,7 @@ static void *run(void *arg) {
     }
   }
   while (now_ns() < c->deadline_ns && c->n_lat < MAX_SAMPLES_PER_CONN) {
-    bool call = c->next_id % 2 == 0;
+    bool call = c->o->calls && (!c->o->lists || c->next_id % 2 == 0);
     long id = ++c->next_id;
     if (call)
       snprintf(body, sizeof body,
@@ -277,7 +282,8 @@ static int cmp_u32(const void *a, const void *b) {
 static int usage(const char *why) {
   if (why) fprintf(stderr, "bench_http_load: %s\n", why);
   fprintf(stderr, "usage: bench_http_load --url http://127.0.0.1:PORT/PATH [--connections N]\n"
-                  "                       [--duration SECONDS] [--tool NAME] [--modern]\n");
+                  "                       [--duration SECONDS] [--tool NAME] [--mix call|list|both]\n"
+                  "                       [--modern]\n");
   return 2;
 }
 
@@ -305,7 +311,8 @@ static bool parse_count(const char *text, unsigned max, unsigned *out) {
 }
 
 int main(int argc, char **argv) {
-  options o = {.connections = 1, .duration_s = 5, .tool = "test_simple_text"};
+  options o = {.connections = 1, .duration_s = 5, .tool = "test_simple_text", .calls = true,
+               .lists = true};
   const char *url = NULL;
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -318,6 +325,11 @@ int main(int argc, char **argv) {
       i++;
     } else if (strcmp(arg, "--tool") == 0 && val && strlen(val) < 128 && !strpbrk(val, "\"\\\r\n")) {
       o.tool = argv[++i];
+    } else if (strcmp(arg, "--mix") == 0 && val) {
+      const char *mix = argv[++i];
+      if (strcmp(mix, "call") == 0) o.lists = false;
+      else if (strcmp(mix, "list") == 0) o.calls = false;
+      else if (strcmp(mix, "both") != 0) return usage("--mix takes call, list or both");
     } else if (strcmp(arg, "--modern") == 0) {
       o.modern = true;
     } else {
@@ -332,16 +344,18 @@ int main(int argc, char **argv) {
   int64_t deadline = start + (int64_t)o.duration_s * 1000000000;
   unsigned started = 0;
   for (unsigned i = 0; i < o.connections; i++) {
-    conns[i] = (conn){.o = &o, .fd = -1, .deadline_ns = deadline};
+    conns[i] = (conn){.o = &o, .fd = -1, .deadline_ns = deadline, .listed = -1};
     if (pthread_create(&threads[i], NULL, run, &conns[i]) != 0) break;
     started++;
   }
   size_t total = 0;
   unsigned long errors = started < o.connections ? o.connections - started : 0;
+  long listed = -1;
   for (unsigned i = 0; i < started; i++) {
     pthread_join(threads[i], NULL);
     total += conns[i].n_lat;
     errors += conns[i].errors;
+    if (conns[i].listed >= 0) listed = conns[i].listed;
   }
   double secs = (double)(now_ns() - start) / 1e9;
   uint32_t *all = malloc((total ? total : 1) * sizeof *all);
@@ -358,8 +372,9 @@ int main(int argc, char **argv) {
 #define PCT(p) (total ? all[(size_t)((double)(total - 1) * (p))] / 1000.0 : 0.0)
   /* One line of key=value pairs, for people and for bench/http.sh alike. */
   printf("connections=%u duration_s=%.2f requests=%zu rps=%.0f p50_ms=%.3f p90_ms=%.3f "
-         "p99_ms=%.3f errors=%lu\n",
-         o.connections, secs, total, (double)total / secs, PCT(0.50), PCT(0.90), PCT(0.99), errors);
+         "p99_ms=%.3f errors=%lu listed_tools=%ld\n",
+         o.connections, secs, total, (double)total / secs, PCT(0.50), PCT(0.90), PCT(0.99), errors,
+         listed);
   free(all);
   free(conns);
   free(threads);

@@ -2,10 +2,12 @@
 # bench/http.sh BUILD_DIR: Streamable HTTP under load, toolgate next to a server built with the
 # official MCP TypeScript SDK (bench/peer-node/http-server.mjs), in one run on this machine.
 # Both listen on free loopback ports and expose the same read tool (test_simple_text; toolgate
-# serves it with --conformance-fixtures, through its full gate and audit path). For each of
-# 1, 8 and 64 connections, bench_http_load runs for BENCH_SECONDS (default 5) against each:
-# 2025-11-25 sessions, alternating tools/call and tools/list. Then it prints both sides, the
-# ratio, idle RSS (after start, before load) and peak RSS (VmHWM), and stops both by PID.
+# serves it with --conformance-fixtures, through its full gate and audit path). Two loads, each
+# at 1, 8 and 64 connections for BENCH_SECONDS (default 5) against each side, on 2025-11-25
+# sessions: tools/call only (the same tool and answer on both sides), then tools/list only
+# (not the same list: the table says how many tools each side lists). Then it prints both
+# sides, the ratio, idle RSS (after start, before load) and peak RSS (VmHWM), and stops both
+# by PID.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -64,31 +66,40 @@ tg_idle="$(rss "$tg_pid" VmRSS)"
 peer_idle="$(rss "$peer_pid" VmRSS)"
 
 declare -A res
-for c in 1 8 64; do
-  for side in tg peer; do
-    url="$tg_url"
-    [ "$side" = peer ] && url="$peer_url"
-    echo "bench/http.sh: $side, $c connections, ${seconds}s ..." >&2
-    res[$side.$c]="$("$build/bench_http_load" --url "$url" --connections "$c" --duration "$seconds" || true)"
+for mix in call list; do
+  for c in 1 8 64; do
+    for side in tg peer; do
+      url="$tg_url"
+      [ "$side" = peer ] && url="$peer_url"
+      echo "bench/http.sh: $side, tools/$mix, $c connections, ${seconds}s ..." >&2
+      res[$side.$mix.$c]="$("$build/bench_http_load" --url "$url" --connections "$c" --duration "$seconds" --mix "$mix" || true)"
+    done
   done
 done
 tg_peak="$(rss "$tg_pid" VmHWM)"
 peer_peak="$(rss "$peer_pid" VmHWM)"
 
 field() { sed -n "s/.*\b$2=\([^ ]*\).*/\1/p" <<<"$1"; }
+cell() { printf '%7s  %s/%s/%s  %s' "$(field "$1" rps)" "$(field "$1" p50_ms)" "$(field "$1" p90_ms)" "$(field "$1" p99_ms)" "$(field "$1" errors)"; }
 cpu="$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
 echo "toolgate Streamable HTTP benchmark, $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 echo "machine: $(nproc) cores, CPU: ${cpu:-unknown}, $(uname -sr); load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "peer: @modelcontextprotocol/sdk $(node -p "require('$peer/node_modules/@modelcontextprotocol/sdk/package.json').version"), node $(node --version)"
-echo "load: bench_http_load, 2025-11-25 sessions, tools/call test_simple_text and tools/list alternating, ${seconds}s per run"
-echo
-printf '%-5s | %-38s | %-38s | %s\n' conns "toolgate  req/s  p50/p90/p99 ms  errors" "TS SDK  req/s  p50/p90/p99 ms  errors" "req/s ratio"
-for c in 1 8 64; do
-  t="${res[tg.$c]}"
-  p="${res[peer.$c]}"
-  cell() { printf '%7s  %s/%s/%s  %s' "$(field "$1" rps)" "$(field "$1" p50_ms)" "$(field "$1" p90_ms)" "$(field "$1" p99_ms)" "$(field "$1" errors)"; }
-  ratio="$(awk -v a="$(field "$t" rps)" -v b="$(field "$p" rps)" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "n/a" }')"
-  printf '%-5s | %-38s | %-38s | %s\n' "$c" "$(cell "$t")" "$(cell "$p")" "$ratio"
+echo "load: bench_http_load, 2025-11-25 sessions, ${seconds}s per run"
+for mix in call list; do
+  echo
+  if [ "$mix" = call ]; then
+    echo "tools/call test_simple_text (toolgate: gated, audited, one SQLite write transaction per call)"
+  else
+    echo "tools/list (toolgate lists $(field "${res[tg.list.1]}" listed_tools) tools with their schemas, the TS SDK peer $(field "${res[peer.list.1]}" listed_tools))"
+  fi
+  printf '%-5s | %-38s | %-38s | %s\n' conns "toolgate  req/s  p50/p90/p99 ms  errors" "TS SDK  req/s  p50/p90/p99 ms  errors" "req/s ratio"
+  for c in 1 8 64; do
+    t="${res[tg.$mix.$c]}"
+    p="${res[peer.$mix.$c]}"
+    ratio="$(awk -v a="$(field "$t" rps)" -v b="$(field "$p" rps)" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "n/a" }')"
+    printf '%-5s | %-38s | %-38s | %s\n' "$c" "$(cell "$t")" "$(cell "$p")" "$ratio"
+  done
 done
 echo
 printf 'RSS (MiB)  idle: toolgate %.1f, TS SDK %.1f;  peak (VmHWM): toolgate %.1f, TS SDK %.1f\n' \

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "http/server.h"
@@ -31,7 +32,7 @@ static const char serve_usage[] =
     "  --no-auth               loopback only: every request acts as --agent SLUG, or as the\n"
     "                          workspace owner\n"
     "  --conformance-fixtures  also serve the fixtures of the official conformance suite\n"
-    "  --threads N             worker threads (default 8)\n";
+    "  --threads N             worker threads (default: twice the number of CPUs)\n";
 
 /* The registry, with the conformance provider appended when asked for. */
 static int open_registry(cli *c, bool fixtures) {
@@ -95,7 +96,10 @@ int cmd_serve(cli *c, int argc, char **argv) {
                                           {"conformance-fixtures", no_argument, NULL, 'f'},
                                           {"threads", required_argument, NULL, 'j'},
                                           {0}};
-  tg_http_config cfg = {.listen = DEFAULT_LISTEN, .threads = 8};
+  /* Tool calls mostly queue for the one write lock: a few workers per CPU keep it busy. */
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  tg_http_config cfg = {.listen = DEFAULT_LISTEN,
+                        .threads = cpus > 0 && cpus <= 128 ? 2 * (unsigned)cpus : 8};
   const char *agent = NULL;
   int opt;
   while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
@@ -132,5 +136,8 @@ int cmd_serve(cli *c, int argc, char **argv) {
   cfg.server.version = TG_MCP_SERVER_VERSION;
   cfg.data_dir = c->data_dir;
   cfg.registry = c->registry;
+  /* Every server thread opens its own connection: the start-up one would only sit idle. */
+  tg_db_close(c->db);
+  c->db = c->env.db = NULL;
   return tg_http_serve(&cfg) < 0 ? CLI_FAILED : CLI_OK;
 }

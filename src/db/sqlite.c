@@ -2,13 +2,16 @@
 #define _GNU_SOURCE
 #include "db/db.h"
 
+#include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "util/cleanup.h"
@@ -20,7 +23,37 @@ enum {
   STMT_CACHE_SIZE = 64, /* the statements of a tool call, and then some */
   BUSY_TIMEOUT_MS = 5000,
   MAX_ROWS = 100000, /* a query that returns more is a bug, not a workload */
+  CHECKPOINT_PAGES = 1000, /* SQLite's default auto-checkpoint size */
+  RESTART_PAGES = 4 * CHECKPOINT_PAGES, /* a log this long is restarted, waiting for readers */
 };
+
+/* What the connections of this process to one database file share.
+ * Writers queue on a mutex, woken when the lock is free, instead of polling SQLite's lock
+ * with sleeps of up to 100 ms (its busy handler); other processes still meet SQLite's lock
+ * and the busy timeout.
+ * Checkpoints run on a thread of their own, started at the first one: SQLite's own
+ * auto-checkpoint runs inside the commit that crosses CHECKPOINT_PAGES, so that call (and
+ * every writer queued behind it) waits for two fsyncs; and while readers keep it from
+ * finishing (always, under load) it sorts the whole log again at every commit as the log
+ * grows. Here one checkpoint is asked for per CHECKPOINT_PAGES new pages, and a log that
+ * still reaches RESTART_PAGES is restarted. */
+typedef struct shared_file {
+  struct shared_file *next;
+  dev_t dev;
+  ino_t ino;
+  char *path;
+  int refs; /* guarded by files_lock */
+  pthread_mutex_t write;
+  pthread_mutex_t lock; /* guards what follows */
+  pthread_cond_t wake;
+  pthread_t checkpointer;
+  bool running, stop;
+  int checkpoint_at; /* log pages at which the next checkpoint is asked for */
+  int due;           /* log pages of the checkpoint asked for; 0: none */
+} shared_file;
+
+static pthread_mutex_t files_lock = PTHREAD_MUTEX_INITIALIZER;
+static shared_file *files;
 
 /* The same few statements run on every tool call: keep them prepared. */
 typedef struct cached_stmt {
@@ -31,6 +64,8 @@ typedef struct cached_stmt {
 
 struct tg_db {
   sqlite3 *conn;
+  shared_file *file;
+  bool writing; /* holds file->write */
   cached_stmt cache[STMT_CACHE_SIZE];
   uint64_t tick;
   int fail_after;     /* countdown of tg_db_fail_after, 0 when disarmed */
@@ -344,20 +379,166 @@ int tg_db_query_row(tg_db *db, const char *sql, json_t *params, json_t **ret_row
   return 0;
 }
 
-int tg_db_begin(tg_db *db) { return run(db, "BEGIN IMMEDIATE", NULL, NULL, false); }
+/* Lets the next writer of this process in once the transaction is over. */
+static void write_done(tg_db *db) {
+  if (!db->writing || !sqlite3_get_autocommit(db->conn)) return;
+  db->writing = false;
+  pthread_mutex_unlock(&db->file->write);
+}
 
-int tg_db_commit(tg_db *db) { return run(db, "COMMIT", NULL, NULL, false); }
+int tg_db_begin(tg_db *db) {
+  if (!sqlite3_get_autocommit(db->conn))
+    return set_err(db, TG_E_DB, "cannot start a transaction within a transaction");
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += BUSY_TIMEOUT_MS / 1000;
+  /* EDEADLK: this thread's other connection writes; SQLite would answer busy as well. */
+  int rc = pthread_mutex_timedlock(&db->file->write, &until);
+  if (rc != 0) return set_err(db, TG_E_BUSY, "database is locked");
+  db->writing = true;
+  int r = run(db, "BEGIN IMMEDIATE", NULL, NULL, false);
+  write_done(db);
+  return r;
+}
+
+int tg_db_commit(tg_db *db) {
+  int r = run(db, "COMMIT", NULL, NULL, false);
+  write_done(db);
+  return r;
+}
 
 int tg_db_rollback(tg_db *db) {
-  if (sqlite3_get_autocommit(db->conn)) return 0;
-  return run(db, "ROLLBACK", NULL, NULL, false);
+  int r = sqlite3_get_autocommit(db->conn) ? 0 : run(db, "ROLLBACK", NULL, NULL, false);
+  write_done(db);
+  return r;
 }
 
 const char *tg_db_errmsg(tg_db *db) { return db->errmsg; }
 
 void tg_db_fail_after(tg_db *db, int n) { db->fail_after = n > 0 ? n : 0; }
 
+static shared_file *new_shared_file(const char *path, const struct stat *st) {
+  shared_file *f = calloc(1, sizeof *f);
+  if (!f || !(f->path = strdup(path))) {
+    free(f);
+    return NULL;
+  }
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  /* Relocking by the owner fails (EDEADLK) rather than hangs: see tg_db_begin. */
+  pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ERRORCHECK);
+  pthread_mutex_init(&f->write, &attr);
+  pthread_mutexattr_destroy(&attr);
+  pthread_mutex_init(&f->lock, NULL);
+  pthread_cond_init(&f->wake, NULL);
+  f->dev = st->st_dev;
+  f->ino = st->st_ino;
+  f->checkpoint_at = CHECKPOINT_PAGES;
+  return f;
+}
+
+/* The shared state of the file db opened, found by device and inode. */
+static int share_file(tg_db *db, const char *path) {
+  struct stat st;
+  if (stat(path, &st) < 0) return set_err(db, TG_E_DB, "%s: %s", path, strerror(errno));
+  pthread_mutex_lock(&files_lock);
+  shared_file *f = files;
+  while (f && !(f->dev == st.st_dev && f->ino == st.st_ino)) f = f->next;
+  if (!f && (f = new_shared_file(path, &st))) {
+    f->next = files;
+    files = f;
+  }
+  if (f) f->refs++;
+  pthread_mutex_unlock(&files_lock);
+  db->file = f;
+  return f ? 0 : nomem(db);
+}
+
+static void unshare_file(shared_file *f) {
+  if (!f) return;
+  pthread_mutex_lock(&files_lock);
+  bool last = --f->refs == 0;
+  if (last) {
+    shared_file **p = &files;
+    while (*p != f) p = &(*p)->next;
+    *p = f->next;
+  }
+  pthread_mutex_unlock(&files_lock);
+  if (!last) return;
+  pthread_mutex_lock(&f->lock);
+  f->stop = true;
+  pthread_cond_signal(&f->wake);
+  pthread_mutex_unlock(&f->lock);
+  if (f->running) pthread_join(f->checkpointer, NULL);
+  pthread_mutex_destroy(&f->write);
+  pthread_mutex_destroy(&f->lock);
+  pthread_cond_destroy(&f->wake);
+  free(f->path);
+  free(f);
+}
+
+static void checkpoint(shared_file *f, sqlite3 *conn, int pages) {
+  if (pages < RESTART_PAGES) {
+    sqlite3_wal_checkpoint_v2(conn, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    return;
+  }
+  /* Restarting takes SQLite's write lock: this process's writers wait on the mutex. */
+  pthread_mutex_lock(&f->write);
+  sqlite3_wal_checkpoint_v2(conn, NULL, SQLITE_CHECKPOINT_RESTART, NULL, NULL);
+  pthread_mutex_unlock(&f->write);
+}
+
+/* The checkpoint thread: its own connection, one checkpoint per request, until the last
+ * connection of the process to the file closes. A checkpoint that cannot finish (readers)
+ * is simply asked for again later. */
+static void *checkpointer_main(void *arg) {
+  shared_file *f = arg;
+  sqlite3 *conn = NULL;
+  /* A connection knows the file is in WAL mode once it has read it: until then its
+   * checkpoints do nothing. */
+  if (sqlite3_open_v2(f->path, &conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) ==
+      SQLITE_OK) {
+    sqlite3_busy_timeout(conn, BUSY_TIMEOUT_MS);
+    sqlite3_exec(conn, "PRAGMA schema_version", NULL, NULL, NULL);
+  }
+  pthread_mutex_lock(&f->lock);
+  for (;;) {
+    while (!f->due && !f->stop) pthread_cond_wait(&f->wake, &f->lock);
+    if (f->stop) break;
+    int pages = f->due;
+    f->due = 0;
+    pthread_mutex_unlock(&f->lock);
+    checkpoint(f, conn, pages);
+    pthread_mutex_lock(&f->lock);
+  }
+  pthread_mutex_unlock(&f->lock);
+  sqlite3_close(conn);
+  return NULL;
+}
+
+/* Runs after each commit, with the log's size in pages: asks for a checkpoint (see
+ * shared_file); without a thread, the committing connection checkpoints itself. */
+static int wal_hook(void *arg, sqlite3 *conn, const char *schema, int pages) {
+  shared_file *f = arg;
+  bool here = false;
+  pthread_mutex_lock(&f->lock);
+  if (pages < f->checkpoint_at - CHECKPOINT_PAGES) /* the log restarted */
+    f->checkpoint_at = CHECKPOINT_PAGES;
+  if (pages >= f->checkpoint_at) {
+    f->checkpoint_at = pages + CHECKPOINT_PAGES;
+    f->due = pages;
+    if (!f->running)
+      f->running = pthread_create(&f->checkpointer, NULL, checkpointer_main, f) == 0;
+    here = !f->running;
+    pthread_cond_signal(&f->wake);
+  }
+  pthread_mutex_unlock(&f->lock);
+  if (here) sqlite3_wal_checkpoint_v2(conn, schema, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+  return SQLITE_OK;
+}
+
 static int configure(tg_db *db) {
+  sqlite3_wal_hook(db->conn, wal_hook, db->file);
   int rc = sqlite3_busy_timeout(db->conn, BUSY_TIMEOUT_MS);
   if (rc != SQLITE_OK) return sqlite_err(db, rc);
   /* journal_mode answers with the mode in force, which stays "delete" where WAL is
@@ -402,7 +583,7 @@ int tg_db_open(const char *dir, tg_db **ret, char **reterr) {
       r = nomem(db);
     else if (rc != SQLITE_OK)
       r = set_err(db, status_of(rc), "%s: %s", path, sqlite3_errmsg(db->conn));
-    else
+    else if ((r = share_file(db, path)) == 0)
       r = configure(db);
   }
   if (r < 0) {
@@ -421,6 +602,8 @@ void tg_db_close(tg_db *db) {
     free(c->sql);
   }
   sqlite3_close_v2(db->conn); /* rolls back an open transaction */
+  if (db->writing) pthread_mutex_unlock(&db->file->write);
+  unshare_file(db->file);
   free(db->errbuf);
   free(db);
 }
@@ -512,6 +695,7 @@ int tg_db_migrate(tg_db *db, int *ret_applied) {
     if (r == 0) r = tg_db_commit(db);
     if (r < 0 && !sqlite3_get_autocommit(db->conn))
       sqlite3_exec(db->conn, "ROLLBACK", NULL, NULL, NULL); /* keeps errmsg */
+    write_done(db);
   }
   return r;
 }
