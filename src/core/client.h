@@ -4,6 +4,7 @@
  * handlers reach it as cx->client and never learn the transport. */
 #pragma once
 #include <jansson.h>
+#include <stdbool.h>
 
 /* What a surface offers a handler for the duration of one call. */
 typedef struct tg_client_channel {
@@ -17,10 +18,16 @@ typedef struct tg_client_channel {
    * returning {"resultType":"input_required","inputRequests":{...},"requestState"?:...}. */
   json_t *input_responses;
   const char *request_state;
-  /* Sends a notification related to the call; params is stolen. */
+  /* Sends a notification related to the call; params is stolen. A list_changed
+   * notification (notifications/tools/list_changed, notifications/prompts/list_changed) is
+   * about the server, not the call: the surface announces it to whoever listens. */
   int (*notify)(void *self, const char *method, json_t *params);
   /* Sends a request to the client and waits for its result (a new reference in *ret), or
    * NULL when this transport or revision cannot (then the handler fails cleanly). params is
-   * stolen. Returns 0, TG_E_TOOL with *ret the client's error object, or another TG_E_*. */
+   * stolen. Returns 0, TG_E_TOOL with *ret the client's error object, or another TG_E_*
+   * (TG_E_IO too when the client cancelled the call while it waited: see cancelled). */
   int (*ask)(void *self, const char *method, json_t *params, json_t **ret);
+  /* Whether the client cancelled the call (NULL when the surface cannot tell). Its answer is
+   * never sent, so a handler that learns it should fail: failing rolls back what it wrote. */
+  bool (*cancelled)(void *self);
 } tg_client_channel;

@@ -42,6 +42,7 @@ typedef struct cx {
   /* A JSON-RPC error a method answered with. */
   const char *err_message;
   json_t *err_data;
+  bool subscribed; /* subscriptions/listen: answered later, if ever */
 } cx;
 
 /* Method results: 0, a JSON-RPC error code (set with rpc_fail), or TG_E_NOMEM. */
@@ -329,6 +330,10 @@ typedef struct call_channel {
 static int channel_notify(void *self, const char *method, json_t *params) {
   call_channel *ch = self;
   const tg_mcp_io *io = ch->c->req->io;
+  if (tg_mcp_watch_touch(method)) {
+    json_decref(params);
+    return TG_OK;
+  }
   json_t *msg = tg_rpc_notification(method, params);
   if (!msg) return TG_E_NOMEM;
   if (!io || !io->send) {
@@ -338,15 +343,30 @@ static int channel_notify(void *self, const char *method, json_t *params) {
   return io->send(io->self, msg);
 }
 
+static bool channel_cancelled(void *self) {
+  call_channel *ch = self;
+  tg_mcp_inflight *inflight = ch->c->req->inflight;
+  return inflight && tg_mcp_inflight_cancelled(inflight, ch->c->msg->id);
+}
+
 static int channel_ask(void *self, const char *method, json_t *params, json_t **ret) {
   call_channel *ch = self;
   const tg_mcp_io *io = ch->c->req->io;
   static json_int_t next_id;
+  if (channel_cancelled(ch)) {
+    json_decref(params);
+    return TG_E_IO;
+  }
   json_t *request = tg_rpc_request(__atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED), method,
                                    params);
   if (!request) return TG_E_NOMEM;
   json_t *response = NULL;
   int r = io->ask(io->self, request, &response);
+  /* An answer that raced the cancellation is dropped: the call must fail all the same. */
+  if (r == 0 && channel_cancelled(ch)) {
+    json_decref(response);
+    r = TG_E_IO;
+  }
   if (r < 0) return r;
   json_t *result = json_object_get(response, "result");
   json_t *error = json_object_get(response, "error");
@@ -401,6 +421,7 @@ static int m_tools_call(cx *c, json_t *params, json_t **ret) {
       .notify = channel_notify,
       /* 2026-07-28 forbids server-to-client requests; legacy needs a transport that can. */
       .ask = !c->modern && c->req->io && c->req->io->ask ? channel_ask : NULL,
+      .cancelled = c->req->inflight ? channel_cancelled : NULL,
   };
   tg_call_request call = {.principal_id = c->req->principal_id, .surface = TG_SURFACE_MCP,
                           .tool = name, .args = json_is_null(args) ? NULL : args,
@@ -522,13 +543,20 @@ static int m_complete(cx *c, json_t *params, json_t **ret) {
 
 /* ---- lifecycle ---- */
 
-static json_t *capabilities(bool modern) {
+static json_t *capabilities(const tg_mcp_server *srv, bool modern) {
   json_t *caps = json_pack("{s:{},s:{},s:{},s:{}}", "tools", "resources", "prompts",
                            "completions");
-  /* Subscriptions and logging exist on the legacy wire only; 2026-07-28 removed both. */
-  if (caps && !modern &&
-      (json_object_set_new(json_object_get(caps, "resources"), "subscribe", json_true()) < 0 ||
-       json_object_set_new(caps, "logging", json_object()) < 0)) {
+  bool ok = caps != NULL;
+  /* Resource subscriptions and logging exist on the legacy wire only; 2026-07-28 removed
+   * both. */
+  if (ok && !modern)
+    ok = json_object_set_new(json_object_get(caps, "resources"), "subscribe", json_true()) == 0 &&
+         json_object_set_new(caps, "logging", json_object()) == 0;
+  /* Advertised only where the transport delivers the notifications. */
+  if (ok && srv->list_changes)
+    ok = json_object_set_new(json_object_get(caps, "tools"), "listChanged", json_true()) == 0 &&
+         json_object_set_new(json_object_get(caps, "prompts"), "listChanged", json_true()) == 0;
+  if (!ok) {
     json_decref(caps);
     return NULL;
   }
@@ -555,7 +583,7 @@ static int m_initialize(cx *c, json_t *params, json_t **ret) {
   s->era = TG_MCP_ERA_LEGACY;
   snprintf(s->version, sizeof s->version, "%s", version);
   *ret = json_pack("{s:s,s:o,s:o,s:s}", "protocolVersion", version, "capabilities",
-                   capabilities(false), "serverInfo", server_info(c->srv), "instructions",
+                   capabilities(c->srv, false), "serverInfo", server_info(c->srv), "instructions",
                    "toolgate: a permission-gated tool catalog. Every call is authorized and "
                    "audited; a refused call answers isError with an error envelope.");
   return *ret ? 0 : TG_E_NOMEM;
@@ -563,13 +591,31 @@ static int m_initialize(cx *c, json_t *params, json_t **ret) {
 
 static int m_discover(cx *c, json_t *params, json_t **ret) {
   *ret = json_pack("{s:[s],s:o}", "supportedVersions", TG_MCP_MODERN_VERSION, "capabilities",
-                   capabilities(true));
+                   capabilities(c->srv, true));
   return *ret ? 0 : TG_E_NOMEM;
 }
 
 static int m_empty(cx *c, json_t *params, json_t **ret) {
   *ret = json_object();
   return *ret ? 0 : TG_E_NOMEM;
+}
+
+/* 2026-07-28: the request stays open as the subscription, acknowledged and fed through the
+ * watch; it is answered only when the server ends it, and never once cancelled. */
+static int m_listen(cx *c, json_t *params, json_t **ret) {
+  if (!c->req->watch)
+    return rpc_fail(c, TG_RPC_METHOD_NOT_FOUND, "Method not found",
+                    json_pack("{s:s}", "method", c->msg->method));
+  json_t *filter = json_object_get(params, "notifications");
+  if (!json_is_object(filter))
+    return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.notifications must be an object", NULL);
+  int r = tg_mcp_watch_subscribe(c->req->watch, c->msg->id, filter);
+  if (r == TG_E_TOO_LARGE)
+    return rpc_fail(c, TG_RPC_INVALID_REQUEST, "Too many open subscriptions",
+                    json_pack("{s:i}", "max", TG_MCP_MAX_SUBSCRIPTIONS));
+  if (r < 0) return r;
+  c->subscribed = true;
+  return 0;
 }
 
 static int m_set_level(cx *c, json_t *params, json_t **ret) {
@@ -601,6 +647,7 @@ static const method methods[] = {
     {"prompts/get", m_prompts_get, ERA_BOTH, false},
     {"completion/complete", m_complete, ERA_BOTH, false},
     {"logging/setLevel", m_set_level, ERA_LEGACY, false},
+    {"subscriptions/listen", m_listen, ERA_MODERN, false},
 };
 
 static const method *find_method(const char *name, unsigned era) {
@@ -827,10 +874,26 @@ static int check_legacy(cx *c, tg_mcp_reply *reply) {
   return r < 0 ? r : 1;
 }
 
-static void notification(const tg_rpc_msg *msg, tg_mcp_session *s) {
-  if (strcmp(msg->method, "notifications/initialized") == 0) s->initialized = true;
-  /* cancelled, progress and roots/list_changed need no action: calls run to completion in
-   * their transaction, and this server asks for no roots. Unknown ones are ignored. */
+json_t *tg_mcp_cancel_target(const tg_rpc_msg *msg) {
+  if (msg->kind != TG_RPC_NOTIFICATION || strcmp(msg->method, "notifications/cancelled") != 0)
+    return NULL;
+  json_t *id = json_object_get(msg->params, "requestId");
+  return json_is_string(id) || json_is_integer(id) ? id : NULL;
+}
+
+static void notification(const tg_mcp_request *req, const tg_rpc_msg *msg) {
+  json_t *cancelled = tg_mcp_cancel_target(msg);
+  if (strcmp(msg->method, "notifications/initialized") == 0) {
+    req->session->initialized = true;
+    if (req->watch) tg_mcp_watch_legacy(req->watch);
+  } else if (cancelled) {
+    /* A request not in flight (unknown, answered) is ignored; a listen request's
+     * subscription ends. */
+    if (req->inflight) tg_mcp_inflight_cancel(req->inflight, cancelled);
+    if (req->watch) tg_mcp_watch_unsubscribe(req->watch, cancelled);
+  }
+  /* progress and roots/list_changed need no action: this server asks for no roots.
+   * Unknown notifications are ignored. */
 }
 
 int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_rpc_msg *msg,
@@ -839,7 +902,7 @@ int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_
   reply->http_status = 202;
   if (msg->kind == TG_RPC_RESPONSE) return 0;
   if (msg->kind == TG_RPC_NOTIFICATION) {
-    notification(msg, req->session);
+    notification(req, msg);
     return 0;
   }
   cx c = {.srv = srv, .req = req, .msg = msg, .modern = tg_mcp_has_claim(msg)};
@@ -854,10 +917,22 @@ int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_
       !req->headers)
     req->session->era = TG_MCP_ERA_LEGACY;
   json_t *result = NULL;
+  if (req->inflight && tg_mcp_inflight_begin(req->inflight, msg->id) < 0) return TG_E_NOMEM;
   r = m->fn(&c, msg->params, &result);
+  if (req->inflight && tg_mcp_inflight_end(req->inflight, msg->id)) {
+    /* Cancelled: the client expects no answer. */
+    json_decref(result);
+    json_decref(c.err_data);
+    return 0;
+  }
   if (r == TG_E_NOMEM) {
     json_decref(c.err_data);
     return r;
+  }
+  if (r == 0 && c.subscribed) {
+    reply->http_status = 200;
+    reply->subscribed = true;
+    return 0;
   }
   if (r < 0 && r > TG_RPC_PARSE_ERROR && r > -32000) {
     /* An internal TG_E_* status, not a JSON-RPC code. */

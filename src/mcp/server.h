@@ -8,7 +8,9 @@
 #include <stdbool.h>
 
 #include "core/call.h"
+#include "mcp/inflight.h"
 #include "mcp/jsonrpc.h"
+#include "mcp/watch.h"
 
 #define TG_MCP_MODERN_VERSION "2026-07-28"
 #define TG_MCP_LEGACY_VERSION "2025-11-25"
@@ -51,6 +53,8 @@ typedef struct tg_mcp_server {
   bool fixtures;    /* serve the conformance resources and prompts */
   const char *name; /* serverInfo */
   const char *version;
+  bool list_changes; /* the transport delivers list changes (tg_mcp_request.watch and
+                      * tg_mcp_watch_check): listChanged is advertised */
 } tg_mcp_server;
 
 typedef struct tg_mcp_request {
@@ -59,17 +63,28 @@ typedef struct tg_mcp_request {
   tg_mcp_session *session;  /* never NULL; a scratch one for stateless HTTP requests */
   const tg_mcp_headers *headers; /* NULL on stdio */
   const tg_mcp_io *io;
+  /* The connection's or session's requests in flight, which notifications/cancelled
+   * reaches; NULL: requests cannot be cancelled. */
+  tg_mcp_inflight *inflight;
+  /* Where list changes of this connection or session go, and subscriptions/listen opens
+   * its stream; NULL: subscriptions/listen is not served. */
+  tg_mcp_watch *watch;
 } tg_mcp_request;
 
 typedef struct tg_mcp_reply {
-  json_t *message; /* the response; NULL for notifications and responses */
+  json_t *message; /* the response; NULL for notifications, responses, cancelled requests
+                    * and an open subscription */
   int http_status; /* what an HTTP transport answers: 200, 202, 400, 404 */
+  bool subscribed; /* subscriptions/listen was acknowledged through the watch: its stream
+                    * stays open until the client cancels it or goes away */
 } tg_mcp_reply;
 
 /* Whether params._meta carries a modern protocol-version claim. */
 bool tg_mcp_has_claim(const tg_rpc_msg *msg);
 /* Whether version is a legacy revision this server negotiates. */
 bool tg_mcp_legacy_supported(const char *version);
+/* The requestId a notifications/cancelled names (borrowed), or NULL for any other message. */
+json_t *tg_mcp_cancel_target(const tg_rpc_msg *msg);
 
 /* Serves msg. Returns 0 with *reply filled (the caller owns reply->message), or TG_E_NOMEM. */
 int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_rpc_msg *msg,

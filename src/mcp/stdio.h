@@ -1,11 +1,14 @@
 /* MCP over stdio: newline-delimited JSON-RPC on two file descriptors, one connection, one
- * principal. Logs go to stderr, never to the output stream. */
+ * principal. Logs go to stderr, never to the output stream. Requests can be cancelled, and
+ * the client hears of changes to its tool and prompt lists: checked after each message and,
+ * while the connection is idle, every few seconds. */
 #pragma once
 #include <stdio.h>
 
 #include "mcp/server.h"
 
-/* Serves messages from in until end of file. Returns 0 at EOF, TG_E_IO on a write failure,
- * TG_E_NOMEM. */
+/* Serves messages from in until end of file. in is read through its file descriptor, not
+ * its stdio buffer, so that an idle connection can wait on it. Returns 0 at EOF, TG_E_IO on
+ * a write failure, TG_E_NOMEM. */
 int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *principal_id,
                        FILE *in, FILE *out);

@@ -110,6 +110,8 @@ static int ask_client(tg_call_ctx *cx, const char *capability, const char *metho
     json_decref(*ret);
     return tg_fail(cx, TG_ERR_PROVIDER_ERROR, NULL, "The client refused %s", method);
   }
+  if (r < 0 && ch->cancelled && ch->cancelled(ch->self))
+    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, NULL, "The client cancelled the call");
   return r;
 }
 
@@ -349,6 +351,21 @@ static int h_streaming_elicitation(tg_call_ctx *cx, json_t *args, json_t **ret) 
   return text_result("Answered on the response stream without asking the client", ret);
 }
 
+/* The list does not change: the surface is told it did, and tells whoever listens. */
+static int trigger(tg_call_ctx *cx, const char *method, json_t **ret) {
+  const tg_client_channel *ch = cx->client;
+  int r = ch ? ch->notify(ch->self, method, NULL) : TG_OK;
+  return r < 0 ? r : text_result("Change announced", ret);
+}
+
+static int h_trigger_tool_change(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  return trigger(cx, "notifications/tools/list_changed", ret);
+}
+
+static int h_trigger_prompt_change(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  return trigger(cx, "notifications/prompts/list_changed", ret);
+}
+
 static const tg_handler_entry handlers[] = {
     {"test.simple.text", h_simple_text},
     {"test.image.content", h_image},
@@ -375,6 +392,8 @@ static const tg_handler_entry handlers[] = {
     {"test.input_required.result_tampered_state", h_ir_tampered},
     {"test.input_required.result_capabilities", h_ir_capabilities},
     {"test.x_mcp.header", h_x_mcp_header},
+    {"test.trigger.tool_change", h_trigger_tool_change},
+    {"test.trigger.prompt_change", h_trigger_prompt_change},
 };
 
 const tg_provider tg_provider_conformance = {

@@ -11,7 +11,9 @@ import { fileURLToPath } from 'node:url';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import {
+  CallToolResultSchema, CreateMessageRequestSchema, ToolListChangedNotificationSchema,
+} from '@modelcontextprotocol/sdk/types.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const tg = process.env.TG_BINARY;
@@ -82,6 +84,52 @@ test('SDK client over stdio (--agent)', async () => {
 
 test('SDK client over stdio (--token)', async () => {
   await exercise(new StdioClientTransport({ command: tg, args: ['mcp', '--token', token], env, stderr: 'ignore' }));
+});
+
+test('SDK client over stdio hears of a grant revoked by another process', async () => {
+  execFileSync(tg, ['agents', 'create', '--slug', 'watcher', '--grant', 'canAssignTasks'], { env });
+  const client = new Client({ name: 'toolgate-interop', version: '1.0.0' });
+  const changed = new Promise((resolve) => client.setNotificationHandler(ToolListChangedNotificationSchema, resolve));
+  await client.connect(new StdioClientTransport({ command: tg, args: ['mcp', '--agent', 'watcher'], env, stderr: 'ignore' }));
+  try {
+    assert.equal(client.getServerCapabilities().tools.listChanged, true);
+    const names = async () => (await client.listTools()).tools.map((t) => t.name);
+    assert.ok((await names()).includes('work_task_create'));
+    // The connection stays idle: the server notices the change on its own.
+    execFileSync(tg, ['agents', 'revoke', 'watcher', 'tasks.assign'], { env });
+    await changed;
+    assert.ok(!(await names()).includes('work_task_create'));
+  } finally {
+    await client.close();
+  }
+});
+
+test('SDK client over stdio cancels a call waiting for sampling', async () => {
+  const client = new Client({ name: 'toolgate-interop', version: '1.0.0' }, { capabilities: { sampling: {} } });
+  let asked;
+  const sampling = new Promise((resolve) => { asked = resolve; });
+  client.setRequestHandler(CreateMessageRequestSchema, () => {
+    asked();
+    return new Promise(() => {}); // the user never answers
+  });
+  const errors = [];
+  client.onerror = (e) => errors.push(e);
+  await client.connect(new StdioClientTransport({
+    command: tg, args: ['mcp', '--agent', 'demo', '--conformance-fixtures'], env, stderr: 'ignore',
+  }));
+  try {
+    const abort = new AbortController();
+    const call = client.callTool({ name: 'test_sampling', arguments: { prompt: 'hi' } }, undefined, { signal: abort.signal });
+    await sampling;
+    abort.abort('changed my mind'); // sends notifications/cancelled
+    await assert.rejects(call);
+    // The server serves on, in order: an answer to the cancelled call would arrive before
+    // this one, and the client would report it as unknown.
+    assert.ok((await client.listTools()).tools.length > 0);
+    assert.deepEqual(errors, []);
+  } finally {
+    await client.close();
+  }
 });
 
 test('SDK client over Streamable HTTP with a Bearer token', async () => {

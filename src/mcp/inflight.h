@@ -1,0 +1,23 @@
+/* The requests of one connection or session that have not been answered yet, so that the
+ * client's notifications/cancelled can reach them. Thread-safe: a request may be served on
+ * one thread while its cancellation arrives on another. Knows nothing of transports. */
+#pragma once
+#include <jansson.h>
+#include <stdbool.h>
+
+typedef struct tg_mcp_inflight tg_mcp_inflight;
+
+/* wake(arg), when not NULL, runs after each cancellation, outside the table's lock: a
+ * transport waiting for the client's answer on a condition of its own looks again. */
+int tg_mcp_inflight_new(void (*wake)(void *arg), void *arg, tg_mcp_inflight **ret);
+void tg_mcp_inflight_free(tg_mcp_inflight *t);
+
+/* A request starts being served (0, or TG_E_NOMEM) and stops; _end tells whether it was
+ * cancelled meanwhile, in which case it must not be answered. */
+int tg_mcp_inflight_begin(tg_mcp_inflight *t, json_t *id);
+bool tg_mcp_inflight_end(tg_mcp_inflight *t, json_t *id);
+
+/* Marks the request id cancelled; false when no such request is being served (unknown or
+ * already answered: the cancellation is then ignored). */
+bool tg_mcp_inflight_cancel(tg_mcp_inflight *t, json_t *id);
+bool tg_mcp_inflight_cancelled(tg_mcp_inflight *t, json_t *id);

@@ -1,0 +1,200 @@
+#include "mcp/watch.h"
+
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/principal.h"
+#include "mcp/jsonrpc.h"
+#include "util/status.h"
+
+#define META_SUBSCRIPTION "io.modelcontextprotocol/subscriptionId"
+#define FP_LEN 32 /* SHA-256 */
+
+/* The lists watched: their notification and their subscriptions/listen filter field. */
+enum { LIST_TOOLS, LIST_PROMPTS, N_LISTS };
+static const struct {
+  const char *method;
+  const char *filter;
+} lists[N_LISTS] = {
+    [LIST_TOOLS] = {"notifications/tools/list_changed", "toolsListChanged"},
+    [LIST_PROMPTS] = {"notifications/prompts/list_changed", "promptsListChanged"},
+};
+
+/* Changes made outside the database, counted per list for the whole process. */
+static unsigned long touches[N_LISTS];
+
+typedef struct subscription {
+  json_t *id;
+  bool wants[N_LISTS];
+} subscription;
+
+struct tg_mcp_watch {
+  pthread_mutex_t lock;
+  int (*send)(void *self, json_t *msg);
+  void *self;
+  bool legacy;
+  subscription subs[TG_MCP_MAX_SUBSCRIPTIONS];
+  size_t n_subs;
+  /* What the previous check saw; none until someone listens. */
+  bool have_baseline;
+  unsigned char tools_fp[FP_LEN];
+  unsigned long touches_seen[N_LISTS];
+};
+
+int tg_mcp_watch_new(int (*send)(void *self, json_t *msg), void *self, tg_mcp_watch **ret) {
+  tg_mcp_watch *w = calloc(1, sizeof *w);
+  if (!w) return TG_E_NOMEM;
+  pthread_mutex_init(&w->lock, NULL);
+  w->send = send;
+  w->self = self;
+  *ret = w;
+  return TG_OK;
+}
+
+void tg_mcp_watch_free(tg_mcp_watch *w) {
+  if (!w) return;
+  for (size_t i = 0; i < w->n_subs; i++) json_decref(w->subs[i].id);
+  pthread_mutex_destroy(&w->lock);
+  free(w);
+}
+
+static bool listening_locked(const tg_mcp_watch *w) { return w->legacy || w->n_subs; }
+
+/* The first listener starts from what the next check sees, not from an older baseline. */
+static void start_listening_locked(tg_mcp_watch *w) {
+  if (!listening_locked(w)) w->have_baseline = false;
+}
+
+void tg_mcp_watch_legacy(tg_mcp_watch *w) {
+  pthread_mutex_lock(&w->lock);
+  start_listening_locked(w);
+  w->legacy = true;
+  pthread_mutex_unlock(&w->lock);
+}
+
+static json_t *tagged(const char *method, json_t *params, json_t *id) {
+  json_t *meta = json_pack("{s:O}", META_SUBSCRIPTION, id);
+  if (!params || !meta || json_object_set_new(params, "_meta", meta) < 0) {
+    json_decref(params);
+    return NULL;
+  }
+  return tg_rpc_notification(method, params);
+}
+
+int tg_mcp_watch_subscribe(tg_mcp_watch *w, json_t *id, json_t *filter) {
+  subscription sub = {.id = id};
+  json_t *honoured = json_object();
+  if (!honoured) return TG_E_NOMEM;
+  for (size_t i = 0; i < N_LISTS; i++) {
+    sub.wants[i] = json_is_true(json_object_get(filter, lists[i].filter));
+    if (sub.wants[i] && json_object_set_new(honoured, lists[i].filter, json_true()) < 0) {
+      json_decref(honoured);
+      return TG_E_NOMEM;
+    }
+  }
+  json_t *ack = tagged("notifications/subscriptions/acknowledged",
+                       json_pack("{s:o}", "notifications", honoured), id);
+  if (!ack) return TG_E_NOMEM;
+  pthread_mutex_lock(&w->lock);
+  int r = w->n_subs == TG_MCP_MAX_SUBSCRIPTIONS ? TG_E_TOO_LARGE : TG_OK;
+  if (r == TG_OK) {
+    /* Under the lock: the acknowledgement goes out before any notification it announces. */
+    r = w->send(w->self, ack);
+    ack = NULL;
+  }
+  if (r == TG_OK) {
+    start_listening_locked(w);
+    sub.id = json_incref(id);
+    w->subs[w->n_subs++] = sub;
+  }
+  pthread_mutex_unlock(&w->lock);
+  json_decref(ack);
+  return r;
+}
+
+bool tg_mcp_watch_unsubscribe(tg_mcp_watch *w, json_t *id) {
+  bool found = false;
+  pthread_mutex_lock(&w->lock);
+  for (size_t i = 0; i < w->n_subs;) {
+    if (!json_equal(w->subs[i].id, id)) {
+      i++;
+      continue;
+    }
+    json_decref(w->subs[i].id);
+    memmove(w->subs + i, w->subs + i + 1, (--w->n_subs - i) * sizeof *w->subs);
+    found = true;
+  }
+  pthread_mutex_unlock(&w->lock);
+  return found;
+}
+
+/* SHA-256 of the tool list principal_id is offered on MCP, as tools/list builds it. */
+static int tools_fingerprint(const tg_env *env, const char *principal_id, unsigned char fp[FP_LEN]) {
+  tg_principal *p = NULL;
+  int r = tg_principal_load(env->db, principal_id, &p);
+  if (r < 0) return r;
+  json_t *usable = NULL;
+  r = tg_tools_usable(env, p, TG_SURFACE_MCP, &usable);
+  tg_principal_free(p);
+  if (r < 0) return r;
+  char *text = json_dumps(usable, JSON_COMPACT);
+  json_decref(usable);
+  if (!text) return TG_E_NOMEM;
+  unsigned len = 0;
+  r = EVP_Digest(text, strlen(text), fp, &len, EVP_sha256(), NULL) && len == FP_LEN ? TG_OK
+                                                                                   : TG_E_NOMEM;
+  free(text);
+  return r;
+}
+
+/* Tells every listener that wants it that list changed; called with the lock held. */
+static int announce_locked(tg_mcp_watch *w, size_t list) {
+  int r = TG_OK;
+  if (w->legacy) {
+    json_t *msg = tg_rpc_notification(lists[list].method, NULL);
+    r = msg ? w->send(w->self, msg) : TG_E_NOMEM;
+  }
+  for (size_t i = 0; r == TG_OK && i < w->n_subs; i++) {
+    if (!w->subs[i].wants[list]) continue;
+    json_t *msg = tagged(lists[list].method, json_object(), w->subs[i].id);
+    r = msg ? w->send(w->self, msg) : TG_E_NOMEM;
+  }
+  return r;
+}
+
+int tg_mcp_watch_check(tg_mcp_watch *w, const tg_env *env, const char *principal_id) {
+  pthread_mutex_lock(&w->lock);
+  bool listening = listening_locked(w);
+  pthread_mutex_unlock(&w->lock);
+  if (!listening) return TG_OK;
+  /* The database work runs outside the lock: a listen request may arrive meanwhile. */
+  unsigned char fp[FP_LEN];
+  int r = tools_fingerprint(env, principal_id, fp);
+  if (r < 0) return r;
+  unsigned long seen[N_LISTS];
+  for (size_t i = 0; i < N_LISTS; i++) seen[i] = __atomic_load_n(&touches[i], __ATOMIC_RELAXED);
+  pthread_mutex_lock(&w->lock);
+  bool changed[N_LISTS] = {false};
+  if (w->have_baseline) {
+    for (size_t i = 0; i < N_LISTS; i++) changed[i] = seen[i] != w->touches_seen[i];
+    changed[LIST_TOOLS] |= memcmp(fp, w->tools_fp, FP_LEN) != 0;
+  }
+  w->have_baseline = true;
+  memcpy(w->tools_fp, fp, FP_LEN);
+  memcpy(w->touches_seen, seen, sizeof seen);
+  for (size_t i = 0; r == TG_OK && i < N_LISTS; i++)
+    if (changed[i]) r = announce_locked(w, i);
+  pthread_mutex_unlock(&w->lock);
+  return r;
+}
+
+bool tg_mcp_watch_touch(const char *method) {
+  for (size_t i = 0; i < N_LISTS; i++) {
+    if (strcmp(method, lists[i].method) != 0) continue;
+    __atomic_add_fetch(&touches[i], 1, __ATOMIC_RELAXED);
+    return true;
+  }
+  return false;
+}

@@ -1,0 +1,41 @@
+/* Changes of the lists a principal is offered, and who hears of them: a legacy (2025-11-25)
+ * connection or session gets notifications/{tools,prompts}/list_changed, a 2026-07-28
+ * subscriptions/listen stream the ones it asked for, tagged with its subscription id.
+ * A tool list follows grants, workspace policy, naming profile and the agent's status, all
+ * of which another process may change (the CLI writes the same database): so it is
+ * recomputed and compared by fingerprint whenever the transport checks. Thread-safe.
+ * Knows nothing of transports. */
+#pragma once
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "core/call.h"
+
+#define TG_MCP_MAX_SUBSCRIPTIONS 16 /* subscriptions/listen streams open on one watch */
+
+typedef struct tg_mcp_watch tg_mcp_watch;
+
+/* send(self, msg) delivers a notification (msg stolen) where the client listens: stdout, a
+ * session's GET stream, a listen request's stream. */
+int tg_mcp_watch_new(int (*send)(void *self, json_t *msg), void *self, tg_mcp_watch **ret);
+void tg_mcp_watch_free(tg_mcp_watch *w);
+
+/* A legacy client finished initializing: every later change is announced to it. */
+void tg_mcp_watch_legacy(tg_mcp_watch *w);
+/* subscriptions/listen with request id and filter: sends the acknowledgement naming the
+ * honoured subset of filter (toolsListChanged, promptsListChanged), then announces those
+ * changes. Returns 0, TG_E_TOO_LARGE when TG_MCP_MAX_SUBSCRIPTIONS are open, TG_E_NOMEM, or
+ * the failure of send. */
+int tg_mcp_watch_subscribe(tg_mcp_watch *w, json_t *id, json_t *filter);
+/* Ends subscription id (its listen request was cancelled); false when there is none. */
+bool tg_mcp_watch_unsubscribe(tg_mcp_watch *w, json_t *id);
+
+/* Recomputes what principal_id is offered and announces what changed since the previous
+ * check; the first check after someone starts listening only takes the baseline. Does
+ * nothing while nobody listens. Returns 0, or the first failure (database, send). */
+int tg_mcp_watch_check(tg_mcp_watch *w, const tg_env *env, const char *principal_id);
+
+/* Records that a list changed outside the database (the conformance trigger tools): every
+ * watch of this process announces it at its next check. False when method is not the
+ * list_changed notification of a list watched here. */
+bool tg_mcp_watch_touch(const char *method);

@@ -1,0 +1,417 @@
+/* MCP cancellation and list-change notifications on a real workspace: through the
+ * transport-neutral dispatch, then end to end over stdio (pipes, the server on a thread). */
+#define _GNU_SOURCE
+#include "support.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fixture.h"
+#include "mcp/stdio.h"
+#include "tools/conformance.h"
+#include "util/status.h"
+
+#define MODERN_META                                                      \
+  "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"," \
+  "\"io.modelcontextprotocol/clientCapabilities\":{}}"
+#define INITIALIZE                                                                          \
+  "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":" \
+  "\"2025-11-25\",\"capabilities\":{\"sampling\":{}}}}"
+#define INITIALIZED "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}"
+#define ASK_WRITE(id) \
+  "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"tools/call\",\"params\":{\"name\":\"test_ask_write\"}}"
+#define CANCEL(id) \
+  "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":" #id "}}"
+#define PING(id) "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"ping\"}"
+#define HANG_GUARD_MS 30000 /* a read that waits this long means the server hung: not a timing check */
+
+/* A tool that writes a mission row, then asks the client: a cancellation while it waits
+ * must leave no row behind. */
+static int ask_write(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  int r = tg_db_exec(cx->db,
+                     "INSERT INTO missions (id, tenant_id, slug, title, created_at)"
+                     " VALUES ('m-asked', $1, 'asked', 'written before asking', 'now')",
+                     json_pack("[s]", cx->principal->tenant_id), NULL);
+  if (r < 0) return r;
+  const tg_client_channel *ch = cx->client;
+  json_t *answer = NULL;
+  r = ch->ask(ch->self, "sampling/createMessage",
+              json_pack("{s:[{s:s,s:{s:s,s:s}}],s:i}", "messages", "role", "user", "content",
+                        "type", "text", "text", "hi", "maxTokens", 10),
+              &answer);
+  json_decref(answer);
+  if (r < 0 && ch->cancelled(ch->self))
+    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, NULL, "The client cancelled the call");
+  if (r < 0) return r;
+  *ret = json_pack("{s:b}", "ok", 1);
+  return TG_OK;
+}
+
+static const char kit_spec[] =
+    "{\"provider\":\"kit\",\"tools\":["
+    "{\"name\":\"test.ask.write\",\"description\":\"Writes a row, then asks the client.\","
+    "\"surfaces\":[\"mcp\"],\"effect\":\"write\",\"risk\":\"low\",\"permissions\":[],"
+    "\"inputSchema\":{\"type\":\"object\"},\"outputSchema\":{\"type\":\"object\"}}]}";
+static const tg_handler_entry kit_handlers[] = {{"test.ask.write", ask_write}};
+static const tg_provider kit = {.name = "kit", .spec_json = kit_spec, .handlers = kit_handlers,
+                                .n_handlers = 1};
+
+typedef struct world {
+  fixture *f;
+  char agent[TG_UUID_LEN + 1]; /* holds tasks.assign, so its tool list can shrink */
+  tg_mcp_server srv;
+  tg_mcp_session session;
+  tg_mcp_inflight *inflight;
+  tg_mcp_watch *watch;
+  tg_mcp_io io;
+  tg_mcp_request req;
+  json_t *sent;       /* what the server sent outside replies, in order */
+  json_t *cancel_msg; /* delivered by the fake client while a call waits for its answer */
+} world;
+
+static int capture(void *self, json_t *msg) {
+  world *w = self;
+  return json_array_append_new(w->sent, msg) < 0 ? TG_E_NOMEM : TG_OK;
+}
+
+static json_t *handle(world *w, const char *text, tg_mcp_reply *reply) {
+  tg_rpc_msg msg;
+  json_t *err = NULL;
+  assert_int_equal(tg_rpc_decode(text, strlen(text), &msg, &err), 0);
+  tg_mcp_reply local;
+  if (!reply) reply = &local;
+  assert_int_equal(tg_mcp_handle(&w->srv, &w->req, &msg, reply), 0);
+  tg_rpc_msg_done(&msg);
+  return reply->message;
+}
+
+/* The client cancels the call while it waits, then answers all the same (the answer and the
+ * cancellation crossed): the call must fail regardless. */
+static int cancel_then_answer(void *self, json_t *request, json_t **ret) {
+  world *w = self;
+  json_array_append_new(w->sent, request);
+  if (w->cancel_msg) {
+    char *text = json_dumps(w->cancel_msg, JSON_COMPACT);
+    assert_null(handle(w, text, NULL));
+    free(text);
+  }
+  *ret = json_pack("{s:s,s:O,s:{s:s,s:{s:s,s:s},s:s}}", "jsonrpc", "2.0", "id",
+                   json_object_get(request, "id"), "result", "role", "assistant", "content",
+                   "type", "text", "text", "hello", "model", "m");
+  return TG_OK;
+}
+
+static world *world_new(const tg_provider *extra) {
+  world *w = calloc(1, sizeof *w);
+  w->f = fixture_new(extra);
+  fixture_agent(w->f, "{\"slug\":\"bot\",\"grants\":[\"canAssignTasks\"]}", w->agent);
+  w->srv = (tg_mcp_server){.fixtures = true, .name = "toolgate", .version = "test", .list_changes = true};
+  tg_mcp_session_init(&w->session);
+  assert_int_equal(tg_mcp_inflight_new(NULL, NULL, &w->inflight), 0);
+  assert_int_equal(tg_mcp_watch_new(capture, w, &w->watch), 0);
+  w->sent = json_array();
+  w->io = (tg_mcp_io){.self = w, .send = capture, .ask = cancel_then_answer};
+  w->req = (tg_mcp_request){.env = &w->f->env, .principal_id = w->agent, .session = &w->session,
+                            .io = &w->io, .inflight = w->inflight, .watch = w->watch};
+  return w;
+}
+
+static int setup_kit(void **state) {
+  *state = world_new(&kit);
+  return 0;
+}
+
+static int setup_fixtures(void **state) {
+  *state = world_new(&tg_provider_conformance);
+  return 0;
+}
+
+static int teardown(void **state) {
+  world *w = *state;
+  tg_mcp_watch_free(w->watch);
+  tg_mcp_inflight_free(w->inflight);
+  tg_mcp_session_done(&w->session);
+  json_decref(w->sent);
+  json_decref(w->cancel_msg);
+  fixture_free(w->f);
+  free(w);
+  return 0;
+}
+
+static const char *method_at(json_t *sent, size_t i) {
+  return json_string_value(json_object_get(json_array_get(sent, i), "method"));
+}
+
+/* Revokes the agent's tasks.assign as the owner, on a connection of its own, as the CLI of
+ * another process would. */
+static void revoke_from_elsewhere(world *w) {
+  tg_db *db = NULL;
+  char *why = NULL;
+  assert_int_equal(tg_db_open(w->f->dir, &db, &why), 0);
+  tg_env env = w->f->env;
+  env.db = db;
+  json_t *args = json_pack("{s:s,s:s}", "agentSlug", "bot", "permission", "tasks.assign");
+  tg_call_request call = {.principal_id = w->f->owner, .surface = TG_SURFACE_API,
+                          .tool = "admin.grant.revoke", .args = args};
+  tg_call_result res;
+  assert_int_equal(tg_call(&env, &call, &res), 0);
+  tg_call_result_done(&res);
+  json_decref(args);
+  tg_db_close(db);
+}
+
+/* ---- the transport-neutral dispatch ---- */
+
+static void test_cancelled_call_gets_no_answer_and_writes_nothing(void **state) {
+  world *w = *state;
+  json_decref(handle(w, INITIALIZE, NULL));
+  long missions = fixture_count(w->f, "missions");
+  long logs = fixture_count(w->f, "agent_run_logs");
+  w->cancel_msg = json_loads(CANCEL(2), 0, NULL);
+  tg_mcp_reply reply;
+  assert_null(handle(w, ASK_WRITE(2), &reply));
+  assert_false(reply.subscribed);
+  assert_string_equal(method_at(w->sent, 0), "sampling/createMessage");
+  assert_int_equal(fixture_count(w->f, "missions"), missions);
+  /* The failed call is still audited. */
+  assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs + 1);
+  /* A cancellation naming another request, or one already answered, changes nothing. */
+  json_decref(w->cancel_msg);
+  w->cancel_msg = json_loads(CANCEL(99), 0, NULL);
+  assert_null(handle(w, CANCEL(3), NULL));
+  json_t *r = handle(w, ASK_WRITE(3), NULL);
+  assert_int_equal(json_integer_value(json_object_get(r, "id")), 3);
+  assert_null(json_object_get(json_object_get(r, "result"), "isError"));
+  json_decref(r);
+  assert_int_equal(fixture_count(w->f, "missions"), missions + 1);
+}
+
+static void test_list_changed_follows_the_database(void **state) {
+  world *w = *state;
+  json_t *r = handle(w, INITIALIZE, NULL);
+  json_t *caps = json_object_get(json_object_get(r, "result"), "capabilities");
+  assert_true(json_is_true(json_object_get(json_object_get(caps, "tools"), "listChanged")));
+  json_decref(r);
+  /* Nobody listens before initialized; the first check then takes the baseline. */
+  assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
+  assert_null(handle(w, INITIALIZED, NULL));
+  assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
+  assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
+  assert_int_equal(json_array_size(w->sent), 0);
+  revoke_from_elsewhere(w);
+  assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
+  assert_int_equal(json_array_size(w->sent), 1);
+  assert_string_equal(method_at(w->sent, 0), "notifications/tools/list_changed");
+  assert_null(json_object_get(json_array_get(w->sent, 0), "params"));
+  assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
+  assert_int_equal(json_array_size(w->sent), 1);
+}
+
+static json_t *subscription_of(json_t *notification) {
+  return json_object_get(json_object_get(json_object_get(notification, "params"), "_meta"),
+                         "io.modelcontextprotocol/subscriptionId");
+}
+
+static void test_listen_acknowledges_filters_and_ends(void **state) {
+  world *w = *state;
+  tg_mcp_reply reply;
+  assert_null(handle(w,
+                     "{\"jsonrpc\":\"2.0\",\"id\":\"s1\",\"method\":\"subscriptions/listen\","
+                     "\"params\":{" MODERN_META ",\"notifications\":{\"promptsListChanged\":true,"
+                     "\"resourcesListChanged\":true}}}",
+                     &reply));
+  assert_true(reply.subscribed);
+  assert_int_equal(reply.http_status, 200);
+  /* Acknowledged first, with only what is honoured. */
+  json_t *ack = json_array_get(w->sent, 0);
+  assert_string_equal(method_at(w->sent, 0), "notifications/subscriptions/acknowledged");
+  assert_string_equal(json_string_value(subscription_of(ack)), "s1");
+  json_t *honoured = json_object_get(json_object_get(ack, "params"), "notifications");
+  assert_int_equal(json_object_size(honoured), 1);
+  assert_true(json_is_true(json_object_get(honoured, "promptsListChanged")));
+  assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
+  /* A tool change does not reach a prompts-only stream; a prompt change does, tagged. */
+  json_t *r = handle(w, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{"
+                        "\"name\":\"test_trigger_tool_change\"," MODERN_META "}}",
+                     NULL);
+  assert_null(json_object_get(json_object_get(r, "result"), "isError"));
+  json_decref(r);
+  revoke_from_elsewhere(w);
+  assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
+  assert_int_equal(json_array_size(w->sent), 1);
+  json_decref(handle(w, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{"
+                        "\"name\":\"test_trigger_prompt_change\"," MODERN_META "}}",
+                     NULL));
+  assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
+  assert_int_equal(json_array_size(w->sent), 2);
+  assert_string_equal(method_at(w->sent, 1), "notifications/prompts/list_changed");
+  assert_string_equal(json_string_value(subscription_of(json_array_get(w->sent, 1))), "s1");
+  /* Cancelling the listen request ends the subscription, without an answer. */
+  assert_null(handle(w, CANCEL("s1"), NULL));
+  assert_true(tg_mcp_watch_touch("notifications/prompts/list_changed"));
+  assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
+  assert_int_equal(json_array_size(w->sent), 2);
+}
+
+static void test_no_list_changes_without_a_watch(void **state) {
+  world *w = *state;
+  /* What an HTTP transport gets until it delivers list changes. */
+  w->srv.list_changes = false;
+  w->req.watch = NULL;
+  tg_mcp_reply reply;
+  json_t *r = handle(w, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\",\"params\":{" MODERN_META "}}",
+                     &reply);
+  json_t *caps = json_object_get(json_object_get(r, "result"), "capabilities");
+  assert_null(json_object_get(json_object_get(caps, "tools"), "listChanged"));
+  assert_null(json_object_get(json_object_get(caps, "prompts"), "listChanged"));
+  json_decref(r);
+  r = handle(w,
+             "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"subscriptions/listen\",\"params\":{" MODERN_META
+             ",\"notifications\":{\"toolsListChanged\":true}}}",
+             &reply);
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(r, "error"), "code")),
+                   TG_RPC_METHOD_NOT_FOUND);
+  assert_int_equal(reply.http_status, 404);
+  json_decref(r);
+}
+
+/* ---- stdio end to end ---- */
+
+typedef struct stdio_run {
+  world *w;
+  pthread_t thread;
+  FILE *in, *out;        /* the server's ends */
+  int to_server, from_server;
+  char buf[1 << 16];
+  size_t len;
+  int status;
+} stdio_run;
+
+static void *serve_main(void *arg) {
+  stdio_run *s = arg;
+  s->status = tg_mcp_stdio_serve(&s->w->srv, &s->w->f->env, s->w->agent, s->in, s->out);
+  fclose(s->in);
+  fclose(s->out);
+  return NULL;
+}
+
+static stdio_run *stdio_start(world *w) {
+  stdio_run *s = calloc(1, sizeof *s);
+  int to[2], from[2];
+  assert_int_equal(pipe(to), 0);
+  assert_int_equal(pipe(from), 0);
+  s->w = w;
+  s->in = fdopen(to[0], "r");
+  s->out = fdopen(from[1], "w");
+  s->to_server = to[1];
+  s->from_server = from[0];
+  assert_int_equal(pthread_create(&s->thread, NULL, serve_main, s), 0);
+  return s;
+}
+
+static void stdio_send(stdio_run *s, const char *text) {
+  size_t n = strlen(text);
+  assert_int_equal(write(s->to_server, text, n), (ssize_t)n);
+  assert_int_equal(write(s->to_server, "\n", 1), 1);
+}
+
+/* The next line the server writes, parsed. */
+static json_t *stdio_next(stdio_run *s) {
+  char *nl;
+  while (!(nl = memchr(s->buf, '\n', s->len))) {
+    struct pollfd p = {.fd = s->from_server, .events = POLLIN};
+    if (poll(&p, 1, HANG_GUARD_MS) != 1) fail_msg("the server hung");
+    ssize_t n = read(s->from_server, s->buf + s->len, sizeof s->buf - s->len);
+    if (n <= 0) fail_msg("the server closed its output");
+    s->len += (size_t)n;
+  }
+  *nl = 0;
+  json_t *msg = json_loads(s->buf, 0, NULL);
+  assert_non_null(msg);
+  size_t used = (size_t)(nl - s->buf) + 1;
+  memmove(s->buf, s->buf + used, s->len - used);
+  s->len -= used;
+  return msg;
+}
+
+static void expect_answer(stdio_run *s, json_int_t id) {
+  json_t *msg = stdio_next(s);
+  if (json_integer_value(json_object_get(msg, "id")) != id || !json_object_get(msg, "result"))
+    fail_msg("expected the answer to %lld, got %s", (long long)id, json_dumps(msg, JSON_COMPACT));
+  json_decref(msg);
+}
+
+static void stdio_stop(stdio_run *s) {
+  close(s->to_server);
+  assert_int_equal(pthread_join(s->thread, NULL), 0);
+  assert_int_equal(s->status, 0);
+  close(s->from_server);
+  free(s);
+}
+
+static void test_stdio_cancel_while_the_client_is_asked(void **state) {
+  world *w = *state;
+  long missions = fixture_count(w->f, "missions");
+  stdio_run *s = stdio_start(w);
+  stdio_send(s, INITIALIZE);
+  expect_answer(s, 1);
+  stdio_send(s, INITIALIZED);
+  stdio_send(s, ASK_WRITE(2));
+  json_t *ask = stdio_next(s);
+  assert_string_equal(json_string_value(json_object_get(ask, "method")), "sampling/createMessage");
+  json_decref(ask);
+  /* While the call waits: a request, cancelled before it is served; then the call. */
+  stdio_send(s, PING(3));
+  stdio_send(s, CANCEL(3));
+  stdio_send(s, CANCEL(2));
+  stdio_send(s, PING(4));
+  /* Neither 2 nor 3 is answered: the next line answers 4. */
+  expect_answer(s, 4);
+  stdio_stop(s);
+  assert_int_equal(fixture_count(w->f, "missions"), missions);
+}
+
+static void expect_list_changed(stdio_run *s) {
+  json_t *msg = stdio_next(s);
+  assert_string_equal(json_string_value(json_object_get(msg, "method")), "notifications/tools/list_changed");
+  json_decref(msg);
+}
+
+static void test_stdio_announces_a_revoked_grant(void **state) {
+  world *w = *state;
+  stdio_run *s = stdio_start(w);
+  stdio_send(s, INITIALIZE);
+  expect_answer(s, 1);
+  stdio_send(s, INITIALIZED);
+  stdio_send(s, PING(2));
+  expect_answer(s, 2);
+  /* Seen by the check after that request or by an idle one: either way, once it is
+   * announced no check is running and the connection waits for input. */
+  assert_true(tg_mcp_watch_touch("notifications/tools/list_changed"));
+  expect_list_changed(s);
+  /* So a change made now by another connection can only be found by an idle check. */
+  revoke_from_elsewhere(w);
+  expect_list_changed(s);
+  /* Nothing changed since: requests get their answers and nothing else. */
+  stdio_send(s, PING(3));
+  expect_answer(s, 3);
+  stdio_send(s, PING(4));
+  expect_answer(s, 4);
+  stdio_stop(s);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_cancelled_call_gets_no_answer_and_writes_nothing, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_list_changed_follows_the_database, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_listen_acknowledges_filters_and_ends, setup_fixtures, teardown),
+      cmocka_unit_test_setup_teardown(test_no_list_changes_without_a_watch, setup_fixtures, teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_cancel_while_the_client_is_asked, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_announces_a_revoked_grant, setup_kit, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
