@@ -25,6 +25,7 @@ typedef struct call_state {
   json_t *args;
   uint64_t started_ns;
   char run_id[TG_UUID_LEN + 1]; /* the run the telemetry row belongs to, "" for none */
+  bool run_written;             /* the call's own run is committed */
 } call_state;
 
 int tg_fail(tg_call_ctx *cx, tg_errcode code, json_t *details, const char *fmt, ...) {
@@ -102,8 +103,7 @@ static int open_own_run(call_state *st, const char *status) {
     snprintf(st->run_id, sizeof st->run_id, "%s", st->req->run_id);
     return TG_OK;
   }
-  int r = tg_uuid7(st->run_id);
-  if (r < 0) return r;
+  if (!*st->run_id && tg_uuid7(st->run_id) < 0) return TG_E_IO;
   char now[TG_ISO_LEN + 1];
   tg_now_iso(now);
   return tg_db_exec(st->env->db,
@@ -158,9 +158,10 @@ static int write_telemetry(call_state *st, tg_errcode code, const char *message,
  * never started); a call that ran and failed records its run as failed. */
 static void record_failure(call_state *st, tg_errcode code, const char *message, bool ran) {
   tg_db *db = st->env->db;
+  if (!ran && !st->req->run_id) *st->run_id = '\0'; /* no run of its own was written */
   int r = tg_db_begin(db);
-  if (r == TG_OK && ran && !*st->run_id) r = open_own_run(st, "failed");
-  else if (r == TG_OK && ran && !st->req->run_id) /* committed, then an after-commit step failed */
+  if (r == TG_OK && ran && !st->run_written) r = open_own_run(st, "failed");
+  else if (r == TG_OK && ran) /* committed, then an after-commit step failed */
     r = tg_db_exec(db, "UPDATE agent_runs SET status = 'failed' WHERE id = $1",
                    json_pack("[s]", st->run_id), NULL);
   if (r == TG_OK) r = write_telemetry(st, code, message, 0);
@@ -225,34 +226,62 @@ static int handler_failed(call_state *st, tg_call_ctx *cx, tg_call_result *ret) 
   return TG_E_TOOL;
 }
 
+/* The handler and the check of its result against the output schema. */
+static int run_handler(call_state *st, tg_call_ctx *cx, json_t **result) {
+  int r = st->tool->handler(cx, st->args, result);
+  if (r == TG_OK && !tg_schema_validate(st->tool->output, *result, NULL, 0)) {
+    tg_log(TG_LOG_ERROR, "tool %s returned a result that does not match its outputSchema",
+           st->tool->name);
+    r = TG_E_INVAL;
+  }
+  return r;
+}
+
+/* An interactive handler runs before the transaction on a read-only connection: it may wait
+ * for the client, and must not hold the write lock meanwhile. What it does is its activity
+ * rows, written in the transaction that follows. */
+static int run_interactive(call_state *st, tg_call_ctx *cx, json_t **result) {
+  int r = tg_db_read_only(cx->db, true);
+  if (r == TG_OK) r = run_handler(st, cx, result);
+  int back = tg_db_read_only(cx->db, false);
+  return r == TG_OK ? back : r;
+}
+
 /* The handler, its activity rows, the run and the telemetry row: one transaction; then the
  * handler's after-commit steps. */
 static int execute(call_state *st, tg_call_result *ret) {
   tg_db *db = st->env->db;
+  bool interactive = st->tool->flags & TG_TOOL_INTERACTIVE;
+  const tg_client_channel *client = st->req->client;
+  tg_client_channel no_ask;
+  if (client && !interactive) {
+    no_ask = *client;
+    no_ask.ask = NULL;
+    client = &no_ask;
+  }
   tg_call_ctx cx = {.env = st->env, .db = db, .tool = st->tool, .principal = st->principal,
-                    .surface = st->req->surface, .client = st->req->client,
-                    .activity = json_array()};
+                    .surface = st->req->surface, .client = client, .activity = json_array()};
   _cleanup_json_ json_t *activity = cx.activity;
   if (!activity) return internal(st, ret, "out of memory", false);
-  if (tg_db_begin(db) < 0) return internal(st, ret, "begin failed", false);
-  if (open_own_run(st, "completed") < 0) {
-    tg_db_rollback(db);
-    *st->run_id = '\0';
-    return internal(st, ret, "run not recorded", false);
-  }
+  /* The run's id is known before its row is written: an interactive handler runs first. */
+  if (st->principal->kind == TG_PRINCIPAL_AGENT && !st->req->run_id && tg_uuid7(st->run_id) < 0)
+    return internal(st, ret, "no run id", false);
   cx.run_id = *st->run_id ? st->run_id : NULL;
 
   json_t *result = NULL;
-  int r = st->tool->handler(&cx, st->args, &result);
-  if (r == TG_OK && !tg_schema_validate(st->tool->output, result, NULL, 0)) {
-    tg_log(TG_LOG_ERROR, "tool %s returned a result that does not match its outputSchema",
-           st->tool->name);
-    r = TG_E_INVAL;
+  int r = interactive ? run_interactive(st, &cx, &result) : TG_OK;
+  bool ran = interactive, began = false;
+  if (r == TG_OK) began = (r = tg_db_begin(db)) == TG_OK;
+  if (r == TG_OK) r = open_own_run(st, "completed");
+  if (r == TG_OK && !interactive) {
+    ran = true;
+    r = run_handler(st, &cx, &result);
   }
   if (r == TG_OK) r = write_activity(&cx);
   if (r == TG_OK) r = write_telemetry(st, TG_ERR_NONE, NULL, cx.cost_cents);
   if (r == TG_OK) r = tg_db_commit(db);
   if (r == TG_OK) {
+    st->run_written = *st->run_id && !st->req->run_id;
     r = finish_after(&cx, true);
     if (r == TG_OK) {
       ret->code = TG_ERR_NONE;
@@ -266,11 +295,10 @@ static int execute(call_state *st, tg_call_result *ret) {
   }
   finish_after(&cx, false);
   json_decref(result);
-  tg_db_rollback(db);
-  if (!st->req->run_id) *st->run_id = '\0'; /* rolled back; record_failure writes it again */
+  if (began) tg_db_rollback(db);
   if (r == TG_E_TOOL && cx.error) return handler_failed(st, &cx, ret);
   json_decref(cx.error);
-  return internal(st, ret, "handler or commit failed", true);
+  return internal(st, ret, ran ? "handler or commit failed" : "the transaction did not start", ran);
 }
 
 static int dry_run_answer(call_state *st, tg_call_result *ret, int gates, tg_refusal *refusal,

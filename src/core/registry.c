@@ -95,7 +95,8 @@ static int build_tool(tg_tool *tool, json_t *decl, const tg_provider *provider, 
   static const char *const surfaces[] = {"agent", "mcp", "api"};
   static const char *const effects[] = {"read", "write", "propose"};
   static const char *const risks[] = {"low", "medium", "high"};
-  static const char *const flags[] = {"idempotent", "destructive", "open_world", "mcp_content"};
+  static const char *const flags[] = {"idempotent", "destructive", "open_world", "mcp_content",
+                                      "interactive"};
 
   tool->spec = json_incref(decl);
   tool->name = strdup(json_string_value(json_object_get(decl, "name")));
@@ -108,7 +109,7 @@ static int build_tool(tg_tool *tool, json_t *decl, const tg_provider *provider, 
   tool->surfaces = parse_flags(json_object_get(decl, "surfaces"), surfaces, 3);
   tool->effect = (tg_effect)enum_index(json_string_value(json_object_get(decl, "effect")), effects, 3);
   tool->risk = (tg_risk)enum_index(json_string_value(json_object_get(decl, "risk")), risks, 3);
-  tool->flags = parse_flags(json_object_get(decl, "flags"), flags, 4);
+  tool->flags = parse_flags(json_object_get(decl, "flags"), flags, sizeof flags / sizeof flags[0]);
   tool->max_per_run = (unsigned)json_integer_value(json_object_get(decl, "maxPerRun"));
 
   json_t *perms = json_object_get(decl, "permissions");

@@ -22,6 +22,10 @@ typedef enum tg_tool_flag {
   TG_TOOL_DESTRUCTIVE = 1u << 1,
   TG_TOOL_OPEN_WORLD = 1u << 2,
   TG_TOOL_MCP_CONTENT = 1u << 3, /* the result is MCP content blocks, served as they are */
+  /* The handler may ask the client (sampling, elicitation) and wait for the answer. It then
+   * runs before the call's write transaction, reading only: a wait for a person must not
+   * hold the database's write lock. Any other handler finds no ask in cx->client. */
+  TG_TOOL_INTERACTIVE = 1u << 4,
 } tg_tool_flag;
 
 typedef struct tg_call_ctx tg_call_ctx;

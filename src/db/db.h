@@ -5,6 +5,7 @@
  * A connection belongs to one thread at a time. Only src/db/ includes a database header. */
 #pragma once
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct tg_db tg_db;
@@ -27,6 +28,8 @@ int tg_db_schema_version(tg_db *db, int *ret_version);
 int tg_db_begin(tg_db *db);
 int tg_db_commit(tg_db *db);
 int tg_db_rollback(tg_db *db); /* harmless when no transaction is open */
+/* While on, every statement that would write fails (TG_E_DB): for code that must only read. */
+int tg_db_read_only(tg_db *db, bool on);
 
 /* For tg_db_exec, tg_db_query and tg_db_query_row: params is NULL or a JSON array, STOLEN (so call sites can pass json_pack(...) inline; the
  * reference is released even on failure). A NULL params with $N in the SQL fails with

@@ -413,6 +413,10 @@ int tg_db_rollback(tg_db *db) {
   return r;
 }
 
+int tg_db_read_only(tg_db *db, bool on) {
+  return run(db, on ? "PRAGMA query_only = ON" : "PRAGMA query_only = OFF", NULL, NULL, false);
+}
+
 const char *tg_db_errmsg(tg_db *db) { return db->errmsg; }
 
 void tg_db_fail_after(tg_db *db, int n) { db->fail_after = n > 0 ? n : 0; }

@@ -56,7 +56,34 @@ static const char kit_spec[] =
     "\"surfaces\":[\"agent\",\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
     "\"inputSchema\":{\"type\":\"object\",\"required\":[\"text\"],\"properties\":{"
     "\"text\":{\"type\":\"string\",\"minLength\":1}}},"
-    "\"outputSchema\":{\"type\":\"object\",\"required\":[\"text\"]}}]}";
+    "\"outputSchema\":{\"type\":\"object\",\"required\":[\"text\"]}},"
+    "{\"name\":\"test.ask.interactive\",\"description\":\"Asks the client.\",\"surfaces\":[\"mcp\"],"
+    "\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],\"flags\":[\"interactive\"],"
+    "\"inputSchema\":{\"type\":\"object\",\"properties\":{\"write\":{\"type\":\"boolean\"}}},"
+    "\"outputSchema\":{\"type\":\"object\"}},"
+    "{\"name\":\"test.ask.plain\",\"description\":\"Tries to ask the client.\",\"surfaces\":[\"mcp\"],"
+    "\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
+    "\"inputSchema\":{\"type\":\"object\"},\"outputSchema\":{\"type\":\"object\"}}]}";
+
+/* Asks the client; args.write: try to write to the database too. */
+static int ask(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  const tg_client_channel *ch = cx->client;
+  if (!ch || !ch->ask)
+    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, NULL, "This call cannot ask the client.");
+  if (json_is_true(json_object_get(args, "write"))) {
+    int r = tg_db_exec(cx->db,
+                       "INSERT INTO missions (id, tenant_id, slug, title, created_at)"
+                       " VALUES ('m-ask', $1, 'ask', 'written while asking', 'now')",
+                       json_pack("[s]", cx->principal->tenant_id), NULL);
+    if (r < 0) return r;
+  }
+  json_t *answer = NULL;
+  int r = ch->ask(ch->self, "elicitation/create", json_object(), &answer);
+  if (r < 0) return r;
+  int recorded = tg_activity(cx, "ASKED", NULL, "asked the client", NULL);
+  *ret = json_pack("{s:o}", "answer", answer);
+  return recorded < 0 ? recorded : TG_OK;
+}
 
 static int danger(tg_call_ctx *cx, json_t *args, json_t **ret) {
   *ret = json_object();
@@ -64,9 +91,10 @@ static int danger(tg_call_ctx *cx, json_t *args, json_t **ret) {
 }
 
 static const tg_handler_entry kit_handlers[] = {
-    {"test.item.write", item_write}, {"test.danger.run", danger}, {"test.read.echo", echo}};
+    {"test.item.write", item_write}, {"test.danger.run", danger}, {"test.read.echo", echo},
+    {"test.ask.interactive", ask},   {"test.ask.plain", ask}};
 static const tg_provider kit = {.name = "kit", .spec_json = kit_spec, .handlers = kit_handlers,
-                                .n_handlers = 3};
+                                .n_handlers = 5};
 
 typedef struct world {
   fixture *f;
@@ -461,6 +489,75 @@ static void test_unknown_grant_is_refused(void **state) {
   assert_string_equal(before, after);
 }
 
+/* The client of the interactive tests: while it "thinks", another connection of the same
+ * process writes, which waits for the write lock if the asking call holds it. */
+typedef struct asked_client {
+  fixture *f;
+  int asks, other_write;
+} asked_client;
+
+static int answer_after_a_write(void *self, const char *method, json_t *params, json_t **ret) {
+  asked_client *c = self;
+  json_decref(params);
+  c->asks++;
+  tg_db *other = NULL;
+  char *err = NULL;
+  assert_int_equal(tg_db_open(c->f->dir, &other, &err), 0);
+  c->other_write = tg_db_begin(other);
+  if (c->other_write == 0)
+    c->other_write = tg_db_exec(other, "UPDATE tenants SET name = name WHERE id = $1",
+                                json_pack("[s]", c->f->tenant_id), NULL);
+  if (c->other_write == 0) c->other_write = tg_db_commit(other);
+  tg_db_close(other);
+  *ret = json_pack("{s:s}", "action", "accept");
+  return strcmp(method, "elicitation/create") == 0 ? 0 : TG_E_INVAL;
+}
+
+static int ask_call(world *w, asked_client *c, const char *tool, const char *args,
+                    tg_call_result *res) {
+  tg_client_channel ch = {.self = c, .ask = answer_after_a_write};
+  json_t *parsed = json_loads(args, 0, NULL);
+  tg_call_request req = {.principal_id = w->reader, .surface = TG_SURFACE_MCP, .tool = tool,
+                         .args = parsed, .client = &ch};
+  int r = tg_call(&w->f->env, &req, res);
+  json_decref(parsed);
+  return r;
+}
+
+/* An interactive handler asks before the call's transaction: other writers go on meanwhile,
+ * and its activity rows are written after. A handler that is not interactive cannot ask. */
+static void test_interactive_calls_ask_outside_the_transaction(void **state) {
+  world *w = *state;
+  asked_client c = {.f = w->f};
+  tg_call_result res;
+  long activity = fixture_count(w->f, "activity_log");
+  assert_int_equal(ask_call(w, &c, "test.ask.interactive", "{}", &res), 0);
+  assert_int_equal(c.asks, 1);
+  assert_int_equal(c.other_write, 0);
+  assert_string_equal(json_string_value(json_object_get(json_object_get(res.value, "answer"), "action")),
+                      "accept");
+  tg_call_result_done(&res);
+  assert_int_equal(fixture_count(w->f, "activity_log"), activity + 1);
+
+  /* It reads only: a write fails the call and leaves nothing. */
+  long missions = fixture_count(w->f, "missions");
+  assert_int_equal(ask_call(w, &c, "test.ask.interactive", "{\"write\":true}", &res), TG_E_TOOL);
+  assert_string_equal(fixture_code(&res), "internal_error");
+  tg_call_result_done(&res);
+  assert_int_equal(fixture_count(w->f, "missions"), missions);
+  assert_int_equal(fixture_count(w->f, "activity_log"), activity + 1);
+  /* The connection is writable again for the next call. */
+  assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "writeItem", "{\"note\":\"after-ask\"}",
+                                NULL, &res), 0);
+  tg_call_result_done(&res);
+
+  c.asks = 0;
+  assert_int_equal(ask_call(w, &c, "test.ask.plain", "{}", &res), TG_E_TOOL);
+  assert_string_equal(fixture_code(&res), "precondition_failed");
+  tg_call_result_done(&res);
+  assert_int_equal(c.asks, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_success_writes_everything_once, setup, teardown),
@@ -479,6 +576,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_budget_stops_writes_not_reads, setup, teardown),
       cmocka_unit_test_setup_teardown(test_tool_list_follows_the_gates, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unknown_grant_is_refused, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_interactive_calls_ask_outside_the_transaction, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,13 +29,10 @@
 #define PING(id) "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"ping\"}"
 #define HANG_GUARD_MS 30000 /* a read that waits this long means the server hung: not a timing check */
 
-/* A tool that writes a mission row, then asks the client: a cancellation while it waits
- * must leave no row behind. */
+/* An interactive tool that records an activity row, then asks the client: a cancellation
+ * while it waits must leave no row behind. */
 static int ask_write(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  int r = tg_db_exec(cx->db,
-                     "INSERT INTO missions (id, tenant_id, slug, title, created_at)"
-                     " VALUES ('m-asked', $1, 'asked', 'written before asking', 'now')",
-                     json_pack("[s]", cx->principal->tenant_id), NULL);
+  int r = tg_activity(cx, "ASKED", NULL, "asked the client", NULL);
   if (r < 0) return r;
   const tg_client_channel *ch = cx->client;
   json_t *answer = NULL;
@@ -53,8 +50,9 @@ static int ask_write(tg_call_ctx *cx, json_t *args, json_t **ret) {
 
 static const char kit_spec[] =
     "{\"provider\":\"kit\",\"tools\":["
-    "{\"name\":\"test.ask.write\",\"description\":\"Writes a row, then asks the client.\","
+    "{\"name\":\"test.ask.write\",\"description\":\"Records a row, then asks the client.\","
     "\"surfaces\":[\"mcp\"],\"effect\":\"write\",\"risk\":\"low\",\"permissions\":[],"
+    "\"flags\":[\"interactive\"],"
     "\"inputSchema\":{\"type\":\"object\"},\"outputSchema\":{\"type\":\"object\"}}]}";
 static const tg_handler_entry kit_handlers[] = {{"test.ask.write", ask_write}};
 static const tg_provider kit = {.name = "kit", .spec_json = kit_spec, .handlers = kit_handlers,
@@ -164,19 +162,30 @@ static void revoke_from_elsewhere(world *w) {
   tg_db_close(db);
 }
 
+static long asked_rows(world *w) {
+  json_t *row = NULL;
+  assert_int_equal(tg_db_query_row(w->f->db,
+                                   "SELECT COUNT(*) AS n FROM activity_log WHERE action_type = 'ASKED'",
+                                   NULL, &row),
+                   0);
+  long n = (long)json_integer_value(json_object_get(row, "n"));
+  json_decref(row);
+  return n;
+}
+
 /* ---- the transport-neutral dispatch ---- */
 
 static void test_cancelled_call_gets_no_answer_and_writes_nothing(void **state) {
   world *w = *state;
   json_decref(handle(w, INITIALIZE, NULL));
-  long missions = fixture_count(w->f, "missions");
+  long asked = asked_rows(w);
   long logs = fixture_count(w->f, "agent_run_logs");
   w->cancel_msg = json_loads(CANCEL(2), 0, NULL);
   tg_mcp_reply reply;
   assert_null(handle(w, ASK_WRITE(2), &reply));
   assert_false(reply.subscribed);
   assert_string_equal(method_at(w->sent, 0), "sampling/createMessage");
-  assert_int_equal(fixture_count(w->f, "missions"), missions);
+  assert_int_equal(asked_rows(w), asked);
   /* The failed call is still audited. */
   assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs + 1);
   /* A cancellation naming another request, or one already answered, changes nothing. */
@@ -187,7 +196,7 @@ static void test_cancelled_call_gets_no_answer_and_writes_nothing(void **state) 
   assert_int_equal(json_integer_value(json_object_get(r, "id")), 3);
   assert_null(json_object_get(json_object_get(r, "result"), "isError"));
   json_decref(r);
-  assert_int_equal(fixture_count(w->f, "missions"), missions + 1);
+  assert_int_equal(asked_rows(w), asked + 1);
 }
 
 static void test_list_changed_follows_the_database(void **state) {
@@ -355,7 +364,7 @@ static void stdio_stop(stdio_run *s) {
 
 static void test_stdio_cancel_while_the_client_is_asked(void **state) {
   world *w = *state;
-  long missions = fixture_count(w->f, "missions");
+  long asked = asked_rows(w);
   stdio_run *s = stdio_start(w);
   stdio_send(s, INITIALIZE);
   expect_answer(s, 1);
@@ -372,7 +381,7 @@ static void test_stdio_cancel_while_the_client_is_asked(void **state) {
   /* Neither 2 nor 3 is answered: the next line answers 4. */
   expect_answer(s, 4);
   stdio_stop(s);
-  assert_int_equal(fixture_count(w->f, "missions"), missions);
+  assert_int_equal(asked_rows(w), asked);
 }
 
 static void expect_list_changed(stdio_run *s) {
