@@ -389,6 +389,18 @@ static int load_policies(const tg_env *env, const tg_principal *principal, json_
   return TG_OK;
 }
 
+int tg_tools_usable_key(const tg_env *env, const tg_principal *principal, char **ret) {
+  _cleanup_json_ json_t *policies = NULL;
+  int r = load_policies(env, principal, &policies);
+  if (r < 0) return r;
+  _cleanup_json_ json_t *inputs =
+      json_pack("{s:s,s:s?,s:s?,s:O,s:O}", "naming", principal->naming_profile, "status",
+                principal->status, "role", principal->role, "grants", principal->grants,
+                "policies", policies);
+  *ret = inputs ? json_dumps(inputs, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
 int tg_tools_usable(const tg_env *env, const tg_principal *principal, tg_surface surface,
                     json_t **ret) {
   _cleanup_json_ json_t *policies = NULL;

@@ -27,6 +27,10 @@ typedef struct tg_client_channel {
    * stolen. Returns 0, TG_E_TOOL with *ret the client's error object, or another TG_E_*
    * (TG_E_IO too when the client cancelled the call while it waited: see cancelled). */
   int (*ask)(void *self, const char *method, json_t *params, json_t **ret);
+  /* Ends the call's response stream now, before the result, for the client to resume it
+   * later (2025-11-25 SSE polling); the result waits for the client. NULL when the
+   * transport cannot (then the result is sent as usual). */
+  int (*close_stream)(void *self);
   /* Whether the client cancelled the call (NULL when the surface cannot tell). Its answer is
    * never sent, so a handler that learns it should fail: failing rolls back what it wrote. */
   bool (*cancelled)(void *self);

@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -24,11 +25,16 @@
 #define STREAM_MAX_BYTES (16u * 1024u * 1024u) /* unread SSE output kept for one client */
 #define REPLAY_MAX_BYTES (256u * 1024u)        /* delivered SSE output kept for Last-Event-ID */
 #define KEPT_STREAMS 8   /* a session's latest POST streams that a client may resume */
-#define RETRY_MS 500     /* the reconnection delay a GET stream asks of the client */
+#define RETRY_MS 500     /* the reconnection delay a primed stream asks of the client */
 #define MAX_ASKS 16      /* server-to-client requests open per session */
+#define HANGUP_CHECK_MS 1000 /* how soon a client closing a stream is noticed */
+#define DRAIN_MS 1000        /* how long a stopping server lets listen streams deliver their end */
+#define POLLING_VERSION "2025-11-25" /* the first revision whose clients resume call streams */
 
 typedef struct stream stream;
 typedef struct worker worker;
+typedef struct listener listener;
+typedef struct server server;
 
 /* ---- legacy sessions ---- */
 
@@ -38,12 +44,15 @@ typedef struct ask_slot {
 } ask_slot;
 
 typedef struct session {
+  server *srv;
   char id[2 * SESSION_ID_BYTES + 1];
   char principal[TG_UUID_LEN + 1];
   int refs;
   bool dead;
   int64_t last_used;
   tg_mcp_session state; /* guarded by the server's lock */
+  tg_mcp_inflight *inflight; /* its requests, which notifications/cancelled reaches */
+  tg_mcp_watch *watch;       /* its list changes, sent on its GET stream */
   ask_slot asks[MAX_ASKS];
   /* SSE streams, numbered per session so that an event id "STREAM-EVENT" names its stream. */
   unsigned next_stream;
@@ -53,13 +62,18 @@ typedef struct session {
   struct session *next;
 } session;
 
-typedef struct server {
+struct server {
   const tg_http_config *cfg;
+  tg_mcp_server mcp; /* cfg->server, advertising the list changes this transport delivers */
   bool loopback;
   pthread_mutex_t lock;
-  pthread_cond_t answered; /* an ask slot received its response */
+  pthread_cond_t answered; /* an ask slot received its response, or a request was cancelled */
+  unsigned long cancellations; /* so that a tool waiting for its client misses none */
   session *sessions;
   size_t n_sessions;
+  listener *listeners; /* the open subscriptions/listen streams */
+  size_t n_listeners;
+  bool closing;        /* tg_http_stop began: no listen stream opens any more */
   /* The worker pool: a fixed set of threads, each with its own database connection for its
    * whole life, taking tool calls from a queue. The queue needs no bound of its own: each
    * queued call holds one of at most TG_HTTP_MAX_CONNECTIONS connection threads. */
@@ -67,8 +81,9 @@ typedef struct server {
   unsigned n_pool;
   worker *queue_head, *queue_tail;
   pthread_cond_t queued;
-  bool stopping; /* the pool drains the queue and ends */
-} server;
+  bool stopping;      /* the pool drains the queue and ends */
+  int64_t next_check; /* when a pool thread next checks every watch for list changes */
+};
 
 static bool loopback_host(const char *host, size_t len) {
   static const char *const names[] = {"localhost", "127.0.0.1", "[::1]", "::1"};
@@ -99,6 +114,7 @@ static bool origin_ok(const char *origin) {
 
 static void stream_release(stream *st);
 static void stream_end(stream *st);
+static int stream_event(stream *st, json_t *msg);
 
 static void session_release_locked(server *s, session *x) {
   if (--x->refs > 0) return;
@@ -110,7 +126,30 @@ static void session_release_locked(server *s, session *x) {
     if (x->kept[i]) stream_release(x->kept[i]);
   if (x->standalone) stream_release(x->standalone);
   tg_mcp_session_done(&x->state);
+  /* Nobody else holds the session, so nobody uses these; freeing them takes no lock. */
+  tg_mcp_watch_free(x->watch);
+  tg_mcp_inflight_free(x->inflight);
   free(x);
+}
+
+/* The session's list changes go to its GET stream; without one they are dropped. */
+static int session_send(void *self, json_t *msg) {
+  session *x = self;
+  pthread_mutex_lock(&x->srv->lock);
+  int r = TG_OK;
+  if (x->standalone) r = stream_event(x->standalone, msg);
+  else json_decref(msg);
+  pthread_mutex_unlock(&x->srv->lock);
+  return r;
+}
+
+/* A request of a session was cancelled: a tool waiting for its client looks again. */
+static void session_wake(void *arg) {
+  server *s = arg;
+  pthread_mutex_lock(&s->lock);
+  s->cancellations++;
+  pthread_cond_broadcast(&s->answered);
+  pthread_mutex_unlock(&s->lock);
 }
 
 static void session_unlink_locked(server *s, session *x) {
@@ -141,10 +180,14 @@ static void reap_locked(server *s, int64_t now) {
 static session *session_new(server *s, const char *principal) {
   session *x = calloc(1, sizeof *x);
   unsigned char raw[SESSION_ID_BYTES];
-  if (!x || getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
+  if (!x || getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw ||
+      tg_mcp_inflight_new(session_wake, s, &x->inflight) < 0 ||
+      tg_mcp_watch_new(session_send, x, &x->watch) < 0) {
+    if (x) tg_mcp_inflight_free(x->inflight);
     free(x);
     return NULL;
   }
+  x->srv = s;
   for (size_t i = 0; i < sizeof raw; i++) snprintf(x->id + 2 * i, 3, "%02x", raw[i]);
   snprintf(x->principal, sizeof x->principal, "%s", principal);
   tg_mcp_session_init(&x->state);
@@ -184,7 +227,8 @@ static void session_put(server *s, session *x) {
  * A tool call runs on a worker thread. Its connection waits for the first thing it says:
  * a final answer alone goes out as one JSON response with its own HTTP status (so a
  * -32021 is a 400); a notification or a request to the client first turns the answer into
- * an SSE stream that carries everything that follows. */
+ * an SSE stream that carries everything that follows. A client closing a sessionless stream
+ * (2026-07-28) cancels its call; a session's streams outlive their connection. */
 
 struct stream {
   pthread_mutex_t lock;
@@ -203,6 +247,12 @@ struct stream {
   bool reading;        /* a connection reads it */
   unsigned reader;     /* which one: a resumption takes the stream over from a stale one */
   bool closed;         /* a sessionless stream lost its client: nothing more is kept */
+  bool polling;        /* the call asked that its answer end now; the client resumes it */
+  /* A sessionless stream's, run once when its client goes away. */
+  void (*on_close)(void *arg);
+  void *close_arg;
+  tg_mcp_inflight *inflight; /* a 2026-07-28 call's, which closing the stream cancels */
+  json_t *call_id;
   int refs;
 };
 
@@ -231,6 +281,8 @@ static void stream_release(stream *st) {
   pthread_mutex_destroy(&st->lock);
   pthread_cond_destroy(&st->ready);
   json_decref(st->final);
+  tg_mcp_inflight_free(st->inflight);
+  json_decref(st->call_id);
   free(st->buf);
   free(st);
 }
@@ -286,11 +338,11 @@ static int stream_event(stream *st, json_t *msg) {
   return r;
 }
 
-/* The worker's answer (stolen; NULL when it had none to give). */
+/* The worker's answer (stolen; NULL when it had none to give: the request was cancelled). */
 static void stream_finish(stream *st, json_t *msg, int status) {
   pthread_mutex_lock(&st->lock);
   if (st->streaming) {
-    append_event_locked(st, msg);
+    if (msg) append_event_locked(st, msg);
   } else {
     st->final = msg;
     st->final_status = status;
@@ -328,22 +380,96 @@ static void compact_locked(stream *st) {
   st->first += dropped;
 }
 
+/* Starts st with a priming event (an id, the reconnection delay and no data), so that a
+ * client cut off before any message can still resume it. Called before any event. */
+static int prime_locked(stream *st) {
+  char priming[64];
+  int n = snprintf(priming, sizeof priming, "id: %u-0\nretry: %d\ndata: \n\n", st->no, RETRY_MS);
+  st->first = 0;
+  return append_locked(st, priming, (size_t)n);
+}
+
+/* The call asked to end its answer now: the connection reading it ends, or, before one
+ * does, the answer will be what there is so far. What follows is kept for Last-Event-ID. */
+static void stream_poll(stream *st) {
+  pthread_mutex_lock(&st->lock);
+  if (st->reading) {
+    st->reading = false;
+    st->reader++;
+  } else {
+    st->polling = true;
+  }
+  pthread_cond_broadcast(&st->ready);
+  pthread_mutex_unlock(&st->lock);
+}
+
+/* The connection reader_id stops reading st. A sessionless stream then keeps nothing more,
+ * and its close hook runs, once, outside the stream's lock. */
+static void stream_detach(stream *st, unsigned reader_id) {
+  void (*hook)(void *) = NULL;
+  void *arg = NULL;
+  pthread_mutex_lock(&st->lock);
+  if (reader_id == st->reader) {
+    st->reading = false;
+    pthread_cond_broadcast(&st->ready);
+    if (!st->no) {
+      st->closed = true;
+      hook = st->on_close;
+      arg = st->close_arg;
+      st->on_close = NULL;
+    }
+  }
+  pthread_mutex_unlock(&st->lock);
+  if (hook) hook(arg);
+}
+
+static int64_t monotonic_ms(void) { return (int64_t)(tg_monotonic_ns() / 1000000); }
+
+/* Waits on cond for at most ms; true when the time ran out. */
+static bool timed_wait(pthread_cond_t *cond, pthread_mutex_t *lock, long long ms) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += ms / 1000;
+  until.tv_nsec += ms % 1000 * 1000000;
+  if (until.tv_nsec >= 1000000000) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000;
+  }
+  return pthread_cond_timedwait(cond, lock, &until) == ETIMEDOUT;
+}
+
+/* Whether the client closed the connection on socket fd (its own thread reads nothing
+ * from it while an answer is being waited for). */
+static bool client_gone(int fd) {
+  struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+  return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+static int connection_fd(struct MHD_Connection *conn) {
+  const union MHD_ConnectionInfo *info =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  return info ? info->connect_fd : -1;
+}
+
 /* One connection's hold on a stream. */
 typedef struct reader {
   stream *st;
   unsigned id;
+  int fd;
 } reader;
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
   reader *rd = cls;
   stream *st = rd->st;
+  long long quiet_ms = 0;
   pthread_mutex_lock(&st->lock);
   while (st->sent == st->len && !st->done && rd->id == st->reader) {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += TG_HTTP_KEEPALIVE_MS / 1000;
-    if (pthread_cond_timedwait(&st->ready, &st->lock, &until) == ETIMEDOUT &&
-        st->sent == st->len && !st->done && rd->id == st->reader) {
+    if (!timed_wait(&st->ready, &st->lock, HANGUP_CHECK_MS)) continue;
+    if (client_gone(rd->fd)) {
+      pthread_mutex_unlock(&st->lock);
+      return MHD_CONTENT_READER_END_OF_STREAM;
+    }
+    if ((quiet_ms += HANGUP_CHECK_MS) >= TG_HTTP_KEEPALIVE_MS) {
       /* A comment line keeps proxies and clients from timing the stream out. */
       static const char keepalive[] = ": keep-alive\n\n";
       pthread_mutex_unlock(&st->lock);
@@ -367,34 +493,14 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
 
 static void stream_free(void *cls) {
   reader *rd = cls;
-  stream *st = rd->st;
-  pthread_mutex_lock(&st->lock);
-  if (rd->id == st->reader) {
-    st->reading = false;
-    if (!st->no) st->closed = true;
-  }
-  pthread_mutex_unlock(&st->lock);
-  stream_release(st);
+  stream_detach(rd->st, rd->id);
+  stream_release(rd->st);
   free(rd);
 }
 
-/* Answers with st, just attached (reading set), as an SSE stream; takes over one reference. */
-static enum MHD_Result queue_stream(struct MHD_Connection *conn, stream *st,
-                                    const char *session_id) {
-  reader *rd = malloc(sizeof *rd);
-  if (!rd) {
-    stream_release(st);
-    return MHD_NO;
-  }
-  pthread_mutex_lock(&st->lock);
-  *rd = (reader){.st = st, .id = st->reader};
-  pthread_mutex_unlock(&st->lock);
-  struct MHD_Response *res =
-      MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, rd, stream_free);
-  if (!res) {
-    stream_free(rd);
-    return MHD_NO;
-  }
+/* Queues res (destroyed here) as a 200 SSE answer. */
+static enum MHD_Result queue_sse(struct MHD_Connection *conn, struct MHD_Response *res,
+                                 const char *session_id) {
   MHD_add_response_header(res, "Content-Type", "text/event-stream");
   MHD_add_response_header(res, "Cache-Control", "no-cache");
   MHD_add_response_header(res, "X-Accel-Buffering", "no");
@@ -402,6 +508,192 @@ static enum MHD_Result queue_stream(struct MHD_Connection *conn, stream *st,
   enum MHD_Result r = MHD_queue_response(conn, MHD_HTTP_OK, res);
   MHD_destroy_response(res);
   return r;
+}
+
+/* Answers with st, just attached (reading set), as an SSE stream; takes over one reference. */
+static enum MHD_Result queue_stream(struct MHD_Connection *conn, stream *st,
+                                    const char *session_id) {
+  reader *rd = malloc(sizeof *rd);
+  pthread_mutex_lock(&st->lock);
+  unsigned id = st->reader;
+  pthread_mutex_unlock(&st->lock);
+  if (!rd) {
+    stream_detach(st, id);
+    stream_release(st);
+    return MHD_NO;
+  }
+  *rd = (reader){.st = st, .id = id, .fd = connection_fd(conn)};
+  struct MHD_Response *res =
+      MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, rd, stream_free);
+  if (!res) {
+    stream_free(rd);
+    return MHD_NO;
+  }
+  return queue_sse(conn, res, session_id);
+}
+
+/* ---- 2026-07-28 subscriptions/listen streams ----
+ * A listen request's answer stays open as its subscription: a watch of its own sends the
+ * acknowledgement and then the list changes on it. It ends when the client closes it, or
+ * with the server, which first sends the listen result. */
+
+struct listener {
+  server *srv;
+  char principal[TG_UUID_LEN + 1];
+  tg_mcp_watch *watch;
+  stream *st;
+  int refs; /* guarded by the server's lock: the registry's, the open answer's, checks' */
+  listener *next;
+};
+
+static int listener_send(void *self, json_t *msg) { return stream_event(self, msg); }
+
+static void listener_put(listener *l) {
+  server *s = l->srv;
+  pthread_mutex_lock(&s->lock);
+  bool last = --l->refs == 0;
+  pthread_mutex_unlock(&s->lock);
+  if (!last) return;
+  tg_mcp_watch_free(l->watch);
+  stream_release(l->st);
+  free(l);
+}
+
+/* Takes l out of the registry, once, with the registry's reference. */
+static void listener_unlink(listener *l) {
+  server *s = l->srv;
+  bool found = false;
+  pthread_mutex_lock(&s->lock);
+  for (listener **p = &s->listeners; *p; p = &(*p)->next) {
+    if (*p != l) continue;
+    *p = l->next;
+    s->n_listeners--;
+    found = true;
+    break;
+  }
+  pthread_mutex_unlock(&s->lock);
+  if (found) listener_put(l);
+}
+
+/* The client closed the listen stream: the subscription ends with it. */
+static void listener_closed(void *arg) {
+  listener_unlink(arg);
+  listener_put(arg); /* the answer's reference */
+}
+
+/* Registers a listen stream of principal, within the bounds; NULL with *status and *why
+ * when it cannot. */
+static listener *listener_open(server *s, const char *principal, unsigned *status,
+                               const char **why) {
+  listener *l = calloc(1, sizeof *l);
+  stream *st = stream_new(0);
+  *status = MHD_HTTP_INTERNAL_SERVER_ERROR;
+  *why = "Out of memory";
+  if (l && st && tg_mcp_watch_new(listener_send, st, &l->watch) == 0) {
+    l->srv = s;
+    l->st = st;
+    l->refs = 1;
+    snprintf(l->principal, sizeof l->principal, "%s", principal);
+    pthread_mutex_lock(&s->lock);
+    size_t mine = 0;
+    for (listener *o = s->listeners; o; o = o->next) mine += strcmp(o->principal, principal) == 0;
+    *status = s->closing ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_TOO_MANY_REQUESTS;
+    *why = s->closing                                  ? "The server is stopping"
+           : s->n_listeners >= TG_HTTP_MAX_LISTENS     ? "Too many open subscriptions/listen streams"
+           : mine >= TG_HTTP_MAX_LISTENS_PER_PRINCIPAL ? "Too many open subscriptions/listen streams of this caller"
+                                                       : NULL;
+    if (!*why) {
+      l->next = s->listeners;
+      s->listeners = l;
+      s->n_listeners++;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (!*why) return l;
+  }
+  if (l) tg_mcp_watch_free(l->watch);
+  if (st) stream_release(st);
+  free(l);
+  return NULL;
+}
+
+/* The listen request was acknowledged: its answer stays open as the subscription. */
+static enum MHD_Result listener_serve(struct MHD_Connection *conn, listener *l) {
+  pthread_mutex_lock(&l->srv->lock);
+  l->refs++; /* the answer's */
+  pthread_mutex_unlock(&l->srv->lock);
+  stream *st = l->st;
+  pthread_mutex_lock(&st->lock);
+  st->streaming = true;
+  st->reading = true;
+  st->on_close = listener_closed;
+  st->close_arg = l;
+  st->refs++;
+  pthread_mutex_unlock(&st->lock);
+  return queue_stream(conn, st, NULL);
+}
+
+/* The server stops: every listen stream gets its result and ends, and its connection has a
+ * moment to deliver that before the daemon closes it. */
+static void listeners_end(server *s) {
+  stream *ended[TG_HTTP_MAX_LISTENS];
+  size_t n = 0;
+  for (;;) {
+    pthread_mutex_lock(&s->lock);
+    s->closing = true; /* from now on, the registry only shrinks */
+    listener *l = s->listeners;
+    if (l) l->refs++;
+    pthread_mutex_unlock(&s->lock);
+    if (!l) break;
+    tg_mcp_watch_end(l->watch);
+    stream_end(l->st);
+    stream_ref(l->st);
+    ended[n++] = l->st;
+    listener_unlink(l);
+    listener_put(l);
+  }
+  int64_t deadline = monotonic_ms() + DRAIN_MS;
+  for (size_t i = 0; i < n; i++) {
+    pthread_mutex_lock(&ended[i]->lock);
+    for (int64_t left; ended[i]->reading && (left = deadline - monotonic_ms()) > 0;)
+      timed_wait(&ended[i]->ready, &ended[i]->lock, left);
+    pthread_mutex_unlock(&ended[i]->lock);
+    stream_release(ended[i]);
+  }
+}
+
+/* ---- list checks ---- */
+
+typedef struct watched {
+  tg_mcp_watch *watch;
+  const char *principal;
+  session *x;  /* held, or */
+  listener *l; /* held */
+} watched;
+
+/* Announces list changes, on the calling thread's database connection: to session only (to
+ * every session when NULL) and to every listen stream. A failure is logged, and the next
+ * check tries again. */
+static void check_lists(server *s, tg_db *db, session *only) {
+  pthread_mutex_lock(&s->lock);
+  size_t n = 0, cap = (only ? 1 : s->n_sessions) + s->n_listeners;
+  watched *all = cap ? malloc(cap * sizeof *all) : NULL;
+  for (session *x = only ? only : s->sessions; all && x; x = only ? NULL : x->next) {
+    x->refs++;
+    all[n++] = (watched){.watch = x->watch, .principal = x->principal, .x = x};
+  }
+  for (listener *l = s->listeners; all && l; l = l->next) {
+    l->refs++;
+    all[n++] = (watched){.watch = l->watch, .principal = l->principal, .l = l};
+  }
+  pthread_mutex_unlock(&s->lock);
+  tg_env env = {.registry = s->cfg->registry, .db = db};
+  for (size_t i = 0; i < n; i++) {
+    int r = tg_mcp_watch_check(all[i].watch, &env, all[i].principal);
+    if (r < 0) tg_log(TG_LOG_WARN, "http: a tool list could not be checked for changes (%d)", r);
+    if (all[i].x) session_put(s, all[i].x);
+    else listener_put(all[i].l);
+  }
+  free(all);
 }
 
 /* ---- one request ---- */
@@ -417,6 +709,7 @@ struct worker {
   worker *next; /* in the pool's queue */
   stream *st;
   session *sess; /* NULL for stateless requests */
+  tg_mcp_inflight *inflight; /* the session's, or the stream's of a stateless call */
   tg_mcp_session scratch;
   bool opened;      /* this request is the initialize that opened sess */
   int loaded_level; /* the session's log level when scratch was copied */
@@ -428,6 +721,15 @@ struct worker {
 };
 
 static int worker_send(void *self, json_t *msg) { return stream_event(((worker *)self)->st, msg); }
+
+/* A call asks for its stream to be closed before its result (SEP-1699 polling): the client
+ * resumes it with Last-Event-ID. Only a session's streams can be resumed, by clients of the
+ * revisions that expect it; elsewhere the result goes out as usual. */
+static int worker_close_stream(void *self) {
+  worker *w = self;
+  if (w->sess && strcmp(w->scratch.version, POLLING_VERSION) >= 0) stream_poll(w->st);
+  return TG_OK;
+}
 
 /* Sends a request on the call's stream and waits for the client to POST the response. */
 static int worker_ask(void *self, json_t *ask, json_t **ret) {
@@ -450,8 +752,18 @@ static int worker_ask(void *self, json_t *ask, json_t **ret) {
   clock_gettime(CLOCK_REALTIME, &until);
   until.tv_sec += TG_HTTP_ASK_TIMEOUT_MS / 1000;
   pthread_mutex_lock(&s->lock);
-  while (r == 0 && !slot->response && !w->sess->dead)
-    if (pthread_cond_timedwait(&s->answered, &s->lock, &until) == ETIMEDOUT) r = TG_E_IO;
+  while (r == 0 && !slot->response && !w->sess->dead) {
+    /* A cancellation is looked for outside the server's lock; the count tells whether one
+     * came meanwhile, so that the wait below cannot miss it. */
+    unsigned long seen = s->cancellations;
+    pthread_mutex_unlock(&s->lock);
+    bool cancelled = tg_mcp_inflight_cancelled(w->inflight, w->msg.id);
+    pthread_mutex_lock(&s->lock);
+    if (cancelled) r = TG_E_IO;
+    else if (seen == s->cancellations && !slot->response && !w->sess->dead &&
+             pthread_cond_timedwait(&s->answered, &s->lock, &until) == ETIMEDOUT)
+      r = TG_E_IO;
+  }
   if (r == 0 && !slot->response) r = TG_E_IO;
   if (r == 0) *ret = slot->response;
   else json_decref(slot->response);
@@ -516,46 +828,63 @@ static void run_call(worker *w, tg_db *db) {
   server *s = w->srv;
   json_t *final = NULL;
   int status = 500;
+  bool handled = false;
   if (db) {
     tg_env env = {.registry = s->cfg->registry, .db = db};
-    tg_mcp_io io = {.self = w, .send = worker_send, .ask = w->sess ? worker_ask : NULL};
+    tg_mcp_io io = {.self = w, .send = worker_send, .ask = w->sess ? worker_ask : NULL,
+                    .close_stream = worker_close_stream};
     tg_mcp_request req = {.env = &env, .principal_id = w->principal, .session = &w->scratch,
-                          .headers = &w->headers, .io = &io};
+                          .headers = &w->headers, .io = &io, .inflight = w->inflight,
+                          .watch = w->sess ? w->sess->watch : NULL};
     tg_mcp_reply reply;
-    if (tg_mcp_handle(&s->cfg->server, &req, &w->msg, &reply) == 0) {
+    handled = tg_mcp_handle(&s->mcp, &req, &w->msg, &reply) == 0;
+    if (handled) {
       final = reply.message;
       status = reply.http_status;
       if (w->sess) state_store(s, w->sess, &w->scratch, w->opened, w->loaded_level);
     }
   }
-  if (!final) final = tg_rpc_error(w->msg.id, TG_RPC_INTERNAL_ERROR, "Internal error", NULL);
-  /* Ends the exchange even without a message, so the client is never left waiting. */
+  if (!handled) final = tg_rpc_error(w->msg.id, TG_RPC_INTERNAL_ERROR, "Internal error", NULL);
+  /* Ends the exchange even without a message (a cancelled call gets none), so the client is
+   * never left waiting. */
   stream_finish(w->st, final, status);
+  if (db) check_lists(s, db, w->sess);
   worker_free(w);
 }
 
-/* A pool thread: opens its database connection once, then serves calls until the pool
- * stops and the queue is empty. A connection that fails to open is retried per call. */
+/* A pool thread: opens its database connection once, then serves calls, and every
+ * TG_HTTP_CHECK_MS one of the threads checks the lists, until the pool stops and the queue
+ * is empty. A connection that fails to open is retried per job. */
 static void *pool_main(void *arg) {
   server *s = arg;
   tg_db *db = NULL;
   for (;;) {
+    bool check = false;
     pthread_mutex_lock(&s->lock);
-    while (!s->queue_head && !s->stopping) pthread_cond_wait(&s->queued, &s->lock);
-    worker *w = s->queue_head;
+    for (;;) {
+      int64_t now = monotonic_ms();
+      if (!s->stopping && now >= s->next_check) {
+        s->next_check = now + TG_HTTP_CHECK_MS;
+        check = true;
+      }
+      if (check || s->queue_head || s->stopping) break;
+      timed_wait(&s->queued, &s->lock, s->next_check - now);
+    }
+    worker *w = check ? NULL : s->queue_head;
     if (w) {
       s->queue_head = w->next;
       if (!s->queue_head) s->queue_tail = NULL;
     }
     pthread_mutex_unlock(&s->lock);
-    if (!w) break;
+    if (!w && !check) break;
     char *why = NULL;
     if (!db && tg_db_open(s->cfg->data_dir, &db, &why) < 0) {
       tg_log(TG_LOG_ERROR, "http: worker cannot open the database: %s", why ? why : "out of memory");
       free(why);
       db = NULL;
     }
-    run_call(w, db);
+    if (w) run_call(w, db);
+    else if (db) check_lists(s, db, NULL);
   }
   tg_db_close(db);
   return NULL;
@@ -649,17 +978,33 @@ static bool authenticate(server *s, struct MHD_Connection *conn, tg_db *db,
   return db && tg_principal_by_token(db, token, out) == TG_OK;
 }
 
+/* The close hook of a stateless call's stream: closing it is the call's cancellation. */
+static void cancel_call(void *arg) {
+  stream *st = arg;
+  tg_mcp_inflight_cancel(st->inflight, st->call_id);
+}
+
 /* Runs w on a worker thread and answers from what it says. *started tells whether the
  * worker took w (it then frees it); when it did not, the caller still owns w. */
 static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker *w,
                                   const char *session_id, bool *started) {
   *started = false;
-  stream *st = stream_new(0);
-  if (!st) return MHD_NO;
-  st->refs = 2; /* the worker's and this connection's */
-  w->st = st;
-  /* w belongs to the pool once queued: what this thread needs of it is taken first. */
   session *x = w->sess;
+  stream *st = stream_new(0);
+  if (!st || (!x && tg_mcp_inflight_new(NULL, NULL, &st->inflight) < 0)) {
+    if (st) stream_release(st);
+    return MHD_NO;
+  }
+  st->refs = 2; /* the worker's and this connection's */
+  if (!x) {
+    st->call_id = json_incref(w->msg.id);
+    st->on_close = cancel_call;
+    st->close_arg = st;
+  }
+  w->st = st;
+  w->inflight = x ? x->inflight : st->inflight;
+  int fd = connection_fd(conn);
+  /* w belongs to the pool once queued: what this thread needs of it is taken first. */
   pthread_mutex_lock(&s->lock);
   if (x) {
     st->no = ++x->next_stream;
@@ -673,20 +1018,37 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
   pthread_mutex_unlock(&s->lock);
   *started = true;
   pthread_mutex_lock(&st->lock);
-  while (!st->done && st->len == 0) pthread_cond_wait(&st->ready, &st->lock);
-  if (st->len == 0) {
+  bool gone = false;
+  while (!st->done && st->len == 0 && !st->polling) {
+    if (!timed_wait(&st->ready, &st->lock, HANGUP_CHECK_MS) || x || gone || !client_gone(fd))
+      continue;
+    /* A stateless client that went away cancelled its call, which ends soon after. */
+    gone = true;
+    unsigned id = st->reader;
+    pthread_mutex_unlock(&st->lock);
+    stream_detach(st, id);
+    pthread_mutex_lock(&st->lock);
+  }
+  if (st->len == 0 && !st->polling) {
     json_t *final = st->final;
     int status = st->final_status;
     st->final = NULL;
     pthread_mutex_unlock(&st->lock);
     stream_release(st);
     session_put(s, x);
+    /* Without a message the request was cancelled: the status says so. */
     return final ? queue_json(conn, (unsigned)status, final, session_id)
-                 : queue_rpc_error(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, TG_RPC_INTERNAL_ERROR,
-                                   "Internal error");
+                 : queue(conn, (unsigned)status, NULL, NULL, session_id);
   }
   st->streaming = true;
-  st->reading = true;
+  /* A call that asked to end its answer (polling) gets what there is so far, primed when
+   * that is nothing; its result then waits for the client's GET with Last-Event-ID. */
+  bool polled = st->polling;
+  if (polled && st->len == 0) prime_locked(st);
+  struct MHD_Response *res =
+      polled ? MHD_create_response_from_buffer(st->len, st->buf, MHD_RESPMEM_MUST_COPY) : NULL;
+  if (polled) st->sent = st->len;
+  else st->reading = true;
   if (st->final) {
     append_event_locked(st, st->final);
     st->final = NULL;
@@ -702,7 +1064,9 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
     session_release_locked(s, x);
     pthread_mutex_unlock(&s->lock);
   }
-  return queue_stream(conn, st, session_id);
+  if (!polled) return queue_stream(conn, st, session_id);
+  stream_release(st);
+  return res ? queue_sse(conn, res, session_id) : MHD_NO;
 }
 
 static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db *db,
@@ -782,24 +1146,49 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
     if (started) return result;
     goto done;
   }
+  /* A 2026-07-28 subscriptions/listen request gets a watch of its own, sending on its
+   * answer, which stays open as the subscription. */
+  listener *l = NULL;
+  if (modern && w->msg.kind == TG_RPC_REQUEST && strcmp(w->msg.method, "subscriptions/listen") == 0) {
+    unsigned status = 0;
+    const char *why = NULL;
+    if (!accepts_sse(conn)) {
+      result = queue_msg_error(conn, MHD_HTTP_NOT_ACCEPTABLE, &w->msg, TG_RPC_INVALID_REQUEST,
+                               "subscriptions/listen needs Accept: text/event-stream");
+      goto done;
+    }
+    if (!(l = listener_open(s, principal, &status, &why))) {
+      result = queue_msg_error(conn, status, &w->msg, TG_RPC_INVALID_REQUEST, why);
+      goto done;
+    }
+  }
   tg_env env = {.registry = s->cfg->registry, .db = db};
   tg_mcp_request req = {.env = &env, .principal_id = principal, .session = &w->scratch,
-                        .headers = &w->headers};
+                        .headers = &w->headers, .inflight = w->sess ? w->sess->inflight : NULL,
+                        .watch = l ? l->watch : w->sess ? w->sess->watch : NULL};
   tg_mcp_reply reply;
-  if (tg_mcp_handle(&s->cfg->server, &req, &w->msg, &reply) < 0) {
+  int hr = tg_mcp_handle(&s->mcp, &req, &w->msg, &reply);
+  if (l && (hr < 0 || !reply.subscribed)) {
+    listener_unlink(l);
+    l = NULL;
+  }
+  if (hr < 0) {
     result = queue_rpc_error(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, TG_RPC_INTERNAL_ERROR,
                              "Out of memory");
     goto done;
   }
   if (w->sess) state_store(s, w->sess, &w->scratch, w->opened, w->loaded_level);
+  /* What this message changed, and the baseline of a listen stream just acknowledged. */
+  check_lists(s, db, w->sess);
   if (opens && reply.http_status != 200) {
     pthread_mutex_lock(&s->lock);
     session_unlink_locked(s, w->sess);
     pthread_mutex_unlock(&s->lock);
     new_sid = NULL;
   }
-  result = reply.message ? queue_json(conn, (unsigned)reply.http_status, reply.message, new_sid)
-                         : queue(conn, MHD_HTTP_ACCEPTED, NULL, NULL, new_sid);
+  result = l               ? listener_serve(conn, l)
+           : reply.message ? queue_json(conn, (unsigned)reply.http_status, reply.message, new_sid)
+                           : queue(conn, MHD_HTTP_ACCEPTED, NULL, NULL, new_sid);
 done:
   w->st = NULL;
   tg_rpc_msg_done(&w->msg);
@@ -1042,6 +1431,9 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   tg_http *h = calloc(1, sizeof *h);
   if (!h) return TG_E_NOMEM;
   h->s.cfg = cfg;
+  h->s.mcp = cfg->server;
+  h->s.mcp.list_changes = true;
+  h->s.next_check = monotonic_ms() + TG_HTTP_CHECK_MS;
   h->s.loopback = loopback;
   pthread_mutex_init(&h->s.lock, NULL);
   pthread_cond_init(&h->s.answered, NULL);
@@ -1087,8 +1479,9 @@ int tg_http_add_connection(tg_http *h, int fd) {
 void tg_http_stop(tg_http *h) {
   if (!h) return;
   server *s = &h->s;
-  /* Ending the sessions first releases the tools waiting on their clients and ends the GET
-   * streams, so that every connection thread can finish. */
+  /* Ending the listen streams and the sessions first releases the tools waiting on their
+   * clients and ends the open streams, so that every connection thread can finish. */
+  listeners_end(s);
   pthread_mutex_lock(&s->lock);
   while (s->sessions) session_unlink_locked(s, s->sessions);
   pthread_mutex_unlock(&s->lock);

@@ -1,8 +1,10 @@
 /* Streamable HTTP for MCP on libmicrohttpd: POST/GET/DELETE /mcp and GET /healthz, Bearer
  * token authentication, Origin and Host checks, legacy sessions with their GET stream and
- * Last-Event-ID resumption, SSE for tool calls. One thread per connection (bounded), each
- * with its own database connection; tool calls run on a fixed pool of worker threads, each
- * with its own database connection for its whole life. */
+ * Last-Event-ID resumption, SSE for tool calls, cancellation (notifications/cancelled on a
+ * session, a closed stream on 2026-07-28) and list changes (a session's GET stream,
+ * 2026-07-28 subscriptions/listen streams). One thread per connection (bounded), each with
+ * its own database connection; tool calls and list checks run on a fixed pool of worker
+ * threads, each with its own database connection for its whole life. */
 #pragma once
 #include <stdbool.h>
 
@@ -14,6 +16,9 @@
 #define TG_HTTP_SESSION_IDLE_MS (30LL * 60 * 1000)
 #define TG_HTTP_ASK_TIMEOUT_MS (60LL * 1000)   /* how long a tool waits for the client */
 #define TG_HTTP_KEEPALIVE_MS (15LL * 1000)     /* comment lines on a quiet SSE stream */
+#define TG_HTTP_CHECK_MS (2LL * 1000)          /* list checks while no message arrives */
+#define TG_HTTP_MAX_LISTENS 64                 /* subscriptions/listen streams open at once */
+#define TG_HTTP_MAX_LISTENS_PER_PRINCIPAL 8
 
 typedef struct tg_http_config {
   const char *listen; /* HOST:PORT or [V6]:PORT; port 0 picks a free one */

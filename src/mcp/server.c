@@ -343,6 +343,12 @@ static int channel_notify(void *self, const char *method, json_t *params) {
   return io->send(io->self, msg);
 }
 
+static int channel_close_stream(void *self) {
+  call_channel *ch = self;
+  const tg_mcp_io *io = ch->c->req->io;
+  return io->close_stream(io->self);
+}
+
 static bool channel_cancelled(void *self) {
   call_channel *ch = self;
   tg_mcp_inflight *inflight = ch->c->req->inflight;
@@ -421,6 +427,7 @@ static int m_tools_call(cx *c, json_t *params, json_t **ret) {
       .notify = channel_notify,
       /* 2026-07-28 forbids server-to-client requests; legacy needs a transport that can. */
       .ask = !c->modern && c->req->io && c->req->io->ask ? channel_ask : NULL,
+      .close_stream = c->req->io && c->req->io->close_stream ? channel_close_stream : NULL,
       .cancelled = c->req->inflight ? channel_cancelled : NULL,
   };
   tg_call_request call = {.principal_id = c->req->principal_id, .surface = TG_SURFACE_MCP,

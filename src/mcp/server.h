@@ -47,6 +47,9 @@ typedef struct tg_mcp_io {
   /* Sends a request to the client and waits for the response message (new reference).
    * NULL when the transport cannot (then sampling and elicitation are refused). */
   int (*ask)(void *self, json_t *request, json_t **ret_response);
+  /* Ends the request's response stream before its reply, which the client fetches when it
+   * resumes the stream (SSE polling). NULL when the transport cannot. */
+  int (*close_stream)(void *self);
 } tg_mcp_io;
 
 typedef struct tg_mcp_server {

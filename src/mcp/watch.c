@@ -130,18 +130,32 @@ bool tg_mcp_watch_unsubscribe(tg_mcp_watch *w, json_t *id) {
   return found;
 }
 
-/* SHA-256 of the tool list principal_id is offered on MCP, as tools/list builds it. */
+int tg_mcp_watch_end(tg_mcp_watch *w) {
+  int r = TG_OK;
+  pthread_mutex_lock(&w->lock);
+  for (size_t i = 0; i < w->n_subs; i++) {
+    json_t *id = w->subs[i].id;
+    json_t *msg = tg_rpc_result(id, json_pack("{s:s,s:{s:O}}", "resultType", "complete", "_meta",
+                                              META_SUBSCRIPTION, id));
+    int sr = msg ? w->send(w->self, msg) : TG_E_NOMEM;
+    if (r == TG_OK) r = sr;
+    json_decref(id);
+  }
+  w->n_subs = 0;
+  pthread_mutex_unlock(&w->lock);
+  return r;
+}
+
+/* SHA-256 of what decides the tool list principal_id is offered (tg_tools_usable_key):
+ * checked after every message, so it must cost far less than building the list. */
 static int tools_fingerprint(const tg_env *env, const char *principal_id, unsigned char fp[FP_LEN]) {
   tg_principal *p = NULL;
   int r = tg_principal_load(env->db, principal_id, &p);
   if (r < 0) return r;
-  json_t *usable = NULL;
-  r = tg_tools_usable(env, p, TG_SURFACE_MCP, &usable);
+  char *text = NULL;
+  r = tg_tools_usable_key(env, p, &text);
   tg_principal_free(p);
   if (r < 0) return r;
-  char *text = json_dumps(usable, JSON_COMPACT);
-  json_decref(usable);
-  if (!text) return TG_E_NOMEM;
   unsigned len = 0;
   r = EVP_Digest(text, strlen(text), fp, &len, EVP_sha256(), NULL) && len == FP_LEN ? TG_OK
                                                                                    : TG_E_NOMEM;

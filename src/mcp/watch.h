@@ -2,8 +2,8 @@
  * connection or session gets notifications/{tools,prompts}/list_changed, a 2026-07-28
  * subscriptions/listen stream the ones it asked for, tagged with its subscription id.
  * A tool list follows grants, workspace policy, naming profile and the agent's status, all
- * of which another process may change (the CLI writes the same database): so it is
- * recomputed and compared by fingerprint whenever the transport checks. Thread-safe.
+ * of which another process may change (the CLI writes the same database): so what decides
+ * it is read again and compared by fingerprint whenever the transport checks. Thread-safe.
  * Knows nothing of transports. */
 #pragma once
 #include <jansson.h>
@@ -29,8 +29,12 @@ void tg_mcp_watch_legacy(tg_mcp_watch *w);
 int tg_mcp_watch_subscribe(tg_mcp_watch *w, json_t *id, json_t *filter);
 /* Ends subscription id (its listen request was cancelled); false when there is none. */
 bool tg_mcp_watch_unsubscribe(tg_mcp_watch *w, json_t *id);
+/* The server ends every subscription of w (it is stopping): each listen request gets its
+ * result, {"resultType":"complete"} with the subscription id in _meta. Returns 0, TG_E_NOMEM
+ * or the first failure of send. */
+int tg_mcp_watch_end(tg_mcp_watch *w);
 
-/* Recomputes what principal_id is offered and announces what changed since the previous
+/* Reads again what decides principal_id's lists and announces what changed since the previous
  * check; the first check after someone starts listening only takes the baseline. Does
  * nothing while nobody listens. Returns 0, or the first failure (database, send). */
 int tg_mcp_watch_check(tg_mcp_watch *w, const tg_env *env, const char *principal_id);

@@ -351,6 +351,14 @@ static int h_streaming_elicitation(tg_call_ctx *cx, json_t *args, json_t **ret) 
   return text_result("Answered on the response stream without asking the client", ret);
 }
 
+/* Where the transport can (a 2025-11-25 session over HTTP), the call's stream closes before
+ * the result, which then waits for the client's GET with Last-Event-ID. */
+static int h_reconnection(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  const tg_client_channel *ch = cx->client;
+  int r = ch && ch->close_stream ? ch->close_stream(ch->self) : TG_OK;
+  return r < 0 ? r : text_result("Reconnection test completed: the result came after the stream closed", ret);
+}
+
 /* The list does not change: the surface is told it did, and tells whoever listens. */
 static int trigger(tg_call_ctx *cx, const char *method, json_t **ret) {
   const tg_client_channel *ch = cx->client;
@@ -379,6 +387,7 @@ static const tg_handler_entry handlers[] = {
     {"test.elicitation.tool", h_elicitation},
     {"test.elicitation.sep1034_defaults", h_sep1034},
     {"test.elicitation.sep1330_enums", h_sep1330},
+    {"test.reconnection.tool", h_reconnection},
     {"json.schema_2020_12.tool", h_json_schema},
     {"test.missing.capability", h_missing_capability},
     {"test.streaming.elicitation", h_streaming_elicitation},

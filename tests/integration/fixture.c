@@ -59,6 +59,22 @@ void fixture_agent(fixture *f, const char *args, char principal[TG_UUID_LEN + 1]
   tg_call_result_done(&res);
 }
 
+void fixture_revoke_elsewhere(fixture *f, const char *agent_slug, const char *permission) {
+  tg_db *db = NULL;
+  char *why = NULL;
+  assert_int_equal(tg_db_open(f->dir, &db, &why), 0);
+  tg_env env = f->env;
+  env.db = db;
+  json_t *args = json_pack("{s:s,s:s}", "agentSlug", agent_slug, "permission", permission);
+  tg_call_request call = {.principal_id = f->owner, .surface = TG_SURFACE_API,
+                          .tool = "admin.grant.revoke", .args = args};
+  tg_call_result res;
+  assert_int_equal(tg_call(&env, &call, &res), 0);
+  tg_call_result_done(&res);
+  json_decref(args);
+  tg_db_close(db);
+}
+
 long fixture_count(fixture *f, const char *table) {
   char *sql = NULL;
   assert_true(asprintf(&sql, "SELECT COUNT(*) AS n FROM %s", table) > 0);

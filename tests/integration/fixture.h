@@ -21,6 +21,9 @@ void fixture_free(fixture *f);
 /* Calls tool as principal; args is JSON text. Returns tg_call's status; *ret filled. */
 int fixture_call(fixture *f, const char *principal, tg_surface surface, const char *tool,
                  const char *args, const char *run_id, tg_call_result *ret);
+/* Revokes permission from agent_slug as the owner, on a database connection of its own, as
+ * the CLI of another process would. */
+void fixture_revoke_elsewhere(fixture *f, const char *agent_slug, const char *permission);
 /* Creates an agent through admin.agent.create as the owner (args JSON text, "slug" needed)
  * and returns its principal id (static buffer per call site: copy it). */
 void fixture_agent(fixture *f, const char *args, char principal[TG_UUID_LEN + 1]);

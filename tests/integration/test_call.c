@@ -476,6 +476,40 @@ static void test_tool_list_follows_the_gates(void **state) {
   assert_int_equal(tg_db_exec(w->f->db, "UPDATE tenants SET naming_profile = 'canonical'", NULL, NULL), 0);
 }
 
+static char *usable_key(world *w, const char *principal_id) {
+  tg_principal *p = NULL;
+  assert_int_equal(tg_principal_load(w->f->db, principal_id, &p), 0);
+  char *key = NULL;
+  assert_int_equal(tg_tools_usable_key(&w->f->env, p, &key), 0);
+  tg_principal_free(p);
+  return key;
+}
+
+/* The key of a tool list moves with everything the list follows, and only then. */
+static void test_tool_list_key_follows_its_inputs(void **state) {
+  world *w = *state;
+  static const char *const changes[] = {
+      "UPDATE tenants SET naming_profile = 'catalog'",
+      "INSERT INTO grants (principal_id, permission, created_at)"
+      " SELECT principal_id, 'tasks.assign', 'now' FROM agents WHERE slug = 'reader'",
+      "INSERT INTO tool_policies (tenant_id, tool_name, mode, updated_at)"
+      " SELECT id, 'test.danger.run', 'enabled', 'now' FROM tenants",
+      "UPDATE agents SET status = 'paused' WHERE slug = 'reader'",
+  };
+  char *before = usable_key(w, w->reader);
+  for (size_t i = 0; i < sizeof changes / sizeof changes[0]; i++) {
+    char *same = usable_key(w, w->reader);
+    assert_string_equal(same, before);
+    free(same);
+    assert_int_equal(tg_db_exec(w->f->db, changes[i], NULL, NULL), 0);
+    char *after = usable_key(w, w->reader);
+    if (strcmp(after, before) == 0) fail_msg("change %zu left the key as it was", i);
+    free(before);
+    before = after;
+  }
+  free(before);
+}
+
 static void test_unknown_grant_is_refused(void **state) {
   world *w = *state;
   tg_call_result res;
@@ -575,6 +609,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_telemetry_truncates_arguments, setup, teardown),
       cmocka_unit_test_setup_teardown(test_budget_stops_writes_not_reads, setup, teardown),
       cmocka_unit_test_setup_teardown(test_tool_list_follows_the_gates, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_tool_list_key_follows_its_inputs, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unknown_grant_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_interactive_calls_ask_outside_the_transaction, setup, teardown),
   };

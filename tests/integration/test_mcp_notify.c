@@ -144,24 +144,6 @@ static const char *method_at(json_t *sent, size_t i) {
   return json_string_value(json_object_get(json_array_get(sent, i), "method"));
 }
 
-/* Revokes the agent's tasks.assign as the owner, on a connection of its own, as the CLI of
- * another process would. */
-static void revoke_from_elsewhere(world *w) {
-  tg_db *db = NULL;
-  char *why = NULL;
-  assert_int_equal(tg_db_open(w->f->dir, &db, &why), 0);
-  tg_env env = w->f->env;
-  env.db = db;
-  json_t *args = json_pack("{s:s,s:s}", "agentSlug", "bot", "permission", "tasks.assign");
-  tg_call_request call = {.principal_id = w->f->owner, .surface = TG_SURFACE_API,
-                          .tool = "admin.grant.revoke", .args = args};
-  tg_call_result res;
-  assert_int_equal(tg_call(&env, &call, &res), 0);
-  tg_call_result_done(&res);
-  json_decref(args);
-  tg_db_close(db);
-}
-
 static long asked_rows(world *w) {
   json_t *row = NULL;
   assert_int_equal(tg_db_query_row(w->f->db,
@@ -211,7 +193,7 @@ static void test_list_changed_follows_the_database(void **state) {
   assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
   assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
   assert_int_equal(json_array_size(w->sent), 0);
-  revoke_from_elsewhere(w);
+  fixture_revoke_elsewhere(w->f, "bot", "tasks.assign");
   assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
   assert_int_equal(json_array_size(w->sent), 1);
   assert_string_equal(method_at(w->sent, 0), "notifications/tools/list_changed");
@@ -249,7 +231,7 @@ static void test_listen_acknowledges_filters_and_ends(void **state) {
                      NULL);
   assert_null(json_object_get(json_object_get(r, "result"), "isError"));
   json_decref(r);
-  revoke_from_elsewhere(w);
+  fixture_revoke_elsewhere(w->f, "bot", "tasks.assign");
   assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
   assert_int_equal(json_array_size(w->sent), 1);
   json_decref(handle(w, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{"
@@ -403,7 +385,7 @@ static void test_stdio_announces_a_revoked_grant(void **state) {
   assert_true(tg_mcp_watch_touch("notifications/tools/list_changed"));
   expect_list_changed(s);
   /* So a change made now by another connection can only be found by an idle check. */
-  revoke_from_elsewhere(w);
+  fixture_revoke_elsewhere(w->f, "bot", "tasks.assign");
   expect_list_changed(s);
   /* Nothing changed since: requests get their answers and nothing else. */
   stdio_send(s, PING(3));

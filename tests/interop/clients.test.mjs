@@ -86,22 +86,30 @@ test('SDK client over stdio (--token)', async () => {
   await exercise(new StdioClientTransport({ command: tg, args: ['mcp', '--token', token], env, stderr: 'ignore' }));
 });
 
-test('SDK client over stdio hears of a grant revoked by another process', async () => {
-  execFileSync(tg, ['agents', 'create', '--slug', 'watcher', '--grant', 'canAssignTasks'], { env });
-  const client = new Client({ name: 'toolgate-interop', version: '1.0.0' });
+// Connects client with transport as agent slug (holding tasks.assign), revokes the grant with
+// the CLI, another process, once ready() resolves, and expects notifications/tools/list_changed
+// while the connection is idle, then a list without the tool the grant allowed.
+async function hearsOfRevocation(client, transport, slug, ready) {
   const changed = new Promise((resolve) => client.setNotificationHandler(ToolListChangedNotificationSchema, resolve));
-  await client.connect(new StdioClientTransport({ command: tg, args: ['mcp', '--agent', 'watcher'], env, stderr: 'ignore' }));
+  await client.connect(transport);
   try {
     assert.equal(client.getServerCapabilities().tools.listChanged, true);
     const names = async () => (await client.listTools()).tools.map((t) => t.name);
     assert.ok((await names()).includes('work_task_create'));
-    // The connection stays idle: the server notices the change on its own.
-    execFileSync(tg, ['agents', 'revoke', 'watcher', 'tasks.assign'], { env });
+    await ready;
+    execFileSync(tg, ['agents', 'revoke', slug, 'tasks.assign'], { env });
     await changed;
     assert.ok(!(await names()).includes('work_task_create'));
   } finally {
     await client.close();
   }
+}
+
+test('SDK client over stdio hears of a grant revoked by another process', async () => {
+  execFileSync(tg, ['agents', 'create', '--slug', 'watcher', '--grant', 'canAssignTasks'], { env });
+  const client = new Client({ name: 'toolgate-interop', version: '1.0.0' });
+  await hearsOfRevocation(client, new StdioClientTransport({ command: tg, args: ['mcp', '--agent', 'watcher'], env, stderr: 'ignore' }),
+    'watcher', Promise.resolve());
 });
 
 test('SDK client over stdio cancels a call waiting for sampling', async () => {
@@ -136,6 +144,62 @@ test('SDK client over Streamable HTTP with a Bearer token', async () => {
   await exercise(new StreamableHTTPClientTransport(new URL(url), {
     requestInit: { headers: { Authorization: `Bearer ${token}` } },
   }));
+});
+
+test('SDK client over HTTP hears on its GET stream of a grant revoked by another process', async () => {
+  execFileSync(tg, ['agents', 'create', '--slug', 'http-watcher', '--grant', 'canAssignTasks'], { env });
+  const watcher = JSON.parse(execFileSync(tg, ['token', 'create', '--agent', 'http-watcher'], { env })).token;
+  // A change is announced on the session's GET stream, which the client opens by itself
+  // after initializing: the revocation waits until it is open.
+  let getOpened;
+  const opened = new Promise((resolve) => { getOpened = resolve; });
+  const watching = async (input, init) => {
+    const res = await fetch(input, init);
+    if (init?.method === 'GET' && res.ok) getOpened();
+    return res;
+  };
+  const client = new Client({ name: 'toolgate-interop', version: '1.0.0' });
+  await hearsOfRevocation(client, new StreamableHTTPClientTransport(new URL(url), {
+    fetch: watching, requestInit: { headers: { Authorization: `Bearer ${watcher}` } },
+  }), 'http-watcher', opened);
+});
+
+test('SDK client over HTTP cancels a call waiting for sampling: the call gets no answer', async () => {
+  const { child, url: fixturesUrl } = await serve(['--no-auth', '--agent', 'demo', '--conformance-fixtures']);
+  // What the server sends on each tools/call stream, read to its end beside the client.
+  const calls = [];
+  const reading = async (input, init) => {
+    const res = await fetch(input, init);
+    const sent = typeof init?.body === 'string' ? JSON.parse(init.body) : undefined;
+    if (sent?.method !== 'tools/call' || !res.body) return res;
+    const [mine, theirs] = res.body.tee();
+    calls.push({ id: sent.id, text: new Response(mine).text() });
+    return new Response(theirs, { status: res.status, statusText: res.statusText, headers: res.headers });
+  };
+  const client = new Client({ name: 'toolgate-interop', version: '1.0.0' }, { capabilities: { sampling: {} } });
+  let asked;
+  const sampling = new Promise((resolve) => { asked = resolve; });
+  client.setRequestHandler(CreateMessageRequestSchema, () => {
+    asked();
+    return new Promise(() => {}); // the user never answers
+  });
+  await client.connect(new StreamableHTTPClientTransport(new URL(fixturesUrl), { fetch: reading }));
+  try {
+    const abort = new AbortController();
+    const call = client.callTool({ name: 'test_sampling', arguments: { prompt: 'hi' } }, undefined, { signal: abort.signal });
+    await sampling;
+    abort.abort('changed my mind'); // posts notifications/cancelled
+    await assert.rejects(call);
+    // The call stops waiting and its stream ends: with the request to the client, no answer.
+    const [{ id, text }] = calls;
+    const messages = (await text).split('\n').filter((l) => l.startsWith('data: {')).map((l) => JSON.parse(l.slice(6)));
+    assert.ok(messages.some((m) => m.method === 'sampling/createMessage'));
+    assert.deepEqual(messages.filter((m) => m.id === id && !m.method), []);
+    assert.ok((await client.listTools()).tools.length > 0);
+  } finally {
+    await client.close();
+    child.kill('SIGTERM');
+  }
 });
 
 test('HTTP without a token answers 401 with WWW-Authenticate', async () => {

@@ -1,0 +1,423 @@
+/* Cancellation and list changes over Streamable HTTP, end to end: the real server on a
+ * loopback port, driven with libcurl, each exchange read on a thread of its own so that a
+ * stream can stay open while other requests are made. */
+#define _GNU_SOURCE
+#include "support.h"
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fixture.h"
+#include "http/server.h"
+#include "tools/conformance.h"
+#include "tools/providers.h"
+#include "util/status.h"
+
+#define HANG_GUARD_S 30 /* a wait this long means the server hung: not a timing check */
+#define MODERN_META                                                      \
+  "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"," \
+  "\"io.modelcontextprotocol/clientCapabilities\":{}}"
+#define MODERN_HEADERS(method) "MCP-Protocol-Version: 2026-07-28\nMcp-Method: " method
+#define LISTEN(id)                                                                       \
+  "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"subscriptions/listen\",\"params\":{" \
+  "\"notifications\":{\"toolsListChanged\":true}," MODERN_META "}}"
+#define PING "{\"jsonrpc\":\"2.0\",\"id\":99,\"method\":\"ping\"}"
+
+/* ---- a tool that waits until its call is cancelled ---- */
+
+static pthread_mutex_t kit_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t kit_changed = PTHREAD_COND_INITIALIZER;
+static bool kit_started, kit_cancelled;
+
+static void kit_set(bool *flag) {
+  pthread_mutex_lock(&kit_lock);
+  *flag = true;
+  pthread_cond_broadcast(&kit_changed);
+  pthread_mutex_unlock(&kit_lock);
+}
+
+static void kit_wait(bool *flag) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += HANG_GUARD_S;
+  pthread_mutex_lock(&kit_lock);
+  int r = 0;
+  while (!*flag && r == 0) r = pthread_cond_timedwait(&kit_changed, &kit_lock, &until);
+  bool ok = *flag;
+  pthread_mutex_unlock(&kit_lock);
+  if (!ok) fail_msg("the tool never got that far");
+}
+
+static int wait_cancel(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  const tg_client_channel *ch = cx->client;
+  if (!ch || !ch->cancelled) return TG_E_INVAL;
+  kit_set(&kit_started);
+  for (long waited_ms = 0; !ch->cancelled(ch->self); waited_ms += 10) {
+    if (waited_ms > HANG_GUARD_S * 1000L) return TG_E_IO;
+    usleep(10 * 1000);
+  }
+  kit_set(&kit_cancelled);
+  return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, NULL, "The client cancelled the call");
+}
+
+static const char kit_spec[] =
+    "{\"provider\":\"kit\",\"tools\":["
+    "{\"name\":\"test.wait.cancel\",\"description\":\"Waits until its call is cancelled.\","
+    "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
+    "\"inputSchema\":{\"type\":\"object\"},\"outputSchema\":{\"type\":\"object\"}}]}";
+static const tg_handler_entry kit_handlers[] = {{"test.wait.cancel", wait_cancel}};
+static const tg_provider kit = {.name = "kit", .spec_json = kit_spec, .handlers = kit_handlers,
+                                .n_handlers = 1};
+
+/* ---- the server ---- */
+
+typedef struct world {
+  fixture *f;
+  tg_registry *registry; /* built-in, conformance and kit providers */
+  char agent[TG_UUID_LEN + 1]; /* "bot", holding tasks.assign; every request acts as it */
+  tg_http_config cfg;
+  tg_http *h;
+  char url[64];
+} world;
+
+static int setup(void **state) {
+  world *w = calloc(1, sizeof *w);
+  w->f = fixture_new(NULL);
+  fixture_agent(w->f, "{\"slug\":\"bot\",\"grants\":[\"canAssignTasks\"]}", w->agent);
+  const tg_provider *providers[16];
+  size_t n = 0;
+  for (; n < tg_builtin_providers_count; n++) providers[n] = tg_builtin_providers[n];
+  providers[n++] = &tg_provider_conformance;
+  providers[n++] = &kit;
+  char *why = NULL;
+  if (tg_registry_new(providers, n, &w->registry, &why) < 0) fail_msg("registry: %s", why);
+  w->cfg = (tg_http_config){.listen = "127.0.0.1:0", .no_auth = true,
+                            .no_auth_principal = w->agent, .threads = 4, .data_dir = w->f->dir,
+                            .registry = w->registry,
+                            .server = {.fixtures = true, .name = "toolgate", .version = "test"}};
+  unsigned port = 0;
+  assert_int_equal(tg_http_start(&w->cfg, &w->h, &port), 0);
+  snprintf(w->url, sizeof w->url, "http://127.0.0.1:%u/mcp", port);
+  kit_started = kit_cancelled = false;
+  *state = w;
+  return 0;
+}
+
+static int teardown(void **state) {
+  world *w = *state;
+  tg_http_stop(w->h);
+  tg_registry_free(w->registry);
+  fixture_free(w->f);
+  free(w);
+  return 0;
+}
+
+/* ---- exchanges: one request and what comes back, read on a thread ---- */
+
+typedef struct exchange {
+  CURL *curl;
+  struct curl_slist *headers;
+  char *body;
+  pthread_t thread;
+  pthread_mutex_t lock;
+  pthread_cond_t grew;
+  char *got; /* the response body so far, NUL-terminated */
+  size_t len;
+  long status;
+  char sid[64]; /* Mcp-Session-Id of the response */
+  bool ended, abort;
+} exchange;
+
+static size_t on_body(char *data, size_t size, size_t n, void *arg) {
+  exchange *ex = arg;
+  pthread_mutex_lock(&ex->lock);
+  ex->got = realloc(ex->got, ex->len + size * n + 1);
+  memcpy(ex->got + ex->len, data, size * n);
+  ex->len += size * n;
+  ex->got[ex->len] = 0;
+  pthread_cond_broadcast(&ex->grew);
+  pthread_mutex_unlock(&ex->lock);
+  return size * n;
+}
+
+static size_t on_header(char *data, size_t size, size_t n, void *arg) {
+  exchange *ex = arg;
+  pthread_mutex_lock(&ex->lock);
+  if (strncmp(data, "HTTP/", 5) == 0) sscanf(data, "HTTP/%*s %ld", &ex->status);
+  if (strncasecmp(data, "Mcp-Session-Id: ", 16) == 0) sscanf(data + 16, "%63[0-9a-f]", ex->sid);
+  pthread_cond_broadcast(&ex->grew);
+  pthread_mutex_unlock(&ex->lock);
+  return size * n;
+}
+
+/* Aborts the transfer, closing the connection, once the test asks. */
+static int on_progress(void *arg, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d) {
+  exchange *ex = arg;
+  pthread_mutex_lock(&ex->lock);
+  bool abort = ex->abort;
+  pthread_mutex_unlock(&ex->lock);
+  return abort;
+}
+
+static void *perform(void *arg) {
+  exchange *ex = arg;
+  curl_easy_perform(ex->curl);
+  pthread_mutex_lock(&ex->lock);
+  ex->ended = true;
+  pthread_cond_broadcast(&ex->grew);
+  pthread_mutex_unlock(&ex->lock);
+  return NULL;
+}
+
+/* Starts method on the server with the session sid (or none), extra headers ("Name: value"
+ * lines) and body (NULL: none). */
+static exchange *start(world *w, const char *method, const char *sid, const char *extra,
+                       const char *body) {
+  exchange *ex = calloc(1, sizeof *ex);
+  pthread_mutex_init(&ex->lock, NULL);
+  pthread_cond_init(&ex->grew, NULL);
+  ex->got = calloc(1, 1);
+  ex->curl = curl_easy_init();
+  ex->headers = curl_slist_append(NULL, "Accept: application/json, text/event-stream");
+  ex->headers = curl_slist_append(ex->headers, "Content-Type: application/json");
+  char line[256];
+  if (sid) {
+    snprintf(line, sizeof line, "Mcp-Session-Id: %s", sid);
+    ex->headers = curl_slist_append(ex->headers, line);
+  }
+  for (const char *p = extra; p && *p;) {
+    size_t n = strcspn(p, "\n");
+    snprintf(line, sizeof line, "%.*s", (int)n, p);
+    ex->headers = curl_slist_append(ex->headers, line);
+    p += n + (p[n] == '\n');
+  }
+  curl_easy_setopt(ex->curl, CURLOPT_URL, w->url);
+  curl_easy_setopt(ex->curl, CURLOPT_CUSTOMREQUEST, method);
+  curl_easy_setopt(ex->curl, CURLOPT_HTTPHEADER, ex->headers);
+  if (body) {
+    ex->body = strdup(body);
+    curl_easy_setopt(ex->curl, CURLOPT_POSTFIELDS, ex->body);
+  }
+  curl_easy_setopt(ex->curl, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(ex->curl, CURLOPT_WRITEDATA, ex);
+  curl_easy_setopt(ex->curl, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(ex->curl, CURLOPT_HEADERDATA, ex);
+  curl_easy_setopt(ex->curl, CURLOPT_XFERINFOFUNCTION, on_progress);
+  curl_easy_setopt(ex->curl, CURLOPT_XFERINFODATA, ex);
+  curl_easy_setopt(ex->curl, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(ex->curl, CURLOPT_NOSIGNAL, 1L);
+  pthread_create(&ex->thread, NULL, perform, ex);
+  return ex;
+}
+
+/* Waits until the body holds text, or the exchange ended: whether text arrived (NULL: whether
+ * it ended). Fails on a hang. */
+static bool wait_for(exchange *ex, const char *text) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += HANG_GUARD_S;
+  pthread_mutex_lock(&ex->lock);
+  int r = 0;
+  while (r == 0 && !ex->ended && !(text && strstr(ex->got, text)))
+    r = pthread_cond_timedwait(&ex->grew, &ex->lock, &until);
+  bool ok = text ? strstr(ex->got, text) != NULL : ex->ended;
+  pthread_mutex_unlock(&ex->lock);
+  if (r != 0) fail_msg("the server hung; got (HTTP %ld): %s", ex->status, ex->got);
+  return ok;
+}
+
+static void await(exchange *ex, const char *text) {
+  if (!wait_for(ex, text))
+    fail_msg("expected %s; got (HTTP %ld): %s", text ? text : "the end", ex->status, ex->got);
+}
+
+/* Closes the exchange, aborting it when it is still running. */
+static void finish(exchange *ex) {
+  pthread_mutex_lock(&ex->lock);
+  ex->abort = true;
+  pthread_mutex_unlock(&ex->lock);
+  pthread_join(ex->thread, NULL);
+  curl_easy_cleanup(ex->curl);
+  curl_slist_free_all(ex->headers);
+  pthread_mutex_destroy(&ex->lock);
+  pthread_cond_destroy(&ex->grew);
+  free(ex->body);
+  free(ex->got);
+  free(ex);
+}
+
+/* A whole request: its status is checked, its body returned (malloc'd). */
+static char *request(world *w, const char *method, const char *sid, const char *extra,
+                     const char *body, long status) {
+  exchange *ex = start(w, method, sid, extra, body);
+  await(ex, NULL);
+  if (ex->status != status) fail_msg("expected HTTP %ld, got %ld: %s", status, ex->status, ex->got);
+  char *got = strdup(ex->got);
+  finish(ex);
+  return got;
+}
+
+/* initialize (with client capabilities caps) and notifications/initialized. */
+static void open_session(world *w, const char *caps, char sid[64]) {
+  char body[256];
+  snprintf(body, sizeof body,
+           "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
+           "\"protocolVersion\":\"2025-11-25\",\"capabilities\":%s}}",
+           caps);
+  exchange *ex = start(w, "POST", NULL, NULL, body);
+  await(ex, NULL);
+  assert_int_equal(ex->status, 200);
+  assert_int_equal(strlen(ex->sid), 32);
+  snprintf(sid, 64, "%s", ex->sid);
+  finish(ex);
+  free(request(w, "POST", sid, NULL, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}",
+               202));
+}
+
+/* ---- 2025-11-25 sessions ---- */
+
+static void test_session_hears_of_list_changes_on_its_get_stream(void **state) {
+  world *w = *state;
+  char sid[64];
+  open_session(w, "{}", sid);
+  exchange *get = start(w, "GET", sid, NULL, NULL);
+  await(get, "data: \n\n");
+  fixture_revoke_elsewhere(w->f, "bot", "tasks.assign");
+  /* Any message of the session makes the server look. */
+  free(request(w, "POST", sid, NULL, PING, 200));
+  await(get, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}");
+  finish(get);
+}
+
+static void test_cancellation_ends_a_wait_for_sampling_without_an_answer(void **state) {
+  world *w = *state;
+  char sid[64];
+  open_session(w, "{\"sampling\":{}}", sid);
+  exchange *call = start(w, "POST", sid, NULL,
+                         "{\"jsonrpc\":\"2.0\",\"id\":\"call-1\",\"method\":\"tools/call\",\"params\":"
+                         "{\"name\":\"test_sampling\",\"arguments\":{\"prompt\":\"hi\"}}}");
+  await(call, "\"method\":\"sampling/createMessage\"");
+  free(request(w, "POST", sid, NULL,
+               "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{"
+               "\"requestId\":\"call-1\"}}",
+               202));
+  /* The call stops waiting, and its stream ends with no answer. */
+  await(call, NULL);
+  assert_null(strstr(call->got, "\"id\":\"call-1\""));
+  finish(call);
+  free(request(w, "POST", sid, NULL, PING, 200));
+}
+
+static void test_a_call_closing_its_stream_is_resumed_with_last_event_id(void **state) {
+  world *w = *state;
+  char sid[64];
+  open_session(w, "{}", sid);
+  /* The client's standalone stream stays open meanwhile. */
+  exchange *get = start(w, "GET", sid, NULL, NULL);
+  await(get, "data: \n\n");
+  char *primed = request(w, "POST", sid, NULL,
+                         "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{"
+                         "\"name\":\"test_reconnection\"}}",
+                         200);
+  /* Only the priming event: an id, the reconnection delay and no data. */
+  unsigned no = 0;
+  int used = 0;
+  assert_int_equal(sscanf(primed, "id: %u-0\nretry: %*u\ndata: \n\n%n", &no, &used), 1);
+  assert_int_equal((size_t)used, strlen(primed));
+  free(primed);
+  char last[64];
+  snprintf(last, sizeof last, "Last-Event-ID: %u-0", no);
+  exchange *resumed = start(w, "GET", sid, last, NULL);
+  await(resumed, "\"id\":7,\"result\"");
+  await(resumed, NULL);
+  finish(resumed);
+  finish(get);
+}
+
+/* ---- 2026-07-28 ---- */
+
+static void test_listen_stream_gets_ack_then_changes(void **state) {
+  world *w = *state;
+  exchange *listen = start(w, "POST", NULL, MODERN_HEADERS("subscriptions/listen"), LISTEN(1));
+  await(listen, "notifications/subscriptions/acknowledged");
+  free(request(w, "POST", NULL, MODERN_HEADERS("tools/call") "\nMcp-Name: test_trigger_tool_change",
+               "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":"
+               "\"test_trigger_tool_change\"," MODERN_META "}}",
+               200));
+  await(listen, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\",\"params\":"
+                "{\"_meta\":{\"io.modelcontextprotocol/subscriptionId\":1}}}");
+  assert_true(strstr(listen->got, "acknowledged") < strstr(listen->got, "list_changed"));
+  finish(listen);
+}
+
+static void test_listen_streams_are_bounded_and_freed_when_closed(void **state) {
+  world *w = *state;
+  exchange *open[TG_HTTP_MAX_LISTENS_PER_PRINCIPAL];
+  for (size_t i = 0; i < TG_HTTP_MAX_LISTENS_PER_PRINCIPAL; i++) {
+    open[i] = start(w, "POST", NULL, MODERN_HEADERS("subscriptions/listen"), LISTEN(1));
+    await(open[i], "acknowledged");
+  }
+  char *refused = request(w, "POST", NULL, MODERN_HEADERS("subscriptions/listen"), LISTEN(1), 429);
+  assert_non_null(strstr(refused, "Too many open subscriptions/listen streams"));
+  free(refused);
+  /* Closing one frees its place, once the server notices. */
+  finish(open[0]);
+  exchange *again = NULL;
+  for (int tries = 0; !again; tries++) {
+    if (tries > HANG_GUARD_S * 10) fail_msg("the closed listen stream was never freed");
+    exchange *ex = start(w, "POST", NULL, MODERN_HEADERS("subscriptions/listen"), LISTEN(1));
+    if (wait_for(ex, "acknowledged")) {
+      again = ex;
+    } else {
+      finish(ex);
+      usleep(100 * 1000);
+    }
+  }
+  finish(again);
+  for (size_t i = 1; i < TG_HTTP_MAX_LISTENS_PER_PRINCIPAL; i++) finish(open[i]);
+}
+
+static void test_closing_a_call_stream_cancels_the_call(void **state) {
+  world *w = *state;
+  exchange *call = start(w, "POST", NULL, MODERN_HEADERS("tools/call") "\nMcp-Name: test_wait_cancel",
+                         "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{"
+                         "\"name\":\"test_wait_cancel\"," MODERN_META "}}");
+  kit_wait(&kit_started);
+  finish(call);
+  kit_wait(&kit_cancelled);
+}
+
+static void test_stopping_ends_listen_streams_with_their_result(void **state) {
+  world *w = *state;
+  exchange *listen = start(w, "POST", NULL, MODERN_HEADERS("subscriptions/listen"), LISTEN(5));
+  await(listen, "acknowledged");
+  tg_http_stop(w->h);
+  w->h = NULL;
+  await(listen, NULL);
+  assert_non_null(strstr(listen->got,
+                         "{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{\"resultType\":\"complete\","
+                         "\"_meta\":{\"io.modelcontextprotocol/subscriptionId\":5}}}"));
+  finish(listen);
+}
+
+int main(void) {
+  curl_global_init(CURL_GLOBAL_DEFAULT);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_session_hears_of_list_changes_on_its_get_stream, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cancellation_ends_a_wait_for_sampling_without_an_answer, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_call_closing_its_stream_is_resumed_with_last_event_id, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_listen_stream_gets_ack_then_changes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_listen_streams_are_bounded_and_freed_when_closed, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_closing_a_call_stream_cancels_the_call, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_stopping_ends_listen_streams_with_their_result, setup, teardown),
+  };
+  int failed = cmocka_run_group_tests(tests, NULL, NULL);
+  curl_global_cleanup();
+  return failed;
+}
