@@ -1318,6 +1318,13 @@ static enum MHD_Result handle_get(server *s, struct MHD_Connection *conn, const 
             : queue_rpc_error(conn, status, TG_RPC_INVALID_REQUEST, why);
 }
 
+/* libmicrohttpd's own messages are about single connections (a client that closed an SSE
+ * stream, which is how listen streams normally end): debug lines, not operator news. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+  (void)cls;
+  tg_vlog(TG_LOG_DEBUG, fmt, ap);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_size, void **con_cls) {
@@ -1457,7 +1464,8 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
       flags, 0, NULL, NULL, on_request, &h->s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)TG_HTTP_MAX_CONNECTIONS,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-      &h->s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, &h->s, MHD_OPTION_END);
+      &h->s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, &h->s, MHD_OPTION_EXTERNAL_LOGGER,
+      mhd_log, NULL, MHD_OPTION_END);
   if (!h->daemon) {
     tg_log(TG_LOG_ERROR, "serve: cannot listen on %s: %s", cfg->listen, strerror(errno));
     tg_http_stop(h);
