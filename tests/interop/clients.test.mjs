@@ -112,14 +112,20 @@ test('SDK client over stdio hears of a grant revoked by another process', async 
     'watcher', Promise.resolve());
 });
 
-test('SDK client over stdio cancels a call waiting for sampling', async () => {
+// A client declaring sampling whose user never answers; sampling resolves when it is asked.
+function clientWhoNeverAnswersSampling() {
   const client = new Client({ name: 'toolgate-interop', version: '1.0.0' }, { capabilities: { sampling: {} } });
   let asked;
   const sampling = new Promise((resolve) => { asked = resolve; });
   client.setRequestHandler(CreateMessageRequestSchema, () => {
     asked();
-    return new Promise(() => {}); // the user never answers
+    return new Promise(() => {});
   });
+  return { client, sampling };
+}
+
+test('SDK client over stdio cancels a call waiting for sampling', async () => {
+  const { client, sampling } = clientWhoNeverAnswersSampling();
   const errors = [];
   client.onerror = (e) => errors.push(e);
   await client.connect(new StdioClientTransport({
@@ -176,13 +182,7 @@ test('SDK client over HTTP cancels a call waiting for sampling: the call gets no
     calls.push({ id: sent.id, text: new Response(mine).text() });
     return new Response(theirs, { status: res.status, statusText: res.statusText, headers: res.headers });
   };
-  const client = new Client({ name: 'toolgate-interop', version: '1.0.0' }, { capabilities: { sampling: {} } });
-  let asked;
-  const sampling = new Promise((resolve) => { asked = resolve; });
-  client.setRequestHandler(CreateMessageRequestSchema, () => {
-    asked();
-    return new Promise(() => {}); // the user never answers
-  });
+  const { client, sampling } = clientWhoNeverAnswersSampling();
   await client.connect(new StreamableHTTPClientTransport(new URL(fixturesUrl), { fetch: reading }));
   try {
     const abort = new AbortController();
