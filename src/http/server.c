@@ -166,18 +166,38 @@ static void session_unlink_locked(server *s, session *x) {
   }
 }
 
-/* Drops idle sessions, and the least recently used one when the table is full. */
-static void reap_locked(server *s, int64_t now) {
-  session *oldest = NULL;
+/* Makes room for a session of principal: drops idle sessions, then, when principal holds its
+ * share or the table is full, the least recently used session not in use (principal's own
+ * when it is principal's share that is full). False when every candidate is in use. */
+static bool reap_locked(server *s, int64_t now, const char *principal) {
+  session *oldest = NULL, *oldest_mine = NULL;
+  size_t mine = 0;
   for (session *x = s->sessions, *next; x; x = next) {
     next = x->next;
-    if (now - x->last_used > TG_HTTP_SESSION_IDLE_MS && x->refs == 1) session_unlink_locked(s, x);
-    else if (!oldest || x->last_used < oldest->last_used) oldest = x;
+    if (x->refs != 1) {
+      mine += strcmp(x->principal, principal) == 0;
+      continue;
+    }
+    if (now - x->last_used > TG_HTTP_SESSION_IDLE_MS) {
+      session_unlink_locked(s, x);
+      continue;
+    }
+    bool own = strcmp(x->principal, principal) == 0;
+    mine += own;
+    if (!oldest || x->last_used < oldest->last_used) oldest = x;
+    if (own && (!oldest_mine || x->last_used < oldest_mine->last_used)) oldest_mine = x;
   }
-  if (s->n_sessions >= TG_HTTP_MAX_SESSIONS && oldest) session_unlink_locked(s, oldest);
+  session *victim = mine >= TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL ? oldest_mine
+                    : s->n_sessions >= TG_HTTP_MAX_SESSIONS    ? oldest
+                                                               : NULL;
+  if (victim) session_unlink_locked(s, victim);
+  return victim || (mine < TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL && s->n_sessions < TG_HTTP_MAX_SESSIONS);
 }
 
-static session *session_new(server *s, const char *principal) {
+/* A new session of principal, with a reference for the caller; NULL when out of memory or
+ * (*full) when no room can be made. */
+static session *session_new(server *s, const char *principal, bool *full) {
+  *full = false;
   session *x = calloc(1, sizeof *x);
   unsigned char raw[SESSION_ID_BYTES];
   if (!x || getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw ||
@@ -194,12 +214,19 @@ static session *session_new(server *s, const char *principal) {
   x->refs = 2; /* the table's and the caller's */
   pthread_mutex_lock(&s->lock);
   x->last_used = tg_now_ms();
-  reap_locked(s, x->last_used);
-  x->next = s->sessions;
-  s->sessions = x;
-  s->n_sessions++;
+  *full = !reap_locked(s, x->last_used, principal);
+  if (!*full) {
+    x->next = s->sessions;
+    s->sessions = x;
+    s->n_sessions++;
+  }
   pthread_mutex_unlock(&s->lock);
-  return x;
+  if (!*full) return x;
+  tg_mcp_watch_free(x->watch);
+  tg_mcp_inflight_free(x->inflight);
+  tg_mcp_session_done(&x->state);
+  free(x);
+  return NULL;
 }
 
 /* The live session with id belonging to principal, with a reference, or NULL. */
@@ -581,8 +608,8 @@ static void listener_closed(void *arg) {
   listener_put(arg); /* the answer's reference */
 }
 
-/* Registers a listen stream of principal, within the bounds; NULL with *status and *why
- * when it cannot. */
+/* Registers a listen stream of principal, within the bounds, with a reference for the caller
+ * (listener_serve passes it to the answer); NULL with *status and *why when it cannot. */
 static listener *listener_open(server *s, const char *principal, unsigned *status,
                                const char **why) {
   listener *l = calloc(1, sizeof *l);
@@ -592,7 +619,7 @@ static listener *listener_open(server *s, const char *principal, unsigned *statu
   if (l && st && tg_mcp_watch_new(listener_send, st, &l->watch) == 0) {
     l->srv = s;
     l->st = st;
-    l->refs = 1;
+    l->refs = 2; /* the registry's and the caller's */
     snprintf(l->principal, sizeof l->principal, "%s", principal);
     pthread_mutex_lock(&s->lock);
     size_t mine = 0;
@@ -616,11 +643,9 @@ static listener *listener_open(server *s, const char *principal, unsigned *statu
   return NULL;
 }
 
-/* The listen request was acknowledged: its answer stays open as the subscription. */
+/* The listen request was acknowledged: its answer stays open as the subscription, holding
+ * the caller's reference. */
 static enum MHD_Result listener_serve(struct MHD_Connection *conn, listener *l) {
-  pthread_mutex_lock(&l->srv->lock);
-  l->refs++; /* the answer's */
-  pthread_mutex_unlock(&l->srv->lock);
   stream *st = l->st;
   pthread_mutex_lock(&st->lock);
   st->streaming = true;
@@ -670,26 +695,34 @@ typedef struct watched {
   listener *l; /* held */
 } watched;
 
-/* Announces list changes, on the calling thread's database connection: to session only (to
- * every session when NULL) and to every listen stream. A failure is logged, and the next
- * check tries again. */
-static void check_lists(server *s, tg_db *db, session *only) {
+/* Announces the list changes of one watch, on the calling thread's database connection. A
+ * failure is logged, and the next check tries again. */
+static void check_watch(server *s, tg_db *db, tg_mcp_watch *watch, const char *principal) {
+  tg_env env = {.registry = s->cfg->registry, .db = db};
+  int r = tg_mcp_watch_check(watch, &env, principal);
+  if (r < 0) tg_log(TG_LOG_WARN, "http: a tool list could not be checked for changes (%d)", r);
+}
+
+/* Checks the watches of every session and listen stream (principal NULL: the periodic
+ * sweep), or those a message of principal on session x (NULL: none) can have changed at
+ * once: x's and principal's listen streams, at most TG_HTTP_MAX_LISTENS_PER_PRINCIPAL; what
+ * it changed for others, the sweep announces. So no request pays for everyone's. */
+static void check_lists(server *s, tg_db *db, const char *principal, session *only) {
   pthread_mutex_lock(&s->lock);
-  size_t n = 0, cap = (only ? 1 : s->n_sessions) + s->n_listeners;
+  size_t n = 0, cap = (principal ? 1 : s->n_sessions) + s->n_listeners;
   watched *all = cap ? malloc(cap * sizeof *all) : NULL;
-  for (session *x = only ? only : s->sessions; all && x; x = only ? NULL : x->next) {
+  for (session *x = principal ? only : s->sessions; all && x; x = principal ? NULL : x->next) {
     x->refs++;
     all[n++] = (watched){.watch = x->watch, .principal = x->principal, .x = x};
   }
   for (listener *l = s->listeners; all && l; l = l->next) {
+    if (principal && strcmp(l->principal, principal) != 0) continue;
     l->refs++;
     all[n++] = (watched){.watch = l->watch, .principal = l->principal, .l = l};
   }
   pthread_mutex_unlock(&s->lock);
-  tg_env env = {.registry = s->cfg->registry, .db = db};
   for (size_t i = 0; i < n; i++) {
-    int r = tg_mcp_watch_check(all[i].watch, &env, all[i].principal);
-    if (r < 0) tg_log(TG_LOG_WARN, "http: a tool list could not be checked for changes (%d)", r);
+    check_watch(s, db, all[i].watch, all[i].principal);
     if (all[i].x) session_put(s, all[i].x);
     else listener_put(all[i].l);
   }
@@ -848,7 +881,7 @@ static void run_call(worker *w, tg_db *db) {
   /* Ends the exchange even without a message (a cancelled call gets none), so the client is
    * never left waiting. */
   stream_finish(w->st, final, status);
-  if (db) check_lists(s, db, w->sess);
+  if (db) check_lists(s, db, w->principal, w->sess);
   worker_free(w);
 }
 
@@ -884,7 +917,7 @@ static void *pool_main(void *arg) {
       db = NULL;
     }
     if (w) run_call(w, db);
-    else if (db) check_lists(s, db, NULL);
+    else if (db) check_lists(s, db, NULL, NULL);
   }
   tg_db_close(db);
   return NULL;
@@ -1119,8 +1152,11 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
     }
     state_load(s, w->sess, &w->scratch, &w->loaded_level);
   } else if (opens) {
-    if (!(w->sess = session_new(s, principal))) {
-      result = MHD_NO;
+    bool full;
+    if (!(w->sess = session_new(s, principal, &full))) {
+      result = full ? queue_rpc_error(conn, MHD_HTTP_TOO_MANY_REQUESTS, TG_RPC_INVALID_REQUEST,
+                                      "Too many sessions in use; end one (DELETE) and retry")
+                    : MHD_NO;
       goto done;
     }
     w->opened = true;
@@ -1128,7 +1164,7 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
     new_sid = w->sess->id;
   }
   if (w->msg.kind == TG_RPC_RESPONSE) {
-    result = deliver_answer(s, w->sess, &w->msg)
+    result = w->sess && deliver_answer(s, w->sess, &w->msg)
                  ? queue(conn, MHD_HTTP_ACCEPTED, NULL, NULL, NULL)
                  : queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
                                    "No request is waiting for this response");
@@ -1170,7 +1206,15 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   int hr = tg_mcp_handle(&s->mcp, &req, &w->msg, &reply);
   if (l && (hr < 0 || !reply.subscribed)) {
     listener_unlink(l);
+    listener_put(l);
     l = NULL;
+  }
+  /* An initialize that failed, even in-band (200 with a JSON-RPC error), opens no session. */
+  if (opens && (hr < 0 || reply.http_status != 200 || json_object_get(reply.message, "error"))) {
+    pthread_mutex_lock(&s->lock);
+    session_unlink_locked(s, w->sess);
+    pthread_mutex_unlock(&s->lock);
+    new_sid = NULL;
   }
   if (hr < 0) {
     result = queue_rpc_error(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, TG_RPC_INTERNAL_ERROR,
@@ -1179,13 +1223,7 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   }
   if (w->sess) state_store(s, w->sess, &w->scratch, w->opened, w->loaded_level);
   /* What this message changed, and the baseline of a listen stream just acknowledged. */
-  check_lists(s, db, w->sess);
-  if (opens && reply.http_status != 200) {
-    pthread_mutex_lock(&s->lock);
-    session_unlink_locked(s, w->sess);
-    pthread_mutex_unlock(&s->lock);
-    new_sid = NULL;
-  }
+  check_lists(s, db, principal, w->sess);
   result = l               ? listener_serve(conn, l)
            : reply.message ? queue_json(conn, (unsigned)reply.http_status, reply.message, new_sid)
                            : queue(conn, MHD_HTTP_ACCEPTED, NULL, NULL, new_sid);

@@ -13,6 +13,7 @@
 
 #define TG_HTTP_MAX_CONNECTIONS 256
 #define TG_HTTP_MAX_SESSIONS 1024
+#define TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL 64   /* a principal's share of them */
 #define TG_HTTP_SESSION_IDLE_MS (30LL * 60 * 1000)
 #define TG_HTTP_ASK_TIMEOUT_MS (60LL * 1000)   /* how long a tool waits for the client */
 #define TG_HTTP_KEEPALIVE_MS (15LL * 1000)     /* comment lines on a quiet SSE stream */

@@ -295,6 +295,31 @@ static void test_session_hears_of_list_changes_on_its_get_stream(void **state) {
   finish(get);
 }
 
+/* A principal holds a bounded share of the session table: its oldest idle session makes room
+ * for its next one, and no other principal's. An initialize that fails opens nothing. */
+static void test_sessions_are_bounded_per_principal(void **state) {
+  world *w = *state;
+  char first[64], sid[64];
+  open_session(w, "{}", first);
+  for (int i = 0; i < TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL; i++) open_session(w, "{}", sid);
+  free(request(w, "POST", sid, NULL, PING, 200));
+  free(request(w, "POST", first, NULL, PING, 404));
+  exchange *ex = start(w, "POST", NULL, NULL,
+                       "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{}}");
+  await(ex, NULL);
+  assert_string_equal(ex->sid, "");
+  finish(ex);
+}
+
+/* A JSON-RPC response posted without a session (2026-07-28 has none) answers nobody. */
+static void test_a_response_without_a_session_is_refused(void **state) {
+  world *w = *state;
+  free(request(w, "POST", NULL, "MCP-Protocol-Version: 2026-07-28",
+               "{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{}}", 400));
+  char sid[64];
+  open_session(w, "{}", sid); /* the server is still there */
+}
+
 static void test_cancellation_ends_a_wait_for_sampling_without_an_answer(void **state) {
   world *w = *state;
   char sid[64];
@@ -410,6 +435,8 @@ int main(void) {
   curl_global_init(CURL_GLOBAL_DEFAULT);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_session_hears_of_list_changes_on_its_get_stream, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_sessions_are_bounded_per_principal, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_response_without_a_session_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cancellation_ends_a_wait_for_sampling_without_an_answer, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_call_closing_its_stream_is_resumed_with_last_event_id, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_stream_gets_ack_then_changes, setup, teardown),
