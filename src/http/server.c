@@ -732,6 +732,8 @@ static void check_lists(server *s, tg_db *db, const char *principal, session *on
 /* ---- one request ---- */
 
 typedef struct request {
+  bool answered; /* refused from its headers: its body, if any, is dropped unread */
+  char principal[TG_UUID_LEN + 1];
   char *body;
   size_t len;
   bool too_large;
@@ -1363,6 +1365,28 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
   tg_vlog(TG_LOG_DEBUG, fmt, ap);
 }
 
+/* What a request's headers decide, before any of its body is read: the route, the origin and
+ * the caller. Queues the refusal (rq->answered) or fills rq->principal. */
+static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char *url,
+                             const char *method, request *rq) {
+  rq->answered = true;
+  if (strcmp(url, "/healthz") == 0)
+    return strcmp(method, "GET") == 0 ? queue(conn, MHD_HTTP_OK, "application/json", "{\"status\":\"ok\"}", NULL)
+                                      : queue(conn, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, NULL);
+  if (strcmp(url, "/mcp") != 0) return queue(conn, MHD_HTTP_NOT_FOUND, NULL, NULL, NULL);
+  /* DNS rebinding: a page elsewhere must not reach a server on this machine. */
+  if (!origin_ok(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin")) ||
+      (s->loopback && !host_ok(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host"))))
+    return queue_rpc_error(conn, MHD_HTTP_FORBIDDEN, TG_RPC_INVALID_REQUEST, "Forbidden origin or host");
+  const union MHD_ConnectionInfo *info =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  if (!authenticate(s, conn, info ? info->socket_context : NULL, rq->principal))
+    return queue_rpc_error(conn, MHD_HTTP_UNAUTHORIZED, TG_RPC_INVALID_REQUEST,
+                           "A valid Bearer token is required");
+  rq->answered = false;
+  return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_size, void **con_cls) {
@@ -1371,6 +1395,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   if (!rq) {
     if (!(rq = calloc(1, sizeof *rq))) return MHD_NO;
     *con_cls = rq;
+    return admit(s, conn, url, method, rq);
+  }
+  if (rq->answered) {
+    *upload_size = 0;
     return MHD_YES;
   }
   if (*upload_size) {
@@ -1387,27 +1415,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     *upload_size = 0;
     return MHD_YES;
   }
-  if (strcmp(url, "/healthz") == 0)
-    return strcmp(method, "GET") == 0 ? queue(conn, MHD_HTTP_OK, "application/json", "{\"status\":\"ok\"}", NULL)
-                                      : queue(conn, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, NULL);
-  if (strcmp(url, "/mcp") != 0) return queue(conn, MHD_HTTP_NOT_FOUND, NULL, NULL, NULL);
-  /* DNS rebinding: a page elsewhere must not reach a server on this machine. */
-  if (!origin_ok(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin")) ||
-      (s->loopback && !host_ok(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host"))))
-    return queue_rpc_error(conn, MHD_HTTP_FORBIDDEN, TG_RPC_INVALID_REQUEST, "Forbidden origin or host");
   const union MHD_ConnectionInfo *info =
       MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
   tg_db *db = info ? info->socket_context : NULL;
-  char principal[TG_UUID_LEN + 1];
-  if (!authenticate(s, conn, db, principal))
-    return queue_rpc_error(conn, MHD_HTTP_UNAUTHORIZED, TG_RPC_INVALID_REQUEST,
-                           "A valid Bearer token is required");
   if (strcmp(method, "POST") == 0) {
     if (!db) return queue_rpc_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, TG_RPC_INTERNAL_ERROR, "No database");
-    return handle_post(s, conn, db, principal, rq);
+    return handle_post(s, conn, db, rq->principal, rq);
   }
-  if (strcmp(method, "DELETE") == 0) return handle_delete(s, conn, principal);
-  if (strcmp(method, "GET") == 0) return handle_get(s, conn, principal);
+  if (strcmp(method, "DELETE") == 0) return handle_delete(s, conn, rq->principal);
+  if (strcmp(method, "GET") == 0) return handle_get(s, conn, rq->principal);
   return queue(conn, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, NULL);
 }
 
