@@ -323,8 +323,8 @@ static void stream_end(stream *st) {
 }
 
 /* Appends text (n bytes, one whole event); called with the lock held. */
-static int append_locked(stream *st, const char *text, size_t n) {
-  if (st->len - st->sent + n > STREAM_MAX_BYTES) return TG_E_TOO_LARGE;
+static int append_locked(stream *st, const char *text, size_t n, bool bounded) {
+  if (bounded && st->len - st->sent + n > STREAM_MAX_BYTES) return TG_E_TOO_LARGE;
   char *grown = realloc(st->buf, st->len + n);
   if (!grown) return TG_E_NOMEM;
   memcpy(grown + st->len, text, n);
@@ -337,7 +337,7 @@ static int append_locked(stream *st, const char *text, size_t n) {
 /* Appends one SSE event carrying msg (stolen); called with the lock held. A stream of a
  * session keeps its events while no client reads it: a disconnect is not a cancellation,
  * and the client may resume with Last-Event-ID. */
-static int append_event_locked(stream *st, json_t *msg) {
+static int append_event_locked(stream *st, json_t *msg, bool bounded) {
   char *text = msg ? tg_rpc_encode(msg) : NULL;
   json_decref(msg);
   if (!text) return TG_E_NOMEM;
@@ -352,15 +352,28 @@ static int append_event_locked(stream *st, json_t *msg) {
                  : asprintf(&event, "event: message\ndata: %s\n\n", text);
   free(text);
   if (n < 0) return TG_E_NOMEM;
-  int r = append_locked(st, event, (size_t)n);
+  int r = append_locked(st, event, (size_t)n, bounded);
   free(event);
   return r;
+}
+
+/* The reply that ends the stream (msg stolen): when it does not fit, an error naming the
+ * same request takes its place (small, so over the bound), so that the client is never left
+ * without an answer. */
+static void append_reply_locked(stream *st, json_t *msg) {
+  json_t *id = json_incref(json_object_get(msg, "id"));
+  if (append_event_locked(st, msg, true) == TG_E_TOO_LARGE) {
+    tg_log(TG_LOG_WARN, "http: a reply over %u bytes was replaced by an error", STREAM_MAX_BYTES);
+    json_t *error = tg_rpc_error(id, TG_RPC_INTERNAL_ERROR, "The result is too large to send", NULL);
+    append_event_locked(st, error, false);
+  }
+  json_decref(id);
 }
 
 /* A notification or request related to the call; msg is stolen. */
 static int stream_event(stream *st, json_t *msg) {
   pthread_mutex_lock(&st->lock);
-  int r = append_event_locked(st, msg);
+  int r = append_event_locked(st, msg, true);
   pthread_mutex_unlock(&st->lock);
   return r;
 }
@@ -369,7 +382,7 @@ static int stream_event(stream *st, json_t *msg) {
 static void stream_finish(stream *st, json_t *msg, int status) {
   pthread_mutex_lock(&st->lock);
   if (st->streaming) {
-    if (msg) append_event_locked(st, msg);
+    if (msg) append_reply_locked(st, msg);
   } else {
     st->final = msg;
     st->final_status = status;
@@ -413,7 +426,7 @@ static int prime_locked(stream *st) {
   char priming[64];
   int n = snprintf(priming, sizeof priming, "id: %u-0\nretry: %d\ndata: \n\n", st->no, RETRY_MS);
   st->first = 0;
-  return append_locked(st, priming, (size_t)n);
+  return append_locked(st, priming, (size_t)n, true);
 }
 
 /* The call asked to end its answer now: the connection reading it ends, or, before one
@@ -1085,7 +1098,7 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
   if (polled) st->sent = st->len;
   else st->reading = true;
   if (st->final) {
-    append_event_locked(st, st->final);
+    append_reply_locked(st, st->final);
     st->final = NULL;
   }
   pthread_mutex_unlock(&st->lock);
@@ -1314,7 +1327,7 @@ static stream *standalone_locked(session *x, unsigned *status, const char **why)
   stream *st = stream_new(x->next_stream + 1);
   char priming[64];
   int n = st ? snprintf(priming, sizeof priming, "id: %u-0\nretry: %d\ndata: \n\n", st->no, RETRY_MS) : -1;
-  if (!st || append_locked(st, priming, (size_t)n) < 0) {
+  if (!st || append_locked(st, priming, (size_t)n, true) < 0) {
     if (st) stream_release(st);
     return NULL;
   }
