@@ -550,13 +550,12 @@ static enum MHD_Result queue_sse(struct MHD_Connection *conn, struct MHD_Respons
   return r;
 }
 
-/* Answers with st, just attached (reading set), as an SSE stream; takes over one reference. */
+/* Answers with st, just attached (reading set, as reader id, in the same hold of its lock:
+ * a poll or a resumption in between must not be missed), as an SSE stream; takes over one
+ * reference. */
 static enum MHD_Result queue_stream(struct MHD_Connection *conn, stream *st,
-                                    const char *session_id) {
+                                    const char *session_id, unsigned id) {
   reader *rd = malloc(sizeof *rd);
-  pthread_mutex_lock(&st->lock);
-  unsigned id = st->reader;
-  pthread_mutex_unlock(&st->lock);
   if (!rd) {
     stream_detach(st, id);
     stream_release(st);
@@ -666,8 +665,9 @@ static enum MHD_Result listener_serve(struct MHD_Connection *conn, listener *l) 
   st->on_close = listener_closed;
   st->close_arg = l;
   st->refs++;
+  unsigned id = st->reader;
   pthread_mutex_unlock(&st->lock);
-  return queue_stream(conn, st, NULL);
+  return queue_stream(conn, st, NULL, id);
 }
 
 /* The server stops: every listen stream gets its result and ends, and its connection has a
@@ -1097,6 +1097,7 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
       polled ? MHD_create_response_from_buffer(st->len, st->buf, MHD_RESPMEM_MUST_COPY) : NULL;
   if (polled) st->sent = st->len;
   else st->reading = true;
+  unsigned reader_id = st->reader;
   if (st->final) {
     append_reply_locked(st, st->final);
     st->final = NULL;
@@ -1112,7 +1113,7 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
     session_release_locked(s, x);
     pthread_mutex_unlock(&s->lock);
   }
-  if (!polled) return queue_stream(conn, st, session_id);
+  if (!polled) return queue_stream(conn, st, session_id, reader_id);
   stream_release(st);
   return res ? queue_sse(conn, res, session_id) : MHD_NO;
 }
@@ -1267,9 +1268,11 @@ static enum MHD_Result handle_delete(server *s, struct MHD_Connection *conn, con
   return queue(conn, MHD_HTTP_OK, NULL, NULL, NULL);
 }
 
-/* Resumes the stream that Last-Event-ID "STREAM-EVENT" names from the event after it; NULL
- * with *status and *why set when it cannot. Called with the server's lock held. */
-static stream *resume_locked(session *x, const char *last, unsigned *status, const char **why) {
+/* Resumes the stream that Last-Event-ID "STREAM-EVENT" names from the event after it, as
+ * *reader_id; NULL with *status and *why set when it cannot. Called with the server's lock
+ * held. */
+static stream *resume_locked(session *x, const char *last, unsigned *status, const char **why,
+                             unsigned *reader_id) {
   char *end = NULL;
   errno = 0;
   unsigned long no = strtoul(last, &end, 10), n = 0;
@@ -1298,7 +1301,7 @@ static stream *resume_locked(session *x, const char *last, unsigned *status, con
      * dropped: the new connection takes the stream over, the old one ends. */
     st->sent = event_offset_locked(st, (unsigned)n + 1);
     st->reading = true;
-    st->reader++;
+    *reader_id = ++st->reader;
     pthread_cond_broadcast(&st->ready);
     st->refs++;
     *why = NULL;
@@ -1310,7 +1313,8 @@ static stream *resume_locked(session *x, const char *last, unsigned *status, con
 /* Opens the session's standalone GET stream, which replaces one no client reads any more.
  * It starts with a priming event (an id and no data) so that a client cut off before any
  * message can still resume it. Called with the server's lock held. */
-static stream *standalone_locked(session *x, unsigned *status, const char **why) {
+static stream *standalone_locked(session *x, unsigned *status, const char **why,
+                                 unsigned *reader_id) {
   stream *old = x->standalone;
   if (old) {
     pthread_mutex_lock(&old->lock);
@@ -1335,6 +1339,7 @@ static stream *standalone_locked(session *x, unsigned *status, const char **why)
   st->first = 0;
   st->streaming = true;
   st->reading = true;
+  *reader_id = st->reader; /* nobody else knows st yet */
   st->refs = 2; /* the session's and the response's */
   if (old) {
     stream_end(old);
@@ -1358,16 +1363,17 @@ static enum MHD_Result handle_get(server *s, struct MHD_Connection *conn, const 
   unsigned status = 0;
   const char *why = NULL;
   pthread_mutex_lock(&s->lock);
+  unsigned reader_id = 0;
   stream *st = x->dead ? NULL
-               : last  ? resume_locked(x, last, &status, &why)
-                       : standalone_locked(x, &status, &why);
+               : last  ? resume_locked(x, last, &status, &why, &reader_id)
+                       : standalone_locked(x, &status, &why, &reader_id);
   if (x->dead) {
     status = MHD_HTTP_NOT_FOUND;
     why = "Session not found";
   }
   session_release_locked(s, x);
   pthread_mutex_unlock(&s->lock);
-  return st ? queue_stream(conn, st, NULL)
+  return st ? queue_stream(conn, st, NULL, reader_id)
             : queue_rpc_error(conn, status, TG_RPC_INVALID_REQUEST, why);
 }
 
