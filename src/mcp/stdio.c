@@ -132,8 +132,8 @@ static int serve_one(conn *c, const tg_rpc_msg *msg) {
   int r = tg_mcp_handle(c->srv, c->req, msg, &reply);
   if (request) c->serving = NULL;
   if (r < 0) {
-    json_t *err = tg_rpc_error(msg->id, TG_RPC_INTERNAL_ERROR, "Out of memory", NULL);
-    return err && msg->kind == TG_RPC_REQUEST ? write_message(c, err) : r;
+    json_t *err = request ? tg_rpc_error(msg->id, TG_RPC_INTERNAL_ERROR, "Out of memory", NULL) : NULL;
+    return err ? write_message(c, err) : r;
   }
   return reply.message ? write_message(c, reply.message) : TG_OK;
 }
@@ -174,7 +174,12 @@ static int io_ask(void *self, json_t *request, json_t **ret) {
       r = serve_one(c, &msg);
       if (r == 0 && tg_mcp_inflight_cancelled(c->req->inflight, c->serving)) r = TG_E_IO;
     } else if (c->queued == QUEUE_MAX) {
+      /* A request dropped is still answered, so that the client does not wait for it. */
       tg_log(TG_LOG_WARN, "mcp: too many messages while waiting for the client; dropping one");
+      if (msg.kind == TG_RPC_REQUEST)
+        r = write_message(c, tg_rpc_error(msg.id, TG_RPC_INTERNAL_ERROR,
+                                          "Too many messages while a call waits for the client",
+                                          NULL));
     } else {
       c->queue[c->queued++] = json_incref(msg.root);
     }
