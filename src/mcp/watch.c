@@ -31,6 +31,9 @@ typedef struct subscription {
 } subscription;
 
 struct tg_mcp_watch {
+  /* One check at a time: two computed at once could store the older fingerprint last and
+   * announce one change twice. Taken before lock. */
+  pthread_mutex_t checking;
   pthread_mutex_t lock;
   int (*send)(void *self, json_t *msg);
   void *self;
@@ -46,6 +49,7 @@ struct tg_mcp_watch {
 int tg_mcp_watch_new(int (*send)(void *self, json_t *msg), void *self, tg_mcp_watch **ret) {
   tg_mcp_watch *w = calloc(1, sizeof *w);
   if (!w) return TG_E_NOMEM;
+  pthread_mutex_init(&w->checking, NULL);
   pthread_mutex_init(&w->lock, NULL);
   w->send = send;
   w->self = self;
@@ -57,6 +61,7 @@ void tg_mcp_watch_free(tg_mcp_watch *w) {
   if (!w) return;
   for (size_t i = 0; i < w->n_subs; i++) json_decref(w->subs[i].id);
   pthread_mutex_destroy(&w->lock);
+  pthread_mutex_destroy(&w->checking);
   free(w);
 }
 
@@ -178,7 +183,8 @@ static int announce_locked(tg_mcp_watch *w, size_t list) {
   return r;
 }
 
-int tg_mcp_watch_check(tg_mcp_watch *w, const tg_env *env, const char *principal_id) {
+/* tg_mcp_watch_check with w->checking held. */
+static int check_serialized(tg_mcp_watch *w, const tg_env *env, const char *principal_id) {
   pthread_mutex_lock(&w->lock);
   bool listening = listening_locked(w);
   pthread_mutex_unlock(&w->lock);
@@ -201,6 +207,13 @@ int tg_mcp_watch_check(tg_mcp_watch *w, const tg_env *env, const char *principal
   for (size_t i = 0; r == TG_OK && i < N_LISTS; i++)
     if (changed[i]) r = announce_locked(w, i);
   pthread_mutex_unlock(&w->lock);
+  return r;
+}
+
+int tg_mcp_watch_check(tg_mcp_watch *w, const tg_env *env, const char *principal_id) {
+  pthread_mutex_lock(&w->checking);
+  int r = check_serialized(w, env, principal_id);
+  pthread_mutex_unlock(&w->checking);
   return r;
 }
 
