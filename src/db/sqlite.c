@@ -240,6 +240,8 @@ static int bind_params(tg_db *db, sqlite3_stmt *stmt, json_t *params) {
     if (!n)
       return set_err(db, TG_E_INVAL, "SQL parameter %s is not of the form $N (N from 1)",
                      name ? name : "?");
+    if (n > given && !params) /* callers pass json_pack(...): NULL when it failed */
+      return set_err(db, TG_E_NOMEM, "the parameters of the statement could not be built");
     if (n > given)
       return set_err(db, TG_E_INVAL, "SQL parameter %s has no value (%zu given)", name, given);
     int r = bind_value(db, stmt, i, json_array_get(params, n - 1));

@@ -248,7 +248,8 @@ static void test_param_errors(void **state) {
   fixture *f = *state;
   exec_expect(f->db, TG_E_INVAL, "SELECT $1, $2", "[1]");
   assert_errmsg_has(f->db, "$2");
-  exec_expect(f->db, TG_E_INVAL, "SELECT $1", NULL);
+  exec_expect(f->db, TG_E_INVAL, "SELECT $1", "[]");
+  assert_errmsg_has(f->db, "has no value");
   exec_expect(f->db, TG_E_INVAL, "SELECT $1", "[1, 2]"); /* $2 unused */
   assert_errmsg_has(f->db, "2 parameters given");
   exec_expect(f->db, TG_E_INVAL, "SELECT 1", "[1]");
@@ -283,8 +284,9 @@ static void test_param_errors(void **state) {
   assert_int_equal(p->refcount, 2);
   json_decref(p);
   json_decref(p);
-  /* A NULL params, as from a failed json_pack, is refused when the SQL has parameters. */
-  exec_expect(f->db, TG_E_INVAL, "SELECT $1", NULL);
+  /* A NULL params where the SQL has parameters is a json_pack that failed: said so. */
+  exec_expect(f->db, TG_E_NOMEM, "SELECT $1", NULL);
+  assert_errmsg_has(f->db, "could not be built");
   /* The statement still works after a failed binding. */
   query_expect(f->db, "SELECT $1 AS v", "[7]", "[{\"v\": 7}]");
 }
