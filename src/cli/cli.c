@@ -24,6 +24,10 @@ int cli_usage(const char *usage, const char *fmt, ...) {
   return CLI_USAGE;
 }
 
+void cli_more_note(json_t *result) {
+  if (json_is_true(json_object_get(result, "truncated"))) puts("(more: raise --limit)");
+}
+
 bool cli_limit_option(const char *usage, const char *command, const char *value, json_t *args) {
   char *end = NULL;
   errno = 0;

@@ -32,6 +32,8 @@ int cli_open_registry(cli *c);
 
 /* Prints a usage error and returns CLI_USAGE. */
 int cli_usage(const char *usage, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Under a listing's rows: says there are more when the result is truncated. */
+void cli_more_note(json_t *result);
 /* --limit VALUE: an integer into args["limit"] (the tool's schema checks its range); false,
  * with the usage error printed, when VALUE is not one. */
 bool cli_limit_option(const char *usage, const char *command, const char *value, json_t *args);

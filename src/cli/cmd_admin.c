@@ -181,7 +181,7 @@ static void show_runs(json_t *result) {
            (long long)json_integer_value(json_object_get(r, "calls")),
            json_string_value(json_object_get(r, "started_at")));
   }
-  if (json_is_true(json_object_get(result, "truncated"))) puts("(more: raise --limit)");
+  cli_more_note(result);
 }
 
 static int runs_list(cli *c, int argc, char **argv) {

@@ -141,7 +141,7 @@ static void show_activity(json_t *result) {
   json_array_foreach(json_object_get(result, "rows"), i, row) {
     printf("%-24s %-24s %s\n", str(row, "createdAt"), str(row, "actionType"), str(row, "summary"));
   }
-  if (json_is_true(json_object_get(result, "truncated"))) puts("(more: raise --limit)");
+  cli_more_note(result);
 }
 
 int cmd_activity(cli *c, int argc, char **argv) {

@@ -24,7 +24,7 @@ static void show_repos(json_t *result) {
            json_string_value(json_object_get(r, "defaultBranch")),
            json_string_value(json_object_get(r, "path")));
   }
-  if (json_is_true(json_object_get(result, "truncated"))) puts("(more: raise --limit)");
+  cli_more_note(result);
 }
 
 static int repos_list(cli *c, int argc, char **argv) {
@@ -69,7 +69,7 @@ static void show_prs(json_t *result) {
            json_string_value(json_object_get(p, "author")),
            json_string_value(json_object_get(p, "title")));
   }
-  if (json_is_true(json_object_get(result, "truncated"))) puts("(more: raise --limit)");
+  cli_more_note(result);
 }
 
 static int prs_list(cli *c, int argc, char **argv) {

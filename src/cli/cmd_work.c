@@ -249,7 +249,7 @@ static void show_tasks(json_t *result) {
     printf("%-8s %-12s %-4s %-20s %s\n", str(t, "slug"), str(t, "status"), str(t, "priority"),
            where, str(t, "title"));
   }
-  if (json_is_true(json_object_get(result, "truncated"))) puts("(more: raise --limit)");
+  cli_more_note(result);
 }
 
 static int tasks_list(cli *c, int argc, char **argv) {

@@ -80,7 +80,6 @@ int tg_repo_record(tg_call_ctx *cx, tg_scope_repo *repo, tg_repo_move *move) {
 typedef struct publish_step {
   tg_git *git; /* taken over from the handler's tg_scope_repo */
   tg_repo_move move;
-  char repo_id[TG_UUID_LEN + 1];
   char label[96];
   char *undo_sql;
   json_t *undo_params;
@@ -142,7 +141,6 @@ int tg_repo_publish(tg_call_ctx *cx, tg_scope_repo *repo, const tg_repo_move *mo
   p->undo_params = undo_params;
   p->git = TAKE_PTR(repo->git);
   p->move = *move;
-  snprintf(p->repo_id, sizeof p->repo_id, "%s", repo->id);
   snprintf(p->label, sizeof p->label, "%s", repo->label);
   return tg_call_after(cx, publish_after_commit, p, publish_step_free);
 }
