@@ -1,11 +1,11 @@
 #define _GNU_SOURCE
 #include "git/git.h"
 
-#include <git2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "git/libgit2.h"
 #include "util/log.h"
 #include "util/status.h"
 
@@ -21,26 +21,26 @@ struct tg_git {
 /* libgit2 failures that are not an expected outcome are logged once here and reported to the
  * caller as an I/O failure, answered as internal_error. */
 static int fail_io(const char *what) {
-  const git_error *e = git_error_last();
+  const git_error *e = tg_git2.git_error_last();
   tg_log(TG_LOG_ERROR, "git: %s: %s", what, e && e->message ? e->message : "unknown error");
   return TG_E_IO;
 }
 
 int tg_git_open(const char *path, const char *default_branch, tg_git **ret) {
   *ret = NULL;
-  if (git_libgit2_init() < 0) return fail_io("init");
+  if (tg_libgit2_init() < 0) return TG_E_IO;
   tg_git *g = calloc(1, sizeof *g);
   if (!g || !(g->path = strdup(path))) {
     free(g);
-    git_libgit2_shutdown();
+    tg_git2.git_libgit2_shutdown();
     return TG_E_NOMEM;
   }
-  if (git_repository_open_bare(&g->repo, path) == 0) {
+  if (tg_git2.git_repository_open_bare(&g->repo, path) == 0) {
     *ret = g;
     return TG_OK;
   }
   git_repository_init_options opts;
-  if (git_repository_init_options_init(&opts, GIT_REPOSITORY_INIT_OPTIONS_VERSION) < 0) {
+  if (tg_git2.git_repository_init_options_init(&opts, GIT_REPOSITORY_INIT_OPTIONS_VERSION) < 0) {
     tg_git_close(g);
     return fail_io("init options");
   }
@@ -49,25 +49,25 @@ int tg_git_open(const char *path, const char *default_branch, tg_git **ret) {
   git_config *config = NULL;
   /* Bare repositories keep no reflog by default; the branch logs are how a later use tells
    * a recorded move that never applied from one applied and then undone by another writer. */
-  if (git_repository_init_ext(&g->repo, path, &opts) < 0 ||
-      git_repository_config(&config, g->repo) < 0 ||
-      git_config_set_bool(config, "core.logAllRefUpdates", 1) < 0) {
+  if (tg_git2.git_repository_init_ext(&g->repo, path, &opts) < 0 ||
+      tg_git2.git_repository_config(&config, g->repo) < 0 ||
+      tg_git2.git_config_set_bool(config, "core.logAllRefUpdates", 1) < 0) {
     int r = fail_io("create repository");
-    git_config_free(config);
+    tg_git2.git_config_free(config);
     tg_git_close(g);
     return r;
   }
-  git_config_free(config);
+  tg_git2.git_config_free(config);
   *ret = g;
   return TG_OK;
 }
 
 void tg_git_close(tg_git *g) {
   if (!g) return;
-  git_repository_free(g->repo);
+  tg_git2.git_repository_free(g->repo);
   free(g->path);
   free(g);
-  git_libgit2_shutdown();
+  tg_git2.git_libgit2_shutdown();
 }
 
 bool tg_git_branch_name_ok(const char *name) {
@@ -82,9 +82,9 @@ bool tg_git_branch_name_ok(const char *name) {
   snprintf(ref, sizeof ref, "refs/heads/%s", name);
   int valid = 0;
   /* libgit2 keeps its error state per thread from init to shutdown. */
-  if (git_libgit2_init() < 0) return false;
-  bool ok = git_reference_name_is_valid(&valid, ref) == 0 && valid;
-  git_libgit2_shutdown();
+  if (tg_libgit2_init() < 0) return false;
+  bool ok = tg_git2.git_reference_name_is_valid(&valid, ref) == 0 && valid;
+  tg_git2.git_libgit2_shutdown();
   return ok;
 }
 
@@ -95,7 +95,7 @@ static int branch_ref(const char *branch, char *out, size_t size) {
 }
 
 static int parse_sha(const char *sha, git_oid *oid) {
-  if (!sha || strlen(sha) != TG_GIT_SHA_LEN || git_oid_fromstr(oid, sha) < 0) return TG_E_INVAL;
+  if (!sha || strlen(sha) != TG_GIT_SHA_LEN || tg_git2.git_oid_fromstr(oid, sha) < 0) return TG_E_INVAL;
   return TG_OK;
 }
 
@@ -103,10 +103,10 @@ int tg_git_tip(tg_git *g, const char *branch, char sha[TG_GIT_SHA_LEN + 1]) {
   char ref[TG_GIT_BRANCH_MAX + 16];
   if (branch_ref(branch, ref, sizeof ref) < 0) return TG_E_NOTFOUND;
   git_oid oid;
-  int e = git_reference_name_to_id(&oid, g->repo, ref);
+  int e = tg_git2.git_reference_name_to_id(&oid, g->repo, ref);
   if (e == GIT_ENOTFOUND) return TG_E_NOTFOUND;
   if (e < 0) return fail_io("read branch");
-  git_oid_tostr(sha, TG_GIT_SHA_LEN + 1, &oid);
+  tg_git2.git_oid_tostr(sha, TG_GIT_SHA_LEN + 1, &oid);
   return TG_OK;
 }
 
@@ -115,26 +115,26 @@ int tg_git_branches(tg_git *g, size_t max, json_t **ret, bool *truncated) {
   json_t *list = json_array();
   if (!list) return TG_E_NOMEM;
   git_branch_iterator *it = NULL;
-  if (git_branch_iterator_new(&it, g->repo, GIT_BRANCH_LOCAL) < 0) {
+  if (tg_git2.git_branch_iterator_new(&it, g->repo, GIT_BRANCH_LOCAL) < 0) {
     json_decref(list);
     return fail_io("list branches");
   }
   git_reference *ref;
   git_branch_t type;
   int e, r = TG_OK;
-  while (r == TG_OK && (e = git_branch_next(&ref, &type, it)) == 0) {
+  while (r == TG_OK && (e = tg_git2.git_branch_next(&ref, &type, it)) == 0) {
     const char *name = NULL;
     if (json_array_size(list) == max) {
       *truncated = true;
-      git_reference_free(ref);
+      tg_git2.git_reference_free(ref);
       e = GIT_ITEROVER;
       break;
     }
-    if (git_branch_name(&name, ref) < 0) r = fail_io("branch name");
+    if (tg_git2.git_branch_name(&name, ref) < 0) r = fail_io("branch name");
     else if (json_array_append_new(list, json_string(name)) < 0) r = TG_E_NOMEM;
-    git_reference_free(ref);
+    tg_git2.git_reference_free(ref);
   }
-  git_branch_iterator_free(it);
+  tg_git2.git_branch_iterator_free(it);
   if (r == TG_OK && e != GIT_ITEROVER) r = fail_io("list branches");
   if (r < 0) {
     json_decref(list);
@@ -149,19 +149,19 @@ static int commit_tree(tg_git *g, const char *sha, git_tree **ret) {
   git_oid oid;
   if (!sha) {
     git_treebuilder *bld = NULL;
-    if (git_treebuilder_new(&bld, g->repo, NULL) < 0) return fail_io("tree builder");
-    int e = git_treebuilder_write(&oid, bld);
-    git_treebuilder_free(bld);
-    if (e < 0 || git_tree_lookup(ret, g->repo, &oid) < 0) return fail_io("empty tree");
+    if (tg_git2.git_treebuilder_new(&bld, g->repo, NULL) < 0) return fail_io("tree builder");
+    int e = tg_git2.git_treebuilder_write(&oid, bld);
+    tg_git2.git_treebuilder_free(bld);
+    if (e < 0 || tg_git2.git_tree_lookup(ret, g->repo, &oid) < 0) return fail_io("empty tree");
     return TG_OK;
   }
   if (parse_sha(sha, &oid) < 0) return TG_E_INVAL;
   git_commit *commit = NULL;
-  int e = git_commit_lookup(&commit, g->repo, &oid);
+  int e = tg_git2.git_commit_lookup(&commit, g->repo, &oid);
   if (e == GIT_ENOTFOUND) return TG_E_NOTFOUND;
   if (e < 0) return fail_io("read commit");
-  e = git_commit_tree(ret, commit);
-  git_commit_free(commit);
+  e = tg_git2.git_commit_tree(ret, commit);
+  tg_git2.git_commit_free(commit);
   return e < 0 ? fail_io("read tree") : TG_OK;
 }
 
@@ -171,30 +171,30 @@ int tg_git_read(tg_git *g, const char *sha, const char *path, size_t max, char *
   int r = commit_tree(g, sha, &tree);
   if (r < 0) return r;
   git_tree_entry *entry = NULL;
-  int e = git_tree_entry_bypath(&entry, tree, path);
-  git_tree_free(tree);
+  int e = tg_git2.git_tree_entry_bypath(&entry, tree, path);
+  tg_git2.git_tree_free(tree);
   if (e == GIT_ENOTFOUND) return TG_E_NOTFOUND;
   if (e < 0) return fail_io("find file");
-  git_filemode_t mode = git_tree_entry_filemode(entry);
+  git_filemode_t mode = tg_git2.git_tree_entry_filemode(entry);
   if (mode != GIT_FILEMODE_BLOB && mode != GIT_FILEMODE_BLOB_EXECUTABLE) {
-    git_tree_entry_free(entry);
+    tg_git2.git_tree_entry_free(entry);
     return TG_E_NOTFOUND;
   }
   git_blob *blob = NULL;
-  e = git_blob_lookup(&blob, g->repo, git_tree_entry_id(entry));
-  git_tree_entry_free(entry);
+  e = tg_git2.git_blob_lookup(&blob, g->repo, tg_git2.git_tree_entry_id(entry));
+  tg_git2.git_tree_entry_free(entry);
   if (e < 0) return fail_io("read blob");
-  size_t len = (size_t)git_blob_rawsize(blob);
+  size_t len = (size_t)tg_git2.git_blob_rawsize(blob);
   if (len > max) {
-    git_blob_free(blob);
+    tg_git2.git_blob_free(blob);
     return TG_E_TOO_LARGE;
   }
   char *copy = malloc(len + 1);
   if (copy) {
-    memcpy(copy, git_blob_rawcontent(blob), len);
+    memcpy(copy, tg_git2.git_blob_rawcontent(blob), len);
     copy[len] = '\0';
   }
-  git_blob_free(blob);
+  tg_git2.git_blob_free(blob);
   if (!copy) return TG_E_NOMEM;
   *ret = copy;
   *ret_len = len;
@@ -227,14 +227,14 @@ static int check_change(git_tree *tree, const tg_git_change *c, size_t i,
     memcpy(prefix, c->path, k);
     prefix[k] = '\0';
     git_tree_entry *entry = NULL;
-    int e = git_tree_entry_bypath(&entry, tree, prefix);
+    int e = tg_git2.git_tree_entry_bypath(&entry, tree, prefix);
     if (e == GIT_ENOTFOUND) {
       if (c->mode != TG_GIT_ADD) return problem_at(problem, i, "missing");
       return TG_OK; /* nothing further down exists either */
     }
     if (e < 0) return fail_io("find path");
-    git_filemode_t mode = git_tree_entry_filemode(entry);
-    git_tree_entry_free(entry);
+    git_filemode_t mode = tg_git2.git_tree_entry_filemode(entry);
+    tg_git2.git_tree_entry_free(entry);
     bool last = c->path[k] == '\0';
     if (mode == GIT_FILEMODE_LINK) {
       if (last && c->mode == TG_GIT_DELETE) return TG_OK;
@@ -274,28 +274,28 @@ int tg_git_commit(tg_git *g, const char *parent_sha, const tg_git_change *change
     }
     updates[i].action = GIT_TREE_UPDATE_UPSERT;
     updates[i].filemode = GIT_FILEMODE_BLOB;
-    if (git_blob_create_from_buffer(&updates[i].id, g->repo, changes[i].content, changes[i].len) < 0)
+    if (tg_git2.git_blob_create_from_buffer(&updates[i].id, g->repo, changes[i].content, changes[i].len) < 0)
       r = fail_io("write blob");
   }
   git_oid tree_id, commit_id, parent_id;
-  if (r == TG_OK && git_tree_create_updated(&tree_id, g->repo, base, n, updates) < 0)
+  if (r == TG_OK && tg_git2.git_tree_create_updated(&tree_id, g->repo, base, n, updates) < 0)
     r = fail_io("write tree");
-  if (r == TG_OK && git_tree_lookup(&tree, g->repo, &tree_id) < 0) r = fail_io("read tree");
+  if (r == TG_OK && tg_git2.git_tree_lookup(&tree, g->repo, &tree_id) < 0) r = fail_io("read tree");
   if (r == TG_OK && parent_sha &&
       (parse_sha(parent_sha, &parent_id) < 0 ||
-       git_commit_lookup(&parent, g->repo, &parent_id) < 0))
+       tg_git2.git_commit_lookup(&parent, g->repo, &parent_id) < 0))
     r = fail_io("read parent");
-  if (r == TG_OK && git_signature_now(&who, name, email) < 0) r = fail_io("signature");
+  if (r == TG_OK && tg_git2.git_signature_now(&who, name, email) < 0) r = fail_io("signature");
   const git_commit *parents[1] = {parent};
-  if (r == TG_OK && git_commit_create(&commit_id, g->repo, NULL, who, who, NULL, message, tree,
+  if (r == TG_OK && tg_git2.git_commit_create(&commit_id, g->repo, NULL, who, who, NULL, message, tree,
                                       parent ? 1 : 0, parents) < 0)
     r = fail_io("write commit");
-  if (r == TG_OK) git_oid_tostr(sha, TG_GIT_SHA_LEN + 1, &commit_id);
+  if (r == TG_OK) tg_git2.git_oid_tostr(sha, TG_GIT_SHA_LEN + 1, &commit_id);
   free(updates);
-  git_signature_free(who);
-  git_commit_free(parent);
-  git_tree_free(tree);
-  git_tree_free(base);
+  tg_git2.git_signature_free(who);
+  tg_git2.git_commit_free(parent);
+  tg_git2.git_tree_free(tree);
+  tg_git2.git_tree_free(base);
   return r;
 }
 
@@ -308,9 +308,9 @@ int tg_git_move(tg_git *g, const char *branch, const char *old_sha, const char *
     return TG_E_INVAL;
   if (tg_git_test_before_move) tg_git_test_before_move(g->path, branch);
   git_reference *out = NULL;
-  int e = old_sha ? git_reference_create_matching(&out, g->repo, ref, &new_id, 1, &old_id, why)
-                  : git_reference_create(&out, g->repo, ref, &new_id, 0, why);
-  git_reference_free(out);
+  int e = old_sha ? tg_git2.git_reference_create_matching(&out, g->repo, ref, &new_id, 1, &old_id, why)
+                  : tg_git2.git_reference_create(&out, g->repo, ref, &new_id, 0, why);
+  tg_git2.git_reference_free(out);
   if (e == GIT_EMODIFIED || e == GIT_EEXISTS || (old_sha && e == GIT_ENOTFOUND))
     return TG_E_CONSTRAINT;
   return e < 0 ? fail_io("move branch") : TG_OK;
@@ -321,14 +321,14 @@ int tg_git_contains(tg_git *g, const char *branch, const char *sha, bool *yes) {
   char ref[TG_GIT_BRANCH_MAX + 16];
   git_oid want, tip;
   if (branch_ref(branch, ref, sizeof ref) < 0 || parse_sha(sha, &want) < 0) return TG_E_INVAL;
-  int e = git_reference_name_to_id(&tip, g->repo, ref);
+  int e = tg_git2.git_reference_name_to_id(&tip, g->repo, ref);
   if (e == GIT_ENOTFOUND) return TG_OK;
   if (e < 0) return fail_io("read branch");
-  if (git_oid_equal(&tip, &want)) {
+  if (tg_git2.git_oid_equal(&tip, &want)) {
     *yes = true;
     return TG_OK;
   }
-  e = git_graph_descendant_of(g->repo, &tip, &want);
+  e = tg_git2.git_graph_descendant_of(g->repo, &tip, &want);
   if (e < 0) return fail_io("walk history");
   *yes = e == 1;
   return TG_OK;
@@ -344,20 +344,20 @@ int tg_git_was_moved(tg_git *g, const char *branch, const char *old_sha, const c
     return TG_E_INVAL;
   if (!old_sha) memset(&old_id, 0, sizeof old_id); /* the log's "no value" */
   git_reflog *log = NULL;
-  if (git_reflog_read(&log, g->repo, ref) < 0) return fail_io("read branch log");
-  for (size_t i = 0, n = git_reflog_entrycount(log); i < n && !*yes; i++) {
-    const git_reflog_entry *e = git_reflog_entry_byindex(log, i);
-    *yes = git_oid_equal(git_reflog_entry_id_new(e), &new_id) &&
-           git_oid_equal(git_reflog_entry_id_old(e), &old_id);
+  if (tg_git2.git_reflog_read(&log, g->repo, ref) < 0) return fail_io("read branch log");
+  for (size_t i = 0, n = tg_git2.git_reflog_entrycount(log); i < n && !*yes; i++) {
+    const git_reflog_entry *e = tg_git2.git_reflog_entry_byindex(log, i);
+    *yes = tg_git2.git_oid_equal(tg_git2.git_reflog_entry_id_new(e), &new_id) &&
+           tg_git2.git_oid_equal(tg_git2.git_reflog_entry_id_old(e), &old_id);
   }
-  git_reflog_free(log);
+  tg_git2.git_reflog_free(log);
   return TG_OK;
 }
 
 static int lookup_commit(tg_git *g, const char *sha, git_commit **ret) {
   git_oid oid;
   if (parse_sha(sha, &oid) < 0) return TG_E_INVAL;
-  int e = git_commit_lookup(ret, g->repo, &oid);
+  int e = tg_git2.git_commit_lookup(ret, g->repo, &oid);
   if (e == GIT_ENOTFOUND) return TG_E_NOTFOUND;
   return e < 0 ? fail_io("read commit") : TG_OK;
 }
@@ -369,10 +369,10 @@ int tg_git_diff(tg_git *g, const char *from_sha, const char *to_sha, size_t max,
   git_buf buf = GIT_BUF_INIT;
   int r = commit_tree(g, from_sha, &from);
   if (r == TG_OK) r = commit_tree(g, to_sha, &to);
-  if (r == TG_OK && git_diff_tree_to_tree(&diff, g->repo, from, to, NULL) < 0) r = fail_io("diff");
-  if (r == TG_OK && git_diff_to_buf(&buf, diff, GIT_DIFF_FORMAT_PATCH) < 0) r = fail_io("diff text");
+  if (r == TG_OK && tg_git2.git_diff_tree_to_tree(&diff, g->repo, from, to, NULL) < 0) r = fail_io("diff");
+  if (r == TG_OK && tg_git2.git_diff_to_buf(&buf, diff, GIT_DIFF_FORMAT_PATCH) < 0) r = fail_io("diff text");
   if (r == TG_OK) {
-    *files = git_diff_num_deltas(diff);
+    *files = tg_git2.git_diff_num_deltas(diff);
     size_t len = buf.size;
     *truncated = len > max;
     if (*truncated) {
@@ -381,10 +381,10 @@ int tg_git_diff(tg_git *g, const char *from_sha, const char *to_sha, size_t max,
     }
     if (!(*ret = strndup(buf.ptr ? buf.ptr : "", len))) r = TG_E_NOMEM;
   }
-  git_buf_dispose(&buf);
-  git_diff_free(diff);
-  git_tree_free(to);
-  git_tree_free(from);
+  tg_git2.git_buf_dispose(&buf);
+  tg_git2.git_diff_free(diff);
+  tg_git2.git_tree_free(to);
+  tg_git2.git_tree_free(from);
   return r;
 }
 
@@ -392,17 +392,17 @@ static int collect_conflicts(git_index *index, json_t **ret) {
   json_t *paths = json_array();
   git_index_conflict_iterator *it = NULL;
   if (!paths) return TG_E_NOMEM;
-  if (git_index_conflict_iterator_new(&it, index) < 0) {
+  if (tg_git2.git_index_conflict_iterator_new(&it, index) < 0) {
     json_decref(paths);
     return fail_io("conflicts");
   }
   const git_index_entry *ancestor, *ours, *theirs;
   while (json_array_size(paths) < CONFLICTS_MAX &&
-         git_index_conflict_next(&ancestor, &ours, &theirs, it) == 0) {
+         tg_git2.git_index_conflict_next(&ancestor, &ours, &theirs, it) == 0) {
     const git_index_entry *any = ours ? ours : theirs ? theirs : ancestor;
     json_array_append_new(paths, json_string(any->path));
   }
-  git_index_conflict_iterator_free(it);
+  tg_git2.git_index_conflict_iterator_free(it);
   *ret = paths;
   return TG_OK;
 }
@@ -419,13 +419,13 @@ int tg_git_merge(tg_git *g, const char *base_sha, const char *head_sha, const ch
   int r = lookup_commit(g, base_sha, &base);
   if (r == TG_OK) r = lookup_commit(g, head_sha, &head);
   if (r < 0) goto out;
-  const git_oid *base_id = git_commit_id(base), *head_id = git_commit_id(head);
-  if (git_oid_equal(base_id, head_id) || git_graph_descendant_of(g->repo, base_id, head_id) == 1) {
+  const git_oid *base_id = tg_git2.git_commit_id(base), *head_id = tg_git2.git_commit_id(head);
+  if (tg_git2.git_oid_equal(base_id, head_id) || tg_git2.git_graph_descendant_of(g->repo, base_id, head_id) == 1) {
     *up_to_date = true;
     snprintf(sha, TG_GIT_SHA_LEN + 1, "%s", base_sha);
     goto out;
   }
-  int e = git_graph_descendant_of(g->repo, head_id, base_id);
+  int e = tg_git2.git_graph_descendant_of(g->repo, head_id, base_id);
   if (e < 0) {
     r = fail_io("ancestry");
     goto out;
@@ -435,32 +435,32 @@ int tg_git_merge(tg_git *g, const char *base_sha, const char *head_sha, const ch
     snprintf(sha, TG_GIT_SHA_LEN + 1, "%s", head_sha);
     goto out;
   }
-  if (git_merge_commits(&index, g->repo, base, head, NULL) < 0) {
+  if (tg_git2.git_merge_commits(&index, g->repo, base, head, NULL) < 0) {
     r = fail_io("merge");
     goto out;
   }
-  if (git_index_has_conflicts(index)) {
+  if (tg_git2.git_index_has_conflicts(index)) {
     r = collect_conflicts(index, conflicts);
     if (r == TG_OK) r = TG_E_CONSTRAINT;
     goto out;
   }
   git_oid tree_id, commit_id;
-  if (git_index_write_tree_to(&tree_id, index, g->repo) < 0 ||
-      git_tree_lookup(&tree, g->repo, &tree_id) < 0 || git_signature_now(&who, name, email) < 0) {
+  if (tg_git2.git_index_write_tree_to(&tree_id, index, g->repo) < 0 ||
+      tg_git2.git_tree_lookup(&tree, g->repo, &tree_id) < 0 || tg_git2.git_signature_now(&who, name, email) < 0) {
     r = fail_io("merge tree");
     goto out;
   }
   const git_commit *parents[2] = {base, head};
-  if (git_commit_create(&commit_id, g->repo, NULL, who, who, NULL, message, tree, 2, parents) < 0) {
+  if (tg_git2.git_commit_create(&commit_id, g->repo, NULL, who, who, NULL, message, tree, 2, parents) < 0) {
     r = fail_io("merge commit");
     goto out;
   }
-  git_oid_tostr(sha, TG_GIT_SHA_LEN + 1, &commit_id);
+  tg_git2.git_oid_tostr(sha, TG_GIT_SHA_LEN + 1, &commit_id);
 out:
-  git_signature_free(who);
-  git_tree_free(tree);
-  git_index_free(index);
-  git_commit_free(head);
-  git_commit_free(base);
+  tg_git2.git_signature_free(who);
+  tg_git2.git_tree_free(tree);
+  tg_git2.git_index_free(index);
+  tg_git2.git_commit_free(head);
+  tg_git2.git_commit_free(base);
   return r;
 }

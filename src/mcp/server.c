@@ -2,20 +2,17 @@
 #include "mcp/server.h"
 
 #include <ctype.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "core/principal.h"
 #include "core/registry.h"
 #include "tools/conformance.h"
 #include "util/cleanup.h"
 #include "util/clock.h"
+#include "util/ids.h"
 #include "util/status.h"
 
 #define META_VERSION "io.modelcontextprotocol/protocolVersion"
@@ -204,7 +201,7 @@ static bool state_key_ok;
 static pthread_once_t state_once = PTHREAD_ONCE_INIT;
 
 static void state_key_init(void) {
-  state_key_ok = getrandom(state_key, sizeof state_key, 0) == (ssize_t)sizeof state_key;
+  state_key_ok = tg_random_bytes(state_key, sizeof state_key);
 }
 
 /* Hex HMAC-SHA256 of the state's binding into out; false when it cannot be computed. */
@@ -215,12 +212,9 @@ static bool state_mac(const char *principal, const char *subject, long long expi
   _cleanup_free_ char *msg = NULL;
   int n = asprintf(&msg, "%s\n%s\n%lld\n%s", principal, subject, expiry, payload);
   if (n < 0) return false;
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned len = 0;
-  if (!HMAC(EVP_sha256(), state_key, sizeof state_key, (unsigned char *)msg, (size_t)n, mac, &len) ||
-      len != 32)
-    return false;
-  for (unsigned i = 0; i < len; i++) snprintf(out + 2 * i, 3, "%02x", mac[i]);
+  unsigned char mac[32];
+  if (tg_hmac_sha256(state_key, sizeof state_key, msg, (size_t)n, mac) < 0) return false;
+  for (unsigned i = 0; i < sizeof mac; i++) snprintf(out + 2 * i, 3, "%02x", mac[i]);
   return true;
 }
 
@@ -243,7 +237,7 @@ static const char *state_open(const char *principal, const char *subject, const 
   if (expiry < (long long)tg_now_ms()) return NULL;
   char mac[65];
   if (!state_mac(principal, subject, expiry, end + 66, mac)) return NULL;
-  return CRYPTO_memcmp(mac, end + 1, 64) == 0 ? end + 66 : NULL;
+  return tg_same_secret(mac, end + 1, 64) ? end + 66 : NULL;
 }
 
 /* Reads the retry fields of a request: inputResponses (an object of objects) and the

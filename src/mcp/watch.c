@@ -1,12 +1,12 @@
 #include "mcp/watch.h"
 
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/principal.h"
 #include "mcp/jsonrpc.h"
+#include "util/ids.h"
 #include "util/status.h"
 
 #define META_SUBSCRIPTION "io.modelcontextprotocol/subscriptionId"
@@ -161,9 +161,7 @@ static int tools_fingerprint(const tg_env *env, const char *principal_id, unsign
   r = tg_tools_usable_key(env, p, &text);
   tg_principal_free(p);
   if (r < 0) return r;
-  unsigned len = 0;
-  r = EVP_Digest(text, strlen(text), fp, &len, EVP_sha256(), NULL) && len == FP_LEN ? TG_OK
-                                                                                   : TG_E_NOMEM;
+  r = tg_sha256(text, strlen(text), fp);
   free(text);
   return r;
 }

@@ -239,8 +239,8 @@ static int token_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
   }
   const char *principal_id = json_string_value(json_object_get(holder, "principal_id"));
   char token[TG_TOKEN_LEN + 1], hash[65], id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
-  if (tg_token_new(token) < 0 || tg_uuid7(id) < 0) return TG_E_IO;
-  tg_sha256_hex(token, strlen(token), hash);
+  if (tg_token_new(token) < 0 || tg_uuid7(id) < 0 || tg_sha256_hex(token, strlen(token), hash) < 0)
+    return TG_E_IO;
   tg_now_iso(now);
   char prefix[12];
   snprintf(prefix, sizeof prefix, "%.11s", token);

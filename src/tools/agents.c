@@ -61,9 +61,9 @@ static int content_hash(const bodies *b, char out[65]) {
     memcpy(p, b->text[i] ? b->text[i] : "", b->len[i]);
     p += b->len[i];
   }
-  tg_sha256_hex(buf, total, out);
+  int r = tg_sha256_hex(buf, total, out);
   free(buf);
-  return TG_OK;
+  return r;
 }
 
 /* Where an agent's files live: nowhere in git (tenant scope), or a repository and a folder. */

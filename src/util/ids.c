@@ -1,11 +1,12 @@
 #include "util/ids.h"
 
-#include <openssl/evp.h>
-#include <openssl/rand.h>
+#include <gnutls/crypto.h>
+#include <gnutls/gnutls.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include "util/status.h"
@@ -16,9 +17,11 @@ static pthread_mutex_t clock_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t last_ms;
 static unsigned sequence;
 
+bool tg_random_bytes(void *out, size_t n) { return getrandom(out, n, 0) == (ssize_t)n; }
+
 int tg_uuid7(char out[TG_UUID_LEN + 1]) {
   unsigned char b[16];
-  if (RAND_bytes(b + 8, 8) != 1) return TG_E_IO;
+  if (!tg_random_bytes(b + 8, 8)) return TG_E_IO;
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   uint64_t ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
@@ -50,16 +53,28 @@ int tg_token_new(char out[TG_TOKEN_LEN + 1]) {
   static const char alphabet[] =
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
   unsigned char raw[43];
-  if (RAND_bytes(raw, sizeof raw) != 1) return TG_E_IO;
+  if (!tg_random_bytes(raw, sizeof raw)) return TG_E_IO;
   memcpy(out, "tg_", 3);
   for (size_t i = 0; i < sizeof raw; i++) out[3 + i] = alphabet[raw[i] & 63];
   out[TG_TOKEN_LEN] = '\0';
   return TG_OK;
 }
 
-void tg_sha256_hex(const void *data, size_t len, char out[65]) {
-  unsigned char md[32];
-  unsigned int mdlen = 0;
-  EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL);
-  for (unsigned int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", md[i]);
+int tg_sha256(const void *data, size_t len, unsigned char out[32]) {
+  return gnutls_hash_fast(GNUTLS_DIG_SHA256, data, len, out) == 0 ? TG_OK : TG_E_IO;
 }
+
+int tg_sha256_hex(const void *data, size_t len, char out[65]) {
+  unsigned char md[32];
+  if (tg_sha256(data, len, md) < 0) return TG_E_IO;
+  for (unsigned int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", md[i]);
+  return TG_OK;
+}
+
+int tg_hmac_sha256(const void *key, size_t key_len, const void *data, size_t len,
+                   unsigned char out[32]) {
+  return gnutls_hmac_fast(GNUTLS_MAC_SHA256, key, key_len, data, len, out) == 0 ? TG_OK
+                                                                                 : TG_E_IO;
+}
+
+bool tg_same_secret(const void *a, const void *b, size_t n) { return gnutls_memcmp(a, b, n) == 0; }

@@ -1,0 +1,43 @@
+#include "git/libgit2.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "util/log.h"
+#include "util/status.h"
+
+/* The library this binary was built against: its ABI is what the pointers' types describe. */
+#define LIBGIT2_FILE "libgit2.so." LIBGIT2_SOVERSION
+
+struct tg_libgit2 tg_git2;
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static bool loaded;
+
+static void load(void) {
+  void *h = dlopen(LIBGIT2_FILE, RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    tg_log(TG_LOG_ERROR, "git: cannot load %s: %s", LIBGIT2_FILE, dlerror());
+    return;
+  }
+#define TG_LIBGIT2_RESOLVE(f)                                                   \
+  if (!(*(void **)&tg_git2.f = dlsym(h, #f))) {                                       \
+    tg_log(TG_LOG_ERROR, "git: %s has no %s", LIBGIT2_FILE, #f);                  \
+    return;                                                                      \
+  }
+  TG_LIBGIT2_FUNCTIONS(TG_LIBGIT2_RESOLVE)
+#undef TG_LIBGIT2_RESOLVE
+  loaded = true;
+}
+
+int tg_libgit2_init(void) {
+  pthread_once(&load_once, load);
+  if (!loaded) return TG_E_IO;
+  if (tg_git2.git_libgit2_init() < 0) {
+    const git_error *e = tg_git2.git_error_last();
+    tg_log(TG_LOG_ERROR, "git: init: %s", e && e->message ? e->message : "unknown error");
+    return TG_E_IO;
+  }
+  return TG_OK;
+}
