@@ -253,11 +253,12 @@ static int execute(call_state *st, tg_call_result *ret) {
   tg_db *db = st->env->db;
   bool interactive = st->tool->flags & TG_TOOL_INTERACTIVE;
   const tg_client_channel *client = st->req->client;
-  tg_client_channel no_ask;
+  tg_client_channel no_wait;
   if (client && !interactive) {
-    no_ask = *client;
-    no_ask.ask = NULL;
-    client = &no_ask;
+    no_wait = *client;
+    no_wait.ask = NULL;
+    no_wait.close_stream = NULL;
+    client = &no_wait;
   }
   tg_call_ctx cx = {.env = st->env, .db = db, .tool = st->tool, .principal = st->principal,
                     .surface = st->req->surface, .client = client, .activity = json_array()};

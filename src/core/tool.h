@@ -22,9 +22,12 @@ typedef enum tg_tool_flag {
   TG_TOOL_DESTRUCTIVE = 1u << 1,
   TG_TOOL_OPEN_WORLD = 1u << 2,
   TG_TOOL_MCP_CONTENT = 1u << 3, /* the result is MCP content blocks, served as they are */
-  /* The handler may ask the client (sampling, elicitation) and wait for the answer. It then
-   * runs before the call's write transaction, reading only: a wait for a person must not
-   * hold the database's write lock. Any other handler finds no ask in cx->client. */
+  /* The handler may wait on the client: ask it (sampling, elicitation), end its response
+   * stream for the client to resume later, or wait for a cancellation. It then runs before
+   * the call's write transaction, reading only: a wait for a person must not hold the
+   * database's write lock; a transport streams such a call as it runs. Any other handler
+   * finds no ask and no close_stream in cx->client, and a transport may run it on the
+   * request's own thread and send its notifications with its result. */
   TG_TOOL_INTERACTIVE = 1u << 4,
 } tg_tool_flag;
 

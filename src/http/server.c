@@ -13,11 +13,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 
 #include "core/principal.h"
+#include "core/registry.h"
 #include "util/clock.h"
+#include "util/ids.h"
 #include "util/log.h"
 #include "util/status.h"
 
@@ -200,7 +201,7 @@ static session *session_new(server *s, const char *principal, bool *full) {
   *full = false;
   session *x = calloc(1, sizeof *x);
   unsigned char raw[SESSION_ID_BYTES];
-  if (!x || getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw ||
+  if (!x || !tg_random_bytes(raw, sizeof raw) ||
       tg_mcp_inflight_new(session_wake, s, &x->inflight) < 0 ||
       tg_mcp_watch_new(session_send, x, &x->watch) < 0) {
     if (x) tg_mcp_inflight_free(x->inflight);
@@ -1032,6 +1033,15 @@ static void cancel_call(void *arg) {
   tg_mcp_inflight_cancel(st->inflight, st->call_id);
 }
 
+/* A session keeps its latest streams, so that a client cut off may resume one. Called with
+ * the server's lock held. */
+static void keep_stream_locked(session *x, stream *st) {
+  stream **slot = &x->kept[x->n_kept++ % KEPT_STREAMS];
+  if (*slot) stream_release(*slot);
+  stream_ref(st);
+  *slot = st;
+}
+
 /* Runs w on a worker thread and answers from what it says. *started tells whether the
  * worker took w (it then frees it); when it did not, the caller still owns w. */
 static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker *w,
@@ -1103,18 +1113,40 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
     st->final = NULL;
   }
   pthread_mutex_unlock(&st->lock);
-  /* A session keeps its latest streams, so that a client cut off may resume one. */
   if (x) {
     pthread_mutex_lock(&s->lock);
-    stream **slot = &x->kept[x->n_kept++ % KEPT_STREAMS];
-    if (*slot) stream_release(*slot);
-    stream_ref(st);
-    *slot = st;
+    keep_stream_locked(x, st);
     session_release_locked(s, x);
     pthread_mutex_unlock(&s->lock);
   }
   if (!polled) return queue_stream(conn, st, session_id, reader_id);
   stream_release(st);
+  return res ? queue_sse(conn, res, session_id) : MHD_NO;
+}
+
+/* Whether msg, a tools/call, names a tool that may wait on the client (an unknown name
+ * does not: it is answered at once). */
+static bool waits_on_client(server *s, const tg_rpc_msg *msg) {
+  const char *name = json_string_value(json_object_get(msg->params, "name"));
+  const tg_tool *tool = name ? tg_registry_find(s->cfg->registry, name) : NULL;
+  return tool && tool->flags & TG_TOOL_INTERACTIVE;
+}
+
+/* Answers with the events st gathered, then reply (stolen), as one SSE response; a session
+ * keeps the stream for a client cut off to resume. */
+static enum MHD_Result queue_events(server *s, struct MHD_Connection *conn, session *x,
+                                    stream *st, json_t *reply, const char *session_id) {
+  pthread_mutex_lock(&st->lock);
+  append_reply_locked(st, reply);
+  st->done = st->streaming = true;
+  st->sent = st->len;
+  struct MHD_Response *res = MHD_create_response_from_buffer(st->len, st->buf, MHD_RESPMEM_MUST_COPY);
+  pthread_mutex_unlock(&st->lock);
+  if (x) {
+    pthread_mutex_lock(&s->lock);
+    keep_stream_locked(x, st);
+    pthread_mutex_unlock(&s->lock);
+  }
   return res ? queue_sse(conn, res, session_id) : MHD_NO;
 }
 
@@ -1186,10 +1218,13 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
                                    "No request is waiting for this response");
     goto done;
   }
-  /* Tool calls may talk back before their result: they stream when the client can read
-   * SSE, from a worker thread so that this connection can deliver the events. */
-  if (w->msg.kind == TG_RPC_REQUEST && strcmp(w->msg.method, "tools/call") == 0 &&
-      accepts_sse(conn)) {
+  /* Tool calls may talk back before their result when the client can read SSE. One that
+   * may wait on the client streams from a worker thread, so that this connection delivers
+   * its events as they come; any other runs here, and its events (progress, log messages)
+   * go ahead of its result in one response. */
+  bool sse_call = w->msg.kind == TG_RPC_REQUEST && strcmp(w->msg.method, "tools/call") == 0 &&
+                  accepts_sse(conn);
+  if (sse_call && waits_on_client(s, &w->msg)) {
     /* The session id is copied: the worker may release its session before we answer. */
     char sid_copy[sizeof w->sess->id] = "";
     if (new_sid) snprintf(sid_copy, sizeof sid_copy, "%s", new_sid);
@@ -1215,8 +1250,19 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
     }
   }
   tg_env env = {.registry = s->cfg->registry, .db = db};
+  if (sse_call && !(w->st = stream_new(0))) {
+    result = MHD_NO;
+    goto done;
+  }
+  if (w->st && w->sess) {
+    pthread_mutex_lock(&s->lock);
+    w->st->no = ++w->sess->next_stream;
+    pthread_mutex_unlock(&s->lock);
+  }
+  tg_mcp_io io = {.self = w, .send = worker_send};
   tg_mcp_request req = {.env = &env, .principal_id = principal, .session = &w->scratch,
-                        .headers = &w->headers, .inflight = w->sess ? w->sess->inflight : NULL,
+                        .headers = &w->headers, .io = w->st ? &io : NULL,
+                        .inflight = w->sess ? w->sess->inflight : NULL,
                         .watch = l ? l->watch : w->sess ? w->sess->watch : NULL};
   tg_mcp_reply reply;
   int hr = tg_mcp_handle(&s->mcp, &req, &w->msg, &reply);
@@ -1240,10 +1286,13 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   if (w->sess) state_store(s, w->sess, &w->scratch, w->opened, w->loaded_level);
   /* What this message changed, and the baseline of a listen stream just acknowledged. */
   check_lists(s, db, principal, w->sess);
-  result = l               ? listener_serve(conn, l)
+  result = l                               ? listener_serve(conn, l)
+           : reply.message && w->st && w->st->len
+               ? queue_events(s, conn, w->sess, w->st, reply.message, new_sid)
            : reply.message ? queue_json(conn, (unsigned)reply.http_status, reply.message, new_sid)
                            : queue(conn, MHD_HTTP_ACCEPTED, NULL, NULL, new_sid);
 done:
+  if (w->st) stream_release(w->st);
   w->st = NULL;
   tg_rpc_msg_done(&w->msg);
   json_decref(w->params);

@@ -69,7 +69,9 @@ static const char kit_spec[] =
 static int ask(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const tg_client_channel *ch = cx->client;
   if (!ch || !ch->ask)
-    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, NULL, "This call cannot ask the client.");
+    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
+                   json_pack("{s:b}", "closeStream", ch && ch->close_stream),
+                   "This call cannot ask the client.");
   if (json_is_true(json_object_get(args, "write"))) {
     int r = tg_db_exec(cx->db,
                        "INSERT INTO missions (id, tenant_id, slug, title, created_at)"
@@ -547,9 +549,11 @@ static int answer_after_a_write(void *self, const char *method, json_t *params, 
   return strcmp(method, "elicitation/create") == 0 ? 0 : TG_E_INVAL;
 }
 
+static int close_stream(void *self) { return 0; }
+
 static int ask_call(world *w, asked_client *c, const char *tool, const char *args,
                     tg_call_result *res) {
-  tg_client_channel ch = {.self = c, .ask = answer_after_a_write};
+  tg_client_channel ch = {.self = c, .ask = answer_after_a_write, .close_stream = close_stream};
   json_t *parsed = json_loads(args, 0, NULL);
   tg_call_request req = {.principal_id = w->reader, .surface = TG_SURFACE_MCP, .tool = tool,
                          .args = parsed, .client = &ch};
@@ -559,7 +563,8 @@ static int ask_call(world *w, asked_client *c, const char *tool, const char *arg
 }
 
 /* An interactive handler asks before the call's transaction: other writers go on meanwhile,
- * and its activity rows are written after. A handler that is not interactive cannot ask. */
+ * and its activity rows are written after. A handler that is not interactive cannot ask
+ * (nor end its stream). */
 static void test_interactive_calls_ask_outside_the_transaction(void **state) {
   world *w = *state;
   asked_client c = {.f = w->f};
@@ -588,6 +593,9 @@ static void test_interactive_calls_ask_outside_the_transaction(void **state) {
   c.asks = 0;
   assert_int_equal(ask_call(w, &c, "test.ask.plain", "{}", &res), TG_E_TOOL);
   assert_string_equal(fixture_code(&res), "precondition_failed");
+  /* Nor can it end its stream early: only an interactive call is streamed as it runs. */
+  json_t *details = json_object_get(json_object_get(res.value, "error"), "details");
+  assert_true(json_is_false(json_object_get(details, "closeStream")));
   tg_call_result_done(&res);
   assert_int_equal(c.asks, 0);
 }

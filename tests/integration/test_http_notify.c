@@ -70,7 +70,8 @@ static const char kit_spec[] =
     "{\"provider\":\"kit\",\"tools\":["
     "{\"name\":\"test.wait.cancel\",\"description\":\"Waits until its call is cancelled.\","
     "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
-    "\"inputSchema\":{\"type\":\"object\"},\"outputSchema\":{\"type\":\"object\"}}]}";
+    "\"flags\":[\"interactive\"],\"inputSchema\":{\"type\":\"object\"},"
+    "\"outputSchema\":{\"type\":\"object\"}}]}";
 static const tg_handler_entry kit_handlers[] = {{"test.wait.cancel", wait_cancel}};
 static const tg_provider kit = {.name = "kit", .spec_json = kit_spec, .handlers = kit_handlers,
                                 .n_handlers = 1};
