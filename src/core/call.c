@@ -97,7 +97,7 @@ static int write_activity(tg_call_ctx *cx) {
 /* The run of an agent's call that names none. It commits with the call's outcome, so it is
  * written once, already ended with its final status; the call's duration is in its
  * telemetry row. */
-static int open_own_run(call_state *st, const char *status) {
+static int open_own_run(call_state *st, tg_db *db, const char *status) {
   if (st->principal->kind != TG_PRINCIPAL_AGENT) return TG_OK;
   if (st->req->run_id) {
     snprintf(st->run_id, sizeof st->run_id, "%s", st->req->run_id);
@@ -106,7 +106,7 @@ static int open_own_run(call_state *st, const char *status) {
   if (!*st->run_id && tg_uuid7(st->run_id) < 0) return TG_E_IO;
   char now[TG_ISO_LEN + 1];
   tg_now_iso(now);
-  return tg_db_exec(st->env->db,
+  return tg_db_exec(db,
                     "INSERT INTO agent_runs (id, tenant_id, agent_id, status, trigger, started_at,"
                     " ended_at) VALUES ($1, $2, $3, $4, 'call', $5, $5)",
                     json_pack("[sssss]", st->run_id, st->principal->tenant_id,
@@ -121,7 +121,7 @@ static const char *level_of(tg_errcode code) {
 }
 
 /* The agent_run_logs row of seed 000 §5. */
-static int write_telemetry(call_state *st, tg_errcode code, const char *message,
+static int write_telemetry(call_state *st, tg_db *db, tg_errcode code, const char *message,
                            int64_t cost_cents) {
   const tg_principal *p = st->principal;
   char id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
@@ -144,7 +144,7 @@ static int write_telemetry(call_state *st, tg_errcode code, const char *message,
                            tg_surface_name(st->req->surface), "calledAs", called);
   if (!meta) return TG_E_NOMEM;
   if (code) json_object_set_new(meta, "code", json_string(tg_errcode_name(code)));
-  return tg_db_exec(st->env->db,
+  return tg_db_exec(db,
                     "INSERT INTO agent_run_logs (id, tenant_id, run_id, principal_id, step,"
                     " level, message, metadata, created_at)"
                     " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
@@ -160,11 +160,11 @@ static void record_failure(call_state *st, tg_errcode code, const char *message,
   tg_db *db = st->env->db;
   if (!ran && !st->req->run_id) *st->run_id = '\0'; /* no run of its own was written */
   int r = tg_db_begin(db);
-  if (r == TG_OK && ran && !st->run_written) r = open_own_run(st, "failed");
+  if (r == TG_OK && ran && !st->run_written) r = open_own_run(st, db, "failed");
   else if (r == TG_OK && ran) /* committed, then an after-commit step failed */
     r = tg_db_exec(db, "UPDATE agent_runs SET status = 'failed' WHERE id = $1",
                    json_pack("[s]", st->run_id), NULL);
-  if (r == TG_OK) r = write_telemetry(st, code, message, 0);
+  if (r == TG_OK) r = write_telemetry(st, db, code, message, 0);
   if (r == TG_OK) r = tg_db_commit(db);
   if (r < 0) {
     tg_db_rollback(db);
@@ -247,6 +247,33 @@ static int run_interactive(call_state *st, tg_call_ctx *cx, json_t **result) {
   return r == TG_OK ? back : r;
 }
 
+/* What a call writes: its run, the handler (unless it ran before), the activity rows it
+ * queued and the telemetry row, as one job of a shared transaction (tg_db_batch). It may run
+ * on another thread, with that thread's connection; the call's own connection is back in
+ * cx->db when it returns, for the after-commit steps and a failure's record. */
+typedef struct write_job {
+  call_state *st;
+  tg_call_ctx *cx;
+  json_t **result;
+  bool ran; /* the handler ran */
+} write_job;
+
+static int write_call(void *arg, tg_db *db) {
+  write_job *job = arg;
+  call_state *st = job->st;
+  tg_call_ctx *cx = job->cx;
+  cx->db = db;
+  int r = open_own_run(st, db, "completed");
+  if (r == TG_OK && !job->ran) {
+    job->ran = true;
+    r = run_handler(st, cx, job->result);
+  }
+  if (r == TG_OK) r = write_activity(cx);
+  if (r == TG_OK) r = write_telemetry(st, db, TG_ERR_NONE, NULL, cx->cost_cents);
+  cx->db = st->env->db;
+  return r;
+}
+
 /* The handler, its activity rows, the run and the telemetry row: one transaction; then the
  * handler's after-commit steps. */
 static int execute(call_state *st, tg_call_result *ret) {
@@ -271,16 +298,8 @@ static int execute(call_state *st, tg_call_result *ret) {
 
   json_t *result = NULL;
   int r = interactive ? run_interactive(st, &cx, &result) : TG_OK;
-  bool ran = interactive, began = false;
-  if (r == TG_OK) began = (r = tg_db_begin(db)) == TG_OK;
-  if (r == TG_OK) r = open_own_run(st, "completed");
-  if (r == TG_OK && !interactive) {
-    ran = true;
-    r = run_handler(st, &cx, &result);
-  }
-  if (r == TG_OK) r = write_activity(&cx);
-  if (r == TG_OK) r = write_telemetry(st, TG_ERR_NONE, NULL, cx.cost_cents);
-  if (r == TG_OK) r = tg_db_commit(db);
+  write_job job = {.st = st, .cx = &cx, .result = &result, .ran = interactive};
+  if (r == TG_OK) r = tg_db_batch(db, write_call, &job);
   if (r == TG_OK) {
     st->run_written = *st->run_id && !st->req->run_id;
     r = finish_after(&cx, true);
@@ -296,10 +315,10 @@ static int execute(call_state *st, tg_call_result *ret) {
   }
   finish_after(&cx, false);
   json_decref(result);
-  if (began) tg_db_rollback(db);
   if (r == TG_E_TOOL && cx.error) return handler_failed(st, &cx, ret);
   json_decref(cx.error);
-  return internal(st, ret, ran ? "handler or commit failed" : "the transaction did not start", ran);
+  return internal(st, ret, job.ran ? "handler or commit failed" : "the transaction did not start",
+                  job.ran);
 }
 
 static int dry_run_answer(call_state *st, tg_call_result *ret, int gates, tg_refusal *refusal,

@@ -42,7 +42,7 @@ static void copy_id(char out[TG_UUID_LEN + 1], json_t *row, const char *key) {
   snprintf(out, TG_UUID_LEN + 1, "%s", v ? v : "");
 }
 
-int tg_principal_load(tg_db *db, const char *principal_id, tg_principal **ret) {
+static int load_rows(tg_db *db, const char *principal_id, tg_principal **ret) {
   _cleanup_json_ json_t *row = NULL;
   int r = tg_db_query_row(
       db,
@@ -73,6 +73,7 @@ int tg_principal_load(tg_db *db, const char *principal_id, tg_principal **ret) {
     json_object_set_new(grants, json_string_value(json_object_get(g, "permission")), json_true());
   }
   p->grants = grants;
+  p->refs = 1;
   copy_id(p->id, row, "id");
   copy_id(p->tenant_id, row, "tenant_id");
   bool agent = strcmp(json_string_value(json_object_get(row, "kind")), "agent") == 0;
@@ -89,8 +90,57 @@ int tg_principal_load(tg_db *db, const char *principal_id, tg_principal **ret) {
   return TG_OK;
 }
 
+int tg_auth_epoch(tg_db *db, int64_t *ret) {
+  _cleanup_json_ json_t *row = NULL;
+  int r = tg_db_query_row(db, "SELECT n FROM auth_epoch WHERE id = 1", NULL, &row);
+  if (r < 0) return r;
+  if (!json_is_integer(json_object_get(row, "n"))) return TG_E_NOTFOUND;
+  *ret = json_integer_value(json_object_get(row, "n"));
+  return TG_OK;
+}
+
+/* The last principal a connection loaded outside a transaction, and the authorization
+ * epoch read before it: while the epoch stands, what it was loaded from has not changed. */
+typedef struct principal_cache {
+  int64_t epoch;
+  tg_principal *p;
+} principal_cache;
+
+static void principal_cache_free(void *arg) {
+  principal_cache *c = arg;
+  tg_principal_free(c->p);
+  free(c);
+}
+
+int tg_principal_load(tg_db *db, const char *principal_id, tg_principal **ret) {
+  /* Inside a transaction the epoch may be uncommitted, and a rollback would give its value
+   * back to other rows: only committed state is cached. The epoch is read first, so rows
+   * changed in between are newer than it claims, never older. */
+  bool cacheable = !tg_db_in_transaction(db);
+  int64_t epoch = 0;
+  if (cacheable) {
+    int r = tg_auth_epoch(db, &epoch);
+    if (r < 0) return r;
+    principal_cache *c = tg_db_kept(db);
+    if (c && c->epoch == epoch && strcmp(c->p->id, principal_id) == 0) {
+      c->p->refs++;
+      *ret = c->p;
+      return TG_OK;
+    }
+  }
+  int r = load_rows(db, principal_id, ret);
+  if (r < 0 || !cacheable) return r;
+  principal_cache *c = malloc(sizeof *c);
+  if (!c) return TG_OK; /* served, not kept */
+  *c = (principal_cache){epoch, *ret};
+  (*ret)->refs++;
+  tg_db_keep(db, c, principal_cache_free);
+  return TG_OK;
+}
+
+
 void tg_principal_free(tg_principal *p) {
-  if (!p) return;
+  if (!p || --p->refs > 0) return;
   json_decref(p->row);
   json_decref(p->grants);
   free(p);

@@ -1,8 +1,11 @@
 /* Who is calling: a user or an agent of a tenant, with the permissions it holds right now.
- * Loaded from the database at every call, so a revoked grant takes effect at once. */
+ * Read at every call, so a revoked grant takes effect at once: a connection keeps the last
+ * principal it loaded while the authorization epoch (auth_epoch, moved by every change to
+ * what a principal is loaded from) stands still. */
 #pragma once
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "db/db.h"
 #include "util/ids.h"
@@ -22,11 +25,19 @@ typedef struct tg_principal {
   const char *scope_id;       /* agents below tenant scope: the mission, idea or work id */
   const char *naming_profile; /* the tenant's: canonical or catalog */
   json_t *grants;             /* object: permission → true, explicit grants only */
+  int refs;                   /* the caller's and the connection's cache: read only, shared */
 } tg_principal;
 
-/* Loads the principal with id and its live grants. TG_E_NOTFOUND when there is none. */
+/* Loads the principal with id and its live grants. TG_E_NOTFOUND when there is none. The
+ * result is shared with db's cache: never change it; release it with tg_principal_free on
+ * the thread that uses db. */
 int tg_principal_load(tg_db *db, const char *principal_id, tg_principal **ret);
 void tg_principal_free(tg_principal *p);
+
+/* The authorization epoch (migration 0007): it moves, in the same transaction, with every
+ * change to the tenants, principals, users, agents, grants and tool_policies columns that
+ * decide a principal's permissions and tool list. */
+int tg_auth_epoch(tg_db *db, int64_t *ret);
 
 /* Whether p holds permission, by an explicit grant or (users) by its role. */
 bool tg_principal_can(const tg_principal *p, const char *permission);

@@ -28,8 +28,25 @@ int tg_db_schema_version(tg_db *db, int *ret_version);
 int tg_db_begin(tg_db *db);
 int tg_db_commit(tg_db *db);
 int tg_db_rollback(tg_db *db); /* harmless when no transaction is open */
+/* A write transaction shared with other threads' (group commit): fn runs, in a savepoint of
+ * its own, inside a transaction that commits the jobs of every thread queued meanwhile on
+ * the same database file; when fn fails (< 0), what it wrote is undone and the others'
+ * stays. Returns fn's status once the transaction committed, or the failure that kept it
+ * from committing (then nothing fn wrote remains). fn may run on another thread, with that
+ * thread's connection: it must use only the db it is given and what arg holds, and must
+ * neither begin nor end a transaction. db must not be in a transaction. */
+typedef int (*tg_db_job_fn)(void *arg, tg_db *db);
+int tg_db_batch(tg_db *db, tg_db_job_fn fn, void *arg);
+
 /* While on, every statement that would write fails (TG_E_DB): for code that must only read. */
 int tg_db_read_only(tg_db *db, bool on);
+/* Whether a transaction is open on db (what it reads may not be committed). */
+bool tg_db_in_transaction(tg_db *db);
+
+/* One value its user keeps with a connection, valid for this database only (a cache):
+ * tg_db_keep replaces it (freeing the previous one with its free_fn), tg_db_close frees it. */
+void *tg_db_kept(tg_db *db);
+void tg_db_keep(tg_db *db, void *value, void (*free_fn)(void *));
 
 /* For tg_db_exec, tg_db_query and tg_db_query_row: params is NULL or a JSON array, STOLEN (so call sites can pass json_pack(...) inline; the
  * reference is released even on failure). A NULL params with $N in the SQL fails with

@@ -50,6 +50,11 @@ typedef struct shared_file {
   bool running, stop;
   int checkpoint_at; /* log pages at which the next checkpoint is asked for */
   int due;           /* log pages of the checkpoint asked for; 0: none */
+  /* tg_db_batch: the jobs waiting for a transaction, and whether a thread leads one. */
+  pthread_mutex_t jobs_lock;
+  pthread_cond_t jobs_done;
+  struct batch_job *jobs, *jobs_tail;
+  bool leading;
 } shared_file;
 
 static pthread_mutex_t files_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -71,6 +76,8 @@ struct tg_db {
   int fail_after;     /* countdown of tg_db_fail_after, 0 when disarmed */
   char *errbuf;       /* malloc'd message of the last failure */
   const char *errmsg; /* errbuf, or a static text when there is none */
+  void *kept;         /* tg_db_keep's value, freed with kept_free */
+  void (*kept_free)(void *);
 };
 
 __attribute__((format(printf, 3, 4))) static int set_err(tg_db *db, int rc, const char *fmt, ...) {
@@ -415,8 +422,115 @@ int tg_db_rollback(tg_db *db) {
   return r;
 }
 
+/* ---- group commit ----
+ * Calls of every thread write through one lock, each a short transaction: a commit per
+ * call, and a hand-off of the lock between threads per call, which leaves the processors
+ * idle while the next writer wakes up. tg_db_batch queues a job instead; the first thread
+ * to find no transaction under way leads one for every job queued meanwhile, each in a
+ * savepoint of its own, and commits them together. */
+
+typedef struct batch_job {
+  tg_db_job_fn fn;
+  void *arg;
+  int status;
+  char why[200]; /* the failure's message, from the connection that ran the job */
+  bool done;
+  struct batch_job *next;
+} batch_job;
+
+enum { BATCH_MAX = 64 }; /* jobs in one transaction */
+
+static int savepoint(tg_db *db, const char *sql) {
+  int rc = sqlite3_exec(db->conn, sql, NULL, NULL, NULL);
+  return rc == SQLITE_OK ? TG_OK : sqlite_err(db, rc);
+}
+
+/* Runs jobs (a list of at most BATCH_MAX) in one transaction on db and sets their status. */
+static void run_batch(tg_db *db, batch_job *jobs) {
+  int r = tg_db_begin(db);
+  for (batch_job *j = jobs; j; j = j->next) {
+    if (r < 0) {
+      j->status = r;
+      continue;
+    }
+    j->status = savepoint(db, "SAVEPOINT job");
+    if (j->status == TG_OK) j->status = j->fn(j->arg, db);
+    if (j->status < 0) snprintf(j->why, sizeof j->why, "%s", db->errmsg);
+    if (sqlite3_get_autocommit(db->conn)) {
+      /* SQLite ended the whole transaction on an error (a full disk, an I/O error): what
+       * the jobs before wrote is gone with it. The rest get a transaction of their own. */
+      for (batch_job *lost = jobs; lost != j->next; lost = lost->next) {
+        if (lost->status < 0) continue;
+        lost->status = TG_E_DB;
+        snprintf(lost->why, sizeof lost->why, "the transaction was rolled back: %s", db->errmsg);
+      }
+      write_done(db);
+      r = tg_db_begin(db);
+      continue;
+    }
+    if (j->status < 0) {
+      int undone = savepoint(db, "ROLLBACK TO job");
+      if (undone < 0) r = undone; /* nothing can be trusted to commit */
+    }
+    if (r == TG_OK) r = savepoint(db, "RELEASE job");
+  }
+  if (r == TG_OK) r = tg_db_commit(db);
+  if (r < 0) {
+    for (batch_job *j = jobs; j; j = j->next)
+      if (j->status >= 0) j->status = r;
+    tg_db_rollback(db);
+  }
+  for (batch_job *j = jobs; j; j = j->next)
+    if (j->status < 0 && !*j->why) snprintf(j->why, sizeof j->why, "%s", db->errmsg);
+}
+
+int tg_db_batch(tg_db *db, tg_db_job_fn fn, void *arg) {
+  shared_file *f = db->file;
+  batch_job job = {.fn = fn, .arg = arg};
+  pthread_mutex_lock(&f->jobs_lock);
+  if (f->jobs_tail) f->jobs_tail->next = &job;
+  else f->jobs = &job;
+  f->jobs_tail = &job;
+  while (!job.done) {
+    if (f->leading) {
+      pthread_cond_wait(&f->jobs_done, &f->jobs_lock);
+      continue;
+    }
+    /* Lead: take what is queued (this job among it), run it, then hand over. */
+    f->leading = true;
+    batch_job *batch = f->jobs, *last = batch;
+    for (int n = 1; n < BATCH_MAX && last->next; n++) last = last->next;
+    f->jobs = last->next;
+    if (!f->jobs) f->jobs_tail = NULL;
+    last->next = NULL;
+    pthread_mutex_unlock(&f->jobs_lock);
+    run_batch(db, batch);
+    pthread_mutex_lock(&f->jobs_lock);
+    for (batch_job *j = batch; j;) {
+      batch_job *next = j->next;
+      j->done = true; /* its owner may return (and free it) from here on */
+      j = next;
+    }
+    f->leading = false;
+    pthread_cond_broadcast(&f->jobs_done);
+  }
+  pthread_mutex_unlock(&f->jobs_lock);
+  if (job.status < 0 && job.why[0]) set_err(db, job.status, "%s", job.why);
+  return job.status;
+}
+
 int tg_db_read_only(tg_db *db, bool on) {
   return run(db, on ? "PRAGMA query_only = ON" : "PRAGMA query_only = OFF", NULL, NULL, false);
+}
+
+bool tg_db_in_transaction(tg_db *db) { return !sqlite3_get_autocommit(db->conn); }
+
+void *tg_db_kept(tg_db *db) { return db->kept; }
+
+void tg_db_keep(tg_db *db, void *value, void (*free_fn)(void *)) {
+  if (db->kept_free) db->kept_free(db->kept);
+  db->kept = value;
+  db->kept_free = free_fn;
 }
 
 const char *tg_db_errmsg(tg_db *db) { return db->errmsg; }
@@ -437,6 +551,8 @@ static shared_file *new_shared_file(const char *path, const struct stat *st) {
   pthread_mutexattr_destroy(&attr);
   pthread_mutex_init(&f->lock, NULL);
   pthread_cond_init(&f->wake, NULL);
+  pthread_mutex_init(&f->jobs_lock, NULL);
+  pthread_cond_init(&f->jobs_done, NULL);
   f->dev = st->st_dev;
   f->ino = st->st_ino;
   f->checkpoint_at = CHECKPOINT_PAGES;
@@ -479,6 +595,8 @@ static void unshare_file(shared_file *f) {
   pthread_mutex_destroy(&f->write);
   pthread_mutex_destroy(&f->lock);
   pthread_cond_destroy(&f->wake);
+  pthread_mutex_destroy(&f->jobs_lock);
+  pthread_cond_destroy(&f->jobs_done);
   free(f->path);
   free(f);
 }
@@ -607,6 +725,7 @@ void tg_db_close(tg_db *db) {
     sqlite3_finalize(c->stmt);
     free(c->sql);
   }
+  if (db->kept_free) db->kept_free(db->kept);
   sqlite3_close_v2(db->conn); /* rolls back an open transaction */
   if (db->writing) pthread_mutex_unlock(&db->file->write);
   unshare_file(db->file);

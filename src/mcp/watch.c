@@ -43,6 +43,7 @@ struct tg_mcp_watch {
   /* What the previous check saw; none until someone listens. */
   bool have_baseline;
   unsigned char tools_fp[FP_LEN];
+  int64_t tools_epoch; /* the authorization epoch tools_fp was computed at */
   unsigned long touches_seen[N_LISTS];
 };
 
@@ -183,13 +184,19 @@ static int announce_locked(tg_mcp_watch *w, size_t list) {
 
 /* tg_mcp_watch_check with w->checking held. */
 static int check_serialized(tg_mcp_watch *w, const tg_env *env, const char *principal_id) {
+  unsigned char fp[FP_LEN];
   pthread_mutex_lock(&w->lock);
-  bool listening = listening_locked(w);
+  bool listening = listening_locked(w), known = w->have_baseline;
+  int64_t known_epoch = w->tools_epoch;
+  memcpy(fp, w->tools_fp, FP_LEN);
   pthread_mutex_unlock(&w->lock);
   if (!listening) return TG_OK;
-  /* The database work runs outside the lock: a listen request may arrive meanwhile. */
-  unsigned char fp[FP_LEN];
-  int r = tools_fingerprint(env, principal_id, fp);
+  /* The database work runs outside the lock: a listen request may arrive meanwhile. While
+   * the authorization epoch stands, what the fingerprint is made of has not changed; it is
+   * read first, so a change in between is caught by the next check. */
+  int64_t epoch = 0;
+  int r = tg_auth_epoch(env->db, &epoch);
+  if (r == TG_OK && !(known && epoch == known_epoch)) r = tools_fingerprint(env, principal_id, fp);
   if (r < 0) return r;
   unsigned long seen[N_LISTS];
   for (size_t i = 0; i < N_LISTS; i++) seen[i] = __atomic_load_n(&touches[i], __ATOMIC_RELAXED);
@@ -201,6 +208,7 @@ static int check_serialized(tg_mcp_watch *w, const tg_env *env, const char *prin
   }
   w->have_baseline = true;
   memcpy(w->tools_fp, fp, FP_LEN);
+  w->tools_epoch = epoch;
   memcpy(w->touches_seen, seen, sizeof seen);
   for (size_t i = 0; r == TG_OK && i < N_LISTS; i++)
     if (changed[i]) r = announce_locked(w, i);
