@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <sqlite3.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -52,7 +53,6 @@ typedef struct shared_file {
   int due;           /* log pages of the checkpoint asked for; 0: none */
   /* tg_db_batch: the jobs waiting for a transaction, and whether a thread leads one. */
   pthread_mutex_t jobs_lock;
-  pthread_cond_t jobs_done;
   struct batch_job *jobs, *jobs_tail;
   bool leading;
 } shared_file;
@@ -435,6 +435,9 @@ typedef struct batch_job {
   int status;
   char why[200]; /* the failure's message, from the connection that ran the job */
   bool done;
+  /* Posted once the job is done, or to hand its owner the lead: each waiter is woken for
+   * itself, not all of them on every commit. */
+  sem_t wake;
   struct batch_job *next;
 } batch_job;
 
@@ -487,17 +490,21 @@ static void run_batch(tg_db *db, batch_job *jobs) {
 int tg_db_batch(tg_db *db, tg_db_job_fn fn, void *arg) {
   shared_file *f = db->file;
   batch_job job = {.fn = fn, .arg = arg};
+  sem_init(&job.wake, 0, 0);
   pthread_mutex_lock(&f->jobs_lock);
   if (f->jobs_tail) f->jobs_tail->next = &job;
   else f->jobs = &job;
   f->jobs_tail = &job;
+  bool lead = !f->leading;
+  f->leading = true;
+  pthread_mutex_unlock(&f->jobs_lock);
+  if (!lead) {
+    while (sem_wait(&job.wake) < 0) continue; /* EINTR */
+    lead = !job.done; /* handed the lead, with this job first in the queue */
+  }
   while (!job.done) {
-    if (f->leading) {
-      pthread_cond_wait(&f->jobs_done, &f->jobs_lock);
-      continue;
-    }
-    /* Lead: take what is queued (this job among it), run it, then hand over. */
-    f->leading = true;
+    /* Lead: take what is queued (this job among it), run it, wake the others it held. */
+    pthread_mutex_lock(&f->jobs_lock);
     batch_job *batch = f->jobs, *last = batch;
     for (int n = 1; n < BATCH_MAX && last->next; n++) last = last->next;
     f->jobs = last->next;
@@ -505,16 +512,21 @@ int tg_db_batch(tg_db *db, tg_db_job_fn fn, void *arg) {
     last->next = NULL;
     pthread_mutex_unlock(&f->jobs_lock);
     run_batch(db, batch);
-    pthread_mutex_lock(&f->jobs_lock);
-    for (batch_job *j = batch; j;) {
-      batch_job *next = j->next;
-      j->done = true; /* its owner may return (and free it) from here on */
-      j = next;
+    for (batch_job *j = batch, *next; j; j = next) {
+      next = j->next; /* j's owner may return (and free it) once woken */
+      j->done = true;
+      if (j != &job) sem_post(&j->wake);
     }
-    f->leading = false;
-    pthread_cond_broadcast(&f->jobs_done);
   }
-  pthread_mutex_unlock(&f->jobs_lock);
+  if (lead) {
+    /* Hand the lead to the owner of the next job queued, or give it up. */
+    pthread_mutex_lock(&f->jobs_lock);
+    batch_job *next = f->jobs;
+    if (!next) f->leading = false;
+    pthread_mutex_unlock(&f->jobs_lock);
+    if (next) sem_post(&next->wake);
+  }
+  sem_destroy(&job.wake);
   if (job.status < 0 && job.why[0]) set_err(db, job.status, "%s", job.why);
   return job.status;
 }
@@ -552,7 +564,6 @@ static shared_file *new_shared_file(const char *path, const struct stat *st) {
   pthread_mutex_init(&f->lock, NULL);
   pthread_cond_init(&f->wake, NULL);
   pthread_mutex_init(&f->jobs_lock, NULL);
-  pthread_cond_init(&f->jobs_done, NULL);
   f->dev = st->st_dev;
   f->ino = st->st_ino;
   f->checkpoint_at = CHECKPOINT_PAGES;
@@ -596,7 +607,6 @@ static void unshare_file(shared_file *f) {
   pthread_mutex_destroy(&f->lock);
   pthread_cond_destroy(&f->wake);
   pthread_mutex_destroy(&f->jobs_lock);
-  pthread_cond_destroy(&f->jobs_done);
   free(f->path);
   free(f);
 }
