@@ -89,7 +89,7 @@ echo "load: bench_http_load, 2025-11-25 sessions, ${seconds}s per run"
 for mix in call list; do
   echo
   if [ "$mix" = call ]; then
-    echo "tools/call test_simple_text (toolgate: gated, audited, one SQLite write transaction per call)"
+    echo "tools/call test_simple_text (toolgate: gated and audited, every call's rows committed before its answer)"
   else
     echo "tools/list (toolgate lists $(field "${res[tg.list.1]}" listed_tools) tools with their schemas, the TS SDK peer $(field "${res[peer.list.1]}" listed_tools))"
   fi

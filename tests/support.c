@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "db/db.h"
+
 char *tg_test_tmpdir(void) {
   const char *base = getenv("TMPDIR");
   char *path = NULL;
@@ -28,4 +30,12 @@ const char *tg_test_testdata(void) {
   const char *dir = getenv("TG_TESTDATA");
   if (!dir || !*dir) fail_msg("TG_TESTDATA is not set (ctest sets it)");
   return dir;
+}
+
+tg_db *tg_test_db_open(const char *dir) {
+  tg_db *db = NULL;
+  char *err = NULL;
+  int r = tg_db_open(dir, &db, &err);
+  if (r != 0) fail_msg("tg_db_open %s: %d %s", dir, r, err ? err : "");
+  return db;
 }

@@ -11,5 +11,10 @@
 char *tg_test_tmpdir(void);
 void tg_test_rmtree(const char *path);
 
+/* A connection to the database in dir (created when missing, not migrated), or fails the
+ * test with the reason. */
+typedef struct tg_db tg_db;
+tg_db *tg_test_db_open(const char *dir);
+
 /* Folder of the shared test data ($TG_TESTDATA), or fails the test. */
 const char *tg_test_testdata(void);

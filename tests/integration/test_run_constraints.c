@@ -88,14 +88,6 @@ typedef struct fixture {
   tg_db *db;
 } fixture;
 
-static tg_db *open_db(const char *dir) {
-  tg_db *db = NULL;
-  char *err = NULL;
-  int r = tg_db_open(dir, &db, &err);
-  if (r != 0) fail_msg("tg_db_open: %d %s", r, err ? err : "");
-  return db;
-}
-
 static json_t *J(const char *text) {
   json_error_t error;
   json_t *v = json_loads(text, JSON_DECODE_ANY, &error);
@@ -193,7 +185,7 @@ static int setup_v5(void **state) {
   assert_non_null(f);
   f->dir = tg_test_tmpdir();
   create_v5(f->dir);
-  f->db = open_db(f->dir);
+  f->db = tg_test_db_open(f->dir);
   int version = -1;
   assert_int_equal(tg_db_schema_version(f->db, &version), 0);
   assert_int_equal(version, 5);
@@ -260,7 +252,7 @@ static void test_migrate_from_v5(void **state) {
     assert_true(ephemeral(f->db, i)); /* what the migration is for */
   /* Another connection, its schema loaded. It explains only after the migration: EXPLAIN
    * opens no transaction, so a statement explained before would never notice the change. */
-  tg_db *other = open_db(f->dir);
+  tg_db *other = tg_test_db_open(f->dir);
   const char *read = "SELECT COUNT(*) AS n FROM agent_runs";
   assert_int_equal(integer(other, read), 4);
   json_t *before[N_KEPT], *after[N_KEPT];
@@ -405,7 +397,7 @@ static void test_same_values_refused(void **state) {
 static void test_new_database(void **state) {
   (void)state;
   char *dir = tg_test_tmpdir();
-  tg_db *db = open_db(dir);
+  tg_db *db = tg_test_db_open(dir);
   assert_int_equal(tg_db_migrate(db, NULL), 0);
   for (size_t i = 0; i < sizeof hot / sizeof *hot; i++)
     assert_false(ephemeral(db, i));

@@ -17,15 +17,6 @@ typedef struct fixture {
   tg_db *db;
 } fixture;
 
-static tg_db *open_db(const char *dir) {
-  tg_db *db = NULL;
-  char *err = NULL;
-  int r = tg_db_open(dir, &db, &err);
-  if (r != 0) fail_msg("tg_db_open: %d %s", r, err ? err : "");
-  assert_null(err);
-  return db;
-}
-
 static int count_migrations(void) {
   int n = 0;
   while (tg_embedded_migrations[n].name)
@@ -38,7 +29,7 @@ static int setup_fresh(void **state) {
   fixture *f = calloc(1, sizeof *f);
   assert_non_null(f);
   f->dir = tg_test_tmpdir();
-  f->db = open_db(f->dir);
+  f->db = tg_test_db_open(f->dir);
   *state = f;
   return 0;
 }
@@ -201,7 +192,7 @@ static void test_migrate_idempotent(void **state) {
   assert_int_equal(version, count_migrations());
 
   tg_db_close(f->db);
-  f->db = open_db(f->dir);
+  f->db = tg_test_db_open(f->dir);
   applied = -1;
   assert_int_equal(tg_db_migrate(f->db, &applied), 0);
   assert_int_equal(applied, 0);
@@ -415,7 +406,7 @@ static void test_commit_persists(void **state) {
   assert_int_equal(tg_db_begin(f->db), 0);
   add_tenant(f->db, "t3");
   tg_db_close(f->db);
-  f->db = open_db(f->dir);
+  f->db = tg_test_db_open(f->dir);
   query_expect(f->db, "SELECT id FROM tenants ORDER BY id", NULL,
                "[{\"id\": \"t1\"}, {\"id\": \"t2\"}]");
 }
@@ -480,7 +471,7 @@ static void test_migrate_failure_rolls_back(void **state) {
 
 static void test_busy(void **state) {
   fixture *f = *state;
-  tg_db *other = open_db(f->dir);
+  tg_db *other = tg_test_db_open(f->dir);
   /* Shortens the wait of this connection only; the 5 s default is checked in
    * test_open_creates_database. */
   exec_expect(other, 0, "PRAGMA busy_timeout = 50", NULL);

@@ -35,13 +35,6 @@ typedef struct gate {
 
 static char *dir;
 
-static tg_db *open_db(void) {
-  tg_db *db = NULL;
-  char *err = NULL;
-  if (tg_db_open(dir, &db, &err) != 0) fail_msg("tg_db_open: %s", err ? err : "");
-  return db;
-}
-
 /* Writes one tenant row named after the job; then fails, or ends the transaction (as SQLite
  * does on some errors), as the job says. */
 static int run_job(void *arg, tg_db *db) {
@@ -79,7 +72,7 @@ typedef struct queued {
 /* Waits until the first job leads its transaction, then queues one job behind it. */
 static void *queue_one(void *arg) {
   queued *q = arg;
-  tg_db *db = open_db();
+  tg_db *db = tg_test_db_open(dir);
   q->j->owner = pthread_self();
   pthread_mutex_lock(&q->g->lock);
   while (!q->g->started) pthread_cond_wait(&q->g->cond, &q->g->lock);
@@ -108,7 +101,7 @@ static void test_queued_jobs_share_a_transaction(void **state) {
     q[i] = (queued){&others[i], &g};
     assert_int_equal(pthread_create(&threads[i], NULL, queue_one, &q[i]), 0);
   }
-  tg_db *db = open_db();
+  tg_db *db = tg_test_db_open(dir);
   first.status = tg_db_batch(db, run_job, &first);
   for (int i = 0; i < QUEUED; i++) pthread_join(threads[i], NULL);
 
@@ -135,7 +128,7 @@ typedef struct worker_arg {
 
 static void *many_jobs(void *arg) {
   worker_arg *w = arg;
-  tg_db *db = open_db();
+  tg_db *db = tg_test_db_open(dir);
   for (int i = 0; i < JOBS; i++) {
     job *j = &w->jobs[i];
     snprintf(j->id, sizeof j->id, "w%d-%d", w->no, i);
@@ -159,7 +152,7 @@ static void test_statuses_match_rows_under_load(void **state) {
     assert_int_equal(pthread_create(&threads[t], NULL, many_jobs, &w[t]), 0);
   }
   for (int t = 0; t < THREADS; t++) pthread_join(threads[t], NULL);
-  tg_db *db = open_db();
+  tg_db *db = tg_test_db_open(dir);
   int ok = 0;
   for (int t = 0; t < THREADS; t++)
     for (int i = 0; i < JOBS; i++) {
@@ -177,7 +170,7 @@ static void test_statuses_match_rows_under_load(void **state) {
 static int setup(void **state) {
   (void)state;
   dir = tg_test_tmpdir();
-  tg_db *db = open_db();
+  tg_db *db = tg_test_db_open(dir);
   assert_int_equal(tg_db_migrate(db, NULL), 0);
   tg_db_close(db);
   return 0;
