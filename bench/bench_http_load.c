@@ -57,7 +57,17 @@ typedef struct conn {
   int64_t deadline_ns;
   long next_id;
   long listed; /* tools in the last tools/list answer; -1: none seen */
+  char first_error[200]; /* what the first failed exchange got, for the report */
 } conn;
+
+/* Keeps what a failed exchange of method got (HTTP status 0: no answer) if it is c's first. */
+static void note_error(conn *c, const char *method, int status, const char *answer) {
+  if (c->first_error[0]) return;
+  snprintf(c->first_error, sizeof c->first_error, "%s: HTTP %d: %.120s", method, status,
+           answer ? answer : "no answer (connection failed or closed)");
+  for (char *p = c->first_error; *p; p++)
+    if (*p == '\n' || *p == '\r') *p = ' ';
+}
 
 static int64_t now_ns(void) {
   struct timespec ts;
@@ -223,10 +233,12 @@ static bool exchange(conn *c, const char *method, const char *name, const char *
     }
     if (!read) break;
     bool ok = status / 100 == 2 && (notification || answer_ok(answer, sse, &c->listed));
+    if (!ok) note_error(c, method, status, answer);
     free(answer);
     free(req);
     return ok;
   }
+  note_error(c, method, 0, NULL);
   free(req);
   return false;
 }
@@ -361,7 +373,9 @@ int main(int argc, char **argv) {
   uint32_t *all = malloc((total ? total : 1) * sizeof *all);
   if (!all) return 1;
   size_t k = 0;
+  const char *first_error = NULL;
   for (unsigned i = 0; i < started; i++) {
+    if (!first_error && conns[i].first_error[0]) first_error = conns[i].first_error;
     memcpy(all + k, conns[i].lat_us, conns[i].n_lat * sizeof *all);
     k += conns[i].n_lat;
     free(conns[i].lat_us);
@@ -375,6 +389,7 @@ int main(int argc, char **argv) {
          "p99_ms=%.3f errors=%lu listed_tools=%ld\n",
          o.connections, secs, total, (double)total / secs, PCT(0.50), PCT(0.90), PCT(0.99), errors,
          listed);
+  if (first_error) fprintf(stderr, "bench_http_load: first error: %s\n", first_error);
   free(all);
   free(conns);
   free(threads);

@@ -49,6 +49,7 @@ typedef struct session {
   char id[2 * SESSION_ID_BYTES + 1];
   char principal[TG_UUID_LEN + 1];
   int refs;
+  int checking; /* of refs, those a list check holds: they keep it, they do not use it */
   bool dead;
   int64_t last_used;
   tg_mcp_session state; /* guarded by the server's lock */
@@ -175,7 +176,7 @@ static bool reap_locked(server *s, int64_t now, const char *principal) {
   size_t mine = 0;
   for (session *x = s->sessions, *next; x; x = next) {
     next = x->next;
-    if (x->refs != 1) {
+    if (x->refs - x->checking != 1) {
       mine += strcmp(x->principal, principal) == 0;
       continue;
     }
@@ -727,6 +728,7 @@ static void check_lists(server *s, tg_db *db, const char *principal, session *on
   watched *all = cap ? malloc(cap * sizeof *all) : NULL;
   for (session *x = principal ? only : s->sessions; all && x; x = principal ? NULL : x->next) {
     x->refs++;
+    x->checking++;
     all[n++] = (watched){.watch = x->watch, .principal = x->principal, .x = x};
   }
   for (listener *l = s->listeners; all && l; l = l->next) {
@@ -737,8 +739,14 @@ static void check_lists(server *s, tg_db *db, const char *principal, session *on
   pthread_mutex_unlock(&s->lock);
   for (size_t i = 0; i < n; i++) {
     check_watch(s, db, all[i].watch, all[i].principal);
-    if (all[i].x) session_put(s, all[i].x);
-    else listener_put(all[i].l);
+    if (!all[i].x) {
+      listener_put(all[i].l);
+      continue;
+    }
+    pthread_mutex_lock(&s->lock);
+    all[i].x->checking--;
+    session_release_locked(s, all[i].x);
+    pthread_mutex_unlock(&s->lock);
   }
   free(all);
 }
