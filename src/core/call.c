@@ -342,13 +342,18 @@ int tg_call(const tg_env *env, const tg_call_request *req, tg_call_result *ret) 
                    .started_ns = tg_monotonic_ns()};
   if (!st.args) return answer(ret, TG_ERR_INTERNAL_ERROR, NULL, NULL);
 
+  /* The caller and the gates are read from one snapshot, ended before anything is written. */
+  bool snapshot = tg_db_snapshot(env->db);
   int r = tg_principal_load(env->db, req->principal_id, &st.principal);
-  if (r == TG_E_NOTFOUND)
-    return answer(ret, TG_ERR_PERMISSION_DENIED, "Unknown caller.", NULL);
-  if (r < 0) return answer(ret, TG_ERR_INTERNAL_ERROR, NULL, NULL);
+  if (r < 0) {
+    tg_db_snapshot_end(env->db, snapshot);
+    return r == TG_E_NOTFOUND ? answer(ret, TG_ERR_PERMISSION_DENIED, "Unknown caller.", NULL)
+                              : answer(ret, TG_ERR_INTERNAL_ERROR, NULL, NULL);
+  }
 
   st.tool = tg_registry_find(env->registry, req->tool);
   if (!st.tool) {
+    tg_db_snapshot_end(env->db, snapshot);
     r = reject(&st, ret, TG_ERR_NOT_FOUND, "No tool by that name.",
                json_pack("{s:s%}", "tool", req->tool, strnlen(req->tool, CALLED_AS_MAX)));
     tg_principal_free(st.principal);
@@ -360,6 +365,7 @@ int tg_call(const tg_env *env, const tg_call_request *req, tg_call_result *ret) 
   tg_gate_input in = {.env = env, .principal = st.principal, .tool = st.tool,
                       .surface = req->surface, .args = st.args, .run_id = req->run_id};
   int gates = tg_gates_run(&in, &refusal, trace);
+  tg_db_snapshot_end(env->db, snapshot);
   if (req->dry_run && gates >= 0)
     r = dry_run_answer(&st, ret, gates, &refusal, trace);
   else if (gates < 0)

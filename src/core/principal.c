@@ -113,10 +113,10 @@ static void principal_cache_free(void *arg) {
 }
 
 int tg_principal_load(tg_db *db, const char *principal_id, tg_principal **ret) {
-  /* Inside a transaction the epoch may be uncommitted, and a rollback would give its value
-   * back to other rows: only committed state is cached. The epoch is read first, so rows
-   * changed in between are newer than it claims, never older. */
-  bool cacheable = !tg_db_in_transaction(db);
+  /* Inside a write transaction the epoch may be uncommitted, and a rollback would give its
+   * value back to other rows: only committed state is cached. The epoch is read first, so
+   * rows changed in between are newer than it claims, never older. */
+  bool cacheable = !tg_db_writing(db);
   int64_t epoch = 0;
   if (cacheable) {
     int r = tg_auth_epoch(db, &epoch);

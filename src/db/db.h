@@ -40,8 +40,14 @@ int tg_db_batch(tg_db *db, tg_db_job_fn fn, void *arg);
 
 /* While on, every statement that would write fails (TG_E_DB): for code that must only read. */
 int tg_db_read_only(tg_db *db, bool on);
-/* Whether a transaction is open on db (what it reads may not be committed). */
-bool tg_db_in_transaction(tg_db *db);
+/* Reads that follow, until tg_db_snapshot_end, see one snapshot: SQLite takes one read lock
+ * on the log for them all instead of one per statement (each a chance to find the log's
+ * index changing under a commit, and to retry and sleep). Returns whether it began one (not
+ * inside a transaction). Nothing may be written meanwhile; end it before tg_db_begin. */
+bool tg_db_snapshot(tg_db *db);
+void tg_db_snapshot_end(tg_db *db, bool began);
+/* Whether a write transaction is open on db (what it reads may not be committed). */
+bool tg_db_writing(tg_db *db);
 
 /* One value its user keeps with a connection, valid for this database only (a cache):
  * tg_db_keep replaces it (freeing the previous one with its free_fn), tg_db_close frees it. */

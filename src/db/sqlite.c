@@ -535,7 +535,17 @@ int tg_db_read_only(tg_db *db, bool on) {
   return run(db, on ? "PRAGMA query_only = ON" : "PRAGMA query_only = OFF", NULL, NULL, false);
 }
 
-bool tg_db_in_transaction(tg_db *db) { return !sqlite3_get_autocommit(db->conn); }
+bool tg_db_snapshot(tg_db *db) {
+  return sqlite3_get_autocommit(db->conn) &&
+         sqlite3_exec(db->conn, "BEGIN DEFERRED", NULL, NULL, NULL) == SQLITE_OK;
+}
+
+void tg_db_snapshot_end(tg_db *db, bool began) {
+  if (began && sqlite3_exec(db->conn, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+    sqlite3_exec(db->conn, "ROLLBACK", NULL, NULL, NULL);
+}
+
+bool tg_db_writing(tg_db *db) { return sqlite3_txn_state(db->conn, NULL) == SQLITE_TXN_WRITE; }
 
 void *tg_db_kept(tg_db *db) { return db->kept; }
 
