@@ -39,3 +39,11 @@ tg_db *tg_test_db_open(const char *dir) {
   if (r != 0) fail_msg("tg_db_open %s: %d %s", dir, r, err ? err : "");
   return db;
 }
+
+int tg_test_db_free(tg_test_db *t) {
+  tg_db_close(t->db);
+  tg_test_rmtree(t->dir);
+  free(t->dir);
+  free(t);
+  return 0;
+}

@@ -16,5 +16,13 @@ void tg_test_rmtree(const char *path);
 typedef struct tg_db tg_db;
 tg_db *tg_test_db_open(const char *dir);
 
+/* A database in a temporary folder of its own, for the storage port's tests. */
+typedef struct tg_test_db {
+  char *dir;
+  tg_db *db;
+} tg_test_db;
+/* Closes the database, removes its folder and frees t; returns 0, as a cmocka teardown. */
+int tg_test_db_free(tg_test_db *t);
+
 /* Folder of the shared test data ($TG_TESTDATA), or fails the test. */
 const char *tg_test_testdata(void);

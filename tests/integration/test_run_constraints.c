@@ -83,10 +83,7 @@ static const char *const kept[] = {
 };
 enum { N_KEPT = sizeof kept / sizeof *kept };
 
-typedef struct fixture {
-  char *dir;
-  tg_db *db;
-} fixture;
+typedef tg_test_db fixture;
 
 static json_t *J(const char *text) {
   json_error_t error;
@@ -196,14 +193,7 @@ static int setup_v5(void **state) {
   return 0;
 }
 
-static int teardown(void **state) {
-  fixture *f = *state;
-  tg_db_close(f->db);
-  tg_test_rmtree(f->dir);
-  free(f->dir);
-  free(f);
-  return 0;
-}
+static int teardown(void **state) { return tg_test_db_free(*state); }
 
 static void snapshot(tg_db *db, json_t *out[N_KEPT]) {
   for (size_t i = 0; i < N_KEPT; i++)

@@ -12,10 +12,7 @@
 #include "util/embed.h"
 #include "util/status.h"
 
-typedef struct fixture {
-  char *dir;
-  tg_db *db;
-} fixture;
+typedef tg_test_db fixture;
 
 static int count_migrations(void) {
   int n = 0;
@@ -42,14 +39,7 @@ static int setup(void **state) {
   return 0;
 }
 
-static int teardown(void **state) {
-  fixture *f = *state;
-  tg_db_close(f->db);
-  tg_test_rmtree(f->dir);
-  free(f->dir);
-  free(f);
-  return 0;
-}
+static int teardown(void **state) { return tg_test_db_free(*state); }
 
 static json_t *J(const char *text) {
   json_error_t error;
