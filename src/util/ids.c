@@ -19,9 +19,28 @@ static unsigned sequence;
 
 bool tg_random_bytes(void *out, size_t n) { return getrandom(out, n, 0) == (ssize_t)n; }
 
+/* An id's random bits come from a buffer of each thread's, refilled from the kernel 512 bytes
+ * at a time: a system call per id was two of a tool call's thirty. They are not secrets;
+ * tokens and keys read the kernel directly. (The process never forks, which would copy the
+ * buffer.) */
+static _Thread_local struct {
+  unsigned char buf[512];
+  size_t left;
+} id_random;
+
+static bool id_random_bytes(unsigned char *out, size_t n) {
+  if (id_random.left < n) {
+    if (!tg_random_bytes(id_random.buf, sizeof id_random.buf)) return false;
+    id_random.left = sizeof id_random.buf;
+  }
+  memcpy(out, id_random.buf + sizeof id_random.buf - id_random.left, n);
+  id_random.left -= n;
+  return true;
+}
+
 int tg_uuid7(char out[TG_UUID_LEN + 1]) {
   unsigned char b[16];
-  if (!tg_random_bytes(b + 8, 8)) return TG_E_IO;
+  if (!id_random_bytes(b + 8, 8)) return TG_E_IO;
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   uint64_t ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
