@@ -394,44 +394,17 @@ const char *tg_tool_display_name(const tg_tool *tool, const tg_principal *princi
   return tool->model_name;
 }
 
-/* The tenant's tool policy rows as {tool name: mode}, read once for a whole listing. */
-static int load_policies(const tg_env *env, const tg_principal *principal, json_t **ret) {
-  _cleanup_json_ json_t *rows = NULL;
-  int r = tg_db_query(env->db, "SELECT tool_name, mode FROM tool_policies WHERE tenant_id = $1",
-                      json_pack("[s]", principal->tenant_id), &rows);
-  if (r < 0) return r;
-  json_t *map = json_object();
-  if (!map) return TG_E_NOMEM;
-  size_t i;
-  json_t *row;
-  json_array_foreach(rows, i, row) {
-    if (json_object_set(map, json_string_value(json_object_get(row, "tool_name")),
-                        json_object_get(row, "mode")) < 0) {
-      json_decref(map);
-      return TG_E_NOMEM;
-    }
-  }
-  *ret = map;
-  return TG_OK;
-}
-
-int tg_tools_usable_key(const tg_env *env, const tg_principal *principal, char **ret) {
-  _cleanup_json_ json_t *policies = NULL;
-  int r = load_policies(env, principal, &policies);
-  if (r < 0) return r;
+int tg_tools_usable_key(const tg_principal *principal, char **ret) {
   _cleanup_json_ json_t *inputs =
       json_pack("{s:s,s:s?,s:s?,s:O,s:O}", "naming", principal->naming_profile, "status",
                 principal->status, "role", principal->role, "grants", principal->grants,
-                "policies", policies);
+                "policies", principal->policies);
   *ret = inputs ? json_dumps(inputs, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
   return *ret ? TG_OK : TG_E_NOMEM;
 }
 
 int tg_tools_usable(const tg_env *env, const tg_principal *principal, tg_surface surface,
                     json_t **ret) {
-  _cleanup_json_ json_t *policies = NULL;
-  int r = load_policies(env, principal, &policies);
-  if (r < 0) return r;
   json_t *list = json_array();
   if (!list) return TG_E_NOMEM;
   for (size_t i = 0; i < tg_registry_count(env->registry); i++) {
@@ -440,8 +413,8 @@ int tg_tools_usable(const tg_env *env, const tg_principal *principal, tg_surface
     if (!name) continue;
     tg_refusal refusal = {0};
     tg_gate_input in = {.env = env, .principal = principal, .tool = t, .surface = surface,
-                        .listing = true, .policies = policies};
-    r = tg_gates_run(&in, &refusal, NULL);
+                        .listing = true};
+    int r = tg_gates_run(&in, &refusal, NULL);
     tg_refusal_done(&refusal);
     if (r < 0) {
       json_decref(list);

@@ -102,7 +102,7 @@ int tg_tools_usable(const tg_env *env, const tg_principal *principal, tg_surface
 /* Everything tg_tools_usable's answer for principal depends on besides the registry (naming
  * profile, status, role, grants, the tenant's tool policies) as one canonical text
  * (malloc'd): equal texts, equal lists. A cheap way to notice that a list changed. */
-int tg_tools_usable_key(const tg_env *env, const tg_principal *principal, char **ret);
+int tg_tools_usable_key(const tg_principal *principal, char **ret);
 /* The name a principal's tenant shows for tool: its alias under the "catalog" profile,
  * else the model-facing name. */
 const char *tg_tool_display_name(const tg_tool *tool, const tg_principal *principal);

@@ -75,17 +75,7 @@ static int gate_permissions(const tg_gate_input *in, tg_refusal *out) {
 /* Workspace tool policy. Without a row, low and medium risk tools are enabled and high risk
  * tools are disabled (default deny, seed 001). */
 static int gate_policy(const tg_gate_input *in, tg_refusal *out) {
-  _cleanup_json_ json_t *row = NULL;
-  const char *mode;
-  if (in->policies) {
-    mode = json_string_value(json_object_get(in->policies, in->tool->name));
-  } else {
-    int r = tg_db_query_row(in->env->db,
-                            "SELECT mode FROM tool_policies WHERE tenant_id = $1 AND tool_name = $2",
-                            json_pack("[ss]", in->principal->tenant_id, in->tool->name), &row);
-    if (r < 0) return r;
-    mode = row ? json_string_value(json_object_get(row, "mode")) : NULL;
-  }
+  const char *mode = json_string_value(json_object_get(in->principal->policies, in->tool->name));
   if (mode && strcmp(mode, "disabled") == 0)
     return refuse(out, TG_ERR_PERMISSION_DENIED,
                   json_pack("{s:s}", "reason", "disabled_by_policy"),

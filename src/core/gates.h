@@ -21,7 +21,6 @@ typedef struct tg_gate_input {
   json_t *args;       /* NULL when listing */
   const char *run_id; /* NULL when listing or not given */
   bool listing;       /* deciding what to offer rather than whether to run */
-  json_t *policies;   /* listing: the tenant's policy rows by tool name, read once; or NULL */
 } tg_gate_input;
 
 /* Runs the gates that apply. Returns 0 when every gate passed, 1 when one refused (filling

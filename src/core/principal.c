@@ -55,24 +55,35 @@ static int load_rows(tg_db *db, const char *principal_id, tg_principal **ret) {
       json_pack("[s]", principal_id), &row);
   if (r < 0) return r;
   if (!row) return TG_E_NOTFOUND;
-  _cleanup_json_ json_t *grant_rows = NULL;
+  _cleanup_json_ json_t *grant_rows = NULL, *policy_rows = NULL;
   r = tg_db_query(db, "SELECT permission FROM grants WHERE principal_id = $1",
                   json_pack("[s]", principal_id), &grant_rows);
+  if (r == TG_OK)
+    r = tg_db_query(db, "SELECT tool_name, mode FROM tool_policies WHERE tenant_id = $1",
+                    json_pack("[O]", json_object_get(row, "tenant_id")), &policy_rows);
   if (r < 0) return r;
 
   tg_principal *p = calloc(1, sizeof *p);
-  json_t *grants = json_object();
-  if (!p || !grants) {
-    free(p);
-    json_decref(grants);
-    return TG_E_NOMEM;
-  }
+  json_t *grants = json_object(), *policies = json_object();
+  bool ok = p && grants && policies;
   size_t i;
   json_t *g;
   json_array_foreach(grant_rows, i, g) {
-    json_object_set_new(grants, json_string_value(json_object_get(g, "permission")), json_true());
+    if (ok) ok = json_object_set_new(grants, json_string_value(json_object_get(g, "permission")),
+                                     json_true()) == 0;
+  }
+  json_array_foreach(policy_rows, i, g) {
+    if (ok) ok = json_object_set(policies, json_string_value(json_object_get(g, "tool_name")),
+                                 json_object_get(g, "mode")) == 0;
+  }
+  if (!ok) {
+    free(p);
+    json_decref(grants);
+    json_decref(policies);
+    return TG_E_NOMEM;
   }
   p->grants = grants;
+  p->policies = policies;
   p->refs = 1;
   copy_id(p->id, row, "id");
   copy_id(p->tenant_id, row, "tenant_id");
@@ -143,6 +154,7 @@ void tg_principal_free(tg_principal *p) {
   if (!p || --p->refs > 0) return;
   json_decref(p->row);
   json_decref(p->grants);
+  json_decref(p->policies);
   free(p);
 }
 

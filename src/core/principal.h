@@ -25,10 +25,12 @@ typedef struct tg_principal {
   const char *scope_id;       /* agents below tenant scope: the mission, idea or work id */
   const char *naming_profile; /* the tenant's: canonical or catalog */
   json_t *grants;             /* object: permission → true, explicit grants only */
+  json_t *policies;           /* the tenant's tool policy: {canonical tool name: mode} */
   int refs;                   /* the caller's and the connection's cache: read only, shared */
 } tg_principal;
 
-/* Loads the principal with id and its live grants. TG_E_NOTFOUND when there is none. The
+/* Loads the principal with id, its live grants and its tenant's tool policy (one epoch covers
+ * them all). TG_E_NOTFOUND when there is none. The
  * result is shared with db's cache: never change it; release it with tg_principal_free on
  * the thread that uses db. */
 int tg_principal_load(tg_db *db, const char *principal_id, tg_principal **ret);

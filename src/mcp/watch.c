@@ -159,7 +159,7 @@ static int tools_fingerprint(const tg_env *env, const char *principal_id, unsign
   int r = tg_principal_load(env->db, principal_id, &p);
   if (r < 0) return r;
   char *text = NULL;
-  r = tg_tools_usable_key(env, p, &text);
+  r = tg_tools_usable_key(p, &text);
   tg_principal_free(p);
   if (r < 0) return r;
   r = tg_sha256(text, strlen(text), fp);

@@ -482,7 +482,7 @@ static char *usable_key(world *w, const char *principal_id) {
   tg_principal *p = NULL;
   assert_int_equal(tg_principal_load(w->f->db, principal_id, &p), 0);
   char *key = NULL;
-  assert_int_equal(tg_tools_usable_key(&w->f->env, p, &key), 0);
+  assert_int_equal(tg_tools_usable_key(p, &key), 0);
   tg_principal_free(p);
   return key;
 }
