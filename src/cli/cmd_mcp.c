@@ -32,7 +32,9 @@ static const char serve_usage[] =
     "  --no-auth               loopback only: every request acts as --agent SLUG, or as the\n"
     "                          workspace owner\n"
     "  --conformance-fixtures  also serve the fixtures of the official conformance suite\n"
-    "  --threads N             worker threads (default: twice the number of CPUs)\n";
+    "  --threads N             worker threads for calls of interactive tools, which stream\n"
+    "                          as they run (default: twice the number of CPUs); other\n"
+    "                          requests run on their connection's thread (at most 256)\n";
 
 /* The registry, with the conformance provider appended when asked for. */
 static int open_registry(cli *c, bool fixtures) {
