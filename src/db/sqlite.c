@@ -490,7 +490,12 @@ static void run_batch(tg_db *db, batch_job *jobs) {
     if (j->status < 0 && !*j->why) snprintf(j->why, sizeof j->why, "%s", db->errmsg);
 }
 
+/* Set while this thread runs a batch: a job that queued another would wait for itself. */
+static _Thread_local bool running_jobs;
+
 int tg_db_batch(tg_db *db, tg_db_job_fn fn, void *arg) {
+  if (running_jobs)
+    return set_err(db, TG_E_INVAL, "a job of a shared transaction cannot queue another");
   shared_file *f = db->file;
   batch_job job = {.fn = fn, .arg = arg};
   sem_init(&job.wake, 0, 0);
@@ -514,7 +519,9 @@ int tg_db_batch(tg_db *db, tg_db_job_fn fn, void *arg) {
     if (!f->jobs) f->jobs_tail = NULL;
     last->next = NULL;
     pthread_mutex_unlock(&f->jobs_lock);
+    running_jobs = true;
     run_batch(db, batch);
+    running_jobs = false;
     for (batch_job *j = batch, *next; j; j = next) {
       next = j->next; /* j's owner may return (and free it) once woken */
       j->done = true;

@@ -183,10 +183,29 @@ static int teardown(void **state) {
   return 0;
 }
 
+static int queue_again(void *arg, tg_db *db) {
+  int *inner = arg;
+  *inner = tg_db_batch(db, run_job, &(job){.id = "inner"});
+  return TG_OK;
+}
+
+/* A job that queues another (a handler calling back into a call) is refused instead of
+ * waiting for itself forever; its own transaction goes on. */
+static void test_a_job_cannot_queue_a_job(void **state) {
+  (void)state;
+  tg_db *db = tg_test_db_open(dir);
+  int inner = 0;
+  assert_int_equal(tg_db_batch(db, queue_again, &inner), TG_OK);
+  assert_int_equal(inner, TG_E_INVAL);
+  assert_false(row_present(db, "inner"));
+  tg_db_close(db);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_queued_jobs_share_a_transaction, setup, teardown),
       cmocka_unit_test_setup_teardown(test_statuses_match_rows_under_load, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_job_cannot_queue_a_job, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
