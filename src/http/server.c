@@ -727,6 +727,9 @@ static void check_lists(server *s, tg_db *db, const char *principal, session *on
   size_t n = 0, cap = (principal ? 1 : s->n_sessions) + s->n_listeners;
   watched *all = cap ? malloc(cap * sizeof *all) : NULL;
   for (session *x = principal ? only : s->sessions; all && x; x = principal ? NULL : x->next) {
+    /* A session hears of list changes on its GET stream only: without one, its baseline
+     * stays, and the first check once a stream is open announces what changed meanwhile. */
+    if (!x->standalone) continue;
     x->refs++;
     x->checking++;
     all[n++] = (watched){.watch = x->watch, .principal = x->principal, .x = x};
@@ -1407,7 +1410,8 @@ static stream *standalone_locked(session *x, unsigned *status, const char **why,
 }
 
 /* GET /mcp: a legacy session's standalone stream, or the resumption of one of its streams. */
-static enum MHD_Result handle_get(server *s, struct MHD_Connection *conn, const char *principal) {
+static enum MHD_Result handle_get(server *s, struct MHD_Connection *conn, tg_db *db,
+                                  const char *principal) {
   const char *sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Mcp-Session-Id");
   /* Without a session there is no stream to offer: 2026-07-28 is POST only. */
   if (!sid) return queue(conn, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, NULL);
@@ -1428,8 +1432,12 @@ static enum MHD_Result handle_get(server *s, struct MHD_Connection *conn, const 
     status = MHD_HTTP_NOT_FOUND;
     why = "Session not found";
   }
-  session_release_locked(s, x);
   pthread_mutex_unlock(&s->lock);
+  /* Lists are checked only for sessions with a stream to hear of changes: a new one sets
+   * the baseline now (or announces what changed since an earlier stream's) before anything
+   * else can change. */
+  if (st && !last && db) check_lists(s, db, principal, x);
+  session_put(s, x);
   return st ? queue_stream(conn, st, NULL, reader_id)
             : queue_rpc_error(conn, status, TG_RPC_INVALID_REQUEST, why);
 }
@@ -1499,7 +1507,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return handle_post(s, conn, db, rq->principal, rq);
   }
   if (strcmp(method, "DELETE") == 0) return handle_delete(s, conn, rq->principal);
-  if (strcmp(method, "GET") == 0) return handle_get(s, conn, rq->principal);
+  if (strcmp(method, "GET") == 0) return handle_get(s, conn, db, rq->principal);
   return queue(conn, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, NULL);
 }
 
