@@ -249,7 +249,7 @@ static int run_interactive(call_state *st, tg_call_ctx *cx, json_t **result) {
 
 /* What a call writes: its run, the handler (unless it ran before), the activity rows it
  * queued and the telemetry row, as one job of a shared transaction (tg_db_batch). It may run
- * on another thread, with that thread's connection; the call's own connection is back in
+ * on another thread, on the connection it is given; the call's own connection is back in
  * cx->db when it returns, for the after-commit steps and a failure's record. */
 typedef struct write_job {
   call_state *st;

@@ -18,6 +18,7 @@
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/embed.h"
+#include "util/log.h"
 #include "util/status.h"
 
 enum {
@@ -58,6 +59,10 @@ typedef struct shared_file {
   pthread_mutex_t jobs_lock;
   struct batch_job *jobs, *jobs_tail;
   bool leading;
+  /* The connection batches write through, used by whichever thread leads: its page cache
+   * stays warm from one transaction to the next, where a connection that finds another's
+   * commit in the log reads its pages again. Opened by the first batch. */
+  struct tg_db *writer;
 } shared_file;
 
 static pthread_mutex_t files_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -81,6 +86,7 @@ struct tg_db {
   const char *errmsg; /* errbuf, or a static text when there is none */
   void *kept;         /* tg_db_keep's value, freed with kept_free */
   void (*kept_free)(void *);
+  bool file_writer;   /* a shared_file's writer: holds no reference to it */
 };
 
 __attribute__((format(printf, 3, 4))) static int set_err(tg_db *db, int rc, const char *fmt, ...) {
@@ -451,6 +457,28 @@ static int savepoint(tg_db *db, const char *sql) {
   return rc == SQLITE_OK ? TG_OK : sqlite_err(db, rc);
 }
 
+static int configure(tg_db *db);
+
+/* The file's writer, opened at its first use; NULL (logged) when it cannot be. Only the
+ * thread leading a batch calls it. */
+static tg_db *file_writer(shared_file *f) {
+  if (f->writer) return f->writer;
+  tg_db *w = calloc(1, sizeof *w);
+  if (!w) return NULL;
+  w->errmsg = "";
+  w->file = f;
+  w->file_writer = true;
+  int rc = sqlite3_open_v2(f->path, &w->conn,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE, NULL);
+  if (rc != SQLITE_OK || configure(w) < 0) {
+    tg_log(TG_LOG_WARN, "db: %s: no writer connection for group commits (%s); each leader's own"
+           " connection writes", f->path, w->conn ? sqlite3_errmsg(w->conn) : "out of memory");
+    tg_db_close(w);
+    return NULL;
+  }
+  return f->writer = w;
+}
+
 /* Runs jobs (a list of at most BATCH_MAX) in one transaction on db and sets their status. */
 static void run_batch(tg_db *db, batch_job *jobs) {
   int r = tg_db_begin(db);
@@ -519,9 +547,16 @@ int tg_db_batch(tg_db *db, tg_db_job_fn fn, void *arg) {
     if (!f->jobs) f->jobs_tail = NULL;
     last->next = NULL;
     pthread_mutex_unlock(&f->jobs_lock);
+    /* The writer counts down the leader's failure hook (tg_db_fail_after), as the leader's
+     * own connection would. */
+    tg_db *w = file_writer(f);
+    if (!w) w = db;
+    w->fail_after = db->fail_after;
     running_jobs = true;
-    run_batch(db, batch);
+    run_batch(w, batch);
     running_jobs = false;
+    db->fail_after = w->fail_after;
+    if (w != db) w->fail_after = 0;
     for (batch_job *j = batch, *next; j; j = next) {
       next = j->next; /* j's owner may return (and free it) once woken */
       j->done = true;
@@ -623,6 +658,7 @@ static void unshare_file(shared_file *f) {
   pthread_cond_signal(&f->wake);
   pthread_mutex_unlock(&f->lock);
   if (f->running) pthread_join(f->checkpointer, NULL);
+  tg_db_close(f->writer);
   pthread_mutex_destroy(&f->write);
   pthread_mutex_destroy(&f->lock);
   pthread_cond_destroy(&f->wake);
@@ -758,7 +794,7 @@ void tg_db_close(tg_db *db) {
   if (db->kept_free) db->kept_free(db->kept);
   sqlite3_close_v2(db->conn); /* rolls back an open transaction */
   if (db->writing) pthread_mutex_unlock(&db->file->write);
-  unshare_file(db->file);
+  if (!db->file_writer) unshare_file(db->file);
   free(db->errbuf);
   free(db);
 }
