@@ -46,18 +46,11 @@ int tg_git_open(const char *path, const char *default_branch, tg_git **ret) {
   }
   opts.flags = GIT_REPOSITORY_INIT_BARE | GIT_REPOSITORY_INIT_MKPATH | GIT_REPOSITORY_INIT_MKDIR;
   opts.initial_head = default_branch;
-  git_config *config = NULL;
-  /* Bare repositories keep no reflog by default; the branch logs are how a later use tells
-   * a recorded move that never applied from one applied and then undone by another writer. */
-  if (tg_git2.git_repository_init_ext(&g->repo, path, &opts) < 0 ||
-      tg_git2.git_repository_config(&config, g->repo) < 0 ||
-      tg_git2.git_config_set_bool(config, "core.logAllRefUpdates", 1) < 0) {
+  if (tg_git2.git_repository_init_ext(&g->repo, path, &opts) < 0) {
     int r = fail_io("create repository");
-    tg_git2.git_config_free(config);
     tg_git_close(g);
     return r;
   }
-  tg_git2.git_config_free(config);
   *ret = g;
   return TG_OK;
 }
@@ -331,26 +324,6 @@ int tg_git_contains(tg_git *g, const char *branch, const char *sha, bool *yes) {
   e = tg_git2.git_graph_descendant_of(g->repo, &tip, &want);
   if (e < 0) return fail_io("walk history");
   *yes = e == 1;
-  return TG_OK;
-}
-
-int tg_git_was_moved(tg_git *g, const char *branch, const char *old_sha, const char *new_sha,
-                     bool *yes) {
-  *yes = false;
-  char ref[TG_GIT_BRANCH_MAX + 16];
-  git_oid old_id, new_id;
-  if (branch_ref(branch, ref, sizeof ref) < 0 || parse_sha(new_sha, &new_id) < 0 ||
-      (old_sha && parse_sha(old_sha, &old_id) < 0))
-    return TG_E_INVAL;
-  if (!old_sha) memset(&old_id, 0, sizeof old_id); /* the log's "no value" */
-  git_reflog *log = NULL;
-  if (tg_git2.git_reflog_read(&log, g->repo, ref) < 0) return fail_io("read branch log");
-  for (size_t i = 0, n = tg_git2.git_reflog_entrycount(log); i < n && !*yes; i++) {
-    const git_reflog_entry *e = tg_git2.git_reflog_entry_byindex(log, i);
-    *yes = tg_git2.git_oid_equal(tg_git2.git_reflog_entry_id_new(e), &new_id) &&
-           tg_git2.git_oid_equal(tg_git2.git_reflog_entry_id_old(e), &old_id);
-  }
-  tg_git2.git_reflog_free(log);
   return TG_OK;
 }
 

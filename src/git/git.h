@@ -72,10 +72,6 @@ int tg_git_move(tg_git *g, const char *branch, const char *old_sha, const char *
 /* Whether branch's tip is commit sha or has it in its history (false: no such branch). */
 int tg_git_contains(tg_git *g, const char *branch, const char *sha, bool *yes);
 
-/* Whether the branch's log shows it moved from old_sha (NULL: created) to new_sha. */
-int tg_git_was_moved(tg_git *g, const char *branch, const char *old_sha, const char *new_sha,
-                     bool *yes);
-
 /* The unified diff from commit from_sha to commit to_sha (malloc'd), cut at max bytes with
  * *truncated set, and the number of files changed. */
 int tg_git_diff(tg_git *g, const char *from_sha, const char *to_sha, size_t max, char **ret,

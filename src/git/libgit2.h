@@ -9,21 +9,19 @@
   X(git_blob_create_from_buffer) X(git_blob_free) X(git_blob_lookup) X(git_blob_rawcontent) \
   X(git_blob_rawsize) X(git_branch_iterator_free) X(git_branch_iterator_new) X(git_branch_name) \
   X(git_branch_next) X(git_buf_dispose) X(git_commit_create) X(git_commit_free) \
-  X(git_commit_id) X(git_commit_lookup) X(git_commit_tree) X(git_config_free) \
-  X(git_config_set_bool) X(git_diff_free) X(git_diff_num_deltas) X(git_diff_to_buf) \
-  X(git_diff_tree_to_tree) X(git_error_last) X(git_graph_descendant_of) \
-  X(git_index_conflict_iterator_free) X(git_index_conflict_iterator_new) \
-  X(git_index_conflict_next) X(git_index_free) X(git_index_has_conflicts) \
-  X(git_index_write_tree_to) X(git_libgit2_init) X(git_libgit2_shutdown) X(git_merge_commits) \
-  X(git_oid_equal) X(git_oid_fromstr) X(git_oid_tostr) X(git_reference_create) \
-  X(git_reference_create_matching) X(git_reference_free) X(git_reference_name_is_valid) \
-  X(git_reference_name_to_id) X(git_reflog_entry_byindex) X(git_reflog_entry_id_new) \
-  X(git_reflog_entry_id_old) X(git_reflog_entrycount) X(git_reflog_free) X(git_reflog_read) \
-  X(git_repository_config) X(git_repository_free) X(git_repository_init_ext) \
-  X(git_repository_init_options_init) X(git_repository_open_bare) X(git_signature_free) \
-  X(git_signature_now) X(git_tree_create_updated) X(git_tree_entry_bypath) \
-  X(git_tree_entry_filemode) X(git_tree_entry_free) X(git_tree_entry_id) X(git_tree_free) \
-  X(git_tree_lookup) X(git_treebuilder_free) X(git_treebuilder_new) X(git_treebuilder_write)
+  X(git_commit_id) X(git_commit_lookup) X(git_commit_tree) X(git_diff_free) \
+  X(git_diff_num_deltas) X(git_diff_to_buf) X(git_diff_tree_to_tree) X(git_error_last) \
+  X(git_graph_descendant_of) X(git_index_conflict_iterator_free) \
+  X(git_index_conflict_iterator_new) X(git_index_conflict_next) X(git_index_free) \
+  X(git_index_has_conflicts) X(git_index_write_tree_to) X(git_libgit2_init) \
+  X(git_libgit2_shutdown) X(git_merge_commits) X(git_oid_equal) X(git_oid_fromstr) \
+  X(git_oid_tostr) X(git_reference_create) X(git_reference_create_matching) \
+  X(git_reference_free) X(git_reference_name_is_valid) X(git_reference_name_to_id) \
+  X(git_repository_free) X(git_repository_init_ext) X(git_repository_init_options_init) \
+  X(git_repository_open_bare) X(git_signature_free) X(git_signature_now) \
+  X(git_tree_create_updated) X(git_tree_entry_bypath) X(git_tree_entry_filemode) \
+  X(git_tree_entry_free) X(git_tree_entry_id) X(git_tree_free) X(git_tree_lookup) \
+  X(git_treebuilder_free) X(git_treebuilder_new) X(git_treebuilder_write)
 
 struct tg_libgit2 {
 #define TG_LIBGIT2_POINTER(f) __typeof__(f) *f;

@@ -61,19 +61,35 @@ json_t *tg_repo_activity_scope(const tg_scope_repo *repo) {
   return scope;
 }
 
-int tg_repo_record(tg_call_ctx *cx, tg_scope_repo *repo, tg_repo_move *move) {
+/* Records move in the call's transaction, pending or (applied) already on its branch. */
+static int record(tg_call_ctx *cx, tg_scope_repo *repo, tg_repo_move *move, bool applied) {
   char now[TG_ISO_LEN + 1];
   if (tg_uuid7(move->id) < 0) return TG_E_IO;
   tg_now_iso(now);
   return tg_db_exec(cx->db,
                     "INSERT INTO repo_ref_moves (id, repo_id, branch, old_sha, new_sha,"
-                    " principal_id, run_id, tool, created_at, seq)"
-                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,"
+                    " principal_id, run_id, tool, created_at, applied_at, seq)"
+                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,"
                     " (SELECT COALESCE(MAX(seq), 0) + 1 FROM repo_ref_moves WHERE repo_id = $2))",
-                    json_pack("[ssss?sss?ss]", move->id, repo->id, move->branch,
+                    json_pack("[ssss?sss?sss?]", move->id, repo->id, move->branch,
                               *move->old_sha ? move->old_sha : NULL, move->new_sha,
-                              cx->principal->id, cx->run_id, cx->tool->name, now),
+                              cx->principal->id, cx->run_id, cx->tool->name, now,
+                              applied ? now : NULL),
                     NULL);
+}
+
+int tg_repo_record(tg_call_ctx *cx, tg_scope_repo *repo, tg_repo_move *move) {
+  return record(cx, repo, move, false);
+}
+
+/* Marks move id applied or abandoned (column) on db: outside the call's transaction when
+ * the call's own connection is given. */
+static int mark_move(tg_db *db, const char *id, const char *column) {
+  char now[TG_ISO_LEN + 1];
+  tg_now_iso(now);
+  char sql[96];
+  snprintf(sql, sizeof sql, "UPDATE repo_ref_moves SET %s = $2 WHERE id = $1", column);
+  return tg_db_exec(db, sql, json_pack("[ss]", id, now), NULL);
 }
 
 /* A recorded move waiting for its call's transaction to commit. */
@@ -96,12 +112,8 @@ static void publish_step_free(void *arg) {
 /* The branch went to another writer: the move will never apply. Marks it abandoned and runs
  * the handler's undo statement, in a transaction of their own. */
 static int abandon(tg_call_ctx *cx, publish_step *p) {
-  char now[TG_ISO_LEN + 1];
-  tg_now_iso(now);
   int r = tg_db_begin(cx->db);
-  if (r == TG_OK)
-    r = tg_db_exec(cx->db, "UPDATE repo_ref_moves SET abandoned_at = $2 WHERE id = $1",
-                   json_pack("[ss]", p->move.id, now), NULL);
+  if (r == TG_OK) r = mark_move(cx->db, p->move.id, "abandoned_at");
   if (r == TG_OK && p->undo_sql) r = tg_db_exec(cx->db, p->undo_sql, TAKE_PTR(p->undo_params), NULL);
   if (r == TG_OK) r = tg_db_commit(cx->db);
   if (r < 0) tg_db_rollback(cx->db);
@@ -115,11 +127,17 @@ static int publish_after_commit(tg_call_ctx *cx, void *arg) {
   snprintf(why, sizeof why, "toolgate: %s", cx->tool->name);
   int r = tg_git_move(p->git, move->branch, *move->old_sha ? move->old_sha : NULL, move->new_sha,
                       why);
-  if (r != TG_E_CONSTRAINT) return r;
-  bool applied;
-  r = tg_git_contains(p->git, move->branch, move->new_sha, &applied);
+  bool applied = r == TG_OK;
+  /* Else the next call to use the repository may have finished the move first. */
+  if (r == TG_E_CONSTRAINT) r = tg_git_contains(p->git, move->branch, move->new_sha, &applied);
   if (r < 0) return r;
-  if (applied) return TG_OK; /* the next call to use the repository finished the move first */
+  if (applied) {
+    /* The branch holds the move either way: a mark that fails is made by the next use. */
+    if (mark_move(cx->db, move->id, "applied_at") < 0)
+      tg_log(TG_LOG_WARN, "repo %s: move %s applied but not marked: %s", p->label, move->id,
+             tg_db_errmsg(cx->db));
+    return TG_OK;
+  }
   r = abandon(cx, p);
   if (r < 0) return r;
   return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
@@ -145,35 +163,39 @@ int tg_repo_publish(tg_call_ctx *cx, tg_scope_repo *repo, const tg_repo_move *mo
   return tg_call_after(cx, publish_after_commit, p, publish_step_free);
 }
 
-/* Finishes the moves a process recorded but did not live to apply: the latest recorded move
- * of each branch, when the branch is still at the move's old value and its log shows the move
- * never happened (else another writer undid it, and that stands). Runs under the call's write
- * lock, so no other toolgate call is between its commit and its move at that moment. */
+/* Finishes the moves a process recorded but did not live to apply (pending: neither applied
+ * nor abandoned), in the order recorded: a move whose branch still holds its old value is
+ * made; one whose branch holds its new value is marked applied; one whose branch went
+ * elsewhere is marked abandoned (that writer's value stands). The pending moves are read on
+ * the call's own connection, which sees committed rows only: a move another call recorded in
+ * a transaction shared with this one (tg_db_batch) may still roll back. */
 static int settle(tg_call_ctx *cx, tg_scope_repo *repo) {
   _cleanup_json_ json_t *rows = NULL;
-  int r = tg_db_query(cx->db,
-                      "SELECT m.branch, m.old_sha, m.new_sha FROM repo_ref_moves m"
-                      " WHERE m.repo_id = $1 AND m.abandoned_at IS NULL AND m.seq ="
-                      " (SELECT MAX(seq) FROM repo_ref_moves o WHERE o.repo_id = $1"
-                      " AND o.branch = m.branch AND o.abandoned_at IS NULL)",
+  int r = tg_db_query(cx->env->db,
+                      "SELECT id, branch, old_sha, new_sha FROM repo_ref_moves WHERE repo_id = $1"
+                      " AND applied_at IS NULL AND abandoned_at IS NULL ORDER BY seq",
                       json_pack("[s]", repo->id), &rows);
   size_t i;
   json_t *row;
   json_array_foreach(rows, i, row) {
     if (r < 0) break;
-    const char *branch = tg_json_str(row, "branch"), *old_sha = tg_json_str(row, "old_sha");
-    const char *new_sha = tg_json_str(row, "new_sha");
+    const char *id = tg_json_str(row, "id"), *branch = tg_json_str(row, "branch");
+    const char *old_sha = tg_json_str(row, "old_sha"), *new_sha = tg_json_str(row, "new_sha");
     char tip[TG_GIT_SHA_LEN + 1] = "";
     r = tg_git_tip(repo->git, branch, tip);
     if (r == TG_E_NOTFOUND) r = TG_OK;
-    if (r < 0 || strcmp(tip, old_sha ? old_sha : "") != 0) continue;
-    bool moved;
-    r = tg_git_was_moved(repo->git, branch, old_sha, new_sha, &moved);
-    if (r < 0 || moved) continue;
-    tg_log(TG_LOG_WARN, "repo %s: finishing the recorded move of %s to %s", repo->label, branch,
-           new_sha);
-    r = tg_git_move(repo->git, branch, old_sha, new_sha, "toolgate: finish a recorded move");
-    if (r == TG_E_CONSTRAINT) r = TG_OK; /* moved meanwhile by a writer outside toolgate */
+    if (r < 0) break;
+    const char *outcome = "abandoned_at";
+    if (strcmp(tip, new_sha) == 0) {
+      outcome = "applied_at";
+    } else if (strcmp(tip, old_sha ? old_sha : "") == 0) {
+      tg_log(TG_LOG_WARN, "repo %s: finishing the recorded move of %s to %s", repo->label,
+             branch, new_sha);
+      r = tg_git_move(repo->git, branch, old_sha, new_sha, "toolgate: finish a recorded move");
+      if (r == TG_OK) outcome = "applied_at";
+      if (r == TG_E_CONSTRAINT) r = TG_OK; /* taken meanwhile by a writer outside toolgate */
+    }
+    if (r == TG_OK) r = mark_move(cx->db, id, outcome);
   }
   return r;
 }
@@ -192,14 +214,14 @@ static int initialize(tg_call_ctx *cx, tg_scope_repo *repo, const char *tenant_i
   tg_repo_move move = {0};
   snprintf(move.branch, sizeof move.branch, "%s", repo->default_branch);
   r = tg_git_tip(repo->git, repo->default_branch, move.new_sha);
-  if (r == TG_OK) return tg_repo_record(cx, repo, &move); /* adopt a folder left from before */
+  if (r == TG_OK) return record(cx, repo, &move, true); /* adopt a folder left from before */
   if (r != TG_E_NOTFOUND) return r;
   char message[160];
   snprintf(message, sizeof message, "Initialize %s\n", repo->label);
   tg_git_problem problem;
   r = tg_git_commit(repo->git, NULL, NULL, 0, "toolgate", "toolgate@toolgate.invalid", message,
                     move.new_sha, &problem);
-  if (r == TG_OK) r = tg_repo_record(cx, repo, &move);
+  if (r == TG_OK) r = record(cx, repo, &move, true);
   /* The one move made before the commit, so that the call can build on the branch: should
    * the transaction roll back, the next use adopts the branch as above. */
   if (r == TG_OK)

@@ -767,6 +767,28 @@ static void test_repository_list_bounds(void **state) {
   json_decref(v);
 }
 
+/* What a writer outside toolgate does to a branch after toolgate's moves applied stands:
+ * a deleted pull-request branch is not created again, a reset branch is not moved back, by
+ * the next use of the repository; no move is left pending. */
+static void test_changes_outside_stand(void **state) {
+  world *w = *state;
+  _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
+  json_decref(expect(w, w->worker, "openPullRequest",
+                     "{\"files\":[{\"path\":\"gone.md\",\"content\":\"g\\n\",\"mode\":\"add\"}],"
+                     "\"branchName\":\"outside/gone\",\"title\":\"Gone\",\"body\":\"\"}",
+                     NULL, ""));
+  assert_int_equal(sh("git -C %s update-ref -d refs/heads/outside/gone", dir), 0);
+  _cleanup_free_ char *reset = out("git -C %s rev-parse main~1", dir);
+  reset[40] = '\0';
+  assert_int_equal(sh("git -C %s update-ref refs/heads/main %s", dir, reset), 0);
+  json_decref(expect_api(w, "repo.repository.list", "{}", "")); /* uses the repository */
+  assert_int_not_equal(sh("git -C %s rev-parse -q --verify refs/heads/outside/gone >/dev/null", dir), 0);
+  _cleanup_free_ char *main_now = tip_of(dir);
+  assert_string_equal(main_now, reset);
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM repo_ref_moves"
+                            " WHERE applied_at IS NULL AND abandoned_at IS NULL"), 0);
+}
+
 int main(void) {
   if (system("git --version >/dev/null 2>&1") != 0) {
     puts("the git program is needed to check the repositories");
@@ -777,6 +799,7 @@ int main(void) {
       cmocka_unit_test(test_edit_agent_file),       cmocka_unit_test(test_pull_requests),
       cmocka_unit_test(test_create_sub_agent),      cmocka_unit_test(test_failure_between_steps),
       cmocka_unit_test(test_concurrent_writer),     cmocka_unit_test(test_repository_list_bounds),
+      cmocka_unit_test(test_changes_outside_stand),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
