@@ -101,7 +101,7 @@ int cmd_serve(cli *c, int argc, char **argv) {
   /* Tool calls mostly queue for the one write lock: a few workers per CPU keep it busy. */
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   tg_http_config cfg = {.listen = DEFAULT_LISTEN,
-                        .threads = cpus > 0 && cpus <= 128 ? 2 * (unsigned)cpus : 8};
+                        .threads = cpus > 0 ? (cpus < 128 ? 2 * (unsigned)cpus : 256) : 8};
   const char *agent = NULL;
   int opt;
   while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {

@@ -110,7 +110,7 @@ int tg_auth_epoch(tg_db *db, int64_t *ret) {
   return TG_OK;
 }
 
-/* The last principal a connection loaded outside a transaction, and the authorization
+/* The last principal a connection loaded outside a write transaction, and the authorization
  * epoch read before it: while the epoch stands, what it was loaded from has not changed. */
 typedef struct principal_cache {
   int64_t epoch;
@@ -148,7 +148,6 @@ int tg_principal_load(tg_db *db, const char *principal_id, tg_principal **ret) {
   tg_db_keep(db, c, principal_cache_free);
   return TG_OK;
 }
-
 
 void tg_principal_free(tg_principal *p) {
   if (!p || --p->refs > 0) return;

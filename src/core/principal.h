@@ -30,9 +30,8 @@ typedef struct tg_principal {
 } tg_principal;
 
 /* Loads the principal with id, its live grants and its tenant's tool policy (one epoch covers
- * them all). TG_E_NOTFOUND when there is none. The
- * result is shared with db's cache: never change it; release it with tg_principal_free on
- * the thread that uses db. */
+ * them all). TG_E_NOTFOUND when there is none. The result is shared with db's cache: never
+ * change it; release it with tg_principal_free on the thread that uses db. */
 int tg_principal_load(tg_db *db, const char *principal_id, tg_principal **ret);
 void tg_principal_free(tg_principal *p);
 

@@ -63,26 +63,27 @@ void tg_git_close(tg_git *g) {
   tg_git2.git_libgit2_shutdown();
 }
 
-bool tg_git_branch_name_ok(const char *name) {
+int tg_git_branch_check(const char *name) {
   size_t len = strlen(name);
-  if (len == 0 || len > TG_GIT_BRANCH_MAX) return false;
+  if (len == 0 || len > TG_GIT_BRANCH_MAX) return TG_E_INVAL;
   for (const char *p = name; *p; p++)
     if (!(('a' <= *p && *p <= 'z') || ('A' <= *p && *p <= 'Z') || ('0' <= *p && *p <= '9') ||
           *p == '.' || *p == '_' || *p == '-' || *p == '/'))
-      return false;
-  if (name[0] == '-') return false; /* would read as an option to the git program */
+      return TG_E_INVAL;
+  if (name[0] == '-') return TG_E_INVAL; /* would read as an option to the git program */
   char ref[TG_GIT_BRANCH_MAX + 16];
   snprintf(ref, sizeof ref, "refs/heads/%s", name);
   int valid = 0;
   /* libgit2 keeps its error state per thread from init to shutdown. */
-  if (tg_libgit2_init() < 0) return false;
+  if (tg_libgit2_init() < 0) return TG_E_IO;
   bool ok = tg_git2.git_reference_name_is_valid(&valid, ref) == 0 && valid;
   tg_git2.git_libgit2_shutdown();
-  return ok;
+  return ok ? TG_OK : TG_E_INVAL;
 }
 
 static int branch_ref(const char *branch, char *out, size_t size) {
-  if (!tg_git_branch_name_ok(branch)) return TG_E_INVAL;
+  int r = tg_git_branch_check(branch);
+  if (r < 0) return r;
   snprintf(out, size, "refs/heads/%s", branch);
   return TG_OK;
 }

@@ -25,8 +25,9 @@ int tg_git_open(const char *path, const char *default_branch, tg_git **ret);
 void tg_git_close(tg_git *g);
 
 /* Whether name is a branch name toolgate accepts: git's ref rules, ASCII letters, digits and
- * "._-/", at most TG_GIT_BRANCH_MAX bytes. */
-bool tg_git_branch_name_ok(const char *name);
+ * "._-/", at most TG_GIT_BRANCH_MAX bytes. 0, TG_E_INVAL when it is not, or TG_E_IO when
+ * libgit2 cannot be loaded to tell. */
+int tg_git_branch_check(const char *name);
 
 /* The commit sha a branch points at. TG_E_NOTFOUND when there is no such branch. */
 int tg_git_tip(tg_git *g, const char *branch, char sha[TG_GIT_SHA_LEN + 1]);

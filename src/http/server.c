@@ -85,6 +85,7 @@ struct server {
   pthread_cond_t queued;
   bool stopping;      /* the pool drains the queue and ends */
   int64_t next_check; /* when a pool thread next checks every watch for list changes */
+  bool sweeping;      /* a pool thread is checking them */
 };
 
 static bool loopback_host(const char *host, size_t len) {
@@ -879,7 +880,7 @@ static void worker_free(worker *w) {
   for (size_t i = 0; i < 3; i++) free(w->header_copies[i]);
   tg_mcp_session_done(&w->scratch);
   session_put(w->srv, w->sess);
-  stream_release(w->st);
+  if (w->st) stream_release(w->st);
   free(w);
 }
 
@@ -923,12 +924,14 @@ static void *pool_main(void *arg) {
     pthread_mutex_lock(&s->lock);
     for (;;) {
       int64_t now = monotonic_ms();
-      if (!s->stopping && now >= s->next_check) {
-        s->next_check = now + TG_HTTP_CHECK_MS;
+      /* One sweep at a time, the next timed from the end of the last: a sweep that takes
+       * longer than the period must not take every thread of the pool. */
+      if (!s->stopping && !s->sweeping && now >= s->next_check) {
+        s->sweeping = true;
         check = true;
       }
       if (check || s->queue_head || s->stopping) break;
-      timed_wait(&s->queued, &s->lock, s->next_check - now);
+      timed_wait(&s->queued, &s->lock, s->sweeping ? TG_HTTP_CHECK_MS : s->next_check - now);
     }
     worker *w = check ? NULL : s->queue_head;
     if (w) {
@@ -943,8 +946,15 @@ static void *pool_main(void *arg) {
       free(why);
       db = NULL;
     }
-    if (w) run_call(w, db);
-    else if (db) check_lists(s, db, NULL, NULL);
+    if (w) {
+      run_call(w, db);
+      continue;
+    }
+    if (db) check_lists(s, db, NULL, NULL);
+    pthread_mutex_lock(&s->lock);
+    s->sweeping = false;
+    s->next_check = monotonic_ms() + TG_HTTP_CHECK_MS;
+    pthread_mutex_unlock(&s->lock);
   }
   tg_db_close(db);
   return NULL;
@@ -1303,14 +1313,7 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
            : reply.message ? queue_json(conn, (unsigned)reply.http_status, reply.message, new_sid)
                            : queue(conn, MHD_HTTP_ACCEPTED, NULL, NULL, new_sid);
 done:
-  if (w->st) stream_release(w->st);
-  w->st = NULL;
-  tg_rpc_msg_done(&w->msg);
-  json_decref(w->params);
-  for (size_t i = 0; i < 3; i++) free(w->header_copies[i]);
-  tg_mcp_session_done(&w->scratch);
-  session_put(s, w->sess);
-  free(w);
+  worker_free(w);
   return result;
 }
 
@@ -1389,14 +1392,11 @@ static stream *standalone_locked(session *x, unsigned *status, const char **why,
   *status = MHD_HTTP_INTERNAL_SERVER_ERROR;
   *why = "Out of memory";
   stream *st = stream_new(x->next_stream + 1);
-  char priming[64];
-  int n = st ? snprintf(priming, sizeof priming, "id: %u-0\nretry: %d\ndata: \n\n", st->no, RETRY_MS) : -1;
-  if (!st || append_locked(st, priming, (size_t)n, true) < 0) {
+  if (!st || prime_locked(st) < 0) {
     if (st) stream_release(st);
     return NULL;
   }
   x->next_stream++;
-  st->first = 0;
   st->streaming = true;
   st->reading = true;
   *reader_id = st->reader; /* nobody else knows st yet */

@@ -468,7 +468,9 @@ static int commit_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
   r = tg_refuse_secret(cx, "commitMessage", message, strlen(message));
   if (r < 0) return r;
   const char *branch = tg_json_str(args, "branch");
-  if (branch && !tg_git_branch_name_ok(branch)) return bad_branch(cx, branch);
+  r = branch ? tg_git_branch_check(branch) : TG_OK;
+  if (r == TG_E_INVAL) return bad_branch(cx, branch);
+  if (r < 0) return r;
   _cleanup_repo_ tg_scope_repo repo = {0};
   r = tg_repo_acquire(cx, t.kind, t.owner_id, t.name, &repo);
   if (r < 0) return r;
@@ -515,7 +517,9 @@ static int pr_open(tg_call_ctx *cx, json_t *args, json_t **ret) {
   if (r == TG_OK) r = tg_refuse_secret(cx, "body", body, strlen(body));
   if (r < 0) return r;
   const char *branch = tg_json_str(args, "branchName");
-  if (!tg_git_branch_name_ok(branch)) return bad_branch(cx, branch);
+  r = tg_git_branch_check(branch);
+  if (r == TG_E_INVAL) return bad_branch(cx, branch);
+  if (r < 0) return r;
   _cleanup_repo_ tg_scope_repo repo = {0};
   r = tg_repo_acquire(cx, t.kind, t.owner_id, t.name, &repo);
   if (r < 0) return r;
