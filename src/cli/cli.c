@@ -28,16 +28,21 @@ void cli_more_note(json_t *result) {
   if (json_is_true(json_object_get(result, "truncated"))) puts("(more: raise --limit)");
 }
 
-bool cli_limit_option(const char *usage, const char *command, const char *value, json_t *args) {
+bool cli_integer_option(const char *usage, const char *command, const char *option,
+                        const char *key, const char *value, json_t *args) {
   char *end = NULL;
   errno = 0;
   long long n = strtoll(value, &end, 10);
   if (!*value || *end || errno == ERANGE) {
-    cli_usage(usage, "%s: --limit takes a number", command);
+    cli_usage(usage, "%s: --%s takes a number", command, option);
     return false;
   }
-  json_object_set_new(args, "limit", json_integer(n));
+  json_object_set_new(args, key, json_integer(n));
   return true;
+}
+
+bool cli_limit_option(const char *usage, const char *command, const char *value, json_t *args) {
+  return cli_integer_option(usage, command, "limit", "limit", value, args);
 }
 
 bool cli_wants_help(int argc, char **argv, const char *usage) {

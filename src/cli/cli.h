@@ -34,8 +34,10 @@ int cli_open_registry(cli *c);
 int cli_usage(const char *usage, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Under a listing's rows: says there are more when the result is truncated. */
 void cli_more_note(json_t *result);
-/* --limit VALUE: an integer into args["limit"] (the tool's schema checks its range); false,
- * with the usage error printed, when VALUE is not one. */
+/* --OPTION VALUE: an integer into args[key] (the tool's schema checks its range); false,
+ * with the usage error printed, when VALUE is not one. cli_limit_option is --limit. */
+bool cli_integer_option(const char *usage, const char *command, const char *option,
+                        const char *key, const char *value, json_t *args);
 bool cli_limit_option(const char *usage, const char *command, const char *value, json_t *args);
 /* Whether argv holds --help or -h; prints usage to stdout when it does. */
 bool cli_wants_help(int argc, char **argv, const char *usage);

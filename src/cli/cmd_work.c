@@ -35,11 +35,8 @@ static int parse_options(int argc, char **argv, const option_key *keys, size_t n
     } else if (opt >= 0 && (size_t)opt < n_keys && !keys[opt].integer) {
       json_object_set_new(args, keys[opt].key, json_string(optarg));
     } else if (opt >= 0 && (size_t)opt < n_keys) {
-      char *end = NULL;
-      long long value = strtoll(optarg, &end, 10);
-      if (!*optarg || *end)
-        return cli_usage(usage, "%s: --%s needs an integer", argv[0], keys[opt].option);
-      json_object_set_new(args, keys[opt].key, json_integer(value));
+      if (!cli_integer_option(usage, argv[0], keys[opt].option, keys[opt].key, optarg, args))
+        return CLI_USAGE;
     } else {
       return cli_usage(usage, "%s: bad option", argv[0]);
     }
