@@ -905,7 +905,12 @@ static void run_call(worker *w, tg_db *db) {
       if (w->sess) state_store(s, w->sess, &w->scratch, w->opened, w->loaded_level);
     }
   }
-  if (!handled) final = tg_rpc_error(w->msg.id, TG_RPC_INTERNAL_ERROR, "Internal error", NULL);
+  if (tg_mcp_inflight_end(w->inflight, w->msg.id)) { /* cancelled: no answer */
+    json_decref(final);
+    final = NULL;
+  } else if (!handled) {
+    final = tg_rpc_error(w->msg.id, TG_RPC_INTERNAL_ERROR, "Internal error", NULL);
+  }
   /* Ends the exchange even without a message (a cancelled call gets none), so the client is
    * never left waiting. */
   stream_finish(w->st, final, status);
@@ -1074,6 +1079,12 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
     if (st) stream_release(st);
     return MHD_NO;
   }
+  tg_mcp_inflight *inflight = x ? x->inflight : st->inflight;
+  /* Cancellable from now on: a cancellation while the call waits for a thread is kept. */
+  if (tg_mcp_inflight_begin(inflight, w->msg.id) < 0) {
+    stream_release(st);
+    return MHD_NO;
+  }
   st->refs = 2; /* the worker's and this connection's */
   if (!x) {
     st->call_id = json_incref(w->msg.id);
@@ -1081,7 +1092,7 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
     st->close_arg = st;
   }
   w->st = st;
-  w->inflight = x ? x->inflight : st->inflight;
+  w->inflight = inflight;
   int fd = connection_fd(conn);
   /* w belongs to the pool once queued: what this thread needs of it is taken first. */
   pthread_mutex_lock(&s->lock);

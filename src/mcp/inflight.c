@@ -37,9 +37,13 @@ void tg_mcp_inflight_free(tg_mcp_inflight *t) {
   free(t);
 }
 
+static size_t find_locked(const tg_mcp_inflight *t, json_t *id);
+
 int tg_mcp_inflight_begin(tg_mcp_inflight *t, json_t *id) {
   int r = TG_OK;
   pthread_mutex_lock(&t->lock);
+  size_t same = find_locked(t, id);
+  bool cancelled = same < t->n && t->entries[same].cancelled;
   if (t->n == t->cap) {
     size_t cap = t->cap ? 2 * t->cap : 4;
     entry *grown = realloc(t->entries, cap * sizeof *grown);
@@ -50,7 +54,7 @@ int tg_mcp_inflight_begin(tg_mcp_inflight *t, json_t *id) {
       r = TG_E_NOMEM;
     }
   }
-  if (r == TG_OK) t->entries[t->n++] = (entry){.id = json_incref(id)};
+  if (r == TG_OK) t->entries[t->n++] = (entry){.id = json_incref(id), .cancelled = cancelled};
   pthread_mutex_unlock(&t->lock);
   return r;
 }

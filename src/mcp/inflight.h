@@ -13,7 +13,9 @@ int tg_mcp_inflight_new(void (*wake)(void *arg), void *arg, tg_mcp_inflight **re
 void tg_mcp_inflight_free(tg_mcp_inflight *t);
 
 /* A request starts being served (0, or TG_E_NOMEM) and stops; _end tells whether it was
- * cancelled meanwhile, in which case it must not be answered. */
+ * cancelled meanwhile, in which case it must not be answered. Begun again while an entry of
+ * it stands (a transport holds one while the request waits for a thread), it starts
+ * cancelled if that one was. */
 int tg_mcp_inflight_begin(tg_mcp_inflight *t, json_t *id);
 bool tg_mcp_inflight_end(tg_mcp_inflight *t, json_t *id);
 

@@ -919,6 +919,11 @@ int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_
     req->session->era = TG_MCP_ERA_LEGACY;
   json_t *result = NULL;
   if (req->inflight && tg_mcp_inflight_begin(req->inflight, msg->id) < 0) return TG_E_NOMEM;
+  /* Cancelled while it waited for a thread (the transport held its entry): not served. */
+  if (req->inflight && tg_mcp_inflight_cancelled(req->inflight, msg->id)) {
+    tg_mcp_inflight_end(req->inflight, msg->id);
+    return 0;
+  }
   r = m->fn(&c, msg->params, &result);
   if (req->inflight && tg_mcp_inflight_end(req->inflight, msg->id)) {
     /* Cancelled: the client expects no answer. */

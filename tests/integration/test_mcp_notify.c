@@ -181,6 +181,22 @@ static void test_cancelled_call_gets_no_answer_and_writes_nothing(void **state) 
   assert_int_equal(asked_rows(w), asked + 1);
 }
 
+/* A call cancelled while its transport held it waiting for a thread is not served: its
+ * handler never runs, nothing is written, and no answer goes out. */
+static void test_call_cancelled_while_queued_is_not_served(void **state) {
+  world *w = *state;
+  json_decref(handle(w, INITIALIZE, NULL));
+  long logs = fixture_count(w->f, "agent_run_logs");
+  json_t *id = json_integer(4);
+  assert_int_equal(tg_mcp_inflight_begin(w->inflight, id), 0); /* the transport queues it */
+  assert_true(tg_mcp_inflight_cancel(w->inflight, id));
+  assert_null(handle(w, ASK_WRITE(4), NULL));
+  assert_int_equal(json_array_size(w->sent), 0); /* the handler never asked */
+  assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs);
+  assert_true(tg_mcp_inflight_end(w->inflight, id));
+  json_decref(id);
+}
+
 static void test_list_changed_follows_the_database(void **state) {
   world *w = *state;
   json_t *r = handle(w, INITIALIZE, NULL);
@@ -398,6 +414,7 @@ static void test_stdio_announces_a_revoked_grant(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_cancelled_call_gets_no_answer_and_writes_nothing, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_call_cancelled_while_queued_is_not_served, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_list_changed_follows_the_database, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_listen_acknowledges_filters_and_ends, setup_fixtures, teardown),
       cmocka_unit_test_setup_teardown(test_no_list_changes_without_a_watch, setup_fixtures, teardown),
