@@ -452,11 +452,6 @@ typedef struct batch_job {
 
 enum { BATCH_MAX = 64 }; /* jobs in one transaction */
 
-static int savepoint(tg_db *db, const char *sql) {
-  int rc = sqlite3_exec(db->conn, sql, NULL, NULL, NULL);
-  return rc == SQLITE_OK ? TG_OK : sqlite_err(db, rc);
-}
-
 static int configure(tg_db *db);
 
 /* The file's writer, opened at its first use; NULL (logged) when it cannot be. Only the
@@ -487,7 +482,7 @@ static void run_batch(tg_db *db, batch_job *jobs) {
       j->status = r;
       continue;
     }
-    j->status = savepoint(db, "SAVEPOINT job");
+    j->status = run(db, "SAVEPOINT job", NULL, NULL, false);
     if (j->status == TG_OK) j->status = j->fn(j->arg, db);
     if (j->status < 0) snprintf(j->why, sizeof j->why, "%s", db->errmsg);
     if (sqlite3_get_autocommit(db->conn)) {
@@ -503,10 +498,10 @@ static void run_batch(tg_db *db, batch_job *jobs) {
       continue;
     }
     if (j->status < 0) {
-      int undone = savepoint(db, "ROLLBACK TO job");
+      int undone = run(db, "ROLLBACK TO job", NULL, NULL, false);
       if (undone < 0) r = undone; /* nothing can be trusted to commit */
     }
-    if (r == TG_OK) r = savepoint(db, "RELEASE job");
+    if (r == TG_OK) r = run(db, "RELEASE job", NULL, NULL, false);
   }
   if (r == TG_OK) r = tg_db_commit(db);
   if (r < 0) {
@@ -580,14 +575,14 @@ int tg_db_read_only(tg_db *db, bool on) {
   return run(db, on ? "PRAGMA query_only = ON" : "PRAGMA query_only = OFF", NULL, NULL, false);
 }
 
+/* Transaction statements run from the statement cache too: sqlite3_exec would parse them
+ * again at every call. */
 bool tg_db_snapshot(tg_db *db) {
-  return sqlite3_get_autocommit(db->conn) &&
-         sqlite3_exec(db->conn, "BEGIN DEFERRED", NULL, NULL, NULL) == SQLITE_OK;
+  return sqlite3_get_autocommit(db->conn) && run(db, "BEGIN DEFERRED", NULL, NULL, false) == 0;
 }
 
 void tg_db_snapshot_end(tg_db *db, bool began) {
-  if (began && sqlite3_exec(db->conn, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
-    sqlite3_exec(db->conn, "ROLLBACK", NULL, NULL, NULL);
+  if (began && run(db, "COMMIT", NULL, NULL, false) < 0) run(db, "ROLLBACK", NULL, NULL, false);
 }
 
 bool tg_db_writing(tg_db *db) { return sqlite3_txn_state(db->conn, NULL) == SQLITE_TXN_WRITE; }
@@ -750,7 +745,15 @@ static int configure(tg_db *db) {
   return 0;
 }
 
+/* SQLite counts the memory it holds under one process-wide mutex at every allocation (this
+ * build has no lookaside, so every row, cursor and statement allocates): with a connection
+ * per thread that mutex was contended on every call. Nothing here reads the counts. Must run
+ * before SQLite initializes; if something initialized it first, this is only slower. */
+static void sqlite_setup(void) { sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0); }
+
 int tg_db_open(const char *dir, tg_db **ret, char **reterr) {
+  static pthread_once_t setup = PTHREAD_ONCE_INIT;
+  pthread_once(&setup, sqlite_setup);
   *ret = NULL;
   if (reterr) *reterr = NULL;
   tg_db *db = calloc(1, sizeof *db);

@@ -211,7 +211,7 @@ static session *session_new(server *s, const char *principal, bool *full) {
     return NULL;
   }
   x->srv = s;
-  for (size_t i = 0; i < sizeof raw; i++) snprintf(x->id + 2 * i, 3, "%02x", raw[i]);
+  tg_hex(raw, sizeof raw, x->id);
   snprintf(x->principal, sizeof x->principal, "%s", principal);
   tg_mcp_session_init(&x->state);
   x->refs = 2; /* the table's and the caller's */

@@ -214,7 +214,7 @@ static bool state_mac(const char *principal, const char *subject, long long expi
   if (n < 0) return false;
   unsigned char mac[32];
   if (tg_hmac_sha256(state_key, sizeof state_key, msg, (size_t)n, mac) < 0) return false;
-  for (unsigned i = 0; i < sizeof mac; i++) snprintf(out + 2 * i, 3, "%02x", mac[i]);
+  tg_hex(mac, sizeof mac, out);
   return true;
 }
 

@@ -6,7 +6,8 @@
 
 int64_t tg_now_ms(void);          /* milliseconds since the Unix epoch */
 uint64_t tg_monotonic_ns(void);   /* for durations only */
-/* Formats ms since the epoch into out[TG_ISO_LEN + 1]. */
+/* Formats ms since the epoch into out[TG_ISO_LEN + 1]; times before the epoch or after year
+ * 9999 format as the nearest of the two. */
 void tg_iso8601(int64_t ms, char out[TG_ISO_LEN + 1]);
 /* The current time, formatted the same way. */
 void tg_now_iso(char out[TG_ISO_LEN + 1]);

@@ -4,7 +4,6 @@
 #include <gnutls/gnutls.h>
 #include <pthread.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
@@ -38,6 +37,16 @@ static bool id_random_bytes(unsigned char *out, size_t n) {
   return true;
 }
 
+void tg_hex(const void *bytes, size_t n, char *out) {
+  static const char digits[] = "0123456789abcdef";
+  const unsigned char *b = bytes;
+  for (size_t i = 0; i < n; i++) {
+    *out++ = digits[b[i] >> 4];
+    *out++ = digits[b[i] & 15];
+  }
+  *out = '\0';
+}
+
 int tg_uuid7(char out[TG_UUID_LEN + 1]) {
   unsigned char b[16];
   if (!id_random_bytes(b + 8, 8)) return TG_E_IO;
@@ -61,10 +70,16 @@ int tg_uuid7(char out[TG_UUID_LEN + 1]) {
   b[6] = (unsigned char)(0x70 | (seq >> 8));
   b[7] = (unsigned char)(seq & 0xff);
   b[8] = (unsigned char)(0x80 | (b[8] & 0x3f));
-  snprintf(out, TG_UUID_LEN + 1,
-           "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-           b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
-           b[15]);
+  /* 8-4-4-4-12 hex digits */
+  tg_hex(b, 4, out);
+  out[8] = '-';
+  tg_hex(b + 4, 2, out + 9);
+  out[13] = '-';
+  tg_hex(b + 6, 2, out + 14);
+  out[18] = '-';
+  tg_hex(b + 8, 2, out + 19);
+  out[23] = '-';
+  tg_hex(b + 10, 6, out + 24);
   return TG_OK;
 }
 
@@ -86,7 +101,7 @@ int tg_sha256(const void *data, size_t len, unsigned char out[32]) {
 int tg_sha256_hex(const void *data, size_t len, char out[65]) {
   unsigned char md[32];
   if (tg_sha256(data, len, md) < 0) return TG_E_IO;
-  for (unsigned int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", md[i]);
+  tg_hex(md, sizeof md, out);
   return TG_OK;
 }
 

@@ -10,6 +10,9 @@
 /* n bytes from the kernel's generator; false when it has none to give. */
 bool tg_random_bytes(void *out, size_t n);
 
+/* Lower-case hex of n bytes into out[2n + 1]. */
+void tg_hex(const void *bytes, size_t n, char *out);
+
 /* Writes a UUIDv7 (time-ordered, RFC 9562) as 36 characters plus NUL into out[37].
  * Returns 0, or TG_E_IO when the system gives no randomness. */
 int tg_uuid7(char out[TG_UUID_LEN + 1]);

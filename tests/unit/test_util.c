@@ -15,12 +15,28 @@ static void test_uuid7_is_versioned_and_ordered(void **state) {
   assert_int_equal(strlen(a), 36);
   assert_int_equal(a[14], '7');
   assert_true(strchr("89ab", a[19]) != NULL);
-  assert_int_equal(a[8], '-');
+  for (int i = 0; i < 36; i++) {
+    if (i == 8 || i == 13 || i == 18 || i == 23) assert_int_equal(a[i], '-');
+    else assert_true(strchr("0123456789abcdef", a[i]) != NULL);
+  }
+  /* The first 48 bits are the time in milliseconds. */
+  char ms_hex[13];
+  memcpy(ms_hex, a, 8);
+  memcpy(ms_hex + 8, a + 9, 4);
+  ms_hex[12] = '\0';
+  long long ms = strtoll(ms_hex, NULL, 16);
+  assert_true(ms <= tg_now_ms() && ms > tg_now_ms() - 5000);
   for (int i = 0; i < 5000; i++) { /* many per millisecond: still strictly increasing */
     assert_int_equal(tg_uuid7(b), 0);
     assert_true(strcmp(a, b) < 0);
     memcpy(a, b, sizeof a);
   }
+}
+
+static void test_hex(void **state) {
+  char out[9];
+  tg_hex((const unsigned char[]){0x00, 0x9f, 0xa0, 0xff}, 4, out);
+  assert_string_equal(out, "009fa0ff");
 }
 
 static void test_tokens_are_random_and_hashed(void **state) {
@@ -38,6 +54,12 @@ static void test_iso8601(void **state) {
   char out[TG_ISO_LEN + 1];
   tg_iso8601(1764504896789LL, out);
   assert_string_equal(out, "2025-11-30T12:14:56.789Z");
+  tg_iso8601(951782400007LL, out); /* a leap day, single digits everywhere */
+  assert_string_equal(out, "2000-02-29T00:00:00.007Z");
+  tg_iso8601(-1, out);
+  assert_string_equal(out, "1970-01-01T00:00:00.000Z");
+  tg_iso8601(INT64_MAX, out);
+  assert_string_equal(out, "9999-12-31T23:59:59.999Z");
 }
 
 static void test_truncate_keeps_small_values(void **state) {
@@ -115,6 +137,7 @@ static void test_error_envelope(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_uuid7_is_versioned_and_ordered),
+      cmocka_unit_test(test_hex),
       cmocka_unit_test(test_tokens_are_random_and_hashed),
       cmocka_unit_test(test_iso8601),
       cmocka_unit_test(test_truncate_keeps_small_values),
