@@ -2,12 +2,13 @@
  * each opening a 2025-11-25 session (initialize, notifications/initialized, then the
  * Mcp-Session-Id header) or speaking 2026-07-28 statelessly (--modern: params._meta and the
  * routing headers), then sending tools/call of one tool, tools/list, or both alternating
- * (--mix) for a given time. Prints requests/s, p50/p90/p99 latency, errors and how many tools
+ * (--mix) for a given time; --mix ping sends ping, which no tool or database serves: the cost
+ * of the transport and the JSON-RPC layer alone. Prints requests/s, p50/p90/p99 latency, errors and how many tools
  * the last tools/list answer held; a non-2xx status, a JSON-RPC error, a tool result with
  * isError, or an unreadable response is an error.
  *
  *   bench_http_load --url http://127.0.0.1:PORT/mcp [--connections N] [--duration S]
- *                   [--tool NAME] [--mix call|list|both] [--modern]
+ *                   [--tool NAME] [--mix call|list|both|ping] [--modern]
  *
  * Blocking sockets and one thread per connection: the generator stays simple and, written in
  * C, is not the bottleneck at the concurrencies measured (1 to 64). */
@@ -41,7 +42,7 @@ typedef struct options {
   unsigned connections;
   unsigned duration_s;
   const char *tool;
-  bool calls, lists; /* what --mix sends */
+  bool calls, lists, pings; /* what --mix sends */
   bool modern;
 } options;
 
@@ -263,6 +264,7 @@ static void *run(void *arg) {
   }
   while (now_ns() < c->deadline_ns && c->n_lat < MAX_SAMPLES_PER_CONN) {
     bool call = c->o->calls && (!c->o->lists || c->next_id % 2 == 0);
+    const char *method = c->o->pings ? "ping" : call ? "tools/call" : "tools/list";
     long id = ++c->next_id;
     if (call)
       snprintf(body, sizeof body,
@@ -270,10 +272,10 @@ static void *run(void *arg) {
                "\"arguments\":{}%s}}", id, c->o->tool, meta);
     else
       snprintf(body, sizeof body,
-               "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"method\":\"tools/list\",\"params\":{%s}}", id,
-               c->o->modern ? meta + 1 : "");
+               "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"method\":\"%s\",\"params\":{%s}}", id,
+               method, c->o->modern ? meta + 1 : "");
     int64_t t0 = now_ns();
-    bool ok = exchange(c, call ? "tools/call" : "tools/list", call ? c->o->tool : NULL, body, false);
+    bool ok = exchange(c, method, call ? c->o->tool : NULL, body, false);
     int64_t us = (now_ns() - t0) / 1000;
     if (!ok) c->errors++;
     if (c->n_lat % 4096 == 0) {
@@ -294,7 +296,7 @@ static int cmp_u32(const void *a, const void *b) {
 static int usage(const char *why) {
   if (why) fprintf(stderr, "bench_http_load: %s\n", why);
   fprintf(stderr, "usage: bench_http_load --url http://127.0.0.1:PORT/PATH [--connections N]\n"
-                  "                       [--duration SECONDS] [--tool NAME] [--mix call|list|both]\n"
+                  "                       [--duration SECONDS] [--tool NAME] [--mix call|list|both|ping]\n"
                   "                       [--modern]\n");
   return 2;
 }
@@ -341,7 +343,8 @@ int main(int argc, char **argv) {
       const char *mix = argv[++i];
       if (strcmp(mix, "call") == 0) o.lists = false;
       else if (strcmp(mix, "list") == 0) o.calls = false;
-      else if (strcmp(mix, "both") != 0) return usage("--mix takes call, list or both");
+      else if (strcmp(mix, "ping") == 0) o.calls = o.lists = false, o.pings = true;
+      else if (strcmp(mix, "both") != 0) return usage("--mix takes call, list, both or ping");
     } else if (strcmp(arg, "--modern") == 0) {
       o.modern = true;
     } else {

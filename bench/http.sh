@@ -5,7 +5,8 @@
 # serves it with --conformance-fixtures, through its full gate and audit path). Two loads, each
 # at 1, 8 and 64 connections for BENCH_SECONDS (default 5) against each side, on 2025-11-25
 # sessions: tools/call only (the same tool and answer on both sides), then tools/list only
-# (not the same list: the table says how many tools each side lists). Then it prints both
+# (not the same list: the table says how many tools each side lists), then ping (no tool and no
+# database: what the transport and the JSON-RPC layer cost each side). Then it prints both
 # sides, the ratio, idle RSS (after start, before load) and peak RSS (VmHWM), and stops both
 # by PID.
 set -euo pipefail
@@ -66,12 +67,12 @@ tg_idle="$(rss "$tg_pid" VmRSS)"
 peer_idle="$(rss "$peer_pid" VmRSS)"
 
 declare -A res
-for mix in call list; do
+for mix in call list ping; do
   for c in 1 8 64; do
     for side in tg peer; do
       url="$tg_url"
       [ "$side" = peer ] && url="$peer_url"
-      echo "bench/http.sh: $side, tools/$mix, $c connections, ${seconds}s ..." >&2
+      echo "bench/http.sh: $side, $mix, $c connections, ${seconds}s ..." >&2
       res[$side.$mix.$c]="$("$build/bench_http_load" --url "$url" --connections "$c" --duration "$seconds" --mix "$mix" || true)"
     done
   done
@@ -86,10 +87,12 @@ echo "toolgate Streamable HTTP benchmark, $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 echo "machine: $(nproc) cores, CPU: ${cpu:-unknown}, $(uname -sr); load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "peer: @modelcontextprotocol/sdk $(node -p "require('$peer/node_modules/@modelcontextprotocol/sdk/package.json').version"), node $(node --version)"
 echo "load: bench_http_load, 2025-11-25 sessions, ${seconds}s per run"
-for mix in call list; do
+for mix in call list ping; do
   echo
   if [ "$mix" = call ]; then
     echo "tools/call test_simple_text (toolgate: gated and audited, every call's rows committed before its answer)"
+  elif [ "$mix" = ping ]; then
+    echo "ping (no tool, no database: the transport and the JSON-RPC layer alone)"
   else
     echo "tools/list (toolgate lists $(field "${res[tg.list.1]}" listed_tools) tools with their schemas, the TS SDK peer $(field "${res[peer.list.1]}" listed_tools))"
   fi
