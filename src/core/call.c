@@ -26,7 +26,30 @@ typedef struct call_state {
   uint64_t started_ns;
   char run_id[TG_UUID_LEN + 1]; /* the run the telemetry row belongs to, "" for none */
   bool run_written;             /* the call's own run is committed */
+  /* What the telemetry row says whatever the outcome (prepare_telemetry): made on the
+   * caller's thread, so that the shared transaction, which runs one job at a time, adds only
+   * the outcome. */
+  char *step;        /* "tool:NAME" */
+  char *args_text;   /* the arguments, truncated, as JSON */
+  char *called_text; /* the name the caller used, truncated, as a JSON string */
 } call_state;
+
+static void call_state_done(call_state *st) {
+  tg_principal_free(st->principal);
+  free(st->step);
+  free(st->args_text);
+  free(st->called_text);
+}
+
+/* Bytes of an unknown tool's name that telemetry keeps: at most CALLED_AS_MAX, ending on a
+ * whole UTF-8 character. */
+static size_t called_as_len(const char *name) {
+  size_t n = strnlen(name, CALLED_AS_MAX + 1);
+  if (n <= CALLED_AS_MAX) return n;
+  n = CALLED_AS_MAX;
+  while (n > 0 && ((unsigned char)name[n] & 0xc0) == 0x80) n--;
+  return n;
+}
 
 int tg_fail(tg_call_ctx *cx, tg_errcode code, json_t *details, const char *fmt, ...) {
   char *message = NULL;
@@ -120,36 +143,52 @@ static const char *level_of(tg_errcode code) {
   return "WARN";
 }
 
-/* The agent_run_logs row of seed 000 §5. */
+/* The parts of the telemetry row that do not depend on the outcome; once per call. */
+static int prepare_telemetry(call_state *st) {
+  if (st->step) return TG_OK;
+  size_t called_len = called_as_len(st->req->tool);
+  _cleanup_json_ json_t *called = json_stringn(st->req->tool, called_len);
+  _cleanup_json_ json_t *args = tg_json_truncate(st->args, TG_ARGS_LOG_MAX);
+  if (!called || !args) return TG_E_NOMEM;
+  if (st->tool ? asprintf(&st->step, "tool:%s", st->tool->name) < 0
+               : asprintf(&st->step, "tool:%.*s", (int)called_len, st->req->tool) < 0) {
+    st->step = NULL;
+    return TG_E_NOMEM;
+  }
+  st->called_text = json_dumps(called, JSON_ENCODE_ANY);
+  st->args_text = json_dumps(args, JSON_COMPACT | JSON_ENCODE_ANY);
+  return st->called_text && st->args_text ? TG_OK : TG_E_NOMEM;
+}
+
+/* The agent_run_logs row of seed 000 §5. Its metadata is the prepared JSON texts joined
+ * with the outcome's numbers and names, which need no escaping. */
 static int write_telemetry(call_state *st, tg_db *db, tg_errcode code, const char *message,
                            int64_t cost_cents) {
+  int r = prepare_telemetry(st);
+  if (r < 0) return r;
   const tg_principal *p = st->principal;
   char id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
   if (tg_uuid7(id) < 0) return TG_E_IO;
   tg_now_iso(now);
   double ms = (double)(tg_monotonic_ns() - st->started_ns) / 1e6;
-
-  char called[CALLED_AS_MAX + 1];
-  snprintf(called, sizeof called, "%s", st->req->tool);
-  _cleanup_free_ char *step = NULL;
-  if (asprintf(&step, "tool:%s", st->tool ? st->tool->name : called) < 0) return TG_E_NOMEM;
   _cleanup_free_ char *line = NULL;
   if (asprintf(&line, "%s%s%.200s", code ? tg_errcode_name(code) : "ok", code ? ": " : "",
                code ? message : "") < 0)
     return TG_E_NOMEM;
-
-  json_t *args = tg_json_truncate(st->args, TG_ARGS_LOG_MAX);
-  json_t *meta = json_pack("{s:o?,s:f,s:I,s:s,s:s}", "args", args, "durationMs", ms,
-                           "costCents", (json_int_t)cost_cents, "surface",
-                           tg_surface_name(st->req->surface), "calledAs", called);
-  if (!meta) return TG_E_NOMEM;
-  if (code) json_object_set_new(meta, "code", json_string(tg_errcode_name(code)));
+  _cleanup_free_ char *meta = NULL;
+  if (asprintf(&meta,
+               "{\"args\":%s,\"durationMs\":%.3f,\"costCents\":%lld,\"surface\":\"%s\","
+               "\"calledAs\":%s%s%s%s}",
+               st->args_text, ms, (long long)cost_cents, tg_surface_name(st->req->surface),
+               st->called_text, code ? ",\"code\":\"" : "", code ? tg_errcode_name(code) : "",
+               code ? "\"" : "") < 0)
+    return TG_E_NOMEM;
   return tg_db_exec(db,
                     "INSERT INTO agent_run_logs (id, tenant_id, run_id, principal_id, step,"
                     " level, message, metadata, created_at)"
                     " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                    json_pack("[sss?ssssos]", id, p->tenant_id, *st->run_id ? st->run_id : NULL,
-                              p->id, step, level_of(code), line, meta, now),
+                    json_pack("[sss?ssssss]", id, p->tenant_id, *st->run_id ? st->run_id : NULL,
+                              p->id, st->step, level_of(code), line, meta, now),
                     NULL);
 }
 
@@ -295,6 +334,7 @@ static int execute(call_state *st, tg_call_result *ret) {
   if (st->principal->kind == TG_PRINCIPAL_AGENT && !st->req->run_id && tg_uuid7(st->run_id) < 0)
     return internal(st, ret, "no run id", false);
   cx.run_id = *st->run_id ? st->run_id : NULL;
+  if (prepare_telemetry(st) < 0) return internal(st, ret, "out of memory", false);
 
   json_t *result = NULL;
   int r = interactive ? run_interactive(st, &cx, &result) : TG_OK;
@@ -355,8 +395,8 @@ int tg_call(const tg_env *env, const tg_call_request *req, tg_call_result *ret) 
   if (!st.tool) {
     tg_db_snapshot_end(env->db, snapshot);
     r = reject(&st, ret, TG_ERR_NOT_FOUND, "No tool by that name.",
-               json_pack("{s:s%}", "tool", req->tool, strnlen(req->tool, CALLED_AS_MAX)));
-    tg_principal_free(st.principal);
+               json_pack("{s:s%}", "tool", req->tool, called_as_len(req->tool)));
+    call_state_done(&st);
     return r;
   }
 
@@ -379,7 +419,7 @@ int tg_call(const tg_env *env, const tg_call_request *req, tg_call_result *ret) 
     r = execute(&st, ret);
   }
   tg_refusal_done(&refusal);
-  tg_principal_free(st.principal);
+  call_state_done(&st);
   return r;
 }
 

@@ -207,6 +207,31 @@ static void test_unknown_tool_is_not_found(void **state) {
   tg_call_result_done(&res);
   _cleanup_json_ json_t *log = last_log(w->f);
   assert_string_equal(json_string_value(json_object_get(log, "step")), "tool:no.such.tool");
+  json_t *meta = json_object_get(log, "metadata");
+  assert_string_equal(json_string_value(json_object_get(meta, "calledAs")), "no.such.tool");
+  assert_string_equal(json_string_value(json_object_get(meta, "surface")), "agent");
+  assert_true(json_is_object(json_object_get(meta, "args")));
+  assert_true(json_is_real(json_object_get(meta, "durationMs")));
+}
+
+/* A name longer than telemetry keeps is cut on a whole character: its 128th byte here is
+ * the first of a two-byte "é", so 127 bytes remain, and the row is still written. */
+static void test_long_unknown_name_is_cut_on_a_character(void **state) {
+  world *w = *state;
+  char name[200], kept[128];
+  memset(kept, 'a', 127);
+  kept[127] = '\0';
+  snprintf(name, sizeof name, "%s\xc3\xa9\"quoted\"", kept);
+  tg_call_result res;
+  expect_refusal(w, w->writer, TG_SURFACE_AGENT, name, "{}", NULL, "not_found", &res);
+  assert_string_equal(json_string_value(json_object_get(details(&res), "tool")), kept);
+  tg_call_result_done(&res);
+  _cleanup_json_ json_t *log = last_log(w->f);
+  assert_string_equal(json_string_value(json_object_get(json_object_get(log, "metadata"), "calledAs")),
+                      kept);
+  char step[140];
+  snprintf(step, sizeof step, "tool:%s", kept);
+  assert_string_equal(json_string_value(json_object_get(log, "step")), step);
 }
 
 static void test_missing_permission_is_denied(void **state) {
@@ -605,6 +630,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_success_writes_everything_once, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lookup_by_every_name, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unknown_tool_is_not_found, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_long_unknown_name_is_cut_on_a_character, setup, teardown),
       cmocka_unit_test_setup_teardown(test_missing_permission_is_denied, setup, teardown),
       cmocka_unit_test_setup_teardown(test_grants_are_read_live, setup, teardown),
       cmocka_unit_test_setup_teardown(test_wrong_surface_is_denied, setup, teardown),
