@@ -146,12 +146,18 @@ static const char *level_of(tg_errcode code) {
 /* The parts of the telemetry row that do not depend on the outcome; once per call. */
 static int prepare_telemetry(call_state *st) {
   if (st->step) return TG_OK;
-  size_t called_len = called_as_len(st->req->tool);
-  _cleanup_json_ json_t *called = json_stringn(st->req->tool, called_len);
+  const char *name = st->req->tool;
+  size_t called_len = called_as_len(name);
+  _cleanup_json_ json_t *called = json_stringn(name, called_len);
+  if (!called) { /* not UTF-8: the row must stay readable */
+    name = "?";
+    called_len = 1;
+    called = json_string(name);
+  }
   _cleanup_json_ json_t *args = tg_json_truncate(st->args, TG_ARGS_LOG_MAX);
   if (!called || !args) return TG_E_NOMEM;
   if (st->tool ? asprintf(&st->step, "tool:%s", st->tool->name) < 0
-               : asprintf(&st->step, "tool:%.*s", (int)called_len, st->req->tool) < 0) {
+               : asprintf(&st->step, "tool:%.*s", (int)called_len, name) < 0) {
     st->step = NULL;
     return TG_E_NOMEM;
   }

@@ -232,6 +232,12 @@ static void test_long_unknown_name_is_cut_on_a_character(void **state) {
   char step[140];
   snprintf(step, sizeof step, "tool:%s", kept);
   assert_string_equal(json_string_value(json_object_get(log, "step")), step);
+
+  /* A name that is not UTF-8 at all still leaves a readable row. */
+  expect_refusal(w, w->writer, TG_SURFACE_API, "bad\xff", "{}", NULL, "not_found", &res);
+  tg_call_result_done(&res);
+  _cleanup_json_ json_t *bad = last_log(w->f);
+  assert_string_equal(json_string_value(json_object_get(bad, "step")), "tool:?");
 }
 
 static void test_missing_permission_is_denied(void **state) {
