@@ -37,6 +37,13 @@ void fixture_free(fixture *f) {
   free(f);
 }
 
+int fixture_world_free(void **state) {
+  fixture **world = *state; /* a pointer to a struct is one to its first member */
+  fixture_free(*world);
+  free(world);
+  return 0;
+}
+
 int fixture_call(fixture *f, const char *principal, tg_surface surface, const char *tool,
                  const char *args, const char *run_id, tg_call_result *ret) {
   json_error_t err;

@@ -17,6 +17,9 @@ typedef struct fixture {
 /* extra: one more provider to register after the built-in ones, or NULL. */
 fixture *fixture_new(const tg_provider *extra);
 void fixture_free(fixture *f);
+/* The cmocka teardown of a test's world: a struct allocated with calloc whose first member is
+ * its fixture *. Frees both. */
+int fixture_world_free(void **state);
 
 /* Calls tool as principal; args is JSON text. Returns tg_call's status; *ret filled. */
 int fixture_call(fixture *f, const char *principal, tg_surface surface, const char *tool,

@@ -4,6 +4,7 @@
 #include "fixture.h"
 #include "support.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #include "core/principal.h"
@@ -22,12 +23,8 @@ static int setup(void **state) {
   return 0;
 }
 
-static int teardown(void **state) {
-  world *w = *state;
-  fixture_free(w->f);
-  free(w);
-  return 0;
-}
+_Static_assert(offsetof(world, f) == 0, "fixture_world_free finds the fixture first");
+static int teardown(void **state) { return fixture_world_free(state); }
 
 static int64_t epoch(fixture *f) {
   int64_t n = -1;

@@ -1,6 +1,7 @@
 /* tg_call end to end on a real SQLite file: every gate, the transaction, telemetry. */
 #include "support.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,12 +114,8 @@ static int setup(void **state) {
   return 0;
 }
 
-static int teardown(void **state) {
-  world *w = *state;
-  fixture_free(w->f);
-  free(w);
-  return 0;
-}
+_Static_assert(offsetof(world, f) == 0, "fixture_world_free finds the fixture first");
+static int teardown(void **state) { return fixture_world_free(state); }
 
 static json_t *last_log(fixture *f) {
   json_t *row = NULL;

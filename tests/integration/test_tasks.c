@@ -6,6 +6,7 @@
 #include "support.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,12 +219,8 @@ static int setup(void **state) {
   return 0;
 }
 
-static int teardown(void **state) {
-  world *w = *state;
-  fixture_free(w->f);
-  free(w);
-  return 0;
-}
+_Static_assert(offsetof(world, f) == 0, "fixture_world_free finds the fixture first");
+static int teardown(void **state) { return fixture_world_free(state); }
 
 static char *repeat(char c, size_t n) {
   char *s = malloc(n + 1);
