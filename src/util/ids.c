@@ -1,5 +1,6 @@
 #include "util/ids.h"
 
+#include <errno.h>
 #include <gnutls/crypto.h>
 #include <gnutls/gnutls.h>
 #include <pthread.h>
@@ -16,7 +17,15 @@ static pthread_mutex_t clock_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t last_ms;
 static unsigned sequence;
 
-bool tg_random_bytes(void *out, size_t n) { return getrandom(out, n, 0) == (ssize_t)n; }
+bool tg_random_bytes(void *out, size_t n) {
+  /* Above 256 bytes a signal can cut a read short: take the rest in more reads. */
+  for (size_t got = 0; got < n;) {
+    ssize_t r = getrandom((unsigned char *)out + got, n - got, 0);
+    if (r < 0 && errno != EINTR) return false;
+    if (r > 0) got += (size_t)r;
+  }
+  return true;
+}
 
 /* An id's random bits come from a buffer of each thread's, refilled from the kernel 512 bytes
  * at a time: a system call per id was two of a tool call's thirty. They are not secrets;
