@@ -1453,11 +1453,17 @@ static enum MHD_Result handle_get(server *s, struct MHD_Connection *conn, tg_db 
             : queue_rpc_error(conn, status, TG_RPC_INVALID_REQUEST, why);
 }
 
-/* libmicrohttpd's own messages are about single connections (a client that closed an SSE
- * stream, which is how listen streams normally end): debug lines, not operator news. */
-static void mhd_log(void *cls, const char *fmt, va_list ap) {
+/* libmicrohttpd reports what an operator should see (a thread it could not start, the
+ * connection limit reached, a socket error), and also a client that went away in the middle
+ * of an answer, which is how SSE streams normally end: that one stays a debug line. */
+__attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char *fmt,
+                                                          va_list ap) {
   (void)cls;
-  tg_vlog(TG_LOG_DEBUG, fmt, ap);
+  char line[512];
+  vsnprintf(line, sizeof line, fmt, ap);
+  line[strcspn(line, "\n")] = '\0';
+  bool client_gone = strstr(line, "no longer available") || strstr(line, "Connection reset");
+  tg_log(client_gone ? TG_LOG_DEBUG : TG_LOG_WARN, "http: %s", line);
 }
 
 /* What a request's headers decide, before any of its body is read: the route, the origin and
@@ -1610,11 +1616,12 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                    MHD_USE_ERROR_LOG | (addr.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
   h->daemon = MHD_start_daemon(
-      flags, 0, NULL, NULL, on_request, &h->s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-      MHD_OPTION_CONNECTION_LIMIT, (unsigned)TG_HTTP_MAX_CONNECTIONS,
-      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-      &h->s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, &h->s, MHD_OPTION_EXTERNAL_LOGGER,
-      mhd_log, NULL, MHD_OPTION_END);
+      /* The logger first: messages about the options that follow go through it too. */
+      flags, 0, NULL, NULL, on_request, &h->s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+      MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT,
+      (unsigned)TG_HTTP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+      MHD_OPTION_NOTIFY_COMPLETED, on_completed, &h->s, MHD_OPTION_NOTIFY_CONNECTION,
+      on_connection, &h->s, MHD_OPTION_END);
   if (!h->daemon) {
     tg_log(TG_LOG_ERROR, "serve: cannot listen on %s: %s", cfg->listen, strerror(errno));
     tg_http_stop(h);

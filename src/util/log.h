@@ -3,7 +3,4 @@
 
 typedef enum { TG_LOG_DEBUG, TG_LOG_INFO, TG_LOG_WARN, TG_LOG_ERROR } tg_log_level;
 
-#include <stdarg.h>
-
 void tg_log(tg_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void tg_vlog(tg_log_level level, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
