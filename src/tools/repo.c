@@ -82,14 +82,14 @@ int tg_repo_record(tg_call_ctx *cx, tg_scope_repo *repo, tg_repo_move *move) {
   return record(cx, repo, move, false);
 }
 
-/* Marks move id applied or abandoned (column) on db: outside the call's transaction when
- * the call's own connection is given. */
-static int mark_move(tg_db *db, const char *id, const char *column) {
+/* Marks move id applied, or abandoned, on db. */
+static int mark_move(tg_db *db, const char *id, bool applied) {
   char now[TG_ISO_LEN + 1];
   tg_now_iso(now);
-  char sql[96];
-  snprintf(sql, sizeof sql, "UPDATE repo_ref_moves SET %s = $2 WHERE id = $1", column);
-  return tg_db_exec(db, sql, json_pack("[ss]", id, now), NULL);
+  return tg_db_exec(db,
+                    applied ? "UPDATE repo_ref_moves SET applied_at = $2 WHERE id = $1"
+                            : "UPDATE repo_ref_moves SET abandoned_at = $2 WHERE id = $1",
+                    json_pack("[ss]", id, now), NULL);
 }
 
 /* A recorded move waiting for its call's transaction to commit. */
@@ -109,12 +109,14 @@ static void publish_step_free(void *arg) {
   free(p);
 }
 
-/* The branch went to another writer: the move will never apply. Marks it abandoned and runs
- * the handler's undo statement, in a transaction of their own. */
-static int abandon(tg_call_ctx *cx, publish_step *p) {
+/* After the call's commit, in a transaction of its own (which waits its turn behind other
+ * writers instead of racing them): marks the move applied; or abandoned, when the branch
+ * went to another writer, with the handler's undo statement. */
+static int conclude(tg_call_ctx *cx, publish_step *p, bool applied) {
   int r = tg_db_begin(cx->db);
-  if (r == TG_OK) r = mark_move(cx->db, p->move.id, "abandoned_at");
-  if (r == TG_OK && p->undo_sql) r = tg_db_exec(cx->db, p->undo_sql, TAKE_PTR(p->undo_params), NULL);
+  if (r == TG_OK) r = mark_move(cx->db, p->move.id, applied);
+  if (r == TG_OK && !applied && p->undo_sql)
+    r = tg_db_exec(cx->db, p->undo_sql, TAKE_PTR(p->undo_params), NULL);
   if (r == TG_OK) r = tg_db_commit(cx->db);
   if (r < 0) tg_db_rollback(cx->db);
   return r;
@@ -133,12 +135,12 @@ static int publish_after_commit(tg_call_ctx *cx, void *arg) {
   if (r < 0) return r;
   if (applied) {
     /* The branch holds the move either way: a mark that fails is made by the next use. */
-    if (mark_move(cx->db, move->id, "applied_at") < 0)
+    if (conclude(cx, p, true) < 0)
       tg_log(TG_LOG_WARN, "repo %s: move %s applied but not marked: %s", p->label, move->id,
              tg_db_errmsg(cx->db));
     return TG_OK;
   }
-  r = abandon(cx, p);
+  r = conclude(cx, p, false);
   if (r < 0) return r;
   return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
                  json_pack("{s:s,s:s,s:s,s:s}", "reason", "concurrent_write", "repo", p->label,
@@ -164,9 +166,10 @@ int tg_repo_publish(tg_call_ctx *cx, tg_scope_repo *repo, const tg_repo_move *mo
 }
 
 /* Finishes the moves a process recorded but did not live to apply (pending: neither applied
- * nor abandoned), in the order recorded: a move whose branch still holds its old value is
- * made; one whose branch holds its new value is marked applied; one whose branch went
- * elsewhere is marked abandoned (that writer's value stands). The pending moves are read on
+ * nor abandoned), in the order recorded: one whose branch holds its new commit (at its tip or
+ * under later ones) is marked applied; one whose branch still holds its old value is made;
+ * one whose branch went elsewhere is marked abandoned (that writer's value stands). The
+ * move's own call may finish it meanwhile (its after-commit step): the branch tells. The pending moves are read on
  * the call's own connection, which sees committed rows only: a move another call recorded in
  * a transaction shared with this one (tg_db_batch) may still roll back. */
 static int settle(tg_call_ctx *cx, tg_scope_repo *repo) {
@@ -181,21 +184,19 @@ static int settle(tg_call_ctx *cx, tg_scope_repo *repo) {
     if (r < 0) break;
     const char *id = tg_json_str(row, "id"), *branch = tg_json_str(row, "branch");
     const char *old_sha = tg_json_str(row, "old_sha"), *new_sha = tg_json_str(row, "new_sha");
+    bool applied = false;
+    r = tg_git_contains(repo->git, branch, new_sha, &applied);
     char tip[TG_GIT_SHA_LEN + 1] = "";
-    r = tg_git_tip(repo->git, branch, tip);
-    if (r == TG_E_NOTFOUND) r = TG_OK;
-    if (r < 0) break;
-    const char *outcome = "abandoned_at";
-    if (strcmp(tip, new_sha) == 0) {
-      outcome = "applied_at";
-    } else if (strcmp(tip, old_sha ? old_sha : "") == 0) {
+    if (r == TG_OK && !applied && (r = tg_git_tip(repo->git, branch, tip)) == TG_E_NOTFOUND)
+      r = TG_OK;
+    if (r == TG_OK && !applied && strcmp(tip, old_sha ? old_sha : "") == 0) {
       tg_log(TG_LOG_WARN, "repo %s: finishing the recorded move of %s to %s", repo->label,
              branch, new_sha);
       r = tg_git_move(repo->git, branch, old_sha, new_sha, "toolgate: finish a recorded move");
-      if (r == TG_OK) outcome = "applied_at";
-      if (r == TG_E_CONSTRAINT) r = TG_OK; /* taken meanwhile by a writer outside toolgate */
+      applied = r == TG_OK;
+      if (r == TG_E_CONSTRAINT) r = tg_git_contains(repo->git, branch, new_sha, &applied);
     }
-    if (r == TG_OK) r = mark_move(cx->db, id, outcome);
+    if (r == TG_OK) r = mark_move(cx->db, id, applied);
   }
   return r;
 }

@@ -786,6 +786,42 @@ static void test_changes_outside_stand(void **state) {
                             " WHERE applied_at IS NULL AND abandoned_at IS NULL"), 0);
 }
 
+/* A move left pending by a process that died, whose commit another writer then put on the
+ * branch and built on: the branch holds it, so the next use marks it applied (not abandoned)
+ * and leaves the branch where that writer put it. */
+static void test_pending_move_already_built_on(void **state) {
+  world *w = *state;
+  _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
+  _cleanup_free_ char *before = tip_of(dir);
+  tg_call_test_die_after_commit = true;
+  json_decref(expect(w, w->worker, "commitToRepo",
+                     "{\"files\":[{\"path\":\"kept.md\",\"content\":\"k\",\"mode\":\"add\"}],"
+                     "\"commitMessage\":\"kept\"}",
+                     NULL, ""));
+  tg_call_test_die_after_commit = false;
+  _cleanup_json_ json_t *row = NULL;
+  assert_int_equal(tg_db_query_row(w->f->db,
+                                   "SELECT id, new_sha FROM repo_ref_moves"
+                                   " WHERE applied_at IS NULL AND abandoned_at IS NULL",
+                                   NULL, &row),
+                   0);
+  assert_non_null(row);
+  const char *made = json_string_value(json_object_get(row, "new_sha"));
+  _cleanup_free_ char *stalled = tip_of(dir);
+  assert_string_equal(stalled, before);
+  assert_int_equal(sh("git -C %s update-ref refs/heads/main $(git -C %s commit-tree %s^{tree} -p %s"
+                      " -m outside)", dir, dir, made, made), 0);
+  _cleanup_free_ char *outside = tip_of(dir);
+  json_decref(expect_api(w, "repo.repository.list", "{}", "")); /* uses the repository */
+  _cleanup_free_ char *now = tip_of(dir);
+  assert_string_equal(now, outside);
+  char sql[256];
+  snprintf(sql, sizeof sql,
+           "SELECT COUNT(*) AS n FROM repo_ref_moves WHERE id = '%s' AND applied_at IS NOT NULL"
+           " AND abandoned_at IS NULL", json_string_value(json_object_get(row, "id")));
+  assert_int_equal(count(w, sql), 1);
+}
+
 int main(void) {
   if (system("git --version >/dev/null 2>&1") != 0) {
     puts("the git program is needed to check the repositories");
@@ -796,7 +832,7 @@ int main(void) {
       cmocka_unit_test(test_edit_agent_file),       cmocka_unit_test(test_pull_requests),
       cmocka_unit_test(test_create_sub_agent),      cmocka_unit_test(test_failure_between_steps),
       cmocka_unit_test(test_concurrent_writer),     cmocka_unit_test(test_repository_list_bounds),
-      cmocka_unit_test(test_changes_outside_stand),
+      cmocka_unit_test(test_changes_outside_stand), cmocka_unit_test(test_pending_move_already_built_on),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
