@@ -33,9 +33,10 @@ int tg_db_rollback(tg_db *db); /* harmless when no transaction is open */
  * the same database file; when fn fails (< 0), what it wrote is undone and the others'
  * stays. Returns fn's status once the transaction committed, or the failure that kept it
  * from committing (then nothing fn wrote remains). fn may run on another thread, on the
- * connection the file's batches write through: it must use only the db it is given and what
- * arg holds, must neither begin nor end a transaction, and cannot queue a job itself
- * (refused, TG_E_INVAL). db must not be in a transaction. */
+ * connection the file's batches write through: it must write only through the db it is given,
+ * must neither begin nor end a transaction, and cannot queue a job itself (refused,
+ * TG_E_INVAL). It may read through the caller's db, idle meanwhile, which sees only rows
+ * committed before (never the batch's). db must not be in a transaction. */
 typedef int (*tg_db_job_fn)(void *arg, tg_db *db);
 int tg_db_batch(tg_db *db, tg_db_job_fn fn, void *arg);
 

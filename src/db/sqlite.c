@@ -454,8 +454,10 @@ enum { BATCH_MAX = 64 }; /* jobs in one transaction */
 
 static int configure(tg_db *db);
 
-/* The file's writer, opened at its first use; NULL (logged) when it cannot be. Only the
- * thread leading a batch calls it. */
+/* The file's writer, opened at its first use; NULL (logged) when it cannot be, and the
+ * batch fails: a caller's own connection never writes a batch, so that while a job runs, its
+ * caller's connection sees committed rows only (see tg_db_batch). Only the thread leading a
+ * batch calls it. */
 static tg_db *file_writer(shared_file *f) {
   if (f->writer) return f->writer;
   tg_db *w = calloc(1, sizeof *w);
@@ -466,16 +468,24 @@ static tg_db *file_writer(shared_file *f) {
   int rc = sqlite3_open_v2(f->path, &w->conn,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE, NULL);
   if (rc != SQLITE_OK || configure(w) < 0) {
-    tg_log(TG_LOG_WARN, "db: %s: no writer connection for group commits (%s); each leader's own"
-           " connection writes", f->path, w->conn ? sqlite3_errmsg(w->conn) : "out of memory");
+    tg_log(TG_LOG_ERROR, "db: %s: cannot open the connection writes go through: %s", f->path,
+           w->conn ? sqlite3_errmsg(w->conn) : "out of memory");
     tg_db_close(w);
     return NULL;
   }
   return f->writer = w;
 }
 
-/* Runs jobs (a list of at most BATCH_MAX) in one transaction on db and sets their status. */
+/* Runs jobs (a list of at most BATCH_MAX) in one transaction on db (NULL: there is no
+ * writer, they fail) and sets their status. */
 static void run_batch(tg_db *db, batch_job *jobs) {
+  if (!db) {
+    for (batch_job *j = jobs; j; j = j->next) {
+      j->status = TG_E_DB;
+      snprintf(j->why, sizeof j->why, "no connection to write through");
+    }
+    return;
+  }
   int r = tg_db_begin(db);
   for (batch_job *j = jobs; j; j = j->next) {
     if (r < 0) {
@@ -545,13 +555,14 @@ int tg_db_batch(tg_db *db, tg_db_job_fn fn, void *arg) {
     /* The writer counts down the leader's failure hook (tg_db_fail_after), as the leader's
      * own connection would. */
     tg_db *w = file_writer(f);
-    if (!w) w = db;
-    w->fail_after = db->fail_after;
+    if (w) w->fail_after = db->fail_after;
     running_jobs = true;
     run_batch(w, batch);
     running_jobs = false;
-    db->fail_after = w->fail_after;
-    if (w != db) w->fail_after = 0;
+    if (w) {
+      db->fail_after = w->fail_after;
+      w->fail_after = 0;
+    }
     for (batch_job *j = batch, *next; j; j = next) {
       next = j->next; /* j's owner may return (and free it) once woken */
       j->done = true;
