@@ -39,6 +39,8 @@ int tg_db_rollback(tg_db *db); /* harmless when no transaction is open */
  * committed before (never the batch's). db must not be in a transaction. */
 typedef int (*tg_db_job_fn)(void *arg, tg_db *db);
 int tg_db_batch(tg_db *db, tg_db_job_fn fn, void *arg);
+/* Tests: called by tg_db_batch once its job is queued, before it runs or waits. */
+extern void (*tg_db_test_queued)(void);
 
 /* While on, every statement that would write fails (TG_E_DB): for code that must only read. */
 int tg_db_read_only(tg_db *db, bool on);

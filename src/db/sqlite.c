@@ -523,6 +523,8 @@ static void run_batch(tg_db *db, batch_job *jobs) {
     if (j->status < 0 && !*j->why) snprintf(j->why, sizeof j->why, "%s", db->errmsg);
 }
 
+void (*tg_db_test_queued)(void);
+
 /* Set while this thread runs a batch: a job that queued another would wait for itself. */
 static _Thread_local bool running_jobs;
 
@@ -539,6 +541,7 @@ int tg_db_batch(tg_db *db, tg_db_job_fn fn, void *arg) {
   bool lead = !f->leading;
   f->leading = true;
   pthread_mutex_unlock(&f->jobs_lock);
+  if (tg_db_test_queued) tg_db_test_queued();
   if (!lead) {
     while (sem_wait(&job.wake) < 0) continue; /* EINTR */
     lead = !job.done; /* handed the lead, with this job first in the queue */
