@@ -197,10 +197,9 @@ static bool reap_locked(server *s, int64_t now, const char *principal) {
   return victim || (mine < TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL && s->n_sessions < TG_HTTP_MAX_SESSIONS);
 }
 
-/* A new session of principal, with a reference for the caller; NULL when out of memory or
- * (*full) when no room can be made. */
-static session *session_new(server *s, const char *principal, bool *full) {
-  *full = false;
+/* A new session of principal, held by the caller alone and not in the table yet (see
+ * session_admit); NULL when out of memory. */
+static session *session_new(server *s, const char *principal) {
   session *x = calloc(1, sizeof *x);
   unsigned char raw[SESSION_ID_BYTES];
   if (!x || !tg_random_bytes(raw, sizeof raw) ||
@@ -214,22 +213,25 @@ static session *session_new(server *s, const char *principal, bool *full) {
   tg_hex(raw, sizeof raw, x->id);
   snprintf(x->principal, sizeof x->principal, "%s", principal);
   tg_mcp_session_init(&x->state);
-  x->refs = 2; /* the table's and the caller's */
+  x->refs = 1;
+  return x;
+}
+
+/* Puts x, whose initialize succeeded, in the table (which takes a reference of its own),
+ * making room for it; false when no room can be made. Only then: a failed initialize must
+ * not push out another session. */
+static bool session_admit(server *s, session *x) {
   pthread_mutex_lock(&s->lock);
   x->last_used = tg_now_ms();
-  *full = !reap_locked(s, x->last_used, principal);
-  if (!*full) {
+  bool room = reap_locked(s, x->last_used, x->principal);
+  if (room) {
     x->next = s->sessions;
     s->sessions = x;
     s->n_sessions++;
+    x->refs++;
   }
   pthread_mutex_unlock(&s->lock);
-  if (!*full) return x;
-  tg_mcp_watch_free(x->watch);
-  tg_mcp_inflight_free(x->inflight);
-  tg_mcp_session_done(&x->state);
-  free(x);
-  return NULL;
+  return room;
 }
 
 /* The live session with id belonging to principal, with a reference, or NULL. */
@@ -1232,11 +1234,8 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
     }
     state_load(s, w->sess, &w->scratch, &w->loaded_level);
   } else if (opens) {
-    bool full;
-    if (!(w->sess = session_new(s, principal, &full))) {
-      result = full ? queue_rpc_error(conn, MHD_HTTP_TOO_MANY_REQUESTS, TG_RPC_INVALID_REQUEST,
-                                      "Too many sessions in use; end one (DELETE) and retry")
-                    : MHD_NO;
+    if (!(w->sess = session_new(s, principal))) {
+      result = MHD_NO;
       goto done;
     }
     w->opened = true;
@@ -1305,10 +1304,12 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   }
   /* An initialize that failed, even in-band (200 with a JSON-RPC error), opens no session. */
   if (opens && (hr < 0 || reply.http_status != 200 || json_object_get(reply.message, "error"))) {
-    pthread_mutex_lock(&s->lock);
-    session_unlink_locked(s, w->sess);
-    pthread_mutex_unlock(&s->lock);
     new_sid = NULL;
+  } else if (opens && !session_admit(s, w->sess)) {
+    json_decref(reply.message);
+    result = queue_rpc_error(conn, MHD_HTTP_TOO_MANY_REQUESTS, TG_RPC_INVALID_REQUEST,
+                             "Too many sessions in use; end one (DELETE) and retry");
+    goto done;
   }
   if (hr < 0) {
     result = queue_rpc_error(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, TG_RPC_INTERNAL_ERROR,

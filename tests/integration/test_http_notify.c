@@ -300,16 +300,23 @@ static void test_session_hears_of_list_changes_on_its_get_stream(void **state) {
  * for its next one, and no other principal's. An initialize that fails opens nothing. */
 static void test_sessions_are_bounded_per_principal(void **state) {
   world *w = *state;
-  char first[64], sid[64];
+  char first[64], oldest[64], sid[64];
   open_session(w, "{}", first);
-  for (int i = 0; i < TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL; i++) open_session(w, "{}", sid);
+  for (int i = 0; i < TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL; i++) {
+    open_session(w, "{}", sid);
+    if (i == 0) memcpy(oldest, sid, sizeof oldest);
+  }
   free(request(w, "POST", sid, NULL, PING, 200));
   free(request(w, "POST", first, NULL, PING, 404));
   exchange *ex = start(w, "POST", NULL, NULL,
                        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{}}");
   await(ex, NULL);
+  assert_int_equal(ex->status, 200);
+  assert_non_null(strstr(ex->got, "\"code\":-32602"));
   assert_string_equal(ex->sid, "");
   finish(ex);
+  /* It made no room either: the oldest idle session, next to go, is still there. */
+  free(request(w, "POST", oldest, NULL, PING, 200));
 }
 
 /* A JSON-RPC response posted without a session (2026-07-28 has none) answers nobody. */
