@@ -83,9 +83,12 @@ struct server {
   unsigned n_pool;
   worker *queue_head, *queue_tail;
   pthread_cond_t queued;
-  bool stopping;      /* the pool drains the queue and ends */
-  int64_t next_check; /* when a pool thread next checks every watch for list changes */
-  bool sweeping;      /* a pool thread is checking them */
+  bool stopping;      /* the pool drains the queue and ends; so does the sweeper */
+  /* The thread that checks every watch for list changes, every TG_HTTP_CHECK_MS: of its own,
+   * so that pool threads held by calls waiting on their clients cannot hold it up. */
+  pthread_t sweeper;
+  bool sweeper_started;
+  pthread_cond_t sweep_stop; /* broadcast when stopping is set */
 };
 
 static bool loopback_host(const char *host, size_t len) {
@@ -920,49 +923,56 @@ static void run_call(worker *w, tg_db *db) {
   worker_free(w);
 }
 
-/* A pool thread: opens its database connection once, then serves calls, and every
- * TG_HTTP_CHECK_MS one of the threads checks the lists, until the pool stops and the queue
- * is empty. A connection that fails to open is retried per job. */
+/* A pool or sweeper thread's connection, opened at its first use; NULL (logged) when it
+ * cannot be, and tried again at the next. */
+static tg_db *thread_db(server *s, tg_db **db) {
+  char *why = NULL;
+  if (!*db && tg_db_open(s->cfg->data_dir, db, &why) < 0) {
+    tg_log(TG_LOG_ERROR, "http: cannot open the database: %s", why ? why : "out of memory");
+    free(why);
+    *db = NULL;
+  }
+  return *db;
+}
+
+/* A pool thread: serves queued calls until the pool stops and the queue is empty. */
 static void *pool_main(void *arg) {
   server *s = arg;
   tg_db *db = NULL;
   for (;;) {
-    bool check = false;
     pthread_mutex_lock(&s->lock);
-    for (;;) {
-      int64_t now = monotonic_ms();
-      /* One sweep at a time, the next timed from the end of the last: a sweep that takes
-       * longer than the period must not take every thread of the pool. */
-      if (!s->stopping && !s->sweeping && now >= s->next_check) {
-        s->sweeping = true;
-        check = true;
-      }
-      if (check || s->queue_head || s->stopping) break;
-      timed_wait(&s->queued, &s->lock, s->sweeping ? TG_HTTP_CHECK_MS : s->next_check - now);
-    }
-    worker *w = check ? NULL : s->queue_head;
+    while (!s->queue_head && !s->stopping) pthread_cond_wait(&s->queued, &s->lock);
+    worker *w = s->queue_head;
     if (w) {
       s->queue_head = w->next;
       if (!s->queue_head) s->queue_tail = NULL;
     }
     pthread_mutex_unlock(&s->lock);
-    if (!w && !check) break;
-    char *why = NULL;
-    if (!db && tg_db_open(s->cfg->data_dir, &db, &why) < 0) {
-      tg_log(TG_LOG_ERROR, "http: worker cannot open the database: %s", why ? why : "out of memory");
-      free(why);
-      db = NULL;
-    }
-    if (w) {
-      run_call(w, db);
+    if (!w) break; /* stopping, and the queue is drained */
+    run_call(w, thread_db(s, &db));
+  }
+  tg_db_close(db);
+  return NULL;
+}
+
+/* Each sweep is timed from the end of the last: one longer than the period does not pile up. */
+static void *sweeper_main(void *arg) {
+  server *s = arg;
+  tg_db *db = NULL;
+  pthread_mutex_lock(&s->lock);
+  int64_t next = monotonic_ms() + TG_HTTP_CHECK_MS;
+  while (!s->stopping) {
+    int64_t now = monotonic_ms();
+    if (now < next) {
+      timed_wait(&s->sweep_stop, &s->lock, next - now);
       continue;
     }
-    if (db) check_lists(s, db, NULL, NULL);
-    pthread_mutex_lock(&s->lock);
-    s->sweeping = false;
-    s->next_check = monotonic_ms() + TG_HTTP_CHECK_MS;
     pthread_mutex_unlock(&s->lock);
+    if (thread_db(s, &db)) check_lists(s, db, NULL, NULL);
+    pthread_mutex_lock(&s->lock);
+    next = monotonic_ms() + TG_HTTP_CHECK_MS;
   }
+  pthread_mutex_unlock(&s->lock);
   tg_db_close(db);
   return NULL;
 }
@@ -1596,11 +1606,11 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   h->s.cfg = cfg;
   h->s.mcp = cfg->server;
   h->s.mcp.list_changes = true;
-  h->s.next_check = monotonic_ms() + TG_HTTP_CHECK_MS;
   h->s.loopback = loopback;
   pthread_mutex_init(&h->s.lock, NULL);
   pthread_cond_init(&h->s.answered, NULL);
   pthread_cond_init(&h->s.queued, NULL);
+  pthread_cond_init(&h->s.sweep_stop, NULL);
   unsigned threads = cfg->threads ? cfg->threads : 1;
   if (!(h->s.pool = calloc(threads, sizeof *h->s.pool))) {
     tg_http_stop(h);
@@ -1609,7 +1619,9 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   while (h->s.n_pool < threads &&
          pthread_create(&h->s.pool[h->s.n_pool], NULL, pool_main, &h->s) == 0)
     h->s.n_pool++;
-  if (h->s.n_pool == 0) {
+  if (h->s.n_pool > 0)
+    h->s.sweeper_started = pthread_create(&h->s.sweeper, NULL, sweeper_main, &h->s) == 0;
+  if (!h->s.sweeper_started) {
     tg_log(TG_LOG_ERROR, "serve: cannot start worker threads: %s", strerror(errno));
     tg_http_stop(h);
     return TG_E_IO;
@@ -1656,12 +1668,15 @@ void tg_http_stop(tg_http *h) {
   while (s->sessions) session_unlink_locked(s, s->sessions);
   s->stopping = true;
   pthread_cond_broadcast(&s->queued);
+  pthread_cond_broadcast(&s->sweep_stop);
   pthread_mutex_unlock(&s->lock);
   for (unsigned i = 0; i < s->n_pool; i++) pthread_join(s->pool[i], NULL);
+  if (s->sweeper_started) pthread_join(s->sweeper, NULL);
   free(s->pool);
   pthread_mutex_destroy(&s->lock);
   pthread_cond_destroy(&s->answered);
   pthread_cond_destroy(&s->queued);
+  pthread_cond_destroy(&s->sweep_stop);
   free(h);
 }
 

@@ -25,7 +25,8 @@ typedef struct tg_http_config {
   const char *listen; /* HOST:PORT or [V6]:PORT; port 0 picks a free one */
   bool no_auth;       /* loopback only */
   const char *no_auth_principal;
-  unsigned threads;   /* worker threads running tool calls; further calls wait in a queue */
+  unsigned threads;   /* worker threads running the calls that wait on their clients
+                       * (interactive tools); further ones wait in a queue */
   const char *data_dir;
   const tg_registry *registry;
   tg_mcp_server server;

@@ -27,6 +27,7 @@
 #define LISTEN(id)                                                                       \
   "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"subscriptions/listen\",\"params\":{" \
   "\"notifications\":{\"toolsListChanged\":true}," MODERN_META "}}"
+#define POOL_THREADS 4
 #define PING "{\"jsonrpc\":\"2.0\",\"id\":99,\"method\":\"ping\"}"
 
 /* ---- a tool that waits until its call is cancelled ---- */
@@ -34,6 +35,7 @@
 static pthread_mutex_t kit_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t kit_changed = PTHREAD_COND_INITIALIZER;
 static bool kit_started, kit_cancelled;
+static int kit_running; /* calls of the tool waiting now */
 
 static void kit_set(bool *flag) {
   pthread_mutex_lock(&kit_lock);
@@ -42,26 +44,42 @@ static void kit_set(bool *flag) {
   pthread_mutex_unlock(&kit_lock);
 }
 
-static void kit_wait(bool *flag) {
+/* Waits until *flag is set, or (flag NULL) until n calls of the tool wait at once. */
+static void kit_wait_for(bool *flag, int n) {
   struct timespec until;
   clock_gettime(CLOCK_REALTIME, &until);
   until.tv_sec += HANG_GUARD_S;
   pthread_mutex_lock(&kit_lock);
   int r = 0;
-  while (!*flag && r == 0) r = pthread_cond_timedwait(&kit_changed, &kit_lock, &until);
-  bool ok = *flag;
+  while (!(flag ? *flag : kit_running >= n) && r == 0)
+    r = pthread_cond_timedwait(&kit_changed, &kit_lock, &until);
+  bool ok = flag ? *flag : kit_running >= n;
   pthread_mutex_unlock(&kit_lock);
   if (!ok) fail_msg("the tool never got that far");
+}
+
+static void kit_wait(bool *flag) { kit_wait_for(flag, 0); }
+
+static void kit_count(int delta) {
+  pthread_mutex_lock(&kit_lock);
+  kit_running += delta;
+  pthread_cond_broadcast(&kit_changed);
+  pthread_mutex_unlock(&kit_lock);
 }
 
 static int wait_cancel(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const tg_client_channel *ch = cx->client;
   if (!ch || !ch->cancelled) return TG_E_INVAL;
   kit_set(&kit_started);
+  kit_count(1);
   for (long waited_ms = 0; !ch->cancelled(ch->self); waited_ms += 10) {
-    if (waited_ms > HANG_GUARD_S * 1000L) return TG_E_IO;
+    if (waited_ms > HANG_GUARD_S * 1000L) {
+      kit_count(-1);
+      return TG_E_IO;
+    }
     usleep(10 * 1000);
   }
+  kit_count(-1);
   kit_set(&kit_cancelled);
   return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, NULL, "The client cancelled the call");
 }
@@ -99,13 +117,14 @@ static int setup(void **state) {
   char *why = NULL;
   if (tg_registry_new(providers, n, &w->registry, &why) < 0) fail_msg("registry: %s", why);
   w->cfg = (tg_http_config){.listen = "127.0.0.1:0", .no_auth = true,
-                            .no_auth_principal = w->agent, .threads = 4, .data_dir = w->f->dir,
+                            .no_auth_principal = w->agent, .threads = POOL_THREADS, .data_dir = w->f->dir,
                             .registry = w->registry,
                             .server = {.fixtures = true, .name = "toolgate", .version = "test"}};
   unsigned port = 0;
   assert_int_equal(tg_http_start(&w->cfg, &w->h, &port), 0);
   snprintf(w->url, sizeof w->url, "http://127.0.0.1:%u/mcp", port);
   kit_started = kit_cancelled = false;
+  kit_running = 0;
   *state = w;
   return 0;
 }
@@ -296,6 +315,27 @@ static void test_session_hears_of_list_changes_on_its_get_stream(void **state) {
   finish(get);
 }
 
+/* Calls waiting on their clients hold every pool thread: a grant revoked by another process
+ * is still announced, by the periodic check, which has a thread of its own (the session sends
+ * nothing that would make the server look). */
+static void test_list_check_goes_on_while_the_pool_is_busy(void **state) {
+  world *w = *state;
+  char sid[64];
+  open_session(w, "{}", sid);
+  exchange *get = start(w, "GET", sid, NULL, NULL);
+  await(get, "data: \n\n");
+  exchange *calls[POOL_THREADS];
+  for (int i = 0; i < POOL_THREADS; i++)
+    calls[i] = start(w, "POST", NULL, MODERN_HEADERS("tools/call") "\nMcp-Name: test_wait_cancel",
+                     "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{"
+                     "\"name\":\"test_wait_cancel\"," MODERN_META "}}");
+  kit_wait_for(NULL, POOL_THREADS);
+  fixture_revoke_elsewhere(w->f, "bot", "tasks.assign");
+  await(get, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}");
+  for (int i = 0; i < POOL_THREADS; i++) finish(calls[i]);
+  finish(get);
+}
+
 /* A principal holds a bounded share of the session table: its oldest idle session makes room
  * for its next one, and no other principal's. An initialize that fails opens nothing. */
 static void test_sessions_are_bounded_per_principal(void **state) {
@@ -443,6 +483,7 @@ int main(void) {
   curl_global_init(CURL_GLOBAL_DEFAULT);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_session_hears_of_list_changes_on_its_get_stream, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_list_check_goes_on_while_the_pool_is_busy, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sessions_are_bounded_per_principal, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_response_without_a_session_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cancellation_ends_a_wait_for_sampling_without_an_answer, setup, teardown),
