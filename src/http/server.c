@@ -119,6 +119,7 @@ static bool origin_ok(const char *origin) {
 }
 
 static void stream_release(stream *st);
+static bool listening_locked(session *x);
 static void stream_end(stream *st);
 static int stream_event(stream *st, json_t *msg);
 
@@ -180,7 +181,7 @@ static bool reap_locked(server *s, int64_t now, const char *principal) {
   size_t mine = 0;
   for (session *x = s->sessions, *next; x; x = next) {
     next = x->next;
-    if (x->refs - x->checking != 1) {
+    if (x->refs - x->checking != 1 || listening_locked(x)) {
       mine += strcmp(x->principal, principal) == 0;
       continue;
     }
@@ -290,6 +291,15 @@ struct stream {
   json_t *call_id;
   int refs;
 };
+
+/* Whether a client reads x's GET stream: it then uses x, if only to listen. */
+static bool listening_locked(session *x) {
+  if (!x->standalone) return false;
+  pthread_mutex_lock(&x->standalone->lock);
+  bool reading = x->standalone->reading;
+  pthread_mutex_unlock(&x->standalone->lock);
+  return reading;
+}
 
 static stream *stream_new(unsigned no) {
   stream *st = calloc(1, sizeof *st);

@@ -359,6 +359,22 @@ static void test_sessions_are_bounded_per_principal(void **state) {
   free(request(w, "POST", oldest, NULL, PING, 200));
 }
 
+/* A session whose GET stream a client reads is in use, though it sends nothing: the
+ * principal's next session past its share makes room with another, and its stream goes on. */
+static void test_a_listening_session_is_kept(void **state) {
+  world *w = *state;
+  char listening[64], sid[64];
+  open_session(w, "{}", listening);
+  exchange *get = start(w, "GET", listening, NULL, NULL);
+  await(get, "data: \n\n");
+  for (int i = 0; i < TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL; i++) open_session(w, "{}", sid);
+  free(request(w, "POST", listening, NULL, PING, 200));
+  fixture_revoke_elsewhere(w->f, "bot", "tasks.assign");
+  free(request(w, "POST", listening, NULL, PING, 200));
+  await(get, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}");
+  finish(get);
+}
+
 /* A JSON-RPC response posted without a session (2026-07-28 has none) answers nobody. */
 static void test_a_response_without_a_session_is_refused(void **state) {
   world *w = *state;
@@ -485,6 +501,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_session_hears_of_list_changes_on_its_get_stream, setup, teardown),
       cmocka_unit_test_setup_teardown(test_list_check_goes_on_while_the_pool_is_busy, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sessions_are_bounded_per_principal, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_listening_session_is_kept, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_response_without_a_session_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cancellation_ends_a_wait_for_sampling_without_an_answer, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_call_closing_its_stream_is_resumed_with_last_event_id, setup, teardown),
