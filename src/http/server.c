@@ -1318,8 +1318,7 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   tg_mcp_reply reply;
   int hr = tg_mcp_handle(&s->mcp, &req, &w->msg, &reply);
   if (l && (hr < 0 || !reply.subscribed)) {
-    listener_unlink(l);
-    listener_put(l);
+    listener_closed(l); /* no subscription: as if its stream had closed */
     l = NULL;
   }
   /* An initialize that failed, even in-band (200 with a JSON-RPC error), opens no session. */
