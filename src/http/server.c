@@ -17,6 +17,7 @@
 
 #include "core/principal.h"
 #include "core/registry.h"
+#include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/ids.h"
 #include "util/log.h"
@@ -691,6 +692,7 @@ static enum MHD_Result listener_serve(struct MHD_Connection *conn, listener *l) 
 /* The server stops: every listen stream gets its result and ends, and its connection has a
  * moment to deliver that before the daemon closes it. */
 static void listeners_end(server *s) {
+  _cleanup_json_ json_t *meta = tg_mcp_result_meta(&s->mcp);
   stream *ended[TG_HTTP_MAX_LISTENS];
   size_t n = 0;
   for (;;) {
@@ -700,7 +702,7 @@ static void listeners_end(server *s) {
     if (l) l->refs++;
     pthread_mutex_unlock(&s->lock);
     if (!l) break;
-    tg_mcp_watch_end(l->watch);
+    tg_mcp_watch_end(l->watch, meta);
     stream_end(l->st);
     stream_ref(l->st);
     ended[n++] = l->st;

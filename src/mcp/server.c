@@ -568,6 +568,10 @@ static json_t *server_info(const tg_mcp_server *srv) {
   return json_pack("{s:s,s:s}", "name", srv->name, "version", srv->version);
 }
 
+json_t *tg_mcp_result_meta(const tg_mcp_server *srv) {
+  return json_pack("{s:o}", META_SERVER, server_info(srv));
+}
+
 static int m_initialize(cx *c, json_t *params, json_t **ret) {
   tg_mcp_session *s = c->req->session;
   const char *asked = json_string_value(json_object_get(params, "protocolVersion"));
@@ -773,7 +777,8 @@ static int decorate_modern(const tg_mcp_server *srv, const method *m, json_t *re
   if (!meta) {
     if (json_object_set_new(result, "_meta", meta = json_object()) < 0) return TG_E_NOMEM;
   }
-  if (json_object_set_new(meta, META_SERVER, server_info(srv)) < 0) return TG_E_NOMEM;
+  _cleanup_json_ json_t *stamp = tg_mcp_result_meta(srv);
+  if (!stamp || json_object_update(meta, stamp) < 0) return TG_E_NOMEM;
   /* Lists are computed per principal, so nothing may be shared across callers. */
   if (m->cacheable && (json_object_set_new(result, "ttlMs", json_integer(0)) < 0 ||
                        json_object_set_new(result, "cacheScope", json_string("private")) < 0))

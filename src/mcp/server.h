@@ -84,6 +84,8 @@ typedef struct tg_mcp_reply {
 
 /* Whether params._meta carries a modern protocol-version claim. */
 bool tg_mcp_has_claim(const tg_rpc_msg *msg);
+/* What every 2026-07-28 result's _meta carries: the server's identity (serverInfo). */
+json_t *tg_mcp_result_meta(const tg_mcp_server *srv);
 /* Whether version is a legacy revision this server negotiates. */
 bool tg_mcp_legacy_supported(const char *version);
 /* The requestId a notifications/cancelled names (borrowed), or NULL for any other message. */

@@ -136,13 +136,19 @@ bool tg_mcp_watch_unsubscribe(tg_mcp_watch *w, json_t *id) {
   return found;
 }
 
-int tg_mcp_watch_end(tg_mcp_watch *w) {
+int tg_mcp_watch_end(tg_mcp_watch *w, json_t *meta) {
   int r = TG_OK;
   pthread_mutex_lock(&w->lock);
   for (size_t i = 0; i < w->n_subs; i++) {
     json_t *id = w->subs[i].id;
-    json_t *msg = tg_rpc_result(id, json_pack("{s:s,s:{s:O}}", "resultType", "complete", "_meta",
-                                              META_SUBSCRIPTION, id));
+    json_t *own = json_copy(meta);
+    if (own && json_object_set(own, META_SUBSCRIPTION, id) < 0) {
+      json_decref(own);
+      own = NULL;
+    }
+    json_t *msg = own ? tg_rpc_result(id, json_pack("{s:s,s:o}", "resultType", "complete",
+                                                    "_meta", own))
+                      : NULL;
     int sr = msg ? w->send(w->self, msg) : TG_E_NOMEM;
     if (r == TG_OK) r = sr;
     json_decref(id);

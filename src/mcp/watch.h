@@ -30,9 +30,10 @@ int tg_mcp_watch_subscribe(tg_mcp_watch *w, json_t *id, json_t *filter);
 /* Ends subscription id (its listen request was cancelled); false when there is none. */
 bool tg_mcp_watch_unsubscribe(tg_mcp_watch *w, json_t *id);
 /* The server ends every subscription of w (it is stopping): each listen request gets its
- * result, {"resultType":"complete"} with the subscription id in _meta. Returns 0, TG_E_NOMEM
- * or the first failure of send. */
-int tg_mcp_watch_end(tg_mcp_watch *w);
+ * result, {"resultType":"complete"} with meta (what every result's _meta carries:
+ * tg_mcp_result_meta) and the subscription id in _meta. Returns 0, TG_E_NOMEM or the first
+ * failure of send. */
+int tg_mcp_watch_end(tg_mcp_watch *w, json_t *meta);
 
 /* Reads again what decides principal_id's lists and announces what changed since the previous
  * check; the first check after someone starts listening only takes the baseline. Does

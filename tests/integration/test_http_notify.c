@@ -491,7 +491,8 @@ static void test_stopping_ends_listen_streams_with_their_result(void **state) {
   await(listen, NULL);
   assert_non_null(strstr(listen->got,
                          "{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{\"resultType\":\"complete\","
-                         "\"_meta\":{\"io.modelcontextprotocol/subscriptionId\":5}}}"));
+                         "\"_meta\":{\"io.modelcontextprotocol/serverInfo\":{\"name\":\"toolgate\","
+                         "\"version\":\"test\"},\"io.modelcontextprotocol/subscriptionId\":5}}}"));
   finish(listen);
 }
 
