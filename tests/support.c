@@ -2,12 +2,14 @@
 #include "support.h"
 
 #include <ftw.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "db/db.h"
+#include "util/embed.h"
 
 char *tg_test_tmpdir(void) {
   const char *base = getenv("TMPDIR");
@@ -46,4 +48,29 @@ int tg_test_db_free(tg_test_db *t) {
   free(t->dir);
   free(t);
   return 0;
+}
+
+json_t *tg_test_json(const char *text) {
+  json_error_t error;
+  json_t *v = json_loads(text, JSON_DECODE_ANY | JSON_ALLOW_NUL, &error);
+  if (!v) fail_msg("bad test JSON %s: %s", text, error.text);
+  return v;
+}
+
+long long tg_test_integer(tg_db *db, const char *sql) {
+  json_t *row = NULL;
+  int r = tg_db_query_row(db, sql, NULL, &row);
+  if (r != 0) fail_msg("%s: %d %s", sql, r, tg_db_errmsg(db));
+  if (!row || json_object_size(row) != 1) fail_msg("%s: not one row of one column", sql);
+  json_t *v = json_object_iter_value(json_object_iter(row));
+  if (!json_is_integer(v)) fail_msg("%s: not an integer", sql);
+  long long n = json_integer_value(v);
+  json_decref(row);
+  return n;
+}
+
+int tg_test_migrations(void) {
+  int n = 0;
+  while (tg_embedded_migrations[n].name) n++;
+  return n;
 }

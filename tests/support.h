@@ -24,5 +24,13 @@ typedef struct tg_test_db {
 /* Closes the database, removes its folder and frees t; returns 0, as a cmocka teardown. */
 int tg_test_db_free(tg_test_db *t);
 
+/* JSON text parsed (any value, NUL allowed in strings), or fails the test. */
+typedef struct json_t json_t;
+json_t *tg_test_json(const char *text);
+/* The one integer a query of one column and one row answers, or fails the test. */
+long long tg_test_integer(tg_db *db, const char *sql);
+/* How many migrations the binary carries. */
+int tg_test_migrations(void);
+
 /* Folder of the shared test data ($TG_TESTDATA), or fails the test. */
 const char *tg_test_testdata(void);

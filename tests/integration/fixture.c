@@ -67,9 +67,7 @@ void fixture_agent(fixture *f, const char *args, char principal[TG_UUID_LEN + 1]
 }
 
 void fixture_revoke_elsewhere(fixture *f, const char *agent_slug, const char *permission) {
-  tg_db *db = NULL;
-  char *why = NULL;
-  assert_int_equal(tg_db_open(f->dir, &db, &why), 0);
+  tg_db *db = tg_test_db_open(f->dir);
   tg_env env = f->env;
   env.db = db;
   json_t *args = json_pack("{s:s,s:s}", "agentSlug", agent_slug, "permission", permission);

@@ -564,9 +564,7 @@ static int answer_after_a_write(void *self, const char *method, json_t *params, 
   asked_client *c = self;
   json_decref(params);
   c->asks++;
-  tg_db *other = NULL;
-  char *err = NULL;
-  assert_int_equal(tg_db_open(c->f->dir, &other, &err), 0);
+  tg_db *other = tg_test_db_open(c->f->dir);
   c->other_write = tg_db_begin(other);
   if (c->other_write == 0)
     c->other_write = tg_db_exec(other, "UPDATE tenants SET name = name WHERE id = $1",

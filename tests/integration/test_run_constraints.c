@@ -85,16 +85,9 @@ enum { N_KEPT = sizeof kept / sizeof *kept };
 
 typedef tg_test_db fixture;
 
-static json_t *J(const char *text) {
-  json_error_t error;
-  json_t *v = json_loads(text, JSON_DECODE_ANY, &error);
-  if (!v) fail_msg("bad test JSON %s: %s", text, error.text);
-  return v;
-}
-
 static json_t *rows_of(tg_db *db, const char *sql, const char *params) {
   json_t *rows = NULL;
-  int r = tg_db_query(db, sql, params ? J(params) : NULL, &rows);
+  int r = tg_db_query(db, sql, params ? tg_test_json(params) : NULL, &rows);
   if (r != 0) fail_msg("%s: %d %s", sql, r, tg_db_errmsg(db));
   return rows;
 }
@@ -102,14 +95,6 @@ static json_t *rows_of(tg_db *db, const char *sql, const char *params) {
 static void exec_ok(tg_db *db, const char *sql) {
   int r = tg_db_exec(db, sql, NULL, NULL);
   if (r != 0) fail_msg("%s: %d %s", sql, r, tg_db_errmsg(db));
-}
-
-static json_int_t integer(tg_db *db, const char *sql) {
-  json_t *rows = rows_of(db, sql, NULL);
-  json_t *row = json_array_get(rows, 0);
-  json_int_t n = json_integer_value(json_object_iter_value(json_object_iter(row)));
-  json_decref(rows);
-  return n;
 }
 
 /* Whether SQLite builds an ephemeral table when it runs hot[i]. */
@@ -130,7 +115,7 @@ static bool ephemeral(tg_db *db, size_t i) {
 
 static void assert_clean(tg_db *db) {
   json_t *rows = rows_of(db, "PRAGMA integrity_check", NULL);
-  json_t *want = J("[{\"integrity_check\": \"ok\"}]");
+  json_t *want = tg_test_json("[{\"integrity_check\": \"ok\"}]");
   assert_true(json_equal(rows, want));
   json_decref(want);
   json_decref(rows);
@@ -139,16 +124,9 @@ static void assert_clean(tg_db *db) {
   json_decref(rows);
 }
 
-static int count_migrations(void) {
-  int n = 0;
-  while (tg_embedded_migrations[n].name)
-    n++;
-  return n;
-}
-
 /* A database that tg_db_migrate left at version 5, as an older build did. */
 static void create_v5(const char *dir) {
-  assert_true(count_migrations() >= 6);
+  assert_true(tg_test_migrations() >= 6);
   assert_memory_equal(tg_embedded_migrations[5].name, "0006_", 5);
   char path[4096];
   snprintf(path, sizeof path, "%s/toolgate.db", dir);
@@ -244,16 +222,16 @@ static void test_migrate_from_v5(void **state) {
    * opens no transaction, so a statement explained before would never notice the change. */
   tg_db *other = tg_test_db_open(f->dir);
   const char *read = "SELECT COUNT(*) AS n FROM agent_runs";
-  assert_int_equal(integer(other, read), 4);
+  assert_int_equal(tg_test_integer(other, read), 4);
   json_t *before[N_KEPT], *after[N_KEPT];
   snapshot(f->db, before);
-  json_int_t cookie = integer(f->db, "PRAGMA schema_version");
+  json_int_t cookie = tg_test_integer(f->db, "PRAGMA schema_version");
 
   migrate_to_6(f->db);
 
   snapshot(f->db, after);
   assert_snapshot_equal(before, after);
-  assert_true(integer(f->db, "PRAGMA schema_version") > cookie);
+  assert_true(tg_test_integer(f->db, "PRAGMA schema_version") > cookie);
   json_t *h1, *h2;
   const char *runs = table_sql(f->db, "agent_runs", &h1);
   const char *logs = table_sql(f->db, "agent_run_logs", &h2);
@@ -265,13 +243,13 @@ static void test_migrate_from_v5(void **state) {
   json_decref(h1);
   json_decref(h2);
   /* Its next statement finds schema_version moved, and reloads the schema. */
-  assert_int_equal(integer(other, read), 4);
+  assert_int_equal(tg_test_integer(other, read), 4);
   for (size_t i = 0; i < sizeof hot / sizeof *hot; i++) {
     assert_false(ephemeral(f->db, i));
     assert_false(ephemeral(other, i));
   }
   assert_clean(f->db);
-  assert_int_equal(integer(f->db, "PRAGMA writable_schema"), 0);
+  assert_int_equal(tg_test_integer(f->db, "PRAGMA writable_schema"), 0);
   for (size_t i = 0; i < N_KEPT; i++) {
     json_decref(before[i]);
     json_decref(after[i]);
@@ -292,7 +270,7 @@ static void test_failure_rolls_back(void **state) {
   fixture *f = *state;
   json_t *before[N_KEPT], *again[N_KEPT];
   snapshot(f->db, before);
-  json_int_t cookie = integer(f->db, "PRAGMA schema_version");
+  json_int_t cookie = tg_test_integer(f->db, "PRAGMA schema_version");
   int failures = 0;
   for (int n = 1;; n++) {
     assert_true(n < 100);
@@ -305,7 +283,7 @@ static void test_failure_rolls_back(void **state) {
     assert_int_equal(r, TG_E_DB);
     assert_string_equal(tg_db_errmsg(f->db), "injected failure");
     failures++;
-    assert_int_equal(integer(f->db, "PRAGMA schema_version"), cookie);
+    assert_int_equal(tg_test_integer(f->db, "PRAGMA schema_version"), cookie);
     json_t *h;
     assert_non_null(strstr(table_sql(f->db, "agent_runs", &h), OLD_STATUS));
     json_decref(h);

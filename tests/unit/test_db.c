@@ -14,13 +14,6 @@
 
 typedef tg_test_db fixture;
 
-static int count_migrations(void) {
-  int n = 0;
-  while (tg_embedded_migrations[n].name)
-    n++;
-  return n;
-}
-
 /* A new database, not migrated. */
 static int setup_fresh(void **state) {
   fixture *f = calloc(1, sizeof *f);
@@ -41,21 +34,14 @@ static int setup(void **state) {
 
 static int teardown(void **state) { return tg_test_db_free(*state); }
 
-static json_t *J(const char *text) {
-  json_error_t error;
-  json_t *v = json_loads(text, JSON_DECODE_ANY | JSON_ALLOW_NUL, &error);
-  if (!v) fail_msg("bad test JSON %s: %s", text, error.text);
-  return v;
-}
-
 /* Runs sql with params given as JSON text (NULL: none), expecting rc. */
 static void exec_expect(tg_db *db, int rc, const char *sql, const char *params) {
-  int r = tg_db_exec(db, sql, params ? J(params) : NULL, NULL);
+  int r = tg_db_exec(db, sql, params ? tg_test_json(params) : NULL, NULL);
   if (r != rc) fail_msg("%s: got %d (%s), expected %d", sql, r, tg_db_errmsg(db), rc);
 }
 
 static void assert_json_equal(json_t *got, const char *want) {
-  json_t *w = J(want);
+  json_t *w = tg_test_json(want);
   if (!json_equal(got, w)) {
     char *text = json_dumps(got, JSON_COMPACT | JSON_ENCODE_ANY);
     fail_msg("got %s, expected %s", text ? text : "NULL", want);
@@ -65,21 +51,10 @@ static void assert_json_equal(json_t *got, const char *want) {
 
 static void query_expect(tg_db *db, const char *sql, const char *params, const char *want) {
   json_t *rows = NULL;
-  int r = tg_db_query(db, sql, params ? J(params) : NULL, &rows);
+  int r = tg_db_query(db, sql, params ? tg_test_json(params) : NULL, &rows);
   if (r != 0) fail_msg("%s: %d %s", sql, r, tg_db_errmsg(db));
   assert_json_equal(rows, want);
   json_decref(rows);
-}
-
-static json_int_t count(tg_db *db, const char *sql) {
-  json_t *row = NULL;
-  int r = tg_db_query_row(db, sql, NULL, &row);
-  if (r != 0) fail_msg("%s: %d %s", sql, r, tg_db_errmsg(db));
-  assert_non_null(row);
-  assert_int_equal(json_object_size(row), 1);
-  json_int_t n = json_integer_value(json_object_iter_value(json_object_iter(row)));
-  json_decref(row);
-  return n;
 }
 
 static void assert_errmsg_has(tg_db *db, const char *part) {
@@ -109,9 +84,9 @@ static void test_open_creates_database(void **state) {
   assert_int_equal(tg_db_query_row(db, "PRAGMA journal_mode", NULL, &row), 0);
   assert_json_equal(row, "{\"journal_mode\": \"wal\"}");
   json_decref(row);
-  assert_int_equal(count(db, "PRAGMA foreign_keys"), 1);
-  assert_int_equal(count(db, "PRAGMA synchronous"), 1); /* NORMAL */
-  assert_int_equal(count(db, "PRAGMA busy_timeout"), 5000);
+  assert_int_equal(tg_test_integer(db, "PRAGMA foreign_keys"), 1);
+  assert_int_equal(tg_test_integer(db, "PRAGMA synchronous"), 1); /* NORMAL */
+  assert_int_equal(tg_test_integer(db, "PRAGMA busy_timeout"), 5000);
 }
 
 static void test_open_missing_dir(void **state) {
@@ -132,8 +107,8 @@ static void test_migrate_creates_tables(void **state) {
   tg_db *db = f->db;
   int applied = -1;
   assert_int_equal(tg_db_migrate(db, &applied), 0);
-  assert_true(count_migrations() >= 1);
-  assert_int_equal(applied, count_migrations());
+  assert_true(tg_test_migrations() >= 1);
+  assert_int_equal(applied, tg_test_migrations());
 
   static const char *tables[] = {"tenants",      "principals",       "users",      "grants",
                                  "api_tokens",   "missions",         "ideas",      "works",
@@ -179,14 +154,14 @@ static void test_migrate_idempotent(void **state) {
   assert_int_equal(tg_db_migrate(f->db, &applied), 0);
   assert_int_equal(applied, 0);
   assert_int_equal(tg_db_schema_version(f->db, &version), 0);
-  assert_int_equal(version, count_migrations());
+  assert_int_equal(version, tg_test_migrations());
 
   tg_db_close(f->db);
   f->db = tg_test_db_open(f->dir);
   applied = -1;
   assert_int_equal(tg_db_migrate(f->db, &applied), 0);
   assert_int_equal(applied, 0);
-  assert_int_equal(count(f->db, "SELECT COUNT(*) FROM schema_migrations"), count_migrations());
+  assert_int_equal(tg_test_integer(f->db, "SELECT COUNT(*) FROM schema_migrations"), tg_test_migrations());
 }
 
 static void test_params(void **state) {
@@ -194,7 +169,7 @@ static void test_params(void **state) {
   exec_expect(f->db, 0, "CREATE TABLE t (id INTEGER PRIMARY KEY, a, b)", NULL);
   int64_t changes = -1;
   assert_int_equal(tg_db_exec(f->db, "INSERT INTO t (id, a, b) VALUES (1, $2, $1)",
-                              J("[\"second\", \"first\"]"), &changes),
+                              tg_test_json("[\"second\", \"first\"]"), &changes),
                    0);
   assert_int_equal(changes, 1);
   exec_expect(f->db, 0, "INSERT INTO t (id, a, b) VALUES (2, $1, $2)", "[null, 9007199254740993]");
@@ -252,7 +227,7 @@ static void test_param_errors(void **state) {
   exec_expect(f->db, TG_E_DB, "SELECT * FROM no_such_table", NULL);
   assert_errmsg_has(f->db, "no_such_table");
   /* params are stolen on every path. */
-  json_t *p = J("[1]");
+  json_t *p = tg_test_json("[1]");
   json_incref(p);
   assert_int_equal(tg_db_exec(f->db, "SELECT $1, $2", json_incref(p), NULL), TG_E_INVAL);
   assert_int_equal(tg_db_exec(f->db, "SELECT $1", json_incref(p), NULL), 0);
@@ -299,7 +274,7 @@ static void test_rows(void **state) {
   json_decref(row);
   /* exec steps RETURNING to its end, so the write happens. */
   exec_expect(f->db, 0, "DELETE FROM t WHERE id = 3 RETURNING id", NULL);
-  assert_int_equal(count(f->db, "SELECT COUNT(*) FROM t"), 2);
+  assert_int_equal(tg_test_integer(f->db, "SELECT COUNT(*) FROM t"), 2);
 
   json_t *rows = (json_t *)&rows;
   assert_int_equal(tg_db_query(f->db, "SELECT 1 AS a, 2 AS a", NULL, &rows), TG_E_INVAL);
@@ -347,7 +322,7 @@ static void test_constraints(void **state) {
               "INSERT INTO tenants (id, slug, name, created_at) VALUES ('t4', 's4', $1, 'x')",
               "[null]");
   assert_errmsg_has(f->db, "NOT NULL");
-  assert_int_equal(count(f->db, "SELECT COUNT(*) FROM tenants"), 1);
+  assert_int_equal(tg_test_integer(f->db, "SELECT COUNT(*) FROM tenants"), 1);
 }
 
 static void test_foreign_keys(void **state) {
@@ -368,11 +343,11 @@ static void test_rollback_discards(void **state) {
   assert_int_equal(tg_db_rollback(f->db), 0); /* none open: harmless */
   assert_int_equal(tg_db_begin(f->db), 0);
   add_tenant(f->db, "t1");
-  assert_int_equal(count(f->db, "SELECT COUNT(*) FROM tenants"), 1);
+  assert_int_equal(tg_test_integer(f->db, "SELECT COUNT(*) FROM tenants"), 1);
   assert_int_equal(tg_db_begin(f->db), TG_E_DB); /* not nestable */
   assert_int_equal(tg_db_rollback(f->db), 0);
   assert_int_equal(tg_db_rollback(f->db), 0);
-  assert_int_equal(count(f->db, "SELECT COUNT(*) FROM tenants"), 0);
+  assert_int_equal(tg_test_integer(f->db, "SELECT COUNT(*) FROM tenants"), 0);
   assert_int_equal(tg_db_commit(f->db), TG_E_DB); /* none open */
 
   /* A failed statement leaves the transaction open for the caller to roll back. */
@@ -383,7 +358,7 @@ static void test_rollback_discards(void **state) {
       "INSERT INTO principals (id, tenant_id, kind, created_at) VALUES ('p', 'x', 'user', 'x')",
       NULL);
   assert_int_equal(tg_db_rollback(f->db), 0);
-  assert_int_equal(count(f->db, "SELECT COUNT(*) FROM tenants"), 0);
+  assert_int_equal(tg_test_integer(f->db, "SELECT COUNT(*) FROM tenants"), 0);
 }
 
 static void test_commit_persists(void **state) {
@@ -449,14 +424,14 @@ static void test_migrate_failure_rolls_back(void **state) {
     assert_int_equal(tg_db_schema_version(db, &version), 0);
     assert_int_equal(applied, version - before);
     if (version == 0)
-      assert_int_equal(count(db, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'tenants'"), 0);
+      assert_int_equal(tg_test_integer(db, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'tenants'"), 0);
     assert_true(n < 100);
   }
   assert_true(n > 3); /* it did fail along the way */
   int version = -1;
   assert_int_equal(tg_db_schema_version(db, &version), 0);
-  assert_int_equal(version, count_migrations());
-  assert_int_equal(count(db, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'tenants'"), 1);
+  assert_int_equal(version, tg_test_migrations());
+  assert_int_equal(tg_test_integer(db, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'tenants'"), 1);
 }
 
 static void test_busy(void **state) {
@@ -470,10 +445,10 @@ static void test_busy(void **state) {
   assert_int_equal(tg_db_begin(other), TG_E_BUSY);
   exec_expect(other, TG_E_BUSY, "DELETE FROM tenants", NULL);
   /* WAL: readers are not blocked and see the last commit. */
-  assert_int_equal(count(other, "SELECT COUNT(*) FROM tenants"), 0);
+  assert_int_equal(tg_test_integer(other, "SELECT COUNT(*) FROM tenants"), 0);
   assert_int_equal(tg_db_commit(f->db), 0);
   assert_int_equal(tg_db_begin(other), 0);
-  assert_int_equal(count(other, "SELECT COUNT(*) FROM tenants"), 1);
+  assert_int_equal(tg_test_integer(other, "SELECT COUNT(*) FROM tenants"), 1);
   exec_expect(f->db, 0, "PRAGMA busy_timeout = 50", NULL);
   assert_int_equal(tg_db_begin(f->db), TG_E_BUSY);
   assert_int_equal(tg_db_rollback(other), 0);
@@ -506,8 +481,8 @@ static void test_json_nomem(void **state) {
   fixture *f = *state;
   exec_expect(f->db, 0, "CREATE TABLE t (id INTEGER PRIMARY KEY, doc TEXT, x REAL)", NULL);
   exec_expect(f->db, 0, "INSERT INTO t (doc, x) VALUES ('a', 1.5), ('b', 2.5), ('c', NULL)", NULL);
-  json_t *doc = J("[{\"k\": [1, 2, {\"z\": \"y\"}]}]");
-  json_t *ids = J("[0]");
+  json_t *doc = tg_test_json("[{\"k\": [1, 2, {\"z\": \"y\"}]}]");
+  json_t *ids = tg_test_json("[0]");
   int failures = 0;
   for (int n = 0;; n++) {
     json_t *rows = NULL;
@@ -550,7 +525,7 @@ static void test_json_nomem_migrate(void **state) {
   assert_true(failures > 3);
   int version = -1;
   assert_int_equal(tg_db_schema_version(f->db, &version), 0);
-  assert_int_equal(version, count_migrations());
+  assert_int_equal(version, tg_test_migrations());
 }
 
 int main(void) {

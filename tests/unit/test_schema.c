@@ -8,16 +8,9 @@
 #include "core/schema.h"
 #include "util/status.h"
 
-static json_t *parse(const char *text) {
-  json_error_t err;
-  json_t *j = json_loads(text, JSON_DECODE_ANY, &err);
-  if (!j) fail_msg("bad test JSON (%s): %s", err.text, text);
-  return j;
-}
-
 /* The schema JSON is released right away: the compiled form must keep what it needs. */
 static tg_schema *compile_with(const char *text, json_t *documents) {
-  json_t *j = parse(text);
+  json_t *j = tg_test_json(text);
   tg_schema_options opts = {.documents = documents};
   tg_schema *s = NULL;
   char *err = NULL;
@@ -32,7 +25,7 @@ static tg_schema *compile(const char *text) { return compile_with(text, NULL); }
 
 /* Compiles a schema that must be rejected; returns the message. */
 static char *compile_error(const char *text, int expect_rc) {
-  json_t *j = parse(text);
+  json_t *j = tg_test_json(text);
   tg_schema *s = NULL;
   char *err = NULL;
   int rc = tg_schema_compile(j, NULL, &s, &err);
@@ -44,7 +37,7 @@ static char *compile_error(const char *text, int expect_rc) {
 }
 
 static bool valid(const tg_schema *s, const char *instance) {
-  json_t *i = parse(instance);
+  json_t *i = tg_test_json(instance);
   bool ok = tg_schema_validate(s, i, NULL, 0);
   json_decref(i);
   return ok;
@@ -52,7 +45,7 @@ static bool valid(const tg_schema *s, const char *instance) {
 
 /* Validates with error collection and checks it agrees with the verdict-only run. */
 static json_t *errors_of(const tg_schema *s, const char *instance, size_t max) {
-  json_t *i = parse(instance), *errors = json_array();
+  json_t *i = tg_test_json(instance), *errors = json_array();
   bool ok = tg_schema_validate(s, i, errors, max);
   assert_int_equal(ok, tg_schema_validate(s, i, NULL, 0));
   assert_int_equal(ok, json_array_size(errors) == 0);
@@ -106,7 +99,7 @@ static void test_max_errors(void **state) {
   assert_int_equal(json_array_size(errors), 2);
   json_decref(errors);
   /* Room for none: still invalid, nothing appended. */
-  json_t *i = parse(bad);
+  json_t *i = tg_test_json(bad);
   errors = json_array();
   assert_false(tg_schema_validate(s, i, errors, 0));
   assert_int_equal(json_array_size(errors), 0);
@@ -319,7 +312,7 @@ static void test_evaluation_is_bounded(void **state) {
 
 static void test_documents_and_dynamic_refs(void **state) {
   (void)state;
-  json_t *docs = parse("{\"https://example.com/tree\": {\"$id\": \"https://example.com/tree\", "
+  json_t *docs = tg_test_json("{\"https://example.com/tree\": {\"$id\": \"https://example.com/tree\", "
                        "\"$dynamicAnchor\": \"node\", \"type\": \"object\", \"properties\": "
                        "{\"kids\": {\"type\": \"array\", \"items\": {\"$dynamicRef\": "
                        "\"#node\"}}}}}");
