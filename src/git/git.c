@@ -20,12 +20,6 @@ struct tg_git {
 
 /* libgit2 failures that are not an expected outcome are logged once here and reported to the
  * caller as an I/O failure, answered as internal_error. */
-static int fail_io(const char *what) {
-  const git_error *e = tg_git2.git_error_last();
-  tg_log(TG_LOG_ERROR, "git: %s: %s", what, e && e->message ? e->message : "unknown error");
-  return TG_E_IO;
-}
-
 int tg_git_open(const char *path, const char *default_branch, tg_git **ret) {
   *ret = NULL;
   if (tg_libgit2_init() < 0) return TG_E_IO;
@@ -42,12 +36,12 @@ int tg_git_open(const char *path, const char *default_branch, tg_git **ret) {
   git_repository_init_options opts;
   if (tg_git2.git_repository_init_options_init(&opts, GIT_REPOSITORY_INIT_OPTIONS_VERSION) < 0) {
     tg_git_close(g);
-    return fail_io("init options");
+    return tg_libgit2_fail("init options");
   }
   opts.flags = GIT_REPOSITORY_INIT_BARE | GIT_REPOSITORY_INIT_MKPATH | GIT_REPOSITORY_INIT_MKDIR;
   opts.initial_head = default_branch;
   if (tg_git2.git_repository_init_ext(&g->repo, path, &opts) < 0) {
-    int r = fail_io("create repository");
+    int r = tg_libgit2_fail("create repository");
     tg_git_close(g);
     return r;
   }
@@ -99,7 +93,7 @@ int tg_git_tip(tg_git *g, const char *branch, char sha[TG_GIT_SHA_LEN + 1]) {
   git_oid oid;
   int e = tg_git2.git_reference_name_to_id(&oid, g->repo, ref);
   if (e == GIT_ENOTFOUND) return TG_E_NOTFOUND;
-  if (e < 0) return fail_io("read branch");
+  if (e < 0) return tg_libgit2_fail("read branch");
   tg_git2.git_oid_tostr(sha, TG_GIT_SHA_LEN + 1, &oid);
   return TG_OK;
 }
@@ -111,7 +105,7 @@ int tg_git_branches(tg_git *g, size_t max, json_t **ret, bool *truncated) {
   git_branch_iterator *it = NULL;
   if (tg_git2.git_branch_iterator_new(&it, g->repo, GIT_BRANCH_LOCAL) < 0) {
     json_decref(list);
-    return fail_io("list branches");
+    return tg_libgit2_fail("list branches");
   }
   git_reference *ref;
   git_branch_t type;
@@ -124,12 +118,12 @@ int tg_git_branches(tg_git *g, size_t max, json_t **ret, bool *truncated) {
       e = GIT_ITEROVER;
       break;
     }
-    if (tg_git2.git_branch_name(&name, ref) < 0) r = fail_io("branch name");
+    if (tg_git2.git_branch_name(&name, ref) < 0) r = tg_libgit2_fail("branch name");
     else if (json_array_append_new(list, json_string(name)) < 0) r = TG_E_NOMEM;
     tg_git2.git_reference_free(ref);
   }
   tg_git2.git_branch_iterator_free(it);
-  if (r == TG_OK && e != GIT_ITEROVER) r = fail_io("list branches");
+  if (r == TG_OK && e != GIT_ITEROVER) r = tg_libgit2_fail("list branches");
   if (r < 0) {
     json_decref(list);
     return r;
@@ -143,20 +137,20 @@ static int commit_tree(tg_git *g, const char *sha, git_tree **ret) {
   git_oid oid;
   if (!sha) {
     git_treebuilder *bld = NULL;
-    if (tg_git2.git_treebuilder_new(&bld, g->repo, NULL) < 0) return fail_io("tree builder");
+    if (tg_git2.git_treebuilder_new(&bld, g->repo, NULL) < 0) return tg_libgit2_fail("tree builder");
     int e = tg_git2.git_treebuilder_write(&oid, bld);
     tg_git2.git_treebuilder_free(bld);
-    if (e < 0 || tg_git2.git_tree_lookup(ret, g->repo, &oid) < 0) return fail_io("empty tree");
+    if (e < 0 || tg_git2.git_tree_lookup(ret, g->repo, &oid) < 0) return tg_libgit2_fail("empty tree");
     return TG_OK;
   }
   if (parse_sha(sha, &oid) < 0) return TG_E_INVAL;
   git_commit *commit = NULL;
   int e = tg_git2.git_commit_lookup(&commit, g->repo, &oid);
   if (e == GIT_ENOTFOUND) return TG_E_NOTFOUND;
-  if (e < 0) return fail_io("read commit");
+  if (e < 0) return tg_libgit2_fail("read commit");
   e = tg_git2.git_commit_tree(ret, commit);
   tg_git2.git_commit_free(commit);
-  return e < 0 ? fail_io("read tree") : TG_OK;
+  return e < 0 ? tg_libgit2_fail("read tree") : TG_OK;
 }
 
 int tg_git_read(tg_git *g, const char *sha, const char *path, size_t max, char **ret,
@@ -168,7 +162,7 @@ int tg_git_read(tg_git *g, const char *sha, const char *path, size_t max, char *
   int e = tg_git2.git_tree_entry_bypath(&entry, tree, path);
   tg_git2.git_tree_free(tree);
   if (e == GIT_ENOTFOUND) return TG_E_NOTFOUND;
-  if (e < 0) return fail_io("find file");
+  if (e < 0) return tg_libgit2_fail("find file");
   git_filemode_t mode = tg_git2.git_tree_entry_filemode(entry);
   if (mode != GIT_FILEMODE_BLOB && mode != GIT_FILEMODE_BLOB_EXECUTABLE) {
     tg_git2.git_tree_entry_free(entry);
@@ -177,7 +171,7 @@ int tg_git_read(tg_git *g, const char *sha, const char *path, size_t max, char *
   git_blob *blob = NULL;
   e = tg_git2.git_blob_lookup(&blob, g->repo, tg_git2.git_tree_entry_id(entry));
   tg_git2.git_tree_entry_free(entry);
-  if (e < 0) return fail_io("read blob");
+  if (e < 0) return tg_libgit2_fail("read blob");
   size_t len = (size_t)tg_git2.git_blob_rawsize(blob);
   if (len > max) {
     tg_git2.git_blob_free(blob);
@@ -226,7 +220,7 @@ static int check_change(git_tree *tree, const tg_git_change *c, size_t i,
       if (c->mode != TG_GIT_ADD) return problem_at(problem, i, "missing");
       return TG_OK; /* nothing further down exists either */
     }
-    if (e < 0) return fail_io("find path");
+    if (e < 0) return tg_libgit2_fail("find path");
     git_filemode_t mode = tg_git2.git_tree_entry_filemode(entry);
     tg_git2.git_tree_entry_free(entry);
     bool last = c->path[k] == '\0';
@@ -269,21 +263,21 @@ int tg_git_commit(tg_git *g, const char *parent_sha, const tg_git_change *change
     updates[i].action = GIT_TREE_UPDATE_UPSERT;
     updates[i].filemode = GIT_FILEMODE_BLOB;
     if (tg_git2.git_blob_create_from_buffer(&updates[i].id, g->repo, changes[i].content, changes[i].len) < 0)
-      r = fail_io("write blob");
+      r = tg_libgit2_fail("write blob");
   }
   git_oid tree_id, commit_id, parent_id;
   if (r == TG_OK && tg_git2.git_tree_create_updated(&tree_id, g->repo, base, n, updates) < 0)
-    r = fail_io("write tree");
-  if (r == TG_OK && tg_git2.git_tree_lookup(&tree, g->repo, &tree_id) < 0) r = fail_io("read tree");
+    r = tg_libgit2_fail("write tree");
+  if (r == TG_OK && tg_git2.git_tree_lookup(&tree, g->repo, &tree_id) < 0) r = tg_libgit2_fail("read tree");
   if (r == TG_OK && parent_sha &&
       (parse_sha(parent_sha, &parent_id) < 0 ||
        tg_git2.git_commit_lookup(&parent, g->repo, &parent_id) < 0))
-    r = fail_io("read parent");
-  if (r == TG_OK && tg_git2.git_signature_now(&who, name, email) < 0) r = fail_io("signature");
+    r = tg_libgit2_fail("read parent");
+  if (r == TG_OK && tg_git2.git_signature_now(&who, name, email) < 0) r = tg_libgit2_fail("signature");
   const git_commit *parents[1] = {parent};
   if (r == TG_OK && tg_git2.git_commit_create(&commit_id, g->repo, NULL, who, who, NULL, message, tree,
                                       parent ? 1 : 0, parents) < 0)
-    r = fail_io("write commit");
+    r = tg_libgit2_fail("write commit");
   if (r == TG_OK) tg_git2.git_oid_tostr(sha, TG_GIT_SHA_LEN + 1, &commit_id);
   free(updates);
   tg_git2.git_signature_free(who);
@@ -307,7 +301,7 @@ int tg_git_move(tg_git *g, const char *branch, const char *old_sha, const char *
   tg_git2.git_reference_free(out);
   if (e == GIT_EMODIFIED || e == GIT_EEXISTS || (old_sha && e == GIT_ENOTFOUND))
     return TG_E_CONSTRAINT;
-  return e < 0 ? fail_io("move branch") : TG_OK;
+  return e < 0 ? tg_libgit2_fail("move branch") : TG_OK;
 }
 
 int tg_git_contains(tg_git *g, const char *branch, const char *sha, bool *yes) {
@@ -317,13 +311,13 @@ int tg_git_contains(tg_git *g, const char *branch, const char *sha, bool *yes) {
   if (branch_ref(branch, ref, sizeof ref) < 0 || parse_sha(sha, &want) < 0) return TG_E_INVAL;
   int e = tg_git2.git_reference_name_to_id(&tip, g->repo, ref);
   if (e == GIT_ENOTFOUND) return TG_OK;
-  if (e < 0) return fail_io("read branch");
+  if (e < 0) return tg_libgit2_fail("read branch");
   if (tg_git2.git_oid_equal(&tip, &want)) {
     *yes = true;
     return TG_OK;
   }
   e = tg_git2.git_graph_descendant_of(g->repo, &tip, &want);
-  if (e < 0) return fail_io("walk history");
+  if (e < 0) return tg_libgit2_fail("walk history");
   *yes = e == 1;
   return TG_OK;
 }
@@ -333,7 +327,7 @@ static int lookup_commit(tg_git *g, const char *sha, git_commit **ret) {
   if (parse_sha(sha, &oid) < 0) return TG_E_INVAL;
   int e = tg_git2.git_commit_lookup(ret, g->repo, &oid);
   if (e == GIT_ENOTFOUND) return TG_E_NOTFOUND;
-  return e < 0 ? fail_io("read commit") : TG_OK;
+  return e < 0 ? tg_libgit2_fail("read commit") : TG_OK;
 }
 
 int tg_git_diff(tg_git *g, const char *from_sha, const char *to_sha, size_t max, char **ret,
@@ -343,8 +337,8 @@ int tg_git_diff(tg_git *g, const char *from_sha, const char *to_sha, size_t max,
   git_buf buf = GIT_BUF_INIT;
   int r = commit_tree(g, from_sha, &from);
   if (r == TG_OK) r = commit_tree(g, to_sha, &to);
-  if (r == TG_OK && tg_git2.git_diff_tree_to_tree(&diff, g->repo, from, to, NULL) < 0) r = fail_io("diff");
-  if (r == TG_OK && tg_git2.git_diff_to_buf(&buf, diff, GIT_DIFF_FORMAT_PATCH) < 0) r = fail_io("diff text");
+  if (r == TG_OK && tg_git2.git_diff_tree_to_tree(&diff, g->repo, from, to, NULL) < 0) r = tg_libgit2_fail("diff");
+  if (r == TG_OK && tg_git2.git_diff_to_buf(&buf, diff, GIT_DIFF_FORMAT_PATCH) < 0) r = tg_libgit2_fail("diff text");
   if (r == TG_OK) {
     *files = tg_git2.git_diff_num_deltas(diff);
     size_t len = buf.size;
@@ -368,7 +362,7 @@ static int collect_conflicts(git_index *index, json_t **ret) {
   if (!paths) return TG_E_NOMEM;
   if (tg_git2.git_index_conflict_iterator_new(&it, index) < 0) {
     json_decref(paths);
-    return fail_io("conflicts");
+    return tg_libgit2_fail("conflicts");
   }
   const git_index_entry *ancestor, *ours, *theirs;
   while (json_array_size(paths) < CONFLICTS_MAX &&
@@ -401,7 +395,7 @@ int tg_git_merge(tg_git *g, const char *base_sha, const char *head_sha, const ch
   }
   int e = tg_git2.git_graph_descendant_of(g->repo, head_id, base_id);
   if (e < 0) {
-    r = fail_io("ancestry");
+    r = tg_libgit2_fail("ancestry");
     goto out;
   }
   if (e == 1) {
@@ -410,7 +404,7 @@ int tg_git_merge(tg_git *g, const char *base_sha, const char *head_sha, const ch
     goto out;
   }
   if (tg_git2.git_merge_commits(&index, g->repo, base, head, NULL) < 0) {
-    r = fail_io("merge");
+    r = tg_libgit2_fail("merge");
     goto out;
   }
   if (tg_git2.git_index_has_conflicts(index)) {
@@ -421,12 +415,12 @@ int tg_git_merge(tg_git *g, const char *base_sha, const char *head_sha, const ch
   git_oid tree_id, commit_id;
   if (tg_git2.git_index_write_tree_to(&tree_id, index, g->repo) < 0 ||
       tg_git2.git_tree_lookup(&tree, g->repo, &tree_id) < 0 || tg_git2.git_signature_now(&who, name, email) < 0) {
-    r = fail_io("merge tree");
+    r = tg_libgit2_fail("merge tree");
     goto out;
   }
   const git_commit *parents[2] = {base, head};
   if (tg_git2.git_commit_create(&commit_id, g->repo, NULL, who, who, NULL, message, tree, 2, parents) < 0) {
-    r = fail_io("merge commit");
+    r = tg_libgit2_fail("merge commit");
     goto out;
   }
   tg_git2.git_oid_tostr(sha, TG_GIT_SHA_LEN + 1, &commit_id);

@@ -34,10 +34,11 @@ static void load(void) {
 int tg_libgit2_init(void) {
   pthread_once(&load_once, load);
   if (!loaded) return TG_E_IO;
-  if (tg_git2.git_libgit2_init() < 0) {
-    const git_error *e = tg_git2.git_error_last();
-    tg_log(TG_LOG_ERROR, "git: init: %s", e && e->message ? e->message : "unknown error");
-    return TG_E_IO;
-  }
-  return TG_OK;
+  return tg_git2.git_libgit2_init() < 0 ? tg_libgit2_fail("init") : TG_OK;
+}
+
+int tg_libgit2_fail(const char *what) {
+  const git_error *e = tg_git2.git_error_last();
+  tg_log(TG_LOG_ERROR, "git: %s: %s", what, e && e->message ? e->message : "unknown error");
+  return TG_E_IO;
 }

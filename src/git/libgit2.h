@@ -35,3 +35,6 @@ extern struct tg_libgit2 tg_git2;
 /* Loads libgit2 (once per process) and initializes it (git_libgit2_init, counted: pair each
  * success with tg_git2.git_libgit2_shutdown()). 0, or TG_E_IO with the reason logged. */
 int tg_libgit2_init(void);
+
+/* Logs what failed with libgit2's last error; returns TG_E_IO. */
+int tg_libgit2_fail(const char *what);
