@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "git/libgit2.h"
-#include "util/log.h"
 #include "util/status.h"
 
 #define CONFLICTS_MAX 50
@@ -137,10 +136,12 @@ static int commit_tree(tg_git *g, const char *sha, git_tree **ret) {
   git_oid oid;
   if (!sha) {
     git_treebuilder *bld = NULL;
-    if (tg_git2.git_treebuilder_new(&bld, g->repo, NULL) < 0) return tg_libgit2_fail("tree builder");
+    if (tg_git2.git_treebuilder_new(&bld, g->repo, NULL) < 0)
+      return tg_libgit2_fail("tree builder");
     int e = tg_git2.git_treebuilder_write(&oid, bld);
     tg_git2.git_treebuilder_free(bld);
-    if (e < 0 || tg_git2.git_tree_lookup(ret, g->repo, &oid) < 0) return tg_libgit2_fail("empty tree");
+    if (e < 0 || tg_git2.git_tree_lookup(ret, g->repo, &oid) < 0)
+      return tg_libgit2_fail("empty tree");
     return TG_OK;
   }
   if (parse_sha(sha, &oid) < 0) return TG_E_INVAL;
@@ -268,12 +269,14 @@ int tg_git_commit(tg_git *g, const char *parent_sha, const tg_git_change *change
   git_oid tree_id, commit_id, parent_id;
   if (r == TG_OK && tg_git2.git_tree_create_updated(&tree_id, g->repo, base, n, updates) < 0)
     r = tg_libgit2_fail("write tree");
-  if (r == TG_OK && tg_git2.git_tree_lookup(&tree, g->repo, &tree_id) < 0) r = tg_libgit2_fail("read tree");
+  if (r == TG_OK && tg_git2.git_tree_lookup(&tree, g->repo, &tree_id) < 0)
+    r = tg_libgit2_fail("read tree");
   if (r == TG_OK && parent_sha &&
       (parse_sha(parent_sha, &parent_id) < 0 ||
        tg_git2.git_commit_lookup(&parent, g->repo, &parent_id) < 0))
     r = tg_libgit2_fail("read parent");
-  if (r == TG_OK && tg_git2.git_signature_now(&who, name, email) < 0) r = tg_libgit2_fail("signature");
+  if (r == TG_OK && tg_git2.git_signature_now(&who, name, email) < 0)
+    r = tg_libgit2_fail("signature");
   const git_commit *parents[1] = {parent};
   if (r == TG_OK && tg_git2.git_commit_create(&commit_id, g->repo, NULL, who, who, NULL, message, tree,
                                       parent ? 1 : 0, parents) < 0)
