@@ -1,20 +1,24 @@
-/* A load generator for MCP Streamable HTTP: N keep-alive connections, each on its own thread,
- * each opening a 2025-11-25 session (initialize, notifications/initialized, then the
- * Mcp-Session-Id header) or speaking 2026-07-28 statelessly (--modern: params._meta and the
- * routing headers), then sending tools/call of one tool, tools/list, or both alternating
- * (--mix) for a given time; --mix ping sends ping, which no tool or database serves: the cost
- * of the transport and the JSON-RPC layer alone. Prints requests/s, p50/p90/p99 latency, errors and how many tools
- * the last tools/list answer held; a non-2xx status, a JSON-RPC error, a tool result with
- * isError, or an unreadable response is an error.
+/* A load generator for MCP Streamable HTTP: N keep-alive connections, each opening a
+ * 2025-11-25 session (initialize, notifications/initialized, then the Mcp-Session-Id header)
+ * or speaking 2026-07-28 statelessly (--modern: params._meta and the routing headers), then
+ * sending tools/call of one tool, tools/list, or both alternating (--mix) for a given time;
+ * --mix ping sends ping, which no tool or database serves: the cost of the transport and the
+ * JSON-RPC layer alone. Prints requests/s, p50/p90/p99 latency, errors and how many tools the
+ * last tools/list answer held; a non-2xx status, a JSON-RPC error, a tool result with isError,
+ * or an unreadable response is an error.
  *
- *   bench_http_load --url http://127.0.0.1:PORT/mcp [--connections N] [--duration S]
+ *   bench_http_load --url http://127.0.0.1:PORT/PATH [--connections N] [--duration S]
  *                   [--tool NAME] [--mix call|list|both|ping] [--modern]
  *
- * Blocking sockets and one thread per connection: the generator stays simple and, written in
- * C, is not the bottleneck at the concurrencies measured (1 to 64). */
+ * The connections are shared among one event loop (epoll) per online CPU, at most one per
+ * connection: on a machine of few cores that the measured server shares, a thread per
+ * connection would take the server's CPU in wake-ups and fill its run queue. Each connection
+ * has one request in flight; its latency runs from the request's first byte written to its
+ * answer's last byte read. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -25,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,7 +38,7 @@
 #define MAX_DURATION_S 600
 #define MAX_RESPONSE (8u * 1024u * 1024u) /* bytes of one response we accept */
 #define MAX_SAMPLES_PER_CONN (4u * 1024u * 1024u)
-#define IO_TIMEOUT_S 30 /* a server silent this long fails the request */
+#define IO_TIMEOUT_NS (30LL * 1000000000) /* a server silent this long fails the request */
 
 typedef struct options {
   struct sockaddr_in addr;
@@ -46,13 +51,25 @@ typedef struct options {
   bool modern;
 } options;
 
+/* Where a connection is in its script. */
+typedef enum phase { INITIALIZE, INITIALIZED, LOAD, DONE } phase;
+
 typedef struct conn {
   const options *o;
   int fd;
+  int epoll; /* its loop's */
+  bool reused; /* the connection already carried an exchange: the server may have closed it */
+  phase phase;
   char sid[128];
-  char *buf; /* bytes read past the current response */
+  char *buf; /* bytes read and not yet consumed */
   size_t len, cap;
-  uint32_t *lat_us; /* one latency per request */
+  char *req; /* the request in flight, its length and how much of it is written */
+  size_t req_len, req_sent;
+  const char *method;
+  bool notification, retried;
+  bool failed; /* the request in flight could not be sent: the loop finishes it */
+  int64_t started_ns; /* when the request in flight began */
+  uint32_t *lat_us; /* one latency per load request */
   size_t n_lat;
   unsigned long errors;
   int64_t deadline_ns;
@@ -60,6 +77,12 @@ typedef struct conn {
   long listed; /* tools in the last tools/list answer; -1: none seen */
   char first_error[200]; /* what the first failed exchange got, for the report */
 } conn;
+
+/* The connections one thread drives. */
+typedef struct loop {
+  conn *conns;
+  unsigned n;
+} loop;
 
 /* Keeps what a failed exchange of method got (HTTP status 0: no answer) if it is c's first. */
 static void note_error(conn *c, const char *method, int status, const char *answer) {
@@ -76,33 +99,26 @@ static int64_t now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static bool dial(conn *c) {
-  if (c->fd >= 0) close(c->fd);
+static void hang_up(conn *c) {
+  if (c->fd >= 0) close(c->fd); /* closing also leaves the epoll set */
+  c->fd = -1;
   c->len = 0;
+}
+
+/* A new connection, non-blocking once connected, watched for input by c's loop. */
+static bool dial(conn *c) {
+  hang_up(c);
+  c->reused = false;
   c->fd = socket(AF_INET, SOCK_STREAM, 0);
   if (c->fd < 0) return false;
   int one = 1;
   setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  struct timeval t = {.tv_sec = IO_TIMEOUT_S};
-  setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof t);
-  setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &t, sizeof t);
-  return connect(c->fd, (const struct sockaddr *)&c->o->addr, sizeof c->o->addr) == 0;
-}
-
-/* Reads more bytes into c->buf; false on EOF, error or an oversized response. */
-static bool fill(conn *c) {
-  if (c->cap - c->len < 16384) {
-    if (c->cap >= MAX_RESPONSE) return false;
-    size_t cap = c->cap ? c->cap * 2 : 65536;
-    char *grown = realloc(c->buf, cap + 1);
-    if (!grown) return false;
-    c->buf = grown;
-    c->cap = cap;
+  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+  if (connect(c->fd, (const struct sockaddr *)&c->o->addr, sizeof c->o->addr) != 0 ||
+      fcntl(c->fd, F_SETFL, O_NONBLOCK) != 0 || epoll_ctl(c->epoll, EPOLL_CTL_ADD, c->fd, &ev) != 0) {
+    hang_up(c);
+    return false;
   }
-  ssize_t n = read(c->fd, c->buf + c->len, c->cap - c->len);
-  if (n <= 0) return false;
-  c->len += (size_t)n;
-  c->buf[c->len] = 0;
   return true;
 }
 
@@ -122,66 +138,76 @@ static bool header(const char *head, const char *name, char *out, size_t size) {
   return false;
 }
 
-/* Reads one response: its status, a malloc'd body (de-chunked) and whether it is SSE. */
-static bool read_response(conn *c, int *status, char **body, bool *sse, bool *close_after) {
-  char *end;
-  while (!(c->buf && (end = strstr(c->buf, "\r\n\r\n"))))
-    if (!fill(c)) return false;
+typedef struct response {
+  int status;
+  char *body; /* malloc'd, de-chunked, NUL-terminated */
+  bool sse, close_after;
+} response;
+
+enum { PARSE_FAILED = -1, PARSE_MORE = 0, PARSE_DONE = 1 };
+
+/* Takes one whole response off the front of c->buf when it is all there. */
+static int parse_response(conn *c, response *r) {
+  char *end = c->buf ? strstr(c->buf, "\r\n\r\n") : NULL;
+  if (!end) return c->len > 65536 ? PARSE_FAILED : PARSE_MORE;
   size_t head_len = (size_t)(end - c->buf) + 4;
+  char saved = end[2];
   end[2] = 0; /* the head ends at its last header line's CRLF */
-  if (sscanf(c->buf, "HTTP/1.%*d %d", status) != 1) return false;
   char value[256];
-  *sse = header(c->buf, "Content-Type", value, sizeof value) && strcasestr(value, "text/event-stream");
-  *close_after = header(c->buf, "Connection", value, sizeof value) && strcasestr(value, "close");
-  bool chunked = header(c->buf, "Transfer-Encoding", value, sizeof value) && strcasestr(value, "chunked");
-  if (header(c->buf, "Mcp-Session-Id", value, sizeof value) && strlen(value) < sizeof c->sid)
-    memcpy(c->sid, value, strlen(value) + 1);
-  long clen = header(c->buf, "Content-Length", value, sizeof value) ? strtol(value, NULL, 10) : -1;
+  long clen = -1;
+  bool chunked = false;
+  int ok = sscanf(c->buf, "HTTP/1.%*d %d", &r->status) == 1;
+  if (ok) {
+    r->sse = header(c->buf, "Content-Type", value, sizeof value) && strcasestr(value, "text/event-stream");
+    r->close_after = header(c->buf, "Connection", value, sizeof value) && strcasestr(value, "close");
+    chunked = header(c->buf, "Transfer-Encoding", value, sizeof value) && strcasestr(value, "chunked");
+    if (header(c->buf, "Content-Length", value, sizeof value)) clen = strtol(value, NULL, 10);
+    if (header(c->buf, "Mcp-Session-Id", value, sizeof value) && strlen(value) < sizeof c->sid)
+      memcpy(c->sid, value, strlen(value) + 1);
+  }
+  end[2] = saved;
+  if (!ok) return PARSE_FAILED;
+  /* First where the body ends, without copying: most calls end here with PARSE_MORE. */
   size_t off = head_len;
-  size_t blen = 0;
-  char *b = malloc(1);
-  if (!b) return false;
   if (!chunked) {
-    if (clen < 0 || (size_t)clen > MAX_RESPONSE) goto fail;
-    while (c->len - off < (size_t)clen)
-      if (!fill(c)) goto fail;
-    char *grown = realloc(b, (size_t)clen + 1);
-    if (!grown) goto fail;
-    b = grown;
-    memcpy(b, c->buf + off, (size_t)clen);
-    blen = (size_t)clen;
-    off += (size_t)clen;
+    if (clen < 0 || (size_t)clen > MAX_RESPONSE) return PARSE_FAILED;
+    if (c->len - off < (size_t)clen) return PARSE_MORE;
   } else {
+    size_t total = 0;
     for (;;) {
-      char *eol;
-      while (!(eol = memmem(c->buf + off, c->len - off, "\r\n", 2)))
-        if (!fill(c)) goto fail;
+      char *eol = memmem(c->buf + off, c->len - off, "\r\n", 2);
+      if (!eol) return PARSE_MORE;
       size_t size = strtoul(c->buf + off, NULL, 16);
       size_t data = (size_t)(eol - c->buf) + 2;
-      if (size > MAX_RESPONSE || blen + size > MAX_RESPONSE) goto fail;
-      while (c->len < data + size + 2)
-        if (!fill(c)) goto fail;
-      if (size == 0) {
-        off = data + 2;
-        break;
-      }
-      char *grown = realloc(b, blen + size + 1);
-      if (!grown) goto fail;
-      b = grown;
-      memcpy(b + blen, c->buf + data, size);
-      blen += size;
+      if (size > MAX_RESPONSE || (total += size) > MAX_RESPONSE) return PARSE_FAILED;
+      if (c->len < data + size + 2) return PARSE_MORE;
       off = data + size + 2;
+      if (size == 0) break;
     }
   }
-  b[blen] = 0;
+  /* Then the body, de-chunked. */
+  r->body = malloc(chunked ? off - head_len + 1 : (size_t)clen + 1);
+  if (!r->body) return PARSE_FAILED;
+  size_t blen = 0;
+  if (!chunked) {
+    memcpy(r->body, c->buf + head_len, (size_t)clen);
+    blen = (size_t)clen;
+    off = head_len + (size_t)clen;
+  } else {
+    for (size_t at = head_len; at < off;) {
+      char *eol = memmem(c->buf + at, c->len - at, "\r\n", 2);
+      size_t size = strtoul(c->buf + at, NULL, 16);
+      size_t data = (size_t)(eol - c->buf) + 2;
+      memcpy(r->body + blen, c->buf + data, size);
+      blen += size;
+      at = data + size + 2;
+    }
+  }
+  r->body[blen] = 0;
   memmove(c->buf, c->buf + off, c->len - off);
   c->len -= off;
   c->buf[c->len] = 0;
-  *body = b;
-  return true;
-fail:
-  free(b);
-  return false;
+  return PARSE_DONE;
 }
 
 /* Whether the answer is a success: a JSON-RPC result without isError. An SSE body counts by
@@ -202,8 +228,27 @@ static bool answer_ok(const char *body, bool sse, long *listed) {
   return ok;
 }
 
-/* Sends one JSON-RPC message; when it is a request, waits for and checks its answer. */
-static bool exchange(conn *c, const char *method, const char *name, const char *body, bool notification) {
+/* Writes what is left of the request in flight; false when the connection failed. */
+static bool push(conn *c) {
+  while (c->req_sent < c->req_len) {
+    ssize_t n = write(c->fd, c->req + c->req_sent, c->req_len - c->req_sent);
+    if (n < 0 && errno == EAGAIN) break;
+    if (n <= 0) return false;
+    c->req_sent += (size_t)n;
+  }
+  struct epoll_event ev = {.events = EPOLLIN | (c->req_sent < c->req_len ? EPOLLOUT : 0),
+                           .data.ptr = c};
+  return epoll_ctl(c->epoll, EPOLL_CTL_MOD, c->fd, &ev) == 0;
+}
+
+/* Sends the request in flight on the kept-alive connection, or on a new one. */
+static bool transmit(conn *c) {
+  c->req_sent = 0;
+  return (c->fd >= 0 || dial(c)) && push(c);
+}
+
+/* Starts one JSON-RPC message; a notification's answer is only its status. */
+static void begin(conn *c, const char *method, const char *name, const char *body, bool notification) {
   char extra[512] = "";
   if (c->o->modern)
     snprintf(extra, sizeof extra,
@@ -211,80 +256,181 @@ static bool exchange(conn *c, const char *method, const char *name, const char *
              name ? "Mcp-Name: " : "", name ? name : "", name ? "\r\n" : "");
   else if (c->sid[0])
     snprintf(extra, sizeof extra, "Mcp-Session-Id: %s\r\nMCP-Protocol-Version: 2025-11-25\r\n", c->sid);
-  char *req = NULL;
-  int n = asprintf(&req,
+  free(c->req);
+  c->req = NULL;
+  int n = asprintf(&c->req,
                    "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
                    "Accept: application/json, text/event-stream\r\n%sContent-Length: %zu\r\n\r\n%s",
                    c->o->path, c->o->host, extra, strlen(body), body);
-  if (n < 0) return false;
-  for (int attempt = 0; attempt < 2; attempt++) {
-    if (c->fd < 0 && !dial(c)) break;
-    if (write(c->fd, req, (size_t)n) != n) {
-      close(c->fd);
-      c->fd = -1;
-      continue; /* a keep-alive connection the server closed: once more on a new one */
-    }
-    int status = 0;
-    char *answer = NULL;
-    bool sse = false, close_after = false;
-    bool read = read_response(c, &status, &answer, &sse, &close_after);
-    if (!read || close_after) {
-      close(c->fd);
-      c->fd = -1;
-    }
-    if (!read) break;
-    bool ok = status / 100 == 2 && (notification || answer_ok(answer, sse, &c->listed));
-    if (!ok) note_error(c, method, status, answer);
-    free(answer);
-    free(req);
-    return ok;
+  c->method = method;
+  c->notification = notification;
+  c->retried = false;
+  c->started_ns = now_ns();
+  if (n < 0) c->req = NULL;
+  c->req_len = n < 0 ? 0 : (size_t)n;
+  if (n < 0 || !transmit(c)) {
+    note_error(c, method, 0, NULL);
+    hang_up(c);
+    c->failed = true; /* not finished here: a server that refuses every connection would
+                       * otherwise recurse through finish and next until the deadline */
   }
-  note_error(c, method, 0, NULL);
-  free(req);
-  return false;
 }
 
-static void *run(void *arg) {
-  conn *c = arg;
+/* The next request of c's script, or the end of it. */
+static void next(conn *c) {
   char body[1024];
+  if (c->phase == INITIALIZE) {
+    begin(c, "initialize", NULL,
+          "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+          "\"2025-11-25\",\"capabilities\":{},\"clientInfo\":{\"name\":\"bench_http_load\","
+          "\"version\":\"1\"}}}",
+          false);
+    return;
+  }
+  if (c->phase == INITIALIZED) {
+    begin(c, "notifications/initialized", NULL,
+          "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}", true);
+    return;
+  }
+  if (c->phase != LOAD || now_ns() >= c->deadline_ns || c->n_lat >= MAX_SAMPLES_PER_CONN) {
+    c->phase = DONE;
+    hang_up(c);
+    return;
+  }
   const char *meta = c->o->modern ? ",\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":"
                                     "\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{}}"
                                   : "";
-  if (!c->o->modern) {
+  bool call = c->o->calls && (!c->o->lists || c->next_id % 2 == 0);
+  const char *method = c->o->pings ? "ping" : call ? "tools/call" : "tools/list";
+  long id = ++c->next_id;
+  if (call)
     snprintf(body, sizeof body,
-             "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
-             "\"2025-11-25\",\"capabilities\":{},\"clientInfo\":{\"name\":\"bench_http_load\","
-             "\"version\":\"1\"}}}");
-    if (!exchange(c, "initialize", NULL, body, false) || !c->sid[0] ||
-        !exchange(c, "notifications/initialized", NULL,
-                  "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}", true)) {
-      c->errors++;
-      return NULL;
-    }
-  }
-  while (now_ns() < c->deadline_ns && c->n_lat < MAX_SAMPLES_PER_CONN) {
-    bool call = c->o->calls && (!c->o->lists || c->next_id % 2 == 0);
-    const char *method = c->o->pings ? "ping" : call ? "tools/call" : "tools/list";
-    long id = ++c->next_id;
-    if (call)
-      snprintf(body, sizeof body,
-               "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"method\":\"tools/call\",\"params\":{\"name\":\"%s\","
-               "\"arguments\":{}%s}}", id, c->o->tool, meta);
-    else
-      snprintf(body, sizeof body,
-               "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"method\":\"%s\",\"params\":{%s}}", id,
-               method, c->o->modern ? meta + 1 : "");
-    int64_t t0 = now_ns();
-    bool ok = exchange(c, method, call ? c->o->tool : NULL, body, false);
-    int64_t us = (now_ns() - t0) / 1000;
-    if (!ok) c->errors++;
+             "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"method\":\"tools/call\",\"params\":{\"name\":\"%s\","
+             "\"arguments\":{}%s}}", id, c->o->tool, meta);
+  else
+    snprintf(body, sizeof body, "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"method\":\"%s\",\"params\":{%s}}",
+             id, method, c->o->modern ? meta + 1 : "");
+  begin(c, method, call ? c->o->tool : NULL, body, false);
+}
+
+/* Records the outcome of the request in flight and moves c on. */
+static void finish(conn *c, bool ok) {
+  if (c->phase == LOAD) {
+    int64_t us = (now_ns() - c->started_ns) / 1000;
     if (c->n_lat % 4096 == 0) {
       uint32_t *grown = realloc(c->lat_us, (c->n_lat + 4096) * sizeof *grown);
-      if (!grown) break;
+      if (!grown) {
+        c->errors++;
+        c->phase = DONE;
+        hang_up(c);
+        return;
+      }
       c->lat_us = grown;
     }
     c->lat_us[c->n_lat++] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
   }
+  if (!ok) c->errors++;
+  if (c->phase == INITIALIZE) c->phase = ok && c->sid[0] ? INITIALIZED : DONE;
+  else if (c->phase == INITIALIZED) c->phase = ok ? LOAD : DONE;
+  if (c->phase == DONE) hang_up(c);
+  else next(c);
+}
+
+/* The connection ended or failed before the answer: a kept-alive connection the server
+ * closed gets the request once more on a new one. */
+static void broken(conn *c) {
+  bool again = c->reused && !c->retried && c->len == 0;
+  hang_up(c);
+  if (again) {
+    c->retried = true;
+    if (transmit(c)) return;
+    hang_up(c);
+  }
+  note_error(c, c->method, 0, NULL);
+  finish(c, false);
+}
+
+/* Reads what arrived on c and acts on each whole answer. */
+static void readable(conn *c) {
+  bool ended = false; /* the server closed the connection, or it failed */
+  for (;;) {
+    if (c->cap - c->len < 16384) {
+      size_t cap = c->cap ? c->cap * 2 : 65536;
+      char *grown = cap <= 2 * (size_t)MAX_RESPONSE ? realloc(c->buf, cap + 1) : NULL;
+      if (!grown) return broken(c);
+      c->buf = grown;
+      c->cap = cap;
+    }
+    ssize_t n = read(c->fd, c->buf + c->len, c->cap - c->len);
+    if (n < 0 && errno == EAGAIN) break;
+    if (n <= 0) {
+      ended = true;
+      break;
+    }
+    c->len += (size_t)n;
+    c->buf[c->len] = 0;
+  }
+  response r = {0};
+  int parsed = parse_response(c, &r);
+  if (parsed == PARSE_MORE) {
+    if (ended) broken(c);
+    return;
+  }
+  if (parsed == PARSE_FAILED) {
+    note_error(c, c->method, 0, "an unreadable response");
+    hang_up(c);
+    return finish(c, false);
+  }
+  c->reused = true;
+  bool ok = r.status / 100 == 2 && (c->notification || answer_ok(r.body, r.sse, &c->listed));
+  if (!ok) note_error(c, c->method, r.status, r.body);
+  free(r.body);
+  if (r.close_after || ended) hang_up(c);
+  finish(c, ok);
+}
+
+static void *run(void *arg) {
+  loop *l = arg;
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  for (unsigned i = 0; i < l->n; i++) {
+    conn *c = &l->conns[i];
+    c->epoll = ep;
+    if (ep < 0) {
+      c->errors++;
+      c->phase = DONE;
+    } else {
+      next(c);
+    }
+  }
+  struct epoll_event events[64];
+  for (;;) {
+    unsigned busy = 0, failed = 0;
+    int64_t now = now_ns();
+    for (unsigned i = 0; i < l->n; i++) {
+      conn *c = &l->conns[i];
+      if (c->phase == DONE) continue;
+      if (c->failed) {
+        c->failed = false;
+        finish(c, false);
+      } else if (now - c->started_ns > IO_TIMEOUT_NS) { /* a silent server fails the request */
+        note_error(c, c->method, 0, "no answer in 30 s");
+        hang_up(c);
+        finish(c, false);
+      }
+      busy += c->phase != DONE;
+      failed += c->failed;
+    }
+    if (!busy) break;
+    int n = epoll_wait(ep, events, 64, failed ? 0 : 1000);
+    for (int i = 0; i < n; i++) {
+      conn *c = events[i].data.ptr;
+      if (c->fd < 0) continue;
+      if (events[i].events & EPOLLOUT && !push(c)) broken(c);
+      else if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) readable(c);
+      /* (a write that failed already handled the connection's end) */
+    }
+  }
+  if (ep >= 0) close(ep);
   return NULL;
 }
 
@@ -352,22 +498,32 @@ int main(int argc, char **argv) {
     }
   }
   if (!url || !parse_url(url, &o)) return usage("--url must be http://IPV4:PORT/PATH");
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  unsigned n_loops = cpus < 1 ? 1 : cpus < (long)o.connections ? (unsigned)cpus : o.connections;
   conn *conns = calloc(o.connections, sizeof *conns);
-  pthread_t *threads = calloc(o.connections, sizeof *threads);
-  if (!conns || !threads) return 1;
+  loop *loops = calloc(n_loops, sizeof *loops);
+  pthread_t *threads = calloc(n_loops, sizeof *threads);
+  if (!conns || !loops || !threads) return 1;
   int64_t start = now_ns();
   int64_t deadline = start + (int64_t)o.duration_s * 1000000000;
-  unsigned started = 0;
-  for (unsigned i = 0; i < o.connections; i++) {
-    conns[i] = (conn){.o = &o, .fd = -1, .deadline_ns = deadline, .listed = -1};
-    if (pthread_create(&threads[i], NULL, run, &conns[i]) != 0) break;
+  for (unsigned i = 0; i < o.connections; i++)
+    conns[i] = (conn){.o = &o, .fd = -1, .epoll = -1, .phase = o.modern ? LOAD : INITIALIZE,
+                      .deadline_ns = deadline, .listed = -1};
+  /* Loop i drives a contiguous share of the connections, the first ones one more. */
+  unsigned started = 0, next_conn = 0;
+  for (unsigned i = 0; i < n_loops; i++) {
+    loops[i] = (loop){.conns = conns + next_conn,
+                      .n = o.connections / n_loops + (i < o.connections % n_loops)};
+    next_conn += loops[i].n;
+    if (pthread_create(&threads[i], NULL, run, &loops[i]) != 0) break;
     started++;
   }
   size_t total = 0;
-  unsigned long errors = started < o.connections ? o.connections - started : 0;
+  unsigned long errors = 0;
   long listed = -1;
-  for (unsigned i = 0; i < started; i++) {
-    pthread_join(threads[i], NULL);
+  for (unsigned i = 0; i < started; i++) pthread_join(threads[i], NULL);
+  for (unsigned i = started; i < n_loops; i++) errors += loops[i].n; /* never ran */
+  for (unsigned i = 0; i < o.connections; i++) {
     total += conns[i].n_lat;
     errors += conns[i].errors;
     if (conns[i].listed >= 0) listed = conns[i].listed;
@@ -377,13 +533,13 @@ int main(int argc, char **argv) {
   if (!all) return 1;
   size_t k = 0;
   const char *first_error = NULL;
-  for (unsigned i = 0; i < started; i++) {
+  for (unsigned i = 0; i < o.connections; i++) {
     if (!first_error && conns[i].first_error[0]) first_error = conns[i].first_error;
     memcpy(all + k, conns[i].lat_us, conns[i].n_lat * sizeof *all);
     k += conns[i].n_lat;
     free(conns[i].lat_us);
     free(conns[i].buf);
-    if (conns[i].fd >= 0) close(conns[i].fd);
+    free(conns[i].req);
   }
   qsort(all, total, sizeof *all, cmp_u32);
 #define PCT(p) (total ? all[(size_t)((double)(total - 1) * (p))] / 1000.0 : 0.0)
@@ -395,6 +551,7 @@ int main(int argc, char **argv) {
   if (first_error) fprintf(stderr, "bench_http_load: first error: %s\n", first_error);
   free(all);
   free(conns);
+  free(loops);
   free(threads);
   return errors ? 1 : 0;
 }
