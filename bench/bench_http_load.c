@@ -313,10 +313,10 @@ static void next(conn *c) {
   begin(c, method, call ? c->o->tool : NULL, body, false);
 }
 
-/* Records the outcome of the request in flight and moves c on. */
-static void finish(conn *c, bool ok) {
+/* Records the outcome of the request in flight, which ended at ended_ns, and moves c on. */
+static void finish(conn *c, bool ok, int64_t ended_ns) {
   if (c->phase == LOAD) {
-    int64_t us = (now_ns() - c->started_ns) / 1000;
+    int64_t us = (ended_ns - c->started_ns) / 1000;
     if (c->n_lat % 4096 == 0) {
       uint32_t *grown = realloc(c->lat_us, (c->n_lat + 4096) * sizeof *grown);
       if (!grown) {
@@ -347,11 +347,13 @@ static void broken(conn *c) {
     hang_up(c);
   }
   note_error(c, c->method, 0, NULL);
-  finish(c, false);
+  finish(c, false, now_ns());
 }
 
-/* Reads what arrived on c and acts on each whole answer. */
-static void readable(conn *c) {
+/* Reads what arrived on c, known at woke_ns, and acts on a whole answer: its latency ends
+ * at woke_ns, since what the loop did for other connections since then (checking their
+ * answers) is the generator's time, not the server's. */
+static void readable(conn *c, int64_t woke_ns) {
   bool ended = false; /* the server closed the connection, or it failed */
   for (;;) {
     if (c->cap - c->len < 16384) {
@@ -379,14 +381,14 @@ static void readable(conn *c) {
   if (parsed == PARSE_FAILED) {
     note_error(c, c->method, 0, "an unreadable response");
     hang_up(c);
-    return finish(c, false);
+    return finish(c, false, now_ns());
   }
   c->reused = true;
   bool ok = r.status / 100 == 2 && (c->notification || answer_ok(r.body, r.sse, &c->listed));
   if (!ok) note_error(c, c->method, r.status, r.body);
   free(r.body);
   if (r.close_after || ended) hang_up(c);
-  finish(c, ok);
+  finish(c, ok, woke_ns);
 }
 
 static void *run(void *arg) {
@@ -411,22 +413,23 @@ static void *run(void *arg) {
       if (c->phase == DONE) continue;
       if (c->failed) {
         c->failed = false;
-        finish(c, false);
+        finish(c, false, now_ns());
       } else if (now - c->started_ns > IO_TIMEOUT_NS) { /* a silent server fails the request */
         note_error(c, c->method, 0, "no answer in 30 s");
         hang_up(c);
-        finish(c, false);
+        finish(c, false, now_ns());
       }
       busy += c->phase != DONE;
       failed += c->failed;
     }
     if (!busy) break;
     int n = epoll_wait(ep, events, 64, failed ? 0 : 1000);
+    int64_t woke_ns = now_ns();
     for (int i = 0; i < n; i++) {
       conn *c = events[i].data.ptr;
       if (c->fd < 0) continue;
       if (events[i].events & EPOLLOUT && !push(c)) broken(c);
-      else if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) readable(c);
+      else if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) readable(c, woke_ns);
       /* (a write that failed already handled the connection's end) */
     }
   }
