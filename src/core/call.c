@@ -449,10 +449,8 @@ int tg_tools_usable_key(const tg_principal *principal, char **ret) {
   return *ret ? TG_OK : TG_E_NOMEM;
 }
 
-int tg_tools_usable(const tg_env *env, const tg_principal *principal, tg_surface surface,
-                    json_t **ret) {
-  json_t *list = json_array();
-  if (!list) return TG_E_NOMEM;
+int tg_tools_usable_each(const tg_env *env, const tg_principal *principal, tg_surface surface,
+                         int (*each)(const tg_tool *tool, const char *name, void *arg), void *arg) {
   for (size_t i = 0; i < tg_registry_count(env->registry); i++) {
     const tg_tool *t = tg_registry_at(env->registry, i);
     const char *name = tg_tool_display_name(t, principal);
@@ -462,19 +460,28 @@ int tg_tools_usable(const tg_env *env, const tg_principal *principal, tg_surface
                         .listing = true};
     int r = tg_gates_run(&in, &refusal, NULL);
     tg_refusal_done(&refusal);
-    if (r < 0) {
-      json_decref(list);
-      return r;
-    }
     if (r == 1) continue;
-    json_t *entry = json_pack("{s:s,s:s,s:s,s:s,s:s,s:O,s:O}", "name", name, "canonicalName",
-                              t->name, "description", t->description, "effect",
-                              tg_effect_name(t->effect), "risk", tg_risk_name(t->risk),
-                              "inputSchema", t->input_schema, "outputSchema", t->output_schema);
-    if (!entry || json_array_append_new(list, entry) < 0) {
-      json_decref(list);
-      return TG_E_NOMEM;
-    }
+    if (r != 0 || (r = each(t, name, arg)) != 0) return r;
+  }
+  return TG_OK;
+}
+
+static int append_usable(const tg_tool *t, const char *name, void *list) {
+  json_t *entry = json_pack("{s:s,s:s,s:s,s:s,s:s,s:O,s:O}", "name", name, "canonicalName",
+                            t->name, "description", t->description, "effect",
+                            tg_effect_name(t->effect), "risk", tg_risk_name(t->risk),
+                            "inputSchema", t->input_schema, "outputSchema", t->output_schema);
+  return entry && json_array_append_new(list, entry) == 0 ? TG_OK : TG_E_NOMEM;
+}
+
+int tg_tools_usable(const tg_env *env, const tg_principal *principal, tg_surface surface,
+                    json_t **ret) {
+  json_t *list = json_array();
+  if (!list) return TG_E_NOMEM;
+  int r = tg_tools_usable_each(env, principal, surface, append_usable, list);
+  if (r < 0) {
+    json_decref(list);
+    return r;
   }
   *ret = list;
   return TG_OK;

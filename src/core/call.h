@@ -99,6 +99,10 @@ int tg_activity(tg_call_ctx *cx, const char *action_type, json_t *scope, const c
  * where name follows the tenant's naming profile. */
 int tg_tools_usable(const tg_env *env, const tg_principal *principal, tg_surface surface,
                     json_t **ret);
+/* The same tools, in the same (registry) order, each given to each with the name principal
+ * sees. Returns 0, or the first nonzero status each returned, or a TG_E_* status. */
+int tg_tools_usable_each(const tg_env *env, const tg_principal *principal, tg_surface surface,
+                         int (*each)(const tg_tool *tool, const char *name, void *arg), void *arg);
 /* Everything tg_tools_usable's answer for principal depends on besides the registry (naming
  * profile, status, role, grants, the tenant's tool policies) as one canonical text
  * (malloc'd): equal texts, equal lists. A cheap way to notice that a list changed. */

@@ -277,7 +277,8 @@ struct stream {
   unsigned no;         /* number in its session; 0: sessionless, its events carry no id */
   unsigned first;      /* number of the first event in buf */
   unsigned next_event; /* number of the last event appended */
-  json_t *final;       /* the answer, while the response is not a stream */
+  char *final;         /* the answer, encoded, while the response is not a stream */
+  json_t *final_id;    /* the id it answers */
   int final_status;
   bool done;           /* nothing more will be appended */
   bool streaming;      /* the response is an SSE stream */
@@ -326,7 +327,8 @@ static void stream_release(stream *st) {
   if (!last) return;
   pthread_mutex_destroy(&st->lock);
   pthread_cond_destroy(&st->ready);
-  json_decref(st->final);
+  free(st->final);
+  json_decref(st->final_id);
   tg_mcp_inflight_free(st->inflight);
   json_decref(st->call_id);
   free(st->buf);
@@ -353,12 +355,10 @@ static int append_locked(stream *st, const char *text, size_t n, bool bounded) {
   return TG_OK;
 }
 
-/* Appends one SSE event carrying msg (stolen); called with the lock held. A stream of a
- * session keeps its events while no client reads it: a disconnect is not a cancellation,
- * and the client may resume with Last-Event-ID. */
-static int append_event_locked(stream *st, json_t *msg, bool bounded) {
-  char *text = msg ? tg_rpc_encode(msg) : NULL;
-  json_decref(msg);
+/* Appends one SSE event carrying an encoded message (text, stolen); called with the lock
+ * held. A stream of a session keeps its events while no client reads it: a disconnect is not
+ * a cancellation, and the client may resume with Last-Event-ID. */
+static int append_event_locked(stream *st, char *text, bool bounded) {
   if (!text) return TG_E_NOMEM;
   if (st->closed) {
     free(text);
@@ -376,34 +376,37 @@ static int append_event_locked(stream *st, json_t *msg, bool bounded) {
   return r;
 }
 
-/* The reply that ends the stream (msg stolen): when it does not fit, an error naming the
- * same request takes its place (small, so over the bound), so that the client is never left
- * without an answer. */
-static void append_reply_locked(stream *st, json_t *msg) {
-  json_t *id = json_incref(json_object_get(msg, "id"));
-  if (append_event_locked(st, msg, true) == TG_E_TOO_LARGE) {
+/* The reply to request id that ends the stream (text, encoded, stolen): when it does not
+ * fit, an error naming the same request takes its place (small, so over the bound), so that
+ * the client is never left without an answer. */
+static void append_reply_locked(stream *st, char *text, json_t *id) {
+  if (append_event_locked(st, text, true) == TG_E_TOO_LARGE) {
     tg_log(TG_LOG_WARN, "http: a reply over %u bytes was replaced by an error", STREAM_MAX_BYTES);
-    json_t *error = tg_rpc_error(id, TG_RPC_INTERNAL_ERROR, "The result is too large to send", NULL);
-    append_event_locked(st, error, false);
+    _cleanup_json_ json_t *error =
+        tg_rpc_error(id, TG_RPC_INTERNAL_ERROR, "The result is too large to send", NULL);
+    append_event_locked(st, error ? tg_rpc_encode(error) : NULL, false);
   }
-  json_decref(id);
 }
 
 /* A notification or request related to the call; msg is stolen. */
 static int stream_event(stream *st, json_t *msg) {
+  char *text = tg_rpc_encode(msg);
+  json_decref(msg);
   pthread_mutex_lock(&st->lock);
-  int r = append_event_locked(st, msg, true);
+  int r = append_event_locked(st, text, true);
   pthread_mutex_unlock(&st->lock);
   return r;
 }
 
-/* The worker's answer (stolen; NULL when it had none to give: the request was cancelled). */
-static void stream_finish(stream *st, json_t *msg, int status) {
+/* The worker's answer to request id (text, encoded, stolen; NULL when it had none to give:
+ * the request was cancelled). */
+static void stream_finish(stream *st, char *text, json_t *id, int status) {
   pthread_mutex_lock(&st->lock);
   if (st->streaming) {
-    if (msg) append_reply_locked(st, msg);
+    if (text) append_reply_locked(st, text, id);
   } else {
-    st->final = msg;
+    st->final = text;
+    st->final_id = json_incref(id);
     st->final_status = status;
   }
   st->done = true;
@@ -904,7 +907,7 @@ static void worker_free(worker *w) {
 /* Serves one queued call on a pool thread's connection (NULL when it could not be opened). */
 static void run_call(worker *w, tg_db *db) {
   server *s = w->srv;
-  json_t *final = NULL;
+  char *final = NULL;
   int status = 500;
   bool handled = false;
   if (db) {
@@ -917,20 +920,21 @@ static void run_call(worker *w, tg_db *db) {
     tg_mcp_reply reply;
     handled = tg_mcp_handle(&s->mcp, &req, &w->msg, &reply) == 0;
     if (handled) {
-      final = reply.message;
+      final = reply.text;
       status = reply.http_status;
       if (w->sess) state_store(s, w->sess, &w->scratch, w->opened, w->loaded_level);
     }
   }
   if (tg_mcp_inflight_end(w->inflight, w->msg.id)) { /* cancelled: no answer */
-    json_decref(final);
+    free(final);
     final = NULL;
   } else if (!handled) {
-    final = tg_rpc_error(w->msg.id, TG_RPC_INTERNAL_ERROR, "Internal error", NULL);
+    _cleanup_json_ json_t *error = tg_rpc_error(w->msg.id, TG_RPC_INTERNAL_ERROR, "Internal error", NULL);
+    final = error ? tg_rpc_encode(error) : NULL;
   }
   /* Ends the exchange even without a message (a cancelled call gets none), so the client is
    * never left waiting. */
-  stream_finish(w->st, final, status);
+  stream_finish(w->st, final, w->msg.id, status);
   if (db) check_lists(s, db, w->principal, w->sess);
   worker_free(w);
 }
@@ -1008,14 +1012,20 @@ static enum MHD_Result queue(struct MHD_Connection *conn, unsigned status, const
   return r;
 }
 
-static enum MHD_Result queue_json(struct MHD_Connection *conn, unsigned status, json_t *msg,
+/* Answers with one encoded message (text, stolen). */
+static enum MHD_Result queue_text(struct MHD_Connection *conn, unsigned status, char *text,
                                   const char *session_id) {
-  char *text = msg ? tg_rpc_encode(msg) : NULL;
-  json_decref(msg);
   if (!text) return queue(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, NULL, NULL);
   enum MHD_Result r = queue(conn, status, "application/json", text, session_id);
   free(text);
   return r;
+}
+
+static enum MHD_Result queue_json(struct MHD_Connection *conn, unsigned status, json_t *msg,
+                                  const char *session_id) {
+  char *text = msg ? tg_rpc_encode(msg) : NULL;
+  json_decref(msg);
+  return queue_text(conn, status, text, session_id);
 }
 
 static enum MHD_Result queue_rpc_error(struct MHD_Connection *conn, unsigned status, int code,
@@ -1144,14 +1154,14 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
     pthread_mutex_lock(&st->lock);
   }
   if (st->len == 0 && !st->polling) {
-    json_t *final = st->final;
+    char *final = st->final;
     int status = st->final_status;
     st->final = NULL;
     pthread_mutex_unlock(&st->lock);
     stream_release(st);
     session_put(s, x);
     /* Without a message the request was cancelled: the status says so. */
-    return final ? queue_json(conn, (unsigned)status, final, session_id)
+    return final ? queue_text(conn, (unsigned)status, final, session_id)
                  : queue(conn, (unsigned)status, NULL, NULL, session_id);
   }
   st->streaming = true;
@@ -1165,7 +1175,7 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
   else st->reading = true;
   unsigned reader_id = st->reader;
   if (st->final) {
-    append_reply_locked(st, st->final);
+    append_reply_locked(st, st->final, st->final_id);
     st->final = NULL;
   }
   pthread_mutex_unlock(&st->lock);
@@ -1188,12 +1198,12 @@ static bool waits_on_client(server *s, const tg_rpc_msg *msg) {
   return tool && tool->flags & TG_TOOL_INTERACTIVE;
 }
 
-/* Answers with the events st gathered, then reply (stolen), as one SSE response; a session
- * keeps the stream for a client cut off to resume. */
+/* Answers with the events st gathered, then the reply to request id (encoded, stolen), as
+ * one SSE response; a session keeps the stream for a client cut off to resume. */
 static enum MHD_Result queue_events(server *s, struct MHD_Connection *conn, session *x,
-                                    stream *st, json_t *reply, const char *session_id) {
+                                    stream *st, char *reply, json_t *id, const char *session_id) {
   pthread_mutex_lock(&st->lock);
-  append_reply_locked(st, reply);
+  append_reply_locked(st, reply, id);
   st->done = st->streaming = true;
   st->sent = st->len;
   struct MHD_Response *res = MHD_create_response_from_buffer(st->len, st->buf, MHD_RESPMEM_MUST_COPY);
@@ -1324,10 +1334,10 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
     l = NULL;
   }
   /* An initialize that failed, even in-band (200 with a JSON-RPC error), opens no session. */
-  if (opens && (hr < 0 || reply.http_status != 200 || json_object_get(reply.message, "error"))) {
+  if (opens && (hr < 0 || reply.http_status != 200 || reply.error)) {
     new_sid = NULL;
   } else if (opens && !session_admit(s, w->sess)) {
-    json_decref(reply.message);
+    free(reply.text);
     result = queue_rpc_error(conn, MHD_HTTP_TOO_MANY_REQUESTS, TG_RPC_INVALID_REQUEST,
                              "Too many sessions in use; end one (DELETE) and retry");
     goto done;
@@ -1341,9 +1351,9 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   /* What this message changed, and the baseline of a listen stream just acknowledged. */
   check_lists(s, db, principal, w->sess);
   result = l                               ? listener_serve(conn, l)
-           : reply.message && w->st && w->st->len
-               ? queue_events(s, conn, w->sess, w->st, reply.message, new_sid)
-           : reply.message ? queue_json(conn, (unsigned)reply.http_status, reply.message, new_sid)
+           : reply.text && w->st && w->st->len
+               ? queue_events(s, conn, w->sess, w->st, reply.text, w->msg.id, new_sid)
+           : reply.text ? queue_text(conn, (unsigned)reply.http_status, reply.text, new_sid)
                            : queue(conn, MHD_HTTP_ACCEPTED, NULL, NULL, new_sid);
 done:
   worker_free(w);
@@ -1617,11 +1627,17 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   h->s.cfg = cfg;
   h->s.mcp = cfg->server;
   h->s.mcp.list_changes = true;
+  h->s.mcp.entries = NULL; /* its own, prepared below */
+  h->s.mcp.n_entries = 0;
   h->s.loopback = loopback;
   pthread_mutex_init(&h->s.lock, NULL);
   pthread_cond_init(&h->s.answered, NULL);
   pthread_cond_init(&h->s.queued, NULL);
   pthread_cond_init(&h->s.sweep_stop, NULL);
+  if (tg_mcp_server_prepare(&h->s.mcp, cfg->registry) < 0) {
+    tg_http_stop(h);
+    return TG_E_NOMEM;
+  }
   unsigned threads = cfg->threads ? cfg->threads : 1;
   if (!(h->s.pool = calloc(threads, sizeof *h->s.pool))) {
     tg_http_stop(h);
@@ -1688,6 +1704,7 @@ void tg_http_stop(tg_http *h) {
   pthread_cond_destroy(&s->answered);
   pthread_cond_destroy(&s->queued);
   pthread_cond_destroy(&s->sweep_stop);
+  tg_mcp_server_done(&s->mcp);
   free(h);
 }
 

@@ -1,8 +1,12 @@
+#define _GNU_SOURCE
 #include "mcp/jsonrpc.h"
 
 #include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "util/cleanup.h"
 #include "util/status.h"
 
 /* One pass over the raw text before jansson sees it, so that nesting and string sizes are
@@ -95,6 +99,29 @@ json_t *tg_rpc_request(json_int_t id, const char *method, json_t *params) {
 
 char *tg_rpc_encode(const json_t *message) {
   return json_dumps(message, JSON_COMPACT | JSON_ENCODE_ANY);
+}
+
+char *tg_rpc_encode_result_with(json_t *id, const json_t *result, const char *key,
+                                const char *raw, size_t raw_len) {
+  _cleanup_free_ char *id_text = json_dumps(id, JSON_COMPACT | JSON_ENCODE_ANY);
+  _cleanup_free_ char *rest = json_dumps(result, JSON_COMPACT);
+  if (!id_text || !rest) return NULL;
+  size_t rest_len = strlen(rest) - 1; /* without its closing brace */
+  char *text = NULL;
+  size_t size = 0;
+  FILE *f = open_memstream(&text, &size);
+  if (!f) return NULL;
+  fprintf(f, "{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":", id_text);
+  fwrite(rest, 1, rest_len, f);
+  fprintf(f, "%s\"%s\":", rest_len > 1 ? "," : "", key);
+  fwrite(raw, 1, raw_len, f);
+  fputs("}}", f);
+  bool failed = ferror(f) != 0;
+  if (fclose(f) != 0 || failed) {
+    free(text);
+    return NULL;
+  }
+  return text;
 }
 
 static int fail(json_t *id, int code, const char *message, json_t *data, json_t **ret_error) {

@@ -40,6 +40,10 @@ typedef struct cx {
   const char *err_message;
   json_t *err_data;
   bool subscribed; /* subscriptions/listen: answered later, if ever */
+  /* A member of the result a method encoded itself (tg_rpc_encode_result_with), or NULL. */
+  const char *raw_key;
+  char *raw; /* malloc'd */
+  size_t raw_len;
 } cx;
 
 /* Method results: 0, a JSON-RPC error code (set with rpc_fail), or TG_E_NOMEM. */
@@ -105,33 +109,47 @@ static bool content_passthrough(const tg_tool *tool) {
 
 /* ---- lists ---- */
 
-/* Pages array by an opaque cursor (the decimal offset). */
-static int paginate(cx *c, json_t *params, json_t *all, const char *key, json_t **ret) {
-  size_t offset = 0;
+/* The offset an opaque cursor (the decimal offset) names in a list of count entries: 0, or
+ * a JSON-RPC error. */
+static int read_cursor(cx *c, json_t *params, size_t count, size_t *offset) {
+  *offset = 0;
   json_t *cursor = params ? json_object_get(params, "cursor") : NULL;
-  if (cursor) {
-    const char *text = json_string_value(cursor);
-    char *end = NULL;
-    unsigned long long v = text && *text ? strtoull(text, &end, 10) : 0;
-    if (!text || !*text || *end || v > json_array_size(all))
-      return rpc_fail(c, TG_RPC_INVALID_PARAMS, "Invalid cursor", NULL);
-    offset = (size_t)v;
-  }
-  json_t *page = json_array();
+  if (!cursor) return 0;
+  const char *text = json_string_value(cursor);
+  char *end = NULL;
+  unsigned long long v = text && *text ? strtoull(text, &end, 10) : 0;
+  if (!text || !*text || *end || v > count)
+    return rpc_fail(c, TG_RPC_INVALID_PARAMS, "Invalid cursor", NULL);
+  *offset = (size_t)v;
+  return 0;
+}
+
+/* A page's result: nextCursor when entries remain after end, else nothing yet. */
+static json_t *page_result(size_t end, size_t count) {
   json_t *result = json_object();
-  if (!page || !result) goto nomem;
+  char next[32];
+  snprintf(next, sizeof next, "%zu", end);
+  if (result && end < count && json_object_set_new(result, "nextCursor", json_string(next)) < 0) {
+    json_decref(result);
+    return NULL;
+  }
+  return result;
+}
+
+/* Pages array by an opaque cursor. */
+static int paginate(cx *c, json_t *params, json_t *all, const char *key, json_t **ret) {
+  size_t offset, count = json_array_size(all);
+  int r = read_cursor(c, params, count, &offset);
+  if (r) return r;
   size_t end = offset + TG_MCP_PAGE_SIZE;
-  for (size_t i = offset; i < json_array_size(all) && i < end; i++)
+  json_t *page = json_array();
+  json_t *result = page_result(end, count);
+  if (!page || !result) goto nomem;
+  for (size_t i = offset; i < count && i < end; i++)
     if (json_array_append(page, json_array_get(all, i)) < 0) goto nomem;
   if (json_object_set_new(result, key, page) < 0) {
     page = NULL;
     goto nomem;
-  }
-  page = NULL;
-  if (end < json_array_size(all)) {
-    char next[32];
-    snprintf(next, sizeof next, "%zu", end);
-    if (json_object_set_new(result, "nextCursor", json_string(next)) < 0) goto nomem;
   }
   *ret = result;
   return 0;
@@ -148,44 +166,113 @@ static int load_principal(cx *c, tg_principal **ret) {
   return 0;
 }
 
-static json_t *mcp_tool(const tg_tool *tool, json_t *usable) {
-  json_t *t = json_pack("{s:O,s:O,s:O,s:o}", "name", json_object_get(usable, "name"),
-                        "description", json_object_get(usable, "description"), "inputSchema",
-                        json_object_get(usable, "inputSchema"), "annotations",
-                        tg_mcp_annotations(tool));
+/* A tool's tools/list entry without its name, which depends on the caller. */
+static json_t *mcp_tool(const tg_tool *tool) {
+  json_t *t = json_pack("{s:s,s:O,s:o}", "description", tool->description, "inputSchema",
+                        tool->input_schema, "annotations", tg_mcp_annotations(tool));
   if (t && !content_passthrough(tool) &&
-      json_object_set(t, "outputSchema", json_object_get(usable, "outputSchema")) < 0) {
+      json_object_set(t, "outputSchema", tool->output_schema) < 0) {
     json_decref(t);
     return NULL;
   }
   return t;
 }
 
+int tg_mcp_server_prepare(tg_mcp_server *srv, const tg_registry *reg) {
+  size_t n = tg_registry_count(reg);
+  srv->entries = calloc(n ? n : 1, sizeof *srv->entries);
+  if (!srv->entries) return TG_E_NOMEM;
+  srv->n_entries = n;
+  for (size_t i = 0; i < n; i++) {
+    const tg_tool *tool = tg_registry_at(reg, i);
+    _cleanup_json_ json_t *entry = mcp_tool(tool);
+    char *text = entry ? json_dumps(entry, JSON_COMPACT) : NULL;
+    if (!text || tool->id >= n) {
+      free(text);
+      tg_mcp_server_done(srv);
+      return TG_E_NOMEM;
+    }
+    srv->entries[tool->id] = text;
+  }
+  return 0;
+}
+
+void tg_mcp_server_done(tg_mcp_server *srv) {
+  for (size_t i = 0; i < srv->n_entries; i++) free(srv->entries[i]);
+  free(srv->entries);
+  srv->entries = NULL;
+  srv->n_entries = 0;
+}
+
+/* The tools a caller may use, with the names it sees (borrowed from the registry and the
+ * principal). */
+typedef struct usable {
+  const tg_tool **tools;
+  const char **names;
+  size_t n;
+} usable;
+
+static int collect_usable(const tg_tool *tool, const char *name, void *arg) {
+  usable *u = arg;
+  u->tools[u->n] = tool;
+  u->names[u->n++] = name;
+  return 0;
+}
+
+/* Writes the tools/list entries of u's tools [from, to) as one JSON array. */
+static int encode_tools(const tg_mcp_server *srv, const usable *u, size_t from, size_t to,
+                        char **text, size_t *len) {
+  FILE *f = open_memstream(text, len);
+  if (!f) return TG_E_NOMEM;
+  fputc('[', f);
+  for (size_t i = from; i < to; i++) {
+    const char *entry = u->tools[i]->id < srv->n_entries ? srv->entries[u->tools[i]->id] : NULL;
+    _cleanup_json_ json_t *name = json_string(u->names[i]);
+    _cleanup_free_ char *quoted = name ? json_dumps(name, JSON_ENCODE_ANY) : NULL;
+    if (!entry || !quoted) {
+      fclose(f);
+      free(*text);
+      *text = NULL;
+      return entry ? TG_E_NOMEM : TG_E_NOTFOUND; /* the server was not prepared */
+    }
+    /* entry is {"description":...}: the name goes in front of its members */
+    fprintf(f, "%s{\"name\":%s,%s", i > from ? "," : "", quoted, entry + 1);
+  }
+  fputc(']', f);
+  bool failed = ferror(f) != 0;
+  if (fclose(f) != 0 || failed) {
+    free(*text);
+    *text = NULL;
+    return TG_E_NOMEM;
+  }
+  return 0;
+}
+
+/* The page goes out as text: the entries were encoded once (tg_mcp_server_prepare). */
 static int m_tools_list(cx *c, json_t *params, json_t **ret) {
   tg_principal *p = NULL;
   int r = load_principal(c, &p);
   if (r) return r;
-  json_t *usable = NULL;
-  r = tg_tools_usable(c->req->env, p, TG_SURFACE_MCP, &usable);
+  size_t max = tg_registry_count(c->req->env->registry);
+  usable u = {.tools = calloc(max ? max : 1, sizeof *u.tools),
+              .names = calloc(max ? max : 1, sizeof *u.names)};
+  if (!u.tools || !u.names) r = TG_E_NOMEM;
+  else r = tg_tools_usable_each(c->req->env, p, TG_SURFACE_MCP, collect_usable, &u);
+  size_t offset = 0, end = 0;
+  if (r == 0) r = read_cursor(c, params, u.n, &offset);
+  if (r == 0) {
+    end = offset + TG_MCP_PAGE_SIZE < u.n ? offset + TG_MCP_PAGE_SIZE : u.n;
+    r = encode_tools(c->srv, &u, offset, end, &c->raw, &c->raw_len);
+  }
   tg_principal_free(p);
-  if (r < 0) return r == TG_E_NOMEM ? r : rpc_fail(c, TG_RPC_INTERNAL_ERROR, "Listing failed", NULL);
-  _cleanup_json_ json_t *all = json_array();
-  if (!all) {
-    json_decref(usable);
-    return TG_E_NOMEM;
-  }
-  size_t i;
-  json_t *u;
-  json_array_foreach(usable, i, u) {
-    const tg_tool *tool = tg_registry_find(c->req->env->registry,
-                                           json_string_value(json_object_get(u, "canonicalName")));
-    if (!tool || json_array_append_new(all, mcp_tool(tool, u)) < 0) {
-      json_decref(usable);
-      return TG_E_NOMEM;
-    }
-  }
-  json_decref(usable);
-  return paginate(c, params, all, "tools", ret);
+  free(u.tools);
+  free(u.names);
+  if (r < 0 && r > -32000 && r != TG_E_NOMEM) /* a TG_E_* status, not a JSON-RPC code */
+    return rpc_fail(c, TG_RPC_INTERNAL_ERROR, "Listing failed", NULL);
+  if (r) return r;
+  c->raw_key = "tools";
+  *ret = page_result(end, u.n);
+  return *ret ? 0 : TG_E_NOMEM;
 }
 
 /* ---- 2026-07-28 multi round-trip requests ----
@@ -752,8 +839,10 @@ static bool params_match(const tg_registry *reg, const tg_rpc_msg *msg, json_t *
 static int reply_error(const tg_rpc_msg *msg, int code, const char *message, json_t *data,
                        int http_status, tg_mcp_reply *reply) {
   reply->http_status = http_status;
-  reply->message = tg_rpc_error(msg->id, code, message, data);
-  return reply->message ? 0 : TG_E_NOMEM;
+  reply->error = true;
+  _cleanup_json_ json_t *error = tg_rpc_error(msg->id, code, message, data);
+  reply->text = error ? tg_rpc_encode(error) : NULL;
+  return reply->text ? 0 : TG_E_NOMEM;
 }
 
 static int http_status_of(int code) {
@@ -902,6 +991,42 @@ static void notification(const tg_mcp_request *req, const tg_rpc_msg *msg) {
    * Unknown notifications are ignored. */
 }
 
+/* The reply to a request method m served with status r and result (borrowed). */
+static int reply_of(cx *c, const method *m, int r, json_t *result, tg_mcp_reply *reply) {
+  const tg_rpc_msg *msg = c->msg;
+  if (c->req->inflight && tg_mcp_inflight_end(c->req->inflight, msg->id)) {
+    /* Cancelled: the client expects no answer. */
+    json_decref(c->err_data);
+    return 0;
+  }
+  if (r == TG_E_NOMEM) {
+    json_decref(c->err_data);
+    return r;
+  }
+  if (r == 0 && c->subscribed) {
+    reply->http_status = 200;
+    reply->subscribed = true;
+    return 0;
+  }
+  if (r < 0 && r > TG_RPC_PARSE_ERROR && r > -32000) {
+    /* An internal TG_E_* status, not a JSON-RPC code. */
+    r = rpc_fail(c, TG_RPC_INTERNAL_ERROR, "Internal error", NULL);
+  }
+  if (r < 0) {
+    int status = c->modern ? http_status_of(r) : (r == TG_RPC_MISSING_CAPABILITY ? 400 : 200);
+    return reply_error(msg, r, c->err_message, c->err_data, status, reply);
+  }
+  if (c->modern && decorate_modern(c->srv, m, result) < 0) return TG_E_NOMEM;
+  reply->http_status = 200;
+  if (c->raw) {
+    reply->text = tg_rpc_encode_result_with(msg->id, result, c->raw_key, c->raw, c->raw_len);
+  } else {
+    _cleanup_json_ json_t *message = tg_rpc_result(msg->id, json_incref(result));
+    reply->text = message ? tg_rpc_encode(message) : NULL;
+  }
+  return reply->text ? 0 : TG_E_NOMEM;
+}
+
 int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_rpc_msg *msg,
                   tg_mcp_reply *reply) {
   memset(reply, 0, sizeof *reply);
@@ -930,35 +1055,8 @@ int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_
     return 0;
   }
   r = m->fn(&c, msg->params, &result);
-  if (req->inflight && tg_mcp_inflight_end(req->inflight, msg->id)) {
-    /* Cancelled: the client expects no answer. */
-    json_decref(result);
-    json_decref(c.err_data);
-    return 0;
-  }
-  if (r == TG_E_NOMEM) {
-    json_decref(c.err_data);
-    return r;
-  }
-  if (r == 0 && c.subscribed) {
-    reply->http_status = 200;
-    reply->subscribed = true;
-    return 0;
-  }
-  if (r < 0 && r > TG_RPC_PARSE_ERROR && r > -32000) {
-    /* An internal TG_E_* status, not a JSON-RPC code. */
-    r = rpc_fail(&c, TG_RPC_INTERNAL_ERROR, "Internal error", NULL);
-  }
-  if (r < 0) {
-    int status = c.modern ? http_status_of(r) : (r == TG_RPC_MISSING_CAPABILITY ? 400 : 200);
-    r = reply_error(msg, r, c.err_message, c.err_data, status, reply);
-    return r;
-  }
-  if (c.modern && decorate_modern(srv, m, result) < 0) {
-    json_decref(result);
-    return TG_E_NOMEM;
-  }
-  reply->http_status = 200;
-  reply->message = tg_rpc_result(msg->id, result);
-  return reply->message ? 0 : TG_E_NOMEM;
+  r = reply_of(&c, m, r, result, reply);
+  json_decref(result);
+  free(c.raw);
+  return r;
 }

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 
 #include "core/call.h"
+#include "core/registry.h"
 #include "mcp/inflight.h"
 #include "mcp/jsonrpc.h"
 #include "mcp/watch.h"
@@ -58,7 +59,16 @@ typedef struct tg_mcp_server {
   const char *version;
   bool list_changes; /* the transport delivers list changes (tg_mcp_request.watch and
                       * tg_mcp_watch_check): listChanged is advertised */
+  /* Each tool's tools/list entry after its name, encoded once by tg_mcp_server_prepare
+   * (indexed by tool id): a list answer copies them instead of encoding every schema. */
+  char **entries;
+  size_t n_entries;
 } tg_mcp_server;
+
+/* Encodes the tools/list entries of reg's tools into srv, which tools/list needs; undone
+ * by tg_mcp_server_done. Returns 0 or TG_E_NOMEM. */
+int tg_mcp_server_prepare(tg_mcp_server *srv, const tg_registry *reg);
+void tg_mcp_server_done(tg_mcp_server *srv);
 
 typedef struct tg_mcp_request {
   const tg_env *env;        /* this thread's registry and connection */
@@ -75,8 +85,9 @@ typedef struct tg_mcp_request {
 } tg_mcp_request;
 
 typedef struct tg_mcp_reply {
-  json_t *message; /* the response; NULL for notifications, responses, cancelled requests
-                    * and an open subscription */
+  char *text;      /* the response, encoded on one line (malloc'd); NULL for notifications,
+                    * responses, cancelled requests and an open subscription */
+  bool error;      /* the response is a JSON-RPC error */
   int http_status; /* what an HTTP transport answers: 200, 202, 400, 404 */
   bool subscribed; /* subscriptions/listen was acknowledged through the watch: its stream
                     * stays open until the client cancels it or goes away */
@@ -91,7 +102,7 @@ bool tg_mcp_legacy_supported(const char *version);
 /* The requestId a notifications/cancelled names (borrowed), or NULL for any other message. */
 json_t *tg_mcp_cancel_target(const tg_rpc_msg *msg);
 
-/* Serves msg. Returns 0 with *reply filled (the caller owns reply->message), or TG_E_NOMEM. */
+/* Serves msg. Returns 0 with *reply filled (the caller frees reply->text), or TG_E_NOMEM. */
 int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_rpc_msg *msg,
                   tg_mcp_reply *reply);
 

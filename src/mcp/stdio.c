@@ -30,15 +30,20 @@ typedef struct conn {
   json_t *serving; /* id of the request being served, NULL between requests */
 } conn;
 
-static int write_message(conn *c, json_t *msg) {
-  char *text = tg_rpc_encode(msg);
-  json_decref(msg);
+/* Writes one encoded message (text, freed) as a line. */
+static int write_text(conn *c, char *text) {
   if (!text) return TG_E_NOMEM;
   int r = fputs(text, c->out) < 0 || fputc('\n', c->out) == EOF || fflush(c->out) != 0
               ? TG_E_IO
               : TG_OK;
   free(text);
   return r;
+}
+
+static int write_message(conn *c, json_t *msg) {
+  char *text = tg_rpc_encode(msg);
+  json_decref(msg);
+  return write_text(c, text);
 }
 
 /* Announces the principal's list changes to the client, if it listens. A failure to compute
@@ -135,7 +140,7 @@ static int serve_one(conn *c, const tg_rpc_msg *msg) {
     json_t *err = request ? tg_rpc_error(msg->id, TG_RPC_INTERNAL_ERROR, "Out of memory", NULL) : NULL;
     return err ? write_message(c, err) : r;
   }
-  return reply.message ? write_message(c, reply.message) : TG_OK;
+  return reply.text ? write_text(c, reply.text) : TG_OK;
 }
 
 /* Drops the queued request with id: cancelled before it was served, it gets no answer. */
@@ -214,6 +219,8 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   /* One process, one client: every list change can reach it. */
   tg_mcp_server served = *srv;
   served.list_changes = true;
+  served.entries = NULL; /* its own, prepared below */
+  served.n_entries = 0;
   conn c = {.in = fileno(in), .out = out, .chunk = malloc(READ_CHUNK),
             .line = malloc(TG_RPC_MAX_BODY), .srv = &served};
   tg_mcp_session session;
@@ -222,7 +229,8 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   tg_mcp_request req = {.env = env, .principal_id = principal_id, .session = &session,
                         .io = &io};
   c.req = &req;
-  int r = c.chunk && c.line ? tg_mcp_inflight_new(NULL, NULL, &req.inflight) : TG_E_NOMEM;
+  int r = c.chunk && c.line ? tg_mcp_server_prepare(&served, env->registry) : TG_E_NOMEM;
+  if (r == 0) r = tg_mcp_inflight_new(NULL, NULL, &req.inflight);
   if (r == 0) r = tg_mcp_watch_new(io_send, &c, &req.watch);
   while (r == 0) {
     if (c.queued) {
@@ -243,6 +251,7 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   tg_mcp_watch_free(req.watch);
   tg_mcp_inflight_free(req.inflight);
   tg_mcp_session_done(&session);
+  tg_mcp_server_done(&served);
   free(c.line);
   free(c.chunk);
   return r < 0 ? r : 0;

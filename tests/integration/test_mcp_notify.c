@@ -84,7 +84,10 @@ static json_t *handle(world *w, const char *text, tg_mcp_reply *reply) {
   if (!reply) reply = &local;
   assert_int_equal(tg_mcp_handle(&w->srv, &w->req, &msg, reply), 0);
   tg_rpc_msg_done(&msg);
-  return reply->message;
+  json_t *message = reply->text ? tg_test_json(reply->text) : NULL;
+  free(reply->text);
+  reply->text = NULL;
+  return message;
 }
 
 /* The client cancels the call while it waits, then answers all the same (the answer and the
@@ -108,6 +111,7 @@ static world *world_new(const tg_provider *extra) {
   w->f = fixture_new(extra);
   fixture_agent(w->f, "{\"slug\":\"bot\",\"grants\":[\"canAssignTasks\"]}", w->agent);
   w->srv = (tg_mcp_server){.fixtures = true, .name = "toolgate", .version = "test", .list_changes = true};
+  assert_int_equal(tg_mcp_server_prepare(&w->srv, w->f->env.registry), 0);
   tg_mcp_session_init(&w->session);
   assert_int_equal(tg_mcp_inflight_new(NULL, NULL, &w->inflight), 0);
   assert_int_equal(tg_mcp_watch_new(capture, w, &w->watch), 0);
@@ -133,6 +137,7 @@ static int teardown(void **state) {
   tg_mcp_watch_free(w->watch);
   tg_mcp_inflight_free(w->inflight);
   tg_mcp_session_done(&w->session);
+  tg_mcp_server_done(&w->srv);
   json_decref(w->sent);
   json_decref(w->cancel_msg);
   fixture_free(w->f);

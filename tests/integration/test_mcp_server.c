@@ -11,6 +11,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/principal.h"
+#include "core/registry.h"
 #include "fixture.h"
 #include "http/server.h"
 #include "mcp/server.h"
@@ -48,6 +50,7 @@ static int setup(void **state) {
   w->f = fixture_new(&tg_provider_conformance);
   fixture_agent(w->f, "{\"slug\":\"bot\"}", w->agent);
   w->srv = (tg_mcp_server){.fixtures = true, .name = "toolgate", .version = "test"};
+  assert_int_equal(tg_mcp_server_prepare(&w->srv, w->f->env.registry), 0);
   tg_mcp_session_init(&w->session);
   w->sent = json_array();
   *state = w;
@@ -57,6 +60,7 @@ static int setup(void **state) {
 static int teardown(void **state) {
   world *w = *state;
   tg_mcp_session_done(&w->session);
+  tg_mcp_server_done(&w->srv);
   json_decref(w->sent);
   json_decref(w->answer);
   fixture_free(w->f);
@@ -77,7 +81,10 @@ static json_t *send_msg(world *w, const char *text, const tg_mcp_headers *header
   assert_int_equal(tg_mcp_handle(&w->srv, &req, &msg, &reply), 0);
   if (status) *status = reply.http_status;
   tg_rpc_msg_done(&msg);
-  return reply.message;
+  json_t *message = reply.text ? tg_test_json(reply.text) : NULL;
+  assert_int_equal(reply.error, message && json_object_get(message, "error"));
+  free(reply.text);
+  return message;
 }
 
 static int error_code(json_t *reply) {
@@ -141,6 +148,66 @@ static void test_tools_list_per_principal(void **state) {
   r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\",\"params\":{\"cursor\":\"zz\"}}", NULL, NULL);
   assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
   json_decref(r);
+}
+
+/* The list, its entries encoded once at start, says of each tool what the registry holds,
+ * for exactly the tools the gates let this caller use, in their order; cursors page it. */
+static void test_tools_list_matches_the_registry(void **state) {
+  world *w = *state;
+  tg_principal *p = NULL;
+  assert_int_equal(tg_principal_load(w->f->env.db, w->agent, &p), 0);
+  json_t *usable = NULL;
+  assert_int_equal(tg_tools_usable(&w->f->env, p, TG_SURFACE_MCP, &usable), 0);
+  tg_principal_free(p);
+  json_t *r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}", NULL, NULL);
+  json_t *tools = json_object_get(result_of(r), "tools");
+  size_t n = json_array_size(usable);
+  assert_true(n > 1);
+  assert_int_equal(json_array_size(tools), n);
+  assert_null(json_object_get(result_of(r), "nextCursor")); /* under one page */
+  for (size_t i = 0; i < n; i++) {
+    json_t *entry = json_array_get(tools, i), *u = json_array_get(usable, i);
+    const tg_tool *tool =
+        tg_registry_find(w->f->env.registry, json_string_value(json_object_get(u, "canonicalName")));
+    assert_non_null(tool);
+    assert_true(json_equal(json_object_get(entry, "name"), json_object_get(u, "name")));
+    assert_string_equal(json_string_value(json_object_get(entry, "description")), tool->description);
+    assert_true(json_equal(json_object_get(entry, "inputSchema"), tool->input_schema));
+    json_t *annotations = tg_mcp_annotations(tool);
+    assert_true(json_equal(json_object_get(entry, "annotations"), annotations));
+    json_decref(annotations);
+    json_t *out = json_object_get(entry, "outputSchema");
+    assert_true(tool->flags & TG_TOOL_MCP_CONTENT ? out == NULL : json_equal(out, tool->output_schema));
+  }
+  json_decref(r);
+  /* The last entry alone; nothing past the end; a cursor beyond it is refused. */
+  char text[160];
+  snprintf(text, sizeof text,
+           "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\",\"params\":{\"cursor\":\"%zu\"}}", n - 1);
+  r = send_msg(w, text, NULL, NULL);
+  tools = json_object_get(result_of(r), "tools");
+  assert_int_equal(json_array_size(tools), 1);
+  assert_true(json_equal(json_object_get(json_array_get(tools, 0), "name"),
+                         json_object_get(json_array_get(usable, n - 1), "name")));
+  json_decref(r);
+  snprintf(text, sizeof text,
+           "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/list\",\"params\":{\"cursor\":\"%zu\"}}", n);
+  r = send_msg(w, text, NULL, NULL);
+  assert_int_equal(json_array_size(json_object_get(result_of(r), "tools")), 0);
+  json_decref(r);
+  snprintf(text, sizeof text,
+           "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/list\",\"params\":{\"cursor\":\"%zu\"}}", n + 1);
+  r = send_msg(w, text, NULL, NULL);
+  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+  json_decref(r);
+  /* A server whose entries were not prepared says so instead of listing nothing. */
+  size_t prepared = w->srv.n_entries;
+  w->srv.n_entries = 0;
+  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/list\"}", NULL, NULL);
+  w->srv.n_entries = prepared;
+  assert_int_equal(error_code(r), TG_RPC_INTERNAL_ERROR);
+  json_decref(r);
+  json_decref(usable);
 }
 
 static void test_tools_call_through_the_gate(void **state) {
@@ -449,6 +516,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_initialize_negotiates_legacy, setup, teardown),
       cmocka_unit_test_setup_teardown(test_tools_list_per_principal, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_tools_list_matches_the_registry, setup, teardown),
       cmocka_unit_test_setup_teardown(test_tools_call_through_the_gate, setup, teardown),
       cmocka_unit_test_setup_teardown(test_modern_ladder, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_pinning, setup, teardown),

@@ -147,6 +147,31 @@ static void test_builders(void **state) {
   json_decref(id);
 }
 
+/* A member encoded beforehand joins the result, an empty one or not, after its members. */
+static void test_result_with_encoded_member(void **state) {
+  (void)state;
+  json_t *id = json_string("a\"b");
+  json_t *empty = json_object();
+  char *text = tg_rpc_encode_result_with(id, empty, "tools", "[1,{\"x\":2}]", 11);
+  assert_string_equal(text, "{\"jsonrpc\":\"2.0\",\"id\":\"a\\\"b\",\"result\":{\"tools\":[1,{\"x\":2}]}}");
+  free(text);
+  json_t *some = json_pack("{s:s,s:{s:i}}", "nextCursor", "100", "_meta", "k", 1);
+  text = tg_rpc_encode_result_with(id, some, "tools", "[]", 2);
+  json_t *parsed = json_loads(text, 0, NULL);
+  assert_non_null(parsed);
+  json_t *result = json_object_get(parsed, "result");
+  assert_int_equal(json_object_size(result), 3);
+  assert_string_equal(json_string_value(json_object_get(result, "nextCursor")), "100");
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(result, "_meta"), "k")), 1);
+  assert_int_equal(json_array_size(json_object_get(result, "tools")), 0);
+  assert_true(json_equal(json_object_get(parsed, "id"), id));
+  json_decref(parsed);
+  free(text);
+  json_decref(some);
+  json_decref(empty);
+  json_decref(id);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_kinds),
@@ -154,6 +179,7 @@ int main(void) {
       cmocka_unit_test(test_error_echoes_readable_id),
       cmocka_unit_test(test_limits),
       cmocka_unit_test(test_builders),
+      cmocka_unit_test(test_result_with_encoded_member),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
