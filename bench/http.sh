@@ -2,13 +2,13 @@
 # bench/http.sh BUILD_DIR: Streamable HTTP under load, toolgate next to a server built with the
 # official MCP TypeScript SDK (bench/peer-node/http-server.mjs), in one run on this machine.
 # Both listen on free loopback ports and expose the same read tool (test_simple_text; toolgate
-# serves it with --conformance-fixtures, through its full gate and audit path). Two loads, each
+# serves it with --conformance-fixtures, through its full gate and audit path). Three loads, each
 # at 1, 8 and 64 connections for BENCH_SECONDS (default 5) against each side, on 2025-11-25
 # sessions: tools/call only (the same tool and answer on both sides), then tools/list only
 # (not the same list: the table says how many tools each side lists), then ping (no tool and no
 # database: what the transport and the JSON-RPC layer cost each side). Then it prints both
-# sides, the ratio, idle RSS (after start, before load) and peak RSS (VmHWM), and stops both
-# by PID.
+# sides, each server's CPU time per request (from /proc, over the run), the ratio, idle RSS
+# (after start, before load) and peak RSS (VmHWM), and stops both by PID.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -53,6 +53,8 @@ port() {
   exit 1
 }
 rss() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; } # kB
+ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; } # user + system CPU, in clock ticks
+hz="$(getconf CLK_TCK)"
 
 export TOOLGATE_DATA="$work/ws"
 "$build/toolgate" init --demo >/dev/null
@@ -66,14 +68,19 @@ sleep 1
 tg_idle="$(rss "$tg_pid" VmRSS)"
 peer_idle="$(rss "$peer_pid" VmRSS)"
 
-declare -A res
+declare -A res cpu_per
 for mix in call list ping; do
   for c in 1 8 64; do
     for side in tg peer; do
-      url="$tg_url"
-      [ "$side" = peer ] && url="$peer_url"
+      url="$tg_url" pid="$tg_pid"
+      [ "$side" = peer ] && url="$peer_url" pid="$peer_pid"
       echo "bench/http.sh: $side, $mix, $c connections, ${seconds}s ..." >&2
+      before="$(ticks "$pid")"
       res[$side.$mix.$c]="$("$build/bench_http_load" --url "$url" --connections "$c" --duration "$seconds" --mix "$mix" || true)"
+      # The server's CPU per request: what it costs, whatever the generator's share of the cores.
+      cpu_per[$side.$mix.$c]="$(awk -v d="$(($(ticks "$pid") - before))" -v hz="$hz" \
+        -v n="$(sed -n 's/.*\brequests=\([0-9]*\).*/\1/p' <<<"${res[$side.$mix.$c]}")" \
+        'BEGIN { if (n > 0) printf "%.0f", d * 1e6 / hz / n; else print "-" }')"
     done
   done
 done
@@ -81,12 +88,12 @@ tg_peak="$(rss "$tg_pid" VmHWM)"
 peer_peak="$(rss "$peer_pid" VmHWM)"
 
 field() { sed -n "s/.*\b$2=\([^ ]*\).*/\1/p" <<<"$1"; }
-cell() { printf '%7s  %s/%s/%s  %s' "$(field "$1" rps)" "$(field "$1" p50_ms)" "$(field "$1" p90_ms)" "$(field "$1" p99_ms)" "$(field "$1" errors)"; }
+cell() { printf '%7s  %s/%s/%s  %s  %s' "$(field "$1" rps)" "$(field "$1" p50_ms)" "$(field "$1" p90_ms)" "$(field "$1" p99_ms)" "$(field "$1" errors)" "$2"; }
 cpu="$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
 echo "toolgate Streamable HTTP benchmark, $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 echo "machine: $(nproc) cores, CPU: ${cpu:-unknown}, $(uname -sr); load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "peer: @modelcontextprotocol/sdk $(node -p "require('$peer/node_modules/@modelcontextprotocol/sdk/package.json').version"), node $(node --version)"
-echo "load: bench_http_load, 2025-11-25 sessions, ${seconds}s per run"
+echo "load: bench_http_load, 2025-11-25 sessions, ${seconds}s per run; cpu: the server's CPU time per request, in microseconds"
 for mix in call list ping; do
   echo
   if [ "$mix" = call ]; then
@@ -96,12 +103,12 @@ for mix in call list ping; do
   else
     echo "tools/list (toolgate lists $(field "${res[tg.list.1]}" listed_tools) tools with their schemas, the TS SDK peer $(field "${res[peer.list.1]}" listed_tools))"
   fi
-  printf '%-5s | %-38s | %-38s | %s\n' conns "toolgate  req/s  p50/p90/p99 ms  errors" "TS SDK  req/s  p50/p90/p99 ms  errors" "req/s ratio"
+  printf '%-5s | %-46s | %-46s | %s\n' conns "toolgate  req/s  p50/p90/p99 ms  errors  cpu" "TS SDK  req/s  p50/p90/p99 ms  errors  cpu" "req/s ratio"
   for c in 1 8 64; do
     t="${res[tg.$mix.$c]}"
     p="${res[peer.$mix.$c]}"
     ratio="$(awk -v a="$(field "$t" rps)" -v b="$(field "$p" rps)" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "n/a" }')"
-    printf '%-5s | %-38s | %-38s | %s\n' "$c" "$(cell "$t")" "$(cell "$p")" "$ratio"
+    printf '%-5s | %-46s | %-46s | %s\n' "$c" "$(cell "$t" "${cpu_per[tg.$mix.$c]}")" "$(cell "$p" "${cpu_per[peer.$mix.$c]}")" "$ratio"
   done
 done
 echo
