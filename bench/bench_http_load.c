@@ -113,6 +113,8 @@ static bool dial(conn *c) {
   if (c->fd < 0) return false;
   int one = 1;
   setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  struct timeval limit = {.tv_sec = IO_TIMEOUT_NS / 1000000000}; /* Linux bounds connect by it */
+  setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
   struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
   if (connect(c->fd, (const struct sockaddr *)&c->o->addr, sizeof c->o->addr) != 0 ||
       fcntl(c->fd, F_SETFL, O_NONBLOCK) != 0 || epoll_ctl(c->epoll, EPOLL_CTL_ADD, c->fd, &ev) != 0) {
