@@ -122,7 +122,7 @@ static bool origin_ok(const char *origin) {
 static void stream_release(stream *st);
 static bool listening_locked(session *x);
 static void stream_end(stream *st);
-static int stream_event(stream *st, json_t *msg);
+static int stream_text(stream *st, char *text);
 
 static void session_release_locked(server *s, session *x) {
   if (--x->refs > 0) return;
@@ -143,10 +143,13 @@ static void session_release_locked(server *s, session *x) {
 /* The session's list changes go to its GET stream; without one they are dropped. */
 static int session_send(void *self, json_t *msg) {
   session *x = self;
+  char *text = tg_rpc_encode(msg); /* before the server's lock, which every request takes */
+  json_decref(msg);
+  if (!text) return TG_E_NOMEM;
   pthread_mutex_lock(&x->srv->lock);
   int r = TG_OK;
-  if (x->standalone) r = stream_event(x->standalone, msg);
-  else json_decref(msg);
+  if (x->standalone) r = stream_text(x->standalone, text);
+  else free(text);
   pthread_mutex_unlock(&x->srv->lock);
   return r;
 }
@@ -388,14 +391,19 @@ static void append_reply_locked(stream *st, char *text, json_t *id) {
   }
 }
 
-/* A notification or request related to the call; msg is stolen. */
-static int stream_event(stream *st, json_t *msg) {
-  char *text = tg_rpc_encode(msg);
-  json_decref(msg);
+/* One encoded event (text, stolen) on st. */
+static int stream_text(stream *st, char *text) {
   pthread_mutex_lock(&st->lock);
   int r = append_event_locked(st, text, true);
   pthread_mutex_unlock(&st->lock);
   return r;
+}
+
+/* A notification or request related to the call; msg is stolen. */
+static int stream_event(stream *st, json_t *msg) {
+  char *text = tg_rpc_encode(msg);
+  json_decref(msg);
+  return stream_text(st, text);
 }
 
 /* The worker's answer to request id (text, encoded, stolen; NULL when it had none to give:
