@@ -459,6 +459,26 @@ static int prime_locked(stream *st) {
   return append_locked(st, priming, (size_t)n, true);
 }
 
+/* What a polled answer sends: the events of st so far, then the reconnection delay (in a
+ * block of its own, which dispatches no event), or the priming event when there are none.
+ * Kept out of st: Last-Event-ID counts events in st. */
+static struct MHD_Response *polled_response_locked(stream *st) {
+  if (st->len == 0) {
+    if (prime_locked(st) < 0) return NULL;
+    return MHD_create_response_from_buffer(st->len, st->buf, MHD_RESPMEM_MUST_COPY);
+  }
+  char retry[32];
+  int n = snprintf(retry, sizeof retry, "retry: %d\n\n", RETRY_MS);
+  char *text = malloc(st->len + (size_t)n);
+  if (!text) return NULL;
+  memcpy(text, st->buf, st->len);
+  memcpy(text + st->len, retry, (size_t)n);
+  struct MHD_Response *res =
+      MHD_create_response_from_buffer(st->len + (size_t)n, text, MHD_RESPMEM_MUST_FREE);
+  if (!res) free(text);
+  return res;
+}
+
 /* The call asked to end its answer now: the connection reading it ends, or, before one
  * does, the answer will be what there is so far. What follows is kept for Last-Event-ID. */
 static void stream_poll(stream *st) {
@@ -1173,12 +1193,10 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
                  : queue(conn, (unsigned)status, NULL, NULL, session_id);
   }
   st->streaming = true;
-  /* A call that asked to end its answer (polling) gets what there is so far, primed when
-   * that is nothing; its result then waits for the client's GET with Last-Event-ID. */
+  /* A call that asked to end its answer (polling) gets what there is so far; its result
+   * then waits for the client's GET with Last-Event-ID. */
   bool polled = st->polling;
-  if (polled && st->len == 0) prime_locked(st);
-  struct MHD_Response *res =
-      polled ? MHD_create_response_from_buffer(st->len, st->buf, MHD_RESPMEM_MUST_COPY) : NULL;
+  struct MHD_Response *res = polled ? polled_response_locked(st) : NULL;
   if (polled) st->sent = st->len;
   else st->reading = true;
   unsigned reader_id = st->reader;

@@ -84,15 +84,30 @@ static int wait_cancel(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, NULL, "The client cancelled the call");
 }
 
+/* Says something, then ends its answer for the client to resume (polling). */
+static int note_then_close(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  const tg_client_channel *ch = cx->client;
+  int r = ch->notify(ch->self, "notifications/message",
+                     json_pack("{s:s,s:s}", "level", "info", "data", "before the close"));
+  if (r == 0) r = ch->close_stream ? ch->close_stream(ch->self) : TG_E_INVAL;
+  *ret = r == 0 ? json_object() : NULL;
+  return r;
+}
+
 static const char kit_spec[] =
     "{\"provider\":\"kit\",\"tools\":["
     "{\"name\":\"test.wait.cancel\",\"description\":\"Waits until its call is cancelled.\","
     "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
     "\"flags\":[\"interactive\"],\"inputSchema\":{\"type\":\"object\"},"
+    "\"outputSchema\":{\"type\":\"object\"}},"
+    "{\"name\":\"test.note.close\",\"description\":\"Sends a message, then ends its answer.\","
+    "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
+    "\"flags\":[\"interactive\"],\"inputSchema\":{\"type\":\"object\"},"
     "\"outputSchema\":{\"type\":\"object\"}}]}";
-static const tg_handler_entry kit_handlers[] = {{"test.wait.cancel", wait_cancel}};
+static const tg_handler_entry kit_handlers[] = {{"test.wait.cancel", wait_cancel},
+                                                {"test.note.close", note_then_close}};
 static const tg_provider kit = {.name = "kit", .spec_json = kit_spec, .handlers = kit_handlers,
-                                .n_handlers = 1};
+                                .n_handlers = 2};
 
 /* ---- the server ---- */
 
@@ -429,6 +444,32 @@ static void test_a_call_closing_its_stream_is_resumed_with_last_event_id(void **
   finish(get);
 }
 
+/* An answer ended after events still tells the client when to come back, without an event
+ * Last-Event-ID would count. */
+static void test_a_call_closing_its_stream_after_an_event_says_when_to_resume(void **state) {
+  world *w = *state;
+  char sid[64];
+  open_session(w, "{}", sid);
+  char *polled = request(w, "POST", sid, NULL,
+                         "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"tools/call\",\"params\":{"
+                         "\"name\":\"test_note_close\"}}",
+                         200);
+  /* The message as event 1 of its stream, then the reconnection delay alone. */
+  unsigned no = 0;
+  int used = 0;
+  assert_int_equal(sscanf(polled, "id: %u-1\nevent: message\ndata: %*[^\n]\n\n%n", &no, &used), 1);
+  assert_non_null(strstr(polled, "before the close"));
+  assert_string_equal(polled + used, "retry: 500\n\n");
+  free(polled);
+  char last[64];
+  snprintf(last, sizeof last, "Last-Event-ID: %u-1", no);
+  exchange *resumed = start(w, "GET", sid, last, NULL);
+  await(resumed, "\"id\":8,\"result\"");
+  await(resumed, NULL);
+  assert_null(strstr(resumed->got, "before the close")); /* not sent again */
+  finish(resumed);
+}
+
 /* ---- 2026-07-28 ---- */
 
 static void test_listen_stream_gets_ack_then_changes(void **state) {
@@ -506,6 +547,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_a_response_without_a_session_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cancellation_ends_a_wait_for_sampling_without_an_answer, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_call_closing_its_stream_is_resumed_with_last_event_id, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_call_closing_its_stream_after_an_event_says_when_to_resume, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_stream_gets_ack_then_changes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_streams_are_bounded_and_freed_when_closed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_closing_a_call_stream_cancels_the_call, setup, teardown),
