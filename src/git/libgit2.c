@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "util/log.h"
 #include "util/status.h"
@@ -22,13 +23,17 @@ static void load(void) {
     return;
   }
 #define TG_LIBGIT2_RESOLVE(f)                                                   \
-  if (!(*(void **)&tg_git2.f = dlsym(h, #f))) {                                       \
-    tg_log(TG_LOG_ERROR, "git: %s has no %s", LIBGIT2_FILE, #f);                  \
-    return;                                                                      \
+  if (!(*(void **)&tg_git2.f = dlsym(h, #f))) {                                 \
+    tg_log(TG_LOG_ERROR, "git: %s has no %s", LIBGIT2_FILE, #f);                \
+    goto unusable;                                                             \
   }
   TG_LIBGIT2_FUNCTIONS(TG_LIBGIT2_RESOLVE)
 #undef TG_LIBGIT2_RESOLVE
   loaded = true;
+  return;
+unusable: /* no pointer into a library that is gone */
+  memset(&tg_git2, 0, sizeof tg_git2);
+  dlclose(h);
 }
 
 int tg_libgit2_init(void) {
