@@ -29,6 +29,9 @@
   "\"notifications\":{\"toolsListChanged\":true}," MODERN_META "}}"
 #define POOL_THREADS 4
 #define PING "{\"jsonrpc\":\"2.0\",\"id\":99,\"method\":\"ping\"}"
+/* A 2025-11-25 tools/call of tool without arguments. */
+#define CALL(id, tool) \
+  "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"tools/call\",\"params\":{\"name\":\"" tool "\"}}"
 
 /* ---- a tool that waits until its call is cancelled ---- */
 
@@ -418,6 +421,17 @@ static void test_cancellation_ends_a_wait_for_sampling_without_an_answer(void **
   free(request(w, "POST", sid, NULL, PING, 200));
 }
 
+/* Resumes stream no of session sid after its event, reads it until it ends, having seen
+ * answer; the caller finishes the exchange. */
+static exchange *resume(world *w, const char *sid, unsigned no, unsigned event, const char *answer) {
+  char last[64];
+  snprintf(last, sizeof last, "Last-Event-ID: %u-%u", no, event);
+  exchange *resumed = start(w, "GET", sid, last, NULL);
+  await(resumed, answer);
+  await(resumed, NULL);
+  return resumed;
+}
+
 static void test_a_call_closing_its_stream_is_resumed_with_last_event_id(void **state) {
   world *w = *state;
   char sid[64];
@@ -425,22 +439,14 @@ static void test_a_call_closing_its_stream_is_resumed_with_last_event_id(void **
   /* The client's standalone stream stays open meanwhile. */
   exchange *get = start(w, "GET", sid, NULL, NULL);
   await(get, "data: \n\n");
-  char *primed = request(w, "POST", sid, NULL,
-                         "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{"
-                         "\"name\":\"test_reconnection\"}}",
-                         200);
+  char *primed = request(w, "POST", sid, NULL, CALL(7, "test_reconnection"), 200);
   /* Only the priming event: an id, the reconnection delay and no data. */
   unsigned no = 0;
   int used = 0;
   assert_int_equal(sscanf(primed, "id: %u-0\nretry: %*u\ndata: \n\n%n", &no, &used), 1);
   assert_int_equal((size_t)used, strlen(primed));
   free(primed);
-  char last[64];
-  snprintf(last, sizeof last, "Last-Event-ID: %u-0", no);
-  exchange *resumed = start(w, "GET", sid, last, NULL);
-  await(resumed, "\"id\":7,\"result\"");
-  await(resumed, NULL);
-  finish(resumed);
+  finish(resume(w, sid, no, 0, "\"id\":7,\"result\""));
   finish(get);
 }
 
@@ -450,10 +456,7 @@ static void test_a_call_closing_its_stream_after_an_event_says_when_to_resume(vo
   world *w = *state;
   char sid[64];
   open_session(w, "{}", sid);
-  char *polled = request(w, "POST", sid, NULL,
-                         "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"tools/call\",\"params\":{"
-                         "\"name\":\"test_note_close\"}}",
-                         200);
+  char *polled = request(w, "POST", sid, NULL, CALL(8, "test_note_close"), 200);
   /* The message as event 1 of its stream, then the reconnection delay alone. */
   unsigned no = 0;
   int used = 0;
@@ -461,11 +464,7 @@ static void test_a_call_closing_its_stream_after_an_event_says_when_to_resume(vo
   assert_non_null(strstr(polled, "before the close"));
   assert_string_equal(polled + used, "retry: 500\n\n");
   free(polled);
-  char last[64];
-  snprintf(last, sizeof last, "Last-Event-ID: %u-1", no);
-  exchange *resumed = start(w, "GET", sid, last, NULL);
-  await(resumed, "\"id\":8,\"result\"");
-  await(resumed, NULL);
+  exchange *resumed = resume(w, sid, no, 1, "\"id\":8,\"result\"");
   assert_null(strstr(resumed->got, "before the close")); /* not sent again */
   finish(resumed);
 }
