@@ -857,9 +857,7 @@ static int worker_ask(void *self, json_t *ask, json_t **ret) {
     return TG_E_TOO_LARGE;
   }
   int r = stream_event(w->st, ask);
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += TG_HTTP_ASK_TIMEOUT_MS / 1000;
+  int64_t deadline = monotonic_ms() + TG_HTTP_ASK_TIMEOUT_MS;
   pthread_mutex_lock(&s->lock);
   while (r == 0 && !slot->response && !w->sess->dead) {
     /* A cancellation is looked for outside the server's lock; the count tells whether one
@@ -868,9 +866,10 @@ static int worker_ask(void *self, json_t *ask, json_t **ret) {
     pthread_mutex_unlock(&s->lock);
     bool cancelled = tg_mcp_inflight_cancelled(w->inflight, w->msg.id);
     pthread_mutex_lock(&s->lock);
+    int64_t left = deadline - monotonic_ms();
     if (cancelled) r = TG_E_IO;
     else if (seen == s->cancellations && !slot->response && !w->sess->dead &&
-             pthread_cond_timedwait(&s->answered, &s->lock, &until) == ETIMEDOUT)
+             (left <= 0 || timed_wait(&s->answered, &s->lock, left)))
       r = TG_E_IO;
   }
   if (r == 0 && !slot->response) r = TG_E_IO;
