@@ -289,6 +289,10 @@ struct stream {
   unsigned reader;     /* which one: a resumption takes the stream over from a stale one */
   bool closed;         /* a sessionless stream lost its client: nothing more is kept */
   bool polling;        /* the call asked that its answer end now; the client resumes it */
+  /* The call asked that the answer a connection reads end now: it ends after the events
+   * up to number cut_at and the reconnection delay. */
+  bool cutting;
+  unsigned cut_at;
   /* A sessionless stream's, run once when its client goes away. */
   void (*on_close)(void *arg);
   void *close_arg;
@@ -459,16 +463,22 @@ static int prime_locked(stream *st) {
   return append_locked(st, priming, (size_t)n, true);
 }
 
-/* What a polled answer sends: the events of st so far, then the reconnection delay (in a
- * block of its own, which dispatches no event), or the priming event when there are none.
- * Kept out of st: Last-Event-ID counts events in st. */
+/* The reconnection delay in a block of its own, which dispatches no event, written into out
+ * (size bytes, at least 32). It goes out where an answer ends for polling after events,
+ * never into a stream: Last-Event-ID counts the events of a stream. */
+static int retry_block(char *out, size_t size) {
+  return snprintf(out, size, "retry: %d\n\n", RETRY_MS);
+}
+
+/* What a polled answer sends: the events of st so far, then the reconnection delay, or the
+ * priming event when there are none. */
 static struct MHD_Response *polled_response_locked(stream *st) {
   if (st->len == 0) {
     if (prime_locked(st) < 0) return NULL;
     return MHD_create_response_from_buffer(st->len, st->buf, MHD_RESPMEM_MUST_COPY);
   }
   char retry[32];
-  int n = snprintf(retry, sizeof retry, "retry: %d\n\n", RETRY_MS);
+  int n = retry_block(retry, sizeof retry);
   char *text = malloc(st->len + (size_t)n);
   if (!text) return NULL;
   memcpy(text, st->buf, st->len);
@@ -479,13 +489,14 @@ static struct MHD_Response *polled_response_locked(stream *st) {
   return res;
 }
 
-/* The call asked to end its answer now: the connection reading it ends, or, before one
- * does, the answer will be what there is so far. What follows is kept for Last-Event-ID. */
+/* The call asked to end its answer now: the connection reading it ends once it has sent
+ * the events so far, or, before one reads it, the answer will be what there is so far.
+ * What follows is kept for Last-Event-ID. */
 static void stream_poll(stream *st) {
   pthread_mutex_lock(&st->lock);
   if (st->reading) {
-    st->reading = false;
-    st->reader++;
+    st->cutting = true;
+    st->cut_at = st->next_event;
   } else {
     st->polling = true;
   }
@@ -553,7 +564,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
   stream *st = rd->st;
   long long quiet_ms = 0;
   pthread_mutex_lock(&st->lock);
-  while (st->sent == st->len && !st->done && rd->id == st->reader) {
+  while (st->sent == st->len && !st->done && !st->cutting && rd->id == st->reader) {
     if (!timed_wait(&st->ready, &st->lock, HANGUP_CHECK_MS)) continue;
     if (client_gone(rd->fd)) {
       pthread_mutex_unlock(&st->lock);
@@ -568,7 +579,24 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
       return (ssize_t)n;
     }
   }
-  size_t n = rd->id == st->reader ? st->len - st->sent : 0;
+  bool current = rd->id == st->reader;
+  /* An answer cut for polling ends after the events before the cut. */
+  size_t end = !current      ? st->sent
+               : st->cutting ? event_offset_locked(st, st->cut_at + 1)
+                             : st->len;
+  size_t n = end > st->sent ? end - st->sent : 0;
+  if (n == 0 && current && st->cutting) {
+    st->cutting = false;
+    st->reading = false;
+    st->reader++; /* this connection ends: the rest waits for the client's resumption */
+    pthread_cond_broadcast(&st->ready);
+    pthread_mutex_unlock(&st->lock);
+    char retry[32];
+    int k = retry_block(retry, sizeof retry);
+    if ((size_t)k > max) return MHD_CONTENT_READER_END_OF_STREAM; /* no room: the client's own delay */
+    memcpy(out, retry, (size_t)k);
+    return k;
+  }
   if (n == 0) {
     pthread_mutex_unlock(&st->lock);
     return MHD_CONTENT_READER_END_OF_STREAM;
@@ -1432,6 +1460,7 @@ static stream *resume_locked(session *x, const char *last, unsigned *status, con
      * dropped: the new connection takes the stream over, the old one ends. */
     st->sent = event_offset_locked(st, (unsigned)n + 1);
     st->reading = true;
+    st->cutting = false; /* a cut meant for the connection it replaces */
     *reader_id = ++st->reader;
     pthread_cond_broadcast(&st->ready);
     st->refs++;

@@ -37,7 +37,7 @@
 
 static pthread_mutex_t kit_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t kit_changed = PTHREAD_COND_INITIALIZER;
-static bool kit_started, kit_cancelled;
+static bool kit_started, kit_cancelled, kit_go;
 static int kit_running; /* calls of the tool waiting now */
 
 static void kit_set(bool *flag) {
@@ -87,11 +87,13 @@ static int wait_cancel(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, NULL, "The client cancelled the call");
 }
 
-/* Says something, then ends its answer for the client to resume (polling). */
+/* Says something, then ends its answer for the client to resume (polling); with "wait",
+ * only once the test says the client has read what it said. */
 static int note_then_close(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const tg_client_channel *ch = cx->client;
   int r = ch->notify(ch->self, "notifications/message",
                      json_pack("{s:s,s:s}", "level", "info", "data", "before the close"));
+  if (r == 0 && json_is_true(json_object_get(args, "wait"))) kit_wait(&kit_go);
   if (r == 0) r = ch->close_stream ? ch->close_stream(ch->self) : TG_E_INVAL;
   *ret = r == 0 ? json_object() : NULL;
   return r;
@@ -105,7 +107,8 @@ static const char kit_spec[] =
     "\"outputSchema\":{\"type\":\"object\"}},"
     "{\"name\":\"test.note.close\",\"description\":\"Sends a message, then ends its answer.\","
     "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
-    "\"flags\":[\"interactive\"],\"inputSchema\":{\"type\":\"object\"},"
+    "\"flags\":[\"interactive\"],"
+    "\"inputSchema\":{\"type\":\"object\",\"properties\":{\"wait\":{\"type\":\"boolean\"}}},"
     "\"outputSchema\":{\"type\":\"object\"}}]}";
 static const tg_handler_entry kit_handlers[] = {{"test.wait.cancel", wait_cancel},
                                                 {"test.note.close", note_then_close}};
@@ -141,7 +144,7 @@ static int setup(void **state) {
   unsigned port = 0;
   assert_int_equal(tg_http_start(&w->cfg, &w->h, &port), 0);
   snprintf(w->url, sizeof w->url, "http://127.0.0.1:%u/mcp", port);
-  kit_started = kit_cancelled = false;
+  kit_started = kit_cancelled = kit_go = false;
   kit_running = 0;
   *state = w;
   return 0;
@@ -452,12 +455,9 @@ static void test_a_call_closing_its_stream_is_resumed_with_last_event_id(void **
 
 /* An answer ended after events still tells the client when to come back, without an event
  * Last-Event-ID would count. */
-static void test_a_call_closing_its_stream_after_an_event_says_when_to_resume(void **state) {
-  world *w = *state;
-  char sid[64];
-  open_session(w, "{}", sid);
-  char *polled = request(w, "POST", sid, NULL, CALL(8, "test_note_close"), 200);
-  /* The message as event 1 of its stream, then the reconnection delay alone. */
+/* Checks a polled answer of test_note_close (freed): the message as event 1 of its stream,
+ * then the reconnection delay alone; then resumes the stream for the result. */
+static void check_polled_answer(world *w, const char *sid, char *polled) {
   unsigned no = 0;
   int used = 0;
   assert_int_equal(sscanf(polled, "id: %u-1\nevent: message\ndata: %*[^\n]\n\n%n", &no, &used), 1);
@@ -467,6 +467,29 @@ static void test_a_call_closing_its_stream_after_an_event_says_when_to_resume(vo
   exchange *resumed = resume(w, sid, no, 1, "\"id\":8,\"result\"");
   assert_null(strstr(resumed->got, "before the close")); /* not sent again */
   finish(resumed);
+}
+
+/* Whether the call ends its answer before or after the connection starts reading it. */
+static void test_a_call_closing_its_stream_after_an_event_says_when_to_resume(void **state) {
+  world *w = *state;
+  char sid[64];
+  open_session(w, "{}", sid);
+  check_polled_answer(w, sid, request(w, "POST", sid, NULL, CALL(8, "test_note_close"), 200));
+}
+
+/* The connection already sent the event when the call ends its answer. */
+static void test_a_call_closing_a_stream_being_read_says_when_to_resume(void **state) {
+  world *w = *state;
+  char sid[64];
+  open_session(w, "{}", sid);
+  exchange *call = start(w, "POST", sid, NULL,
+                         "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"tools/call\",\"params\":"
+                         "{\"name\":\"test_note_close\",\"arguments\":{\"wait\":true}}}");
+  await(call, "before the close\"}}\n\n");
+  kit_set(&kit_go);
+  await(call, NULL);
+  check_polled_answer(w, sid, strdup(call->got));
+  finish(call);
 }
 
 /* ---- 2026-07-28 ---- */
@@ -547,6 +570,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_cancellation_ends_a_wait_for_sampling_without_an_answer, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_call_closing_its_stream_is_resumed_with_last_event_id, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_call_closing_its_stream_after_an_event_says_when_to_resume, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_call_closing_a_stream_being_read_says_when_to_resume, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_stream_gets_ack_then_changes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_streams_are_bounded_and_freed_when_closed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_closing_a_call_stream_cancels_the_call, setup, teardown),
