@@ -13,8 +13,8 @@
  * The connections are shared among one event loop (epoll) per online CPU, at most one per
  * connection: on a machine of few cores that the measured server shares, a thread per
  * connection would take the server's CPU in wake-ups and fill its run queue. Each connection
- * has one request in flight; its latency runs from the request's first byte written to its
- * answer's last byte read. */
+ * has one request in flight; its latency runs from the request's start (its connecting
+ * too, when the connection is new) to the loop's waking to its answer's last bytes. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -105,19 +105,19 @@ static void hang_up(conn *c) {
   c->len = 0;
 }
 
-/* A new connection, non-blocking once connected, watched for input by c's loop. */
+/* A new connection, watched by c's loop. It connects without blocking the loop: the first
+ * write waits for it (EAGAIN, then EPOLLOUT), and a refusal fails that write. */
 static bool dial(conn *c) {
   hang_up(c);
   c->reused = false;
-  c->fd = socket(AF_INET, SOCK_STREAM, 0);
+  c->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
   if (c->fd < 0) return false;
   int one = 1;
   setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  struct timeval limit = {.tv_sec = IO_TIMEOUT_NS / 1000000000}; /* Linux bounds connect by it */
-  setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
   struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
-  if (connect(c->fd, (const struct sockaddr *)&c->o->addr, sizeof c->o->addr) != 0 ||
-      fcntl(c->fd, F_SETFL, O_NONBLOCK) != 0 || epoll_ctl(c->epoll, EPOLL_CTL_ADD, c->fd, &ev) != 0) {
+  if ((connect(c->fd, (const struct sockaddr *)&c->o->addr, sizeof c->o->addr) != 0 &&
+       errno != EINPROGRESS) ||
+      epoll_ctl(c->epoll, EPOLL_CTL_ADD, c->fd, &ev) != 0) {
     hang_up(c);
     return false;
   }
@@ -233,7 +233,7 @@ static bool answer_ok(const char *body, bool sse, long *listed) {
 /* Writes what is left of the request in flight; false when the connection failed. */
 static bool push(conn *c) {
   while (c->req_sent < c->req_len) {
-    ssize_t n = write(c->fd, c->req + c->req_sent, c->req_len - c->req_sent);
+    ssize_t n = send(c->fd, c->req + c->req_sent, c->req_len - c->req_sent, MSG_NOSIGNAL);
     if (n < 0 && errno == EAGAIN) break;
     if (n <= 0) return false;
     c->req_sent += (size_t)n;
@@ -270,7 +270,13 @@ static void begin(conn *c, const char *method, const char *name, const char *bod
   c->started_ns = now_ns();
   if (n < 0) c->req = NULL;
   c->req_len = n < 0 ? 0 : (size_t)n;
-  if (n < 0 || !transmit(c)) {
+  bool sent = n >= 0 && transmit(c);
+  if (!sent && n >= 0 && c->reused) { /* a kept-alive connection the server closed: once more */
+    hang_up(c);
+    c->retried = true;
+    sent = transmit(c);
+  }
+  if (!sent) {
     note_error(c, method, 0, NULL);
     hang_up(c);
     c->failed = true; /* not finished here: a server that refuses every connection would
@@ -332,7 +338,7 @@ static void finish(conn *c, bool ok, int64_t ended_ns) {
     c->lat_us[c->n_lat++] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
   }
   if (!ok) c->errors++;
-  if (c->phase == INITIALIZE) c->phase = ok && c->sid[0] ? INITIALIZED : DONE;
+  if (c->phase == INITIALIZE) c->phase = ok ? INITIALIZED : DONE;
   else if (c->phase == INITIALIZED) c->phase = ok ? LOAD : DONE;
   if (c->phase == DONE) hang_up(c);
   else next(c);
@@ -388,6 +394,10 @@ static void readable(conn *c, int64_t woke_ns) {
   c->reused = true;
   bool ok = r.status / 100 == 2 && (c->notification || answer_ok(r.body, r.sse, &c->listed));
   if (!ok) note_error(c, c->method, r.status, r.body);
+  if (ok && c->phase == INITIALIZE && !c->sid[0]) { /* no session to go on with */
+    ok = false;
+    note_error(c, c->method, r.status, "an answer without Mcp-Session-Id");
+  }
   free(r.body);
   if (r.close_after || ended) hang_up(c);
   finish(c, ok, woke_ns);
