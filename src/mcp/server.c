@@ -204,8 +204,7 @@ void tg_mcp_server_done(tg_mcp_server *srv) {
   srv->n_entries = 0;
 }
 
-/* The tools a caller may use, with the names it sees (borrowed from the registry and the
- * principal). */
+/* The tools a caller may use, with the names it sees (borrowed from the registry). */
 typedef struct usable {
   const tg_tool **tools;
   const char **names;
