@@ -29,9 +29,11 @@
   "\"notifications\":{\"toolsListChanged\":true}," MODERN_META "}}"
 #define POOL_THREADS 4
 #define PING "{\"jsonrpc\":\"2.0\",\"id\":99,\"method\":\"ping\"}"
-/* A 2025-11-25 tools/call of tool without arguments. */
-#define CALL(id, tool) \
-  "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"tools/call\",\"params\":{\"name\":\"" tool "\"}}"
+/* A 2025-11-25 tools/call of tool; id and args are JSON text. */
+#define CALL_WITH(id, tool, args)                                                          \
+  "{\"jsonrpc\":\"2.0\",\"id\":" id ",\"method\":\"tools/call\",\"params\":{\"name\":\"" tool \
+  "\",\"arguments\":" args "}}"
+#define CALL(id, tool) CALL_WITH(#id, tool, "{}")
 
 /* ---- a tool that waits until its call is cancelled ---- */
 
@@ -409,9 +411,8 @@ static void test_cancellation_ends_a_wait_for_sampling_without_an_answer(void **
   world *w = *state;
   char sid[64];
   open_session(w, "{\"sampling\":{}}", sid);
-  exchange *call = start(w, "POST", sid, NULL,
-                         "{\"jsonrpc\":\"2.0\",\"id\":\"call-1\",\"method\":\"tools/call\",\"params\":"
-                         "{\"name\":\"test_sampling\",\"arguments\":{\"prompt\":\"hi\"}}}");
+  exchange *call =
+      start(w, "POST", sid, NULL, CALL_WITH("\"call-1\"", "test_sampling", "{\"prompt\":\"hi\"}"));
   await(call, "\"method\":\"sampling/createMessage\"");
   free(request(w, "POST", sid, NULL,
                "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{"
@@ -482,9 +483,7 @@ static void test_a_call_closing_a_stream_being_read_says_when_to_resume(void **s
   world *w = *state;
   char sid[64];
   open_session(w, "{}", sid);
-  exchange *call = start(w, "POST", sid, NULL,
-                         "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"tools/call\",\"params\":"
-                         "{\"name\":\"test_note_close\",\"arguments\":{\"wait\":true}}}");
+  exchange *call = start(w, "POST", sid, NULL, CALL_WITH("8", "test_note_close", "{\"wait\":true}"));
   await(call, "before the close\"}}\n\n");
   kit_set(&kit_go);
   await(call, NULL);
