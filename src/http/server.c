@@ -24,7 +24,6 @@
 #include "util/status.h"
 
 #define SESSION_ID_BYTES 16
-#define STREAM_MAX_BYTES (16u * 1024u * 1024u) /* unread SSE output kept for one client */
 #define REPLAY_MAX_BYTES (256u * 1024u)        /* delivered SSE output kept for Last-Event-ID */
 #define KEPT_STREAMS 8   /* a session's latest POST streams that a client may resume */
 #define RETRY_MS 500     /* the reconnection delay a primed stream asks of the client */
@@ -289,10 +288,10 @@ struct stream {
   unsigned reader;     /* which one: a resumption takes the stream over from a stale one */
   bool closed;         /* a sessionless stream lost its client: nothing more is kept */
   bool polling;        /* the call asked that its answer end now; the client resumes it */
-  /* The call asked that the answer a connection reads end now: it ends after the events
-   * up to number cut_at and the reconnection delay. */
+  /* The call asked that the answer a connection reads end now: it ends after buf[0, cut_at),
+   * the events appended until then, and the reconnection delay. */
   bool cutting;
-  unsigned cut_at;
+  size_t cut_at;
   /* A sessionless stream's, run once when its client goes away. */
   void (*on_close)(void *arg);
   void *close_arg;
@@ -352,7 +351,7 @@ static void stream_end(stream *st) {
 
 /* Appends text (n bytes, one whole event); called with the lock held. */
 static int append_locked(stream *st, const char *text, size_t n, bool bounded) {
-  if (bounded && st->len - st->sent + n > STREAM_MAX_BYTES) return TG_E_TOO_LARGE;
+  if (bounded && st->len - st->sent + n > TG_HTTP_MAX_STREAM_BYTES) return TG_E_TOO_LARGE;
   char *grown = realloc(st->buf, st->len + n);
   if (!grown) return TG_E_NOMEM;
   memcpy(grown + st->len, text, n);
@@ -372,14 +371,15 @@ static int append_event_locked(stream *st, char *text, bool bounded) {
     return TG_OK;
   }
   char *event = NULL;
-  st->next_event++;
   int n = st->no ? asprintf(&event, "id: %u-%u\nevent: message\ndata: %s\n\n", st->no,
-                            st->next_event, text)
+                            st->next_event + 1, text)
                  : asprintf(&event, "event: message\ndata: %s\n\n", text);
   free(text);
   if (n < 0) return TG_E_NOMEM;
   int r = append_locked(st, event, (size_t)n, bounded);
   free(event);
+  /* Numbered once in buf: Last-Event-ID finds events by counting them. */
+  if (r == TG_OK) st->next_event++;
   return r;
 }
 
@@ -388,7 +388,7 @@ static int append_event_locked(stream *st, char *text, bool bounded) {
  * the client is never left without an answer. */
 static void append_reply_locked(stream *st, char *text, json_t *id) {
   if (append_event_locked(st, text, true) == TG_E_TOO_LARGE) {
-    tg_log(TG_LOG_WARN, "http: a reply over %u bytes was replaced by an error", STREAM_MAX_BYTES);
+    tg_log(TG_LOG_WARN, "http: a reply over %u bytes was replaced by an error", TG_HTTP_MAX_STREAM_BYTES);
     _cleanup_json_ json_t *error =
         tg_rpc_error(id, TG_RPC_INTERNAL_ERROR, "The result is too large to send", NULL);
     append_event_locked(st, error ? tg_rpc_encode(error) : NULL, false);
@@ -451,6 +451,7 @@ static void compact_locked(stream *st) {
   memmove(st->buf, st->buf + cut, st->len - cut);
   st->len -= cut;
   st->sent -= cut;
+  st->cut_at = st->cut_at > cut ? st->cut_at - cut : 0; /* only events sent are dropped */
   st->first += dropped;
 }
 
@@ -496,7 +497,7 @@ static void stream_poll(stream *st) {
   pthread_mutex_lock(&st->lock);
   if (st->reading) {
     st->cutting = true;
-    st->cut_at = st->next_event;
+    st->cut_at = st->len;
   } else {
     st->polling = true;
   }
@@ -581,9 +582,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
   }
   bool current = rd->id == st->reader;
   /* An answer cut for polling ends after the events before the cut. */
-  size_t end = !current      ? st->sent
-               : st->cutting ? event_offset_locked(st, st->cut_at + 1)
-                             : st->len;
+  size_t end = !current ? st->sent : st->cutting ? st->cut_at : st->len;
   size_t n = end > st->sent ? end - st->sent : 0;
   if (n == 0 && current && st->cutting) {
     st->cutting = false;

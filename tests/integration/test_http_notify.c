@@ -101,6 +101,25 @@ static int note_then_close(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return r;
 }
 
+/* Says something, then answers with more than a stream keeps unread for its client. */
+static int note_then_overflow(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  (void)args;
+  const tg_client_channel *ch = cx->client;
+  int r = ch->notify(ch->self, "notifications/message",
+                     json_pack("{s:s,s:s}", "level", "info", "data", "before the answer"));
+  size_t size = TG_HTTP_MAX_STREAM_BYTES + 1;
+  char *text = malloc(size + 1);
+  if (r == 0 && !text) r = TG_E_NOMEM;
+  if (r == 0) {
+    memset(text, 'x', size);
+    text[size] = 0;
+    *ret = json_pack("{s:s}", "text", text);
+    r = *ret ? 0 : TG_E_NOMEM;
+  }
+  free(text);
+  return r;
+}
+
 static const char kit_spec[] =
     "{\"provider\":\"kit\",\"tools\":["
     "{\"name\":\"test.wait.cancel\",\"description\":\"Waits until its call is cancelled.\","
@@ -111,11 +130,15 @@ static const char kit_spec[] =
     "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
     "\"flags\":[\"interactive\"],"
     "\"inputSchema\":{\"type\":\"object\",\"properties\":{\"wait\":{\"type\":\"boolean\"}}},"
-    "\"outputSchema\":{\"type\":\"object\"}}]}";
+    "\"outputSchema\":{\"type\":\"object\"}},"
+    "{\"name\":\"test.note.overflow\",\"description\":\"Sends a message, then a too large answer.\","
+    "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
+    "\"inputSchema\":{\"type\":\"object\"},\"outputSchema\":{\"type\":\"object\"}}]}";
 static const tg_handler_entry kit_handlers[] = {{"test.wait.cancel", wait_cancel},
-                                                {"test.note.close", note_then_close}};
+                                                {"test.note.close", note_then_close},
+                                                {"test.note.overflow", note_then_overflow}};
 static const tg_provider kit = {.name = "kit", .spec_json = kit_spec, .handlers = kit_handlers,
-                                .n_handlers = 2};
+                                .n_handlers = 3};
 
 /* ---- the server ---- */
 
@@ -491,6 +514,29 @@ static void test_a_call_closing_a_stream_being_read_says_when_to_resume(void **s
   finish(call);
 }
 
+/* A reply too large for the stream is replaced by an error that takes the next number:
+ * Last-Event-ID finds events by counting them. */
+static void test_a_reply_too_large_for_its_stream_becomes_the_next_event(void **state) {
+  world *w = *state;
+  char sid[64];
+  open_session(w, "{}", sid);
+  char *got = request(w, "POST", sid, NULL, CALL(9, "test_note_overflow"), 200);
+  unsigned no = 0, second = 0;
+  int used = 0;
+  assert_int_equal(sscanf(got, "id: %u-1\nevent: message\ndata: %*[^\n]\n\n%n", &no, &used), 1);
+  assert_non_null(strstr(got, "before the answer"));
+  assert_int_equal(sscanf(got + used, "id: %*u-%u\n", &second), 1);
+  assert_int_equal(second, 2);
+  assert_non_null(strstr(got + used, "The result is too large to send"));
+  free(got);
+  /* Resuming after the first event brings the error again, under the same number. */
+  exchange *resumed = resume(w, sid, no, 1, "The result is too large to send");
+  char expected[32];
+  snprintf(expected, sizeof expected, "id: %u-2\n", no);
+  assert_non_null(strstr(resumed->got, expected));
+  finish(resumed);
+}
+
 /* ---- 2026-07-28 ---- */
 
 static void test_listen_stream_gets_ack_then_changes(void **state) {
@@ -570,6 +616,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_a_call_closing_its_stream_is_resumed_with_last_event_id, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_call_closing_its_stream_after_an_event_says_when_to_resume, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_call_closing_a_stream_being_read_says_when_to_resume, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_reply_too_large_for_its_stream_becomes_the_next_event, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_stream_gets_ack_then_changes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_streams_are_bounded_and_freed_when_closed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_closing_a_call_stream_cancels_the_call, setup, teardown),
