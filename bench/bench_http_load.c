@@ -3,7 +3,7 @@
  * or speaking 2026-07-28 statelessly (--modern: params._meta and the routing headers), then
  * sending tools/call of one tool, tools/list, or both alternating (--mix) for a given time;
  * --mix ping sends ping, which no tool or database serves: the cost of the transport and the
- * JSON-RPC layer alone. Prints requests/s, p50/p90/p99 latency, errors and how many tools the
+ * JSON-RPC layer alone. Prints requests/s, p50/p90/p99/p99.9 latency, errors and how many tools the
  * last tools/list answer held; a non-2xx status, a JSON-RPC error, a tool result with isError,
  * or an unreadable response is an error.
  *
@@ -560,9 +560,9 @@ int main(int argc, char **argv) {
 #define PCT(p) (total ? all[(size_t)((double)(total - 1) * (p))] / 1000.0 : 0.0)
   /* One line of key=value pairs, for people and for bench/http.sh alike. */
   printf("connections=%u duration_s=%.2f requests=%zu rps=%.0f p50_ms=%.3f p90_ms=%.3f "
-         "p99_ms=%.3f errors=%lu listed_tools=%ld\n",
-         o.connections, secs, total, (double)total / secs, PCT(0.50), PCT(0.90), PCT(0.99), errors,
-         listed);
+         "p99_ms=%.3f p999_ms=%.3f errors=%lu listed_tools=%ld\n",
+         o.connections, secs, total, (double)total / secs, PCT(0.50), PCT(0.90), PCT(0.99),
+         PCT(0.999), errors, listed);
   if (first_error) fprintf(stderr, "bench_http_load: first error: %s\n", first_error);
   free(all);
   free(conns);
