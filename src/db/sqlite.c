@@ -677,11 +677,11 @@ static void unshare_file(shared_file *f) {
 }
 
 static void checkpoint(shared_file *f, sqlite3 *conn, int pages) {
-  if (pages < RESTART_PAGES) {
-    sqlite3_wal_checkpoint_v2(conn, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
-    return;
-  }
-  /* Restarting takes SQLite's write lock: this process's writers wait on the mutex. */
+  /* Copies the log into the database file and syncs it while writers go on. */
+  sqlite3_wal_checkpoint_v2(conn, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+  if (pages < RESTART_PAGES) return;
+  /* Restarting takes SQLite's write lock: this process's writers wait on the mutex, for
+   * what was logged since the pass above and for the readers still in the old log. */
   pthread_mutex_lock(&f->write);
   sqlite3_wal_checkpoint_v2(conn, NULL, SQLITE_CHECKPOINT_RESTART, NULL, NULL);
   pthread_mutex_unlock(&f->write);
