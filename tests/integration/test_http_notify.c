@@ -348,12 +348,18 @@ static void open_session(world *w, const char *caps, char sid[64]) {
 
 /* ---- 2025-11-25 sessions ---- */
 
-static void test_session_hears_of_list_changes_on_its_get_stream(void **state) {
-  world *w = *state;
-  char sid[64];
+/* Opens a session (its id into sid) and its GET stream, primed; finish the exchange. */
+static exchange *open_listening_session(world *w, char sid[64]) {
   open_session(w, "{}", sid);
   exchange *get = start(w, "GET", sid, NULL, NULL);
   await(get, "data: \n\n");
+  return get;
+}
+
+static void test_session_hears_of_list_changes_on_its_get_stream(void **state) {
+  world *w = *state;
+  char sid[64];
+  exchange *get = open_listening_session(w, sid);
   fixture_revoke_elsewhere(w->f, "bot", "tasks.assign");
   /* Any message of the session makes the server look. */
   free(request(w, "POST", sid, NULL, PING, 200));
@@ -367,9 +373,7 @@ static void test_session_hears_of_list_changes_on_its_get_stream(void **state) {
 static void test_list_check_goes_on_while_the_pool_is_busy(void **state) {
   world *w = *state;
   char sid[64];
-  open_session(w, "{}", sid);
-  exchange *get = start(w, "GET", sid, NULL, NULL);
-  await(get, "data: \n\n");
+  exchange *get = open_listening_session(w, sid);
   exchange *calls[POOL_THREADS];
   for (int i = 0; i < POOL_THREADS; i++)
     calls[i] = start(w, "POST", NULL, MODERN_HEADERS("tools/call") "\nMcp-Name: test_wait_cancel",
@@ -462,10 +466,8 @@ static exchange *resume(world *w, const char *sid, unsigned no, unsigned event, 
 static void test_a_call_closing_its_stream_is_resumed_with_last_event_id(void **state) {
   world *w = *state;
   char sid[64];
-  open_session(w, "{}", sid);
   /* The client's standalone stream stays open meanwhile. */
-  exchange *get = start(w, "GET", sid, NULL, NULL);
-  await(get, "data: \n\n");
+  exchange *get = open_listening_session(w, sid);
   char *primed = request(w, "POST", sid, NULL, CALL(7, "test_reconnection"), 200);
   /* Only the priming event: an id, the reconnection delay and no data. */
   unsigned no = 0;
