@@ -204,17 +204,20 @@ void tg_mcp_server_done(tg_mcp_server *srv) {
   srv->n_entries = 0;
 }
 
-/* The tools a caller may use, with the names it sees (borrowed from the registry). */
+/* A tool a caller may use, with the name it sees (borrowed from the registry). */
+typedef struct usable_tool {
+  const tg_tool *tool;
+  const char *name;
+} usable_tool;
+
 typedef struct usable {
-  const tg_tool **tools;
-  const char **names;
+  usable_tool *at;
   size_t n;
 } usable;
 
 static int collect_usable(const tg_tool *tool, const char *name, void *arg) {
   usable *u = arg;
-  u->tools[u->n] = tool;
-  u->names[u->n++] = name;
+  u->at[u->n++] = (usable_tool){tool, name};
   return 0;
 }
 
@@ -225,8 +228,9 @@ static int encode_tools(const tg_mcp_server *srv, const usable *u, size_t from, 
   if (!f) return TG_E_NOMEM;
   fputc('[', f);
   for (size_t i = from; i < to; i++) {
-    const char *entry = u->tools[i]->id < srv->n_entries ? srv->entries[u->tools[i]->id] : NULL;
-    _cleanup_json_ json_t *name = json_string(u->names[i]);
+    unsigned id = u->at[i].tool->id;
+    const char *entry = id < srv->n_entries ? srv->entries[id] : NULL;
+    _cleanup_json_ json_t *name = json_string(u->at[i].name);
     _cleanup_free_ char *quoted = name ? json_dumps(name, JSON_ENCODE_ANY) : NULL;
     if (!entry || !quoted) {
       fclose(f);
@@ -253,9 +257,8 @@ static int m_tools_list(cx *c, json_t *params, json_t **ret) {
   int r = load_principal(c, &p);
   if (r) return r;
   size_t max = tg_registry_count(c->req->env->registry);
-  usable u = {.tools = calloc(max ? max : 1, sizeof *u.tools),
-              .names = calloc(max ? max : 1, sizeof *u.names)};
-  if (!u.tools || !u.names) r = TG_E_NOMEM;
+  usable u = {.at = calloc(max ? max : 1, sizeof *u.at)};
+  if (!u.at) r = TG_E_NOMEM;
   else r = tg_tools_usable_each(c->req->env, p, TG_SURFACE_MCP, collect_usable, &u);
   size_t offset = 0, end = 0;
   if (r == 0) r = read_cursor(c, params, u.n, &offset);
@@ -264,10 +267,7 @@ static int m_tools_list(cx *c, json_t *params, json_t **ret) {
     r = encode_tools(c->srv, &u, offset, end, &c->raw, &c->raw_len);
   }
   tg_principal_free(p);
-  free(u.tools);
-  free(u.names);
-  if (r < 0 && r > -32000 && r != TG_E_NOMEM) /* a TG_E_* status, not a JSON-RPC code */
-    return rpc_fail(c, TG_RPC_INTERNAL_ERROR, "Listing failed", NULL);
+  free(u.at);
   if (r) return r;
   c->raw_key = "tools";
   *ret = page_result(end, u.n);
@@ -1007,7 +1007,7 @@ static int reply_of(cx *c, const method *m, int r, json_t *result, tg_mcp_reply 
     reply->subscribed = true;
     return 0;
   }
-  if (r < 0 && r > TG_RPC_PARSE_ERROR && r > -32000) {
+  if (r < 0 && r > -32000) {
     /* An internal TG_E_* status, not a JSON-RPC code. */
     r = rpc_fail(c, TG_RPC_INTERNAL_ERROR, "Internal error", NULL);
   }
