@@ -330,6 +330,7 @@ static int execute(call_state *st, tg_call_result *ret) {
     no_wait = *client;
     no_wait.ask = NULL;
     no_wait.close_stream = NULL;
+    no_wait.detach = NULL;
     client = &no_wait;
   }
   tg_call_ctx cx = {.env = st->env, .db = db, .tool = st->tool, .principal = st->principal,

@@ -31,6 +31,14 @@ typedef struct tg_client_channel {
    * later (2025-11-25 SSE polling); the result waits for the client. NULL when the
    * transport cannot (then the result is sent as usual). */
   int (*close_stream)(void *self);
+  /* Turns the call into an MCP task: the client is answered now with the task's id and
+   * polls for the result this handler goes on to return, or for the input it asks for by
+   * returning an InputRequiredResult (tasks/update brings the answers; the handler then runs
+   * again with them). Returns 0 (also once already a task), or TG_E_IO when the client
+   * cancelled meanwhile. NULL when the call cannot become a task (the tool declares no
+   * taskSupport, or the client took no tasks): the handler then runs as usual. From a task
+   * no notification reaches the client; a progress message becomes its statusMessage. */
+  int (*detach)(void *self);
   /* Whether the client cancelled the call (NULL when the surface cannot tell). Its answer is
    * never sent, so a handler that learns it should fail: failing rolls back what it wrote. */
   bool (*cancelled)(void *self);

@@ -97,6 +97,7 @@ static int build_tool(tg_tool *tool, json_t *decl, const tg_provider *provider, 
   static const char *const risks[] = {"low", "medium", "high"};
   static const char *const flags[] = {"idempotent", "destructive", "open_world", "mcp_content",
                                       "interactive"};
+  static const char *const task_support[] = {"optional", "required"};
 
   tool->spec = json_incref(decl);
   tool->name = strdup(json_string_value(json_object_get(decl, "name")));
@@ -111,6 +112,9 @@ static int build_tool(tg_tool *tool, json_t *decl, const tg_provider *provider, 
   tool->risk = (tg_risk)enum_index(json_string_value(json_object_get(decl, "risk")), risks, 3);
   tool->flags = parse_flags(json_object_get(decl, "flags"), flags, sizeof flags / sizeof flags[0]);
   tool->max_per_run = (unsigned)json_integer_value(json_object_get(decl, "maxPerRun"));
+  json_t *tasks = json_object_get(decl, "taskSupport");
+  tool->task_support = tasks ? (tg_task_support)(1 + enum_index(json_string_value(tasks), task_support, 2))
+                             : TG_TASK_FORBIDDEN;
 
   json_t *perms = json_object_get(decl, "permissions");
   tool->n_permissions = json_array_size(perms);

@@ -31,6 +31,16 @@ typedef enum tg_tool_flag {
   TG_TOOL_INTERACTIVE = 1u << 4,
 } tg_tool_flag;
 
+/* Whether a call may become an MCP task (the client polls for its result): never, when the
+ * client can take one, or always (a client that cannot is refused). Declared by the spec's
+ * taskSupport, which needs the interactive flag: the handler chooses the moment, through
+ * cx->client->detach. */
+typedef enum tg_task_support {
+  TG_TASK_FORBIDDEN,
+  TG_TASK_OPTIONAL,
+  TG_TASK_REQUIRED,
+} tg_task_support;
+
 typedef struct tg_call_ctx tg_call_ctx;
 
 /* A handler runs inside the call's transaction. It returns 0 with a new reference in
@@ -62,6 +72,7 @@ typedef struct tg_tool {
   tg_effect effect;
   tg_risk risk;
   unsigned flags;    /* tg_tool_flag bits */
+  tg_task_support task_support;
   unsigned max_per_run; /* successful calls one run may make; 0: no cap */
   const char **permissions; /* all required */
   size_t n_permissions;

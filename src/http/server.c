@@ -525,21 +525,6 @@ static void stream_detach(stream *st, unsigned reader_id) {
   if (hook) hook(arg);
 }
 
-static int64_t monotonic_ms(void) { return (int64_t)(tg_monotonic_ns() / 1000000); }
-
-/* Waits on cond for at most ms; true when the time ran out. */
-static bool timed_wait(pthread_cond_t *cond, pthread_mutex_t *lock, long long ms) {
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += ms / 1000;
-  until.tv_nsec += ms % 1000 * 1000000;
-  if (until.tv_nsec >= 1000000000) {
-    until.tv_sec++;
-    until.tv_nsec -= 1000000000;
-  }
-  return pthread_cond_timedwait(cond, lock, &until) == ETIMEDOUT;
-}
-
 /* Whether the client closed the connection on socket fd (its own thread reads nothing
  * from it while an answer is being waited for). */
 static bool client_gone(int fd) {
@@ -566,7 +551,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
   long long quiet_ms = 0;
   pthread_mutex_lock(&st->lock);
   while (st->sent == st->len && !st->done && !st->cutting && rd->id == st->reader) {
-    if (!timed_wait(&st->ready, &st->lock, HANGUP_CHECK_MS)) continue;
+    if (!tg_timed_wait(&st->ready, &st->lock, HANGUP_CHECK_MS)) continue;
     if (client_gone(rd->fd)) {
       pthread_mutex_unlock(&st->lock);
       return MHD_CONTENT_READER_END_OF_STREAM;
@@ -767,11 +752,11 @@ static void listeners_end(server *s) {
     listener_unlink(l);
     listener_put(l);
   }
-  int64_t deadline = monotonic_ms() + DRAIN_MS;
+  int64_t deadline = tg_monotonic_ms() + DRAIN_MS;
   for (size_t i = 0; i < n; i++) {
     pthread_mutex_lock(&ended[i]->lock);
-    for (int64_t left; ended[i]->reading && (left = deadline - monotonic_ms()) > 0;)
-      timed_wait(&ended[i]->ready, &ended[i]->lock, left);
+    for (int64_t left; ended[i]->reading && (left = deadline - tg_monotonic_ms()) > 0;)
+      tg_timed_wait(&ended[i]->ready, &ended[i]->lock, left);
     pthread_mutex_unlock(&ended[i]->lock);
     stream_release(ended[i]);
   }
@@ -884,7 +869,7 @@ static int worker_ask(void *self, json_t *ask, json_t **ret) {
     return TG_E_TOO_LARGE;
   }
   int r = stream_event(w->st, ask);
-  int64_t deadline = monotonic_ms() + TG_HTTP_ASK_TIMEOUT_MS;
+  int64_t deadline = tg_monotonic_ms() + TG_HTTP_ASK_TIMEOUT_MS;
   pthread_mutex_lock(&s->lock);
   while (r == 0 && !slot->response && !w->sess->dead) {
     /* A cancellation is looked for outside the server's lock; the count tells whether one
@@ -893,10 +878,10 @@ static int worker_ask(void *self, json_t *ask, json_t **ret) {
     pthread_mutex_unlock(&s->lock);
     bool cancelled = tg_mcp_inflight_cancelled(w->inflight, w->msg.id);
     pthread_mutex_lock(&s->lock);
-    int64_t left = deadline - monotonic_ms();
+    int64_t left = deadline - tg_monotonic_ms();
     if (cancelled) r = TG_E_IO;
     else if (seen == s->cancellations && !slot->response && !w->sess->dead &&
-             (left <= 0 || timed_wait(&s->answered, &s->lock, left)))
+             (left <= 0 || tg_timed_wait(&s->answered, &s->lock, left)))
       r = TG_E_IO;
   }
   if (r == 0 && !slot->response) r = TG_E_IO;
@@ -1030,17 +1015,17 @@ static void *sweeper_main(void *arg) {
   server *s = arg;
   tg_db *db = NULL;
   pthread_mutex_lock(&s->lock);
-  int64_t next = monotonic_ms() + TG_HTTP_CHECK_MS;
+  int64_t next = tg_monotonic_ms() + TG_HTTP_CHECK_MS;
   while (!s->stopping) {
-    int64_t now = monotonic_ms();
+    int64_t now = tg_monotonic_ms();
     if (now < next) {
-      timed_wait(&s->sweep_stop, &s->lock, next - now);
+      tg_timed_wait(&s->sweep_stop, &s->lock, next - now);
       continue;
     }
     pthread_mutex_unlock(&s->lock);
     if (thread_db(s, &db)) check_lists(s, db, NULL, NULL);
     pthread_mutex_lock(&s->lock);
-    next = monotonic_ms() + TG_HTTP_CHECK_MS;
+    next = tg_monotonic_ms() + TG_HTTP_CHECK_MS;
   }
   pthread_mutex_unlock(&s->lock);
   tg_db_close(db);
@@ -1198,7 +1183,7 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
   pthread_mutex_lock(&st->lock);
   bool gone = false;
   while (!st->done && st->len == 0 && !st->polling) {
-    if (!timed_wait(&st->ready, &st->lock, HANGUP_CHECK_MS) || x || gone || !client_gone(fd))
+    if (!tg_timed_wait(&st->ready, &st->lock, HANGUP_CHECK_MS) || x || gone || !client_gone(fd))
       continue;
     /* A stateless client that went away cancelled its call, which ends soon after. */
     gone = true;
@@ -1680,14 +1665,12 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   h->s.cfg = cfg;
   h->s.mcp = cfg->server;
   h->s.mcp.list_changes = true;
-  h->s.mcp.entries = NULL; /* its own, prepared below */
-  h->s.mcp.n_entries = 0;
   h->s.loopback = loopback;
   pthread_mutex_init(&h->s.lock, NULL);
   pthread_cond_init(&h->s.answered, NULL);
   pthread_cond_init(&h->s.queued, NULL);
   pthread_cond_init(&h->s.sweep_stop, NULL);
-  if (tg_mcp_server_prepare(&h->s.mcp, cfg->registry) < 0) {
+  if (tg_mcp_server_prepare(&h->s.mcp, cfg->registry, cfg->data_dir) < 0) {
     tg_http_stop(h);
     return TG_E_NOMEM;
   }

@@ -9,6 +9,7 @@
 
 #include "core/principal.h"
 #include "core/registry.h"
+#include "mcp/tasks.h"
 #include "tools/conformance.h"
 #include "util/cleanup.h"
 #include "util/clock.h"
@@ -170,18 +171,28 @@ static int load_principal(cx *c, tg_principal **ret) {
 static json_t *mcp_tool(const tg_tool *tool) {
   json_t *t = json_pack("{s:s,s:O,s:o}", "description", tool->description, "inputSchema",
                         tool->input_schema, "annotations", tg_mcp_annotations(tool));
-  if (t && !content_passthrough(tool) &&
-      json_object_set(t, "outputSchema", tool->output_schema) < 0) {
+  static const char *const task_support[] = {NULL, "optional", "required"};
+  if (t && ((!content_passthrough(tool) &&
+             json_object_set(t, "outputSchema", tool->output_schema) < 0) ||
+            (tool->task_support &&
+             json_object_set_new(t, "execution", json_pack("{s:s}", "taskSupport",
+                                                           task_support[tool->task_support])) < 0))) {
     json_decref(t);
     return NULL;
   }
   return t;
 }
 
-int tg_mcp_server_prepare(tg_mcp_server *srv, const tg_registry *reg) {
+int tg_mcp_server_prepare(tg_mcp_server *srv, const tg_registry *reg, const char *data_dir) {
   size_t n = tg_registry_count(reg);
+  /* What srv may hold from a copy of another server is not its own. */
+  srv->n_entries = 0;
+  srv->tasks = NULL;
   srv->entries = calloc(n ? n : 1, sizeof *srv->entries);
-  if (!srv->entries) return TG_E_NOMEM;
+  if (!srv->entries || tg_mcp_tasks_new(reg, data_dir, &srv->tasks) < 0) {
+    tg_mcp_server_done(srv);
+    return TG_E_NOMEM;
+  }
   srv->n_entries = n;
   for (size_t i = 0; i < n; i++) {
     const tg_tool *tool = tg_registry_at(reg, i);
@@ -198,6 +209,8 @@ int tg_mcp_server_prepare(tg_mcp_server *srv, const tg_registry *reg) {
 }
 
 void tg_mcp_server_done(tg_mcp_server *srv) {
+  tg_mcp_tasks_free(srv->tasks);
+  srv->tasks = NULL;
   for (size_t i = 0; i < srv->n_entries; i++) free(srv->entries[i]);
   free(srv->entries);
   srv->entries = NULL;
@@ -326,24 +339,30 @@ static const char *state_open(const char *principal, const char *subject, const 
   return tg_same_secret(mac, end + 1, 64) ? end + 66 : NULL;
 }
 
-/* Reads the retry fields of a request: inputResponses (an object of objects) and the
- * requestState, verified. Returns 0 or a JSON-RPC error code. */
+/* The inputResponses of a request (an object of objects; NULL when absent), or a JSON-RPC
+ * error code. */
+static int read_responses(cx *c, json_t *params, json_t **responses) {
+  json_t *in = json_object_get(params, "inputResponses");
+  const char *key;
+  json_t *v;
+  *responses = NULL;
+  if (in && !json_is_object(in))
+    return rpc_fail(c, TG_RPC_INVALID_PARAMS, "inputResponses must be an object", NULL);
+  json_object_foreach(in, key, v) if (!json_is_object(v)) return rpc_fail(
+      c, TG_RPC_INVALID_PARAMS, "Each input response must be an object",
+      json_pack("{s:s}", "key", key));
+  *responses = in;
+  return 0;
+}
+
+/* Reads the retry fields of a request: inputResponses and the requestState, verified.
+ * Returns 0 or a JSON-RPC error code. */
 static int read_round(cx *c, json_t *params, const char *subject, json_t **responses,
                       const char **state) {
-  json_t *in = json_object_get(params, "inputResponses");
   json_t *sealed = json_object_get(params, "requestState");
-  *responses = NULL;
   *state = NULL;
-  if (in) {
-    const char *key;
-    json_t *v;
-    if (!json_is_object(in))
-      return rpc_fail(c, TG_RPC_INVALID_PARAMS, "inputResponses must be an object", NULL);
-    json_object_foreach(in, key, v) if (!json_is_object(v)) return rpc_fail(
-        c, TG_RPC_INVALID_PARAMS, "Each input response must be an object",
-        json_pack("{s:s}", "key", key));
-    *responses = in;
-  }
+  int r = read_responses(c, params, responses);
+  if (r) return r;
   if (sealed) {
     const char *text = json_string_value(sealed);
     if (!text || !(*state = state_open(c->req->principal_id, subject, text)))
@@ -360,6 +379,26 @@ static const char *capability_of(const char *method) {
   return NULL;
 }
 
+int tg_mcp_input_missing(json_t *caps, json_t *requests, json_t **ret) {
+  json_t *missing = json_object();
+  if (!missing) return TG_E_NOMEM;
+  const char *key;
+  json_t *req;
+  json_object_foreach(requests, key, req) {
+    const char *cap = capability_of(json_string_value(json_object_get(req, "method")));
+    int r = !cap ? TG_E_INVAL
+            : !json_object_get(caps, cap) && json_object_set_new(missing, cap, json_object()) < 0
+                ? TG_E_NOMEM
+                : 0;
+    if (r < 0) {
+      json_decref(missing);
+      return r;
+    }
+  }
+  *ret = missing;
+  return 0;
+}
+
 /* Serves an InputRequiredResult a handler returned: only on 2026-07-28, only for input the
  * client declared it can give in this request (else -32021), with its state sealed.
  * Returns 0 (result ready), a JSON-RPC error code, or TG_E_NOMEM. */
@@ -368,22 +407,11 @@ static int finish_input_required(cx *c, const char *subject, json_t *result) {
     return rpc_fail(c, TG_RPC_INTERNAL_ERROR,
                     "This request needs input the client can give only on protocol 2026-07-28",
                     NULL);
-  json_t *requests = json_object_get(result, "inputRequests");
-  json_t *missing = json_object();
-  if (!missing) return TG_E_NOMEM;
-  const char *key;
-  json_t *req;
-  json_object_foreach(requests, key, req) {
-    const char *cap = capability_of(json_string_value(json_object_get(req, "method")));
-    if (!cap) {
-      json_decref(missing);
-      return rpc_fail(c, TG_RPC_INTERNAL_ERROR, "A handler asked for an unknown kind of input", NULL);
-    }
-    if (!json_object_get(c->caps, cap) && json_object_set_new(missing, cap, json_object()) < 0) {
-      json_decref(missing);
-      return TG_E_NOMEM;
-    }
-  }
+  json_t *missing = NULL;
+  int r = tg_mcp_input_missing(c->caps, json_object_get(result, "inputRequests"), &missing);
+  if (r == TG_E_INVAL)
+    return rpc_fail(c, TG_RPC_INTERNAL_ERROR, "A handler asked for an unknown kind of input", NULL);
+  if (r < 0) return r;
   if (json_object_size(missing))
     return rpc_fail(c, TG_RPC_MISSING_CAPABILITY, "Missing required client capability",
                     json_pack("{s:o}", "requiredCapabilities", missing));
@@ -396,7 +424,7 @@ static int finish_input_required(cx *c, const char *subject, json_t *result) {
   return 0;
 }
 
-static bool is_input_required(json_t *result) {
+bool tg_mcp_is_input_required(json_t *result) {
   const char *type = json_string_value(json_object_get(result, "resultType"));
   return type && strcmp(type, "input_required") == 0;
 }
@@ -466,8 +494,7 @@ static json_t *text_block(const char *text) {
   return json_pack("[{s:s,s:s}]", "type", "text", "text", text);
 }
 
-/* The MCP CallToolResult of a tg_call outcome. */
-static json_t *tool_result(const tg_tool *tool, int status, json_t *value) {
+json_t *tg_mcp_tool_result(const tg_tool *tool, int status, json_t *value) {
   if (status == TG_OK && content_passthrough(tool)) return json_incref(value);
   if (status == TG_OK) {
     _cleanup_free_ char *text = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
@@ -483,12 +510,46 @@ static json_t *tool_result(const tg_tool *tool, int status, json_t *value) {
                    "isError", 1);
 }
 
+/* Whether this request's client takes tasks (it declares the extension; 2026-07-28 only). */
+static bool takes_tasks(const cx *c) {
+  return c->modern && c->srv->tasks &&
+         json_object_get(json_object_get(c->caps, "extensions"), TG_MCP_TASKS_EXTENSION);
+}
+
+static int tasks_required(cx *c) {
+  return rpc_fail(c, TG_RPC_MISSING_CAPABILITY, "Missing required client capability",
+                  json_pack("{s:{s:{s:{}}}}", "requiredCapabilities", "extensions",
+                            TG_MCP_TASKS_EXTENSION));
+}
+
+/* Runs a call that may become a task on a thread of its own: the task, or the call's own
+ * outcome in *status and *res when it ended without detaching. */
+static int start_task(cx *c, call_channel *ch, const tg_tool *tool, json_t *args,
+                      json_t *responses, const char *state, json_t **task, int *status,
+                      tg_call_result *res) {
+  tg_mcp_task_call call = {.principal_id = c->req->principal_id, .tool = tool, .args = args,
+                           .capabilities = c->caps, .input_responses = responses,
+                           .request_state = state, .cancelled = channel_cancelled, .arg = ch};
+  tg_mcp_task_start started;
+  int r = tg_mcp_tasks_start(c->srv->tasks, &call, &started);
+  if (r == TG_E_TOO_LARGE)
+    return rpc_fail(c, TG_RPC_INVALID_REQUEST, "Too many tasks; wait for some to end",
+                    json_pack("{s:i,s:i}", "maxTasks", TG_MCP_MAX_TASKS, "maxRunning",
+                              TG_MCP_MAX_RUNNING_TASKS));
+  if (r < 0) return r;
+  *task = started.task;
+  *status = started.status;
+  *res = started.res;
+  return 0;
+}
+
 static int m_tools_call(cx *c, json_t *params, json_t **ret) {
   const char *name = json_string_value(json_object_get(params, "name"));
   json_t *args = json_object_get(params, "arguments");
   if (!name) return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.name must be a string", NULL);
   if (args && !json_is_object(args) && !json_is_null(args))
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.arguments must be an object", NULL);
+  if (json_is_null(args)) args = NULL;
   json_t *meta = json_object_get(params, "_meta");
   _cleanup_free_ char *subject = NULL;
   if (asprintf(&subject, "tools/call:%s", name) < 0) return TG_E_NOMEM;
@@ -496,26 +557,40 @@ static int m_tools_call(cx *c, json_t *params, json_t **ret) {
   const char *state;
   int rr = read_round(c, params, subject, &responses, &state);
   if (rr) return rr;
-  call_channel ch = {.c = c};
-  tg_client_channel channel = {
-      .self = &ch,
-      .progress_token = json_object_get(meta, "progressToken"),
-      .log_level = c->log_level,
-      .capabilities = c->caps,
-      .input_responses = responses,
-      .request_state = state,
-      .notify = channel_notify,
-      /* 2026-07-28 forbids server-to-client requests; legacy needs a transport that can. */
-      .ask = !c->modern && c->req->io && c->req->io->ask ? channel_ask : NULL,
-      .close_stream = c->req->io && c->req->io->close_stream ? channel_close_stream : NULL,
-      .cancelled = c->req->inflight ? channel_cancelled : NULL,
-  };
-  tg_call_request call = {.principal_id = c->req->principal_id, .surface = TG_SURFACE_MCP,
-                          .tool = name, .args = json_is_null(args) ? NULL : args,
-                          .client = &channel};
-  tg_call_result res;
-  int r = tg_call(c->req->env, &call, &res);
   const tg_tool *tool = tg_registry_find(c->req->env->registry, name);
+  /* The server alone decides whether a call becomes a task; a legacy "task" param is
+   * ignored. */
+  bool may_detach = tool && tool->task_support != TG_TASK_FORBIDDEN && takes_tasks(c);
+  if (tool && tool->task_support == TG_TASK_REQUIRED && !may_detach) return tasks_required(c);
+  call_channel ch = {.c = c};
+  tg_call_result res;
+  int r;
+  if (may_detach) {
+    json_t *task = NULL;
+    rr = start_task(c, &ch, tool, args, responses, state, &task, &r, &res);
+    if (rr) return rr;
+    if (task) {
+      *ret = task;
+      return 0;
+    }
+  } else {
+    tg_client_channel channel = {
+        .self = &ch,
+        .progress_token = json_object_get(meta, "progressToken"),
+        .log_level = c->log_level,
+        .capabilities = c->caps,
+        .input_responses = responses,
+        .request_state = state,
+        .notify = channel_notify,
+        /* 2026-07-28 forbids server-to-client requests; legacy needs a transport that can. */
+        .ask = !c->modern && c->req->io && c->req->io->ask ? channel_ask : NULL,
+        .close_stream = c->req->io && c->req->io->close_stream ? channel_close_stream : NULL,
+        .cancelled = c->req->inflight ? channel_cancelled : NULL,
+    };
+    tg_call_request call = {.principal_id = c->req->principal_id, .surface = TG_SURFACE_MCP,
+                            .tool = name, .args = args, .client = &channel};
+    r = tg_call(c->req->env, &call, &res);
+  }
   if (r == TG_E_TOOL && !tool) {
     tg_call_result_done(&res);
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "Unknown tool", json_pack("{s:s}", "name", name));
@@ -524,10 +599,10 @@ static int m_tools_call(cx *c, json_t *params, json_t **ret) {
     tg_call_result_done(&res);
     return TG_E_NOMEM;
   }
-  *ret = tool_result(tool, r == TG_OK ? TG_OK : TG_E_TOOL, res.value);
+  *ret = tg_mcp_tool_result(tool, r == TG_OK ? TG_OK : TG_E_TOOL, res.value);
   tg_call_result_done(&res);
   if (!*ret) return TG_E_NOMEM;
-  if (r == TG_OK && is_input_required(*ret)) {
+  if (r == TG_OK && tg_mcp_is_input_required(*ret)) {
     int fr = finish_input_required(c, subject, *ret);
     if (fr) {
       json_decref(*ret);
@@ -602,7 +677,7 @@ static int m_prompts_get(cx *c, json_t *params, json_t **ret) {
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "Unknown prompt", json_pack("{s:s}", "name", name));
   if (r == TG_E_INVAL) return rpc_fail(c, TG_RPC_INVALID_PARAMS, why, NULL);
   if (r < 0) return r;
-  if (is_input_required(result) && (r = finish_input_required(c, subject, result)) != 0) {
+  if (tg_mcp_is_input_required(result) && (r = finish_input_required(c, subject, result)) != 0) {
     json_decref(result);
     return r;
   }
@@ -639,6 +714,9 @@ static json_t *capabilities(const tg_mcp_server *srv, bool modern) {
   if (ok && !modern)
     ok = json_object_set_new(json_object_get(caps, "resources"), "subscribe", json_true()) == 0 &&
          json_object_set_new(caps, "logging", json_object()) == 0;
+  if (ok && modern && srv->tasks)
+    ok = json_object_set_new(caps, "extensions",
+                             json_pack("{s:{}}", TG_MCP_TASKS_EXTENSION)) == 0;
   /* Advertised only where the transport delivers the notifications. */
   if (ok && srv->list_changes)
     ok = json_object_set_new(json_object_get(caps, "tools"), "listChanged", json_true()) == 0 &&
@@ -700,6 +778,8 @@ static int m_listen(cx *c, json_t *params, json_t **ret) {
   json_t *filter = json_object_get(params, "notifications");
   if (!json_is_object(filter))
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.notifications must be an object", NULL);
+  /* Task notifications are the extension's (this server sends none: clients poll). */
+  if (json_object_get(filter, "taskIds") && !takes_tasks(c)) return tasks_required(c);
   int r = tg_mcp_watch_subscribe(c->req->watch, c->msg->id, filter);
   if (r == TG_E_TOO_LARGE)
     return rpc_fail(c, TG_RPC_INVALID_REQUEST, "Too many open subscriptions",
@@ -714,6 +794,49 @@ static int m_set_level(cx *c, json_t *params, json_t **ret) {
   if (level < 0) return rpc_fail(c, TG_RPC_INVALID_PARAMS, "Unknown log level", NULL);
   c->req->session->log_level = level;
   return m_empty(c, params, ret);
+}
+
+/* ---- tasks (2026-07-28, io.modelcontextprotocol/tasks) ---- */
+
+/* The task a tasks/get, tasks/update or tasks/cancel names, once the client declared the
+ * extension. */
+static int task_id(cx *c, json_t *params, const char **id) {
+  if (!takes_tasks(c)) return tasks_required(c);
+  *id = json_string_value(json_object_get(params, "taskId"));
+  if (!*id) return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.taskId must be a string", NULL);
+  return 0;
+}
+
+static int unknown_task(cx *c, const char *id) {
+  return rpc_fail(c, TG_RPC_INVALID_PARAMS, "Unknown task", json_pack("{s:s}", "taskId", id));
+}
+
+static int m_tasks_get(cx *c, json_t *params, json_t **ret) {
+  const char *id;
+  int r = task_id(c, params, &id);
+  if (r == 0) r = tg_mcp_tasks_get(c->srv->tasks, c->req->principal_id, id, ret);
+  return r == TG_E_NOTFOUND ? unknown_task(c, id) : r;
+}
+
+static int m_tasks_update(cx *c, json_t *params, json_t **ret) {
+  const char *id;
+  int r = task_id(c, params, &id);
+  if (r) return r;
+  json_t *responses;
+  if (!json_object_get(params, "inputResponses"))
+    return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.inputResponses is required", NULL);
+  if ((r = read_responses(c, params, &responses)) != 0) return r;
+  r = tg_mcp_tasks_update(c->srv->tasks, c->req->principal_id, id, responses);
+  if (r == TG_E_NOTFOUND) return unknown_task(c, id);
+  return r ? r : m_empty(c, params, ret);
+}
+
+static int m_tasks_cancel(cx *c, json_t *params, json_t **ret) {
+  const char *id;
+  int r = task_id(c, params, &id);
+  if (r == 0) r = tg_mcp_tasks_cancel(c->srv->tasks, c->req->principal_id, id);
+  if (r == TG_E_NOTFOUND) return unknown_task(c, id);
+  return r ? r : m_empty(c, params, ret);
 }
 
 typedef struct method {
@@ -739,6 +862,9 @@ static const method methods[] = {
     {"completion/complete", m_complete, ERA_BOTH, false},
     {"logging/setLevel", m_set_level, ERA_LEGACY, false},
     {"subscriptions/listen", m_listen, ERA_MODERN, false},
+    {"tasks/get", m_tasks_get, ERA_MODERN, false},
+    {"tasks/update", m_tasks_update, ERA_MODERN, false},
+    {"tasks/cancel", m_tasks_cancel, ERA_MODERN, false},
 };
 
 static const method *find_method(const char *name, unsigned era) {
@@ -878,12 +1004,17 @@ static bool header_differs(const char *header, const char *body) {
   return header && (!body || strcmp(header, body) != 0);
 }
 
-/* Mcp-Name carries params.name (tools/call, prompts/get) or params.uri (resources/read). */
+/* Mcp-Name carries params.name (tools/call, prompts/get), params.uri (resources/read) or
+ * params.taskId (tasks/get, tasks/update, tasks/cancel). */
 static bool name_matches(const tg_rpc_msg *msg, const char *header) {
   const char *field = strcmp(msg->method, "resources/read") == 0 ? "uri"
                       : strcmp(msg->method, "tools/call") == 0 ||
                               strcmp(msg->method, "prompts/get") == 0
                           ? "name"
+                      : strcmp(msg->method, "tasks/get") == 0 ||
+                              strcmp(msg->method, "tasks/update") == 0 ||
+                              strcmp(msg->method, "tasks/cancel") == 0
+                          ? "taskId"
                           : NULL;
   if (!field) return true;
   const char *body = json_string_value(json_object_get(msg->params, field));

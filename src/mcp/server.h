@@ -11,6 +11,7 @@
 #include "core/registry.h"
 #include "mcp/inflight.h"
 #include "mcp/jsonrpc.h"
+#include "mcp/tasks.h"
 #include "mcp/watch.h"
 
 #define TG_MCP_MODERN_VERSION "2026-07-28"
@@ -63,11 +64,13 @@ typedef struct tg_mcp_server {
    * (indexed by tool id): a list answer copies them instead of encoding every schema. */
   char **entries;
   size_t n_entries;
+  tg_mcp_tasks *tasks; /* the calls become tasks here (tg_mcp_server_prepare) */
 } tg_mcp_server;
 
-/* Encodes the tools/list entries of reg's tools into srv, which tools/list needs; undone
- * by tg_mcp_server_done. Returns 0 or TG_E_NOMEM. */
-int tg_mcp_server_prepare(tg_mcp_server *srv, const tg_registry *reg);
+/* Encodes the tools/list entries of reg's tools into srv, which tools/list needs, and opens
+ * its tasks, which run against the workspace in data_dir; undone by tg_mcp_server_done
+ * (which waits for running tasks to end, cancelled). Returns 0 or TG_E_NOMEM. */
+int tg_mcp_server_prepare(tg_mcp_server *srv, const tg_registry *reg, const char *data_dir);
 void tg_mcp_server_done(tg_mcp_server *srv);
 
 typedef struct tg_mcp_request {
@@ -105,6 +108,16 @@ json_t *tg_mcp_cancel_target(const tg_rpc_msg *msg);
 /* Serves msg. Returns 0 with *reply filled (the caller frees reply->text), or TG_E_NOMEM. */
 int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_rpc_msg *msg,
                   tg_mcp_reply *reply);
+
+/* The MCP CallToolResult of a tg_call outcome (status TG_OK or TG_E_TOOL, value its
+ * result or error envelope); NULL when out of memory. */
+json_t *tg_mcp_tool_result(const tg_tool *tool, int status, json_t *value);
+/* Whether a handler's result asks the client for input (resultType "input_required"). */
+bool tg_mcp_is_input_required(json_t *result);
+/* The client capabilities (a new object, empty when none) that the input requests of an
+ * InputRequiredResult need and caps lacks. TG_E_INVAL when one asks for a kind of input
+ * this server does not know, or TG_E_NOMEM. */
+int tg_mcp_input_missing(json_t *caps, json_t *requests, json_t **ret);
 
 /* The MCP tool annotations of tool, derived from its effect, risk and flags. */
 json_t *tg_mcp_annotations(const tg_tool *tool);

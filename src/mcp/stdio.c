@@ -219,8 +219,6 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   /* One process, one client: every list change can reach it. */
   tg_mcp_server served = *srv;
   served.list_changes = true;
-  served.entries = NULL; /* its own, prepared below */
-  served.n_entries = 0;
   conn c = {.in = fileno(in), .out = out, .chunk = malloc(READ_CHUNK),
             .line = malloc(TG_RPC_MAX_BODY), .srv = &served};
   tg_mcp_session session;
@@ -229,7 +227,7 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   tg_mcp_request req = {.env = env, .principal_id = principal_id, .session = &session,
                         .io = &io};
   c.req = &req;
-  int r = c.chunk && c.line ? tg_mcp_server_prepare(&served, env->registry) : TG_E_NOMEM;
+  int r = c.chunk && c.line ? tg_mcp_server_prepare(&served, env->registry, env->data_dir) : TG_E_NOMEM;
   if (r == 0) r = tg_mcp_inflight_new(NULL, NULL, &req.inflight);
   if (r == 0) r = tg_mcp_watch_new(io_send, &c, &req.watch);
   while (r == 0) {

@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/call.h"
 #include "util/cleanup.h"
@@ -374,6 +375,99 @@ static int h_trigger_prompt_change(tg_call_ctx *cx, json_t *args, json_t **ret) 
   return trigger(cx, "notifications/prompts/list_changed", ret);
 }
 
+/* ---- tasks (io.modelcontextprotocol/tasks) ---- */
+
+static int client_cancelled(tg_call_ctx *cx) {
+  return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, NULL, "The client cancelled the call");
+}
+
+/* Becomes a task where the call can; elsewhere it goes on as a plain call. */
+static int detach(tg_call_ctx *cx) {
+  const tg_client_channel *ch = cx->client;
+  return ch && ch->detach && ch->detach(ch->self) < 0 ? client_cancelled(cx) : TG_OK;
+}
+
+/* Waits ms, failing as soon as the client cancels (a failure writes nothing). */
+static int pause_ms(tg_call_ctx *cx, long long ms) {
+  const tg_client_channel *ch = cx->client;
+  for (long long left = ms;; left -= 50) {
+    if (ch && ch->cancelled && ch->cancelled(ch->self)) return client_cancelled(cx);
+    if (left <= 0) return TG_OK;
+    struct timespec step = {0, (left < 50 ? left : 50) * 1000000L};
+    nanosleep(&step, NULL);
+  }
+}
+
+static int h_greet(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  _cleanup_free_ char *line = NULL;
+  return asprintf(&line, "Hello, %s!", json_string_value(json_object_get(args, "name"))) < 0
+             ? TG_E_NOMEM
+             : text_result(line, ret);
+}
+
+static int h_slow_compute(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  json_int_t seconds = json_integer_value(json_object_get(args, "seconds"));
+  const char *label = json_string_value(json_object_get(args, "label"));
+  /* No wait, no task: the result comes at once. */
+  int r = seconds > 0 ? detach(cx) : TG_OK;
+  if (r == TG_OK) r = pause_ms(cx, seconds * 1000);
+  _cleanup_free_ char *line = NULL;
+  if (r == TG_OK && asprintf(&line, "Computed %s in %llds", label ? label : "(unlabelled)",
+                             (long long)seconds) < 0)
+    r = TG_E_NOMEM;
+  return r ? r : text_result(line, ret);
+}
+
+static int h_failing_job(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  int r = detach(cx);
+  if (r == TG_OK) r = pause_ms(cx, 1000);
+  return r ? r : tg_fail(cx, TG_ERR_PROVIDER_ERROR, NULL, "The job failed, as this one always does");
+}
+
+/* Fails unexpectedly, not with a tool's answer: its task ends failed, with a JSON-RPC error. */
+static int h_protocol_error_job(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  int r = detach(cx);
+  return r ? r : TG_E_IO;
+}
+
+static int h_confirm_delete(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  const char *file = json_string_value(json_object_get(args, "filename"));
+  int r = detach(cx);
+  if (r) return r;
+  json_t *a = answer(cx, "confirm");
+  _cleanup_free_ char *line = NULL;
+  if (!a) {
+    if (asprintf(&line, "Delete %s?", file) < 0) return TG_E_NOMEM;
+    return input_required(json_pack("{s:o}", "confirm", elicit(line, "confirm", "boolean")), NULL, ret);
+  }
+  const char *action = json_string_value(json_object_get(a, "action"));
+  bool yes = action && strcmp(action, "accept") == 0 &&
+             json_is_true(json_object_get(json_object_get(a, "content"), "confirm"));
+  return asprintf(&line, "%s %s", yes ? "Deleted" : "Kept", file) < 0 ? TG_E_NOMEM
+                                                                     : text_result(line, ret);
+}
+
+/* Asks two things at once, so that a client may answer them one at a time. */
+static int h_multi_input(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  int r = detach(cx);
+  if (r) return r;
+  if (!answer(cx, "name") || !answer(cx, "confirm"))
+    return input_required(json_pack("{s:o,s:o}", "name", elicit("What is your name?", "name", "string"),
+                                    "confirm", elicit("Shall we go on?", "confirm", "boolean")),
+                          NULL, ret);
+  return text_result("Received both answers", ret);
+}
+
+/* Gathers the name in a multi round-trip request first, then goes on as a task. */
+static int h_tool_with_task(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  const char *name = elicited(cx, "user_name", "name");
+  if (!name) return input_required(json_pack("{s:o}", "user_name", elicit("What is your name?", "name", "string")), NULL, ret);
+  int r = detach(cx);
+  _cleanup_free_ char *line = NULL;
+  if (r == TG_OK && asprintf(&line, "Hello, %s! (from a task)", name) < 0) r = TG_E_NOMEM;
+  return r ? r : text_result(line, ret);
+}
+
 static const tg_handler_entry handlers[] = {
     {"test.simple.text", h_simple_text},
     {"test.image.content", h_image},
@@ -403,6 +497,13 @@ static const tg_handler_entry handlers[] = {
     {"test.x_mcp.header", h_x_mcp_header},
     {"test.trigger.tool_change", h_trigger_tool_change},
     {"test.trigger.prompt_change", h_trigger_prompt_change},
+    {"test.task.greet", h_greet},
+    {"test.task.slow_compute", h_slow_compute},
+    {"test.task.failing_job", h_failing_job},
+    {"test.task.protocol_error_job", h_protocol_error_job},
+    {"test.task.confirm_delete", h_confirm_delete},
+    {"test.task.multi_input", h_multi_input},
+    {"test.tool.with_task", h_tool_with_task},
 };
 
 const tg_provider tg_provider_conformance = {

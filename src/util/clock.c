@@ -1,5 +1,6 @@
 #include "util/clock.h"
 
+#include <errno.h>
 #include <time.h>
 
 int64_t tg_now_ms(void) {
@@ -12,6 +13,20 @@ uint64_t tg_monotonic_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int64_t tg_monotonic_ms(void) { return (int64_t)(tg_monotonic_ns() / 1000000); }
+
+bool tg_timed_wait(pthread_cond_t *cond, pthread_mutex_t *lock, long long ms) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += ms / 1000;
+  until.tv_nsec += ms % 1000 * 1000000;
+  if (until.tv_nsec >= 1000000000) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000;
+  }
+  return pthread_cond_timedwait(cond, lock, &until) == ETIMEDOUT;
 }
 
 #define MAX_ISO_MS 253402300799999LL /* 9999-12-31T23:59:59.999Z */

@@ -50,7 +50,7 @@ static int setup(void **state) {
   w->f = fixture_new(&tg_provider_conformance);
   fixture_agent(w->f, "{\"slug\":\"bot\"}", w->agent);
   w->srv = (tg_mcp_server){.fixtures = true, .name = "toolgate", .version = "test"};
-  assert_int_equal(tg_mcp_server_prepare(&w->srv, w->f->env.registry), 0);
+  assert_int_equal(tg_mcp_server_prepare(&w->srv, w->f->env.registry, w->f->env.data_dir), 0);
   tg_mcp_session_init(&w->session);
   w->sent = json_array();
   *state = w;
@@ -70,12 +70,13 @@ static int teardown(void **state) {
 
 /* Sends text (one message) with optional HTTP headers; returns the reply message (or NULL
  * for none) and the HTTP status. */
-static json_t *send_msg(world *w, const char *text, const tg_mcp_headers *headers, int *status) {
+static json_t *send_as(world *w, const char *principal, const char *text,
+                       const tg_mcp_headers *headers, int *status) {
   tg_rpc_msg msg;
   json_t *err = NULL;
   assert_int_equal(tg_rpc_decode(text, strlen(text), &msg, &err), 0);
   tg_mcp_io io = {.self = w, .send = capture_send, .ask = capture_ask};
-  tg_mcp_request req = {.env = &w->f->env, .principal_id = w->agent, .session = &w->session,
+  tg_mcp_request req = {.env = &w->f->env, .principal_id = principal, .session = &w->session,
                         .headers = headers, .io = &io};
   tg_mcp_reply reply;
   assert_int_equal(tg_mcp_handle(&w->srv, &req, &msg, &reply), 0);
@@ -85,6 +86,10 @@ static json_t *send_msg(world *w, const char *text, const tg_mcp_headers *header
   assert_int_equal(reply.error, message && json_object_get(message, "error"));
   free(reply.text);
   return message;
+}
+
+static json_t *send_msg(world *w, const char *text, const tg_mcp_headers *headers, int *status) {
+  return send_as(w, w->agent, text, headers, status);
 }
 
 static int error_code(json_t *reply) {
@@ -383,6 +388,378 @@ static void test_elicitation_asks_the_client(void **state) {
 #define HANG_GUARD_S 30 /* a read that waits this long means the server hung: not a timing check */
 
 /* Connects to the server and sends one request; returns the socket. */
+/* ---- tasks (io.modelcontextprotocol/tasks) ---- */
+
+#define TASKS_CAPS "{\"elicitation\":{},\"extensions\":{\"io.modelcontextprotocol/tasks\":{}}}"
+
+/* A 2026-07-28 request as principal, from a client with capabilities caps (JSON text);
+ * members: more params members, or "". Returns the reply message. */
+static json_t *request_as(world *w, const char *principal, const char *caps, const char *method,
+                          const char *members, int *status) {
+  static int next_id;
+  char *text = NULL;
+  assert_true(asprintf(&text,
+                       "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"%s\",\"params\":{%s%s\"_meta\":{"
+                       "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+                       "\"io.modelcontextprotocol/clientCapabilities\":%s}}}",
+                       ++next_id, method, members, *members ? "," : "", caps) > 0);
+  json_t *r = send_as(w, principal, text, NULL, status);
+  free(text);
+  return r;
+}
+
+/* The same from w's agent taking tasks; the reply must be a result (a new reference). */
+static json_t *task_call(world *w, const char *method, const char *members) {
+  json_t *r = request_as(w, w->agent, TASKS_CAPS, method, members, NULL);
+  json_t *res = json_incref(result_of(r));
+  json_decref(r);
+  return res;
+}
+
+static const char *str(json_t *obj, const char *key) {
+  return json_string_value(json_object_get(obj, key));
+}
+
+/* Starts a tool call that becomes a task; returns its id (malloc'd). */
+static char *start_task(world *w, const char *tool, const char *args) {
+  char *members = NULL;
+  assert_true(asprintf(&members, "\"name\":\"%s\",\"arguments\":%s", tool, args) > 0);
+  json_t *res = task_call(w, "tools/call", members);
+  free(members);
+  assert_string_equal(str(res, "resultType"), "task");
+  /* Where it stands as the client learns of it: it may already wait for input. */
+  const char *status = str(res, "status");
+  assert_true(strcmp(status, "working") == 0 || strcmp(status, "input_required") == 0);
+  assert_null(json_object_get(res, "inputRequests"));
+  char *id = strdup(str(res, "taskId"));
+  json_decref(res);
+  return id;
+}
+
+/* tasks/get of id as w's agent. */
+static json_t *get_task(world *w, const char *id) {
+  char *members = NULL;
+  assert_true(asprintf(&members, "\"taskId\":\"%s\"", id) > 0);
+  json_t *res = task_call(w, "tasks/get", members);
+  free(members);
+  return res;
+}
+
+/* Polls task id until its status is status (a hang guard of 30 s, not a timing check). */
+static json_t *await_task(world *w, const char *id, const char *status) {
+  for (int i = 0; i < 3000; i++) {
+    json_t *res = get_task(w, id);
+    if (strcmp(str(res, "status"), status) == 0) return res;
+    json_decref(res);
+    usleep(10000);
+  }
+  fail_msg("task %s never became %s", id, status);
+  return NULL;
+}
+
+/* tasks/update or tasks/cancel of id as principal; returns the reply message. */
+static json_t *task_action_as(world *w, const char *principal, const char *method, const char *id,
+                              const char *responses) {
+  char *members = NULL;
+  assert_true(asprintf(&members, "\"taskId\":\"%s\"%s%s", id, responses ? ",\"inputResponses\":" : "",
+                       responses ? responses : "") > 0);
+  json_t *r = request_as(w, principal, TASKS_CAPS, method, members, NULL);
+  free(members);
+  return r;
+}
+
+/* An acknowledgement: an empty result but for resultType and _meta. */
+static void assert_ack(json_t *reply) {
+  json_t *res = result_of(reply);
+  assert_string_equal(str(res, "resultType"), "complete");
+  assert_int_equal(json_object_size(res), 2);
+  json_decref(reply);
+}
+
+/* Cancels task id and waits until it is cancelled. */
+static void cancel_task(world *w, const char *id) {
+  assert_ack(task_action_as(w, w->agent, "tasks/cancel", id, NULL));
+  json_decref(await_task(w, id, "cancelled"));
+}
+
+static void test_tasks_advertised_and_listed(void **state) {
+  world *w = *state;
+  json_t *res = task_call(w, "server/discover", "");
+  json_t *ext = json_object_get(json_object_get(res, "capabilities"), "extensions");
+  assert_non_null(json_object_get(ext, "io.modelcontextprotocol/tasks"));
+  json_decref(res);
+  res = task_call(w, "tools/list", "");
+  json_t *tools = json_object_get(res, "tools");
+  json_t *exec = json_object_get(find_tool(tools, "test_task_slow_compute"), "execution");
+  assert_string_equal(str(exec, "taskSupport"), "optional");
+  exec = json_object_get(find_tool(tools, "test_tool_with_task"), "execution");
+  assert_string_equal(str(exec, "taskSupport"), "required");
+  assert_non_null(find_tool(tools, "test_task_greet"));
+  assert_null(json_object_get(find_tool(tools, "test_task_greet"), "execution"));
+  json_decref(res);
+  /* A legacy session knows no tasks. */
+  json_t *r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tasks/get\",\"params\":{\"taskId\":\"x\"}}", NULL, NULL);
+  assert_int_equal(error_code(r), TG_RPC_METHOD_NOT_FOUND);
+  json_decref(r);
+}
+
+static void test_task_runs_and_is_audited(void **state) {
+  world *w = *state;
+  long logs = fixture_count(w->f, "agent_run_logs");
+  json_t *res = task_call(w, "tools/call", "\"name\":\"slow_compute\",\"arguments\":{\"seconds\":1,\"label\":\"sum\"}");
+  assert_string_equal(str(res, "resultType"), "task");
+  const char *id = str(res, "taskId");
+  assert_int_equal(strlen(id), 32);
+  assert_int_equal(json_integer_value(json_object_get(res, "ttlMs")), TG_MCP_TASK_TTL_MS);
+  assert_int_equal(json_integer_value(json_object_get(res, "pollIntervalMs")), TG_MCP_TASK_POLL_MS);
+  assert_non_null(str(res, "createdAt"));
+  assert_null(json_object_get(res, "result"));
+  /* Readable as soon as the client holds its id. */
+  json_t *now = get_task(w, id);
+  assert_string_equal(str(now, "resultType"), "complete");
+  assert_string_equal(str(now, "taskId"), id);
+  json_decref(now);
+  json_t *done = await_task(w, id, "completed");
+  json_t *content = json_object_get(json_object_get(done, "result"), "content");
+  assert_string_equal(str(json_array_get(content, 0), "text"), "Computed sum in 1s");
+  json_decref(done);
+  json_decref(res);
+  /* One call, audited by tg_call like any other. */
+  assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs + 1);
+  /* With no wait it is no task: the result comes at once. */
+  res = task_call(w, "tools/call", "\"name\":\"slow_compute\",\"arguments\":{\"seconds\":0}");
+  assert_string_equal(str(res, "resultType"), "complete");
+  assert_null(json_object_get(res, "taskId"));
+  json_decref(res);
+  /* A legacy task param never turns a call into a task. */
+  res = task_call(w, "tools/call", "\"name\":\"greet\",\"arguments\":{\"name\":\"Ada\"},\"task\":{\"ttl\":1000}");
+  assert_string_equal(str(json_array_get(json_object_get(res, "content"), 0), "text"), "Hello, Ada!");
+  json_decref(res);
+}
+
+static void test_task_input_rounds(void **state) {
+  world *w = *state;
+  long logs = fixture_count(w->f, "agent_run_logs");
+  char *id = start_task(w, "confirm_delete", "{\"filename\":\"a.txt\"}");
+  json_t *parked = await_task(w, id, "input_required");
+  json_t *asked = json_object_get(parked, "inputRequests");
+  assert_int_equal(json_object_size(asked), 1);
+  const char *key = json_object_iter_key(json_object_iter(asked));
+  assert_string_equal(str(json_object_iter_value(json_object_iter(asked)), "method"), "elicitation/create");
+  char *answer = NULL;
+  assert_true(asprintf(&answer, "{\"%s\":{\"action\":\"accept\",\"content\":{\"confirm\":true}}}", key) > 0);
+  /* Keys not asked for are ignored. */
+  assert_ack(task_action_as(w, w->agent, "tasks/update", id, "{\"nope\":{\"x\":1}}"));
+  json_t *still = get_task(w, id);
+  assert_string_equal(str(still, "status"), "input_required");
+  json_decref(still);
+  assert_ack(task_action_as(w, w->agent, "tasks/update", id, answer));
+  json_t *done = await_task(w, id, "completed");
+  assert_string_equal(str(json_array_get(json_object_get(json_object_get(done, "result"), "content"), 0), "text"),
+                      "Deleted a.txt");
+  /* Each round is a call of its own through the gate. */
+  assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs + 2);
+  json_decref(done);
+  json_decref(parked);
+  free(answer);
+  free(id);
+
+  /* Two questions at once, answered one at a time. */
+  id = start_task(w, "multi_input", "{}");
+  parked = await_task(w, id, "input_required");
+  asked = json_object_get(parked, "inputRequests");
+  assert_int_equal(json_object_size(asked), 2);
+  void *it = json_object_iter(asked);
+  char *first = strdup(json_object_iter_key(it));
+  char *second = strdup(json_object_iter_key(json_object_iter_next(asked, it)));
+  json_decref(parked);
+  assert_true(asprintf(&answer, "{\"%s\":{\"action\":\"accept\",\"content\":{\"name\":\"x\",\"confirm\":true}}}", first) > 0);
+  assert_ack(task_action_as(w, w->agent, "tasks/update", id, answer));
+  free(answer);
+  still = get_task(w, id);
+  assert_string_equal(str(still, "status"), "input_required");
+  assert_null(json_object_get(json_object_get(still, "inputRequests"), first));
+  assert_non_null(json_object_get(json_object_get(still, "inputRequests"), second));
+  json_decref(still);
+  assert_true(asprintf(&answer, "{\"%s\":{\"action\":\"accept\",\"content\":{\"name\":\"x\",\"confirm\":true}}}", second) > 0);
+  assert_ack(task_action_as(w, w->agent, "tasks/update", id, answer));
+  json_decref(await_task(w, id, "completed"));
+  /* Answers must be objects, as in any round. */
+  json_t *r = task_action_as(w, w->agent, "tasks/update", id, "{\"k\":1}");
+  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+  json_decref(r);
+  free(answer);
+  free(first);
+  free(second);
+  free(id);
+}
+
+static void test_task_cancel(void **state) {
+  world *w = *state;
+  char *id = start_task(w, "slow_compute", "{\"seconds\":600}");
+  cancel_task(w, id);
+  /* Ended: cancelling again is acknowledged the same and changes nothing. */
+  assert_ack(task_action_as(w, w->agent, "tasks/cancel", id, NULL));
+  json_t *res = get_task(w, id);
+  assert_string_equal(str(res, "status"), "cancelled");
+  assert_null(json_object_get(res, "result"));
+  json_decref(res);
+  free(id);
+  /* One waiting for input ends at once. */
+  id = start_task(w, "confirm_delete", "{\"filename\":\"b.txt\"}");
+  json_decref(await_task(w, id, "input_required"));
+  cancel_task(w, id);
+  free(id);
+  /* One left running ends with the server (teardown): it is cancelled, and waited for. */
+  free(start_task(w, "slow_compute", "{\"seconds\":600}"));
+}
+
+static void test_task_failures(void **state) {
+  world *w = *state;
+  char *id = start_task(w, "failing_job", "{}");
+  json_t *res = await_task(w, id, "completed");
+  /* A tool's error is the task's result... */
+  assert_true(json_is_true(json_object_get(json_object_get(res, "result"), "isError")));
+  json_decref(res);
+  free(id);
+  /* ...an unexpected failure is the task's error. */
+  id = start_task(w, "protocol_error_job", "{}");
+  res = await_task(w, id, "failed");
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(res, "error"), "code")), TG_RPC_INTERNAL_ERROR);
+  assert_null(json_object_get(res, "result"));
+  json_decref(res);
+  free(id);
+  json_t *r = task_action_as(w, w->agent, "tasks/get", "0123456789abcdef0123456789abcdef", NULL);
+  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+  json_decref(r);
+}
+
+static void test_tasks_need_the_extension(void **state) {
+  world *w = *state;
+  int status = 0;
+  json_t *r = request_as(w, w->agent, "{}", "tools/call", "\"name\":\"failing_job\",\"arguments\":{}", &status);
+  assert_int_equal(error_code(r), TG_RPC_MISSING_CAPABILITY);
+  assert_int_equal(status, 400);
+  json_t *data = json_object_get(json_object_get(r, "error"), "data");
+  assert_non_null(json_object_get(json_object_get(json_object_get(data, "requiredCapabilities"), "extensions"),
+                                  "io.modelcontextprotocol/tasks"));
+  json_decref(r);
+  r = request_as(w, w->agent, "{}", "tasks/get", "\"taskId\":\"x\"", &status);
+  assert_int_equal(error_code(r), TG_RPC_MISSING_CAPABILITY);
+  json_decref(r);
+  /* An optional task runs as a plain call for a client without tasks. */
+  r = request_as(w, w->agent, "{}", "tools/call", "\"name\":\"slow_compute\",\"arguments\":{\"seconds\":1}", &status);
+  assert_string_equal(str(result_of(r), "resultType"), "complete");
+  assert_string_equal(str(json_array_get(json_object_get(result_of(r), "content"), 0), "text"), "Computed (unlabelled) in 1s");
+  json_decref(r);
+  /* Routing: Mcp-Name carries the task id. */
+  tg_mcp_headers h = {.protocol_version = "2026-07-28", .method = "tasks/get", .name = "other"};
+  r = send_msg(w,
+               "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tasks/get\",\"params\":{\"taskId\":\"x\",\"_meta\":{"
+               "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+               "\"io.modelcontextprotocol/clientCapabilities\":" TASKS_CAPS "}}}",
+               &h, &status);
+  assert_int_equal(error_code(r), TG_RPC_HEADER_MISMATCH);
+  assert_int_equal(status, 400);
+  json_decref(r);
+}
+
+/* The gate on tasks: another principal holding the id reaches nothing and changes nothing. */
+static void test_task_of_another_principal(void **state) {
+  world *w = *state;
+  char other[TG_UUID_LEN + 1];
+  fixture_agent(w->f, "{\"slug\":\"bot2\"}", other);
+  char *id = start_task(w, "confirm_delete", "{\"filename\":\"c.txt\"}");
+  json_t *parked = await_task(w, id, "input_required");
+  const char *key = json_object_iter_key(json_object_iter(json_object_get(parked, "inputRequests")));
+  char *answer = NULL;
+  assert_true(asprintf(&answer, "{\"%s\":{\"action\":\"accept\",\"content\":{\"confirm\":true}}}", key) > 0);
+  char *before = fixture_snapshot(w->f, NULL);
+  json_t *r = task_action_as(w, other, "tasks/get", id, NULL);
+  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+  json_decref(r);
+  r = task_action_as(w, other, "tasks/update", id, answer);
+  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+  json_decref(r);
+  r = task_action_as(w, other, "tasks/cancel", id, NULL);
+  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+  json_decref(r);
+  usleep(100000); /* time for a wrongly woken task to have moved: it must not have */
+  json_t *still = get_task(w, id);
+  assert_string_equal(str(still, "status"), "input_required");
+  assert_non_null(json_object_get(json_object_get(still, "inputRequests"), key));
+  json_decref(still);
+  char *after = fixture_snapshot(w->f, NULL);
+  assert_string_equal(before, after);
+  free(before);
+  free(after);
+  cancel_task(w, id);
+  json_decref(parked);
+  free(answer);
+  free(id);
+}
+
+static void test_input_then_task(void **state) {
+  world *w = *state;
+  json_t *res = task_call(w, "tools/call", "\"name\":\"test_tool_with_task\",\"arguments\":{}");
+  /* The first round asks in the request itself: no task yet. */
+  assert_string_equal(str(res, "resultType"), "input_required");
+  assert_null(json_object_get(res, "taskId"));
+  assert_non_null(json_object_get(json_object_get(res, "inputRequests"), "user_name"));
+  json_decref(res);
+  res = task_call(w, "tools/call",
+                  "\"name\":\"test_tool_with_task\",\"arguments\":{},\"inputResponses\":{\"user_name\":"
+                  "{\"action\":\"accept\",\"content\":{\"name\":\"Alice\"}}}");
+  assert_string_equal(str(res, "resultType"), "task");
+  assert_null(json_object_get(res, "requestState"));
+  json_t *done = await_task(w, str(res, "taskId"), "completed");
+  const char *text = str(json_array_get(json_object_get(json_object_get(done, "result"), "content"), 0), "text");
+  assert_non_null(strstr(text, "Alice"));
+  json_decref(done);
+  json_decref(res);
+}
+
+/* What the tasks of one server and one principal may hold. */
+static void test_task_limits(void **state) {
+  world *w = *state;
+  char *ids[TG_MCP_MAX_TASKS];
+  for (int i = 0; i < TG_MCP_MAX_RUNNING_TASKS; i++) {
+    ids[i] = start_task(w, "confirm_delete", "{\"filename\":\"d.txt\"}");
+    json_decref(await_task(w, ids[i], "input_required"));
+  }
+  json_t *r = request_as(w, w->agent, TASKS_CAPS, "tools/call",
+                         "\"name\":\"confirm_delete\",\"arguments\":{\"filename\":\"e.txt\"}", NULL);
+  assert_int_equal(error_code(r), TG_RPC_INVALID_REQUEST);
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(json_object_get(r, "error"), "data"), "maxRunning")),
+                   TG_MCP_MAX_RUNNING_TASKS);
+  json_decref(r);
+  for (int i = 0; i < TG_MCP_MAX_RUNNING_TASKS; i++) {
+    cancel_task(w, ids[i]);
+  }
+  /* Ended tasks make room: the oldest goes first. A thread may still be finishing, so a
+   * refused start is tried again (a hang guard, not a timing check). */
+  for (int i = TG_MCP_MAX_RUNNING_TASKS; i <= TG_MCP_MAX_TASKS; i++) {
+    json_t *res = NULL;
+    for (int tries = 0; tries < 3000 && !res; tries++) {
+      r = request_as(w, w->agent, TASKS_CAPS, "tools/call", "\"name\":\"protocol_error_job\",\"arguments\":{}", NULL);
+      if (json_object_get(r, "result")) res = json_incref(result_of(r));
+      else usleep(10000);
+      json_decref(r);
+    }
+    assert_non_null(res);
+    char *id = strdup(str(res, "taskId"));
+    json_decref(res);
+    json_decref(await_task(w, id, "failed"));
+    if (i < TG_MCP_MAX_TASKS) ids[i] = id;
+    else free(id);
+  }
+  r = task_action_as(w, w->agent, "tasks/get", ids[0], NULL);
+  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+  json_decref(r);
+  json_decref(get_task(w, ids[1]));
+  for (int i = 0; i < TG_MCP_MAX_TASKS; i++) free(ids[i]);
+}
+
 static int http_send(unsigned port, const char *method, const char *sid, const char *extra,
                      const char *body) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -523,6 +900,15 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_progress_and_logging, setup, teardown),
       cmocka_unit_test_setup_teardown(test_elicitation_asks_the_client, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http_get_stream_and_resumption, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_tasks_advertised_and_listed, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_task_runs_and_is_audited, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_task_input_rounds, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_task_cancel, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_task_failures, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_tasks_need_the_extension, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_task_of_another_principal, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_input_then_task, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_task_limits, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

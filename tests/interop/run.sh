@@ -7,7 +7,8 @@
 #   run.sh conformance-2026   suite 0.2.0-alpha.12, --requirements 2026-07-28
 # Each conformance run starts `toolgate serve --no-auth --conformance-fixtures` on a free
 # loopback port in a fresh workspace, checks against expected-failures/<run>.yml (every
-# entry says why), and stops the server by its PID.
+# entry says why), then checks the scenarios the suite runs without scoring them the same
+# way (unscored-check.mjs), and stops the server by its PID.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
@@ -73,6 +74,7 @@ baseline="$here/expected-failures/${mode#conformance-}.yml"
 set +e
 (cd "$data" && "$node22" "$suite" server --url "$url" "${args[@]}" --expected-failures "$baseline" -o "$data/results")
 status=$?
+[ "$status" -eq 0 ] && { "$node22" "$here/unscored-check.mjs" "$data/results" "$baseline" || status=1; }
 set -e
 # The server must stop cleanly too: under the sanitizers a leak or a fault fails the run.
 kill -TERM "$server"

@@ -87,12 +87,33 @@ static void test_bad_providers_are_refused_by_name(void **state) {
       "\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],\"inputSchema\":{\"type\":\"object\","
       "\"properties\":{\"x\":{\"$ref\":\"#/nowhere\"}}},\"outputSchema\":{}}]}",
       one, 1, "a.b.c: inputSchema does not compile");
+  /* A call that may become a task waits: only an interactive handler may. */
+  expect_refused("{\"provider\":\"p\",\"tools\":[" TOOL("a.b.c", ",\"taskSupport\":\"optional\"") "]}",
+                 one, 1, "/tools/0");
+  expect_refused("{\"provider\":\"p\",\"tools\":[" TOOL("a.b.c", ",\"taskSupport\":\"always\",\"flags\":[\"interactive\"]") "]}",
+                 one, 1, "/tools/0/taskSupport");
+}
+
+static void test_task_support_is_read(void **state) {
+  const tg_handler_entry one[] = {{"a.b.c", noop}, {"a.b.d", noop}};
+  tg_provider p = {.name = "p",
+                   .spec_json = "{\"provider\":\"p\",\"tools\":[" TOOL("a.b.c", ",\"taskSupport\":\"required\",\"flags\":[\"interactive\"]") "," TOOL("a.b.d", ) "]}",
+                   .handlers = one,
+                   .n_handlers = 2};
+  const tg_provider *list[] = {&p};
+  tg_registry *reg = NULL;
+  char *why = NULL;
+  assert_int_equal(tg_registry_new(list, 1, &reg, &why), 0);
+  assert_int_equal(tg_registry_find(reg, "a.b.c")->task_support, TG_TASK_REQUIRED);
+  assert_int_equal(tg_registry_find(reg, "a.b.d")->task_support, TG_TASK_FORBIDDEN);
+  tg_registry_free(reg);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_builtin_registry_loads_and_finds_every_name),
       cmocka_unit_test(test_bad_providers_are_refused_by_name),
+      cmocka_unit_test(test_task_support_is_read),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

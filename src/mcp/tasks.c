@@ -1,0 +1,480 @@
+#define _GNU_SOURCE
+#include "mcp/tasks.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/principal.h"
+#include "mcp/jsonrpc.h"
+#include "mcp/server.h"
+#include "util/cleanup.h"
+#include "util/clock.h"
+#include "util/ids.h"
+#include "util/log.h"
+#include "util/status.h"
+
+/* How often a starter waiting for its call looks whether its own request was cancelled. */
+#define START_CHECK_MS 50
+
+typedef enum task_status { WORKING, INPUT_REQUIRED, COMPLETED, FAILED, CANCELLED } task_status;
+static const char *const status_names[] = {"working", "input_required", "completed", "failed",
+                                           "cancelled"};
+
+typedef struct task {
+  struct task *next;
+  tg_mcp_tasks *store;
+  char id[33]; /* 128 random bits: the id is all a client needs to reach the task */
+  char principal[TG_UUID_LEN + 1];
+  const tg_tool *tool;
+  json_t *args, *caps;
+  tg_db *db; /* the thread's, opened by the starter */
+  bool visible; /* the handler detached: the client knows the id */
+  bool running; /* its thread still uses it */
+  bool cancel;
+  task_status status;
+  int64_t created, updated; /* wall clock, ms */
+  /* Input: the requests not answered yet (request key → request), each request key's key
+   * in the handler's InputRequiredResult, and the answers and requestState the next round
+   * runs with (the first round's come from the request that started the call). */
+  unsigned round;
+  json_t *pending, *keys, *answers;
+  char *state;
+  json_t *result; /* COMPLETED: the CallToolResult */
+  json_t *error;  /* FAILED: the JSON-RPC error object */
+  /* The call ended before the handler detached: its outcome, which the starter takes. */
+  bool ended;
+  int outcome;
+  tg_call_result res;
+} task;
+
+struct tg_mcp_tasks {
+  const tg_registry *reg;
+  char *data_dir;
+  pthread_mutex_t lock;
+  pthread_cond_t changed; /* a task changed: broadcast */
+  task *list;
+  unsigned running; /* threads */
+  bool stopping;
+};
+
+int tg_mcp_tasks_new(const tg_registry *reg, const char *data_dir, tg_mcp_tasks **ret) {
+  tg_mcp_tasks *t = calloc(1, sizeof *t);
+  if (!t || !(t->data_dir = strdup(data_dir))) {
+    free(t);
+    return TG_E_NOMEM;
+  }
+  t->reg = reg;
+  pthread_mutex_init(&t->lock, NULL);
+  pthread_cond_init(&t->changed, NULL);
+  *ret = t;
+  return 0;
+}
+
+static void task_free(task *k) {
+  json_decref(k->args);
+  json_decref(k->caps);
+  json_decref(k->pending);
+  json_decref(k->keys);
+  json_decref(k->answers);
+  json_decref(k->result);
+  json_decref(k->error);
+  free(k->state);
+  tg_call_result_done(&k->res);
+  if (k->db) tg_db_close(k->db);
+  free(k);
+}
+
+static void unlink_locked(tg_mcp_tasks *t, task *k) {
+  for (task **p = &t->list; *p; p = &(*p)->next)
+    if (*p == k) {
+      *p = k->next;
+      return;
+    }
+}
+
+void tg_mcp_tasks_free(tg_mcp_tasks *t) {
+  if (!t) return;
+  pthread_mutex_lock(&t->lock);
+  t->stopping = true;
+  for (task *k = t->list; k; k = k->next) k->cancel = true;
+  pthread_cond_broadcast(&t->changed);
+  while (t->running) pthread_cond_wait(&t->changed, &t->lock);
+  pthread_mutex_unlock(&t->lock);
+  while (t->list) {
+    task *k = t->list;
+    t->list = k->next;
+    task_free(k);
+  }
+  pthread_cond_destroy(&t->changed);
+  pthread_mutex_destroy(&t->lock);
+  free(t->data_dir);
+  free(t);
+}
+
+static bool terminal(task_status s) { return s == COMPLETED || s == FAILED || s == CANCELLED; }
+
+static void touch_locked(task *k, task_status s) {
+  k->status = s;
+  k->updated = tg_now_ms();
+  pthread_cond_broadcast(&k->store->changed);
+}
+
+/* ---- what the handler sees (tg_client_channel.self is the task) ---- */
+
+static int task_notify(void *self, const char *method, json_t *params) {
+  (void)self;
+  json_decref(params);
+  /* A list change is the server's news, not the call's: it is announced to all. */
+  tg_mcp_watch_touch(method);
+  return TG_OK;
+}
+
+static int task_detach(void *self) {
+  task *k = self;
+  pthread_mutex_lock(&k->store->lock);
+  bool cancelled = k->cancel;
+  if (!cancelled && !k->visible) {
+    k->visible = true;
+    touch_locked(k, WORKING);
+  }
+  pthread_mutex_unlock(&k->store->lock);
+  return cancelled ? TG_E_IO : TG_OK;
+}
+
+static bool task_cancelled(void *self) {
+  task *k = self;
+  pthread_mutex_lock(&k->store->lock);
+  bool cancelled = k->cancel;
+  pthread_mutex_unlock(&k->store->lock);
+  return cancelled;
+}
+
+/* ---- the task's thread ---- */
+
+static json_t *rpc_error(int code, const char *message, json_t *data) {
+  json_t *e = json_pack("{s:i,s:s}", "code", code, "message", message);
+  if (e && data && json_object_set(e, "data", data) < 0) {
+    json_decref(e);
+    return NULL;
+  }
+  return e;
+}
+
+static void fail_locked(task *k, json_t *error) {
+  k->error = error ? error : rpc_error(TG_RPC_INTERNAL_ERROR, "Internal error", NULL);
+  touch_locked(k, FAILED);
+}
+
+/* Parks the task on the InputRequiredResult its handler returned: its requests go to the
+ * client under keys unique over the task's life. false when the task failed instead. */
+static bool park_locked(task *k, json_t *result) {
+  json_t *requests = json_object_get(result, "inputRequests");
+  json_t *missing = NULL;
+  int r = json_object_size(requests) ? tg_mcp_input_missing(k->caps, requests, &missing)
+                                     : TG_E_INVAL;
+  if (r == TG_OK && json_object_size(missing)) {
+    json_t *data = json_pack("{s:o}", "requiredCapabilities", missing);
+    fail_locked(k, rpc_error(TG_RPC_MISSING_CAPABILITY, "Missing required client capability", data));
+    json_decref(data);
+    return false;
+  }
+  json_decref(missing);
+  if (r < 0) {
+    fail_locked(k, rpc_error(TG_RPC_INTERNAL_ERROR, r == TG_E_INVAL
+                                 ? "The tool asked for an unknown kind of input"
+                                 : "Internal error", NULL));
+    return false;
+  }
+  const char *state = json_string_value(json_object_get(result, "requestState"));
+  json_t *pending = json_object(), *answers = json_object();
+  char *state_copy = state ? strdup(state) : NULL;
+  bool ok = pending && answers && (!state || state_copy) && (k->keys || (k->keys = json_object()));
+  k->round++;
+  const char *key;
+  json_t *request;
+  json_object_foreach(requests, key, request) {
+    char *minted = NULL;
+    ok = ok && asprintf(&minted, "r%u.%s", k->round, key) >= 0 &&
+         json_object_set(pending, minted, request) == 0 &&
+         json_object_set_new(k->keys, minted, json_string(key)) == 0;
+    free(minted);
+  }
+  if (!ok) {
+    json_decref(pending);
+    json_decref(answers);
+    free(state_copy);
+    fail_locked(k, NULL);
+    return false;
+  }
+  json_decref(k->pending);
+  json_decref(k->answers);
+  free(k->state);
+  k->pending = pending;
+  k->answers = answers;
+  k->state = state_copy;
+  touch_locked(k, INPUT_REQUIRED);
+  return true;
+}
+
+/* Records where a round of a detached task ended: true when it waits for input. */
+static bool settle_locked(task *k, int status, tg_call_result *res) {
+  bool ran = (status == TG_OK || status == TG_E_TOOL) && res->value;
+  json_t *result = ran ? tg_mcp_tool_result(k->tool, status, res->value) : NULL;
+  bool asks = status == TG_OK && result && tg_mcp_is_input_required(result);
+  bool parked = false;
+  if (!result) {
+    fail_locked(k, NULL);
+  } else if (k->cancel && (status != TG_OK || asks)) {
+    touch_locked(k, CANCELLED);
+  } else if (status == TG_E_TOOL && res->code == TG_ERR_INTERNAL_ERROR) {
+    /* The tool failed unexpectedly: a protocol-level failure, not a tool's answer. */
+    fail_locked(k, rpc_error(TG_RPC_INTERNAL_ERROR, "Internal error",
+                             json_object_get(res->value, "error")));
+  } else if (asks) {
+    parked = park_locked(k, result);
+  } else {
+    k->result = json_incref(result);
+    touch_locked(k, COMPLETED);
+  }
+  json_decref(result);
+  return parked;
+}
+
+/* Waits for the answers to a parked task; true when they all came. */
+static bool await_input_locked(task *k) {
+  int64_t deadline = tg_monotonic_ms() + TG_MCP_TASK_TTL_MS;
+  for (int64_t left; json_object_size(k->pending) && !k->cancel;) {
+    if ((left = deadline - tg_monotonic_ms()) <= 0) break;
+    tg_timed_wait(&k->store->changed, &k->store->lock, left);
+  }
+  if (json_object_size(k->pending) || k->cancel) {
+    touch_locked(k, CANCELLED);
+    return false;
+  }
+  touch_locked(k, WORKING);
+  return true;
+}
+
+static void *task_main(void *arg) {
+  task *k = arg;
+  tg_mcp_tasks *t = k->store;
+  /* The thread owns the connection from here; the task may go before the thread ends. */
+  tg_env env = {.registry = t->reg, .db = k->db, .data_dir = t->data_dir};
+  k->db = NULL;
+  for (bool again = true; again;) {
+    tg_client_channel channel = {
+        .self = k,
+        .capabilities = k->caps,
+        .input_responses = k->answers,
+        .request_state = k->state,
+        .notify = task_notify,
+        .detach = task_detach,
+        .cancelled = task_cancelled,
+    };
+    tg_call_request call = {.principal_id = k->principal, .surface = TG_SURFACE_MCP,
+                            .tool = k->tool->name, .args = k->args, .client = &channel};
+    tg_call_result res;
+    int r = tg_call(&env, &call, &res);
+    pthread_mutex_lock(&t->lock);
+    if (!k->visible) {
+      /* Never a task: the starter answers with the outcome and frees the task. */
+      k->ended = true;
+      k->outcome = r;
+      k->res = res;
+      pthread_cond_broadcast(&t->changed);
+      pthread_mutex_unlock(&t->lock);
+      break;
+    }
+    again = settle_locked(k, r, &res) && await_input_locked(k);
+    k->running = again;
+    pthread_mutex_unlock(&t->lock);
+    tg_call_result_done(&res);
+  }
+  tg_db_close(env.db);
+  pthread_mutex_lock(&t->lock);
+  t->running--;
+  pthread_cond_broadcast(&t->changed);
+  pthread_mutex_unlock(&t->lock);
+  return NULL;
+}
+
+/* ---- the store ---- */
+
+static bool expired(const task *k, int64_t now) {
+  return !k->running && terminal(k->status) && now - k->updated > TG_MCP_TASK_TTL_MS;
+}
+
+/* Drops expired tasks; then, when principal holds TG_MCP_MAX_TASKS, its task ended the
+ * longest ago. false when none of them has ended. */
+static bool make_room_locked(tg_mcp_tasks *t, const char *principal) {
+  int64_t now = tg_now_ms();
+  unsigned held = 0;
+  task *oldest = NULL;
+  for (task **p = &t->list; *p;) {
+    task *k = *p;
+    if (expired(k, now)) {
+      *p = k->next;
+      task_free(k);
+      continue;
+    }
+    if (strcmp(k->principal, principal) == 0) {
+      held++;
+      if (!k->running && (!oldest || k->updated < oldest->updated)) oldest = k;
+    }
+    p = &k->next;
+  }
+  if (held < TG_MCP_MAX_TASKS) return true;
+  if (!oldest) return false;
+  unlink_locked(t, oldest);
+  task_free(oldest);
+  return true; /* a task joins only below the cap: one fewer is room */
+}
+
+static json_t *task_json_locked(const task *k, bool detailed) {
+  char created[TG_ISO_LEN + 1], updated[TG_ISO_LEN + 1];
+  tg_iso8601(k->created, created);
+  tg_iso8601(k->updated, updated);
+  json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:I,s:I}", "taskId", k->id, "status",
+                        status_names[k->status], "createdAt", created, "lastUpdatedAt", updated,
+                        "ttlMs", (json_int_t)TG_MCP_TASK_TTL_MS, "pollIntervalMs",
+                        (json_int_t)TG_MCP_TASK_POLL_MS);
+  if (!j) return NULL;
+  int r = 0;
+  if (!detailed) r = json_object_set_new(j, "resultType", json_string("task"));
+  /* pending changes as answers come (a copy: the answer is encoded after the lock); a
+   * result and an error never change once set. */
+  else if (k->status == INPUT_REQUIRED)
+    r = json_object_set_new(j, "inputRequests", json_deep_copy(k->pending));
+  else if (k->status == COMPLETED) r = json_object_set(j, "result", k->result);
+  else if (k->status == FAILED) r = json_object_set(j, "error", k->error);
+  if (r < 0) {
+    json_decref(j);
+    return NULL;
+  }
+  return j;
+}
+
+static int new_task(tg_mcp_tasks *t, const tg_mcp_task_call *call, task **ret) {
+  task *k = calloc(1, sizeof *k);
+  if (!k) return TG_E_NOMEM;
+  unsigned char bits[16];
+  k->store = t;
+  k->tool = call->tool;
+  k->running = true;
+  k->created = k->updated = tg_now_ms();
+  snprintf(k->principal, sizeof k->principal, "%s", call->principal_id);
+  k->args = call->args ? json_deep_copy(call->args) : NULL;
+  k->caps = call->capabilities ? json_deep_copy(call->capabilities) : json_object();
+  k->answers = call->input_responses ? json_deep_copy(call->input_responses) : NULL;
+  k->state = call->request_state ? strdup(call->request_state) : NULL;
+  _cleanup_free_ char *why = NULL;
+  int r = (call->args && !k->args) || !k->caps || (call->input_responses && !k->answers) ||
+                  (call->request_state && !k->state)
+              ? TG_E_NOMEM
+          : !tg_random_bytes(bits, sizeof bits) ? TG_E_IO
+                                                : tg_db_open(t->data_dir, &k->db, &why);
+  if (r < 0) {
+    if (why) tg_log(TG_LOG_WARN, "mcp: a task could not open the database: %s", why);
+    task_free(k);
+    return r;
+  }
+  tg_hex(bits, sizeof bits, k->id);
+  *ret = k;
+  return 0;
+}
+
+int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_task_start *ret) {
+  memset(ret, 0, sizeof *ret);
+  task *k = NULL;
+  int r = new_task(t, call, &k);
+  if (r < 0) return r;
+  pthread_mutex_lock(&t->lock);
+  if (t->stopping) r = TG_E_IO;
+  else if (t->running >= TG_MCP_MAX_RUNNING_TASKS || !make_room_locked(t, k->principal))
+    r = TG_E_TOO_LARGE;
+  pthread_t thread;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (r == 0 && pthread_create(&thread, &attr, task_main, k) != 0) r = TG_E_NOMEM;
+  pthread_attr_destroy(&attr);
+  if (r < 0) {
+    pthread_mutex_unlock(&t->lock);
+    task_free(k);
+    return r;
+  }
+  k->next = t->list;
+  t->list = k;
+  t->running++;
+  while (!k->visible && !k->ended) {
+    if (!k->cancel && call->cancelled && call->cancelled(call->arg)) {
+      k->cancel = true;
+      pthread_cond_broadcast(&t->changed);
+    }
+    tg_timed_wait(&t->changed, &t->lock, START_CHECK_MS);
+  }
+  if (k->ended) {
+    unlink_locked(t, k);
+    pthread_mutex_unlock(&t->lock);
+    ret->status = k->outcome;
+    ret->res = k->res;
+    memset(&k->res, 0, sizeof k->res);
+    task_free(k);
+    return 0;
+  }
+  ret->task = task_json_locked(k, false);
+  pthread_mutex_unlock(&t->lock);
+  return ret->task ? 0 : TG_E_NOMEM;
+}
+
+/* principal's visible task id, or NULL. */
+static task *find_locked(tg_mcp_tasks *t, const char *principal, const char *id) {
+  int64_t now = tg_now_ms();
+  for (task *k = t->list; k; k = k->next)
+    if (k->visible && !expired(k, now) && strcmp(k->id, id) == 0 &&
+        strcmp(k->principal, principal) == 0)
+      return k;
+  return NULL;
+}
+
+int tg_mcp_tasks_get(tg_mcp_tasks *t, const char *principal_id, const char *id, json_t **ret) {
+  pthread_mutex_lock(&t->lock);
+  task *k = find_locked(t, principal_id, id);
+  *ret = k ? task_json_locked(k, true) : NULL;
+  pthread_mutex_unlock(&t->lock);
+  return !k ? TG_E_NOTFOUND : *ret ? 0 : TG_E_NOMEM;
+}
+
+int tg_mcp_tasks_update(tg_mcp_tasks *t, const char *principal_id, const char *id,
+                        json_t *responses) {
+  pthread_mutex_lock(&t->lock);
+  task *k = find_locked(t, principal_id, id);
+  int r = k ? 0 : TG_E_NOTFOUND;
+  const char *key;
+  json_t *answer;
+  json_object_foreach(k && k->status == INPUT_REQUIRED ? responses : NULL, key, answer) {
+    const char *own = json_string_value(json_object_get(k->keys, key));
+    if (!json_object_get(k->pending, key) || !own) continue;
+    if (json_object_set_new(k->answers, own, json_deep_copy(answer)) < 0) {
+      r = TG_E_NOMEM;
+      break;
+    }
+    json_object_del(k->pending, key);
+  }
+  if (k) pthread_cond_broadcast(&t->changed);
+  pthread_mutex_unlock(&t->lock);
+  return r;
+}
+
+int tg_mcp_tasks_cancel(tg_mcp_tasks *t, const char *principal_id, const char *id) {
+  pthread_mutex_lock(&t->lock);
+  task *k = find_locked(t, principal_id, id);
+  if (k && !terminal(k->status)) {
+    k->cancel = true;
+    pthread_cond_broadcast(&t->changed);
+  }
+  pthread_mutex_unlock(&t->lock);
+  return k ? 0 : TG_E_NOTFOUND;
+}

@@ -1,0 +1,61 @@
+/* MCP tasks (the io.modelcontextprotocol/tasks extension of 2026-07-28): a tool call that
+ * goes on after its request was answered, which the client polls (tasks/get), feeds with
+ * input (tasks/update) and may cancel (tasks/cancel). Each runs tg_call on a thread of its
+ * own with a database connection of its own, so every round of it passes the gate and is
+ * audited like any call. Tasks live in this process's memory, each visible only to the
+ * principal that started it, until TG_MCP_TASK_TTL_MS after its last change. Knows nothing
+ * of transports. */
+#pragma once
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "core/call.h"
+#include "core/registry.h"
+
+#define TG_MCP_TASKS_EXTENSION "io.modelcontextprotocol/tasks"
+#define TG_MCP_TASK_TTL_MS (60LL * 60 * 1000) /* readable this long after its last change;
+                                                * input not given within it cancels it */
+#define TG_MCP_TASK_POLL_MS 500         /* how often a client should poll */
+#define TG_MCP_MAX_TASKS 64             /* tasks one principal holds, ended or not */
+#define TG_MCP_MAX_RUNNING_TASKS 32     /* threads running tasks in one server */
+
+typedef struct tg_mcp_tasks tg_mcp_tasks;
+
+/* data_dir: the workspace whose database each task opens. */
+int tg_mcp_tasks_new(const tg_registry *reg, const char *data_dir, tg_mcp_tasks **ret);
+/* Cancels the tasks still running and waits for their threads to end. */
+void tg_mcp_tasks_free(tg_mcp_tasks *t);
+
+typedef struct tg_mcp_task_call {
+  const char *principal_id;
+  const tg_tool *tool;
+  json_t *args;            /* borrowed, NULL: {} */
+  json_t *capabilities;    /* the client's (borrowed): what the task may ask it for */
+  json_t *input_responses; /* the first round's (borrowed), NULL */
+  const char *request_state; /* the first round's, verified; NULL */
+  /* Whether the request that starts the call was cancelled: asked while it waits. */
+  bool (*cancelled)(void *arg);
+  void *arg;
+} tg_mcp_task_call;
+
+typedef struct tg_mcp_task_start {
+  json_t *task;       /* the handler detached: the CreateTaskResult; else NULL and */
+  int status;         /* the call ended first: what tg_call returned, */
+  tg_call_result res; /* and its result (release with tg_call_result_done) */
+} tg_mcp_task_start;
+
+/* Runs call on a thread of its own until its handler detaches or the call ends, whichever
+ * comes first. Returns 0, TG_E_TOO_LARGE when TG_MCP_MAX_RUNNING_TASKS run or the principal
+ * holds TG_MCP_MAX_TASKS of which none has ended, or another TG_E_* status. */
+int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_task_start *ret);
+
+/* The DetailedTask of principal's task id (a new object); TG_E_NOTFOUND when principal has
+ * no such task. */
+int tg_mcp_tasks_get(tg_mcp_tasks *t, const char *principal_id, const char *id, json_t **ret);
+/* Answers the task's pending input requests (responses: borrowed, request key → response);
+ * keys not pending are ignored. Once none is pending the task goes on. 0 or TG_E_NOTFOUND. */
+int tg_mcp_tasks_update(tg_mcp_tasks *t, const char *principal_id, const char *id,
+                        json_t *responses);
+/* Asks the task to stop: one waiting for input ends cancelled at once, a running one when
+ * its handler gives up (a result it returns all the same stands). 0 or TG_E_NOTFOUND. */
+int tg_mcp_tasks_cancel(tg_mcp_tasks *t, const char *principal_id, const char *id);
