@@ -137,6 +137,7 @@ int cmd_serve(cli *c, int argc, char **argv) {
   cfg.server.name = "toolgate";
   cfg.server.version = TG_MCP_SERVER_VERSION;
   cfg.data_dir = c->data_dir;
+  cfg.public_url = c->env.public_url;
   cfg.registry = c->registry;
   /* Every server thread opens its own connection: the start-up one would only sit idle. */
   tg_db_close(c->db);

@@ -91,6 +91,12 @@ struct server {
   pthread_cond_t sweep_stop; /* broadcast when stopping is set */
 };
 
+/* What a call on one of this server's threads runs against. */
+static tg_env server_env(const server *s, tg_db *db) {
+  return (tg_env){.registry = s->cfg->registry, .db = db, .data_dir = s->cfg->data_dir,
+                  .public_url = s->cfg->public_url};
+}
+
 static bool loopback_host(const char *host, size_t len) {
   static const char *const names[] = {"localhost", "127.0.0.1", "[::1]", "::1"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -774,7 +780,7 @@ typedef struct watched {
 /* Announces the list changes of one watch, on the calling thread's database connection. A
  * failure is logged, and the next check tries again. */
 static void check_watch(server *s, tg_db *db, tg_mcp_watch *watch, const char *principal) {
-  tg_env env = {.registry = s->cfg->registry, .db = db};
+  tg_env env = server_env(s, db);
   int r = tg_mcp_watch_check(watch, &env, principal);
   if (r < 0) tg_log(TG_LOG_WARN, "http: a tool list could not be checked for changes (%d)", r);
 }
@@ -950,7 +956,7 @@ static void run_call(worker *w, tg_db *db) {
   int status = 500;
   bool handled = false;
   if (db) {
-    tg_env env = {.registry = s->cfg->registry, .db = db};
+    tg_env env = server_env(s, db);
     tg_mcp_io io = {.self = w, .send = worker_send, .ask = w->sess ? worker_ask : NULL,
                     .close_stream = worker_close_stream};
     tg_mcp_request req = {.env = &env, .principal_id = w->principal, .session = &w->scratch,
@@ -1349,7 +1355,7 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
       goto done;
     }
   }
-  tg_env env = {.registry = s->cfg->registry, .db = db};
+  tg_env env = server_env(s, db);
   if (sse_call && !(w->st = stream_new(0))) {
     result = MHD_NO;
     goto done;
@@ -1670,7 +1676,8 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   pthread_cond_init(&h->s.answered, NULL);
   pthread_cond_init(&h->s.queued, NULL);
   pthread_cond_init(&h->s.sweep_stop, NULL);
-  if (tg_mcp_server_prepare(&h->s.mcp, cfg->registry, cfg->data_dir) < 0) {
+  tg_env base = server_env(&h->s, NULL);
+  if (tg_mcp_server_prepare(&h->s.mcp, &base) < 0) {
     tg_http_stop(h);
     return TG_E_NOMEM;
   }

@@ -29,6 +29,7 @@ typedef struct tg_http_config {
   unsigned threads;   /* worker threads running the calls that wait on their clients
                        * (interactive tools); further ones wait in a queue */
   const char *data_dir;
+  const char *public_url; /* how people reach this server, for links */
   const tg_registry *registry;
   tg_mcp_server server;
 } tg_http_config;

@@ -183,13 +183,14 @@ static json_t *mcp_tool(const tg_tool *tool) {
   return t;
 }
 
-int tg_mcp_server_prepare(tg_mcp_server *srv, const tg_registry *reg, const char *data_dir) {
+int tg_mcp_server_prepare(tg_mcp_server *srv, const tg_env *env) {
+  const tg_registry *reg = env->registry;
   size_t n = tg_registry_count(reg);
   /* What srv may hold from a copy of another server is not its own. */
   srv->n_entries = 0;
   srv->tasks = NULL;
   srv->entries = calloc(n ? n : 1, sizeof *srv->entries);
-  if (!srv->entries || tg_mcp_tasks_new(reg, data_dir, &srv->tasks) < 0) {
+  if (!srv->entries || tg_mcp_tasks_new(env, &srv->tasks) < 0) {
     tg_mcp_server_done(srv);
     return TG_E_NOMEM;
   }
@@ -533,9 +534,11 @@ static int start_task(cx *c, call_channel *ch, const tg_tool *tool, json_t *args
   tg_mcp_task_start started;
   int r = tg_mcp_tasks_start(c->srv->tasks, &call, &started);
   if (r == TG_E_TOO_LARGE)
-    return rpc_fail(c, TG_RPC_INVALID_REQUEST, "Too many tasks; wait for some to end",
-                    json_pack("{s:i,s:i}", "maxTasks", TG_MCP_MAX_TASKS, "maxRunning",
-                              TG_MCP_MAX_RUNNING_TASKS));
+    return rpc_fail(c, TG_RPC_INVALID_REQUEST,
+                    strcmp(started.limit, "held") == 0
+                        ? "Too many tasks held: read how the ended ones ended, or wait for them to expire"
+                        : "Too many tasks running: wait for some to end",
+                    json_pack("{s:s,s:i}", "limit", started.limit, "max", started.max));
   if (r < 0) return r;
   *task = started.task;
   *status = started.status;

@@ -67,10 +67,11 @@ typedef struct tg_mcp_server {
   tg_mcp_tasks *tasks; /* the calls become tasks here (tg_mcp_server_prepare) */
 } tg_mcp_server;
 
-/* Encodes the tools/list entries of reg's tools into srv, which tools/list needs, and opens
- * its tasks, which run against the workspace in data_dir; undone by tg_mcp_server_done
- * (which waits for running tasks to end, cancelled). Returns 0 or TG_E_NOMEM. */
-int tg_mcp_server_prepare(tg_mcp_server *srv, const tg_registry *reg, const char *data_dir);
+/* Encodes the tools/list entries of env's registry's tools into srv, which tools/list
+ * needs, and opens its tasks, which run against env (its database connection aside);
+ * undone by tg_mcp_server_done (which cancels the running tasks and waits for them).
+ * Returns 0 or TG_E_NOMEM. */
+int tg_mcp_server_prepare(tg_mcp_server *srv, const tg_env *env);
 void tg_mcp_server_done(tg_mcp_server *srv);
 
 typedef struct tg_mcp_request {

@@ -227,7 +227,7 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   tg_mcp_request req = {.env = env, .principal_id = principal_id, .session = &session,
                         .io = &io};
   c.req = &req;
-  int r = c.chunk && c.line ? tg_mcp_server_prepare(&served, env->registry, env->data_dir) : TG_E_NOMEM;
+  int r = c.chunk && c.line ? tg_mcp_server_prepare(&served, env) : TG_E_NOMEM;
   if (r == 0) r = tg_mcp_inflight_new(NULL, NULL, &req.inflight);
   if (r == 0) r = tg_mcp_watch_new(io_send, &c, &req.watch);
   while (r == 0) {

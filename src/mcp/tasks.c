@@ -28,13 +28,17 @@ typedef struct task {
   char id[33]; /* 128 random bits: the id is all a client needs to reach the task */
   char principal[TG_UUID_LEN + 1];
   const tg_tool *tool;
-  json_t *args, *caps;
+  json_t *args, *caps; /* what its rounds run with, dropped once it ended */
   tg_db *db; /* the thread's, opened by the starter */
-  bool visible; /* the handler detached: the client knows the id */
-  bool running; /* its thread still uses it */
+  bool starting; /* its starter waits for it */
+  bool visible;  /* the handler detached: the client knows the id */
+  bool running;  /* its thread still uses it */
   bool cancel;
+  bool read;     /* ended, and the client read how */
   task_status status;
-  int64_t created, updated; /* wall clock, ms */
+  int64_t created, updated; /* wall clock (ms), for the client */
+  int64_t touched;          /* monotonic (ms): when it expires */
+  uint64_t seq;             /* the order of the last changes, for eviction */
   /* Input: the requests not answered yet (request key → request), each request key's key
    * in the handler's InputRequiredResult, and the answers and requestState the next round
    * runs with (the first round's come from the request that started the call). */
@@ -50,37 +54,48 @@ typedef struct task {
 } task;
 
 struct tg_mcp_tasks {
-  const tg_registry *reg;
-  char *data_dir;
+  tg_env base; /* the tasks' environment but for the database connection */
+  char *data_dir, *public_url;
   pthread_mutex_t lock;
   pthread_cond_t changed; /* a task changed: broadcast */
   task *list;
   unsigned running; /* threads */
+  uint64_t seq;
   bool stopping;
 };
 
-int tg_mcp_tasks_new(const tg_registry *reg, const char *data_dir, tg_mcp_tasks **ret) {
+int tg_mcp_tasks_new(const tg_env *base, tg_mcp_tasks **ret) {
   tg_mcp_tasks *t = calloc(1, sizeof *t);
-  if (!t || !(t->data_dir = strdup(data_dir))) {
+  if (!t || !(t->data_dir = strdup(base->data_dir)) ||
+      (base->public_url && !(t->public_url = strdup(base->public_url)))) {
+    if (t) free(t->data_dir);
     free(t);
     return TG_E_NOMEM;
   }
-  t->reg = reg;
+  t->base = (tg_env){.registry = base->registry, .data_dir = t->data_dir,
+                     .public_url = t->public_url};
   pthread_mutex_init(&t->lock, NULL);
   pthread_cond_init(&t->changed, NULL);
   *ret = t;
   return 0;
 }
 
-static void task_free(task *k) {
+/* What a task ran with, once it ended: only its outcome is kept. */
+static void drop_inputs(task *k) {
   json_decref(k->args);
   json_decref(k->caps);
   json_decref(k->pending);
   json_decref(k->keys);
   json_decref(k->answers);
+  free(k->state);
+  k->args = k->caps = k->pending = k->keys = k->answers = NULL;
+  k->state = NULL;
+}
+
+static void task_free(task *k) {
+  drop_inputs(k);
   json_decref(k->result);
   json_decref(k->error);
-  free(k->state);
   tg_call_result_done(&k->res);
   if (k->db) tg_db_close(k->db);
   free(k);
@@ -110,6 +125,7 @@ void tg_mcp_tasks_free(tg_mcp_tasks *t) {
   pthread_cond_destroy(&t->changed);
   pthread_mutex_destroy(&t->lock);
   free(t->data_dir);
+  free(t->public_url);
   free(t);
 }
 
@@ -118,12 +134,16 @@ static bool terminal(task_status s) { return s == COMPLETED || s == FAILED || s 
 static void touch_locked(task *k, task_status s) {
   k->status = s;
   k->updated = tg_now_ms();
+  k->touched = tg_monotonic_ms();
+  k->seq = ++k->store->seq;
+  if (terminal(s)) drop_inputs(k);
   pthread_cond_broadcast(&k->store->changed);
 }
 
 /* ---- what the handler sees (tg_client_channel.self is the task) ---- */
 
 static int task_notify(void *self, const char *method, json_t *params) {
+  /* Nothing reaches the client from a task, which has no request stream. */
   (void)self;
   json_decref(params);
   /* A list change is the server's news, not the call's: it is announced to all. */
@@ -244,11 +264,12 @@ static bool settle_locked(task *k, int status, tg_call_result *res) {
 
 /* Waits for the answers to a parked task; true when they all came. */
 static bool await_input_locked(task *k) {
-  int64_t deadline = tg_monotonic_ms() + TG_MCP_TASK_TTL_MS;
+  int64_t deadline = tg_monotonic_ms() + TG_MCP_TASK_INPUT_WAIT_MS;
   for (int64_t left; json_object_size(k->pending) && !k->cancel;) {
     if ((left = deadline - tg_monotonic_ms()) <= 0) break;
     tg_timed_wait(&k->store->changed, &k->store->lock, left);
   }
+  if (terminal(k->status)) return false; /* cancelled while it waited */
   if (json_object_size(k->pending) || k->cancel) {
     touch_locked(k, CANCELLED);
     return false;
@@ -261,7 +282,8 @@ static void *task_main(void *arg) {
   task *k = arg;
   tg_mcp_tasks *t = k->store;
   /* The thread owns the connection from here; the task may go before the thread ends. */
-  tg_env env = {.registry = t->reg, .db = k->db, .data_dir = t->data_dir};
+  tg_env env = t->base;
+  env.db = k->db;
   k->db = NULL;
   for (bool again = true; again;) {
     tg_client_channel channel = {
@@ -302,15 +324,22 @@ static void *task_main(void *arg) {
 
 /* ---- the store ---- */
 
-static bool expired(const task *k, int64_t now) {
-  return !k->running && terminal(k->status) && now - k->updated > TG_MCP_TASK_TTL_MS;
+/* Whether a task may go: its thread and its starter are done with it, and it ended. Past
+ * its time to live it goes; read, it may give its place to a new one. */
+static bool may_go(const task *k) {
+  return !k->running && !k->starting && terminal(k->status);
 }
 
-/* Drops expired tasks; then, when principal holds TG_MCP_MAX_TASKS, its task ended the
- * longest ago. false when none of them has ended. */
-static bool make_room_locked(tg_mcp_tasks *t, const char *principal) {
-  int64_t now = tg_now_ms();
-  unsigned held = 0;
+static bool expired(const task *k, int64_t now) {
+  return may_go(k) && now - k->touched > TG_MCP_TASK_TTL_MS;
+}
+
+/* Drops expired tasks; then, when principal holds TG_MCP_MAX_TASKS, the read one that
+ * ended the longest ago. Returns 0, or TG_E_TOO_LARGE with the limit that stops one more
+ * task in ret. */
+static int make_room_locked(tg_mcp_tasks *t, const char *principal, tg_mcp_task_start *ret) {
+  int64_t now = tg_monotonic_ms();
+  unsigned held = 0, running = 0;
   task *oldest = NULL;
   for (task **p = &t->list; *p;) {
     task *k = *p;
@@ -321,15 +350,19 @@ static bool make_room_locked(tg_mcp_tasks *t, const char *principal) {
     }
     if (strcmp(k->principal, principal) == 0) {
       held++;
-      if (!k->running && (!oldest || k->updated < oldest->updated)) oldest = k;
+      running += k->running;
+      if (may_go(k) && k->read && (!oldest || k->seq < oldest->seq)) oldest = k;
     }
     p = &k->next;
   }
-  if (held < TG_MCP_MAX_TASKS) return true;
-  if (!oldest) return false;
+  if (t->running >= TG_MCP_MAX_RUNNING_TASKS) *ret = (tg_mcp_task_start){.limit = "running", .max = TG_MCP_MAX_RUNNING_TASKS};
+  else if (running >= TG_MCP_MAX_RUNNING_TASKS_EACH) *ret = (tg_mcp_task_start){.limit = "runningEach", .max = TG_MCP_MAX_RUNNING_TASKS_EACH};
+  else if (held >= TG_MCP_MAX_TASKS && !oldest) *ret = (tg_mcp_task_start){.limit = "held", .max = TG_MCP_MAX_TASKS};
+  if (ret->limit) return TG_E_TOO_LARGE;
+  if (held < TG_MCP_MAX_TASKS) return 0;
   unlink_locked(t, oldest);
   task_free(oldest);
-  return true; /* a task joins only below the cap: one fewer is room */
+  return 0;
 }
 
 static json_t *task_json_locked(const task *k, bool detailed) {
@@ -362,21 +395,20 @@ static int new_task(tg_mcp_tasks *t, const tg_mcp_task_call *call, task **ret) {
   unsigned char bits[16];
   k->store = t;
   k->tool = call->tool;
-  k->running = true;
+  k->running = k->starting = true;
   k->created = k->updated = tg_now_ms();
+  k->touched = tg_monotonic_ms();
   snprintf(k->principal, sizeof k->principal, "%s", call->principal_id);
   k->args = call->args ? json_deep_copy(call->args) : NULL;
   k->caps = call->capabilities ? json_deep_copy(call->capabilities) : json_object();
   k->answers = call->input_responses ? json_deep_copy(call->input_responses) : NULL;
   k->state = call->request_state ? strdup(call->request_state) : NULL;
-  _cleanup_free_ char *why = NULL;
   int r = (call->args && !k->args) || !k->caps || (call->input_responses && !k->answers) ||
                   (call->request_state && !k->state)
               ? TG_E_NOMEM
           : !tg_random_bytes(bits, sizeof bits) ? TG_E_IO
-                                                : tg_db_open(t->data_dir, &k->db, &why);
+                                                : 0;
   if (r < 0) {
-    if (why) tg_log(TG_LOG_WARN, "mcp: a task could not open the database: %s", why);
     task_free(k);
     return r;
   }
@@ -385,29 +417,51 @@ static int new_task(tg_mcp_tasks *t, const tg_mcp_task_call *call, task **ret) {
   return 0;
 }
 
+/* Gives the task its database connection and its thread. */
+static int launch(tg_mcp_tasks *t, task *k) {
+  _cleanup_free_ char *why = NULL;
+  int r = tg_db_open(t->data_dir, &k->db, &why);
+  if (r < 0) {
+    tg_log(TG_LOG_WARN, "mcp: a task could not open the database: %s", why ? why : "out of memory");
+    return r;
+  }
+  pthread_t thread;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&thread, &attr, task_main, k) != 0) r = TG_E_NOMEM;
+  pthread_attr_destroy(&attr);
+  return r;
+}
+
 int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_task_start *ret) {
   memset(ret, 0, sizeof *ret);
   task *k = NULL;
   int r = new_task(t, call, &k);
   if (r < 0) return r;
+  /* The task takes its place before its connection opens, outside the lock. */
   pthread_mutex_lock(&t->lock);
-  if (t->stopping) r = TG_E_IO;
-  else if (t->running >= TG_MCP_MAX_RUNNING_TASKS || !make_room_locked(t, k->principal))
-    r = TG_E_TOO_LARGE;
-  pthread_t thread;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  if (r == 0 && pthread_create(&thread, &attr, task_main, k) != 0) r = TG_E_NOMEM;
-  pthread_attr_destroy(&attr);
+  r = t->stopping ? TG_E_IO : make_room_locked(t, k->principal, ret);
+  if (r == 0) {
+    k->next = t->list;
+    t->list = k;
+    t->running++;
+  }
+  pthread_mutex_unlock(&t->lock);
   if (r < 0) {
+    task_free(k);
+    return r;
+  }
+  r = launch(t, k);
+  pthread_mutex_lock(&t->lock);
+  if (r < 0) {
+    unlink_locked(t, k);
+    t->running--;
+    pthread_cond_broadcast(&t->changed);
     pthread_mutex_unlock(&t->lock);
     task_free(k);
     return r;
   }
-  k->next = t->list;
-  t->list = k;
-  t->running++;
   while (!k->visible && !k->ended) {
     if (!k->cancel && call->cancelled && call->cancelled(call->arg)) {
       k->cancel = true;
@@ -415,6 +469,7 @@ int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_tas
     }
     tg_timed_wait(&t->changed, &t->lock, START_CHECK_MS);
   }
+  k->starting = false;
   if (k->ended) {
     unlink_locked(t, k);
     pthread_mutex_unlock(&t->lock);
@@ -431,7 +486,7 @@ int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_tas
 
 /* principal's visible task id, or NULL. */
 static task *find_locked(tg_mcp_tasks *t, const char *principal, const char *id) {
-  int64_t now = tg_now_ms();
+  int64_t now = tg_monotonic_ms();
   for (task *k = t->list; k; k = k->next)
     if (k->visible && !expired(k, now) && strcmp(k->id, id) == 0 &&
         strcmp(k->principal, principal) == 0)
@@ -443,6 +498,7 @@ int tg_mcp_tasks_get(tg_mcp_tasks *t, const char *principal_id, const char *id, 
   pthread_mutex_lock(&t->lock);
   task *k = find_locked(t, principal_id, id);
   *ret = k ? task_json_locked(k, true) : NULL;
+  if (*ret && terminal(k->status)) k->read = true;
   pthread_mutex_unlock(&t->lock);
   return !k ? TG_E_NOTFOUND : *ret ? 0 : TG_E_NOMEM;
 }
@@ -473,6 +529,8 @@ int tg_mcp_tasks_cancel(tg_mcp_tasks *t, const char *principal_id, const char *i
   task *k = find_locked(t, principal_id, id);
   if (k && !terminal(k->status)) {
     k->cancel = true;
+    /* Waiting for input, it is cancelled at once; running, once its handler gives up. */
+    if (k->status == INPUT_REQUIRED) touch_locked(k, CANCELLED);
     pthread_cond_broadcast(&t->changed);
   }
   pthread_mutex_unlock(&t->lock);

@@ -3,8 +3,8 @@
  * input (tasks/update) and may cancel (tasks/cancel). Each runs tg_call on a thread of its
  * own with a database connection of its own, so every round of it passes the gate and is
  * audited like any call. Tasks live in this process's memory, each visible only to the
- * principal that started it, until TG_MCP_TASK_TTL_MS after its last change. Knows nothing
- * of transports. */
+ * principal that started it, until TG_MCP_TASK_TTL_MS after they ended. Knows nothing of
+ * transports. */
 #pragma once
 #include <jansson.h>
 #include <stdbool.h>
@@ -13,16 +13,19 @@
 #include "core/registry.h"
 
 #define TG_MCP_TASKS_EXTENSION "io.modelcontextprotocol/tasks"
-#define TG_MCP_TASK_TTL_MS (60LL * 60 * 1000) /* readable this long after its last change;
-                                                * input not given within it cancels it */
-#define TG_MCP_TASK_POLL_MS 500         /* how often a client should poll */
-#define TG_MCP_MAX_TASKS 64             /* tasks one principal holds, ended or not */
-#define TG_MCP_MAX_RUNNING_TASKS 32     /* threads running tasks in one server */
+#define TG_MCP_TASK_TTL_MS (60LL * 60 * 1000) /* an ended task stays readable this long */
+#define TG_MCP_TASK_INPUT_WAIT_MS (10LL * 60 * 1000) /* a task waits this long for input,
+                                                       * then ends cancelled */
+#define TG_MCP_TASK_POLL_MS 500          /* how often a client should poll */
+#define TG_MCP_MAX_TASKS 64              /* tasks one principal holds, ended or not */
+#define TG_MCP_MAX_RUNNING_TASKS_EACH 8  /* tasks one principal runs (or that wait for it) */
+#define TG_MCP_MAX_RUNNING_TASKS 32      /* threads running tasks in one server */
 
 typedef struct tg_mcp_tasks tg_mcp_tasks;
 
-/* data_dir: the workspace whose database each task opens. */
-int tg_mcp_tasks_new(const tg_registry *reg, const char *data_dir, tg_mcp_tasks **ret);
+/* base: what the tasks run against (its registry, data_dir and public_url; each task opens
+ * a database connection of its own in data_dir). */
+int tg_mcp_tasks_new(const tg_env *base, tg_mcp_tasks **ret);
 /* Cancels the tasks still running and waits for their threads to end. */
 void tg_mcp_tasks_free(tg_mcp_tasks *t);
 
@@ -42,11 +45,16 @@ typedef struct tg_mcp_task_start {
   json_t *task;       /* the handler detached: the CreateTaskResult; else NULL and */
   int status;         /* the call ended first: what tg_call returned, */
   tg_call_result res; /* and its result (release with tg_call_result_done) */
+  /* TG_E_TOO_LARGE: the limit reached ("running", "runningEach", "held") and its value */
+  const char *limit;
+  int max;
 } tg_mcp_task_start;
 
 /* Runs call on a thread of its own until its handler detaches or the call ends, whichever
- * comes first. Returns 0, TG_E_TOO_LARGE when TG_MCP_MAX_RUNNING_TASKS run or the principal
- * holds TG_MCP_MAX_TASKS of which none has ended, or another TG_E_* status. */
+ * comes first. Returns 0; TG_E_TOO_LARGE (with ret->limit) when the server runs
+ * TG_MCP_MAX_RUNNING_TASKS, the principal TG_MCP_MAX_RUNNING_TASKS_EACH, or it holds
+ * TG_MCP_MAX_TASKS none of which may make room (an ended task makes room once the client
+ * read how it ended, the longest ended first); or another TG_E_* status. */
 int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_task_start *ret);
 
 /* The DetailedTask of principal's task id (a new object); TG_E_NOTFOUND when principal has

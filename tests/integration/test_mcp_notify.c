@@ -111,7 +111,7 @@ static world *world_new(const tg_provider *extra) {
   w->f = fixture_new(extra);
   fixture_agent(w->f, "{\"slug\":\"bot\",\"grants\":[\"canAssignTasks\"]}", w->agent);
   w->srv = (tg_mcp_server){.fixtures = true, .name = "toolgate", .version = "test", .list_changes = true};
-  assert_int_equal(tg_mcp_server_prepare(&w->srv, w->f->env.registry, w->f->env.data_dir), 0);
+  assert_int_equal(tg_mcp_server_prepare(&w->srv, &w->f->env), 0);
   tg_mcp_session_init(&w->session);
   assert_int_equal(tg_mcp_inflight_new(NULL, NULL, &w->inflight), 0);
   assert_int_equal(tg_mcp_watch_new(capture, w, &w->watch), 0);

@@ -50,7 +50,7 @@ static int setup(void **state) {
   w->f = fixture_new(&tg_provider_conformance);
   fixture_agent(w->f, "{\"slug\":\"bot\"}", w->agent);
   w->srv = (tg_mcp_server){.fixtures = true, .name = "toolgate", .version = "test"};
-  assert_int_equal(tg_mcp_server_prepare(&w->srv, w->f->env.registry, w->f->env.data_dir), 0);
+  assert_int_equal(tg_mcp_server_prepare(&w->srv, &w->f->env), 0);
   tg_mcp_session_init(&w->session);
   w->sent = json_array();
   *state = w;
@@ -427,10 +427,12 @@ static char *start_task(world *w, const char *tool, const char *args) {
   json_t *res = task_call(w, "tools/call", members);
   free(members);
   assert_string_equal(str(res, "resultType"), "task");
-  /* Where it stands as the client learns of it: it may already wait for input. */
-  const char *status = str(res, "status");
-  assert_true(strcmp(status, "working") == 0 || strcmp(status, "input_required") == 0);
+  /* Where it stands as the client learns of it (it may have moved on already), without
+   * what tasks/get tells. */
+  assert_non_null(str(res, "status"));
   assert_null(json_object_get(res, "inputRequests"));
+  assert_null(json_object_get(res, "result"));
+  assert_null(json_object_get(res, "error"));
   char *id = strdup(str(res, "taskId"));
   json_decref(res);
   return id;
@@ -523,6 +525,11 @@ static void test_task_runs_and_is_audited(void **state) {
   json_t *content = json_object_get(json_object_get(done, "result"), "content");
   assert_string_equal(str(json_array_get(content, 0), "text"), "Computed sum in 1s");
   json_decref(done);
+  /* Ended, it stays as it ended: a cancellation is acknowledged and changes nothing. */
+  assert_ack(task_action_as(w, w->agent, "tasks/cancel", id, NULL));
+  done = get_task(w, id);
+  assert_string_equal(str(done, "status"), "completed");
+  json_decref(done);
   json_decref(res);
   /* One call, audited by tg_call like any other. */
   assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs + 1);
@@ -611,7 +618,7 @@ static void test_task_cancel(void **state) {
   cancel_task(w, id);
   free(id);
   /* One left running ends with the server (teardown): it is cancelled, and waited for. */
-  free(start_task(w, "slow_compute", "{\"seconds\":600}"));
+  free(start_task(w, "slow_compute", "{\"seconds\":60}"));
 }
 
 static void test_task_failures(void **state) {
@@ -672,30 +679,32 @@ static void test_task_of_another_principal(void **state) {
   char *id = start_task(w, "confirm_delete", "{\"filename\":\"c.txt\"}");
   json_t *parked = await_task(w, id, "input_required");
   const char *key = json_object_iter_key(json_object_iter(json_object_get(parked, "inputRequests")));
-  char *answer = NULL;
-  assert_true(asprintf(&answer, "{\"%s\":{\"action\":\"accept\",\"content\":{\"confirm\":true}}}", key) > 0);
+  char *yes = NULL, *no = NULL;
+  assert_true(asprintf(&yes, "{\"%s\":{\"action\":\"accept\",\"content\":{\"confirm\":true}}}", key) > 0);
+  assert_true(asprintf(&no, "{\"%s\":{\"action\":\"accept\",\"content\":{\"confirm\":false}}}", key) > 0);
   char *before = fixture_snapshot(w->f, NULL);
   json_t *r = task_action_as(w, other, "tasks/get", id, NULL);
   assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
   json_decref(r);
-  r = task_action_as(w, other, "tasks/update", id, answer);
+  r = task_action_as(w, other, "tasks/update", id, yes);
   assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
   json_decref(r);
   r = task_action_as(w, other, "tasks/cancel", id, NULL);
   assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
   json_decref(r);
-  usleep(100000); /* time for a wrongly woken task to have moved: it must not have */
-  json_t *still = get_task(w, id);
-  assert_string_equal(str(still, "status"), "input_required");
-  assert_non_null(json_object_get(json_object_get(still, "inputRequests"), key));
-  json_decref(still);
   char *after = fixture_snapshot(w->f, NULL);
   assert_string_equal(before, after);
+  /* Had the other's answer or cancellation been taken, the owner's "no" would not decide. */
+  assert_ack(task_action_as(w, w->agent, "tasks/update", id, no));
+  json_t *done = await_task(w, id, "completed");
+  assert_string_equal(str(json_array_get(json_object_get(json_object_get(done, "result"), "content"), 0), "text"),
+                      "Kept c.txt");
+  json_decref(done);
+  json_decref(parked);
   free(before);
   free(after);
-  cancel_task(w, id);
-  json_decref(parked);
-  free(answer);
+  free(yes);
+  free(no);
   free(id);
 }
 
@@ -719,44 +728,103 @@ static void test_input_then_task(void **state) {
   json_decref(res);
 }
 
-/* What the tasks of one server and one principal may hold. */
-static void test_task_limits(void **state) {
-  world *w = *state;
-  char *ids[TG_MCP_MAX_TASKS];
-  for (int i = 0; i < TG_MCP_MAX_RUNNING_TASKS; i++) {
-    ids[i] = start_task(w, "confirm_delete", "{\"filename\":\"d.txt\"}");
-    json_decref(await_task(w, ids[i], "input_required"));
+/* Starts confirm_delete as principal and waits until it asks for input; returns its id.
+ * A start refused while a cancelled task's thread is still ending is tried again. */
+static char *park_task_as(world *w, const char *principal) {
+  char *id = NULL;
+  for (int i = 0; i < 3000 && !id; i++) { /* a hang guard, not a timing check */
+    json_t *r = request_as(w, principal, TASKS_CAPS, "tools/call",
+                           "\"name\":\"confirm_delete\",\"arguments\":{\"filename\":\"d.txt\"}", NULL);
+    json_t *res = json_object_get(r, "result");
+    if (res) id = strdup(str(res, "taskId"));
+    else if (strcmp(str(json_object_get(json_object_get(r, "error"), "data"), "limit"), "runningEach") == 0)
+      usleep(10000);
+    else
+      fail_msg("refused: %s", json_dumps(r, JSON_COMPACT));
+    json_decref(r);
   }
-  json_t *r = request_as(w, w->agent, TASKS_CAPS, "tools/call",
+  assert_non_null(id);
+  for (int i = 0; i < 3000; i++) {
+    json_t *r = task_action_as(w, principal, "tasks/get", id, NULL);
+    bool parked = strcmp(str(result_of(r), "status"), "input_required") == 0;
+    json_decref(r);
+    if (parked) return id;
+    usleep(10000);
+  }
+  fail_msg("task %s never asked for input", id);
+  return NULL;
+}
+
+/* Asserts that principal may not start confirm_delete, for limit. */
+static void assert_refused(world *w, const char *principal, const char *limit, int max) {
+  json_t *r = request_as(w, principal, TASKS_CAPS, "tools/call",
                          "\"name\":\"confirm_delete\",\"arguments\":{\"filename\":\"e.txt\"}", NULL);
   assert_int_equal(error_code(r), TG_RPC_INVALID_REQUEST);
-  assert_int_equal(json_integer_value(json_object_get(json_object_get(json_object_get(r, "error"), "data"), "maxRunning")),
-                   TG_MCP_MAX_RUNNING_TASKS);
+  json_t *data = json_object_get(json_object_get(r, "error"), "data");
+  assert_string_equal(str(data, "limit"), limit);
+  assert_int_equal(json_integer_value(json_object_get(data, "max")), max);
   json_decref(r);
-  for (int i = 0; i < TG_MCP_MAX_RUNNING_TASKS; i++) {
-    cancel_task(w, ids[i]);
+}
+
+/* Tasks hold threads: a principal runs a few, a server a few more. */
+static void test_task_running_limits(void **state) {
+  world *w = *state;
+  enum { PRINCIPALS = TG_MCP_MAX_RUNNING_TASKS / TG_MCP_MAX_RUNNING_TASKS_EACH };
+  char who[PRINCIPALS + 1][TG_UUID_LEN + 1];
+  char *ids[PRINCIPALS][TG_MCP_MAX_RUNNING_TASKS_EACH];
+  for (int p = 0; p <= PRINCIPALS; p++) {
+    char args[64];
+    snprintf(args, sizeof args, "{\"slug\":\"runner%d\"}", p);
+    fixture_agent(w->f, args, who[p]);
   }
-  /* Ended tasks make room: the oldest goes first. A thread may still be finishing, so a
-   * refused start is tried again (a hang guard, not a timing check). */
-  for (int i = TG_MCP_MAX_RUNNING_TASKS; i <= TG_MCP_MAX_TASKS; i++) {
-    json_t *res = NULL;
-    for (int tries = 0; tries < 3000 && !res; tries++) {
-      r = request_as(w, w->agent, TASKS_CAPS, "tools/call", "\"name\":\"protocol_error_job\",\"arguments\":{}", NULL);
-      if (json_object_get(r, "result")) res = json_incref(result_of(r));
-      else usleep(10000);
-      json_decref(r);
+  for (int p = 0; p < PRINCIPALS; p++) {
+    for (int i = 0; i < TG_MCP_MAX_RUNNING_TASKS_EACH; i++) ids[p][i] = park_task_as(w, who[p]);
+    /* One principal's share is spent; the others' are not. */
+    if (p + 1 < PRINCIPALS) assert_refused(w, who[p], "runningEach", TG_MCP_MAX_RUNNING_TASKS_EACH);
+  }
+  /* The server's is spent: a principal running none is refused too. */
+  assert_refused(w, who[PRINCIPALS], "running", TG_MCP_MAX_RUNNING_TASKS);
+  for (int p = 0; p < PRINCIPALS; p++)
+    for (int i = 0; i < TG_MCP_MAX_RUNNING_TASKS_EACH; i++) {
+      assert_ack(task_action_as(w, who[p], "tasks/cancel", ids[p][i], NULL));
+      free(ids[p][i]);
     }
-    assert_non_null(res);
-    char *id = strdup(str(res, "taskId"));
-    json_decref(res);
-    json_decref(await_task(w, id, "failed"));
-    if (i < TG_MCP_MAX_TASKS) ids[i] = id;
-    else free(id);
+  /* A cancelled thread may still be ending: the start is tried again (a hang guard). */
+  for (int i = 0; i < 3000; i++) {
+    json_t *r = request_as(w, who[PRINCIPALS], TASKS_CAPS, "tools/call",
+                           "\"name\":\"slow_compute\",\"arguments\":{\"seconds\":0}", NULL);
+    bool started = json_object_get(r, "result") != NULL;
+    json_decref(r);
+    if (started) return;
+    usleep(10000);
   }
-  r = task_action_as(w, w->agent, "tasks/get", ids[0], NULL);
+  fail_msg("no task could start once the others were cancelled");
+}
+
+/* A principal holds TG_MCP_MAX_TASKS; one ended may make room once its end was read. */
+static void test_task_holding_limits(void **state) {
+  world *w = *state;
+  char *ids[TG_MCP_MAX_TASKS];
+  /* Tasks cancelled while they wait for input end at once; none of these ends was read. */
+  for (int i = 0; i < TG_MCP_MAX_TASKS; i++) {
+    ids[i] = park_task_as(w, w->agent);
+    assert_ack(task_action_as(w, w->agent, "tasks/cancel", ids[i], NULL));
+  }
+  assert_refused(w, w->agent, "held", TG_MCP_MAX_TASKS);
+  /* Read, the fifth and the second may go; the one that ended first goes first. */
+  json_decref(get_task(w, ids[4]));
+  json_decref(get_task(w, ids[1]));
+  char *id = park_task_as(w, w->agent);
+  json_t *r = task_action_as(w, w->agent, "tasks/get", ids[1], NULL);
   assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
   json_decref(r);
-  json_decref(get_task(w, ids[1]));
+  json_t *kept = get_task(w, ids[4]);
+  assert_string_equal(str(kept, "status"), "cancelled");
+  json_decref(kept);
+  /* Unread ended tasks never go early: the first is still there. */
+  json_decref(get_task(w, ids[0]));
+  cancel_task(w, id);
+  free(id);
   for (int i = 0; i < TG_MCP_MAX_TASKS; i++) free(ids[i]);
 }
 
@@ -908,7 +976,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_tasks_need_the_extension, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_of_another_principal, setup, teardown),
       cmocka_unit_test_setup_teardown(test_input_then_task, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_task_limits, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_task_running_limits, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_task_holding_limits, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
