@@ -238,10 +238,9 @@ static bool park_locked(task *k, json_t *result) {
   return true;
 }
 
-/* Records where a round of a detached task ended: true when it waits for input. */
-static bool settle_locked(task *k, int status, tg_call_result *res) {
-  bool ran = (status == TG_OK || status == TG_E_TOOL) && res->value;
-  json_t *result = ran ? tg_mcp_tool_result(k->tool, status, res->value) : NULL;
+/* Records where a round of a detached task ended (result: its CallToolResult, stolen; NULL
+ * when it has none): true when it waits for input. */
+static bool settle_locked(task *k, int status, tg_call_result *res, json_t *result) {
   bool asks = status == TG_OK && result && tg_mcp_is_input_required(result);
   bool parked = false;
   if (!result) {
@@ -299,6 +298,9 @@ static void *task_main(void *arg) {
                             .tool = k->tool->name, .args = k->args, .client = &channel};
     tg_call_result res;
     int r = tg_call(&env, &call, &res);
+    /* Only this thread makes the task visible (the handler detaches on it). */
+    bool ran = k->visible && (r == TG_OK || r == TG_E_TOOL) && res.value;
+    json_t *result = ran ? tg_mcp_tool_result(k->tool, r, res.value) : NULL;
     pthread_mutex_lock(&t->lock);
     if (!k->visible) {
       /* Never a task: the starter answers with the outcome and frees the task. */
@@ -309,7 +311,7 @@ static void *task_main(void *arg) {
       pthread_mutex_unlock(&t->lock);
       break;
     }
-    again = settle_locked(k, r, &res) && await_input_locked(k);
+    again = settle_locked(k, r, &res, result) && await_input_locked(k);
     k->running = again;
     pthread_mutex_unlock(&t->lock);
     tg_call_result_done(&res);

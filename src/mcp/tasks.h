@@ -23,8 +23,8 @@
 
 typedef struct tg_mcp_tasks tg_mcp_tasks;
 
-/* base: what the tasks run against (its registry, data_dir and public_url; each task opens
- * a database connection of its own in data_dir). */
+/* base: what the tasks run against: its registry, its public_url and its data_dir (not
+ * NULL), where each task opens a database connection of its own. */
 int tg_mcp_tasks_new(const tg_env *base, tg_mcp_tasks **ret);
 /* Cancels the tasks still running and waits for their threads to end. */
 void tg_mcp_tasks_free(tg_mcp_tasks *t);
