@@ -288,3 +288,45 @@ test('MCP Inspector CLI over stdio', () => {
   assert.equal(refused.isError, true);
   assert.equal(refused.structuredContent.error.code, 'permission_denied');
 });
+
+// 2026-07-28 over stdio, as newline-delimited JSON-RPC: the SDK client pinned here speaks
+// neither that revision nor the Tasks extension.
+test('stdio: a tool call becomes a task; the client polls it; ending the connection cancels one running', { timeout: 60000 }, async () => {
+  const child = spawn(tg, ['mcp', '--agent', 'demo', '--conformance-fixtures'], { env, stdio: ['pipe', 'pipe', 'ignore'] });
+  const exited = new Promise((resolve) => child.on('exit', (code) => resolve(code)));
+  const waiting = new Map();
+  let buffered = '';
+  child.stdout.on('data', (chunk) => {
+    buffered += chunk;
+    for (let nl; (nl = buffered.indexOf('\n')) >= 0;) {
+      const msg = JSON.parse(buffered.slice(0, nl));
+      buffered = buffered.slice(nl + 1);
+      waiting.get(msg.id)?.(msg);
+    }
+  });
+  let nextId = 0;
+  const meta = {
+    'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+    'io.modelcontextprotocol/clientCapabilities': { extensions: { 'io.modelcontextprotocol/tasks': {} } },
+  };
+  const request = (method, params) => new Promise((resolve) => {
+    const id = ++nextId;
+    waiting.set(id, resolve);
+    child.stdin.write(JSON.stringify({ jsonrpc: '2.0', id, method, params: { ...params, _meta: meta } }) + '\n');
+  });
+  const created = (await request('tools/call', { name: 'slow_compute', arguments: { seconds: 1, label: 'stdio' } })).result;
+  assert.equal(created.resultType, 'task');
+  let task;
+  for (let i = 0; i < 300; i++) { // a hang guard, not a timing check
+    task = (await request('tasks/get', { taskId: created.taskId })).result;
+    if (task.status === 'completed') break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.equal(task.status, 'completed');
+  assert.equal(task.result.content[0].text, 'Computed stdio in 1s');
+  const running = (await request('tools/call', { name: 'slow_compute', arguments: { seconds: 600 } })).result;
+  assert.equal(running.resultType, 'task');
+  // The server cancels what still runs and waits for it, then exits cleanly.
+  child.stdin.end();
+  assert.equal(await exited, 0);
+});
