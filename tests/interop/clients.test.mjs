@@ -1,5 +1,6 @@
 // Real MCP clients against the real binary: the official TypeScript SDK client over stdio
-// and over Streamable HTTP, and the MCP Inspector CLI over stdio.
+// and over Streamable HTTP, the MCP Inspector CLI over stdio, and 2026-07-28 tasks over
+// stdio as plain JSON lines.
 // Needs TG_BINARY (set by ctest or run.sh).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
