@@ -524,7 +524,8 @@ static int tasks_required(cx *c) {
 }
 
 /* Runs a call that may become a task on a thread of its own: the task, or the call's own
- * outcome in *status and *res when it ended without detaching. */
+ * outcome in *status and *res when it ended without detaching. Returns 1 when no task may
+ * start now and the tool can do without one: the caller runs it as a plain call. */
 static int start_task(cx *c, call_channel *ch, const tg_tool *tool, json_t *args,
                       json_t *responses, const char *state, json_t **task, int *status,
                       tg_call_result *res) {
@@ -533,8 +534,9 @@ static int start_task(cx *c, call_channel *ch, const tg_tool *tool, json_t *args
                            .request_state = state, .cancelled = channel_cancelled, .arg = ch};
   tg_mcp_task_start started;
   int r = tg_mcp_tasks_start(c->srv->tasks, &call, &started);
+  if (r == TG_E_TOO_LARGE && tool->task_support == TG_TASK_OPTIONAL) return 1;
   if (r == TG_E_TOO_LARGE)
-    return rpc_fail(c, TG_RPC_INVALID_REQUEST,
+    return rpc_fail(c, TG_RPC_INTERNAL_ERROR,
                     strcmp(started.limit, "held") == 0
                         ? "Too many tasks held: read how the ended ones ended, or wait for them to expire"
                         : "Too many tasks running: wait for some to end",
@@ -568,15 +570,14 @@ static int m_tools_call(cx *c, json_t *params, json_t **ret) {
   call_channel ch = {.c = c};
   tg_call_result res;
   int r;
-  if (may_detach) {
-    json_t *task = NULL;
-    rr = start_task(c, &ch, tool, args, responses, state, &task, &r, &res);
-    if (rr) return rr;
-    if (task) {
-      *ret = task;
-      return 0;
-    }
-  } else {
+  json_t *task = NULL;
+  rr = may_detach ? start_task(c, &ch, tool, args, responses, state, &task, &r, &res) : 1;
+  if (rr < 0) return rr;
+  if (task) {
+    *ret = task;
+    return 0;
+  }
+  if (rr == 1) {
     tg_client_channel channel = {
         .self = &ch,
         .progress_token = json_object_get(meta, "progressToken"),

@@ -208,9 +208,9 @@ static bool park_locked(task *k, json_t *result) {
     return false;
   }
   const char *state = json_string_value(json_object_get(result, "requestState"));
-  json_t *pending = json_object(), *answers = json_object();
+  json_t *pending = json_object(), *answers = json_object(), *keys = json_object();
   char *state_copy = state ? strdup(state) : NULL;
-  bool ok = pending && answers && (!state || state_copy) && (k->keys || (k->keys = json_object()));
+  bool ok = pending && answers && keys && (!state || state_copy);
   k->round++;
   const char *key;
   json_t *request;
@@ -218,21 +218,26 @@ static bool park_locked(task *k, json_t *result) {
     char *minted = NULL;
     ok = ok && asprintf(&minted, "r%u.%s", k->round, key) >= 0 &&
          json_object_set(pending, minted, request) == 0 &&
-         json_object_set_new(k->keys, minted, json_string(key)) == 0;
+         json_object_set_new(keys, minted, json_string(key)) == 0;
     free(minted);
   }
   if (!ok) {
     json_decref(pending);
     json_decref(answers);
+    json_decref(keys);
     free(state_copy);
     fail_locked(k, NULL);
     return false;
   }
+  /* The round in the keys keeps them unique over the task's life: an earlier round's are
+   * never pending again. */
   json_decref(k->pending);
   json_decref(k->answers);
+  json_decref(k->keys);
   free(k->state);
   k->pending = pending;
   k->answers = answers;
+  k->keys = keys;
   k->state = state_copy;
   touch_locked(k, INPUT_REQUIRED);
   return true;
@@ -276,6 +281,8 @@ static bool await_input_locked(task *k) {
   touch_locked(k, WORKING);
   return true;
 }
+
+void (*tg_mcp_tasks_test_ended)(void);
 
 static void *task_main(void *arg) {
   task *k = arg;
@@ -321,6 +328,7 @@ static void *task_main(void *arg) {
   t->running--;
   pthread_cond_broadcast(&t->changed);
   pthread_mutex_unlock(&t->lock);
+  if (tg_mcp_tasks_test_ended) tg_mcp_tasks_test_ended();
   return NULL;
 }
 
@@ -472,6 +480,11 @@ int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_tas
     tg_timed_wait(&t->changed, &t->lock, START_CHECK_MS);
   }
   k->starting = false;
+  /* Cancelled as it detached: no client will learn of the task, which stops and may go. */
+  if (k->visible && call->cancelled && call->cancelled(call->arg)) {
+    k->cancel = k->read = true;
+    pthread_cond_broadcast(&t->changed);
+  }
   if (k->ended) {
     unlink_locked(t, k);
     pthread_mutex_unlock(&t->lock);
@@ -521,7 +534,8 @@ int tg_mcp_tasks_update(tg_mcp_tasks *t, const char *principal_id, const char *i
     }
     json_object_del(k->pending, key);
   }
-  if (k) pthread_cond_broadcast(&t->changed);
+  /* Every answer in: the task goes on (its thread wakes to run the next round). */
+  if (k && k->status == INPUT_REQUIRED && !json_object_size(k->pending)) touch_locked(k, WORKING);
   pthread_mutex_unlock(&t->lock);
   return r;
 }
@@ -531,8 +545,12 @@ int tg_mcp_tasks_cancel(tg_mcp_tasks *t, const char *principal_id, const char *i
   task *k = find_locked(t, principal_id, id);
   if (k && !terminal(k->status)) {
     k->cancel = true;
-    /* Waiting for input, it is cancelled at once; running, once its handler gives up. */
-    if (k->status == INPUT_REQUIRED) touch_locked(k, CANCELLED);
+    /* Waiting for input, it is cancelled at once (and the client knows how it ended);
+     * running, once its handler gives up. */
+    if (k->status == INPUT_REQUIRED) {
+      touch_locked(k, CANCELLED);
+      k->read = true;
+    }
     pthread_cond_broadcast(&t->changed);
   }
   pthread_mutex_unlock(&t->lock);

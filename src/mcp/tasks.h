@@ -64,6 +64,10 @@ int tg_mcp_tasks_get(tg_mcp_tasks *t, const char *principal_id, const char *id, 
  * keys not pending are ignored. Once none is pending the task goes on. 0 or TG_E_NOTFOUND. */
 int tg_mcp_tasks_update(tg_mcp_tasks *t, const char *principal_id, const char *id,
                         json_t *responses);
-/* Asks the task to stop: one waiting for input ends cancelled at once, a running one when
- * its handler gives up (a result it returns all the same stands). 0 or TG_E_NOTFOUND. */
+/* Tests: called each time a task's thread has ended (NULL: nothing is called). */
+extern void (*tg_mcp_tasks_test_ended)(void);
+
+/* Asks the task to stop: one waiting for input ends cancelled at once (its end counts as
+ * read), a running one when its handler gives up (a result it returns all the same
+ * stands). 0 or TG_E_NOTFOUND. */
 int tg_mcp_tasks_cancel(tg_mcp_tasks *t, const char *principal_id, const char *id);

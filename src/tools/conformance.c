@@ -447,14 +447,20 @@ static int h_confirm_delete(tg_call_ctx *cx, json_t *args, json_t **ret) {
                                                                      : text_result(line, ret);
 }
 
-/* Asks two things at once, so that a client may answer them one at a time. */
+/* Asks two things at once, so that a client may answer them one at a time; with rounds 2,
+ * then one more thing, in a round of its own (its requestState says which round). */
 static int h_multi_input(tg_call_ctx *cx, json_t *args, json_t **ret) {
   int r = detach(cx);
   if (r) return r;
-  if (!answer(cx, "name") || !answer(cx, "confirm"))
+  bool second = state(cx) && strcmp(state(cx), "second-round") == 0;
+  if (second && answer(cx, "more")) return text_result("Received the answers of two rounds", ret);
+  if (!second && (!answer(cx, "name") || !answer(cx, "confirm")))
     return input_required(json_pack("{s:o,s:o}", "name", elicit("What is your name?", "name", "string"),
                                     "confirm", elicit("Shall we go on?", "confirm", "boolean")),
                           NULL, ret);
+  if (second || json_integer_value(json_object_get(args, "rounds")) > 1)
+    return input_required(json_pack("{s:o}", "more", elicit("Anything else?", "more", "string")),
+                          "second-round", ret);
   return text_result("Received both answers", ret);
 }
 

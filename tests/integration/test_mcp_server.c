@@ -5,10 +5,12 @@
 #include "support.h"
 
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/principal.h"
@@ -451,7 +453,8 @@ static json_t *get_task(world *w, const char *id) {
 static json_t *await_task(world *w, const char *id, const char *status) {
   for (int i = 0; i < 3000; i++) {
     json_t *res = get_task(w, id);
-    if (strcmp(str(res, "status"), status) == 0) return res;
+    const char *now = str(res, "status");
+    if (now && strcmp(now, status) == 0) return res;
     json_decref(res);
     usleep(10000);
   }
@@ -591,6 +594,29 @@ static void test_task_input_rounds(void **state) {
   assert_true(asprintf(&answer, "{\"%s\":{\"action\":\"accept\",\"content\":{\"name\":\"x\",\"confirm\":true}}}", second) > 0);
   assert_ack(task_action_as(w, w->agent, "tasks/update", id, answer));
   json_decref(await_task(w, id, "completed"));
+  /* A second round: its request comes under a key of its own, its state back to the tool. */
+  free(id);
+  id = start_task(w, "multi_input", "{\"rounds\":2}");
+  json_decref(await_task(w, id, "input_required"));
+  assert_ack(task_action_as(w, w->agent, "tasks/update", id,
+                            "{\"r1.name\":{\"action\":\"accept\",\"content\":{\"name\":\"x\"}},"
+                            "\"r1.confirm\":{\"action\":\"accept\",\"content\":{\"confirm\":true}}}"));
+  parked = await_task(w, id, "input_required");
+  assert_non_null(json_object_get(json_object_get(parked, "inputRequests"), "r2.more"));
+  assert_int_equal(json_object_size(json_object_get(parked, "inputRequests")), 1);
+  json_decref(parked);
+  /* The first round's keys are spent. */
+  assert_ack(task_action_as(w, w->agent, "tasks/update", id,
+                            "{\"r1.name\":{\"action\":\"accept\",\"content\":{\"name\":\"y\"}}}"));
+  still = get_task(w, id);
+  assert_string_equal(str(still, "status"), "input_required");
+  json_decref(still);
+  assert_ack(task_action_as(w, w->agent, "tasks/update", id,
+                            "{\"r2.more\":{\"action\":\"accept\",\"content\":{\"more\":\"no\"}}}"));
+  done = await_task(w, id, "completed");
+  assert_string_equal(str(json_array_get(json_object_get(json_object_get(done, "result"), "content"), 0), "text"),
+                      "Received the answers of two rounds");
+  json_decref(done);
   /* Answers must be objects, as in any round. */
   json_t *r = task_action_as(w, w->agent, "tasks/update", id, "{\"k\":1}");
   assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
@@ -728,25 +754,18 @@ static void test_input_then_task(void **state) {
   json_decref(res);
 }
 
-/* Starts confirm_delete as principal and waits until it asks for input; returns its id.
- * A start refused while a cancelled task's thread is still ending is tried again. */
+/* Starts confirm_delete as principal and waits until it asks for input; returns its id. */
 static char *park_task_as(world *w, const char *principal) {
-  char *id = NULL;
-  for (int i = 0; i < 3000 && !id; i++) { /* a hang guard, not a timing check */
-    json_t *r = request_as(w, principal, TASKS_CAPS, "tools/call",
-                           "\"name\":\"confirm_delete\",\"arguments\":{\"filename\":\"d.txt\"}", NULL);
-    json_t *res = json_object_get(r, "result");
-    if (res) id = strdup(str(res, "taskId"));
-    else if (strcmp(str(json_object_get(json_object_get(r, "error"), "data"), "limit"), "runningEach") == 0)
-      usleep(10000);
-    else
-      fail_msg("refused: %s", json_dumps(r, JSON_COMPACT));
-    json_decref(r);
-  }
-  assert_non_null(id);
+  json_t *r = request_as(w, principal, TASKS_CAPS, "tools/call",
+                         "\"name\":\"confirm_delete\",\"arguments\":{\"filename\":\"d.txt\"}", NULL);
+  const char *task = str(result_of(r), "taskId");
+  if (!task) fail_msg("no task: %s", json_dumps(r, JSON_COMPACT));
+  char *id = strdup(task);
+  json_decref(r);
   for (int i = 0; i < 3000; i++) {
-    json_t *r = task_action_as(w, principal, "tasks/get", id, NULL);
-    bool parked = strcmp(str(result_of(r), "status"), "input_required") == 0;
+    r = task_action_as(w, principal, "tasks/get", id, NULL);
+    const char *now = str(result_of(r), "status");
+    bool parked = now && strcmp(now, "input_required") == 0;
     json_decref(r);
     if (parked) return id;
     usleep(10000);
@@ -755,14 +774,22 @@ static char *park_task_as(world *w, const char *principal) {
   return NULL;
 }
 
-/* Asserts that principal may not start confirm_delete, for limit. */
+/* Asserts that principal may not start failing_job (which needs a task), for limit. */
 static void assert_refused(world *w, const char *principal, const char *limit, int max) {
-  json_t *r = request_as(w, principal, TASKS_CAPS, "tools/call",
-                         "\"name\":\"confirm_delete\",\"arguments\":{\"filename\":\"e.txt\"}", NULL);
-  assert_int_equal(error_code(r), TG_RPC_INVALID_REQUEST);
+  json_t *r = request_as(w, principal, TASKS_CAPS, "tools/call", "\"name\":\"failing_job\",\"arguments\":{}", NULL);
+  assert_int_equal(error_code(r), TG_RPC_INTERNAL_ERROR);
   json_t *data = json_object_get(json_object_get(r, "error"), "data");
   assert_string_equal(str(data, "limit"), limit);
   assert_int_equal(json_integer_value(json_object_get(data, "max")), max);
+  json_decref(r);
+}
+
+/* Asserts that a tool that may do without a task runs as a plain call for principal. */
+static void assert_plain_call(world *w, const char *principal) {
+  json_t *r = request_as(w, principal, TASKS_CAPS, "tools/call",
+                         "\"name\":\"slow_compute\",\"arguments\":{\"seconds\":1,\"label\":\"plain\"}", NULL);
+  assert_string_equal(str(result_of(r), "resultType"), "complete");
+  assert_string_equal(str(json_array_get(json_object_get(result_of(r), "content"), 0), "text"), "Computed plain in 1s");
   json_decref(r);
 }
 
@@ -782,48 +809,70 @@ static void test_task_running_limits(void **state) {
     /* One principal's share is spent; the others' are not. */
     if (p + 1 < PRINCIPALS) assert_refused(w, who[p], "runningEach", TG_MCP_MAX_RUNNING_TASKS_EACH);
   }
-  /* The server's is spent: a principal running none is refused too. */
+  /* The server's is spent: a principal running none is refused too... */
   assert_refused(w, who[PRINCIPALS], "running", TG_MCP_MAX_RUNNING_TASKS);
+  /* ...but a tool that can do without a task still runs, as a plain call. */
+  assert_plain_call(w, who[PRINCIPALS]);
   for (int p = 0; p < PRINCIPALS; p++)
     for (int i = 0; i < TG_MCP_MAX_RUNNING_TASKS_EACH; i++) {
       assert_ack(task_action_as(w, who[p], "tasks/cancel", ids[p][i], NULL));
       free(ids[p][i]);
     }
-  /* A cancelled thread may still be ending: the start is tried again (a hang guard). */
-  for (int i = 0; i < 3000; i++) {
-    json_t *r = request_as(w, who[PRINCIPALS], TASKS_CAPS, "tools/call",
-                           "\"name\":\"slow_compute\",\"arguments\":{\"seconds\":0}", NULL);
-    bool started = json_object_get(r, "result") != NULL;
-    json_decref(r);
-    if (started) return;
-    usleep(10000);
-  }
-  fail_msg("no task could start once the others were cancelled");
+}
+
+/* Counts the task threads that ended (tg_mcp_tasks_test_ended). */
+static pthread_mutex_t ended_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ended_cond = PTHREAD_COND_INITIALIZER;
+static int ended;
+
+static void count_ended(void) {
+  pthread_mutex_lock(&ended_lock);
+  ended++;
+  pthread_cond_broadcast(&ended_cond);
+  pthread_mutex_unlock(&ended_lock);
+}
+
+/* Waits until n task threads ended in all (a hang guard of 30 s, not a timing check). */
+static void await_ended(int n) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 30;
+  pthread_mutex_lock(&ended_lock);
+  while (ended < n && pthread_cond_timedwait(&ended_cond, &ended_lock, &until) == 0) continue;
+  int got = ended;
+  pthread_mutex_unlock(&ended_lock);
+  if (got < n) fail_msg("only %d task threads ended, not %d", got, n);
 }
 
 /* A principal holds TG_MCP_MAX_TASKS; one ended may make room once its end was read. */
 static void test_task_holding_limits(void **state) {
   world *w = *state;
   char *ids[TG_MCP_MAX_TASKS];
-  /* Tasks cancelled while they wait for input end at once; none of these ends was read. */
+  tg_mcp_tasks_test_ended = count_ended;
+  pthread_mutex_lock(&ended_lock);
+  int base = ended;
+  pthread_mutex_unlock(&ended_lock);
+  /* Tasks that end on their own, none of them read. */
   for (int i = 0; i < TG_MCP_MAX_TASKS; i++) {
-    ids[i] = park_task_as(w, w->agent);
-    assert_ack(task_action_as(w, w->agent, "tasks/cancel", ids[i], NULL));
+    ids[i] = start_task(w, "protocol_error_job", "{}");
+    await_ended(base + i + 1);
   }
   assert_refused(w, w->agent, "held", TG_MCP_MAX_TASKS);
+  assert_plain_call(w, w->agent);
   /* Read, the fifth and the second may go; the one that ended first goes first. */
   json_decref(get_task(w, ids[4]));
   json_decref(get_task(w, ids[1]));
-  char *id = park_task_as(w, w->agent);
+  char *id = start_task(w, "failing_job", "{}");
   json_t *r = task_action_as(w, w->agent, "tasks/get", ids[1], NULL);
   assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
   json_decref(r);
   json_t *kept = get_task(w, ids[4]);
-  assert_string_equal(str(kept, "status"), "cancelled");
+  assert_string_equal(str(kept, "status"), "failed");
   json_decref(kept);
   /* Unread ended tasks never go early: the first is still there. */
   json_decref(get_task(w, ids[0]));
-  cancel_task(w, id);
+  json_decref(await_task(w, id, "completed"));
+  tg_mcp_tasks_test_ended = NULL;
   free(id);
   for (int i = 0; i < TG_MCP_MAX_TASKS; i++) free(ids[i]);
 }
