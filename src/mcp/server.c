@@ -172,11 +172,12 @@ static json_t *mcp_tool(const tg_tool *tool) {
   json_t *t = json_pack("{s:s,s:O,s:o}", "description", tool->description, "inputSchema",
                         tool->input_schema, "annotations", tg_mcp_annotations(tool));
   static const char *const task_support[] = {NULL, "optional", "required"};
-  if (t && ((!content_passthrough(tool) &&
-             json_object_set(t, "outputSchema", tool->output_schema) < 0) ||
-            (tool->task_support &&
-             json_object_set_new(t, "execution", json_pack("{s:s}", "taskSupport",
-                                                           task_support[tool->task_support])) < 0))) {
+  bool ok = t && (content_passthrough(tool) ||
+                  json_object_set(t, "outputSchema", tool->output_schema) == 0);
+  if (ok && tool->task_support)
+    ok = json_object_set_new(t, "execution", json_pack("{s:s}", "taskSupport",
+                                                       task_support[tool->task_support])) == 0;
+  if (!ok) {
     json_decref(t);
     return NULL;
   }
@@ -538,7 +539,7 @@ static int start_task(cx *c, call_channel *ch, const tg_tool *tool, json_t *args
   if (r == TG_E_TOO_LARGE)
     return rpc_fail(c, TG_RPC_INTERNAL_ERROR,
                     strcmp(started.limit, "held") == 0
-                        ? "Too many tasks held: read how the ended ones ended, or wait for them to expire"
+                        ? "Too many tasks held: read how ended ones ended, or let them expire"
                         : "Too many tasks running: wait for some to end",
                     json_pack("{s:s,s:i}", "limit", started.limit, "max", started.max));
   if (r < 0) return r;

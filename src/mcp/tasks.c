@@ -196,7 +196,8 @@ static bool park_locked(task *k, json_t *result) {
                                      : TG_E_INVAL;
   if (r == TG_OK && json_object_size(missing)) {
     json_t *data = json_pack("{s:o}", "requiredCapabilities", missing);
-    fail_locked(k, rpc_error(TG_RPC_MISSING_CAPABILITY, "Missing required client capability", data));
+    fail_locked(k, rpc_error(TG_RPC_MISSING_CAPABILITY, "Missing required client capability",
+                             data));
     json_decref(data);
     return false;
   }
@@ -365,9 +366,16 @@ static int make_room_locked(tg_mcp_tasks *t, const char *principal, tg_mcp_task_
     }
     p = &k->next;
   }
-  if (t->running >= TG_MCP_MAX_RUNNING_TASKS) *ret = (tg_mcp_task_start){.limit = "running", .max = TG_MCP_MAX_RUNNING_TASKS};
-  else if (running >= TG_MCP_MAX_RUNNING_TASKS_EACH) *ret = (tg_mcp_task_start){.limit = "runningEach", .max = TG_MCP_MAX_RUNNING_TASKS_EACH};
-  else if (held >= TG_MCP_MAX_TASKS && !oldest) *ret = (tg_mcp_task_start){.limit = "held", .max = TG_MCP_MAX_TASKS};
+  if (t->running >= TG_MCP_MAX_RUNNING_TASKS) {
+    ret->limit = "running";
+    ret->max = TG_MCP_MAX_RUNNING_TASKS;
+  } else if (running >= TG_MCP_MAX_RUNNING_TASKS_EACH) {
+    ret->limit = "runningEach";
+    ret->max = TG_MCP_MAX_RUNNING_TASKS_EACH;
+  } else if (held >= TG_MCP_MAX_TASKS && !oldest) {
+    ret->limit = "held";
+    ret->max = TG_MCP_MAX_TASKS;
+  }
   if (ret->limit) return TG_E_TOO_LARGE;
   if (held < TG_MCP_MAX_TASKS) return 0;
   unlink_locked(t, oldest);
