@@ -41,24 +41,32 @@ static json_t *jsonrpc_base(void) { return json_pack("{s:s}", "jsonrpc", "2.0");
 
 /* json_object_set_new steals its value even when it fails, which the builders below rely
  * on: every reference handed to them is consumed exactly once. */
-json_t *tg_rpc_error(json_t *id, int code, const char *message, json_t *data) {
+json_t *tg_rpc_error_object(int code, const char *message, json_t *data) {
   json_t *err = json_pack("{s:i,s:s}", "code", code, "message", message);
-  json_t *msg = jsonrpc_base();
-  if (!err || !msg) {
+  if (!err) {
     json_decref(data);
-    goto fail;
+    return NULL;
   }
-  if (data && json_object_set_new(err, "data", data) < 0) goto fail;
-  if (json_object_set(msg, "id", id ? id : json_null()) < 0) goto fail;
+  if (data && json_object_set_new(err, "data", data) < 0) {
+    json_decref(err);
+    return NULL;
+  }
+  return err;
+}
+
+json_t *tg_rpc_error(json_t *id, int code, const char *message, json_t *data) {
+  json_t *err = tg_rpc_error_object(code, message, data);
+  json_t *msg = jsonrpc_base();
+  if (!err || !msg || json_object_set(msg, "id", id ? id : json_null()) < 0) {
+    json_decref(err);
+    json_decref(msg);
+    return NULL;
+  }
   if (json_object_set_new(msg, "error", err) < 0) {
     json_decref(msg);
     return NULL;
   }
   return msg;
-fail:
-  json_decref(err);
-  json_decref(msg);
-  return NULL;
 }
 
 json_t *tg_rpc_result(json_t *id, json_t *result) {

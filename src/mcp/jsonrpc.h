@@ -48,6 +48,8 @@ void tg_rpc_msg_done(tg_rpc_msg *msg);
 
 /* {"jsonrpc":"2.0","id":id,"result":result}; result is stolen. NULL when out of memory. */
 json_t *tg_rpc_result(json_t *id, json_t *result);
+/* {code,message,data?}, a JSON-RPC error object; data is stolen, may be NULL. */
+json_t *tg_rpc_error_object(int code, const char *message, json_t *data);
 /* {"jsonrpc":"2.0","id":id|null,"error":{code,message,data?}}; data is stolen, may be NULL. */
 json_t *tg_rpc_error(json_t *id, int code, const char *message, json_t *data);
 /* {"jsonrpc":"2.0","method":method,"params":params?}; params is stolen, may be NULL. */

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/principal.h"
 #include "mcp/jsonrpc.h"
 #include "mcp/server.h"
 #include "util/cleanup.h"
@@ -173,17 +172,8 @@ static bool task_cancelled(void *self) {
 
 /* ---- the task's thread ---- */
 
-static json_t *rpc_error(int code, const char *message, json_t *data) {
-  json_t *e = json_pack("{s:i,s:s}", "code", code, "message", message);
-  if (e && data && json_object_set(e, "data", data) < 0) {
-    json_decref(e);
-    return NULL;
-  }
-  return e;
-}
-
 static void fail_locked(task *k, json_t *error) {
-  k->error = error ? error : rpc_error(TG_RPC_INTERNAL_ERROR, "Internal error", NULL);
+  k->error = error ? error : tg_rpc_error_object(TG_RPC_INTERNAL_ERROR, "Internal error", NULL);
   touch_locked(k, FAILED);
 }
 
@@ -195,17 +185,17 @@ static bool park_locked(task *k, json_t *result) {
   int r = json_object_size(requests) ? tg_mcp_input_missing(k->caps, requests, &missing)
                                      : TG_E_INVAL;
   if (r == TG_OK && json_object_size(missing)) {
-    json_t *data = json_pack("{s:o}", "requiredCapabilities", missing);
-    fail_locked(k, rpc_error(TG_RPC_MISSING_CAPABILITY, "Missing required client capability",
-                             data));
-    json_decref(data);
+    fail_locked(k, tg_rpc_error_object(TG_RPC_MISSING_CAPABILITY,
+                                       "Missing required client capability",
+                                       json_pack("{s:o}", "requiredCapabilities", missing)));
     return false;
   }
   json_decref(missing);
   if (r < 0) {
-    fail_locked(k, rpc_error(TG_RPC_INTERNAL_ERROR, r == TG_E_INVAL
-                                 ? "The tool asked for an unknown kind of input"
-                                 : "Internal error", NULL));
+    fail_locked(k, tg_rpc_error_object(TG_RPC_INTERNAL_ERROR,
+                                       r == TG_E_INVAL ? "The tool asked for an unknown kind of input"
+                                                       : "Internal error",
+                                       NULL));
     return false;
   }
   const char *state = json_string_value(json_object_get(result, "requestState"));
@@ -255,8 +245,8 @@ static bool settle_locked(task *k, int status, tg_call_result *res, json_t *resu
     touch_locked(k, CANCELLED);
   } else if (status == TG_E_TOOL && res->code == TG_ERR_INTERNAL_ERROR) {
     /* The tool failed unexpectedly: a protocol-level failure, not a tool's answer. */
-    fail_locked(k, rpc_error(TG_RPC_INTERNAL_ERROR, "Internal error",
-                             json_object_get(res->value, "error")));
+    fail_locked(k, tg_rpc_error_object(TG_RPC_INTERNAL_ERROR, "Internal error",
+                                       json_incref(json_object_get(res->value, "error"))));
   } else if (asks) {
     parked = park_locked(k, result);
   } else {

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "core/principal.h"
@@ -19,6 +18,7 @@
 #include "http/server.h"
 #include "mcp/server.h"
 #include "tools/conformance.h"
+#include "util/clock.h"
 #include "util/status.h"
 
 #define MODERN_META                                                      \
@@ -440,19 +440,33 @@ static char *start_task(world *w, const char *tool, const char *args) {
   return id;
 }
 
-/* tasks/get of id as w's agent. */
-static json_t *get_task(world *w, const char *id) {
+/* tasks/get, tasks/update (responses: JSON text) or tasks/cancel of id as principal;
+ * returns the reply message. */
+static json_t *task_action_as(world *w, const char *principal, const char *method, const char *id,
+                              const char *responses) {
   char *members = NULL;
-  assert_true(asprintf(&members, "\"taskId\":\"%s\"", id) > 0);
-  json_t *res = task_call(w, "tasks/get", members);
+  assert_true(asprintf(&members, "\"taskId\":\"%s\"%s%s", id, responses ? ",\"inputResponses\":" : "",
+                       responses ? responses : "") > 0);
+  json_t *r = request_as(w, principal, TASKS_CAPS, method, members, NULL);
   free(members);
+  return r;
+}
+
+/* tasks/get of id as principal: the result (a new reference). */
+static json_t *get_task_as(world *w, const char *principal, const char *id) {
+  json_t *r = task_action_as(w, principal, "tasks/get", id, NULL);
+  json_t *res = json_incref(result_of(r));
+  json_decref(r);
   return res;
 }
 
-/* Polls task id until its status is status (a hang guard of 30 s, not a timing check). */
-static json_t *await_task(world *w, const char *id, const char *status) {
+static json_t *get_task(world *w, const char *id) { return get_task_as(w, w->agent, id); }
+
+/* Polls principal's task id until its status is status (a hang guard of 30 s, not a timing
+ * check); returns the last tasks/get result. */
+static json_t *await_task_as(world *w, const char *principal, const char *id, const char *status) {
   for (int i = 0; i < 3000; i++) {
-    json_t *res = get_task(w, id);
+    json_t *res = get_task_as(w, principal, id);
     const char *now = str(res, "status");
     if (now && strcmp(now, status) == 0) return res;
     json_decref(res);
@@ -462,15 +476,8 @@ static json_t *await_task(world *w, const char *id, const char *status) {
   return NULL;
 }
 
-/* tasks/update or tasks/cancel of id as principal; returns the reply message. */
-static json_t *task_action_as(world *w, const char *principal, const char *method, const char *id,
-                              const char *responses) {
-  char *members = NULL;
-  assert_true(asprintf(&members, "\"taskId\":\"%s\"%s%s", id, responses ? ",\"inputResponses\":" : "",
-                       responses ? responses : "") > 0);
-  json_t *r = request_as(w, principal, TASKS_CAPS, method, members, NULL);
-  free(members);
-  return r;
+static json_t *await_task(world *w, const char *id, const char *status) {
+  return await_task_as(w, w->agent, id, status);
 }
 
 /* An acknowledgement: an empty result but for resultType and _meta. */
@@ -762,16 +769,8 @@ static char *park_task_as(world *w, const char *principal) {
   if (!task) fail_msg("no task: %s", json_dumps(r, JSON_COMPACT));
   char *id = strdup(task);
   json_decref(r);
-  for (int i = 0; i < 3000; i++) {
-    r = task_action_as(w, principal, "tasks/get", id, NULL);
-    const char *now = str(result_of(r), "status");
-    bool parked = now && strcmp(now, "input_required") == 0;
-    json_decref(r);
-    if (parked) return id;
-    usleep(10000);
-  }
-  fail_msg("task %s never asked for input", id);
-  return NULL;
+  json_decref(await_task_as(w, principal, id, "input_required"));
+  return id;
 }
 
 /* Asserts that principal may not start failing_job (which needs a task), for limit. */
@@ -834,11 +833,10 @@ static void count_ended(void) {
 
 /* Waits until n task threads ended in all (a hang guard of 30 s, not a timing check). */
 static void await_ended(int n) {
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += 30;
+  int64_t deadline = tg_monotonic_ms() + 30000;
   pthread_mutex_lock(&ended_lock);
-  while (ended < n && pthread_cond_timedwait(&ended_cond, &ended_lock, &until) == 0) continue;
+  for (int64_t left; ended < n && (left = deadline - tg_monotonic_ms()) > 0;)
+    tg_timed_wait(&ended_cond, &ended_lock, left);
   int got = ended;
   pthread_mutex_unlock(&ended_lock);
   if (got < n) fail_msg("only %d task threads ended, not %d", got, n);
