@@ -41,16 +41,6 @@ static void call_state_done(call_state *st) {
   free(st->called_text);
 }
 
-/* Bytes of an unknown tool's name that telemetry keeps: at most CALLED_AS_MAX, ending on a
- * whole UTF-8 character. */
-static size_t called_as_len(const char *name) {
-  size_t n = strnlen(name, CALLED_AS_MAX + 1);
-  if (n <= CALLED_AS_MAX) return n;
-  n = CALLED_AS_MAX;
-  while (n > 0 && ((unsigned char)name[n] & 0xc0) == 0x80) n--;
-  return n;
-}
-
 int tg_fail(tg_call_ctx *cx, tg_errcode code, json_t *details, const char *fmt, ...) {
   char *message = NULL;
   va_list ap;
@@ -147,7 +137,7 @@ static const char *level_of(tg_errcode code) {
 static int prepare_telemetry(call_state *st) {
   if (st->step) return TG_OK;
   const char *name = st->req->tool;
-  size_t called_len = called_as_len(name);
+  size_t called_len = tg_utf8_prefix(name, CALLED_AS_MAX);
   _cleanup_json_ json_t *called = json_stringn(name, called_len);
   if (!called) { /* not UTF-8: the row must stay readable */
     name = "?";
@@ -402,7 +392,7 @@ int tg_call(const tg_env *env, const tg_call_request *req, tg_call_result *ret) 
   if (!st.tool) {
     tg_db_snapshot_end(env->db, snapshot);
     r = reject(&st, ret, TG_ERR_NOT_FOUND, "No tool by that name.",
-               json_pack("{s:s%}", "tool", req->tool, called_as_len(req->tool)));
+               json_pack("{s:s%}", "tool", req->tool, tg_utf8_prefix(req->tool, CALLED_AS_MAX)));
     call_state_done(&st);
     return r;
   }

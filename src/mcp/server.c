@@ -774,6 +774,15 @@ static int m_empty(cx *c, json_t *params, json_t **ret) {
   return *ret ? 0 : TG_E_NOMEM;
 }
 
+/* Whether ids is a list of task ids, no longer than the tasks a principal may hold. */
+static bool task_ids(json_t *ids) {
+  size_t i;
+  json_t *id;
+  if (!json_is_array(ids) || json_array_size(ids) > TG_MCP_MAX_TASKS) return false;
+  json_array_foreach(ids, i, id) if (!json_is_string(id)) return false;
+  return true;
+}
+
 /* 2026-07-28: the request stays open as the subscription, acknowledged and fed through the
  * watch; it is answered only when the server ends it, and never once cancelled. */
 static int m_listen(cx *c, json_t *params, json_t **ret) {
@@ -783,9 +792,15 @@ static int m_listen(cx *c, json_t *params, json_t **ret) {
   json_t *filter = json_object_get(params, "notifications");
   if (!json_is_object(filter))
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.notifications must be an object", NULL);
-  /* Task notifications are the extension's (this server sends none: clients poll). */
-  if (json_object_get(filter, "taskIds") && !takes_tasks(c)) return tasks_required(c);
-  int r = tg_mcp_watch_subscribe(c->req->watch, c->msg->id, filter);
+  /* Task notifications are the extension's. */
+  json_t *ids = json_object_get(filter, "taskIds");
+  if (ids && !takes_tasks(c)) return tasks_required(c);
+  if (ids && !task_ids(ids))
+    return rpc_fail(c, TG_RPC_INVALID_PARAMS,
+                    "params.notifications.taskIds must be an array of task ids",
+                    json_pack("{s:i}", "max", TG_MCP_MAX_TASKS));
+  int r = tg_mcp_watch_subscribe(c->req->watch, c->msg->id, filter, ids ? c->srv->tasks : NULL,
+                                 c->req->principal_id);
   if (r == TG_E_TOO_LARGE)
     return rpc_fail(c, TG_RPC_INVALID_REQUEST, "Too many open subscriptions",
                     json_pack("{s:i}", "max", TG_MCP_MAX_SUBSCRIPTIONS));

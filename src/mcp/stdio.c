@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,8 @@
 typedef struct conn {
   int in;
   FILE *out;
+  /* Messages go out whole: tasks tell of their changes from threads of their own. */
+  pthread_mutex_t writing;
   char *chunk; /* bytes read from in, [pos, len) not consumed yet */
   size_t pos, len;
   char *line; /* the current input line, up to TG_RPC_MAX_BODY bytes */
@@ -33,9 +36,11 @@ typedef struct conn {
 /* Writes one encoded message (text, freed) as a line. */
 static int write_text(conn *c, char *text) {
   if (!text) return TG_E_NOMEM;
+  pthread_mutex_lock(&c->writing);
   int r = fputs(text, c->out) < 0 || fputc('\n', c->out) == EOF || fflush(c->out) != 0
               ? TG_E_IO
               : TG_OK;
+  pthread_mutex_unlock(&c->writing);
   free(text);
   return r;
 }
@@ -219,8 +224,8 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   /* One process, one client: every list change can reach it. */
   tg_mcp_server served = *srv;
   served.list_changes = true;
-  conn c = {.in = fileno(in), .out = out, .chunk = malloc(READ_CHUNK),
-            .line = malloc(TG_RPC_MAX_BODY), .srv = &served};
+  conn c = {.in = fileno(in), .out = out, .writing = PTHREAD_MUTEX_INITIALIZER,
+            .chunk = malloc(READ_CHUNK), .line = malloc(TG_RPC_MAX_BODY), .srv = &served};
   tg_mcp_session session;
   tg_mcp_session_init(&session);
   tg_mcp_io io = {.self = &c, .send = io_send, .ask = io_ask};

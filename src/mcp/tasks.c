@@ -11,6 +11,7 @@
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/ids.h"
+#include "util/json.h"
 #include "util/log.h"
 #include "util/status.h"
 
@@ -35,6 +36,7 @@ typedef struct task {
   bool cancel;
   bool read;     /* ended, and the client read how */
   task_status status;
+  char *status_message; /* the handler's last progress message in this status */
   int64_t created, updated; /* wall clock (ms), for the client */
   int64_t touched;          /* monotonic (ms): when it expires */
   uint64_t seq;             /* the order of the last changes, for eviction */
@@ -52,28 +54,53 @@ typedef struct task {
   tg_call_result res;
 } task;
 
+struct tg_mcp_task_observer {
+  tg_mcp_task_observer *next;
+  tg_mcp_tasks *store;
+  char principal[TG_UUID_LEN + 1];
+  tg_mcp_task_deliver deliver;
+  void *self;
+  bool observed;
+  size_t n;
+  struct {
+    char id[33];
+    uint64_t seen; /* the task's seq when it was last delivered */
+  } watched[TG_MCP_MAX_TASKS]; /* a principal holds no more */
+};
+
 struct tg_mcp_tasks {
   tg_env base; /* the tasks' environment but for the database connection */
   char *data_dir, *public_url;
+  json_t *progress_token; /* what a task's handler is given: its progress stays here */
   pthread_mutex_t lock;
   pthread_cond_t changed; /* a task changed: broadcast */
   task *list;
   unsigned running; /* threads */
   uint64_t seq;
+  bool unpublished; /* a task changed since observers last heard */
   bool stopping;
+  /* Taken before lock, held while observers are told: so they hear of each task's changes
+   * in order. */
+  pthread_mutex_t observing;
+  tg_mcp_task_observer *observers;
 };
 
 int tg_mcp_tasks_new(const tg_env *base, tg_mcp_tasks **ret) {
   tg_mcp_tasks *t = calloc(1, sizeof *t);
   if (!t || !(t->data_dir = strdup(base->data_dir)) ||
-      (base->public_url && !(t->public_url = strdup(base->public_url)))) {
-    if (t) free(t->data_dir);
+      (base->public_url && !(t->public_url = strdup(base->public_url))) ||
+      !(t->progress_token = json_string("task"))) {
+    if (t) {
+      free(t->data_dir);
+      free(t->public_url);
+    }
     free(t);
     return TG_E_NOMEM;
   }
   t->base = (tg_env){.registry = base->registry, .data_dir = t->data_dir,
                      .public_url = t->public_url};
   pthread_mutex_init(&t->lock, NULL);
+  pthread_mutex_init(&t->observing, NULL);
   pthread_cond_init(&t->changed, NULL);
   *ret = t;
   return 0;
@@ -95,6 +122,7 @@ static void task_free(task *k) {
   drop_inputs(k);
   json_decref(k->result);
   json_decref(k->error);
+  free(k->status_message);
   tg_call_result_done(&k->res);
   if (k->db) tg_db_close(k->db);
   free(k);
@@ -122,7 +150,9 @@ void tg_mcp_tasks_free(tg_mcp_tasks *t) {
     task_free(k);
   }
   pthread_cond_destroy(&t->changed);
+  pthread_mutex_destroy(&t->observing);
   pthread_mutex_destroy(&t->lock);
+  json_decref(t->progress_token);
   free(t->data_dir);
   free(t->public_url);
   free(t);
@@ -130,23 +160,54 @@ void tg_mcp_tasks_free(tg_mcp_tasks *t) {
 
 static bool terminal(task_status s) { return s == COMPLETED || s == FAILED || s == CANCELLED; }
 
-static void touch_locked(task *k, task_status s) {
-  k->status = s;
+/* Records that k changed: for its lastUpdatedAt, its expiry, eviction and its observers. */
+static void stamp_locked(task *k) {
   k->updated = tg_now_ms();
   k->touched = tg_monotonic_ms();
   k->seq = ++k->store->seq;
+  k->store->unpublished = true;
+}
+
+static void touch_locked(task *k, task_status s) {
+  if (k->status != s) {
+    free(k->status_message); /* it told of the status before */
+    k->status_message = NULL;
+  }
+  k->status = s;
+  stamp_locked(k);
   if (terminal(s)) drop_inputs(k);
   pthread_cond_broadcast(&k->store->changed);
 }
 
+static void publish(tg_mcp_tasks *t);
+
+/* Unlocks the store; then observers hear of what changed while it was held. */
+static void unlock_publishing(tg_mcp_tasks *t) {
+  bool news = t->unpublished;
+  t->unpublished = false;
+  pthread_mutex_unlock(&t->lock);
+  if (news) publish(t);
+}
+
 /* ---- what the handler sees (tg_client_channel.self is the task) ---- */
 
+/* A progress message becomes the task's statusMessage. */
+static void tell_status(task *k, const char *message) {
+  char *copy = message ? strndup(message, tg_utf8_prefix(message, TG_MCP_TASK_STATUS_MAX)) : NULL;
+  if (!copy) return;
+  pthread_mutex_lock(&k->store->lock);
+  free(k->status_message);
+  k->status_message = copy;
+  stamp_locked(k);
+  unlock_publishing(k->store);
+}
+
 static int task_notify(void *self, const char *method, json_t *params) {
-  /* Nothing reaches the client from a task, which has no request stream. */
-  (void)self;
+  /* A task has no request stream: the client learns of it through the task itself, and
+   * of a list change, which is the server's news, as all do. */
+  if (!tg_mcp_watch_touch(method) && strcmp(method, "notifications/progress") == 0)
+    tell_status(self, tg_json_str(params, "message"));
   json_decref(params);
-  /* A list change is the server's news, not the call's: it is announced to all. */
-  tg_mcp_watch_touch(method);
   return TG_OK;
 }
 
@@ -158,7 +219,7 @@ static int task_detach(void *self) {
     k->visible = true;
     touch_locked(k, WORKING);
   }
-  pthread_mutex_unlock(&k->store->lock);
+  unlock_publishing(k->store);
   return cancelled ? TG_E_IO : TG_OK;
 }
 
@@ -269,7 +330,7 @@ static bool await_input_locked(task *k) {
     touch_locked(k, CANCELLED);
     return false;
   }
-  touch_locked(k, WORKING);
+  if (k->status != WORKING) touch_locked(k, WORKING);
   return true;
 }
 
@@ -286,6 +347,7 @@ static void *task_main(void *arg) {
     tg_client_channel channel = {
         .self = k,
         .capabilities = k->caps,
+        .progress_token = t->progress_token,
         .input_responses = k->answers,
         .request_state = k->state,
         .notify = task_notify,
@@ -309,10 +371,13 @@ static void *task_main(void *arg) {
       pthread_mutex_unlock(&t->lock);
       break;
     }
-    again = settle_locked(k, r, &res, result) && await_input_locked(k);
-    k->running = again;
-    pthread_mutex_unlock(&t->lock);
+    bool parked = settle_locked(k, r, &res, result);
+    unlock_publishing(t); /* observers hear where the round ended before it waits */
     tg_call_result_done(&res);
+    pthread_mutex_lock(&t->lock);
+    again = parked && await_input_locked(k);
+    k->running = again;
+    unlock_publishing(t);
   }
   tg_db_close(env.db);
   pthread_mutex_lock(&t->lock);
@@ -390,6 +455,8 @@ static json_t *task_json_locked(const task *k, bool detailed) {
     r = json_object_set_new(j, "inputRequests", json_deep_copy(k->pending));
   else if (k->status == COMPLETED) r = json_object_set(j, "result", k->result);
   else if (k->status == FAILED) r = json_object_set(j, "error", k->error);
+  if (r == 0 && k->status_message)
+    r = json_object_set_new(j, "statusMessage", json_string(k->status_message));
   if (r < 0) {
     json_decref(j);
     return NULL;
@@ -521,6 +588,7 @@ int tg_mcp_tasks_update(tg_mcp_tasks *t, const char *principal_id, const char *i
   pthread_mutex_lock(&t->lock);
   task *k = find_locked(t, principal_id, id);
   int r = k ? 0 : TG_E_NOTFOUND;
+  bool answered = false;
   const char *key;
   json_t *answer;
   json_object_foreach(k && k->status == INPUT_REQUIRED ? responses : NULL, key, answer) {
@@ -531,10 +599,12 @@ int tg_mcp_tasks_update(tg_mcp_tasks *t, const char *principal_id, const char *i
       break;
     }
     json_object_del(k->pending, key);
+    answered = true;
   }
   /* Every answer in: the task goes on (its thread wakes to run the next round). */
   if (k && k->status == INPUT_REQUIRED && !json_object_size(k->pending)) touch_locked(k, WORKING);
-  pthread_mutex_unlock(&t->lock);
+  else if (answered) stamp_locked(k); /* fewer requests pending */
+  unlock_publishing(t);
   return r;
 }
 
@@ -551,6 +621,98 @@ int tg_mcp_tasks_cancel(tg_mcp_tasks *t, const char *principal_id, const char *i
     }
     pthread_cond_broadcast(&t->changed);
   }
-  pthread_mutex_unlock(&t->lock);
+  unlock_publishing(t);
   return k ? 0 : TG_E_NOTFOUND;
+}
+
+/* ---- observers ---- */
+
+/* Tells o of those of its tasks that changed since it last heard; with t->observing held. */
+static void publish_to(tg_mcp_task_observer *o) {
+  tg_mcp_tasks *t = o->store;
+  json_t *news[TG_MCP_MAX_TASKS];
+  size_t n = 0;
+  pthread_mutex_lock(&t->lock);
+  for (size_t i = 0; i < o->n; i++) {
+    task *k = find_locked(t, o->principal, o->watched[i].id);
+    if (!k || k->seq == o->watched[i].seen) continue;
+    if (!(news[n] = task_json_locked(k, true))) {
+      tg_log(TG_LOG_WARN, "mcp: out of memory telling of a task's change");
+      continue; /* the next change tells it */
+    }
+    n++;
+    o->watched[i].seen = k->seq;
+    if (terminal(k->status)) k->read = true;
+  }
+  pthread_mutex_unlock(&t->lock);
+  /* Outside the store's lock: delivering may wait on the client's stream. */
+  for (size_t i = 0; i < n; i++) o->deliver(o->self, o, news[i]);
+}
+
+static void publish(tg_mcp_tasks *t) {
+  pthread_mutex_lock(&t->observing);
+  for (tg_mcp_task_observer *o = t->observers; o; o = o->next) publish_to(o);
+  pthread_mutex_unlock(&t->observing);
+}
+
+int tg_mcp_tasks_observer_new(tg_mcp_tasks *t, const char *principal_id, json_t *ids,
+                              tg_mcp_task_deliver deliver, void *self,
+                              tg_mcp_task_observer **ret, json_t **honoured) {
+  tg_mcp_task_observer *o = calloc(1, sizeof *o);
+  json_t *named = json_array();
+  if (!o || !named) {
+    free(o);
+    json_decref(named);
+    return TG_E_NOMEM;
+  }
+  *o = (tg_mcp_task_observer){.store = t, .deliver = deliver, .self = self};
+  snprintf(o->principal, sizeof o->principal, "%s", principal_id);
+  int r = 0;
+  size_t i;
+  json_t *value;
+  pthread_mutex_lock(&t->lock);
+  json_array_foreach(ids, i, value) {
+    const char *id = json_string_value(value);
+    bool known = false;
+    for (size_t j = 0; id && j < o->n && !known; j++) known = strcmp(o->watched[j].id, id) == 0;
+    if (!id || known || !find_locked(t, principal_id, id)) continue;
+    if (o->n == TG_MCP_MAX_TASKS) break; /* cannot be: a principal holds no more */
+    if (json_array_append_new(named, json_string(id)) < 0) {
+      r = TG_E_NOMEM;
+      break;
+    }
+    snprintf(o->watched[o->n++].id, sizeof o->watched[0].id, "%s", id);
+  }
+  pthread_mutex_unlock(&t->lock);
+  if (r < 0) {
+    free(o);
+    json_decref(named);
+    return r;
+  }
+  *ret = o;
+  *honoured = named;
+  return 0;
+}
+
+void tg_mcp_tasks_observe(tg_mcp_task_observer *o) {
+  tg_mcp_tasks *t = o->store;
+  pthread_mutex_lock(&t->observing);
+  o->next = t->observers;
+  t->observers = o;
+  o->observed = true;
+  publish_to(o);
+  pthread_mutex_unlock(&t->observing);
+}
+
+void tg_mcp_tasks_observer_free(tg_mcp_task_observer *o) {
+  if (!o) return;
+  tg_mcp_tasks *t = o->store;
+  pthread_mutex_lock(&t->observing);
+  for (tg_mcp_task_observer **p = &t->observers; o->observed && *p; p = &(*p)->next)
+    if (*p == o) {
+      *p = o->next;
+      break;
+    }
+  pthread_mutex_unlock(&t->observing);
+  free(o);
 }

@@ -3,7 +3,8 @@
  * input (tasks/update) and may cancel (tasks/cancel). Each runs tg_call on a thread of its
  * own with a database connection of its own, so every round of it passes the gate and is
  * audited like any call. Tasks live in this process's memory, each visible only to the
- * principal that started it, until TG_MCP_TASK_TTL_MS after they ended. Knows nothing of
+ * principal that started it, until TG_MCP_TASK_TTL_MS after they ended. A handler's
+ * progress message is its task's statusMessage until the status changes. Knows nothing of
  * transports. */
 #pragma once
 #include <jansson.h>
@@ -20,6 +21,7 @@
 #define TG_MCP_MAX_TASKS 64              /* tasks one principal holds, ended or not */
 #define TG_MCP_MAX_RUNNING_TASKS_EACH 8  /* tasks one principal runs (or that wait for it) */
 #define TG_MCP_MAX_RUNNING_TASKS 32      /* threads running tasks in one server */
+#define TG_MCP_TASK_STATUS_MAX 1024      /* bytes of a statusMessage kept */
 
 typedef struct tg_mcp_tasks tg_mcp_tasks;
 
@@ -66,6 +68,23 @@ int tg_mcp_tasks_update(tg_mcp_tasks *t, const char *principal_id, const char *i
                         json_t *responses);
 /* Tests: called each time a task's thread has ended (NULL: nothing is called). */
 extern void (*tg_mcp_tasks_test_ended)(void);
+
+/* Who hears of a principal's tasks as they change (subscriptions/listen with taskIds). */
+typedef struct tg_mcp_task_observer tg_mcp_task_observer;
+typedef int (*tg_mcp_task_deliver)(void *self, tg_mcp_task_observer *o, json_t *task);
+
+/* An observer of those of ids (an array of strings, borrowed) that name principal_id's
+ * tasks, which it lists in *honoured (a new array); it hears nothing until observed.
+ * Returns 0 or TG_E_NOMEM. */
+int tg_mcp_tasks_observer_new(tg_mcp_tasks *t, const char *principal_id, json_t *ids,
+                              tg_mcp_task_deliver deliver, void *self,
+                              tg_mcp_task_observer **ret, json_t **honoured);
+/* From now on deliver(self, o, task) gets the DetailedTask (stolen) of each of o's tasks:
+ * first as it stands, then after each change of it, on the thread that made the change.
+ * A terminal status delivered counts as read, as from tasks/get. */
+void tg_mcp_tasks_observe(tg_mcp_task_observer *o);
+/* Frees o, observed or not: once this returns no delivery to it runs. NULL: nothing. */
+void tg_mcp_tasks_observer_free(tg_mcp_task_observer *o);
 
 /* Asks the task to stop: one waiting for input ends cancelled at once (its end counts as
  * read), a running one when its handler gives up (a result it returns all the same

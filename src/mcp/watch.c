@@ -28,9 +28,14 @@ static unsigned long touches[N_LISTS];
 typedef struct subscription {
   json_t *id;
   bool wants[N_LISTS];
+  tg_mcp_task_observer *tasks; /* NULL: it names no task */
 } subscription;
 
 struct tg_mcp_watch {
+  /* One change of the subscriptions at a time, each with its tasks' observer: a task's
+   * news reaches a subscription only after its acknowledgement, and none once it ended.
+   * Taken before lock. */
+  pthread_mutex_t subscribing;
   /* One check at a time: two computed at once could store the older fingerprint last and
    * announce one change twice. Taken before lock. */
   pthread_mutex_t checking;
@@ -51,6 +56,7 @@ int tg_mcp_watch_new(int (*send)(void *self, json_t *msg), void *self, tg_mcp_wa
   tg_mcp_watch *w = calloc(1, sizeof *w);
   if (!w) return TG_E_NOMEM;
   pthread_mutex_init(&w->checking, NULL);
+  pthread_mutex_init(&w->subscribing, NULL);
   pthread_mutex_init(&w->lock, NULL);
   w->send = send;
   w->self = self;
@@ -60,8 +66,12 @@ int tg_mcp_watch_new(int (*send)(void *self, json_t *msg), void *self, tg_mcp_wa
 
 void tg_mcp_watch_free(tg_mcp_watch *w) {
   if (!w) return;
-  for (size_t i = 0; i < w->n_subs; i++) json_decref(w->subs[i].id);
+  for (size_t i = 0; i < w->n_subs; i++) {
+    tg_mcp_tasks_observer_free(w->subs[i].tasks);
+    json_decref(w->subs[i].id);
+  }
   pthread_mutex_destroy(&w->lock);
+  pthread_mutex_destroy(&w->subscribing);
   pthread_mutex_destroy(&w->checking);
   free(w);
 }
@@ -89,55 +99,107 @@ static json_t *tagged(const char *method, json_t *params, json_t *id) {
   return tg_rpc_notification(method, params);
 }
 
-int tg_mcp_watch_subscribe(tg_mcp_watch *w, json_t *id, json_t *filter) {
-  subscription sub = {.id = id};
-  json_t *honoured = json_object();
-  if (!honoured) return TG_E_NOMEM;
-  for (size_t i = 0; i < N_LISTS; i++) {
-    sub.wants[i] = json_is_true(json_object_get(filter, lists[i].filter));
-    if (sub.wants[i] && json_object_set_new(honoured, lists[i].filter, json_true()) < 0) {
-      json_decref(honoured);
-      return TG_E_NOMEM;
-    }
-  }
-  json_t *ack = tagged("notifications/subscriptions/acknowledged",
-                       json_pack("{s:o}", "notifications", honoured), id);
-  if (!ack) return TG_E_NOMEM;
+/* A task that subscription o names changed: notifications/tasks with its DetailedTask. */
+static int deliver_task(void *self, tg_mcp_task_observer *o, json_t *task) {
+  tg_mcp_watch *w = self;
+  int r = TG_OK;
   pthread_mutex_lock(&w->lock);
-  int r = w->n_subs == TG_MCP_MAX_SUBSCRIPTIONS ? TG_E_TOO_LARGE : TG_OK;
-  if (r == TG_OK) {
-    /* Under the lock: the acknowledgement goes out before any notification it announces. */
-    r = w->send(w->self, ack);
-    ack = NULL;
-  }
-  if (r == TG_OK) {
-    start_listening_locked(w);
-    sub.id = json_incref(id);
-    w->subs[w->n_subs++] = sub;
+  size_t i = 0;
+  while (i < w->n_subs && w->subs[i].tasks != o) i++;
+  if (i < w->n_subs) {
+    json_t *msg = tagged("notifications/tasks", task, w->subs[i].id);
+    r = msg ? w->send(w->self, msg) : TG_E_NOMEM;
+  } else {
+    json_decref(task); /* the subscription is ending */
   }
   pthread_mutex_unlock(&w->lock);
+  return r;
+}
+
+/* The acknowledgement's notifications: what of filter is honoured. A subscription naming
+ * tasks gets its observer in sub->tasks. */
+static int honour(tg_mcp_watch *w, json_t *filter, tg_mcp_tasks *tasks, const char *principal_id,
+                  subscription *sub, json_t **ret) {
+  json_t *honoured = json_object();
+  if (!honoured) return TG_E_NOMEM;
+  int r = TG_OK;
+  for (size_t i = 0; r == TG_OK && i < N_LISTS; i++) {
+    sub->wants[i] = json_is_true(json_object_get(filter, lists[i].filter));
+    if (sub->wants[i] && json_object_set_new(honoured, lists[i].filter, json_true()) < 0)
+      r = TG_E_NOMEM;
+  }
+  json_t *ids = json_object_get(filter, "taskIds"), *named = NULL;
+  if (r == TG_OK && tasks && ids)
+    r = tg_mcp_tasks_observer_new(tasks, principal_id, ids, deliver_task, w, &sub->tasks, &named);
+  if (r == TG_OK && named && json_object_set_new(honoured, "taskIds", named) < 0) r = TG_E_NOMEM;
+  if (r < 0) {
+    json_decref(honoured);
+    tg_mcp_tasks_observer_free(sub->tasks);
+    sub->tasks = NULL;
+    return r;
+  }
+  *ret = honoured;
+  return TG_OK;
+}
+
+int tg_mcp_watch_subscribe(tg_mcp_watch *w, json_t *id, json_t *filter, tg_mcp_tasks *tasks,
+                           const char *principal_id) {
+  subscription sub = {.id = id};
+  json_t *honoured = NULL;
+  pthread_mutex_lock(&w->subscribing);
+  int r = honour(w, filter, tasks, principal_id, &sub, &honoured);
+  json_t *ack = r == TG_OK ? tagged("notifications/subscriptions/acknowledged",
+                                    json_pack("{s:o}", "notifications", honoured), id)
+                           : NULL;
+  if (r == TG_OK && !ack) r = TG_E_NOMEM;
+  if (r == TG_OK) {
+    pthread_mutex_lock(&w->lock);
+    r = w->n_subs == TG_MCP_MAX_SUBSCRIPTIONS ? TG_E_TOO_LARGE : TG_OK;
+    if (r == TG_OK) {
+      /* Under the lock: the acknowledgement goes out before any notification it announces. */
+      r = w->send(w->self, ack);
+      ack = NULL;
+    }
+    if (r == TG_OK) {
+      start_listening_locked(w);
+      sub.id = json_incref(id);
+      w->subs[w->n_subs++] = sub;
+    }
+    pthread_mutex_unlock(&w->lock);
+  }
+  if (r == TG_OK && sub.tasks) tg_mcp_tasks_observe(sub.tasks);
+  else if (r < 0) tg_mcp_tasks_observer_free(sub.tasks);
+  pthread_mutex_unlock(&w->subscribing);
   json_decref(ack);
   return r;
 }
 
 bool tg_mcp_watch_unsubscribe(tg_mcp_watch *w, json_t *id) {
-  bool found = false;
+  tg_mcp_task_observer *ended[TG_MCP_MAX_SUBSCRIPTIONS];
+  size_t n = 0;
+  pthread_mutex_lock(&w->subscribing);
   pthread_mutex_lock(&w->lock);
   for (size_t i = 0; i < w->n_subs;) {
     if (!json_equal(w->subs[i].id, id)) {
       i++;
       continue;
     }
+    ended[n++] = w->subs[i].tasks;
     json_decref(w->subs[i].id);
     memmove(w->subs + i, w->subs + i + 1, (--w->n_subs - i) * sizeof *w->subs);
-    found = true;
   }
   pthread_mutex_unlock(&w->lock);
-  return found;
+  /* Outside the lock, which a delivery to them may be waiting for. */
+  for (size_t i = 0; i < n; i++) tg_mcp_tasks_observer_free(ended[i]);
+  pthread_mutex_unlock(&w->subscribing);
+  return n > 0;
 }
 
 int tg_mcp_watch_end(tg_mcp_watch *w, json_t *meta) {
   int r = TG_OK;
+  tg_mcp_task_observer *ended[TG_MCP_MAX_SUBSCRIPTIONS];
+  size_t n = 0;
+  pthread_mutex_lock(&w->subscribing);
   pthread_mutex_lock(&w->lock);
   for (size_t i = 0; i < w->n_subs; i++) {
     json_t *id = w->subs[i].id;
@@ -152,9 +214,12 @@ int tg_mcp_watch_end(tg_mcp_watch *w, json_t *meta) {
     int sr = msg ? w->send(w->self, msg) : TG_E_NOMEM;
     if (r == TG_OK) r = sr;
     json_decref(id);
+    ended[n++] = w->subs[i].tasks;
   }
   w->n_subs = 0;
   pthread_mutex_unlock(&w->lock);
+  for (size_t i = 0; i < n; i++) tg_mcp_tasks_observer_free(ended[i]);
+  pthread_mutex_unlock(&w->subscribing);
   return r;
 }
 

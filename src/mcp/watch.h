@@ -1,6 +1,7 @@
 /* Changes of the lists a principal is offered, and who hears of them: a legacy (2025-11-25)
  * connection or session gets notifications/{tools,prompts}/list_changed, a 2026-07-28
- * subscriptions/listen stream the ones it asked for, tagged with its subscription id.
+ * subscriptions/listen stream the ones it asked for, and the changes of the tasks it names,
+ * tagged with its subscription id.
  * A tool list follows grants, workspace policy, naming profile and the agent's status, all
  * of which another process may change (the CLI writes the same database): so what decides
  * it is read again and compared by fingerprint whenever the transport checks. Thread-safe.
@@ -10,6 +11,7 @@
 #include <stdbool.h>
 
 #include "core/call.h"
+#include "mcp/tasks.h"
 
 #define TG_MCP_MAX_SUBSCRIPTIONS 16 /* subscriptions/listen streams open on one watch */
 
@@ -23,10 +25,13 @@ void tg_mcp_watch_free(tg_mcp_watch *w);
 /* A legacy client finished initializing: every later change is announced to it. */
 void tg_mcp_watch_legacy(tg_mcp_watch *w);
 /* subscriptions/listen with request id and filter: sends the acknowledgement naming the
- * honoured subset of filter (toolsListChanged, promptsListChanged), then announces those
- * changes. Returns 0, TG_E_TOO_LARGE when TG_MCP_MAX_SUBSCRIPTIONS are open, TG_E_NOMEM, or
- * the failure of send. */
-int tg_mcp_watch_subscribe(tg_mcp_watch *w, json_t *id, json_t *filter);
+ * honoured subset of filter (toolsListChanged, promptsListChanged; with tasks, the store of
+ * the server, the taskIds that name principal_id's tasks), then announces those changes:
+ * notifications/tasks with a task's DetailedTask as it stands, then at each change of it.
+ * Returns 0, TG_E_TOO_LARGE when TG_MCP_MAX_SUBSCRIPTIONS are open, TG_E_NOMEM, or the
+ * failure of send. */
+int tg_mcp_watch_subscribe(tg_mcp_watch *w, json_t *id, json_t *filter, tg_mcp_tasks *tasks,
+                           const char *principal_id);
 /* Ends subscription id (its listen request was cancelled); false when there is none. */
 bool tg_mcp_watch_unsubscribe(tg_mcp_watch *w, json_t *id);
 /* The server ends every subscription of w (it is stopping): each listen request gets its

@@ -80,12 +80,18 @@ static int h_logging(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return content_result(json_pack("[o]", text("Tool with logging executed successfully")), ret);
 }
 
-static int h_progress(tg_call_ctx *cx, json_t *args, json_t **ret) {
+/* Tells the client how far the call got, when it asked to hear. */
+static int report(tg_call_ctx *cx, json_int_t done, json_int_t total, const char *message) {
   const tg_client_channel *ch = cx->client;
-  for (int step = 0; ch && ch->progress_token && step <= 100; step += 50) {
-    int r = ch->notify(ch->self, "notifications/progress",
-                       json_pack("{s:O,s:i,s:i,s:s}", "progressToken", ch->progress_token,
-                                 "progress", step, "total", 100, "message", "working"));
+  if (!ch || !ch->progress_token) return TG_OK;
+  return ch->notify(ch->self, "notifications/progress",
+                    json_pack("{s:O,s:I,s:I,s:s}", "progressToken", ch->progress_token,
+                              "progress", done, "total", total, "message", message));
+}
+
+static int h_progress(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  for (int step = 0; step <= 100; step += 50) {
+    int r = report(cx, step, 100, "working");
     if (r < 0) return r;
   }
   return content_result(json_pack("[o]", text("Tool with progress executed successfully")), ret);
@@ -408,12 +414,19 @@ static int h_greet(tg_call_ctx *cx, json_t *args, json_t **ret) {
 static int h_slow_compute(tg_call_ctx *cx, json_t *args, json_t **ret) {
   json_int_t seconds = json_integer_value(json_object_get(args, "seconds"));
   const char *label = json_string_value(json_object_get(args, "label"));
+  if (!label) label = "(unlabelled)";
   /* No wait, no task: the result comes at once. */
   int r = seconds > 0 ? detach(cx) : TG_OK;
-  if (r == TG_OK) r = pause_ms(cx, seconds * 1000);
+  for (json_int_t done = 0; r == TG_OK && done < seconds; done++) {
+    _cleanup_free_ char *where = NULL;
+    r = asprintf(&where, "Computing %s: %lld of %lld s", label, (long long)done,
+                 (long long)seconds) < 0
+            ? TG_E_NOMEM
+            : report(cx, done, seconds, where);
+    if (r == TG_OK) r = pause_ms(cx, 1000);
+  }
   _cleanup_free_ char *line = NULL;
-  if (r == TG_OK && asprintf(&line, "Computed %s in %llds", label ? label : "(unlabelled)",
-                             (long long)seconds) < 0)
+  if (r == TG_OK && asprintf(&line, "Computed %s in %llds", label, (long long)seconds) < 0)
     r = TG_E_NOMEM;
   return r ? r : text_result(line, ret);
 }

@@ -9,10 +9,12 @@ char *tg_json_text(const json_t *value) {
   return json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
 }
 
-/* Backs up from len so that text[0..len) does not end inside a UTF-8 sequence. */
-static size_t utf8_boundary(const char *text, size_t len) {
-  while (len > 0 && ((unsigned char)text[len] & 0xc0) == 0x80) len--;
-  return len;
+size_t tg_utf8_prefix(const char *text, size_t max) {
+  size_t n = strnlen(text, max + 1);
+  if (n <= max) return n;
+  /* Back up over the continuation bytes of the character that max would cut. */
+  for (n = max; n > 0 && ((unsigned char)text[n] & 0xc0) == 0x80;) n--;
+  return n;
 }
 
 json_t *tg_json_truncate(json_t *value, size_t max_bytes) {
@@ -27,7 +29,7 @@ json_t *tg_json_truncate(json_t *value, size_t max_bytes) {
   size_t keep = max_bytes;
   json_t *out = NULL;
   for (;;) {
-    keep = utf8_boundary(text, keep < size ? keep : size);
+    keep = tg_utf8_prefix(text, keep);
     out = json_pack("{s:b,s:I,s:s%}", "truncated", 1, "bytes", (json_int_t)size, "preview",
                     text, keep);
     if (!out) break;

@@ -19,6 +19,10 @@ static inline const char *tg_json_str(const json_t *object, const char *key) {
  * whether there were any (the "truncated" of a listing). */
 bool tg_json_cut(json_t *rows, json_int_t limit);
 
+/* The length of text's longest prefix of at most max bytes that ends on a whole UTF-8
+ * character. */
+size_t tg_utf8_prefix(const char *text, size_t max);
+
 /* Compact JSON text of value (malloc'd), or NULL when out of memory. */
 char *tg_json_text(const json_t *value);
 

@@ -17,6 +17,7 @@
 #include "fixture.h"
 #include "http/server.h"
 #include "mcp/server.h"
+#include "mcp/watch.h"
 #include "tools/conformance.h"
 #include "util/clock.h"
 #include "util/status.h"
@@ -32,6 +33,7 @@ typedef struct world {
   tg_mcp_session session;
   json_t *sent;   /* messages the server sent during requests */
   json_t *answer; /* what the fake client answers to a server request */
+  tg_mcp_watch *watch; /* what requests listen on; NULL: no subscriptions/listen */
 } world;
 
 static int capture_send(void *self, json_t *msg) {
@@ -61,6 +63,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   world *w = *state;
+  tg_mcp_watch_free(w->watch);
   tg_mcp_session_done(&w->session);
   tg_mcp_server_done(&w->srv);
   json_decref(w->sent);
@@ -79,7 +82,7 @@ static json_t *send_as(world *w, const char *principal, const char *text,
   assert_int_equal(tg_rpc_decode(text, strlen(text), &msg, &err), 0);
   tg_mcp_io io = {.self = w, .send = capture_send, .ask = capture_ask};
   tg_mcp_request req = {.env = &w->f->env, .principal_id = principal, .session = &w->session,
-                        .headers = headers, .io = &io};
+                        .headers = headers, .io = &io, .watch = w->watch};
   tg_mcp_reply reply;
   assert_int_equal(tg_mcp_handle(&w->srv, &req, &msg, &reply), 0);
   if (status) *status = reply.http_status;
@@ -875,6 +878,190 @@ static void test_task_holding_limits(void **state) {
   for (int i = 0; i < TG_MCP_MAX_TASKS; i++) free(ids[i]);
 }
 
+/* What a subscriptions/listen stream receives, from whichever thread tells it. */
+typedef struct feed {
+  pthread_mutex_t lock;
+  pthread_cond_t more;
+  json_t *got;
+} feed;
+
+static int feed_send(void *self, json_t *msg) {
+  feed *f = self;
+  pthread_mutex_lock(&f->lock);
+  int r = json_array_append_new(f->got, msg);
+  pthread_cond_broadcast(&f->more);
+  pthread_mutex_unlock(&f->lock);
+  return r < 0 ? TG_E_NOMEM : TG_OK;
+}
+
+static size_t feed_count(feed *f) {
+  pthread_mutex_lock(&f->lock);
+  size_t n = json_array_size(f->got);
+  pthread_mutex_unlock(&f->lock);
+  return n;
+}
+
+/* The params of the index-th message f receives (borrowed), which must be a method
+ * notification of subscription sub (a hang guard of 30 s, not a timing check). */
+static json_t *feed_at(feed *f, size_t index, const char *method, json_t *sub) {
+  int64_t deadline = tg_monotonic_ms() + 30000;
+  pthread_mutex_lock(&f->lock);
+  for (int64_t left; json_array_size(f->got) <= index && (left = deadline - tg_monotonic_ms()) > 0;)
+    tg_timed_wait(&f->more, &f->lock, left);
+  json_t *msg = json_array_get(f->got, index);
+  pthread_mutex_unlock(&f->lock);
+  if (!msg) fail_msg("message %zu never came", index);
+  assert_string_equal(str(msg, "method"), method);
+  json_t *params = json_object_get(msg, "params");
+  assert_true(json_equal(json_object_get(json_object_get(params, "_meta"),
+                                         "io.modelcontextprotocol/subscriptionId"),
+                         sub));
+  return params;
+}
+
+/* Opens subscriptions/listen number id as principal on a new watch feeding f, with filter
+ * (JSON text); returns the watch and the acknowledged filter (borrowed). */
+static tg_mcp_watch *listen_as(world *w, const char *principal, feed *f, int id,
+                               const char *filter, json_t **acked) {
+  tg_mcp_watch *watch = NULL;
+  assert_int_equal(tg_mcp_watch_new(feed_send, f, &watch), 0);
+  char *text = NULL;
+  assert_true(asprintf(&text,
+                       "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"subscriptions/listen\","
+                       "\"params\":{\"notifications\":%s,\"_meta\":{"
+                       "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+                       "\"io.modelcontextprotocol/clientCapabilities\":" TASKS_CAPS "}}}",
+                       id, filter) > 0);
+  tg_mcp_watch *kept = w->watch;
+  w->watch = watch;
+  assert_null(send_as(w, principal, text, NULL, NULL)); /* answered only when it ends */
+  w->watch = kept;
+  free(text);
+  json_t *sub = json_integer(id);
+  *acked = json_object_get(feed_at(f, 0, "notifications/subscriptions/acknowledged", sub),
+                           "notifications");
+  json_decref(sub);
+  return watch;
+}
+
+#define FEED_INIT {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, json_array()}
+
+/* subscriptions/listen with taskIds: a principal hears of its own tasks as they stand and
+ * then at each change, to the end; of another's, nothing. */
+static void test_task_notifications(void **state) {
+  world *w = *state;
+  char other[TG_UUID_LEN + 1];
+  fixture_agent(w->f, "{\"slug\":\"bot2\"}", other);
+  char *id = start_task(w, "confirm_delete", "{\"filename\":\"n.txt\"}");
+  json_decref(await_task(w, id, "input_required"));
+  char *filter = NULL;
+  assert_true(asprintf(&filter, "{\"taskIds\":[\"%s\",\"%s\",\"0123\"]}", id, id) > 0);
+  /* The other principal names the task too, and is told of nothing. */
+  feed theirs = FEED_INIT, mine = FEED_INIT;
+  json_t *acked;
+  tg_mcp_watch *their_watch = listen_as(w, other, &theirs, 7, filter, &acked);
+  assert_int_equal(json_array_size(json_object_get(acked, "taskIds")), 0);
+  tg_mcp_watch *my_watch = listen_as(w, w->agent, &mine, 8, filter, &acked);
+  json_t *ids = json_object_get(acked, "taskIds");
+  assert_int_equal(json_array_size(ids), 1); /* once, and only the task there is */
+  assert_string_equal(json_string_value(json_array_get(ids, 0)), id);
+  json_t *sub = json_integer(8);
+  /* First as it stands. */
+  json_t *now = feed_at(&mine, 1, "notifications/tasks", sub);
+  assert_string_equal(str(now, "taskId"), id);
+  assert_string_equal(str(now, "status"), "input_required");
+  const char *key = json_object_iter_key(json_object_iter(json_object_get(now, "inputRequests")));
+  char *yes = NULL;
+  assert_true(asprintf(&yes, "{\"%s\":{\"action\":\"accept\",\"content\":{\"confirm\":true}}}", key) > 0);
+  assert_ack(task_action_as(w, w->agent, "tasks/update", id, yes));
+  /* Then each change, to the end. */
+  size_t i = 2;
+  for (;; i++) {
+    now = feed_at(&mine, i, "notifications/tasks", sub);
+    assert_string_equal(str(now, "taskId"), id);
+    if (strcmp(str(now, "status"), "completed") == 0) break;
+    assert_string_equal(str(now, "status"), "working");
+  }
+  json_t *content = json_object_get(json_object_get(now, "result"), "content");
+  assert_string_equal(str(json_array_get(content, 0), "text"), "Deleted n.txt");
+  /* Nothing after the end; and freeing a watch waits for any delivery to it. */
+  assert_ack(task_action_as(w, w->agent, "tasks/cancel", id, NULL));
+  tg_mcp_watch_free(their_watch);
+  assert_int_equal(feed_count(&theirs), 1);
+  assert_int_equal(feed_count(&mine), i + 1);
+  tg_mcp_watch_free(my_watch);
+  json_decref(theirs.got);
+  json_decref(mine.got);
+  json_decref(sub);
+  free(yes);
+  free(filter);
+  free(id);
+}
+
+/* A task tells how far it got in its statusMessage, until its status changes; a listen
+ * stream that ended hears nothing more. */
+static void test_task_status_message(void **state) {
+  world *w = *state;
+  tg_mcp_tasks_test_ended = count_ended;
+  pthread_mutex_lock(&ended_lock);
+  int base = ended;
+  pthread_mutex_unlock(&ended_lock);
+  char *id = start_task(w, "slow_compute", "{\"seconds\":60,\"label\":\"sum\"}");
+  char *filter = NULL;
+  assert_true(asprintf(&filter, "{\"taskIds\":[\"%s\"]}", id) > 0);
+  feed mine = FEED_INIT;
+  json_t *acked, *sub = json_integer(9);
+  w->watch = listen_as(w, w->agent, &mine, 9, filter, &acked);
+  json_t *now = NULL;
+  for (size_t i = 1; !str(now, "statusMessage"); i++) now = feed_at(&mine, i, "notifications/tasks", sub);
+  assert_string_equal(str(now, "status"), "working");
+  assert_true(strncmp(str(now, "statusMessage"), "Computing sum: ", 15) == 0);
+  json_t *got = get_task(w, id);
+  assert_true(strncmp(str(got, "statusMessage"), "Computing sum: ", 15) == 0);
+  json_decref(got);
+  /* The listen request cancelled, its subscription ends. */
+  json_decref(send_msg(w, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":9}}", NULL, NULL));
+  size_t heard = feed_count(&mine);
+  cancel_task(w, id);
+  await_ended(base + 1); /* the thread told whoever observed its end */
+  assert_int_equal(feed_count(&mine), heard);
+  got = get_task(w, id);
+  assert_null(json_object_get(got, "statusMessage"));
+  json_decref(got);
+  tg_mcp_tasks_test_ended = NULL;
+  json_decref(mine.got);
+  json_decref(sub);
+  free(filter);
+  free(id);
+}
+
+/* taskIds are the extension's, and a bounded list of ids. */
+static void test_task_notifications_refused(void **state) {
+  world *w = *state;
+  feed f = FEED_INIT;
+  assert_int_equal(tg_mcp_watch_new(feed_send, &f, &w->watch), 0);
+  int status = 0;
+  json_t *r = request_as(w, w->agent, "{}", "subscriptions/listen", "\"notifications\":{\"taskIds\":[]}", &status);
+  assert_int_equal(error_code(r), TG_RPC_MISSING_CAPABILITY);
+  assert_int_equal(status, 400);
+  json_decref(r);
+  r = request_as(w, w->agent, TASKS_CAPS, "subscriptions/listen", "\"notifications\":{\"taskIds\":\"x\"}", NULL);
+  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+  json_decref(r);
+  char many[TG_MCP_MAX_TASKS * 4 + 64] = "\"notifications\":{\"taskIds\":[\"a\"";
+  for (int i = 0; i < TG_MCP_MAX_TASKS; i++) strcat(many, ",\"a\"");
+  strcat(many, "]}");
+  r = request_as(w, w->agent, TASKS_CAPS, "subscriptions/listen", many, NULL);
+  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(json_object_get(r, "error"), "data"), "max")),
+                   TG_MCP_MAX_TASKS);
+  json_decref(r);
+  assert_int_equal(feed_count(&f), 0); /* no subscription began */
+  tg_mcp_watch_free(w->watch);
+  w->watch = NULL;
+  json_decref(f.got);
+}
+
 static int http_send(unsigned port, const char *method, const char *sid, const char *extra,
                      const char *body) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -1025,6 +1212,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_input_then_task, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_running_limits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_holding_limits, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_task_notifications, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_task_status_message, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_task_notifications_refused, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -292,17 +292,24 @@ test('MCP Inspector CLI over stdio', () => {
 
 // 2026-07-28 over stdio, as newline-delimited JSON-RPC: the SDK client pinned here speaks
 // neither that revision nor the Tasks extension.
-test('stdio: a tool call becomes a task; the client polls it; ending the connection cancels one running', { timeout: 60000 }, async () => {
+test('stdio: a tool call becomes a task; the client polls it or listens to it; ending the connection cancels one running', { timeout: 60000 }, async () => {
   const child = spawn(tg, ['mcp', '--agent', 'demo', '--conformance-fixtures'], { env, stdio: ['pipe', 'pipe', 'ignore'] });
   const exited = new Promise((resolve) => child.on('exit', (code) => resolve(code)));
   const waiting = new Map();
+  const heard = []; // notifications/tasks
+  let hear = () => {};
   let buffered = '';
   child.stdout.on('data', (chunk) => {
     buffered += chunk;
     for (let nl; (nl = buffered.indexOf('\n')) >= 0;) {
       const msg = JSON.parse(buffered.slice(0, nl));
       buffered = buffered.slice(nl + 1);
-      waiting.get(msg.id)?.(msg);
+      if (msg.method === 'notifications/tasks') {
+        heard.push(msg.params);
+        hear();
+      } else {
+        waiting.get(msg.id)?.(msg);
+      }
     }
   });
   let nextId = 0;
@@ -325,6 +332,15 @@ test('stdio: a tool call becomes a task; the client polls it; ending the connect
   }
   assert.equal(task.status, 'completed');
   assert.equal(task.result.content[0].text, 'Computed stdio in 1s');
+  // Or it listens: the task is told as it stands, then as it changes, to its end.
+  const listened = (await request('tools/call', { name: 'slow_compute', arguments: { seconds: 2, label: 'heard' } })).result;
+  assert.equal(listened.resultType, 'task');
+  // (The listen request is answered only when the server ends the subscription.)
+  request('subscriptions/listen', { notifications: { taskIds: [listened.taskId] } });
+  while (!heard.some((t) => t.status === 'completed')) await new Promise((r) => { hear = r; });
+  assert.ok(heard.every((t) => t.taskId === listened.taskId));
+  assert.ok(heard.some((t) => t.status === 'working' && t.statusMessage?.startsWith('Computing heard: ')));
+  assert.equal(heard.at(-1).result.content[0].text, 'Computed heard in 2s');
   const running = (await request('tools/call', { name: 'slow_compute', arguments: { seconds: 600 } })).result;
   assert.equal(running.resultType, 'task');
   // The server cancels what still runs and waits for it, then exits cleanly.

@@ -97,6 +97,17 @@ static void test_truncate_is_valid_bounded_and_marked(void **state) {
   json_decref(v);
 }
 
+static void test_utf8_prefix_ends_on_a_character(void **state) {
+  const char *s = "ab\xc3\xa9\xe2\x82\xac"; /* a b é € : 2 + 2 + 3 bytes */
+  assert_int_equal(tg_utf8_prefix(s, 100), 7);
+  assert_int_equal(tg_utf8_prefix(s, 7), 7);
+  assert_int_equal(tg_utf8_prefix(s, 6), 4); /* inside the euro sign */
+  assert_int_equal(tg_utf8_prefix(s, 5), 4);
+  assert_int_equal(tg_utf8_prefix(s, 4), 4);
+  assert_int_equal(tg_utf8_prefix(s, 3), 2); /* inside the é */
+  assert_int_equal(tg_utf8_prefix(s, 0), 0);
+}
+
 static void test_parse_bounds_and_reports(void **state) {
   char *why = NULL;
   assert_null(tg_json_parse("{\"a\":", 100, &why));
@@ -142,6 +153,7 @@ int main(void) {
       cmocka_unit_test(test_iso8601),
       cmocka_unit_test(test_truncate_keeps_small_values),
       cmocka_unit_test(test_truncate_is_valid_bounded_and_marked),
+      cmocka_unit_test(test_utf8_prefix_ends_on_a_character),
       cmocka_unit_test(test_parse_bounds_and_reports),
       cmocka_unit_test(test_error_envelope),
   };
