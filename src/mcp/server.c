@@ -797,7 +797,7 @@ static int m_listen(cx *c, json_t *params, json_t **ret) {
   if (ids && !takes_tasks(c)) return tasks_required(c);
   if (ids && !task_ids(ids))
     return rpc_fail(c, TG_RPC_INVALID_PARAMS,
-                    "params.notifications.taskIds must be an array of task ids",
+                    "params.notifications.taskIds must be an array of at most data.max task ids",
                     json_pack("{s:i}", "max", TG_MCP_MAX_TASKS));
   int r = tg_mcp_watch_subscribe(c->req->watch, c->msg->id, filter, ids ? c->srv->tasks : NULL,
                                  c->req->principal_id);

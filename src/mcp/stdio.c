@@ -255,6 +255,7 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   tg_mcp_inflight_free(req.inflight);
   tg_mcp_session_done(&session);
   tg_mcp_server_done(&served);
+  pthread_mutex_destroy(&c.writing);
   free(c.line);
   free(c.chunk);
   return r < 0 ? r : 0;

@@ -17,6 +17,7 @@
 
 /* How often a starter waiting for its call looks whether its own request was cancelled. */
 #define START_CHECK_MS 50
+#define TASK_ID_LEN 32 /* hex digits: 128 random bits */
 
 typedef enum task_status { WORKING, INPUT_REQUIRED, COMPLETED, FAILED, CANCELLED } task_status;
 static const char *const status_names[] = {"working", "input_required", "completed", "failed",
@@ -25,7 +26,7 @@ static const char *const status_names[] = {"working", "input_required", "complet
 typedef struct task {
   struct task *next;
   tg_mcp_tasks *store;
-  char id[33]; /* 128 random bits: the id is all a client needs to reach the task */
+  char id[TASK_ID_LEN + 1]; /* the id is all a client needs to reach the task */
   char principal[TG_UUID_LEN + 1];
   const tg_tool *tool;
   json_t *args, *caps; /* what its rounds run with, dropped once it ended */
@@ -63,7 +64,7 @@ struct tg_mcp_task_observer {
   bool observed;
   size_t n;
   struct {
-    char id[33];
+    char id[TASK_ID_LEN + 1];
     uint64_t seen; /* the task's seq when it was last delivered */
   } watched[TG_MCP_MAX_TASKS]; /* a principal holds no more */
 };
@@ -77,7 +78,9 @@ struct tg_mcp_tasks {
   task *list;
   unsigned running; /* threads */
   uint64_t seq;
-  bool unpublished; /* a task changed since observers last heard */
+  /* A task changed since observers last heard: whose (empty: several principals'). */
+  bool unpublished;
+  char news_of[TG_UUID_LEN + 1];
   bool stopping;
   /* Taken before lock, held while observers are told: so they hear of each task's changes
    * in order. */
@@ -162,10 +165,13 @@ static bool terminal(task_status s) { return s == COMPLETED || s == FAILED || s 
 
 /* Records that k changed: for its lastUpdatedAt, its expiry, eviction and its observers. */
 static void stamp_locked(task *k) {
+  tg_mcp_tasks *t = k->store;
   k->updated = tg_now_ms();
   k->touched = tg_monotonic_ms();
-  k->seq = ++k->store->seq;
-  k->store->unpublished = true;
+  k->seq = ++t->seq;
+  if (!t->unpublished) snprintf(t->news_of, sizeof t->news_of, "%s", k->principal);
+  else if (strcmp(t->news_of, k->principal) != 0) t->news_of[0] = '\0';
+  t->unpublished = true;
 }
 
 static void touch_locked(task *k, task_status s) {
@@ -179,14 +185,16 @@ static void touch_locked(task *k, task_status s) {
   pthread_cond_broadcast(&k->store->changed);
 }
 
-static void publish(tg_mcp_tasks *t);
+static void publish(tg_mcp_tasks *t, const char *principal);
 
 /* Unlocks the store; then observers hear of what changed while it was held. */
 static void unlock_publishing(tg_mcp_tasks *t) {
   bool news = t->unpublished;
+  char of[sizeof t->news_of];
+  memcpy(of, t->news_of, sizeof of);
   t->unpublished = false;
   pthread_mutex_unlock(&t->lock);
-  if (news) publish(t);
+  if (news) publish(t, of);
 }
 
 /* ---- what the handler sees (tg_client_channel.self is the task) ---- */
@@ -627,31 +635,51 @@ int tg_mcp_tasks_cancel(tg_mcp_tasks *t, const char *principal_id, const char *i
 
 /* ---- observers ---- */
 
-/* Tells o of those of its tasks that changed since it last heard; with t->observing held. */
+/* Tells o of those of its tasks that changed since it last heard; with t->observing held
+ * (which guards o's seen). What could not be delivered is told at the next publish. */
 static void publish_to(tg_mcp_task_observer *o) {
   tg_mcp_tasks *t = o->store;
-  json_t *news[TG_MCP_MAX_TASKS];
+  struct {
+    json_t *task;
+    size_t at;    /* in o->watched */
+    uint64_t seq; /* the change told */
+    bool ended;
+  } news[TG_MCP_MAX_TASKS];
   size_t n = 0;
   pthread_mutex_lock(&t->lock);
   for (size_t i = 0; i < o->n; i++) {
     task *k = find_locked(t, o->principal, o->watched[i].id);
     if (!k || k->seq == o->watched[i].seen) continue;
-    if (!(news[n] = task_json_locked(k, true))) {
-      tg_log(TG_LOG_WARN, "mcp: out of memory telling of a task's change");
-      continue; /* the next change tells it */
-    }
-    n++;
-    o->watched[i].seen = k->seq;
-    if (terminal(k->status)) k->read = true;
+    json_t *j = task_json_locked(k, true);
+    if (j) news[n++] = (__typeof__(news[0])){j, i, k->seq, terminal(k->status)};
+    else tg_log(TG_LOG_WARN, "mcp: out of memory telling of a task's change");
   }
   pthread_mutex_unlock(&t->lock);
   /* Outside the store's lock: delivering may wait on the client's stream. */
-  for (size_t i = 0; i < n; i++) o->deliver(o->self, o, news[i]);
+  bool ended = false;
+  for (size_t i = 0; i < n; i++) {
+    if (o->deliver(o->self, o, news[i].task) < 0) {
+      news[i].ended = false;
+      continue;
+    }
+    o->watched[news[i].at].seen = news[i].seq;
+    ended |= news[i].ended;
+  }
+  if (!ended) return;
+  /* The client learnt how those ended, as from tasks/get. */
+  pthread_mutex_lock(&t->lock);
+  for (size_t i = 0; i < n; i++) {
+    task *k = news[i].ended ? find_locked(t, o->principal, o->watched[news[i].at].id) : NULL;
+    if (k && k->seq == news[i].seq) k->read = true;
+  }
+  pthread_mutex_unlock(&t->lock);
 }
 
-static void publish(tg_mcp_tasks *t) {
+/* Tells the observers of principal (empty: of all) what changed. */
+static void publish(tg_mcp_tasks *t, const char *principal) {
   pthread_mutex_lock(&t->observing);
-  for (tg_mcp_task_observer *o = t->observers; o; o = o->next) publish_to(o);
+  for (tg_mcp_task_observer *o = t->observers; o; o = o->next)
+    if (!*principal || strcmp(o->principal, principal) == 0) publish_to(o);
   pthread_mutex_unlock(&t->observing);
 }
 
@@ -696,6 +724,7 @@ int tg_mcp_tasks_observer_new(tg_mcp_tasks *t, const char *principal_id, json_t 
 
 void tg_mcp_tasks_observe(tg_mcp_task_observer *o) {
   tg_mcp_tasks *t = o->store;
+  if (!o->n) return; /* it would never hear a thing */
   pthread_mutex_lock(&t->observing);
   o->next = t->observers;
   t->observers = o;

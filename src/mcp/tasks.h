@@ -28,7 +28,8 @@ typedef struct tg_mcp_tasks tg_mcp_tasks;
 /* base: what the tasks run against: its registry, its public_url and its data_dir (not
  * NULL), where each task opens a database connection of its own. */
 int tg_mcp_tasks_new(const tg_env *base, tg_mcp_tasks **ret);
-/* Cancels the tasks still running and waits for their threads to end. */
+/* Cancels the tasks still running and waits for their threads to end. Every observer of
+ * t must be freed before. */
 void tg_mcp_tasks_free(tg_mcp_tasks *t);
 
 typedef struct tg_mcp_task_call {
@@ -69,7 +70,10 @@ int tg_mcp_tasks_update(tg_mcp_tasks *t, const char *principal_id, const char *i
 /* Tests: called each time a task's thread has ended (NULL: nothing is called). */
 extern void (*tg_mcp_tasks_test_ended)(void);
 
-/* Who hears of a principal's tasks as they change (subscriptions/listen with taskIds). */
+/* Who hears of a principal's tasks as they change (subscriptions/listen with taskIds).
+ * deliver sends task (stolen) to the client and returns 0, or a failure: the task is then
+ * told again at its principal's next change. It runs while the store tells observers one at
+ * a time, so it must not call back into the store, nor wait for anything that may. */
 typedef struct tg_mcp_task_observer tg_mcp_task_observer;
 typedef int (*tg_mcp_task_deliver)(void *self, tg_mcp_task_observer *o, json_t *task);
 
@@ -79,9 +83,10 @@ typedef int (*tg_mcp_task_deliver)(void *self, tg_mcp_task_observer *o, json_t *
 int tg_mcp_tasks_observer_new(tg_mcp_tasks *t, const char *principal_id, json_t *ids,
                               tg_mcp_task_deliver deliver, void *self,
                               tg_mcp_task_observer **ret, json_t **honoured);
-/* From now on deliver(self, o, task) gets the DetailedTask (stolen) of each of o's tasks:
- * first as it stands, then after each change of it, on the thread that made the change.
- * A terminal status delivered counts as read, as from tasks/get. */
+/* From now on deliver(self, o, task) gets the DetailedTask of each of o's tasks: first as
+ * it stands, then as it stands after it changed, on the thread that changed it (changes in
+ * quick succession may be told as one). A terminal status delivered counts as read, as from
+ * tasks/get. An observer of no task is told nothing. */
 void tg_mcp_tasks_observe(tg_mcp_task_observer *o);
 /* Frees o, observed or not: once this returns no delivery to it runs. NULL: nothing. */
 void tg_mcp_tasks_observer_free(tg_mcp_task_observer *o);

@@ -34,7 +34,7 @@ typedef struct subscription {
 struct tg_mcp_watch {
   /* One change of the subscriptions at a time, each with its tasks' observer: a task's
    * news reaches a subscription only after its acknowledgement, and none once it ended.
-   * Taken before lock. */
+   * Taken before the store's observer lock, which is taken before lock. */
   pthread_mutex_t subscribing;
   /* One check at a time: two computed at once could store the older fingerprint last and
    * announce one change twice. Taken before lock. */
@@ -102,7 +102,7 @@ static json_t *tagged(const char *method, json_t *params, json_t *id) {
 /* A task that subscription o names changed: notifications/tasks with its DetailedTask. */
 static int deliver_task(void *self, tg_mcp_task_observer *o, json_t *task) {
   tg_mcp_watch *w = self;
-  int r = TG_OK;
+  int r = TG_E_NOTFOUND;
   pthread_mutex_lock(&w->lock);
   size_t i = 0;
   while (i < w->n_subs && w->subs[i].tasks != o) i++;
@@ -110,7 +110,7 @@ static int deliver_task(void *self, tg_mcp_task_observer *o, json_t *task) {
     json_t *msg = tagged("notifications/tasks", task, w->subs[i].id);
     r = msg ? w->send(w->self, msg) : TG_E_NOMEM;
   } else {
-    json_decref(task); /* the subscription is ending */
+    json_decref(task); /* the subscription is ending: nobody is told */
   }
   pthread_mutex_unlock(&w->lock);
   return r;

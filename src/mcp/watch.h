@@ -18,7 +18,9 @@
 typedef struct tg_mcp_watch tg_mcp_watch;
 
 /* send(self, msg) delivers a notification (msg stolen) where the client listens: stdout, a
- * session's GET stream, a listen request's stream. */
+ * session's GET stream, a listen request's stream. A watch holding task subscriptions is
+ * sent to while the task store tells its observers: free it, and send, without holding a
+ * lock that a task's change may wait for. */
 int tg_mcp_watch_new(int (*send)(void *self, json_t *msg), void *self, tg_mcp_watch **ret);
 void tg_mcp_watch_free(tg_mcp_watch *w);
 

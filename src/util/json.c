@@ -10,10 +10,11 @@ char *tg_json_text(const json_t *value) {
 }
 
 size_t tg_utf8_prefix(const char *text, size_t max) {
-  size_t n = strnlen(text, max + 1);
-  if (n <= max) return n;
-  /* Back up over the continuation bytes of the character that max would cut. */
-  for (n = max; n > 0 && ((unsigned char)text[n] & 0xc0) == 0x80;) n--;
+  size_t n = strnlen(text, max);
+  /* Cut at max (text[max] exists: at worst it is the terminator), back up over the
+   * continuation bytes of the character the cut would split. */
+  if (n == max)
+    while (n > 0 && ((unsigned char)text[n] & 0xc0) == 0x80) n--;
   return n;
 }
 

@@ -26,6 +26,13 @@
   "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"," \
   "\"io.modelcontextprotocol/clientCapabilities\":{}}"
 
+/* What a subscriptions/listen stream receives, from whichever thread tells it. */
+typedef struct feed {
+  pthread_mutex_t lock;
+  pthread_cond_t more;
+  json_t *got;
+} feed;
+
 typedef struct world {
   fixture *f;
   char agent[TG_UUID_LEN + 1];
@@ -33,7 +40,11 @@ typedef struct world {
   tg_mcp_session session;
   json_t *sent;   /* messages the server sent during requests */
   json_t *answer; /* what the fake client answers to a server request */
-  tg_mcp_watch *watch; /* what requests listen on; NULL: no subscriptions/listen */
+  tg_mcp_watch *watch; /* what requests listen on (one of listens'); NULL: nothing */
+  struct {
+    feed feed;
+    tg_mcp_watch *watch;
+  } listens[2]; /* listen streams, each on a watch of its own */
 } world;
 
 static int capture_send(void *self, json_t *msg) {
@@ -57,13 +68,26 @@ static int setup(void **state) {
   assert_int_equal(tg_mcp_server_prepare(&w->srv, &w->f->env), 0);
   tg_mcp_session_init(&w->session);
   w->sent = json_array();
+  for (size_t i = 0; i < 2; i++) {
+    feed *f = &w->listens[i].feed;
+    pthread_mutex_init(&f->lock, NULL);
+    pthread_cond_init(&f->more, NULL);
+    f->got = json_array();
+  }
   *state = w;
   return 0;
 }
 
 static int teardown(void **state) {
   world *w = *state;
-  tg_mcp_watch_free(w->watch);
+  /* Before the server: a watch may hold observers of its tasks. */
+  for (size_t i = 0; i < 2; i++) {
+    feed *f = &w->listens[i].feed;
+    tg_mcp_watch_free(w->listens[i].watch);
+    json_decref(f->got);
+    pthread_cond_destroy(&f->more);
+    pthread_mutex_destroy(&f->lock);
+  }
   tg_mcp_session_done(&w->session);
   tg_mcp_server_done(&w->srv);
   json_decref(w->sent);
@@ -497,6 +521,92 @@ static void cancel_task(world *w, const char *id) {
   json_decref(await_task(w, id, "cancelled"));
 }
 
+static int feed_send(void *self, json_t *msg) {
+  feed *f = self;
+  pthread_mutex_lock(&f->lock);
+  int r = json_array_append_new(f->got, msg);
+  pthread_cond_broadcast(&f->more);
+  pthread_mutex_unlock(&f->lock);
+  return r < 0 ? TG_E_NOMEM : TG_OK;
+}
+
+static size_t feed_count(feed *f) {
+  pthread_mutex_lock(&f->lock);
+  size_t n = json_array_size(f->got);
+  pthread_mutex_unlock(&f->lock);
+  return n;
+}
+
+/* The params of the index-th message f receives (borrowed), which must be a method
+ * notification of subscription sub (a hang guard of 30 s, not a timing check). */
+static json_t *feed_at(feed *f, size_t index, const char *method, int sub) {
+  int64_t deadline = tg_monotonic_ms() + HANG_GUARD_S * 1000;
+  pthread_mutex_lock(&f->lock);
+  for (int64_t left; json_array_size(f->got) <= index && (left = deadline - tg_monotonic_ms()) > 0;)
+    tg_timed_wait(&f->more, &f->lock, left);
+  json_t *msg = json_array_get(f->got, index);
+  pthread_mutex_unlock(&f->lock);
+  if (!msg) fail_msg("message %zu never came", index);
+  assert_string_equal(str(msg, "method"), method);
+  json_t *params = json_object_get(msg, "params");
+  json_t *meta = json_object_get(params, "_meta");
+  json_t *sub_id = json_object_get(meta, "io.modelcontextprotocol/subscriptionId");
+  assert_int_equal(json_integer_value(sub_id), sub);
+  return params;
+}
+
+/* The index-th notifications/tasks of subscription sub on f: its status must be status. */
+static json_t *told(feed *f, size_t index, int sub, const char *status) {
+  json_t *task = feed_at(f, index, "notifications/tasks", sub);
+  assert_string_equal(str(task, "status"), status);
+  return task;
+}
+
+/* Opens subscriptions/listen number id as principal on listen stream slot, with filter
+ * (JSON text); returns its feed, and the acknowledged filter in *acked (borrowed). */
+static feed *listen_as(world *w, const char *principal, size_t slot, int id, const char *filter,
+                       json_t **acked) {
+  feed *f = &w->listens[slot].feed;
+  assert_null(w->listens[slot].watch);
+  assert_int_equal(tg_mcp_watch_new(feed_send, f, &w->listens[slot].watch), 0);
+  char *text = NULL;
+  assert_true(asprintf(&text,
+                       "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"subscriptions/listen\","
+                       "\"params\":{\"notifications\":%s,\"_meta\":{"
+                       "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+                       "\"io.modelcontextprotocol/clientCapabilities\":" TASKS_CAPS "}}}",
+                       id, filter) > 0);
+  w->watch = w->listens[slot].watch;
+  assert_null(send_as(w, principal, text, NULL, NULL)); /* answered only when it ends */
+  free(text);
+  *acked = json_object_get(feed_at(f, 0, "notifications/subscriptions/acknowledged", id),
+                           "notifications");
+  return f;
+}
+
+/* A listen filter naming id (and again, and a task nobody holds); malloc'd. */
+static char *filter_of(const char *id) {
+  char *filter = NULL;
+  assert_true(asprintf(&filter, "{\"taskIds\":[\"%s\",\"%s\",\"0123\"]}", id, id) > 0);
+  return filter;
+}
+
+/* inputResponses accepting every request of a DetailedTask with content (JSON text). */
+static char *accept_all(json_t *task, const char *content) {
+  char *text = strdup("{"), *more = NULL;
+  const char *key;
+  json_t *request;
+  json_object_foreach(json_object_get(task, "inputRequests"), key, request) {
+    assert_true(asprintf(&more, "%s%s\"%s\":{\"action\":\"accept\",\"content\":%s}", text,
+                         text[1] ? "," : "", key, content) > 0);
+    free(text);
+    text = more;
+  }
+  assert_true(asprintf(&more, "%s}", text) > 0);
+  free(text);
+  return more;
+}
+
 static void test_tasks_advertised_and_listed(void **state) {
   world *w = *state;
   json_t *res = task_call(w, "server/discover", "");
@@ -860,9 +970,13 @@ static void test_task_holding_limits(void **state) {
   }
   assert_refused(w, w->agent, "held", TG_MCP_MAX_TASKS);
   assert_plain_call(w, w->agent);
-  /* Read, the fifth and the second may go; the one that ended first goes first. */
+  /* Read, the fifth and the second may go; the one that ended first goes first. The
+   * second is read as a listen stream is told how it ended. */
   json_decref(get_task(w, ids[4]));
-  json_decref(get_task(w, ids[1]));
+  char *filter = filter_of(ids[1]);
+  json_t *acked;
+  told(listen_as(w, w->agent, 0, 12, filter, &acked), 1, 12, "failed");
+  free(filter);
   char *id = start_task(w, "failing_job", "{}");
   json_t *r = task_action_as(w, w->agent, "tasks/get", ids[1], NULL);
   assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
@@ -878,122 +992,80 @@ static void test_task_holding_limits(void **state) {
   for (int i = 0; i < TG_MCP_MAX_TASKS; i++) free(ids[i]);
 }
 
-/* What a subscriptions/listen stream receives, from whichever thread tells it. */
-typedef struct feed {
-  pthread_mutex_t lock;
-  pthread_cond_t more;
-  json_t *got;
-} feed;
-
-static int feed_send(void *self, json_t *msg) {
-  feed *f = self;
-  pthread_mutex_lock(&f->lock);
-  int r = json_array_append_new(f->got, msg);
-  pthread_cond_broadcast(&f->more);
-  pthread_mutex_unlock(&f->lock);
-  return r < 0 ? TG_E_NOMEM : TG_OK;
-}
-
-static size_t feed_count(feed *f) {
-  pthread_mutex_lock(&f->lock);
-  size_t n = json_array_size(f->got);
-  pthread_mutex_unlock(&f->lock);
-  return n;
-}
-
-/* The params of the index-th message f receives (borrowed), which must be a method
- * notification of subscription sub (a hang guard of 30 s, not a timing check). */
-static json_t *feed_at(feed *f, size_t index, const char *method, json_t *sub) {
-  int64_t deadline = tg_monotonic_ms() + 30000;
-  pthread_mutex_lock(&f->lock);
-  for (int64_t left; json_array_size(f->got) <= index && (left = deadline - tg_monotonic_ms()) > 0;)
-    tg_timed_wait(&f->more, &f->lock, left);
-  json_t *msg = json_array_get(f->got, index);
-  pthread_mutex_unlock(&f->lock);
-  if (!msg) fail_msg("message %zu never came", index);
-  assert_string_equal(str(msg, "method"), method);
-  json_t *params = json_object_get(msg, "params");
-  assert_true(json_equal(json_object_get(json_object_get(params, "_meta"),
-                                         "io.modelcontextprotocol/subscriptionId"),
-                         sub));
-  return params;
-}
-
-/* Opens subscriptions/listen number id as principal on a new watch feeding f, with filter
- * (JSON text); returns the watch and the acknowledged filter (borrowed). */
-static tg_mcp_watch *listen_as(world *w, const char *principal, feed *f, int id,
-                               const char *filter, json_t **acked) {
-  tg_mcp_watch *watch = NULL;
-  assert_int_equal(tg_mcp_watch_new(feed_send, f, &watch), 0);
-  char *text = NULL;
-  assert_true(asprintf(&text,
-                       "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"subscriptions/listen\","
-                       "\"params\":{\"notifications\":%s,\"_meta\":{"
-                       "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
-                       "\"io.modelcontextprotocol/clientCapabilities\":" TASKS_CAPS "}}}",
-                       id, filter) > 0);
-  tg_mcp_watch *kept = w->watch;
-  w->watch = watch;
-  assert_null(send_as(w, principal, text, NULL, NULL)); /* answered only when it ends */
-  w->watch = kept;
-  free(text);
-  json_t *sub = json_integer(id);
-  *acked = json_object_get(feed_at(f, 0, "notifications/subscriptions/acknowledged", sub),
-                           "notifications");
-  json_decref(sub);
-  return watch;
-}
-
-#define FEED_INIT {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, json_array()}
-
 /* subscriptions/listen with taskIds: a principal hears of its own tasks as they stand and
- * then at each change, to the end; of another's, nothing. */
+ * then as they change, to the end; of another's, nothing. */
 static void test_task_notifications(void **state) {
   world *w = *state;
   char other[TG_UUID_LEN + 1];
   fixture_agent(w->f, "{\"slug\":\"bot2\"}", other);
   char *id = start_task(w, "confirm_delete", "{\"filename\":\"n.txt\"}");
   json_decref(await_task(w, id, "input_required"));
-  char *filter = NULL;
-  assert_true(asprintf(&filter, "{\"taskIds\":[\"%s\",\"%s\",\"0123\"]}", id, id) > 0);
-  /* The other principal names the task too, and is told of nothing. */
-  feed theirs = FEED_INIT, mine = FEED_INIT;
+  char *filter = filter_of(id);
   json_t *acked;
-  tg_mcp_watch *their_watch = listen_as(w, other, &theirs, 7, filter, &acked);
+  feed *theirs = listen_as(w, other, 0, 7, filter, &acked);
   assert_int_equal(json_array_size(json_object_get(acked, "taskIds")), 0);
-  tg_mcp_watch *my_watch = listen_as(w, w->agent, &mine, 8, filter, &acked);
+  feed *mine = listen_as(w, w->agent, 1, 8, filter, &acked);
   json_t *ids = json_object_get(acked, "taskIds");
   assert_int_equal(json_array_size(ids), 1); /* once, and only the task there is */
   assert_string_equal(json_string_value(json_array_get(ids, 0)), id);
-  json_t *sub = json_integer(8);
-  /* First as it stands. */
-  json_t *now = feed_at(&mine, 1, "notifications/tasks", sub);
+  json_t *now = told(mine, 1, 8, "input_required");
   assert_string_equal(str(now, "taskId"), id);
-  assert_string_equal(str(now, "status"), "input_required");
-  const char *key = json_object_iter_key(json_object_iter(json_object_get(now, "inputRequests")));
-  char *yes = NULL;
-  assert_true(asprintf(&yes, "{\"%s\":{\"action\":\"accept\",\"content\":{\"confirm\":true}}}", key) > 0);
+  char *yes = accept_all(now, "{\"confirm\":true}");
+  /* The change is told by the thread that makes it, before tasks/update returns. */
   assert_ack(task_action_as(w, w->agent, "tasks/update", id, yes));
-  /* Then each change, to the end. */
+  assert_true(feed_count(mine) > 2);
   size_t i = 2;
   for (;; i++) {
-    now = feed_at(&mine, i, "notifications/tasks", sub);
-    assert_string_equal(str(now, "taskId"), id);
+    now = feed_at(mine, i, "notifications/tasks", 8);
     if (strcmp(str(now, "status"), "completed") == 0) break;
     assert_string_equal(str(now, "status"), "working");
   }
+  assert_string_equal(str(now, "taskId"), id);
   json_t *content = json_object_get(json_object_get(now, "result"), "content");
   assert_string_equal(str(json_array_get(content, 0), "text"), "Deleted n.txt");
-  /* Nothing after the end; and freeing a watch waits for any delivery to it. */
+  /* Nothing after the end. */
   assert_ack(task_action_as(w, w->agent, "tasks/cancel", id, NULL));
-  tg_mcp_watch_free(their_watch);
-  assert_int_equal(feed_count(&theirs), 1);
-  assert_int_equal(feed_count(&mine), i + 1);
-  tg_mcp_watch_free(my_watch);
-  json_decref(theirs.got);
-  json_decref(mine.got);
-  json_decref(sub);
+  assert_int_equal(feed_count(mine), i + 1);
+  assert_int_equal(feed_count(theirs), 1);
   free(yes);
+  free(filter);
+  free(id);
+}
+
+/* Each round's input requests, each answer taken and a cancellation are told at once. */
+static void test_task_notifications_follow_rounds(void **state) {
+  world *w = *state;
+  char *id = start_task(w, "multi_input", "{\"rounds\":2}");
+  json_decref(await_task(w, id, "input_required"));
+  char *filter = filter_of(id);
+  json_t *acked;
+  feed *f = listen_as(w, w->agent, 0, 10, filter, &acked);
+  json_t *now = told(f, 1, 10, "input_required");
+  assert_int_equal(json_object_size(json_object_get(now, "inputRequests")), 2);
+  /* One answer of two: still waiting, for one request. */
+  const char *first = json_object_iter_key(json_object_iter(json_object_get(now, "inputRequests")));
+  char *one = NULL;
+  assert_true(asprintf(&one, "{\"%s\":{\"action\":\"accept\",\"content\":%s}}", first,
+                       "{\"name\":\"Ada\",\"confirm\":true}") > 0);
+  assert_ack(task_action_as(w, w->agent, "tasks/update", id, one));
+  now = told(f, 2, 10, "input_required");
+  assert_int_equal(json_object_size(json_object_get(now, "inputRequests")), 1);
+  assert_null(json_object_get(json_object_get(now, "inputRequests"), first));
+  /* The other: the task goes on to its second round, which asks again. */
+  char *rest = accept_all(now, "{\"name\":\"Ada\",\"confirm\":true}");
+  assert_ack(task_action_as(w, w->agent, "tasks/update", id, rest));
+  size_t i = 3;
+  for (;; i++) {
+    now = feed_at(f, i, "notifications/tasks", 10);
+    if (strcmp(str(now, "status"), "input_required") == 0) break;
+    assert_string_equal(str(now, "status"), "working");
+  }
+  assert_int_equal(json_object_size(json_object_get(now, "inputRequests")), 1);
+  /* Cancelled while it waits: told before tasks/cancel returns. */
+  assert_ack(task_action_as(w, w->agent, "tasks/cancel", id, NULL));
+  told(f, i + 1, 10, "cancelled");
+  free(rest);
+  free(one);
   free(filter);
   free(id);
 }
@@ -1007,30 +1079,34 @@ static void test_task_status_message(void **state) {
   int base = ended;
   pthread_mutex_unlock(&ended_lock);
   char *id = start_task(w, "slow_compute", "{\"seconds\":60,\"label\":\"sum\"}");
-  char *filter = NULL;
-  assert_true(asprintf(&filter, "{\"taskIds\":[\"%s\"]}", id) > 0);
-  feed mine = FEED_INIT;
-  json_t *acked, *sub = json_integer(9);
-  w->watch = listen_as(w, w->agent, &mine, 9, filter, &acked);
+  char *filter = filter_of(id);
+  json_t *acked;
+  feed *f = listen_as(w, w->agent, 0, 9, filter, &acked);
+  /* Each progress message is told as it comes. */
   json_t *now = NULL;
-  for (size_t i = 1; !str(now, "statusMessage"); i++) now = feed_at(&mine, i, "notifications/tasks", sub);
-  assert_string_equal(str(now, "status"), "working");
+  size_t i = 1;
+  while (!str(now, "statusMessage")) now = told(f, i++, 9, "working");
+  char *first = strdup(str(now, "statusMessage"));
+  assert_true(strncmp(first, "Computing sum: ", 15) == 0);
+  while (strcmp(str(now, "statusMessage"), first) == 0) now = told(f, i++, 9, "working");
   assert_true(strncmp(str(now, "statusMessage"), "Computing sum: ", 15) == 0);
   json_t *got = get_task(w, id);
   assert_true(strncmp(str(got, "statusMessage"), "Computing sum: ", 15) == 0);
   json_decref(got);
   /* The listen request cancelled, its subscription ends. */
-  json_decref(send_msg(w, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":9}}", NULL, NULL));
-  size_t heard = feed_count(&mine);
+  json_decref(send_msg(w,
+                       "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\","
+                       "\"params\":{\"requestId\":9}}",
+                       NULL, NULL));
+  size_t heard = feed_count(f);
   cancel_task(w, id);
   await_ended(base + 1); /* the thread told whoever observed its end */
-  assert_int_equal(feed_count(&mine), heard);
+  assert_int_equal(feed_count(f), heard);
   got = get_task(w, id);
   assert_null(json_object_get(got, "statusMessage"));
   json_decref(got);
   tg_mcp_tasks_test_ended = NULL;
-  json_decref(mine.got);
-  json_decref(sub);
+  free(first);
   free(filter);
   free(id);
 }
@@ -1038,14 +1114,17 @@ static void test_task_status_message(void **state) {
 /* taskIds are the extension's, and a bounded list of ids. */
 static void test_task_notifications_refused(void **state) {
   world *w = *state;
-  feed f = FEED_INIT;
-  assert_int_equal(tg_mcp_watch_new(feed_send, &f, &w->watch), 0);
+  feed *f = &w->listens[0].feed;
+  assert_int_equal(tg_mcp_watch_new(feed_send, f, &w->listens[0].watch), 0);
+  w->watch = w->listens[0].watch;
   int status = 0;
-  json_t *r = request_as(w, w->agent, "{}", "subscriptions/listen", "\"notifications\":{\"taskIds\":[]}", &status);
+  json_t *r = request_as(w, w->agent, "{}", "subscriptions/listen",
+                         "\"notifications\":{\"taskIds\":[]}", &status);
   assert_int_equal(error_code(r), TG_RPC_MISSING_CAPABILITY);
   assert_int_equal(status, 400);
   json_decref(r);
-  r = request_as(w, w->agent, TASKS_CAPS, "subscriptions/listen", "\"notifications\":{\"taskIds\":\"x\"}", NULL);
+  r = request_as(w, w->agent, TASKS_CAPS, "subscriptions/listen",
+                 "\"notifications\":{\"taskIds\":\"x\"}", NULL);
   assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
   json_decref(r);
   char many[TG_MCP_MAX_TASKS * 4 + 64] = "\"notifications\":{\"taskIds\":[\"a\"";
@@ -1053,13 +1132,10 @@ static void test_task_notifications_refused(void **state) {
   strcat(many, "]}");
   r = request_as(w, w->agent, TASKS_CAPS, "subscriptions/listen", many, NULL);
   assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
-  assert_int_equal(json_integer_value(json_object_get(json_object_get(json_object_get(r, "error"), "data"), "max")),
-                   TG_MCP_MAX_TASKS);
+  json_t *data = json_object_get(json_object_get(r, "error"), "data");
+  assert_int_equal(json_integer_value(json_object_get(data, "max")), TG_MCP_MAX_TASKS);
   json_decref(r);
-  assert_int_equal(feed_count(&f), 0); /* no subscription began */
-  tg_mcp_watch_free(w->watch);
-  w->watch = NULL;
-  json_decref(f.got);
+  assert_int_equal(feed_count(f), 0); /* no subscription began */
 }
 
 static int http_send(unsigned port, const char *method, const char *sid, const char *extra,
@@ -1191,6 +1267,62 @@ static void test_http_get_stream_and_resumption(void **state) {
   tg_http_stop(h);
 }
 
+#define HTTP_MODERN "MCP-Protocol-Version: 2026-07-28\r\n"
+#define TASKS_META                                                         \
+  "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"," \
+  "\"io.modelcontextprotocol/clientCapabilities\":" TASKS_CAPS "}"
+
+/* Over Streamable HTTP: a listen stream names a task, hears it as it goes and as it ends,
+ * and gets its result when the server stops. */
+static void test_http_task_notifications(void **state) {
+  world *w = *state;
+  tg_http_config cfg = {.listen = "127.0.0.1:0", .no_auth = true, .no_auth_principal = w->agent,
+                        .threads = 2, .data_dir = w->f->dir, .registry = w->f->registry,
+                        .server = w->srv};
+  tg_http *h = NULL;
+  unsigned port = 0;
+  assert_int_equal(tg_http_start(&cfg, &h, &port), 0);
+  char *res = http_exchange(
+      port, "POST", NULL, HTTP_MODERN "Mcp-Method: tools/call\r\nMcp-Name: slow_compute\r\n",
+      "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":"
+      "\"slow_compute\",\"arguments\":{\"seconds\":600,\"label\":\"web\"}," TASKS_META "}}");
+  assert_status(res, "200");
+  char id[33] = "", *at = strstr(res, "\"taskId\":\"");
+  assert_true(at && sscanf(at + 10, "%32[0-9a-f]", id) == 1);
+  free(res);
+  char *body = NULL, *headers = NULL;
+  assert_true(asprintf(&body,
+                       "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"subscriptions/listen\","
+                       "\"params\":{\"notifications\":{\"taskIds\":[\"%s\"]}," TASKS_META "}}",
+                       id) > 0);
+  int listen =
+      http_send(port, "POST", NULL, HTTP_MODERN "Mcp-Method: subscriptions/listen\r\n", body);
+  free(body);
+  res = http_read(listen, "\"statusMessage\":\"Computing web: ");
+  assert_status(res, "200");
+  assert_non_null(strstr(res, "notifications/subscriptions/acknowledged"));
+  assert_non_null(strstr(res, id));
+  free(res);
+  assert_true(asprintf(&body,
+                       "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tasks/cancel\",\"params\":{"
+                       "\"taskId\":\"%s\"," TASKS_META "}}",
+                       id) > 0);
+  assert_true(
+      asprintf(&headers, HTTP_MODERN "Mcp-Method: tasks/cancel\r\nMcp-Name: %s\r\n", id) > 0);
+  res = http_exchange(port, "POST", NULL, headers, body);
+  assert_status(res, "200");
+  free(res);
+  free(http_read(listen, "\"status\":\"cancelled\""));
+  /* The server stops: the subscription ends with its result. */
+  tg_http_stop(h);
+  res = http_read(listen, NULL);
+  assert_non_null(strstr(res, "\"id\":2,\"result\":{\"resultType\":\"complete\""));
+  free(res);
+  close(listen);
+  free(headers);
+  free(body);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_initialize_negotiates_legacy, setup, teardown),
@@ -1213,8 +1345,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_task_running_limits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_holding_limits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_notifications, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_task_notifications_follow_rounds, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_status_message, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_notifications_refused, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_http_task_notifications, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
