@@ -944,6 +944,15 @@ static void count_ended(void) {
   pthread_mutex_unlock(&ended_lock);
 }
 
+/* Counts the task threads that end from now on; returns how many did so far. */
+static int count_ends(void) {
+  tg_mcp_tasks_test_ended = count_ended;
+  pthread_mutex_lock(&ended_lock);
+  int n = ended;
+  pthread_mutex_unlock(&ended_lock);
+  return n;
+}
+
 /* Waits until n task threads ended in all (a hang guard of 30 s, not a timing check). */
 static void await_ended(int n) {
   int64_t deadline = tg_monotonic_ms() + 30000;
@@ -959,10 +968,7 @@ static void await_ended(int n) {
 static void test_task_holding_limits(void **state) {
   world *w = *state;
   char *ids[TG_MCP_MAX_TASKS];
-  tg_mcp_tasks_test_ended = count_ended;
-  pthread_mutex_lock(&ended_lock);
-  int base = ended;
-  pthread_mutex_unlock(&ended_lock);
+  int base = count_ends();
   /* Tasks that end on their own, none of them read. */
   for (int i = 0; i < TG_MCP_MAX_TASKS; i++) {
     ids[i] = start_task(w, "protocol_error_job", "{}");
@@ -1074,10 +1080,7 @@ static void test_task_notifications_follow_rounds(void **state) {
  * stream that ended hears nothing more. */
 static void test_task_status_message(void **state) {
   world *w = *state;
-  tg_mcp_tasks_test_ended = count_ended;
-  pthread_mutex_lock(&ended_lock);
-  int base = ended;
-  pthread_mutex_unlock(&ended_lock);
+  int base = count_ends();
   char *id = start_task(w, "slow_compute", "{\"seconds\":60,\"label\":\"sum\"}");
   char *filter = filter_of(id);
   json_t *acked;
