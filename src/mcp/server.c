@@ -804,6 +804,11 @@ static int m_listen(cx *c, json_t *params, json_t **ret) {
   if (r == TG_E_TOO_LARGE)
     return rpc_fail(c, TG_RPC_INVALID_REQUEST, "Too many open subscriptions",
                     json_pack("{s:i}", "max", TG_MCP_MAX_SUBSCRIPTIONS));
+  if (r == TG_E_NOTFOUND) {
+    /* The server is stopping: the subscription ends as it would have a moment later. */
+    *ret = json_pack("{s:{s:O}}", "_meta", TG_MCP_META_SUBSCRIPTION, c->msg->id);
+    return *ret ? 0 : TG_E_NOMEM;
+  }
   if (r < 0) return r;
   c->subscribed = true;
   return 0;

@@ -9,7 +9,6 @@
 #include "util/ids.h"
 #include "util/status.h"
 
-#define META_SUBSCRIPTION "io.modelcontextprotocol/subscriptionId"
 #define FP_LEN 32 /* SHA-256 */
 
 /* The lists watched: their notification and their subscriptions/listen filter field. */
@@ -45,6 +44,7 @@ struct tg_mcp_watch {
   bool legacy;
   subscription subs[TG_MCP_MAX_SUBSCRIPTIONS];
   size_t n_subs;
+  bool ended; /* the server ended its subscriptions: it takes no more */
   /* What the previous check saw; none until someone listens. */
   bool have_baseline;
   unsigned char tools_fp[FP_LEN];
@@ -91,7 +91,7 @@ void tg_mcp_watch_legacy(tg_mcp_watch *w) {
 }
 
 static json_t *tagged(const char *method, json_t *params, json_t *id) {
-  json_t *meta = json_pack("{s:O}", META_SUBSCRIPTION, id);
+  json_t *meta = json_pack("{s:O}", TG_MCP_META_SUBSCRIPTION, id);
   if (!params || !meta || json_object_set_new(params, "_meta", meta) < 0) {
     json_decref(params);
     return NULL;
@@ -154,7 +154,9 @@ int tg_mcp_watch_subscribe(tg_mcp_watch *w, json_t *id, json_t *filter, tg_mcp_t
   if (r == TG_OK && !ack) r = TG_E_NOMEM;
   if (r == TG_OK) {
     pthread_mutex_lock(&w->lock);
-    r = w->n_subs == TG_MCP_MAX_SUBSCRIPTIONS ? TG_E_TOO_LARGE : TG_OK;
+    r = w->ended                                ? TG_E_NOTFOUND
+        : w->n_subs == TG_MCP_MAX_SUBSCRIPTIONS ? TG_E_TOO_LARGE
+                                                : TG_OK;
     if (r == TG_OK) {
       /* Under the lock: the acknowledgement goes out before any notification it announces. */
       r = w->send(w->self, ack);
@@ -204,7 +206,7 @@ int tg_mcp_watch_end(tg_mcp_watch *w, json_t *meta) {
   for (size_t i = 0; i < w->n_subs; i++) {
     json_t *id = w->subs[i].id;
     json_t *own = json_copy(meta);
-    if (own && json_object_set(own, META_SUBSCRIPTION, id) < 0) {
+    if (own && json_object_set(own, TG_MCP_META_SUBSCRIPTION, id) < 0) {
       json_decref(own);
       own = NULL;
     }
@@ -217,6 +219,7 @@ int tg_mcp_watch_end(tg_mcp_watch *w, json_t *meta) {
     ended[n++] = w->subs[i].tasks;
   }
   w->n_subs = 0;
+  w->ended = true;
   pthread_mutex_unlock(&w->lock);
   for (size_t i = 0; i < n; i++) tg_mcp_tasks_observer_free(ended[i]);
   pthread_mutex_unlock(&w->subscribing);

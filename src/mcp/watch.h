@@ -14,6 +14,7 @@
 #include "mcp/tasks.h"
 
 #define TG_MCP_MAX_SUBSCRIPTIONS 16 /* subscriptions/listen streams open on one watch */
+#define TG_MCP_META_SUBSCRIPTION "io.modelcontextprotocol/subscriptionId" /* in _meta */
 
 typedef struct tg_mcp_watch tg_mcp_watch;
 
@@ -30,14 +31,14 @@ void tg_mcp_watch_legacy(tg_mcp_watch *w);
  * honoured subset of filter (toolsListChanged, promptsListChanged; with tasks, the store of
  * the server, the taskIds that name principal_id's tasks), then announces those changes:
  * notifications/tasks with a task's DetailedTask as it stands, then at each change of it.
- * Returns 0, TG_E_TOO_LARGE when TG_MCP_MAX_SUBSCRIPTIONS are open, TG_E_NOMEM, or the
- * failure of send. */
+ * Returns 0, TG_E_TOO_LARGE when TG_MCP_MAX_SUBSCRIPTIONS are open, TG_E_NOTFOUND once the
+ * watch ended (tg_mcp_watch_end), TG_E_NOMEM, or the failure of send. */
 int tg_mcp_watch_subscribe(tg_mcp_watch *w, json_t *id, json_t *filter, tg_mcp_tasks *tasks,
                            const char *principal_id);
 /* Ends subscription id (its listen request was cancelled); false when there is none. */
 bool tg_mcp_watch_unsubscribe(tg_mcp_watch *w, json_t *id);
-/* The server ends every subscription of w (it is stopping): each listen request gets its
- * result, {"resultType":"complete"} with meta (what every result's _meta carries:
+/* The server ends every subscription of w (it is stopping), and w takes no more: each
+ * listen request gets its result, {"resultType":"complete"} with meta (what every result's _meta carries:
  * tg_mcp_result_meta) and the subscription id in _meta. Returns 0, TG_E_NOMEM or the first
  * failure of send. */
 int tg_mcp_watch_end(tg_mcp_watch *w, json_t *meta);

@@ -1141,6 +1141,25 @@ static void test_task_notifications_refused(void **state) {
   assert_int_equal(feed_count(f), 0); /* no subscription began */
 }
 
+/* A listen request reaching a watch the server already ended is answered at once. */
+static void test_listen_after_the_end(void **state) {
+  world *w = *state;
+  feed *f = &w->listens[0].feed;
+  assert_int_equal(tg_mcp_watch_new(feed_send, f, &w->listens[0].watch), 0);
+  w->watch = w->listens[0].watch;
+  json_t *meta = tg_mcp_result_meta(&w->srv);
+  assert_int_equal(tg_mcp_watch_end(w->watch, meta), 0);
+  json_decref(meta);
+  json_t *r = request_as(w, w->agent, TASKS_CAPS, "subscriptions/listen",
+                         "\"notifications\":{\"toolsListChanged\":true}", NULL);
+  json_t *res = result_of(r);
+  assert_string_equal(str(res, "resultType"), "complete");
+  json_t *sub = json_object_get(json_object_get(res, "_meta"), TG_MCP_META_SUBSCRIPTION);
+  assert_true(json_equal(sub, json_object_get(r, "id")));
+  json_decref(r);
+  assert_int_equal(feed_count(f), 0); /* no acknowledgement: no subscription */
+}
+
 static int http_send(unsigned port, const char *method, const char *sid, const char *extra,
                      const char *body) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -1352,6 +1371,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_task_status_message, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_notifications_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http_task_notifications, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_listen_after_the_end, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
