@@ -1,5 +1,6 @@
-/* MCP cancellation and list-change notifications on a real workspace: through the
- * transport-neutral dispatch, then end to end over stdio (pipes, the server on a thread). */
+/* MCP cancellation (of calls, and of a call in the instant it becomes a task) and list-change
+ * notifications on a real workspace: through the transport-neutral dispatch, then end to end
+ * over stdio (pipes, the server on a thread). */
 #define _GNU_SOURCE
 #include "support.h"
 
@@ -8,11 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fixture.h"
 #include "mcp/stdio.h"
 #include "tools/conformance.h"
+#include "util/clock.h"
 #include "util/status.h"
 
 #define MODERN_META                                                      \
@@ -48,15 +51,46 @@ static int ask_write(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return TG_OK;
 }
 
+/* What a call of test.cancelled.detach does: its request (number DETACH_ID) is cancelled in
+ * the table the test names, in the instant before the handler detaches, as a client's
+ * cancellation may cross the task's creation; then it waits to hear of it. */
+#define DETACH_ID 7
+static tg_mcp_inflight *cancelling;
+static pthread_mutex_t detach_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t detach_ended = PTHREAD_COND_INITIALIZER;
+static enum { RUNNING, HEARD, NEVER_HEARD } detach_outcome;
+
+static int cancelled_as_it_detaches(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  const tg_client_channel *ch = cx->client;
+  json_t *id = json_integer(DETACH_ID);
+  tg_mcp_inflight_cancel(cancelling, id);
+  json_decref(id);
+  /* TG_E_IO when the request's cancellation was seen first: then it never was a task. */
+  int r = ch->detach(ch->self);
+  int64_t deadline = tg_monotonic_ms() + HANG_GUARD_MS;
+  while (r == TG_OK && !ch->cancelled(ch->self) && tg_monotonic_ms() < deadline)
+    nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+  pthread_mutex_lock(&detach_lock);
+  detach_outcome = r < 0 || ch->cancelled(ch->self) ? HEARD : NEVER_HEARD;
+  pthread_cond_broadcast(&detach_ended);
+  pthread_mutex_unlock(&detach_lock);
+  return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, NULL, "The client cancelled the call");
+}
+
 static const char kit_spec[] =
     "{\"provider\":\"kit\",\"tools\":["
     "{\"name\":\"test.ask.write\",\"description\":\"Records a row, then asks the client.\","
     "\"surfaces\":[\"mcp\"],\"effect\":\"write\",\"risk\":\"low\",\"permissions\":[],"
     "\"flags\":[\"interactive\"],"
+    "\"inputSchema\":{\"type\":\"object\"},\"outputSchema\":{\"type\":\"object\"}},"
+    "{\"name\":\"test.cancelled.detach\",\"description\":\"Cancelled as it becomes a task.\","
+    "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
+    "\"flags\":[\"interactive\"],\"taskSupport\":\"optional\","
     "\"inputSchema\":{\"type\":\"object\"},\"outputSchema\":{\"type\":\"object\"}}]}";
-static const tg_handler_entry kit_handlers[] = {{"test.ask.write", ask_write}};
+static const tg_handler_entry kit_handlers[] = {{"test.ask.write", ask_write},
+                                                {"test.cancelled.detach", cancelled_as_it_detaches}};
 static const tg_provider kit = {.name = "kit", .spec_json = kit_spec, .handlers = kit_handlers,
-                                .n_handlers = 1};
+                                .n_handlers = 2};
 
 typedef struct world {
   fixture *f;
@@ -200,6 +234,28 @@ static void test_call_cancelled_while_queued_is_not_served(void **state) {
   assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs);
   assert_true(tg_mcp_inflight_end(w->inflight, id));
   json_decref(id);
+}
+
+/* A request cancelled just as its handler makes it a task gets no answer, and the task,
+ * which no client can know of, hears of the cancellation and ends. */
+static void test_task_cancelled_as_it_detaches(void **state) {
+  world *w = *state;
+  cancelling = w->inflight;
+  detach_outcome = RUNNING;
+  assert_null(handle(w,
+                     "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\"," /* DETACH_ID */
+                     "\"params\":{\"name\":\"test_cancelled_detach\",\"_meta\":{"
+                     "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+                     "\"io.modelcontextprotocol/clientCapabilities\":{\"extensions\":"
+                     "{\"io.modelcontextprotocol/tasks\":{}}}}}}",
+                     NULL));
+  int64_t deadline = tg_monotonic_ms() + HANG_GUARD_MS + 5000;
+  pthread_mutex_lock(&detach_lock);
+  for (int64_t left; detach_outcome == RUNNING && (left = deadline - tg_monotonic_ms()) > 0;)
+    tg_timed_wait(&detach_ended, &detach_lock, left);
+  int outcome = detach_outcome;
+  pthread_mutex_unlock(&detach_lock);
+  assert_int_equal(outcome, HEARD);
 }
 
 static void test_list_changed_follows_the_database(void **state) {
@@ -420,6 +476,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_cancelled_call_gets_no_answer_and_writes_nothing, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_call_cancelled_while_queued_is_not_served, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_task_cancelled_as_it_detaches, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_list_changed_follows_the_database, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_listen_acknowledges_filters_and_ends, setup_fixtures, teardown),
       cmocka_unit_test_setup_teardown(test_no_list_changes_without_a_watch, setup_fixtures, teardown),
