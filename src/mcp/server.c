@@ -839,7 +839,7 @@ static int unknown_task(cx *c, const char *id) {
 static int m_tasks_get(cx *c, json_t *params, json_t **ret) {
   const char *id;
   int r = task_id(c, params, &id);
-  if (r == 0) r = tg_mcp_tasks_get(c->srv->tasks, c->req->principal_id, id, ret);
+  if (r == 0) r = tg_mcp_tasks_get(c->srv->tasks, c->req->env->db, c->req->principal_id, id, ret);
   return r == TG_E_NOTFOUND ? unknown_task(c, id) : r;
 }
 
@@ -851,7 +851,7 @@ static int m_tasks_update(cx *c, json_t *params, json_t **ret) {
   if (!json_object_get(params, "inputResponses"))
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.inputResponses is required", NULL);
   if ((r = read_responses(c, params, &responses)) != 0) return r;
-  r = tg_mcp_tasks_update(c->srv->tasks, c->req->principal_id, id, responses);
+  r = tg_mcp_tasks_update(c->srv->tasks, c->req->env->db, c->req->principal_id, id, responses);
   if (r == TG_E_NOTFOUND) return unknown_task(c, id);
   return r ? r : m_empty(c, params, ret);
 }
@@ -859,7 +859,7 @@ static int m_tasks_update(cx *c, json_t *params, json_t **ret) {
 static int m_tasks_cancel(cx *c, json_t *params, json_t **ret) {
   const char *id;
   int r = task_id(c, params, &id);
-  if (r == 0) r = tg_mcp_tasks_cancel(c->srv->tasks, c->req->principal_id, id);
+  if (r == 0) r = tg_mcp_tasks_cancel(c->srv->tasks, c->req->env->db, c->req->principal_id, id);
   if (r == TG_E_NOTFOUND) return unknown_task(c, id);
   return r ? r : m_empty(c, params, ret);
 }

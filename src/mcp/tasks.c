@@ -197,6 +197,32 @@ static void unlock_publishing(tg_mcp_tasks *t) {
   if (news) publish(t, of);
 }
 
+static json_t *task_json_locked(const task *k, bool detailed) {
+  char created[TG_ISO_LEN + 1], updated[TG_ISO_LEN + 1];
+  tg_iso8601(k->created, created);
+  tg_iso8601(k->updated, updated);
+  json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:I,s:I}", "taskId", k->id, "status",
+                        status_names[k->status], "createdAt", created, "lastUpdatedAt", updated,
+                        "ttlMs", (json_int_t)TG_MCP_TASK_TTL_MS, "pollIntervalMs",
+                        (json_int_t)TG_MCP_TASK_POLL_MS);
+  if (!j) return NULL;
+  int r = 0;
+  if (!detailed) r = json_object_set_new(j, "resultType", json_string("task"));
+  /* pending changes as answers come (a copy: the answer is encoded after the lock); a
+   * result and an error never change once set. */
+  else if (k->status == INPUT_REQUIRED)
+    r = json_object_set_new(j, "inputRequests", json_deep_copy(k->pending));
+  else if (k->status == COMPLETED) r = json_object_set(j, "result", k->result);
+  else if (k->status == FAILED) r = json_object_set(j, "error", k->error);
+  if (r == 0 && k->status_message)
+    r = json_object_set_new(j, "statusMessage", json_string(k->status_message));
+  if (r < 0) {
+    json_decref(j);
+    return NULL;
+  }
+  return j;
+}
+
 /* ---- what the handler sees (tg_client_channel.self is the task) ---- */
 
 /* A progress message becomes the task's statusMessage. */
@@ -342,6 +368,51 @@ static bool await_input_locked(task *k) {
   return true;
 }
 
+/* ---- how a task ended, kept in the database ---- */
+
+typedef struct ending {
+  const task *k;
+  json_t *shown; /* its DetailedTask */
+  int64_t at;
+} ending;
+
+static int keep_ending(void *arg, tg_db *db) {
+  const ending *e = arg;
+  /* Rows past their time to live go as new ones come. */
+  int r = tg_db_exec(db, "DELETE FROM mcp_tasks WHERE ended_at < $1",
+                     json_pack("[I]", (json_int_t)(e->at - TG_MCP_TASK_TTL_MS)), NULL);
+  if (r == 0)
+    r = tg_db_exec(db,
+                   "INSERT INTO mcp_tasks (id, principal_id, task, ended_at) VALUES ($1, $2, $3, $4)",
+                   json_pack("[s,s,O,I]", e->k->id, e->k->principal, e->shown, (json_int_t)e->at),
+                   NULL);
+  return r;
+}
+
+/* Writes how k ended (shown: its DetailedTask, NULL when it could not be made) on db. A
+ * failure is logged: the task stays readable from this process's memory. */
+static void keep(tg_db *db, const task *k, json_t *shown, int64_t ended_at) {
+  ending e = {k, shown, ended_at};
+  if (!shown || tg_db_batch(db, keep_ending, &e) < 0)
+    tg_log(TG_LOG_WARN, "mcp: how task %s ended could not be kept: %s", k->id,
+           shown ? tg_db_errmsg(db) : "out of memory");
+}
+
+/* How principal's task id ended, as kept on db (a new DetailedTask in *ret, unless ret is
+ * NULL); TG_E_NOTFOUND when it holds no such task there, or its time to live is over. */
+static int kept(tg_db *db, const char *principal, const char *id, json_t **ret) {
+  json_t *row = NULL;
+  json_int_t since = (json_int_t)(tg_now_ms() - TG_MCP_TASK_TTL_MS);
+  int r = tg_db_query_row(
+      db, "SELECT task FROM mcp_tasks WHERE id = $1 AND principal_id = $2 AND ended_at >= $3",
+      json_pack("[s,s,I]", id, principal, since), &row);
+  if (r < 0) return r;
+  if (!row) return TG_E_NOTFOUND;
+  if (ret && !(*ret = json_loads(tg_json_str(row, "task"), 0, NULL))) r = TG_E_DB;
+  json_decref(row);
+  return r;
+}
+
 void (*tg_mcp_tasks_test_ended)(void);
 
 static void *task_main(void *arg) {
@@ -384,8 +455,17 @@ static void *task_main(void *arg) {
     tg_call_result_done(&res);
     pthread_mutex_lock(&t->lock);
     again = parked && await_input_locked(k);
-    k->running = again;
+    json_t *ended = again ? NULL : task_json_locked(k, true);
+    int64_t ended_at = k->updated;
     unlock_publishing(t);
+    if (!again) {
+      /* Kept before the task may go from memory, which it may once it stops running. */
+      keep(env.db, k, ended, ended_at);
+      json_decref(ended);
+      pthread_mutex_lock(&t->lock);
+      k->running = false;
+      pthread_mutex_unlock(&t->lock);
+    }
   }
   tg_db_close(env.db);
   pthread_mutex_lock(&t->lock);
@@ -444,32 +524,6 @@ static int make_room_locked(tg_mcp_tasks *t, const char *principal, tg_mcp_task_
   unlink_locked(t, oldest);
   task_free(oldest);
   return 0;
-}
-
-static json_t *task_json_locked(const task *k, bool detailed) {
-  char created[TG_ISO_LEN + 1], updated[TG_ISO_LEN + 1];
-  tg_iso8601(k->created, created);
-  tg_iso8601(k->updated, updated);
-  json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:I,s:I}", "taskId", k->id, "status",
-                        status_names[k->status], "createdAt", created, "lastUpdatedAt", updated,
-                        "ttlMs", (json_int_t)TG_MCP_TASK_TTL_MS, "pollIntervalMs",
-                        (json_int_t)TG_MCP_TASK_POLL_MS);
-  if (!j) return NULL;
-  int r = 0;
-  if (!detailed) r = json_object_set_new(j, "resultType", json_string("task"));
-  /* pending changes as answers come (a copy: the answer is encoded after the lock); a
-   * result and an error never change once set. */
-  else if (k->status == INPUT_REQUIRED)
-    r = json_object_set_new(j, "inputRequests", json_deep_copy(k->pending));
-  else if (k->status == COMPLETED) r = json_object_set(j, "result", k->result);
-  else if (k->status == FAILED) r = json_object_set(j, "error", k->error);
-  if (r == 0 && k->status_message)
-    r = json_object_set_new(j, "statusMessage", json_string(k->status_message));
-  if (r < 0) {
-    json_decref(j);
-    return NULL;
-  }
-  return j;
 }
 
 static int new_task(tg_mcp_tasks *t, const tg_mcp_task_call *call, task **ret) {
@@ -582,16 +636,18 @@ static task *find_locked(tg_mcp_tasks *t, const char *principal, const char *id)
   return NULL;
 }
 
-int tg_mcp_tasks_get(tg_mcp_tasks *t, const char *principal_id, const char *id, json_t **ret) {
+int tg_mcp_tasks_get(tg_mcp_tasks *t, tg_db *db, const char *principal_id, const char *id,
+                     json_t **ret) {
   pthread_mutex_lock(&t->lock);
   task *k = find_locked(t, principal_id, id);
   *ret = k ? task_json_locked(k, true) : NULL;
   if (*ret && terminal(k->status)) k->read = true;
   pthread_mutex_unlock(&t->lock);
-  return !k ? TG_E_NOTFOUND : *ret ? 0 : TG_E_NOMEM;
+  if (!k) return kept(db, principal_id, id, ret);
+  return *ret ? 0 : TG_E_NOMEM;
 }
 
-int tg_mcp_tasks_update(tg_mcp_tasks *t, const char *principal_id, const char *id,
+int tg_mcp_tasks_update(tg_mcp_tasks *t, tg_db *db, const char *principal_id, const char *id,
                         json_t *responses) {
   pthread_mutex_lock(&t->lock);
   task *k = find_locked(t, principal_id, id);
@@ -613,10 +669,10 @@ int tg_mcp_tasks_update(tg_mcp_tasks *t, const char *principal_id, const char *i
   if (k && k->status == INPUT_REQUIRED && !json_object_size(k->pending)) touch_locked(k, WORKING);
   else if (answered) stamp_locked(k); /* fewer requests pending */
   unlock_publishing(t);
-  return r;
+  return k ? r : kept(db, principal_id, id, NULL); /* ended: nothing to answer */
 }
 
-int tg_mcp_tasks_cancel(tg_mcp_tasks *t, const char *principal_id, const char *id) {
+int tg_mcp_tasks_cancel(tg_mcp_tasks *t, tg_db *db, const char *principal_id, const char *id) {
   pthread_mutex_lock(&t->lock);
   task *k = find_locked(t, principal_id, id);
   if (k && !terminal(k->status)) {
@@ -630,7 +686,7 @@ int tg_mcp_tasks_cancel(tg_mcp_tasks *t, const char *principal_id, const char *i
     pthread_cond_broadcast(&t->changed);
   }
   unlock_publishing(t);
-  return k ? 0 : TG_E_NOTFOUND;
+  return k ? 0 : kept(db, principal_id, id, NULL); /* ended: nothing to stop */
 }
 
 /* ---- observers ---- */

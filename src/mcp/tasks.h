@@ -3,7 +3,9 @@
  * input (tasks/update) and may cancel (tasks/cancel). Each runs tg_call on a thread of its
  * own with a database connection of its own, so every round of it passes the gate and is
  * audited like any call. Tasks live in this process's memory, each visible only to the
- * principal that started it, until TG_MCP_TASK_TTL_MS after they ended. A handler's
+ * principal that started it; how one ended is also written to the database (mcp_tasks), so
+ * that it stays readable until TG_MCP_TASK_TTL_MS after it ended, whatever becomes of the
+ * process. A handler's
  * progress message is its task's statusMessage until the status changes. Knows nothing of
  * transports. */
 #pragma once
@@ -60,12 +62,15 @@ typedef struct tg_mcp_task_start {
  * read how it ended, the longest ended first); or another TG_E_* status. */
 int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_task_start *ret);
 
-/* The DetailedTask of principal's task id (a new object); TG_E_NOTFOUND when principal has
- * no such task. */
-int tg_mcp_tasks_get(tg_mcp_tasks *t, const char *principal_id, const char *id, json_t **ret);
+/* The DetailedTask of principal's task id (a new object): from memory, or, for a task that
+ * ended and is no longer there (let go, or run by a server since stopped), as db keeps it.
+ * TG_E_NOTFOUND when principal has no such task; another TG_E_* when db fails. */
+int tg_mcp_tasks_get(tg_mcp_tasks *t, tg_db *db, const char *principal_id, const char *id,
+                     json_t **ret);
 /* Answers the task's pending input requests (responses: borrowed, request key → response);
- * keys not pending are ignored. Once none is pending the task goes on. 0 or TG_E_NOTFOUND. */
-int tg_mcp_tasks_update(tg_mcp_tasks *t, const char *principal_id, const char *id,
+ * keys not pending are ignored. Once none is pending the task goes on. 0 (also for a task
+ * db keeps: it ended), TG_E_NOTFOUND, or the failure of db. */
+int tg_mcp_tasks_update(tg_mcp_tasks *t, tg_db *db, const char *principal_id, const char *id,
                         json_t *responses);
 /* Tests: called each time a task's thread has ended (NULL: nothing is called). */
 extern void (*tg_mcp_tasks_test_ended)(void);
@@ -93,5 +98,5 @@ void tg_mcp_tasks_observer_free(tg_mcp_task_observer *o);
 
 /* Asks the task to stop: one waiting for input ends cancelled at once (its end counts as
  * read), a running one when its handler gives up (a result it returns all the same
- * stands). 0 or TG_E_NOTFOUND. */
-int tg_mcp_tasks_cancel(tg_mcp_tasks *t, const char *principal_id, const char *id);
+ * stands). 0 (also for a task db keeps: it ended), TG_E_NOTFOUND, or the failure of db. */
+int tg_mcp_tasks_cancel(tg_mcp_tasks *t, tg_db *db, const char *principal_id, const char *id);

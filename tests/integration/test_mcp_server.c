@@ -976,26 +976,78 @@ static void test_task_holding_limits(void **state) {
   }
   assert_refused(w, w->agent, "held", TG_MCP_MAX_TASKS);
   assert_plain_call(w, w->agent);
-  /* Read, the fifth and the second may go; the one that ended first goes first. The
-   * second is read as a listen stream is told how it ended. */
+  /* Read, the fifth and the second may go from memory: room for two more, no third (unread
+   * ended tasks never go early). The second is read as a listen stream is told how it
+   * ended. */
   json_decref(get_task(w, ids[4]));
   char *filter = filter_of(ids[1]);
   json_t *acked;
   told(listen_as(w, w->agent, 0, 12, filter, &acked), 1, 12, "failed");
   free(filter);
-  char *id = start_task(w, "failing_job", "{}");
-  json_t *r = task_action_as(w, w->agent, "tasks/get", ids[1], NULL);
+  char *more[2] = {start_task(w, "failing_job", "{}"), start_task(w, "failing_job", "{}")};
+  assert_refused(w, w->agent, "held", TG_MCP_MAX_TASKS);
+  /* Gone from memory or not, each still reads as it ended. */
+  for (int i = 0; i < TG_MCP_MAX_TASKS; i++) {
+    json_t *kept = get_task(w, ids[i]);
+    assert_string_equal(str(kept, "status"), "failed");
+    json_decref(kept);
+  }
+  for (int i = 0; i < 2; i++) {
+    json_decref(await_task(w, more[i], "completed"));
+    free(more[i]);
+  }
+  tg_mcp_tasks_test_ended = NULL;
+  for (int i = 0; i < TG_MCP_MAX_TASKS; i++) free(ids[i]);
+}
+
+/* How a task ended outlives the server that ran it: another reads it from the database, for
+ * its principal only and for its time to live. */
+static void test_task_outlives_its_server(void **state) {
+  world *w = *state;
+  char other[TG_UUID_LEN + 1];
+  fixture_agent(w->f, "{\"slug\":\"bot2\"}", other);
+  int base = count_ends();
+  char *id = start_task(w, "slow_compute", "{\"seconds\":1,\"label\":\"kept\"}");
+  await_ended(base + 1); /* its thread wrote how it ended */
+  tg_mcp_tasks_test_ended = NULL;
+  assert_int_equal(fixture_count(w->f, "mcp_tasks"), 1);
+  /* A server that never ran it, on the same workspace. */
+  tg_mcp_server_done(&w->srv);
+  w->srv = (tg_mcp_server){.fixtures = true, .name = "toolgate", .version = "test"};
+  assert_int_equal(tg_mcp_server_prepare(&w->srv, &w->f->env), 0);
+  json_t *got = get_task(w, id);
+  assert_string_equal(str(got, "resultType"), "complete");
+  assert_string_equal(str(got, "status"), "completed");
+  json_t *content = json_object_get(json_object_get(got, "result"), "content");
+  assert_string_equal(str(json_array_get(content, 0), "text"), "Computed kept in 1s");
+  json_decref(got);
+  /* Ended: acknowledged, and nothing changes. */
+  assert_ack(task_action_as(w, w->agent, "tasks/cancel", id, NULL));
+  assert_ack(task_action_as(w, w->agent, "tasks/update", id, "{\"r1.x\":{\"action\":\"decline\"}}"));
+  got = get_task(w, id);
+  assert_string_equal(str(got, "status"), "completed");
+  json_decref(got);
+  /* Nobody else's. */
+  const char *actions[] = {"tasks/get", "tasks/cancel"};
+  for (size_t i = 0; i < 2; i++) {
+    json_t *r = task_action_as(w, other, actions[i], id, NULL);
+    assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+    json_decref(r);
+  }
+  /* Past its time to live it is unknown, and the next task to end clears it out. */
+  assert_int_equal(tg_db_exec(w->f->db, "UPDATE mcp_tasks SET ended_at = ended_at - $1",
+                              json_pack("[I]", (json_int_t)TG_MCP_TASK_TTL_MS + 1), NULL),
+                   0);
+  json_t *r = task_action_as(w, w->agent, "tasks/get", id, NULL);
   assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
   json_decref(r);
-  json_t *kept = get_task(w, ids[4]);
-  assert_string_equal(str(kept, "status"), "failed");
-  json_decref(kept);
-  /* Unread ended tasks never go early: the first is still there. */
-  json_decref(get_task(w, ids[0]));
-  json_decref(await_task(w, id, "completed"));
+  base = count_ends();
+  char *next = start_task(w, "protocol_error_job", "{}");
+  await_ended(base + 1);
   tg_mcp_tasks_test_ended = NULL;
+  assert_int_equal(fixture_count(w->f, "mcp_tasks"), 1);
+  free(next);
   free(id);
-  for (int i = 0; i < TG_MCP_MAX_TASKS; i++) free(ids[i]);
 }
 
 /* subscriptions/listen with taskIds: a principal hears of its own tasks as they stand and
@@ -1366,6 +1418,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_input_then_task, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_running_limits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_holding_limits, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_task_outlives_its_server, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_notifications, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_notifications_follow_rounds, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_status_message, setup, teardown),

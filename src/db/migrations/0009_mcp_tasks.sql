@@ -1,0 +1,10 @@
+-- MCP tasks (the 2026-07-28 Tasks extension) that ended, each as tasks/get shows it: so that
+-- its client reads how it ended for its whole time to live, even once the server that ran it
+-- restarted or let it go from memory. A task still running lives in that server's memory only.
+CREATE TABLE mcp_tasks (
+  id           TEXT PRIMARY KEY, -- 32 random hex digits
+  principal_id TEXT NOT NULL REFERENCES principals (id),
+  task         TEXT NOT NULL,    -- the DetailedTask, JSON
+  ended_at     INTEGER NOT NULL  -- Unix milliseconds; the row goes when its time to live is over
+);
+CREATE INDEX mcp_tasks_ended ON mcp_tasks (ended_at);
