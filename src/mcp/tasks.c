@@ -36,6 +36,7 @@ typedef struct task {
   bool running;  /* its thread still uses it */
   bool cancel;
   bool read;     /* ended, and the client read how */
+  bool kept;     /* ended, and how is in the database */
   task_status status;
   char *status_message; /* the handler's last progress message in this status */
   int64_t created, updated; /* wall clock (ms), for the client */
@@ -378,7 +379,8 @@ typedef struct ending {
 
 static int keep_ending(void *arg, tg_db *db) {
   const ending *e = arg;
-  /* Rows past their time to live go as new ones come. */
+  /* Rows past their time to live go as new ones come, and so do a principal's oldest past
+   * TG_MCP_MAX_KEPT_TASKS. */
   int r = tg_db_exec(db, "DELETE FROM mcp_tasks WHERE ended_at < $1",
                      json_pack("[I]", (json_int_t)(e->at - TG_MCP_TASK_TTL_MS)), NULL);
   if (r == 0)
@@ -386,21 +388,28 @@ static int keep_ending(void *arg, tg_db *db) {
                    "INSERT INTO mcp_tasks (id, principal_id, task, ended_at) VALUES ($1, $2, $3, $4)",
                    json_pack("[s,s,O,I]", e->k->id, e->k->principal, e->shown, (json_int_t)e->at),
                    NULL);
+  if (r == 0)
+    r = tg_db_exec(db,
+                   "DELETE FROM mcp_tasks WHERE principal_id = $1 AND id NOT IN (SELECT id FROM "
+                   "mcp_tasks WHERE principal_id = $1 ORDER BY ended_at DESC LIMIT $2)",
+                   json_pack("[s,i]", e->k->principal, TG_MCP_MAX_KEPT_TASKS), NULL);
   return r;
 }
 
-/* Writes how k ended (shown: its DetailedTask, NULL when it could not be made) on db. A
- * failure is logged: the task stays readable from this process's memory. */
-static void keep(tg_db *db, const task *k, json_t *shown, int64_t ended_at) {
+/* Writes how k ended (shown: its DetailedTask, NULL when it could not be made) on db; true
+ * when it did. A failure is logged: the task stays in this process's memory. */
+static bool keep(tg_db *db, const task *k, json_t *shown, int64_t ended_at) {
   ending e = {k, shown, ended_at};
-  if (!shown || tg_db_batch(db, keep_ending, &e) < 0)
-    tg_log(TG_LOG_WARN, "mcp: how task %s ended could not be kept: %s", k->id,
-           shown ? tg_db_errmsg(db) : "out of memory");
+  if (shown && tg_db_batch(db, keep_ending, &e) == 0) return true;
+  tg_log(TG_LOG_WARN, "mcp: how task %s ended could not be kept: %s", k->id,
+         shown ? tg_db_errmsg(db) : "out of memory");
+  return false;
 }
 
 /* How principal's task id ended, as kept on db (a new DetailedTask in *ret, unless ret is
  * NULL); TG_E_NOTFOUND when it holds no such task there, or its time to live is over. */
 static int kept(tg_db *db, const char *principal, const char *id, json_t **ret) {
+  if (strlen(id) != TASK_ID_LEN) return TG_E_NOTFOUND; /* no task's */
   json_t *row = NULL;
   json_int_t since = (json_int_t)(tg_now_ms() - TG_MCP_TASK_TTL_MS);
   int r = tg_db_query_row(
@@ -408,7 +417,8 @@ static int kept(tg_db *db, const char *principal, const char *id, json_t **ret) 
       json_pack("[s,s,I]", id, principal, since), &row);
   if (r < 0) return r;
   if (!row) return TG_E_NOTFOUND;
-  if (ret && !(*ret = json_loads(tg_json_str(row, "task"), 0, NULL))) r = TG_E_DB;
+  /* The text holds what the JSON held, \u0000 included. */
+  if (ret && !(*ret = json_loads(tg_json_str(row, "task"), JSON_ALLOW_NUL, NULL))) r = TG_E_DB;
   json_decref(row);
   return r;
 }
@@ -455,14 +465,19 @@ static void *task_main(void *arg) {
     tg_call_result_done(&res);
     pthread_mutex_lock(&t->lock);
     again = parked && await_input_locked(k);
+    if (!again && t->stopping && k->status == CANCELLED) {
+      free(k->status_message);
+      k->status_message = strdup("The server stopped before the task ended");
+    }
     json_t *ended = again ? NULL : task_json_locked(k, true);
     int64_t ended_at = k->updated;
     unlock_publishing(t);
     if (!again) {
       /* Kept before the task may go from memory, which it may once it stops running. */
-      keep(env.db, k, ended, ended_at);
+      bool kept = keep(env.db, k, ended, ended_at);
       json_decref(ended);
       pthread_mutex_lock(&t->lock);
+      k->kept = kept;
       k->running = false;
       pthread_mutex_unlock(&t->lock);
     }
@@ -504,8 +519,9 @@ static int make_room_locked(tg_mcp_tasks *t, const char *principal, tg_mcp_task_
     }
     if (strcmp(k->principal, principal) == 0) {
       held++;
-      running += k->running;
-      if (may_go(k) && k->read && (!oldest || k->seq < oldest->seq)) oldest = k;
+      running += k->running && !terminal(k->status); /* not one writing how it ended */
+      /* One the database does not keep would be lost. */
+      if (may_go(k) && k->read && k->kept && (!oldest || k->seq < oldest->seq)) oldest = k;
     }
     p = &k->next;
   }

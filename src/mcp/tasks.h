@@ -24,6 +24,8 @@
 #define TG_MCP_MAX_RUNNING_TASKS_EACH 8  /* tasks one principal runs (or that wait for it) */
 #define TG_MCP_MAX_RUNNING_TASKS 32      /* threads running tasks in one server */
 #define TG_MCP_TASK_STATUS_MAX 1024      /* bytes of a statusMessage kept */
+#define TG_MCP_MAX_KEPT_TASKS 256        /* ended tasks of one principal the database keeps
+                                          * (the oldest go first) */
 
 typedef struct tg_mcp_tasks tg_mcp_tasks;
 
@@ -59,7 +61,8 @@ typedef struct tg_mcp_task_start {
  * comes first. Returns 0; TG_E_TOO_LARGE (with ret->limit) when the server runs
  * TG_MCP_MAX_RUNNING_TASKS, the principal TG_MCP_MAX_RUNNING_TASKS_EACH, or it holds
  * TG_MCP_MAX_TASKS none of which may make room (an ended task makes room once the client
- * read how it ended, the longest ended first); or another TG_E_* status. */
+ * read how it ended and the database keeps it, the longest ended first); or another TG_E_*
+ * status. */
 int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_task_start *ret);
 
 /* The DetailedTask of principal's task id (a new object): from memory, or, for a task that

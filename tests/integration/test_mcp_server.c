@@ -996,12 +996,23 @@ static void test_task_holding_limits(void **state) {
     json_decref(await_task(w, more[i], "completed"));
     free(more[i]);
   }
+  await_ended(base + TG_MCP_MAX_TASKS + 2);
   tg_mcp_tasks_test_ended = NULL;
   for (int i = 0; i < TG_MCP_MAX_TASKS; i++) free(ids[i]);
 }
 
+/* Whether the database keeps task id. */
+static bool kept_row(world *w, const char *id) {
+  json_t *row = NULL;
+  assert_int_equal(tg_db_query_row(w->f->db, "SELECT id FROM mcp_tasks WHERE id = $1",
+                                   json_pack("[s]", id), &row),
+                   0);
+  json_decref(row);
+  return row != NULL;
+}
+
 /* How a task ended outlives the server that ran it: another reads it from the database, for
- * its principal only and for its time to live. */
+ * its principal only and for its time to live; the database keeps a bounded number. */
 static void test_task_outlives_its_server(void **state) {
   world *w = *state;
   char other[TG_UUID_LEN + 1];
@@ -1010,8 +1021,10 @@ static void test_task_outlives_its_server(void **state) {
   char *id = start_task(w, "slow_compute", "{\"seconds\":1,\"label\":\"kept\"}");
   await_ended(base + 1); /* its thread wrote how it ended */
   tg_mcp_tasks_test_ended = NULL;
+  assert_true(kept_row(w, id));
   assert_int_equal(fixture_count(w->f, "mcp_tasks"), 1);
-  /* A server that never ran it, on the same workspace. */
+  /* A server that stops cancels what still runs, and says why. */
+  char *cut = start_task(w, "slow_compute", "{\"seconds\":600}");
   tg_mcp_server_done(&w->srv);
   w->srv = (tg_mcp_server){.fixtures = true, .name = "toolgate", .version = "test"};
   assert_int_equal(tg_mcp_server_prepare(&w->srv, &w->f->env), 0);
@@ -1027,6 +1040,10 @@ static void test_task_outlives_its_server(void **state) {
   got = get_task(w, id);
   assert_string_equal(str(got, "status"), "completed");
   json_decref(got);
+  got = get_task(w, cut);
+  assert_string_equal(str(got, "status"), "cancelled");
+  assert_string_equal(str(got, "statusMessage"), "The server stopped before the task ended");
+  json_decref(got);
   /* Nobody else's. */
   const char *actions[] = {"tasks/get", "tasks/cancel"};
   for (size_t i = 0; i < 2; i++) {
@@ -1034,19 +1051,36 @@ static void test_task_outlives_its_server(void **state) {
     assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
     json_decref(r);
   }
-  /* Past its time to live it is unknown, and the next task to end clears it out. */
+  /* Past their time to live (every row made an hour older) tasks are unknown, and the next
+   * task to end clears them out. */
   assert_int_equal(tg_db_exec(w->f->db, "UPDATE mcp_tasks SET ended_at = ended_at - $1",
                               json_pack("[I]", (json_int_t)TG_MCP_TASK_TTL_MS + 1), NULL),
                    0);
   json_t *r = task_action_as(w, w->agent, "tasks/get", id, NULL);
   assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
   json_decref(r);
-  base = count_ends();
+  /* A principal's rows are bounded: with as many more, the oldest go first. */
+  assert_int_equal(
+      tg_db_exec(w->f->db,
+                 "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $3) "
+                 "INSERT INTO mcp_tasks (id, principal_id, task, ended_at) "
+                 "SELECT printf('%032d', i), $1, '{}', $2 + i FROM n",
+                 json_pack("[s,I,i]", w->agent, (json_int_t)tg_now_ms() - 60000,
+                           TG_MCP_MAX_KEPT_TASKS),
+                 NULL),
+      0);
   char *next = start_task(w, "protocol_error_job", "{}");
-  await_ended(base + 1);
-  tg_mcp_tasks_test_ended = NULL;
-  assert_int_equal(fixture_count(w->f, "mcp_tasks"), 1);
+  for (int i = 0; !kept_row(w, next); i++) {
+    if (i == HANG_GUARD_S * 100) fail_msg("task %s was never kept", next);
+    usleep(10000);
+  }
+  assert_int_equal(fixture_count(w->f, "mcp_tasks"), TG_MCP_MAX_KEPT_TASKS);
+  assert_false(kept_row(w, id)); /* past its time to live, as cut's */
+  assert_false(kept_row(w, cut));
+  assert_false(kept_row(w, "00000000000000000000000000000001")); /* the oldest */
+  assert_true(kept_row(w, "00000000000000000000000000000002"));
   free(next);
+  free(cut);
   free(id);
 }
 

@@ -8,3 +8,5 @@ CREATE TABLE mcp_tasks (
   ended_at     INTEGER NOT NULL  -- Unix milliseconds; the row goes when its time to live is over
 );
 CREATE INDEX mcp_tasks_ended ON mcp_tasks (ended_at);
+-- A principal's rows, newest first: past a bound per principal, the oldest go.
+CREATE INDEX mcp_tasks_principal ON mcp_tasks (principal_id, ended_at);
