@@ -423,6 +423,26 @@ static int kept(tg_db *db, const char *principal, const char *id, json_t **ret) 
   return r;
 }
 
+/* k ended (called with the store's lock, which it releases): how is kept on db before the
+ * task may leave memory, which it may once it no longer runs. */
+static void end_locked(task *k, tg_db *db) {
+  tg_mcp_tasks *t = k->store;
+  if (t->stopping && k->status == CANCELLED) {
+    free(k->status_message);
+    k->status_message = strdup("The server stopped before the task ended");
+    stamp_locked(k);
+  }
+  json_t *shown = task_json_locked(k, true);
+  int64_t ended_at = k->updated;
+  unlock_publishing(t);
+  bool kept = keep(db, k, shown, ended_at);
+  json_decref(shown);
+  pthread_mutex_lock(&t->lock);
+  k->kept = kept;
+  k->running = false;
+  pthread_mutex_unlock(&t->lock);
+}
+
 void (*tg_mcp_tasks_test_ended)(void);
 
 static void *task_main(void *arg) {
@@ -465,22 +485,8 @@ static void *task_main(void *arg) {
     tg_call_result_done(&res);
     pthread_mutex_lock(&t->lock);
     again = parked && await_input_locked(k);
-    if (!again && t->stopping && k->status == CANCELLED) {
-      free(k->status_message);
-      k->status_message = strdup("The server stopped before the task ended");
-    }
-    json_t *ended = again ? NULL : task_json_locked(k, true);
-    int64_t ended_at = k->updated;
-    unlock_publishing(t);
-    if (!again) {
-      /* Kept before the task may go from memory, which it may once it stops running. */
-      bool kept = keep(env.db, k, ended, ended_at);
-      json_decref(ended);
-      pthread_mutex_lock(&t->lock);
-      k->kept = kept;
-      k->running = false;
-      pthread_mutex_unlock(&t->lock);
-    }
+    if (again) unlock_publishing(t);
+    else end_locked(k, env.db);
   }
   tg_db_close(env.db);
   pthread_mutex_lock(&t->lock);
