@@ -379,15 +379,17 @@ typedef struct ending {
 
 static int keep_ending(void *arg, tg_db *db) {
   const ending *e = arg;
+  char at[TG_ISO_LEN + 1], expired[TG_ISO_LEN + 1];
+  tg_iso8601(e->at, at);
+  tg_iso8601(e->at - TG_MCP_TASK_TTL_MS, expired);
   /* Rows past their time to live go as new ones come, and so do a principal's oldest past
    * TG_MCP_MAX_KEPT_TASKS. */
-  int r = tg_db_exec(db, "DELETE FROM mcp_tasks WHERE ended_at < $1",
-                     json_pack("[I]", (json_int_t)(e->at - TG_MCP_TASK_TTL_MS)), NULL);
+  int r = tg_db_exec(db, "DELETE FROM mcp_tasks WHERE ended_at < $1", json_pack("[s]", expired),
+                     NULL);
   if (r == 0)
     r = tg_db_exec(db,
                    "INSERT INTO mcp_tasks (id, principal_id, task, ended_at) VALUES ($1, $2, $3, $4)",
-                   json_pack("[s,s,O,I]", e->k->id, e->k->principal, e->shown, (json_int_t)e->at),
-                   NULL);
+                   json_pack("[s,s,O,s]", e->k->id, e->k->principal, e->shown, at), NULL);
   if (r == 0)
     r = tg_db_exec(db,
                    "DELETE FROM mcp_tasks WHERE principal_id = $1 AND id NOT IN (SELECT id FROM "
@@ -411,10 +413,11 @@ static bool keep(tg_db *db, const task *k, json_t *shown, int64_t ended_at) {
 static int kept(tg_db *db, const char *principal, const char *id, json_t **ret) {
   if (strlen(id) != TASK_ID_LEN) return TG_E_NOTFOUND; /* no task's */
   json_t *row = NULL;
-  json_int_t since = (json_int_t)(tg_now_ms() - TG_MCP_TASK_TTL_MS);
+  char since[TG_ISO_LEN + 1];
+  tg_iso8601(tg_now_ms() - TG_MCP_TASK_TTL_MS, since);
   int r = tg_db_query_row(
       db, "SELECT task FROM mcp_tasks WHERE id = $1 AND principal_id = $2 AND ended_at >= $3",
-      json_pack("[s,s,I]", id, principal, since), &row);
+      json_pack("[s,s,s]", id, principal, since), &row);
   if (r < 0) return r;
   if (!row) return TG_E_NOTFOUND;
   /* The text holds what the JSON held, \u0000 included. */

@@ -1053,8 +1053,10 @@ static void test_task_outlives_its_server(void **state) {
   }
   /* Past their time to live (every row made an hour older) tasks are unknown, and the next
    * task to end clears them out. */
-  assert_int_equal(tg_db_exec(w->f->db, "UPDATE mcp_tasks SET ended_at = ended_at - $1",
-                              json_pack("[I]", (json_int_t)TG_MCP_TASK_TTL_MS + 1), NULL),
+  char long_ago[TG_ISO_LEN + 1];
+  tg_iso8601(tg_now_ms() - TG_MCP_TASK_TTL_MS - 1, long_ago);
+  assert_int_equal(tg_db_exec(w->f->db, "UPDATE mcp_tasks SET ended_at = $1",
+                              json_pack("[s]", long_ago), NULL),
                    0);
   json_t *r = task_action_as(w, w->agent, "tasks/get", id, NULL);
   assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
@@ -1062,11 +1064,11 @@ static void test_task_outlives_its_server(void **state) {
   /* A principal's rows are bounded: with as many more, the oldest go first. */
   assert_int_equal(
       tg_db_exec(w->f->db,
-                 "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $3) "
+                 "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $2) "
                  "INSERT INTO mcp_tasks (id, principal_id, task, ended_at) "
-                 "SELECT printf('%032d', i), $1, '{}', $2 + i FROM n",
-                 json_pack("[s,I,i]", w->agent, (json_int_t)tg_now_ms() - 60000,
-                           TG_MCP_MAX_KEPT_TASKS),
+                 "SELECT printf('%032d', i), $1, '{}', "
+                 "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 hour', (i + 60) || ' seconds') FROM n",
+                 json_pack("[s,i]", w->agent, TG_MCP_MAX_KEPT_TASKS),
                  NULL),
       0);
   char *next = start_task(w, "protocol_error_job", "{}");

@@ -5,7 +5,8 @@ CREATE TABLE mcp_tasks (
   id           TEXT PRIMARY KEY, -- 32 random hex digits
   principal_id TEXT NOT NULL REFERENCES principals (id),
   task         TEXT NOT NULL,    -- the DetailedTask, JSON
-  ended_at     INTEGER NOT NULL  -- Unix milliseconds; the row goes when its time to live is over
+  ended_at     TEXT NOT NULL     -- ISO-8601 UTC, milliseconds; the row goes when its time to
+                                 -- live is over (fixed width: text order is time order)
 );
 CREATE INDEX mcp_tasks_ended ON mcp_tasks (ended_at);
 -- A principal's rows, newest first: past a bound per principal, the oldest go.
