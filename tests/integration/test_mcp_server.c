@@ -1001,6 +1001,37 @@ static void test_task_holding_limits(void **state) {
   for (int i = 0; i < TG_MCP_MAX_TASKS; i++) free(ids[i]);
 }
 
+/* A task leaves memory only once the database keeps how it ended: when that write fails, it
+ * stays, read or not, readable as it ended, and it holds its place. */
+static void test_task_unkept_stays(void **state) {
+  world *w = *state;
+  assert_int_equal(tg_db_exec(w->f->db,
+                              "CREATE TRIGGER refuse_tasks BEFORE INSERT ON mcp_tasks "
+                              "BEGIN SELECT RAISE(ABORT, 'the disk is full'); END",
+                              NULL, NULL),
+                   0);
+  char *ids[TG_MCP_MAX_TASKS];
+  int base = count_ends();
+  for (int i = 0; i < TG_MCP_MAX_TASKS; i++) {
+    ids[i] = start_task(w, "protocol_error_job", "{}");
+    await_ended(base + i + 1); /* its thread tried to write how it ended */
+    json_t *got = get_task(w, ids[i]); /* read: it would make room, were it kept */
+    assert_string_equal(str(got, "status"), "failed");
+    json_decref(got);
+  }
+  tg_mcp_tasks_test_ended = NULL;
+  assert_int_equal(fixture_count(w->f, "mcp_tasks"), 0);
+  assert_refused(w, w->agent, "held", TG_MCP_MAX_TASKS);
+  for (int i = 0; i < TG_MCP_MAX_TASKS; i++) {
+    json_t *got = get_task(w, ids[i]);
+    assert_string_equal(str(got, "status"), "failed");
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(got, "error"), "code")),
+                     TG_RPC_INTERNAL_ERROR);
+    json_decref(got);
+    free(ids[i]);
+  }
+}
+
 /* Whether the database keeps task id. */
 static bool kept_row(world *w, const char *id) {
   json_t *row = NULL;
@@ -1454,6 +1485,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_input_then_task, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_running_limits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_holding_limits, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_task_unkept_stays, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_outlives_its_server, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_notifications, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_notifications_follow_rounds, setup, teardown),
