@@ -532,7 +532,8 @@ static int start_task(cx *c, call_channel *ch, const tg_tool *tool, json_t *args
                       tg_call_result *res) {
   tg_mcp_task_call call = {.principal_id = c->req->principal_id, .tool = tool, .args = args,
                            .capabilities = c->caps, .input_responses = responses,
-                           .request_state = state, .cancelled = channel_cancelled, .arg = ch};
+                           .request_state = state, .cancelled = channel_cancelled, .arg = ch,
+                           .db = c->req->env->db};
   tg_mcp_task_start started;
   int r = tg_mcp_tasks_start(c->srv->tasks, &call, &started);
   if (r == TG_E_TOO_LARGE && tool->task_support == TG_TASK_OPTIONAL) return 1;

@@ -372,10 +372,19 @@ static bool await_input_locked(task *k) {
 /* ---- how a task ended, kept in the database ---- */
 
 typedef struct ending {
-  const task *k;
-  json_t *shown; /* its DetailedTask */
+  char id[TASK_ID_LEN + 1];
+  char principal[TG_UUID_LEN + 1];
+  json_t *shown; /* its DetailedTask; NULL when it could not be made */
   int64_t at;
 } ending;
+
+/* How k ended, to be kept (release shown); with the store's lock. */
+static ending ending_locked(const task *k) {
+  ending e = {.shown = task_json_locked(k, true), .at = k->updated};
+  memcpy(e.id, k->id, sizeof e.id);
+  memcpy(e.principal, k->principal, sizeof e.principal);
+  return e;
+}
 
 static int keep_ending(void *arg, tg_db *db) {
   const ending *e = arg;
@@ -386,26 +395,30 @@ static int keep_ending(void *arg, tg_db *db) {
    * TG_MCP_MAX_KEPT_TASKS. */
   int r = tg_db_exec(db, "DELETE FROM mcp_tasks WHERE ended_at < $1", json_pack("[s]", expired),
                      NULL);
+  /* A row written again by two starters at once, or whose commit failed late, may be there
+   * already: it holds the same. */
   if (r == 0)
     r = tg_db_exec(db,
-                   "INSERT INTO mcp_tasks (id, principal_id, task, ended_at) VALUES ($1, $2, $3, $4)",
-                   json_pack("[s,s,O,s]", e->k->id, e->k->principal, e->shown, at), NULL);
+                   "INSERT INTO mcp_tasks (id, principal_id, task, ended_at) VALUES ($1, $2, $3, $4) "
+                   "ON CONFLICT (id) DO NOTHING",
+                   json_pack("[s,s,O,s]", e->id, e->principal, e->shown, at), NULL);
   if (r == 0)
     r = tg_db_exec(db,
                    "DELETE FROM mcp_tasks WHERE principal_id = $1 AND id NOT IN (SELECT id FROM "
                    "mcp_tasks WHERE principal_id = $1 ORDER BY ended_at DESC LIMIT $2)",
-                   json_pack("[s,i]", e->k->principal, TG_MCP_MAX_KEPT_TASKS), NULL);
+                   json_pack("[s,i]", e->principal, TG_MCP_MAX_KEPT_TASKS), NULL);
   return r;
 }
 
-/* Writes how k ended (shown: its DetailedTask, NULL when it could not be made) on db; true
- * when it did. A failure is logged: the task stays in this process's memory. */
-static bool keep(tg_db *db, const task *k, json_t *shown, int64_t ended_at) {
-  ending e = {k, shown, ended_at};
-  if (shown && tg_db_batch(db, keep_ending, &e) == 0) return true;
-  tg_log(TG_LOG_WARN, "mcp: how task %s ended could not be kept: %s", k->id,
-         shown ? tg_db_errmsg(db) : "out of memory");
-  return false;
+/* Writes e on db and releases it; true when it did. A failure is logged: the task stays in
+ * this process's memory. */
+static bool keep(tg_db *db, ending *e) {
+  bool kept = e->shown && tg_db_batch(db, keep_ending, e) == 0;
+  if (!kept)
+    tg_log(TG_LOG_WARN, "mcp: how task %s ended could not be kept: %s", e->id,
+           e->shown ? tg_db_errmsg(db) : "out of memory");
+  json_decref(e->shown);
+  return kept;
 }
 
 /* How principal's task id ended, as kept on db (a new DetailedTask in *ret, unless ret is
@@ -435,11 +448,9 @@ static void end_locked(task *k, tg_db *db) {
     k->status_message = strdup("The server stopped before the task ended");
     stamp_locked(k);
   }
-  json_t *shown = task_json_locked(k, true);
-  int64_t ended_at = k->updated;
+  ending e = ending_locked(k);
   unlock_publishing(t);
-  bool kept = keep(db, k, shown, ended_at);
-  json_decref(shown);
+  bool kept = keep(db, &e);
   pthread_mutex_lock(&t->lock);
   k->kept = kept;
   k->running = false;
@@ -510,6 +521,37 @@ static bool may_go(const task *k) {
 
 static bool expired(const task *k, int64_t now) {
   return may_go(k) && now - k->touched > TG_MCP_TASK_TTL_MS;
+}
+
+/* principal's visible task id, or NULL. */
+static task *find_locked(tg_mcp_tasks *t, const char *principal, const char *id) {
+  int64_t now = tg_monotonic_ms();
+  for (task *k = t->list; k; k = k->next)
+    if (k->visible && !expired(k, now) && strcmp(k->id, id) == 0 &&
+        strcmp(k->principal, principal) == 0)
+      return k;
+  return NULL;
+}
+
+/* Writes again on db how principal's read tasks that the database does not keep ended (the
+ * write failed as they ended), so that they may make room; true when it kept any. Called with
+ * the store's lock, released meanwhile. */
+static bool keep_again_locked(tg_mcp_tasks *t, tg_db *db, const char *principal) {
+  ending again[TG_MCP_MAX_TASKS];
+  size_t n = 0, done = 0;
+  for (task *k = t->list; k && n < TG_MCP_MAX_TASKS; k = k->next)
+    if (may_go(k) && k->read && !k->kept && strcmp(k->principal, principal) == 0)
+      again[n++] = ending_locked(k);
+  if (!n) return false;
+  pthread_mutex_unlock(&t->lock);
+  while (done < n && keep(db, &again[done])) done++;
+  for (size_t i = done + 1; i < n; i++) json_decref(again[i].shown); /* the database fails */
+  pthread_mutex_lock(&t->lock);
+  for (size_t i = 0; i < done; i++) {
+    task *k = find_locked(t, principal, again[i].id);
+    if (k) k->kept = true;
+  }
+  return done > 0;
 }
 
 /* Drops expired tasks; then, when principal holds TG_MCP_MAX_TASKS, the read one that
@@ -604,6 +646,12 @@ int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_tas
   /* The task takes its place before its connection opens, outside the lock. */
   pthread_mutex_lock(&t->lock);
   r = t->stopping ? TG_E_IO : make_room_locked(t, k->principal, ret);
+  if (r == TG_E_TOO_LARGE && strcmp(ret->limit, "held") == 0 && call->db &&
+      keep_again_locked(t, call->db, k->principal)) {
+    ret->limit = NULL;
+    ret->max = 0;
+    r = t->stopping ? TG_E_IO : make_room_locked(t, k->principal, ret);
+  }
   if (r == 0) {
     k->next = t->list;
     t->list = k;
@@ -649,16 +697,6 @@ int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_tas
   ret->task = task_json_locked(k, false);
   pthread_mutex_unlock(&t->lock);
   return ret->task ? 0 : TG_E_NOMEM;
-}
-
-/* principal's visible task id, or NULL. */
-static task *find_locked(tg_mcp_tasks *t, const char *principal, const char *id) {
-  int64_t now = tg_monotonic_ms();
-  for (task *k = t->list; k; k = k->next)
-    if (k->visible && !expired(k, now) && strcmp(k->id, id) == 0 &&
-        strcmp(k->principal, principal) == 0)
-      return k;
-  return NULL;
 }
 
 int tg_mcp_tasks_get(tg_mcp_tasks *t, tg_db *db, const char *principal_id, const char *id,

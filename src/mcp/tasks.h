@@ -46,6 +46,9 @@ typedef struct tg_mcp_task_call {
   /* Whether the request that starts the call was cancelled: asked while it waits. */
   bool (*cancelled)(void *arg);
   void *arg;
+  /* The starter's connection, NULL: where, when the principal needs room, the ends of its
+   * read tasks that could not be written as they ended are written again. */
+  tg_db *db;
 } tg_mcp_task_call;
 
 typedef struct tg_mcp_task_start {
