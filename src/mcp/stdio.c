@@ -8,29 +8,43 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/status.h"
 
-/* Messages read while a tool waited for the client's answer, served afterwards. */
+/* Messages read and not served yet. */
 #define QUEUE_MAX 64
 #define READ_CHUNK (64u * 1024u)
 /* How often an idle connection looks for list changes made elsewhere (the CLI, another
  * server): a change costs at most this long to announce. */
 #define IDLE_TICK_MS 2000
 
+/* A reader thread takes the client's messages as they come, so that a cancellation reaches
+ * the call it names while that call runs; the connection's thread serves the rest in order,
+ * one at a time. */
 typedef struct conn {
   int in;
   FILE *out;
-  /* Messages go out whole: tasks tell of their changes from threads of their own. */
+  /* Messages go out whole: the reader, tasks and the serving thread all write. */
   pthread_mutex_t writing;
+  int stop[2]; /* a pipe: a byte on it stops the reader */
   char *chunk; /* bytes read from in, [pos, len) not consumed yet */
   size_t pos, len;
   char *line; /* the current input line, up to TG_RPC_MAX_BODY bytes */
-  json_t *queue[QUEUE_MAX];
-  size_t queued;
   const tg_mcp_server *srv;
   const tg_mcp_request *req;
   json_t *serving; /* id of the request being served, NULL between requests */
+  /* Between the reader and the serving thread, under lock; changed is broadcast on every
+   * change of these. */
+  pthread_mutex_t lock;
+  pthread_cond_t changed;
+  tg_rpc_msg queue[QUEUE_MAX];
+  size_t queued;
+  json_t *awaiting; /* the id of the server's request a call waits on, or NULL */
+  json_t *answer;   /* its response, once read */
+  bool ended;       /* the reader stopped: end of input, or the failure in status */
+  int status;
+  bool stopping;    /* the serving thread is done */
 } conn;
 
 /* Writes one encoded message (text, freed) as a line. */
@@ -60,41 +74,35 @@ static int check_lists(conn *c) {
   return TG_OK;
 }
 
-/* Refills the chunk. Returns the bytes read, 0 at EOF (or on a read error), or a TG_E_*.
- * While nothing arrives between requests, checks the lists every IDLE_TICK_MS; not while a
- * call waits for the client, since that call's transaction holds the database connection. */
-static long refill(conn *c) {
+/* ---- the reader ---- */
+
+/* Refills the chunk. Returns the bytes read, 0 at EOF, on a read error or when told to stop. */
+static size_t refill(conn *c) {
   for (;;) {
-    struct pollfd p = {.fd = c->in, .events = POLLIN};
-    int ready = poll(&p, 1, IDLE_TICK_MS);
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready == 0) {
-      int r = c->serving ? TG_OK : check_lists(c);
-      if (r < 0) return r;
-      continue;
+    struct pollfd p[2] = {{.fd = c->in, .events = POLLIN}, {.fd = c->stop[0], .events = POLLIN}};
+    if (poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return 0;
     }
+    if (p[1].revents) return 0;
     ssize_t n = read(c->in, c->chunk, READ_CHUNK);
     if (n < 0 && errno == EINTR) continue;
     c->pos = 0;
     c->len = n > 0 ? (size_t)n : 0;
-    return (long)c->len;
+    return c->len;
   }
 }
 
-/* What reading one line or one message came to; failures are negative TG_E_*. */
+/* What reading one line or one message came to. */
 enum { GOT_NOTHING, GOT_ONE, GOT_EOF, GOT_TOO_LONG };
 
-/* Reads one line into c->line (*len bytes). Returns GOT_ONE, GOT_EOF, GOT_TOO_LONG (the line
- * was consumed and dropped) or the failure of an idle check. */
+/* Reads one line into c->line (*len bytes). Returns GOT_ONE, GOT_EOF or GOT_TOO_LONG (the
+ * line was consumed and dropped). */
 static int read_line(conn *c, size_t *len) {
   bool too_long = false, any = false;
   *len = 0;
   for (;;) {
-    if (c->pos == c->len) {
-      long n = refill(c);
-      if (n < 0) return (int)n;
-      if (n == 0) break;
-    }
+    if (c->pos == c->len && refill(c) == 0) break;
     char ch = c->chunk[c->pos++];
     any = true;
     if (ch == '\n') break;
@@ -119,7 +127,7 @@ static bool blank(const char *s, size_t len) {
 static int next_message(conn *c, tg_rpc_msg *msg) {
   size_t len;
   int got = read_line(c, &len);
-  if (got < 0 || got == GOT_EOF) return got;
+  if (got == GOT_EOF) return got;
   if (got == GOT_ONE && blank(c->line, len)) return GOT_NOTHING;
   json_t *err = NULL;
   if (got == GOT_TOO_LONG) {
@@ -133,90 +141,175 @@ static int next_message(conn *c, tg_rpc_msg *msg) {
   return r < 0 ? r : GOT_NOTHING;
 }
 
-static int io_send(void *self, json_t *msg) { return write_message(self, msg); }
-
-static int serve_one(conn *c, const tg_rpc_msg *msg) {
-  tg_mcp_reply reply;
-  bool request = msg->kind == TG_RPC_REQUEST; /* never nested: only notifications are */
-  if (request) c->serving = msg->id;
-  int r = tg_mcp_handle(c->srv, c->req, msg, &reply);
-  if (request) c->serving = NULL;
-  if (r < 0) {
-    json_t *err = request ? tg_rpc_error(msg->id, TG_RPC_INTERNAL_ERROR, "Out of memory", NULL) : NULL;
-    return err ? write_message(c, err) : r;
+/* Takes one message off the reader (msg: moved into the queue or released). A cancellation
+ * is served at once; the response a call waits for goes to it. Requests are entered in flight
+ * as they are queued, so that a cancellation finds them before they are served. When the
+ * queue is full the reader waits, unless a call waits for the client's response, which may
+ * come after: then a request is refused and a notification dropped. */
+static int take(conn *c, tg_rpc_msg *msg) {
+  if (tg_mcp_cancel_target(msg)) {
+    tg_mcp_reply reply;
+    int r = tg_mcp_handle(c->srv, c->req, msg, &reply);
+    tg_rpc_msg_done(msg);
+    return r;
   }
-  return reply.text ? write_text(c, reply.text) : TG_OK;
+  pthread_mutex_lock(&c->lock);
+  if (msg->kind == TG_RPC_RESPONSE) {
+    bool awaited = c->awaiting && !c->answer && json_equal(msg->id, c->awaiting);
+    if (awaited) c->answer = json_incref(msg->root);
+    else tg_log(TG_LOG_WARN, "mcp: a response to no request waiting for one; dropped");
+    pthread_cond_broadcast(&c->changed);
+    pthread_mutex_unlock(&c->lock);
+    tg_rpc_msg_done(msg);
+    return TG_OK;
+  }
+  while (c->queued == QUEUE_MAX && !c->awaiting && !c->stopping)
+    pthread_cond_wait(&c->changed, &c->lock);
+  if (c->stopping) {
+    pthread_mutex_unlock(&c->lock);
+    tg_rpc_msg_done(msg);
+    return TG_E_IO;
+  }
+  bool room = c->queued < QUEUE_MAX;
+  int r = room && msg->kind == TG_RPC_REQUEST ? tg_mcp_inflight_begin(c->req->inflight, msg->id)
+                                              : TG_OK;
+  if (room && r == TG_OK) {
+    c->queue[c->queued++] = *msg;
+    pthread_cond_broadcast(&c->changed);
+  }
+  pthread_mutex_unlock(&c->lock);
+  if (room && r == TG_OK) return TG_OK;
+  if (!room) {
+    tg_log(TG_LOG_WARN, "mcp: too many messages while waiting for the client; dropping one");
+    /* A request dropped is still answered, so that the client does not wait for it. */
+    if (msg->kind == TG_RPC_REQUEST)
+      r = write_message(c, tg_rpc_error(msg->id, TG_RPC_INTERNAL_ERROR,
+                                        "Too many messages while a call waits for the client",
+                                        NULL));
+  }
+  tg_rpc_msg_done(msg);
+  return r;
 }
 
-/* Drops the queued request with id: cancelled before it was served, it gets no answer. */
-static void unqueue(conn *c, json_t *id) {
-  for (size_t i = 0; i < c->queued; i++) {
-    json_t *root = c->queue[i];
-    if (!json_object_get(root, "method") || !json_equal(json_object_get(root, "id"), id)) continue;
-    json_decref(root);
-    memmove(c->queue + i, c->queue + i + 1, (--c->queued - i) * sizeof c->queue[0]);
-    return;
-  }
-}
-
-/* Waits for the response to request, keeping whatever else arrives for later, except a
- * cancellation: served at once, it ends the wait when it names the call that asks. */
-static int io_ask(void *self, json_t *request, json_t **ret) {
-  conn *c = self;
-  json_t *id = json_incref(json_object_get(request, "id"));
-  int r = write_message(c, request);
-  while (r == 0) {
+static void *reader_main(void *arg) {
+  conn *c = arg;
+  int r = TG_OK;
+  for (;;) {
     tg_rpc_msg msg;
     int got = next_message(c, &msg);
     if (got < 0 || got == GOT_EOF) {
-      r = got < 0 ? got : TG_E_IO;
+      r = got < 0 ? got : TG_OK;
       break;
     }
-    if (got == GOT_NOTHING) continue;
-    json_t *target = tg_mcp_cancel_target(&msg);
-    if (msg.kind == TG_RPC_RESPONSE && json_equal(msg.id, id)) {
-      *ret = json_incref(msg.root);
-      tg_rpc_msg_done(&msg);
-      break;
-    }
-    if (target) {
-      unqueue(c, target);
-      r = serve_one(c, &msg);
-      if (r == 0 && tg_mcp_inflight_cancelled(c->req->inflight, c->serving)) r = TG_E_IO;
-    } else if (c->queued == QUEUE_MAX) {
-      /* A request dropped is still answered, so that the client does not wait for it. */
-      tg_log(TG_LOG_WARN, "mcp: too many messages while waiting for the client; dropping one");
-      if (msg.kind == TG_RPC_REQUEST)
-        r = write_message(c, tg_rpc_error(msg.id, TG_RPC_INTERNAL_ERROR,
-                                          "Too many messages while a call waits for the client",
-                                          NULL));
-    } else {
-      c->queue[c->queued++] = json_incref(msg.root);
-    }
-    tg_rpc_msg_done(&msg);
+    if (got == GOT_ONE && (r = take(c, &msg)) < 0) break;
   }
-  json_decref(id);
+  pthread_mutex_lock(&c->lock);
+  c->ended = true;
+  c->status = r;
+  pthread_cond_broadcast(&c->changed);
+  pthread_mutex_unlock(&c->lock);
+  return NULL;
+}
+
+/* A cancellation reached the table of requests in flight: a call waiting looks again. */
+static void wake(void *arg) {
+  conn *c = arg;
+  pthread_mutex_lock(&c->lock);
+  pthread_cond_broadcast(&c->changed);
+  pthread_mutex_unlock(&c->lock);
+}
+
+/* ---- the serving thread ---- */
+
+static int io_send(void *self, json_t *msg) { return write_message(self, msg); }
+
+/* Serves msg (released) taken from the queue; a request leaves the table of requests in
+ * flight, where take entered it. */
+static int serve_one(conn *c, tg_rpc_msg *msg) {
+  tg_mcp_reply reply;
+  bool request = msg->kind == TG_RPC_REQUEST;
+  json_t *outer = c->serving; /* a ping served while a call waits on the client */
+  if (request) c->serving = msg->id;
+  int r = tg_mcp_handle(c->srv, c->req, msg, &reply);
+  c->serving = outer;
+  if (request) tg_mcp_inflight_end(c->req->inflight, msg->id);
+  if (r < 0) {
+    json_t *err = request ? tg_rpc_error(msg->id, TG_RPC_INTERNAL_ERROR, "Out of memory", NULL) : NULL;
+    r = err ? write_message(c, err) : r;
+  } else if (reply.text) {
+    r = write_text(c, reply.text);
+  }
+  tg_rpc_msg_done(msg);
   return r;
 }
 
-/* Serves a message taken from the queue: re-decoding keeps one code path for all. */
-static int serve_queued(conn *c) {
-  json_t *root = c->queue[0];
-  memmove(c->queue, c->queue + 1, --c->queued * sizeof c->queue[0]);
-  char *text = tg_rpc_encode(root);
-  json_decref(root);
-  if (!text) return TG_E_NOMEM;
-  tg_rpc_msg msg;
-  json_t *err = NULL;
-  int r = tg_rpc_decode(text, strlen(text), &msg, &err);
-  free(text);
-  if (r != 0) {
-    json_decref(err);
-    return r < 0 ? r : 0;
+/* The first queued ping, taken off the queue (true), so that it is answered while a call
+ * waits on the client. */
+static bool take_ping_locked(conn *c, tg_rpc_msg *ret) {
+  for (size_t i = 0; i < c->queued; i++) {
+    if (c->queue[i].kind != TG_RPC_REQUEST || strcmp(c->queue[i].method, "ping") != 0) continue;
+    *ret = c->queue[i];
+    memmove(c->queue + i, c->queue + i + 1, (--c->queued - i) * sizeof c->queue[0]);
+    pthread_cond_broadcast(&c->changed);
+    return true;
   }
-  r = serve_one(c, &msg);
-  tg_rpc_msg_done(&msg);
+  return false;
+}
+
+/* Sends request to the client and waits for its response, answering pings meanwhile. Ends
+ * with TG_E_IO when the call is cancelled or the input ends. */
+static int io_ask(void *self, json_t *request, json_t **ret) {
+  conn *c = self;
+  pthread_mutex_lock(&c->lock);
+  c->awaiting = json_incref(json_object_get(request, "id"));
+  pthread_cond_broadcast(&c->changed); /* a reader waiting for room reads on */
+  pthread_mutex_unlock(&c->lock);
+  int r = write_message(c, request);
+  pthread_mutex_lock(&c->lock);
+  while (r == 0 && !c->answer) {
+    tg_rpc_msg ping;
+    if (c->ended || tg_mcp_inflight_cancelled(c->req->inflight, c->serving)) {
+      r = TG_E_IO;
+    } else if (take_ping_locked(c, &ping)) {
+      pthread_mutex_unlock(&c->lock);
+      r = serve_one(c, &ping);
+      pthread_mutex_lock(&c->lock);
+    } else {
+      pthread_cond_wait(&c->changed, &c->lock);
+    }
+  }
+  if (r == 0) *ret = c->answer;
+  else json_decref(c->answer);
+  json_decref(c->awaiting);
+  c->awaiting = c->answer = NULL;
+  pthread_mutex_unlock(&c->lock);
   return r;
+}
+
+/* Waits for the next queued message (true), checking the lists while none comes; false
+ * once the reader ended and the queue is empty, or a check failed (*status). */
+static bool next_queued(conn *c, tg_rpc_msg *ret, int *status) {
+  pthread_mutex_lock(&c->lock);
+  while (!c->queued && !c->ended) {
+    int64_t until = tg_monotonic_ms() + IDLE_TICK_MS;
+    for (int64_t left; !c->queued && !c->ended && (left = until - tg_monotonic_ms()) > 0;)
+      tg_timed_wait(&c->changed, &c->lock, left);
+    if (c->queued || c->ended) break;
+    pthread_mutex_unlock(&c->lock);
+    *status = check_lists(c);
+    pthread_mutex_lock(&c->lock);
+    if (*status < 0) break;
+  }
+  bool got = *status == 0 && c->queued;
+  if (got) {
+    *ret = c->queue[0];
+    memmove(c->queue, c->queue + 1, --c->queued * sizeof c->queue[0]);
+    pthread_cond_broadcast(&c->changed);
+  } else if (*status == 0) {
+    *status = c->status;
+  }
+  pthread_mutex_unlock(&c->lock);
+  return got;
 }
 
 int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *principal_id,
@@ -224,8 +317,11 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   /* One process, one client: every list change can reach it. */
   tg_mcp_server served = *srv;
   served.list_changes = true;
-  conn c = {.in = fileno(in), .out = out, .writing = PTHREAD_MUTEX_INITIALIZER,
-            .chunk = malloc(READ_CHUNK), .line = malloc(TG_RPC_MAX_BODY), .srv = &served};
+  conn c = {.in = fileno(in), .out = out, .stop = {-1, -1}, .chunk = malloc(READ_CHUNK),
+            .line = malloc(TG_RPC_MAX_BODY), .srv = &served};
+  pthread_mutex_init(&c.writing, NULL);
+  pthread_mutex_init(&c.lock, NULL);
+  pthread_cond_init(&c.changed, NULL);
   tg_mcp_session session;
   tg_mcp_session_init(&session);
   tg_mcp_io io = {.self = &c, .send = io_send, .ask = io_ask};
@@ -233,28 +329,33 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
                         .io = &io};
   c.req = &req;
   int r = c.chunk && c.line ? tg_mcp_server_prepare(&served, env) : TG_E_NOMEM;
-  if (r == 0) r = tg_mcp_inflight_new(NULL, NULL, &req.inflight);
+  if (r == 0) r = tg_mcp_inflight_new(wake, &c, &req.inflight);
   if (r == 0) r = tg_mcp_watch_new(io_send, &c, &req.watch);
-  while (r == 0) {
-    if (c.queued) {
-      r = serve_queued(&c);
-    } else {
-      tg_rpc_msg msg;
-      int got = next_message(&c, &msg);
-      if (got == GOT_EOF) break;
-      r = got < 0 ? got : 0;
-      if (got == GOT_ONE) {
-        r = serve_one(&c, &msg);
-        tg_rpc_msg_done(&msg);
-      }
-    }
+  if (r == 0 && pipe(c.stop) != 0) r = TG_E_IO;
+  pthread_t reader;
+  bool reading = r == 0 && pthread_create(&reader, NULL, reader_main, &c) == 0;
+  if (r == 0 && !reading) r = TG_E_NOMEM;
+  for (tg_rpc_msg msg; r == 0 && next_queued(&c, &msg, &r);) {
+    r = serve_one(&c, &msg);
     if (r == 0) r = check_lists(&c);
   }
-  for (size_t i = 0; i < c.queued; i++) json_decref(c.queue[i]);
+  if (reading) {
+    pthread_mutex_lock(&c.lock);
+    c.stopping = true;
+    pthread_cond_broadcast(&c.changed);
+    pthread_mutex_unlock(&c.lock);
+    if (write(c.stop[1], "", 1) != 1) tg_log(TG_LOG_WARN, "mcp: the reader could not be told to stop");
+    pthread_join(reader, NULL);
+  }
+  for (size_t i = 0; i < c.queued; i++) tg_rpc_msg_done(&c.queue[i]);
+  for (int i = 0; i < 2; i++)
+    if (c.stop[i] >= 0) close(c.stop[i]);
   tg_mcp_watch_free(req.watch);
   tg_mcp_inflight_free(req.inflight);
   tg_mcp_session_done(&session);
   tg_mcp_server_done(&served);
+  pthread_cond_destroy(&c.changed);
+  pthread_mutex_destroy(&c.lock);
   pthread_mutex_destroy(&c.writing);
   free(c.line);
   free(c.chunk);

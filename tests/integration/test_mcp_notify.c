@@ -30,6 +30,9 @@
 #define CANCEL(id) \
   "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":" #id "}}"
 #define PING(id) "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"ping\"}"
+#define LIST(id) "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"tools/list\"}"
+#define AWAIT_CANCEL(id) \
+  "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"tools/call\",\"params\":{\"name\":\"test_await_cancel\"}}"
 #define HANG_GUARD_MS 30000 /* a read that waits this long means the server hung: not a timing check */
 
 /* An interactive tool that records an activity row, then asks the client: a cancellation
@@ -77,20 +80,46 @@ static int cancelled_as_it_detaches(tg_call_ctx *cx, json_t *args, json_t **ret)
   return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, NULL, "The client cancelled the call");
 }
 
+/* A tool that asks nothing of the client: it records a row, says it runs, then works until
+ * its call is cancelled. */
+static pthread_mutex_t await_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t await_started = PTHREAD_COND_INITIALIZER;
+static bool awaiting;
+
+static int await_cancel(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  (void)args;
+  (void)ret;
+  int r = tg_activity(cx, "ASKED", NULL, "works until cancelled", NULL);
+  if (r < 0) return r;
+  pthread_mutex_lock(&await_lock);
+  awaiting = true;
+  pthread_cond_broadcast(&await_started);
+  pthread_mutex_unlock(&await_lock);
+  const tg_client_channel *ch = cx->client;
+  int64_t deadline = tg_monotonic_ms() + HANG_GUARD_MS;
+  while (!ch->cancelled(ch->self) && tg_monotonic_ms() < deadline)
+    nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+  return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, NULL, "The client cancelled the call");
+}
+
 static const char kit_spec[] =
     "{\"provider\":\"kit\",\"tools\":["
     "{\"name\":\"test.ask.write\",\"description\":\"Records a row, then asks the client.\","
     "\"surfaces\":[\"mcp\"],\"effect\":\"write\",\"risk\":\"low\",\"permissions\":[],"
     "\"flags\":[\"interactive\"],"
     "\"inputSchema\":{\"type\":\"object\"},\"outputSchema\":{\"type\":\"object\"}},"
+    "{\"name\":\"test.await.cancel\",\"description\":\"Records a row, then works until cancelled.\","
+    "\"surfaces\":[\"mcp\"],\"effect\":\"write\",\"risk\":\"low\",\"permissions\":[],"
+    "\"inputSchema\":{\"type\":\"object\"},\"outputSchema\":{\"type\":\"object\"}},"
     "{\"name\":\"test.cancelled.detach\",\"description\":\"Cancelled as it becomes a task.\","
     "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
     "\"flags\":[\"interactive\"],\"taskSupport\":\"optional\","
     "\"inputSchema\":{\"type\":\"object\"},\"outputSchema\":{\"type\":\"object\"}}]}";
 static const tg_handler_entry kit_handlers[] = {{"test.ask.write", ask_write},
+                                                {"test.await.cancel", await_cancel},
                                                 {"test.cancelled.detach", cancelled_as_it_detaches}};
 static const tg_provider kit = {.name = "kit", .spec_json = kit_spec, .handlers = kit_handlers,
-                                .n_handlers = 2};
+                                .n_handlers = 3};
 
 typedef struct world {
   fixture *f;
@@ -432,13 +461,40 @@ static void test_stdio_cancel_while_the_client_is_asked(void **state) {
   json_t *ask = stdio_next(s);
   assert_string_equal(json_string_value(json_object_get(ask, "method")), "sampling/createMessage");
   json_decref(ask);
-  /* While the call waits: a request, cancelled before it is served; then the call. */
-  stdio_send(s, PING(3));
+  /* While the call waits: a request, cancelled before it is served; a ping, answered at
+   * once; then the call is cancelled. */
+  stdio_send(s, LIST(3));
   stdio_send(s, CANCEL(3));
-  stdio_send(s, CANCEL(2));
   stdio_send(s, PING(4));
-  /* Neither 2 nor 3 is answered: the next line answers 4. */
   expect_answer(s, 4);
+  stdio_send(s, CANCEL(2));
+  stdio_send(s, PING(5));
+  /* Neither 2 nor 3 is answered: the next line answers 5. */
+  expect_answer(s, 5);
+  stdio_stop(s);
+  assert_int_equal(asked_rows(w), asked);
+}
+
+/* A cancellation reaches a call that asks nothing of the client while it runs: the call stops,
+ * gets no answer and writes nothing, and the requests behind it are served. */
+static void test_stdio_cancel_reaches_a_running_call(void **state) {
+  world *w = *state;
+  long asked = asked_rows(w);
+  awaiting = false;
+  stdio_run *s = stdio_start(w);
+  stdio_send(s, INITIALIZE);
+  expect_answer(s, 1);
+  stdio_send(s, INITIALIZED);
+  stdio_send(s, AWAIT_CANCEL(2));
+  stdio_send(s, PING(3));
+  pthread_mutex_lock(&await_lock);
+  int64_t deadline = tg_monotonic_ms() + HANG_GUARD_MS;
+  for (int64_t left; !awaiting && (left = deadline - tg_monotonic_ms()) > 0;)
+    tg_timed_wait(&await_started, &await_lock, left);
+  pthread_mutex_unlock(&await_lock);
+  assert_true(awaiting);
+  stdio_send(s, CANCEL(2));
+  expect_answer(s, 3);
   stdio_stop(s);
   assert_int_equal(asked_rows(w), asked);
 }
@@ -481,6 +537,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_listen_acknowledges_filters_and_ends, setup_fixtures, teardown),
       cmocka_unit_test_setup_teardown(test_no_list_changes_without_a_watch, setup_fixtures, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_cancel_while_the_client_is_asked, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_cancel_reaches_a_running_call, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_announces_a_revoked_grant, setup_kit, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
