@@ -155,7 +155,8 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
     return fail(NULL, TG_RPC_INVALID_REQUEST, "Message exceeds a limit",
                 json_pack("{s:s}", "limit", limit), ret_error);
   json_error_t jerr;
-  json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+  /* Any JSON value: one that is no object is valid JSON, yet no message (-32600). */
+  json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
   if (!root) {
     return fail(NULL, TG_RPC_PARSE_ERROR, "Parse error",
                 json_pack("{s:s,s:i}", "reason", jerr.text, "position", jerr.position),
@@ -179,7 +180,8 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
   if (!json_is_string(json_object_get(root, "jsonrpc")) ||
       strcmp(json_string_value(json_object_get(root, "jsonrpc")), "2.0") != 0) {
     why = "jsonrpc must be \"2.0\"";
-  } else if (id && !valid_id(id)) {
+  } else if (id && !valid_id(id) && !(json_is_null(id) && !method && error)) {
+    /* null only on an error response: the peer could not read the id it answers */
     why = "id must be a string or an integer";
   } else if (method) {
     if (!json_is_string(method) || json_string_length(method) == 0) why = "method must be a string";
@@ -199,7 +201,7 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
     return code;
   }
   msg->root = root;
-  msg->id = id;
+  msg->id = echo_id;
   msg->params = params;
   if (method) {
     msg->kind = id ? TG_RPC_REQUEST : TG_RPC_NOTIFICATION;

@@ -32,7 +32,7 @@ typedef enum tg_rpc_kind {
 typedef struct tg_rpc_msg {
   json_t *root;
   tg_rpc_kind kind;
-  json_t *id;         /* string or integer; NULL for notifications */
+  json_t *id;         /* string or integer; NULL for notifications and null-id errors */
   const char *method; /* requests and notifications */
   json_t *params;     /* object or NULL when absent */
   json_t *result;     /* responses */

@@ -699,11 +699,13 @@ static int m_complete(cx *c, json_t *params, json_t **ret) {
   const char *value = json_string_value(json_object_get(arg, "value"));
   if (!type || !arg_name || !value)
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "ref.type, argument.name and argument.value are required", NULL);
-  json_t *values = c->srv->fixtures && strcmp(type, "ref/prompt") == 0
-                       ? tg_conformance_complete(json_string_value(json_object_get(ref, "name")),
-                                                 arg_name, value)
-                       : json_array();
-  if (!values) return TG_E_NOMEM;
+  json_t *values = NULL;
+  int r = c->srv->fixtures ? tg_conformance_complete(ref, arg_name, value, &values)
+                           : TG_E_NOTFOUND; /* the server has no prompts nor templates */
+  if (r == TG_E_NOTFOUND)
+    return rpc_fail(c, TG_RPC_INVALID_PARAMS, "ref names no prompt or resource template",
+                    json_pack("{s:O}", "ref", ref));
+  if (r < 0) return r;
   *ret = json_pack("{s:{s:o,s:I,s:b}}", "completion", "values", values, "total",
                    (json_int_t)json_array_size(values), "hasMore", 0);
   return *ret ? 0 : TG_E_NOMEM;

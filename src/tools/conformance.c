@@ -661,16 +661,39 @@ static int prompt_messages(const char *name, json_t *args, json_t *responses, js
   return *ret ? TG_OK : TG_E_NOMEM;
 }
 
-json_t *tg_conformance_complete(const char *prompt, const char *argument, const char *value) {
+/* Whether list (released) holds an entry whose key is value. */
+static bool lists(json_t *list, const char *key, const char *value) {
+  bool found = false;
+  size_t i;
+  json_t *entry;
+  json_array_foreach(list, i, entry) {
+    const char *v = json_string_value(json_object_get(entry, key));
+    found |= value && v && strcmp(v, value) == 0;
+  }
+  json_decref(list);
+  return found;
+}
+
+int tg_conformance_complete(json_t *ref, const char *argument, const char *value, json_t **ret) {
   static const char *const words[] = {"test", "testing", "testValue1", "other"};
+  (void)argument;
+  const char *type = json_string_value(json_object_get(ref, "type"));
+  const char *name = json_string_value(json_object_get(ref, "name"));
+  bool prompt = type && strcmp(type, "ref/prompt") == 0;
+  if (prompt ? !lists(tg_conformance_prompts(), "name", name)
+             : !type || strcmp(type, "ref/resource") != 0 ||
+                   !lists(tg_conformance_resource_templates(), "uriTemplate",
+                          json_string_value(json_object_get(ref, "uri"))))
+    return TG_E_NOTFOUND;
   json_t *values = json_array();
-  if (!values || !prompt || strcmp(prompt, "test_prompt_with_arguments") != 0) return values;
-  for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
+  bool offers = prompt && strcmp(name, "test_prompt_with_arguments") == 0;
+  for (size_t i = 0; values && offers && i < sizeof words / sizeof words[0]; i++) {
     if (strncmp(words[i], value, strlen(value)) != 0) continue;
     if (json_array_append_new(values, json_string(words[i])) < 0) {
       json_decref(values);
-      return NULL;
+      values = NULL;
     }
   }
-  return values;
+  *ret = values;
+  return values ? TG_OK : TG_E_NOMEM;
 }

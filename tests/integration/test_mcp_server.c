@@ -361,6 +361,36 @@ static void test_stdio_pinning(void **state) {
   json_decref(r);
 }
 
+/* completion/complete offers values for an argument of a prompt or resource template the
+ * server has; any other reference is invalid params. */
+static void test_completion(void **state) {
+  world *w = *state;
+  static const char *const refs[] = {
+      "{\"type\":\"ref/prompt\",\"name\":\"test_prompt_with_arguments\"}",
+      "{\"type\":\"ref/resource\",\"uri\":\"test://template/{id}/data\"}",
+      "{\"type\":\"ref/prompt\",\"name\":\"no_such_prompt\"}",
+      "{\"type\":\"ref/resource\",\"uri\":\"test://nothing/{id}\"}",
+      "{\"type\":\"ref/tool\",\"name\":\"test_simple_text\"}",
+  };
+  static const size_t offered[] = {3, 0};
+  for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++) {
+    char text[512];
+    snprintf(text, sizeof text,
+             "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"completion/complete\",\"params\":{"
+             "\"ref\":%s,\"argument\":{\"name\":\"arg1\",\"value\":\"test\"}," MODERN_META "}}",
+             refs[i]);
+    json_t *r = send_msg(w, text, NULL, NULL);
+    if (i < 2) {
+      json_t *values = json_object_get(json_object_get(result_of(r), "completion"), "values");
+      assert_int_equal(json_array_size(values), offered[i]);
+      if (offered[i]) assert_string_equal(json_string_value(json_array_get(values, 1)), "testing");
+    } else {
+      assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+    }
+    json_decref(r);
+  }
+}
+
 static void test_progress_and_logging(void **state) {
   world *w = *state;
   json_t *r = send_msg(w,
@@ -1480,6 +1510,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_tools_call_through_the_gate, setup, teardown),
       cmocka_unit_test_setup_teardown(test_modern_ladder, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_pinning, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_completion, setup, teardown),
       cmocka_unit_test_setup_teardown(test_progress_and_logging, setup, teardown),
       cmocka_unit_test_setup_teardown(test_elicitation_asks_the_client, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http_get_stream_and_resumption, setup, teardown),

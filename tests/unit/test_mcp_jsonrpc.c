@@ -45,11 +45,22 @@ static void test_kinds(void **state) {
   assert_int_equal(msg.kind, TG_RPC_RESPONSE);
   assert_true(json_is_object(msg.result));
   tg_rpc_msg_done(&msg);
+
+  /* An error answering a message whose id its sender could not read: a response to none. */
+  const char *lost = "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32700,\"message\":\"x\"}}";
+  assert_int_equal(tg_rpc_decode(lost, strlen(lost), &msg, &err), 0);
+  assert_int_equal(msg.kind, TG_RPC_RESPONSE);
+  assert_null(msg.id);
+  tg_rpc_msg_done(&msg);
 }
 
 static void test_shape_errors(void **state) {
   fails_with("{bad", TG_RPC_PARSE_ERROR);
   fails_with("", TG_RPC_PARSE_ERROR);
+  /* Valid JSON, but no message. */
+  fails_with("1", TG_RPC_INVALID_REQUEST);
+  fails_with("\"ping\"", TG_RPC_INVALID_REQUEST);
+  fails_with("null", TG_RPC_INVALID_REQUEST);
   json_t *batch = decode_fails("[]", 2, TG_RPC_INVALID_REQUEST);
   assert_string_equal(json_string_value(json_object_get(json_object_get(batch, "error"), "message")),
                       "Batches are not supported");
@@ -58,6 +69,7 @@ static void test_shape_errors(void **state) {
   fails_with("{\"id\":1,\"method\":\"ping\"}", TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"1.0\",\"id\":1,\"method\":\"ping\"}", TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"ping\"}", TG_RPC_INVALID_REQUEST);
+  fails_with("{\"jsonrpc\":\"2.0\",\"id\":null,\"result\":{}}", TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1.5,\"method\":\"ping\"}", TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":7}", TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":[1]}", TG_RPC_INVALID_REQUEST);
