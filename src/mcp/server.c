@@ -519,6 +519,11 @@ static bool takes_tasks(const cx *c) {
 }
 
 static int tasks_required(cx *c) {
+  /* 2025-11-25 answers a call of a task-only tool made as a plain request so; tasks are not
+   * served on that revision here. */
+  if (!c->modern)
+    return rpc_fail(c, TG_RPC_METHOD_NOT_FOUND, "This tool runs only as a task (protocol 2026-07-28)",
+                    json_pack("{s:s}", "protocolVersion", TG_MCP_MODERN_VERSION));
   return rpc_fail(c, TG_RPC_MISSING_CAPABILITY, "Missing required client capability",
                   json_pack("{s:{s:{s:{}}}}", "requiredCapabilities", "extensions",
                             TG_MCP_TASKS_EXTENSION));
