@@ -81,6 +81,10 @@ struct server {
    * queued call holds one of at most TG_HTTP_MAX_CONNECTIONS connection threads. */
   pthread_t *pool;
   unsigned n_pool;
+  /* Whose call each pool thread runs ("" when none); a principal runs at most busy_max at
+   * once, so that calls waiting on one client never hold every thread. */
+  char (*busy)[TG_UUID_LEN + 1];
+  unsigned n_busy, busy_max;
   worker *queue_head, *queue_tail;
   pthread_cond_t queued;
   bool stopping;      /* the pool drains the queue and ends; so does the sweeper */
@@ -996,21 +1000,43 @@ static tg_db *thread_db(server *s, tg_db **db) {
   return *db;
 }
 
+/* The first queued call whose principal runs fewer than busy_max calls (stopping: the first
+ * of all), taken off the queue into the free busy slot *slot; NULL when none may run. */
+static worker *take_locked(server *s, unsigned *slot) {
+  worker *prev = NULL;
+  for (worker *w = s->queue_head; w; prev = w, w = w->next) {
+    unsigned running = 0;
+    for (unsigned i = 0; i < s->n_busy; i++) {
+      running += strcmp(s->busy[i], w->principal) == 0;
+      if (!s->busy[i][0]) *slot = i; /* this thread's at least is free */
+    }
+    if (running >= s->busy_max && !s->stopping) continue;
+    if (prev) prev->next = w->next;
+    else s->queue_head = w->next;
+    if (s->queue_tail == w) s->queue_tail = prev;
+    memcpy(s->busy[*slot], w->principal, sizeof s->busy[0]);
+    return w;
+  }
+  return NULL;
+}
+
 /* A pool thread: serves queued calls until the pool stops and the queue is empty. */
 static void *pool_main(void *arg) {
   server *s = arg;
   tg_db *db = NULL;
   for (;;) {
+    unsigned slot = 0;
     pthread_mutex_lock(&s->lock);
-    while (!s->queue_head && !s->stopping) pthread_cond_wait(&s->queued, &s->lock);
-    worker *w = s->queue_head;
-    if (w) {
-      s->queue_head = w->next;
-      if (!s->queue_head) s->queue_tail = NULL;
-    }
+    worker *w;
+    while (!(w = take_locked(s, &slot)) && !(s->stopping && !s->queue_head))
+      pthread_cond_wait(&s->queued, &s->lock);
     pthread_mutex_unlock(&s->lock);
     if (!w) break; /* stopping, and the queue is drained */
     run_call(w, thread_db(s, &db));
+    pthread_mutex_lock(&s->lock);
+    s->busy[slot][0] = '\0';
+    pthread_cond_broadcast(&s->queued); /* a call held back for its principal may run */
+    pthread_mutex_unlock(&s->lock);
   }
   tg_db_close(db);
   return NULL;
@@ -1040,8 +1066,9 @@ static void *sweeper_main(void *arg) {
 
 /* ---- responses ---- */
 
-static enum MHD_Result queue(struct MHD_Connection *conn, unsigned status, const char *type,
-                             const char *body, const char *session_id) {
+/* A response; allow: the Allow header of a 405 (the methods of its route). */
+static enum MHD_Result respond(struct MHD_Connection *conn, unsigned status, const char *type,
+                               const char *body, const char *session_id, const char *allow) {
   struct MHD_Response *res =
       MHD_create_response_from_buffer(body ? strlen(body) : 0, (void *)(body ? body : ""),
                                       MHD_RESPMEM_MUST_COPY);
@@ -1051,10 +1078,17 @@ static enum MHD_Result queue(struct MHD_Connection *conn, unsigned status, const
   if (status == MHD_HTTP_UNAUTHORIZED)
     MHD_add_response_header(res, "WWW-Authenticate",
                             "Bearer realm=\"toolgate\", error=\"invalid_token\"");
-  if (status == MHD_HTTP_METHOD_NOT_ALLOWED) MHD_add_response_header(res, "Allow", "GET, POST, DELETE");
+  if (allow) MHD_add_response_header(res, "Allow", allow);
   enum MHD_Result r = MHD_queue_response(conn, status, res);
   MHD_destroy_response(res);
   return r;
+}
+
+/* A response on /mcp. */
+static enum MHD_Result queue(struct MHD_Connection *conn, unsigned status, const char *type,
+                             const char *body, const char *session_id) {
+  return respond(conn, status, type, body, session_id,
+                 status == MHD_HTTP_METHOD_NOT_ALLOWED ? "GET, POST, DELETE" : NULL);
 }
 
 /* Answers with one encoded message (text, stolen). */
@@ -1548,8 +1582,9 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
                              const char *method, request *rq) {
   rq->answered = true;
   if (strcmp(url, "/healthz") == 0)
-    return strcmp(method, "GET") == 0 ? queue(conn, MHD_HTTP_OK, "application/json", "{\"status\":\"ok\"}", NULL)
-                                      : queue(conn, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, NULL);
+    return strcmp(method, "GET") == 0
+               ? respond(conn, MHD_HTTP_OK, "application/json", "{\"status\":\"ok\"}", NULL, NULL)
+               : respond(conn, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, NULL, "GET");
   if (strcmp(url, "/mcp") != 0) return queue(conn, MHD_HTTP_NOT_FOUND, NULL, NULL, NULL);
   /* DNS rebinding: a page elsewhere must not reach a server on this machine. */
   if (!origin_ok(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin")) ||
@@ -1599,6 +1634,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!db) return queue_rpc_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, TG_RPC_INTERNAL_ERROR, "No database");
     return handle_post(s, conn, db, rq->principal, rq);
   }
+  /* A session's GET and DELETE name its revision, if they name one (2025-11-25: an
+   * unsupported one is refused). */
+  const char *revision = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "MCP-Protocol-Version");
+  if (revision && !tg_mcp_legacy_supported(revision) && strcmp(revision, TG_MCP_MODERN_VERSION) != 0)
+    return queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
+                           "Unsupported MCP-Protocol-Version");
   if (strcmp(method, "DELETE") == 0) return handle_delete(s, conn, rq->principal);
   if (strcmp(method, "GET") == 0) return handle_get(s, conn, db, rq->principal);
   return queue(conn, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, NULL);
@@ -1682,7 +1723,10 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
     return TG_E_NOMEM;
   }
   unsigned threads = cfg->threads ? cfg->threads : 1;
-  if (!(h->s.pool = calloc(threads, sizeof *h->s.pool))) {
+  h->s.n_busy = threads;
+  h->s.busy_max = threads > 1 ? threads - 1 : 1;
+  if (!(h->s.pool = calloc(threads, sizeof *h->s.pool)) ||
+      !(h->s.busy = calloc(threads, sizeof *h->s.busy))) {
     tg_http_stop(h);
     return TG_E_NOMEM;
   }
@@ -1702,7 +1746,10 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
       /* The logger first: messages about the options that follow go through it too. */
       flags, 0, NULL, NULL, on_request, &h->s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
       MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT,
-      (unsigned)TG_HTTP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+      (unsigned)TG_HTTP_MAX_CONNECTIONS, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+      /* On loopback every client has the same address: a share would only lower the limit. */
+      h->s.loopback ? 0u : (unsigned)TG_HTTP_MAX_CONNECTIONS_PER_ADDRESS,
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
       MHD_OPTION_NOTIFY_COMPLETED, on_completed, &h->s, MHD_OPTION_NOTIFY_CONNECTION,
       on_connection, &h->s, MHD_OPTION_END);
   if (!h->daemon) {
@@ -1743,6 +1790,7 @@ void tg_http_stop(tg_http *h) {
   for (unsigned i = 0; i < s->n_pool; i++) pthread_join(s->pool[i], NULL);
   if (s->sweeper_started) pthread_join(s->sweeper, NULL);
   free(s->pool);
+  free(s->busy);
   pthread_mutex_destroy(&s->lock);
   pthread_cond_destroy(&s->answered);
   pthread_cond_destroy(&s->queued);

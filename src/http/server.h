@@ -12,6 +12,7 @@
 #include "mcp/server.h"
 
 #define TG_HTTP_MAX_CONNECTIONS 256
+#define TG_HTTP_MAX_CONNECTIONS_PER_ADDRESS 64 /* a remote address's share (not on loopback) */
 #define TG_HTTP_MAX_SESSIONS 1024
 #define TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL 64   /* a principal's share of them */
 #define TG_HTTP_SESSION_IDLE_MS (30LL * 60 * 1000)

@@ -145,7 +145,9 @@ static const tg_provider kit = {.name = "kit", .spec_json = kit_spec, .handlers 
 typedef struct world {
   fixture *f;
   tg_registry *registry; /* built-in, conformance and kit providers */
-  char agent[TG_UUID_LEN + 1]; /* "bot", holding tasks.assign; every request acts as it */
+  char agent[TG_UUID_LEN + 1]; /* "bot", holding tasks.assign */
+  char tokens[2][128];         /* Bearer tokens of "bot" and of "bot2" */
+  const char *token;           /* whom requests act as: "bot" unless a test says otherwise */
   tg_http_config cfg;
   tg_http *h;
   char url[64];
@@ -155,6 +157,22 @@ static int setup(void **state) {
   world *w = calloc(1, sizeof *w);
   w->f = fixture_new(NULL);
   fixture_agent(w->f, "{\"slug\":\"bot\",\"grants\":[\"canAssignTasks\"]}", w->agent);
+  char other[TG_UUID_LEN + 1];
+  fixture_agent(w->f, "{\"slug\":\"bot2\"}", other);
+  static const char *const slugs[] = {"bot", "bot2"};
+  for (int i = 0; i < 2; i++) {
+    char args[64];
+    snprintf(args, sizeof args, "{\"agentSlug\":\"%s\"}", slugs[i]);
+    tg_call_result res;
+    assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.token.create", args,
+                                  NULL, &res),
+                     0);
+    snprintf(w->tokens[i], sizeof w->tokens[i], "%s",
+             json_string_value(json_object_get(res.value, "token")));
+    assert_true(w->tokens[i][0]);
+    tg_call_result_done(&res);
+  }
+  w->token = w->tokens[0];
   const tg_provider *providers[16];
   size_t n = 0;
   for (; n < tg_builtin_providers_count; n++) providers[n] = tg_builtin_providers[n];
@@ -162,8 +180,7 @@ static int setup(void **state) {
   providers[n++] = &kit;
   char *why = NULL;
   if (tg_registry_new(providers, n, &w->registry, &why) < 0) fail_msg("registry: %s", why);
-  w->cfg = (tg_http_config){.listen = "127.0.0.1:0", .no_auth = true,
-                            .no_auth_principal = w->agent, .threads = POOL_THREADS, .data_dir = w->f->dir,
+  w->cfg = (tg_http_config){.listen = "127.0.0.1:0", .threads = POOL_THREADS, .data_dir = w->f->dir,
                             .registry = w->registry,
                             .server = {.fixtures = true, .name = "toolgate", .version = "test"}};
   unsigned port = 0;
@@ -253,6 +270,8 @@ static exchange *start(world *w, const char *method, const char *sid, const char
   ex->headers = curl_slist_append(NULL, "Accept: application/json, text/event-stream");
   ex->headers = curl_slist_append(ex->headers, "Content-Type: application/json");
   char line[256];
+  snprintf(line, sizeof line, "Authorization: Bearer %s", w->token);
+  ex->headers = curl_slist_append(ex->headers, line);
   if (sid) {
     snprintf(line, sizeof line, "Mcp-Session-Id: %s", sid);
     ex->headers = curl_slist_append(ex->headers, line);
@@ -367,23 +386,51 @@ static void test_session_hears_of_list_changes_on_its_get_stream(void **state) {
   finish(get);
 }
 
-/* Calls waiting on their clients hold every pool thread: a grant revoked by another process
- * is still announced, by the periodic check, which has a thread of its own (the session sends
- * nothing that would make the server look). */
+/* A 2026-07-28 call of test_wait_cancel, which holds a pool thread until it is cancelled. */
+static exchange *start_waiting_call(world *w) {
+  return start(w, "POST", NULL, MODERN_HEADERS("tools/call") "\nMcp-Name: test_wait_cancel",
+               "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{"
+               "\"name\":\"test_wait_cancel\"," MODERN_META "}}");
+}
+
+/* Calls waiting on their clients hold every pool thread (one principal may hold all but one,
+ * another takes that one): a grant revoked by another process is still announced, by the
+ * periodic check, which has a thread of its own (the session sends nothing that would make
+ * the server look). */
 static void test_list_check_goes_on_while_the_pool_is_busy(void **state) {
   world *w = *state;
   char sid[64];
   exchange *get = open_listening_session(w, sid);
   exchange *calls[POOL_THREADS];
-  for (int i = 0; i < POOL_THREADS; i++)
-    calls[i] = start(w, "POST", NULL, MODERN_HEADERS("tools/call") "\nMcp-Name: test_wait_cancel",
-                     "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{"
-                     "\"name\":\"test_wait_cancel\"," MODERN_META "}}");
+  for (int i = 0; i < POOL_THREADS; i++) {
+    w->token = w->tokens[i == POOL_THREADS - 1];
+    calls[i] = start_waiting_call(w);
+  }
+  w->token = w->tokens[0];
   kit_wait_for(NULL, POOL_THREADS);
   fixture_revoke_elsewhere(w->f, "bot", "tasks.assign");
   await(get, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}");
   for (int i = 0; i < POOL_THREADS; i++) finish(calls[i]);
   finish(get);
+}
+
+/* Calls of one principal waiting on their clients hold at most all pool threads but one:
+ * another principal's call still runs, while the first one's last call waits its turn. */
+static void test_a_principal_leaves_a_pool_thread_to_others(void **state) {
+  world *w = *state;
+  exchange *calls[POOL_THREADS];
+  for (int i = 0; i < POOL_THREADS; i++) calls[i] = start_waiting_call(w);
+  kit_wait_for(NULL, POOL_THREADS - 1);
+  w->token = w->tokens[1];
+  char *got = request(w, "POST", NULL, MODERN_HEADERS("tools/call") "\nMcp-Name: test_note_close",
+                      "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\",\"params\":{"
+                      "\"name\":\"test_note_close\"," MODERN_META "}}",
+                      200);
+  assert_non_null(strstr(got, "before the close"));
+  assert_non_null(strstr(got, "\"result\""));
+  free(got);
+  w->token = w->tokens[0];
+  for (int i = 0; i < POOL_THREADS; i++) finish(calls[i]);
 }
 
 /* A principal holds a bounded share of the session table: its oldest idle session makes room
@@ -611,6 +658,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_session_hears_of_list_changes_on_its_get_stream, setup, teardown),
       cmocka_unit_test_setup_teardown(test_list_check_goes_on_while_the_pool_is_busy, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_principal_leaves_a_pool_thread_to_others, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sessions_are_bounded_per_principal, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_listening_session_is_kept, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_response_without_a_session_is_refused, setup, teardown),

@@ -213,6 +213,15 @@ test('HTTP without a token answers 401 with WWW-Authenticate', async () => {
   assert.match(res.headers.get('www-authenticate'), /^Bearer /);
 });
 
+test('/healthz answers GET only, and says so', async () => {
+  const ok = await fetch(url.replace(/\/mcp$/, '/healthz'));
+  assert.equal(ok.status, 200);
+  assert.deepEqual(await ok.json(), { status: 'ok' });
+  const post = await fetch(url.replace(/\/mcp$/, '/healthz'), { method: 'POST' });
+  assert.equal(post.status, 405);
+  assert.equal(post.headers.get('allow'), 'GET');
+});
+
 test('HTTP refuses a forged Origin with 403', async () => {
   const res = await fetch(url, {
     method: 'POST',
@@ -231,7 +240,12 @@ test('a deleted session answers 404', async () => {
   assert.equal(init.status, 200);
   const sid = init.headers.get('mcp-session-id');
   assert.match(sid, /^[0-9a-f]{32}$/);
-  const del = await fetch(url, { method: 'DELETE', headers: { ...headers, 'Mcp-Session-Id': sid } });
+  // A revision the server does not speak is refused on GET and DELETE as on POST.
+  for (const method of ['GET', 'DELETE']) {
+    const res = await fetch(url, { method, headers: { ...headers, 'Mcp-Session-Id': sid, 'MCP-Protocol-Version': '1999-01-01' } });
+    assert.equal(res.status, 400, method);
+  }
+  const del = await fetch(url, { method: 'DELETE', headers: { ...headers, 'Mcp-Session-Id': sid, 'MCP-Protocol-Version': '2025-11-25' } });
   assert.equal(del.status, 200);
   const again = await fetch(url, { method: 'POST', headers: { ...headers, 'Mcp-Session-Id': sid }, body: JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'ping' }) });
   assert.equal(again.status, 404);
