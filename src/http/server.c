@@ -9,6 +9,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +77,10 @@ struct server {
   listener *listeners; /* the open subscriptions/listen streams */
   size_t n_listeners;
   bool closing;        /* tg_http_stop began: no listen stream opens any more */
+  /* SSE output in the buffers of its streams, read or not: bounded, so that clients that
+   * never read what their calls say cannot exhaust memory. */
+  atomic_size_t held;
+  size_t held_max;
   /* The worker pool: a fixed set of threads, each with its own database connection for its
    * whole life, taking tool calls from a queue. The queue needs no bound of its own: each
    * queued call holds one of at most TG_HTTP_MAX_CONNECTIONS connection threads. */
@@ -280,6 +285,7 @@ static void session_put(server *s, session *x) {
  * (2026-07-28) cancels its call; a session's streams outlive their connection. */
 
 struct stream {
+  server *srv;
   pthread_mutex_t lock;
   pthread_cond_t ready;
   /* SSE text, whole events. buf[0, sent) went out; a stream of a session keeps up to
@@ -319,9 +325,10 @@ static bool listening_locked(session *x) {
   return reading;
 }
 
-static stream *stream_new(unsigned no) {
+static stream *stream_new(server *s, unsigned no) {
   stream *st = calloc(1, sizeof *st);
   if (!st) return NULL;
+  st->srv = s;
   pthread_mutex_init(&st->lock, NULL);
   pthread_cond_init(&st->ready, NULL);
   st->no = no;
@@ -347,6 +354,7 @@ static void stream_release(stream *st) {
   json_decref(st->final_id);
   tg_mcp_inflight_free(st->inflight);
   json_decref(st->call_id);
+  atomic_fetch_sub(&st->srv->held, st->len);
   free(st->buf);
   free(st);
 }
@@ -361,12 +369,17 @@ static void stream_end(stream *st) {
 
 /* Appends text (n bytes, one whole event); called with the lock held. */
 static int append_locked(stream *st, const char *text, size_t n, bool bounded) {
-  if (bounded && st->len - st->sent + n > TG_HTTP_MAX_STREAM_BYTES) return TG_E_TOO_LARGE;
+  /* The server's bound is looked at, then counted: appends at the same instant may pass it
+   * by their own sizes. */
+  if (bounded && (st->len - st->sent + n > TG_HTTP_MAX_STREAM_BYTES ||
+                  atomic_load(&st->srv->held) + n > st->srv->held_max))
+    return TG_E_TOO_LARGE;
   char *grown = realloc(st->buf, st->len + n);
   if (!grown) return TG_E_NOMEM;
   memcpy(grown + st->len, text, n);
   st->buf = grown;
   st->len += n;
+  atomic_fetch_add(&st->srv->held, n);
   pthread_cond_broadcast(&st->ready);
   return TG_OK;
 }
@@ -460,6 +473,7 @@ static void compact_locked(stream *st) {
   }
   memmove(st->buf, st->buf + cut, st->len - cut);
   st->len -= cut;
+  atomic_fetch_sub(&st->srv->held, cut);
   st->sent -= cut;
   st->cut_at = st->cut_at > cut ? st->cut_at - cut : 0; /* only events sent are dropped */
   st->first += dropped;
@@ -697,7 +711,7 @@ static void listener_closed(void *arg) {
 static listener *listener_open(server *s, const char *principal, unsigned *status,
                                const char **why) {
   listener *l = calloc(1, sizeof *l);
-  stream *st = stream_new(0);
+  stream *st = stream_new(s, 0);
   *status = MHD_HTTP_INTERNAL_SERVER_ERROR;
   *why = "Out of memory";
   if (l && st && tg_mcp_watch_new(listener_send, st, &l->watch) == 0) {
@@ -1187,7 +1201,7 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
                                   const char *session_id, bool *started) {
   *started = false;
   session *x = w->sess;
-  stream *st = stream_new(0);
+  stream *st = stream_new(s, 0);
   if (!st || (!x && tg_mcp_inflight_new(NULL, NULL, &st->inflight) < 0)) {
     if (st) stream_release(st);
     return MHD_NO;
@@ -1248,8 +1262,12 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
    * then waits for the client's GET with Last-Event-ID. */
   bool polled = st->polling;
   struct MHD_Response *res = polled ? polled_response_locked(st) : NULL;
-  if (polled) st->sent = st->len;
-  else st->reading = true;
+  if (polled) {
+    st->sent = st->len;
+    compact_locked(st); /* what went out stays only as far as a resumption may ask */
+  } else {
+    st->reading = true;
+  }
   unsigned reader_id = st->reader;
   if (st->final) {
     append_reply_locked(st, st->final, st->final_id);
@@ -1284,6 +1302,7 @@ static enum MHD_Result queue_events(server *s, struct MHD_Connection *conn, sess
   st->done = st->streaming = true;
   st->sent = st->len;
   struct MHD_Response *res = MHD_create_response_from_buffer(st->len, st->buf, MHD_RESPMEM_MUST_COPY);
+  compact_locked(st); /* what went out stays only as far as a resumption may ask */
   pthread_mutex_unlock(&st->lock);
   if (x) {
     pthread_mutex_lock(&s->lock);
@@ -1390,7 +1409,7 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
     }
   }
   tg_env env = server_env(s, db);
-  if (sse_call && !(w->st = stream_new(0))) {
+  if (sse_call && !(w->st = stream_new(s, 0))) {
     result = MHD_NO;
     goto done;
   }
@@ -1512,7 +1531,7 @@ static stream *standalone_locked(session *x, unsigned *status, const char **why,
   }
   *status = MHD_HTTP_INTERNAL_SERVER_ERROR;
   *why = "Out of memory";
-  stream *st = stream_new(x->next_stream + 1);
+  stream *st = stream_new(x->srv, x->next_stream + 1);
   if (!st || prime_locked(st) < 0) {
     if (st) stream_release(st);
     return NULL;
@@ -1713,6 +1732,7 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   h->s.mcp = cfg->server;
   h->s.mcp.list_changes = true;
   h->s.loopback = loopback;
+  h->s.held_max = cfg->max_held_bytes ? cfg->max_held_bytes : TG_HTTP_MAX_HELD_BYTES;
   pthread_mutex_init(&h->s.lock, NULL);
   pthread_cond_init(&h->s.answered, NULL);
   pthread_cond_init(&h->s.queued, NULL);

@@ -22,6 +22,7 @@
 #define TG_HTTP_MAX_LISTENS 64                 /* subscriptions/listen streams open at once */
 #define TG_HTTP_MAX_LISTENS_PER_PRINCIPAL 8
 #define TG_HTTP_MAX_STREAM_BYTES (16u * 1024u * 1024u) /* unread SSE output kept for one client */
+#define TG_HTTP_MAX_HELD_BYTES (256u * 1024u * 1024u)  /* SSE output kept in all, for all clients */
 
 typedef struct tg_http_config {
   const char *listen; /* HOST:PORT or [V6]:PORT; port 0 picks a free one */
@@ -33,6 +34,7 @@ typedef struct tg_http_config {
   const char *public_url; /* how people reach this server, for links */
   const tg_registry *registry;
   tg_mcp_server server;
+  size_t max_held_bytes; /* SSE output kept for all clients; 0: TG_HTTP_MAX_HELD_BYTES */
 } tg_http_config;
 
 /* Serves until SIGINT or SIGTERM. Logs "listening on HOST:PORT" on stderr once ready.

@@ -101,13 +101,14 @@ static int note_then_close(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return r;
 }
 
-/* Says something, then answers with more than a stream keeps unread for its client. */
+/* Says something, then answers with a text of "bytes" bytes, by default more than a stream
+ * keeps unread for its client. */
 static int note_then_overflow(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  (void)args;
   const tg_client_channel *ch = cx->client;
   int r = ch->notify(ch->self, "notifications/message",
                      json_pack("{s:s,s:s}", "level", "info", "data", "before the answer"));
-  size_t size = TG_HTTP_MAX_STREAM_BYTES + 1;
+  json_int_t bytes = json_integer_value(json_object_get(args, "bytes"));
+  size_t size = bytes > 0 ? (size_t)bytes : TG_HTTP_MAX_STREAM_BYTES + 1;
   char *text = malloc(size + 1);
   if (r == 0 && !text) r = TG_E_NOMEM;
   if (r == 0) {
@@ -131,9 +132,10 @@ static const char kit_spec[] =
     "\"flags\":[\"interactive\"],"
     "\"inputSchema\":{\"type\":\"object\",\"properties\":{\"wait\":{\"type\":\"boolean\"}}},"
     "\"outputSchema\":{\"type\":\"object\"}},"
-    "{\"name\":\"test.note.overflow\",\"description\":\"Sends a message, then a too large answer.\","
+    "{\"name\":\"test.note.overflow\",\"description\":\"Sends a message, then a large answer.\","
     "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
-    "\"inputSchema\":{\"type\":\"object\"},\"outputSchema\":{\"type\":\"object\"}}]}";
+    "\"inputSchema\":{\"type\":\"object\",\"properties\":{\"bytes\":{\"type\":\"integer\"}}},"
+    "\"outputSchema\":{\"type\":\"object\"}}]}";
 static const tg_handler_entry kit_handlers[] = {{"test.wait.cancel", wait_cancel},
                                                 {"test.note.close", note_then_close},
                                                 {"test.note.overflow", note_then_overflow}};
@@ -586,6 +588,34 @@ static void test_a_reply_too_large_for_its_stream_becomes_the_next_event(void **
   finish(resumed);
 }
 
+/* What the streams of a server keep, read or not, is bounded in all: sessions keep their
+ * streams for resumption, so a reply past the bound becomes an error; once a session goes,
+ * what its streams held is free again. */
+static void test_output_kept_for_all_clients_is_bounded(void **state) {
+  world *w = *state;
+  tg_http_stop(w->h);
+  w->cfg.max_held_bytes = 300 * 1024;
+  unsigned port = 0;
+  assert_int_equal(tg_http_start(&w->cfg, &w->h, &port), 0);
+  snprintf(w->url, sizeof w->url, "http://127.0.0.1:%u/mcp", port);
+  char sid[64];
+  open_session(w, "{}", sid);
+  /* Its text goes out twice (content and structuredContent): about 100 KB a reply. */
+  const char *call = CALL_WITH("5", "test_note_overflow", "{\"bytes\":51200}");
+  for (int i = 0; i < 3; i++) {
+    char *got = request(w, "POST", sid, NULL, call, 200);
+    assert_non_null(strstr(got, "before the answer"));
+    /* Two replies of 100 KB are kept; a third would pass 300 KB. */
+    assert_int_equal(strstr(got, "The result is too large to send") != NULL, i == 2);
+    free(got);
+  }
+  free(request(w, "DELETE", sid, NULL, NULL, 200));
+  open_session(w, "{}", sid);
+  char *got = request(w, "POST", sid, NULL, call, 200);
+  assert_null(strstr(got, "The result is too large to send"));
+  free(got);
+}
+
 /* ---- 2026-07-28 ---- */
 
 static void test_listen_stream_gets_ack_then_changes(void **state) {
@@ -667,6 +697,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_a_call_closing_its_stream_after_an_event_says_when_to_resume, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_call_closing_a_stream_being_read_says_when_to_resume, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_reply_too_large_for_its_stream_becomes_the_next_event, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_output_kept_for_all_clients_is_bounded, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_stream_gets_ack_then_changes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_streams_are_bounded_and_freed_when_closed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_closing_a_call_stream_cancels_the_call, setup, teardown),
