@@ -16,7 +16,6 @@
 #define TG_HTTP_MAX_SESSIONS 1024
 #define TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL 64   /* a principal's share of them */
 #define TG_HTTP_SESSION_IDLE_MS (30LL * 60 * 1000)
-#define TG_HTTP_ASK_TIMEOUT_MS (60LL * 1000)   /* how long a tool waits for the client */
 #define TG_HTTP_KEEPALIVE_MS (15LL * 1000)     /* comment lines on a quiet SSE stream */
 #define TG_HTTP_CHECK_MS (2LL * 1000)          /* list checks while no message arrives */
 #define TG_HTTP_MAX_LISTENS 64                 /* subscriptions/listen streams open at once */

@@ -18,6 +18,9 @@
 #define TG_MCP_LEGACY_VERSION "2025-11-25"
 #define TG_MCP_SERVER_VERSION "0.1.0"
 #define TG_MCP_PAGE_SIZE 100 /* entries of one tools/list page */
+/* How long a tool waits for the client to answer its request (sampling, elicitation): the
+ * call's transaction stays open meanwhile. */
+#define TG_MCP_ASK_TIMEOUT_MS (60LL * 1000)
 
 typedef enum tg_mcp_era { TG_MCP_ERA_NONE, TG_MCP_ERA_LEGACY, TG_MCP_ERA_MODERN } tg_mcp_era;
 

@@ -257,7 +257,7 @@ static bool take_ping_locked(conn *c, tg_rpc_msg *ret) {
 }
 
 /* Sends request to the client and waits for its response, answering pings meanwhile. Ends
- * with TG_E_IO when the call is cancelled or the input ends. */
+ * with TG_E_IO when the call is cancelled, the input ends or TG_MCP_ASK_TIMEOUT_MS pass. */
 static int io_ask(void *self, json_t *request, json_t **ret) {
   conn *c = self;
   pthread_mutex_lock(&c->lock);
@@ -265,8 +265,9 @@ static int io_ask(void *self, json_t *request, json_t **ret) {
   pthread_cond_broadcast(&c->changed); /* a reader waiting for room reads on */
   pthread_mutex_unlock(&c->lock);
   int r = write_message(c, request);
+  int64_t deadline = tg_monotonic_ms() + TG_MCP_ASK_TIMEOUT_MS;
   pthread_mutex_lock(&c->lock);
-  while (r == 0 && !c->answer) {
+  for (int64_t left; r == 0 && !c->answer;) {
     tg_rpc_msg ping;
     if (c->ended || tg_mcp_inflight_cancelled(c->req->inflight, c->serving)) {
       r = TG_E_IO;
@@ -274,8 +275,12 @@ static int io_ask(void *self, json_t *request, json_t **ret) {
       pthread_mutex_unlock(&c->lock);
       r = serve_one(c, &ping);
       pthread_mutex_lock(&c->lock);
+    } else if ((left = deadline - tg_monotonic_ms()) <= 0) {
+      tg_log(TG_LOG_WARN, "mcp: the client did not answer within %lld s",
+             (long long)TG_MCP_ASK_TIMEOUT_MS / 1000);
+      r = TG_E_IO;
     } else {
-      pthread_cond_wait(&c->changed, &c->lock);
+      tg_timed_wait(&c->changed, &c->lock, left);
     }
   }
   if (r == 0) *ret = c->answer;
