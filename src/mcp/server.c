@@ -1158,7 +1158,9 @@ static void notification(const tg_mcp_request *req, const tg_rpc_msg *msg) {
 static int reply_of(cx *c, const method *m, int r, json_t *result, tg_mcp_reply *reply) {
   const tg_rpc_msg *msg = c->msg;
   if (c->req->inflight && tg_mcp_inflight_end(c->req->inflight, msg->id)) {
-    /* Cancelled: the client expects no answer. */
+    /* Cancelled: the client expects no answer. A listen request cancelled as it subscribed
+     * ends its subscription here (the cancellation found none yet). */
+    if (c->subscribed && c->req->watch) tg_mcp_watch_unsubscribe(c->req->watch, msg->id);
     json_decref(c->err_data);
     return 0;
   }

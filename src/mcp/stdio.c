@@ -34,8 +34,8 @@ typedef struct conn {
   const tg_mcp_server *srv;
   const tg_mcp_request *req;
   json_t *serving; /* id of the request being served, NULL between requests */
-  /* Between the reader and the serving thread, under lock; changed is broadcast on every
-   * change of these. */
+  /* Between the reader and the serving thread, under lock; changed is broadcast when the
+   * reader adds to them, and when a cancellation arrives. */
   pthread_mutex_t lock;
   pthread_cond_t changed;
   tg_rpc_msg queue[QUEUE_MAX];
@@ -44,7 +44,6 @@ typedef struct conn {
   json_t *answer;   /* its response, once read */
   bool ended;       /* the reader stopped: end of input, or the failure in status */
   int status;
-  bool stopping;    /* the serving thread is done */
 } conn;
 
 /* Writes one encoded message (text, freed) as a line. */
@@ -144,8 +143,8 @@ static int next_message(conn *c, tg_rpc_msg *msg) {
 /* Takes one message off the reader (msg: moved into the queue or released). A cancellation
  * is served at once; the response a call waits for goes to it. Requests are entered in flight
  * as they are queued, so that a cancellation finds them before they are served. When the
- * queue is full the reader waits, unless a call waits for the client's response, which may
- * come after: then a request is refused and a notification dropped. */
+ * queue is full a request is refused and a notification dropped: the reader never stops
+ * reading, so that a cancellation or a response behind them still arrives. */
 static int take(conn *c, tg_rpc_msg *msg) {
   if (tg_mcp_cancel_target(msg)) {
     tg_mcp_reply reply;
@@ -156,19 +155,16 @@ static int take(conn *c, tg_rpc_msg *msg) {
   pthread_mutex_lock(&c->lock);
   if (msg->kind == TG_RPC_RESPONSE) {
     bool awaited = c->awaiting && !c->answer && json_equal(msg->id, c->awaiting);
-    if (awaited) c->answer = json_incref(msg->root);
-    else tg_log(TG_LOG_WARN, "mcp: a response to no request waiting for one; dropped");
+    if (awaited) {
+      c->answer = msg->root; /* handed over: only the serving thread counts its references */
+      msg->root = NULL;
+    } else {
+      tg_log(TG_LOG_WARN, "mcp: a response to no request waiting for one; dropped");
+    }
     pthread_cond_broadcast(&c->changed);
     pthread_mutex_unlock(&c->lock);
     tg_rpc_msg_done(msg);
     return TG_OK;
-  }
-  while (c->queued == QUEUE_MAX && !c->awaiting && !c->stopping)
-    pthread_cond_wait(&c->changed, &c->lock);
-  if (c->stopping) {
-    pthread_mutex_unlock(&c->lock);
-    tg_rpc_msg_done(msg);
-    return TG_E_IO;
   }
   bool room = c->queued < QUEUE_MAX;
   int r = room && msg->kind == TG_RPC_REQUEST ? tg_mcp_inflight_begin(c->req->inflight, msg->id)
@@ -180,12 +176,12 @@ static int take(conn *c, tg_rpc_msg *msg) {
   pthread_mutex_unlock(&c->lock);
   if (room && r == TG_OK) return TG_OK;
   if (!room) {
-    tg_log(TG_LOG_WARN, "mcp: too many messages while waiting for the client; dropping one");
+    tg_log(TG_LOG_WARN, "mcp: %d messages wait to be served; dropping one", QUEUE_MAX);
     /* A request dropped is still answered, so that the client does not wait for it. */
     if (msg->kind == TG_RPC_REQUEST)
       r = write_message(c, tg_rpc_error(msg->id, TG_RPC_INTERNAL_ERROR,
-                                        "Too many messages while a call waits for the client",
-                                        NULL));
+                                        "Too many requests wait to be served",
+                                        json_pack("{s:i}", "max", QUEUE_MAX)));
   }
   tg_rpc_msg_done(msg);
   return r;
@@ -250,7 +246,6 @@ static bool take_ping_locked(conn *c, tg_rpc_msg *ret) {
     if (c->queue[i].kind != TG_RPC_REQUEST || strcmp(c->queue[i].method, "ping") != 0) continue;
     *ret = c->queue[i];
     memmove(c->queue + i, c->queue + i + 1, (--c->queued - i) * sizeof c->queue[0]);
-    pthread_cond_broadcast(&c->changed);
     return true;
   }
   return false;
@@ -262,7 +257,6 @@ static int io_ask(void *self, json_t *request, json_t **ret) {
   conn *c = self;
   pthread_mutex_lock(&c->lock);
   c->awaiting = json_incref(json_object_get(request, "id"));
-  pthread_cond_broadcast(&c->changed); /* a reader waiting for room reads on */
   pthread_mutex_unlock(&c->lock);
   int r = write_message(c, request);
   int64_t deadline = tg_monotonic_ms() + TG_MCP_ASK_TIMEOUT_MS;
@@ -309,7 +303,6 @@ static bool next_queued(conn *c, tg_rpc_msg *ret, int *status) {
   if (got) {
     *ret = c->queue[0];
     memmove(c->queue, c->queue + 1, --c->queued * sizeof c->queue[0]);
-    pthread_cond_broadcast(&c->changed);
   } else if (*status == 0) {
     *status = c->status;
   }
@@ -345,10 +338,6 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
     if (r == 0) r = check_lists(&c);
   }
   if (reading) {
-    pthread_mutex_lock(&c.lock);
-    c.stopping = true;
-    pthread_cond_broadcast(&c.changed);
-    pthread_mutex_unlock(&c.lock);
     if (write(c.stop[1], "", 1) != 1) tg_log(TG_LOG_WARN, "mcp: the reader could not be told to stop");
     pthread_join(reader, NULL);
   }

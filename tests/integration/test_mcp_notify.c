@@ -354,6 +354,36 @@ static void test_listen_acknowledges_filters_and_ends(void **state) {
   assert_int_equal(json_array_size(w->sent), 2);
 }
 
+/* What a watch sends, as the client's cancellation of the listen request crosses its
+ * acknowledgement (the cancellation is read on another thread over stdio). */
+static int capture_then_cancel(void *self, json_t *msg) {
+  world *w = self;
+  json_t *id = subscription_of(msg);
+  if (id) tg_mcp_inflight_cancel(w->inflight, id);
+  return capture(self, msg);
+}
+
+/* A listen request cancelled as it subscribes gets no answer, and its subscription ends. */
+static void test_listen_cancelled_as_it_subscribes(void **state) {
+  world *w = *state;
+  tg_mcp_watch_free(w->watch);
+  assert_int_equal(tg_mcp_watch_new(capture_then_cancel, w, &w->watch), 0);
+  w->req.watch = w->watch;
+  tg_mcp_reply reply;
+  assert_null(handle(w,
+                     "{\"jsonrpc\":\"2.0\",\"id\":\"s2\",\"method\":\"subscriptions/listen\","
+                     "\"params\":{" MODERN_META ",\"notifications\":{\"promptsListChanged\":true}}}",
+                     &reply));
+  assert_false(reply.subscribed);
+  assert_string_equal(method_at(w->sent, 0), "notifications/subscriptions/acknowledged");
+  assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0); /* the baseline */
+  json_decref(handle(w, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{"
+                        "\"name\":\"test_trigger_prompt_change\"," MODERN_META "}}",
+                     NULL));
+  assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
+  assert_int_equal(json_array_size(w->sent), 1); /* the acknowledgement alone */
+}
+
 static void test_no_list_changes_without_a_watch(void **state) {
   world *w = *state;
   /* What an HTTP transport gets until it delivers list changes. */
@@ -475,6 +505,17 @@ static void test_stdio_cancel_while_the_client_is_asked(void **state) {
   assert_int_equal(asked_rows(w), asked);
 }
 
+/* Waits until a call of test_await_cancel runs (a hang guard, not a timing check). */
+static void await_started_call(void) {
+  pthread_mutex_lock(&await_lock);
+  int64_t deadline = tg_monotonic_ms() + HANG_GUARD_MS;
+  for (int64_t left; !awaiting && (left = deadline - tg_monotonic_ms()) > 0;)
+    tg_timed_wait(&await_started, &await_lock, left);
+  bool started = awaiting;
+  pthread_mutex_unlock(&await_lock);
+  assert_true(started);
+}
+
 /* A cancellation reaches a call that asks nothing of the client while it runs: the call stops,
  * gets no answer and writes nothing, and the requests behind it are served. */
 static void test_stdio_cancel_reaches_a_running_call(void **state) {
@@ -487,16 +528,42 @@ static void test_stdio_cancel_reaches_a_running_call(void **state) {
   stdio_send(s, INITIALIZED);
   stdio_send(s, AWAIT_CANCEL(2));
   stdio_send(s, PING(3));
-  pthread_mutex_lock(&await_lock);
-  int64_t deadline = tg_monotonic_ms() + HANG_GUARD_MS;
-  for (int64_t left; !awaiting && (left = deadline - tg_monotonic_ms()) > 0;)
-    tg_timed_wait(&await_started, &await_lock, left);
-  pthread_mutex_unlock(&await_lock);
-  assert_true(awaiting);
+  await_started_call();
   stdio_send(s, CANCEL(2));
   expect_answer(s, 3);
   stdio_stop(s);
   assert_int_equal(asked_rows(w), asked);
+}
+
+/* Behind a full queue the client's messages are still read: requests past the bound are
+ * refused at once, and a cancellation still reaches the running call. */
+static void test_stdio_cancel_behind_a_full_queue(void **state) {
+  world *w = *state;
+  enum { FIRST = 100, PINGS = 70, QUEUED = 64 };
+  awaiting = false;
+  stdio_run *s = stdio_start(w);
+  stdio_send(s, INITIALIZE);
+  expect_answer(s, 1);
+  stdio_send(s, INITIALIZED);
+  stdio_send(s, AWAIT_CANCEL(2));
+  await_started_call();
+  char ping[64];
+  for (int i = 0; i < PINGS; i++) {
+    snprintf(ping, sizeof ping, "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"ping\"}", FIRST + i);
+    stdio_send(s, ping);
+  }
+  /* Refused as they come, while the call still runs. */
+  for (int i = QUEUED; i < PINGS; i++) {
+    json_t *msg = stdio_next(s);
+    assert_int_equal(json_integer_value(json_object_get(msg, "id")), FIRST + i);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(msg, "error"), "code")),
+                     TG_RPC_INTERNAL_ERROR);
+    json_decref(msg);
+  }
+  stdio_send(s, CANCEL(2));
+  /* The call gets no answer; the queued pings get theirs, in order. */
+  for (int i = 0; i < QUEUED; i++) expect_answer(s, FIRST + i);
+  stdio_stop(s);
 }
 
 static void expect_list_changed(stdio_run *s) {
@@ -535,9 +602,11 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_task_cancelled_as_it_detaches, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_list_changed_follows_the_database, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_listen_acknowledges_filters_and_ends, setup_fixtures, teardown),
+      cmocka_unit_test_setup_teardown(test_listen_cancelled_as_it_subscribes, setup_fixtures, teardown),
       cmocka_unit_test_setup_teardown(test_no_list_changes_without_a_watch, setup_fixtures, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_cancel_while_the_client_is_asked, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_cancel_reaches_a_running_call, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_cancel_behind_a_full_queue, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_announces_a_revoked_grant, setup_kit, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
