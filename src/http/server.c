@@ -1769,7 +1769,8 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
       (unsigned)TG_HTTP_MAX_CONNECTIONS, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
       /* On loopback every client has the same address: a share would only lower the limit. */
       h->s.loopback ? 0u : (unsigned)TG_HTTP_MAX_CONNECTIONS_PER_ADDRESS,
-      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+      MHD_OPTION_CONNECTION_TIMEOUT,
+      cfg->idle_timeout_s ? cfg->idle_timeout_s : (unsigned)TG_HTTP_IDLE_TIMEOUT_S,
       MHD_OPTION_NOTIFY_COMPLETED, on_completed, &h->s, MHD_OPTION_NOTIFY_CONNECTION,
       on_connection, &h->s, MHD_OPTION_END);
   if (!h->daemon) {

@@ -17,6 +17,10 @@
 #define TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL 64   /* a principal's share of them */
 #define TG_HTTP_SESSION_IDLE_MS (30LL * 60 * 1000)
 #define TG_HTTP_KEEPALIVE_MS (15LL * 1000)     /* comment lines on a quiet SSE stream */
+/* A connection that sends and receives nothing this long is closed (a quiet SSE stream is
+ * kept alive by its comment lines; a call running is not idle): connections that never
+ * send a request cannot hold the connection slots for long. */
+#define TG_HTTP_IDLE_TIMEOUT_S 30
 #define TG_HTTP_CHECK_MS (2LL * 1000)          /* list checks while no message arrives */
 #define TG_HTTP_MAX_LISTENS 64                 /* subscriptions/listen streams open at once */
 #define TG_HTTP_MAX_LISTENS_PER_PRINCIPAL 8
@@ -34,6 +38,7 @@ typedef struct tg_http_config {
   const tg_registry *registry;
   tg_mcp_server server;
   size_t max_held_bytes; /* SSE output kept for all clients; 0: TG_HTTP_MAX_HELD_BYTES */
+  unsigned idle_timeout_s; /* 0: TG_HTTP_IDLE_TIMEOUT_S */
 } tg_http_config;
 
 /* Serves until SIGINT or SIGTERM. Logs "listening on HOST:PORT" on stderr once ready.

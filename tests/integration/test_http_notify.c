@@ -4,12 +4,15 @@
 #define _GNU_SOURCE
 #include "support.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -588,16 +591,45 @@ static void test_a_reply_too_large_for_its_stream_becomes_the_next_event(void **
   finish(resumed);
 }
 
+/* Starts the server again with w->cfg; returns its port. */
+static unsigned restart(world *w) {
+  tg_http_stop(w->h);
+  unsigned port = 0;
+  assert_int_equal(tg_http_start(&w->cfg, &w->h, &port), 0);
+  snprintf(w->url, sizeof w->url, "http://127.0.0.1:%u/mcp", port);
+  return port;
+}
+
+/* A connection that never sends a request is closed once idle, and its slot is free again;
+ * a call running longer than that is not idle. */
+static void test_idle_connections_are_closed(void **state) {
+  world *w = *state;
+  w->cfg.idle_timeout_s = 1;
+  unsigned port = restart(w);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct timeval guard = {.tv_sec = HANG_GUARD_S};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &guard, sizeof guard);
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
+  char byte;
+  assert_int_equal(read(fd, &byte, 1), 0); /* closed by the server, not by the guard */
+  close(fd);
+  char *got = request(w, "POST", NULL, MODERN_HEADERS("tools/call") "\nMcp-Name: slow_compute",
+                      "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{"
+                      "\"name\":\"slow_compute\",\"arguments\":{\"seconds\":3}," MODERN_META "}}",
+                      200);
+  assert_non_null(strstr(got, "Computed (unlabelled) in 3s"));
+  free(got);
+}
+
 /* What the streams of a server keep, read or not, is bounded in all: sessions keep their
  * streams for resumption, so a reply past the bound becomes an error; once a session goes,
  * what its streams held is free again. */
 static void test_output_kept_for_all_clients_is_bounded(void **state) {
   world *w = *state;
-  tg_http_stop(w->h);
   w->cfg.max_held_bytes = 300 * 1024;
-  unsigned port = 0;
-  assert_int_equal(tg_http_start(&w->cfg, &w->h, &port), 0);
-  snprintf(w->url, sizeof w->url, "http://127.0.0.1:%u/mcp", port);
+  restart(w);
   char sid[64];
   open_session(w, "{}", sid);
   /* Its text goes out twice (content and structuredContent): about 100 KB a reply. */
@@ -698,6 +730,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_a_call_closing_a_stream_being_read_says_when_to_resume, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_reply_too_large_for_its_stream_becomes_the_next_event, setup, teardown),
       cmocka_unit_test_setup_teardown(test_output_kept_for_all_clients_is_bounded, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_idle_connections_are_closed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_stream_gets_ack_then_changes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_streams_are_bounded_and_freed_when_closed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_closing_a_call_stream_cancels_the_call, setup, teardown),
