@@ -38,7 +38,7 @@ typedef struct conn {
    * reader adds to them, and when a cancellation arrives. */
   pthread_mutex_t lock;
   pthread_cond_t changed;
-  tg_rpc_msg queue[QUEUE_MAX];
+  tg_rpc_msg queue[QUEUE_MAX + 1]; /* the one more: see take */
   size_t queued;
   json_t *awaiting; /* the id of the server's request a call waits on, or NULL */
   json_t *answer;   /* its response, once read */
@@ -166,7 +166,11 @@ static int take(conn *c, tg_rpc_msg *msg) {
     tg_rpc_msg_done(msg);
     return TG_OK;
   }
-  bool room = c->queued < QUEUE_MAX;
+  /* The notification that ends a 2025-11-25 handshake is never dropped: it turns on the
+   * session's list changes. */
+  bool handshake = msg->kind == TG_RPC_NOTIFICATION &&
+                   strcmp(msg->method, "notifications/initialized") == 0;
+  bool room = c->queued < QUEUE_MAX + (size_t)handshake;
   int r = room && msg->kind == TG_RPC_REQUEST ? tg_mcp_inflight_begin(c->req->inflight, msg->id)
                                               : TG_OK;
   if (room && r == TG_OK) {
