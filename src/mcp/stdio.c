@@ -1,6 +1,8 @@
+#define _GNU_SOURCE
 #include "mcp/stdio.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -333,7 +335,7 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   int r = c.chunk && c.line ? tg_mcp_server_prepare(&served, env) : TG_E_NOMEM;
   if (r == 0) r = tg_mcp_inflight_new(wake, &c, &req.inflight);
   if (r == 0) r = tg_mcp_watch_new(io_send, &c, &req.watch);
-  if (r == 0 && pipe(c.stop) != 0) r = TG_E_IO;
+  if (r == 0 && pipe2(c.stop, O_CLOEXEC) != 0) r = TG_E_IO; /* not for a tool's children */
   pthread_t reader;
   bool reading = r == 0 && pthread_create(&reader, NULL, reader_main, &c) == 0;
   if (r == 0 && !reading) r = TG_E_NOMEM;
