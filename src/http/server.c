@@ -893,7 +893,7 @@ static int worker_ask(void *self, json_t *ask, json_t **ret) {
     return TG_E_TOO_LARGE;
   }
   int r = stream_event(w->st, ask);
-  int64_t deadline = tg_monotonic_ms() + TG_MCP_ASK_TIMEOUT_MS;
+  int64_t deadline = tg_monotonic_ms() + tg_mcp_ask_timeout_ms(&s->mcp);
   pthread_mutex_lock(&s->lock);
   while (r == 0 && !slot->response && !w->sess->dead) {
     /* A cancellation is looked for outside the server's lock; the count tells whether one

@@ -68,7 +68,12 @@ typedef struct tg_mcp_server {
   char **entries;
   size_t n_entries;
   tg_mcp_tasks *tasks; /* the calls become tasks here (tg_mcp_server_prepare) */
+  int64_t ask_timeout_ms; /* how long a tool waits for its client; 0: TG_MCP_ASK_TIMEOUT_MS */
 } tg_mcp_server;
+
+static inline int64_t tg_mcp_ask_timeout_ms(const tg_mcp_server *srv) {
+  return srv->ask_timeout_ms > 0 ? srv->ask_timeout_ms : TG_MCP_ASK_TIMEOUT_MS;
+}
 
 /* Encodes the tools/list entries of env's registry's tools into srv, which tools/list
  * needs, and opens its tasks, which run against env (its database connection aside);

@@ -258,14 +258,15 @@ static bool take_ping_locked(conn *c, tg_rpc_msg *ret) {
 }
 
 /* Sends request to the client and waits for its response, answering pings meanwhile. Ends
- * with TG_E_IO when the call is cancelled, the input ends or TG_MCP_ASK_TIMEOUT_MS pass. */
+ * with TG_E_IO when the call is cancelled, the input ends or the server's ask timeout passes. */
 static int io_ask(void *self, json_t *request, json_t **ret) {
   conn *c = self;
   pthread_mutex_lock(&c->lock);
   c->awaiting = json_incref(json_object_get(request, "id"));
   pthread_mutex_unlock(&c->lock);
   int r = write_message(c, request);
-  int64_t deadline = tg_monotonic_ms() + TG_MCP_ASK_TIMEOUT_MS;
+  int64_t timeout = tg_mcp_ask_timeout_ms(c->srv);
+  int64_t deadline = tg_monotonic_ms() + timeout;
   pthread_mutex_lock(&c->lock);
   for (int64_t left; r == 0 && !c->answer;) {
     tg_rpc_msg ping;
@@ -276,8 +277,7 @@ static int io_ask(void *self, json_t *request, json_t **ret) {
       r = serve_one(c, &ping);
       pthread_mutex_lock(&c->lock);
     } else if ((left = deadline - tg_monotonic_ms()) <= 0) {
-      tg_log(TG_LOG_WARN, "mcp: the client did not answer within %lld s",
-             (long long)TG_MCP_ASK_TIMEOUT_MS / 1000);
+      tg_log(TG_LOG_WARN, "mcp: the client did not answer within %lld ms", (long long)timeout);
       r = TG_E_IO;
     } else {
       tg_timed_wait(&c->changed, &c->lock, left);

@@ -600,6 +600,25 @@ static unsigned restart(world *w) {
   return port;
 }
 
+/* A client that never answers: the call stops waiting after the server's ask timeout, and its
+ * stream ends with its failure. */
+static void test_a_call_gives_up_on_a_silent_client(void **state) {
+  world *w = *state;
+  w->cfg.server.ask_timeout_ms = 200;
+  restart(w);
+  char sid[64];
+  open_session(w, "{\"sampling\":{}}", sid);
+  exchange *call =
+      start(w, "POST", sid, NULL, CALL_WITH("\"call-1\"", "test_sampling", "{\"prompt\":\"hi\"}"));
+  await(call, "\"method\":\"sampling/createMessage\"");
+  await(call, NULL);
+  const char *answer = strstr(call->got, "\"id\":\"call-1\"");
+  assert_non_null(answer);
+  assert_true(strstr(answer, "\"error\"") || strstr(answer, "\"isError\":true"));
+  finish(call);
+  free(request(w, "POST", sid, NULL, PING, 200));
+}
+
 /* A connection that never sends a request is closed once idle, and its slot is free again;
  * a call running longer than that is not idle. */
 static void test_idle_connections_are_closed(void **state) {
@@ -731,6 +750,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_a_reply_too_large_for_its_stream_becomes_the_next_event, setup, teardown),
       cmocka_unit_test_setup_teardown(test_output_kept_for_all_clients_is_bounded, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idle_connections_are_closed, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_call_gives_up_on_a_silent_client, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_stream_gets_ack_then_changes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_streams_are_bounded_and_freed_when_closed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_closing_a_call_stream_cancels_the_call, setup, teardown),

@@ -516,6 +516,31 @@ static void await_started_call(void) {
   assert_true(started);
 }
 
+/* A client that never answers: the call stops waiting after the server's ask timeout, fails,
+ * and its row is rolled back; the connection goes on. */
+static void test_stdio_call_gives_up_on_a_silent_client(void **state) {
+  world *w = *state;
+  long asked = asked_rows(w);
+  w->srv.ask_timeout_ms = 200;
+  stdio_run *s = stdio_start(w);
+  stdio_send(s, INITIALIZE);
+  expect_answer(s, 1);
+  stdio_send(s, INITIALIZED);
+  stdio_send(s, ASK_WRITE(2));
+  json_t *ask = stdio_next(s);
+  assert_string_equal(json_string_value(json_object_get(ask, "method")), "sampling/createMessage");
+  json_decref(ask);
+  json_t *msg = stdio_next(s);
+  assert_int_equal(json_integer_value(json_object_get(msg, "id")), 2);
+  json_t *result = json_object_get(msg, "result");
+  assert_true(json_object_get(msg, "error") || json_is_true(json_object_get(result, "isError")));
+  json_decref(msg);
+  stdio_send(s, PING(3));
+  expect_answer(s, 3);
+  stdio_stop(s);
+  assert_int_equal(asked_rows(w), asked);
+}
+
 /* A cancellation reaches a call that asks nothing of the client while it runs: the call stops,
  * gets no answer and writes nothing, and the requests behind it are served. */
 static void test_stdio_cancel_reaches_a_running_call(void **state) {
@@ -612,6 +637,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_listen_cancelled_as_it_subscribes, setup_fixtures, teardown),
       cmocka_unit_test_setup_teardown(test_no_list_changes_without_a_watch, setup_fixtures, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_cancel_while_the_client_is_asked, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_call_gives_up_on_a_silent_client, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_cancel_reaches_a_running_call, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_cancel_behind_a_full_queue, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_announces_a_revoked_grant, setup_kit, teardown),
