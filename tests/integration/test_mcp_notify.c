@@ -480,9 +480,9 @@ static void stdio_stop(stdio_run *s) {
   free(s);
 }
 
-static void test_stdio_cancel_while_the_client_is_asked(void **state) {
-  world *w = *state;
-  long asked = asked_rows(w);
+/* A stdio connection after its handshake, with call 2 of test_ask_write waiting for the
+ * client's answer to its sampling request. */
+static stdio_run *start_asking_call(world *w) {
   stdio_run *s = stdio_start(w);
   stdio_send(s, INITIALIZE);
   expect_answer(s, 1);
@@ -491,6 +491,13 @@ static void test_stdio_cancel_while_the_client_is_asked(void **state) {
   json_t *ask = stdio_next(s);
   assert_string_equal(json_string_value(json_object_get(ask, "method")), "sampling/createMessage");
   json_decref(ask);
+  return s;
+}
+
+static void test_stdio_cancel_while_the_client_is_asked(void **state) {
+  world *w = *state;
+  long asked = asked_rows(w);
+  stdio_run *s = start_asking_call(w);
   /* While the call waits: a request, cancelled before it is served; a ping, answered at
    * once; then the call is cancelled. */
   stdio_send(s, LIST(3));
@@ -522,14 +529,7 @@ static void test_stdio_call_gives_up_on_a_silent_client(void **state) {
   world *w = *state;
   long asked = asked_rows(w);
   w->srv.ask_timeout_ms = 200;
-  stdio_run *s = stdio_start(w);
-  stdio_send(s, INITIALIZE);
-  expect_answer(s, 1);
-  stdio_send(s, INITIALIZED);
-  stdio_send(s, ASK_WRITE(2));
-  json_t *ask = stdio_next(s);
-  assert_string_equal(json_string_value(json_object_get(ask, "method")), "sampling/createMessage");
-  json_decref(ask);
+  stdio_run *s = start_asking_call(w);
   json_t *msg = stdio_next(s);
   assert_int_equal(json_integer_value(json_object_get(msg, "id")), 2);
   json_t *result = json_object_get(msg, "result");
