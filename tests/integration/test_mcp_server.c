@@ -545,6 +545,27 @@ static void assert_ack(json_t *reply) {
   json_decref(reply);
 }
 
+/* principal's tasks/get, tasks/update (responses: JSON text) or tasks/cancel of id is refused
+ * with -32602: an unknown task, someone else's (refused alike), or answers of the wrong shape. */
+static void assert_task_action_refused(world *w, const char *principal, const char *method,
+                                const char *id, const char *responses) {
+  json_t *r = task_action_as(w, principal, method, id, responses);
+  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+  json_decref(r);
+}
+
+/* A confirm_delete task of filename parked on its input request; returns its id (malloc'd)
+ * and, unless parked is NULL, the task as parked (a new reference). */
+static char *park_confirm(world *w, const char *filename, json_t **parked) {
+  char args[128];
+  snprintf(args, sizeof args, "{\"filename\":\"%s\"}", filename);
+  char *id = start_task(w, "confirm_delete", args);
+  json_t *task = await_task(w, id, "input_required");
+  if (parked) *parked = task;
+  else json_decref(task);
+  return id;
+}
+
 /* Cancels task id and waits until it is cancelled. */
 static void cancel_task(world *w, const char *id) {
   assert_ack(task_action_as(w, w->agent, "tasks/cancel", id, NULL));
@@ -700,8 +721,8 @@ static void test_task_runs_and_is_audited(void **state) {
 static void test_task_input_rounds(void **state) {
   world *w = *state;
   long logs = fixture_count(w->f, "agent_run_logs");
-  char *id = start_task(w, "confirm_delete", "{\"filename\":\"a.txt\"}");
-  json_t *parked = await_task(w, id, "input_required");
+  json_t *parked;
+  char *id = park_confirm(w, "a.txt", &parked);
   json_t *asked = json_object_get(parked, "inputRequests");
   assert_int_equal(json_object_size(asked), 1);
   const char *key = json_object_iter_key(json_object_iter(asked));
@@ -768,9 +789,7 @@ static void test_task_input_rounds(void **state) {
                       "Received the answers of two rounds");
   json_decref(done);
   /* Answers must be objects, as in any round. */
-  json_t *r = task_action_as(w, w->agent, "tasks/update", id, "{\"k\":1}");
-  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
-  json_decref(r);
+  assert_task_action_refused(w, w->agent, "tasks/update", id, "{\"k\":1}");
   free(answer);
   free(first);
   free(second);
@@ -789,8 +808,7 @@ static void test_task_cancel(void **state) {
   json_decref(res);
   free(id);
   /* One waiting for input ends at once. */
-  id = start_task(w, "confirm_delete", "{\"filename\":\"b.txt\"}");
-  json_decref(await_task(w, id, "input_required"));
+  id = park_confirm(w, "b.txt", NULL);
   cancel_task(w, id);
   free(id);
   /* One left running ends with the server (teardown): it is cancelled, and waited for. */
@@ -812,9 +830,7 @@ static void test_task_failures(void **state) {
   assert_null(json_object_get(res, "result"));
   json_decref(res);
   free(id);
-  json_t *r = task_action_as(w, w->agent, "tasks/get", "0123456789abcdef0123456789abcdef", NULL);
-  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
-  json_decref(r);
+  assert_task_action_refused(w, w->agent, "tasks/get", "0123456789abcdef0123456789abcdef", NULL);
 }
 
 static void test_tasks_need_the_extension(void **state) {
@@ -857,22 +873,16 @@ static void test_task_of_another_principal(void **state) {
   world *w = *state;
   char other[TG_UUID_LEN + 1];
   fixture_agent(w->f, "{\"slug\":\"bot2\"}", other);
-  char *id = start_task(w, "confirm_delete", "{\"filename\":\"c.txt\"}");
-  json_t *parked = await_task(w, id, "input_required");
+  json_t *parked;
+  char *id = park_confirm(w, "c.txt", &parked);
   const char *key = json_object_iter_key(json_object_iter(json_object_get(parked, "inputRequests")));
   char *yes = NULL, *no = NULL;
   assert_true(asprintf(&yes, "{\"%s\":{\"action\":\"accept\",\"content\":{\"confirm\":true}}}", key) > 0);
   assert_true(asprintf(&no, "{\"%s\":{\"action\":\"accept\",\"content\":{\"confirm\":false}}}", key) > 0);
   char *before = fixture_snapshot(w->f, NULL);
-  json_t *r = task_action_as(w, other, "tasks/get", id, NULL);
-  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
-  json_decref(r);
-  r = task_action_as(w, other, "tasks/update", id, yes);
-  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
-  json_decref(r);
-  r = task_action_as(w, other, "tasks/cancel", id, NULL);
-  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
-  json_decref(r);
+  assert_task_action_refused(w, other, "tasks/get", id, NULL);
+  assert_task_action_refused(w, other, "tasks/update", id, yes);
+  assert_task_action_refused(w, other, "tasks/cancel", id, NULL);
   char *after = fixture_snapshot(w->f, NULL);
   assert_string_equal(before, after);
   /* Had the other's answer or cancellation been taken, the owner's "no" would not decide. */
@@ -1121,9 +1131,7 @@ static void test_task_outlives_its_server(void **state) {
   /* Nobody else's. */
   const char *actions[] = {"tasks/get", "tasks/cancel"};
   for (size_t i = 0; i < 2; i++) {
-    json_t *r = task_action_as(w, other, actions[i], id, NULL);
-    assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
-    json_decref(r);
+    assert_task_action_refused(w, other, actions[i], id, NULL);
   }
   /* Past their time to live (every row made an hour older) tasks are unknown, and the next
    * task to end clears them out. */
@@ -1132,9 +1140,7 @@ static void test_task_outlives_its_server(void **state) {
   assert_int_equal(tg_db_exec(w->f->db, "UPDATE mcp_tasks SET ended_at = $1",
                               json_pack("[s]", long_ago), NULL),
                    0);
-  json_t *r = task_action_as(w, w->agent, "tasks/get", id, NULL);
-  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
-  json_decref(r);
+  assert_task_action_refused(w, w->agent, "tasks/get", id, NULL);
   /* A principal's rows are bounded: with as many more, the oldest go first. */
   assert_int_equal(
       tg_db_exec(w->f->db,
@@ -1166,8 +1172,7 @@ static void test_task_notifications(void **state) {
   world *w = *state;
   char other[TG_UUID_LEN + 1];
   fixture_agent(w->f, "{\"slug\":\"bot2\"}", other);
-  char *id = start_task(w, "confirm_delete", "{\"filename\":\"n.txt\"}");
-  json_decref(await_task(w, id, "input_required"));
+  char *id = park_confirm(w, "n.txt", NULL);
   char *filter = filter_of(id);
   json_t *acked;
   feed *theirs = listen_as(w, other, 0, 7, filter, &acked);
