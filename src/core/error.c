@@ -40,3 +40,17 @@ json_t *tg_error_envelope(tg_errcode code, const char *message, json_t *details)
   }
   return json_pack("{s:o}", "error", error);
 }
+
+json_t *tg_error_envelope_schema(void) {
+  json_t *wires = json_array();
+  for (size_t i = 1; wires && i < sizeof codes / sizeof codes[0]; i++)
+    if (codes[i].wire && json_array_append_new(wires, json_string(codes[i].wire)) < 0) {
+      json_decref(wires);
+      wires = NULL;
+    }
+  if (!wires) return NULL;
+  return json_pack("{s:s,s:[s],s:b,s:{s:{s:s,s:[s,s],s:{s:{s:o},s:{s:s},s:{s:s}}}}}", "type", "object",
+                   "required", "error", "additionalProperties", 0, "properties", "error", "type",
+                   "object", "required", "code", "message", "properties", "code", "enum", wires,
+                   "message", "type", "string", "details", "type", "object");
+}

@@ -30,3 +30,5 @@ tg_errcode tg_errcode_parse(const char *name);
 
 /* A new envelope. message NULL means the default message; details (stolen) may be NULL. */
 json_t *tg_error_envelope(tg_errcode code, const char *message, json_t *details);
+/* A new JSON Schema (2020-12) of every envelope tg_error_envelope makes; NULL without memory. */
+json_t *tg_error_envelope_schema(void);

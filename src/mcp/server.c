@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/error.h"
 #include "core/principal.h"
 #include "core/registry.h"
 #include "mcp/tasks.h"
@@ -167,13 +168,37 @@ static int load_principal(cx *c, tg_principal **ret) {
   return 0;
 }
 
+/* The outputSchema a listing shows: the tool's own, or the error envelope that a failed
+ * call's structuredContent holds. Clients check structuredContent against it even when
+ * isError is set (the TypeScript SDK's callTool does), so a schema without the envelope would
+ * turn each refusal into an error of the client's, the envelope's message lost. The keywords
+ * that name the schema or hold what its references point to stay at the root, where those
+ * references resolve. A new schema; NULL without memory. */
+static json_t *listed_output_schema(json_t *own, json_t *envelope) {
+  static const char *const root_only[] = {"$schema", "$id", "$defs", "definitions"};
+  if (!json_is_object(own)) return json_incref(own);
+  json_t *branch = json_copy(own); /* shallow: the tool's subschemas are shared */
+  json_t *listed = json_pack("{s:s,s:[o,O]}", "type", "object", "anyOf", branch, envelope);
+  for (size_t i = 0; listed && i < sizeof root_only / sizeof root_only[0]; i++) {
+    json_t *value = json_object_get(own, root_only[i]);
+    if (!value) continue;
+    if (json_object_set(listed, root_only[i], value) < 0) {
+      json_decref(listed);
+      return NULL;
+    }
+    json_object_del(branch, root_only[i]);
+  }
+  return listed;
+}
+
 /* A tool's tools/list entry without its name, which depends on the caller. */
-static json_t *mcp_tool(const tg_tool *tool) {
+static json_t *mcp_tool(const tg_tool *tool, json_t *envelope) {
   json_t *t = json_pack("{s:s,s:O,s:o}", "description", tool->description, "inputSchema",
                         tool->input_schema, "annotations", tg_mcp_annotations(tool));
   static const char *const task_support[] = {NULL, "optional", "required"};
   bool ok = t && (content_passthrough(tool) ||
-                  json_object_set(t, "outputSchema", tool->output_schema) == 0);
+                  json_object_set_new(t, "outputSchema",
+                                      listed_output_schema(tool->output_schema, envelope)) == 0);
   if (ok && tool->task_support)
     ok = json_object_set_new(t, "execution", json_pack("{s:s}", "taskSupport",
                                                        task_support[tool->task_support])) == 0;
@@ -196,9 +221,10 @@ int tg_mcp_server_prepare(tg_mcp_server *srv, const tg_env *env) {
     return TG_E_NOMEM;
   }
   srv->n_entries = n;
+  _cleanup_json_ json_t *envelope = tg_error_envelope_schema();
   for (size_t i = 0; i < n; i++) {
     const tg_tool *tool = tg_registry_at(reg, i);
-    _cleanup_json_ json_t *entry = mcp_tool(tool);
+    _cleanup_json_ json_t *entry = envelope ? mcp_tool(tool, envelope) : NULL;
     char *text = entry ? json_dumps(entry, JSON_COMPACT) : NULL;
     if (!text || tool->id >= n) {
       free(text);

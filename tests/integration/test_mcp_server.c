@@ -12,7 +12,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/error.h"
 #include "core/principal.h"
+#include "core/schema.h"
 #include "core/registry.h"
 #include "fixture.h"
 #include "http/server.h"
@@ -184,6 +186,33 @@ static void test_tools_list_per_principal(void **state) {
   json_decref(r);
 }
 
+/* listed, a tools/list entry's outputSchema, is the tool's own schema (own) or the error
+ * envelope: it compiles, its first branch and the keywords kept at its root give back own, and
+ * the envelope of a failed call is valid against it. */
+static void assert_output_schema_listed(json_t *listed, json_t *own) {
+  assert_string_equal(json_string_value(json_object_get(listed, "type")), "object");
+  json_t *anyOf = json_object_get(listed, "anyOf");
+  assert_int_equal(json_array_size(anyOf), 2);
+  json_t *whole = json_copy(json_array_get(anyOf, 0));
+  const char *key;
+  json_t *value;
+  json_object_foreach(listed, key, value) {
+    if (strcmp(key, "type") != 0 && strcmp(key, "anyOf") != 0) json_object_set(whole, key, value);
+  }
+  assert_true(json_equal(whole, own));
+  json_decref(whole);
+  json_t *envelope_schema = tg_error_envelope_schema();
+  assert_true(json_equal(json_array_get(anyOf, 1), envelope_schema));
+  json_decref(envelope_schema);
+  tg_schema *compiled = NULL;
+  char *why = NULL;
+  assert_int_equal(tg_schema_compile(listed, NULL, &compiled, &why), 0);
+  json_t *envelope = tg_error_envelope(TG_ERR_NOT_FOUND, "No such work", json_pack("{s:s}", "id", "w1"));
+  assert_true(tg_schema_validate(compiled, envelope, NULL, 0));
+  json_decref(envelope);
+  tg_schema_free(compiled);
+}
+
 /* The list, its entries encoded once at start, says of each tool what the registry holds,
  * for exactly the tools the gates let this caller use, in their order; cursors page it. */
 static void test_tools_list_matches_the_registry(void **state) {
@@ -211,7 +240,8 @@ static void test_tools_list_matches_the_registry(void **state) {
     assert_true(json_equal(json_object_get(entry, "annotations"), annotations));
     json_decref(annotations);
     json_t *out = json_object_get(entry, "outputSchema");
-    assert_true(tool->flags & TG_TOOL_MCP_CONTENT ? out == NULL : json_equal(out, tool->output_schema));
+    if (tool->flags & TG_TOOL_MCP_CONTENT) assert_null(out);
+    else assert_output_schema_listed(out, tool->output_schema);
   }
   json_decref(r);
   /* The last entry alone; nothing past the end; a cursor beyond it is refused. */
@@ -242,6 +272,58 @@ static void test_tools_list_matches_the_registry(void **state) {
   assert_int_equal(error_code(r), TG_RPC_INTERNAL_ERROR);
   json_decref(r);
   json_decref(usable);
+}
+
+/* A tool whose output schema refers to its own $defs: the listing keeps $schema and $defs at
+ * its root, where the reference resolves; the tool's results and its envelope are valid, a
+ * value that is neither is not. */
+static int defs_echo(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  (void)cx;
+  *ret = json_incref(args);
+  return TG_OK;
+}
+
+static const char defs_spec[] =
+    "{\"provider\":\"defs\",\"tools\":[{\"name\":\"test.defs.echo\",\"description\":\"Echoes.\","
+    "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
+    "\"inputSchema\":{\"type\":\"object\"},"
+    "\"outputSchema\":{\"$schema\":\"https://json-schema.org/draft/2020-12/schema\","
+    "\"$defs\":{\"count\":{\"type\":\"integer\"}},\"type\":\"object\",\"required\":[\"n\"],"
+    "\"properties\":{\"n\":{\"$ref\":\"#/$defs/count\"}}}}]}";
+
+static void test_listed_output_schema_keeps_its_defs(void **state) {
+  world *w = *state;
+  static const tg_handler_entry handlers[] = {{"test.defs.echo", defs_echo}};
+  static const tg_provider defs = {.name = "defs", .spec_json = defs_spec, .handlers = handlers,
+                                   .n_handlers = 1};
+  const tg_provider *providers[] = {&defs};
+  tg_registry *reg = NULL;
+  char *why = NULL;
+  assert_int_equal(tg_registry_new(providers, 1, &reg, &why), 0);
+  tg_env env = w->f->env;
+  env.registry = reg;
+  tg_mcp_server srv = {.name = "toolgate", .version = "test"};
+  assert_int_equal(tg_mcp_server_prepare(&srv, &env), 0);
+  const tg_tool *tool = tg_registry_find(reg, "test.defs.echo");
+  json_t *entry = tg_test_json(srv.entries[tool->id]);
+  json_t *listed = json_object_get(entry, "outputSchema");
+  assert_output_schema_listed(listed, tool->output_schema);
+  json_t *branch = json_array_get(json_object_get(listed, "anyOf"), 0);
+  assert_non_null(json_object_get(listed, "$defs"));
+  assert_non_null(json_object_get(listed, "$schema"));
+  assert_null(json_object_get(branch, "$defs"));
+  assert_null(json_object_get(branch, "$schema"));
+  tg_schema *compiled = NULL;
+  assert_int_equal(tg_schema_compile(listed, NULL, &compiled, &why), 0);
+  json_t *good = json_pack("{s:i}", "n", 3), *bad = json_pack("{s:s}", "n", "three");
+  assert_true(tg_schema_validate(compiled, good, NULL, 0));
+  assert_false(tg_schema_validate(compiled, bad, NULL, 0));
+  json_decref(good);
+  json_decref(bad);
+  tg_schema_free(compiled);
+  json_decref(entry);
+  tg_mcp_server_done(&srv);
+  tg_registry_free(reg);
 }
 
 static void test_tools_call_through_the_gate(void **state) {
@@ -1517,6 +1599,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_initialize_negotiates_legacy, setup, teardown),
       cmocka_unit_test_setup_teardown(test_tools_list_per_principal, setup, teardown),
       cmocka_unit_test_setup_teardown(test_tools_list_matches_the_registry, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_listed_output_schema_keeps_its_defs, setup, teardown),
       cmocka_unit_test_setup_teardown(test_tools_call_through_the_gate, setup, teardown),
       cmocka_unit_test_setup_teardown(test_modern_ladder, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_pinning, setup, teardown),

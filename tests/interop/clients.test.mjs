@@ -73,6 +73,13 @@ async function exercise(transport) {
     assert.equal(refused.structuredContent.error.code, 'permission_denied');
     assert.equal(refused.structuredContent.error.details.reason, 'surface');
 
+    // A listed tool that fails: the SDK checks structuredContent against the listed
+    // outputSchema even when isError is set, so the envelope must be valid against it.
+    assert.ok(tools.find((t) => t.name === 'work_task_create').outputSchema);
+    const invalid = await client.callTool({ name: 'work_task_create', arguments: {} });
+    assert.equal(invalid.isError, true);
+    assert.equal(invalid.structuredContent.error.code, 'validation_failed');
+
     await assert.rejects(client.callTool({ name: 'no_such_tool', arguments: {} }), /-32602|Unknown tool/);
   } finally {
     await client.close();
