@@ -93,8 +93,8 @@ static int level_index(const char *name) {
 
 json_t *tg_mcp_annotations(const tg_tool *tool) {
   bool read_only = tool->effect == TG_EFFECT_READ;
-  /* A read never destroys; a write is destructive only when its spec says so, since the
-   * catalog's writes create or update records of their own. */
+  /* A read never destroys; a write is destructive when its spec says so: it may delete or
+   * replace what exists (MCP: not only additive updates). */
   bool destructive = !read_only && (tool->flags & TG_TOOL_DESTRUCTIVE);
   bool idempotent = read_only || (tool->flags & TG_TOOL_IDEMPOTENT);
   bool open_world = tool->flags & TG_TOOL_OPEN_WORLD;
@@ -589,6 +589,10 @@ static int m_tools_call(cx *c, json_t *params, json_t **ret) {
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.arguments must be an object", NULL);
   if (json_is_null(args)) args = NULL;
   json_t *meta = json_object_get(params, "_meta");
+  json_t *progress_token = json_object_get(meta, "progressToken");
+  if (progress_token && !json_is_string(progress_token) && !json_is_number(progress_token))
+    return rpc_fail(c, TG_RPC_INVALID_PARAMS, "_meta.progressToken must be a string or a number",
+                    NULL);
   _cleanup_free_ char *subject = NULL;
   if (asprintf(&subject, "tools/call:%s", name) < 0) return TG_E_NOMEM;
   json_t *responses;
@@ -613,7 +617,7 @@ static int m_tools_call(cx *c, json_t *params, json_t **ret) {
   if (rr == 1) {
     tg_client_channel channel = {
         .self = &ch,
-        .progress_token = json_object_get(meta, "progressToken"),
+        .progress_token = progress_token,
         .log_level = c->log_level,
         .capabilities = c->caps,
         .input_responses = responses,
@@ -1138,7 +1142,13 @@ static int check_legacy(cx *c, tg_mcp_reply *reply) {
   const tg_mcp_headers *h = c->req->headers;
   tg_mcp_session *s = c->req->session;
   int r;
-  if (h && h->protocol_version && strcmp(h->protocol_version, TG_MCP_MODERN_VERSION) == 0)
+  bool modern_header =
+      h && h->protocol_version && strcmp(h->protocol_version, TG_MCP_MODERN_VERSION) == 0;
+  if (modern_header && strcmp(msg->method, "initialize") == 0)
+    r = reply_error(msg, TG_RPC_HEADER_MISMATCH,
+                    "initialize opens a 2025-11-25 session; MCP-Protocol-Version names another",
+                    NULL, 400, reply);
+  else if (modern_header)
     r = reply_error(msg, TG_RPC_INVALID_PARAMS, "A 2026-07-28 request needs params._meta",
                     json_pack("{s:[s,s]}", "required", META_VERSION, META_CAPS), 400, reply);
   else if (h && h->protocol_version && !tg_mcp_legacy_supported(h->protocol_version))

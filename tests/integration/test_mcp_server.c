@@ -173,6 +173,18 @@ static void test_tools_list_per_principal(void **state) {
   json_t *ann = json_object_get(list, "annotations");
   assert_true(json_is_true(json_object_get(ann, "readOnlyHint")));
   assert_true(json_is_false(json_object_get(ann, "destructiveHint")));
+  /* A write that deletes or replaces what exists is destructive; one that only adds is not. */
+  static const struct {
+    const char *tool;
+    bool destructive;
+  } writes[] = {{"repo.commit.create", true}, {"agent.file.edit", true}, {"kb.document.put", true},
+                {"work.task.create", false}, {"work.task.comment", false}};
+  for (size_t i = 0; i < sizeof writes / sizeof writes[0]; i++) {
+    json_t *hints = tg_mcp_annotations(tg_registry_find(w->f->env.registry, writes[i].tool));
+    assert_true(json_is_false(json_object_get(hints, "readOnlyHint")));
+    assert_int_equal(json_is_true(json_object_get(hints, "destructiveHint")), writes[i].destructive);
+    json_decref(hints);
+  }
   assert_non_null(json_object_get(list, "outputSchema"));
   /* api-only tools are not offered on MCP. */
   assert_null(find_tool(tools, "admin_agent_list"));
@@ -418,6 +430,16 @@ static void test_modern_ladder(void **state) {
   assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
   assert_int_equal(status, 400);
   json_decref(r);
+  /* Nor is the legacy handshake: its version header contradicts it (-32020), and no session
+   * opens. */
+  r = send_msg(w,
+               "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+               "\"2025-11-25\",\"capabilities\":{},\"clientInfo\":{\"name\":\"c\",\"version\":\"1\"}}}",
+               &modern_h, &status);
+  assert_int_equal(error_code(r), TG_RPC_HEADER_MISMATCH);
+  assert_int_equal(status, 400);
+  assert_string_equal(w->session.version, "");
+  json_decref(r);
   r = send_msg(w,
                "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"resources/read\",\"params\":{\"uri\":"
                "\"test://nope\"," MODERN_META "}}",
@@ -486,6 +508,22 @@ static void test_progress_and_logging(void **state) {
   assert_int_equal(json_integer_value(json_object_get(last, "progress")), 100);
   assert_int_equal(json_integer_value(json_object_get(last, "progressToken")), 1);
   json_array_clear(w->sent);
+  /* A token is a string or a number: any other is refused before the call, which sends
+   * nothing and writes no row. */
+  long logs = fixture_count(w->f, "agent_run_logs");
+  static const char *const bad_tokens[] = {"null", "{\"x\":[1]}", "true", "[1]"};
+  for (size_t i = 0; i < sizeof bad_tokens / sizeof bad_tokens[0]; i++) {
+    char text[200];
+    snprintf(text, sizeof text,
+             "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\",\"params\":{\"name\":"
+             "\"test_tool_with_progress\",\"_meta\":{\"progressToken\":%s}}}",
+             bad_tokens[i]);
+    r = send_msg(w, text, NULL, NULL);
+    assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+    json_decref(r);
+  }
+  assert_int_equal(json_array_size(w->sent), 0);
+  assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs);
   /* No log level set: no log messages. */
   r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"test_tool_with_logging\"}}", NULL, NULL);
   json_decref(r);

@@ -131,9 +131,22 @@ static void test_limits(void **state) {
   strcpy(s + n, "\"}");
   e = decode_fails(s, strlen(s), TG_RPC_INVALID_REQUEST);
   json_decref(e);
-  /* A body over the limit is refused before it is read. */
+  free(s);
+  /* A body over the limit is refused before it is read, though it is a valid message: a
+   * ping followed by spaces up to one byte past the limit. */
+  s = malloc(TG_RPC_MAX_BODY + 1);
+  assert_non_null(s);
+  memset(s, ' ', TG_RPC_MAX_BODY + 1);
+  static const char ping[] = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}";
+  memcpy(s, ping, sizeof ping - 1);
   e = decode_fails(s, TG_RPC_MAX_BODY + 1, TG_RPC_INVALID_REQUEST);
+  json_t *data = json_object_get(json_object_get(e, "error"), "data");
+  assert_int_equal(json_integer_value(json_object_get(data, "maxBytes")), TG_RPC_MAX_BODY);
   json_decref(e);
+  /* At the limit, it is read. */
+  assert_int_equal(tg_rpc_decode(s, TG_RPC_MAX_BODY, &msg, &e), 0);
+  assert_string_equal(msg.method, "ping");
+  tg_rpc_msg_done(&msg);
   free(s);
 }
 
