@@ -8,6 +8,9 @@ packages=(
   libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev libsqlite3-dev sqlite3 libpq-dev
   libgit2-dev libyaml-dev libpcre2-dev libgnutls28-dev libcmocka-dev valgrind git jq
 )
+# The tests and the benchmark install their pinned npm packages (Node 22 among them) with
+# npm. Any Node.js that runs npm will do: Debian's only when there is none.
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -6,6 +6,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -25,10 +26,11 @@ let server; // the `toolgate serve` child
 let url;
 let token;
 
-// Starts `toolgate serve` on a free loopback port; resolves with its URL once it listens.
-function serve(args) {
+// Starts `toolgate serve` on a loopback port (0: a free one); resolves with its URL once it
+// listens.
+function serve(args, port = 0) {
   return new Promise((resolve, reject) => {
-    const child = spawn(tg, ['serve', '--listen', '127.0.0.1:0', ...args], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+    const child = spawn(tg, ['serve', '--listen', `127.0.0.1:${port}`, ...args], { env, stdio: ['ignore', 'ignore', 'pipe'] });
     let err = '';
     child.stderr.on('data', (chunk) => {
       err += chunk;
@@ -85,6 +87,42 @@ async function exercise(transport) {
     await client.close();
   }
 }
+
+// A port free a moment ago.
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.on('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const { port } = probe.address();
+      probe.close(() => resolve(port));
+    });
+  });
+}
+
+test('a pull request opened over HTTP links to the server it was opened on', async () => {
+  assert.equal(env.TOOLGATE_PUBLIC_URL, undefined);
+  execFileSync(tg, ['missions', 'create', '--slug', 'linked', '--title', 'Linked'], { env });
+  execFileSync(tg, ['works', 'create', '--slug', 'linked-site', '--mission', 'linked'], { env });
+  execFileSync(tg, ['agents', 'create', '--slug', 'opener', '--scope', 'work:linked-site',
+    '--grant', 'canCommitToRepo', '--grant', 'canOpenPullRequests'], { env });
+  const opener = JSON.parse(execFileSync(tg, ['token', 'create', '--agent', 'opener'], { env })).token;
+  const port = await freePort();
+  const { child, url: prUrlServer } = await serve([], port);
+  const client = new Client({ name: 'toolgate-interop', version: '1.0.0' });
+  try {
+    await client.connect(new StreamableHTTPClientTransport(new URL(prUrlServer),
+      { requestInit: { headers: { Authorization: `Bearer ${opener}` } } }));
+    const opened = await client.callTool({ name: 'repo_pr_open', arguments: {
+      files: [{ path: 'about.md', content: '# About\n', mode: 'add' }],
+      branchName: 'about', title: 'Add about', body: '' } });
+    assert.notEqual(opened.isError, true, JSON.stringify(opened.structuredContent));
+    assert.match(opened.structuredContent.prUrl, new RegExp(`^http://127\\.0\\.0\\.1:${port}/.+/pulls/1$`));
+  } finally {
+    await client.close();
+    child.kill('SIGTERM');
+  }
+});
 
 test('SDK client over stdio (--agent)', async () => {
   await exercise(new StdioClientTransport({ command: tg, args: ['mcp', '--agent', 'demo'], env, stderr: 'ignore' }));
