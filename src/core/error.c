@@ -49,8 +49,9 @@ json_t *tg_error_envelope_schema(void) {
       wires = NULL;
     }
   if (!wires) return NULL;
-  return json_pack("{s:s,s:[s],s:b,s:{s:{s:s,s:[s,s],s:{s:{s:o},s:{s:s},s:{s:s}}}}}", "type", "object",
-                   "required", "error", "additionalProperties", 0, "properties", "error", "type",
-                   "object", "required", "code", "message", "properties", "code", "enum", wires,
-                   "message", "type", "string", "details", "type", "object");
+  json_t *error = json_pack("{s:s,s:[s,s],s:{s:{s:o},s:{s:s},s:{s:s}}}", "type", "object",
+                            "required", "code", "message", "properties", "code", "enum", wires,
+                            "message", "type", "string", "details", "type", "object");
+  return json_pack("{s:s,s:[s],s:b,s:{s:o}}", "type", "object", "required", "error",
+                   "additionalProperties", 0, "properties", "error", error);
 }
