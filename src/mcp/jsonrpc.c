@@ -115,20 +115,26 @@ char *tg_rpc_encode_result_with(json_t *id, const json_t *result, const char *ke
   _cleanup_free_ char *rest = json_dumps(result, JSON_COMPACT);
   if (!id_text || !rest) return NULL;
   size_t rest_len = strlen(rest) - 1; /* without its closing brace */
-  char *text = NULL;
-  size_t size = 0;
-  FILE *f = open_memstream(&text, &size);
-  if (!f) return NULL;
-  fprintf(f, "{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":", id_text);
-  fwrite(rest, 1, rest_len, f);
-  fprintf(f, "%s\"%s\":", rest_len > 1 ? "," : "", key);
-  fwrite(raw, 1, raw_len, f);
-  fputs("}}", f);
-  bool failed = ferror(f) != 0;
-  if (fclose(f) != 0 || failed) {
-    free(text);
-    return NULL;
-  }
+  const char *comma = rest_len > 1 ? "," : "";
+  /* Sized exactly and written once: a list answer is tens of KB, and a growing buffer
+   * (open_memstream) zeroes and copies it at every doubling. */
+  static const char head[] = "{\"jsonrpc\":\"2.0\",\"id\":", result_key[] = ",\"result\":";
+  size_t id_len = strlen(id_text), key_len = strlen(key);
+  size_t len = sizeof head - 1 + id_len + sizeof result_key - 1 + rest_len + strlen(comma) +
+               key_len + 3 + raw_len + 2;
+  char *text = malloc(len + 1);
+  if (!text) return NULL;
+  char *at = text;
+  at = mempcpy(at, head, sizeof head - 1);
+  at = mempcpy(at, id_text, id_len);
+  at = mempcpy(at, result_key, sizeof result_key - 1);
+  at = mempcpy(at, rest, rest_len);
+  at = stpcpy(at, comma);
+  *at++ = '"';
+  at = mempcpy(at, key, key_len);
+  at = stpcpy(at, "\":");
+  at = mempcpy(at, raw, raw_len);
+  strcpy(at, "}}");
   return text;
 }
 

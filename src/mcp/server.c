@@ -265,31 +265,40 @@ static int collect_usable(const tg_tool *tool, const char *name, void *arg) {
 /* Writes the tools/list entries of u's tools [from, to) as one JSON array. */
 static int encode_tools(const tg_mcp_server *srv, const usable *u, size_t from, size_t to,
                         char **text, size_t *len) {
-  FILE *f = open_memstream(text, len);
-  if (!f) return TG_E_NOMEM;
-  fputc('[', f);
-  for (size_t i = from; i < to; i++) {
-    unsigned id = u->at[i].tool->id;
+  *text = NULL;
+  size_t n = to > from ? to - from : 0;
+  char **quoted = calloc(n ? n : 1, sizeof *quoted);
+  if (!quoted) return TG_E_NOMEM;
+  /* Sized first and written once: a list is tens of KB, and a growing buffer would zero and
+   * copy it at every doubling. */
+  int r = 0;
+  size_t size = 2; /* the brackets */
+  for (size_t i = 0; i < n && r == 0; i++) {
+    unsigned id = u->at[from + i].tool->id;
     const char *entry = id < srv->n_entries ? srv->entries[id] : NULL;
-    _cleanup_json_ json_t *name = json_string(u->at[i].name);
-    _cleanup_free_ char *quoted = name ? json_dumps(name, JSON_ENCODE_ANY) : NULL;
-    if (!entry || !quoted) {
-      fclose(f);
-      free(*text);
-      *text = NULL;
-      return entry ? TG_E_NOMEM : TG_E_NOTFOUND; /* the server was not prepared */
-    }
+    json_t *name = json_string(u->at[from + i].name);
+    quoted[i] = name ? json_dumps(name, JSON_ENCODE_ANY) : NULL;
+    json_decref(name);
+    if (!entry) r = TG_E_NOTFOUND; /* the server was not prepared */
+    else if (!quoted[i]) r = TG_E_NOMEM;
     /* entry is {"description":...}: the name goes in front of its members */
-    fprintf(f, "%s{\"name\":%s,%s", i > from ? "," : "", quoted, entry + 1);
+    else size += (i > 0) + strlen("{\"name\":,") + strlen(quoted[i]) + strlen(entry + 1);
   }
-  fputc(']', f);
-  bool failed = ferror(f) != 0;
-  if (fclose(f) != 0 || failed) {
-    free(*text);
-    *text = NULL;
-    return TG_E_NOMEM;
+  char *at = r == 0 ? (*text = malloc(size + 1)) : NULL;
+  if (r == 0 && !at) r = TG_E_NOMEM;
+  if (at) {
+    *at++ = '[';
+    for (size_t i = 0; i < n; i++) {
+      if (i > 0) *at++ = ',';
+      at = stpcpy(stpcpy(stpcpy(at, "{\"name\":"), quoted[i]), ",");
+      at = stpcpy(at, srv->entries[u->at[from + i].tool->id] + 1);
+    }
+    strcpy(at, "]");
+    *len = size;
   }
-  return 0;
+  for (size_t i = 0; i < n; i++) free(quoted[i]);
+  free(quoted);
+  return r;
 }
 
 /* The page goes out as text: the entries were encoded once (tg_mcp_server_prepare). */
