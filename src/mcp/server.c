@@ -171,24 +171,22 @@ static int load_principal(cx *c, tg_principal **ret) {
 /* The outputSchema a listing shows: the tool's own, or the error envelope that a failed
  * call's structuredContent holds. Clients check structuredContent against it even when
  * isError is set (the TypeScript SDK's callTool does), so a schema without the envelope would
- * turn each refusal into an error of the client's, the envelope's message lost. The keywords
- * that name the schema or hold what its references point to stay at the root, where those
- * references resolve. A new schema; NULL without memory. */
-static json_t *listed_output_schema(json_t *own, json_t *envelope) {
-  static const char *const root_only[] = {"$schema", "$id", "$defs", "definitions"};
-  if (!json_is_object(own)) return json_incref(own);
-  json_t *branch = json_copy(own); /* shallow: the tool's subschemas are shared */
-  json_t *listed = json_pack("{s:s,s:[o,O]}", "type", "object", "anyOf", branch, envelope);
-  for (size_t i = 0; listed && i < sizeof root_only / sizeof root_only[0]; i++) {
-    json_t *value = json_object_get(own, root_only[i]);
-    if (!value) continue;
-    if (json_object_set(listed, root_only[i], value) < 0) {
-      json_decref(listed);
-      return NULL;
+ * turn each refusal into an error of the client's, the envelope's message lost. The tool's
+ * schema stays whole, a schema resource of its own (an $id unless it has one), so that its
+ * references ("#", "#/properties/a", "#/$defs/b") resolve within it as before. A new schema;
+ * NULL without memory. */
+static json_t *listed_output_schema(const tg_tool *tool, json_t *envelope) {
+  json_t *own = json_copy(tool->output_schema); /* shallow: its subschemas are shared */
+  if (own && !json_object_get(own, "$id")) {
+    char *id = NULL;
+    bool named = asprintf(&id, "urn:toolgate:output:%s", tool->name) >= 0;
+    if (!named || json_object_set_new(own, "$id", json_string(id)) < 0) {
+      json_decref(own);
+      own = NULL;
     }
-    json_object_del(branch, root_only[i]);
+    if (named) free(id);
   }
-  return listed;
+  return json_pack("{s:s,s:[o,O]}", "type", "object", "anyOf", own, envelope);
 }
 
 /* A tool's tools/list entry without its name, which depends on the caller. */
@@ -197,8 +195,7 @@ static json_t *mcp_tool(const tg_tool *tool, json_t *envelope) {
                         tool->input_schema, "annotations", tg_mcp_annotations(tool));
   static const char *const task_support[] = {NULL, "optional", "required"};
   bool ok = t && (content_passthrough(tool) ||
-                  json_object_set_new(t, "outputSchema",
-                                      listed_output_schema(tool->output_schema, envelope)) == 0);
+                  json_object_set_new(t, "outputSchema", listed_output_schema(tool, envelope)) == 0);
   if (ok && tool->task_support)
     ok = json_object_set_new(t, "execution", json_pack("{s:s}", "taskSupport",
                                                        task_support[tool->task_support])) == 0;

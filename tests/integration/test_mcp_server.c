@@ -198,21 +198,23 @@ static void test_tools_list_per_principal(void **state) {
   json_decref(r);
 }
 
-/* listed, a tools/list entry's outputSchema, is the tool's own schema (own) or the error
- * envelope: it compiles, its first branch and the keywords kept at its root give back own, and
- * the envelope of a failed call is valid against it. */
-static void assert_output_schema_listed(json_t *listed, json_t *own) {
+/* listed, a tools/list entry's outputSchema, is tool's own schema or the error envelope: it
+ * compiles, its first branch is the tool's schema whole, named by an $id of its own unless it
+ * had one, and the envelope of a failed call is valid against it. */
+static void assert_output_schema_listed(json_t *listed, const tg_tool *tool) {
   assert_string_equal(json_string_value(json_object_get(listed, "type")), "object");
+  assert_int_equal(json_object_size(listed), 2);
   json_t *anyOf = json_object_get(listed, "anyOf");
   assert_int_equal(json_array_size(anyOf), 2);
-  json_t *whole = json_copy(json_array_get(anyOf, 0));
-  const char *key;
-  json_t *value;
-  json_object_foreach(listed, key, value) {
-    if (strcmp(key, "type") != 0 && strcmp(key, "anyOf") != 0) json_object_set(whole, key, value);
+  json_t *own = json_copy(json_array_get(anyOf, 0));
+  if (!json_object_get(tool->output_schema, "$id")) {
+    char id[200];
+    snprintf(id, sizeof id, "urn:toolgate:output:%s", tool->name);
+    assert_string_equal(json_string_value(json_object_get(own, "$id")), id);
+    json_object_del(own, "$id");
   }
-  assert_true(json_equal(whole, own));
-  json_decref(whole);
+  assert_true(json_equal(own, tool->output_schema));
+  json_decref(own);
   json_t *envelope_schema = tg_error_envelope_schema();
   assert_true(json_equal(json_array_get(anyOf, 1), envelope_schema));
   json_decref(envelope_schema);
@@ -253,7 +255,7 @@ static void test_tools_list_matches_the_registry(void **state) {
     json_decref(annotations);
     json_t *out = json_object_get(entry, "outputSchema");
     if (tool->flags & TG_TOOL_MCP_CONTENT) assert_null(out);
-    else assert_output_schema_listed(out, tool->output_schema);
+    else assert_output_schema_listed(out, tool);
   }
   json_decref(r);
   /* The last entry alone; nothing past the end; a cursor beyond it is refused. */
@@ -286,29 +288,31 @@ static void test_tools_list_matches_the_registry(void **state) {
   json_decref(usable);
 }
 
-/* A tool whose output schema refers to its own $defs: the listing keeps $schema and $defs at
- * its root, where the reference resolves; the tool's results and its envelope are valid, a
- * value that is neither is not. */
-static int defs_echo(tg_call_ctx *cx, json_t *args, json_t **ret) {
+/* A tool whose output schema refers to itself ("#"), to its root's members and to its $defs:
+ * listed, each reference still resolves within the tool's schema, so its results are valid
+ * and a value it refuses, an envelope nested in it included, is not; the envelope is valid
+ * at the root. */
+static int self_echo(tg_call_ctx *cx, json_t *args, json_t **ret) {
   (void)cx;
   *ret = json_incref(args);
   return TG_OK;
 }
 
-static const char defs_spec[] =
-    "{\"provider\":\"defs\",\"tools\":[{\"name\":\"test.defs.echo\",\"description\":\"Echoes.\","
+static const char self_spec[] =
+    "{\"provider\":\"self\",\"tools\":[{\"name\":\"test.tree.echo\",\"description\":\"Echoes.\","
     "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
     "\"inputSchema\":{\"type\":\"object\"},"
     "\"outputSchema\":{\"$schema\":\"https://json-schema.org/draft/2020-12/schema\","
-    "\"$defs\":{\"count\":{\"type\":\"integer\"}},\"type\":\"object\",\"required\":[\"n\"],"
-    "\"properties\":{\"n\":{\"$ref\":\"#/$defs/count\"}}}}]}";
+    "\"$defs\":{\"count\":{\"type\":\"integer\"}},\"type\":\"object\",\"additionalProperties\":false,"
+    "\"properties\":{\"n\":{\"$ref\":\"#/$defs/count\"},\"m\":{\"$ref\":\"#/properties/n\"},"
+    "\"children\":{\"type\":\"array\",\"items\":{\"$ref\":\"#\"}}}}}]}";
 
-static void test_listed_output_schema_keeps_its_defs(void **state) {
+static void test_listed_output_schema_keeps_its_references(void **state) {
   world *w = *state;
-  static const tg_handler_entry handlers[] = {{"test.defs.echo", defs_echo}};
-  static const tg_provider defs = {.name = "defs", .spec_json = defs_spec, .handlers = handlers,
+  static const tg_handler_entry handlers[] = {{"test.tree.echo", self_echo}};
+  static const tg_provider self = {.name = "self", .spec_json = self_spec, .handlers = handlers,
                                    .n_handlers = 1};
-  const tg_provider *providers[] = {&defs};
+  const tg_provider *providers[] = {&self};
   tg_registry *reg = NULL;
   char *why = NULL;
   assert_int_equal(tg_registry_new(providers, 1, &reg, &why), 0);
@@ -316,22 +320,28 @@ static void test_listed_output_schema_keeps_its_defs(void **state) {
   env.registry = reg;
   tg_mcp_server srv = {.name = "toolgate", .version = "test"};
   assert_int_equal(tg_mcp_server_prepare(&srv, &env), 0);
-  const tg_tool *tool = tg_registry_find(reg, "test.defs.echo");
+  const tg_tool *tool = tg_registry_find(reg, "test.tree.echo");
   json_t *entry = tg_test_json(srv.entries[tool->id]);
   json_t *listed = json_object_get(entry, "outputSchema");
-  assert_output_schema_listed(listed, tool->output_schema);
-  json_t *branch = json_array_get(json_object_get(listed, "anyOf"), 0);
-  assert_non_null(json_object_get(listed, "$defs"));
-  assert_non_null(json_object_get(listed, "$schema"));
-  assert_null(json_object_get(branch, "$defs"));
-  assert_null(json_object_get(branch, "$schema"));
+  assert_output_schema_listed(listed, tool);
   tg_schema *compiled = NULL;
   assert_int_equal(tg_schema_compile(listed, NULL, &compiled, &why), 0);
-  json_t *good = json_pack("{s:i}", "n", 3), *bad = json_pack("{s:s}", "n", "three");
-  assert_true(tg_schema_validate(compiled, good, NULL, 0));
-  assert_false(tg_schema_validate(compiled, bad, NULL, 0));
-  json_decref(good);
-  json_decref(bad);
+  static const struct {
+    const char *value;
+    bool valid;
+  } cases[] = {
+      {"{\"n\":3,\"m\":4,\"children\":[{\"n\":5,\"children\":[]}]}", true},
+      {"{\"error\":{\"code\":\"not_found\",\"message\":\"gone\"}}", true},
+      {"{\"n\":\"three\"}", false},
+      {"{\"m\":\"four\"}", false},
+      {"{\"children\":[{\"m\":\"four\"}]}", false},
+      {"{\"children\":[{\"error\":{\"code\":\"not_found\",\"message\":\"gone\"}}]}", false},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    json_t *value = tg_test_json(cases[i].value);
+    assert_int_equal(tg_schema_validate(compiled, value, NULL, 0), cases[i].valid);
+    json_decref(value);
+  }
   tg_schema_free(compiled);
   json_decref(entry);
   tg_mcp_server_done(&srv);
@@ -1637,7 +1647,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_initialize_negotiates_legacy, setup, teardown),
       cmocka_unit_test_setup_teardown(test_tools_list_per_principal, setup, teardown),
       cmocka_unit_test_setup_teardown(test_tools_list_matches_the_registry, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_listed_output_schema_keeps_its_defs, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_listed_output_schema_keeps_its_references, setup, teardown),
       cmocka_unit_test_setup_teardown(test_tools_call_through_the_gate, setup, teardown),
       cmocka_unit_test_setup_teardown(test_modern_ladder, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_pinning, setup, teardown),
