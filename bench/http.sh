@@ -21,11 +21,8 @@ if ! build="$(cd "$1" 2>/dev/null && pwd)" || [ ! -x "$build/bench_http_load" ] 
   echo "bench/http.sh: error: no toolgate or bench_http_load in '$1'; build first (make bench does)" >&2
   exit 1
 fi
-peer="$here/peer-node"
-if [ ! -d "$peer/node_modules" ]; then
-  echo "bench/http.sh: installing the peer's pinned packages (npm ci in bench/peer-node)" >&2
-  (cd "$peer" && npm ci --no-audit --no-fund >&2)
-fi
+me=bench/http.sh
+. "$here/peer-node.sh"
 
 work="$(mktemp -d)"
 tg_pid=""
@@ -60,7 +57,7 @@ export TOOLGATE_DATA="$work/ws"
 "$build/toolgate" init --demo >/dev/null
 "$build/toolgate" serve --listen 127.0.0.1:0 --no-auth --agent demo --conformance-fixtures 2>"$work/tg.log" &
 tg_pid=$!
-(cd "$peer" && exec node http-server.mjs --port 0) 2>"$work/peer.log" &
+(cd "$peer" && exec "$peer_node" http-server.mjs --port 0) 2>"$work/peer.log" &
 peer_pid=$!
 tg_url="http://127.0.0.1:$(port "$work/tg.log" "$tg_pid")/mcp"
 peer_url="http://127.0.0.1:$(port "$work/peer.log" "$peer_pid")/mcp"
@@ -92,7 +89,7 @@ cell() { printf '%7s  %s/%s/%s  %s  %s' "$(field "$1" rps)" "$(field "$1" p50_ms
 cpu="$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
 echo "toolgate Streamable HTTP benchmark, $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 echo "machine: $(nproc) cores, CPU: ${cpu:-unknown}, $(uname -sr); load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "peer: @modelcontextprotocol/sdk $(node -p "require('$peer/node_modules/@modelcontextprotocol/sdk/package.json').version"), node $(node --version)"
+echo "peer: @modelcontextprotocol/sdk $("$peer_node" -p "require('$peer/node_modules/@modelcontextprotocol/sdk/package.json').version"), node $("$peer_node" --version)"
 echo "load: bench_http_load, 2025-11-25 sessions, ${seconds}s per run; cpu: the server's CPU time per request, in microseconds"
 for mix in call list ping; do
   echo

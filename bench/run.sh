@@ -17,22 +17,8 @@ if ! build="$(cd "$1" 2>/dev/null && pwd)" || [ ! -x "$build/bench_call" ]; then
   exit 1
 fi
 bench_call="$build/bench_call"
-for tool in node npm; do
-  if ! command -v "$tool" >/dev/null 2>&1; then
-    echo "bench/run.sh: error: '$tool' is not installed; the peer side needs Node.js 20 or later" \
-      "with npm (Debian: apt-get install nodejs npm)" >&2
-    exit 1
-  fi
-done
-
-peer="$here/peer-node"
-if [ ! -d "$peer/node_modules" ]; then
-  echo "bench/run.sh: installing the peer's pinned packages (npm ci in bench/peer-node)" >&2
-  if ! (cd "$peer" && npm ci --no-audit --no-fund >&2); then
-    echo "bench/run.sh: error: 'npm ci' failed in bench/peer-node; is the npm registry reachable?" >&2
-    exit 1
-  fi
-fi
+me=bench/run.sh
+. "$here/peer-node.sh"
 
 out="$here/out"
 mkdir -p "$out"
@@ -40,7 +26,7 @@ mkdir -p "$out"
 echo "bench/run.sh: toolgate bench_call, $calls calls per case ..." >&2
 "$bench_call" --calls "$calls" --json >"$out/toolgate.json"
 echo "bench/run.sh: MCP TypeScript SDK peer, $calls calls per case ..." >&2
-(cd "$peer" && node bench.mjs --calls "$calls" --json) >"$out/peer-node.json"
+(cd "$peer" && "$peer_node" bench.mjs --calls "$calls" --json) >"$out/peer-node.json"
 
 cpu="$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
 echo "toolgate benchmark, $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
@@ -50,7 +36,7 @@ echo "load average after the timed runs (1, 5, 15 min): $(cut -d' ' -f1-3 /proc/
 echo
 
 # Both sides print the same JSON shape; rows are matched on each case's key.
-node - "$out/toolgate.json" "$out/peer-node.json" <<'EOF'
+"$peer_node" - "$out/toolgate.json" "$out/peer-node.json" <<'EOF'
 const fs = require('node:fs');
 const [ours, peer] = process.argv.slice(2).map((f) => JSON.parse(fs.readFileSync(f, 'utf8')));
 const what = {
