@@ -1,5 +1,4 @@
 /* toolgate mcp (stdio) and toolgate serve (Streamable HTTP): the MCP surfaces. */
-#define _GNU_SOURCE
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,13 +138,7 @@ int cmd_serve(cli *c, int argc, char **argv) {
   cfg.server.version = TG_MCP_SERVER_VERSION;
   cfg.data_dir = c->data_dir;
   /* Links (a pull request's) name this server unless TOOLGATE_PUBLIC_URL names another. */
-  const char *public_url = getenv("TOOLGATE_PUBLIC_URL");
-  _cleanup_free_ char *own_url = NULL;
-  if (!public_url || !*public_url) {
-    if (asprintf(&own_url, "http://%s", cfg.listen) < 0) return CLI_FAILED;
-    public_url = own_url;
-  }
-  cfg.public_url = public_url;
+  cfg.public_url = getenv("TOOLGATE_PUBLIC_URL");
   cfg.registry = c->registry;
   /* Every server thread opens its own connection: the start-up one would only sit idle. */
   tg_db_close(c->db);

@@ -14,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/principal.h"
 #include "core/registry.h"
@@ -69,6 +71,7 @@ struct server {
   const tg_http_config *cfg;
   tg_mcp_server mcp; /* cfg->server, advertising the list changes this transport delivers */
   bool loopback;
+  char *public_url; /* cfg->public_url, or this server's own address */
   pthread_mutex_t lock;
   pthread_cond_t answered; /* an ask slot received its response, or a request was cancelled */
   unsigned long cancellations; /* so that a tool waiting for its client misses none */
@@ -103,7 +106,7 @@ struct server {
 /* What a call on one of this server's threads runs against. */
 static tg_env server_env(const server *s, tg_db *db) {
   return (tg_env){.registry = s->cfg->registry, .db = db, .data_dir = s->cfg->data_dir,
-                  .public_url = s->cfg->public_url};
+                  .public_url = s->public_url};
 }
 
 static bool loopback_host(const char *host, size_t len) {
@@ -1713,7 +1716,47 @@ static int parse_listen(const char *listen, struct sockaddr_storage *addr, bool 
 struct tg_http {
   server s;
   struct MHD_Daemon *daemon;
+  int listen_fd; /* until the daemon takes it over (it closes it when it stops), else -1 */
 };
+
+/* A socket bound to addr and listening; when addr's port is 0, the system picks it and addr
+ * says which. -1 (logged) when there is none. */
+static int listen_on(const char *listen_arg, struct sockaddr_storage *addr) {
+  socklen_t len = addr->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                              : sizeof(struct sockaddr_in);
+  int fd = socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int on = 1;
+  if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) < 0 ||
+      bind(fd, (struct sockaddr *)addr, len) < 0 || listen(fd, SOMAXCONN) < 0 ||
+      getsockname(fd, (struct sockaddr *)addr, &len) < 0) {
+    tg_log(TG_LOG_ERROR, "serve: cannot listen on %s: %s", listen_arg, strerror(errno));
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static unsigned port_of(const struct sockaddr_storage *addr) {
+  return ntohs(addr->ss_family == AF_INET6 ? ((const struct sockaddr_in6 *)addr)->sin6_port
+                                           : ((const struct sockaddr_in *)addr)->sin_port);
+}
+
+/* How people reach this server, for links: cfg's public_url, else http://HOST:PORT with the
+ * host of --listen (this machine's name for a wildcard address) and the port it listens on. */
+static char *own_url(const tg_http_config *cfg, unsigned port) {
+  if (cfg->public_url && *cfg->public_url) return strdup(cfg->public_url);
+  size_t hlen = (size_t)(strrchr(cfg->listen, ':') - cfg->listen);
+  char host[256];
+  if ((hlen == 7 && strncmp(cfg->listen, "0.0.0.0", 7) == 0) ||
+      (hlen == 4 && strncmp(cfg->listen, "[::]", 4) == 0)) {
+    if (gethostname(host, sizeof host) < 0) return NULL;
+    host[sizeof host - 1] = '\0';
+  } else {
+    snprintf(host, sizeof host, "%.*s", (int)hlen, cfg->listen);
+  }
+  char *url = NULL;
+  return asprintf(&url, "http://%s:%u", host, port) < 0 ? NULL : url;
+}
 
 int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) {
   struct sockaddr_storage addr = {0};
@@ -1726,8 +1769,14 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
     tg_log(TG_LOG_ERROR, "serve: --no-auth is only allowed on a loopback address");
     return TG_E_INVAL;
   }
+  int fd = listen_on(cfg->listen, &addr);
+  if (fd < 0) return TG_E_IO;
   tg_http *h = calloc(1, sizeof *h);
-  if (!h) return TG_E_NOMEM;
+  if (!h) {
+    close(fd);
+    return TG_E_NOMEM;
+  }
+  h->listen_fd = fd;
   h->s.cfg = cfg;
   h->s.mcp = cfg->server;
   h->s.mcp.list_changes = true;
@@ -1737,6 +1786,10 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   pthread_cond_init(&h->s.answered, NULL);
   pthread_cond_init(&h->s.queued, NULL);
   pthread_cond_init(&h->s.sweep_stop, NULL);
+  if (!(h->s.public_url = own_url(cfg, port_of(&addr)))) {
+    tg_http_stop(h);
+    return TG_E_NOMEM;
+  }
   tg_env base = server_env(&h->s, NULL);
   if (tg_mcp_server_prepare(&h->s.mcp, &base) < 0) {
     tg_http_stop(h);
@@ -1765,7 +1818,7 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   h->daemon = MHD_start_daemon(
       /* The logger first: messages about the options that follow go through it too. */
       flags, 0, NULL, NULL, on_request, &h->s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-      MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT,
+      MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
       (unsigned)TG_HTTP_MAX_CONNECTIONS, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
       /* On loopback every client has the same address: a share would only lower the limit. */
       h->s.loopback ? 0u : (unsigned)TG_HTTP_MAX_CONNECTIONS_PER_ADDRESS,
@@ -1778,8 +1831,8 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
     tg_http_stop(h);
     return TG_E_IO;
   }
-  const union MHD_DaemonInfo *port = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
-  *ret_port = port ? port->port : 0;
+  h->listen_fd = -1;
+  *ret_port = port_of(&addr);
   *ret = h;
   return TG_OK;
 }
@@ -1817,6 +1870,8 @@ void tg_http_stop(tg_http *h) {
   pthread_cond_destroy(&s->queued);
   pthread_cond_destroy(&s->sweep_stop);
   tg_mcp_server_done(&s->mcp);
+  free(s->public_url);
+  if (h->listen_fd >= 0) close(h->listen_fd);
   free(h);
 }
 

@@ -34,7 +34,8 @@ typedef struct tg_http_config {
   unsigned threads;   /* worker threads running the calls that wait on their clients
                        * (interactive tools); further ones wait in a queue */
   const char *data_dir;
-  const char *public_url; /* how people reach this server, for links */
+  const char *public_url; /* how people reach this server, for links; NULL or "": its own
+                           * address (http://HOST:PORT of the socket it listens on) */
   const tg_registry *registry;
   tg_mcp_server server;
   size_t max_held_bytes; /* SSE output kept for all clients; 0: TG_HTTP_MAX_HELD_BYTES */

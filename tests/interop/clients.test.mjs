@@ -6,7 +6,6 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -27,11 +26,10 @@ let server; // the `toolgate serve` child
 let url;
 let token;
 
-// Starts `toolgate serve` on a loopback port (0: a free one); resolves with its URL once it
-// listens.
-function serve(args, port = 0) {
+// Starts `toolgate serve` on a free loopback port; resolves with its URL once it listens.
+function serve(args) {
   return new Promise((resolve, reject) => {
-    const child = spawn(tg, ['serve', '--listen', `127.0.0.1:${port}`, ...args], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+    const child = spawn(tg, ['serve', '--listen', '127.0.0.1:0', ...args], { env, stdio: ['ignore', 'ignore', 'pipe'] });
     let err = '';
     child.stderr.on('data', (chunk) => {
       err += chunk;
@@ -89,26 +87,14 @@ async function exercise(transport) {
   }
 }
 
-// A port free a moment ago.
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const probe = createServer();
-    probe.on('error', reject);
-    probe.listen(0, '127.0.0.1', () => {
-      const { port } = probe.address();
-      probe.close(() => resolve(port));
-    });
-  });
-}
-
 test('a pull request opened over HTTP links to the server it was opened on', async () => {
   execFileSync(tg, ['missions', 'create', '--slug', 'linked', '--title', 'Linked'], { env });
   execFileSync(tg, ['works', 'create', '--slug', 'linked-site', '--mission', 'linked'], { env });
   execFileSync(tg, ['agents', 'create', '--slug', 'opener', '--scope', 'work:linked-site',
     '--grant', 'canCommitToRepo', '--grant', 'canOpenPullRequests'], { env });
   const opener = JSON.parse(execFileSync(tg, ['token', 'create', '--agent', 'opener'], { env })).token;
-  const port = await freePort();
-  const { child, url: prUrlServer } = await serve([], port);
+  const { child, url: prUrlServer } = await serve([]); // on port 0: the one the system picked
+  const { port } = new URL(prUrlServer);
   const client = new Client({ name: 'toolgate-interop', version: '1.0.0' });
   try {
     await client.connect(new StreamableHTTPClientTransport(new URL(prUrlServer),
