@@ -1724,7 +1724,7 @@ struct tg_http {
 static int listen_on(const char *listen_arg, struct sockaddr_storage *addr) {
   socklen_t len = addr->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
                                               : sizeof(struct sockaddr_in);
-  int fd = socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int fd = socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   int on = 1;
   if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) < 0 ||
       bind(fd, (struct sockaddr *)addr, len) < 0 || listen(fd, SOMAXCONN) < 0 ||
