@@ -67,6 +67,14 @@ typedef struct session {
   struct session *next;
 } session;
 
+/* What the streams of one principal hold, counted for the share of each caller. */
+typedef struct held_share {
+  char principal[TG_UUID_LEN + 1];
+  atomic_size_t held;
+  unsigned refs; /* one a stream; under the server's shares_lock */
+  struct held_share *next;
+} held_share;
+
 struct server {
   const tg_http_config *cfg;
   tg_mcp_server mcp; /* cfg->server, advertising the list changes this transport delivers */
@@ -81,9 +89,12 @@ struct server {
   size_t n_listeners;
   bool closing;        /* tg_http_stop began: no listen stream opens any more */
   /* SSE output in the buffers of its streams, read or not: bounded, so that clients that
-   * never read what their calls say cannot exhaust memory. */
+   * never read what their calls say cannot exhaust memory; a caller's streams hold at most
+   * half of it, so that one caller cannot leave the others without room. */
   atomic_size_t held;
   size_t held_max;
+  pthread_mutex_t shares_lock; /* apart from lock: streams are released under it */
+  held_share *shares;
   /* The worker pool: a fixed set of threads, each with its own database connection for its
    * whole life, taking tool calls from a queue. The queue needs no bound of its own: each
    * queued call holds one of at most TG_HTTP_MAX_CONNECTIONS connection threads. */
@@ -289,6 +300,7 @@ static void session_put(server *s, session *x) {
 
 struct stream {
   server *srv;
+  held_share *share; /* its principal's */
   pthread_mutex_t lock;
   pthread_cond_t ready;
   /* SSE text, whole events. buf[0, sent) went out; a stream of a session keeps up to
@@ -328,9 +340,51 @@ static bool listening_locked(session *x) {
   return reading;
 }
 
-static stream *stream_new(server *s, unsigned no) {
+/* principal's share, with a reference for the caller; NULL without memory. */
+static held_share *share_get(server *s, const char *principal) {
+  pthread_mutex_lock(&s->shares_lock);
+  held_share *h = s->shares;
+  while (h && strcmp(h->principal, principal) != 0) h = h->next;
+  if (!h && (h = calloc(1, sizeof *h))) {
+    snprintf(h->principal, sizeof h->principal, "%s", principal);
+    h->next = s->shares;
+    s->shares = h;
+  }
+  if (h) h->refs++;
+  pthread_mutex_unlock(&s->shares_lock);
+  return h;
+}
+
+static void share_put(server *s, held_share *h) {
+  pthread_mutex_lock(&s->shares_lock);
+  if (--h->refs == 0) {
+    held_share **at = &s->shares;
+    while (*at != h) at = &(*at)->next;
+    *at = h->next;
+    free(h);
+  }
+  pthread_mutex_unlock(&s->shares_lock);
+}
+
+/* n bytes more (or, with less, fewer) held by st, counted for its server and its caller. */
+static void held_count(stream *st, size_t n, bool less) {
+  if (less) {
+    atomic_fetch_sub(&st->srv->held, n);
+    atomic_fetch_sub(&st->share->held, n);
+  } else {
+    atomic_fetch_add(&st->srv->held, n);
+    atomic_fetch_add(&st->share->held, n);
+  }
+}
+
+/* A new stream of principal's; NULL without memory. */
+static stream *stream_new(server *s, unsigned no, const char *principal) {
   stream *st = calloc(1, sizeof *st);
   if (!st) return NULL;
+  if (!(st->share = share_get(s, principal))) {
+    free(st);
+    return NULL;
+  }
   st->srv = s;
   pthread_mutex_init(&st->lock, NULL);
   pthread_cond_init(&st->ready, NULL);
@@ -357,7 +411,8 @@ static void stream_release(stream *st) {
   json_decref(st->final_id);
   tg_mcp_inflight_free(st->inflight);
   json_decref(st->call_id);
-  atomic_fetch_sub(&st->srv->held, st->len);
+  held_count(st, st->len, true);
+  share_put(st->srv, st->share);
   free(st->buf);
   free(st);
 }
@@ -375,14 +430,15 @@ static int append_locked(stream *st, const char *text, size_t n, bool bounded) {
   /* The server's bound is looked at, then counted: appends at the same instant may pass it
    * by their own sizes. */
   if (bounded && (st->len - st->sent + n > TG_HTTP_MAX_STREAM_BYTES ||
-                  atomic_load(&st->srv->held) + n > st->srv->held_max))
+                  atomic_load(&st->srv->held) + n > st->srv->held_max ||
+                  atomic_load(&st->share->held) + n > st->srv->held_max / 2))
     return TG_E_TOO_LARGE;
   char *grown = realloc(st->buf, st->len + n);
   if (!grown) return TG_E_NOMEM;
   memcpy(grown + st->len, text, n);
   st->buf = grown;
   st->len += n;
-  atomic_fetch_add(&st->srv->held, n);
+  held_count(st, n, false);
   pthread_cond_broadcast(&st->ready);
   return TG_OK;
 }
@@ -476,7 +532,7 @@ static void compact_locked(stream *st) {
   }
   memmove(st->buf, st->buf + cut, st->len - cut);
   st->len -= cut;
-  atomic_fetch_sub(&st->srv->held, cut);
+  held_count(st, cut, true);
   st->sent -= cut;
   st->cut_at = st->cut_at > cut ? st->cut_at - cut : 0; /* only events sent are dropped */
   st->first += dropped;
@@ -714,7 +770,7 @@ static void listener_closed(void *arg) {
 static listener *listener_open(server *s, const char *principal, unsigned *status,
                                const char **why) {
   listener *l = calloc(1, sizeof *l);
-  stream *st = stream_new(s, 0);
+  stream *st = stream_new(s, 0, principal);
   *status = MHD_HTTP_INTERNAL_SERVER_ERROR;
   *why = "Out of memory";
   if (l && st && tg_mcp_watch_new(listener_send, st, &l->watch) == 0) {
@@ -1204,7 +1260,7 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
                                   const char *session_id, bool *started) {
   *started = false;
   session *x = w->sess;
-  stream *st = stream_new(s, 0);
+  stream *st = stream_new(s, 0, w->principal);
   if (!st || (!x && tg_mcp_inflight_new(NULL, NULL, &st->inflight) < 0)) {
     if (st) stream_release(st);
     return MHD_NO;
@@ -1412,7 +1468,7 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
     }
   }
   tg_env env = server_env(s, db);
-  if (sse_call && !(w->st = stream_new(s, 0))) {
+  if (sse_call && !(w->st = stream_new(s, 0, principal))) {
     result = MHD_NO;
     goto done;
   }
@@ -1534,7 +1590,7 @@ static stream *standalone_locked(session *x, unsigned *status, const char **why,
   }
   *status = MHD_HTTP_INTERNAL_SERVER_ERROR;
   *why = "Out of memory";
-  stream *st = stream_new(x->srv, x->next_stream + 1);
+  stream *st = stream_new(x->srv, x->next_stream + 1, x->principal);
   if (!st || prime_locked(st) < 0) {
     if (st) stream_release(st);
     return NULL;
@@ -1783,6 +1839,7 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   h->s.loopback = loopback;
   h->s.held_max = cfg->max_held_bytes ? cfg->max_held_bytes : TG_HTTP_MAX_HELD_BYTES;
   pthread_mutex_init(&h->s.lock, NULL);
+  pthread_mutex_init(&h->s.shares_lock, NULL);
   pthread_cond_init(&h->s.answered, NULL);
   pthread_cond_init(&h->s.queued, NULL);
   pthread_cond_init(&h->s.sweep_stop, NULL);
@@ -1866,6 +1923,7 @@ void tg_http_stop(tg_http *h) {
   free(s->pool);
   free(s->busy);
   pthread_mutex_destroy(&s->lock);
+  pthread_mutex_destroy(&s->shares_lock);
   pthread_cond_destroy(&s->answered);
   pthread_cond_destroy(&s->queued);
   pthread_cond_destroy(&s->sweep_stop);

@@ -25,7 +25,8 @@
 #define TG_HTTP_MAX_LISTENS 64                 /* subscriptions/listen streams open at once */
 #define TG_HTTP_MAX_LISTENS_PER_PRINCIPAL 8
 #define TG_HTTP_MAX_STREAM_BYTES (16u * 1024u * 1024u) /* unread SSE output kept for one client */
-#define TG_HTTP_MAX_HELD_BYTES (256u * 1024u * 1024u)  /* SSE output kept in all, for all clients */
+#define TG_HTTP_MAX_HELD_BYTES (256u * 1024u * 1024u)  /* SSE output kept in all, for all clients;
+                                                        * one caller's streams hold half at most */
 
 typedef struct tg_http_config {
   const char *listen; /* HOST:PORT or [V6]:PORT; port 0 picks a free one */

@@ -151,7 +151,7 @@ typedef struct world {
   fixture *f;
   tg_registry *registry; /* built-in, conformance and kit providers */
   char agent[TG_UUID_LEN + 1]; /* "bot", holding tasks.assign */
-  char tokens[2][128];         /* Bearer tokens of "bot" and of "bot2" */
+  char tokens[3][128];         /* Bearer tokens of "bot", "bot2" and "bot3" */
   const char *token;           /* whom requests act as: "bot" unless a test says otherwise */
   tg_http_config cfg;
   tg_http *h;
@@ -164,8 +164,9 @@ static int setup(void **state) {
   fixture_agent(w->f, "{\"slug\":\"bot\",\"grants\":[\"canAssignTasks\"]}", w->agent);
   char other[TG_UUID_LEN + 1];
   fixture_agent(w->f, "{\"slug\":\"bot2\"}", other);
-  static const char *const slugs[] = {"bot", "bot2"};
-  for (int i = 0; i < 2; i++) {
+  fixture_agent(w->f, "{\"slug\":\"bot3\"}", other);
+  static const char *const slugs[] = {"bot", "bot2", "bot3"};
+  for (int i = 0; i < 3; i++) {
     char args[64];
     snprintf(args, sizeof args, "{\"agentSlug\":\"%s\"}", slugs[i]);
     tg_call_result res;
@@ -642,29 +643,44 @@ static void test_idle_connections_are_closed(void **state) {
   free(got);
 }
 
-/* What the streams of a server keep, read or not, is bounded in all: sessions keep their
- * streams for resumption, so a reply past the bound becomes an error; once a session goes,
- * what its streams held is free again. */
-static void test_output_kept_for_all_clients_is_bounded(void **state) {
+/* What the streams of a server keep, read or not, is bounded in all, and one caller's streams
+ * hold at most half of it: sessions keep their streams for resumption, so a reply past
+ * either bound becomes an error; once a session goes, what its streams held is free again. */
+static void test_output_kept_is_bounded_in_all_and_per_caller(void **state) {
   world *w = *state;
-  w->cfg.max_held_bytes = 300 * 1024;
+  w->cfg.max_held_bytes = 300 * 1024; /* 150 KB a caller */
   restart(w);
-  char sid[64];
-  open_session(w, "{}", sid);
-  /* Its text goes out twice (content and structuredContent): about 100 KB a reply. */
+  /* Its text goes out twice (content and structuredContent): a little over 100 KB a reply. */
   const char *call = CALL_WITH("5", "test_note_overflow", "{\"bytes\":51200}");
+  char sids[3][64];
+  static const struct {
+    int caller;
+    bool refused;
+  } replies[] = {
+      {0, false}, /* bot holds 100 KB */
+      {0, true},  /* 200 KB would pass bot's half */
+      {1, false}, /* bot2 holds 100 KB, both 200 */
+      {2, true},  /* past 300 KB in all, though bot3 holds nothing */
+  };
   for (int i = 0; i < 3; i++) {
-    char *got = request(w, "POST", sid, NULL, call, 200);
+    w->token = w->tokens[i];
+    open_session(w, "{}", sids[i]);
+  }
+  for (size_t i = 0; i < sizeof replies / sizeof replies[0]; i++) {
+    w->token = w->tokens[replies[i].caller];
+    char *got = request(w, "POST", sids[replies[i].caller], NULL, call, 200);
     assert_non_null(strstr(got, "before the answer"));
-    /* Two replies of 100 KB are kept; a third would pass 300 KB. */
-    assert_int_equal(strstr(got, "The result is too large to send") != NULL, i == 2);
+    assert_int_equal(strstr(got, "The result is too large to send") != NULL, replies[i].refused);
     free(got);
   }
-  free(request(w, "DELETE", sid, NULL, NULL, 200));
-  open_session(w, "{}", sid);
-  char *got = request(w, "POST", sid, NULL, call, 200);
+  /* bot's session goes, and with it what it held: bot3's reply fits. */
+  w->token = w->tokens[0];
+  free(request(w, "DELETE", sids[0], NULL, NULL, 200));
+  w->token = w->tokens[2];
+  char *got = request(w, "POST", sids[2], NULL, call, 200);
   assert_null(strstr(got, "The result is too large to send"));
   free(got);
+  w->token = w->tokens[0];
 }
 
 /* ---- 2026-07-28 ---- */
@@ -748,7 +764,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_a_call_closing_its_stream_after_an_event_says_when_to_resume, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_call_closing_a_stream_being_read_says_when_to_resume, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_reply_too_large_for_its_stream_becomes_the_next_event, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_output_kept_for_all_clients_is_bounded, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_output_kept_is_bounded_in_all_and_per_caller, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idle_connections_are_closed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_call_gives_up_on_a_silent_client, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_stream_gets_ack_then_changes, setup, teardown),
