@@ -195,7 +195,8 @@ static json_t *mcp_tool(const tg_tool *tool, json_t *envelope) {
                         tool->input_schema, "annotations", tg_mcp_annotations(tool));
   static const char *const task_support[] = {NULL, "optional", "required"};
   bool ok = t && (content_passthrough(tool) ||
-                  json_object_set_new(t, "outputSchema", listed_output_schema(tool, envelope)) == 0);
+                  json_object_set_new(t, "outputSchema",
+                                      listed_output_schema(tool, envelope)) == 0);
   if (ok && tool->task_support)
     ok = json_object_set_new(t, "execution", json_pack("{s:s}", "taskSupport",
                                                        task_support[tool->task_support])) == 0;
