@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <microhttpd.h>
 #include <netdb.h>
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -544,7 +546,8 @@ static int prime_locked(stream *st) {
   char priming[64];
   int n = snprintf(priming, sizeof priming, "id: %u-0\nretry: %d\ndata: \n\n", st->no, RETRY_MS);
   st->first = 0;
-  return append_locked(st, priming, (size_t)n, true);
+  /* Unbounded: a few bytes a stream, and without them a client could not resume. */
+  return append_locked(st, priming, (size_t)n, false);
 }
 
 /* The reconnection delay in a block of its own, which dispatches no event, written into out
@@ -1772,7 +1775,7 @@ static int parse_listen(const char *listen, struct sockaddr_storage *addr, bool 
 struct tg_http {
   server s;
   struct MHD_Daemon *daemon;
-  int listen_fd; /* until the daemon takes it over (it closes it when it stops), else -1 */
+  int listen_fd; /* the listening socket until the daemon has its copy, else -1 */
 };
 
 /* A socket bound to addr and listening; when addr's port is 0, the system picks it and addr
@@ -1782,7 +1785,10 @@ static int listen_on(const char *listen_arg, struct sockaddr_storage *addr) {
                                               : sizeof(struct sockaddr_in);
   int fd = socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   int on = 1;
+  /* [::] means IPv6 alone, as libmicrohttpd's own sockets do: 0.0.0.0 is a listener apart. */
   if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) < 0 ||
+      (addr->ss_family == AF_INET6 &&
+       setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on) < 0) ||
       bind(fd, (struct sockaddr *)addr, len) < 0 || listen(fd, SOMAXCONN) < 0 ||
       getsockname(fd, (struct sockaddr *)addr, &len) < 0) {
     tg_log(TG_LOG_ERROR, "serve: cannot listen on %s: %s", listen_arg, strerror(errno));
@@ -1797,21 +1803,35 @@ static unsigned port_of(const struct sockaddr_storage *addr) {
                                            : ((const struct sockaddr_in *)addr)->sin_port);
 }
 
+/* Whether descriptors a and b are open on one file: b was not closed (and its number taken
+ * again by another) since it was made a copy of a. */
+static bool same_file(int a, int b) {
+  struct stat sa, sb;
+  return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
+}
+
+static bool wildcard(const struct sockaddr_storage *addr) {
+  return addr->ss_family == AF_INET6
+             ? IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)addr)->sin6_addr)
+             : ((const struct sockaddr_in *)addr)->sin_addr.s_addr == htonl(INADDR_ANY);
+}
+
 /* How people reach this server, for links: cfg's public_url, else http://HOST:PORT with the
- * host of --listen (this machine's name for a wildcard address) and the port it listens on. */
-static char *own_url(const tg_http_config *cfg, unsigned port) {
+ * host of --listen (this machine's name for a wildcard address) and the port it listens on,
+ * both from addr, the address it listens on. */
+static char *own_url(const tg_http_config *cfg, const struct sockaddr_storage *addr) {
   if (cfg->public_url && *cfg->public_url) return strdup(cfg->public_url);
   size_t hlen = (size_t)(strrchr(cfg->listen, ':') - cfg->listen);
   char host[256];
-  if ((hlen == 7 && strncmp(cfg->listen, "0.0.0.0", 7) == 0) ||
-      (hlen == 4 && strncmp(cfg->listen, "[::]", 4) == 0)) {
+  if (wildcard(addr)) {
     if (gethostname(host, sizeof host) < 0) return NULL;
     host[sizeof host - 1] = '\0';
   } else {
     snprintf(host, sizeof host, "%.*s", (int)hlen, cfg->listen);
   }
   char *url = NULL;
-  return asprintf(&url, "http://%s:%u", host, port) < 0 ? NULL : url;
+  return asprintf(&url, "http://%s:%u", host, port_of(addr)) < 0 ? NULL : url;
 }
 
 int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) {
@@ -1843,7 +1863,7 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   pthread_cond_init(&h->s.answered, NULL);
   pthread_cond_init(&h->s.queued, NULL);
   pthread_cond_init(&h->s.sweep_stop, NULL);
-  if (!(h->s.public_url = own_url(cfg, port_of(&addr)))) {
+  if (!(h->s.public_url = own_url(cfg, &addr))) {
     tg_http_stop(h);
     return TG_E_NOMEM;
   }
@@ -1872,10 +1892,18 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   }
   unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                    MHD_USE_ERROR_LOG | (addr.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+  /* libmicrohttpd closes the socket it is given when it stops, and when it fails to start,
+   * on some paths only: it gets a copy, so that ours is closed once, here. */
+  int given = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (given < 0) {
+    tg_log(TG_LOG_ERROR, "serve: cannot listen on %s: %s", cfg->listen, strerror(errno));
+    tg_http_stop(h);
+    return TG_E_IO;
+  }
   h->daemon = MHD_start_daemon(
       /* The logger first: messages about the options that follow go through it too. */
       flags, 0, NULL, NULL, on_request, &h->s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-      MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
+      MHD_OPTION_LISTEN_SOCKET, given, MHD_OPTION_CONNECTION_LIMIT,
       (unsigned)TG_HTTP_MAX_CONNECTIONS, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
       /* On loopback every client has the same address: a share would only lower the limit. */
       h->s.loopback ? 0u : (unsigned)TG_HTTP_MAX_CONNECTIONS_PER_ADDRESS,
@@ -1883,12 +1911,15 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
       cfg->idle_timeout_s ? cfg->idle_timeout_s : (unsigned)TG_HTTP_IDLE_TIMEOUT_S,
       MHD_OPTION_NOTIFY_COMPLETED, on_completed, &h->s, MHD_OPTION_NOTIFY_CONNECTION,
       on_connection, &h->s, MHD_OPTION_END);
+  int why = errno;
+  if (!h->daemon && same_file(fd, given)) close(given); /* still open: not closed by it */
+  close(fd);
+  h->listen_fd = -1;
   if (!h->daemon) {
-    tg_log(TG_LOG_ERROR, "serve: cannot listen on %s: %s", cfg->listen, strerror(errno));
+    tg_log(TG_LOG_ERROR, "serve: cannot listen on %s: %s", cfg->listen, strerror(why));
     tg_http_stop(h);
     return TG_E_IO;
   }
-  h->listen_fd = -1;
   *ret_port = port_of(&addr);
   *ret = h;
   return TG_OK;

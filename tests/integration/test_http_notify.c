@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
+#include <dirent.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -683,6 +684,46 @@ static void test_output_kept_is_bounded_in_all_and_per_caller(void **state) {
   w->token = w->tokens[0];
 }
 
+/* A stream's priming event goes out whatever the bounds: it is a few bytes, and a client
+ * could not resume the stream without it. */
+static void test_priming_passes_the_bounds(void **state) {
+  world *w = *state;
+  w->cfg.max_held_bytes = 40; /* 20 bytes a caller, less than one priming event */
+  restart(w);
+  char sid[64];
+  finish(open_listening_session(w, sid));
+}
+
+static int open_fds(void) {
+  int n = 0;
+  DIR *d = opendir("/proc/self/fd");
+  assert_non_null(d);
+  while (readdir(d)) n++;
+  closedir(d);
+  return n;
+}
+
+/* [::] is IPv6 alone, so 0.0.0.0 on the same port is a server apart; a busy port is refused
+ * and leaves no descriptor open. */
+static void test_listen_addresses(void **state) {
+  world *w = *state;
+  tg_http_config v6 = w->cfg, v4 = w->cfg;
+  v6.listen = "[::]:0";
+  tg_http *h6 = NULL, *h4 = NULL, *busy = NULL;
+  unsigned port = 0, port4 = 0;
+  assert_int_equal(tg_http_start(&v6, &h6, &port), 0);
+  char listen[32];
+  snprintf(listen, sizeof listen, "0.0.0.0:%u", port);
+  v4.listen = listen;
+  assert_int_equal(tg_http_start(&v4, &h4, &port4), 0);
+  assert_int_equal(port4, port);
+  int before = open_fds();
+  assert_int_equal(tg_http_start(&v4, &busy, &port4), TG_E_IO);
+  assert_int_equal(open_fds(), before);
+  tg_http_stop(h4);
+  tg_http_stop(h6);
+}
+
 /* ---- 2026-07-28 ---- */
 
 static void test_listen_stream_gets_ack_then_changes(void **state) {
@@ -765,6 +806,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_a_call_closing_a_stream_being_read_says_when_to_resume, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_reply_too_large_for_its_stream_becomes_the_next_event, setup, teardown),
       cmocka_unit_test_setup_teardown(test_output_kept_is_bounded_in_all_and_per_caller, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_priming_passes_the_bounds, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_listen_addresses, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idle_connections_are_closed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_call_gives_up_on_a_silent_client, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_stream_gets_ack_then_changes, setup, teardown),
