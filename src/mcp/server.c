@@ -742,7 +742,7 @@ static int m_complete(cx *c, json_t *params, json_t **ret) {
   if (!type || !arg_name || !value)
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "ref.type, argument.name and argument.value are required", NULL);
   json_t *values = NULL;
-  int r = c->srv->fixtures ? tg_conformance_complete(ref, arg_name, value, &values)
+  int r = c->srv->fixtures ? tg_conformance_complete(ref, value, &values)
                            : TG_E_NOTFOUND; /* the server has no prompts nor templates */
   if (r == TG_E_NOTFOUND)
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "ref names no prompt or resource template",

@@ -674,9 +674,8 @@ static bool lists(json_t *list, const char *key, const char *value) {
   return found;
 }
 
-int tg_conformance_complete(json_t *ref, const char *argument, const char *value, json_t **ret) {
+int tg_conformance_complete(json_t *ref, const char *value, json_t **ret) {
   static const char *const words[] = {"test", "testing", "testValue1", "other"};
-  (void)argument;
   const char *type = json_string_value(json_object_get(ref, "type"));
   const char *name = json_string_value(json_object_get(ref, "name"));
   bool prompt = type && strcmp(type, "ref/prompt") == 0;
