@@ -881,6 +881,12 @@ static int unknown_task(cx *c, const char *id) {
   return rpc_fail(c, TG_RPC_INVALID_PARAMS, "Unknown task", json_pack("{s:s}", "taskId", id));
 }
 
+static int task_elsewhere(cx *c, const char *id) {
+  return rpc_fail(c, TG_RPC_INVALID_PARAMS,
+                  "Another toolgate server runs this task: send this to the server that started it",
+                  json_pack("{s:s}", "taskId", id));
+}
+
 static int m_tasks_get(cx *c, json_t *params, json_t **ret) {
   const char *id;
   int r = task_id(c, params, &id);
@@ -898,6 +904,7 @@ static int m_tasks_update(cx *c, json_t *params, json_t **ret) {
   if ((r = read_responses(c, params, &responses)) != 0) return r;
   r = tg_mcp_tasks_update(c->srv->tasks, c->req->env->db, c->req->principal_id, id, responses);
   if (r == TG_E_NOTFOUND) return unknown_task(c, id);
+  if (r == TG_MCP_TASK_ELSEWHERE) return task_elsewhere(c, id);
   return r ? r : m_empty(c, params, ret);
 }
 
@@ -906,6 +913,7 @@ static int m_tasks_cancel(cx *c, json_t *params, json_t **ret) {
   int r = task_id(c, params, &id);
   if (r == 0) r = tg_mcp_tasks_cancel(c->srv->tasks, c->req->env->db, c->req->principal_id, id);
   if (r == TG_E_NOTFOUND) return unknown_task(c, id);
+  if (r == TG_MCP_TASK_ELSEWHERE) return task_elsewhere(c, id);
   return r ? r : m_empty(c, params, ret);
 }
 

@@ -1,10 +1,16 @@
 #define _GNU_SOURCE
 #include "mcp/tasks.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "mcp/jsonrpc.h"
 #include "mcp/server.h"
@@ -18,6 +24,9 @@
 /* How often a starter waiting for its call looks whether its own request was cancelled. */
 #define START_CHECK_MS 50
 #define TASK_ID_LEN 32 /* hex digits: 128 random bits */
+/* In the data directory: a lock file for each server that runs tasks (see "runners"). */
+#define RUNNERS_DIR "task-runners"
+#define RUNNER_GONE_MESSAGE "The server running the task stopped before it ended"
 
 typedef enum task_status { WORKING, INPUT_REQUIRED, COMPLETED, FAILED, CANCELLED } task_status;
 static const char *const status_names[] = {"working", "input_required", "completed", "failed",
@@ -31,6 +40,7 @@ typedef struct task {
   const tg_tool *tool;
   json_t *args, *caps; /* what its rounds run with, dropped once it ended */
   tg_db *db; /* the thread's, opened by the starter */
+  tg_db *thread_db; /* the same, borrowed by the thread for its handler's detach */
   bool starting; /* its starter waits for it */
   bool visible;  /* the handler detached: the client knows the id */
   bool running;  /* its thread still uses it */
@@ -83,6 +93,11 @@ struct tg_mcp_tasks {
   bool unpublished;
   char news_of[TG_UUID_LEN + 1];
   bool stopping;
+  /* Once it ran a task: its name as a runner and its lock file (-1 before), and whether it
+   * wrote as failed the tasks of runners that were gone. */
+  char runner[TASK_ID_LEN + 1];
+  int runner_fd;
+  bool swept;
   /* Taken before lock, held while observers are told: so they hear of each task's changes
    * in order. */
   pthread_mutex_t observing;
@@ -103,6 +118,7 @@ int tg_mcp_tasks_new(const tg_env *base, tg_mcp_tasks **ret) {
   }
   t->base = (tg_env){.registry = base->registry, .data_dir = t->data_dir,
                      .public_url = t->public_url};
+  t->runner_fd = -1;
   pthread_mutex_init(&t->lock, NULL);
   pthread_mutex_init(&t->observing, NULL);
   pthread_cond_init(&t->changed, NULL);
@@ -140,6 +156,8 @@ static void unlink_locked(tg_mcp_tasks *t, task *k) {
     }
 }
 
+static void leave_runners(tg_mcp_tasks *t);
+
 void tg_mcp_tasks_free(tg_mcp_tasks *t) {
   if (!t) return;
   pthread_mutex_lock(&t->lock);
@@ -153,6 +171,7 @@ void tg_mcp_tasks_free(tg_mcp_tasks *t) {
     t->list = k->next;
     task_free(k);
   }
+  leave_runners(t);
   pthread_cond_destroy(&t->changed);
   pthread_mutex_destroy(&t->observing);
   pthread_mutex_destroy(&t->lock);
@@ -224,6 +243,22 @@ static json_t *task_json_locked(const task *k, bool detailed) {
   return j;
 }
 
+/* The row of k, as it began, before its client learns its id (the job of tg_db_batch). */
+typedef struct beginning {
+  const task *k;
+  json_t *shown;
+} beginning;
+
+static int keep_beginning(void *arg, tg_db *db) {
+  const beginning *b = arg;
+  return tg_db_exec(db,
+                    "INSERT INTO mcp_running_tasks (id, principal_id, task, runner) "
+                    "VALUES ($1, $2, $3, $4)",
+                    json_pack("[s,s,O,s]", b->k->id, b->k->principal, b->shown,
+                              b->k->store->runner),
+                    NULL);
+}
+
 /* ---- what the handler sees (tg_client_channel.self is the task) ---- */
 
 /* A progress message becomes the task's statusMessage. */
@@ -248,14 +283,29 @@ static int task_notify(void *self, const char *method, json_t *params) {
 
 static int task_detach(void *self) {
   task *k = self;
-  pthread_mutex_lock(&k->store->lock);
-  bool cancelled = k->cancel;
-  if (!cancelled && !k->visible) {
-    k->visible = true;
-    touch_locked(k, WORKING);
+  tg_mcp_tasks *t = k->store;
+  pthread_mutex_lock(&t->lock);
+  if (k->cancel || k->visible) {
+    int r = k->cancel ? TG_E_IO : TG_OK;
+    pthread_mutex_unlock(&t->lock);
+    return r;
   }
-  unlock_publishing(k->store);
-  return cancelled ? TG_E_IO : TG_OK;
+  /* Its row first: the client may poll another server, or this one may crash (see
+   * "runners"). A cancel that comes meanwhile reaches the task once it is one. */
+  beginning b = {.k = k, .shown = task_json_locked(k, true)};
+  pthread_mutex_unlock(&t->lock);
+  int r = b.shown ? tg_db_batch(k->thread_db, keep_beginning, &b) : TG_E_NOMEM;
+  json_decref(b.shown);
+  if (r < 0) {
+    tg_log(TG_LOG_WARN, "mcp: a call could not become a task: %s",
+           r == TG_E_NOMEM ? "out of memory" : tg_db_errmsg(k->thread_db));
+    return r;
+  }
+  pthread_mutex_lock(&t->lock);
+  k->visible = true;
+  touch_locked(k, WORKING);
+  unlock_publishing(t);
+  return TG_OK;
 }
 
 static bool task_cancelled(void *self) {
@@ -403,6 +453,9 @@ static int keep_ending(void *arg, tg_db *db) {
                    "ON CONFLICT (id) DO NOTHING",
                    json_pack("[s,s,O,s]", e->id, e->principal, e->shown, at), NULL);
   if (r == 0)
+    r = tg_db_exec(db, "DELETE FROM mcp_running_tasks WHERE id = $1", json_pack("[s]", e->id),
+                   NULL);
+  if (r == 0)
     r = tg_db_exec(db,
                    "DELETE FROM mcp_tasks WHERE principal_id = $1 AND id NOT IN (SELECT id FROM "
                    "mcp_tasks WHERE principal_id = $1 ORDER BY ended_at DESC LIMIT $2)",
@@ -439,6 +492,179 @@ static int kept(tg_db *db, const char *principal, const char *id, json_t **ret) 
   return r;
 }
 
+/* ---- runners: the server that runs a task ----
+ * A server that runs tasks holds an exclusive lock on RUNNERS_DIR/<runner>.lock in the data
+ * directory for as long as it lives: the kernel lets go of it when the process ends, however
+ * it ends. Each task it runs has a row in mcp_running_tasks naming it, written before the
+ * client learns the task's id and deleted with the write of how the task ended. A row whose
+ * runner's lock is free belongs to a server that crashed or was killed: the task is written
+ * as failed, so that its client reads that instead of losing it. */
+
+/* The path of runner's file with suffix (runner "": the folder's), or NULL. */
+static char *runner_file(const char *data_dir, const char *runner, const char *suffix) {
+  char *path;
+  return asprintf(&path, "%s/" RUNNERS_DIR "/%s%s", data_dir, runner, suffix) < 0 ? NULL : path;
+}
+
+/* Makes this server a runner: its file is locked before it takes its name, so that no other
+ * server ever finds it free while this one lives. With the store's lock. */
+static int take_runner_lock(tg_mcp_tasks *t) {
+  unsigned char bits[16];
+  char runner[TASK_ID_LEN + 1];
+  if (!tg_random_bytes(bits, sizeof bits)) return TG_E_IO;
+  tg_hex(bits, sizeof bits, runner);
+  _cleanup_free_ char *dir = runner_file(t->data_dir, "", "");
+  _cleanup_free_ char *fresh = runner_file(t->data_dir, runner, ".new");
+  _cleanup_free_ char *path = runner_file(t->data_dir, runner, ".lock");
+  if (!dir || !fresh || !path) return TG_E_NOMEM;
+  int fd = -1;
+  if ((mkdir(dir, 0700) == 0 || errno == EEXIST) &&
+      (fd = open(fresh, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) >= 0 &&
+      flock(fd, LOCK_EX | LOCK_NB) == 0 && rename(fresh, path) == 0) {
+    t->runner_fd = fd;
+    memcpy(t->runner, runner, sizeof runner);
+    return 0;
+  }
+  tg_log(TG_LOG_ERROR, "mcp: cannot run tasks: no lock file in %s: %s", dir, strerror(errno));
+  if (fd >= 0) {
+    unlink(fresh);
+    close(fd);
+  }
+  return TG_E_IO;
+}
+
+typedef enum runner_state { RUNNER_ALIVE, RUNNER_GONE, RUNNER_UNKNOWN } runner_state;
+
+/* Whether runner still lives: its lock is held (by this process too: a lock taken through
+ * another open file conflicts). */
+static runner_state runner_state_of(const tg_mcp_tasks *t, const char *runner) {
+  _cleanup_free_ char *path = runner_file(t->data_dir, runner, ".lock");
+  int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+  if (fd < 0) return path && errno == ENOENT ? RUNNER_GONE : RUNNER_UNKNOWN;
+  runner_state s = flock(fd, LOCK_SH | LOCK_NB) == 0 ? RUNNER_GONE
+                   : errno == EWOULDBLOCK              ? RUNNER_ALIVE
+                                                       : RUNNER_UNKNOWN;
+  close(fd);
+  return s;
+}
+
+/* Writes how each running task of the runner arg ended: failed, as its server is gone. */
+static int bury_runner(void *arg, tg_db *db) {
+  _cleanup_json_ json_t *rows = NULL;
+  int r = tg_db_query(db, "SELECT id, principal_id, task FROM mcp_running_tasks WHERE runner = $1",
+                      json_pack("[s]", (const char *)arg), &rows);
+  size_t i;
+  json_t *row;
+  json_array_foreach(r < 0 ? NULL : rows, i, row) {
+    ending e = {.at = tg_now_ms()};
+    char at[TG_ISO_LEN + 1];
+    tg_iso8601(e.at, at);
+    snprintf(e.id, sizeof e.id, "%s", tg_json_str(row, "id"));
+    snprintf(e.principal, sizeof e.principal, "%s", tg_json_str(row, "principal_id"));
+    json_t *shown = e.shown = json_loads(tg_json_str(row, "task"), JSON_ALLOW_NUL, NULL);
+    r = shown && json_object_set_new(shown, "status", json_string("failed")) == 0 &&
+                json_object_set_new(shown, "lastUpdatedAt", json_string(at)) == 0 &&
+                json_object_set_new(shown, "statusMessage", json_string(RUNNER_GONE_MESSAGE)) == 0 &&
+                json_object_set_new(shown, "error", tg_rpc_error_object(TG_RPC_INTERNAL_ERROR,
+                                                                        RUNNER_GONE_MESSAGE, NULL)) == 0
+            ? keep_ending(&e, db)
+            : TG_E_NOMEM;
+    json_decref(e.shown);
+    if (r < 0) break;
+  }
+  return r;
+}
+
+/* When runner (as a row or a file name has it) is gone: writes its tasks as failed and
+ * removes its file. 1 when it did, 0 when the runner lives or cannot be told, or the
+ * failure of db. */
+static int bury_if_gone(tg_mcp_tasks *t, tg_db *db, const char *runner) {
+  if (!runner || strlen(runner) != TASK_ID_LEN || strspn(runner, "0123456789abcdef") != TASK_ID_LEN)
+    return 0; /* not a runner's: never a path */
+  if (runner_state_of(t, runner) != RUNNER_GONE) return 0;
+  int r = tg_db_batch(db, bury_runner, (void *)runner);
+  if (r < 0) {
+    tg_log(TG_LOG_WARN, "mcp: the tasks of a server that is gone could not be ended: %s",
+           tg_db_errmsg(db));
+    return r;
+  }
+  _cleanup_free_ char *path = runner_file(t->data_dir, runner, ".lock");
+  if (path) unlink(path);
+  return 1;
+}
+
+/* Writes as failed the tasks of every runner that is gone, and removes their files. */
+static void bury_gone_runners(tg_mcp_tasks *t, tg_db *db) {
+  _cleanup_json_ json_t *rows = NULL;
+  if (tg_db_query(db, "SELECT DISTINCT runner FROM mcp_running_tasks", NULL, &rows) < 0)
+    tg_log(TG_LOG_WARN, "mcp: cannot read which servers run tasks: %s", tg_db_errmsg(db));
+  size_t i;
+  json_t *row;
+  json_array_foreach(rows, i, row) bury_if_gone(t, db, tg_json_str(row, "runner"));
+  /* Runners gone without a task left. */
+  _cleanup_free_ char *dir = runner_file(t->data_dir, "", "");
+  DIR *d = dir ? opendir(dir) : NULL;
+  for (struct dirent *e; d && (e = readdir(d));) {
+    char runner[TASK_ID_LEN + 1];
+    if (strlen(e->d_name) != TASK_ID_LEN + strlen(".lock") ||
+        strcmp(e->d_name + TASK_ID_LEN, ".lock") != 0)
+      continue;
+    memcpy(runner, e->d_name, TASK_ID_LEN);
+    runner[TASK_ID_LEN] = '\0';
+    bury_if_gone(t, db, runner);
+  }
+  if (d) closedir(d);
+}
+
+/* Makes this server a runner before its first task; then, once, ends the tasks of runners
+ * that are gone (db NULL: not now). */
+static int join_runners(tg_mcp_tasks *t, tg_db *db) {
+  pthread_mutex_lock(&t->lock);
+  int r = t->runner_fd >= 0 ? 0 : take_runner_lock(t);
+  bool sweep = r == 0 && db && !t->swept;
+  if (sweep) t->swept = true;
+  pthread_mutex_unlock(&t->lock);
+  if (sweep) bury_gone_runners(t, db);
+  return r;
+}
+
+/* Once its tasks ended: a task whose end could not be written stays a row, which the next
+ * server to look writes as failed. */
+static void leave_runners(tg_mcp_tasks *t) {
+  if (t->runner_fd < 0) return;
+  _cleanup_free_ char *path = runner_file(t->data_dir, t->runner, ".lock");
+  if (path) unlink(path);
+  close(t->runner_fd);
+}
+
+/* principal's task id, which this server does not hold, as the database has it: 0 when it
+ * ended (a new DetailedTask in *ret unless ret is NULL), also when its runner is gone (it is
+ * then written as failed); TG_MCP_TASK_ELSEWHERE when another server runs it (*ret: the task
+ * as it began); TG_E_NOTFOUND when there is none, or its time to live is over; or the
+ * failure of db. */
+static int not_here(tg_mcp_tasks *t, tg_db *db, const char *principal, const char *id,
+                    json_t **ret) {
+  int r = kept(db, principal, id, ret);
+  if (r != TG_E_NOTFOUND) return r;
+  _cleanup_json_ json_t *row = NULL;
+  r = tg_db_query_row(
+      db, "SELECT task, runner FROM mcp_running_tasks WHERE id = $1 AND principal_id = $2",
+      json_pack("[s,s]", id, principal), &row);
+  if (r < 0) return r;
+  if (!row) return TG_E_NOTFOUND;
+  const char *runner = tg_json_str(row, "runner");
+  pthread_mutex_lock(&t->lock);
+  bool own = strcmp(runner, t->runner) == 0;
+  pthread_mutex_unlock(&t->lock);
+  /* This server let it go past its time to live, its end unwritten. */
+  if (own) return TG_E_NOTFOUND;
+  r = bury_if_gone(t, db, runner);
+  if (r == 1) return kept(db, principal, id, ret);
+  if (r < 0) return r;
+  if (ret && !(*ret = json_loads(tg_json_str(row, "task"), JSON_ALLOW_NUL, NULL))) return TG_E_DB;
+  return TG_MCP_TASK_ELSEWHERE;
+}
+
 /* k ended (called with the store's lock, which it releases): how is kept on db before the
  * task may leave memory, which it may once it no longer runs. */
 static void end_locked(task *k, tg_db *db) {
@@ -464,7 +690,7 @@ static void *task_main(void *arg) {
   tg_mcp_tasks *t = k->store;
   /* The thread owns the connection from here; the task may go before the thread ends. */
   tg_env env = t->base;
-  env.db = k->db;
+  env.db = k->thread_db = k->db;
   k->db = NULL;
   for (bool again = true; again;) {
     tg_client_channel channel = {
@@ -641,7 +867,8 @@ static int launch(tg_mcp_tasks *t, task *k) {
 int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_task_start *ret) {
   memset(ret, 0, sizeof *ret);
   task *k = NULL;
-  int r = new_task(t, call, &k);
+  int r = join_runners(t, call->db);
+  if (r == 0) r = new_task(t, call, &k);
   if (r < 0) return r;
   /* The task takes its place before its connection opens, outside the lock. */
   pthread_mutex_lock(&t->lock);
@@ -706,7 +933,10 @@ int tg_mcp_tasks_get(tg_mcp_tasks *t, tg_db *db, const char *principal_id, const
   *ret = k ? task_json_locked(k, true) : NULL;
   if (*ret && terminal(k->status)) k->read = true;
   pthread_mutex_unlock(&t->lock);
-  if (!k) return kept(db, principal_id, id, ret);
+  if (!k) {
+    int r = not_here(t, db, principal_id, id, ret);
+    return r == TG_MCP_TASK_ELSEWHERE ? 0 : r;
+  }
   return *ret ? 0 : TG_E_NOMEM;
 }
 
@@ -732,7 +962,7 @@ int tg_mcp_tasks_update(tg_mcp_tasks *t, tg_db *db, const char *principal_id, co
   if (k && k->status == INPUT_REQUIRED && !json_object_size(k->pending)) touch_locked(k, WORKING);
   else if (answered) stamp_locked(k); /* fewer requests pending */
   unlock_publishing(t);
-  return k ? r : kept(db, principal_id, id, NULL); /* ended: nothing to answer */
+  return k ? r : not_here(t, db, principal_id, id, NULL); /* ended: nothing to answer */
 }
 
 int tg_mcp_tasks_cancel(tg_mcp_tasks *t, tg_db *db, const char *principal_id, const char *id) {
@@ -749,7 +979,7 @@ int tg_mcp_tasks_cancel(tg_mcp_tasks *t, tg_db *db, const char *principal_id, co
     pthread_cond_broadcast(&t->changed);
   }
   unlock_publishing(t);
-  return k ? 0 : kept(db, principal_id, id, NULL); /* ended: nothing to stop */
+  return k ? 0 : not_here(t, db, principal_id, id, NULL); /* ended: nothing to stop */
 }
 
 /* ---- observers ---- */

@@ -47,7 +47,8 @@ typedef struct tg_mcp_task_call {
   bool (*cancelled)(void *arg);
   void *arg;
   /* The starter's connection, NULL: where, when the principal needs room, the ends of its
-   * read tasks that could not be written as they ended are written again. */
+   * read tasks that could not be written as they ended are written again, and where, at
+   * the server's first task, the tasks of servers that are gone are written as failed. */
   tg_db *db;
 } tg_mcp_task_call;
 
@@ -69,13 +70,17 @@ typedef struct tg_mcp_task_start {
 int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_task_start *ret);
 
 /* The DetailedTask of principal's task id (a new object): from memory, or, for a task that
- * ended and is no longer there (let go, or run by a server since stopped), as db keeps it.
- * TG_E_NOTFOUND when principal has no such task; another TG_E_* when db fails. */
+ * ended and is no longer there (let go, or run by a server since stopped), as db keeps it;
+ * one that another server runs, as it began; one whose server is gone (crashed, killed),
+ * failed. TG_E_NOTFOUND when principal has no such task; another TG_E_* when db fails. */
 int tg_mcp_tasks_get(tg_mcp_tasks *t, tg_db *db, const char *principal_id, const char *id,
                      json_t **ret);
+/* What tasks/update and tasks/cancel of a task that another server runs return: only that
+ * server can reach it. */
+#define TG_MCP_TASK_ELSEWHERE 1
 /* Answers the task's pending input requests (responses: borrowed, request key → response);
  * keys not pending are ignored. Once none is pending the task goes on. 0 (also for a task
- * db keeps: it ended), TG_E_NOTFOUND, or the failure of db. */
+ * db keeps: it ended), TG_MCP_TASK_ELSEWHERE, TG_E_NOTFOUND, or the failure of db. */
 int tg_mcp_tasks_update(tg_mcp_tasks *t, tg_db *db, const char *principal_id, const char *id,
                         json_t *responses);
 /* Tests: called each time a task's thread has ended (NULL: nothing is called). */
@@ -104,5 +109,6 @@ void tg_mcp_tasks_observer_free(tg_mcp_task_observer *o);
 
 /* Asks the task to stop: one waiting for input ends cancelled at once (its end counts as
  * read), a running one when its handler gives up (a result it returns all the same
- * stands). 0 (also for a task db keeps: it ended), TG_E_NOTFOUND, or the failure of db. */
+ * stands). 0 (also for a task db keeps: it ended), TG_MCP_TASK_ELSEWHERE, TG_E_NOTFOUND, or
+ * the failure of db. */
 int tg_mcp_tasks_cancel(tg_mcp_tasks *t, tg_db *db, const char *principal_id, const char *id);

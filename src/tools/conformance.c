@@ -390,7 +390,10 @@ static int client_cancelled(tg_call_ctx *cx) {
 /* Becomes a task where the call can; elsewhere it goes on as a plain call. */
 static int detach(tg_call_ctx *cx) {
   const tg_client_channel *ch = cx->client;
-  return ch && ch->detach && ch->detach(ch->self) < 0 ? client_cancelled(cx) : TG_OK;
+  int r = ch && ch->detach ? ch->detach(ch->self) : TG_OK;
+  if (r == TG_E_IO) return client_cancelled(cx);
+  if (r < 0) return tg_fail(cx, TG_ERR_INTERNAL_ERROR, NULL, "The call could not become a task");
+  return TG_OK;
 }
 
 /* Waits ms, failing as soon as the client cancels (a failure writes nothing). */

@@ -5,11 +5,14 @@
 #include "support.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -1176,16 +1179,24 @@ static void test_task_holding_limits(void **state) {
   for (int i = 0; i < TG_MCP_MAX_TASKS; i++) free(ids[i]);
 }
 
+/* From now on the database refuses new rows in table, as a full disk would (the trigger
+ * refuse_<table> until dropped). */
+static void refuse_rows(world *w, const char *table) {
+  char *sql = NULL;
+  assert_true(asprintf(&sql,
+                       "CREATE TRIGGER refuse_%s BEFORE INSERT ON %s "
+                       "BEGIN SELECT RAISE(ABORT, 'the disk is full'); END",
+                       table, table) > 0);
+  assert_int_equal(tg_db_exec(w->f->db, sql, NULL, NULL), 0);
+  free(sql);
+}
+
 /* A task leaves memory only once the database keeps how it ended: when that write fails, it
  * stays, read or not, readable as it ended, and holds its place until the write is made again,
  * as its principal needs room. */
 static void test_task_unkept_stays(void **state) {
   world *w = *state;
-  assert_int_equal(tg_db_exec(w->f->db,
-                              "CREATE TRIGGER refuse_tasks BEFORE INSERT ON mcp_tasks "
-                              "BEGIN SELECT RAISE(ABORT, 'the disk is full'); END",
-                              NULL, NULL),
-                   0);
+  refuse_rows(w, "mcp_tasks");
   char *ids[TG_MCP_MAX_TASKS];
   int base = count_ends();
   for (int i = 0; i < TG_MCP_MAX_TASKS; i++) {
@@ -1200,7 +1211,7 @@ static void test_task_unkept_stays(void **state) {
   assert_int_equal(fixture_count(w->f, "mcp_tasks"), 0);
   /* The database takes them again: the next task to start writes them, and the oldest makes
    * room. */
-  assert_int_equal(tg_db_exec(w->f->db, "DROP TRIGGER refuse_tasks", NULL, NULL), 0);
+  assert_int_equal(tg_db_exec(w->f->db, "DROP TRIGGER refuse_mcp_tasks", NULL, NULL), 0);
   char *next = park_task_as(w, w->agent);
   assert_int_equal(fixture_count(w->f, "mcp_tasks"), TG_MCP_MAX_TASKS);
   for (int i = 0; i < TG_MCP_MAX_TASKS; i++) {
@@ -1294,6 +1305,159 @@ static void test_task_outlives_its_server(void **state) {
   free(next);
   free(cut);
   free(id);
+}
+
+/* How many servers hold a lock file in the data directory (they run tasks, or did). */
+static int runner_files(world *w) {
+  char *dir = NULL;
+  assert_true(asprintf(&dir, "%s/task-runners", w->f->env.data_dir) > 0);
+  DIR *d = opendir(dir);
+  free(dir);
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d));) n += strstr(e->d_name, ".lock") != NULL;
+  if (d) closedir(d);
+  return n;
+}
+
+/* The error message of reply, which must be an error. */
+static const char *error_message(json_t *reply) {
+  const char *m = json_string_value(json_object_get(json_object_get(reply, "error"), "message"));
+  assert_non_null(m);
+  return m;
+}
+
+/* A task has its row before its client learns its id: another server on the same workspace
+ * shows it as it began while the server that runs it lives, and refuses to answer or cancel
+ * it (only that server can); once that server stopped, it shows how the task ended. */
+static void test_task_run_by_another_server(void **state) {
+  world *w = *state;
+  char other[TG_UUID_LEN + 1];
+  fixture_agent(w->f, "{\"slug\":\"bot2\"}", other);
+  char *id = start_task(w, "slow_compute", "{\"seconds\":600}");
+  assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 1);
+  assert_int_equal(runner_files(w), 1);
+  tg_mcp_server runner = w->srv;
+  w->srv = (tg_mcp_server){.fixtures = true, .name = "toolgate", .version = "test"};
+  assert_int_equal(tg_mcp_server_prepare(&w->srv, &w->f->env), 0);
+  json_t *got = get_task(w, id);
+  assert_string_equal(str(got, "resultType"), "complete");
+  assert_string_equal(str(got, "taskId"), id);
+  assert_string_equal(str(got, "status"), "working");
+  json_decref(got);
+  json_t *r = task_action_as(w, w->agent, "tasks/update", id, "{\"r1.x\":{\"action\":\"decline\"}}");
+  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+  assert_non_null(strstr(error_message(r), "Another toolgate server runs this task"));
+  json_decref(r);
+  r = task_action_as(w, w->agent, "tasks/cancel", id, NULL);
+  assert_non_null(strstr(error_message(r), "Another toolgate server runs this task"));
+  json_decref(r);
+  assert_task_action_refused(w, other, "tasks/get", id, NULL);
+  assert_int_equal(fixture_count(w->f, "mcp_tasks"), 0); /* nothing of it ended */
+  /* Its server stops: it cancels the task, writes so in place of the row, and lets go of
+   * its file. */
+  tg_mcp_server_done(&runner);
+  assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 0);
+  assert_int_equal(runner_files(w), 0);
+  got = get_task(w, id);
+  assert_string_equal(str(got, "status"), "cancelled");
+  assert_string_equal(str(got, "statusMessage"), "The server stopped before the task ended");
+  json_decref(got);
+  assert_ack(task_action_as(w, w->agent, "tasks/cancel", id, NULL));
+  free(id);
+}
+
+/* A running task's row, as a server that crashed leaves it (runner: its name). */
+static void leave_running(world *w, const char *id, const char *principal, const char *runner) {
+  assert_int_equal(
+      tg_db_exec(w->f->db,
+                 "INSERT INTO mcp_running_tasks (id, principal_id, task, runner) VALUES ($1, $2, "
+                 "json_object('taskId', $1, 'status', 'working', 'createdAt', "
+                 "'2026-01-02T03:04:05.006Z', 'lastUpdatedAt', '2026-01-02T03:04:05.006Z', "
+                 "'ttlMs', 3600000, 'pollIntervalMs', 500), $3)",
+                 json_pack("[s,s,s]", id, principal, runner), NULL),
+      0);
+}
+
+/* A lock file nobody holds, as a server that crashed leaves it; returns its path. */
+static char *leave_runner_file(world *w, const char *runner) {
+  char *path = NULL;
+  assert_true(asprintf(&path, "%s/task-runners", w->f->env.data_dir) > 0);
+  assert_true(mkdir(path, 0700) == 0 || errno == EEXIST);
+  free(path);
+  assert_true(asprintf(&path, "%s/task-runners/%s.lock", w->f->env.data_dir, runner) > 0);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fclose(f);
+  return path;
+}
+
+static void assert_failed_as_gone(json_t *got, const char *id) {
+  assert_string_equal(str(got, "taskId"), id);
+  assert_string_equal(str(got, "status"), "failed");
+  assert_string_equal(str(got, "createdAt"), "2026-01-02T03:04:05.006Z");
+  assert_string_not_equal(str(got, "lastUpdatedAt"), "2026-01-02T03:04:05.006Z");
+  assert_string_equal(str(got, "statusMessage"),
+                      "The server running the task stopped before it ended");
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(got, "error"), "code")),
+                   TG_RPC_INTERNAL_ERROR);
+}
+
+/* A task whose server is gone (its lock file missing, or free) is not lost: it is written as
+ * failed when its client asks, or at the next server's first task, and the gone server's
+ * file is removed. */
+static void test_task_of_a_gone_server(void **state) {
+  world *w = *state;
+  char other[TG_UUID_LEN + 1];
+  fixture_agent(w->f, "{\"slug\":\"bot2\"}", other);
+  const char *no_file = "0123456789abcdef0123456789abcdef";
+  const char *unlocked = "fedcba9876543210fedcba9876543210";
+  const char *id_a = "a0000000000000000000000000000000", *id_b = "b0000000000000000000000000000000",
+             *id_c = "c0000000000000000000000000000000";
+  leave_running(w, id_a, w->agent, no_file);
+  leave_running(w, id_b, other, unlocked);
+  leave_running(w, id_c, w->agent, unlocked);
+  char *unlocked_path = leave_runner_file(w, unlocked);
+  char *idle_path = leave_runner_file(w, "99999999999999999999999999999999"); /* no task left */
+  /* Asked for, a task is written as failed... */
+  json_t *got = get_task(w, id_a);
+  assert_failed_as_gone(got, id_a);
+  json_decref(got);
+  assert_true(kept_row(w, id_a));
+  assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 2);
+  assert_ack(task_action_as(w, w->agent, "tasks/cancel", id_a, NULL)); /* it ended */
+  /* ...for its principal only... */
+  assert_task_action_refused(w, w->agent, "tasks/get", id_b, NULL);
+  assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 2);
+  /* ...and the others at the next server's first task, which removes the gone servers'
+   * files. */
+  char *mine = start_task(w, "slow_compute", "{\"seconds\":600}");
+  assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 1);
+  assert_true(kept_row(w, id_b) && kept_row(w, id_c));
+  got = get_task_as(w, other, id_b);
+  assert_failed_as_gone(got, id_b);
+  json_decref(got);
+  assert_int_equal(access(unlocked_path, F_OK), -1);
+  assert_int_equal(access(idle_path, F_OK), -1);
+  assert_int_equal(runner_files(w), 1); /* this server's */
+  cancel_task(w, mine);
+  free(mine);
+  free(unlocked_path);
+  free(idle_path);
+}
+
+/* A call whose task cannot be recorded does not become one: it fails as a plain call, and
+ * no task is written. */
+static void test_task_unrecorded_is_no_task(void **state) {
+  world *w = *state;
+  refuse_rows(w, "mcp_running_tasks");
+  json_t *res = task_call(w, "tools/call", "\"name\":\"slow_compute\",\"arguments\":{\"seconds\":1}");
+  assert_string_equal(str(res, "resultType"), "complete");
+  assert_true(json_is_true(json_object_get(res, "isError")));
+  json_t *error = json_object_get(json_object_get(res, "structuredContent"), "error");
+  assert_string_equal(str(error, "code"), "internal_error");
+  json_decref(res);
+  assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 0);
+  assert_int_equal(fixture_count(w->f, "mcp_tasks"), 0);
 }
 
 /* subscriptions/listen with taskIds: a principal hears of its own tasks as they stand and
@@ -1667,6 +1831,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_task_holding_limits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_unkept_stays, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_outlives_its_server, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_task_run_by_another_server, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_task_of_a_gone_server, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_task_unrecorded_is_no_task, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_notifications, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_notifications_follow_rounds, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_status_message, setup, teardown),

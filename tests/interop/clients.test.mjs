@@ -335,14 +335,19 @@ test('MCP Inspector CLI over stdio', () => {
   assert.equal(refused.structuredContent.error.code, 'permission_denied');
 });
 
-// 2026-07-28 over stdio, as newline-delimited JSON-RPC: the SDK client pinned here speaks
-// neither that revision nor the Tasks extension.
-test('stdio: a tool call becomes a task; the client polls it or listens to it; ending the connection cancels one running', { timeout: 60000 }, async () => {
+// `toolgate mcp` spoken to as newline-delimited JSON-RPC on 2026-07-28, by a client taking
+// tasks (the SDK client pinned here speaks neither that revision nor the Tasks extension):
+// request(method, params) resolves with the answer; heard holds notifications/tasks, and
+// hear() is called at each.
+function modernStdio() {
   const child = spawn(tg, ['mcp', '--agent', 'demo', '--conformance-fixtures'], { env, stdio: ['pipe', 'pipe', 'ignore'] });
-  const exited = new Promise((resolve) => child.on('exit', (code) => resolve(code)));
+  const s = {
+    child,
+    exited: new Promise((resolve) => child.on('exit', (code, signal) => resolve(code ?? signal))),
+    heard: [],
+    hear: () => {},
+  };
   const waiting = new Map();
-  const heard = []; // notifications/tasks
-  let hear = () => {};
   let buffered = '';
   child.stdout.on('data', (chunk) => {
     buffered += chunk;
@@ -350,8 +355,8 @@ test('stdio: a tool call becomes a task; the client polls it or listens to it; e
       const msg = JSON.parse(buffered.slice(0, nl));
       buffered = buffered.slice(nl + 1);
       if (msg.method === 'notifications/tasks') {
-        heard.push(msg.params);
-        hear();
+        s.heard.push(msg.params);
+        s.hear();
       } else {
         waiting.get(msg.id)?.(msg);
       }
@@ -362,11 +367,17 @@ test('stdio: a tool call becomes a task; the client polls it or listens to it; e
     'io.modelcontextprotocol/protocolVersion': '2026-07-28',
     'io.modelcontextprotocol/clientCapabilities': { extensions: { 'io.modelcontextprotocol/tasks': {} } },
   };
-  const request = (method, params) => new Promise((resolve) => {
+  s.request = (method, params) => new Promise((resolve) => {
     const id = ++nextId;
     waiting.set(id, resolve);
     child.stdin.write(JSON.stringify({ jsonrpc: '2.0', id, method, params: { ...params, _meta: meta } }) + '\n');
   });
+  return s;
+}
+
+test('stdio: a tool call becomes a task; the client polls it or listens to it; ending the connection cancels one running', { timeout: 60000 }, async () => {
+  const s = modernStdio();
+  const { request, heard } = s;
   const created = (await request('tools/call', { name: 'slow_compute', arguments: { seconds: 1, label: 'stdio' } })).result;
   assert.equal(created.resultType, 'task');
   let task;
@@ -383,7 +394,7 @@ test('stdio: a tool call becomes a task; the client polls it or listens to it; e
   // (The listen request is answered only when the server ends the subscription.)
   request('subscriptions/listen', { notifications: { taskIds: [listened.taskId] } });
   const until = async (seen) => {
-    while (!heard.some(seen)) await new Promise((r) => { hear = r; });
+    while (!heard.some(seen)) await new Promise((r) => { s.hear = r; });
   };
   await until((t) => t.statusMessage?.startsWith('Computing heard: '));
   assert.equal((await request('tasks/cancel', { taskId: listened.taskId })).result.resultType, 'complete');
@@ -393,6 +404,29 @@ test('stdio: a tool call becomes a task; the client polls it or listens to it; e
   const running = (await request('tools/call', { name: 'slow_compute', arguments: { seconds: 600 } })).result;
   assert.equal(running.resultType, 'task');
   // The server cancels what still runs and waits for it, then exits cleanly.
-  child.stdin.end();
-  assert.equal(await exited, 0);
+  s.child.stdin.end();
+  assert.equal(await s.exited, 0);
+});
+
+test('stdio: a task whose server was killed reads as failed from the next server', { timeout: 60000 }, async () => {
+  const first = modernStdio();
+  let next;
+  try {
+    const created = (await first.request('tools/call', { name: 'slow_compute', arguments: { seconds: 600 } })).result;
+    assert.equal(created.resultType, 'task');
+    first.child.kill('SIGKILL');
+    assert.equal(await first.exited, 'SIGKILL');
+    next = modernStdio();
+    const answer = await next.request('tasks/get', { taskId: created.taskId });
+    assert.equal(answer.error, undefined);
+    assert.equal(answer.result.taskId, created.taskId);
+    assert.equal(answer.result.status, 'failed');
+    assert.equal(answer.result.createdAt, created.createdAt);
+    assert.equal(answer.result.statusMessage, 'The server running the task stopped before it ended');
+    assert.equal(answer.result.error.code, -32603);
+  } finally {
+    first.child.kill('SIGKILL'); // a failed check leaves no server behind
+    next?.child.stdin.end();
+  }
+  assert.equal(await next.exited, 0);
 });
