@@ -34,9 +34,9 @@ typedef struct tg_client_channel {
   /* Turns the call into an MCP task: the client is answered now with the task's id and
    * polls for the result this handler goes on to return, or for the input it asks for by
    * returning an InputRequiredResult (tasks/update brings the answers; the handler then runs
-   * again with them). Returns 0 (also once already a task), TG_E_IO when the client
-   * cancelled meanwhile, or another TG_E_* when the task could not be recorded (the call
-   * goes on as a plain one, and should fail). NULL when the call cannot become a task (the
+   * again with them). Returns 0 (also once already a task), or a failure: the client
+   * cancelled meanwhile (see cancelled), or the task could not be recorded; either way the
+   * call goes on as a plain one, and should fail. NULL when the call cannot become a task (the
    * tool declares no taskSupport, or the client took no tasks): the handler then runs as
    * usual. From a call that may become a task no notification reaches the client. */
   int (*detach)(void *self);

@@ -40,7 +40,7 @@ typedef struct task {
   const tg_tool *tool;
   json_t *args, *caps; /* what its rounds run with, dropped once it ended */
   tg_db *db; /* the thread's, opened by the starter */
-  tg_db *thread_db; /* the same, borrowed by the thread for its handler's detach */
+  tg_db *thread_db; /* the same, for its handler's detach, while the thread runs it */
   bool starting; /* its starter waits for it */
   bool visible;  /* the handler detached: the client knows the id */
   bool running;  /* its thread still uses it */
@@ -166,12 +166,12 @@ void tg_mcp_tasks_free(tg_mcp_tasks *t) {
   pthread_cond_broadcast(&t->changed);
   while (t->running) pthread_cond_wait(&t->changed, &t->lock);
   pthread_mutex_unlock(&t->lock);
+  leave_runners(t);
   while (t->list) {
     task *k = t->list;
     t->list = k->next;
     task_free(k);
   }
-  leave_runners(t);
   pthread_cond_destroy(&t->changed);
   pthread_mutex_destroy(&t->observing);
   pthread_mutex_destroy(&t->lock);
@@ -259,6 +259,8 @@ static int keep_beginning(void *arg, tg_db *db) {
                     NULL);
 }
 
+static int take_runner_lock(tg_mcp_tasks *t);
+
 /* ---- what the handler sees (tg_client_channel.self is the task) ---- */
 
 /* A progress message becomes the task's statusMessage. */
@@ -292,15 +294,14 @@ static int task_detach(void *self) {
   }
   /* Its row first: the client may poll another server, or this one may crash (see
    * "runners"). A cancel that comes meanwhile reaches the task once it is one. */
-  beginning b = {.k = k, .shown = task_json_locked(k, true)};
+  int r = t->runner_fd >= 0 ? TG_OK : take_runner_lock(t);
+  beginning b = {.k = k, .shown = r == TG_OK ? task_json_locked(k, true) : NULL};
   pthread_mutex_unlock(&t->lock);
-  int r = b.shown ? tg_db_batch(k->thread_db, keep_beginning, &b) : TG_E_NOMEM;
+  if (r == TG_OK && !b.shown) r = TG_E_NOMEM;
+  if (r == TG_OK && (r = tg_db_batch(k->thread_db, keep_beginning, &b)) < 0)
+    tg_log(TG_LOG_WARN, "mcp: a call could not become a task: %s", tg_db_errmsg(k->thread_db));
   json_decref(b.shown);
-  if (r < 0) {
-    tg_log(TG_LOG_WARN, "mcp: a call could not become a task: %s",
-           r == TG_E_NOMEM ? "out of memory" : tg_db_errmsg(k->thread_db));
-    return r;
-  }
+  if (r < 0) return r;
   pthread_mutex_lock(&t->lock);
   k->visible = true;
   touch_locked(k, WORKING);
@@ -511,7 +512,10 @@ static char *runner_file(const char *data_dir, const char *runner, const char *s
 static int take_runner_lock(tg_mcp_tasks *t) {
   unsigned char bits[16];
   char runner[TASK_ID_LEN + 1];
-  if (!tg_random_bytes(bits, sizeof bits)) return TG_E_IO;
+  if (!tg_random_bytes(bits, sizeof bits)) {
+    tg_log(TG_LOG_ERROR, "mcp: cannot run tasks: no random bits: %s", strerror(errno));
+    return TG_E_IO;
+  }
   tg_hex(bits, sizeof bits, runner);
   _cleanup_free_ char *dir = runner_file(t->data_dir, "", "");
   _cleanup_free_ char *fresh = runner_file(t->data_dir, runner, ".new");
@@ -561,7 +565,12 @@ static int bury_runner(void *arg, tg_db *db) {
     tg_iso8601(e.at, at);
     snprintf(e.id, sizeof e.id, "%s", tg_json_str(row, "id"));
     snprintf(e.principal, sizeof e.principal, "%s", tg_json_str(row, "principal_id"));
-    json_t *shown = e.shown = json_loads(tg_json_str(row, "task"), JSON_ALLOW_NUL, NULL);
+    json_t *shown = json_loads(tg_json_str(row, "task"), JSON_ALLOW_NUL, NULL);
+    if (!shown) /* unreadable: what is known of it */
+      shown = json_pack("{s:s,s:s,s:I,s:I}", "taskId", e.id, "createdAt", at, "ttlMs",
+                        (json_int_t)TG_MCP_TASK_TTL_MS, "pollIntervalMs",
+                        (json_int_t)TG_MCP_TASK_POLL_MS);
+    e.shown = shown;
     r = shown && json_object_set_new(shown, "status", json_string("failed")) == 0 &&
                 json_object_set_new(shown, "lastUpdatedAt", json_string(at)) == 0 &&
                 json_object_set_new(shown, "statusMessage", json_string(RUNNER_GONE_MESSAGE)) == 0 &&
@@ -616,22 +625,57 @@ static void bury_gone_runners(tg_mcp_tasks *t, tg_db *db) {
   if (d) closedir(d);
 }
 
-/* Makes this server a runner before its first task; then, once, ends the tasks of runners
- * that are gone (db NULL: not now). */
-static int join_runners(tg_mcp_tasks *t, tg_db *db) {
+/* At this server's first task, the tasks of runners that are gone are written as failed
+ * (db NULL: not now). */
+static void sweep_once(tg_mcp_tasks *t, tg_db *db) {
   pthread_mutex_lock(&t->lock);
-  int r = t->runner_fd >= 0 ? 0 : take_runner_lock(t);
-  bool sweep = r == 0 && db && !t->swept;
-  if (sweep) t->swept = true;
+  bool sweep = db && !t->swept;
+  t->swept |= sweep;
   pthread_mutex_unlock(&t->lock);
   if (sweep) bury_gone_runners(t, db);
+}
+
+/* Deletes the rows of the tasks this server let go (past their time to live, their ends
+ * unwritten), keeping those of the tasks it holds (arg: the store). */
+static int forget_let_go(void *arg, tg_db *db) {
+  tg_mcp_tasks *t = arg;
+  _cleanup_json_ json_t *rows = NULL;
+  int r = tg_db_query(db, "SELECT id FROM mcp_running_tasks WHERE runner = $1",
+                      json_pack("[s]", t->runner), &rows);
+  size_t i;
+  json_t *row;
+  json_array_foreach(r < 0 ? NULL : rows, i, row) {
+    const char *id = tg_json_str(row, "id");
+    bool held = false;
+    for (task *k = t->list; k && !held; k = k->next) held = strcmp(k->id, id) == 0;
+    if (!held && (r = tg_db_exec(db, "DELETE FROM mcp_running_tasks WHERE id = $1",
+                                 json_pack("[s]", id), NULL)) < 0)
+      break;
+  }
   return r;
 }
 
-/* Once its tasks ended: a task whose end could not be written stays a row, which the next
- * server to look writes as failed. */
+/* At stop, once every task ended: the ends that could not be written as tasks ended are
+ * written again, and the rows of tasks let go deleted; a row that remains (the database
+ * still fails) is written as failed by the next server to look. Then the lock goes. */
 static void leave_runners(tg_mcp_tasks *t) {
   if (t->runner_fd < 0) return;
+  tg_db *db = NULL;
+  _cleanup_free_ char *why = NULL;
+  if (tg_db_open(t->data_dir, &db, &why) == 0) {
+    for (task *k = t->list; k; k = k->next) {
+      if (k->kept || !terminal(k->status)) continue;
+      ending e = ending_locked(k);
+      k->kept = keep(db, &e);
+    }
+    if (tg_db_batch(db, forget_let_go, t) < 0)
+      tg_log(TG_LOG_WARN, "mcp: the rows of tasks let go could not be deleted: %s",
+             tg_db_errmsg(db));
+    tg_db_close(db);
+  } else {
+    tg_log(TG_LOG_WARN, "mcp: the ends of tasks could not be written at stop: %s",
+           why ? why : "out of memory");
+  }
   _cleanup_free_ char *path = runner_file(t->data_dir, t->runner, ".lock");
   if (path) unlink(path);
   close(t->runner_fd);
@@ -644,14 +688,14 @@ static void leave_runners(tg_mcp_tasks *t) {
  * failure of db. */
 static int not_here(tg_mcp_tasks *t, tg_db *db, const char *principal, const char *id,
                     json_t **ret) {
-  int r = kept(db, principal, id, ret);
-  if (r != TG_E_NOTFOUND) return r;
+  /* The running row first: how the task ended is written in the transaction that deletes
+   * it, so a task missing from one is in the other. */
   _cleanup_json_ json_t *row = NULL;
-  r = tg_db_query_row(
+  int r = tg_db_query_row(
       db, "SELECT task, runner FROM mcp_running_tasks WHERE id = $1 AND principal_id = $2",
       json_pack("[s,s]", id, principal), &row);
   if (r < 0) return r;
-  if (!row) return TG_E_NOTFOUND;
+  if (!row) return kept(db, principal, id, ret);
   const char *runner = tg_json_str(row, "runner");
   pthread_mutex_lock(&t->lock);
   bool own = strcmp(runner, t->runner) == 0;
@@ -680,6 +724,7 @@ static void end_locked(task *k, tg_db *db) {
   pthread_mutex_lock(&t->lock);
   k->kept = kept;
   k->running = false;
+  k->thread_db = NULL;
   pthread_mutex_unlock(&t->lock);
 }
 
@@ -716,6 +761,7 @@ static void *task_main(void *arg) {
       k->ended = true;
       k->outcome = r;
       k->res = res;
+      k->thread_db = NULL;
       pthread_cond_broadcast(&t->changed);
       pthread_mutex_unlock(&t->lock);
       break;
@@ -867,8 +913,8 @@ static int launch(tg_mcp_tasks *t, task *k) {
 int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_task_start *ret) {
   memset(ret, 0, sizeof *ret);
   task *k = NULL;
-  int r = join_runners(t, call->db);
-  if (r == 0) r = new_task(t, call, &k);
+  sweep_once(t, call->db);
+  int r = new_task(t, call, &k);
   if (r < 0) return r;
   /* The task takes its place before its connection opens, outside the lock. */
   pthread_mutex_lock(&t->lock);

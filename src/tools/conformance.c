@@ -390,10 +390,9 @@ static int client_cancelled(tg_call_ctx *cx) {
 /* Becomes a task where the call can; elsewhere it goes on as a plain call. */
 static int detach(tg_call_ctx *cx) {
   const tg_client_channel *ch = cx->client;
-  int r = ch && ch->detach ? ch->detach(ch->self) : TG_OK;
-  if (r == TG_E_IO) return client_cancelled(cx);
-  if (r < 0) return tg_fail(cx, TG_ERR_INTERNAL_ERROR, NULL, "The call could not become a task");
-  return TG_OK;
+  if (!ch || !ch->detach || ch->detach(ch->self) == TG_OK) return TG_OK;
+  if (ch->cancelled && ch->cancelled(ch->self)) return client_cancelled(cx);
+  return tg_fail(cx, TG_ERR_INTERNAL_ERROR, NULL, "The call could not become a task");
 }
 
 /* Waits ms, failing as soon as the client cancels (a failure writes nothing). */

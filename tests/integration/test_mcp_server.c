@@ -1352,12 +1352,26 @@ static void test_task_run_by_another_server(void **state) {
   assert_non_null(strstr(error_message(r), "Another toolgate server runs this task"));
   json_decref(r);
   assert_task_action_refused(w, other, "tasks/get", id, NULL);
-  assert_int_equal(fixture_count(w->f, "mcp_tasks"), 0); /* nothing of it ended */
+  /* The second server's first task, which writes as failed the tasks of servers that are
+   * gone, leaves the first's alone. */
+  char *second = start_task(w, "slow_compute", "{\"seconds\":600}");
+  assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 2);
+  assert_int_equal(runner_files(w), 2);
+  int base = count_ends();
+  cancel_task(w, second);
+  free(second);
+  await_ended(base + 1); /* its thread wrote how it ended */
+  tg_mcp_tasks_test_ended = NULL;
+  assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 1);
+  got = get_task(w, id);
+  assert_string_equal(str(got, "status"), "working");
+  json_decref(got);
+  assert_int_equal(fixture_count(w->f, "mcp_tasks"), 1); /* the second's, cancelled */
   /* Its server stops: it cancels the task, writes so in place of the row, and lets go of
    * its file. */
   tg_mcp_server_done(&runner);
   assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 0);
-  assert_int_equal(runner_files(w), 0);
+  assert_int_equal(runner_files(w), 1); /* the second server's */
   got = get_task(w, id);
   assert_string_equal(str(got, "status"), "cancelled");
   assert_string_equal(str(got, "statusMessage"), "The server stopped before the task ended");
@@ -1416,6 +1430,13 @@ static void test_task_of_a_gone_server(void **state) {
   leave_running(w, id_a, w->agent, no_file);
   leave_running(w, id_b, other, unlocked);
   leave_running(w, id_c, w->agent, unlocked);
+  /* One whose row cannot be read is not left behind. */
+  const char *id_d = "d0000000000000000000000000000000";
+  assert_int_equal(tg_db_exec(w->f->db,
+                              "INSERT INTO mcp_running_tasks (id, principal_id, task, runner) "
+                              "VALUES ($1, $2, 'not JSON', $3)",
+                              json_pack("[s,s,s]", id_d, w->agent, unlocked), NULL),
+                   0);
   char *unlocked_path = leave_runner_file(w, unlocked);
   char *idle_path = leave_runner_file(w, "99999999999999999999999999999999"); /* no task left */
   /* Asked for, a task is written as failed... */
@@ -1423,11 +1444,11 @@ static void test_task_of_a_gone_server(void **state) {
   assert_failed_as_gone(got, id_a);
   json_decref(got);
   assert_true(kept_row(w, id_a));
-  assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 2);
+  assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 3);
   assert_ack(task_action_as(w, w->agent, "tasks/cancel", id_a, NULL)); /* it ended */
   /* ...for its principal only... */
   assert_task_action_refused(w, w->agent, "tasks/get", id_b, NULL);
-  assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 2);
+  assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 3);
   /* ...and the others at the next server's first task, which removes the gone servers'
    * files. */
   char *mine = start_task(w, "slow_compute", "{\"seconds\":600}");
@@ -1435,6 +1456,10 @@ static void test_task_of_a_gone_server(void **state) {
   assert_true(kept_row(w, id_b) && kept_row(w, id_c));
   got = get_task_as(w, other, id_b);
   assert_failed_as_gone(got, id_b);
+  json_decref(got);
+  got = get_task(w, id_d);
+  assert_string_equal(str(got, "status"), "failed");
+  assert_string_equal(str(got, "taskId"), id_d);
   json_decref(got);
   assert_int_equal(access(unlocked_path, F_OK), -1);
   assert_int_equal(access(idle_path, F_OK), -1);
@@ -1445,17 +1470,68 @@ static void test_task_of_a_gone_server(void **state) {
   free(idle_path);
 }
 
-/* A call whose task cannot be recorded does not become one: it fails as a plain call, and
- * no task is written. */
-static void test_task_unrecorded_is_no_task(void **state) {
+/* A server that stops writes again how its tasks ended where the write failed as they
+ * ended: its client reads the true end, not that the server was gone. */
+static void test_task_unkept_written_at_stop(void **state) {
   world *w = *state;
-  refuse_rows(w, "mcp_running_tasks");
-  json_t *res = task_call(w, "tools/call", "\"name\":\"slow_compute\",\"arguments\":{\"seconds\":1}");
+  refuse_rows(w, "mcp_tasks");
+  int base = count_ends();
+  char *id = start_task(w, "slow_compute", "{\"seconds\":1,\"label\":\"late\"}");
+  await_ended(base + 1); /* its thread tried to write how it ended */
+  tg_mcp_tasks_test_ended = NULL;
+  assert_int_equal(fixture_count(w->f, "mcp_tasks"), 0);
+  assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 1);
+  assert_int_equal(tg_db_exec(w->f->db, "DROP TRIGGER refuse_mcp_tasks", NULL, NULL), 0);
+  tg_mcp_server_done(&w->srv);
+  assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 0);
+  assert_int_equal(runner_files(w), 0);
+  w->srv = (tg_mcp_server){.fixtures = true, .name = "toolgate", .version = "test"};
+  assert_int_equal(tg_mcp_server_prepare(&w->srv, &w->f->env), 0);
+  json_t *got = get_task(w, id);
+  assert_string_equal(str(got, "status"), "completed");
+  json_t *content = json_object_get(json_object_get(got, "result"), "content");
+  assert_string_equal(str(json_array_get(content, 0), "text"), "Computed late in 1s");
+  json_decref(got);
+  free(id);
+}
+
+/* slow_compute for seconds, from a client taking tasks: the call's result, which must not be
+ * a task (a new reference). */
+static json_t *call_not_task(world *w, int seconds) {
+  char members[96];
+  snprintf(members, sizeof members, "\"name\":\"slow_compute\",\"arguments\":{\"seconds\":%d}",
+           seconds);
+  json_t *res = task_call(w, "tools/call", members);
   assert_string_equal(str(res, "resultType"), "complete");
+  return res;
+}
+
+/* The call failed as a plain one, with the envelope of an internal error. */
+static void assert_internal_error(json_t *res) {
   assert_true(json_is_true(json_object_get(res, "isError")));
   json_t *error = json_object_get(json_object_get(res, "structuredContent"), "error");
   assert_string_equal(str(error, "code"), "internal_error");
   json_decref(res);
+}
+
+/* A call whose task cannot be recorded (its row refused, or no lock file for the server)
+ * does not become one: it fails as a plain call, and no task is written. A call that never
+ * becomes a task runs as usual. */
+static void test_task_unrecorded_is_no_task(void **state) {
+  world *w = *state;
+  char *dir = NULL;
+  assert_true(asprintf(&dir, "%s/task-runners", w->f->env.data_dir) > 0);
+  FILE *in_the_way = fopen(dir, "w");
+  assert_non_null(in_the_way);
+  fclose(in_the_way);
+  json_t *res = call_not_task(w, 0);
+  assert_false(json_is_true(json_object_get(res, "isError")));
+  json_decref(res);
+  assert_internal_error(call_not_task(w, 1));
+  assert_int_equal(unlink(dir), 0);
+  free(dir);
+  refuse_rows(w, "mcp_running_tasks");
+  assert_internal_error(call_not_task(w, 1));
   assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 0);
   assert_int_equal(fixture_count(w->f, "mcp_tasks"), 0);
 }
@@ -1834,6 +1910,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_task_run_by_another_server, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_of_a_gone_server, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_unrecorded_is_no_task, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_task_unkept_written_at_stop, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_notifications, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_notifications_follow_rounds, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_status_message, setup, teardown),

@@ -1,6 +1,7 @@
 -- MCP tasks (the 2026-07-28 Tasks extension) that ended, each as tasks/get shows it: so that
 -- its client reads how it ended for its whole time to live, even once the server that ran it
--- restarted or let it go from memory. A task still running lives in that server's memory only.
+-- restarted or let it go from memory. A task still running lives in that server's memory, and
+-- since migration 0010 also has a row in mcp_running_tasks.
 CREATE TABLE mcp_tasks (
   id           TEXT PRIMARY KEY, -- 32 random hex digits
   principal_id TEXT NOT NULL REFERENCES principals (id),
