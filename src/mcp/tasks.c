@@ -27,6 +27,7 @@
 /* In the data directory: a lock file for each server that runs tasks (see "runners"). */
 #define RUNNERS_DIR "task-runners"
 #define RUNNER_GONE_MESSAGE "The server running the task stopped before it ended"
+#define UNBORN_AFTER_S 60 /* a lock file not renamed into place by then was left by a crash */
 
 typedef enum task_status { WORKING, INPUT_REQUIRED, COMPLETED, FAILED, CANCELLED } task_status;
 static const char *const status_names[] = {"working", "input_required", "completed", "failed",
@@ -602,6 +603,20 @@ static int bury_if_gone(tg_mcp_tasks *t, tg_db *db, const char *runner) {
   return 1;
 }
 
+/* Removes the file name (in the folder dir) of a server killed before it renamed its file
+ * into place: one unlocked and older than a server takes to rename it (a server that has
+ * just made its file but not yet locked it must keep it). */
+static void remove_unborn(int dir, const char *name) {
+  struct stat st;
+  if (fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
+      tg_now_ms() / 1000 - st.st_mtime < UNBORN_AFTER_S)
+    return;
+  int fd = openat(dir, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return;
+  if (flock(fd, LOCK_EX | LOCK_NB) == 0) unlinkat(dir, name, 0);
+  close(fd);
+}
+
 /* Writes as failed the tasks of every runner that is gone, and removes their files. */
 static void bury_gone_runners(tg_mcp_tasks *t, tg_db *db) {
   _cleanup_json_ json_t *rows = NULL;
@@ -610,17 +625,19 @@ static void bury_gone_runners(tg_mcp_tasks *t, tg_db *db) {
   size_t i;
   json_t *row;
   json_array_foreach(rows, i, row) bury_if_gone(t, db, tg_json_str(row, "runner"));
-  /* Runners gone without a task left. */
+  /* Runners gone without a task left, and servers killed as they became runners. */
   _cleanup_free_ char *dir = runner_file(t->data_dir, "", "");
   DIR *d = dir ? opendir(dir) : NULL;
   for (struct dirent *e; d && (e = readdir(d));) {
     char runner[TASK_ID_LEN + 1];
-    if (strlen(e->d_name) != TASK_ID_LEN + strlen(".lock") ||
-        strcmp(e->d_name + TASK_ID_LEN, ".lock") != 0)
-      continue;
-    memcpy(runner, e->d_name, TASK_ID_LEN);
-    runner[TASK_ID_LEN] = '\0';
-    bury_if_gone(t, db, runner);
+    const char *suffix = strlen(e->d_name) > TASK_ID_LEN ? e->d_name + TASK_ID_LEN : "";
+    if (strcmp(suffix, ".new") == 0) {
+      remove_unborn(dirfd(d), e->d_name);
+    } else if (strcmp(suffix, ".lock") == 0) {
+      memcpy(runner, e->d_name, TASK_ID_LEN);
+      runner[TASK_ID_LEN] = '\0';
+      bury_if_gone(t, db, runner);
+    }
   }
   if (d) closedir(d);
 }

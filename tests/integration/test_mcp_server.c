@@ -7,12 +7,14 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -1392,13 +1394,14 @@ static void leave_running(world *w, const char *id, const char *principal, const
       0);
 }
 
-/* A lock file nobody holds, as a server that crashed leaves it; returns its path. */
-static char *leave_runner_file(world *w, const char *runner) {
+/* A lock file nobody holds (suffix ".lock", or ".new" before it is renamed into place), as
+ * a server that crashed leaves it; returns its path. */
+static char *leave_runner_file(world *w, const char *runner, const char *suffix) {
   char *path = NULL;
   assert_true(asprintf(&path, "%s/task-runners", w->f->env.data_dir) > 0);
   assert_true(mkdir(path, 0700) == 0 || errno == EEXIST);
   free(path);
-  assert_true(asprintf(&path, "%s/task-runners/%s.lock", w->f->env.data_dir, runner) > 0);
+  assert_true(asprintf(&path, "%s/task-runners/%s%s", w->f->env.data_dir, runner, suffix) > 0);
   FILE *f = fopen(path, "w");
   assert_non_null(f);
   fclose(f);
@@ -1437,8 +1440,13 @@ static void test_task_of_a_gone_server(void **state) {
                               "VALUES ($1, $2, 'not JSON', $3)",
                               json_pack("[s,s,s]", id_d, w->agent, unlocked), NULL),
                    0);
-  char *unlocked_path = leave_runner_file(w, unlocked);
-  char *idle_path = leave_runner_file(w, "99999999999999999999999999999999"); /* no task left */
+  char *unlocked_path = leave_runner_file(w, unlocked, ".lock");
+  char *idle_path = leave_runner_file(w, "99999999999999999999999999999999", ".lock"); /* idle */
+  /* One killed as it became a runner, and one becoming a runner now. */
+  char *unborn_path = leave_runner_file(w, "88888888888888888888888888888888", ".new");
+  struct timespec long_ago[2] = {{.tv_sec = time(NULL) - 120}, {.tv_sec = time(NULL) - 120}};
+  assert_int_equal(utimensat(AT_FDCWD, unborn_path, long_ago, 0), 0);
+  char *being_born_path = leave_runner_file(w, "77777777777777777777777777777777", ".new");
   /* Asked for, a task is written as failed... */
   json_t *got = get_task(w, id_a);
   assert_failed_as_gone(got, id_a);
@@ -1463,11 +1471,15 @@ static void test_task_of_a_gone_server(void **state) {
   json_decref(got);
   assert_int_equal(access(unlocked_path, F_OK), -1);
   assert_int_equal(access(idle_path, F_OK), -1);
+  assert_int_equal(access(unborn_path, F_OK), -1);
+  assert_int_equal(access(being_born_path, F_OK), 0);
   assert_int_equal(runner_files(w), 1); /* this server's */
   cancel_task(w, mine);
   free(mine);
   free(unlocked_path);
   free(idle_path);
+  free(unborn_path);
+  free(being_born_path);
 }
 
 /* A server that stops writes again how its tasks ended where the write failed as they
