@@ -541,15 +541,19 @@ static int take_runner_lock(tg_mcp_tasks *t) {
 typedef enum runner_state { RUNNER_ALIVE, RUNNER_GONE, RUNNER_UNKNOWN } runner_state;
 
 /* Whether runner still lives: its lock is held (by this process too: a lock taken through
- * another open file conflicts). */
+ * another open file conflicts). Logs why when it cannot be told. */
 static runner_state runner_state_of(const tg_mcp_tasks *t, const char *runner) {
   _cleanup_free_ char *path = runner_file(t->data_dir, runner, ".lock");
-  int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
-  if (fd < 0) return path && errno == ENOENT ? RUNNER_GONE : RUNNER_UNKNOWN;
-  runner_state s = flock(fd, LOCK_SH | LOCK_NB) == 0 ? RUNNER_GONE
+  if (!path) return RUNNER_UNKNOWN;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  runner_state s = fd < 0 ? (errno == ENOENT ? RUNNER_GONE : RUNNER_UNKNOWN)
+                   : flock(fd, LOCK_SH | LOCK_NB) == 0 ? RUNNER_GONE
                    : errno == EWOULDBLOCK              ? RUNNER_ALIVE
                                                        : RUNNER_UNKNOWN;
-  close(fd);
+  if (s == RUNNER_UNKNOWN)
+    tg_log(TG_LOG_WARN, "mcp: cannot tell whether a server running tasks lives: %s: %s", path,
+           strerror(errno));
+  if (fd >= 0) close(fd);
   return s;
 }
 
@@ -567,10 +571,12 @@ static int bury_runner(void *arg, tg_db *db) {
     snprintf(e.id, sizeof e.id, "%s", tg_json_str(row, "id"));
     snprintf(e.principal, sizeof e.principal, "%s", tg_json_str(row, "principal_id"));
     json_t *shown = json_loads(tg_json_str(row, "task"), JSON_ALLOW_NUL, NULL);
-    if (!shown) /* unreadable: what is known of it */
+    if (!json_is_object(shown)) { /* unreadable: what is known of it */
+      json_decref(shown);
       shown = json_pack("{s:s,s:s,s:I,s:I}", "taskId", e.id, "createdAt", at, "ttlMs",
                         (json_int_t)TG_MCP_TASK_TTL_MS, "pollIntervalMs",
                         (json_int_t)TG_MCP_TASK_POLL_MS);
+    }
     e.shown = shown;
     r = shown && json_object_set_new(shown, "status", json_string("failed")) == 0 &&
                 json_object_set_new(shown, "lastUpdatedAt", json_string(at)) == 0 &&
@@ -586,12 +592,17 @@ static int bury_runner(void *arg, tg_db *db) {
 }
 
 /* When runner (as a row or a file name has it) is gone: writes its tasks as failed and
- * removes its file. 1 when it did, 0 when the runner lives or cannot be told, or the
- * failure of db. */
+ * removes its file. 1 when it did, 0 when the runner lives (this server included), TG_E_IO
+ * when whether it lives cannot be told, or the failure of db. */
 static int bury_if_gone(tg_mcp_tasks *t, tg_db *db, const char *runner) {
   if (!runner || strlen(runner) != TASK_ID_LEN || strspn(runner, "0123456789abcdef") != TASK_ID_LEN)
     return 0; /* not a runner's: never a path */
-  if (runner_state_of(t, runner) != RUNNER_GONE) return 0;
+  pthread_mutex_lock(&t->lock);
+  bool own = strcmp(runner, t->runner) == 0;
+  pthread_mutex_unlock(&t->lock);
+  runner_state state = own ? RUNNER_ALIVE : runner_state_of(t, runner);
+  if (state == RUNNER_UNKNOWN) return TG_E_IO;
+  if (state == RUNNER_ALIVE) return 0;
   int r = tg_db_batch(db, bury_runner, (void *)runner);
   if (r < 0) {
     tg_log(TG_LOG_WARN, "mcp: the tasks of a server that is gone could not be ended: %s",
@@ -674,7 +685,9 @@ static int forget_let_go(void *arg, tg_db *db) {
 
 /* At stop, once every task ended: the ends that could not be written as tasks ended are
  * written again, and the rows of tasks let go deleted; a row that remains (the database
- * still fails) is written as failed by the next server to look. Then the lock goes. */
+ * still fails) is written as failed by the next server to look. Then the lock goes. No
+ * other thread uses the store by now (its tasks' threads ended, its observers were freed),
+ * so its list is read without the lock, here and in forget_let_go. */
 static void leave_runners(tg_mcp_tasks *t) {
   if (t->runner_fd < 0) return;
   tg_db *db = NULL;

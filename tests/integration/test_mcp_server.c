@@ -1433,12 +1433,12 @@ static void test_task_of_a_gone_server(void **state) {
   leave_running(w, id_a, w->agent, no_file);
   leave_running(w, id_b, other, unlocked);
   leave_running(w, id_c, w->agent, unlocked);
-  /* One whose row cannot be read is not left behind. */
-  const char *id_d = "d0000000000000000000000000000000";
+  /* Those whose rows cannot be read are not left behind. */
+  const char *id_d = "d0000000000000000000000000000000", *id_e = "e0000000000000000000000000000000";
   assert_int_equal(tg_db_exec(w->f->db,
                               "INSERT INTO mcp_running_tasks (id, principal_id, task, runner) "
-                              "VALUES ($1, $2, 'not JSON', $3)",
-                              json_pack("[s,s,s]", id_d, w->agent, unlocked), NULL),
+                              "VALUES ($1, $3, 'not JSON', $4), ($2, $3, '[]', $4)",
+                              json_pack("[s,s,s,s]", id_d, id_e, w->agent, unlocked), NULL),
                    0);
   char *unlocked_path = leave_runner_file(w, unlocked, ".lock");
   char *idle_path = leave_runner_file(w, "99999999999999999999999999999999", ".lock"); /* idle */
@@ -1452,11 +1452,11 @@ static void test_task_of_a_gone_server(void **state) {
   assert_failed_as_gone(got, id_a);
   json_decref(got);
   assert_true(kept_row(w, id_a));
-  assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 3);
+  assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 4);
   assert_ack(task_action_as(w, w->agent, "tasks/cancel", id_a, NULL)); /* it ended */
   /* ...for its principal only... */
   assert_task_action_refused(w, w->agent, "tasks/get", id_b, NULL);
-  assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 3);
+  assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 4);
   /* ...and the others at the next server's first task, which removes the gone servers'
    * files. */
   char *mine = start_task(w, "slow_compute", "{\"seconds\":600}");
@@ -1465,10 +1465,13 @@ static void test_task_of_a_gone_server(void **state) {
   got = get_task_as(w, other, id_b);
   assert_failed_as_gone(got, id_b);
   json_decref(got);
-  got = get_task(w, id_d);
-  assert_string_equal(str(got, "status"), "failed");
-  assert_string_equal(str(got, "taskId"), id_d);
-  json_decref(got);
+  const char *unreadable[] = {id_d, id_e};
+  for (size_t i = 0; i < 2; i++) {
+    got = get_task(w, unreadable[i]);
+    assert_string_equal(str(got, "status"), "failed");
+    assert_string_equal(str(got, "taskId"), unreadable[i]);
+    json_decref(got);
+  }
   assert_int_equal(access(unlocked_path, F_OK), -1);
   assert_int_equal(access(idle_path, F_OK), -1);
   assert_int_equal(access(unborn_path, F_OK), -1);
@@ -1505,6 +1508,39 @@ static void test_task_unkept_written_at_stop(void **state) {
   assert_string_equal(str(json_array_get(content, 0), "text"), "Computed late in 1s");
   json_decref(got);
   free(id);
+}
+
+/* At stop a server deletes the rows of the tasks it let go, and keeps those of the tasks
+ * whose ends it still cannot write: the next server writes them as failed, not unknown. */
+static void test_task_rows_at_stop(void **state) {
+  world *w = *state;
+  refuse_rows(w, "mcp_tasks");
+  int base = count_ends();
+  char *unkept = start_task(w, "slow_compute", "{\"seconds\":1}");
+  await_ended(base + 1); /* its thread tried to write how it ended */
+  tg_mcp_tasks_test_ended = NULL;
+  /* A row of this server whose task it let go (past its time to live, its end unwritten). */
+  assert_int_equal(
+      tg_db_exec(w->f->db,
+                 "INSERT INTO mcp_running_tasks (id, principal_id, task, runner) "
+                 "SELECT 'f0000000000000000000000000000000', principal_id, task, runner "
+                 "FROM mcp_running_tasks",
+                 NULL, NULL),
+      0);
+  assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 2);
+  tg_mcp_server_done(&w->srv); /* the database still refuses the end */
+  assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 1);
+  assert_int_equal(runner_files(w), 0);
+  assert_int_equal(tg_db_exec(w->f->db, "DROP TRIGGER refuse_mcp_tasks", NULL, NULL), 0);
+  w->srv = (tg_mcp_server){.fixtures = true, .name = "toolgate", .version = "test"};
+  assert_int_equal(tg_mcp_server_prepare(&w->srv, &w->f->env), 0);
+  json_t *got = get_task(w, unkept);
+  assert_string_equal(str(got, "status"), "failed");
+  assert_string_equal(str(got, "statusMessage"),
+                      "The server running the task stopped before it ended");
+  json_decref(got);
+  assert_task_action_refused(w, w->agent, "tasks/get", "f0000000000000000000000000000000", NULL);
+  free(unkept);
 }
 
 /* slow_compute for seconds, from a client taking tasks: the call's result, which must not be
@@ -1923,6 +1959,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_task_of_a_gone_server, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_unrecorded_is_no_task, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_unkept_written_at_stop, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_task_rows_at_stop, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_notifications, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_notifications_follow_rounds, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_status_message, setup, teardown),
