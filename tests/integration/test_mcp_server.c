@@ -67,12 +67,17 @@ static int capture_ask(void *self, json_t *request, json_t **ret) {
   return TG_OK;
 }
 
+/* A server for w's workspace, as a new process would start it. */
+static void start_server(world *w) {
+  w->srv = (tg_mcp_server){.fixtures = true, .name = "toolgate", .version = "test"};
+  assert_int_equal(tg_mcp_server_prepare(&w->srv, &w->f->env), 0);
+}
+
 static int setup(void **state) {
   world *w = calloc(1, sizeof *w);
   w->f = fixture_new(&tg_provider_conformance);
   fixture_agent(w->f, "{\"slug\":\"bot\"}", w->agent);
-  w->srv = (tg_mcp_server){.fixtures = true, .name = "toolgate", .version = "test"};
-  assert_int_equal(tg_mcp_server_prepare(&w->srv, &w->f->env), 0);
+  start_server(w);
   tg_mcp_session_init(&w->session);
   w->sent = json_array();
   for (size_t i = 0; i < 2; i++) {
@@ -1253,8 +1258,7 @@ static void test_task_outlives_its_server(void **state) {
   /* A server that stops cancels what still runs, and says why. */
   char *cut = start_task(w, "slow_compute", "{\"seconds\":600}");
   tg_mcp_server_done(&w->srv);
-  w->srv = (tg_mcp_server){.fixtures = true, .name = "toolgate", .version = "test"};
-  assert_int_equal(tg_mcp_server_prepare(&w->srv, &w->f->env), 0);
+  start_server(w);
   json_t *got = get_task(w, id);
   assert_string_equal(str(got, "resultType"), "complete");
   assert_string_equal(str(got, "status"), "completed");
@@ -1339,8 +1343,7 @@ static void test_task_run_by_another_server(void **state) {
   assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 1);
   assert_int_equal(runner_files(w), 1);
   tg_mcp_server runner = w->srv;
-  w->srv = (tg_mcp_server){.fixtures = true, .name = "toolgate", .version = "test"};
-  assert_int_equal(tg_mcp_server_prepare(&w->srv, &w->f->env), 0);
+  start_server(w);
   json_t *got = get_task(w, id);
   assert_string_equal(str(got, "resultType"), "complete");
   assert_string_equal(str(got, "taskId"), id);
@@ -1485,23 +1488,32 @@ static void test_task_of_a_gone_server(void **state) {
   free(being_born_path);
 }
 
+/* A task of slow_compute labelled label, which completes while the database refuses to
+ * write how (as a full disk would, until the trigger refuse_mcp_tasks is dropped); returns
+ * its id (malloc'd). */
+static char *end_unkept(world *w, const char *label) {
+  refuse_rows(w, "mcp_tasks");
+  int base = count_ends();
+  char args[96];
+  snprintf(args, sizeof args, "{\"seconds\":1,\"label\":\"%s\"}", label);
+  char *id = start_task(w, "slow_compute", args);
+  await_ended(base + 1); /* its thread tried to write how it ended */
+  tg_mcp_tasks_test_ended = NULL;
+  return id;
+}
+
 /* A server that stops writes again how its tasks ended where the write failed as they
  * ended: its client reads the true end, not that the server was gone. */
 static void test_task_unkept_written_at_stop(void **state) {
   world *w = *state;
-  refuse_rows(w, "mcp_tasks");
-  int base = count_ends();
-  char *id = start_task(w, "slow_compute", "{\"seconds\":1,\"label\":\"late\"}");
-  await_ended(base + 1); /* its thread tried to write how it ended */
-  tg_mcp_tasks_test_ended = NULL;
+  char *id = end_unkept(w, "late");
   assert_int_equal(fixture_count(w->f, "mcp_tasks"), 0);
   assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 1);
   assert_int_equal(tg_db_exec(w->f->db, "DROP TRIGGER refuse_mcp_tasks", NULL, NULL), 0);
   tg_mcp_server_done(&w->srv);
   assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 0);
   assert_int_equal(runner_files(w), 0);
-  w->srv = (tg_mcp_server){.fixtures = true, .name = "toolgate", .version = "test"};
-  assert_int_equal(tg_mcp_server_prepare(&w->srv, &w->f->env), 0);
+  start_server(w);
   json_t *got = get_task(w, id);
   assert_string_equal(str(got, "status"), "completed");
   json_t *content = json_object_get(json_object_get(got, "result"), "content");
@@ -1514,11 +1526,7 @@ static void test_task_unkept_written_at_stop(void **state) {
  * whose ends it still cannot write: the next server writes them as failed, not unknown. */
 static void test_task_rows_at_stop(void **state) {
   world *w = *state;
-  refuse_rows(w, "mcp_tasks");
-  int base = count_ends();
-  char *unkept = start_task(w, "slow_compute", "{\"seconds\":1}");
-  await_ended(base + 1); /* its thread tried to write how it ended */
-  tg_mcp_tasks_test_ended = NULL;
+  char *unkept = end_unkept(w, "unkept");
   /* A row of this server whose task it let go (past its time to live, its end unwritten). */
   assert_int_equal(
       tg_db_exec(w->f->db,
@@ -1532,8 +1540,7 @@ static void test_task_rows_at_stop(void **state) {
   assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 1);
   assert_int_equal(runner_files(w), 0);
   assert_int_equal(tg_db_exec(w->f->db, "DROP TRIGGER refuse_mcp_tasks", NULL, NULL), 0);
-  w->srv = (tg_mcp_server){.fixtures = true, .name = "toolgate", .version = "test"};
-  assert_int_equal(tg_mcp_server_prepare(&w->srv, &w->f->env), 0);
+  start_server(w);
   json_t *got = get_task(w, unkept);
   assert_string_equal(str(got, "status"), "failed");
   assert_string_equal(str(got, "statusMessage"),
