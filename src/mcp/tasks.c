@@ -577,15 +577,13 @@ static int bury_runner(void *arg, tg_db *db) {
                         (json_int_t)TG_MCP_TASK_TTL_MS, "pollIntervalMs",
                         (json_int_t)TG_MCP_TASK_POLL_MS);
     }
+    json_t *end = json_pack("{s:s,s:s,s:s,s:o}", "status", "failed", "lastUpdatedAt", at,
+                            "statusMessage", RUNNER_GONE_MESSAGE, "error",
+                            tg_rpc_error_object(TG_RPC_INTERNAL_ERROR, RUNNER_GONE_MESSAGE, NULL));
     e.shown = shown;
-    r = shown && json_object_set_new(shown, "status", json_string("failed")) == 0 &&
-                json_object_set_new(shown, "lastUpdatedAt", json_string(at)) == 0 &&
-                json_object_set_new(shown, "statusMessage", json_string(RUNNER_GONE_MESSAGE)) == 0 &&
-                json_object_set_new(shown, "error", tg_rpc_error_object(TG_RPC_INTERNAL_ERROR,
-                                                                        RUNNER_GONE_MESSAGE, NULL)) == 0
-            ? keep_ending(&e, db)
-            : TG_E_NOMEM;
-    json_decref(e.shown);
+    r = shown && end && json_object_update(shown, end) == 0 ? keep_ending(&e, db) : TG_E_NOMEM;
+    json_decref(end);
+    json_decref(shown);
     if (r < 0) break;
   }
   return r;
