@@ -479,7 +479,6 @@ static bool keep(tg_db *db, ending *e) {
 /* How principal's task id ended, as kept on db (a new DetailedTask in *ret, unless ret is
  * NULL); TG_E_NOTFOUND when it holds no such task there, or its time to live is over. */
 static int kept(tg_db *db, const char *principal, const char *id, json_t **ret) {
-  if (strlen(id) != TASK_ID_LEN) return TG_E_NOTFOUND; /* no task's */
   json_t *row = NULL;
   char since[TG_ISO_LEN + 1];
   tg_iso8601(tg_now_ms() - TG_MCP_TASK_TTL_MS, since);
@@ -540,6 +539,14 @@ static int take_runner_lock(tg_mcp_tasks *t) {
 
 typedef enum runner_state { RUNNER_ALIVE, RUNNER_GONE, RUNNER_UNKNOWN } runner_state;
 
+/* Whether runner is this server's name (it has none before its first task). */
+static bool is_own(tg_mcp_tasks *t, const char *runner) {
+  pthread_mutex_lock(&t->lock);
+  bool own = strcmp(runner, t->runner) == 0;
+  pthread_mutex_unlock(&t->lock);
+  return own;
+}
+
 /* Whether runner still lives: its lock is held (by this process too: a lock taken through
  * another open file conflicts). Logs why when it cannot be told. */
 static runner_state runner_state_of(const tg_mcp_tasks *t, const char *runner) {
@@ -595,10 +602,7 @@ static int bury_runner(void *arg, tg_db *db) {
 static int bury_if_gone(tg_mcp_tasks *t, tg_db *db, const char *runner) {
   if (!runner || strlen(runner) != TASK_ID_LEN || strspn(runner, "0123456789abcdef") != TASK_ID_LEN)
     return 0; /* not a runner's: never a path */
-  pthread_mutex_lock(&t->lock);
-  bool own = strcmp(runner, t->runner) == 0;
-  pthread_mutex_unlock(&t->lock);
-  runner_state state = own ? RUNNER_ALIVE : runner_state_of(t, runner);
+  runner_state state = is_own(t, runner) ? RUNNER_ALIVE : runner_state_of(t, runner);
   if (state == RUNNER_UNKNOWN) return TG_E_IO;
   if (state == RUNNER_ALIVE) return 0;
   int r = tg_db_batch(db, bury_runner, (void *)runner);
@@ -716,6 +720,7 @@ static void leave_runners(tg_mcp_tasks *t) {
  * failure of db. */
 static int not_here(tg_mcp_tasks *t, tg_db *db, const char *principal, const char *id,
                     json_t **ret) {
+  if (strlen(id) != TASK_ID_LEN) return TG_E_NOTFOUND; /* no task's: not looked for */
   /* The running row first: how the task ended is written in the transaction that deletes
    * it, so a task missing from one is in the other. */
   _cleanup_json_ json_t *row = NULL;
@@ -725,11 +730,8 @@ static int not_here(tg_mcp_tasks *t, tg_db *db, const char *principal, const cha
   if (r < 0) return r;
   if (!row) return kept(db, principal, id, ret);
   const char *runner = tg_json_str(row, "runner");
-  pthread_mutex_lock(&t->lock);
-  bool own = strcmp(runner, t->runner) == 0;
-  pthread_mutex_unlock(&t->lock);
   /* This server let it go past its time to live, its end unwritten. */
-  if (own) return TG_E_NOTFOUND;
+  if (is_own(t, runner)) return TG_E_NOTFOUND;
   r = bury_if_gone(t, db, runner);
   if (r == 1) return kept(db, principal, id, ret);
   if (r < 0) return r;
