@@ -290,15 +290,40 @@ typedef struct write_job {
   call_state *st;
   tg_call_ctx *cx;
   json_t **result;
-  bool ran; /* the handler ran */
+  bool ran;           /* the handler ran */
+  bool stale;         /* the caller's permissions moved since its gates ran: nothing written */
+  bool refused;       /* a gate refused in the transaction (refusal): nothing written */
+  tg_refusal refusal;
 } write_job;
+
+/* Whether the call's gates still hold in its write transaction: the principal they read is
+ * current, and what the gates reading rows read has not moved (tg_gates_recheck). */
+static int still_allowed(write_job *job, tg_db *db) {
+  call_state *st = job->st;
+  int64_t epoch;
+  int r = tg_auth_epoch(db, &epoch);
+  if (r < 0) return r;
+  if (epoch != st->principal->epoch) {
+    job->stale = true;
+    return TG_E_TOOL;
+  }
+  tg_gate_input in = {.env = st->env, .db = db, .principal = st->principal, .tool = st->tool,
+                      .surface = st->req->surface, .args = st->args, .run_id = st->req->run_id};
+  r = tg_gates_recheck(&in, &job->refusal);
+  if (r != 1) return r;
+  job->refused = true;
+  return TG_E_TOOL;
+}
 
 static int write_call(void *arg, tg_db *db) {
   write_job *job = arg;
+  int r = still_allowed(job, db);
+  if (r < 0) return r;
   call_state *st = job->st;
   tg_call_ctx *cx = job->cx;
   cx->db = db;
-  int r = open_own_run(st, db, "completed");
+  cx->principal = st->principal; /* the one decided on last (write_decided) */
+  r = open_own_run(st, db, "completed");
   if (r == TG_OK && !job->ran) {
     job->ran = true;
     r = run_handler(st, cx, job->result);
@@ -307,6 +332,72 @@ static int write_call(void *arg, tg_db *db) {
   if (r == TG_OK) r = write_telemetry(st, db, TG_ERR_NONE, NULL, cx->cost_cents);
   cx->db = st->env->db;
   return r;
+}
+
+/* Loads the caller into st and runs its gates, from one snapshot ended before anything is
+ * written. kept: start from the principal this connection keeps, without reading whether it
+ * still stands (its write checks that, still_allowed); a refusal is answered only on current
+ * permissions, so it is then decided again on a fresh principal. Answers the load's status
+ * (TG_E_NOTFOUND: no such caller); *gates is tg_gates_run's answer, 0 when there is no tool. */
+static int decide(call_state *st, bool kept, tg_refusal *refusal, json_t *trace, int *gates) {
+  tg_db *db = st->env->db;
+  const char *id = st->req->principal_id;
+  *gates = 0;
+  bool snapshot = tg_db_snapshot(db);
+  tg_principal *p = NULL;
+  int r = kept ? tg_principal_load_kept(db, id, &p) : tg_principal_load(db, id, &p);
+  if (r == TG_OK) { /* on a failure, the one decided on before stays for the record */
+    tg_principal_free(st->principal);
+    st->principal = p;
+  }
+  tg_gate_input in = {.env = st->env, .db = db, .principal = st->principal, .tool = st->tool,
+                      .surface = st->req->surface, .args = st->args, .run_id = st->req->run_id};
+  if (r == TG_OK && st->tool) *gates = tg_gates_run(&in, refusal, trace);
+  if (r == TG_OK && kept && *gates == 1) {
+    tg_principal *fresh = NULL;
+    r = tg_principal_load(db, id, &fresh);
+    if (r == TG_OK && fresh != st->principal) {
+      tg_principal_free(st->principal);
+      in.principal = st->principal = fresh;
+      tg_refusal_done(refusal);
+      *gates = tg_gates_run(&in, refusal, trace);
+    } else {
+      tg_principal_free(fresh);
+    }
+  }
+  tg_db_snapshot_end(db, snapshot);
+  return r;
+}
+
+/* Answers a gate's refusal. The run gate runs first, so any other refusal names a run of
+ * this agent. */
+static int refused(call_state *st, tg_call_result *ret, tg_refusal *refusal) {
+  const char *run = st->req->run_id && strcmp(refusal->gate, "run") != 0 ? st->req->run_id : "";
+  snprintf(st->run_id, sizeof st->run_id, "%s", run);
+  return reject(st, ret, refusal->code, refusal->message, TAKE_PTR(refusal->details));
+}
+
+enum { DECIDE_TRIES = 4 }; /* decisions a call makes while its caller's permissions move */
+
+/* Writes the call (write_call) once its gates hold in the write transaction; while the
+ * caller's permissions moved since they ran, decides again on what they are now. Answers
+ * tg_db_batch's status, or 1 when a gate refused (job->refusal). */
+static int write_decided(call_state *st, write_job *job) {
+  for (int tries = 1;; tries++) {
+    job->stale = false;
+    int r = tg_db_batch(st->env->db, write_call, job);
+    if (job->refused) return 1;
+    if (!job->stale) return r;
+    if (tries == DECIDE_TRIES) {
+      tg_log(TG_LOG_ERROR, "call to %s: the caller's permissions changed %d times while it was"
+             " decided", st->tool->name, DECIDE_TRIES);
+      return TG_E_BUSY;
+    }
+    int gates;
+    r = decide(st, false, &job->refusal, NULL, &gates);
+    if (r < 0) return r;
+    if (gates != 0) return gates;
+  }
 }
 
 /* The handler, its activity rows, the run and the telemetry row: one transaction; then the
@@ -328,7 +419,9 @@ static int execute(call_state *st, tg_call_result *ret) {
   _cleanup_json_ json_t *activity = cx.activity;
   if (!activity) return internal(st, ret, "out of memory", false);
   /* The run's id is known before its row is written: an interactive handler runs first. */
-  if (st->principal->kind == TG_PRINCIPAL_AGENT && !st->req->run_id && tg_uuid7(st->run_id) < 0)
+  if (st->req->run_id)
+    snprintf(st->run_id, sizeof st->run_id, "%s", st->req->run_id);
+  else if (st->principal->kind == TG_PRINCIPAL_AGENT && tg_uuid7(st->run_id) < 0)
     return internal(st, ret, "no run id", false);
   cx.run_id = *st->run_id ? st->run_id : NULL;
   if (prepare_telemetry(st) < 0) return internal(st, ret, "out of memory", false);
@@ -336,7 +429,15 @@ static int execute(call_state *st, tg_call_result *ret) {
   json_t *result = NULL;
   int r = interactive ? run_interactive(st, &cx, &result) : TG_OK;
   write_job job = {.st = st, .cx = &cx, .result = &result, .ran = interactive};
-  if (r == TG_OK) r = tg_db_batch(db, write_call, &job);
+  if (r == TG_OK) r = write_decided(st, &job);
+  if (r == 1) {
+    finish_after(&cx, false);
+    json_decref(result);
+    r = refused(st, ret, &job.refusal);
+    tg_refusal_done(&job.refusal);
+    return r;
+  }
+  tg_refusal_done(&job.refusal);
   if (r == TG_OK) {
     st->run_written = *st->run_id && !st->req->run_id;
     r = finish_after(&cx, true);
@@ -379,42 +480,26 @@ int tg_call(const tg_env *env, const tg_call_request *req, tg_call_result *ret) 
                    .started_ns = tg_monotonic_ns()};
   if (!st.args) return answer(ret, TG_ERR_INTERNAL_ERROR, NULL, NULL);
 
-  /* The caller and the gates are read from one snapshot, ended before anything is written. */
-  bool snapshot = tg_db_snapshot(env->db);
-  int r = tg_principal_load(env->db, req->principal_id, &st.principal);
-  if (r < 0) {
-    tg_db_snapshot_end(env->db, snapshot);
-    return r == TG_E_NOTFOUND ? answer(ret, TG_ERR_PERMISSION_DENIED, "Unknown caller.", NULL)
-                              : answer(ret, TG_ERR_INTERNAL_ERROR, NULL, NULL);
-  }
-
   st.tool = tg_registry_find(env->registry, req->tool);
-  if (!st.tool) {
-    tg_db_snapshot_end(env->db, snapshot);
-    r = reject(&st, ret, TG_ERR_NOT_FOUND, "No tool by that name.",
-               json_pack("{s:s%}", "tool", req->tool, tg_utf8_prefix(req->tool, CALLED_AS_MAX)));
-    call_state_done(&st);
-    return r;
-  }
-
   tg_refusal refusal = {0};
   _cleanup_json_ json_t *trace = req->dry_run ? json_array() : NULL;
-  tg_gate_input in = {.env = env, .principal = st.principal, .tool = st.tool,
-                      .surface = req->surface, .args = st.args, .run_id = req->run_id};
-  int gates = tg_gates_run(&in, &refusal, trace);
-  tg_db_snapshot_end(env->db, snapshot);
-  if (req->dry_run && gates >= 0)
+  int gates;
+  /* A dry run writes nothing that could check a kept principal: it decides on a fresh one. */
+  int r = decide(&st, !req->dry_run, &refusal, trace, &gates);
+  if (r < 0)
+    r = r == TG_E_NOTFOUND ? answer(ret, TG_ERR_PERMISSION_DENIED, "Unknown caller.", NULL)
+                           : answer(ret, TG_ERR_INTERNAL_ERROR, NULL, NULL);
+  else if (!st.tool)
+    r = reject(&st, ret, TG_ERR_NOT_FOUND, "No tool by that name.",
+               json_pack("{s:s%}", "tool", req->tool, tg_utf8_prefix(req->tool, CALLED_AS_MAX)));
+  else if (req->dry_run && gates >= 0)
     r = dry_run_answer(&st, ret, gates, &refusal, trace);
   else if (gates < 0)
     r = internal(&st, ret, "a gate could not decide", false);
-  else if (gates == 1) {
-    /* The run gate runs first, so any other refusal names a run of this agent. */
-    if (req->run_id && strcmp(refusal.gate, "run") != 0)
-      snprintf(st.run_id, sizeof st.run_id, "%s", req->run_id);
-    r = reject(&st, ret, refusal.code, refusal.message, TAKE_PTR(refusal.details));
-  } else {
+  else if (gates == 1)
+    r = refused(&st, ret, &refusal);
+  else
     r = execute(&st, ret);
-  }
   tg_refusal_done(&refusal);
   call_state_done(&st);
   return r;

@@ -100,7 +100,7 @@ static int gate_run(const tg_gate_input *in, tg_refusal *out) {
     return refuse(out, TG_ERR_VALIDATION_FAILED, json_pack("{s:s}", "reason", "run_for_user"),
                   "Only agents' calls belong to runs.");
   _cleanup_json_ json_t *row = NULL;
-  int r = tg_db_query_row(in->env->db,
+  int r = tg_db_query_row(in->db,
                           "SELECT status FROM agent_runs WHERE id = $1 AND agent_id = $2",
                           json_pack("[ss]", in->run_id, in->principal->subject_id), &row);
   if (r < 0) return r;
@@ -122,7 +122,7 @@ static int gate_run_cap(const tg_gate_input *in, tg_refusal *out) {
   char step[160];
   snprintf(step, sizeof step, "tool:%s", in->tool->name);
   _cleanup_json_ json_t *row = NULL;
-  int r = tg_db_query_row(in->env->db,
+  int r = tg_db_query_row(in->db,
                           "SELECT COUNT(*) AS n FROM agent_run_logs WHERE run_id = $1 AND step = $2"
                           " AND level = 'INFO'",
                           json_pack("[ss]", in->run_id, step), &row);
@@ -142,7 +142,7 @@ static int gate_budget(const tg_gate_input *in, tg_refusal *out) {
   if (in->tool->effect == TG_EFFECT_READ || !p->scope_id) return 0;
   _cleanup_json_ json_t *row = NULL;
   int r = tg_db_query_row(
-      in->env->db,
+      in->db,
       "SELECT m.id, m.current_spend_cents, m.cap_cents FROM missions m WHERE m.cap_cents IS NOT NULL"
       " AND m.id = (SELECT $1 WHERE $2 = 'mission'"
       " UNION ALL SELECT mission_id FROM ideas WHERE id = $1 AND $2 = 'idea'"
@@ -175,25 +175,26 @@ static int gate_arguments(const tg_gate_input *in, tg_refusal *out) {
                 json_string_value(json_object_get(first, "message")));
 }
 
-enum { FOR_LISTING = 1, FOR_CALL = 2 };
+/* AT_WRITE: the gates that read rows other calls write; tg_gates_recheck runs them again in
+ * the call's own write transaction, where no other call can move those rows. */
+enum { FOR_LISTING = 1, FOR_CALL = 2, AT_WRITE = 4 };
 
 static const struct {
   const char *name;
   gate_fn fn;
   unsigned when;
 } gates[] = {
-    {"run", gate_run, FOR_CALL},
+    {"run", gate_run, FOR_CALL | AT_WRITE},
     {"surface", gate_surface, FOR_LISTING | FOR_CALL},
     {"status", gate_status, FOR_LISTING | FOR_CALL},
     {"permissions", gate_permissions, FOR_LISTING | FOR_CALL},
     {"policy", gate_policy, FOR_LISTING | FOR_CALL},
-    {"run_cap", gate_run_cap, FOR_CALL},
-    {"budget", gate_budget, FOR_CALL},
+    {"run_cap", gate_run_cap, FOR_CALL | AT_WRITE},
+    {"budget", gate_budget, FOR_CALL | AT_WRITE},
     {"arguments", gate_arguments, FOR_CALL},
 };
 
-int tg_gates_run(const tg_gate_input *in, tg_refusal *refusal, json_t *trace) {
-  unsigned phase = in->listing ? FOR_LISTING : FOR_CALL;
+static int run_gates(const tg_gate_input *in, unsigned phase, tg_refusal *refusal, json_t *trace) {
   for (size_t i = 0; i < sizeof gates / sizeof gates[0]; i++) {
     if (!(gates[i].when & phase)) continue;
     int r = gates[i].fn(in, refusal);
@@ -206,6 +207,14 @@ int tg_gates_run(const tg_gate_input *in, tg_refusal *refusal, json_t *trace) {
     if (r != 0) return r;
   }
   return 0;
+}
+
+int tg_gates_run(const tg_gate_input *in, tg_refusal *refusal, json_t *trace) {
+  return run_gates(in, in->listing ? FOR_LISTING : FOR_CALL, refusal, trace);
+}
+
+int tg_gates_recheck(const tg_gate_input *in, tg_refusal *refusal) {
+  return run_gates(in, AT_WRITE, refusal, NULL);
 }
 
 void tg_refusal_done(tg_refusal *refusal) {

@@ -15,6 +15,7 @@ typedef struct tg_refusal {
 
 typedef struct tg_gate_input {
   const tg_env *env;
+  tg_db *db; /* where the gates that read rows read them; unused when listing */
   const tg_principal *principal;
   const tg_tool *tool;
   tg_surface surface;
@@ -27,5 +28,10 @@ typedef struct tg_gate_input {
  * *refusal), negative TG_E_* when a gate could not decide (database failure).
  * When trace is an array, appends {"gate","ok","detail"?} for each gate that ran. */
 int tg_gates_run(const tg_gate_input *in, tg_refusal *refusal, json_t *trace);
+
+/* Runs again the gates that read rows other calls write (the run's status, its count of
+ * calls, the mission's spend), on in->db inside the call's write transaction: what passed in
+ * the snapshot tg_gates_run read may have moved since. Answers as tg_gates_run. */
+int tg_gates_recheck(const tg_gate_input *in, tg_refusal *refusal);
 
 void tg_refusal_done(tg_refusal *refusal);

@@ -110,43 +110,47 @@ int tg_auth_epoch(tg_db *db, int64_t *ret) {
   return TG_OK;
 }
 
-/* The last principal a connection loaded outside a write transaction, and the authorization
- * epoch read before it: while the epoch stands, what it was loaded from has not changed. */
-typedef struct principal_cache {
-  int64_t epoch;
-  tg_principal *p;
-} principal_cache;
+/* A connection keeps the last principal it loaded outside a write transaction: while the
+ * epoch it was loaded under stands, what it was loaded from has not changed. */
+static void unkeep(void *p) { tg_principal_free(p); }
 
-static void principal_cache_free(void *arg) {
-  principal_cache *c = arg;
-  tg_principal_free(c->p);
-  free(c);
+/* trust_kept: answer with the kept principal, if it is principal_id's, without reading the
+ * epoch (tg_principal_load_kept). */
+static int load(tg_db *db, const char *principal_id, bool trust_kept, tg_principal **ret) {
+  tg_principal *kept = tg_db_kept(db);
+  if (kept && strcmp(kept->id, principal_id) != 0) kept = NULL;
+  if (trust_kept && kept) {
+    kept->refs++;
+    *ret = kept;
+    return TG_OK;
+  }
+  /* The epoch is read first, so rows changed in between are newer than it claims, never
+   * older. Inside a write transaction it may be uncommitted, and a rollback would give its
+   * value back to other rows: only committed state is kept. */
+  int64_t epoch;
+  int r = tg_auth_epoch(db, &epoch);
+  if (r < 0) return r;
+  bool cacheable = !tg_db_writing(db);
+  if (cacheable && kept && kept->epoch == epoch) {
+    kept->refs++;
+    *ret = kept;
+    return TG_OK;
+  }
+  r = load_rows(db, principal_id, ret);
+  if (r < 0) return r;
+  (*ret)->epoch = epoch;
+  if (!cacheable) return TG_OK;
+  (*ret)->refs++;
+  tg_db_keep(db, *ret, unkeep);
+  return TG_OK;
 }
 
 int tg_principal_load(tg_db *db, const char *principal_id, tg_principal **ret) {
-  /* Inside a write transaction the epoch may be uncommitted, and a rollback would give its
-   * value back to other rows: only committed state is cached. The epoch is read first, so
-   * rows changed in between are newer than it claims, never older. */
-  bool cacheable = !tg_db_writing(db);
-  int64_t epoch = 0;
-  if (cacheable) {
-    int r = tg_auth_epoch(db, &epoch);
-    if (r < 0) return r;
-    principal_cache *c = tg_db_kept(db);
-    if (c && c->epoch == epoch && strcmp(c->p->id, principal_id) == 0) {
-      c->p->refs++;
-      *ret = c->p;
-      return TG_OK;
-    }
-  }
-  int r = load_rows(db, principal_id, ret);
-  if (r < 0 || !cacheable) return r;
-  principal_cache *c = malloc(sizeof *c);
-  if (!c) return TG_OK; /* served, not kept */
-  *c = (principal_cache){epoch, *ret};
-  (*ret)->refs++;
-  tg_db_keep(db, c, principal_cache_free);
-  return TG_OK;
+  return load(db, principal_id, false, ret);
+}
+
+int tg_principal_load_kept(tg_db *db, const char *principal_id, tg_principal **ret) {
+  return load(db, principal_id, true, ret);
 }
 
 void tg_principal_free(tg_principal *p) {

@@ -1,7 +1,7 @@
 /* Who is calling: a user or an agent of a tenant, with the permissions it holds right now.
- * Read at every call, so a revoked grant takes effect at once: a connection keeps the last
- * principal it loaded while the authorization epoch (auth_epoch, moved by every change to
- * what a principal is loaded from) stands still. */
+ * A connection keeps the last principal it loaded, with the authorization epoch (auth_epoch,
+ * moved by every change to what a principal is loaded from) it was loaded under; it serves
+ * again while that epoch stands, so a revoked grant takes effect at once. */
 #pragma once
 #include <jansson.h>
 #include <stdbool.h>
@@ -26,6 +26,7 @@ typedef struct tg_principal {
   const char *naming_profile; /* the tenant's: canonical or catalog */
   json_t *grants;             /* object: permission → true, explicit grants only */
   json_t *policies;           /* the tenant's tool policy: {canonical tool name: mode} */
+  int64_t epoch;              /* the authorization epoch it was loaded under */
   int refs;                   /* the caller's and the connection's cache: read only, shared */
 } tg_principal;
 
@@ -33,6 +34,11 @@ typedef struct tg_principal {
  * them all). TG_E_NOTFOUND when there is none. The result is shared with db's cache: never
  * change it; release it with tg_principal_free on the thread that uses db. */
 int tg_principal_load(tg_db *db, const char *principal_id, tg_principal **ret);
+/* The same, but the principal db keeps, when it is principal_id's, is returned without reading
+ * the epoch: it may be out of date. A caller acting on it compares its epoch with
+ * tg_auth_epoch in the transaction that acts, and decides any refusal on tg_principal_load's
+ * answer (tg_call does both). */
+int tg_principal_load_kept(tg_db *db, const char *principal_id, tg_principal **ret);
 void tg_principal_free(tg_principal *p);
 
 /* The authorization epoch (migration 0007): it moves, in the same transaction, with every

@@ -50,6 +50,11 @@ static const char kit_spec[] =
     "\"note\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":5000},"
     "\"fail\":{\"enum\":[\"tool\",\"internal\",\"output\",\"db\"]}}},"
     "\"outputSchema\":{\"type\":\"object\",\"required\":[\"ok\"],\"properties\":{\"ok\":{\"type\":\"boolean\"}}}},"
+    "{\"name\":\"test.item.once\",\"description\":\"Writes a mission row, once a run.\","
+    "\"surfaces\":[\"agent\"],\"effect\":\"write\",\"risk\":\"low\",\"permissions\":[],\"maxPerRun\":1,"
+    "\"inputSchema\":{\"type\":\"object\",\"required\":[\"note\"],\"properties\":{"
+    "\"note\":{\"type\":\"string\",\"minLength\":1}}},"
+    "\"outputSchema\":{\"type\":\"object\"}},"
     "{\"name\":\"test.danger.run\",\"description\":\"High risk.\",\"surfaces\":[\"agent\"],"
     "\"effect\":\"write\",\"risk\":\"high\",\"permissions\":[],"
     "\"inputSchema\":{\"type\":\"object\"},\"outputSchema\":{\"type\":\"object\"}},"
@@ -94,10 +99,11 @@ static int danger(tg_call_ctx *cx, json_t *args, json_t **ret) {
 }
 
 static const tg_handler_entry kit_handlers[] = {
-    {"test.item.write", item_write}, {"test.danger.run", danger}, {"test.read.echo", echo},
+    {"test.item.write", item_write}, {"test.item.once", item_write},
+    {"test.danger.run", danger},     {"test.read.echo", echo},
     {"test.ask.interactive", ask},   {"test.ask.plain", ask}};
 static const tg_provider kit = {.name = "kit", .spec_json = kit_spec, .handlers = kit_handlers,
-                                .n_handlers = 5};
+                                .n_handlers = 6};
 
 typedef struct world {
   fixture *f;
@@ -553,10 +559,125 @@ static void test_unknown_grant_is_refused(void **state) {
   assert_string_equal(before, after);
 }
 
+static long count_where(world *w, const char *sql, json_t *params) {
+  _cleanup_json_ json_t *row = NULL;
+  assert_int_equal(tg_db_query_row(w->f->db, sql, params, &row), 0);
+  return (long)json_integer_value(json_object_get(row, "n"));
+}
+
+/* A connection's kept principal is used without reading whether it stands: the call's write
+ * finds it does not, and the call is decided again. */
+static void test_kept_principal_is_checked_where_the_call_writes(void **state) {
+  world *w = *state;
+  tg_call_result res;
+  assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "writeItem", "{\"note\":\"kept\"}",
+                                NULL, &res), 0);
+  tg_call_result_done(&res);
+  /* A change to another principal moves the epoch too: decided again, the call goes on. */
+  assert_int_equal(tg_db_exec(w->f->db,
+                              "INSERT INTO grants (principal_id, permission, created_at)"
+                              " VALUES ($1, 'kb.read', 'now')",
+                              json_pack("[s]", w->reader), NULL), 0);
+  assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "writeItem", "{\"note\":\"moved\"}",
+                                NULL, &res), 0);
+  tg_call_result_done(&res);
+  assert_int_equal(count_where(w, "SELECT COUNT(*) AS n FROM activity_log WHERE action_type = 'ITEM_WRITTEN'"
+                                  " AND actor_id = (SELECT id FROM agents WHERE principal_id = $1)",
+                               json_pack("[s]", w->writer)), 2);
+  /* Revoked behind the connection's back: no principal is loaded on it meanwhile. */
+  assert_int_equal(tg_db_exec(w->f->db, "DELETE FROM grants WHERE principal_id = $1",
+                              json_pack("[s]", w->writer), NULL), 0);
+  long missions = fixture_count(w->f, "missions"), runs = fixture_count(w->f, "agent_runs");
+  assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "writeItem", "{\"note\":\"stale\"}",
+                                NULL, &res), TG_E_TOOL);
+  assert_string_equal(fixture_code(&res), "permission_denied");
+  tg_call_result_done(&res);
+  assert_int_equal(fixture_count(w->f, "missions"), missions);
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs);
+  assert_int_equal(count_where(w, "SELECT COUNT(*) AS n FROM agent_run_logs WHERE principal_id = $1"
+                                  " AND level = 'WARN'", json_pack("[s]", w->writer)), 1);
+}
+
+/* A refusal is answered on current grants only, never on a kept principal's. */
+static void test_refusal_is_decided_on_current_grants(void **state) {
+  world *w = *state;
+  tg_call_result res;
+  expect_refusal(w, w->reader, TG_SURFACE_AGENT, "writeItem", "{\"note\":\"no\"}", NULL,
+                 "permission_denied", &res);
+  tg_call_result_done(&res);
+  assert_int_equal(tg_db_exec(w->f->db,
+                              "INSERT INTO grants (principal_id, permission, created_at)"
+                              " VALUES ($1, 'tasks.assign', 'now')",
+                              json_pack("[s]", w->reader), NULL), 0);
+  assert_int_equal(fixture_call(w->f, w->reader, TG_SURFACE_AGENT, "writeItem", "{\"note\":\"granted\"}",
+                                NULL, &res), 0);
+  tg_call_result_done(&res);
+  assert_int_equal(count_where(w, "SELECT COUNT(*) AS n FROM missions WHERE slug = 'granted'", NULL), 1);
+}
+
+/* What another call writes between a call's gates and its write: tg_db_test_queued runs it
+ * once, as the call queues its write. */
+static struct {
+  fixture *f;
+  const char *sql;
+  json_t *params;
+} race;
+
+static void race_in(void) {
+  if (!race.sql) return;
+  const char *sql = race.sql;
+  race.sql = NULL;
+  assert_int_equal(tg_db_exec(race.f->db, sql, json_incref(race.params), NULL), 0);
+}
+
+/* The gates that read rows other calls write hold in the call's own write transaction: a run
+ * that reached its cap or ended after the gates passed refuses the call, which writes nothing. */
+static void test_run_gates_hold_at_the_write(void **state) {
+  world *w = *state;
+  tg_call_result res;
+  struct {
+    const char *sql, *reason;
+  } moves[] = {
+      /* a call of the same run, done meanwhile */
+      {"INSERT INTO agent_run_logs (id, tenant_id, run_id, principal_id, step, level, message,"
+       " metadata, created_at) SELECT 'log-race', tenant_id, $1, principal_id,"
+       " 'tool:test.item.once', 'INFO', 'ok', '{}', 'now' FROM agents"
+       " WHERE id = (SELECT agent_id FROM agent_runs WHERE id = $1)", "per_run_cap"},
+      {"UPDATE agent_runs SET status = 'completed', ended_at = 'now' WHERE id = $1", NULL},
+  };
+  tg_db_test_queued = race_in;
+  for (size_t i = 0; i < sizeof moves / sizeof moves[0]; i++) {
+    assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.run.start",
+                                  "{\"agentSlug\":\"writer\"}", NULL, &res), 0);
+    char run[TG_UUID_LEN + 1];
+    snprintf(run, sizeof run, "%s", json_string_value(json_object_get(res.value, "runId")));
+    tg_call_result_done(&res);
+    long missions = fixture_count(w->f, "missions");
+    race.f = w->f;
+    race.sql = moves[i].sql;
+    race.params = json_pack("[s]", run);
+    int r = fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.item.once", "{\"note\":\"race\"}",
+                         run, &res);
+    json_decref(race.params);
+    assert_null(race.sql); /* the move was made */
+    assert_int_equal(r, TG_E_TOOL);
+    assert_string_equal(fixture_code(&res), "precondition_failed");
+    json_t *reason = json_object_get(details(&res), "reason");
+    if (moves[i].reason) assert_string_equal(json_string_value(reason), moves[i].reason);
+    else assert_string_equal(json_string_value(json_object_get(details(&res), "status")), "completed");
+    tg_call_result_done(&res);
+    assert_int_equal(fixture_count(w->f, "missions"), missions);
+    assert_int_equal(count_where(w, "SELECT COUNT(*) AS n FROM agent_run_logs WHERE run_id = $1"
+                                    " AND level = 'INFO'", json_pack("[s]", run)), i == 0);
+  }
+  tg_db_test_queued = NULL;
+}
+
 /* The client of the interactive tests: while it "thinks", another connection of the same
  * process writes, which waits for the write lock if the asking call holds it. */
 typedef struct asked_client {
   fixture *f;
+  const char *other_sql; /* what the other connection writes; NULL: a change that moves nothing */
   int asks, other_write;
 } asked_client;
 
@@ -567,7 +688,9 @@ static int answer_after_a_write(void *self, const char *method, json_t *params, 
   tg_db *other = tg_test_db_open(c->f->dir);
   c->other_write = tg_db_begin(other);
   if (c->other_write == 0)
-    c->other_write = tg_db_exec(other, "UPDATE tenants SET name = name WHERE id = $1",
+    c->other_write = tg_db_exec(other,
+                                c->other_sql ? c->other_sql
+                                             : "UPDATE tenants SET name = name WHERE id = $1",
                                 json_pack("[s]", c->f->tenant_id), NULL);
   if (c->other_write == 0) c->other_write = tg_db_commit(other);
   tg_db_close(other);
@@ -626,6 +749,23 @@ static void test_interactive_calls_ask_outside_the_transaction(void **state) {
   assert_int_equal(c.asks, 0);
 }
 
+/* The tool is disabled while the client answers: the call is decided again when it writes,
+ * refused, and its activity row is not written. */
+static void test_interactive_call_refused_after_it_asked(void **state) {
+  world *w = *state;
+  asked_client c = {.f = w->f,
+                    .other_sql = "INSERT INTO tool_policies (tenant_id, tool_name, mode, updated_at)"
+                                 " VALUES ($1, 'test.ask.interactive', 'disabled', 'now')"};
+  long activity = fixture_count(w->f, "activity_log");
+  tg_call_result res;
+  assert_int_equal(ask_call(w, &c, "test.ask.interactive", "{}", &res), TG_E_TOOL);
+  assert_int_equal(c.asks, 1);
+  assert_int_equal(c.other_write, 0);
+  assert_string_equal(fixture_code(&res), "permission_denied");
+  tg_call_result_done(&res);
+  assert_int_equal(fixture_count(w->f, "activity_log"), activity);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_success_writes_everything_once, setup, teardown),
@@ -647,6 +787,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_tool_list_key_follows_its_inputs, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unknown_grant_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_interactive_calls_ask_outside_the_transaction, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_interactive_call_refused_after_it_asked, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_kept_principal_is_checked_where_the_call_writes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_refusal_is_decided_on_current_grants, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_run_gates_hold_at_the_write, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -401,6 +401,11 @@ static void test_edit_agent_file(void **state) {
   tg_call_result_done(&res);
   json_decref(expect(w, w->worker, "editAgentFile", "{\"name\":\"agent.yml\",\"body\":\"[\"}", run, "validation_failed"));
   json_decref(expect(w, w->worker, "editAgentFile", "{\"name\":\"HEARTBEAT.md\",\"body\":\"h\"}", run, ""));
+  /* the handler knows the run its call belongs to */
+  char in_run[200];
+  snprintf(in_run, sizeof in_run,
+           "SELECT COUNT(*) AS n FROM activity_log WHERE details ->> '$.runId' = '%s'", run);
+  assert_int_equal(count(w, in_run), 1);
   v = expect(w, w->worker, "editAgentFile", "{\"name\":\"TOOLS.md\",\"body\":\"t\"}", run, "precondition_failed");
   assert_string_equal(reason_of(v), "per_run_cap");
   json_decref(v);
