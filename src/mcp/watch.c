@@ -50,6 +50,9 @@ struct tg_mcp_watch {
   unsigned char tools_fp[FP_LEN];
   int64_t tools_epoch; /* the authorization epoch tools_fp was computed at */
   unsigned long touches_seen[N_LISTS];
+  /* A change of the list that could not be announced to everyone (a stream full, no
+   * memory): each check announces it again until it goes out. */
+  bool owed[N_LISTS];
 };
 
 int tg_mcp_watch_new(int (*send)(void *self, json_t *msg), void *self, tg_mcp_watch **ret) {
@@ -277,15 +280,21 @@ static int check_serialized(tg_mcp_watch *w, const tg_env *env, const char *prin
   pthread_mutex_lock(&w->lock);
   bool changed[N_LISTS] = {false};
   if (w->have_baseline) {
-    for (size_t i = 0; i < N_LISTS; i++) changed[i] = seen[i] != w->touches_seen[i];
+    for (size_t i = 0; i < N_LISTS; i++) changed[i] = seen[i] != w->touches_seen[i] || w->owed[i];
     changed[LIST_TOOLS] |= memcmp(fp, w->tools_fp, FP_LEN) != 0;
   }
   w->have_baseline = true;
   memcpy(w->tools_fp, fp, FP_LEN);
   w->tools_epoch = epoch;
   memcpy(w->touches_seen, seen, sizeof seen);
-  for (size_t i = 0; r == TG_OK && i < N_LISTS; i++)
-    if (changed[i]) r = announce_locked(w, i);
+  for (size_t i = 0; i < N_LISTS; i++) {
+    if (!changed[i]) continue;
+    int announced = announce_locked(w, i);
+    /* Only a new debt is reported: the caller logs it, and a client that reads nothing
+     * would have it logged at every check. */
+    if (announced < 0 && !w->owed[i] && r == TG_OK) r = announced;
+    w->owed[i] = announced < 0;
+  }
   pthread_mutex_unlock(&w->lock);
   return r;
 }

@@ -132,10 +132,15 @@ typedef struct world {
   tg_mcp_request req;
   json_t *sent;       /* what the server sent outside replies, in order */
   json_t *cancel_msg; /* delivered by the fake client while a call waits for its answer */
+  bool full;          /* where notifications go is full: sending them fails */
 } world;
 
 static int capture(void *self, json_t *msg) {
   world *w = self;
+  if (w->full) {
+    json_decref(msg);
+    return TG_E_TOO_LARGE;
+  }
   return json_array_append_new(w->sent, msg) < 0 ? TG_E_NOMEM : TG_OK;
 }
 
@@ -304,6 +309,26 @@ static void test_list_changed_follows_the_database(void **state) {
   assert_int_equal(json_array_size(w->sent), 1);
   assert_string_equal(method_at(w->sent, 0), "notifications/tools/list_changed");
   assert_null(json_object_get(json_array_get(w->sent, 0), "params"));
+  assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
+  assert_int_equal(json_array_size(w->sent), 1);
+}
+
+/* A change that could not be announced is announced at a later check; its failure is
+ * reported once. */
+static void test_list_changed_sent_again_until_it_goes_out(void **state) {
+  world *w = *state;
+  json_decref(handle(w, INITIALIZE, NULL));
+  assert_null(handle(w, INITIALIZED, NULL));
+  assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
+  fixture_revoke_elsewhere(w->f, "bot", "tasks.assign");
+  w->full = true;
+  assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), TG_E_TOO_LARGE);
+  assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
+  w->full = false;
+  assert_int_equal(json_array_size(w->sent), 0);
+  assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
+  assert_int_equal(json_array_size(w->sent), 1);
+  assert_string_equal(method_at(w->sent, 0), "notifications/tools/list_changed");
   assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
   assert_int_equal(json_array_size(w->sent), 1);
 }
@@ -633,6 +658,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_call_cancelled_while_queued_is_not_served, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_task_cancelled_as_it_detaches, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_list_changed_follows_the_database, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_list_changed_sent_again_until_it_goes_out, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_listen_acknowledges_filters_and_ends, setup_fixtures, teardown),
       cmocka_unit_test_setup_teardown(test_listen_cancelled_as_it_subscribes, setup_fixtures, teardown),
       cmocka_unit_test_setup_teardown(test_no_list_changes_without_a_watch, setup_fixtures, teardown),
