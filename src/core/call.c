@@ -291,25 +291,36 @@ typedef struct write_job {
   tg_call_ctx *cx;
   json_t **result;
   bool ran;           /* the handler ran */
-  bool stale;         /* the caller's permissions moved since its gates ran: nothing written */
   bool refused;       /* a gate refused in the transaction (refusal): nothing written */
+  bool caller_gone;   /* decided again in the transaction, the caller is no more */
   tg_refusal refusal;
+  /* The principal a decision in the transaction replaced: it may be its connection's kept
+   * one, so the call's own thread releases it. */
+  tg_principal *replaced;
 } write_job;
 
-/* Whether the call's gates still hold in its write transaction: the principal they read is
- * current, and what the gates reading rows read has not moved (tg_gates_recheck). */
+/* Whether the call's gates hold in its write transaction. If the caller's permissions moved
+ * since they ran (the authorization epoch), the call is decided again here, on what the
+ * transaction reads; otherwise the gates that read rows other calls write run again
+ * (tg_gates_recheck). A refusal sets job->refused and answers TG_E_TOOL. */
 static int still_allowed(write_job *job, tg_db *db) {
   call_state *st = job->st;
   int64_t epoch;
   int r = tg_auth_epoch(db, &epoch);
   if (r < 0) return r;
-  if (epoch != st->principal->epoch) {
-    job->stale = true;
-    return TG_E_TOOL;
-  }
   tg_gate_input in = {.env = st->env, .db = db, .principal = st->principal, .tool = st->tool,
                       .surface = st->req->surface, .args = st->args, .run_id = st->req->run_id};
-  r = tg_gates_recheck(&in, &job->refusal);
+  if (epoch == st->principal->epoch) {
+    r = tg_gates_recheck(&in, &job->refusal);
+  } else {
+    tg_principal *fresh = NULL;
+    r = tg_principal_load(db, st->req->principal_id, &fresh);
+    if (r == TG_E_NOTFOUND) job->caller_gone = true;
+    if (r < 0) return r == TG_E_NOTFOUND ? TG_E_TOOL : r;
+    job->replaced = st->principal;
+    in.principal = st->principal = fresh;
+    r = tg_gates_run(&in, &job->refusal, NULL);
+  }
   if (r != 1) return r;
   job->refused = true;
   return TG_E_TOOL;
@@ -322,7 +333,7 @@ static int write_call(void *arg, tg_db *db) {
   call_state *st = job->st;
   tg_call_ctx *cx = job->cx;
   cx->db = db;
-  cx->principal = st->principal; /* the one decided on last (write_decided) */
+  cx->principal = st->principal; /* the one decided on last (still_allowed) */
   r = open_own_run(st, db, "completed");
   if (r == TG_OK && !job->ran) {
     job->ran = true;
@@ -336,7 +347,7 @@ static int write_call(void *arg, tg_db *db) {
 
 /* Loads the caller into st and runs its gates, from one snapshot ended before anything is
  * written. kept: start from the principal this connection keeps, without reading whether it
- * still stands (its write checks that, still_allowed); a refusal is answered only on current
+ * still stands (the write checks that, still_allowed); a refusal is answered only on current
  * permissions, so it is then decided again on a fresh principal. Answers the load's status
  * (TG_E_NOTFOUND: no such caller); *gates is tg_gates_run's answer, 0 when there is no tool. */
 static int decide(call_state *st, bool kept, tg_refusal *refusal, json_t *trace, int *gates) {
@@ -344,12 +355,8 @@ static int decide(call_state *st, bool kept, tg_refusal *refusal, json_t *trace,
   const char *id = st->req->principal_id;
   *gates = 0;
   bool snapshot = tg_db_snapshot(db);
-  tg_principal *p = NULL;
-  int r = kept ? tg_principal_load_kept(db, id, &p) : tg_principal_load(db, id, &p);
-  if (r == TG_OK) { /* on a failure, the one decided on before stays for the record */
-    tg_principal_free(st->principal);
-    st->principal = p;
-  }
+  int r = kept ? tg_principal_load_kept(db, id, &st->principal)
+               : tg_principal_load(db, id, &st->principal);
   tg_gate_input in = {.env = st->env, .db = db, .principal = st->principal, .tool = st->tool,
                       .surface = st->req->surface, .args = st->args, .run_id = st->req->run_id};
   if (r == TG_OK && st->tool) *gates = tg_gates_run(&in, refusal, trace);
@@ -375,29 +382,6 @@ static int refused(call_state *st, tg_call_result *ret, tg_refusal *refusal) {
   const char *run = st->req->run_id && strcmp(refusal->gate, "run") != 0 ? st->req->run_id : "";
   snprintf(st->run_id, sizeof st->run_id, "%s", run);
   return reject(st, ret, refusal->code, refusal->message, TAKE_PTR(refusal->details));
-}
-
-enum { DECIDE_TRIES = 4 }; /* decisions a call makes while its caller's permissions move */
-
-/* Writes the call (write_call) once its gates hold in the write transaction; while the
- * caller's permissions moved since they ran, decides again on what they are now. Answers
- * tg_db_batch's status, or 1 when a gate refused (job->refusal). */
-static int write_decided(call_state *st, write_job *job) {
-  for (int tries = 1;; tries++) {
-    job->stale = false;
-    int r = tg_db_batch(st->env->db, write_call, job);
-    if (job->refused) return 1;
-    if (!job->stale) return r;
-    if (tries == DECIDE_TRIES) {
-      tg_log(TG_LOG_ERROR, "call to %s: the caller's permissions changed %d times while it was"
-             " decided", st->tool->name, DECIDE_TRIES);
-      return TG_E_BUSY;
-    }
-    int gates;
-    r = decide(st, false, &job->refusal, NULL, &gates);
-    if (r < 0) return r;
-    if (gates != 0) return gates;
-  }
 }
 
 /* The handler, its activity rows, the run and the telemetry row: one transaction; then the
@@ -429,11 +413,13 @@ static int execute(call_state *st, tg_call_result *ret) {
   json_t *result = NULL;
   int r = interactive ? run_interactive(st, &cx, &result) : TG_OK;
   write_job job = {.st = st, .cx = &cx, .result = &result, .ran = interactive};
-  if (r == TG_OK) r = write_decided(st, &job);
-  if (r == 1) {
+  if (r == TG_OK) r = tg_db_batch(db, write_call, &job);
+  tg_principal_free(job.replaced);
+  if (job.refused || job.caller_gone) {
     finish_after(&cx, false);
     json_decref(result);
-    r = refused(st, ret, &job.refusal);
+    r = job.refused ? refused(st, ret, &job.refusal)
+                    : answer(ret, TG_ERR_PERMISSION_DENIED, "Unknown caller.", NULL);
     tg_refusal_done(&job.refusal);
     return r;
   }
@@ -455,7 +441,8 @@ static int execute(call_state *st, tg_call_result *ret) {
   json_decref(result);
   if (r == TG_E_TOOL && cx.error) return handler_failed(st, &cx, ret);
   json_decref(cx.error);
-  return internal(st, ret, job.ran ? "handler or commit failed" : "the transaction did not start",
+  return internal(st, ret,
+                  job.ran ? "handler or commit failed" : "the call could not be decided or written",
                   job.ran);
 }
 
@@ -484,8 +471,11 @@ int tg_call(const tg_env *env, const tg_call_request *req, tg_call_result *ret) 
   tg_refusal refusal = {0};
   _cleanup_json_ json_t *trace = req->dry_run ? json_array() : NULL;
   int gates;
-  /* A dry run writes nothing that could check a kept principal: it decides on a fresh one. */
-  int r = decide(&st, !req->dry_run, &refusal, trace, &gates);
+  /* The kept principal only for a call whose write checks it before anything happens: not a
+   * dry run (it writes nothing), not an interactive tool (it asks its client before the
+   * write), not an unknown tool (refused at once). */
+  bool kept = !req->dry_run && st.tool && !(st.tool->flags & TG_TOOL_INTERACTIVE);
+  int r = decide(&st, kept, &refusal, trace, &gates);
   if (r < 0)
     r = r == TG_E_NOTFOUND ? answer(ret, TG_ERR_PERMISSION_DENIED, "Unknown caller.", NULL)
                            : answer(ret, TG_ERR_INTERNAL_ERROR, NULL, NULL);

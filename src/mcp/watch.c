@@ -81,9 +81,12 @@ void tg_mcp_watch_free(tg_mcp_watch *w) {
 
 static bool listening_locked(const tg_mcp_watch *w) { return w->legacy || w->n_subs; }
 
-/* The first listener starts from what the next check sees, not from an older baseline. */
+/* The first listener starts from what the next check sees, not from an older baseline, nor
+ * hears of a change owed to listeners gone. */
 static void start_listening_locked(tg_mcp_watch *w) {
-  if (!listening_locked(w)) w->have_baseline = false;
+  if (listening_locked(w)) return;
+  w->have_baseline = false;
+  memset(w->owed, 0, sizeof w->owed);
 }
 
 void tg_mcp_watch_legacy(tg_mcp_watch *w) {

@@ -46,8 +46,9 @@ int tg_mcp_watch_end(tg_mcp_watch *w, json_t *meta);
 /* Reads again what decides principal_id's lists and announces what changed since the previous
  * check; the first check after someone starts listening only takes the baseline. Does
  * nothing while nobody listens. A change whose announcement failed is announced again at
- * each check until it goes out. Returns 0, or the first failure (database, or a send that
- * failed for a change not announced before). */
+ * each check until it goes out, to every listener of w, so one that had it may hear it twice
+ * (list_changed only says to list again). Returns 0, or the first failure (database, or a
+ * send that failed for a change not announced before). */
 int tg_mcp_watch_check(tg_mcp_watch *w, const tg_env *env, const char *principal_id);
 
 /* Records that a list changed outside the database (the conformance trigger tools): every

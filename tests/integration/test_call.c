@@ -615,6 +615,31 @@ static void test_refusal_is_decided_on_current_grants(void **state) {
   assert_int_equal(count_where(w, "SELECT COUNT(*) AS n FROM missions WHERE slug = 'granted'", NULL), 1);
 }
 
+/* A caller kept by the connection and gone since is answered as unknown, with nothing
+ * written. */
+static void test_kept_caller_gone_is_unknown(void **state) {
+  world *w = *state;
+  char ghost[TG_UUID_LEN + 1];
+  fixture_agent(w->f, "{\"slug\":\"ghost\"}", ghost);
+  tg_principal *p = NULL;
+  assert_int_equal(tg_principal_load(w->f->db, ghost, &p), 0); /* now the kept one */
+  tg_principal_free(p);
+  static const char *const gone[] = {"DELETE FROM agents WHERE principal_id = $1",
+                                     "DELETE FROM principals WHERE id = $1"};
+  for (size_t i = 0; i < 2; i++)
+    assert_int_equal(tg_db_exec(w->f->db, gone[i], json_pack("[s]", ghost), NULL), 0);
+  _cleanup_free_ char *before = fixture_snapshot(w->f, NULL);
+  tg_call_result res;
+  assert_int_equal(fixture_call(w->f, ghost, TG_SURFACE_AGENT, "echoText", "{\"text\":\"boo\"}",
+                                NULL, &res), TG_E_TOOL);
+  assert_string_equal(fixture_code(&res), "permission_denied");
+  assert_string_equal(json_string_value(json_object_get(json_object_get(res.value, "error"), "message")),
+                      "Unknown caller.");
+  tg_call_result_done(&res);
+  _cleanup_free_ char *after = fixture_snapshot(w->f, NULL);
+  assert_string_equal(before, after);
+}
+
 /* What another call writes between a call's gates and its write: tg_db_test_queued runs it
  * once, as the call queues its write. */
 static struct {
@@ -669,6 +694,9 @@ static void test_run_gates_hold_at_the_write(void **state) {
     assert_int_equal(fixture_count(w->f, "missions"), missions);
     assert_int_equal(count_where(w, "SELECT COUNT(*) AS n FROM agent_run_logs WHERE run_id = $1"
                                     " AND level = 'INFO'", json_pack("[s]", run)), i == 0);
+    /* The refusal's own row names the run unless the run is what refused. */
+    assert_int_equal(count_where(w, "SELECT COUNT(*) AS n FROM agent_run_logs WHERE run_id = $1"
+                                    " AND level = 'WARN'", json_pack("[s]", run)), i == 0);
   }
   tg_db_test_queued = NULL;
 }
@@ -766,6 +794,27 @@ static void test_interactive_call_refused_after_it_asked(void **state) {
   assert_int_equal(fixture_count(w->f, "activity_log"), activity);
 }
 
+/* An interactive tool asks its client before its write: it is decided on current
+ * permissions, never on a kept principal. */
+static void test_interactive_call_decided_on_current_permissions(void **state) {
+  world *w = *state;
+  asked_client c = {.f = w->f};
+  tg_call_result res;
+  assert_int_equal(ask_call(w, &c, "test.ask.interactive", "{}", &res), 0);
+  tg_call_result_done(&res);
+  assert_int_equal(tg_db_exec(w->f->db,
+                              "INSERT INTO tool_policies (tenant_id, tool_name, mode, updated_at)"
+                              " VALUES ($1, 'test.ask.interactive', 'disabled', 'now')",
+                              json_pack("[s]", w->f->tenant_id), NULL), 0);
+  c.asks = 0;
+  long runs = fixture_count(w->f, "agent_runs");
+  assert_int_equal(ask_call(w, &c, "test.ask.interactive", "{\"write\":true}", &res), TG_E_TOOL);
+  assert_string_equal(fixture_code(&res), "permission_denied");
+  tg_call_result_done(&res);
+  assert_int_equal(c.asks, 0);
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_success_writes_everything_once, setup, teardown),
@@ -789,6 +838,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_interactive_calls_ask_outside_the_transaction, setup, teardown),
       cmocka_unit_test_setup_teardown(test_interactive_call_refused_after_it_asked, setup, teardown),
       cmocka_unit_test_setup_teardown(test_kept_principal_is_checked_where_the_call_writes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_interactive_call_decided_on_current_permissions, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_kept_caller_gone_is_unknown, setup, teardown),
       cmocka_unit_test_setup_teardown(test_refusal_is_decided_on_current_grants, setup, teardown),
       cmocka_unit_test_setup_teardown(test_run_gates_hold_at_the_write, setup, teardown),
   };

@@ -15,6 +15,7 @@
 #include "fixture.h"
 #include "mcp/stdio.h"
 #include "tools/conformance.h"
+#include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/status.h"
 
@@ -331,6 +332,25 @@ static void test_list_changed_sent_again_until_it_goes_out(void **state) {
   assert_string_equal(method_at(w->sent, 0), "notifications/tools/list_changed");
   assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
   assert_int_equal(json_array_size(w->sent), 1);
+}
+
+/* A change owed to a listener that left is not announced to the next one. */
+static void test_owed_change_not_sent_to_a_new_listener(void **state) {
+  world *w = *state;
+  _cleanup_json_ json_t *id = json_string("s1");
+  _cleanup_json_ json_t *filter = json_pack("{s:b}", "toolsListChanged", 1);
+  assert_int_equal(tg_mcp_watch_subscribe(w->watch, id, filter, NULL, w->agent), 0);
+  assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
+  fixture_revoke_elsewhere(w->f, "bot", "tasks.assign");
+  w->full = true;
+  assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), TG_E_TOO_LARGE);
+  w->full = false;
+  assert_true(tg_mcp_watch_unsubscribe(w->watch, id));
+  assert_int_equal(tg_mcp_watch_subscribe(w->watch, id, filter, NULL, w->agent), 0);
+  size_t acknowledged = json_array_size(w->sent);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
+  assert_int_equal(json_array_size(w->sent), acknowledged);
 }
 
 static json_t *subscription_of(json_t *notification) {
@@ -659,6 +679,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_task_cancelled_as_it_detaches, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_list_changed_follows_the_database, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_list_changed_sent_again_until_it_goes_out, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_owed_change_not_sent_to_a_new_listener, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_listen_acknowledges_filters_and_ends, setup_fixtures, teardown),
       cmocka_unit_test_setup_teardown(test_listen_cancelled_as_it_subscribes, setup_fixtures, teardown),
       cmocka_unit_test_setup_teardown(test_no_list_changes_without_a_watch, setup_fixtures, teardown),
