@@ -565,22 +565,31 @@ static long count_where(world *w, const char *sql, json_t *params) {
   return (long)json_integer_value(json_object_get(row, "n"));
 }
 
+/* Grants permission to principal by plain SQL: no principal is loaded on the connection. */
+static void grant_behind(world *w, const char *principal, const char *permission) {
+  assert_int_equal(tg_db_exec(w->f->db,
+                              "INSERT INTO grants (principal_id, permission, created_at)"
+                              " VALUES ($1, $2, 'now')",
+                              json_pack("[ss]", principal, permission), NULL), 0);
+}
+
+/* writeItem by principal, which succeeds. */
+static void write_item(world *w, const char *principal, const char *note) {
+  char args[100];
+  snprintf(args, sizeof args, "{\"note\":\"%s\"}", note);
+  tg_call_result res;
+  assert_int_equal(fixture_call(w->f, principal, TG_SURFACE_AGENT, "writeItem", args, NULL, &res), 0);
+  tg_call_result_done(&res);
+}
+
 /* A connection's kept principal is used without reading whether it stands: the call's write
  * finds it does not, and the call is decided again. */
 static void test_kept_principal_is_checked_where_the_call_writes(void **state) {
   world *w = *state;
-  tg_call_result res;
-  assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "writeItem", "{\"note\":\"kept\"}",
-                                NULL, &res), 0);
-  tg_call_result_done(&res);
+  write_item(w, w->writer, "kept");
   /* A change to another principal moves the epoch too: decided again, the call goes on. */
-  assert_int_equal(tg_db_exec(w->f->db,
-                              "INSERT INTO grants (principal_id, permission, created_at)"
-                              " VALUES ($1, 'kb.read', 'now')",
-                              json_pack("[s]", w->reader), NULL), 0);
-  assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "writeItem", "{\"note\":\"moved\"}",
-                                NULL, &res), 0);
-  tg_call_result_done(&res);
+  grant_behind(w, w->reader, "kb.read");
+  write_item(w, w->writer, "moved");
   assert_int_equal(count_where(w, "SELECT COUNT(*) AS n FROM activity_log WHERE action_type = 'ITEM_WRITTEN'"
                                   " AND actor_id = (SELECT id FROM agents WHERE principal_id = $1)",
                                json_pack("[s]", w->writer)), 2);
@@ -588,6 +597,7 @@ static void test_kept_principal_is_checked_where_the_call_writes(void **state) {
   assert_int_equal(tg_db_exec(w->f->db, "DELETE FROM grants WHERE principal_id = $1",
                               json_pack("[s]", w->writer), NULL), 0);
   long missions = fixture_count(w->f, "missions"), runs = fixture_count(w->f, "agent_runs");
+  tg_call_result res;
   assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "writeItem", "{\"note\":\"stale\"}",
                                 NULL, &res), TG_E_TOOL);
   assert_string_equal(fixture_code(&res), "permission_denied");
@@ -605,13 +615,8 @@ static void test_refusal_is_decided_on_current_grants(void **state) {
   expect_refusal(w, w->reader, TG_SURFACE_AGENT, "writeItem", "{\"note\":\"no\"}", NULL,
                  "permission_denied", &res);
   tg_call_result_done(&res);
-  assert_int_equal(tg_db_exec(w->f->db,
-                              "INSERT INTO grants (principal_id, permission, created_at)"
-                              " VALUES ($1, 'tasks.assign', 'now')",
-                              json_pack("[s]", w->reader), NULL), 0);
-  assert_int_equal(fixture_call(w->f, w->reader, TG_SURFACE_AGENT, "writeItem", "{\"note\":\"granted\"}",
-                                NULL, &res), 0);
-  tg_call_result_done(&res);
+  grant_behind(w, w->reader, "tasks.assign");
+  write_item(w, w->reader, "granted");
   assert_int_equal(count_where(w, "SELECT COUNT(*) AS n FROM missions WHERE slug = 'granted'", NULL), 1);
 }
 
