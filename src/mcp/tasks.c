@@ -262,6 +262,30 @@ static int keep_beginning(void *arg, tg_db *db) {
 
 static int take_runner_lock(tg_mcp_tasks *t);
 
+/* The row of a task as it now stands (its status changed while it runs): another server
+ * shows it so. */
+typedef struct standing {
+  const char *id;
+  json_t *shown;
+} standing;
+
+static int keep_standing(void *arg, tg_db *db) {
+  const standing *s = arg;
+  return tg_db_exec(db, "UPDATE mcp_running_tasks SET task = $2 WHERE id = $1",
+                    json_pack("[s,O]", s->id, s->shown), NULL);
+}
+
+/* Writes k's row as shown (k as it stands, made under the store's lock; stolen), on k's own
+ * thread, so that its rows are written in the order its status changed. A failure leaves the
+ * row as it was, which another server then shows; it is logged. */
+static void show_standing(task *k, tg_db *db, json_t *shown) {
+  standing s = {k->id, shown};
+  if (!shown || tg_db_batch(db, keep_standing, &s) < 0)
+    tg_log(TG_LOG_WARN, "mcp: how task %s stands could not be written for other servers: %s",
+           k->id, shown ? tg_db_errmsg(db) : "out of memory");
+  json_decref(shown);
+}
+
 /* ---- what the handler sees (tg_client_channel.self is the task) ---- */
 
 /* A progress message becomes the task's statusMessage. */
@@ -588,6 +612,7 @@ static int bury_runner(void *arg, tg_db *db) {
                             "statusMessage", RUNNER_GONE_MESSAGE, "error",
                             tg_rpc_error_object(TG_RPC_INTERNAL_ERROR, RUNNER_GONE_MESSAGE, NULL));
     e.shown = shown;
+    if (shown) json_object_del(shown, "inputRequests"); /* it asks no more */
     r = shown && end && json_object_update(shown, end) == 0 ? keep_ending(&e, db) : TG_E_NOMEM;
     json_decref(end);
     json_decref(shown);
@@ -716,7 +741,7 @@ static void leave_runners(tg_mcp_tasks *t) {
 /* principal's task id, which this server does not hold, as the database has it: 0 when it
  * ended (a new DetailedTask in *ret unless ret is NULL), also when its runner is gone (it is
  * then written as failed); TG_MCP_TASK_ELSEWHERE when another server runs it (*ret: the task
- * as it began); TG_E_NOTFOUND when there is none, or its time to live is over; or the
+ * as it began or last changed status); TG_E_NOTFOUND when there is none, or its time to live is over; or the
  * failure of db. */
 static int not_here(tg_mcp_tasks *t, tg_db *db, const char *principal, const char *id,
                     json_t **ret) {
@@ -797,12 +822,16 @@ static void *task_main(void *arg) {
       break;
     }
     bool parked = settle_locked(k, r, &res, result);
+    json_t *asking = parked ? task_json_locked(k, true) : NULL;
     unlock_publishing(t); /* observers hear where the round ended before it waits */
     tg_call_result_done(&res);
+    if (parked) show_standing(k, env.db, asking);
     pthread_mutex_lock(&t->lock);
     again = parked && await_input_locked(k);
+    json_t *resumed = again ? task_json_locked(k, true) : NULL;
     if (again) unlock_publishing(t);
     else end_locked(k, env.db);
+    if (again) show_standing(k, env.db, resumed);
   }
   tg_db_close(env.db);
   pthread_mutex_lock(&t->lock);

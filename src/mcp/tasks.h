@@ -71,7 +71,8 @@ int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_tas
 
 /* The DetailedTask of principal's task id (a new object): from memory, or, for a task that
  * ended and is no longer there (let go, or run by a server since stopped), as db keeps it;
- * one that another server runs, as it began; one whose server is gone (crashed, killed),
+ * one that another server runs, as it began or last changed status (working,
+ * input_required); one whose server is gone (crashed, killed),
  * failed. TG_E_NOTFOUND when principal has no such task; another TG_E_* when db fails. */
 int tg_mcp_tasks_get(tg_mcp_tasks *t, tg_db *db, const char *principal_id, const char *id,
                      json_t **ret);

@@ -1385,6 +1385,69 @@ static void test_task_run_by_another_server(void **state) {
   free(id);
 }
 
+/* The status of task id in its running row, or NULL (a new reference). */
+static json_t *row_status(world *w, const char *id) {
+  json_t *row = NULL;
+  assert_int_equal(tg_db_query_row(w->f->db,
+                                   "SELECT task ->> '$.status' AS status FROM mcp_running_tasks"
+                                   " WHERE id = $1",
+                                   json_pack("[s]", id), &row),
+                   0);
+  return row;
+}
+
+/* Waits until task id's running row says status (a hang guard, not a timing check). */
+static void await_row_status(world *w, const char *id, const char *status) {
+  for (int i = 0; i < HANG_GUARD_S * 100; i++) {
+    json_t *row = row_status(w, id);
+    bool there = row && strcmp(str(row, "status"), status) == 0;
+    json_decref(row);
+    if (there) return;
+    usleep(10000);
+  }
+  fail_msg("task %s's row never said %s", id, status);
+}
+
+/* Another server shows a task of this one as of its last change of status: waiting for
+ * input, with what it asks; working once answered (seen while how it ended cannot be
+ * written); then how it ended. */
+static void test_task_parked_seen_elsewhere(void **state) {
+  world *w = *state;
+  json_t *parked;
+  char *id = park_confirm(w, "c.txt", &parked);
+  await_row_status(w, id, "input_required");
+  tg_mcp_server runner = w->srv;
+  start_server(w);
+  json_t *got = get_task(w, id);
+  assert_string_equal(str(got, "status"), "input_required");
+  assert_true(json_equal(json_object_get(got, "inputRequests"), json_object_get(parked, "inputRequests")));
+  json_decref(got);
+  const char *key = json_object_iter_key(json_object_iter(json_object_get(parked, "inputRequests")));
+  char *answer = NULL;
+  assert_true(asprintf(&answer, "{\"%s\":{\"action\":\"accept\",\"content\":{\"confirm\":true}}}", key) > 0);
+  refuse_rows(w, "mcp_tasks");
+  int base = count_ends();
+  tg_mcp_server other = w->srv;
+  w->srv = runner; /* only the runner takes the answer */
+  assert_ack(task_action_as(w, w->agent, "tasks/update", id, answer));
+  await_ended(base + 1);
+  tg_mcp_tasks_test_ended = NULL;
+  w->srv = other;
+  got = get_task(w, id);
+  assert_string_equal(str(got, "status"), "working");
+  assert_null(json_object_get(got, "inputRequests"));
+  json_decref(got);
+  /* The runner's stop writes how it ended. */
+  assert_int_equal(tg_db_exec(w->f->db, "DROP TRIGGER refuse_mcp_tasks", NULL, NULL), 0);
+  tg_mcp_server_done(&runner);
+  got = get_task(w, id);
+  assert_string_equal(str(got, "status"), "completed");
+  json_decref(got);
+  free(answer);
+  json_decref(parked);
+  free(id);
+}
+
 /* A running task's row, as a server that crashed leaves it (runner: its name). */
 static void leave_running(world *w, const char *id, const char *principal, const char *runner) {
   assert_int_equal(
@@ -1420,6 +1483,7 @@ static void assert_failed_as_gone(json_t *got, const char *id) {
                       "The server running the task stopped before it ended");
   assert_int_equal(json_integer_value(json_object_get(json_object_get(got, "error"), "code")),
                    TG_RPC_INTERNAL_ERROR);
+  assert_null(json_object_get(got, "inputRequests"));
 }
 
 /* A task whose server is gone (its lock file missing, or free) is not lost: it is written as
@@ -1436,6 +1500,13 @@ static void test_task_of_a_gone_server(void **state) {
   leave_running(w, id_a, w->agent, no_file);
   leave_running(w, id_b, other, unlocked);
   leave_running(w, id_c, w->agent, unlocked);
+  /* One that waited for input when its server went. */
+  assert_int_equal(tg_db_exec(w->f->db,
+                              "UPDATE mcp_running_tasks SET task = json_set(task, '$.status',"
+                              " 'input_required', '$.inputRequests', json('{\"r1.x\":{}}'))"
+                              " WHERE id = $1",
+                              json_pack("[s]", id_c), NULL),
+                   0);
   /* Those whose rows cannot be read are not left behind. */
   const char *id_d = "d0000000000000000000000000000000", *id_e = "e0000000000000000000000000000000";
   assert_int_equal(tg_db_exec(w->f->db,
@@ -1467,6 +1538,9 @@ static void test_task_of_a_gone_server(void **state) {
   assert_true(kept_row(w, id_b) && kept_row(w, id_c));
   got = get_task_as(w, other, id_b);
   assert_failed_as_gone(got, id_b);
+  json_decref(got);
+  got = get_task(w, id_c);
+  assert_failed_as_gone(got, id_c);
   json_decref(got);
   const char *unreadable[] = {id_d, id_e};
   for (size_t i = 0; i < 2; i++) {
@@ -1963,6 +2037,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_task_unkept_stays, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_outlives_its_server, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_run_by_another_server, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_task_parked_seen_elsewhere, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_of_a_gone_server, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_unrecorded_is_no_task, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_unkept_written_at_stop, setup, teardown),
