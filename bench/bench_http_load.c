@@ -3,9 +3,11 @@
  * or speaking 2026-07-28 statelessly (--modern: params._meta and the routing headers), then
  * sending tools/call of one tool, tools/list, or both alternating (--mix) for a given time;
  * --mix ping sends ping, which no tool or database serves: the cost of the transport and the
- * JSON-RPC layer alone. Prints requests/s, p50/p90/p99/p99.9 latency, errors and how many tools the
- * last tools/list answer held; a non-2xx status, a JSON-RPC error, a tool result with isError,
- * or an unreadable response is an error.
+ * JSON-RPC layer alone. Prints requests/s (answered without error), p50/p90/p99/p99.9 latency,
+ * errors, requests sent again on a new connection, and how many tools the last tools/list
+ * answer held; a non-2xx status, a JSON-RPC error, an answer to another id, a tool result
+ * with isError, or an unreadable response is an error. A session is ended (DELETE) after its
+ * last request, outside the measure, so that a server that keeps state per session frees it.
  *
  *   bench_http_load --url http://127.0.0.1:PORT/PATH [--connections N] [--duration S]
  *                   [--tool NAME] [--mix call|list|both|ping] [--modern]
@@ -14,7 +16,8 @@
  * connection: on a machine of few cores that the measured server shares, a thread per
  * connection would take the server's CPU in wake-ups and fill its run queue. Each connection
  * has one request in flight; its latency runs from the request's start (its connecting
- * too, when the connection is new) to the loop's waking to its answer's last bytes. */
+ * too, when the connection is new) to the loop's waking to its answer's last bytes. The rate
+ * counts from the first load request on, after the sessions opened. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -52,7 +55,7 @@ typedef struct options {
 } options;
 
 /* Where a connection is in its script. */
-typedef enum phase { INITIALIZE, INITIALIZED, LOAD, DONE } phase;
+typedef enum phase { INITIALIZE, INITIALIZED, LOAD, END_SESSION, DONE } phase;
 
 typedef struct conn {
   const options *o;
@@ -66,12 +69,15 @@ typedef struct conn {
   char *req; /* the request in flight, its length and how much of it is written */
   size_t req_len, req_sent;
   const char *method;
+  long id; /* of the request in flight; -1 for a notification or a DELETE */
   bool notification, retried;
   bool failed; /* the request in flight could not be sent: the loop finishes it */
   int64_t started_ns; /* when the request in flight began */
   uint32_t *lat_us; /* one latency per load request */
   size_t n_lat;
-  unsigned long errors;
+  unsigned long errors, load_errors, resent;
+  int64_t load_from_ns; /* when its first load request began; 0: none yet */
+  bool checked_list; /* a tools/list answer was read whole (its tools counted) */
   int64_t deadline_ns;
   long next_id;
   long listed; /* tools in the last tools/list answer; -1: none seen */
@@ -212,21 +218,70 @@ static int parse_response(conn *c, response *r) {
   return PARSE_DONE;
 }
 
-/* Whether the answer is a success: a JSON-RPC result without isError. An SSE body counts by
- * its last message, the response. A result holding a tools array sets *listed to its size. */
-static bool answer_ok(const char *body, bool sse, long *listed) {
-  if (sse) {
-    const char *last = NULL;
-    for (const char *p = strstr(body, "data: "); p; p = strstr(p + 6, "data: ")) last = p + 6;
-    if (!last) return false;
-    body = last;
+/* The JSON-RPC message an answer carries: the body, or for an SSE body the data of its last
+ * event (the response), which starts a line "data:". Sets *len. */
+static const char *message_of(const char *body, bool sse, size_t *len) {
+  if (!sse) {
+    *len = strlen(body);
+    return body;
   }
-  json_t *msg = json_loadb(body, sse ? strcspn(body, "\n") : strlen(body), 0, NULL);
-  json_t *result = json_object_get(msg, "result");
-  bool ok = json_is_object(result) && !json_is_true(json_object_get(result, "isError"));
-  json_t *tools = json_object_get(result, "tools");
-  if (json_is_array(tools)) *listed = (long)json_array_size(tools);
-  json_decref(msg);
+  const char *last = NULL;
+  for (const char *p = body; p; p = strchr(p, '\n')) {
+    if (*p == '\n') p++;
+    if (strncmp(p, "data:", 5) == 0) last = p + 5 + (p[5] == ' ');
+  }
+  *len = last ? strcspn(last, "\n") : 0;
+  return last;
+}
+
+/* Whether msg (n bytes) answers request id with a result that is no tool error: a scan of
+ * its members, for the top-level "id", "result" and "error" and the result's "isError",
+ * without building it (parsing a 30 KB list whole would cost the generator more than the
+ * server spends on it). A string value of those names is skipped like any other. */
+static bool scan_ok(const char *msg, size_t n, long id) {
+  int depth = 0;
+  bool in_result = false, has_result = false, has_error = false, id_ok = false, is_error = false;
+  char key[16] = "";
+  for (size_t i = 0; i < n; i++) {
+    char ch = msg[i];
+    if (ch == '"') { /* a string: a key when a colon follows */
+      size_t from = ++i;
+      while (i < n && msg[i] != '"') i += msg[i] == '\\' ? 2 : 1;
+      size_t j = i + 1;
+      while (j < n && (msg[j] == ' ' || msg[j] == '\t' || msg[j] == '\n' || msg[j] == '\r')) j++;
+      bool is_key = j < n && msg[j] == ':';
+      size_t klen = i - from;
+      if (!is_key || klen >= sizeof key) continue;
+      memcpy(key, msg + from, klen);
+      key[klen] = 0;
+      const char *v = msg + j + 1;
+      while (*v == ' ') v++;
+      if (depth == 1 && strcmp(key, "id") == 0) id_ok = strtol(v, NULL, 10) == id && *v != '"';
+      if (depth == 1 && strcmp(key, "error") == 0) has_error = true;
+      if (depth == 1 && strcmp(key, "result") == 0) has_result = in_result = *v == '{';
+      if (depth == 2 && in_result && strcmp(key, "isError") == 0) is_error = strncmp(v, "true", 4) == 0;
+    } else if (ch == '{' || ch == '[') {
+      depth++;
+    } else if (ch == '}' || ch == ']') {
+      if (--depth == 1) in_result = false;
+    }
+  }
+  return depth == 0 && id_ok && has_result && !has_error && !is_error;
+}
+
+/* Whether the answer to request id is a success: a JSON-RPC result without isError. The
+ * first tools/list answer of a connection is also read whole, to count its tools. */
+static bool answer_ok(conn *c, const char *body, bool sse, long id) {
+  size_t n = 0;
+  const char *msg = message_of(body, sse, &n);
+  if (!msg || !scan_ok(msg, n, id)) return false;
+  if (strcmp(c->method, "tools/list") != 0 || c->checked_list) return true;
+  json_t *parsed = json_loadb(msg, n, 0, NULL);
+  json_t *tools = json_object_get(json_object_get(parsed, "result"), "tools");
+  bool ok = json_is_array(tools);
+  if (ok) c->listed = (long)json_array_size(tools);
+  c->checked_list = ok;
+  json_decref(parsed);
   return ok;
 }
 
@@ -249,8 +304,9 @@ static bool transmit(conn *c) {
   return (c->fd >= 0 || dial(c)) && push(c);
 }
 
-/* Starts one JSON-RPC message; a notification's answer is only its status. */
-static void begin(conn *c, const char *method, const char *name, const char *body, bool notification) {
+/* Starts one JSON-RPC message (body; NULL: the DELETE that ends the session) answering id
+ * (-1: none is awaited, only a status). */
+static void begin(conn *c, const char *method, const char *name, const char *body, long id) {
   char extra[512] = "";
   if (c->o->modern)
     snprintf(extra, sizeof extra,
@@ -260,12 +316,16 @@ static void begin(conn *c, const char *method, const char *name, const char *bod
     snprintf(extra, sizeof extra, "Mcp-Session-Id: %s\r\nMCP-Protocol-Version: 2025-11-25\r\n", c->sid);
   free(c->req);
   c->req = NULL;
-  int n = asprintf(&c->req,
-                   "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-                   "Accept: application/json, text/event-stream\r\n%sContent-Length: %zu\r\n\r\n%s",
-                   c->o->path, c->o->host, extra, strlen(body), body);
+  int n = body ? asprintf(&c->req,
+                          "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                          "Accept: application/json, text/event-stream\r\n%sContent-Length: "
+                          "%zu\r\n\r\n%s",
+                          c->o->path, c->o->host, extra, strlen(body), body)
+                 : asprintf(&c->req, "DELETE %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", c->o->path,
+                            c->o->host, extra);
   c->method = method;
-  c->notification = notification;
+  c->id = id;
+  c->notification = id < 0;
   c->retried = false;
   c->started_ns = now_ns();
   if (n < 0) c->req = NULL;
@@ -274,6 +334,7 @@ static void begin(conn *c, const char *method, const char *name, const char *bod
   if (!sent && n >= 0 && c->reused) { /* a kept-alive connection the server closed: once more */
     hang_up(c);
     c->retried = true;
+    c->resent++;
     sent = transmit(c);
   }
   if (!sent) {
@@ -292,19 +353,26 @@ static void next(conn *c) {
           "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
           "\"2025-11-25\",\"capabilities\":{},\"clientInfo\":{\"name\":\"bench_http_load\","
           "\"version\":\"1\"}}}",
-          false);
+          0);
     return;
   }
   if (c->phase == INITIALIZED) {
     begin(c, "notifications/initialized", NULL,
-          "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}", true);
+          "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}", -1);
     return;
   }
-  if (c->phase != LOAD || now_ns() >= c->deadline_ns || c->n_lat >= MAX_SAMPLES_PER_CONN) {
+  if (c->phase == LOAD && (now_ns() >= c->deadline_ns || c->n_lat >= MAX_SAMPLES_PER_CONN))
+    c->phase = c->sid[0] ? END_SESSION : DONE;
+  if (c->phase == END_SESSION) {
+    begin(c, "DELETE", NULL, NULL, -1);
+    return;
+  }
+  if (c->phase != LOAD) {
     c->phase = DONE;
     hang_up(c);
     return;
   }
+  if (!c->load_from_ns) c->load_from_ns = now_ns();
   const char *meta = c->o->modern ? ",\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":"
                                     "\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{}}"
                                   : "";
@@ -318,7 +386,7 @@ static void next(conn *c) {
   else
     snprintf(body, sizeof body, "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"method\":\"%s\",\"params\":{%s}}",
              id, method, c->o->modern ? meta + 1 : "");
-  begin(c, method, call ? c->o->tool : NULL, body, false);
+  begin(c, method, call ? c->o->tool : NULL, body, id);
 }
 
 /* Records the outcome of the request in flight, which ended at ended_ns, and moves c on. */
@@ -336,10 +404,12 @@ static void finish(conn *c, bool ok, int64_t ended_ns) {
       c->lat_us = grown;
     }
     c->lat_us[c->n_lat++] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+    c->load_errors += !ok;
   }
   if (!ok) c->errors++;
   if (c->phase == INITIALIZE) c->phase = ok ? INITIALIZED : DONE;
   else if (c->phase == INITIALIZED) c->phase = ok ? LOAD : DONE;
+  else if (c->phase == END_SESSION) c->phase = DONE;
   if (c->phase == DONE) hang_up(c);
   else next(c);
 }
@@ -351,6 +421,7 @@ static void broken(conn *c) {
   hang_up(c);
   if (again) {
     c->retried = true;
+    c->resent++;
     if (transmit(c)) return;
     hang_up(c);
   }
@@ -392,7 +463,7 @@ static void readable(conn *c, int64_t woke_ns) {
     return finish(c, false, now_ns());
   }
   c->reused = true;
-  bool ok = r.status / 100 == 2 && (c->notification || answer_ok(r.body, r.sse, &c->listed));
+  bool ok = r.status / 100 == 2 && (c->notification || answer_ok(c, r.body, r.sse, c->id));
   if (!ok) note_error(c, c->method, r.status, r.body);
   if (ok && c->phase == INITIALIZE && !c->sid[0]) { /* no session to go on with */
     ok = false;
@@ -534,16 +605,22 @@ int main(int argc, char **argv) {
     started++;
   }
   size_t total = 0;
-  unsigned long errors = 0;
+  unsigned long errors = 0, load_errors = 0, resent = 0;
   long listed = -1;
+  int64_t load_from = 0;
   for (unsigned i = 0; i < started; i++) pthread_join(threads[i], NULL);
   for (unsigned i = started; i < n_loops; i++) errors += loops[i].n; /* never ran */
   for (unsigned i = 0; i < o.connections; i++) {
     total += conns[i].n_lat;
     errors += conns[i].errors;
+    load_errors += conns[i].load_errors;
+    resent += conns[i].resent;
     if (conns[i].listed >= 0) listed = conns[i].listed;
+    if (conns[i].load_from_ns && (!load_from || conns[i].load_from_ns < load_from))
+      load_from = conns[i].load_from_ns;
   }
-  double secs = (double)(now_ns() - start) / 1e9;
+  /* From the first load request to the last answer: opening the sessions is not the load. */
+  double secs = (double)(now_ns() - (load_from ? load_from : start)) / 1e9;
   uint32_t *all = malloc((total ? total : 1) * sizeof *all);
   if (!all) return 1;
   size_t k = 0;
@@ -560,9 +637,9 @@ int main(int argc, char **argv) {
 #define PCT(p) (total ? all[(size_t)((double)(total - 1) * (p))] / 1000.0 : 0.0)
   /* One line of key=value pairs, for people and for bench/http.sh alike. */
   printf("connections=%u duration_s=%.2f requests=%zu rps=%.0f p50_ms=%.3f p90_ms=%.3f "
-         "p99_ms=%.3f p999_ms=%.3f errors=%lu listed_tools=%ld\n",
-         o.connections, secs, total, (double)total / secs, PCT(0.50), PCT(0.90), PCT(0.99),
-         PCT(0.999), errors, listed);
+         "p99_ms=%.3f p999_ms=%.3f errors=%lu resent=%lu listed_tools=%ld\n",
+         o.connections, secs, total, (double)(total - load_errors) / secs, PCT(0.50), PCT(0.90),
+         PCT(0.99), PCT(0.999), errors, resent, listed);
   if (first_error) fprintf(stderr, "bench_http_load: first error: %s\n", first_error);
   free(all);
   free(conns);

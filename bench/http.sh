@@ -2,12 +2,14 @@
 # bench/http.sh BUILD_DIR: Streamable HTTP under load, toolgate next to a server built with the
 # official MCP TypeScript SDK (bench/peer-node/http-server.mjs), in one run on this machine.
 # Both listen on free loopback ports and expose the same read tool (test_simple_text; toolgate
-# serves it with --conformance-fixtures, through its full gate and audit path). Three loads, each
+# serves it with --conformance-fixtures, through its full gate and audit path). After an
+# untimed second of each load against each side (the peer's JIT), three loads, each
 # at 1, 8 and 64 connections for BENCH_SECONDS (default 5) against each side, on 2025-11-25
 # sessions: tools/call only (the same tool and answer on both sides), then tools/list only
 # (not the same list: the table says how many tools each side lists), then ping (no tool and no
 # database: what the transport and the JSON-RPC layer cost each side). Then it prints both
-# sides, each server's CPU time per request (from /proc, over the run), the ratio, idle RSS
+# sides, each server's CPU time per request (from /proc, over the run), the ratio (none when
+# a side had errors), idle RSS
 # (after start, before load) and peak RSS (VmHWM), and stops both by PID.
 set -euo pipefail
 
@@ -65,6 +67,13 @@ sleep 1
 tg_idle="$(rss "$tg_pid" VmRSS)"
 peer_idle="$(rss "$peer_pid" VmRSS)"
 
+# Untimed first: the peer's JIT compiles its hot paths in the first seconds of load.
+for url in "$tg_url" "$peer_url"; do
+  for mix in call list ping; do
+    "$build/bench_http_load" --url "$url" --connections 8 --duration 1 --mix "$mix" >/dev/null 2>&1 || true
+  done
+done
+
 declare -A res cpu_per
 for mix in call list ping; do
   for c in 1 8 64; do
@@ -90,7 +99,7 @@ cpu="$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
 echo "toolgate Streamable HTTP benchmark, $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 echo "machine: $(nproc) cores, CPU: ${cpu:-unknown}, $(uname -sr); load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "peer: @modelcontextprotocol/sdk $("$peer_node" -p "require('$peer/node_modules/@modelcontextprotocol/sdk/package.json').version"), node $("$peer_node" --version)"
-echo "load: bench_http_load, 2025-11-25 sessions, ${seconds}s per run; cpu: the server's CPU time per request, in microseconds"
+echo "load: bench_http_load, 2025-11-25 sessions (ended with DELETE), ${seconds}s per run after a 1s warm-up of each load; cpu: the server's CPU time per request, in microseconds"
 for mix in call list ping; do
   echo
   if [ "$mix" = call ]; then
@@ -104,7 +113,9 @@ for mix in call list ping; do
   for c in 1 8 64; do
     t="${res[tg.$mix.$c]}"
     p="${res[peer.$mix.$c]}"
-    ratio="$(awk -v a="$(field "$t" rps)" -v b="$(field "$p" rps)" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "n/a" }')"
+    # No ratio of a side that failed requests: its rate is not the same work.
+    ratio="$(awk -v a="$(field "$t" rps)" -v b="$(field "$p" rps)" -v e="$(field "$t" errors)$(field "$p" errors)" \
+      'BEGIN { if (b > 0 && e == "00") printf "%.2fx", a / b; else print "n/a" }')"
     printf '%-5s | %-46s | %-46s | %s\n' "$c" "$(cell "$t" "${cpu_per[tg.$mix.$c]}")" "$(cell "$p" "${cpu_per[peer.$mix.$c]}")" "$ratio"
   done
 done
