@@ -244,14 +244,15 @@ static json_t *task_json_locked(const task *k, bool detailed) {
   return j;
 }
 
-/* The row of k, as it began, before its client learns its id (the job of tg_db_batch). */
-typedef struct beginning {
+/* A running task's row: the task as shown (the arg of the jobs below). */
+typedef struct task_row {
   const task *k;
   json_t *shown;
-} beginning;
+} task_row;
 
+/* The row of k, as it began, before its client learns its id (the job of tg_db_batch). */
 static int keep_beginning(void *arg, tg_db *db) {
-  const beginning *b = arg;
+  const task_row *b = arg;
   return tg_db_exec(db,
                     "INSERT INTO mcp_running_tasks (id, principal_id, task, runner) "
                     "VALUES ($1, $2, $3, $4)",
@@ -264,22 +265,17 @@ static int take_runner_lock(tg_mcp_tasks *t);
 
 /* The row of a task as it now stands (its status changed while it runs): another server
  * shows it so. */
-typedef struct standing {
-  const char *id;
-  json_t *shown;
-} standing;
-
 static int keep_standing(void *arg, tg_db *db) {
-  const standing *s = arg;
+  const task_row *s = arg;
   return tg_db_exec(db, "UPDATE mcp_running_tasks SET task = $2 WHERE id = $1",
-                    json_pack("[s,O]", s->id, s->shown), NULL);
+                    json_pack("[s,O]", s->k->id, s->shown), NULL);
 }
 
 /* Writes k's row as shown (k as it stands, made under the store's lock; stolen), on k's own
  * thread, so that its rows are written in the order its status changed. A failure leaves the
  * row as it was, which another server then shows; it is logged. */
 static void show_standing(task *k, tg_db *db, json_t *shown) {
-  standing s = {k->id, shown};
+  task_row s = {k, shown};
   if (!shown || tg_db_batch(db, keep_standing, &s) < 0)
     tg_log(TG_LOG_WARN, "mcp: how task %s stands could not be written for other servers: %s",
            k->id, shown ? tg_db_errmsg(db) : "out of memory");
@@ -320,7 +316,7 @@ static int task_detach(void *self) {
   /* Its row first: the client may poll another server, or this one may crash (see
    * "runners"). A cancel that comes meanwhile reaches the task once it is one. */
   int r = t->runner_fd >= 0 ? TG_OK : take_runner_lock(t);
-  beginning b = {.k = k, .shown = r == TG_OK ? task_json_locked(k, true) : NULL};
+  task_row b = {.k = k, .shown = r == TG_OK ? task_json_locked(k, true) : NULL};
   pthread_mutex_unlock(&t->lock);
   if (r == TG_OK && !b.shown) r = TG_E_NOMEM;
   if (r == TG_OK && (r = tg_db_batch(k->thread_db, keep_beginning, &b)) < 0)
