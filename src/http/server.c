@@ -72,7 +72,8 @@ typedef struct session {
 /* What the streams of one principal hold, counted for the share of each caller. */
 typedef struct held_share {
   char principal[TG_UUID_LEN + 1];
-  atomic_size_t held;
+  atomic_size_t held; /* all their output */
+  atomic_size_t kept; /* of which delivered, kept for resumption */
   unsigned refs; /* one a stream; under the server's shares_lock */
   struct held_share *next;
 } held_share;
@@ -90,10 +91,13 @@ struct server {
   listener *listeners; /* the open subscriptions/listen streams */
   size_t n_listeners;
   bool closing;        /* tg_http_stop began: no listen stream opens any more */
-  /* SSE output in the buffers of its streams, read or not: bounded, so that clients that
-   * never read what their calls say cannot exhaust memory; a caller's streams hold at most
-   * half of it, so that one caller cannot leave the others without room. */
-  atomic_size_t held;
+  /* SSE output in the buffers of its streams. What is not delivered yet is bounded by
+   * held_max, so that clients that never read what their calls say cannot exhaust memory, and
+   * a caller's streams by half of it, so that one caller cannot leave the others without
+   * room: past it, output is refused. What was delivered and is kept for resumption (kept) is
+   * bounded by half as much again (a quarter a caller): past it, delivered output is no longer
+   * kept, so that it never takes the room of output still to deliver. */
+  atomic_size_t held, kept;
   size_t held_max;
   pthread_mutex_t shares_lock; /* apart from lock: streams are released under it */
   held_share *shares;
@@ -368,15 +372,32 @@ static void share_put(server *s, held_share *h) {
   pthread_mutex_unlock(&s->shares_lock);
 }
 
-/* n bytes more (or, with less, fewer) held by st, counted for its server and its caller. */
-static void held_count(stream *st, size_t n, bool less) {
+/* n bytes more (or, with less, fewer) held by st, counted for its server and its caller:
+ * in all (kept false) or of the delivered ones kept (kept true). A byte leaves kept before it
+ * leaves held, and joins held before kept, so that kept never passes held. */
+static void held_count(stream *st, size_t n, bool less, bool kept) {
+  atomic_size_t *in_all = kept ? &st->srv->kept : &st->srv->held;
+  atomic_size_t *share = kept ? &st->share->kept : &st->share->held;
   if (less) {
-    atomic_fetch_sub(&st->srv->held, n);
-    atomic_fetch_sub(&st->share->held, n);
+    atomic_fetch_sub(in_all, n);
+    atomic_fetch_sub(share, n);
   } else {
-    atomic_fetch_add(&st->srv->held, n);
-    atomic_fetch_add(&st->share->held, n);
+    atomic_fetch_add(in_all, n);
+    atomic_fetch_add(share, n);
   }
+}
+
+/* What of held is not delivered yet. */
+static size_t undelivered(atomic_size_t *held, atomic_size_t *kept) {
+  size_t k = atomic_load(kept), h = atomic_load(held);
+  return h > k ? h - k : 0;
+}
+
+/* buf[0, sent) went out: the delivered bytes are counted as kept. */
+static void set_sent_locked(stream *st, size_t sent) {
+  if (sent > st->sent) held_count(st, sent - st->sent, false, true);
+  else held_count(st, st->sent - sent, true, true);
+  st->sent = sent;
 }
 
 /* A new stream of principal's; NULL without memory. */
@@ -413,7 +434,8 @@ static void stream_release(stream *st) {
   json_decref(st->final_id);
   tg_mcp_inflight_free(st->inflight);
   json_decref(st->call_id);
-  held_count(st, st->len, true);
+  held_count(st, st->sent, true, true);
+  held_count(st, st->len, true, false);
   share_put(st->srv, st->share);
   free(st->buf);
   free(st);
@@ -432,15 +454,15 @@ static int append_locked(stream *st, const char *text, size_t n, bool bounded) {
   /* The server's bound is looked at, then counted: appends at the same instant may pass it
    * by their own sizes. */
   if (bounded && (st->len - st->sent + n > TG_HTTP_MAX_STREAM_BYTES ||
-                  atomic_load(&st->srv->held) + n > st->srv->held_max ||
-                  atomic_load(&st->share->held) + n > st->srv->held_max / 2))
+                  undelivered(&st->srv->held, &st->srv->kept) + n > st->srv->held_max ||
+                  undelivered(&st->share->held, &st->share->kept) + n > st->srv->held_max / 2))
     return TG_E_TOO_LARGE;
   char *grown = realloc(st->buf, st->len + n);
   if (!grown) return TG_E_NOMEM;
   memcpy(grown + st->len, text, n);
   st->buf = grown;
   st->len += n;
-  held_count(st, n, false);
+  held_count(st, n, false, false);
   pthread_cond_broadcast(&st->ready);
   return TG_OK;
 }
@@ -520,9 +542,17 @@ static size_t event_offset_locked(const stream *st, unsigned n) {
   return off;
 }
 
-/* Drops delivered events beyond what a resumption may ask for again. */
+/* Whether delivered output may be kept: what the server and st's caller keep is within
+ * their bounds (see struct server). */
+static bool room_to_keep(const stream *st) {
+  return atomic_load(&st->srv->kept) <= st->srv->held_max / 2 &&
+         atomic_load(&st->share->kept) <= st->srv->held_max / 4;
+}
+
+/* Drops delivered events beyond what a resumption may ask for again: all of them when
+ * there is no room to keep them. */
 static void compact_locked(stream *st) {
-  size_t keep = st->no ? REPLAY_MAX_BYTES : 0;
+  size_t keep = st->no && room_to_keep(st) ? REPLAY_MAX_BYTES : 0;
   if (st->sent <= keep) return;
   size_t cut = 0;
   unsigned dropped = 0;
@@ -534,8 +564,8 @@ static void compact_locked(stream *st) {
   }
   memmove(st->buf, st->buf + cut, st->len - cut);
   st->len -= cut;
-  held_count(st, cut, true);
-  st->sent -= cut;
+  set_sent_locked(st, st->sent - cut);
+  held_count(st, cut, true, false);
   st->cut_at = st->cut_at > cut ? st->cut_at - cut : 0; /* only events sent are dropped */
   st->first += dropped;
 }
@@ -673,7 +703,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
   }
   if (n > max) n = max;
   memcpy(out, st->buf + st->sent, n);
-  st->sent += n;
+  set_sent_locked(st, st->sent + n);
   compact_locked(st);
   pthread_mutex_unlock(&st->lock);
   return (ssize_t)n;
@@ -1325,7 +1355,7 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
   bool polled = st->polling;
   struct MHD_Response *res = polled ? polled_response_locked(st) : NULL;
   if (polled) {
-    st->sent = st->len;
+    set_sent_locked(st, st->len);
     compact_locked(st); /* what went out stays only as far as a resumption may ask */
   } else {
     st->reading = true;
@@ -1362,7 +1392,7 @@ static enum MHD_Result queue_events(server *s, struct MHD_Connection *conn, sess
   pthread_mutex_lock(&st->lock);
   append_reply_locked(st, reply, id);
   st->done = st->streaming = true;
-  st->sent = st->len;
+  set_sent_locked(st, st->len);
   struct MHD_Response *res = MHD_create_response_from_buffer(st->len, st->buf, MHD_RESPMEM_MUST_COPY);
   compact_locked(st); /* what went out stays only as far as a resumption may ask */
   pthread_mutex_unlock(&st->lock);
@@ -1563,7 +1593,7 @@ static stream *resume_locked(session *x, const char *last, unsigned *status, con
   } else {
     /* A client resuming may be quicker than the server noticing the old connection
      * dropped: the new connection takes the stream over, the old one ends. */
-    st->sent = event_offset_locked(st, (unsigned)n + 1);
+    set_sent_locked(st, event_offset_locked(st, (unsigned)n + 1));
     st->reading = true;
     st->cutting = false; /* a cut meant for the connection it replaces */
     *reader_id = ++st->reader;

@@ -25,8 +25,10 @@
 #define TG_HTTP_MAX_LISTENS 64                 /* subscriptions/listen streams open at once */
 #define TG_HTTP_MAX_LISTENS_PER_PRINCIPAL 8
 #define TG_HTTP_MAX_STREAM_BYTES (16u * 1024u * 1024u) /* unread SSE output kept for one client */
-#define TG_HTTP_MAX_HELD_BYTES (256u * 1024u * 1024u)  /* SSE output kept in all, for all clients;
-                                                        * one caller's streams hold half at most */
+#define TG_HTTP_MAX_HELD_BYTES (256u * 1024u * 1024u)  /* SSE output not delivered yet, for all
+                                                        * clients; one caller's streams hold half
+                                                        * at most; delivered output is kept for
+                                                        * resumption up to half as much again */
 
 typedef struct tg_http_config {
   const char *listen; /* HOST:PORT or [V6]:PORT; port 0 picks a free one */
@@ -39,7 +41,7 @@ typedef struct tg_http_config {
                            * address (http://HOST:PORT of the socket it listens on) */
   const tg_registry *registry;
   tg_mcp_server server;
-  size_t max_held_bytes; /* SSE output kept for all clients; 0: TG_HTTP_MAX_HELD_BYTES */
+  size_t max_held_bytes; /* SSE output held for all clients; 0: TG_HTTP_MAX_HELD_BYTES */
   unsigned idle_timeout_s; /* 0: TG_HTTP_IDLE_TIMEOUT_S */
 } tg_http_config;
 

@@ -644,44 +644,84 @@ static void test_idle_connections_are_closed(void **state) {
   free(got);
 }
 
-/* What the streams of a server keep, read or not, is bounded in all, and one caller's streams
- * hold at most half of it: sessions keep their streams for resumption, so a reply past
- * either bound becomes an error; once a session goes, what its streams held is free again. */
-static void test_output_kept_is_bounded_in_all_and_per_caller(void **state) {
+/* The number of the stream an answer of a session's POST came on (its first event's). */
+static unsigned stream_no(const char *got) {
+  unsigned no = 0;
+  assert_int_equal(sscanf(got, "id: %u-", &no), 1);
+  return no;
+}
+
+/* Whether session sid still keeps stream no's events from the first on. */
+static bool still_kept(world *w, const char *sid, unsigned no) {
+  char last[64];
+  snprintf(last, sizeof last, "Last-Event-ID: %u-0", no);
+  exchange *ex = start(w, "GET", sid, last, NULL);
+  await(ex, NULL);
+  bool kept = ex->status == 200 && strstr(ex->got, "before the answer");
+  if (!kept && !strstr(ex->got, "The events after Last-Event-ID are no longer kept"))
+    fail_msg("resuming stream %u: HTTP %ld: %s", no, ex->status, ex->got);
+  finish(ex);
+  return kept;
+}
+
+/* A call of test_note_overflow by caller with an answer text of bytes (it goes out twice);
+ * returns what came back. */
+static char *overflow_call(world *w, int caller, const char *sid, int bytes) {
+  char args[64], body[256];
+  snprintf(args, sizeof args, "{\"bytes\":%d}", bytes);
+  snprintf(body, sizeof body, CALL_WITH("5", "test_note_overflow", "%s"), args);
+  w->token = w->tokens[caller];
+  char *got = request(w, "POST", sid, NULL, body, 200);
+  assert_non_null(strstr(got, "before the answer"));
+  w->token = w->tokens[0];
+  return got;
+}
+
+/* What the streams of a server have not delivered yet is bounded (one caller's at half the
+ * bound): a reply past it becomes an error. What they keep for resumption once delivered is
+ * bounded apart (at half as much, one caller's at a quarter) and never takes the room of new
+ * output: past it, delivered output is not kept. */
+static void test_output_held_is_bounded_and_kept_output_gives_way(void **state) {
   world *w = *state;
-  w->cfg.max_held_bytes = 300 * 1024; /* 150 KB a caller */
+  w->cfg.max_held_bytes = 300 * 1024; /* undelivered: 150 KB a caller; kept: 150 KB, 75 a caller */
   restart(w);
-  /* Its text goes out twice (content and structuredContent): a little over 100 KB a reply. */
-  const char *call = CALL_WITH("5", "test_note_overflow", "{\"bytes\":51200}");
   char sids[3][64];
-  static const struct {
-    int caller;
-    bool refused;
-  } replies[] = {
-      {0, false}, /* bot holds 100 KB */
-      {0, true},  /* 200 KB would pass bot's half */
-      {1, false}, /* bot2 holds 100 KB, both 200 */
-      {2, true},  /* past 300 KB in all, though bot3 holds nothing */
-  };
   for (int i = 0; i < 3; i++) {
     w->token = w->tokens[i];
     open_session(w, "{}", sids[i]);
   }
-  for (size_t i = 0; i < sizeof replies / sizeof replies[0]; i++) {
-    w->token = w->tokens[replies[i].caller];
-    char *got = request(w, "POST", sids[replies[i].caller], NULL, call, 200);
-    assert_non_null(strstr(got, "before the answer"));
-    assert_int_equal(strstr(got, "The result is too large to send") != NULL, replies[i].refused);
+  w->token = w->tokens[0];
+  /* A little over 100 KB a reply: more than bot keeps, so each goes out and is not kept, and
+   * none is refused, though two would not fit in bot's half together. */
+  unsigned big[4];
+  for (int i = 0; i < 4; i++) {
+    char *got = overflow_call(w, 0, sids[0], 51200);
+    assert_null(strstr(got, "The result is too large to send"));
+    big[i] = stream_no(got);
     free(got);
   }
-  /* bot's session goes, and with it what it held: bot3's reply fits. */
+  for (int i = 0; i < 4; i++) assert_false(still_kept(w, sids[0], big[i]));
+  /* Some 50 KB each: kept while bot, bot2 and what all keep are within their bounds; the
+   * third caller's goes past what all keep. */
+  unsigned mid[3];
+  for (int i = 0; i < 3; i++) {
+    char *got = overflow_call(w, i, sids[i], 25600);
+    mid[i] = stream_no(got);
+    free(got);
+  }
+  for (int i = 0; i < 3; i++) {
+    w->token = w->tokens[i];
+    assert_int_equal(still_kept(w, sids[i], mid[i]), i < 2);
+  }
   w->token = w->tokens[0];
-  free(request(w, "DELETE", sids[0], NULL, NULL, 200));
-  w->token = w->tokens[2];
-  char *got = request(w, "POST", sids[2], NULL, call, 200);
+  /* What bot keeps does not count against its next reply: 50 KB kept and 100 KB to send. */
+  char *got = overflow_call(w, 0, sids[0], 51200);
   assert_null(strstr(got, "The result is too large to send"));
   free(got);
-  w->token = w->tokens[0];
+  /* A reply past a caller's half of the bound on undelivered output. */
+  got = overflow_call(w, 2, sids[2], 81920);
+  assert_non_null(strstr(got, "The result is too large to send"));
+  free(got);
 }
 
 /* A stream's priming event goes out whatever the bounds: it is a few bytes, and a client
@@ -805,7 +845,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_a_call_closing_its_stream_after_an_event_says_when_to_resume, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_call_closing_a_stream_being_read_says_when_to_resume, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_reply_too_large_for_its_stream_becomes_the_next_event, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_output_kept_is_bounded_in_all_and_per_caller, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_output_held_is_bounded_and_kept_output_gives_way, setup, teardown),
       cmocka_unit_test_setup_teardown(test_priming_passes_the_bounds, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_addresses, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idle_connections_are_closed, setup, teardown),
