@@ -1594,6 +1594,7 @@ static stream *resume_locked(session *x, const char *last, unsigned *status, con
     /* A client resuming may be quicker than the server noticing the old connection
      * dropped: the new connection takes the stream over, the old one ends. */
     set_sent_locked(st, event_offset_locked(st, (unsigned)n + 1));
+    compact_locked(st); /* what the client says it has may pass what went out */
     st->reading = true;
     st->cutting = false; /* a cut meant for the connection it replaces */
     *reader_id = ++st->reader;

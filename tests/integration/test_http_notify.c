@@ -93,16 +93,29 @@ static int wait_cancel(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, NULL, "The client cancelled the call");
 }
 
+/* {"text": size bytes}; NULL without memory. */
+static json_t *text_of(size_t size) {
+  char *text = malloc(size + 1);
+  if (!text) return NULL;
+  memset(text, 'x', size);
+  text[size] = 0;
+  json_t *answer = json_pack("{s:s}", "text", text);
+  free(text);
+  return answer;
+}
+
 /* Says something, then ends its answer for the client to resume (polling); with "wait",
- * only once the test says the client has read what it said. */
+ * only once the test says the client has read what it said; with "bytes", answers a text of
+ * that size. */
 static int note_then_close(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const tg_client_channel *ch = cx->client;
   int r = ch->notify(ch->self, "notifications/message",
                      json_pack("{s:s,s:s}", "level", "info", "data", "before the close"));
   if (r == 0 && json_is_true(json_object_get(args, "wait"))) kit_wait(&kit_go);
   if (r == 0) r = ch->close_stream ? ch->close_stream(ch->self) : TG_E_INVAL;
-  *ret = r == 0 ? json_object() : NULL;
-  return r;
+  json_int_t bytes = json_integer_value(json_object_get(args, "bytes"));
+  if (r == 0) *ret = bytes > 0 ? text_of((size_t)bytes) : json_object();
+  return r == 0 && !*ret ? TG_E_NOMEM : r;
 }
 
 /* Says something, then answers with a text of "bytes" bytes, by default more than a stream
@@ -112,17 +125,8 @@ static int note_then_overflow(tg_call_ctx *cx, json_t *args, json_t **ret) {
   int r = ch->notify(ch->self, "notifications/message",
                      json_pack("{s:s,s:s}", "level", "info", "data", "before the answer"));
   json_int_t bytes = json_integer_value(json_object_get(args, "bytes"));
-  size_t size = bytes > 0 ? (size_t)bytes : TG_HTTP_MAX_STREAM_BYTES + 1;
-  char *text = malloc(size + 1);
-  if (r == 0 && !text) r = TG_E_NOMEM;
-  if (r == 0) {
-    memset(text, 'x', size);
-    text[size] = 0;
-    *ret = json_pack("{s:s}", "text", text);
-    r = *ret ? 0 : TG_E_NOMEM;
-  }
-  free(text);
-  return r;
+  if (r == 0) *ret = text_of(bytes > 0 ? (size_t)bytes : TG_HTTP_MAX_STREAM_BYTES + 1);
+  return r == 0 && !*ret ? TG_E_NOMEM : r;
 }
 
 static const char kit_spec[] =
@@ -134,7 +138,8 @@ static const char kit_spec[] =
     "{\"name\":\"test.note.close\",\"description\":\"Sends a message, then ends its answer.\","
     "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
     "\"flags\":[\"interactive\"],"
-    "\"inputSchema\":{\"type\":\"object\",\"properties\":{\"wait\":{\"type\":\"boolean\"}}},"
+    "\"inputSchema\":{\"type\":\"object\",\"properties\":{\"wait\":{\"type\":\"boolean\"},"
+    "\"bytes\":{\"type\":\"integer\"}}},"
     "\"outputSchema\":{\"type\":\"object\"}},"
     "{\"name\":\"test.note.overflow\",\"description\":\"Sends a message, then a large answer.\","
     "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
@@ -701,8 +706,9 @@ static void test_output_held_is_bounded_and_kept_output_gives_way(void **state) 
     free(got);
   }
   for (int i = 0; i < 4; i++) assert_false(still_kept(w, sids[0], big[i]));
-  /* Some 50 KB each: kept while bot, bot2 and what all keep are within their bounds; the
-   * third caller's goes past what all keep. */
+  /* A little over 50 KB each (the text twice, with its JSON and SSE framing): kept while bot,
+   * bot2 and what all keep are within their bounds; the third caller's takes what all keep
+   * past 150 KB. */
   unsigned mid[3];
   for (int i = 0; i < 3; i++) {
     char *got = overflow_call(w, i, sids[i], 25600);
@@ -721,6 +727,35 @@ static void test_output_held_is_bounded_and_kept_output_gives_way(void **state) 
   /* A reply past a caller's half of the bound on undelivered output. */
   got = overflow_call(w, 2, sids[2], 81920);
   assert_non_null(strstr(got, "The result is too large to send"));
+  free(got);
+}
+
+/* A client resuming after an event it never got (the reply that followed a polled answer)
+ * has the stream let go of what it delivered past the bound on kept output, as a read does. */
+static void test_resumption_past_what_went_out_keeps_within_the_bound(void **state) {
+  world *w = *state;
+  w->cfg.max_held_bytes = 300 * 1024; /* kept: 75 KB a caller */
+  restart(w);
+  char sid[64];
+  open_session(w, "{}", sid);
+  char *polled = request(w, "POST", sid, NULL,
+                         CALL_WITH("8", "test_note_close", "{\"bytes\":51200}"), 200);
+  unsigned no = stream_no(polled);
+  free(polled);
+  char last[64];
+  snprintf(last, sizeof last, "Last-Event-ID: %u-2", no); /* the reply, once there */
+  for (int i = 0;; i++) {
+    exchange *ex = start(w, "GET", sid, last, NULL);
+    await(ex, NULL);
+    long status = ex->status;
+    finish(ex);
+    if (status == 200) break;
+    if (i == HANG_GUARD_S * 100) fail_msg("the reply to a polled answer never came");
+    usleep(10000);
+  }
+  snprintf(last, sizeof last, "Last-Event-ID: %u-1", no);
+  char *got = request(w, "GET", sid, last, NULL, 400);
+  assert_non_null(strstr(got, "The events after Last-Event-ID are no longer kept"));
   free(got);
 }
 
@@ -846,6 +881,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_a_call_closing_a_stream_being_read_says_when_to_resume, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_reply_too_large_for_its_stream_becomes_the_next_event, setup, teardown),
       cmocka_unit_test_setup_teardown(test_output_held_is_bounded_and_kept_output_gives_way, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_resumption_past_what_went_out_keeps_within_the_bound, setup, teardown),
       cmocka_unit_test_setup_teardown(test_priming_passes_the_bounds, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_addresses, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idle_connections_are_closed, setup, teardown),
