@@ -651,14 +651,19 @@ static void remove_unborn(int dir, const char *name) {
   close(fd);
 }
 
-/* Writes as failed the tasks of every runner that is gone, and removes their files. */
-static void bury_gone_runners(tg_mcp_tasks *t, tg_db *db) {
+/* Writes as failed the tasks of every runner that is gone, and removes their files. False
+ * when the database failed at it (logged): worth trying again. */
+static bool bury_gone_runners(tg_mcp_tasks *t, tg_db *db) {
   _cleanup_json_ json_t *rows = NULL;
-  if (tg_db_query(db, "SELECT DISTINCT runner FROM mcp_running_tasks", NULL, &rows) < 0)
-    tg_log(TG_LOG_WARN, "mcp: cannot read which servers run tasks: %s", tg_db_errmsg(db));
+  bool done = tg_db_query(db, "SELECT DISTINCT runner FROM mcp_running_tasks", NULL, &rows) == 0;
+  if (!done) tg_log(TG_LOG_WARN, "mcp: cannot read which servers run tasks: %s", tg_db_errmsg(db));
   size_t i;
   json_t *row;
-  json_array_foreach(rows, i, row) bury_if_gone(t, db, tg_json_str(row, "runner"));
+  /* A runner whether alive cannot be told (TG_E_IO, logged) would fail every try alike. */
+  json_array_foreach(rows, i, row) {
+    int r = bury_if_gone(t, db, tg_json_str(row, "runner"));
+    if (r < 0 && r != TG_E_IO) done = false;
+  }
   /* Runners gone without a task left, and servers killed as they became runners. */
   _cleanup_free_ char *dir = runner_file(t->data_dir, "", "");
   DIR *d = dir ? opendir(dir) : NULL;
@@ -670,20 +675,24 @@ static void bury_gone_runners(tg_mcp_tasks *t, tg_db *db) {
     } else if (strcmp(suffix, ".lock") == 0) {
       memcpy(runner, e->d_name, TASK_ID_LEN);
       runner[TASK_ID_LEN] = '\0';
-      bury_if_gone(t, db, runner);
+      bury_if_gone(t, db, runner); /* its rows, if any, were tried above */
     }
   }
   if (d) closedir(d);
+  return done;
 }
 
 /* At this server's first task, the tasks of runners that are gone are written as failed
- * (db NULL: not now). */
+ * (db NULL: not now); if the database failed at it, at its next task again. */
 static void sweep_once(tg_mcp_tasks *t, tg_db *db) {
   pthread_mutex_lock(&t->lock);
   bool sweep = db && !t->swept;
   t->swept |= sweep;
   pthread_mutex_unlock(&t->lock);
-  if (sweep) bury_gone_runners(t, db);
+  if (!sweep || bury_gone_runners(t, db)) return;
+  pthread_mutex_lock(&t->lock);
+  t->swept = false;
+  pthread_mutex_unlock(&t->lock);
 }
 
 /* Deletes the rows of the tasks this server let go (past their time to live, their ends

@@ -1562,6 +1562,37 @@ static void test_task_of_a_gone_server(void **state) {
   free(being_born_path);
 }
 
+/* Rows of runner in mcp_running_tasks. */
+static long rows_of_runner(world *w, const char *runner) {
+  json_t *row = NULL;
+  assert_int_equal(tg_db_query_row(w->f->db,
+                                   "SELECT COUNT(*) AS n FROM mcp_running_tasks WHERE runner = $1",
+                                   json_pack("[s]", runner), &row),
+                   0);
+  long n = (long)json_integer_value(json_object_get(row, "n"));
+  json_decref(row);
+  return n;
+}
+
+/* A first-task sweep the database refused is made again at the next task. */
+static void test_failed_sweep_is_tried_again(void **state) {
+  world *w = *state;
+  const char *gone = "fedcba9876543210fedcba9876543210"; /* no file: gone */
+  const char *id = "a0000000000000000000000000000000";
+  leave_running(w, id, w->agent, gone);
+  refuse_rows(w, "mcp_tasks");
+  char *first = start_task(w, "slow_compute", "{\"seconds\":600}");
+  assert_int_equal(rows_of_runner(w, gone), 1);
+  assert_int_equal(tg_db_exec(w->f->db, "DROP TRIGGER refuse_mcp_tasks", NULL, NULL), 0);
+  char *second = start_task(w, "slow_compute", "{\"seconds\":600}");
+  assert_int_equal(rows_of_runner(w, gone), 0);
+  assert_true(kept_row(w, id));
+  cancel_task(w, first);
+  cancel_task(w, second);
+  free(first);
+  free(second);
+}
+
 /* A task of slow_compute labelled label, which completes while the database refuses to
  * write how (as a full disk would, until the trigger refuse_mcp_tasks is dropped); returns
  * its id (malloc'd). */
@@ -2038,6 +2069,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_task_outlives_its_server, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_run_by_another_server, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_parked_seen_elsewhere, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_failed_sweep_is_tried_again, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_of_a_gone_server, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_unrecorded_is_no_task, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_unkept_written_at_stop, setup, teardown),
