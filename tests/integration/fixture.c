@@ -83,11 +83,16 @@ void fixture_revoke_elsewhere(fixture *f, const char *agent_slug, const char *pe
 long fixture_count(fixture *f, const char *table) {
   char *sql = NULL;
   assert_true(asprintf(&sql, "SELECT COUNT(*) AS n FROM %s", table) > 0);
+  long n = fixture_count_where(f, sql, NULL);
+  free(sql);
+  return n;
+}
+
+long fixture_count_where(fixture *f, const char *sql, json_t *params) {
   json_t *row = NULL;
-  assert_int_equal(tg_db_query_row(f->db, sql, NULL, &row), 0);
+  assert_int_equal(tg_db_query_row(f->db, sql, params, &row), 0);
   long n = (long)json_integer_value(json_object_get(row, "n"));
   json_decref(row);
-  free(sql);
   return n;
 }
 

@@ -33,6 +33,8 @@ void fixture_agent(fixture *f, const char *args, char principal[TG_UUID_LEN + 1]
 
 /* Rows of table, and a text snapshot of every table but the excluded one (NULL: none). */
 long fixture_count(fixture *f, const char *table);
+/* The n of a query "SELECT COUNT(*) AS n ..." with params (stolen, as tg_db_query_row). */
+long fixture_count_where(fixture *f, const char *sql, json_t *params);
 char *fixture_snapshot(fixture *f, const char *except_table);
 /* The wire code of an error envelope, or "" for a result. */
 const char *fixture_code(const tg_call_result *res);

@@ -559,12 +559,6 @@ static void test_unknown_grant_is_refused(void **state) {
   assert_string_equal(before, after);
 }
 
-static long count_where(world *w, const char *sql, json_t *params) {
-  _cleanup_json_ json_t *row = NULL;
-  assert_int_equal(tg_db_query_row(w->f->db, sql, params, &row), 0);
-  return (long)json_integer_value(json_object_get(row, "n"));
-}
-
 /* Grants permission to principal by plain SQL: no principal is loaded on the connection. */
 static void grant_behind(world *w, const char *principal, const char *permission) {
   assert_int_equal(tg_db_exec(w->f->db,
@@ -590,9 +584,12 @@ static void test_kept_principal_is_checked_where_the_call_writes(void **state) {
   /* A change to another principal moves the epoch too: decided again, the call goes on. */
   grant_behind(w, w->reader, "kb.read");
   write_item(w, w->writer, "moved");
-  assert_int_equal(count_where(w, "SELECT COUNT(*) AS n FROM activity_log WHERE action_type = 'ITEM_WRITTEN'"
-                                  " AND actor_id = (SELECT id FROM agents WHERE principal_id = $1)",
-                               json_pack("[s]", w->writer)), 2);
+  assert_int_equal(fixture_count_where(w->f,
+                                       "SELECT COUNT(*) AS n FROM activity_log"
+                                       " WHERE action_type = 'ITEM_WRITTEN' AND actor_id ="
+                                       " (SELECT id FROM agents WHERE principal_id = $1)",
+                                       json_pack("[s]", w->writer)),
+                   2);
   /* Revoked behind the connection's back: no principal is loaded on it meanwhile. */
   assert_int_equal(tg_db_exec(w->f->db, "DELETE FROM grants WHERE principal_id = $1",
                               json_pack("[s]", w->writer), NULL), 0);
@@ -604,8 +601,11 @@ static void test_kept_principal_is_checked_where_the_call_writes(void **state) {
   tg_call_result_done(&res);
   assert_int_equal(fixture_count(w->f, "missions"), missions);
   assert_int_equal(fixture_count(w->f, "agent_runs"), runs);
-  assert_int_equal(count_where(w, "SELECT COUNT(*) AS n FROM agent_run_logs WHERE principal_id = $1"
-                                  " AND level = 'WARN'", json_pack("[s]", w->writer)), 1);
+  assert_int_equal(fixture_count_where(w->f,
+                                       "SELECT COUNT(*) AS n FROM agent_run_logs"
+                                       " WHERE principal_id = $1 AND level = 'WARN'",
+                                       json_pack("[s]", w->writer)),
+                   1);
 }
 
 /* A refusal is answered on current grants only, never on a kept principal's. */
@@ -617,7 +617,9 @@ static void test_refusal_is_decided_on_current_grants(void **state) {
   tg_call_result_done(&res);
   grant_behind(w, w->reader, "tasks.assign");
   write_item(w, w->reader, "granted");
-  assert_int_equal(count_where(w, "SELECT COUNT(*) AS n FROM missions WHERE slug = 'granted'", NULL), 1);
+  assert_int_equal(
+      fixture_count_where(w->f, "SELECT COUNT(*) AS n FROM missions WHERE slug = 'granted'", NULL),
+      1);
 }
 
 /* A caller kept by the connection and gone since is answered as unknown, with nothing
@@ -697,11 +699,17 @@ static void test_run_gates_hold_at_the_write(void **state) {
     else assert_string_equal(json_string_value(json_object_get(details(&res), "status")), "completed");
     tg_call_result_done(&res);
     assert_int_equal(fixture_count(w->f, "missions"), missions);
-    assert_int_equal(count_where(w, "SELECT COUNT(*) AS n FROM agent_run_logs WHERE run_id = $1"
-                                    " AND level = 'INFO'", json_pack("[s]", run)), i == 0);
+    assert_int_equal(fixture_count_where(w->f,
+                                         "SELECT COUNT(*) AS n FROM agent_run_logs"
+                                         " WHERE run_id = $1 AND level = 'INFO'",
+                                         json_pack("[s]", run)),
+                     i == 0);
     /* The refusal's own row names the run unless the run is what refused. */
-    assert_int_equal(count_where(w, "SELECT COUNT(*) AS n FROM agent_run_logs WHERE run_id = $1"
-                                    " AND level = 'WARN'", json_pack("[s]", run)), i == 0);
+    assert_int_equal(fixture_count_where(w->f,
+                                         "SELECT COUNT(*) AS n FROM agent_run_logs"
+                                         " WHERE run_id = $1 AND level = 'WARN'",
+                                         json_pack("[s]", run)),
+                     i == 0);
   }
   tg_db_test_queued = NULL;
 }

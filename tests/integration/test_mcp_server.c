@@ -1564,14 +1564,8 @@ static void test_task_of_a_gone_server(void **state) {
 
 /* Rows of runner in mcp_running_tasks. */
 static long rows_of_runner(world *w, const char *runner) {
-  json_t *row = NULL;
-  assert_int_equal(tg_db_query_row(w->f->db,
-                                   "SELECT COUNT(*) AS n FROM mcp_running_tasks WHERE runner = $1",
-                                   json_pack("[s]", runner), &row),
-                   0);
-  long n = (long)json_integer_value(json_object_get(row, "n"));
-  json_decref(row);
-  return n;
+  return fixture_count_where(w->f, "SELECT COUNT(*) AS n FROM mcp_running_tasks WHERE runner = $1",
+                             json_pack("[s]", runner));
 }
 
 /* A first-task sweep the database refused is made again at the next task. */
