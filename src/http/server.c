@@ -309,10 +309,13 @@ struct stream {
   held_share *share; /* its principal's */
   pthread_mutex_t lock;
   pthread_cond_t ready;
-  /* SSE text, whole events. buf[0, sent) went out; a stream of a session keeps up to
-   * REPLAY_MAX_BYTES of it for Last-Event-ID; a sessionless one keeps none. */
+  /* SSE text, whole events. buf[0, sent) goes out no more to the connection reading it;
+   * a stream of a session keeps up to REPLAY_MAX_BYTES of it for Last-Event-ID; a
+   * sessionless one keeps none. buf[0, seen) went out at least once: it counts as kept, also
+   * while a resumption sends it again (sent then goes back), so that resuming never turns
+   * output into undelivered output without the bounds that refuse it. */
   char *buf;
-  size_t len, sent;
+  size_t len, sent, seen;
   unsigned no;         /* number in its session; 0: sessionless, its events carry no id */
   unsigned first;      /* number of the first event in buf */
   unsigned next_event; /* number of the last event appended */
@@ -393,10 +396,12 @@ static size_t undelivered(atomic_size_t *held, atomic_size_t *kept) {
   return h > k ? h - k : 0;
 }
 
-/* buf[0, sent) went out: the delivered bytes are counted as kept. */
+/* buf[0, sent) went out: bytes delivered for the first time are counted as kept. */
 static void set_sent_locked(stream *st, size_t sent) {
-  if (sent > st->sent) held_count(st, sent - st->sent, false, true);
-  else held_count(st, st->sent - sent, true, true);
+  if (sent > st->seen) {
+    held_count(st, sent - st->seen, false, true);
+    st->seen = sent;
+  }
   st->sent = sent;
 }
 
@@ -434,7 +439,7 @@ static void stream_release(stream *st) {
   json_decref(st->final_id);
   tg_mcp_inflight_free(st->inflight);
   json_decref(st->call_id);
-  held_count(st, st->sent, true, true);
+  held_count(st, st->seen, true, true);
   held_count(st, st->len, true, false);
   share_put(st->srv, st->share);
   free(st->buf);
@@ -453,7 +458,7 @@ static void stream_end(stream *st) {
 static int append_locked(stream *st, const char *text, size_t n, bool bounded) {
   /* The server's bound is looked at, then counted: appends at the same instant may pass it
    * by their own sizes. */
-  if (bounded && (st->len - st->sent + n > TG_HTTP_MAX_STREAM_BYTES ||
+  if (bounded && (st->len - st->seen + n > TG_HTTP_MAX_STREAM_BYTES ||
                   undelivered(&st->srv->held, &st->srv->kept) + n > st->srv->held_max ||
                   undelivered(&st->share->held, &st->share->kept) + n > st->srv->held_max / 2))
     return TG_E_TOO_LARGE;
@@ -493,8 +498,10 @@ static int append_event_locked(stream *st, char *text, bool bounded) {
  * fit, an error naming the same request takes its place (small, so over the bound), so that
  * the client is never left without an answer. */
 static void append_reply_locked(stream *st, char *text, json_t *id) {
+  size_t n = text ? strlen(text) : 0;
   if (append_event_locked(st, text, true) == TG_E_TOO_LARGE) {
-    tg_log(TG_LOG_WARN, "http: a reply over %u bytes was replaced by an error", TG_HTTP_MAX_STREAM_BYTES);
+    tg_log(TG_LOG_WARN, "http: a reply of %zu bytes, past the bounds on output not delivered yet, "
+           "was replaced by an error", n);
     _cleanup_json_ json_t *error =
         tg_rpc_error(id, TG_RPC_INTERNAL_ERROR, "The result is too large to send", NULL);
     append_event_locked(st, error ? tg_rpc_encode(error) : NULL, false);
@@ -564,7 +571,9 @@ static void compact_locked(stream *st) {
   }
   memmove(st->buf, st->buf + cut, st->len - cut);
   st->len -= cut;
-  set_sent_locked(st, st->sent - cut);
+  st->sent -= cut;
+  st->seen -= cut; /* cut <= sent <= seen */
+  held_count(st, cut, true, true);
   held_count(st, cut, true, false);
   st->cut_at = st->cut_at > cut ? st->cut_at - cut : 0; /* only events sent are dropped */
   st->first += dropped;
@@ -1386,22 +1395,22 @@ static bool waits_on_client(server *s, const tg_rpc_msg *msg) {
 }
 
 /* Answers with the events st gathered, then the reply to request id (encoded, stolen), as
- * one SSE response; a session keeps the stream for a client cut off to resume. */
+ * one SSE response read from st, so that what the client has not read yet stays within the
+ * bounds on output; a session keeps the stream for a client cut off to resume. */
 static enum MHD_Result queue_events(server *s, struct MHD_Connection *conn, session *x,
                                     stream *st, char *reply, json_t *id, const char *session_id) {
   pthread_mutex_lock(&st->lock);
   append_reply_locked(st, reply, id);
-  st->done = st->streaming = true;
-  set_sent_locked(st, st->len);
-  struct MHD_Response *res = MHD_create_response_from_buffer(st->len, st->buf, MHD_RESPMEM_MUST_COPY);
-  compact_locked(st); /* what went out stays only as far as a resumption may ask */
+  st->done = st->streaming = st->reading = true;
+  unsigned reader_id = st->reader;
+  st->refs++; /* the answer's, besides the caller's */
   pthread_mutex_unlock(&st->lock);
   if (x) {
     pthread_mutex_lock(&s->lock);
     keep_stream_locked(x, st);
     pthread_mutex_unlock(&s->lock);
   }
-  return res ? queue_sse(conn, res, session_id) : MHD_NO;
+  return queue_stream(conn, st, session_id, reader_id);
 }
 
 static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db *db,

@@ -5,6 +5,7 @@
 #include "support.h"
 
 #include <arpa/inet.h>
+#include <netinet/tcp.h>
 #include <curl/curl.h>
 #include <dirent.h>
 #include <pthread.h>
@@ -759,6 +760,120 @@ static void test_resumption_past_what_went_out_keeps_within_the_bound(void **sta
   free(got);
 }
 
+/* Sends method with headers (whole lines, each ending in CRLF) and body as the caller w->token
+ * names, on a connection whose client reads until it has seen marker and then nothing more:
+ * what the server sends next fills the small buffers of the socket and waits there. Returns
+ * the socket. */
+static int stalled_request(world *w, const char *method, const char *headers, const char *body,
+                           const char *marker) {
+  unsigned port = 0;
+  assert_int_equal(sscanf(w->url, "http://127.0.0.1:%u/", &port), 1);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  /* Small segments too: the server sizes its send buffer after them. */
+  int small = 4096, segment = 536;
+  assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+  assert_int_equal(setsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &segment, sizeof segment), 0);
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
+  char *req = NULL;
+  int n = asprintf(&req,
+                   "%s /mcp HTTP/1.1\r\nHost: 127.0.0.1:%u\r\n"
+                   "Accept: application/json, text/event-stream\r\nAuthorization: Bearer %s\r\n"
+                   "%sContent-Length: %zu\r\n\r\n%s",
+                   method, port, w->token, headers, strlen(body), body);
+  assert_true(n > 0);
+  assert_int_equal(write(fd, req, (size_t)n), n);
+  free(req);
+  /* The latest bytes read, one at a time, so as to read no further than the marker. */
+  char seen[512] = "";
+  size_t len = 0, want = strlen(marker);
+  for (size_t total = 0; len < want || memcmp(seen + len - want, marker, want) != 0; total++) {
+    if (len == sizeof seen - 1) {
+      memmove(seen, seen + len - want, want);
+      len = want;
+    }
+    assert_int_equal(read(fd, seen + len, 1), 1);
+    seen[++len] = 0;
+    if (total == 11 && strncmp(seen, "HTTP/1.1 200", 12) != 0) fail_msg("%s: answered %s", method, seen);
+  }
+  return fd;
+}
+
+/* Resumes stream no of session sid from its first event, stalled after the answer's head. */
+static int stalled_resumption(world *w, const char *sid, unsigned no) {
+  char headers[256];
+  snprintf(headers, sizeof headers, "Mcp-Session-Id: %s\r\nLast-Event-ID: %u-0\r\n", sid, no);
+  return stalled_request(w, "GET", headers, "", "\r\n\r\n");
+}
+
+/* A resumption that sends again what went out before (the client lost it on the way) does not
+ * turn it into undelivered output: it stays counted as kept, and the caller's next reply has
+ * the whole of its half of the bound on undelivered output. */
+static void test_sending_kept_output_again_leaves_the_room_for_new_output(void **state) {
+  world *w = *state;
+  w->cfg.max_held_bytes = 2 * 1024 * 1024; /* undelivered: 1 MB a caller; kept: 512 KB */
+  restart(w);
+  char sid[64];
+  open_session(w, "{}", sid);
+  /* Two answers of about 246 KB each (the text twice, with its framing), both kept. */
+  unsigned kept[2];
+  for (int i = 0; i < 2; i++) {
+    char *got = overflow_call(w, 0, sid, 122880);
+    kept[i] = stream_no(got);
+    free(got);
+    assert_true(still_kept(w, sid, kept[i]));
+  }
+  /* Both sent again to clients that read none of it: at most what the sockets take went out
+   * again, the rest waits. */
+  int fds[2];
+  for (int i = 0; i < 2; i++) fds[i] = stalled_resumption(w, sid, kept[i]);
+  /* About 1000 KB: within bot's half only while what waits to go out again is not counted
+   * as undelivered. */
+  char *got = overflow_call(w, 0, sid, 512000);
+  assert_null(strstr(got, "The result is too large to send"));
+  free(got);
+  for (int i = 0; i < 2; i++) close(fds[i]);
+}
+
+/* What all callers' streams have not delivered is bounded too, apart from each caller's half:
+ * two callers whose clients read nothing leave a third no room for a reply within its own
+ * half, until their clients go away. */
+static void test_output_undelivered_in_all_is_bounded(void **state) {
+  world *w = *state;
+  w->cfg.max_held_bytes = 4 * 1024 * 1024; /* 2 MB a caller */
+  restart(w);
+  /* About 1.8 MB each (the text twice, with its framing), stalled as soon as it starts. */
+  static const char stateless[] = "Content-Type: application/json\r\n"
+                                  "MCP-Protocol-Version: 2026-07-28\r\n"
+                                  "Mcp-Method: tools/call\r\nMcp-Name: test_note_overflow\r\n";
+  static const char big[] =
+      "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{"
+      "\"name\":\"test_note_overflow\",\"arguments\":{\"bytes\":943718}," MODERN_META "}}";
+  int fds[2];
+  for (int i = 0; i < 2; i++) {
+    w->token = w->tokens[i];
+    fds[i] = stalled_request(w, "POST", stateless, big, "xxxxxxxxxxxxxxxx");
+  }
+  char sid[64];
+  w->token = w->tokens[2];
+  open_session(w, "{}", sid);
+  /* About 1.2 MB: within bot3's half, past what all may hold. */
+  char *got = overflow_call(w, 2, sid, 614400);
+  assert_non_null(strstr(got, "The result is too large to send"));
+  free(got);
+  /* Their clients gone, their output goes, and the same reply fits. */
+  for (int i = 0; i < 2; i++) close(fds[i]);
+  for (int i = 0;; i++) {
+    got = overflow_call(w, 2, sid, 614400);
+    bool refused = strstr(got, "The result is too large to send");
+    free(got);
+    if (!refused) break;
+    if (i == HANG_GUARD_S * 10) fail_msg("the output of callers gone was never let go");
+    usleep(100000);
+  }
+}
+
 /* A stream's priming event goes out whatever the bounds: it is a few bytes, and a client
  * could not resume the stream without it. */
 static void test_priming_passes_the_bounds(void **state) {
@@ -882,6 +997,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_a_reply_too_large_for_its_stream_becomes_the_next_event, setup, teardown),
       cmocka_unit_test_setup_teardown(test_output_held_is_bounded_and_kept_output_gives_way, setup, teardown),
       cmocka_unit_test_setup_teardown(test_resumption_past_what_went_out_keeps_within_the_bound, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_sending_kept_output_again_leaves_the_room_for_new_output, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_output_undelivered_in_all_is_bounded, setup, teardown),
       cmocka_unit_test_setup_teardown(test_priming_passes_the_bounds, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_addresses, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idle_connections_are_closed, setup, teardown),
