@@ -596,25 +596,6 @@ static int retry_block(char *out, size_t size) {
   return snprintf(out, size, "retry: %d\n\n", RETRY_MS);
 }
 
-/* What a polled answer sends: the events of st so far, then the reconnection delay, or the
- * priming event when there are none. */
-static struct MHD_Response *polled_response_locked(stream *st) {
-  if (st->len == 0) {
-    if (prime_locked(st) < 0) return NULL;
-    return MHD_create_response_from_buffer(st->len, st->buf, MHD_RESPMEM_MUST_COPY);
-  }
-  char retry[32];
-  int n = retry_block(retry, sizeof retry);
-  char *text = malloc(st->len + (size_t)n);
-  if (!text) return NULL;
-  memcpy(text, st->buf, st->len);
-  memcpy(text + st->len, retry, (size_t)n);
-  struct MHD_Response *res =
-      MHD_create_response_from_buffer(st->len + (size_t)n, text, MHD_RESPMEM_MUST_FREE);
-  if (!res) free(text);
-  return res;
-}
-
 /* The call asked to end its answer now: the connection reading it ends once it has sent
  * the events so far, or, before one reads it, the answer will be what there is so far.
  * What follows is kept for Last-Event-ID. */
@@ -699,7 +680,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
     st->reading = false;
     st->reader++; /* this connection ends: the rest waits for the client's resumption */
     pthread_cond_broadcast(&st->ready);
+    /* An answer that was the priming event alone gave the delay in it. */
+    bool primed_only = st->first == 0 && st->cut_at == event_offset_locked(st, 1);
     pthread_mutex_unlock(&st->lock);
+    if (primed_only) return MHD_CONTENT_READER_END_OF_STREAM;
     char retry[32];
     int k = retry_block(retry, sizeof retry);
     if ((size_t)k > max) return MHD_CONTENT_READER_END_OF_STREAM; /* no room: the client's own delay */
@@ -1358,17 +1342,18 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
     return final ? queue_text(conn, (unsigned)status, final, session_id)
                  : queue(conn, (unsigned)status, NULL, NULL, session_id);
   }
-  st->streaming = true;
-  /* A call that asked to end its answer (polling) gets what there is so far; its result
-   * then waits for the client's GET with Last-Event-ID. */
-  bool polled = st->polling;
-  struct MHD_Response *res = polled ? polled_response_locked(st) : NULL;
-  if (polled) {
-    set_sent_locked(st, st->len);
-    compact_locked(st); /* what went out stays only as far as a resumption may ask */
-  } else {
-    st->reading = true;
+  /* A call that asked to end its answer (polling) gets what there is so far, read from st
+   * as any answer is (or the priming event, when there is nothing), and the reconnection
+   * delay; its result then waits for the client's GET with Last-Event-ID. */
+  if (st->polling && st->len == 0 && prime_locked(st) < 0) {
+    pthread_mutex_unlock(&st->lock);
+    stream_release(st);
+    session_put(s, x);
+    return MHD_NO;
   }
+  st->cutting = st->polling;
+  st->cut_at = st->len;
+  st->streaming = st->reading = true;
   unsigned reader_id = st->reader;
   if (st->final) {
     append_reply_locked(st, st->final, st->final_id);
@@ -1381,9 +1366,7 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
     session_release_locked(s, x);
     pthread_mutex_unlock(&s->lock);
   }
-  if (!polled) return queue_stream(conn, st, session_id, reader_id);
-  stream_release(st);
-  return res ? queue_sse(conn, res, session_id) : MHD_NO;
+  return queue_stream(conn, st, session_id, reader_id);
 }
 
 /* Whether msg, a tools/call, names a tool that may wait on the client (an unknown name

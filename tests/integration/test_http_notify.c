@@ -105,13 +105,15 @@ static json_t *text_of(size_t size) {
   return answer;
 }
 
-/* Says something, then ends its answer for the client to resume (polling); with "wait",
- * only once the test says the client has read what it said; with "bytes", answers a text of
- * that size. */
+/* Says something (with "note", a text of that size), then ends its answer for the client
+ * to resume (polling); with "wait", only once the test says the client has read what it
+ * said; with "bytes", answers a text of that size. */
 static int note_then_close(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const tg_client_channel *ch = cx->client;
+  json_int_t note = json_integer_value(json_object_get(args, "note"));
   int r = ch->notify(ch->self, "notifications/message",
-                     json_pack("{s:s,s:s}", "level", "info", "data", "before the close"));
+                     json_pack("{s:s,s:o}", "level", "info", "data",
+                               note > 0 ? text_of((size_t)note) : json_string("before the close")));
   if (r == 0 && json_is_true(json_object_get(args, "wait"))) kit_wait(&kit_go);
   if (r == 0) r = ch->close_stream ? ch->close_stream(ch->self) : TG_E_INVAL;
   json_int_t bytes = json_integer_value(json_object_get(args, "bytes"));
@@ -140,7 +142,7 @@ static const char kit_spec[] =
     "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
     "\"flags\":[\"interactive\"],"
     "\"inputSchema\":{\"type\":\"object\",\"properties\":{\"wait\":{\"type\":\"boolean\"},"
-    "\"bytes\":{\"type\":\"integer\"}}},"
+    "\"bytes\":{\"type\":\"integer\"},\"note\":{\"type\":\"integer\"}}},"
     "\"outputSchema\":{\"type\":\"object\"}},"
     "{\"name\":\"test.note.overflow\",\"description\":\"Sends a message, then a large answer.\","
     "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
@@ -838,24 +840,28 @@ static void test_sending_kept_output_again_leaves_the_room_for_new_output(void *
 
 /* What all callers' streams have not delivered is bounded too, apart from each caller's half:
  * two callers whose clients read nothing leave a third no room for a reply within its own
- * half, until their clients go away. */
+ * half, until their clients go away. One's output is an answer gathered before it went out,
+ * the other's the events of an answer ended for polling. */
 static void test_output_undelivered_in_all_is_bounded(void **state) {
   world *w = *state;
   w->cfg.max_held_bytes = 4 * 1024 * 1024; /* 2 MB a caller */
   restart(w);
-  /* About 1.8 MB each (the text twice, with its framing), stalled as soon as it starts. */
+  /* About 1.8 MB each (a text of 900 KB twice, or 1.8 MB once), stalled as soon as it starts. */
   static const char stateless[] = "Content-Type: application/json\r\n"
                                   "MCP-Protocol-Version: 2026-07-28\r\n"
                                   "Mcp-Method: tools/call\r\nMcp-Name: test_note_overflow\r\n";
-  static const char big[] =
+  static const char gathered[] =
       "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{"
       "\"name\":\"test_note_overflow\",\"arguments\":{\"bytes\":943718}," MODERN_META "}}";
   int fds[2];
-  for (int i = 0; i < 2; i++) {
-    w->token = w->tokens[i];
-    fds[i] = stalled_request(w, "POST", stateless, big, "xxxxxxxxxxxxxxxx");
-  }
-  char sid[64];
+  fds[0] = stalled_request(w, "POST", stateless, gathered, "xxxxxxxxxxxxxxxx");
+  char sid[64], session[128];
+  w->token = w->tokens[1];
+  open_session(w, "{}", sid);
+  snprintf(session, sizeof session, "Content-Type: application/json\r\nMcp-Session-Id: %s\r\n", sid);
+  fds[1] = stalled_request(w, "POST", session,
+                           CALL_WITH("8", "test_note_close", "{\"note\":1887436}"),
+                           "xxxxxxxxxxxxxxxx");
   w->token = w->tokens[2];
   open_session(w, "{}", sid);
   /* About 1.2 MB: within bot3's half, past what all may hold. */
