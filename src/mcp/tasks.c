@@ -869,25 +869,23 @@ static task *find_locked(tg_mcp_tasks *t, const char *principal, const char *id)
   return NULL;
 }
 
-/* Writes again on db how principal's read tasks that the database does not keep ended (the
- * write failed as they ended), so that they may make room; true when it kept any. Called with
- * the store's lock, released meanwhile. */
-static bool keep_again_locked(tg_mcp_tasks *t, tg_db *db, const char *principal) {
+/* Writes again on db how the tasks ended whose write failed as they ended, so that the
+ * database keeps them (their running rows go with it) and, read, they may make room. Called
+ * with the store's lock, released meanwhile. */
+static void keep_again_locked(tg_mcp_tasks *t, tg_db *db) {
   ending again[TG_MCP_MAX_TASKS];
   size_t n = 0, done = 0;
   for (task *k = t->list; k && n < TG_MCP_MAX_TASKS; k = k->next)
-    if (may_go(k) && k->read && !k->kept && strcmp(k->principal, principal) == 0)
-      again[n++] = ending_locked(k);
-  if (!n) return false;
+    if (may_go(k) && !k->kept) again[n++] = ending_locked(k);
+  if (!n) return;
   pthread_mutex_unlock(&t->lock);
   while (done < n && keep(db, &again[done])) done++;
   for (size_t i = done + 1; i < n; i++) json_decref(again[i].shown); /* the database fails */
   pthread_mutex_lock(&t->lock);
-  for (size_t i = 0; i < done; i++) {
-    task *k = find_locked(t, principal, again[i].id);
-    if (k) k->kept = true;
-  }
-  return done > 0;
+  /* Found again by id: meanwhile another start may have let a task go. */
+  for (size_t i = 0; i < done; i++)
+    for (task *k = t->list; k; k = k->next)
+      if (strcmp(k->id, again[i].id) == 0) k->kept = true;
 }
 
 /* Drops expired tasks; then, when principal holds TG_MCP_MAX_TASKS, the read one that
@@ -982,13 +980,8 @@ int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_tas
   if (r < 0) return r;
   /* The task takes its place before its connection opens, outside the lock. */
   pthread_mutex_lock(&t->lock);
+  if (call->db) keep_again_locked(t, call->db);
   r = t->stopping ? TG_E_IO : make_room_locked(t, k->principal, ret);
-  if (r == TG_E_TOO_LARGE && strcmp(ret->limit, "held") == 0 && call->db &&
-      keep_again_locked(t, call->db, k->principal)) {
-    ret->limit = NULL;
-    ret->max = 0;
-    r = t->stopping ? TG_E_IO : make_room_locked(t, k->principal, ret);
-  }
   if (r == 0) {
     k->next = t->list;
     t->list = k;

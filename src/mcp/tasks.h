@@ -46,9 +46,9 @@ typedef struct tg_mcp_task_call {
   /* Whether the request that starts the call was cancelled: asked while it waits. */
   bool (*cancelled)(void *arg);
   void *arg;
-  /* The starter's connection, NULL: where, when the principal needs room, the ends of its
-   * read tasks that could not be written as they ended are written again, and where, at
-   * the server's first task, the tasks of servers that are gone are written as failed. */
+  /* The starter's connection, NULL: where the ends of tasks that could not be written as
+   * they ended are written again, and where, at the server's first task, the tasks of
+   * servers that are gone are written as failed. */
   tg_db *db;
 } tg_mcp_task_call;
 

@@ -1199,8 +1199,8 @@ static void refuse_rows(world *w, const char *table) {
 }
 
 /* A task leaves memory only once the database keeps how it ended: when that write fails, it
- * stays, read or not, readable as it ended, and holds its place until the write is made again,
- * as its principal needs room. */
+ * stays, read or not, readable as it ended, and holds its place until the write is made again
+ * as the next task starts. */
 static void test_task_unkept_stays(void **state) {
   world *w = *state;
   refuse_rows(w, "mcp_tasks");
@@ -1618,6 +1618,30 @@ static void test_task_unkept_written_at_stop(void **state) {
   json_t *content = json_object_get(json_object_get(got, "result"), "content");
   assert_string_equal(str(json_array_get(content, 0), "text"), "Computed late in 1s");
   json_decref(got);
+  free(id);
+}
+
+/* Rows of task id in mcp_running_tasks. */
+static long running_rows(world *w, const char *id) {
+  return fixture_count_where(w->f, "SELECT COUNT(*) AS n FROM mcp_running_tasks WHERE id = $1",
+                             json_pack("[s]", id));
+}
+
+/* A task whose end could not be written as it ended is written at the next task to start:
+ * its running row goes then, not only with the server or once its principal needs room. */
+static void test_task_unkept_written_at_next_start(void **state) {
+  world *w = *state;
+  char *id = end_unkept(w, "late");
+  assert_int_equal(running_rows(w, id), 1);
+  assert_int_equal(tg_db_exec(w->f->db, "DROP TRIGGER refuse_mcp_tasks", NULL, NULL), 0);
+  char *next = park_task_as(w, w->agent); /* far from the limit of tasks held */
+  assert_int_equal(running_rows(w, id), 0);
+  assert_true(kept_row(w, id));
+  json_t *got = get_task(w, id);
+  assert_string_equal(str(got, "status"), "completed");
+  json_decref(got);
+  cancel_task(w, next);
+  free(next);
   free(id);
 }
 
@@ -2067,6 +2091,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_task_of_a_gone_server, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_unrecorded_is_no_task, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_unkept_written_at_stop, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_task_unkept_written_at_next_start, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_rows_at_stop, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_notifications, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_notifications_follow_rounds, setup, teardown),
