@@ -96,9 +96,11 @@ struct server {
    * a caller's streams by half of it, so that one caller cannot leave the others without
    * room: past it, output is refused. What was delivered and is kept for resumption (kept) is
    * bounded by half as much again (a quarter a caller): past it, delivered output is no longer
-   * kept, so that it never takes the room of output still to deliver. */
+   * kept, so that it never takes the room of output still to deliver. A stream that delivered
+   * nothing for replay_keep_ms keeps nothing. */
   atomic_size_t held, kept;
   size_t held_max;
+  int64_t replay_keep_ms; /* past it, a stream that delivered nothing keeps nothing */
   pthread_mutex_t shares_lock; /* apart from lock: streams are released under it */
   held_share *shares;
   /* The worker pool: a fixed set of threads, each with its own database connection for its
@@ -113,8 +115,9 @@ struct server {
   worker *queue_head, *queue_tail;
   pthread_cond_t queued;
   bool stopping;      /* the pool drains the queue and ends; so does the sweeper */
-  /* The thread that checks every watch for list changes, every TG_HTTP_CHECK_MS: of its own,
-   * so that pool threads held by calls waiting on their clients cannot hold it up. */
+  /* The thread that checks every watch for list changes, every TG_HTTP_CHECK_MS (and lets go
+   * of stale kept output): of its own, so that pool threads held by calls waiting on their
+   * clients cannot hold it up. */
   pthread_t sweeper;
   bool sweeper_started;
   pthread_cond_t sweep_stop; /* broadcast when stopping is set */
@@ -310,12 +313,13 @@ struct stream {
   pthread_mutex_t lock;
   pthread_cond_t ready;
   /* SSE text, whole events. buf[0, sent) goes out no more to the connection reading it;
-   * a stream of a session keeps up to REPLAY_MAX_BYTES of it for Last-Event-ID; a
-   * sessionless one keeps none. buf[0, seen) went out at least once: it counts as kept, also
+   * a stream of a session keeps REPLAY_MAX_BYTES of it (up to twice as much) for
+   * Last-Event-ID; a sessionless one keeps none. buf[0, seen) went out at least once: it counts as kept, also
    * while a resumption sends it again (sent then goes back), so that resuming never turns
    * output into undelivered output without the bounds that refuse it. */
   char *buf;
   size_t len, sent, seen;
+  int64_t delivered_at; /* monotonic (ms): when output last went out */
   unsigned no;         /* number in its session; 0: sessionless, its events carry no id */
   unsigned first;      /* number of the first event in buf */
   unsigned next_event; /* number of the last event appended */
@@ -332,6 +336,7 @@ struct stream {
    * the events appended until then, and the reconnection delay. */
   bool cutting;
   size_t cut_at;
+  bool cut_primed; /* the answer cut is the priming event alone, which gives the delay */
   /* A sessionless stream's, run once when its client goes away. */
   void (*on_close)(void *arg);
   void *close_arg;
@@ -398,6 +403,7 @@ static size_t undelivered(atomic_size_t *held, atomic_size_t *kept) {
 
 /* buf[0, sent) went out: bytes delivered for the first time are counted as kept. */
 static void set_sent_locked(stream *st, size_t sent) {
+  if (sent > st->sent) st->delivered_at = tg_monotonic_ms();
   if (sent > st->seen) {
     held_count(st, sent - st->seen, false, true);
     st->seen = sent;
@@ -556,10 +562,8 @@ static bool room_to_keep(const stream *st) {
          atomic_load(&st->share->kept) <= st->srv->held_max / 4;
 }
 
-/* Drops delivered events beyond what a resumption may ask for again: all of them when
- * there is no room to keep them. */
-static void compact_locked(stream *st) {
-  size_t keep = st->no && room_to_keep(st) ? REPLAY_MAX_BYTES : 0;
+/* Drops the delivered events of st but the last keep bytes of them (whole events). */
+static void drop_delivered_locked(stream *st, size_t keep) {
   if (st->sent <= keep) return;
   size_t cut = 0;
   unsigned dropped = 0;
@@ -577,6 +581,15 @@ static void compact_locked(stream *st) {
   held_count(st, cut, true, false);
   st->cut_at = st->cut_at > cut ? st->cut_at - cut : 0; /* only events sent are dropped */
   st->first += dropped;
+}
+
+/* After a delivery, drops the events a resumption may no longer ask for (all of them when
+ * there is no room to keep them), once they are as much as what stays: what stays is moved
+ * at a cost per byte delivered that does not grow with the stream. A stream thus keeps up
+ * to twice REPLAY_MAX_BYTES, counted as kept. */
+static void compact_locked(stream *st) {
+  size_t keep = st->no && room_to_keep(st) ? REPLAY_MAX_BYTES : 0;
+  if (st->sent > keep && 2 * (st->sent - keep) >= st->len) drop_delivered_locked(st, keep);
 }
 
 /* Starts st with a priming event (an id, the reconnection delay and no data), so that a
@@ -602,6 +615,7 @@ static int retry_block(char *out, size_t size) {
 static void stream_poll(stream *st) {
   pthread_mutex_lock(&st->lock);
   if (st->reading) {
+    st->cut_primed = st->cutting && st->cut_primed && st->cut_at == st->len; /* no event since */
     st->cutting = true;
     st->cut_at = st->len;
   } else {
@@ -680,8 +694,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
     st->reading = false;
     st->reader++; /* this connection ends: the rest waits for the client's resumption */
     pthread_cond_broadcast(&st->ready);
-    /* An answer that was the priming event alone gave the delay in it. */
-    bool primed_only = st->first == 0 && st->cut_at == event_offset_locked(st, 1);
+    bool primed_only = st->cut_primed;
+    st->cut_primed = false;
     pthread_mutex_unlock(&st->lock);
     if (primed_only) return MHD_CONTENT_READER_END_OF_STREAM;
     char retry[32];
@@ -1142,6 +1156,25 @@ static void *pool_main(void *arg) {
 }
 
 /* Each sweep is timed from the end of the last: one longer than the period does not pile up. */
+/* Drops the delivered output of st when st delivered nothing for replay_keep_ms. */
+static void forget_stale(stream *st, int64_t now) {
+  pthread_mutex_lock(&st->lock);
+  if (st->sent && now - st->delivered_at > st->srv->replay_keep_ms) drop_delivered_locked(st, 0);
+  pthread_mutex_unlock(&st->lock);
+}
+
+/* What idle sessions keep for resumption goes after a while, so that it does not take for
+ * long the room that other callers' output would be kept in. Called with the server's lock
+ * held. */
+static void forget_stale_output_locked(server *s) {
+  int64_t now = tg_monotonic_ms();
+  for (session *x = s->sessions; x; x = x->next) {
+    for (size_t i = 0; i < KEPT_STREAMS; i++)
+      if (x->kept[i]) forget_stale(x->kept[i], now);
+    if (x->standalone) forget_stale(x->standalone, now);
+  }
+}
+
 static void *sweeper_main(void *arg) {
   server *s = arg;
   tg_db *db = NULL;
@@ -1156,6 +1189,7 @@ static void *sweeper_main(void *arg) {
     pthread_mutex_unlock(&s->lock);
     if (thread_db(s, &db)) check_lists(s, db, NULL, NULL);
     pthread_mutex_lock(&s->lock);
+    forget_stale_output_locked(s);
     next = tg_monotonic_ms() + TG_HTTP_CHECK_MS;
   }
   pthread_mutex_unlock(&s->lock);
@@ -1345,11 +1379,14 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
   /* A call that asked to end its answer (polling) gets what there is so far, read from st
    * as any answer is (or the priming event, when there is nothing), and the reconnection
    * delay; its result then waits for the client's GET with Last-Event-ID. */
-  if (st->polling && st->len == 0 && prime_locked(st) < 0) {
-    pthread_mutex_unlock(&st->lock);
-    stream_release(st);
-    session_put(s, x);
-    return MHD_NO;
+  if (st->polling && st->len == 0) {
+    if (prime_locked(st) < 0) {
+      pthread_mutex_unlock(&st->lock);
+      stream_release(st);
+      session_put(s, x);
+      return MHD_NO;
+    }
+    st->cut_primed = true;
   }
   st->cutting = st->polling;
   st->cut_at = st->len;
@@ -1588,7 +1625,7 @@ static stream *resume_locked(session *x, const char *last, unsigned *status, con
     set_sent_locked(st, event_offset_locked(st, (unsigned)n + 1));
     compact_locked(st); /* what the client says it has may pass what went out */
     st->reading = true;
-    st->cutting = false; /* a cut meant for the connection it replaces */
+    st->cutting = st->cut_primed = false; /* a cut meant for the connection it replaces */
     *reader_id = ++st->reader;
     pthread_cond_broadcast(&st->ready);
     st->refs++;
@@ -1881,6 +1918,7 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   h->s.mcp.list_changes = true;
   h->s.loopback = loopback;
   h->s.held_max = cfg->max_held_bytes ? cfg->max_held_bytes : TG_HTTP_MAX_HELD_BYTES;
+  h->s.replay_keep_ms = cfg->replay_keep_ms ? cfg->replay_keep_ms : TG_HTTP_REPLAY_KEEP_MS;
   pthread_mutex_init(&h->s.lock, NULL);
   pthread_mutex_init(&h->s.shares_lock, NULL);
   pthread_cond_init(&h->s.answered, NULL);

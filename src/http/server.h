@@ -29,6 +29,8 @@
                                                         * clients; one caller's streams hold half
                                                         * at most; delivered output is kept for
                                                         * resumption up to half as much again */
+/* Delivered SSE output is kept for resumption until its stream delivered nothing this long. */
+#define TG_HTTP_REPLAY_KEEP_MS (5LL * 60 * 1000)
 
 typedef struct tg_http_config {
   const char *listen; /* HOST:PORT or [V6]:PORT; port 0 picks a free one */
@@ -42,6 +44,7 @@ typedef struct tg_http_config {
   const tg_registry *registry;
   tg_mcp_server server;
   size_t max_held_bytes; /* SSE output held for all clients; 0: TG_HTTP_MAX_HELD_BYTES */
+  long long replay_keep_ms; /* 0: TG_HTTP_REPLAY_KEEP_MS */
   unsigned idle_timeout_s; /* 0: TG_HTTP_IDLE_TIMEOUT_S */
 } tg_http_config;
 

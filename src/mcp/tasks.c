@@ -870,21 +870,22 @@ static task *find_locked(tg_mcp_tasks *t, const char *principal, const char *id)
 }
 
 /* Writes again on db how the tasks ended whose write failed as they ended, so that the
- * database keeps them (their running rows go with it) and, read, they may make room. Called
- * with the store's lock, released meanwhile. */
+ * database keeps them (their running rows go with it) and, read, they may make room. Each is
+ * tried: one the database refuses for itself holds back none of the others. Called with the
+ * store's lock, released meanwhile. */
 static void keep_again_locked(tg_mcp_tasks *t, tg_db *db) {
   ending again[TG_MCP_MAX_TASKS];
-  size_t n = 0, done = 0;
+  bool done[TG_MCP_MAX_TASKS];
+  size_t n = 0;
   for (task *k = t->list; k && n < TG_MCP_MAX_TASKS; k = k->next)
     if (may_go(k) && !k->kept) again[n++] = ending_locked(k);
   if (!n) return;
   pthread_mutex_unlock(&t->lock);
-  while (done < n && keep(db, &again[done])) done++;
-  for (size_t i = done + 1; i < n; i++) json_decref(again[i].shown); /* the database fails */
+  for (size_t i = 0; i < n; i++) done[i] = keep(db, &again[i]);
   pthread_mutex_lock(&t->lock);
   /* Found again by id: meanwhile another start may have let a task go. */
-  for (size_t i = 0; i < done; i++)
-    for (task *k = t->list; k; k = k->next)
+  for (size_t i = 0; i < n; i++)
+    for (task *k = t->list; done[i] && k; k = k->next)
       if (strcmp(k->id, again[i].id) == 0) k->kept = true;
 }
 
@@ -980,7 +981,7 @@ int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_tas
   if (r < 0) return r;
   /* The task takes its place before its connection opens, outside the lock. */
   pthread_mutex_lock(&t->lock);
-  if (call->db) keep_again_locked(t, call->db);
+  if (call->db && !t->stopping) keep_again_locked(t, call->db);
   r = t->stopping ? TG_E_IO : make_room_locked(t, k->principal, ret);
   if (r == 0) {
     k->next = t->list;

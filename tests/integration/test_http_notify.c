@@ -525,18 +525,25 @@ static exchange *resume(world *w, const char *sid, unsigned no, unsigned event, 
   return resumed;
 }
 
-static void test_a_call_closing_its_stream_is_resumed_with_last_event_id(void **state) {
-  world *w = *state;
-  char sid[64];
-  /* The client's standalone stream stays open meanwhile. */
-  exchange *get = open_listening_session(w, sid);
+/* A call of test_reconnection (id 7) on session sid, which ends its answer before any event:
+ * the answer is the priming event alone (an id, the reconnection delay and no data). Returns
+ * the stream's number. */
+static unsigned primed_only(world *w, const char *sid) {
   char *primed = request(w, "POST", sid, NULL, CALL(7, "test_reconnection"), 200);
-  /* Only the priming event: an id, the reconnection delay and no data. */
   unsigned no = 0;
   int used = 0;
   assert_int_equal(sscanf(primed, "id: %u-0\nretry: %*u\ndata: \n\n%n", &no, &used), 1);
   assert_int_equal((size_t)used, strlen(primed));
   free(primed);
+  return no;
+}
+
+static void test_a_call_closing_its_stream_is_resumed_with_last_event_id(void **state) {
+  world *w = *state;
+  char sid[64];
+  /* The client's standalone stream stays open meanwhile. */
+  exchange *get = open_listening_session(w, sid);
+  unsigned no = primed_only(w, sid);
   finish(resume(w, sid, no, 0, "\"id\":7,\"result\""));
   finish(get);
 }
@@ -840,8 +847,9 @@ static void test_sending_kept_output_again_leaves_the_room_for_new_output(void *
 
 /* What all callers' streams have not delivered is bounded too, apart from each caller's half:
  * two callers whose clients read nothing leave a third no room for a reply within its own
- * half, until their clients go away. One's output is an answer gathered before it went out,
- * the other's the events of an answer ended for polling. */
+ * half, until one's client goes away. One's output is an answer gathered before it went out,
+ * the other's the events of an answer ended for polling (as a rule: the call ends its answer
+ * as the connection wakes up to its event, and may be the second to get the stream). */
 static void test_output_undelivered_in_all_is_bounded(void **state) {
   world *w = *state;
   w->cfg.max_held_bytes = 4 * 1024 * 1024; /* 2 MB a caller */
@@ -868,7 +876,8 @@ static void test_output_undelivered_in_all_is_bounded(void **state) {
   char *got = overflow_call(w, 2, sid, 614400);
   assert_non_null(strstr(got, "The result is too large to send"));
   free(got);
-  /* Their clients gone, their output goes, and the same reply fits. */
+  /* The stateless caller's client gone, its output goes (bot2's session keeps its own for a
+   * resumption), and the same reply fits. */
   for (int i = 0; i < 2; i++) close(fds[i]);
   for (int i = 0;; i++) {
     got = overflow_call(w, 2, sid, 614400);
@@ -880,6 +889,24 @@ static void test_output_undelivered_in_all_is_bounded(void **state) {
   }
 }
 
+/* Delivered output is kept for resumption only so long after its stream last delivered any
+ * (in this test 1 s, and the server looks every 2 s): then it goes, whatever the bounds. */
+static void test_kept_output_goes_after_a_while(void **state) {
+  world *w = *state;
+  w->cfg.replay_keep_ms = 1000;
+  restart(w);
+  char sid[64];
+  open_session(w, "{}", sid);
+  char *got = overflow_call(w, 0, sid, 100);
+  unsigned no = stream_no(got);
+  free(got);
+  assert_true(still_kept(w, sid, no)); /* at once */
+  /* Each look sends it again; 3 s later the server has looked at least once since the
+   * stream's second went by. */
+  for (int i = 0; sleep(3) == 0 && still_kept(w, sid, no); i++)
+    if (i == HANG_GUARD_S) fail_msg("delivered output was kept past its time");
+}
+
 /* A stream's priming event goes out whatever the bounds: it is a few bytes, and a client
  * could not resume the stream without it. */
 static void test_priming_passes_the_bounds(void **state) {
@@ -887,7 +914,10 @@ static void test_priming_passes_the_bounds(void **state) {
   w->cfg.max_held_bytes = 40; /* 20 bytes a caller, less than one priming event */
   restart(w);
   char sid[64];
-  finish(open_listening_session(w, sid));
+  exchange *get = open_listening_session(w, sid);
+  /* Not kept once sent (there is no room), and still the answer alone. */
+  primed_only(w, sid);
+  finish(get);
 }
 
 static int open_fds(void) {
@@ -1005,6 +1035,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_resumption_past_what_went_out_keeps_within_the_bound, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sending_kept_output_again_leaves_the_room_for_new_output, setup, teardown),
       cmocka_unit_test_setup_teardown(test_output_undelivered_in_all_is_bounded, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_kept_output_goes_after_a_while, setup, teardown),
       cmocka_unit_test_setup_teardown(test_priming_passes_the_bounds, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_addresses, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idle_connections_are_closed, setup, teardown),

@@ -1627,21 +1627,40 @@ static long running_rows(world *w, const char *id) {
                              json_pack("[s]", id));
 }
 
-/* A task whose end could not be written as it ended is written at the next task to start:
- * its running row goes then, not only with the server or once its principal needs room. */
+/* A task whose end could not be written as it ended is written at the next task to start,
+ * whoever starts it: its running row goes then, not only with the server or once its
+ * principal needs room. One the database still refuses holds back no other. */
 static void test_task_unkept_written_at_next_start(void **state) {
   world *w = *state;
   char *id = end_unkept(w, "late");
+  int base = count_ends();
+  char *refused = start_task(w, "slow_compute", "{\"seconds\":1,\"label\":\"refused\"}");
+  await_ended(base + 1); /* newer than the first: tried first */
+  tg_mcp_tasks_test_ended = NULL;
   assert_int_equal(running_rows(w, id), 1);
   assert_int_equal(tg_db_exec(w->f->db, "DROP TRIGGER refuse_mcp_tasks", NULL, NULL), 0);
-  char *next = park_task_as(w, w->agent); /* far from the limit of tasks held */
+  assert_int_equal(tg_db_exec(w->f->db,
+                              "CREATE TRIGGER refuse_one BEFORE INSERT ON mcp_tasks "
+                              "WHEN NEW.task LIKE '%Computed refused%' "
+                              "BEGIN SELECT RAISE(ABORT, 'refused'); END",
+                              NULL, NULL),
+                   0);
+  char other[TG_UUID_LEN + 1]; /* another principal's, far from any limit of tasks held */
+  fixture_agent(w->f, "{\"slug\":\"bot2\"}", other);
+  char *next = park_task_as(w, other);
   assert_int_equal(running_rows(w, id), 0);
   assert_true(kept_row(w, id));
-  json_t *got = get_task(w, id);
-  assert_string_equal(str(got, "status"), "completed");
-  json_decref(got);
-  cancel_task(w, next);
+  assert_int_equal(running_rows(w, refused), 1);
+  assert_false(kept_row(w, refused));
+  for (int i = 0; i < 2; i++) { /* from the database, or still from memory */
+    json_t *got = get_task(w, i ? refused : id);
+    assert_string_equal(str(got, "status"), "completed");
+    json_decref(got);
+  }
+  assert_ack(task_action_as(w, other, "tasks/cancel", next, NULL));
+  json_decref(await_task_as(w, other, next, "cancelled"));
   free(next);
+  free(refused);
   free(id);
 }
 
