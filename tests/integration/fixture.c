@@ -3,9 +3,12 @@
 
 #include "support.h"
 
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "tools/providers.h"
 #include "util/cleanup.h"
@@ -125,4 +128,19 @@ char *fixture_snapshot(fixture *f, const char *except_table) {
 const char *fixture_code(const tg_call_result *res) {
   const char *code = json_string_value(json_object_get(json_object_get(res->value, "error"), "code"));
   return code ? code : "";
+}
+
+void fixture_http_send(int fd, unsigned port, const char *method, const char *headers,
+                       const char *body) {
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
+  char *req = NULL;
+  int n = asprintf(&req,
+                   "%s /mcp HTTP/1.1\r\nHost: 127.0.0.1:%u\r\n"
+                   "Accept: application/json, text/event-stream\r\n%sContent-Length: %zu\r\n\r\n%s",
+                   method, port, headers, body ? strlen(body) : 0, body ? body : "");
+  assert_true(n > 0);
+  assert_int_equal(write(fd, req, (size_t)n), n);
+  free(req);
 }

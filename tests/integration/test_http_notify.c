@@ -782,18 +782,10 @@ static int stalled_request(world *w, const char *method, const char *headers, co
   int small = 4096, segment = 536;
   assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
   assert_int_equal(setsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &segment, sizeof segment), 0);
-  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
-  char *req = NULL;
-  int n = asprintf(&req,
-                   "%s /mcp HTTP/1.1\r\nHost: 127.0.0.1:%u\r\n"
-                   "Accept: application/json, text/event-stream\r\nAuthorization: Bearer %s\r\n"
-                   "%sContent-Length: %zu\r\n\r\n%s",
-                   method, port, w->token, headers, strlen(body), body);
-  assert_true(n > 0);
-  assert_int_equal(write(fd, req, (size_t)n), n);
-  free(req);
+  char *lines = NULL;
+  assert_true(asprintf(&lines, "Authorization: Bearer %s\r\n%s", w->token, headers) > 0);
+  fixture_http_send(fd, port, method, lines, body);
+  free(lines);
   /* The latest bytes read, one at a time, so as to read no further than the marker. */
   char seen[512] = "";
   size_t len = 0, want = strlen(marker);

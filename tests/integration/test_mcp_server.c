@@ -1900,19 +1900,12 @@ static int http_send(unsigned port, const char *method, const char *sid, const c
   assert_true(fd >= 0);
   struct timeval guard = {.tv_sec = HANG_GUARD_S};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &guard, sizeof guard);
-  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
-  char *req = NULL;
-  int n = asprintf(&req,
-                   "%s /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-                   "Accept: application/json, text/event-stream\r\n%s%s%s%s"
-                   "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
-                   method, sid ? "Mcp-Session-Id: " : "", sid ? sid : "", sid ? "\r\n" : "",
-                   extra ? extra : "", body ? strlen(body) : 0, body ? body : "");
-  assert_true(n > 0);
-  assert_int_equal(write(fd, req, (size_t)n), n);
-  free(req);
+  char *headers = NULL;
+  assert_true(asprintf(&headers, "Connection: close\r\n%s%s%s%sContent-Type: application/json\r\n",
+                       sid ? "Mcp-Session-Id: " : "", sid ? sid : "", sid ? "\r\n" : "",
+                       extra ? extra : "") > 0);
+  fixture_http_send(fd, port, method, headers, body);
+  free(headers);
   return fd;
 }
 
