@@ -91,10 +91,10 @@ struct server {
   listener *listeners; /* the open subscriptions/listen streams */
   size_t n_listeners;
   bool closing;        /* tg_http_stop began: no listen stream opens any more */
-  /* SSE output in the buffers of its streams. What is not delivered yet is bounded by
-   * held_max, so that clients that never read what their calls say cannot exhaust memory, and
-   * a caller's streams by half of it, so that one caller cannot leave the others without
-   * room: past it, output is refused. What was delivered and is kept for resumption (kept) is
+  /* Output in the buffers of its streams and of JSON answers not sent yet. What is not
+   * delivered yet is bounded by held_max, so that clients that never read what their calls
+   * say cannot exhaust memory, and a caller's by half of it, so that one caller cannot leave
+   * the others without room: past it, output is refused. What was delivered and is kept for resumption (kept) is
    * bounded by half as much again (a quarter a caller): past it, delivered output is no longer
    * kept, so that it never takes the room of output still to deliver. A stream that delivered
    * nothing for replay_keep_ms keeps nothing. */
@@ -380,25 +380,50 @@ static void share_put(server *s, held_share *h) {
   pthread_mutex_unlock(&s->shares_lock);
 }
 
-/* n bytes more (or, with less, fewer) held by st, counted for its server and its caller:
- * in all (kept false) or of the delivered ones kept (kept true). A byte leaves kept before it
- * leaves held, and joins held before kept, so that kept never passes held. */
-static void held_count(stream *st, size_t n, bool less, bool kept) {
-  atomic_size_t *in_all = kept ? &st->srv->kept : &st->srv->held;
-  atomic_size_t *share = kept ? &st->share->kept : &st->share->held;
+/* n bytes more (or, with less, fewer) held for a caller (share), counted for the server s
+ * and the caller: in all (kept false) or of the delivered ones kept (kept true). A byte
+ * leaves kept before it leaves held, and joins held before kept, so that kept never passes
+ * held. */
+static void held_count_in(server *s, held_share *share, size_t n, bool less, bool kept) {
+  atomic_size_t *in_all = kept ? &s->kept : &s->held;
+  atomic_size_t *own = kept ? &share->kept : &share->held;
   if (less) {
     atomic_fetch_sub(in_all, n);
-    atomic_fetch_sub(share, n);
+    atomic_fetch_sub(own, n);
   } else {
     atomic_fetch_add(in_all, n);
-    atomic_fetch_add(share, n);
+    atomic_fetch_add(own, n);
   }
+}
+
+/* The same for the output of stream st. */
+static void held_count(stream *st, size_t n, bool less, bool kept) {
+  held_count_in(st->srv, st->share, n, less, kept);
 }
 
 /* What of held is not delivered yet. */
 static size_t undelivered(atomic_size_t *held, atomic_size_t *kept) {
   size_t k = atomic_load(kept), h = atomic_load(held);
   return h > k ? h - k : 0;
+}
+
+/* Whether n bytes more of a caller's output (share), past unread bytes of the same answer,
+ * pass the bounds on output not delivered yet. The bounds are looked at, then counted:
+ * outputs at the same instant may pass them by their own sizes. */
+static bool past_bounds(server *s, held_share *share, size_t unread, size_t n) {
+  return unread + n > TG_HTTP_MAX_STREAM_BYTES ||
+         undelivered(&s->held, &s->kept) + n > s->held_max ||
+         undelivered(&share->held, &share->kept) + n > s->held_max / 2;
+}
+
+/* The error that takes the place of a reply to request id of n bytes past the bounds
+ * (encoded; NULL without memory). */
+static char *too_large(json_t *id, size_t n) {
+  tg_log(TG_LOG_WARN, "http: a reply of %zu bytes, past the bounds on output not delivered yet, "
+         "was replaced by an error", n);
+  _cleanup_json_ json_t *error =
+      tg_rpc_error(id, TG_RPC_INTERNAL_ERROR, "The result is too large to send", NULL);
+  return error ? tg_rpc_encode(error) : NULL;
 }
 
 /* buf[0, sent) went out: bytes delivered for the first time are counted as kept. */
@@ -462,12 +487,7 @@ static void stream_end(stream *st) {
 
 /* Appends text (n bytes, one whole event); called with the lock held. */
 static int append_locked(stream *st, const char *text, size_t n, bool bounded) {
-  /* The server's bound is looked at, then counted: appends at the same instant may pass it
-   * by their own sizes. */
-  if (bounded && (st->len - st->seen + n > TG_HTTP_MAX_STREAM_BYTES ||
-                  undelivered(&st->srv->held, &st->srv->kept) + n > st->srv->held_max ||
-                  undelivered(&st->share->held, &st->share->kept) + n > st->srv->held_max / 2))
-    return TG_E_TOO_LARGE;
+  if (bounded && past_bounds(st->srv, st->share, st->len - st->seen, n)) return TG_E_TOO_LARGE;
   char *grown = realloc(st->buf, st->len + n);
   if (!grown) return TG_E_NOMEM;
   memcpy(grown + st->len, text, n);
@@ -505,13 +525,8 @@ static int append_event_locked(stream *st, char *text, bool bounded) {
  * the client is never left without an answer. */
 static void append_reply_locked(stream *st, char *text, json_t *id) {
   size_t n = text ? strlen(text) : 0;
-  if (append_event_locked(st, text, true) == TG_E_TOO_LARGE) {
-    tg_log(TG_LOG_WARN, "http: a reply of %zu bytes, past the bounds on output not delivered yet, "
-           "was replaced by an error", n);
-    _cleanup_json_ json_t *error =
-        tg_rpc_error(id, TG_RPC_INTERNAL_ERROR, "The result is too large to send", NULL);
-    append_event_locked(st, error ? tg_rpc_encode(error) : NULL, false);
-  }
+  if (append_event_locked(st, text, true) == TG_E_TOO_LARGE)
+    append_event_locked(st, too_large(id, n), false);
 }
 
 /* One encoded event (text, stolen) on st. */
@@ -1199,13 +1214,23 @@ static void *sweeper_main(void *arg) {
 
 /* ---- responses ---- */
 
+static enum MHD_Result respond_with(struct MHD_Connection *conn, unsigned status,
+                                    struct MHD_Response *res, const char *type,
+                                    const char *session_id, const char *allow);
+
 /* A response; allow: the Allow header of a 405 (the methods of its route). */
 static enum MHD_Result respond(struct MHD_Connection *conn, unsigned status, const char *type,
                                const char *body, const char *session_id, const char *allow) {
   struct MHD_Response *res =
       MHD_create_response_from_buffer(body ? strlen(body) : 0, (void *)(body ? body : ""),
                                       MHD_RESPMEM_MUST_COPY);
-  if (!res) return MHD_NO;
+  return res ? respond_with(conn, status, res, type, session_id, allow) : MHD_NO;
+}
+
+/* Queues res (destroyed here) with its headers; type, session_id and allow may be NULL. */
+static enum MHD_Result respond_with(struct MHD_Connection *conn, unsigned status,
+                                    struct MHD_Response *res, const char *type,
+                                    const char *session_id, const char *allow) {
   if (type) MHD_add_response_header(res, "Content-Type", type);
   if (session_id) MHD_add_response_header(res, "Mcp-Session-Id", session_id);
   if (status == MHD_HTTP_UNAUTHORIZED)
@@ -1231,6 +1256,58 @@ static enum MHD_Result queue_text(struct MHD_Connection *conn, unsigned status, 
   enum MHD_Result r = queue(conn, status, "application/json", text, session_id);
   free(text);
   return r;
+}
+
+/* A JSON answer's text, counted as output of its caller not delivered yet until
+ * libmicrohttpd lets go of it, as a stream's would be. */
+typedef struct json_answer {
+  server *srv;
+  held_share *share;
+  size_t n;
+  char *text;
+} json_answer;
+
+static void json_answer_free(void *cls) {
+  json_answer *a = cls;
+  held_count_in(a->srv, a->share, a->n, true, false);
+  share_put(a->srv, a->share);
+  free(a->text);
+  free(a);
+}
+
+/* Answers principal's request id with its reply (text, encoded, stolen) as JSON, within the
+ * bounds on output not delivered yet; past them, an error naming the same request takes its
+ * place (small, so over the bounds), as on a stream. */
+static enum MHD_Result queue_reply(server *s, struct MHD_Connection *conn, const char *principal,
+                                   unsigned status, char *text, json_t *id,
+                                   const char *session_id) {
+  json_answer *a = text ? calloc(1, sizeof *a) : NULL;
+  if (a && !(a->share = share_get(s, principal))) {
+    free(a);
+    a = NULL;
+  }
+  if (!a) {
+    free(text);
+    return queue(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, NULL, NULL);
+  }
+  a->srv = s;
+  a->n = strlen(text);
+  if (past_bounds(s, a->share, 0, a->n)) {
+    char *error = too_large(id, a->n);
+    free(text);
+    share_put(s, a->share);
+    free(a);
+    return queue_text(conn, status, error, session_id);
+  }
+  a->text = text;
+  held_count_in(s, a->share, a->n, false, false);
+  struct MHD_Response *res =
+      MHD_create_response_from_buffer_with_free_callback_cls(a->n, text, json_answer_free, a);
+  if (!res) {
+    json_answer_free(a);
+    return MHD_NO;
+  }
+  return respond_with(conn, status, res, "application/json", session_id, NULL);
 }
 
 static enum MHD_Result queue_json(struct MHD_Connection *conn, unsigned status, json_t *msg,
@@ -1370,11 +1447,13 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
     int status = st->final_status;
     st->final = NULL;
     pthread_mutex_unlock(&st->lock);
+    /* Without a message the request was cancelled: the status says so. */
+    enum MHD_Result r = final ? queue_reply(s, conn, st->share->principal, (unsigned)status, final,
+                                            st->final_id, session_id)
+                              : queue(conn, (unsigned)status, NULL, NULL, session_id);
     stream_release(st);
     session_put(s, x);
-    /* Without a message the request was cancelled: the status says so. */
-    return final ? queue_text(conn, (unsigned)status, final, session_id)
-                 : queue(conn, (unsigned)status, NULL, NULL, session_id);
+    return r;
   }
   /* A call that asked to end its answer (polling) gets what there is so far, read from st
    * as any answer is (or the priming event, when there is nothing), and the reconnection
@@ -1570,7 +1649,8 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   result = l                               ? listener_serve(conn, l)
            : reply.text && w->st && w->st->len
                ? queue_events(s, conn, w->sess, w->st, reply.text, w->msg.id, new_sid)
-           : reply.text ? queue_text(conn, (unsigned)reply.http_status, reply.text, new_sid)
+           : reply.text ? queue_reply(s, conn, principal, (unsigned)reply.http_status, reply.text,
+                                      w->msg.id, new_sid)
                            : queue(conn, MHD_HTTP_ACCEPTED, NULL, NULL, new_sid);
 done:
   worker_free(w);

@@ -25,10 +25,11 @@
 #define TG_HTTP_MAX_LISTENS 64                 /* subscriptions/listen streams open at once */
 #define TG_HTTP_MAX_LISTENS_PER_PRINCIPAL 8
 #define TG_HTTP_MAX_STREAM_BYTES (16u * 1024u * 1024u) /* unread SSE output kept for one client */
-#define TG_HTTP_MAX_HELD_BYTES (256u * 1024u * 1024u)  /* SSE output not delivered yet, for all
-                                                        * clients; one caller's streams hold half
-                                                        * at most; delivered output is kept for
-                                                        * resumption up to half as much again */
+#define TG_HTTP_MAX_HELD_BYTES (256u * 1024u * 1024u)  /* output not delivered yet (SSE and JSON
+                                                        * answers), for all clients; one caller's
+                                                        * half at most; delivered SSE output is
+                                                        * kept for resumption up to half as much
+                                                        * again */
 /* Delivered SSE output is kept for resumption until its stream delivered nothing this long. */
 #define TG_HTTP_REPLAY_KEEP_MS (5LL * 60 * 1000)
 
@@ -43,7 +44,7 @@ typedef struct tg_http_config {
                            * address (http://HOST:PORT of the socket it listens on) */
   const tg_registry *registry;
   tg_mcp_server server;
-  size_t max_held_bytes; /* SSE output held for all clients; 0: TG_HTTP_MAX_HELD_BYTES */
+  size_t max_held_bytes; /* output held for all clients; 0: TG_HTTP_MAX_HELD_BYTES */
   long long replay_keep_ms; /* 0: TG_HTTP_REPLAY_KEEP_MS */
   unsigned idle_timeout_s; /* 0: TG_HTTP_IDLE_TIMEOUT_S */
 } tg_http_config;

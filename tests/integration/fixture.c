@@ -137,8 +137,7 @@ void fixture_http_send(int fd, unsigned port, const char *method, const char *he
   assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
   char *req = NULL;
   int n = asprintf(&req,
-                   "%s /mcp HTTP/1.1\r\nHost: 127.0.0.1:%u\r\n"
-                   "Accept: application/json, text/event-stream\r\n%sContent-Length: %zu\r\n\r\n%s",
+                   "%s /mcp HTTP/1.1\r\nHost: 127.0.0.1:%u\r\n%sContent-Length: %zu\r\n\r\n%s",
                    method, port, headers, body ? strlen(body) : 0, body ? body : "");
   assert_true(n > 0);
   assert_int_equal(write(fd, req, (size_t)n), n);

@@ -769,10 +769,10 @@ static void test_resumption_past_what_went_out_keeps_within_the_bound(void **sta
   free(got);
 }
 
-/* Sends method with headers (whole lines, each ending in CRLF) and body as the caller w->token
- * names, on a connection whose client reads until it has seen marker and then nothing more:
- * what the server sends next fills the small buffers of the socket and waits there. Returns
- * the socket. */
+/* Sends method with headers (whole lines, each ending in CRLF, Accept among them) and body as
+ * the caller w->token names, on a connection whose client reads until it has seen marker and
+ * then nothing more: what the server sends next fills the small buffers of the socket and
+ * waits there. Returns the socket. */
 static int stalled_request(world *w, const char *method, const char *headers, const char *body,
                            const char *marker) {
   unsigned port = 0;
@@ -804,7 +804,8 @@ static int stalled_request(world *w, const char *method, const char *headers, co
 /* Resumes stream no of session sid from its first event, stalled after the answer's head. */
 static int stalled_resumption(world *w, const char *sid, unsigned no) {
   char headers[256];
-  snprintf(headers, sizeof headers, "Mcp-Session-Id: %s\r\nLast-Event-ID: %u-0\r\n", sid, no);
+  snprintf(headers, sizeof headers,
+           "Accept: text/event-stream\r\nMcp-Session-Id: %s\r\nLast-Event-ID: %u-0\r\n", sid, no);
   return stalled_request(w, "GET", headers, "", "\r\n\r\n");
 }
 
@@ -837,42 +838,52 @@ static void test_sending_kept_output_again_leaves_the_room_for_new_output(void *
   for (int i = 0; i < 2; i++) close(fds[i]);
 }
 
-/* What all callers' streams have not delivered is bounded too, apart from each caller's half:
- * two callers whose clients read nothing leave a third no room for a reply within its own
- * half, until one's client goes away. One's output is an answer gathered before it went out,
- * the other's the events of an answer ended for polling (as a rule: the call ends its answer
- * as the connection wakes up to its event, and may be the second to get the stream). */
+/* What all callers have not been delivered is bounded too, apart from each caller's half:
+ * three callers whose clients read nothing leave no room for a reply within a caller's own
+ * half, until their clients go away. Their output is an SSE answer gathered before it went
+ * out, the events of an SSE answer ended for polling (as a rule: the call ends its answer as
+ * the connection wakes up to its event, and may be the second to get the stream), and a
+ * JSON answer. */
 static void test_output_undelivered_in_all_is_bounded(void **state) {
   world *w = *state;
-  w->cfg.max_held_bytes = 4 * 1024 * 1024; /* 2 MB a caller */
+  w->cfg.max_held_bytes = 6 * 1024 * 1024; /* 3 MB a caller */
   restart(w);
   /* About 1.8 MB each (a text of 900 KB twice, or 1.8 MB once), stalled as soon as it starts. */
   static const char stateless[] = "Content-Type: application/json\r\n"
                                   "MCP-Protocol-Version: 2026-07-28\r\n"
                                   "Mcp-Method: tools/call\r\nMcp-Name: test_note_overflow\r\n";
-  static const char gathered[] =
+  static const char big[] =
       "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{"
       "\"name\":\"test_note_overflow\",\"arguments\":{\"bytes\":943718}," MODERN_META "}}";
-  int fds[2];
-  fds[0] = stalled_request(w, "POST", stateless, gathered, "xxxxxxxxxxxxxxxx");
-  char sid[64], session[128];
+  char headers[256], sid[64];
+  int fds[3];
+  snprintf(headers, sizeof headers, "Accept: application/json, text/event-stream\r\n%s", stateless);
+  fds[0] = stalled_request(w, "POST", headers, big, "xxxxxxxxxxxxxxxx");
   w->token = w->tokens[1];
   open_session(w, "{}", sid);
-  snprintf(session, sizeof session, "Content-Type: application/json\r\nMcp-Session-Id: %s\r\n", sid);
-  fds[1] = stalled_request(w, "POST", session,
+  snprintf(headers, sizeof headers,
+           "Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n"
+           "Mcp-Session-Id: %s\r\n", sid);
+  fds[1] = stalled_request(w, "POST", headers,
                            CALL_WITH("8", "test_note_close", "{\"note\":1887436}"),
                            "xxxxxxxxxxxxxxxx");
   w->token = w->tokens[2];
+  snprintf(headers, sizeof headers, "Accept: application/json\r\n%s", stateless);
+  fds[2] = stalled_request(w, "POST", headers, big, "xxxxxxxxxxxxxxxx");
   open_session(w, "{}", sid);
-  /* About 1.2 MB: within bot3's half, past what all may hold. */
-  char *got = overflow_call(w, 2, sid, 614400);
+  /* About 1.2 MB: within bot3's half, past what all may hold, as SSE or as JSON. */
+  char *got = overflow_call(w, 2, sid, 600000);
   assert_non_null(strstr(got, "The result is too large to send"));
   free(got);
-  /* The stateless caller's client gone, its output goes (bot2's session keeps its own for a
-   * resumption), and the same reply fits. */
-  for (int i = 0; i < 2; i++) close(fds[i]);
+  static const char smaller[] =
+      "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{"
+      "\"name\":\"test_note_overflow\",\"arguments\":{\"bytes\":600000}," MODERN_META "}}";
+  close(stalled_request(w, "POST", headers, smaller, "The result is too large to send"));
+  /* The stateless callers' clients gone, their output goes (bot2's session keeps its own for
+   * a resumption), and the same reply fits. */
+  for (int i = 0; i < 3; i++) close(fds[i]);
   for (int i = 0;; i++) {
-    got = overflow_call(w, 2, sid, 614400);
+    got = overflow_call(w, 2, sid, 600000);
     bool refused = strstr(got, "The result is too large to send");
     free(got);
     if (!refused) break;

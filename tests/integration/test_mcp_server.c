@@ -1901,7 +1901,9 @@ static int http_send(unsigned port, const char *method, const char *sid, const c
   struct timeval guard = {.tv_sec = HANG_GUARD_S};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &guard, sizeof guard);
   char *headers = NULL;
-  assert_true(asprintf(&headers, "Connection: close\r\n%s%s%s%sContent-Type: application/json\r\n",
+  assert_true(asprintf(&headers,
+                       "Connection: close\r\nAccept: application/json, text/event-stream\r\n"
+                       "%s%s%s%sContent-Type: application/json\r\n",
                        sid ? "Mcp-Session-Id: " : "", sid ? sid : "", sid ? "\r\n" : "",
                        extra ? extra : "") > 0);
   fixture_http_send(fd, port, method, headers, body);
