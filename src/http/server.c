@@ -31,6 +31,9 @@
 #define SESSION_ID_BYTES 16
 #define REPLAY_MAX_BYTES (256u * 1024u)        /* delivered SSE output kept for Last-Event-ID */
 #define KEPT_STREAMS 8   /* a session's latest POST streams that a client may resume */
+/* A JSON answer this small goes out whatever the bounds on output (one a connection at most;
+ * the error in its place would be about as large), as initialize's or ping's. */
+#define SMALL_ANSWER_BYTES 4096
 #define RETRY_MS 500     /* the reconnection delay a primed stream asks of the client */
 #define MAX_ASKS 16      /* server-to-client requests open per session */
 #define HANGUP_CHECK_MS 1000 /* how soon a client closing a stream is noticed */
@@ -74,7 +77,7 @@ typedef struct held_share {
   char principal[TG_UUID_LEN + 1];
   atomic_size_t held; /* all their output */
   atomic_size_t kept; /* of which delivered, kept for resumption */
-  unsigned refs; /* one a stream; under the server's shares_lock */
+  unsigned refs; /* one a stream or a JSON answer; under the server's shares_lock */
   struct held_share *next;
 } held_share;
 
@@ -312,13 +315,18 @@ struct stream {
   held_share *share; /* its principal's */
   pthread_mutex_t lock;
   pthread_cond_t ready;
-  /* SSE text, whole events. buf[0, sent) goes out no more to the connection reading it;
-   * a stream of a session keeps REPLAY_MAX_BYTES of it (up to twice as much) for
-   * Last-Event-ID; a sessionless one keeps none. buf[0, seen) went out at least once: it counts as kept, also
-   * while a resumption sends it again (sent then goes back), so that resuming never turns
-   * output into undelivered output without the bounds that refuse it. */
+  /* SSE text, whole events, in buf[head, len); buf[0, head) was dropped, and goes when it is
+   * as much as what stays, so that dropping costs little per byte. buf[head, sent) goes out
+   * no more to the connection reading it; a stream of a session keeps up to
+   * REPLAY_MAX_BYTES of it for Last-Event-ID, a sessionless one none. buf[head, seen) went
+   * out at least once: it counts as kept, also while a resumption sends it again (sent then
+   * goes back), so that resuming never turns output into undelivered output without the
+   * bounds that refuse it. */
   char *buf;
-  size_t len, sent, seen;
+  size_t head, len, sent, seen;
+  /* Where the events of buf end, in order: ends[ends_head] ends event number first. */
+  size_t *ends;
+  size_t ends_head, n_ends, ends_cap;
   int64_t delivered_at; /* monotonic (ms): when output last went out */
   unsigned no;         /* number in its session; 0: sessionless, its events carry no id */
   unsigned first;      /* number of the first event in buf */
@@ -470,10 +478,11 @@ static void stream_release(stream *st) {
   json_decref(st->final_id);
   tg_mcp_inflight_free(st->inflight);
   json_decref(st->call_id);
-  held_count(st, st->seen, true, true);
-  held_count(st, st->len, true, false);
+  held_count(st, st->seen - st->head, true, true);
+  held_count(st, st->len - st->head, true, false);
   share_put(st->srv, st->share);
   free(st->buf);
+  free(st->ends);
   free(st);
 }
 
@@ -488,11 +497,19 @@ static void stream_end(stream *st) {
 /* Appends text (n bytes, one whole event); called with the lock held. */
 static int append_locked(stream *st, const char *text, size_t n, bool bounded) {
   if (bounded && past_bounds(st->srv, st->share, st->len - st->seen, n)) return TG_E_TOO_LARGE;
+  if (st->n_ends == st->ends_cap) {
+    size_t cap = st->ends_cap ? 2 * st->ends_cap : 8;
+    size_t *more = realloc(st->ends, cap * sizeof *more);
+    if (!more) return TG_E_NOMEM;
+    st->ends = more;
+    st->ends_cap = cap;
+  }
   char *grown = realloc(st->buf, st->len + n);
   if (!grown) return TG_E_NOMEM;
   memcpy(grown + st->len, text, n);
   st->buf = grown;
   st->len += n;
+  st->ends[st->n_ends++] = st->len;
   held_count(st, n, false, false);
   pthread_cond_broadcast(&st->ready);
   return TG_OK;
@@ -562,12 +579,8 @@ static void stream_finish(stream *st, char *text, json_t *id, int status) {
 
 /* Offset in buf of event number n (first <= n <= next_event + 1). */
 static size_t event_offset_locked(const stream *st, unsigned n) {
-  size_t off = 0;
-  for (unsigned i = st->first; i < n && off < st->len; i++) {
-    const char *end = memmem(st->buf + off, st->len - off, "\n\n", 2);
-    off = end ? (size_t)(end - st->buf) + 2 : st->len;
-  }
-  return off;
+  size_t k = n - st->first, held = st->n_ends - st->ends_head;
+  return k == 0 ? st->head : k > held ? st->len : st->ends[st->ends_head + k - 1];
 }
 
 /* Whether delivered output may be kept: what the server and st's caller keep is within
@@ -577,34 +590,60 @@ static bool room_to_keep(const stream *st) {
          atomic_load(&st->share->kept) <= st->srv->held_max / 4;
 }
 
-/* Drops the delivered events of st but the last keep bytes of them (whole events). */
-static void drop_delivered_locked(stream *st, size_t keep) {
-  if (st->sent <= keep) return;
-  size_t cut = 0;
-  unsigned dropped = 0;
-  while (st->sent - cut > keep) {
-    const char *end = memmem(st->buf + cut, st->sent - cut, "\n\n", 2);
-    if (!end) break;
-    cut = (size_t)(end - st->buf) + 2;
-    dropped++;
+/* How many of the n offsets at e (ascending) are below bound. */
+static size_t below(const size_t *e, size_t n, size_t bound) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (e[mid] < bound) lo = mid + 1;
+    else hi = mid;
   }
-  memmove(st->buf, st->buf + cut, st->len - cut);
-  st->len -= cut;
-  st->sent -= cut;
-  st->seen -= cut; /* cut <= sent <= seen */
-  held_count(st, cut, true, true);
-  held_count(st, cut, true, false);
-  st->cut_at = st->cut_at > cut ? st->cut_at - cut : 0; /* only events sent are dropped */
-  st->first += dropped;
+  return lo;
 }
 
-/* After a delivery, drops the events a resumption may no longer ask for (all of them when
- * there is no room to keep them), once they are as much as what stays: what stays is moved
- * at a cost per byte delivered that does not grow with the stream. A stream thus keeps up
- * to twice REPLAY_MAX_BYTES, counted as kept. */
+/* Moves what stays of buf (and of ends) to their starts, once what was dropped is as much as
+ * what stays. */
+static void reclaim_locked(stream *st) {
+  if (st->head < st->len - st->head) return;
+  size_t gone = st->head, n = st->n_ends - st->ends_head;
+  memmove(st->buf, st->buf + gone, st->len - gone);
+  memmove(st->ends, st->ends + st->ends_head, n * sizeof *st->ends);
+  for (size_t i = 0; i < n; i++) st->ends[i] -= gone;
+  st->ends_head = 0;
+  st->n_ends = n;
+  st->len -= gone;
+  st->sent -= gone;
+  st->seen -= gone; /* gone <= sent <= seen */
+  st->cut_at = st->cut_at > gone ? st->cut_at - gone : 0; /* only events sent were dropped */
+  st->head = 0;
+  if (st->len == 0) {
+    free(st->buf);
+    st->buf = NULL;
+  }
+}
+
+/* Drops the delivered events of st but the last of them that fit in keep bytes. */
+static void drop_delivered_locked(stream *st, size_t keep) {
+  if (st->sent <= st->head + keep) return;
+  const size_t *e = st->ends + st->ends_head;
+  size_t sent_events = below(e, st->n_ends - st->ends_head, st->sent + 1);
+  /* The first event ending where what follows it up to sent fits in keep, or all sent. */
+  size_t dropped = below(e, sent_events, st->sent - keep) + 1;
+  if (dropped > sent_events) dropped = sent_events;
+  if (dropped == 0) return;
+  size_t cut = e[dropped - 1];
+  held_count(st, cut - st->head, true, true);
+  held_count(st, cut - st->head, true, false);
+  st->head = cut;
+  st->ends_head += dropped;
+  st->first += (unsigned)dropped;
+  reclaim_locked(st);
+}
+
+/* After a delivery, drops the events a resumption may no longer ask for: all of them when
+ * there is no room to keep them. */
 static void compact_locked(stream *st) {
-  size_t keep = st->no && room_to_keep(st) ? REPLAY_MAX_BYTES : 0;
-  if (st->sent > keep && 2 * (st->sent - keep) >= st->len) drop_delivered_locked(st, keep);
+  drop_delivered_locked(st, st->no && room_to_keep(st) ? REPLAY_MAX_BYTES : 0);
 }
 
 /* Starts st with a priming event (an id, the reconnection delay and no data), so that a
@@ -1170,11 +1209,11 @@ static void *pool_main(void *arg) {
   return NULL;
 }
 
-/* Each sweep is timed from the end of the last: one longer than the period does not pile up. */
 /* Drops the delivered output of st when st delivered nothing for replay_keep_ms. */
 static void forget_stale(stream *st, int64_t now) {
   pthread_mutex_lock(&st->lock);
-  if (st->sent && now - st->delivered_at > st->srv->replay_keep_ms) drop_delivered_locked(st, 0);
+  if (st->sent > st->head && now - st->delivered_at > st->srv->replay_keep_ms)
+    drop_delivered_locked(st, 0);
   pthread_mutex_unlock(&st->lock);
 }
 
@@ -1190,6 +1229,7 @@ static void forget_stale_output_locked(server *s) {
   }
 }
 
+/* Each sweep is timed from the end of the last: one longer than the period does not pile up. */
 static void *sweeper_main(void *arg) {
   server *s = arg;
   tg_db *db = NULL;
@@ -1292,7 +1332,7 @@ static enum MHD_Result queue_reply(server *s, struct MHD_Connection *conn, const
   }
   a->srv = s;
   a->n = strlen(text);
-  if (past_bounds(s, a->share, 0, a->n)) {
+  if (a->n > SMALL_ANSWER_BYTES && past_bounds(s, a->share, 0, a->n)) {
     char *error = too_large(id, a->n);
     free(text);
     share_put(s, a->share);
