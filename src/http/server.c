@@ -340,8 +340,8 @@ struct stream {
   unsigned reader;     /* which one: a resumption takes the stream over from a stale one */
   bool closed;         /* a sessionless stream lost its client: nothing more is kept */
   bool polling;        /* the call asked that its answer end now; the client resumes it */
-  /* The call asked that the answer a connection reads end now: it ends after buf[0, cut_at),
-   * the events appended until then, and the reconnection delay. */
+  /* The call asked that the answer a connection reads end now: it ends at cut_at, after the
+   * events appended until then, with the reconnection delay. */
   bool cutting;
   size_t cut_at;
   bool cut_primed; /* the answer cut is the priming event alone, which gives the delay */
@@ -434,7 +434,7 @@ static char *too_large(json_t *id, size_t n) {
   return error ? tg_rpc_encode(error) : NULL;
 }
 
-/* buf[0, sent) went out: bytes delivered for the first time are counted as kept. */
+/* buf[head, sent) went out: bytes delivered for the first time are counted as kept. */
 static void set_sent_locked(stream *st, size_t sent) {
   if (sent > st->sent) st->delivered_at = tg_monotonic_ms();
   if (sent > st->seen) {
@@ -602,7 +602,8 @@ static size_t below(const size_t *e, size_t n, size_t bound) {
 }
 
 /* Moves what stays of buf (and of ends) to their starts, once what was dropped is as much as
- * what stays. */
+ * what stays, and gives back the room it no longer needs: a stream's buffers are never more
+ * than twice what it counts. */
 static void reclaim_locked(stream *st) {
   if (st->head < st->len - st->head) return;
   size_t gone = st->head, n = st->n_ends - st->ends_head;
@@ -619,6 +620,20 @@ static void reclaim_locked(stream *st) {
   if (st->len == 0) {
     free(st->buf);
     st->buf = NULL;
+  } else {
+    char *smaller = realloc(st->buf, st->len);
+    if (smaller) st->buf = smaller; /* when it fails, the larger room stays in use */
+  }
+  if (n == 0) {
+    free(st->ends);
+    st->ends = NULL;
+    st->ends_cap = 0;
+  } else {
+    size_t *fewer = realloc(st->ends, n * sizeof *fewer);
+    if (fewer) {
+      st->ends = fewer;
+      st->ends_cap = n;
+    }
   }
 }
 
@@ -1472,6 +1487,7 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
   *started = true;
   pthread_mutex_lock(&st->lock);
   bool gone = false;
+  /* No connection reads st yet, so nothing was dropped: len == 0 means nothing appended. */
   while (!st->done && st->len == 0 && !st->polling) {
     if (!tg_timed_wait(&st->ready, &st->lock, HANGUP_CHECK_MS) || x || gone || !client_gone(fd))
       continue;
