@@ -97,10 +97,10 @@ struct server {
   /* Output in the buffers of its streams and of JSON answers not sent yet. What is not
    * delivered yet is bounded by held_max, so that clients that never read what their calls
    * say cannot exhaust memory, and a caller's by half of it, so that one caller cannot leave
-   * the others without room: past it, output is refused. What was delivered and is kept for resumption (kept) is
-   * bounded by half as much again (a quarter a caller): past it, delivered output is no longer
-   * kept, so that it never takes the room of output still to deliver. A stream that delivered
-   * nothing for replay_keep_ms keeps nothing. */
+   * the others without room: past it, output is refused. What was delivered and is kept for
+   * resumption (kept) is bounded by half as much again (a quarter a caller): past it,
+   * delivered output is no longer kept, so that it never takes the room of output still to
+   * deliver. A stream that delivered nothing for replay_keep_ms keeps nothing. */
   atomic_size_t held, kept;
   size_t held_max;
   int64_t replay_keep_ms; /* past it, a stream that delivered nothing keeps nothing */
