@@ -31,8 +31,9 @@
 #define SESSION_ID_BYTES 16
 #define REPLAY_MAX_BYTES (256u * 1024u)        /* delivered SSE output kept for Last-Event-ID */
 #define KEPT_STREAMS 8   /* a session's latest POST streams that a client may resume */
-/* A JSON answer this small goes out whatever the bounds on output (one a connection at most;
- * the error in its place would be about as large), as initialize's or ping's. */
+/* A JSON answer this small goes out uncounted, whatever the bounds on output: one a
+ * connection at most (1 MB in all), the error in its place would be about as large, and
+ * most answers (initialize's, ping's, most calls') are this small. */
 #define SMALL_ANSWER_BYTES 4096
 #define RETRY_MS 500     /* the reconnection delay a primed stream asks of the client */
 #define MAX_ASKS 16      /* server-to-client requests open per session */
@@ -1331,12 +1332,14 @@ static void json_answer_free(void *cls) {
 }
 
 /* Answers principal's request id with its reply (text, encoded, stolen) as JSON, within the
- * bounds on output not delivered yet; past them, an error naming the same request takes its
- * place (small, so over the bounds), as on a stream. */
+ * bounds on output not delivered yet unless it is small; past them, an error naming the same
+ * request takes its place (small too), as on a stream. */
 static enum MHD_Result queue_reply(server *s, struct MHD_Connection *conn, const char *principal,
                                    unsigned status, char *text, json_t *id,
                                    const char *session_id) {
-  json_answer *a = text ? calloc(1, sizeof *a) : NULL;
+  if (!text || strlen(text) <= SMALL_ANSWER_BYTES)
+    return queue_text(conn, status, text, session_id);
+  json_answer *a = calloc(1, sizeof *a);
   if (a && !(a->share = share_get(s, principal))) {
     free(a);
     a = NULL;
@@ -1347,7 +1350,7 @@ static enum MHD_Result queue_reply(server *s, struct MHD_Connection *conn, const
   }
   a->srv = s;
   a->n = strlen(text);
-  if (a->n > SMALL_ANSWER_BYTES && past_bounds(s, a->share, 0, a->n)) {
+  if (past_bounds(s, a->share, 0, a->n)) {
     char *error = too_large(id, a->n);
     free(text);
     share_put(s, a->share);
