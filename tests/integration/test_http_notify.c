@@ -8,6 +8,16 @@
 #include <netinet/tcp.h>
 #include <curl/curl.h>
 #include <dirent.h>
+#include <malloc.h>
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define REPLACED_MALLOC 1
+#include <sanitizer/allocator_interface.h>
+#endif
+#elif defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define REPLACED_MALLOC 1
+#include <sanitizer/allocator_interface.h>
+#endif
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -121,12 +131,14 @@ static int note_then_close(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return r == 0 && !*ret ? TG_E_NOMEM : r;
 }
 
-/* Says something, then answers with a text of "bytes" bytes, by default more than a stream
- * keeps unread for its client. */
+/* Says something (with "note", a text of that size), then answers with a text of "bytes"
+ * bytes, by default more than a stream keeps unread for its client. */
 static int note_then_overflow(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const tg_client_channel *ch = cx->client;
+  json_int_t note = json_integer_value(json_object_get(args, "note"));
   int r = ch->notify(ch->self, "notifications/message",
-                     json_pack("{s:s,s:s}", "level", "info", "data", "before the answer"));
+                     json_pack("{s:s,s:o}", "level", "info", "data",
+                               note > 0 ? text_of((size_t)note) : json_string("before the answer")));
   json_int_t bytes = json_integer_value(json_object_get(args, "bytes"));
   if (r == 0) *ret = text_of(bytes > 0 ? (size_t)bytes : TG_HTTP_MAX_STREAM_BYTES + 1);
   return r == 0 && !*ret ? TG_E_NOMEM : r;
@@ -146,7 +158,8 @@ static const char kit_spec[] =
     "\"outputSchema\":{\"type\":\"object\"}},"
     "{\"name\":\"test.note.overflow\",\"description\":\"Sends a message, then a large answer.\","
     "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
-    "\"inputSchema\":{\"type\":\"object\",\"properties\":{\"bytes\":{\"type\":\"integer\"}}},"
+    "\"inputSchema\":{\"type\":\"object\",\"properties\":{\"bytes\":{\"type\":\"integer\"},"
+    "\"note\":{\"type\":\"integer\"}}},"
     "\"outputSchema\":{\"type\":\"object\"}}]}";
 static const tg_handler_entry kit_handlers[] = {{"test.wait.cancel", wait_cancel},
                                                 {"test.note.close", note_then_close},
@@ -927,6 +940,31 @@ static void test_kept_output_goes_after_a_while(void **state) {
   }
 }
 
+/* Bytes this process (the server runs in it) has allocated: from the sanitizer's allocator
+ * when one replaces malloc (mallinfo2 then says 0), from glibc's otherwise. */
+static size_t in_use(void) {
+#ifdef REPLACED_MALLOC
+  return __sanitizer_get_current_allocated_bytes();
+#else
+  struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
+#endif
+}
+
+/* A stream gives back the room of the events it dropped: a session keeping the stream of an
+ * 8 MB event that went out, then a short result, holds room for about the result alone. */
+static void test_dropped_output_gives_its_room_back(void **state) {
+  world *w = *state;
+  char sid[64];
+  open_session(w, "{}", sid);
+  size_t before = in_use();
+  free(request(w, "POST", sid, NULL,
+               CALL_WITH("5", "test_note_overflow", "{\"note\":8388608,\"bytes\":16}"), 200));
+  size_t after = in_use();
+  if (after > before + 4 * 1024 * 1024)
+    fail_msg("%zu bytes more allocated than before the call", after - before);
+}
+
 /* A stream's priming event goes out whatever the bounds: it is a few bytes, and a client
  * could not resume the stream without it. So do small JSON answers, one a connection. */
 static void test_priming_passes_the_bounds(void **state) {
@@ -1060,6 +1098,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_sending_kept_output_again_leaves_the_room_for_new_output, setup, teardown),
       cmocka_unit_test_setup_teardown(test_output_undelivered_in_all_is_bounded, setup, teardown),
       cmocka_unit_test_setup_teardown(test_kept_output_goes_after_a_while, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_dropped_output_gives_its_room_back, setup, teardown),
       cmocka_unit_test_setup_teardown(test_priming_passes_the_bounds, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_addresses, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idle_connections_are_closed, setup, teardown),
