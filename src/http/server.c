@@ -1228,8 +1228,7 @@ static void *pool_main(void *arg) {
 /* Drops the delivered output of st when st delivered nothing for replay_keep_ms. */
 static void forget_stale(stream *st, int64_t now) {
   pthread_mutex_lock(&st->lock);
-  if (st->sent > st->head && now - st->delivered_at > st->srv->replay_keep_ms)
-    drop_delivered_locked(st, 0);
+  if (now - st->delivered_at > st->srv->replay_keep_ms) drop_delivered_locked(st, 0);
   pthread_mutex_unlock(&st->lock);
 }
 
@@ -1337,8 +1336,8 @@ static void json_answer_free(void *cls) {
 static enum MHD_Result queue_reply(server *s, struct MHD_Connection *conn, const char *principal,
                                    unsigned status, char *text, json_t *id,
                                    const char *session_id) {
-  if (!text || strlen(text) <= SMALL_ANSWER_BYTES)
-    return queue_text(conn, status, text, session_id);
+  size_t n = text ? strlen(text) : 0;
+  if (n <= SMALL_ANSWER_BYTES) return queue_text(conn, status, text, session_id);
   json_answer *a = calloc(1, sizeof *a);
   if (a && !(a->share = share_get(s, principal))) {
     free(a);
@@ -1349,7 +1348,7 @@ static enum MHD_Result queue_reply(server *s, struct MHD_Connection *conn, const
     return queue(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, NULL, NULL);
   }
   a->srv = s;
-  a->n = strlen(text);
+  a->n = n;
   if (past_bounds(s, a->share, 0, a->n)) {
     char *error = too_large(id, a->n);
     free(text);
