@@ -43,6 +43,8 @@
   "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"subscriptions/listen\",\"params\":{" \
   "\"notifications\":{\"toolsListChanged\":true}," MODERN_META "}}"
 #define POOL_THREADS 4
+/* The error that takes the place of a reply past the bounds on output. */
+#define REFUSED "The result is too large to send"
 #define PING "{\"jsonrpc\":\"2.0\",\"id\":99,\"method\":\"ping\"}"
 /* A 2025-11-25 tools/call of tool; id and args are JSON text. */
 #define CALL_WITH(id, tool, args)                                                          \
@@ -612,10 +614,10 @@ static void test_a_reply_too_large_for_its_stream_becomes_the_next_event(void **
   assert_non_null(strstr(got, "before the answer"));
   assert_int_equal(sscanf(got + used, "id: %*u-%u\n", &second), 1);
   assert_int_equal(second, 2);
-  assert_non_null(strstr(got + used, "The result is too large to send"));
+  assert_non_null(strstr(got + used, REFUSED));
   free(got);
   /* Resuming after the first event brings the error again, under the same number. */
-  exchange *resumed = resume(w, sid, no, 1, "The result is too large to send");
+  exchange *resumed = resume(w, sid, no, 1, REFUSED);
   char expected[32];
   snprintf(expected, sizeof expected, "id: %u-2\n", no);
   assert_non_null(strstr(resumed->got, expected));
@@ -725,7 +727,7 @@ static void test_output_held_is_bounded_and_kept_output_gives_way(void **state) 
   unsigned big[4];
   for (int i = 0; i < 4; i++) {
     char *got = overflow_call(w, 0, sids[0], 51200);
-    assert_null(strstr(got, "The result is too large to send"));
+    assert_null(strstr(got, REFUSED));
     big[i] = stream_no(got);
     free(got);
   }
@@ -746,11 +748,11 @@ static void test_output_held_is_bounded_and_kept_output_gives_way(void **state) 
   w->token = w->tokens[0];
   /* What bot keeps does not count against its next reply: 50 KB kept and 100 KB to send. */
   char *got = overflow_call(w, 0, sids[0], 51200);
-  assert_null(strstr(got, "The result is too large to send"));
+  assert_null(strstr(got, REFUSED));
   free(got);
   /* A reply past a caller's half of the bound on undelivered output. */
   got = overflow_call(w, 2, sids[2], 81920);
-  assert_non_null(strstr(got, "The result is too large to send"));
+  assert_non_null(strstr(got, REFUSED));
   free(got);
 }
 
@@ -847,10 +849,21 @@ static void test_sending_kept_output_again_leaves_the_room_for_new_output(void *
   /* About 1000 KB: within bot's half only while what waits to go out again is not counted
    * as undelivered. */
   char *got = overflow_call(w, 0, sid, 512000);
-  assert_null(strstr(got, "The result is too large to send"));
+  assert_null(strstr(got, REFUSED));
   free(got);
   for (int i = 0; i < 2; i++) close(fds[i]);
 }
+
+/* The headers of a stateless tools/call of test_note_overflow, and its body with a text of
+ * bytes (which the answer carries twice). */
+#define STATELESS_OVERFLOW                                                   \
+  "Content-Type: application/json\r\nMCP-Protocol-Version: 2026-07-28\r\n" \
+  "Mcp-Method: tools/call\r\nMcp-Name: test_note_overflow\r\n"
+#define STATELESS_OVERFLOW_BODY(bytes)                                                 \
+  "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{"            \
+  "\"name\":\"test_note_overflow\",\"arguments\":{\"bytes\":" bytes "}," MODERN_META "}}"
+#define JSON_ONLY "Accept: application/json\r\n" STATELESS_OVERFLOW
+#define TEXT_SEEN "xxxxxxxxxxxxxxxx"
 
 /* What all callers have not been delivered is bounded too, apart from each caller's half:
  * three callers whose clients read nothing leave no room for a reply within a caller's own
@@ -863,49 +876,54 @@ static void test_output_undelivered_in_all_is_bounded(void **state) {
   w->cfg.max_held_bytes = 6 * 1024 * 1024; /* 3 MB a caller */
   restart(w);
   /* About 1.8 MB each (a text of 900 KB twice, or 1.8 MB once), stalled as soon as it starts. */
-  static const char stateless[] = "Content-Type: application/json\r\n"
-                                  "MCP-Protocol-Version: 2026-07-28\r\n"
-                                  "Mcp-Method: tools/call\r\nMcp-Name: test_note_overflow\r\n";
-  static const char big[] =
-      "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{"
-      "\"name\":\"test_note_overflow\",\"arguments\":{\"bytes\":943718}," MODERN_META "}}";
+  static const char big[] = STATELESS_OVERFLOW_BODY("943718");
   char headers[256], sid[64];
   int fds[3];
-  snprintf(headers, sizeof headers, "Accept: application/json, text/event-stream\r\n%s", stateless);
-  fds[0] = stalled_request(w, "POST", headers, big, "xxxxxxxxxxxxxxxx");
+  fds[0] = stalled_request(w, "POST", "Accept: application/json, text/event-stream\r\n"
+                           STATELESS_OVERFLOW, big, TEXT_SEEN);
   w->token = w->tokens[1];
   open_session(w, "{}", sid);
   snprintf(headers, sizeof headers,
            "Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n"
            "Mcp-Session-Id: %s\r\n", sid);
   fds[1] = stalled_request(w, "POST", headers,
-                           CALL_WITH("8", "test_note_close", "{\"note\":1887436}"),
-                           "xxxxxxxxxxxxxxxx");
+                           CALL_WITH("8", "test_note_close", "{\"note\":1887436}"), TEXT_SEEN);
   w->token = w->tokens[2];
-  snprintf(headers, sizeof headers, "Accept: application/json\r\n%s", stateless);
-  fds[2] = stalled_request(w, "POST", headers, big, "xxxxxxxxxxxxxxxx");
+  fds[2] = stalled_request(w, "POST", JSON_ONLY, big, TEXT_SEEN);
   open_session(w, "{}", sid);
   /* About 1.2 MB: within bot3's half, past what all may hold, as SSE or as JSON. */
   char *got = overflow_call(w, 2, sid, 600000);
-  assert_non_null(strstr(got, "The result is too large to send"));
+  assert_non_null(strstr(got, REFUSED));
   free(got);
-  static const char smaller[] =
-      "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{"
-      "\"name\":\"test_note_overflow\",\"arguments\":{\"bytes\":600000}," MODERN_META "}}";
   w->token = w->tokens[2];
-  close(stalled_request(w, "POST", headers, smaller, "The result is too large to send"));
+  close(stalled_request(w, "POST", JSON_ONLY, STATELESS_OVERFLOW_BODY("600000"), REFUSED));
   /* The stateless callers' clients gone, their output goes (bot2's session keeps its own for
    * a resumption), and a reply of 1.4 MB fits: within bot3's half only once its stalled
    * JSON answer went. */
   for (int i = 0; i < 3; i++) close(fds[i]);
   for (int i = 0;; i++) {
     got = overflow_call(w, 2, sid, 700000);
-    bool refused = strstr(got, "The result is too large to send");
+    bool refused = strstr(got, REFUSED);
     free(got);
     if (!refused) break;
     if (i == HANG_GUARD_S * 10) fail_msg("the output of callers gone was never let go");
     usleep(100000);
   }
+}
+
+/* A caller's JSON answers its clients have not read count against its half of the bound on
+ * undelivered output, and only against its own: the same answer then goes to another caller. */
+static void test_undelivered_json_answers_count_for_their_caller(void **state) {
+  world *w = *state;
+  w->cfg.max_held_bytes = 4 * 1024 * 1024; /* 2 MB a caller */
+  restart(w);
+  /* About 1.8 MB, stalled; then 1.2 MB more for the same caller is past its half. */
+  int fd = stalled_request(w, "POST", JSON_ONLY, STATELESS_OVERFLOW_BODY("943718"), TEXT_SEEN);
+  static const char more[] = STATELESS_OVERFLOW_BODY("600000");
+  close(stalled_request(w, "POST", JSON_ONLY, more, REFUSED));
+  w->token = w->tokens[1];
+  close(stalled_request(w, "POST", JSON_ONLY, more, TEXT_SEEN));
+  close(fd);
 }
 
 /* A session on a server started again with replay_keep_ms of keep, and the number of a
@@ -1097,6 +1115,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_resumption_past_what_went_out_keeps_within_the_bound, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sending_kept_output_again_leaves_the_room_for_new_output, setup, teardown),
       cmocka_unit_test_setup_teardown(test_output_undelivered_in_all_is_bounded, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_undelivered_json_answers_count_for_their_caller, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_kept_output_goes_after_a_while, setup, teardown),
       cmocka_unit_test_setup_teardown(test_dropped_output_gives_its_room_back, setup, teardown),
       cmocka_unit_test_setup_teardown(test_priming_passes_the_bounds, setup, teardown),
