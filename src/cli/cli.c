@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "tools/providers.h"
 #include "util/cleanup.h"
@@ -89,7 +90,13 @@ int cli_open(cli *c, bool create) {
   if (asprintf(&db_path, "%s/toolgate.db", c->data_dir) < 0) return CLI_FAILED;
   struct stat st;
   if (!create && stat(db_path, &st) < 0) {
-    fprintf(stderr, "toolgate: no database in %s: run 'toolgate init --demo' first\n", c->data_dir);
+    /* A client that starts `toolgate mcp` picks its working folder and may drop TOOLGATE_DATA:
+     * say which folder was looked in, and how another is named. */
+    _cleanup_free_ char *cwd = c->data_dir[0] == '/' ? NULL : getcwd(NULL, 0);
+    fprintf(stderr,
+            "toolgate: no database in %s%s%s: run 'toolgate init --demo' first, or name the "
+            "data folder with --data DIR (or TOOLGATE_DATA)\n",
+            cwd ? cwd : "", cwd ? "/" : "", c->data_dir);
     return CLI_FAILED;
   }
   _cleanup_free_ char *why = NULL;

@@ -101,30 +101,79 @@ int cmd_agents(cli *c, int argc, char **argv) {
 }
 
 static const char token_usage[] =
-    "usage: toolgate token create (--user NAME | --agent SLUG)\n\n"
-    "Creates an API token for a user or an agent and prints it once; only its hash is kept.\n";
+    "usage: toolgate token create (--user NAME | --agent SLUG)\n"
+    "       toolgate token list [--user NAME | --agent SLUG] [--all] [--json]\n"
+    "       toolgate token revoke TOKEN_ID\n\n"
+    "create makes an API token for a user or an agent and prints it once; only its hash is\n"
+    "kept. list shows live tokens (with --all, revoked ones too) by id and first characters.\n"
+    "revoke refuses every request bearing the token from then on.\n";
 
-static int token_create(cli *c, int argc, char **argv) {
+/* --user NAME or --agent SLUG into args; with required, exactly one of them. */
+static int token_holder_options(int argc, char **argv, bool required, json_t *args, bool *all,
+                                bool *json) {
   static const struct option options[] = {{"user", required_argument, NULL, 'u'},
                                           {"agent", required_argument, NULL, 'a'},
+                                          {"all", no_argument, NULL, 'l'},
+                                          {"json", no_argument, NULL, 'j'},
                                           {0}};
-  const char *user = NULL, *agent = NULL;
-  int opt;
+  int opt, holders = 0;
   while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
-    if (opt == 'u') user = optarg;
-    else if (opt == 'a') agent = optarg;
-    else return cli_usage(token_usage, "token create: bad option");
+    if ((opt == 'l' || opt == 'j') && !required) *(opt == 'l' ? all : json) = true;
+    else if (opt == 'u' || opt == 'a') {
+      json_object_set_new(args, opt == 'u' ? "username" : "agentSlug", json_string(optarg));
+      holders++;
+    } else return cli_usage(token_usage, "token %s: bad option", argv[0]);
   }
-  if (optind < argc || !!user + !!agent != 1)
-    return cli_usage(token_usage, "token create: give exactly one of --user, --agent");
-  return cli_operate(c, "admin.token.create",
-                 user ? json_pack("{s:s}", "username", user) : json_pack("{s:s}", "agentSlug", agent),
-                 true, NULL);
+  if (optind < argc || holders > 1 || (required && holders != 1))
+    return cli_usage(token_usage, "token %s: give %s one of --user, --agent", argv[0],
+                     required ? "exactly" : "at most");
+  return CLI_OK;
+}
+
+static int token_create(cli *c, int argc, char **argv) {
+  json_t *args = json_object();
+  if (token_holder_options(argc, argv, true, args, NULL, NULL) != CLI_OK) {
+    json_decref(args);
+    return CLI_USAGE;
+  }
+  return cli_operate(c, "admin.token.create", args, true, NULL);
+}
+
+static void show_tokens(json_t *result) {
+  printf("%-36s %-12s %-24s %-24s %s\n", "TOKEN ID", "STARTS", "HOLDER", "CREATED", "REVOKED");
+  size_t i;
+  json_t *t;
+  json_array_foreach(json_object_get(result, "tokens"), i, t) {
+    const char *revoked = json_string_value(json_object_get(t, "revokedAt"));
+    printf("%-36s %-12s %-24s %-24s %s\n", json_string_value(json_object_get(t, "tokenId")),
+           json_string_value(json_object_get(t, "prefix")),
+           json_string_value(json_object_get(t, "holder")),
+           json_string_value(json_object_get(t, "createdAt")), revoked ? revoked : "-");
+  }
+  if (json_is_true(json_object_get(result, "truncated"))) puts("(more tokens not shown)");
+}
+
+static int token_list(cli *c, int argc, char **argv) {
+  json_t *args = json_object();
+  bool all = false, json = false;
+  if (token_holder_options(argc, argv, false, args, &all, &json) != CLI_OK) {
+    json_decref(args);
+    return CLI_USAGE;
+  }
+  json_object_set_new(args, "includeRevoked", json_boolean(all));
+  return cli_operate(c, "admin.token.list", args, json, show_tokens);
+}
+
+static int token_revoke(cli *c, int argc, char **argv) {
+  if (argc != 2) return cli_usage(token_usage, "token revoke: give one TOKEN_ID (token list)");
+  return cli_operate(c, "admin.token.revoke", json_pack("{s:s}", "tokenId", argv[1]), true, NULL);
 }
 
 int cmd_token(cli *c, int argc, char **argv) {
-  static const cli_command subs[] = {{"create", token_create, NULL}};
-  return cli_dispatch(c, argc, argv, subs, 1, token_usage);
+  static const cli_command subs[] = {{"create", token_create, NULL},
+                                     {"list", token_list, NULL},
+                                     {"revoke", token_revoke, NULL}};
+  return cli_dispatch(c, argc, argv, subs, sizeof subs / sizeof subs[0], token_usage);
 }
 
 static const char runs_usage[] =

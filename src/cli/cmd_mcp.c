@@ -85,8 +85,13 @@ int cmd_mcp(cli *c, int argc, char **argv) {
   tg_mcp_server srv = {.fixtures = fixtures, .name = "toolgate", .version = TG_MCP_SERVER_VERSION};
   tg_log(TG_LOG_INFO, "mcp: serving stdio as %s%s", agent ? agent : "the token's holder",
          fixtures ? " with the conformance fixtures" : "");
-  r = tg_mcp_stdio_serve(&srv, &c->env, principal, stdin, stdout);
-  if (r < 0) tg_log(TG_LOG_ERROR, "mcp: stopped: %s", r == TG_E_NOMEM ? "out of memory" : "output closed");
+  r = tg_mcp_stdio_serve(&srv, &c->env, principal, token, stdin, stdout);
+  if (r < 0)
+    tg_log(TG_LOG_ERROR, "mcp: stopped: %s",
+           r == TG_E_NOMEM      ? "out of memory"
+           : r == TG_E_NOTFOUND ? "its token was revoked"
+           : r == TG_E_IO       ? "output closed"
+                                : "the database failed");
   return r < 0 ? CLI_FAILED : CLI_OK;
 }
 

@@ -13,7 +13,7 @@ static const cli_command commands[] = {
     {"mcp", cmd_mcp, "serve MCP over stdio as one agent or token holder"},
     {"serve", cmd_serve, "serve MCP over Streamable HTTP"},
     {"agents", cmd_agents, "create, list, grant and revoke agents"},
-    {"token", cmd_token, "create API tokens"},
+    {"token", cmd_token, "create, list and revoke API tokens"},
     {"runs", cmd_runs, "start, end, list and show agent runs"},
     {"policy", cmd_policy, "set and list the workspace tool policy"},
     {"workspace", cmd_workspace, "workspace settings (naming profile)"},

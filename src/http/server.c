@@ -35,6 +35,7 @@
  * connection at most (1 MB in all), the error in its place would be about as large, and
  * most answers (initialize's, ping's, most calls') are this small. */
 #define SMALL_ANSWER_BYTES 4096
+#define REFUSED_LOG_MS 60000 /* a bad token is logged once a minute at most */
 #define RETRY_MS 500     /* the reconnection delay a primed stream asks of the client */
 #define MAX_ASKS 16      /* server-to-client requests open per session */
 #define HANGUP_CHECK_MS 1000 /* how soon a client closing a stream is noticed */
@@ -107,6 +108,9 @@ struct server {
   int64_t replay_keep_ms; /* past it, a stream that delivered nothing keeps nothing */
   pthread_mutex_t shares_lock; /* apart from lock: streams are released under it */
   held_share *shares;
+  /* When a bad token was last logged (monotonic ms): one line every REFUSED_LOG_MS at most,
+   * so that a client retrying in a loop does not flood the log. */
+  _Atomic int64_t refused_logged_ms;
   /* The worker pool: a fixed set of threads, each with its own database connection for its
    * whole life, taking tool calls from a queue. The queue needs no bound of its own: each
    * queued call holds one of at most TG_HTTP_MAX_CONNECTIONS connection threads. */
@@ -1288,9 +1292,6 @@ static enum MHD_Result respond_with(struct MHD_Connection *conn, unsigned status
                                     const char *session_id, const char *allow) {
   if (type) MHD_add_response_header(res, "Content-Type", type);
   if (session_id) MHD_add_response_header(res, "Mcp-Session-Id", session_id);
-  if (status == MHD_HTTP_UNAUTHORIZED)
-    MHD_add_response_header(res, "WWW-Authenticate",
-                            "Bearer realm=\"toolgate\", error=\"invalid_token\"");
   if (allow) MHD_add_response_header(res, "Allow", allow);
   enum MHD_Result r = MHD_queue_response(conn, status, res);
   MHD_destroy_response(res);
@@ -1419,18 +1420,41 @@ static bool accepts_sse(struct MHD_Connection *conn) {
   return accept && strcasestr(accept, "text/event-stream");
 }
 
-/* The principal of the request, or NULL after queueing a 401. */
+/* Whether the request's Bearer token names a principal (out); *sent: whether it has one. */
 static bool authenticate(server *s, struct MHD_Connection *conn, tg_db *db,
-                         char out[TG_UUID_LEN + 1]) {
+                         char out[TG_UUID_LEN + 1], bool *sent) {
+  *sent = true;
   if (s->cfg->no_auth) {
     snprintf(out, TG_UUID_LEN + 1, "%s", s->cfg->no_auth_principal);
     return true;
   }
   const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-  if (!auth || strncasecmp(auth, "Bearer ", 7) != 0 || strlen(auth) > 512) return false;
+  *sent = auth && strncasecmp(auth, "Bearer ", 7) == 0;
+  if (!*sent || strlen(auth) > 512) return false;
   const char *token = auth + 7;
   while (*token == ' ') token++;
   return db && tg_principal_by_token(db, token, out) == TG_OK;
+}
+
+/* The 401 of a request without a valid token. Only a token that was sent is called invalid
+ * (RFC 6750 §3.1); that one is logged too, since clients often show a refusal as something
+ * else (an OAuth error, "failed to connect"). */
+static enum MHD_Result refuse_caller(server *s, struct MHD_Connection *conn, bool token_sent) {
+  int64_t now = tg_monotonic_ms(), last = atomic_load(&s->refused_logged_ms);
+  if (token_sent && (last == 0 || now - last >= REFUSED_LOG_MS) &&
+      atomic_compare_exchange_strong(&s->refused_logged_ms, &last, now))
+    tg_log(TG_LOG_WARN, "http: refused a request whose Bearer token is unknown or revoked (401; "
+           "logged once a minute at most)");
+  _cleanup_json_ json_t *error =
+      tg_rpc_error(NULL, TG_RPC_INVALID_REQUEST, "A valid Bearer token is required", NULL);
+  _cleanup_free_ char *text = error ? tg_rpc_encode(error) : NULL;
+  struct MHD_Response *res =
+      text ? MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_COPY) : NULL;
+  if (!res) return MHD_NO;
+  MHD_add_response_header(res, "WWW-Authenticate",
+                          token_sent ? "Bearer realm=\"toolgate\", error=\"invalid_token\""
+                                     : "Bearer realm=\"toolgate\"");
+  return respond_with(conn, MHD_HTTP_UNAUTHORIZED, res, "application/json", NULL, NULL);
 }
 
 /* The close hook of a stateless call's stream: closing it is the call's cancellation. */
@@ -1851,7 +1875,8 @@ __attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char 
   char line[512];
   vsnprintf(line, sizeof line, fmt, ap);
   line[strcspn(line, "\n")] = '\0';
-  bool client_gone = strstr(line, "no longer available") || strstr(line, "Connection reset");
+  bool client_gone = strstr(line, "no longer available") || strstr(line, "Connection reset") ||
+                     strstr(line, "closed by remote peer");
   tg_log(client_gone ? TG_LOG_DEBUG : TG_LOG_WARN, "http: %s", line);
 }
 
@@ -1871,9 +1896,9 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
     return queue_rpc_error(conn, MHD_HTTP_FORBIDDEN, TG_RPC_INVALID_REQUEST, "Forbidden origin or host");
   const union MHD_ConnectionInfo *info =
       MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-  if (!authenticate(s, conn, info ? info->socket_context : NULL, rq->principal))
-    return queue_rpc_error(conn, MHD_HTTP_UNAUTHORIZED, TG_RPC_INVALID_REQUEST,
-                           "A valid Bearer token is required");
+  bool token_sent;
+  if (!authenticate(s, conn, info ? info->socket_context : NULL, rq->principal, &token_sent))
+    return refuse_caller(s, conn, token_sent);
   rq->answered = false;
   return MHD_YES;
 }
@@ -1951,16 +1976,35 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
   }
 }
 
+/* listen as HOST:PORT (HOST in brackets for IPv6; PORT 0 lets the system pick): its address
+ * and whether it is a loopback one. TG_E_INVAL, logged with the reason, when it is not one. */
 static int parse_listen(const char *listen, struct sockaddr_storage *addr, bool *loopback) {
   const char *colon = strrchr(listen, ':');
-  if (!colon || colon == listen || strlen(listen) > 300) return TG_E_INVAL;
+  if (!colon || colon == listen || strlen(listen) > 300) {
+    tg_log(TG_LOG_ERROR, "serve: cannot use --listen %s: give HOST:PORT", listen);
+    return TG_E_INVAL;
+  }
+  /* getaddrinfo would take 99999 as 99999 mod 65536: the port is read here. */
+  char *end = NULL;
+  errno = 0;
+  unsigned long port = strtoul(colon + 1, &end, 10);
+  if (!isdigit((unsigned char)colon[1]) || *end || errno || port > 65535) {
+    tg_log(TG_LOG_ERROR, "serve: cannot use --listen %s: the port must be a number from 0 to "
+           "65535", listen);
+    return TG_E_INVAL;
+  }
   char host[301];
   size_t hlen = (size_t)(colon - listen);
   if (listen[0] == '[' && listen[hlen - 1] == ']') snprintf(host, sizeof host, "%.*s", (int)hlen - 2, listen + 1);
   else snprintf(host, sizeof host, "%.*s", (int)hlen, listen);
   struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                            .ai_flags = AI_NUMERICSERV | AI_PASSIVE}, *res = NULL;
-  if (getaddrinfo(host, colon + 1, &hints, &res) != 0 || !res) return TG_E_INVAL;
+  int e = getaddrinfo(host, colon + 1, &hints, &res);
+  if (e != 0 || !res) {
+    tg_log(TG_LOG_ERROR, "serve: cannot use --listen %s: %s", listen,
+           e ? gai_strerror(e) : "no address");
+    return TG_E_INVAL;
+  }
   memcpy(addr, res->ai_addr, res->ai_addrlen);
   if (res->ai_family == AF_INET)
     *loopback = (ntohl(((struct sockaddr_in *)res->ai_addr)->sin_addr.s_addr) >> 24) == 127;
@@ -2035,10 +2079,7 @@ static char *own_url(const tg_http_config *cfg, const struct sockaddr_storage *a
 int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) {
   struct sockaddr_storage addr = {0};
   bool loopback = false;
-  if (parse_listen(cfg->listen, &addr, &loopback) < 0) {
-    tg_log(TG_LOG_ERROR, "serve: cannot use --listen %s (HOST:PORT)", cfg->listen);
-    return TG_E_INVAL;
-  }
+  if (parse_listen(cfg->listen, &addr, &loopback) < 0) return TG_E_INVAL;
   if (cfg->no_auth && !loopback) {
     tg_log(TG_LOG_ERROR, "serve: --no-auth is only allowed on a loopback address");
     return TG_E_INVAL;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/principal.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/status.h"
@@ -316,8 +317,28 @@ static bool next_queued(conn *c, tg_rpc_msg *ret, int *status) {
   return got;
 }
 
+/* Whether token is still live: a revoked one (TG_E_NOTFOUND) ends the connection, as a
+ * failure to look it up does, and the request msg (released) that found it so is answered
+ * with an error. */
+static int token_live(conn *c, const char *token, tg_rpc_msg *msg) {
+  char id[TG_UUID_LEN + 1];
+  int r = tg_principal_by_token(c->req->env->db, token, id);
+  if (r == TG_OK) return TG_OK;
+  if (msg->kind == TG_RPC_REQUEST) {
+    tg_mcp_inflight_end(c->req->inflight, msg->id);
+    int w = write_message(c, tg_rpc_error(msg->id, TG_RPC_INTERNAL_ERROR,
+                                          r == TG_E_NOTFOUND
+                                              ? "The token this server runs with was revoked"
+                                              : "The token could not be checked",
+                                          NULL));
+    if (w < 0) r = w;
+  }
+  tg_rpc_msg_done(msg);
+  return r;
+}
+
 int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *principal_id,
-                       FILE *in, FILE *out) {
+                       const char *token, FILE *in, FILE *out) {
   /* One process, one client: every list change can reach it. */
   tg_mcp_server served = *srv;
   served.list_changes = true;
@@ -340,7 +361,8 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   bool reading = r == 0 && pthread_create(&reader, NULL, reader_main, &c) == 0;
   if (r == 0 && !reading) r = TG_E_NOMEM;
   for (tg_rpc_msg msg; r == 0 && next_queued(&c, &msg, &r);) {
-    r = serve_one(&c, &msg);
+    r = token ? token_live(&c, token, &msg) : TG_OK;
+    if (r == TG_OK) r = serve_one(&c, &msg);
     if (r == 0) r = check_lists(&c);
   }
   if (reading) {

@@ -221,22 +221,25 @@ static int grant_revoke(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return grant_change(cx, args, ret, false);
 }
 
+/* The principal args name by "username" or "agentSlug" in the caller's tenant, as a new row
+ * {principal_id}, or a not_found failure (TG_E_TOOL); NULL (TG_OK) when they name neither. */
+static int token_holder(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  *ret = NULL;
+  const char *username = tg_json_str(args, "username"), *slug = tg_json_str(args, "agentSlug");
+  if (slug) return tg_lookup_agent(cx, slug, ret);
+  if (!username) return TG_OK;
+  int r = tg_db_query_row(cx->db,
+                          "SELECT principal_id FROM users WHERE tenant_id = $1 AND username = $2",
+                          json_pack("[ss]", cx->principal->tenant_id, username), ret);
+  if (r < 0 || *ret) return r;
+  return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "username", username),
+                 "No user %s in this workspace.", username);
+}
+
 static int token_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  const char *username = tg_json_str(args, "username");
   _cleanup_json_ json_t *holder = NULL;
-  int r;
-  if (username) {
-    r = tg_db_query_row(cx->db,
-                        "SELECT principal_id FROM users WHERE tenant_id = $1 AND username = $2",
-                        json_pack("[ss]", cx->principal->tenant_id, username), &holder);
-    if (r < 0) return r;
-    if (!holder)
-      return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "username", username),
-                     "No user %s in this workspace.", username);
-  } else {
-    r = tg_lookup_agent(cx, tg_json_str(args, "agentSlug"), &holder);
-    if (r < 0) return r;
-  }
+  int r = token_holder(cx, args, &holder);
+  if (r < 0) return r;
   const char *principal_id = json_string_value(json_object_get(holder, "principal_id"));
   char token[TG_TOKEN_LEN + 1], hash[65], id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
   if (tg_token_new(token) < 0 || tg_uuid7(id) < 0 || tg_sha256_hex(token, strlen(token), hash) < 0)
@@ -254,6 +257,64 @@ static int token_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
                             prefix));
   if (r < 0) return r;
   *ret = json_pack("{s:s,s:s,s:s}", "tokenId", id, "token", token, "principalId", principal_id);
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+/* Tokens newest first, each with its holder as user:NAME or agent:SLUG. */
+static int token_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  json_int_t limit = json_integer_value(json_object_get(args, "limit"));
+  if (!limit) limit = 100;
+  _cleanup_json_ json_t *holder = NULL, *rows = NULL;
+  int r = token_holder(cx, args, &holder);
+  if (r < 0) return r;
+  const char *only = holder ? json_string_value(json_object_get(holder, "principal_id")) : NULL;
+  r = tg_db_query(
+      cx->db,
+      "SELECT t.id AS \"tokenId\", t.prefix, t.principal_id AS \"principalId\","
+      " CASE WHEN u.username IS NOT NULL THEN 'user:' || u.username ELSE 'agent:' || a.slug END"
+      " AS holder, t.created_at AS \"createdAt\", t.revoked_at AS \"revokedAt\""
+      " FROM api_tokens t JOIN principals p ON p.id = t.principal_id"
+      " LEFT JOIN users u ON u.principal_id = t.principal_id"
+      " LEFT JOIN agents a ON a.principal_id = t.principal_id"
+      " WHERE p.tenant_id = $1 AND ($2 IS NULL OR t.principal_id = $2)"
+      " AND ($3 OR t.revoked_at IS NULL) ORDER BY t.created_at DESC, t.id DESC LIMIT $4",
+      json_pack("[ss?bI]", cx->principal->tenant_id, only,
+                json_is_true(json_object_get(args, "includeRevoked")), limit + 1),
+      &rows);
+  if (r < 0) return r;
+  bool truncated = tg_json_cut(rows, limit);
+  *ret = json_pack("{s:O,s:b}", "tokens", rows, "truncated", truncated);
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+static int token_revoke(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  const char *id = tg_json_str(args, "tokenId");
+  _cleanup_json_ json_t *row = NULL;
+  int r = tg_db_query_row(cx->db,
+                          "SELECT t.principal_id, t.prefix, t.revoked_at FROM api_tokens t"
+                          " JOIN principals p ON p.id = t.principal_id"
+                          " WHERE t.id = $1 AND p.tenant_id = $2",
+                          json_pack("[ss]", id, cx->principal->tenant_id), &row);
+  if (r < 0) return r;
+  if (!row)
+    return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "tokenId", id),
+                   "No token %.64s in this workspace.", id);
+  const char *revoked_at = json_string_value(json_object_get(row, "revoked_at"));
+  if (revoked_at) {
+    *ret = json_pack("{s:s,s:s,s:b}", "tokenId", id, "revokedAt", revoked_at, "changed", false);
+    return *ret ? TG_OK : TG_E_NOMEM;
+  }
+  char now[TG_ISO_LEN + 1];
+  tg_now_iso(now);
+  r = tg_db_exec(cx->db, "UPDATE api_tokens SET revoked_at = $1 WHERE id = $2",
+                 json_pack("[ss]", now, id), NULL);
+  if (r == TG_OK)
+    r = tg_activity(cx, "TOKEN_REVOKED", NULL, "API token revoked",
+                    json_pack("{s:s,s:O,s:O}", "tokenId", id, "principalId",
+                              json_object_get(row, "principal_id"), "prefix",
+                              json_object_get(row, "prefix")));
+  if (r < 0) return r;
+  *ret = json_pack("{s:s,s:s,s:b}", "tokenId", id, "revokedAt", now, "changed", true);
   return *ret ? TG_OK : TG_E_NOMEM;
 }
 
@@ -414,6 +475,7 @@ static const tg_handler_entry handlers[] = {
     {"admin.agent.create", agent_create},
     {"admin.agent.list", agent_list},   {"admin.grant.add", grant_add},
     {"admin.grant.revoke", grant_revoke}, {"admin.token.create", token_create},
+    {"admin.token.list", token_list},   {"admin.token.revoke", token_revoke},
     {"admin.policy.set", policy_set},   {"admin.policy.list", policy_list},
     {"admin.workspace.set", workspace_set}, {"admin.run.start", run_start},     {"admin.run.end", run_end},
     {"admin.run.list", run_list},       {"admin.run.show", run_show},

@@ -34,8 +34,13 @@ static void grant(fixture *f, const char *slug, const char *permission, bool add
   tg_call_result_done(&res);
 }
 
-/* Arguments that would write to a repository if the gate let the call through. */
+/* admin.token.revoke's: a live token's id, filled in once the token exists. */
+static char revoke_args[128];
+
+/* Arguments that would write to a repository, or revoke a live token, if the gate let the
+ * call through. */
 static const struct { const char *tool, *args; } writing_args[] = {
+    {"admin.token.revoke", revoke_args},
     {"repo.commit.create",
      "{\"files\":[{\"path\":\"g.md\",\"content\":\"g\",\"mode\":\"add\"}],"
      "\"commitMessage\":\"gate\",\"targetRepo\":\"data\",\"targetId\":\"gw\"}"},
@@ -103,6 +108,13 @@ static void test_every_gated_tool_refuses_without_its_grant(void **state) {
                                 NULL, &opened),
                    0);
   tg_call_result_done(&opened);
+  tg_call_result made;
+  assert_int_equal(fixture_call(f, f->owner, TG_SURFACE_API, "admin.token.create",
+                                "{\"agentSlug\":\"probe\"}", NULL, &made),
+                   0);
+  snprintf(revoke_args, sizeof revoke_args, "{\"tokenId\":\"%s\"}",
+           json_string_value(json_object_get(made.value, "tokenId")));
+  tg_call_result_done(&made);
   _cleanup_free_ char *refs = refs_snapshot(f->dir);
   assert_non_null(strstr(refs, "refs/heads/open"));
 

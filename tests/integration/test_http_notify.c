@@ -1010,7 +1010,7 @@ static int open_fds(void) {
 }
 
 /* [::] is IPv6 alone, so 0.0.0.0 on the same port is a server apart; a busy port is refused
- * and leaves no descriptor open. */
+ * and leaves no descriptor open; a listen address that is none is refused. */
 static void test_listen_addresses(void **state) {
   world *w = *state;
   tg_http_config v6 = w->cfg, v4 = w->cfg;
@@ -1028,6 +1028,13 @@ static void test_listen_addresses(void **state) {
   assert_int_equal(open_fds(), before);
   tg_http_stop(h4);
   tg_http_stop(h6);
+  /* No port past 65535 wraps around to another. */
+  static const char *const bad[] = {"127.0.0.1:65536", "127.0.0.1:99999", "127.0.0.1:-1",
+                                    "127.0.0.1:", "127.0.0.1:80x", "127.0.0.1:+80", "7878"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    v4.listen = bad[i];
+    assert_int_equal(tg_http_start(&v4, &busy, &port4), TG_E_INVAL);
+  }
 }
 
 /* ---- 2026-07-28 ---- */

@@ -465,7 +465,7 @@ typedef struct stdio_run {
 
 static void *serve_main(void *arg) {
   stdio_run *s = arg;
-  s->status = tg_mcp_stdio_serve(&s->w->srv, &s->w->f->env, s->w->agent, s->in, s->out);
+  s->status = tg_mcp_stdio_serve(&s->w->srv, &s->w->f->env, s->w->agent, NULL, s->in, s->out);
   fclose(s->in);
   fclose(s->out);
   return NULL;

@@ -234,14 +234,60 @@ test('SDK client over HTTP cancels a call waiting for sampling: the call gets no
   }
 });
 
-test('HTTP without a token answers 401 with WWW-Authenticate', async () => {
-  const res = await fetch(url, {
-    method: 'POST',
-    headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream' },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }),
-  });
-  assert.equal(res.status, 401);
-  assert.match(res.headers.get('www-authenticate'), /^Bearer /);
+// A 2026-07-28 server/discover over HTTP (no session needed) bearing token (none when
+// undefined).
+function discoverOverHttp(token) {
+  const headers = {
+    'Content-Type': 'application/json', Accept: 'application/json, text/event-stream',
+    'MCP-Protocol-Version': '2026-07-28', 'Mcp-Method': 'server/discover',
+  };
+  if (token !== undefined) headers.Authorization = `Bearer ${token}`;
+  const _meta = { 'io.modelcontextprotocol/protocolVersion': '2026-07-28', 'io.modelcontextprotocol/clientCapabilities': {} };
+  return fetch(url, { method: 'POST', headers, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'server/discover', params: { _meta } }) });
+}
+
+// A new token of agent demo, and its id (token list names it, newest first).
+function newToken() {
+  const { token: made, tokenId } = JSON.parse(execFileSync(tg, ['token', 'create', '--agent', 'demo'], { env }));
+  const listed = JSON.parse(execFileSync(tg, ['token', 'list', '--agent', 'demo', '--json'], { env }));
+  assert.equal(listed.tokens[0].tokenId, tokenId);
+  assert.equal(listed.tokens[0].prefix, made.slice(0, 11));
+  return { made, tokenId };
+}
+
+test('HTTP without a token answers 401 with WWW-Authenticate; a bad token is called invalid', async () => {
+  const none = await discoverOverHttp();
+  assert.equal(none.status, 401);
+  assert.equal(none.headers.get('www-authenticate'), 'Bearer realm="toolgate"'); // RFC 6750 §3.1
+  const bad = await discoverOverHttp('tg_nosuchtoken');
+  assert.equal(bad.status, 401);
+  assert.equal(bad.headers.get('www-authenticate'), 'Bearer realm="toolgate", error="invalid_token"');
+});
+
+test('a token revoked by another process is refused over HTTP at its next request', async () => {
+  const { made, tokenId } = newToken();
+  assert.equal((await discoverOverHttp(made)).status, 200);
+  execFileSync(tg, ['token', 'revoke', tokenId], { env });
+  const refused = await discoverOverHttp(made);
+  assert.equal(refused.status, 401);
+  assert.match(refused.headers.get('www-authenticate'), /error="invalid_token"/);
+  assert.equal((await discoverOverHttp(token)).status, 200); // other tokens stand
+});
+
+test('stdio started with a token stops once the token is revoked', async () => {
+  const { made, tokenId } = newToken();
+  const transport = new StdioClientTransport({ command: tg, args: ['mcp', '--token', made], env, stderr: 'ignore' });
+  const closed = new Promise((resolve) => { transport.onclose = resolve; });
+  const client = new Client({ name: 'toolgate-interop', version: '1.0.0' });
+  await client.connect(transport);
+  try {
+    assert.ok((await client.listTools()).tools.length > 0);
+    execFileSync(tg, ['token', 'revoke', tokenId], { env });
+    await assert.rejects(client.listTools(), /The token this server runs with was revoked/);
+    await closed;
+  } finally {
+    await client.close();
+  }
 });
 
 test('/healthz answers GET only, and says so', async () => {

@@ -50,6 +50,24 @@ check "token create" 0 "$tg" token create --agent helper
 token=$(jq -r .token "$dir/out")
 check "call by token" 0 "$tg" call agent.tool.list --token "$token"
 check "call by a bad token" 1 "$tg" call agent.tool.list --token tg_nope
+check "token list" 0 "$tg" token list --agent helper --json
+is "token listed by id and prefix" ".tokens | length == 1 and .[0].prefix == \"${token:0:11}\" and .[0].holder == \"agent:helper\" and .[0].revokedAt == null"
+token_id=$(jq -r '.tokens[0].tokenId' "$dir/out")
+check "token list text" 0 "$tg" token list
+has "token list shows the holder" "^$token_id +tg_[A-Za-z0-9]+ +agent:helper"
+check "token list with two holders" 2 "$tg" token list --user owner --agent helper
+check "token revoke" 0 "$tg" token revoke "$token_id"
+is "token revoked" '.changed == true and (.revokedAt | type) == "string"'
+check "call by a revoked token" 1 "$tg" call agent.tool.list --token "$token"
+check "token revoke again" 0 "$tg" token revoke "$token_id"
+is "token revoked once" '.changed == false'
+check "revoked token not listed" 0 "$tg" token list --agent helper --json
+is "no live token" '.tokens == []'
+check "revoked token listed with --all" 0 "$tg" token list --agent helper --all --json
+is "revoked token" '.tokens[0].revokedAt != null'
+check "token revoke unknown" 1 "$tg" token revoke no-such-token
+is "unknown token" '.error.code == "not_found"'
+check "mcp with a revoked token" 1 "$tg" mcp --token "$token"
 check "call as the owner user" 0 "$tg" call admin.policy.list --user owner
 check "policy set" 0 "$tg" policy set agent.tool.list disabled
 check "disabled by policy" 1 "$tg" call agent.tool.list --agent demo
