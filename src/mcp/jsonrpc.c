@@ -19,10 +19,12 @@ static const char *scan_limits(const char *buf, size_t len) {
   for (size_t i = 0; i < len; i++) {
     char ch = buf[i];
     if (in_string) {
+      if (!escaped && ch == '"') {
+        in_string = false; /* the closing quote is no byte of the string */
+        continue;
+      }
       if (++string_len > TG_RPC_MAX_STRING) return "string length";
-      if (escaped) escaped = false;
-      else if (ch == '\\') escaped = true;
-      else if (ch == '"') in_string = false;
+      escaped = !escaped && ch == '\\';
       continue;
     }
     if (ch == '"') {

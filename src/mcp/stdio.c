@@ -108,14 +108,14 @@ static int read_line(conn *c, size_t *len) {
     char ch = c->chunk[c->pos++];
     any = true;
     if (ch == '\n') break;
-    if (*len < TG_RPC_MAX_BODY) c->line[(*len)++] = ch;
+    /* One byte past the limit: the CR of a message at the limit. */
+    if (*len <= TG_RPC_MAX_BODY) c->line[(*len)++] = ch;
     else too_long = true;
   }
   if (!any) return GOT_EOF;
-  if (too_long) return GOT_TOO_LONG;
   /* Tolerate CRLF framing from clients on other systems. */
   if (*len && c->line[*len - 1] == '\r') (*len)--;
-  return GOT_ONE;
+  return too_long || *len > TG_RPC_MAX_BODY ? GOT_TOO_LONG : GOT_ONE;
 }
 
 static bool blank(const char *s, size_t len) {
@@ -343,7 +343,7 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   tg_mcp_server served = *srv;
   served.list_changes = true;
   conn c = {.in = fileno(in), .out = out, .stop = {-1, -1}, .chunk = malloc(READ_CHUNK),
-            .line = malloc(TG_RPC_MAX_BODY), .srv = &served};
+            .line = malloc(TG_RPC_MAX_BODY + 1), .srv = &served};
   pthread_mutex_init(&c.writing, NULL);
   pthread_mutex_init(&c.lock, NULL);
   pthread_cond_init(&c.changed, NULL);

@@ -557,6 +557,35 @@ static void test_stdio_cancel_while_the_client_is_asked(void **state) {
   assert_int_equal(asked_rows(w), asked);
 }
 
+/* A ping of id 7 padded with spaces to size bytes, sent with CRLF framing. */
+static void send_padded_ping(stdio_run *s, size_t size) {
+  static const char ping[] = "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"ping\"}";
+  char *line = malloc(size + 2);
+  assert_non_null(line);
+  memset(line, ' ', size);
+  memcpy(line, ping, sizeof ping - 1);
+  memcpy(line + size, "\r\n", 2);
+  assert_int_equal(write(s->to_server, line, size + 2), (ssize_t)(size + 2));
+  free(line);
+}
+
+/* A message at the size limit is served whether its line ends in LF or CRLF; a byte more is
+ * refused, and the connection goes on. */
+static void test_stdio_message_at_the_limit_with_crlf(void **state) {
+  world *w = *state;
+  stdio_run *s = stdio_start(w);
+  send_padded_ping(s, TG_RPC_MAX_BODY);
+  expect_answer(s, 7);
+  send_padded_ping(s, TG_RPC_MAX_BODY + 1);
+  json_t *refused = stdio_next(s);
+  assert_string_equal(json_string_value(json_object_get(json_object_get(refused, "error"), "message")),
+                      "Message too large");
+  json_decref(refused);
+  stdio_send(s, PING(8));
+  expect_answer(s, 8);
+  stdio_stop(s);
+}
+
 /* Waits until a call of test_await_cancel runs (a hang guard, not a timing check). */
 static void await_started_call(void) {
   pthread_mutex_lock(&await_lock);
@@ -684,6 +713,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_listen_cancelled_as_it_subscribes, setup_fixtures, teardown),
       cmocka_unit_test_setup_teardown(test_no_list_changes_without_a_watch, setup_fixtures, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_cancel_while_the_client_is_asked, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_message_at_the_limit_with_crlf, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_call_gives_up_on_a_silent_client, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_cancel_reaches_a_running_call, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_cancel_behind_a_full_queue, setup_kit, teardown),

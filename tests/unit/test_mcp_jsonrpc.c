@@ -131,6 +131,13 @@ static void test_limits(void **state) {
   strcpy(s + n, "\"}");
   e = decode_fails(s, strlen(s), TG_RPC_INVALID_REQUEST);
   json_decref(e);
+  /* At the limit, as sent: MAX - 2 bytes and an escaped quote (its two bytes count; the
+   * string's own quotes do not). */
+  n -= 3;
+  strcpy(s + n, "\\\"\"}");
+  assert_int_equal(tg_rpc_decode(s, strlen(s), &msg, &err), 0);
+  assert_int_equal(json_string_length(json_object_get(msg.root, "method")), TG_RPC_MAX_STRING - 1);
+  tg_rpc_msg_done(&msg);
   free(s);
   /* A body over the limit is refused before it is read, though it is a valid message: a
    * ping followed by spaces up to one byte past the limit. */
