@@ -24,8 +24,10 @@ typedef struct tg_client_channel {
   int (*notify)(void *self, const char *method, json_t *params);
   /* Sends a request to the client and waits for its result (a new reference in *ret), or
    * NULL when this transport or revision cannot (then the handler fails cleanly). params is
-   * stolen. Returns 0, TG_E_TOOL with *ret the client's error object, or another TG_E_*
-   * (TG_E_IO too when the client cancelled the call while it waited: see cancelled). */
+   * stolen. Returns 0, TG_E_TOOL with *ret the client's error object, TG_E_INVAL without
+   * sending anything when the client did not declare it can answer (tg_client_can), or
+   * another TG_E_* (TG_E_IO too when the client cancelled the call while it waited: see
+   * cancelled). */
   int (*ask)(void *self, const char *method, json_t *params, json_t **ret);
   /* Ends the call's response stream now, before the result, for the client to resume it
    * later (2025-11-25 SSE polling); the result waits for the client. NULL when the
@@ -44,3 +46,12 @@ typedef struct tg_client_channel {
    * never sent, so a handler that learns it should fail: failing rolls back what it wrote. */
   bool (*cancelled)(void *self);
 } tg_client_channel;
+
+/* Whether a client that declared capabilities (its ClientCapabilities object) can answer a
+ * request of method with params: sampling, roots, or elicitation in the mode it names (an
+ * elicitation capability that is an empty object declares form mode alone). */
+bool tg_client_can(const json_t *capabilities, const char *method, const json_t *params);
+/* The ClientCapabilities a request of method with params needs ({"sampling":{}},
+ * {"elicitation":{"url":{}}}, ...), a new reference; NULL for a method no client can answer
+ * or without memory. */
+json_t *tg_client_requirement(const char *method, const json_t *params);

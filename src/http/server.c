@@ -1381,9 +1381,12 @@ static enum MHD_Result queue_rpc_error(struct MHD_Connection *conn, unsigned sta
 }
 
 /* An error answering a decoded request echoes its id. */
+/* The error refusing msg: with its id when it is a request, so that it answers that request;
+ * a client's response or notification has no answer of its own to name (id null). */
 static enum MHD_Result queue_msg_error(struct MHD_Connection *conn, unsigned status,
                                        const tg_rpc_msg *msg, int code, const char *message) {
-  return queue_json(conn, status, tg_rpc_error(msg->id, code, message, NULL), NULL);
+  json_t *id = msg->kind == TG_RPC_REQUEST ? msg->id : NULL;
+  return queue_json(conn, status, tg_rpc_error(id, code, message, NULL), NULL);
 }
 
 /* A trimmed copy of header name (RFC 9110 optional whitespace), or NULL. */

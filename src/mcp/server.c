@@ -117,10 +117,12 @@ static int read_cursor(cx *c, json_t *params, size_t count, size_t *offset) {
   *offset = 0;
   json_t *cursor = params ? json_object_get(params, "cursor") : NULL;
   if (!cursor) return 0;
+  /* Only a cursor as page_result writes it: decimal digits, no sign, space or leading 0. */
   const char *text = json_string_value(cursor);
-  char *end = NULL;
-  unsigned long long v = text && *text ? strtoull(text, &end, 10) : 0;
-  if (!text || !*text || *end || v > count)
+  size_t digits = text ? strspn(text, "0123456789") : 0;
+  bool canonical = digits && !text[digits] && digits < 20 && (text[0] != '0' || digits == 1);
+  unsigned long long v = canonical ? strtoull(text, NULL, 10) : 0;
+  if (!canonical || v > count)
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "Invalid cursor", NULL);
   *offset = (size_t)v;
   return 0;
@@ -406,23 +408,17 @@ static int read_round(cx *c, json_t *params, const char *subject, json_t **respo
   return 0;
 }
 
-static const char *capability_of(const char *method) {
-  if (!method) return NULL;
-  if (strcmp(method, "elicitation/create") == 0) return "elicitation";
-  if (strcmp(method, "sampling/createMessage") == 0) return "sampling";
-  if (strcmp(method, "roots/list") == 0) return "roots";
-  return NULL;
-}
-
 int tg_mcp_input_missing(json_t *caps, json_t *requests, json_t **ret) {
   json_t *missing = json_object();
   if (!missing) return TG_E_NOMEM;
   const char *key;
   json_t *req;
   json_object_foreach(requests, key, req) {
-    const char *cap = capability_of(json_string_value(json_object_get(req, "method")));
-    int r = !cap ? TG_E_INVAL
-            : !json_object_get(caps, cap) && json_object_set_new(missing, cap, json_object()) < 0
+    const char *method = json_string_value(json_object_get(req, "method"));
+    json_t *params = json_object_get(req, "params");
+    _cleanup_json_ json_t *need = tg_client_requirement(method, params);
+    int r = !need ? TG_E_INVAL
+            : !tg_client_can(caps, method, params) && json_object_update_recursive(missing, need) < 0
                 ? TG_E_NOMEM
                 : 0;
     if (r < 0) {
@@ -505,6 +501,11 @@ static int channel_ask(void *self, const char *method, json_t *params, json_t **
   if (channel_cancelled(ch)) {
     json_decref(params);
     return TG_E_IO;
+  }
+  /* Never a request the client did not declare it can answer. */
+  if (!tg_client_can(ch->c->caps, method, params)) {
+    json_decref(params);
+    return TG_E_INVAL;
   }
   json_t *request = tg_rpc_request(__atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED), method,
                                    params);
@@ -989,13 +990,18 @@ bad:
 }
 
 /* A header value as the client meant it: the =?base64?...?= sentinel decoded, anything
- * else literal. *ret is malloc'd; false when the sentinel is malformed (or out of memory). */
+ * else literal. *ret is malloc'd; false when the sentinel is malformed, when a literal holds
+ * what a client must encode (a control character or a byte past ASCII), or out of memory. */
 static bool header_value(const char *raw, char **ret) {
+  *ret = NULL;
   size_t n = strlen(raw);
-  if (n >= 11 && strncmp(raw, "=?base64?", 9) == 0 && strcmp(raw + n - 2, "?=") == 0)
+  if (n >= 11 && strncmp(raw, "=?base64?", 9) == 0 && strcmp(raw + n - 2, "?=") == 0) {
     *ret = b64_decode(raw + 9, n - 11);
-  else
-    *ret = strdup(raw);
+    return *ret != NULL;
+  }
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)raw[i] < 0x20 || (unsigned char)raw[i] > 0x7e) return false;
+  *ret = strdup(raw);
   return *ret != NULL;
 }
 
@@ -1133,8 +1139,10 @@ headers:
     r = reply_error(msg, TG_RPC_HEADER_MISMATCH, "MCP-Protocol-Version and Mcp-Method are required",
                     NULL, 400, reply);
   else if (h && !name_matches(msg, h->name))
-    r = reply_error(msg, TG_RPC_HEADER_MISMATCH, "Mcp-Name does not match the request", NULL,
-                    400, reply);
+    r = reply_error(msg, TG_RPC_HEADER_MISMATCH,
+                    h->name ? "Mcp-Name does not match the request"
+                            : "Mcp-Name is required: the request's name, uri or taskId",
+                    NULL, 400, reply);
   else if (h && strcmp(msg->method, "tools/call") == 0 &&
            !params_match(c->req->env->registry, msg, h->params))
     r = reply_error(msg, TG_RPC_HEADER_MISMATCH,

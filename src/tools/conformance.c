@@ -102,14 +102,15 @@ static int h_error(tg_call_ctx *cx, json_t *args, json_t **ret) {
                  "This tool intentionally returns an error for testing");
 }
 
-/* Sends method to the client when the connection can and the client declared capability. */
-static int ask_client(tg_call_ctx *cx, const char *capability, const char *method,
-                      json_t *params, json_t **ret) {
+/* Sends method to the client when the connection can and the client declared it can
+ * answer. */
+static int ask_client(tg_call_ctx *cx, const char *method, json_t *params, json_t **ret) {
   const tg_client_channel *ch = cx->client;
   if (!params) return TG_E_NOMEM;
-  if (!ch || !ch->ask || !json_object_get(ch->capabilities, capability)) {
+  if (!ch || !ch->ask || !tg_client_can(ch->capabilities, method, params)) {
+    json_t *need = tg_client_requirement(method, params);
     json_decref(params);
-    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, json_pack("{s:s}", "capability", capability),
+    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, json_pack("{s:o*}", "requiredCapabilities", need),
                    "The client cannot answer %s on this connection", method);
   }
   int r = ch->ask(ch->self, method, params, ret);
@@ -132,7 +133,7 @@ static int answer_with(const char *prefix, json_t *answer, json_t **ret) {
 
 static int h_sampling(tg_call_ctx *cx, json_t *args, json_t **ret) {
   json_t *answer = NULL;
-  int r = ask_client(cx, "sampling", "sampling/createMessage",
+  int r = ask_client(cx, "sampling/createMessage",
                      json_pack("{s:[{s:s,s:{s:s,s:O}}],s:i}", "messages", "role", "user",
                                "content", "type", "text", "text",
                                json_object_get(args, "prompt"), "maxTokens", 100),
@@ -142,8 +143,7 @@ static int h_sampling(tg_call_ctx *cx, json_t *args, json_t **ret) {
 
 static int h_elicitation(tg_call_ctx *cx, json_t *args, json_t **ret) {
   json_t *answer = NULL;
-  int r = ask_client(
-      cx, "elicitation", "elicitation/create",
+  int r = ask_client(cx, "elicitation/create",
       json_pack("{s:O,s:{s:s,s:{s:{s:s,s:s},s:{s:s,s:s,s:s}},s:[s,s]}}", "message",
                 json_object_get(args, "message"), "requestedSchema", "type", "object",
                 "properties", "username", "type", "string", "description", "Your username",
@@ -155,8 +155,7 @@ static int h_elicitation(tg_call_ctx *cx, json_t *args, json_t **ret) {
 
 static int h_sep1034(tg_call_ctx *cx, json_t *args, json_t **ret) {
   json_t *answer = NULL;
-  int r = ask_client(
-      cx, "elicitation", "elicitation/create",
+  int r = ask_client(cx, "elicitation/create",
       json_pack("{s:s,s:{s:s,s:{s:{s:s,s:s},s:{s:s,s:i},s:{s:s,s:f},s:{s:s,s:[s,s,s],s:s},"
                 "s:{s:s,s:b}}}}",
                 "message", "Please review and update the form fields with defaults",
@@ -187,7 +186,7 @@ static int h_sep1330(tg_call_ctx *cx, json_t *args, json_t **ret) {
   json_t *schema = json_loads(sep1330_schema, 0, NULL);
   if (!schema) return TG_E_NOMEM;
   json_t *answer = NULL;
-  int r = ask_client(cx, "elicitation", "elicitation/create",
+  int r = ask_client(cx, "elicitation/create",
                      json_pack("{s:s,s:o}", "message", "Pick from the enums", "requestedSchema",
                                schema),
                      &answer);
@@ -323,13 +322,26 @@ static int h_ir_capabilities(tg_call_ctx *cx, json_t *args, json_t **ret) {
   if (answer(cx, "user_name") || answer(cx, "question") || answer(cx, "client_roots"))
     return text_result("Received an answer the client was able to give", ret);
   /* Only what this request's client declared it can answer. */
-  if (json_object_get(caps, "elicitation"))
-    return input_required(json_pack("{s:o}", "user_name", elicit("What is your name?", "name", "string")), NULL, ret);
-  if (json_object_get(caps, "sampling"))
-    return input_required(json_pack("{s:o}", "question", sample("Say hello", 50)), NULL, ret);
-  if (json_object_get(caps, "roots"))
-    return input_required(json_pack("{s:o}", "client_roots", roots()), NULL, ret);
-  return text_result("The client declared no way to answer questions", ret);
+  struct { const char *key; json_t *request; } ways[] = {
+      {"user_name", elicit("What is your name?", "name", "string")},
+      {"question", sample("Say hello", 50)},
+      {"client_roots", roots()},
+  };
+  size_t n = sizeof ways / sizeof *ways, pick = n;
+  bool built = true;
+  for (size_t i = 0; i < n; i++) {
+    json_t *req = ways[i].request;
+    built = built && req;
+    if (req && pick == n &&
+        tg_client_can(caps, json_string_value(json_object_get(req, "method")),
+                      json_object_get(req, "params")))
+      pick = i;
+  }
+  json_t *asked = built && pick < n ? json_pack("{s:O}", ways[pick].key, ways[pick].request) : NULL;
+  for (size_t i = 0; i < n; i++) json_decref(ways[i].request);
+  if (!built) return TG_E_NOMEM;
+  return pick < n ? input_required(asked, NULL, ret)
+                  : text_result("The client declared no way to answer questions", ret);
 }
 
 /* Needs sampling: asked directly on a legacy session, as an input request on 2026-07-28
@@ -337,7 +349,7 @@ static int h_ir_capabilities(tg_call_ctx *cx, json_t *args, json_t **ret) {
 static int h_missing_capability(tg_call_ctx *cx, json_t *args, json_t **ret) {
   if (cx->client && cx->client->ask) {
     json_t *reply = NULL;
-    int r = ask_client(cx, "sampling", "sampling/createMessage",
+    int r = ask_client(cx, "sampling/createMessage",
                        json_pack("{s:[{s:s,s:{s:s,s:s}}],s:i}", "messages", "role", "user",
                                  "content", "type", "text", "text", "Say hello", "maxTokens", 50),
                        &reply);

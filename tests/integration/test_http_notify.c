@@ -504,10 +504,13 @@ static void test_a_listening_session_is_kept(void **state) {
 }
 
 /* A JSON-RPC response posted without a session (2026-07-28 has none) answers nobody. */
+/* The refusal names no request: id 5 is the client's own request the response answers. */
 static void test_a_response_without_a_session_is_refused(void **state) {
   world *w = *state;
-  free(request(w, "POST", NULL, "MCP-Protocol-Version: 2026-07-28",
-               "{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{}}", 400));
+  char *got = request(w, "POST", NULL, "MCP-Protocol-Version: 2026-07-28",
+                      "{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{}}", 400);
+  assert_non_null(strstr(got, "\"id\":null"));
+  free(got);
   char sid[64];
   open_session(w, "{}", sid); /* the server is still there */
 }

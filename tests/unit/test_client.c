@@ -1,0 +1,61 @@
+/* What a client can answer: each kind of request against the capabilities it declared, and
+ * what a request needs when it cannot. */
+#include "support.h"
+
+#include <string.h>
+
+#include "core/client.h"
+#include "util/cleanup.h"
+
+/* Whether a client declaring caps (JSON text) can answer method with params (JSON text). */
+static bool can(const char *caps, const char *method, const char *params) {
+  _cleanup_json_ json_t *c = json_loads(caps, 0, NULL), *p = json_loads(params, 0, NULL);
+  assert_non_null(c);
+  assert_non_null(p);
+  return tg_client_can(c, method, p);
+}
+
+static void test_declared_kinds(void **state) {
+  assert_true(can("{\"sampling\":{}}", "sampling/createMessage", "{}"));
+  assert_false(can("{\"roots\":{}}", "sampling/createMessage", "{}"));
+  assert_true(can("{\"roots\":{\"listChanged\":true}}", "roots/list", "{}"));
+  assert_false(can("{\"sampling\":true}", "sampling/createMessage", "{}")); /* not an object */
+  assert_false(can("{\"sampling\":{}}", "ping", "{}"));                     /* no such kind */
+  assert_false(can("{}", "sampling/createMessage", "{}"));
+}
+
+/* An empty elicitation object is form mode alone; url mode must be named. */
+static void test_elicitation_modes(void **state) {
+  const char *form = "{\"message\":\"m\"}", *url = "{\"mode\":\"url\",\"url\":\"https://x\"}";
+  assert_true(can("{\"elicitation\":{}}", "elicitation/create", form));
+  assert_false(can("{\"elicitation\":{}}", "elicitation/create", url));
+  assert_true(can("{\"elicitation\":{\"url\":{}}}", "elicitation/create", url));
+  assert_false(can("{\"elicitation\":{\"url\":{}}}", "elicitation/create", form));
+  assert_true(can("{\"elicitation\":{\"form\":{},\"url\":{}}}", "elicitation/create", form));
+  assert_true(can("{\"elicitation\":{\"form\":{},\"url\":{}}}", "elicitation/create", url));
+  assert_true(can("{\"elicitation\":{\"form\":{}}}", "elicitation/create",
+                  "{\"mode\":\"form\",\"message\":\"m\"}"));
+}
+
+static void expect_requirement(const char *method, const char *params, const char *want) {
+  _cleanup_json_ json_t *p = json_loads(params, 0, NULL), *w = json_loads(want, 0, NULL);
+  _cleanup_json_ json_t *got = tg_client_requirement(method, p);
+  assert_non_null(got);
+  assert_true(json_equal(got, w));
+}
+
+static void test_requirements(void **state) {
+  expect_requirement("sampling/createMessage", "{}", "{\"sampling\":{}}");
+  expect_requirement("elicitation/create", "{}", "{\"elicitation\":{}}");
+  expect_requirement("elicitation/create", "{\"mode\":\"url\"}", "{\"elicitation\":{\"url\":{}}}");
+  assert_null(tg_client_requirement("tools/list", NULL));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_declared_kinds),
+      cmocka_unit_test(test_elicitation_modes),
+      cmocka_unit_test(test_requirements),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
