@@ -53,6 +53,22 @@ static int open_registry(cli *c, bool fixtures) {
   return CLI_OK;
 }
 
+/* Names principal_id in who ("agent demo", "user owner") for the log, and warns when it is
+ * an agent that is offered no tools: a client would only see an empty list. */
+static void describe(cli *c, const char *principal_id, char *who, size_t size) {
+  tg_principal *p = NULL;
+  if (tg_principal_load(c->db, principal_id, &p) < 0) {
+    snprintf(who, size, "principal %s", principal_id);
+    return;
+  }
+  bool agent = p->kind == TG_PRINCIPAL_AGENT;
+  snprintf(who, size, "%s %s", agent ? "agent" : "user", p->name);
+  if (agent && strcmp(p->status, "active") != 0)
+    tg_log(TG_LOG_WARN, "agent %s is %s: it is offered no tools until it is active "
+           "(toolgate agents start|unarchive %s)", p->name, p->status, p->name);
+  tg_principal_free(p);
+}
+
 int cmd_mcp(cli *c, int argc, char **argv) {
   if (cli_wants_help(argc, argv, mcp_usage)) return CLI_OK;
   static const struct option options[] = {{"agent", required_argument, NULL, 'a'},
@@ -83,7 +99,9 @@ int cmd_mcp(cli *c, int argc, char **argv) {
     return CLI_FAILED;
   }
   tg_mcp_server srv = {.fixtures = fixtures, .name = "toolgate", .version = TG_MCP_SERVER_VERSION};
-  tg_log(TG_LOG_INFO, "mcp: serving stdio as %s%s", agent ? agent : "the token's holder",
+  char who[96];
+  describe(c, principal, who, sizeof who);
+  tg_log(TG_LOG_INFO, "mcp: serving stdio as %s%s%s", who, token ? " (by token)" : "",
          fixtures ? " with the conformance fixtures" : "");
   r = tg_mcp_stdio_serve(&srv, &c->env, principal, token, stdin, stdout);
   if (r < 0)
@@ -129,15 +147,21 @@ int cmd_serve(cli *c, int argc, char **argv) {
   if (agent && !cfg.no_auth) return cli_usage(serve_usage, "serve: --agent goes with --no-auth");
   if (open_registry(c, cfg.server.fixtures) != CLI_OK || cli_open(c, false) != CLI_OK)
     return CLI_FAILED;
-  char principal[TG_UUID_LEN + 1];
+  char principal[TG_UUID_LEN + 1], who[96];
   if (cfg.no_auth) {
     int r = agent ? tg_principal_lookup(c->db, c->tenant_id, TG_PRINCIPAL_AGENT, agent, principal)
                   : tg_principal_owner(c->db, c->tenant_id, principal);
+    if (r < 0 && agent) {
+      fprintf(stderr, "toolgate: no agent '%s' in this workspace\n", agent);
+      return CLI_FAILED;
+    }
     if (r < 0) {
-      fprintf(stderr, "toolgate: no %s to act as\n", agent ? "such agent" : "workspace owner");
+      fprintf(stderr, "toolgate: the workspace has no owner to act as\n");
       return CLI_FAILED;
     }
     cfg.no_auth_principal = principal;
+    describe(c, principal, who, sizeof who);
+    cfg.no_auth_who = who;
   }
   cfg.server.name = "toolgate";
   cfg.server.version = TG_MCP_SERVER_VERSION;

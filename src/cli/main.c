@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "mcp/server.h"
 
 static const cli_command commands[] = {
     {"init", cmd_init, "create the database (--demo: a demo workspace, owner and agent)"},
@@ -31,7 +32,8 @@ static const cli_command commands[] = {
 
 static void usage(FILE *out) {
   fprintf(out,
-          "usage: toolgate [--data DIR] [--tenant SLUG] COMMAND [ARGS]\n\n"
+          "usage: toolgate [--data DIR] [--tenant SLUG] COMMAND [ARGS]\n"
+          "       toolgate --version\n\n"
           "A permission-gated tool runtime for AI agents.\n\n"
           "global options:\n"
           "  --data DIR      where the database lives (env TOOLGATE_DATA, default ./data)\n"
@@ -40,7 +42,7 @@ static void usage(FILE *out) {
           "the same gate as every tool call.\n\n"
           "commands:\n");
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-    fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
   fprintf(out, "\n'toolgate COMMAND --help' tells more.\n");
 }
 
@@ -74,6 +76,10 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
       strcmp(argv[1], "help") == 0) {
     usage(stdout);
+    return CLI_OK;
+  }
+  if (strcmp(argv[1], "--version") == 0) {
+    printf("toolgate %s\n", TG_MCP_SERVER_VERSION); /* what MCP clients are told too */
     return CLI_OK;
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {

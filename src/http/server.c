@@ -2219,8 +2219,8 @@ int tg_http_serve(const tg_http_config *cfg) {
   int r = tg_http_start(cfg, &h, &port);
   if (r < 0) return r;
   if (cfg->no_auth)
-    tg_log(TG_LOG_WARN, "serve: AUTHENTICATION IS OFF: every request acts as principal %s",
-           cfg->no_auth_principal);
+    tg_log(TG_LOG_WARN, "serve: AUTHENTICATION IS OFF: every request acts as %s (principal %s)",
+           cfg->no_auth_who, cfg->no_auth_principal);
   tg_log(TG_LOG_INFO, "serve: listening on %.*s:%u", (int)(strrchr(cfg->listen, ':') - cfg->listen),
          cfg->listen, port);
   int sig = 0;

@@ -37,6 +37,7 @@ typedef struct tg_http_config {
   const char *listen; /* HOST:PORT or [V6]:PORT; port 0 picks a free one */
   bool no_auth;       /* loopback only */
   const char *no_auth_principal;
+  const char *no_auth_who; /* the same, named for the log ("agent demo") */
   unsigned threads;   /* worker threads running the calls that wait on their clients
                        * (interactive tools); further ones wait in a queue */
   const char *data_dir;

@@ -54,7 +54,7 @@ check "token list" 0 "$tg" token list --agent helper --json
 is "token listed by id and prefix" ".tokens | length == 1 and .[0].prefix == \"${token:0:11}\" and .[0].holder == \"agent:helper\" and .[0].revokedAt == null"
 token_id=$(jq -r '.tokens[0].tokenId' "$dir/out")
 check "token list text" 0 "$tg" token list
-has "token list shows the holder" "^$token_id +tg_[A-Za-z0-9]+ +agent:helper"
+has "token list shows the holder" "^$token_id +tg_[A-Za-z0-9_-]+ +agent:helper"
 check "token list with two holders" 2 "$tg" token list --user owner --agent helper
 check "token revoke" 0 "$tg" token revoke "$token_id"
 is "token revoked" '.changed == true and (.revokedAt | type) == "string"'
@@ -68,6 +68,14 @@ is "revoked token" '.tokens[0].revokedAt != null'
 check "token revoke unknown" 1 "$tg" token revoke no-such-token
 is "unknown token" '.error.code == "not_found"'
 check "mcp with a revoked token" 1 "$tg" mcp --token "$token"
+says "revoked token" 'the token is unknown or revoked'
+check "agents create a draft" 0 "$tg" agents create --slug drafty --status draft
+check "mcp as a draft agent" 0 "$tg" mcp --agent drafty </dev/null
+says "a draft agent is offered no tools" 'agent drafty is draft: it is offered no tools'
+check "serve --no-auth as an unknown agent" 1 "$tg" serve --no-auth --agent ghost --listen 127.0.0.1:0
+says "unknown agent named" "no agent 'ghost' in this workspace"
+check "serve on a port past 65535" 1 "$tg" serve --listen 127.0.0.1:99999
+says "bad port" 'the port must be a number from 0 to 65535'
 check "call as the owner user" 0 "$tg" call admin.policy.list --user owner
 check "policy set" 0 "$tg" policy set agent.tool.list disabled
 check "disabled by policy" 1 "$tg" call agent.tool.list --agent demo
@@ -96,6 +104,8 @@ for cmd in "" init migrate tools call agents token runs policy workspace schema;
   check "--help of '$cmd'" 0 "$tg" $cmd --help
   has "--help of '$cmd' prints usage" 'usage: toolgate'
 done
+check "--version" 0 "$tg" --version
+has "version" '^toolgate [0-9]+\.[0-9]+\.[0-9]+$'
 check "unknown command" 2 "$tg" frobnicate
 check "no command" 2 "$tg"
 

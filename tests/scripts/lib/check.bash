@@ -25,6 +25,9 @@ check() { # check DESCRIPTION EXPECTED_STATUS COMMAND...: runs COMMAND, keeps it
 has() { # has DESCRIPTION PATTERN: the last command's stdout matches PATTERN
   if grep -qE -- "$2" "$dir/out"; then passes=$((passes + 1)); else failed "$1: no '$2' in output"; fi
 }
+says() { # says DESCRIPTION PATTERN: the last command's stderr matches PATTERN
+  if grep -qE -- "$2" "$dir/err"; then passes=$((passes + 1)); else failed "$1: no '$2' in stderr"; fi
+}
 is() { # is DESCRIPTION JQ_FILTER: the last command's stdout satisfies the filter
   if jq -e "$2" "$dir/out" >/dev/null 2>&1; then passes=$((passes + 1)); else failed "$1: not $2"; fi
 }
