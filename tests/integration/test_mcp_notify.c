@@ -255,6 +255,22 @@ static void test_cancelled_call_gets_no_answer_and_writes_nothing(void **state) 
   assert_int_equal(asked_rows(w), asked + 1);
 }
 
+/* A request to the client it did not declare it can answer is never sent: the call fails,
+ * and what it wrote before asking is rolled back. */
+static void test_an_ask_the_client_did_not_declare_is_not_sent(void **state) {
+  world *w = *state;
+  json_decref(handle(w,
+                     "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
+                     "\"protocolVersion\":\"2025-11-25\",\"capabilities\":{\"roots\":{}}}}",
+                     NULL));
+  long asked = asked_rows(w);
+  json_t *r = handle(w, ASK_WRITE(2), NULL);
+  assert_true(json_is_true(json_object_get(json_object_get(r, "result"), "isError")));
+  json_decref(r);
+  assert_int_equal(json_array_size(w->sent), 0);
+  assert_int_equal(asked_rows(w), asked);
+}
+
 /* A call cancelled while its transport held it waiting for a thread is not served: its
  * handler never runs, nothing is written, and no answer goes out. */
 static void test_call_cancelled_while_queued_is_not_served(void **state) {
@@ -704,6 +720,7 @@ static void test_stdio_announces_a_revoked_grant(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_cancelled_call_gets_no_answer_and_writes_nothing, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_an_ask_the_client_did_not_declare_is_not_sent, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_call_cancelled_while_queued_is_not_served, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_task_cancelled_as_it_detaches, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_list_changed_follows_the_database, setup_kit, teardown),
