@@ -108,7 +108,8 @@ static const char token_usage[] =
     "kept. list shows live tokens (with --all, revoked ones too) by id and first characters.\n"
     "revoke refuses every request bearing the token from then on.\n";
 
-/* --user NAME or --agent SLUG into args; with required, exactly one of them. */
+/* A token command's options: --user NAME or --agent SLUG into args (with required, exactly
+ * one of them, as create needs; else at most one), and list's --all and --json. */
 static int token_holder_options(int argc, char **argv, bool required, json_t *args, bool *all,
                                 bool *json) {
   static const struct option options[] = {{"user", required_argument, NULL, 'u'},
