@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/principal.h"
 #include "tools/providers.h"
 #include "util/cleanup.h"
 #include "util/status.h"
@@ -114,7 +115,7 @@ int cli_open(cli *c, bool create) {
     return CLI_FAILED;
   }
   if (cli_open_registry(c) != CLI_OK) return CLI_FAILED;
-  return create ? CLI_OK : find_tenant(c);
+  return create || (c->token && !c->tenant) ? CLI_OK : find_tenant(c);
 }
 
 void cli_close(cli *c) {
@@ -203,4 +204,21 @@ int cli_dispatch(cli *c, int argc, char **argv, const cli_command *subs, size_t 
       return subs[i].run(c, argc - 1, argv + 1);
     }
   return cli_usage(usage, "%s: unknown subcommand '%s'", argv[0], argv[1]);
+}
+
+int cli_token_principal(cli *c, char id[TG_UUID_LEN + 1]) {
+  if (tg_principal_by_token(c->db, c->token, id) < 0) {
+    fprintf(stderr, "toolgate: the token is unknown or revoked\n");
+    return CLI_FAILED;
+  }
+  if (!c->tenant) return CLI_OK;
+  tg_principal *p = NULL;
+  if (tg_principal_load(c->db, id, &p) < 0) {
+    fprintf(stderr, "toolgate: database error: %s\n", tg_db_errmsg(c->db));
+    return CLI_FAILED;
+  }
+  bool same = strcmp(p->tenant_id, c->tenant_id) == 0;
+  tg_principal_free(p);
+  if (!same) fprintf(stderr, "toolgate: the token belongs to another workspace than '%s'\n", c->tenant);
+  return same ? CLI_OK : CLI_FAILED;
 }

@@ -11,6 +11,9 @@ enum { CLI_OK = 0, CLI_FAILED = 1, CLI_USAGE = 2 };
 typedef struct cli {
   const char *data_dir; /* --data, $TOOLGATE_DATA, ./data */
   const char *tenant;   /* --tenant: the workspace slug; NULL: the only one */
+  /* A command's --token: the token names the workspace, so none needs naming, and one named
+   * must be the token's (cli_token_principal). */
+  const char *token;
   tg_db *db;
   tg_registry *registry;
   tg_env env;
@@ -24,8 +27,10 @@ typedef struct cli_command {
 } cli_command;
 
 /* Opens the database (it must exist unless create), migrates it, builds the registry and
- * finds the workspace. Prints why on failure. */
+ * finds the workspace (unless c->token names it). Prints why on failure. */
 int cli_open(cli *c, bool create);
+/* The principal c->token names, in the workspace --tenant names if any. Prints why not. */
+int cli_token_principal(cli *c, char id[TG_UUID_LEN + 1]);
 void cli_close(cli *c);
 /* Builds only the registry (commands that need no database). */
 int cli_open_registry(cli *c);

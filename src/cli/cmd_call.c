@@ -21,15 +21,13 @@ static const char usage[] =
     "  --run ID      attach the call to a running run of the agent (default: a run of its own)\n"
     "  --dry-run     run every gate but the handler; print why the call would pass or not\n";
 
-static int resolve_caller(cli *c, const char *agent, const char *user, const char *token,
-                          char id[TG_UUID_LEN + 1]) {
+static int resolve_caller(cli *c, const char *agent, const char *user, char id[TG_UUID_LEN + 1]) {
+  if (c->token) return cli_token_principal(c, id);
   int r = agent ? tg_principal_lookup(c->db, c->tenant_id, TG_PRINCIPAL_AGENT, agent, id)
-          : user ? tg_principal_lookup(c->db, c->tenant_id, TG_PRINCIPAL_USER, user, id)
-                 : tg_principal_by_token(c->db, token, id);
+                : tg_principal_lookup(c->db, c->tenant_id, TG_PRINCIPAL_USER, user, id);
   if (r == TG_OK) return CLI_OK;
   if (agent) fprintf(stderr, "toolgate: no agent '%s' in this workspace\n", agent);
-  else if (user) fprintf(stderr, "toolgate: no user '%s' in this workspace\n", user);
-  else fprintf(stderr, "toolgate: the token is unknown or revoked\n");
+  else fprintf(stderr, "toolgate: no user '%s' in this workspace\n", user);
   return CLI_FAILED;
 }
 
@@ -43,14 +41,14 @@ int cmd_call(cli *c, int argc, char **argv) {
                                           {"run", required_argument, NULL, 'r'},
                                           {"dry-run", no_argument, NULL, 'd'},
                                           {0}};
-  const char *agent = NULL, *user = NULL, *token = NULL, *args_text = "{}", *surface = NULL;
+  const char *agent = NULL, *user = NULL, *args_text = "{}", *surface = NULL;
   tg_call_request req = {0};
   int opt;
   while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
     switch (opt) {
     case 'a': agent = optarg; break;
     case 'u': user = optarg; break;
-    case 't': token = optarg; break;
+    case 't': c->token = optarg; break;
     case 'g': args_text = optarg; break;
     case 's': surface = optarg; break;
     case 'r': req.run_id = optarg; break;
@@ -59,7 +57,7 @@ int cmd_call(cli *c, int argc, char **argv) {
     }
   }
   if (optind + 1 != argc) return cli_usage(usage, "call: name exactly one tool");
-  if (!!agent + !!user + !!token != 1)
+  if (!!agent + !!user + !!c->token != 1)
     return cli_usage(usage, "call: give exactly one of --agent, --user, --token");
   req.tool = argv[optind];
   if (surface && !(req.surface = tg_surface_parse(surface)))
@@ -71,7 +69,7 @@ int cmd_call(cli *c, int argc, char **argv) {
 
   if (cli_open(c, false) != CLI_OK) return CLI_FAILED;
   char principal[TG_UUID_LEN + 1];
-  if (resolve_caller(c, agent, user, token, principal) != CLI_OK) return CLI_FAILED;
+  if (resolve_caller(c, agent, user, principal) != CLI_OK) return CLI_FAILED;
   req.principal_id = principal;
   if (!req.surface) req.surface = agent ? TG_SURFACE_AGENT : TG_SURFACE_API;
 

@@ -75,35 +75,32 @@ int cmd_mcp(cli *c, int argc, char **argv) {
                                           {"token", required_argument, NULL, 't'},
                                           {"conformance-fixtures", no_argument, NULL, 'f'},
                                           {0}};
-  const char *agent = NULL, *token = NULL;
+  const char *agent = NULL;
   bool fixtures = false;
   int opt;
   while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
     switch (opt) {
     case 'a': agent = optarg; break;
-    case 't': token = optarg; break;
+    case 't': c->token = optarg; break;
     case 'f': fixtures = true; break;
     default: return cli_usage(mcp_usage, "mcp: bad option");
     }
   }
   if (optind != argc) return cli_usage(mcp_usage, "mcp: unexpected argument '%s'", argv[optind]);
-  if (!!agent + !!token != 1) return cli_usage(mcp_usage, "mcp: give exactly one of --agent, --token");
+  if (!!agent + !!c->token != 1) return cli_usage(mcp_usage, "mcp: give exactly one of --agent, --token");
   if (open_registry(c, fixtures) != CLI_OK || cli_open(c, false) != CLI_OK) return CLI_FAILED;
   char principal[TG_UUID_LEN + 1];
-  int r = agent ? tg_principal_lookup(c->db, c->tenant_id, TG_PRINCIPAL_AGENT, agent, principal)
-                : tg_principal_by_token(c->db, token, principal);
-  if (r < 0) {
-    fprintf(stderr, agent ? "toolgate: no agent '%s' in this workspace\n"
-                          : "toolgate: the token is unknown or revoked%s\n",
-            agent ? agent : "");
+  if (c->token && cli_token_principal(c, principal) != CLI_OK) return CLI_FAILED;
+  if (agent && tg_principal_lookup(c->db, c->tenant_id, TG_PRINCIPAL_AGENT, agent, principal) < 0) {
+    fprintf(stderr, "toolgate: no agent '%s' in this workspace\n", agent);
     return CLI_FAILED;
   }
   tg_mcp_server srv = {.fixtures = fixtures, .name = "toolgate", .version = TG_MCP_SERVER_VERSION};
   char who[96];
   describe(c, principal, who, sizeof who);
-  tg_log(TG_LOG_INFO, "mcp: serving stdio as %s%s%s", who, token ? " (by token)" : "",
+  tg_log(TG_LOG_INFO, "mcp: serving stdio as %s%s%s", who, c->token ? " (by token)" : "",
          fixtures ? " with the conformance fixtures" : "");
-  r = tg_mcp_stdio_serve(&srv, &c->env, principal, token, stdin, stdout);
+  int r = tg_mcp_stdio_serve(&srv, &c->env, principal, c->token, stdin, stdout);
   if (r < 0)
     tg_log(TG_LOG_ERROR, "mcp: stopped: %s",
            r == TG_E_NOMEM      ? "out of memory"

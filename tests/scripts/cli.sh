@@ -109,4 +109,16 @@ has "version" '^toolgate [0-9]+\.[0-9]+\.[0-9]+$'
 check "unknown command" 2 "$tg" frobnicate
 check "no command" 2 "$tg"
 
+# A token names its workspace: with several, it needs no --tenant, and another is refused.
+check "token for two workspaces" 0 "$tg" token create --agent demo
+demo_token=$(jq -r .token "$dir/out")
+check "a second workspace" 0 "$tg" init --tenant other
+check "a name needs --tenant now" 1 "$tg" call agent.tool.list --agent demo
+check "a token does not" 0 "$tg" call agent.tool.list --token "$demo_token"
+check "nor does stdio by token" 0 "$tg" mcp --token "$demo_token" </dev/null
+check "the token's own workspace" 0 "$tg" --tenant demo call agent.tool.list --token "$demo_token"
+check "another workspace" 1 "$tg" --tenant other call agent.tool.list --token "$demo_token"
+says "another workspace refused" "the token belongs to another workspace than 'other'"
+check "another workspace on stdio" 1 "$tg" --tenant other mcp --token "$demo_token" </dev/null
+
 finish
