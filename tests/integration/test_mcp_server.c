@@ -469,6 +469,82 @@ static void test_modern_ladder(void **state) {
   json_decref(r);
 }
 
+/* A cursor is taken only as the server writes it: decimal, no sign, space or leading zero. */
+static void test_cursors_only_as_written(void **state) {
+  world *w = *state;
+  static const char *const bad[] = {"+0", " 0", "0 ", "-0", "01", "00", "zz", ""};
+  char text[160];
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    snprintf(text, sizeof text,
+             "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{\"cursor\":\"%s\"}}",
+             bad[i]);
+    json_t *r = send_msg(w, text, NULL, NULL);
+    if (error_code(r) != TG_RPC_INVALID_PARAMS) fail_msg("the cursor '%s' was read", bad[i]);
+    json_decref(r);
+  }
+  json_t *r = send_msg(
+      w, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\",\"params\":{\"cursor\":\"0\"}}",
+      NULL, NULL);
+  assert_true(json_array_size(json_object_get(result_of(r), "tools")) > 0);
+  json_decref(r);
+}
+
+/* A header value a client must encode (a byte past ASCII, a control character) is refused
+ * when sent as is (-32020), and taken once encoded; a plain one is taken as is. */
+static void test_header_values_a_client_must_encode(void **state) {
+  world *w = *state;
+  static const struct { const char *region, *header; bool taken; } cases[] = {
+      {"caf\\u00e9", "caf\xc3\xa9", false},
+      {"a\\tb", "a\tb", false},
+      {"caf\\u00e9", "=?base64?Y2Fmw6k=?=", true},
+      {"us west", "us west", true},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char text[300];
+    snprintf(text, sizeof text,
+             "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":"
+             "\"test_x_mcp_header\",\"arguments\":{\"region\":\"%s\"}," MODERN_META "}}",
+             cases[i].region);
+    json_t *params = json_pack("{s:s}", "region", cases[i].header);
+    tg_mcp_headers h = {.protocol_version = "2026-07-28", .method = "tools/call",
+                        .name = "test_x_mcp_header", .params = params};
+    int status = 0;
+    json_t *r = send_msg(w, text, &h, &status);
+    if (cases[i].taken ? error_code(r) != 0 : error_code(r) != TG_RPC_HEADER_MISMATCH)
+      fail_msg("Mcp-Param-Region '%s': %s", cases[i].header, json_dumps(r, JSON_COMPACT));
+    json_decref(r);
+    json_decref(params);
+  }
+}
+
+/* Elicitation in the mode the client declared: an empty object is form mode alone, so a
+ * client declaring url mode alone gets -32021 naming what a form needs. */
+static void test_elicitation_in_the_mode_declared(void **state) {
+  world *w = *state;
+  static const char call[] =
+      "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":"
+      "\"test_input_required_result_elicitation\",\"arguments\":{},\"_meta\":{"
+      "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+      "\"io.modelcontextprotocol/clientCapabilities\":%s}}}";
+  char text[400];
+  snprintf(text, sizeof text, call, "{\"elicitation\":{\"url\":{}}}");
+  int status = 0;
+  json_t *r = send_msg(w, text, NULL, &status);
+  assert_int_equal(error_code(r), TG_RPC_MISSING_CAPABILITY);
+  assert_int_equal(status, 400);
+  json_t *need = json_object_get(json_object_get(json_object_get(r, "error"), "data"),
+                                 "requiredCapabilities");
+  json_t *form = json_pack("{s:{}}", "elicitation");
+  assert_true(json_equal(need, form));
+  json_decref(form);
+  json_decref(r);
+  snprintf(text, sizeof text, call, "{\"elicitation\":{}}");
+  r = send_msg(w, text, NULL, NULL);
+  assert_string_equal(json_string_value(json_object_get(result_of(r), "resultType")),
+                      "input_required");
+  json_decref(r);
+}
+
 static void test_stdio_pinning(void **state) {
   world *w = *state;
   json_t *r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\",\"params\":{" MODERN_META "}}", NULL, NULL);
@@ -2082,6 +2158,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_listed_output_schema_keeps_its_references, setup, teardown),
       cmocka_unit_test_setup_teardown(test_tools_call_through_the_gate, setup, teardown),
       cmocka_unit_test_setup_teardown(test_modern_ladder, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cursors_only_as_written, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_header_values_a_client_must_encode, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_elicitation_in_the_mode_declared, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_pinning, setup, teardown),
       cmocka_unit_test_setup_teardown(test_completion, setup, teardown),
       cmocka_unit_test_setup_teardown(test_progress_and_logging, setup, teardown),
