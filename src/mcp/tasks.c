@@ -27,6 +27,7 @@
 /* In the data directory: a lock file for each server that runs tasks (see "runners"). */
 #define RUNNERS_DIR "task-runners"
 #define RUNNER_GONE_MESSAGE "The server running the task stopped before it ended"
+#define STOPPED_MESSAGE "The server stopped before the task ended"
 #define UNBORN_AFTER_S 60 /* a lock file not renamed into place by then was left by a crash */
 
 typedef enum task_status { WORKING, INPUT_REQUIRED, COMPLETED, FAILED, CANCELLED } task_status;
@@ -46,11 +47,16 @@ typedef struct task {
   bool visible;  /* the handler detached: the client knows the id */
   bool running;  /* its thread still uses it */
   bool cancel;
-  bool read;     /* ended, and the client read how */
-  bool kept;     /* ended, and how is in the database */
-  task_status status;
+  bool heard_cancel; /* its handler learnt of cancel: a failure is then its giving up */
+  bool stopped;  /* cancelled by the server's stop, not by its client */
+  bool read;     /* ended, and the client read how (or knows: it cancelled it waiting) */
+  bool writing;  /* a thread writes its end to the database now */
+  /* status is what clients see: terminal only once the database keeps how it ended, so
+   * that it never changes after. ends_as is that end once decided (terminal; WORKING
+   * before), and ends_at (wall clock, ms) its lastUpdatedAt, stamped as it is written. */
+  task_status status, ends_as;
   char *status_message; /* the handler's last progress message in this status */
-  int64_t created, updated; /* wall clock (ms), for the client */
+  int64_t created, updated, ends_at; /* wall clock (ms), for the client */
   int64_t touched;          /* monotonic (ms): when it expires */
   uint64_t seq;             /* the order of the last changes, for eviction */
   /* Input: the requests not answered yet (request key → request), each request key's key
@@ -59,8 +65,8 @@ typedef struct task {
   unsigned round;
   json_t *pending, *keys, *answers;
   char *state;
-  json_t *result; /* COMPLETED: the CallToolResult */
-  json_t *error;  /* FAILED: the JSON-RPC error object */
+  json_t *result; /* it ends COMPLETED: the CallToolResult */
+  json_t *error;  /* it ends FAILED: the JSON-RPC error object */
   /* The call ended before the handler detached: its outcome, which the starter takes. */
   bool ended;
   int outcome;
@@ -157,13 +163,19 @@ static void unlink_locked(tg_mcp_tasks *t, task *k) {
     }
 }
 
+static bool terminal(task_status s) { return s == COMPLETED || s == FAILED || s == CANCELLED; }
+
 static void leave_runners(tg_mcp_tasks *t);
 
 void tg_mcp_tasks_free(tg_mcp_tasks *t) {
   if (!t) return;
   pthread_mutex_lock(&t->lock);
   t->stopping = true;
-  for (task *k = t->list; k; k = k->next) k->cancel = true;
+  for (task *k = t->list; k; k = k->next) {
+    /* Its end says the stop cut it, unless its client cancelled it or its end is decided. */
+    k->stopped = !k->cancel && !terminal(k->ends_as);
+    k->cancel = true;
+  }
   pthread_cond_broadcast(&t->changed);
   while (t->running) pthread_cond_wait(&t->changed, &t->lock);
   pthread_mutex_unlock(&t->lock);
@@ -181,8 +193,6 @@ void tg_mcp_tasks_free(tg_mcp_tasks *t) {
   free(t->public_url);
   free(t);
 }
-
-static bool terminal(task_status s) { return s == COMPLETED || s == FAILED || s == CANCELLED; }
 
 /* Records that k changed: for its lastUpdatedAt, its expiry, eviction and its observers. */
 static void stamp_locked(task *k) {
@@ -218,12 +228,16 @@ static void unlock_publishing(tg_mcp_tasks *t) {
   if (news) publish(t, of);
 }
 
-static json_t *task_json_locked(const task *k, bool detailed) {
+/* k's DetailedTask (detailed) or CreateTaskResult in status s: k->status (as it stands), or
+ * k->ends_as (as it ends, to be written first). An end shows the same each time: ended, a
+ * task is never restamped. */
+static json_t *task_json_locked(const task *k, task_status s, bool detailed) {
+  bool ended = terminal(s);
   char created[TG_ISO_LEN + 1], updated[TG_ISO_LEN + 1];
   tg_iso8601(k->created, created);
-  tg_iso8601(k->updated, updated);
+  tg_iso8601(ended ? k->ends_at : k->updated, updated);
   json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:I,s:I}", "taskId", k->id, "status",
-                        status_names[k->status], "createdAt", created, "lastUpdatedAt", updated,
+                        status_names[s], "createdAt", created, "lastUpdatedAt", updated,
                         "ttlMs", (json_int_t)TG_MCP_TASK_TTL_MS, "pollIntervalMs",
                         (json_int_t)TG_MCP_TASK_POLL_MS);
   if (!j) return NULL;
@@ -231,12 +245,14 @@ static json_t *task_json_locked(const task *k, bool detailed) {
   if (!detailed) r = json_object_set_new(j, "resultType", json_string("task"));
   /* pending changes as answers come (a copy: the answer is encoded after the lock); a
    * result and an error never change once set. */
-  else if (k->status == INPUT_REQUIRED)
+  else if (s == INPUT_REQUIRED)
     r = json_object_set_new(j, "inputRequests", json_deep_copy(k->pending));
-  else if (k->status == COMPLETED) r = json_object_set(j, "result", k->result);
-  else if (k->status == FAILED) r = json_object_set(j, "error", k->error);
-  if (r == 0 && k->status_message)
-    r = json_object_set_new(j, "statusMessage", json_string(k->status_message));
+  else if (s == COMPLETED) r = json_object_set(j, "result", k->result);
+  else if (s == FAILED) r = json_object_set(j, "error", k->error);
+  /* Ended, the progress told of the status before is over. */
+  const char *message = !ended ? k->status_message : s == CANCELLED && k->stopped ? STOPPED_MESSAGE
+                                                                                  : NULL;
+  if (r == 0 && message) r = json_object_set_new(j, "statusMessage", json_string(message));
   if (r < 0) {
     json_decref(j);
     return NULL;
@@ -304,19 +320,25 @@ static int task_notify(void *self, const char *method, json_t *params) {
   return TG_OK;
 }
 
+/* Whether k was asked to stop, which its handler then knows (see settle_locked). */
+static bool cancel_heard_locked(task *k) {
+  k->heard_cancel |= k->cancel;
+  return k->cancel;
+}
+
 static int task_detach(void *self) {
   task *k = self;
   tg_mcp_tasks *t = k->store;
   pthread_mutex_lock(&t->lock);
   if (k->cancel || k->visible) {
-    int r = k->cancel ? TG_E_IO : TG_OK;
+    int r = cancel_heard_locked(k) ? TG_E_IO : TG_OK;
     pthread_mutex_unlock(&t->lock);
     return r;
   }
   /* Its row first: the client may poll another server, or this one may crash (see
    * "runners"). A cancel that comes meanwhile reaches the task once it is one. */
   int r = t->runner_fd >= 0 ? TG_OK : take_runner_lock(t);
-  task_row b = {.k = k, .shown = r == TG_OK ? task_json_locked(k, true) : NULL};
+  task_row b = {.k = k, .shown = r == TG_OK ? task_json_locked(k, k->status, true) : NULL};
   pthread_mutex_unlock(&t->lock);
   if (r == TG_OK && !b.shown) r = TG_E_NOMEM;
   if (r == TG_OK && (r = tg_db_batch(k->thread_db, keep_beginning, &b)) < 0)
@@ -333,16 +355,19 @@ static int task_detach(void *self) {
 static bool task_cancelled(void *self) {
   task *k = self;
   pthread_mutex_lock(&k->store->lock);
-  bool cancelled = k->cancel;
+  bool cancelled = cancel_heard_locked(k);
   pthread_mutex_unlock(&k->store->lock);
   return cancelled;
 }
 
 /* ---- the task's thread ---- */
 
+/* Decides how k ends (s terminal): clients see it once it is written (see keep_ends_locked). */
+static void end_as_locked(task *k, task_status s) { k->ends_as = s; }
+
 static void fail_locked(task *k, json_t *error) {
   k->error = error ? error : tg_rpc_error_object(TG_RPC_INTERNAL_ERROR, "Internal error", NULL);
-  touch_locked(k, FAILED);
+  end_as_locked(k, FAILED);
 }
 
 /* Parks the task on the InputRequiredResult its handler returned: its requests go to the
@@ -403,14 +428,17 @@ static bool park_locked(task *k, json_t *result) {
 }
 
 /* Records where a round of a detached task ended (result: its CallToolResult, stolen; NULL
- * when it has none): true when it waits for input. */
+ * when it has none): true when it waits for input, else its end is decided. */
 static bool settle_locked(task *k, int status, tg_call_result *res, json_t *result) {
   bool asks = status == TG_OK && result && tg_mcp_is_input_required(result);
+  /* Asked to stop, it ends cancelled, unless what the round returned stands: a result, or a
+   * failure of a handler that never learnt of the cancel (one that did gave up). */
+  bool gave_up = k->cancel && (!result || asks || (status != TG_OK && k->heard_cancel));
   bool parked = false;
-  if (!result) {
+  if (gave_up) {
+    end_as_locked(k, CANCELLED);
+  } else if (!result) {
     fail_locked(k, NULL);
-  } else if (k->cancel && (status != TG_OK || asks)) {
-    touch_locked(k, CANCELLED);
   } else if (status == TG_E_TOOL && res->code == TG_ERR_INTERNAL_ERROR) {
     /* The tool failed unexpectedly: a protocol-level failure, not a tool's answer. */
     fail_locked(k, tg_rpc_error_object(TG_RPC_INTERNAL_ERROR, "Internal error",
@@ -419,22 +447,21 @@ static bool settle_locked(task *k, int status, tg_call_result *res, json_t *resu
     parked = park_locked(k, result);
   } else {
     k->result = json_incref(result);
-    touch_locked(k, COMPLETED);
+    end_as_locked(k, COMPLETED);
   }
   json_decref(result);
   return parked;
 }
 
-/* Waits for the answers to a parked task; true when they all came. */
+/* Waits for the answers to a parked task; true when they all came, else it ends cancelled. */
 static bool await_input_locked(task *k) {
   int64_t deadline = tg_monotonic_ms() + TG_MCP_TASK_INPUT_WAIT_MS;
   for (int64_t left; json_object_size(k->pending) && !k->cancel;) {
     if ((left = deadline - tg_monotonic_ms()) <= 0) break;
     tg_timed_wait(&k->store->changed, &k->store->lock, left);
   }
-  if (terminal(k->status)) return false; /* cancelled while it waited */
   if (json_object_size(k->pending) || k->cancel) {
-    touch_locked(k, CANCELLED);
+    end_as_locked(k, CANCELLED);
     return false;
   }
   if (k->status != WORKING) touch_locked(k, WORKING);
@@ -450,12 +477,17 @@ typedef struct ending {
   int64_t at;
 } ending;
 
-/* How k ended, to be kept (release shown); with the store's lock. */
+/* How k ends, to be kept (release shown); with the store's lock. */
 static ending ending_locked(const task *k) {
-  ending e = {.shown = task_json_locked(k, true), .at = k->updated};
+  ending e = {.shown = task_json_locked(k, k->ends_as, true), .at = k->ends_at};
   memcpy(e.id, k->id, sizeof e.id);
   memcpy(e.principal, k->principal, sizeof e.principal);
   return e;
+}
+
+/* Deletes the running row of task id: it ended, or this server no longer holds it. */
+static int forget_running(tg_db *db, const char *id) {
+  return tg_db_exec(db, "DELETE FROM mcp_running_tasks WHERE id = $1", json_pack("[s]", id), NULL);
 }
 
 static int keep_ending(void *arg, tg_db *db) {
@@ -467,16 +499,14 @@ static int keep_ending(void *arg, tg_db *db) {
    * TG_MCP_MAX_KEPT_TASKS. */
   int r = tg_db_exec(db, "DELETE FROM mcp_tasks WHERE ended_at < $1", json_pack("[s]", expired),
                      NULL);
-  /* A row written again by two starters at once, or whose commit failed late, may be there
-   * already: it holds the same. */
+  /* A row written again as its commit was told failed late may be there already: it holds
+   * the same. */
   if (r == 0)
     r = tg_db_exec(db,
                    "INSERT INTO mcp_tasks (id, principal_id, task, ended_at) VALUES ($1, $2, $3, $4) "
                    "ON CONFLICT (id) DO NOTHING",
                    json_pack("[s,s,O,s]", e->id, e->principal, e->shown, at), NULL);
-  if (r == 0)
-    r = tg_db_exec(db, "DELETE FROM mcp_running_tasks WHERE id = $1", json_pack("[s]", e->id),
-                   NULL);
+  if (r == 0) r = forget_running(db, e->id);
   if (r == 0)
     r = tg_db_exec(db,
                    "DELETE FROM mcp_tasks WHERE principal_id = $1 AND id NOT IN (SELECT id FROM "
@@ -485,8 +515,7 @@ static int keep_ending(void *arg, tg_db *db) {
   return r;
 }
 
-/* Writes e on db and releases it; true when it did. A failure is logged: the task stays in
- * this process's memory. */
+/* Writes e on db and releases it; true when it did. A failure is logged. */
 static bool keep(tg_db *db, ending *e) {
   bool kept = e->shown && tg_db_batch(db, keep_ending, e) == 0;
   if (!kept)
@@ -494,6 +523,43 @@ static bool keep(tg_db *db, ending *e) {
            e->shown ? tg_db_errmsg(db) : "out of memory");
   json_decref(e->shown);
   return kept;
+}
+
+/* Whether k's end is decided and waits to be written, by none yet. */
+static bool end_unwritten(const task *k) {
+  return terminal(k->ends_as) && !terminal(k->status) && !k->writing;
+}
+
+/* Writes on db how the n (at most TG_MCP_MAX_TASKS) tasks ks end (each end_unwritten), then
+ * shows those written ended: no client sees an end the database does not keep, so none
+ * changes after, whatever becomes of this server. One not written shows working (it asks
+ * nothing more), and is written again as its principal reads it or starts a task, and at
+ * stop. With the store's lock, released meanwhile (no task of ks may go: none ended). */
+static void keep_ends_locked(tg_mcp_tasks *t, tg_db *db, task *const *ks, size_t n) {
+  ending ends[TG_MCP_MAX_TASKS];
+  bool written[TG_MCP_MAX_TASKS];
+  for (size_t i = 0; i < n; i++) {
+    ks[i]->writing = true;
+    /* Stamped as it is written, again if need be: no client saw it, and its hour starts now
+     * (a write that failed for a while would otherwise be born expired). */
+    ks[i]->ends_at = tg_now_ms();
+    ends[i] = ending_locked(ks[i]);
+  }
+  pthread_mutex_unlock(&t->lock);
+  for (size_t i = 0; i < n; i++) written[i] = keep(db, &ends[i]);
+  pthread_mutex_lock(&t->lock);
+  for (size_t i = 0; i < n; i++) {
+    task *k = ks[i];
+    k->writing = false;
+    if (written[i]) touch_locked(k, k->ends_as);
+    else if (k->status == INPUT_REQUIRED) touch_locked(k, WORKING);
+  }
+}
+
+/* The task a row holds (a new reference), or NULL when it is unreadable. */
+static json_t *row_task(const json_t *row) {
+  /* The text holds what the JSON held, \u0000 included. */
+  return json_loads(tg_json_str(row, "task"), JSON_ALLOW_NUL, NULL);
 }
 
 /* How principal's task id ended, as kept on db (a new DetailedTask in *ret, unless ret is
@@ -507,8 +573,7 @@ static int kept(tg_db *db, const char *principal, const char *id, json_t **ret) 
       json_pack("[s,s,s]", id, principal, since), &row);
   if (r < 0) return r;
   if (!row) return TG_E_NOTFOUND;
-  /* The text holds what the JSON held, \u0000 included. */
-  if (ret && !(*ret = json_loads(tg_json_str(row, "task"), JSON_ALLOW_NUL, NULL))) r = TG_E_DB;
+  if (ret && !(*ret = row_task(row))) r = TG_E_DB;
   json_decref(row);
   return r;
 }
@@ -525,6 +590,12 @@ static int kept(tg_db *db, const char *principal, const char *id, json_t **ret) 
 static char *runner_file(const char *data_dir, const char *runner, const char *suffix) {
   char *path;
   return asprintf(&path, "%s/" RUNNERS_DIR "/%s%s", data_dir, runner, suffix) < 0 ? NULL : path;
+}
+
+/* Removes runner's lock file: it is gone, or this server as it stops. */
+static void remove_runner_file(const char *data_dir, const char *runner) {
+  _cleanup_free_ char *path = runner_file(data_dir, runner, ".lock");
+  if (path) unlink(path);
 }
 
 /* Makes this server a runner: its file is locked before it takes its name, so that no other
@@ -597,7 +668,7 @@ static int bury_runner(void *arg, tg_db *db) {
     tg_iso8601(e.at, at);
     snprintf(e.id, sizeof e.id, "%s", tg_json_str(row, "id"));
     snprintf(e.principal, sizeof e.principal, "%s", tg_json_str(row, "principal_id"));
-    json_t *shown = json_loads(tg_json_str(row, "task"), JSON_ALLOW_NUL, NULL);
+    json_t *shown = row_task(row);
     if (!json_is_object(shown)) { /* unreadable: what is known of it */
       json_decref(shown);
       shown = json_pack("{s:s,s:s,s:I,s:I}", "taskId", e.id, "createdAt", at, "ttlMs",
@@ -632,8 +703,7 @@ static int bury_if_gone(tg_mcp_tasks *t, tg_db *db, const char *runner) {
            tg_db_errmsg(db));
     return r;
   }
-  _cleanup_free_ char *path = runner_file(t->data_dir, runner, ".lock");
-  if (path) unlink(path);
+  remove_runner_file(t->data_dir, runner);
   return 1;
 }
 
@@ -695,9 +765,9 @@ static void sweep_once(tg_mcp_tasks *t, tg_db *db) {
   pthread_mutex_unlock(&t->lock);
 }
 
-/* Deletes the rows of the tasks this server let go (past their time to live, their ends
- * unwritten), keeping those of the tasks it holds (arg: the store). */
-static int forget_let_go(void *arg, tg_db *db) {
+/* Deletes the rows of this server that name no task it holds (a row whose write was told
+ * failed, yet made), keeping those of the tasks it holds (arg: the store). */
+static int forget_unheld(void *arg, tg_db *db) {
   tg_mcp_tasks *t = arg;
   _cleanup_json_ json_t *rows = NULL;
   int r = tg_db_query(db, "SELECT id FROM mcp_running_tasks WHERE runner = $1",
@@ -708,38 +778,35 @@ static int forget_let_go(void *arg, tg_db *db) {
     const char *id = tg_json_str(row, "id");
     bool held = false;
     for (task *k = t->list; k && !held; k = k->next) held = strcmp(k->id, id) == 0;
-    if (!held && (r = tg_db_exec(db, "DELETE FROM mcp_running_tasks WHERE id = $1",
-                                 json_pack("[s]", id), NULL)) < 0)
-      break;
+    if (!held && (r = forget_running(db, id)) < 0) break;
   }
   return r;
 }
 
-/* At stop, once every task ended: the ends that could not be written as tasks ended are
- * written again, and the rows of tasks let go deleted; a row that remains (the database
- * still fails) is written as failed by the next server to look. Then the lock goes. No
- * other thread uses the store by now (its tasks' threads ended, its observers were freed),
- * so its list is read without the lock, here and in forget_let_go. */
+/* At stop, once every task's thread ended (each decided its end): the ends not written yet
+ * are written again, and the rows that name no task held deleted; a row that remains (the
+ * database still fails) is written as failed by the next server to look, as no client saw
+ * its task ended. Then the lock goes. No other thread uses the store by now (its tasks'
+ * threads ended, its observers were freed), so forget_unheld reads its list without the
+ * lock. */
 static void leave_runners(tg_mcp_tasks *t) {
   if (t->runner_fd < 0) return;
   tg_db *db = NULL;
   _cleanup_free_ char *why = NULL;
   if (tg_db_open(t->data_dir, &db, &why) == 0) {
-    for (task *k = t->list; k; k = k->next) {
-      if (k->kept || !terminal(k->status)) continue;
-      ending e = ending_locked(k);
-      k->kept = keep(db, &e);
-    }
-    if (tg_db_batch(db, forget_let_go, t) < 0)
-      tg_log(TG_LOG_WARN, "mcp: the rows of tasks let go could not be deleted: %s",
+    pthread_mutex_lock(&t->lock);
+    for (task *k = t->list; k; k = k->next)
+      if (end_unwritten(k)) keep_ends_locked(t, db, &k, 1);
+    pthread_mutex_unlock(&t->lock);
+    if (tg_db_batch(db, forget_unheld, t) < 0)
+      tg_log(TG_LOG_WARN, "mcp: the rows of tasks no longer held could not be deleted: %s",
              tg_db_errmsg(db));
     tg_db_close(db);
   } else {
     tg_log(TG_LOG_WARN, "mcp: the ends of tasks could not be written at stop: %s",
            why ? why : "out of memory");
   }
-  _cleanup_free_ char *path = runner_file(t->data_dir, t->runner, ".lock");
-  if (path) unlink(path);
+  remove_runner_file(t->data_dir, t->runner);
   close(t->runner_fd);
 }
 
@@ -760,35 +827,25 @@ static int not_here(tg_mcp_tasks *t, tg_db *db, const char *principal, const cha
   if (r < 0) return r;
   if (!row) return kept(db, principal, id, ret);
   const char *runner = tg_json_str(row, "runner");
-  /* This server let it go past its time to live, its end unwritten. */
+  /* A row of this server that names no task it holds (see forget_unheld). */
   if (is_own(t, runner)) return TG_E_NOTFOUND;
   r = bury_if_gone(t, db, runner);
   if (r == 1) return kept(db, principal, id, ret);
   if (r < 0) return r;
-  if (ret && !(*ret = json_loads(tg_json_str(row, "task"), JSON_ALLOW_NUL, NULL))) return TG_E_DB;
+  if (ret && !(*ret = row_task(row))) return TG_E_DB;
   return TG_MCP_TASK_ELSEWHERE;
 }
 
-/* k ended (called with the store's lock, which it releases): how is kept on db before the
- * task may leave memory, which it may once it no longer runs. */
+/* k's end was decided while the store's lock was held, which this releases: its thread
+ * writes it on db (see keep_ends_locked), and is then done with the task. */
 static void end_locked(task *k, tg_db *db) {
-  tg_mcp_tasks *t = k->store;
-  if (t->stopping && k->status == CANCELLED) {
-    free(k->status_message);
-    k->status_message = strdup("The server stopped before the task ended");
-    stamp_locked(k);
-  }
-  ending e = ending_locked(k);
-  unlock_publishing(t);
-  bool kept = keep(db, &e);
-  pthread_mutex_lock(&t->lock);
-  k->kept = kept;
+  keep_ends_locked(k->store, db, &k, 1);
   k->running = false;
   k->thread_db = NULL;
-  pthread_mutex_unlock(&t->lock);
+  unlock_publishing(k->store);
 }
 
-void (*tg_mcp_tasks_test_ended)(void);
+void (*_Atomic tg_mcp_tasks_test_ended)(void);
 
 static void *task_main(void *arg) {
   task *k = arg;
@@ -797,7 +854,7 @@ static void *task_main(void *arg) {
   tg_env env = t->base;
   env.db = k->thread_db = k->db;
   k->db = NULL;
-  for (bool again = true; again;) {
+  for (;;) {
     tg_client_channel channel = {
         .self = k,
         .capabilities = k->caps,
@@ -827,33 +884,44 @@ static void *task_main(void *arg) {
       break;
     }
     bool parked = settle_locked(k, r, &res, result);
-    json_t *asking = parked ? task_json_locked(k, true) : NULL;
-    unlock_publishing(t); /* observers hear where the round ended before it waits */
     tg_call_result_done(&res);
-    if (parked) show_standing(k, env.db, asking);
-    pthread_mutex_lock(&t->lock);
-    again = parked && await_input_locked(k);
-    json_t *resumed = again ? task_json_locked(k, true) : NULL;
-    if (again) unlock_publishing(t);
-    else end_locked(k, env.db);
-    if (again) show_standing(k, env.db, resumed);
+    if (parked) {
+      json_t *asking = task_json_locked(k, k->status, true);
+      unlock_publishing(t); /* observers hear where the round ended before it waits */
+      show_standing(k, env.db, asking);
+      pthread_mutex_lock(&t->lock);
+    }
+    if (!parked || !await_input_locked(k)) {
+      end_locked(k, env.db);
+      break;
+    }
+    json_t *resumed = task_json_locked(k, k->status, true);
+    unlock_publishing(t);
+    show_standing(k, env.db, resumed);
   }
   tg_db_close(env.db);
   pthread_mutex_lock(&t->lock);
   t->running--;
   pthread_cond_broadcast(&t->changed);
   pthread_mutex_unlock(&t->lock);
-  if (tg_mcp_tasks_test_ended) tg_mcp_tasks_test_ended();
+  void (*ended)(void) = tg_mcp_tasks_test_ended;
+  if (ended) ended();
   return NULL;
 }
 
 /* ---- the store ---- */
 
-/* Whether a task may go: its thread and its starter are done with it, and it ended. Past
- * its time to live it goes; read, it may give its place to a new one. */
+/* Whether a task may go: its thread and its starter are done with it, and it ended (so the
+ * database keeps how). Past its time to live it goes; read, it may give its place to a new
+ * one. */
 static bool may_go(const task *k) {
   return !k->running && !k->starting && terminal(k->status);
 }
+
+_Atomic int64_t tg_mcp_tasks_test_later_ms;
+
+/* The clock by which tasks expire (monotonic, ms). */
+static int64_t expiry_clock(void) { return tg_monotonic_ms() + tg_mcp_tasks_test_later_ms; }
 
 static bool expired(const task *k, int64_t now) {
   return may_go(k) && now - k->touched > TG_MCP_TASK_TTL_MS;
@@ -861,7 +929,7 @@ static bool expired(const task *k, int64_t now) {
 
 /* principal's visible task id, or NULL. */
 static task *find_locked(tg_mcp_tasks *t, const char *principal, const char *id) {
-  int64_t now = tg_monotonic_ms();
+  int64_t now = expiry_clock();
   for (task *k = t->list; k; k = k->next)
     if (k->visible && !expired(k, now) && strcmp(k->id, id) == 0 &&
         strcmp(k->principal, principal) == 0)
@@ -869,31 +937,24 @@ static task *find_locked(tg_mcp_tasks *t, const char *principal, const char *id)
   return NULL;
 }
 
-/* Writes again on db how the tasks ended whose write failed as they ended, so that the
- * database keeps them (their running rows go with it) and, read, they may make room. Each is
- * tried: one the database refuses for itself holds back none of the others. Called with the
+/* Writes again on db the ends of principal's tasks that could not be written as they ended,
+ * so that its client may read them and, read, they may make room: every one (it holds at
+ * most TG_MCP_MAX_TASKS), each tried for itself. Another principal's wait for its own reads
+ * and starts, so that what the database refuses of one never holds back another. With the
  * store's lock, released meanwhile. */
-static void keep_again_locked(tg_mcp_tasks *t, tg_db *db) {
-  ending again[TG_MCP_MAX_TASKS];
-  bool done[TG_MCP_MAX_TASKS];
+static void keep_ends_of_locked(tg_mcp_tasks *t, tg_db *db, const char *principal) {
+  task *ks[TG_MCP_MAX_TASKS];
   size_t n = 0;
   for (task *k = t->list; k && n < TG_MCP_MAX_TASKS; k = k->next)
-    if (may_go(k) && !k->kept) again[n++] = ending_locked(k);
-  if (!n) return;
-  pthread_mutex_unlock(&t->lock);
-  for (size_t i = 0; i < n; i++) done[i] = keep(db, &again[i]);
-  pthread_mutex_lock(&t->lock);
-  /* Found again by id: meanwhile another start may have let a task go. */
-  for (size_t i = 0; i < n; i++)
-    for (task *k = t->list; done[i] && k; k = k->next)
-      if (strcmp(k->id, again[i].id) == 0) k->kept = true;
+    if (end_unwritten(k) && strcmp(k->principal, principal) == 0) ks[n++] = k;
+  if (n) keep_ends_locked(t, db, ks, n);
 }
 
 /* Drops expired tasks; then, when principal holds TG_MCP_MAX_TASKS, the read one that
  * ended the longest ago. Returns 0, or TG_E_TOO_LARGE with the limit that stops one more
  * task in ret. */
 static int make_room_locked(tg_mcp_tasks *t, const char *principal, tg_mcp_task_start *ret) {
-  int64_t now = tg_monotonic_ms();
+  int64_t now = expiry_clock();
   unsigned held = 0, running = 0;
   task *oldest = NULL;
   for (task **p = &t->list; *p;) {
@@ -905,9 +966,8 @@ static int make_room_locked(tg_mcp_tasks *t, const char *principal, tg_mcp_task_
     }
     if (strcmp(k->principal, principal) == 0) {
       held++;
-      running += k->running && !terminal(k->status); /* not one writing how it ended */
-      /* One the database does not keep would be lost. */
-      if (may_go(k) && k->read && k->kept && (!oldest || k->seq < oldest->seq)) oldest = k;
+      running += k->running && !terminal(k->ends_as); /* not one writing how it ended */
+      if (may_go(k) && k->read && (!oldest || k->seq < oldest->seq)) oldest = k;
     }
     p = &k->next;
   }
@@ -981,14 +1041,14 @@ int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_tas
   if (r < 0) return r;
   /* The task takes its place before its connection opens, outside the lock. */
   pthread_mutex_lock(&t->lock);
-  if (call->db && !t->stopping) keep_again_locked(t, call->db);
+  if (call->db && !t->stopping) keep_ends_of_locked(t, call->db, k->principal);
   r = t->stopping ? TG_E_IO : make_room_locked(t, k->principal, ret);
   if (r == 0) {
     k->next = t->list;
     t->list = k;
     t->running++;
   }
-  pthread_mutex_unlock(&t->lock);
+  unlock_publishing(t); /* the ends written meanwhile */
   if (r < 0) {
     task_free(k);
     return r;
@@ -1011,11 +1071,6 @@ int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_tas
     tg_timed_wait(&t->changed, &t->lock, START_CHECK_MS);
   }
   k->starting = false;
-  /* Cancelled as it detached: no client will learn of the task, which stops and may go. */
-  if (k->visible && call->cancelled && call->cancelled(call->arg)) {
-    k->cancel = k->read = true;
-    pthread_cond_broadcast(&t->changed);
-  }
   if (k->ended) {
     unlink_locked(t, k);
     pthread_mutex_unlock(&t->lock);
@@ -1025,7 +1080,13 @@ int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_tas
     task_free(k);
     return 0;
   }
-  ret->task = task_json_locked(k, false);
+  ret->task = task_json_locked(k, k->status, false);
+  /* Cancelled as it detached, or no answer to tell of it: no client will learn of the task,
+   * which stops and may go. */
+  if (!ret->task || (call->cancelled && call->cancelled(call->arg))) {
+    k->cancel = k->read = true;
+    pthread_cond_broadcast(&t->changed);
+  }
   pthread_mutex_unlock(&t->lock);
   return ret->task ? 0 : TG_E_NOMEM;
 }
@@ -1034,9 +1095,11 @@ int tg_mcp_tasks_get(tg_mcp_tasks *t, tg_db *db, const char *principal_id, const
                      json_t **ret) {
   pthread_mutex_lock(&t->lock);
   task *k = find_locked(t, principal_id, id);
-  *ret = k ? task_json_locked(k, true) : NULL;
+  /* An end not written yet is written now, so that it may be read. */
+  if (k && end_unwritten(k)) keep_ends_locked(t, db, &k, 1);
+  *ret = k ? task_json_locked(k, k->status, true) : NULL;
   if (*ret && terminal(k->status)) k->read = true;
-  pthread_mutex_unlock(&t->lock);
+  unlock_publishing(t);
   if (!k) {
     int r = not_here(t, db, principal_id, id, ret);
     return r == TG_MCP_TASK_ELSEWHERE ? 0 : r;
@@ -1049,10 +1112,12 @@ int tg_mcp_tasks_update(tg_mcp_tasks *t, tg_db *db, const char *principal_id, co
   pthread_mutex_lock(&t->lock);
   task *k = find_locked(t, principal_id, id);
   int r = k ? 0 : TG_E_NOTFOUND;
+  /* Cancelled, or its end decided, it takes no more answers. */
+  bool asking = k && k->status == INPUT_REQUIRED && !terminal(k->ends_as) && !k->cancel;
   bool answered = false;
   const char *key;
   json_t *answer;
-  json_object_foreach(k && k->status == INPUT_REQUIRED ? responses : NULL, key, answer) {
+  json_object_foreach(asking ? responses : NULL, key, answer) {
     const char *own = json_string_value(json_object_get(k->keys, key));
     if (!json_object_get(k->pending, key) || !own) continue;
     if (json_object_set_new(k->answers, own, json_deep_copy(answer)) < 0) {
@@ -1063,7 +1128,7 @@ int tg_mcp_tasks_update(tg_mcp_tasks *t, tg_db *db, const char *principal_id, co
     answered = true;
   }
   /* Every answer in: the task goes on (its thread wakes to run the next round). */
-  if (k && k->status == INPUT_REQUIRED && !json_object_size(k->pending)) touch_locked(k, WORKING);
+  if (asking && !json_object_size(k->pending)) touch_locked(k, WORKING);
   else if (answered) stamp_locked(k); /* fewer requests pending */
   unlock_publishing(t);
   return k ? r : not_here(t, db, principal_id, id, NULL); /* ended: nothing to answer */
@@ -1072,14 +1137,11 @@ int tg_mcp_tasks_update(tg_mcp_tasks *t, tg_db *db, const char *principal_id, co
 int tg_mcp_tasks_cancel(tg_mcp_tasks *t, tg_db *db, const char *principal_id, const char *id) {
   pthread_mutex_lock(&t->lock);
   task *k = find_locked(t, principal_id, id);
-  if (k && !terminal(k->status)) {
+  /* An end decided stands. Waiting for input, the task ends cancelled as soon as its thread
+   * wrote so (and the client knows how it ended); running, once its handler gives up. */
+  if (k && !terminal(k->ends_as)) {
     k->cancel = true;
-    /* Waiting for input, it is cancelled at once (and the client knows how it ended);
-     * running, once its handler gives up. */
-    if (k->status == INPUT_REQUIRED) {
-      touch_locked(k, CANCELLED);
-      k->read = true;
-    }
+    k->read |= k->status == INPUT_REQUIRED;
     pthread_cond_broadcast(&t->changed);
   }
   unlock_publishing(t);
@@ -1103,7 +1165,7 @@ static void publish_to(tg_mcp_task_observer *o) {
   for (size_t i = 0; i < o->n; i++) {
     task *k = find_locked(t, o->principal, o->watched[i].id);
     if (!k || k->seq == o->watched[i].seen) continue;
-    json_t *j = task_json_locked(k, true);
+    json_t *j = task_json_locked(k, k->status, true);
     if (j) news[n++] = (__typeof__(news[0])){j, i, k->seq, terminal(k->status)};
     else tg_log(TG_LOG_WARN, "mcp: out of memory telling of a task's change");
   }

@@ -5,12 +5,18 @@
  * audited like any call. Tasks live in this process's memory, each visible only to the
  * principal that started it; how one ended is also written to the database (mcp_tasks), so
  * that it stays readable until TG_MCP_TASK_TTL_MS after it ended, whatever becomes of the
- * process. A handler's
- * progress message is its task's statusMessage until the status changes. Knows nothing of
- * transports. */
+ * process. That write comes first: no client sees a task ended (tasks/get, observers)
+ * before the database keeps how, so a terminal status never changes, not even to failed
+ * as the next server shows a task whose server was killed. An end the database refuses is
+ * logged and the task goes on showing working here, in memory (it never expires; other
+ * servers show it as of its last change of status); the write is made again, stamped anew,
+ * as its principal reads it or starts a task (each of its own then, none of another's), and
+ * as the server stops. A handler's progress message is
+ * its task's statusMessage until the status changes. Knows nothing of transports. */
 #pragma once
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "core/call.h"
 #include "core/registry.h"
@@ -46,9 +52,9 @@ typedef struct tg_mcp_task_call {
   /* Whether the request that starts the call was cancelled: asked while it waits. */
   bool (*cancelled)(void *arg);
   void *arg;
-  /* The starter's connection, NULL: where the ends of tasks that could not be written as
-   * they ended are written again, and where, at the server's first task, the tasks of
-   * servers that are gone are written as failed. */
+  /* The starter's connection, NULL: where the ends of the principal's tasks that could not
+   * be written as they ended are written again, and where, at the server's first task, the
+   * tasks of servers that are gone are written as failed. */
   tg_db *db;
 } tg_mcp_task_call;
 
@@ -69,8 +75,9 @@ typedef struct tg_mcp_task_start {
  * status. */
 int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_task_start *ret);
 
-/* The DetailedTask of principal's task id (a new object): from memory, or, for a task that
- * ended and is no longer there (let go, or run by a server since stopped), as db keeps it;
+/* The DetailedTask of principal's task id (a new object): from memory (an end not written yet
+ * is written on db first), or, for a task that ended and is no longer there (let go, or run
+ * by a server since stopped), as db keeps it;
  * one that another server runs, as it began or last changed status (working,
  * input_required); one whose server is gone (crashed, killed),
  * failed. TG_E_NOTFOUND when principal has no such task; another TG_E_* when db fails. */
@@ -85,7 +92,9 @@ int tg_mcp_tasks_get(tg_mcp_tasks *t, tg_db *db, const char *principal_id, const
 int tg_mcp_tasks_update(tg_mcp_tasks *t, tg_db *db, const char *principal_id, const char *id,
                         json_t *responses);
 /* Tests: called each time a task's thread has ended (NULL: nothing is called). */
-extern void (*tg_mcp_tasks_test_ended)(void);
+extern void (*_Atomic tg_mcp_tasks_test_ended)(void); /* atomic: set while tasks run */
+/* Tests: how far ahead of the clock tasks expire from memory by (0: not at all). */
+extern _Atomic int64_t tg_mcp_tasks_test_later_ms;
 
 /* Who hears of a principal's tasks as they change (subscriptions/listen with taskIds).
  * deliver sends task (stolen) to the client and returns 0, or a failure: the task is then
@@ -108,8 +117,9 @@ void tg_mcp_tasks_observe(tg_mcp_task_observer *o);
 /* Frees o, observed or not: once this returns no delivery to it runs. NULL: nothing. */
 void tg_mcp_tasks_observer_free(tg_mcp_task_observer *o);
 
-/* Asks the task to stop: one waiting for input ends cancelled at once (its end counts as
- * read), a running one when its handler gives up (a result it returns all the same
- * stands). 0 (also for a task db keeps: it ended), TG_MCP_TASK_ELSEWHERE, TG_E_NOTFOUND, or
- * the failure of db. */
+/* Asks the task to stop: one waiting for input ends cancelled (its end counts as read), a
+ * running one when its handler gives up: fails once it learnt of it (cx->client->cancelled).
+ * What its handler returns all the same stands: a result, or a failure of a handler that
+ * never learnt of it; and so does an end already decided. 0 (also for a task db keeps: it
+ * ended), TG_MCP_TASK_ELSEWHERE, TG_E_NOTFOUND, or the failure of db. */
 int tg_mcp_tasks_cancel(tg_mcp_tasks *t, tg_db *db, const char *principal_id, const char *id);

@@ -683,23 +683,29 @@ static json_t *request_as(world *w, const char *principal, const char *caps, con
   return r;
 }
 
-/* The same from w's agent taking tasks; the reply must be a result (a new reference). */
-static json_t *task_call(world *w, const char *method, const char *members) {
-  json_t *r = request_as(w, w->agent, TASKS_CAPS, method, members, NULL);
+/* The same from a client of principal taking tasks; the reply must be a result (a new
+ * reference). */
+static json_t *task_call_as(world *w, const char *principal, const char *method,
+                            const char *members) {
+  json_t *r = request_as(w, principal, TASKS_CAPS, method, members, NULL);
   json_t *res = json_incref(result_of(r));
   json_decref(r);
   return res;
+}
+
+static json_t *task_call(world *w, const char *method, const char *members) {
+  return task_call_as(w, w->agent, method, members);
 }
 
 static const char *str(json_t *obj, const char *key) {
   return json_string_value(json_object_get(obj, key));
 }
 
-/* Starts a tool call that becomes a task; returns its id (malloc'd). */
-static char *start_task(world *w, const char *tool, const char *args) {
+/* Starts a tool call as principal that becomes a task; returns its id (malloc'd). */
+static char *start_task_as(world *w, const char *principal, const char *tool, const char *args) {
   char *members = NULL;
   assert_true(asprintf(&members, "\"name\":\"%s\",\"arguments\":%s", tool, args) > 0);
-  json_t *res = task_call(w, "tools/call", members);
+  json_t *res = task_call_as(w, principal, "tools/call", members);
   free(members);
   assert_string_equal(str(res, "resultType"), "task");
   /* Where it stands as the client learns of it (it may have moved on already), without
@@ -711,6 +717,10 @@ static char *start_task(world *w, const char *tool, const char *args) {
   char *id = strdup(str(res, "taskId"));
   json_decref(res);
   return id;
+}
+
+static char *start_task(world *w, const char *tool, const char *args) {
+  return start_task_as(w, w->agent, tool, args);
 }
 
 /* tasks/get, tasks/update (responses: JSON text) or tasks/cancel of id as principal;
@@ -1023,7 +1033,7 @@ static void test_task_cancel(void **state) {
   assert_null(json_object_get(res, "result"));
   json_decref(res);
   free(id);
-  /* One waiting for input ends at once. */
+  /* One waiting for input ends as soon as its thread has written so. */
   id = park_confirm(w, "b.txt", NULL);
   cancel_task(w, id);
   free(id);
@@ -1274,9 +1284,10 @@ static void refuse_rows(world *w, const char *table) {
   free(sql);
 }
 
-/* A task leaves memory only once the database keeps how it ended: when that write fails, it
- * stays, read or not, readable as it ended, and holds its place until the write is made again
- * as the next task starts. */
+/* A task is shown ended only once the database keeps how: when that write fails it shows
+ * working, read or not (a read tries the write again), and holds its place; once the database
+ * takes writes again the next task its principal starts writes them, and once read as ended
+ * the oldest makes room. */
 static void test_task_unkept_stays(void **state) {
   world *w = *state;
   refuse_rows(w, "mcp_tasks");
@@ -1285,17 +1296,16 @@ static void test_task_unkept_stays(void **state) {
   for (int i = 0; i < TG_MCP_MAX_TASKS; i++) {
     ids[i] = start_task(w, "protocol_error_job", "{}");
     await_ended(base + i + 1); /* its thread tried to write how it ended */
-    json_t *got = get_task(w, ids[i]); /* read: it would make room, were it kept */
-    assert_string_equal(str(got, "status"), "failed");
+    json_t *got = get_task(w, ids[i]);
+    assert_string_equal(str(got, "status"), "working");
     json_decref(got);
   }
   tg_mcp_tasks_test_ended = NULL;
   assert_refused(w, w->agent, "held", TG_MCP_MAX_TASKS);
   assert_int_equal(fixture_count(w->f, "mcp_tasks"), 0);
-  /* The database takes them again: the next task to start writes them, and the oldest makes
-   * room. */
+  /* The database takes them again: the next start writes them, but none was read ended. */
   assert_int_equal(tg_db_exec(w->f->db, "DROP TRIGGER refuse_mcp_tasks", NULL, NULL), 0);
-  char *next = park_task_as(w, w->agent);
+  assert_refused(w, w->agent, "held", TG_MCP_MAX_TASKS);
   assert_int_equal(fixture_count(w->f, "mcp_tasks"), TG_MCP_MAX_TASKS);
   for (int i = 0; i < TG_MCP_MAX_TASKS; i++) {
     json_t *got = get_task(w, ids[i]);
@@ -1305,6 +1315,7 @@ static void test_task_unkept_stays(void **state) {
     json_decref(got);
     free(ids[i]);
   }
+  char *next = park_task_as(w, w->agent);
   cancel_task(w, next);
   free(next);
 }
@@ -1703,9 +1714,9 @@ static long running_rows(world *w, const char *id) {
                              json_pack("[s]", id));
 }
 
-/* A task whose end could not be written as it ended is written at the next task to start,
- * whoever starts it: its running row goes then, not only with the server or once its
- * principal needs room. One the database still refuses holds back no other. */
+/* A task whose end could not be written as it ended is written at the next task its
+ * principal starts (another's start leaves it to it): its running row goes then, not only
+ * with the server or as it is read. One the database still refuses holds back no other. */
 static void test_task_unkept_written_at_next_start(void **state) {
   world *w = *state;
   char *id = end_unkept(w, "late");
@@ -1721,31 +1732,36 @@ static void test_task_unkept_written_at_next_start(void **state) {
                               "BEGIN SELECT RAISE(ABORT, 'refused'); END",
                               NULL, NULL),
                    0);
-  char other[TG_UUID_LEN + 1]; /* another principal's, far from any limit of tasks held */
+  char other[TG_UUID_LEN + 1];
   fixture_agent(w->f, "{\"slug\":\"bot2\"}", other);
-  char *next = park_task_as(w, other);
+  char *theirs = park_task_as(w, other);
+  assert_int_equal(running_rows(w, id), 1);
+  char *next = park_task_as(w, w->agent);
   assert_int_equal(running_rows(w, id), 0);
   assert_true(kept_row(w, id));
   assert_int_equal(running_rows(w, refused), 1);
   assert_false(kept_row(w, refused));
-  for (int i = 0; i < 2; i++) { /* from the database, or still from memory */
-    json_t *got = get_task(w, i ? refused : id);
-    assert_string_equal(str(got, "status"), "completed");
-    json_decref(got);
-  }
-  assert_ack(task_action_as(w, other, "tasks/cancel", next, NULL));
-  json_decref(await_task_as(w, other, next, "cancelled"));
+  json_t *got = get_task(w, id);
+  assert_string_equal(str(got, "status"), "completed");
+  json_decref(got);
+  got = get_task(w, refused); /* the read tries the write again, refused again */
+  assert_string_equal(str(got, "status"), "working");
+  json_decref(got);
+  cancel_task(w, next);
+  assert_ack(task_action_as(w, other, "tasks/cancel", theirs, NULL));
+  json_decref(await_task_as(w, other, theirs, "cancelled"));
+  free(theirs);
   free(next);
   free(refused);
   free(id);
 }
 
-/* At stop a server deletes the rows of the tasks it let go, and keeps those of the tasks
+/* At stop a server deletes its rows that name no task it holds, and keeps those of the tasks
  * whose ends it still cannot write: the next server writes them as failed, not unknown. */
 static void test_task_rows_at_stop(void **state) {
   world *w = *state;
   char *unkept = end_unkept(w, "unkept");
-  /* A row of this server whose task it let go (past its time to live, its end unwritten). */
+  /* A row of this server that names no task it holds. */
   assert_int_equal(
       tg_db_exec(w->f->db,
                  "INSERT INTO mcp_running_tasks (id, principal_id, task, runner) "
@@ -1766,6 +1782,207 @@ static void test_task_rows_at_stop(void **state) {
   json_decref(got);
   assert_task_action_refused(w, w->agent, "tasks/get", "f0000000000000000000000000000000", NULL);
   free(unkept);
+}
+
+/* No client sees a task ended before the database keeps how, so a terminal status never
+ * changes after (a server killed then leaves the task to be written as failed): while the
+ * write is refused the task shows working, to tasks/get and to what listens, one cancelled as
+ * it waits for input too, and a cancellation changes nothing of an end decided; once the
+ * database takes the write again, a read writes it. */
+static void test_task_end_shown_once_kept(void **state) {
+  world *w = *state;
+  refuse_rows(w, "mcp_tasks");
+  int base = count_ends();
+  char *done = start_task(w, "slow_compute", "{\"seconds\":1,\"label\":\"late\"}");
+  char *filter = filter_of(done);
+  json_t *acked;
+  feed *f = listen_as(w, w->agent, 0, 11, filter, &acked);
+  char *parked = park_confirm(w, "e.txt", NULL);
+  assert_ack(task_action_as(w, w->agent, "tasks/cancel", parked, NULL));
+  await_ended(base + 2); /* both threads tried to write how their tasks ended */
+  tg_mcp_tasks_test_ended = NULL;
+  assert_ack(task_action_as(w, w->agent, "tasks/cancel", done, NULL));
+  const char *ids[] = {done, parked};
+  for (size_t i = 0; i < 2; i++) {
+    json_t *got = get_task(w, ids[i]);
+    assert_string_equal(str(got, "status"), "working");
+    assert_null(json_object_get(got, "inputRequests"));
+    json_decref(got);
+    assert_int_equal(running_rows(w, ids[i]), 1);
+  }
+  size_t heard = feed_count(f);
+  for (size_t i = 1; i < heard; i++) told(f, i, 11, "working");
+  assert_int_equal(tg_db_exec(w->f->db, "DROP TRIGGER refuse_mcp_tasks", NULL, NULL), 0);
+  json_t *got = get_task(w, done);
+  assert_string_equal(str(got, "status"), "completed");
+  json_decref(got);
+  assert_true(kept_row(w, done));
+  assert_int_equal(running_rows(w, done), 0);
+  told(f, heard, 11, "completed");
+  got = get_task(w, parked);
+  assert_string_equal(str(got, "status"), "cancelled");
+  assert_null(json_object_get(got, "statusMessage"));
+  json_decref(got);
+  free(parked);
+  free(filter);
+  free(done);
+}
+
+/* The teardown of a test that moves the clock of the tasks' expiry: back, however it ended. */
+static int teardown_clock(void **state) {
+  tg_mcp_tasks_test_later_ms = 0;
+  return teardown(state);
+}
+
+/* A task whose end could not be written never outlives its time to live in memory, as its
+ * running row (which other servers show working) would outlive it: it stays until written,
+ * then goes as any ended task. */
+static void test_task_unkept_never_expires(void **state) {
+  world *w = *state;
+  int base = count_ends();
+  char *gone = start_task(w, "protocol_error_job", "{}");
+  await_ended(base + 1);
+  char *id = end_unkept(w, "late");
+  /* gone is in memory alone now: its expiry shows. */
+  assert_int_equal(tg_db_exec(w->f->db, "DELETE FROM mcp_tasks WHERE id = $1",
+                              json_pack("[s]", gone), NULL),
+                   0);
+  json_decref(get_task(w, gone));
+  tg_mcp_tasks_test_later_ms = TG_MCP_TASK_TTL_MS + 1;
+  char other[TG_UUID_LEN + 1]; /* a start lets expired tasks go */
+  fixture_agent(w->f, "{\"slug\":\"bot2\"}", other);
+  char *theirs = park_task_as(w, other);
+  assert_task_action_refused(w, w->agent, "tasks/get", gone, NULL);
+  json_t *got = get_task(w, id);
+  assert_string_equal(str(got, "status"), "working");
+  json_decref(got);
+  json_t *row = row_status(w, id);
+  assert_string_equal(str(row, "status"), "working");
+  json_decref(row);
+  assert_int_equal(tg_db_exec(w->f->db, "DROP TRIGGER refuse_mcp_tasks", NULL, NULL), 0);
+  got = get_task(w, id);
+  assert_string_equal(str(got, "status"), "completed");
+  json_decref(got);
+  assert_int_equal(running_rows(w, id), 0);
+  assert_ack(task_action_as(w, other, "tasks/cancel", theirs, NULL));
+  json_decref(await_task_as(w, other, theirs, "cancelled"));
+  free(theirs);
+  free(id);
+  free(gone);
+}
+
+/* The ends a start writes again are its principal's, every one: however many of another's
+ * wait (newer ones), it is not refused for tasks held once the database takes writes. */
+static void test_task_unkept_own_first(void **state) {
+  world *w = *state;
+  char other[TG_UUID_LEN + 1];
+  fixture_agent(w->f, "{\"slug\":\"bot2\"}", other);
+  refuse_rows(w, "mcp_tasks");
+  int base = count_ends();
+  /* The agent's, each cancelled as it waits for input: it knows how they end. */
+  for (int i = 0; i < TG_MCP_MAX_TASKS; i++) {
+    char *id = park_task_as(w, w->agent);
+    assert_ack(task_action_as(w, w->agent, "tasks/cancel", id, NULL));
+    await_ended(base + i + 1);
+    free(id);
+  }
+  for (int i = 0; i < TG_MCP_MAX_TASKS; i++) {
+    free(start_task_as(w, other, "protocol_error_job", "{}"));
+    await_ended(base + TG_MCP_MAX_TASKS + i + 1);
+  }
+  tg_mcp_tasks_test_ended = NULL;
+  assert_refused(w, w->agent, "held", TG_MCP_MAX_TASKS);
+  assert_int_equal(tg_db_exec(w->f->db, "DROP TRIGGER refuse_mcp_tasks", NULL, NULL), 0);
+  char *next = park_task_as(w, w->agent);
+  cancel_task(w, next);
+  free(next);
+}
+
+/* A server that stops says so of the tasks its stop cancelled, not of one its client
+ * cancelled: that one ends as the client asked. */
+static void test_task_stop_tells_only_its_cancels(void **state) {
+  world *w = *state;
+  char *asked = start_task(w, "slow_compute", "{\"seconds\":600}");
+  assert_ack(task_action_as(w, w->agent, "tasks/cancel", asked, NULL));
+  char *cut = start_task(w, "slow_compute", "{\"seconds\":600}");
+  tg_mcp_server_done(&w->srv);
+  start_server(w);
+  json_t *got = get_task(w, asked);
+  assert_string_equal(str(got, "status"), "cancelled");
+  assert_null(json_object_get(got, "statusMessage"));
+  json_decref(got);
+  got = get_task(w, cut);
+  assert_string_equal(str(got, "status"), "cancelled");
+  assert_string_equal(str(got, "statusMessage"), "The server stopped before the task ended");
+  json_decref(got);
+  free(cut);
+  free(asked);
+}
+
+/* What test.late.failure does: it becomes a task, waits until let go, then fails; with
+ * "heed", once it learnt it was cancelled (giving up), else as it would have anyway. */
+static pthread_mutex_t late_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t late_go = PTHREAD_COND_INITIALIZER;
+static bool late_released;
+
+static int late_failure(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  (void)ret;
+  const tg_client_channel *ch = cx->client;
+  if (ch->detach(ch->self) != TG_OK) return TG_E_IO;
+  int64_t deadline = tg_monotonic_ms() + HANG_GUARD_S * 1000;
+  pthread_mutex_lock(&late_lock);
+  for (int64_t left; !late_released && (left = deadline - tg_monotonic_ms()) > 0;)
+    tg_timed_wait(&late_go, &late_lock, left);
+  pthread_mutex_unlock(&late_lock);
+  if (json_is_true(json_object_get(args, "heed")) && ch->cancelled(ch->self))
+    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, NULL, "Gave up");
+  return tg_fail(cx, TG_ERR_PROVIDER_ERROR, NULL, "Failed on its own");
+}
+
+static const char late_spec[] =
+    "{\"provider\":\"late\",\"tools\":[{\"name\":\"test.late.failure\",\"description\":\"Fails "
+    "when let go.\",\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
+    "\"flags\":[\"interactive\"],\"taskSupport\":\"required\",\"inputSchema\":{\"type\":\"object\","
+    "\"properties\":{\"heed\":{\"type\":\"boolean\"}}},\"outputSchema\":{\"type\":\"object\"}}]}";
+
+/* A task cancelled while its handler runs ends cancelled when the handler gives up, once it
+ * learnt of it; a failure of a handler that never learnt of it stands, as its result. */
+static void test_task_failure_after_cancel(void **state) {
+  world *w = *state;
+  static const tg_handler_entry handlers[] = {{"test.late.failure", late_failure}};
+  static const tg_provider late = {.name = "late", .spec_json = late_spec, .handlers = handlers,
+                                   .n_handlers = 1};
+  const tg_provider *providers[] = {&late};
+  tg_registry *reg = NULL;
+  char *why = NULL;
+  assert_int_equal(tg_registry_new(providers, 1, &reg, &why), 0);
+  tg_mcp_server_done(&w->srv);
+  w->f->env.registry = reg;
+  start_server(w);
+  late_released = false;
+  char *heeds = start_task(w, "test_late_failure", "{\"heed\":true}");
+  char *unheeding = start_task(w, "test_late_failure", "{}");
+  assert_ack(task_action_as(w, w->agent, "tasks/cancel", heeds, NULL));
+  assert_ack(task_action_as(w, w->agent, "tasks/cancel", unheeding, NULL));
+  pthread_mutex_lock(&late_lock);
+  late_released = true;
+  pthread_cond_broadcast(&late_go);
+  pthread_mutex_unlock(&late_lock);
+  json_t *got = await_task(w, heeds, "cancelled");
+  assert_null(json_object_get(got, "result"));
+  json_decref(got);
+  got = await_task(w, unheeding, "completed");
+  json_t *result = json_object_get(got, "result");
+  assert_true(json_is_true(json_object_get(result, "isError")));
+  json_t *error = json_object_get(json_object_get(result, "structuredContent"), "error");
+  assert_string_equal(str(error, "message"), "Failed on its own");
+  json_decref(got);
+  tg_mcp_server_done(&w->srv);
+  w->f->env.registry = w->f->registry;
+  start_server(w);
+  tg_registry_free(reg);
+  free(unheeding);
+  free(heeds);
 }
 
 /* slow_compute for seconds, from a client taking tasks: the call's result, which must not be
@@ -1877,7 +2094,7 @@ static void test_task_notifications_follow_rounds(void **state) {
     assert_string_equal(str(now, "status"), "working");
   }
   assert_int_equal(json_object_size(json_object_get(now, "inputRequests")), 1);
-  /* Cancelled while it waits: told before tasks/cancel returns. */
+  /* Cancelled while it waits: told once written. */
   assert_ack(task_action_as(w, w->agent, "tasks/cancel", id, NULL));
   told(f, i + 1, 10, "cancelled");
   free(rest);
@@ -2186,6 +2403,11 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_task_unkept_written_at_stop, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_unkept_written_at_next_start, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_rows_at_stop, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_task_end_shown_once_kept, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_task_unkept_never_expires, setup, teardown_clock),
+      cmocka_unit_test_setup_teardown(test_task_unkept_own_first, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_task_stop_tells_only_its_cancels, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_task_failure_after_cancel, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_notifications, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_notifications_follow_rounds, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_status_message, setup, teardown),
