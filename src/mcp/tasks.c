@@ -515,14 +515,14 @@ static int keep_ending(void *arg, tg_db *db) {
   return r;
 }
 
-/* Writes e on db and releases it; true when it did. A failure is logged. */
-static bool keep(tg_db *db, ending *e) {
-  bool kept = e->shown && tg_db_batch(db, keep_ending, e) == 0;
-  if (!kept)
+/* Writes e on db and releases it: 0, or the failure (logged). */
+static int keep(tg_db *db, ending *e) {
+  int r = e->shown ? tg_db_batch(db, keep_ending, e) : TG_E_NOMEM;
+  if (r < 0)
     tg_log(TG_LOG_WARN, "mcp: how task %s ended could not be kept: %s", e->id,
            e->shown ? tg_db_errmsg(db) : "out of memory");
   json_decref(e->shown);
-  return kept;
+  return r;
 }
 
 /* Whether k's end is decided and waits to be written, by none yet. */
@@ -546,7 +546,15 @@ static void keep_ends_locked(tg_mcp_tasks *t, tg_db *db, task *const *ks, size_t
     ends[i] = ending_locked(ks[i]);
   }
   pthread_mutex_unlock(&t->lock);
-  for (size_t i = 0; i < n; i++) written[i] = keep(db, &ends[i]);
+  /* Each is tried for itself, but a database locked past its busy timeout would hold each
+   * of the others as long: after that, they wait for the next try. */
+  bool busy = false;
+  for (size_t i = 0; i < n; i++) {
+    int r = busy ? TG_E_BUSY : keep(db, &ends[i]);
+    if (busy) json_decref(ends[i].shown);
+    written[i] = r == 0;
+    busy = r == TG_E_BUSY;
+  }
   pthread_mutex_lock(&t->lock);
   for (size_t i = 0; i < n; i++) {
     task *k = ks[i];
