@@ -1646,6 +1646,12 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
       goto done;
     }
     state_load(s, w->sess, &w->scratch, &w->loaded_level);
+  } else if (opens && sid && (w->sess = session_find(s, sid, principal))) {
+    /* A second session would leave the first to its idle timeout; a stale id is no bar. */
+    result = queue_msg_error(conn, MHD_HTTP_BAD_REQUEST, &w->msg, TG_RPC_INVALID_REQUEST,
+                             "This session is initialized already: end it with DELETE, or "
+                             "initialize without Mcp-Session-Id");
+    goto done;
   } else if (opens) {
     if (!(w->sess = session_new(s, principal))) {
       result = MHD_NO;

@@ -515,6 +515,21 @@ static void test_a_response_without_a_session_is_refused(void **state) {
   open_session(w, "{}", sid); /* the server is still there */
 }
 
+/* initialize on a live session is refused (a second session would leave the first to its
+ * idle timeout); with an id no session has (a server restarted), it opens one. */
+static void test_initialize_on_a_live_session_is_refused(void **state) {
+  world *w = *state;
+  static const char init[] = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
+                             "\"protocolVersion\":\"2025-11-25\",\"capabilities\":{}}}";
+  char sid[64];
+  open_session(w, "{}", sid);
+  char *got = request(w, "POST", sid, NULL, init, 400);
+  assert_non_null(strstr(got, "initialized already"));
+  free(got);
+  free(request(w, "POST", sid, NULL, PING, 200)); /* the session stands */
+  free(request(w, "POST", "0123456789abcdef0123456789abcdef", NULL, init, 200));
+}
+
 static void test_cancellation_ends_a_wait_for_sampling_without_an_answer(void **state) {
   world *w = *state;
   char sid[64];
@@ -1116,6 +1131,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_sessions_are_bounded_per_principal, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_listening_session_is_kept, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_response_without_a_session_is_refused, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_initialize_on_a_live_session_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cancellation_ends_a_wait_for_sampling_without_an_answer, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_call_closing_its_stream_is_resumed_with_last_event_id, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_call_closing_its_stream_after_an_event_says_when_to_resume, setup, teardown),
