@@ -1898,29 +1898,9 @@ static void test_task_unkept_own_first(void **state) {
   free(next);
 }
 
-/* A server that stops says so of the tasks its stop cancelled, not of one its client
- * cancelled: that one ends as the client asked. */
-static void test_task_stop_tells_only_its_cancels(void **state) {
-  world *w = *state;
-  char *asked = start_task(w, "slow_compute", "{\"seconds\":600}");
-  assert_ack(task_action_as(w, w->agent, "tasks/cancel", asked, NULL));
-  char *cut = start_task(w, "slow_compute", "{\"seconds\":600}");
-  tg_mcp_server_done(&w->srv);
-  start_server(w);
-  json_t *got = get_task(w, asked);
-  assert_string_equal(str(got, "status"), "cancelled");
-  assert_null(json_object_get(got, "statusMessage"));
-  json_decref(got);
-  got = get_task(w, cut);
-  assert_string_equal(str(got, "status"), "cancelled");
-  assert_string_equal(str(got, "statusMessage"), "The server stopped before the task ended");
-  json_decref(got);
-  free(cut);
-  free(asked);
-}
-
-/* What test.late.failure does: it becomes a task, waits until let go, then fails; with
- * "heed", once it learnt it was cancelled (giving up), else as it would have anyway. */
+/* What test.late.failure does: it becomes a task, waits until let go (with "stoppable",
+ * or until it is cancelled), then fails; with "heed", once it learnt it was cancelled
+ * (giving up), else as it would have anyway. */
 static pthread_mutex_t late_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t late_go = PTHREAD_COND_INITIALIZER;
 static bool late_released;
@@ -1931,8 +1911,11 @@ static int late_failure(tg_call_ctx *cx, json_t *args, json_t **ret) {
   if (ch->detach(ch->self) != TG_OK) return TG_E_IO;
   int64_t deadline = tg_monotonic_ms() + HANG_GUARD_S * 1000;
   pthread_mutex_lock(&late_lock);
-  for (int64_t left; !late_released && (left = deadline - tg_monotonic_ms()) > 0;)
-    tg_timed_wait(&late_go, &late_lock, left);
+  bool stoppable = json_is_true(json_object_get(args, "stoppable"));
+  /* A cancellation is looked for every 10 ms: nothing signals late_go for it. */
+  for (int64_t left; !late_released && !(stoppable && ch->cancelled(ch->self)) &&
+                     (left = deadline - tg_monotonic_ms()) > 0;)
+    tg_timed_wait(&late_go, &late_lock, stoppable && left > 10 ? 10 : left);
   pthread_mutex_unlock(&late_lock);
   if (json_is_true(json_object_get(args, "heed")) && ch->cancelled(ch->self))
     return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, NULL, "Gave up");
@@ -1943,12 +1926,11 @@ static const char late_spec[] =
     "{\"provider\":\"late\",\"tools\":[{\"name\":\"test.late.failure\",\"description\":\"Fails "
     "when let go.\",\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
     "\"flags\":[\"interactive\"],\"taskSupport\":\"required\",\"inputSchema\":{\"type\":\"object\","
-    "\"properties\":{\"heed\":{\"type\":\"boolean\"}}},\"outputSchema\":{\"type\":\"object\"}}]}";
+    "\"properties\":{\"heed\":{\"type\":\"boolean\"},\"stoppable\":{\"type\":\"boolean\"}}},\"outputSchema\":{\"type\":\"object\"}}]}";
 
-/* A task cancelled while its handler runs ends cancelled when the handler gives up, once it
- * learnt of it; a failure of a handler that never learnt of it stands, as its result. */
-static void test_task_failure_after_cancel(void **state) {
-  world *w = *state;
+/* Serves test.late.failure alone (until serve_usual_tools with the registry returned), its
+ * calls held until release_late. */
+static tg_registry *serve_late_tools(world *w) {
   static const tg_handler_entry handlers[] = {{"test.late.failure", late_failure}};
   static const tg_provider late = {.name = "late", .spec_json = late_spec, .handlers = handlers,
                                    .n_handlers = 1};
@@ -1960,14 +1942,33 @@ static void test_task_failure_after_cancel(void **state) {
   w->f->env.registry = reg;
   start_server(w);
   late_released = false;
-  char *heeds = start_task(w, "test_late_failure", "{\"heed\":true}");
-  char *unheeding = start_task(w, "test_late_failure", "{}");
-  assert_ack(task_action_as(w, w->agent, "tasks/cancel", heeds, NULL));
-  assert_ack(task_action_as(w, w->agent, "tasks/cancel", unheeding, NULL));
+  return reg;
+}
+
+static void serve_usual_tools(world *w, tg_registry *late) {
+  tg_mcp_server_done(&w->srv);
+  w->f->env.registry = w->f->registry;
+  start_server(w);
+  tg_registry_free(late);
+}
+
+static void release_late(void) {
   pthread_mutex_lock(&late_lock);
   late_released = true;
   pthread_cond_broadcast(&late_go);
   pthread_mutex_unlock(&late_lock);
+}
+
+/* A task cancelled while its handler runs ends cancelled when the handler gives up, once it
+ * learnt of it; a failure of a handler that never learnt of it stands, as its result. */
+static void test_task_failure_after_cancel(void **state) {
+  world *w = *state;
+  tg_registry *reg = serve_late_tools(w);
+  char *heeds = start_task(w, "test_late_failure", "{\"heed\":true}");
+  char *unheeding = start_task(w, "test_late_failure", "{}");
+  assert_ack(task_action_as(w, w->agent, "tasks/cancel", heeds, NULL));
+  assert_ack(task_action_as(w, w->agent, "tasks/cancel", unheeding, NULL));
+  release_late();
   json_t *got = await_task(w, heeds, "cancelled");
   assert_null(json_object_get(got, "result"));
   json_decref(got);
@@ -1977,12 +1978,45 @@ static void test_task_failure_after_cancel(void **state) {
   json_t *error = json_object_get(json_object_get(result, "structuredContent"), "error");
   assert_string_equal(str(error, "message"), "Failed on its own");
   json_decref(got);
-  tg_mcp_server_done(&w->srv);
-  w->f->env.registry = w->f->registry;
-  start_server(w);
-  tg_registry_free(reg);
+  serve_usual_tools(w, reg);
   free(unheeding);
   free(heeds);
+}
+
+static void *stop_server(void *arg) {
+  world *w = arg;
+  tg_mcp_server_done(&w->srv);
+  return NULL;
+}
+
+/* The stop cancels the tasks still running and says so in their ends, but not in the end of
+ * one its client cancelled, still running as the stop began. */
+static void test_task_stop_tells_only_its_cancels(void **state) {
+  world *w = *state;
+  tg_registry *reg = serve_late_tools(w);
+  int before = count_ends();
+  char *asked = start_task(w, "test_late_failure", "{\"heed\":true}");
+  assert_ack(task_action_as(w, w->agent, "tasks/cancel", asked, NULL));
+  char *cut = start_task(w, "test_late_failure", "{\"heed\":true,\"stoppable\":true}");
+  pthread_t stopping;
+  assert_int_equal(pthread_create(&stopping, NULL, stop_server, w), 0);
+  /* cut ends only once the stop cancelled it: the stop began while asked still ran. */
+  await_ended(before + 1);
+  release_late();
+  assert_int_equal(pthread_join(stopping, NULL), 0);
+  tg_mcp_tasks_test_ended = NULL;
+  start_server(w);
+  json_t *got = get_task(w, asked);
+  assert_string_equal(str(got, "status"), "cancelled");
+  assert_null(json_object_get(got, "statusMessage"));
+  json_decref(got);
+  got = get_task(w, cut);
+  assert_string_equal(str(got, "status"), "cancelled");
+  assert_string_equal(str(got, "statusMessage"), "The server stopped before the task ended");
+  json_decref(got);
+  serve_usual_tools(w, reg);
+  free(cut);
+  free(asked);
 }
 
 /* slow_compute for seconds, from a client taking tasks: the call's result, which must not be
