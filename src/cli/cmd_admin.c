@@ -106,7 +106,8 @@ static const char token_usage[] =
     "       toolgate token revoke TOKEN_ID\n\n"
     "create makes an API token for a user or an agent and prints it once; only its hash is\n"
     "kept. list shows live tokens (with --all, revoked ones too) by id and first characters.\n"
-    "revoke refuses every request bearing the token from then on.\n";
+    "revoke refuses every request bearing the token from then on, and ends within seconds\n"
+    "the sessions, streams and stdio servers it opened.\n";
 
 /* A token command's options: --user NAME or --agent SLUG into args (with required, exactly
  * one of them, as create needs; else at most one), and list's --all and --json. */

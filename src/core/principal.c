@@ -185,8 +185,12 @@ int tg_principal_lookup(tg_db *db, const char *tenant_id, tg_principal_kind kind
 }
 
 int tg_principal_by_token(tg_db *db, const char *token, char out[TG_UUID_LEN + 1]) {
-  char hash[65];
+  char hash[TG_TOKEN_HASH_LEN + 1];
   if (tg_sha256_hex(token, strlen(token), hash) < 0) return TG_E_IO;
+  return tg_principal_by_token_hash(db, hash, out);
+}
+
+int tg_principal_by_token_hash(tg_db *db, const char *hash, char out[TG_UUID_LEN + 1]) {
   return first_id(db,
                   "SELECT principal_id AS id FROM api_tokens"
                   " WHERE token_hash = $1 AND revoked_at IS NULL",

@@ -58,6 +58,7 @@ typedef struct session {
   server *srv;
   char id[2 * SESSION_ID_BYTES + 1];
   char principal[TG_UUID_LEN + 1];
+  char token_hash[TG_TOKEN_HASH_LEN + 1]; /* of the token that opened it; "" without auth */
   int refs;
   int checking; /* of refs, those a list check holds: they keep it, they do not use it */
   bool dead;
@@ -252,7 +253,7 @@ static bool reap_locked(server *s, int64_t now, const char *principal) {
 
 /* A new session of principal, held by the caller alone and not in the table yet (see
  * session_admit); NULL when out of memory. */
-static session *session_new(server *s, const char *principal) {
+static session *session_new(server *s, const char *principal, const char *token_hash) {
   session *x = calloc(1, sizeof *x);
   unsigned char raw[SESSION_ID_BYTES];
   if (!x || !tg_random_bytes(raw, sizeof raw) ||
@@ -265,6 +266,7 @@ static session *session_new(server *s, const char *principal) {
   x->srv = s;
   tg_hex(raw, sizeof raw, x->id);
   snprintf(x->principal, sizeof x->principal, "%s", principal);
+  snprintf(x->token_hash, sizeof x->token_hash, "%s", token_hash);
   tg_mcp_session_init(&x->state);
   x->refs = 1;
   return x;
@@ -838,6 +840,7 @@ static enum MHD_Result queue_stream(struct MHD_Connection *conn, stream *st,
 struct listener {
   server *srv;
   char principal[TG_UUID_LEN + 1];
+  char token_hash[TG_TOKEN_HASH_LEN + 1]; /* of the token that opened it; "" without auth */
   tg_mcp_watch *watch;
   stream *st;
   int refs; /* guarded by the server's lock: the registry's, the open answer's, checks' */
@@ -881,8 +884,8 @@ static void listener_closed(void *arg) {
 
 /* Registers a listen stream of principal, within the bounds, with a reference for the caller
  * (listener_serve passes it to the answer); NULL with *status and *why when it cannot. */
-static listener *listener_open(server *s, const char *principal, unsigned *status,
-                               const char **why) {
+static listener *listener_open(server *s, const char *principal, const char *token_hash,
+                               unsigned *status, const char **why) {
   listener *l = calloc(1, sizeof *l);
   stream *st = stream_new(s, 0, principal);
   *status = MHD_HTTP_INTERNAL_SERVER_ERROR;
@@ -892,6 +895,7 @@ static listener *listener_open(server *s, const char *principal, unsigned *statu
     l->st = st;
     l->refs = 2; /* the registry's and the caller's */
     snprintf(l->principal, sizeof l->principal, "%s", principal);
+    snprintf(l->token_hash, sizeof l->token_hash, "%s", token_hash);
     pthread_mutex_lock(&s->lock);
     size_t mine = 0;
     for (listener *o = s->listeners; o; o = o->next) mine += strcmp(o->principal, principal) == 0;
@@ -1017,6 +1021,7 @@ static void check_lists(server *s, tg_db *db, const char *principal, session *on
 typedef struct request {
   bool answered; /* refused from its headers: its body, if any, is dropped unread */
   char principal[TG_UUID_LEN + 1];
+  char token_hash[TG_TOKEN_HASH_LEN + 1]; /* of the token that named it; "" without auth */
   char *body;
   size_t len;
   bool too_large;
@@ -1248,6 +1253,50 @@ static void forget_stale_output_locked(server *s) {
   }
 }
 
+/* What a token opened ends once it is revoked: its sessions (a session's GET stream ends with
+ * it) and its subscriptions/listen streams. Each request is checked as it comes; these live
+ * on between requests, so the sweeper looks. */
+static void end_revoked(server *s, tg_db *db) {
+  typedef struct opened {
+    session *x;
+    listener *l;
+    char hash[TG_TOKEN_HASH_LEN + 1];
+  } opened;
+  pthread_mutex_lock(&s->lock);
+  size_t cap = s->n_sessions + s->n_listeners, n = 0;
+  opened *all = cap ? malloc(cap * sizeof *all) : NULL;
+  for (session *x = s->sessions; all && x; x = x->next) {
+    if (!x->token_hash[0]) continue;
+    x->refs++;
+    all[n] = (opened){.x = x};
+    memcpy(all[n++].hash, x->token_hash, sizeof x->token_hash);
+  }
+  for (listener *l = s->listeners; all && l; l = l->next) {
+    if (!l->token_hash[0]) continue;
+    l->refs++;
+    all[n] = (opened){.l = l};
+    memcpy(all[n++].hash, l->token_hash, sizeof l->token_hash);
+  }
+  pthread_mutex_unlock(&s->lock);
+  for (size_t i = 0; i < n; i++) {
+    char id[TG_UUID_LEN + 1];
+    bool revoked = tg_principal_by_token_hash(db, all[i].hash, id) == TG_E_NOTFOUND;
+    if (all[i].l) {
+      if (revoked) {
+        stream_end(all[i].l->st);
+        listener_unlink(all[i].l);
+      }
+      listener_put(all[i].l);
+      continue;
+    }
+    pthread_mutex_lock(&s->lock);
+    if (revoked && !all[i].x->dead) session_unlink_locked(s, all[i].x);
+    session_release_locked(s, all[i].x);
+    pthread_mutex_unlock(&s->lock);
+  }
+  free(all);
+}
+
 /* Each sweep is timed from the end of the last: one longer than the period does not pile up. */
 static void *sweeper_main(void *arg) {
   server *s = arg;
@@ -1261,7 +1310,10 @@ static void *sweeper_main(void *arg) {
       continue;
     }
     pthread_mutex_unlock(&s->lock);
-    if (thread_db(s, &db)) check_lists(s, db, NULL, NULL);
+    if (thread_db(s, &db)) {
+      end_revoked(s, db);
+      check_lists(s, db, NULL, NULL);
+    }
     pthread_mutex_lock(&s->lock);
     forget_stale_output_locked(s);
     next = tg_monotonic_ms() + TG_HTTP_CHECK_MS;
@@ -1423,10 +1475,12 @@ static bool accepts_sse(struct MHD_Connection *conn) {
   return accept && strcasestr(accept, "text/event-stream");
 }
 
-/* Whether the request's Bearer token names a principal (out); *sent: whether it has one. */
+/* Whether the request's Bearer token names a principal (out), and the token's hash ("" with
+ * --no-auth); *sent: whether it has one. */
 static bool authenticate(server *s, struct MHD_Connection *conn, tg_db *db,
-                         char out[TG_UUID_LEN + 1], bool *sent) {
+                         char out[TG_UUID_LEN + 1], char hash[TG_TOKEN_HASH_LEN + 1], bool *sent) {
   *sent = true;
+  hash[0] = '\0';
   if (s->cfg->no_auth) {
     snprintf(out, TG_UUID_LEN + 1, "%s", s->cfg->no_auth_principal);
     return true;
@@ -1436,7 +1490,8 @@ static bool authenticate(server *s, struct MHD_Connection *conn, tg_db *db,
   if (!*sent || strlen(auth) > 512) return false;
   const char *token = auth + 7;
   while (*token == ' ') token++;
-  return db && tg_principal_by_token(db, token, out) == TG_OK;
+  return db && tg_sha256_hex(token, strlen(token), hash) == 0 &&
+         tg_principal_by_token_hash(db, hash, out) == TG_OK;
 }
 
 /* The 401 of a request without a valid token. Only a token that was sent is called invalid
@@ -1653,7 +1708,7 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
                              "initialize without Mcp-Session-Id");
     goto done;
   } else if (opens) {
-    if (!(w->sess = session_new(s, principal))) {
+    if (!(w->sess = session_new(s, principal, rq->token_hash))) {
       result = MHD_NO;
       goto done;
     }
@@ -1694,7 +1749,7 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
                                "subscriptions/listen needs Accept: text/event-stream");
       goto done;
     }
-    if (!(l = listener_open(s, principal, &status, &why))) {
+    if (!(l = listener_open(s, principal, rq->token_hash, &status, &why))) {
       result = queue_msg_error(conn, status, &w->msg, TG_RPC_INVALID_REQUEST, why);
       goto done;
     }
@@ -1906,7 +1961,8 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
   const union MHD_ConnectionInfo *info =
       MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
   bool token_sent;
-  if (!authenticate(s, conn, info ? info->socket_context : NULL, rq->principal, &token_sent))
+  if (!authenticate(s, conn, info ? info->socket_context : NULL, rq->principal, rq->token_hash,
+                    &token_sent))
     return refuse_caller(s, conn, token_sent);
   rq->answered = false;
   return MHD_YES;

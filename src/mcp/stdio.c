@@ -36,6 +36,7 @@ typedef struct conn {
   char *line; /* the current input line, up to TG_RPC_MAX_BODY bytes */
   const tg_mcp_server *srv;
   const tg_mcp_request *req;
+  const char *token; /* the API token that named the principal, or NULL */
   json_t *serving; /* id of the request being served, NULL between requests */
   /* Between the reader and the serving thread, under lock; changed is broadcast when the
    * reader adds to them, and when a cancellation arrives. */
@@ -292,6 +293,29 @@ static int io_ask(void *self, json_t *request, json_t **ret) {
   return r;
 }
 
+/* Whether the token that named the principal (if one did) still stands: TG_OK, TG_E_NOTFOUND
+ * once it is revoked, or the failure of the database, which ends the connection too. */
+static int token_stands(conn *c) {
+  char id[TG_UUID_LEN + 1];
+  return c->token ? tg_principal_by_token(c->req->env->db, c->token, id) : TG_OK;
+}
+
+/* Refuses msg (released), the message that found the token no longer standing (r): a request
+ * is answered with an error. */
+static int refuse_unstanding(conn *c, tg_rpc_msg *msg, int r) {
+  if (msg->kind == TG_RPC_REQUEST) {
+    tg_mcp_inflight_end(c->req->inflight, msg->id);
+    int w = write_message(c, tg_rpc_error(msg->id, TG_RPC_INTERNAL_ERROR,
+                                          r == TG_E_NOTFOUND
+                                              ? "The token this server runs with was revoked"
+                                              : "The token could not be checked",
+                                          NULL));
+    if (w < 0) r = w;
+  }
+  tg_rpc_msg_done(msg);
+  return r;
+}
+
 /* Waits for the next queued message (true), checking the lists while none comes; false
  * once the reader ended and the queue is empty, or a check failed (*status). */
 static bool next_queued(conn *c, tg_rpc_msg *ret, int *status) {
@@ -302,7 +326,9 @@ static bool next_queued(conn *c, tg_rpc_msg *ret, int *status) {
       tg_timed_wait(&c->changed, &c->lock, left);
     if (c->queued || c->ended) break;
     pthread_mutex_unlock(&c->lock);
-    *status = check_lists(c);
+    /* Idle, it looks too: a revoked token ends the connection though no message comes. */
+    *status = token_stands(c);
+    if (*status == TG_OK) *status = check_lists(c);
     pthread_mutex_lock(&c->lock);
     if (*status < 0) break;
   }
@@ -317,33 +343,13 @@ static bool next_queued(conn *c, tg_rpc_msg *ret, int *status) {
   return got;
 }
 
-/* Whether token is still live: a revoked one (TG_E_NOTFOUND) ends the connection, as a
- * failure to look it up does, and the request msg (released) that found it so is answered
- * with an error. */
-static int token_live(conn *c, const char *token, tg_rpc_msg *msg) {
-  char id[TG_UUID_LEN + 1];
-  int r = tg_principal_by_token(c->req->env->db, token, id);
-  if (r == TG_OK) return TG_OK;
-  if (msg->kind == TG_RPC_REQUEST) {
-    tg_mcp_inflight_end(c->req->inflight, msg->id);
-    int w = write_message(c, tg_rpc_error(msg->id, TG_RPC_INTERNAL_ERROR,
-                                          r == TG_E_NOTFOUND
-                                              ? "The token this server runs with was revoked"
-                                              : "The token could not be checked",
-                                          NULL));
-    if (w < 0) r = w;
-  }
-  tg_rpc_msg_done(msg);
-  return r;
-}
-
 int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *principal_id,
                        const char *token, FILE *in, FILE *out) {
   /* One process, one client: every list change can reach it. */
   tg_mcp_server served = *srv;
   served.list_changes = true;
   conn c = {.in = fileno(in), .out = out, .stop = {-1, -1}, .chunk = malloc(READ_CHUNK),
-            .line = malloc(TG_RPC_MAX_BODY + 1), .srv = &served};
+            .line = malloc(TG_RPC_MAX_BODY + 1), .srv = &served, .token = token};
   pthread_mutex_init(&c.writing, NULL);
   pthread_mutex_init(&c.lock, NULL);
   pthread_cond_init(&c.changed, NULL);
@@ -361,8 +367,8 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   bool reading = r == 0 && pthread_create(&reader, NULL, reader_main, &c) == 0;
   if (r == 0 && !reading) r = TG_E_NOMEM;
   for (tg_rpc_msg msg; r == 0 && next_queued(&c, &msg, &r);) {
-    r = token ? token_live(&c, token, &msg) : TG_OK;
-    if (r == TG_OK) r = serve_one(&c, &msg);
+    r = token_stands(&c);
+    r = r == TG_OK ? serve_one(&c, &msg) : refuse_unstanding(&c, &msg, r);
     if (r == 0) r = check_lists(&c);
   }
   if (reading) {

@@ -1071,6 +1071,32 @@ static void test_listen_stream_gets_ack_then_changes(void **state) {
   finish(listen);
 }
 
+/* A revoked token ends what it opened, though no request comes: a session's GET stream and a
+ * listen stream. Another caller's session stands. */
+static void test_a_revoked_token_ends_its_streams(void **state) {
+  world *w = *state;
+  char sid[64], other_sid[64];
+  exchange *get = open_listening_session(w, sid);
+  exchange *listen = start(w, "POST", NULL, MODERN_HEADERS("subscriptions/listen"), LISTEN(1));
+  await(listen, "notifications/subscriptions/acknowledged");
+  w->token = w->tokens[1];
+  exchange *other = open_listening_session(w, other_sid);
+  assert_int_equal(tg_db_exec(w->f->db,
+                              "UPDATE api_tokens SET revoked_at = 'now' WHERE principal_id = $1",
+                              json_pack("[s]", w->agent), NULL),
+                   0);
+  await(get, NULL);
+  await(listen, NULL);
+  free(request(w, "POST", other_sid, NULL, PING, 200));
+  pthread_mutex_lock(&other->lock);
+  bool ended = other->ended;
+  pthread_mutex_unlock(&other->lock);
+  assert_false(ended);
+  finish(other);
+  finish(listen);
+  finish(get);
+}
+
 static void test_listen_streams_are_bounded_and_freed_when_closed(void **state) {
   world *w = *state;
   exchange *open[TG_HTTP_MAX_LISTENS_PER_PRINCIPAL];
@@ -1150,6 +1176,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_idle_connections_are_closed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_call_gives_up_on_a_silent_client, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_stream_gets_ack_then_changes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_revoked_token_ends_its_streams, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_streams_are_bounded_and_freed_when_closed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_closing_a_call_stream_cancels_the_call, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stopping_ends_listen_streams_with_their_result, setup, teardown),

@@ -471,6 +471,7 @@ static void test_no_list_changes_without_a_watch(void **state) {
 
 typedef struct stdio_run {
   world *w;
+  const char *token; /* that names w->agent, or NULL */
   pthread_t thread;
   FILE *in, *out;        /* the server's ends */
   int to_server, from_server;
@@ -481,14 +482,16 @@ typedef struct stdio_run {
 
 static void *serve_main(void *arg) {
   stdio_run *s = arg;
-  s->status = tg_mcp_stdio_serve(&s->w->srv, &s->w->f->env, s->w->agent, NULL, s->in, s->out);
+  s->status = tg_mcp_stdio_serve(&s->w->srv, &s->w->f->env, s->w->agent, s->token, s->in, s->out);
   fclose(s->in);
   fclose(s->out);
   return NULL;
 }
 
-static stdio_run *stdio_start(world *w) {
+/* Serves stdio as w->agent, named by token (NULL: by its slug). */
+static stdio_run *stdio_start_with(world *w, const char *token) {
   stdio_run *s = calloc(1, sizeof *s);
+  s->token = token;
   int to[2], from[2];
   assert_int_equal(pipe(to), 0);
   assert_int_equal(pipe(from), 0);
@@ -500,6 +503,8 @@ static stdio_run *stdio_start(world *w) {
   assert_int_equal(pthread_create(&s->thread, NULL, serve_main, s), 0);
   return s;
 }
+
+static stdio_run *stdio_start(world *w) { return stdio_start_with(w, NULL); }
 
 static void stdio_send(stdio_run *s, const char *text) {
   size_t n = strlen(text);
@@ -600,6 +605,73 @@ static void test_stdio_message_at_the_limit_with_crlf(void **state) {
   stdio_send(s, PING(8));
   expect_answer(s, 8);
   stdio_stop(s);
+}
+
+/* A new API token of w->agent (malloc'd), and its id in id. */
+static char *agent_token(world *w, char id[TG_UUID_LEN + 1]) {
+  tg_call_result res;
+  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.token.create",
+                                "{\"agentSlug\":\"bot\"}", NULL, &res),
+                   0);
+  char *token = strdup(json_string_value(json_object_get(res.value, "token")));
+  snprintf(id, TG_UUID_LEN + 1, "%s", json_string_value(json_object_get(res.value, "tokenId")));
+  tg_call_result_done(&res);
+  return token;
+}
+
+static void revoke_token(world *w, const char *id) {
+  char args[96];
+  snprintf(args, sizeof args, "{\"tokenId\":\"%s\"}", id);
+  tg_call_result res;
+  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.token.revoke", args,
+                                NULL, &res),
+                   0);
+  tg_call_result_done(&res);
+}
+
+/* Waits until the server closes its output (a hang guard, not a timing check), then for its
+ * thread: the status it ended with. */
+static int await_stdio_end(stdio_run *s) {
+  for (char byte;;) {
+    struct pollfd p = {.fd = s->from_server, .events = POLLIN};
+    if (poll(&p, 1, HANG_GUARD_MS) != 1) fail_msg("the server never ended");
+    ssize_t n = read(s->from_server, &byte, 1);
+    if (n == 0) break;
+    if (n < 0) fail_msg("reading the server failed");
+  }
+  assert_int_equal(pthread_join(s->thread, NULL), 0);
+  int status = s->status;
+  close(s->to_server);
+  close(s->from_server);
+  free(s);
+  return status;
+}
+
+/* The server ends once its token is revoked: the request that finds it so gets an error, and
+ * an idle connection ends as well, though no message comes. */
+static void test_stdio_ends_with_its_token(void **state) {
+  world *w = *state;
+  char id[TG_UUID_LEN + 1];
+  char *token = agent_token(w, id);
+  revoke_token(w, id);
+  /* Sent as it starts: served long before it would look on its own, two seconds idle. */
+  stdio_run *s = stdio_start_with(w, token);
+  stdio_send(s, PING(2));
+  json_t *refused = stdio_next(s);
+  assert_int_equal(json_integer_value(json_object_get(refused, "id")), 2);
+  assert_string_equal(json_string_value(json_object_get(json_object_get(refused, "error"), "message")),
+                      "The token this server runs with was revoked");
+  json_decref(refused);
+  assert_int_equal(await_stdio_end(s), TG_E_NOTFOUND);
+  free(token);
+  /* Idle: nothing more is sent, and the server ends all the same. */
+  token = agent_token(w, id);
+  s = stdio_start_with(w, token);
+  stdio_send(s, PING(3));
+  expect_answer(s, 3);
+  revoke_token(w, id);
+  assert_int_equal(await_stdio_end(s), TG_E_NOTFOUND);
+  free(token);
 }
 
 /* Waits until a call of test_await_cancel runs (a hang guard, not a timing check). */
@@ -731,6 +803,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_no_list_changes_without_a_watch, setup_fixtures, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_cancel_while_the_client_is_asked, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_message_at_the_limit_with_crlf, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_ends_with_its_token, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_call_gives_up_on_a_silent_client, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_cancel_reaches_a_running_call, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_cancel_behind_a_full_queue, setup_kit, teardown),
