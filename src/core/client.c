@@ -31,7 +31,8 @@ bool tg_client_can(const json_t *capabilities, const char *method, const json_t 
 json_t *tg_client_requirement(const char *method, const json_t *params) {
   const char *cap = capability_of(method);
   if (!cap) return NULL;
-  return strcmp(cap, "elicitation") == 0 && url_mode(params)
-             ? json_pack("{s:{s:{}}}", cap, "url")
+  /* Each mode named, so that requirements merged (form and url) still ask for both. */
+  return strcmp(cap, "elicitation") == 0
+             ? json_pack("{s:{s:{}}}", cap, url_mode(params) ? "url" : "form")
              : json_pack("{s:{}}", cap);
 }

@@ -518,7 +518,7 @@ static void test_header_values_a_client_must_encode(void **state) {
 }
 
 /* Elicitation in the mode the client declared: an empty object is form mode alone, so a
- * client declaring url mode alone gets -32021 naming what a form needs. */
+ * client declaring url mode alone gets -32021 naming form mode. */
 static void test_elicitation_in_the_mode_declared(void **state) {
   world *w = *state;
   static const char call[] =
@@ -534,7 +534,7 @@ static void test_elicitation_in_the_mode_declared(void **state) {
   assert_int_equal(status, 400);
   json_t *need = json_object_get(json_object_get(json_object_get(r, "error"), "data"),
                                  "requiredCapabilities");
-  json_t *form = json_pack("{s:{}}", "elicitation");
+  json_t *form = json_pack("{s:{s:{}}}", "elicitation", "form");
   assert_true(json_equal(need, form));
   json_decref(form);
   json_decref(r);

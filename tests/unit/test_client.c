@@ -46,9 +46,17 @@ static void expect_requirement(const char *method, const char *params, const cha
 
 static void test_requirements(void **state) {
   expect_requirement("sampling/createMessage", "{}", "{\"sampling\":{}}");
-  expect_requirement("elicitation/create", "{}", "{\"elicitation\":{}}");
+  expect_requirement("elicitation/create", "{}", "{\"elicitation\":{\"form\":{}}}");
   expect_requirement("elicitation/create", "{\"mode\":\"url\"}", "{\"elicitation\":{\"url\":{}}}");
   assert_null(tg_client_requirement("tools/list", NULL));
+  /* What two requests need, merged, is enough for both: a client that declares it can
+   * answer each. */
+  _cleanup_json_ json_t *url = json_pack("{s:s}", "mode", "url"), *form = json_object();
+  _cleanup_json_ json_t *both = tg_client_requirement("elicitation/create", form);
+  _cleanup_json_ json_t *more = tg_client_requirement("elicitation/create", url);
+  assert_int_equal(json_object_update_recursive(both, more), 0);
+  assert_true(tg_client_can(both, "elicitation/create", form));
+  assert_true(tg_client_can(both, "elicitation/create", url));
 }
 
 int main(void) {
