@@ -1475,34 +1475,45 @@ static bool accepts_sse(struct MHD_Connection *conn) {
   return accept && strcasestr(accept, "text/event-stream");
 }
 
-/* Whether the request's Bearer token names a principal (out), and the token's hash ("" with
- * --no-auth); *sent: whether it has one. */
-static bool authenticate(server *s, struct MHD_Connection *conn, tg_db *db,
-                         char out[TG_UUID_LEN + 1], char hash[TG_TOKEN_HASH_LEN + 1], bool *sent) {
-  *sent = true;
+/* What a request's Authorization header came to. */
+typedef enum caller { CALLER_KNOWN, CALLER_NO_TOKEN, CALLER_BAD_TOKEN, CALLER_UNCHECKED } caller;
+
+/* The principal the request's Bearer token names (out), and the token's hash ("" with
+ * --no-auth); CALLER_UNCHECKED when the database could not say. */
+static caller authenticate(server *s, struct MHD_Connection *conn, tg_db *db,
+                           char out[TG_UUID_LEN + 1], char hash[TG_TOKEN_HASH_LEN + 1]) {
   hash[0] = '\0';
   if (s->cfg->no_auth) {
     snprintf(out, TG_UUID_LEN + 1, "%s", s->cfg->no_auth_principal);
-    return true;
+    return CALLER_KNOWN;
   }
   const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-  *sent = auth && strncasecmp(auth, "Bearer ", 7) == 0;
-  if (!*sent || strlen(auth) > 512) return false;
+  if (!auth || strncasecmp(auth, "Bearer ", 7) != 0) return CALLER_NO_TOKEN;
+  if (strlen(auth) > 512) return CALLER_BAD_TOKEN;
   const char *token = auth + 7;
   while (*token == ' ') token++;
-  return db && tg_sha256_hex(token, strlen(token), hash) == 0 &&
-         tg_principal_by_token_hash(db, hash, out) == TG_OK;
+  int r = db && tg_sha256_hex(token, strlen(token), hash) == 0
+              ? tg_principal_by_token_hash(db, hash, out)
+              : TG_E_DB;
+  return r == TG_OK ? CALLER_KNOWN : r == TG_E_NOTFOUND ? CALLER_BAD_TOKEN : CALLER_UNCHECKED;
 }
 
-/* The 401 of a request without a valid token. Only a token that was sent is called invalid
- * (RFC 6750 §3.1); that one is logged too, since clients often show a refusal as something
- * else (an OAuth error, "failed to connect"). */
-static enum MHD_Result refuse_caller(server *s, struct MHD_Connection *conn, bool token_sent) {
+/* The refusal of a request without a valid token: 401, or 503 when the database could not
+ * check it. Only a token that was sent is called invalid (RFC 6750 §3.1); that one is logged
+ * too, since clients often show a refusal as something else (an OAuth error, "failed to
+ * connect"). */
+static enum MHD_Result refuse_caller(server *s, struct MHD_Connection *conn, caller who) {
   int64_t now = tg_monotonic_ms(), last = atomic_load(&s->refused_logged_ms);
-  if (token_sent && (last == 0 || now - last >= REFUSED_LOG_MS) &&
+  if (who != CALLER_NO_TOKEN && (last == 0 || now - last >= REFUSED_LOG_MS) &&
       atomic_compare_exchange_strong(&s->refused_logged_ms, &last, now))
-    tg_log(TG_LOG_WARN, "http: refused a request whose Bearer token is unknown or revoked (401; "
-           "logged once a minute at most)");
+    tg_log(TG_LOG_WARN, "http: refused a request whose Bearer token %s (logged once a minute "
+           "at most)", who == CALLER_UNCHECKED ? "the database could not check (503)"
+                                               : "is unknown or revoked (401)");
+  /* The token may be good: the client must not drop it. */
+  if (who == CALLER_UNCHECKED)
+    return queue_rpc_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, TG_RPC_INTERNAL_ERROR,
+                           "The token could not be checked; retry");
+  bool token_sent = who == CALLER_BAD_TOKEN;
   _cleanup_json_ json_t *error =
       tg_rpc_error(NULL, TG_RPC_INVALID_REQUEST, "A valid Bearer token is required", NULL);
   _cleanup_free_ char *text = error ? tg_rpc_encode(error) : NULL;
@@ -1960,10 +1971,9 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
     return queue_rpc_error(conn, MHD_HTTP_FORBIDDEN, TG_RPC_INVALID_REQUEST, "Forbidden origin or host");
   const union MHD_ConnectionInfo *info =
       MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-  bool token_sent;
-  if (!authenticate(s, conn, info ? info->socket_context : NULL, rq->principal, rq->token_hash,
-                    &token_sent))
-    return refuse_caller(s, conn, token_sent);
+  caller who = authenticate(s, conn, info ? info->socket_context : NULL, rq->principal,
+                            rq->token_hash);
+  if (who != CALLER_KNOWN) return refuse_caller(s, conn, who);
   rq->answered = false;
   return MHD_YES;
 }

@@ -504,6 +504,23 @@ static void test_a_listening_session_is_kept(void **state) {
 }
 
 /* A JSON-RPC response posted without a session (2026-07-28 has none) answers nobody. */
+/* A token the database cannot check is no bad token: 503, which a client retries, not 401,
+ * on which it may drop the token. */
+static void test_a_token_unchecked_is_not_called_bad(void **state) {
+  world *w = *state;
+  assert_int_equal(tg_db_exec(w->f->db, "ALTER TABLE api_tokens RENAME TO api_tokens_away", NULL,
+                              NULL),
+                   0);
+  char *got = request(w, "POST", NULL, NULL, PING, 503);
+  assert_non_null(strstr(got, "The token could not be checked"));
+  free(got);
+  assert_int_equal(tg_db_exec(w->f->db, "ALTER TABLE api_tokens_away RENAME TO api_tokens", NULL,
+                              NULL),
+                   0);
+  char sid[64];
+  open_session(w, "{}", sid);
+}
+
 /* The refusal names no request: id 5 is the client's own request the response answers. */
 static void test_a_response_without_a_session_is_refused(void **state) {
   world *w = *state;
@@ -1157,6 +1174,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_sessions_are_bounded_per_principal, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_listening_session_is_kept, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_response_without_a_session_is_refused, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_token_unchecked_is_not_called_bad, setup, teardown),
       cmocka_unit_test_setup_teardown(test_initialize_on_a_live_session_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cancellation_ends_a_wait_for_sampling_without_an_answer, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_call_closing_its_stream_is_resumed_with_last_event_id, setup, teardown),
