@@ -115,7 +115,7 @@ int cli_open(cli *c, bool create) {
     return CLI_FAILED;
   }
   if (cli_open_registry(c) != CLI_OK) return CLI_FAILED;
-  return create || (c->token && !c->tenant) ? CLI_OK : find_tenant(c);
+  return create || ((c->token || c->any_tenant) && !c->tenant) ? CLI_OK : find_tenant(c);
 }
 
 void cli_close(cli *c) {

@@ -14,6 +14,7 @@ typedef struct cli {
   /* A command's --token: the token names the workspace, so none needs naming, and one named
    * must be the token's (cli_token_principal). */
   const char *token;
+  bool any_tenant; /* serve with authentication: each token acts in its own workspace */
   tg_db *db;
   tg_registry *registry;
   tg_env env;

@@ -27,7 +27,9 @@ static const char serve_usage[] =
     "usage: toolgate serve [--listen HOST:PORT] [--no-auth [--agent SLUG]]\n"
     "                      [--conformance-fixtures] [--threads N]\n\n"
     "Serves MCP over Streamable HTTP on POST/GET/DELETE /mcp, and /healthz.\n"
-    "Requests authenticate with 'Authorization: Bearer TOKEN' (toolgate token create).\n"
+    "Requests authenticate with 'Authorization: Bearer TOKEN' (toolgate token create), each\n"
+    "acting in its token's workspace; with the global --tenant, only that workspace's tokens\n"
+    "are taken.\n"
     "  --listen HOST:PORT      where to listen (default " DEFAULT_LISTEN ")\n"
     "  --no-auth               loopback only: every request acts as --agent SLUG, or as the\n"
     "                          workspace owner\n"
@@ -142,8 +144,11 @@ int cmd_serve(cli *c, int argc, char **argv) {
   }
   if (optind != argc) return cli_usage(serve_usage, "serve: unexpected argument '%s'", argv[optind]);
   if (agent && !cfg.no_auth) return cli_usage(serve_usage, "serve: --agent goes with --no-auth");
+  c->any_tenant = !cfg.no_auth;
   if (open_registry(c, cfg.server.fixtures) != CLI_OK || cli_open(c, false) != CLI_OK)
     return CLI_FAILED;
+  /* With --tenant, only that workspace's tokens: a server named for one serves no other. */
+  if (!cfg.no_auth && c->tenant) cfg.tenant_id = c->tenant_id;
   char principal[TG_UUID_LEN + 1], who[96];
   if (cfg.no_auth) {
     int r = agent ? tg_principal_lookup(c->db, c->tenant_id, TG_PRINCIPAL_AGENT, agent, principal)

@@ -187,14 +187,17 @@ int tg_principal_lookup(tg_db *db, const char *tenant_id, tg_principal_kind kind
 int tg_principal_by_token(tg_db *db, const char *token, char out[TG_UUID_LEN + 1]) {
   char hash[TG_TOKEN_HASH_LEN + 1];
   if (tg_sha256_hex(token, strlen(token), hash) < 0) return TG_E_IO;
-  return tg_principal_by_token_hash(db, hash, out);
+  return tg_principal_by_token_hash(db, hash, NULL, out);
 }
 
-int tg_principal_by_token_hash(tg_db *db, const char *hash, char out[TG_UUID_LEN + 1]) {
+int tg_principal_by_token_hash(tg_db *db, const char *hash, const char *tenant_id,
+                               char out[TG_UUID_LEN + 1]) {
   return first_id(db,
-                  "SELECT principal_id AS id FROM api_tokens"
-                  " WHERE token_hash = $1 AND revoked_at IS NULL",
-                  json_pack("[s]", hash), out);
+                  "SELECT t.principal_id AS id FROM api_tokens t"
+                  " JOIN principals p ON p.id = t.principal_id"
+                  " WHERE t.token_hash = $1 AND t.revoked_at IS NULL"
+                  " AND ($2 IS NULL OR p.tenant_id = $2)",
+                  json_pack("[ss?]", hash, tenant_id), out);
 }
 
 int tg_principal_owner(tg_db *db, const char *tenant_id, char out[TG_UUID_LEN + 1]) {

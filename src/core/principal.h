@@ -57,10 +57,12 @@ int tg_principal_lookup(tg_db *db, const char *tenant_id, tg_principal_kind kind
                         const char *name, char out[TG_UUID_LEN + 1]);
 /* The principal holding API token (not revoked). TG_E_NOTFOUND otherwise. */
 int tg_principal_by_token(tg_db *db, const char *token, char out[TG_UUID_LEN + 1]);
-/* The same by the token's SHA-256 (hex), which is all the database keeps: what a server
- * holds on to, to find out later whether the token it was opened with still stands. */
+/* The same by the token's SHA-256 (hex), which is all the database keeps (what a server
+ * holds on to, to find out later whether the token it was opened with still stands), and
+ * only in tenant_id unless it is NULL. */
 #define TG_TOKEN_HASH_LEN 64
-int tg_principal_by_token_hash(tg_db *db, const char *hash, char out[TG_UUID_LEN + 1]);
+int tg_principal_by_token_hash(tg_db *db, const char *hash, const char *tenant_id,
+                               char out[TG_UUID_LEN + 1]);
 
 /* The seed-000 agent permission flags and the grants they stand for (DESIGN.md §5). */
 typedef struct tg_permission_flag {

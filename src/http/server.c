@@ -1280,7 +1280,7 @@ static void end_revoked(server *s, tg_db *db) {
   pthread_mutex_unlock(&s->lock);
   for (size_t i = 0; i < n; i++) {
     char id[TG_UUID_LEN + 1];
-    bool revoked = tg_principal_by_token_hash(db, all[i].hash, id) == TG_E_NOTFOUND;
+    bool revoked = tg_principal_by_token_hash(db, all[i].hash, NULL, id) == TG_E_NOTFOUND;
     if (all[i].l) {
       if (revoked) {
         stream_end(all[i].l->st);
@@ -1493,7 +1493,7 @@ static caller authenticate(server *s, struct MHD_Connection *conn, tg_db *db,
   const char *token = auth + 7;
   while (*token == ' ') token++;
   int r = db && tg_sha256_hex(token, strlen(token), hash) == 0
-              ? tg_principal_by_token_hash(db, hash, out)
+              ? tg_principal_by_token_hash(db, hash, s->cfg->tenant_id, out)
               : TG_E_DB;
   return r == TG_OK ? CALLER_KNOWN : r == TG_E_NOTFOUND ? CALLER_BAD_TOKEN : CALLER_UNCHECKED;
 }

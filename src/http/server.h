@@ -38,6 +38,8 @@ typedef struct tg_http_config {
   bool no_auth;       /* loopback only */
   const char *no_auth_principal;
   const char *no_auth_who; /* the same, named for the log ("agent demo") */
+  const char *tenant_id;   /* with authentication: the only workspace whose tokens it takes
+                            * (NULL: every workspace's, each acting in its own) */
   unsigned threads;   /* worker threads running the calls that wait on their clients
                        * (interactive tools); further ones wait in a queue */
   const char *data_dir;

@@ -668,6 +668,18 @@ static unsigned restart(world *w) {
   return port;
 }
 
+/* A server named for one workspace takes only its tokens. */
+static void test_a_server_of_one_workspace_takes_only_its_tokens(void **state) {
+  world *w = *state;
+  w->cfg.tenant_id = "01000000-0000-7000-8000-000000000000";
+  restart(w);
+  free(request(w, "POST", NULL, NULL, PING, 401));
+  w->cfg.tenant_id = w->f->tenant_id;
+  restart(w);
+  char sid[64];
+  open_session(w, "{}", sid);
+}
+
 /* A client that never answers: the call stops waiting after the server's ask timeout, and its
  * stream ends with its failure. */
 static void test_a_call_gives_up_on_a_silent_client(void **state) {
@@ -1174,6 +1186,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_sessions_are_bounded_per_principal, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_listening_session_is_kept, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_response_without_a_session_is_refused, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_server_of_one_workspace_takes_only_its_tokens, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_a_token_unchecked_is_not_called_bad, setup, teardown),
       cmocka_unit_test_setup_teardown(test_initialize_on_a_live_session_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cancellation_ends_a_wait_for_sampling_without_an_answer, setup, teardown),
