@@ -33,7 +33,7 @@ typedef struct conn {
   int stop[2]; /* a pipe: a byte on it stops the reader */
   char *chunk; /* bytes read from in, [pos, len) not consumed yet */
   size_t pos, len;
-  char *line; /* the current input line, up to TG_RPC_MAX_BODY bytes */
+  char *line; /* the current input line, up to TG_RPC_MAX_BODY bytes and a CR */
   const tg_mcp_server *srv;
   const tg_mcp_request *req;
   const char *token; /* the API token that named the principal, or NULL */
