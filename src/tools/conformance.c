@@ -317,31 +317,29 @@ static int h_ir_tampered(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return input_required(json_pack("{s:o}", "confirm", elicit("Please confirm", "ok", "boolean")), "untampered", ret);
 }
 
+/* An InputRequiredResult asking request (stolen) under key, when a client declaring caps can
+ * answer it: 1 with *ret, 0 when it cannot, or TG_E_NOMEM. */
+static int ask_if_able(json_t *caps, const char *key, json_t *request, json_t **ret) {
+  if (!request) return TG_E_NOMEM;
+  if (!tg_client_can(caps, json_string_value(json_object_get(request, "method")),
+                     json_object_get(request, "params"))) {
+    json_decref(request);
+    return 0;
+  }
+  int r = input_required(json_pack("{s:o}", key, request), NULL, ret);
+  return r < 0 ? r : 1;
+}
+
 static int h_ir_capabilities(tg_call_ctx *cx, json_t *args, json_t **ret) {
   json_t *caps = cx->client ? cx->client->capabilities : NULL;
   if (answer(cx, "user_name") || answer(cx, "question") || answer(cx, "client_roots"))
     return text_result("Received an answer the client was able to give", ret);
-  /* Only what this request's client declared it can answer. */
-  struct { const char *key; json_t *request; } ways[] = {
-      {"user_name", elicit("What is your name?", "name", "string")},
-      {"question", sample("Say hello", 50)},
-      {"client_roots", roots()},
-  };
-  size_t n = sizeof ways / sizeof *ways, pick = n;
-  bool built = true;
-  for (size_t i = 0; i < n; i++) {
-    json_t *req = ways[i].request;
-    built = built && req;
-    if (req && pick == n &&
-        tg_client_can(caps, json_string_value(json_object_get(req, "method")),
-                      json_object_get(req, "params")))
-      pick = i;
-  }
-  json_t *asked = built && pick < n ? json_pack("{s:O}", ways[pick].key, ways[pick].request) : NULL;
-  for (size_t i = 0; i < n; i++) json_decref(ways[i].request);
-  if (!built) return TG_E_NOMEM;
-  return pick < n ? input_required(asked, NULL, ret)
-                  : text_result("The client declared no way to answer questions", ret);
+  /* Only what this request's client declared it can answer, the first way it can. */
+  int r = ask_if_able(caps, "user_name", elicit("What is your name?", "name", "string"), ret);
+  if (r == 0) r = ask_if_able(caps, "question", sample("Say hello", 50), ret);
+  if (r == 0) r = ask_if_able(caps, "client_roots", roots(), ret);
+  if (r != 0) return r < 0 ? r : TG_OK;
+  return text_result("The client declared no way to answer questions", ret);
 }
 
 /* Needs sampling: asked directly on a legacy session, as an input request on 2026-07-28
