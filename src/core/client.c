@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "util/status.h"
+
 /* The capability a request to the client needs, or NULL for a method no client declares. */
 static const char *capability_of(const char *method) {
   if (!method) return NULL;
@@ -28,11 +30,13 @@ bool tg_client_can(const json_t *capabilities, const char *method, const json_t 
                           : json_object_get(declared, "form") || json_object_size(declared) == 0;
 }
 
-json_t *tg_client_requirement(const char *method, const json_t *params) {
+int tg_client_requirement(const char *method, const json_t *params, json_t **ret) {
   const char *cap = capability_of(method);
-  if (!cap) return NULL;
+  *ret = NULL;
+  if (!cap) return TG_E_INVAL;
   /* Each mode named, so that requirements merged (form and url) still ask for both. */
-  return strcmp(cap, "elicitation") == 0
+  *ret = strcmp(cap, "elicitation") == 0
              ? json_pack("{s:{s:{}}}", cap, url_mode(params) ? "url" : "form")
              : json_pack("{s:{}}", cap);
+  return *ret ? TG_OK : TG_E_NOMEM;
 }

@@ -52,6 +52,6 @@ typedef struct tg_client_channel {
  * elicitation capability that is an empty object declares form mode alone). */
 bool tg_client_can(const json_t *capabilities, const char *method, const json_t *params);
 /* The ClientCapabilities a request of method with params needs ({"sampling":{}},
- * {"elicitation":{"form":{}}}, {"elicitation":{"url":{}}}, ...), a new reference; NULL for a
- * method no client can answer or without memory. */
-json_t *tg_client_requirement(const char *method, const json_t *params);
+ * {"elicitation":{"form":{}}}, {"elicitation":{"url":{}}}, ...), a new reference in *ret:
+ * 0, TG_E_INVAL for a method no client can answer, or TG_E_NOMEM. */
+int tg_client_requirement(const char *method, const json_t *params, json_t **ret);

@@ -416,11 +416,11 @@ int tg_mcp_input_missing(json_t *caps, json_t *requests, json_t **ret) {
   json_object_foreach(requests, key, req) {
     const char *method = json_string_value(json_object_get(req, "method"));
     json_t *params = json_object_get(req, "params");
-    _cleanup_json_ json_t *need = tg_client_requirement(method, params);
-    int r = !need ? TG_E_INVAL
-            : !tg_client_can(caps, method, params) && json_object_update_recursive(missing, need) < 0
-                ? TG_E_NOMEM
-                : 0;
+    _cleanup_json_ json_t *need = NULL;
+    int r = tg_client_requirement(method, params, &need);
+    if (r == 0 && !tg_client_can(caps, method, params) &&
+        json_object_update_recursive(missing, need) < 0)
+      r = TG_E_NOMEM;
     if (r < 0) {
       json_decref(missing);
       return r;

@@ -108,7 +108,8 @@ static int ask_client(tg_call_ctx *cx, const char *method, json_t *params, json_
   const tg_client_channel *ch = cx->client;
   if (!params) return TG_E_NOMEM;
   if (!ch || !ch->ask || !tg_client_can(ch->capabilities, method, params)) {
-    json_t *need = tg_client_requirement(method, params);
+    json_t *need = NULL;
+    tg_client_requirement(method, params, &need); /* without it, the details name none */
     json_decref(params);
     return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, json_pack("{s:o*}", "requiredCapabilities", need),
                    "The client cannot answer %s on this connection", method);

@@ -6,6 +6,7 @@
 
 #include "core/client.h"
 #include "util/cleanup.h"
+#include "util/status.h"
 
 /* Whether a client declaring caps (JSON text) can answer method with params (JSON text). */
 static bool can(const char *caps, const char *method, const char *params) {
@@ -39,8 +40,8 @@ static void test_elicitation_modes(void **state) {
 
 static void expect_requirement(const char *method, const char *params, const char *want) {
   _cleanup_json_ json_t *p = json_loads(params, 0, NULL), *w = json_loads(want, 0, NULL);
-  _cleanup_json_ json_t *got = tg_client_requirement(method, p);
-  assert_non_null(got);
+  _cleanup_json_ json_t *got = NULL;
+  assert_int_equal(tg_client_requirement(method, p, &got), 0);
   assert_true(json_equal(got, w));
 }
 
@@ -48,12 +49,15 @@ static void test_requirements(void **state) {
   expect_requirement("sampling/createMessage", "{}", "{\"sampling\":{}}");
   expect_requirement("elicitation/create", "{}", "{\"elicitation\":{\"form\":{}}}");
   expect_requirement("elicitation/create", "{\"mode\":\"url\"}", "{\"elicitation\":{\"url\":{}}}");
-  assert_null(tg_client_requirement("tools/list", NULL));
+  json_t *none = NULL;
+  assert_int_equal(tg_client_requirement("tools/list", NULL, &none), TG_E_INVAL);
+  assert_null(none);
   /* What two requests need, merged, is enough for both: a client that declares it can
    * answer each. */
   _cleanup_json_ json_t *url = json_pack("{s:s}", "mode", "url"), *form = json_object();
-  _cleanup_json_ json_t *both = tg_client_requirement("elicitation/create", form);
-  _cleanup_json_ json_t *more = tg_client_requirement("elicitation/create", url);
+  _cleanup_json_ json_t *both = NULL, *more = NULL;
+  assert_int_equal(tg_client_requirement("elicitation/create", form, &both), 0);
+  assert_int_equal(tg_client_requirement("elicitation/create", url, &more), 0);
   assert_int_equal(json_object_update_recursive(both, more), 0);
   assert_true(tg_client_can(both, "elicitation/create", form));
   assert_true(tg_client_can(both, "elicitation/create", url));
