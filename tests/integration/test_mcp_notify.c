@@ -538,12 +538,22 @@ static void expect_answer(stdio_run *s, json_int_t id) {
   json_decref(msg);
 }
 
-static void stdio_stop(stdio_run *s) {
-  close(s->to_server);
+/* Waits for the server's thread (its input closed already, or the server ending on its own)
+ * and frees s: the status it ended with. */
+static int stdio_join(stdio_run *s) {
   assert_int_equal(pthread_join(s->thread, NULL), 0);
-  assert_int_equal(s->status, 0);
+  int status = s->status;
+  if (s->to_server >= 0) close(s->to_server);
   close(s->from_server);
   free(s);
+  return status;
+}
+
+/* Ends the connection as a client does, closing the server's input. */
+static void stdio_stop(stdio_run *s) {
+  close(s->to_server);
+  s->to_server = -1;
+  assert_int_equal(stdio_join(s), 0);
 }
 
 /* A stdio connection after its handshake, with call 2 of test_ask_write waiting for the
@@ -630,7 +640,7 @@ static void revoke_token(world *w, const char *id) {
 }
 
 /* Waits until the server closes its output (a hang guard, not a timing check), then for its
- * thread: the status it ended with. */
+ * thread (stdio_join). */
 static int await_stdio_end(stdio_run *s) {
   for (char byte;;) {
     struct pollfd p = {.fd = s->from_server, .events = POLLIN};
@@ -639,12 +649,7 @@ static int await_stdio_end(stdio_run *s) {
     if (n == 0) break;
     if (n < 0) fail_msg("reading the server failed");
   }
-  assert_int_equal(pthread_join(s->thread, NULL), 0);
-  int status = s->status;
-  close(s->to_server);
-  close(s->from_server);
-  free(s);
-  return status;
+  return stdio_join(s);
 }
 
 /* The server ends once its token is revoked: the request that finds it so gets an error, and
