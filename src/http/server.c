@@ -22,6 +22,7 @@
 
 #include "core/principal.h"
 #include "core/registry.h"
+#include "http/media.h"
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/ids.h"
@@ -1470,9 +1471,8 @@ static enum MHD_Result collect_param(void *cls, enum MHD_ValueKind kind, const c
   return MHD_YES;
 }
 
-static bool accepts_sse(struct MHD_Connection *conn) {
-  const char *accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept");
-  return accept && strcasestr(accept, "text/event-stream");
+static tg_accept accepts(struct MHD_Connection *conn, const char *type) {
+  return tg_http_accepts(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept"), type);
 }
 
 /* What a request's Authorization header came to. */
@@ -1739,7 +1739,7 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
    * its events as they come; any other runs here, and its events (progress, log messages)
    * go ahead of its result in one response. */
   bool sse_call = w->msg.kind == TG_RPC_REQUEST && strcmp(w->msg.method, "tools/call") == 0 &&
-                  accepts_sse(conn);
+                  accepts(conn, "text/event-stream") == TG_ACCEPT_NAMED;
   if (sse_call && waits_on_client(s, &w->msg)) {
     /* The session id is copied: the worker may release its session before we answer. */
     char sid_copy[sizeof w->sess->id] = "";
@@ -1755,11 +1755,6 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   if (modern && w->msg.kind == TG_RPC_REQUEST && strcmp(w->msg.method, "subscriptions/listen") == 0) {
     unsigned status = 0;
     const char *why = NULL;
-    if (!accepts_sse(conn)) {
-      result = queue_msg_error(conn, MHD_HTTP_NOT_ACCEPTABLE, &w->msg, TG_RPC_INVALID_REQUEST,
-                               "subscriptions/listen needs Accept: text/event-stream");
-      goto done;
-    }
     if (!(l = listener_open(s, principal, rq->token_hash, &status, &why))) {
       result = queue_msg_error(conn, status, &w->msg, TG_RPC_INVALID_REQUEST, why);
       goto done;
@@ -1914,7 +1909,7 @@ static enum MHD_Result handle_get(server *s, struct MHD_Connection *conn, tg_db 
   const char *sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Mcp-Session-Id");
   /* Without a session there is no stream to offer: 2026-07-28 is POST only. */
   if (!sid) return queue(conn, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, NULL);
-  if (!accepts_sse(conn))
+  if (accepts(conn, "text/event-stream") == TG_ACCEPT_NO)
     return queue_rpc_error(conn, MHD_HTTP_NOT_ACCEPTABLE, TG_RPC_INVALID_REQUEST,
                            "Accept must include text/event-stream");
   session *x = session_find(s, sid, principal);
@@ -1974,6 +1969,17 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
   caller who = authenticate(s, conn, info ? info->socket_context : NULL, rq->principal,
                             rq->token_hash);
   if (who != CALLER_KNOWN) return refuse_caller(s, conn, who);
+  /* A POST's answer may be JSON or an event stream, at the server's choice: a client must
+   * take both. */
+  if (strcmp(method, "POST") == 0) {
+    if (accepts(conn, "application/json") == TG_ACCEPT_NO ||
+        accepts(conn, "text/event-stream") == TG_ACCEPT_NO)
+      return queue_rpc_error(conn, MHD_HTTP_NOT_ACCEPTABLE, TG_RPC_INVALID_REQUEST,
+                             "Accept must take application/json and text/event-stream");
+    if (!tg_http_is_json(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type")))
+      return queue_rpc_error(conn, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, TG_RPC_INVALID_REQUEST,
+                             "Content-Type must be application/json");
+  }
   rq->answered = false;
   return MHD_YES;
 }

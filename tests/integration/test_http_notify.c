@@ -909,7 +909,8 @@ static void test_sending_kept_output_again_leaves_the_room_for_new_output(void *
 #define STATELESS_OVERFLOW_BODY(bytes)                                                 \
   "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{"            \
   "\"name\":\"test_note_overflow\",\"arguments\":{\"bytes\":" bytes "}," MODERN_META "}}"
-#define JSON_ONLY "Accept: application/json\r\n" STATELESS_OVERFLOW
+/* Events are taken only through a wildcard: the call is answered in JSON. */
+#define JSON_ONLY "Accept: application/json, */*;q=0.1\r\n" STATELESS_OVERFLOW
 #define TEXT_SEEN "xxxxxxxxxxxxxxxx"
 
 /* What all callers have not been delivered is bounded too, apart from each caller's half:

@@ -2221,19 +2221,29 @@ static void test_listen_after_the_end(void **state) {
   assert_int_equal(feed_count(f), 0); /* no acknowledgement: no subscription */
 }
 
-static int http_send(unsigned port, const char *method, const char *sid, const char *extra,
-                     const char *body) {
+/* Sends a request with these headers alone (and Connection: close). */
+static int http_send_as_is(unsigned port, const char *method, const char *headers,
+                           const char *body) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   assert_true(fd >= 0);
   struct timeval guard = {.tv_sec = HANG_GUARD_S};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &guard, sizeof guard);
+  char *lines = NULL;
+  assert_true(asprintf(&lines, "Connection: close\r\n%s", headers) > 0);
+  fixture_http_send(fd, port, method, lines, body);
+  free(lines);
+  return fd;
+}
+
+static int http_send(unsigned port, const char *method, const char *sid, const char *extra,
+                     const char *body) {
   char *headers = NULL;
   assert_true(asprintf(&headers,
-                       "Connection: close\r\nAccept: application/json, text/event-stream\r\n"
+                       "Accept: application/json, text/event-stream\r\n"
                        "%s%s%s%sContent-Type: application/json\r\n",
                        sid ? "Mcp-Session-Id: " : "", sid ? sid : "", sid ? "\r\n" : "",
                        extra ? extra : "") > 0);
-  fixture_http_send(fd, port, method, headers, body);
+  int fd = http_send_as_is(port, method, headers, body);
   free(headers);
   return fd;
 }
@@ -2352,6 +2362,66 @@ static void test_http_get_stream_and_resumption(void **state) {
 
 /* Over Streamable HTTP: a listen stream names a task, hears it as it goes and as it ends,
  * and gets its result when the server stops. */
+/* A POST must take both kinds of answer and send JSON: what does not is refused before it
+ * runs (no audit row), whatever else it gets right. */
+static void test_http_post_media_types(void **state) {
+  world *w = *state;
+  tg_http_config cfg = {.listen = "127.0.0.1:0", .no_auth = true, .no_auth_principal = w->agent,
+                        .threads = 2, .data_dir = w->f->dir, .registry = w->f->registry,
+                        .server = w->srv};
+  tg_http *h = NULL;
+  unsigned port = 0;
+  assert_int_equal(tg_http_start(&cfg, &h, &port), 0);
+  static const char call[] =
+      "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":"
+      "\"test_tool_with_progress\",\"arguments\":{},\"_meta\":{\"progressToken\":\"p\","
+      "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+      "\"io.modelcontextprotocol/clientCapabilities\":{}}}}";
+#define CALL_HEADERS \
+  HTTP_MODERN "Mcp-Method: tools/call\r\nMcp-Name: test_tool_with_progress\r\n"
+#define JSON_BODY "Content-Type: application/json\r\n"
+  static const struct {
+    const char *headers, *status, *says;
+  } cases[] = {
+      {"Accept: application/json\r\n" JSON_BODY, "406", "Accept must take"},
+      {"Accept: text/event-stream\r\n" JSON_BODY, "406", "Accept must take"},
+      {"Accept: application/json, text/event-stream;q=0\r\n" JSON_BODY, "406", "Accept must"},
+      {"Accept: application/json, */*, text/event-stream; q=0.000\r\n" JSON_BODY, "406", "Accept"},
+      {"Accept: application/jsonx, text/event-stream\r\n" JSON_BODY, "406", "Accept must take"},
+      {"Accept: application/json, text/event-stream\r\nContent-Type: text/plain\r\n", "415",
+       "Content-Type must be application/json"},
+      {"Accept: application/json, text/event-stream\r\n", "415", "Content-Type must be"},
+      {"Accept: application/json, text/event-stream\r\nContent-Type: application/jsonl\r\n",
+       "415", "Content-Type must be"},
+      /* Taken: no Accept takes anything; wildcards; parameters; any case. Events named by
+       * their type are what makes a call's answer a stream. */
+      {JSON_BODY, "200", "Content-Type: application/json"},
+      {"Accept: */*\r\n" JSON_BODY, "200", "Content-Type: application/json"},
+      {"Accept: */*;q=0, application/json, text/event-stream\r\n" JSON_BODY, "200",
+       "Content-Type: text/event-stream"},
+      {"Accept: application/*, text/*;q=0.5\r\n" JSON_BODY, "200", "Content-Type: application/json"},
+      {"Accept: text/event-stream;q=0.1, application/json\r\n"
+       "Content-Type: Application/JSON; charset=utf-8\r\n",
+       "200", "Content-Type: text/event-stream"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    long runs = fixture_count(w->f, "agent_runs");
+    char *headers = NULL;
+    assert_true(asprintf(&headers, CALL_HEADERS "%s", cases[i].headers) > 0);
+    int fd = http_send_as_is(port, "POST", headers, call);
+    char *res = http_read(fd, NULL);
+    close(fd);
+    if (strncmp(res + 9, cases[i].status, 3) != 0 || !strstr(res, cases[i].says))
+      fail_msg("case %zu: expected %s with '%s', got: %s", i, cases[i].status, cases[i].says, res);
+    assert_int_equal(fixture_count(w->f, "agent_runs"), runs + (cases[i].status[0] == '2'));
+    free(res);
+    free(headers);
+  }
+#undef CALL_HEADERS
+#undef JSON_BODY
+  tg_http_stop(h);
+}
+
 static void test_http_task_notifications(void **state) {
   world *w = *state;
   tg_http_config cfg = {.listen = "127.0.0.1:0", .no_auth = true, .no_auth_principal = w->agent,
@@ -2446,6 +2516,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_task_notifications_follow_rounds, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_status_message, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_notifications_refused, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_http_post_media_types, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http_task_notifications, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_after_the_end, setup, teardown),
   };
