@@ -301,14 +301,16 @@ static int token_stands(conn *c) {
 }
 
 /* Refuses msg (released), the message that found the token no longer standing (r): a request
- * is answered with an error. */
+ * is answered with an error, the one HTTP gives a revoked token (with its 401), or an internal
+ * error when the database could not say. */
 static int refuse_unstanding(conn *c, tg_rpc_msg *msg, int r) {
   if (msg->kind == TG_RPC_REQUEST) {
     tg_mcp_inflight_end(c->req->inflight, msg->id);
-    int w = write_message(c, tg_rpc_error(msg->id, TG_RPC_INTERNAL_ERROR,
-                                          r == TG_E_NOTFOUND
-                                              ? "The token this server runs with was revoked"
-                                              : "The token could not be checked",
+    bool revoked = r == TG_E_NOTFOUND;
+    int w = write_message(c, tg_rpc_error(msg->id,
+                                          revoked ? TG_RPC_INVALID_REQUEST : TG_RPC_INTERNAL_ERROR,
+                                          revoked ? "The token this server runs with was revoked"
+                                                  : "The token could not be checked",
                                           NULL));
     if (w < 0) r = w;
   }

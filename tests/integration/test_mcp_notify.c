@@ -664,8 +664,10 @@ static void test_stdio_ends_with_its_token(void **state) {
   stdio_send(s, PING(2));
   json_t *refused = stdio_next(s);
   assert_int_equal(json_integer_value(json_object_get(refused, "id")), 2);
-  assert_string_equal(json_string_value(json_object_get(json_object_get(refused, "error"), "message")),
+  json_t *error = json_object_get(refused, "error");
+  assert_string_equal(json_string_value(json_object_get(error, "message")),
                       "The token this server runs with was revoked");
+  assert_int_equal(json_integer_value(json_object_get(error, "code")), TG_RPC_INVALID_REQUEST);
   json_decref(refused);
   assert_int_equal(await_stdio_end(s), TG_E_NOTFOUND);
   free(token);
