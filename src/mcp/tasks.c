@@ -534,8 +534,9 @@ static bool end_unwritten(const task *k) {
  * shows those written ended: no client sees an end the database does not keep, so none
  * changes after, whatever becomes of this server. One not written shows working (it asks
  * nothing more), and is written again as its principal reads it or starts a task, and at
- * stop. With the store's lock, released meanwhile (no task of ks may go: none ended). */
-static void keep_ends_locked(tg_mcp_tasks *t, tg_db *db, task *const *ks, size_t n) {
+ * stop. With the store's lock, released meanwhile (no task of ks may go: none ended). Returns
+ * whether the database was found locked past its busy timeout. */
+static bool keep_ends_locked(tg_mcp_tasks *t, tg_db *db, task *const *ks, size_t n) {
   ending ends[TG_MCP_MAX_TASKS];
   bool written[TG_MCP_MAX_TASKS];
   for (size_t i = 0; i < n; i++) {
@@ -562,6 +563,7 @@ static void keep_ends_locked(tg_mcp_tasks *t, tg_db *db, task *const *ks, size_t
     if (written[i]) touch_locked(k, k->ends_as);
     else if (k->status == INPUT_REQUIRED) touch_locked(k, WORKING);
   }
+  return busy;
 }
 
 /* The task a row holds (a new reference), or NULL when it is unreadable. */
@@ -794,19 +796,29 @@ static int forget_unheld(void *arg, tg_db *db) {
 /* At stop, once every task's thread ended (each decided its end): the ends not written yet
  * are written again, and the rows that name no task held deleted; a row that remains (the
  * database still fails) is written as failed by the next server to look, as no client saw
- * its task ended. Then the lock goes. No other thread uses the store by now (its tasks'
- * threads ended, its observers were freed), so forget_unheld reads its list without the
- * lock. */
+ * its task ended. A database locked past its busy timeout is waited for once: the stop
+ * then leaves the rest to the next server. Then the lock goes. No other thread uses the
+ * store by now (its tasks' threads ended, its observers were freed), so the list is read
+ * between writes, and by forget_unheld, without the lock. */
 static void leave_runners(tg_mcp_tasks *t) {
   if (t->runner_fd < 0) return;
   tg_db *db = NULL;
   _cleanup_free_ char *why = NULL;
   if (tg_db_open(t->data_dir, &db, &why) == 0) {
+    bool busy = false;
     pthread_mutex_lock(&t->lock);
-    for (task *k = t->list; k; k = k->next)
-      if (end_unwritten(k)) keep_ends_locked(t, db, &k, 1);
+    for (task *k = t->list; k && !busy;) {
+      task *ks[TG_MCP_MAX_TASKS];
+      size_t n = 0;
+      for (; k && n < TG_MCP_MAX_TASKS; k = k->next)
+        if (end_unwritten(k)) ks[n++] = k;
+      if (n) busy = keep_ends_locked(t, db, ks, n);
+    }
     pthread_mutex_unlock(&t->lock);
-    if (tg_db_batch(db, forget_unheld, t) < 0)
+    if (busy)
+      tg_log(TG_LOG_WARN, "mcp: the database stayed locked at stop; the next server to look "
+             "writes the tasks left running as failed");
+    else if (tg_db_batch(db, forget_unheld, t) < 0)
       tg_log(TG_LOG_WARN, "mcp: the rows of tasks no longer held could not be deleted: %s",
              tg_db_errmsg(db));
     tg_db_close(db);

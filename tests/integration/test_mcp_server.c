@@ -1708,6 +1708,99 @@ static void test_task_unkept_written_at_stop(void **state) {
   free(id);
 }
 
+/* Ends n tasks (their ids in ids) whose ends the database refused, and takes writes again. */
+static void end_unkept_tasks(world *w, size_t n, char **ids) {
+  refuse_rows(w, "mcp_tasks");
+  int base = count_ends();
+  for (size_t i = 0; i < n; i++) {
+    char args[64];
+    snprintf(args, sizeof args, "{\"seconds\":1,\"label\":\"n%zu\"}", i);
+    ids[i] = start_task(w, "slow_compute", args);
+  }
+  await_ended(base + (int)n);
+  tg_mcp_tasks_test_ended = NULL;
+  assert_int_equal(tg_db_exec(w->f->db, "DROP TRIGGER refuse_mcp_tasks", NULL, NULL), 0);
+}
+
+/* What the server logs (stderr) while the fixture's connection holds the database's write
+ * lock and step runs, malloc'd. */
+static char *log_while_locked(world *w, void (*step)(world *)) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/log-XXXXXX", w->f->dir);
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  unlink(path);
+  assert_int_equal(tg_db_exec(w->f->db, "BEGIN IMMEDIATE", NULL, NULL), 0);
+  fflush(stderr);
+  int saved = dup(STDERR_FILENO);
+  assert_int_equal(dup2(fd, STDERR_FILENO), STDERR_FILENO);
+  step(w);
+  fflush(stderr);
+  assert_int_equal(dup2(saved, STDERR_FILENO), STDERR_FILENO);
+  close(saved);
+  assert_int_equal(tg_db_exec(w->f->db, "ROLLBACK", NULL, NULL), 0);
+  off_t size = lseek(fd, 0, SEEK_END);
+  char *text = calloc(1, (size_t)size + 1);
+  assert_int_equal(pread(fd, text, (size_t)size, 0), size);
+  close(fd);
+  fputs(text, stderr); /* still seen by whoever reads the test's output */
+  return text;
+}
+
+static size_t occurrences(const char *text, const char *what) {
+  size_t n = 0;
+  for (const char *at = text; (at = strstr(at, what)); at += strlen(what)) n++;
+  return n;
+}
+
+static void server_done(world *w) { tg_mcp_server_done(&w->srv); }
+
+/* A database another process holds locked is waited for once at stop, not once for each end
+ * to write: the rest is left to the next server, which writes those tasks failed. */
+static void test_task_stop_waits_once_for_a_locked_database(void **state) {
+  world *w = *state;
+  char *ids[3];
+  end_unkept_tasks(w, 3, ids);
+  char *log = log_while_locked(w, server_done);
+  assert_int_equal(occurrences(log, "could not be kept"), 1);
+  assert_non_null(strstr(log, "stayed locked at stop"));
+  assert_null(strstr(log, "no longer held")); /* not waited for a second time */
+  assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 3);
+  start_server(w);
+  for (size_t i = 0; i < 3; i++) {
+    json_t *got = get_task(w, ids[i]);
+    assert_string_equal(str(got, "status"), "failed");
+    json_decref(got);
+    free(ids[i]);
+  }
+  free(log);
+}
+
+static void start_one_more(world *w) {
+  json_t *r = request_as(w, w->agent, TASKS_CAPS, "tools/call",
+                         "\"name\":\"slow_compute\",\"arguments\":{\"seconds\":1}", NULL);
+  /* Its own row could not be written either. */
+  assert_true(json_is_true(json_object_get(result_of(r), "isError")));
+  json_decref(r);
+}
+
+/* So is it at a start, which first writes its principal's unwritten ends. */
+static void test_task_start_waits_once_for_a_locked_database(void **state) {
+  world *w = *state;
+  char *ids[3];
+  end_unkept_tasks(w, 3, ids);
+  char *log = log_while_locked(w, start_one_more);
+  assert_int_equal(occurrences(log, "could not be kept"), 1);
+  assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 3);
+  /* Unlocked, the next start writes them. */
+  char *next = start_task(w, "slow_compute", "{\"seconds\":600}");
+  assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 1);
+  cancel_task(w, next);
+  free(next);
+  for (size_t i = 0; i < 3; i++) free(ids[i]);
+  free(log);
+}
+
 /* Rows of task id in mcp_running_tasks. */
 static long running_rows(world *w, const char *id) {
   return fixture_count_where(w->f, "SELECT COUNT(*) AS n FROM mcp_running_tasks WHERE id = $1",
@@ -2506,6 +2599,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_task_unrecorded_is_no_task, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_unkept_written_at_stop, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_unkept_written_at_next_start, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_task_stop_waits_once_for_a_locked_database, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_task_start_waits_once_for_a_locked_database, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_task_rows_at_stop, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_end_shown_once_kept, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_unkept_never_expires, setup, teardown_clock),
