@@ -52,6 +52,7 @@ typedef struct world {
     feed feed;
     tg_mcp_watch *watch;
   } listens[2]; /* listen streams, each on a watch of its own */
+  tg_http_config http; /* what an HTTP server of the test serves with (see http_start) */
 } world;
 
 static int capture_send(void *self, json_t *msg) {
@@ -2370,14 +2371,21 @@ static void assert_status(const char *res, const char *status) {
     fail_msg("expected HTTP %s, got: %s", status, res);
 }
 
+/* Serves w's server over HTTP on a free loopback port, without authentication, as w's agent
+ * (the server reads w->http while it runs). */
+static tg_http *http_start(world *w, unsigned *port) {
+  w->http = (tg_http_config){.listen = "127.0.0.1:0", .no_auth = true,
+                             .no_auth_principal = w->agent, .threads = 2, .data_dir = w->f->dir,
+                             .registry = w->f->registry, .server = w->srv};
+  tg_http *h = NULL;
+  assert_int_equal(tg_http_start(&w->http, &h, port), 0);
+  return h;
+}
+
 static void test_http_get_stream_and_resumption(void **state) {
   world *w = *state;
-  tg_http_config cfg = {.listen = "127.0.0.1:0", .no_auth = true, .no_auth_principal = w->agent,
-                        .threads = 2, .data_dir = w->f->dir, .registry = w->f->registry,
-                        .server = w->srv};
-  tg_http *h = NULL;
   unsigned port = 0;
-  assert_int_equal(tg_http_start(&cfg, &h, &port), 0);
+  tg_http *h = http_start(w, &port);
   char *res = http_exchange(port, "POST", NULL, NULL,
                             "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
                             "\"protocolVersion\":\"2025-11-25\",\"capabilities\":{}}}");
@@ -2453,18 +2461,12 @@ static void test_http_get_stream_and_resumption(void **state) {
   "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"," \
   "\"io.modelcontextprotocol/clientCapabilities\":" TASKS_CAPS "}"
 
-/* Over Streamable HTTP: a listen stream names a task, hears it as it goes and as it ends,
- * and gets its result when the server stops. */
 /* A POST must take both kinds of answer and send JSON: what does not is refused before it
  * runs (no audit row), whatever else it gets right. */
 static void test_http_post_media_types(void **state) {
   world *w = *state;
-  tg_http_config cfg = {.listen = "127.0.0.1:0", .no_auth = true, .no_auth_principal = w->agent,
-                        .threads = 2, .data_dir = w->f->dir, .registry = w->f->registry,
-                        .server = w->srv};
-  tg_http *h = NULL;
   unsigned port = 0;
-  assert_int_equal(tg_http_start(&cfg, &h, &port), 0);
+  tg_http *h = http_start(w, &port);
   static const char call[] =
       "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":"
       "\"test_tool_with_progress\",\"arguments\":{},\"_meta\":{\"progressToken\":\"p\","
@@ -2515,14 +2517,12 @@ static void test_http_post_media_types(void **state) {
   tg_http_stop(h);
 }
 
+/* Over Streamable HTTP: a listen stream names a task, hears it as it goes and as it ends,
+ * and gets its result when the server stops. */
 static void test_http_task_notifications(void **state) {
   world *w = *state;
-  tg_http_config cfg = {.listen = "127.0.0.1:0", .no_auth = true, .no_auth_principal = w->agent,
-                        .threads = 2, .data_dir = w->f->dir, .registry = w->f->registry,
-                        .server = w->srv};
-  tg_http *h = NULL;
   unsigned port = 0;
-  assert_int_equal(tg_http_start(&cfg, &h, &port), 0);
+  tg_http *h = http_start(w, &port);
   char *res = http_exchange(
       port, "POST", NULL, HTTP_MODERN "Mcp-Method: tools/call\r\nMcp-Name: slow_compute\r\n",
       "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":"
