@@ -294,23 +294,29 @@ static int io_ask(void *self, json_t *request, json_t **ret) {
 }
 
 /* Whether the token that named the principal (if one did) still stands: TG_OK, TG_E_NOTFOUND
- * once it is revoked, or the failure of the database, which ends the connection too. */
+ * once it is revoked (which ends the connection), or the failure of the database, logged:
+ * nothing is served meanwhile, and the next message or idle tick looks again. */
 static int token_stands(conn *c) {
   char id[TG_UUID_LEN + 1];
-  return c->token ? tg_principal_by_token(c->req->env->db, c->token, id) : TG_OK;
+  int r = c->token ? tg_principal_by_token(c->req->env->db, c->token, id) : TG_OK;
+  if (r < 0 && r != TG_E_NOTFOUND)
+    tg_log(TG_LOG_WARN, "mcp: the token could not be checked: %s", tg_db_errmsg(c->req->env->db));
+  return r;
 }
 
 /* Refuses msg (released), the message that found the token no longer standing (r): a request
  * is answered with an error, the one HTTP gives a revoked token (with its 401), or an internal
- * error when the database could not say. */
+ * error to retry when the database could not say. Returns TG_E_NOTFOUND for a revoked token,
+ * else TG_OK, or the output's failure. */
 static int refuse_unstanding(conn *c, tg_rpc_msg *msg, int r) {
+  bool revoked = r == TG_E_NOTFOUND;
+  r = revoked ? r : TG_OK;
   if (msg->kind == TG_RPC_REQUEST) {
     tg_mcp_inflight_end(c->req->inflight, msg->id);
-    bool revoked = r == TG_E_NOTFOUND;
     int w = write_message(c, tg_rpc_error(msg->id,
                                           revoked ? TG_RPC_INVALID_REQUEST : TG_RPC_INTERNAL_ERROR,
                                           revoked ? "The token this server runs with was revoked"
-                                                  : "The token could not be checked",
+                                                  : "The token could not be checked; retry",
                                           NULL));
     if (w < 0) r = w;
   }
@@ -328,9 +334,10 @@ static bool next_queued(conn *c, tg_rpc_msg *ret, int *status) {
       tg_timed_wait(&c->changed, &c->lock, left);
     if (c->queued || c->ended) break;
     pthread_mutex_unlock(&c->lock);
-    /* Idle, it looks too: a revoked token ends the connection though no message comes. */
-    *status = token_stands(c);
-    if (*status == TG_OK) *status = check_lists(c);
+    /* Idle, it looks too: a revoked token ends the connection though no message comes, and
+     * one that cannot be checked hears of no change. */
+    int stands = token_stands(c);
+    *status = stands == TG_OK ? check_lists(c) : stands == TG_E_NOTFOUND ? stands : TG_OK;
     pthread_mutex_lock(&c->lock);
     if (*status < 0) break;
   }
@@ -369,9 +376,9 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   bool reading = r == 0 && pthread_create(&reader, NULL, reader_main, &c) == 0;
   if (r == 0 && !reading) r = TG_E_NOMEM;
   for (tg_rpc_msg msg; r == 0 && next_queued(&c, &msg, &r);) {
-    r = token_stands(&c);
-    r = r == TG_OK ? serve_one(&c, &msg) : refuse_unstanding(&c, &msg, r);
-    if (r == 0) r = check_lists(&c);
+    int stands = token_stands(&c);
+    r = stands == TG_OK ? serve_one(&c, &msg) : refuse_unstanding(&c, &msg, stands);
+    if (r == 0 && stands == TG_OK) r = check_lists(&c);
   }
   if (reading) {
     if (write(c.stop[1], "", 1) != 1) tg_log(TG_LOG_WARN, "mcp: the reader could not be told to stop");

@@ -482,7 +482,16 @@ typedef struct stdio_run {
 
 static void *serve_main(void *arg) {
   stdio_run *s = arg;
-  s->status = tg_mcp_stdio_serve(&s->w->srv, &s->w->f->env, s->w->agent, s->token, s->in, s->out);
+  /* A connection of its own, as the process it stands for has: the test's thread uses the
+   * fixture's meanwhile. */
+  tg_env env = s->w->f->env;
+  env.db = NULL;
+  char *why = NULL;
+  s->status = tg_db_open(s->w->f->dir, &env.db, &why);
+  free(why);
+  if (s->status == TG_OK)
+    s->status = tg_mcp_stdio_serve(&s->w->srv, &env, s->w->agent, s->token, s->in, s->out);
+  tg_db_close(env.db);
   fclose(s->in);
   fclose(s->out);
   return NULL;
@@ -681,6 +690,35 @@ static void test_stdio_ends_with_its_token(void **state) {
   free(token);
 }
 
+/* A token the database cannot check is no revoked token: the message that finds it so is
+ * refused, to retry, and the server goes on; once the database answers it serves again. */
+static void test_stdio_token_unchecked_goes_on(void **state) {
+  world *w = *state;
+  char id[TG_UUID_LEN + 1];
+  char *token = agent_token(w, id);
+  stdio_run *s = stdio_start_with(w, token);
+  stdio_send(s, PING(1));
+  expect_answer(s, 1);
+  assert_int_equal(tg_db_exec(w->f->db, "ALTER TABLE api_tokens RENAME TO api_tokens_away", NULL,
+                              NULL),
+                   0);
+  stdio_send(s, PING(2));
+  json_t *refused = stdio_next(s);
+  assert_int_equal(json_integer_value(json_object_get(refused, "id")), 2);
+  json_t *error = json_object_get(refused, "error");
+  assert_int_equal(json_integer_value(json_object_get(error, "code")), TG_RPC_INTERNAL_ERROR);
+  assert_string_equal(json_string_value(json_object_get(error, "message")),
+                      "The token could not be checked; retry");
+  json_decref(refused);
+  assert_int_equal(tg_db_exec(w->f->db, "ALTER TABLE api_tokens_away RENAME TO api_tokens", NULL,
+                              NULL),
+                   0);
+  stdio_send(s, PING(3));
+  expect_answer(s, 3);
+  stdio_stop(s);
+  free(token);
+}
+
 /* Waits until a call of test_await_cancel runs (a hang guard, not a timing check). */
 static void await_started_call(void) {
   pthread_mutex_lock(&await_lock);
@@ -811,6 +849,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_stdio_cancel_while_the_client_is_asked, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_message_at_the_limit_with_crlf, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_ends_with_its_token, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_token_unchecked_goes_on, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_call_gives_up_on_a_silent_client, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_cancel_reaches_a_running_call, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_cancel_behind_a_full_queue, setup_kit, teardown),
