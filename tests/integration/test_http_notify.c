@@ -503,7 +503,6 @@ static void test_a_listening_session_is_kept(void **state) {
   finish(get);
 }
 
-/* A JSON-RPC response posted without a session (2026-07-28 has none) answers nobody. */
 /* A token the database cannot check is no bad token: 503, which a client retries, not 401,
  * on which it may drop the token. */
 static void test_a_token_unchecked_is_not_called_bad(void **state) {
@@ -521,7 +520,8 @@ static void test_a_token_unchecked_is_not_called_bad(void **state) {
   open_session(w, "{}", sid);
 }
 
-/* The refusal names no request: id 5 is the client's own request the response answers. */
+/* A JSON-RPC response posted without a session (2026-07-28 has none) answers nobody. The
+ * refusal names no request: id 5 is the client's own request the response answers. */
 static void test_a_response_without_a_session_is_refused(void **state) {
   world *w = *state;
   char *got = request(w, "POST", NULL, "MCP-Protocol-Version: 2026-07-28",
