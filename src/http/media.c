@@ -5,70 +5,87 @@
 #include <string.h>
 #include <strings.h>
 
-static const char *skip_space(const char *p) {
-  while (*p == ' ' || *p == '\t') p++;
-  return p;
+static bool space(char c) { return c == ' ' || c == '\t'; }
+
+/* [*p, *end) without the spaces around it. */
+static void trim(const char **p, const char **end) {
+  while (*p < *end && space(**p)) (*p)++;
+  while (*end > *p && space((*end)[-1])) (*end)--;
 }
 
-/* Length of [p, end) without its trailing spaces. */
-static size_t trimmed(const char *p, const char *end) {
-  while (end > p && (end[-1] == ' ' || end[-1] == '\t')) end--;
-  return (size_t)(end - p);
-}
-
-static bool same(const char *p, size_t n, const char *word) {
-  return strlen(word) == n && strncasecmp(p, word, n) == 0;
-}
-
-/* Whether a range's parameters [p, end) hold q=0 (q=0.0, q=0.000 and so on). */
-static bool weight_zero(const char *p, const char *end) {
-  while (p < end) {
-    p = skip_space(p + (*p == ';'));
-    const char *next = p;
-    while (next < end && *next != ';') next++;
-    if (next - p >= 2 && (p[0] == 'q' || p[0] == 'Q') && p[1] == '=') {
-      const char *v = p + 2;
-      size_t n = trimmed(v, next);
-      if (n == 0 || v[0] != '0') return false;
-      for (size_t i = 1; i < n; i++)
-        if (!(i == 1 ? v[i] == '.' : v[i] == '0')) return false;
-      return true;
-    }
-    p = next;
+/* The first sep in [p, end) outside a quoted string (RFC 9110 §5.6.4), or end. */
+static const char *next_sep(const char *p, const char *end, char sep) {
+  for (bool quoted = false; p < end; p++) {
+    if (quoted && *p == '\\' && p + 1 < end) p++;
+    else if (*p == '"') quoted = !quoted;
+    else if (!quoted && *p == sep) return p;
   }
-  return false;
+  return end;
+}
+
+static bool same(const char *p, const char *end, const char *word) {
+  size_t n = strlen(word);
+  return (size_t)(end - p) == n && strncasecmp(p, word, n) == 0;
+}
+
+/* A qvalue (RFC 9110 §12.4.2) in thousandths, or -1 when it is none. */
+static int qvalue(const char *p, const char *end) {
+  if (p == end || (*p != '0' && *p != '1')) return -1;
+  int q = (*p - '0') * 1000, scale = 100;
+  if (++p < end && *p++ != '.') return -1;
+  for (int digits = 0; p < end; p++, digits++, scale /= 10) {
+    if (digits == 3 || *p < '0' || *p > '9') return -1;
+    q += (*p - '0') * scale;
+  }
+  return q > 1000 ? -1 : q;
+}
+
+/* The quality the parameters [p, end) of a range give it: 1000 without q, -1 when its q is
+ * not a qvalue. */
+static int range_quality(const char *p, const char *end) {
+  while (p < end) {
+    const char *param = p + 1, *param_end = next_sep(param, end, ';');
+    const char *eq = memchr(param, '=', (size_t)(param_end - param));
+    p = param_end;
+    if (!eq) continue;
+    const char *name = param, *name_end = eq, *value = eq + 1, *value_end = param_end;
+    trim(&name, &name_end);
+    trim(&value, &value_end);
+    if (same(name, name_end, "q")) return qvalue(value, value_end);
+  }
+  return 1000;
 }
 
 tg_accept tg_http_accepts(const char *accept, const char *type) {
-  if (!accept) return TG_ACCEPT_WILDCARD;
+  if (!accept) return (tg_accept){.quality = 1000};
   char type_wildcard[64]; /* "text/" and a star, for "text/event-stream" */
   snprintf(type_wildcard, sizeof type_wildcard, "%.*s*", (int)strcspn(type, "/") + 1, type);
-  /* The most specific range that matches decides (RFC 9110 §12.5.1): 3 named, 2 the type's
-   * wildcard, 1 any type. */
-  int best = 0;
-  bool best_zero = false;
-  for (const char *p = accept; *p;) {
-    p = skip_space(p);
-    const char *end = strchr(p, ',');
-    if (!end) end = p + strlen(p);
-    const char *params = p;
-    while (params < end && *params != ';') params++;
-    size_t n = trimmed(p, params);
-    int rank = same(p, n, type) ? 3 : same(p, n, type_wildcard) ? 2 : same(p, n, "*/*") ? 1 : 0;
-    if (rank > best) {
+  /* The most specific range that matches decides: 3 the type named, 2 its wildcard, 1 any. */
+  int best = 0, quality = 0;
+  const char *end = accept + strlen(accept);
+  for (const char *p = accept; p < end;) {
+    const char *element_end = next_sep(p, end, ',');
+    const char *params = next_sep(p, element_end, ';');
+    const char *range = p, *range_end = params;
+    trim(&range, &range_end);
+    int rank = same(range, range_end, type)            ? 3
+               : same(range, range_end, type_wildcard) ? 2
+               : same(range, range_end, "*/*")         ? 1
+                                                       : 0;
+    int q = rank ? range_quality(params, element_end) : -1;
+    if (q >= 0 && (rank > best || (rank == best && q > quality))) {
       best = rank;
-      best_zero = weight_zero(params, end);
+      quality = q;
     }
-    p = *end ? end + 1 : end;
+    p = element_end + (element_end < end);
   }
-  if (best == 0 || best_zero) return TG_ACCEPT_NO;
-  return best == 3 ? TG_ACCEPT_NAMED : TG_ACCEPT_WILDCARD;
+  return (tg_accept){.quality = quality, .named = best == 3 && quality > 0};
 }
 
 bool tg_http_is_json(const char *content_type) {
   if (!content_type) return false;
-  const char *p = skip_space(content_type);
-  const char *end = strchr(p, ';');
-  if (!end) end = p + strlen(p);
-  return same(p, trimmed(p, end), "application/json");
+  const char *end = content_type + strlen(content_type);
+  const char *p = content_type, *type_end = next_sep(p, end, ';');
+  trim(&p, &type_end);
+  return same(p, type_end, "application/json");
 }

@@ -4,13 +4,14 @@
 #include <stdbool.h>
 
 /* How an Accept header takes one media type. */
-typedef enum tg_accept {
-  TG_ACCEPT_NO,       /* refused: not listed, or its most specific range has q=0 */
-  TG_ACCEPT_WILDCARD, /* through a wildcard range (any subtype, or any type), or no Accept at all */
-  TG_ACCEPT_NAMED,    /* listed by name */
+typedef struct tg_accept {
+  int quality; /* 0 (refused) to 1000, from the most specific range that matches */
+  bool named;  /* that range names the type itself, not a wildcard */
 } tg_accept;
 
-/* How accept (the header's value, NULL when absent) takes type ("text/event-stream"). */
+/* How accept (the header's value, its lines joined with commas; NULL when absent, which takes
+ * everything) takes type ("text/event-stream"). Among equally specific ranges the highest
+ * quality counts; a range whose quality cannot be read counts for nothing. */
 tg_accept tg_http_accepts(const char *accept, const char *type);
 
 /* Whether a Content-Type value (NULL when absent) is application/json, parameters aside. */

@@ -1026,6 +1026,8 @@ typedef struct request {
   char *body;
   size_t len;
   bool too_large;
+  bool takes_events;   /* Accept takes text/event-stream */
+  bool prefers_events; /* Accept names it, no lower than JSON: a call's answer may stream */
 } request;
 
 struct worker {
@@ -1471,8 +1473,31 @@ static enum MHD_Result collect_param(void *cls, enum MHD_ValueKind kind, const c
   return MHD_YES;
 }
 
-static tg_accept accepts(struct MHD_Connection *conn, const char *type) {
-  return tg_http_accepts(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept"), type);
+/* Every Accept line of a request, joined into one list (RFC 9110 §5.3). */
+typedef struct joined {
+  char *text; /* NULL while there is none */
+  size_t len;
+  bool failed; /* out of memory */
+} joined;
+
+static enum MHD_Result join_accept(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value) {
+  joined *j = cls;
+  if (strcasecmp(key, "Accept") != 0 || !value) return MHD_YES;
+  size_t n = strlen(value);
+  char *grown = realloc(j->text, j->len + n + 3);
+  if (!grown) {
+    j->failed = true;
+    return MHD_NO;
+  }
+  if (j->text) {
+    memcpy(grown + j->len, ", ", 2);
+    j->len += 2;
+  }
+  memcpy(grown + j->len, value, n + 1);
+  j->len += n;
+  j->text = grown;
+  return MHD_YES;
 }
 
 /* What a request's Authorization header came to. */
@@ -1739,7 +1764,7 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
    * its events as they come; any other runs here, and its events (progress, log messages)
    * go ahead of its result in one response. */
   bool sse_call = w->msg.kind == TG_RPC_REQUEST && strcmp(w->msg.method, "tools/call") == 0 &&
-                  accepts(conn, "text/event-stream") == TG_ACCEPT_NAMED;
+                  rq->prefers_events;
   if (sse_call && waits_on_client(s, &w->msg)) {
     /* The session id is copied: the worker may release its session before we answer. */
     char sid_copy[sizeof w->sess->id] = "";
@@ -1905,11 +1930,12 @@ static stream *standalone_locked(session *x, unsigned *status, const char **why,
 
 /* GET /mcp: a legacy session's standalone stream, or the resumption of one of its streams. */
 static enum MHD_Result handle_get(server *s, struct MHD_Connection *conn, tg_db *db,
-                                  const char *principal) {
+                                  const request *rq) {
+  const char *principal = rq->principal;
   const char *sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Mcp-Session-Id");
   /* Without a session there is no stream to offer: 2026-07-28 is POST only. */
   if (!sid) return queue(conn, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, NULL);
-  if (accepts(conn, "text/event-stream") == TG_ACCEPT_NO)
+  if (!rq->takes_events)
     return queue_rpc_error(conn, MHD_HTTP_NOT_ACCEPTABLE, TG_RPC_INVALID_REQUEST,
                            "Accept must include text/event-stream");
   session *x = session_find(s, sid, principal);
@@ -1969,11 +1995,21 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
   caller who = authenticate(s, conn, info ? info->socket_context : NULL, rq->principal,
                             rq->token_hash);
   if (who != CALLER_KNOWN) return refuse_caller(s, conn, who);
+  joined accept = {0};
+  MHD_get_connection_values(conn, MHD_HEADER_KIND, join_accept, &accept);
+  if (accept.failed) {
+    free(accept.text);
+    return MHD_NO;
+  }
+  tg_accept json = tg_http_accepts(accept.text, "application/json");
+  tg_accept events = tg_http_accepts(accept.text, "text/event-stream");
+  free(accept.text);
+  rq->takes_events = events.quality > 0;
+  rq->prefers_events = events.named && events.quality >= json.quality;
   /* A POST's answer may be JSON or an event stream, at the server's choice: a client must
    * take both. */
   if (strcmp(method, "POST") == 0) {
-    if (accepts(conn, "application/json") == TG_ACCEPT_NO ||
-        accepts(conn, "text/event-stream") == TG_ACCEPT_NO)
+    if (json.quality == 0 || events.quality == 0)
       return queue_rpc_error(conn, MHD_HTTP_NOT_ACCEPTABLE, TG_RPC_INVALID_REQUEST,
                              "Accept must take application/json and text/event-stream");
     if (!tg_http_is_json(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type")))
@@ -2026,7 +2062,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
                            "Unsupported MCP-Protocol-Version");
   if (strcmp(method, "DELETE") == 0) return handle_delete(s, conn, rq->principal);
-  if (strcmp(method, "GET") == 0) return handle_get(s, conn, db, rq->principal);
+  if (strcmp(method, "GET") == 0) return handle_get(s, conn, db, rq);
   return queue(conn, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, NULL);
 }
 
