@@ -1444,14 +1444,46 @@ static enum MHD_Result queue_msg_error(struct MHD_Connection *conn, unsigned sta
   return queue_json(conn, status, tg_rpc_error(id, code, message, NULL), NULL);
 }
 
-/* A trimmed copy of header name (RFC 9110 optional whitespace), or NULL. */
-static char *header_copy(struct MHD_Connection *conn, const char *name) {
-  const char *v = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, name);
-  if (!v) return NULL;
-  while (*v == ' ' || *v == '\t') v++;
-  size_t len = strlen(v);
-  while (len && (v[len - 1] == ' ' || v[len - 1] == '\t')) len--;
-  return strndup(v, len);
+/* The lines of one header, joined into one list as RFC 9110 §5.3 allows: a repeated
+ * singleton (two Mcp-Name lines) then reads as neither of its values, never as the first. */
+typedef struct joined {
+  const char *name;
+  char *text; /* NULL while there is none */
+  size_t len;
+  bool failed; /* out of memory */
+} joined;
+
+static enum MHD_Result join_lines(void *cls, enum MHD_ValueKind kind, const char *key,
+                                  const char *value) {
+  joined *j = cls;
+  if (strcasecmp(key, j->name) != 0 || !value) return MHD_YES;
+  while (*value == ' ' || *value == '\t') value++; /* optional whitespace (RFC 9110 §5.5) */
+  size_t n = strlen(value);
+  while (n && (value[n - 1] == ' ' || value[n - 1] == '\t')) n--;
+  char *grown = realloc(j->text, j->len + n + 3);
+  if (!grown) {
+    j->failed = true;
+    return MHD_NO;
+  }
+  if (j->text) {
+    memcpy(grown + j->len, ", ", 2);
+    j->len += 2;
+  }
+  memcpy(grown + j->len, value, n);
+  j->len += n;
+  grown[j->len] = '\0';
+  j->text = grown;
+  return MHD_YES;
+}
+
+/* Header name's lines joined (*ret malloc'd, NULL when the request has none); false when out
+ * of memory. */
+static bool header_value(struct MHD_Connection *conn, const char *name, char **ret) {
+  joined j = {.name = name};
+  MHD_get_connection_values(conn, MHD_HEADER_KIND, join_lines, &j);
+  if (j.failed) free(j.text);
+  *ret = j.failed ? NULL : j.text;
+  return !j.failed;
 }
 
 #define MAX_PARAM_HEADERS 64
@@ -1473,32 +1505,6 @@ static enum MHD_Result collect_param(void *cls, enum MHD_ValueKind kind, const c
   return MHD_YES;
 }
 
-/* Every Accept line of a request, joined into one list (RFC 9110 §5.3). */
-typedef struct joined {
-  char *text; /* NULL while there is none */
-  size_t len;
-  bool failed; /* out of memory */
-} joined;
-
-static enum MHD_Result join_accept(void *cls, enum MHD_ValueKind kind, const char *key,
-                                   const char *value) {
-  joined *j = cls;
-  if (strcasecmp(key, "Accept") != 0 || !value) return MHD_YES;
-  size_t n = strlen(value);
-  char *grown = realloc(j->text, j->len + n + 3);
-  if (!grown) {
-    j->failed = true;
-    return MHD_NO;
-  }
-  if (j->text) {
-    memcpy(grown + j->len, ", ", 2);
-    j->len += 2;
-  }
-  memcpy(grown + j->len, value, n + 1);
-  j->len += n;
-  j->text = grown;
-  return MHD_YES;
-}
 
 /* What a request's Authorization header came to. */
 typedef enum caller { CALLER_KNOWN, CALLER_NO_TOKEN, CALLER_BAD_TOKEN, CALLER_UNCHECKED } caller;
@@ -1705,11 +1711,10 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
     return err ? queue_json(conn, MHD_HTTP_BAD_REQUEST, err, NULL) : MHD_NO;
   }
   enum MHD_Result result;
-  w->header_copies[0] = header_copy(conn, "MCP-Protocol-Version");
-  w->header_copies[1] = header_copy(conn, "Mcp-Method");
-  w->header_copies[2] = header_copy(conn, "Mcp-Name");
   w->params = json_object();
-  if (!w->params) {
+  if (!w->params || !header_value(conn, "MCP-Protocol-Version", &w->header_copies[0]) ||
+      !header_value(conn, "Mcp-Method", &w->header_copies[1]) ||
+      !header_value(conn, "Mcp-Name", &w->header_copies[2])) {
     result = MHD_NO;
     goto done;
   }
@@ -1995,15 +2000,11 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
   caller who = authenticate(s, conn, info ? info->socket_context : NULL, rq->principal,
                             rq->token_hash);
   if (who != CALLER_KNOWN) return refuse_caller(s, conn, who);
-  joined accept = {0};
-  MHD_get_connection_values(conn, MHD_HEADER_KIND, join_accept, &accept);
-  if (accept.failed) {
-    free(accept.text);
-    return MHD_NO;
-  }
-  tg_accept json = tg_http_accepts(accept.text, "application/json");
-  tg_accept events = tg_http_accepts(accept.text, "text/event-stream");
-  free(accept.text);
+  char *accept = NULL;
+  if (!header_value(conn, "Accept", &accept)) return MHD_NO;
+  tg_accept json = tg_http_accepts(accept, "application/json");
+  tg_accept events = tg_http_accepts(accept, "text/event-stream");
+  free(accept);
   rq->takes_events = events.quality > 0;
   rq->prefers_events = events.named && events.quality >= json.quality;
   /* A POST's answer may be JSON or an event stream, at the server's choice: a client must
@@ -2057,7 +2058,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   }
   /* A session's GET and DELETE name its revision, if they name one (2025-11-25: an
    * unsupported one is refused). */
-  const char *revision = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "MCP-Protocol-Version");
+  _cleanup_free_ char *revision = NULL;
+  if (!header_value(conn, "MCP-Protocol-Version", &revision)) return MHD_NO;
   if (revision && !tg_mcp_legacy_supported(revision) && strcmp(revision, TG_MCP_MODERN_VERSION) != 0)
     return queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
                            "Unsupported MCP-Protocol-Version");

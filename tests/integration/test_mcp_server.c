@@ -2527,6 +2527,45 @@ static void test_http_post_media_types(void **state) {
   tg_http_stop(h);
 }
 
+/* A routing header given twice reads as neither of its values (its lines are one list), so
+ * a gateway that read one line and the server the other can never disagree unseen. */
+static void test_http_repeated_routing_headers(void **state) {
+  world *w = *state;
+  unsigned port = 0;
+  tg_http *h = http_start(w, &port);
+  static const char call[] =
+      "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":"
+      "\"test_simple_text\",\"arguments\":{}," MODERN_META "}}";
+#define TAKES "Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n"
+  static const char *const refused[] = {
+      TAKES HTTP_MODERN "Mcp-Method: tools/call\r\nMcp-Name: test_simple_text\r\n"
+                        "Mcp-Name: test_error_handling\r\n",
+      TAKES HTTP_MODERN "Mcp-Method: tools/call\r\nMcp-Method: tools/call\r\n"
+                        "Mcp-Name: test_simple_text\r\n",
+      TAKES HTTP_MODERN HTTP_MODERN "Mcp-Method: tools/call\r\nMcp-Name: test_simple_text\r\n",
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    long runs = fixture_count(w->f, "agent_runs");
+    int fd = http_send_as_is(port, "POST", refused[i], call);
+    char *res = http_read(fd, NULL);
+    close(fd);
+    if (strlen(res) < 12 || strncmp(res + 9, "400", 3) != 0)
+      fail_msg("case %zu: expected 400, got: %s", i, res);
+    assert_int_equal(fixture_count(w->f, "agent_runs"), runs);
+    free(res);
+  }
+  /* Each once: served. */
+  int fd = http_send_as_is(
+      port, "POST",
+      TAKES HTTP_MODERN "Mcp-Method: tools/call\r\nMcp-Name: test_simple_text\r\n", call);
+  char *res = http_read(fd, NULL);
+  close(fd);
+  assert_status(res, "200");
+  free(res);
+#undef TAKES
+  tg_http_stop(h);
+}
+
 /* Over Streamable HTTP: a listen stream names a task, hears it as it goes and as it ends,
  * and gets its result when the server stops. */
 static void test_http_task_notifications(void **state) {
@@ -2624,6 +2663,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_task_status_message, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_notifications_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http_post_media_types, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_http_repeated_routing_headers, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http_task_notifications, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_after_the_end, setup, teardown),
   };
