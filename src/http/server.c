@@ -1501,7 +1501,11 @@ static enum MHD_Result collect_param(void *cls, enum MHD_ValueKind kind, const c
   while (*value == ' ' || *value == '\t') value++;
   size_t len = strlen(value);
   while (len && (value[len - 1] == ' ' || value[len - 1] == '\t')) len--;
-  json_object_set_new(params, name, json_stringn(value, len));
+  /* Repeated, it is the list of its lines, as every header read (see join_lines). */
+  json_t *seen = json_object_get(params, name);
+  json_object_set_new(params, name,
+                      seen ? json_sprintf("%s, %.*s", json_string_value(seen), (int)len, value)
+                           : json_stringn(value, len));
   return MHD_YES;
 }
 

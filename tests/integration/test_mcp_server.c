@@ -2544,6 +2544,10 @@ static void test_http_repeated_routing_headers(void **state) {
                         "Mcp-Name: test_simple_text\r\n",
       TAKES HTTP_MODERN HTTP_MODERN "Mcp-Method: tools/call\r\nMcp-Name: test_simple_text\r\n",
   };
+  static const char region_call[] =
+      "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":"
+      "\"test_x_mcp_header\",\"arguments\":{\"region\":\"eu\"}," MODERN_META "}}";
+#define REGION_HEADERS TAKES HTTP_MODERN "Mcp-Method: tools/call\r\nMcp-Name: test_x_mcp_header\r\n"
   for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
     long runs = fixture_count(w->f, "agent_runs");
     int fd = http_send_as_is(port, "POST", refused[i], call);
@@ -2554,14 +2558,28 @@ static void test_http_repeated_routing_headers(void **state) {
     assert_int_equal(fixture_count(w->f, "agent_runs"), runs);
     free(res);
   }
+  int fd = http_send_as_is(port, "POST",
+                           REGION_HEADERS "Mcp-Param-Region: us\r\nMcp-Param-Region: eu\r\n",
+                           region_call);
+  char *res = http_read(fd, NULL);
+  close(fd);
+  assert_status(res, "400");
+  assert_non_null(strstr(res, "-32020"));
+  free(res);
   /* Each once: served. */
-  int fd = http_send_as_is(
+  fd = http_send_as_is(
       port, "POST",
       TAKES HTTP_MODERN "Mcp-Method: tools/call\r\nMcp-Name: test_simple_text\r\n", call);
-  char *res = http_read(fd, NULL);
+  res = http_read(fd, NULL);
   close(fd);
   assert_status(res, "200");
   free(res);
+  fd = http_send_as_is(port, "POST", REGION_HEADERS "Mcp-Param-Region: eu\r\n", region_call);
+  res = http_read(fd, NULL);
+  close(fd);
+  assert_status(res, "200");
+  free(res);
+#undef REGION_HEADERS
 #undef TAKES
   tg_http_stop(h);
 }
