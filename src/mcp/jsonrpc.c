@@ -166,7 +166,12 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
   /* Any JSON value: one that is no object is valid JSON, yet no message (-32600). */
   json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
   if (!root) {
-    return fail(NULL, TG_RPC_PARSE_ERROR, "Parse error",
+    /* JSON that says too much (a number past what a double or 64 bits hold, a key given
+     * twice) is read, yet no message: -32600. Only JSON that cannot be read is -32700. */
+    enum json_error_code why = json_error_code(&jerr);
+    bool unreadable = why != json_error_numeric_overflow && why != json_error_duplicate_key;
+    return fail(NULL, unreadable ? TG_RPC_PARSE_ERROR : TG_RPC_INVALID_REQUEST,
+                unreadable ? "Parse error" : "Invalid Request",
                 json_pack("{s:s,s:i}", "reason", jerr.text, "position", jerr.position),
                 ret_error);
   }

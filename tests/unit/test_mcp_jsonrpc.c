@@ -76,7 +76,14 @@ static void test_shape_errors(void **state) {
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1}", TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{},\"error\":{\"code\":1}}", TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":\"x\"}}", TG_RPC_INVALID_REQUEST);
-  fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"id\":2,\"method\":\"ping\"}", TG_RPC_PARSE_ERROR);
+  /* Read, yet too much for a message: a key twice, numbers past a double or 64 bits. */
+  fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"id\":2,\"method\":\"ping\"}", TG_RPC_INVALID_REQUEST);
+  fails_with("{\"jsonrpc\":\"2.0\",\"id\":99999999999999999999,\"method\":\"ping\"}",
+             TG_RPC_INVALID_REQUEST);
+  fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{\"a\":1e400}}",
+             TG_RPC_INVALID_REQUEST);
+  fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{\"a\":1e}}",
+             TG_RPC_PARSE_ERROR);
 }
 
 static void test_error_echoes_readable_id(void **state) {
