@@ -1444,8 +1444,9 @@ static enum MHD_Result queue_msg_error(struct MHD_Connection *conn, unsigned sta
   return queue_json(conn, status, tg_rpc_error(id, code, message, NULL), NULL);
 }
 
-/* The lines of one header, joined into one list as RFC 9110 §5.3 allows: a repeated
- * singleton (two Mcp-Name lines) then reads as neither of its values, never as the first. */
+/* The lines of one header, each trimmed, joined into one list as RFC 9110 §5.3 reads a
+ * repeated list header (Accept); headers that may not repeat never get here twice (see
+ * singletons). */
 typedef struct joined {
   const char *name;
   char *text; /* NULL while there is none */
@@ -1488,12 +1489,20 @@ static bool header_value(struct MHD_Connection *conn, const char *name, char **r
 
 #define MAX_PARAM_HEADERS 64
 
-/* Collects Mcp-Param-{Name} headers into an object keyed by lower-case Name. */
+/* The Mcp-Param-{Name} headers of a request, keyed by lower-case Name. */
+typedef struct param_headers {
+  json_t *params;
+  bool too_many; /* more than MAX_PARAM_HEADERS names */
+  bool failed;   /* out of memory */
+} param_headers;
+
+/* Collects one Mcp-Param header; a repeated one is the list of its lines, as a repeated
+ * list header is (RFC 9110 §5.3), so it mirrors no argument. Its bytes are kept as sent: the
+ * dispatch refuses what a client must encode. */
 static enum MHD_Result collect_param(void *cls, enum MHD_ValueKind kind, const char *key,
-                                    const char *value) {
-  json_t *params = cls;
+                                     const char *value) {
+  param_headers *ph = cls;
   if (strncasecmp(key, "Mcp-Param-", 10) != 0 || !value) return MHD_YES;
-  if (json_object_size(params) >= MAX_PARAM_HEADERS) return MHD_NO;
   char name[128];
   size_t i = 0;
   for (const char *p = key + 10; *p && i + 1 < sizeof name; p++) name[i++] = (char)tolower((unsigned char)*p);
@@ -1501,14 +1510,49 @@ static enum MHD_Result collect_param(void *cls, enum MHD_ValueKind kind, const c
   while (*value == ' ' || *value == '\t') value++;
   size_t len = strlen(value);
   while (len && (value[len - 1] == ' ' || value[len - 1] == '\t')) len--;
-  /* Repeated, it is the list of its lines, as every header read (see join_lines). */
-  json_t *seen = json_object_get(params, name);
-  json_object_set_new(params, name,
-                      seen ? json_sprintf("%s, %.*s", json_string_value(seen), (int)len, value)
-                           : json_stringn(value, len));
+  json_t *seen = json_object_get(ph->params, name);
+  if (!seen && json_object_size(ph->params) >= MAX_PARAM_HEADERS) {
+    ph->too_many = true;
+    return MHD_NO;
+  }
+  size_t before = seen ? json_string_length(seen) + 2 : 0;
+  _cleanup_free_ char *text = malloc(before + len + 1);
+  if (text && seen) {
+    memcpy(text, json_string_value(seen), before - 2);
+    memcpy(text + before - 2, ", ", 2);
+  }
+  if (text) memcpy(text + before, value, len);
+  json_t *v = text ? json_stringn_nocheck(text, before + len) : NULL;
+  if (!v || json_object_set_new(ph->params, name, v) < 0) {
+    ph->failed = true;
+    return MHD_NO;
+  }
   return MHD_YES;
 }
 
+/* Headers a request may carry once: only a list may repeat (RFC 9110 §5.3), and two Host
+ * lines are a 400 (RFC 9112 §3.2). Read as their first line, a repeated one could let a
+ * proxy and this server act on different values. */
+static const char *const singletons[] = {"Host",          "Authorization",  "Origin",
+                                         "Content-Type",  "Mcp-Session-Id", "Last-Event-ID",
+                                         "MCP-Protocol-Version", "Mcp-Method", "Mcp-Name"};
+#define N_SINGLETONS (sizeof singletons / sizeof singletons[0])
+
+typedef struct singleton_count {
+  unsigned seen[N_SINGLETONS];
+  const char *repeated; /* the first seen twice, or NULL */
+} singleton_count;
+
+static enum MHD_Result count_singleton(void *cls, enum MHD_ValueKind kind, const char *key,
+                                       const char *value) {
+  singleton_count *c = cls;
+  for (size_t i = 0; i < N_SINGLETONS; i++)
+    if (strcasecmp(key, singletons[i]) == 0 && ++c->seen[i] == 2) {
+      c->repeated = singletons[i];
+      return MHD_NO;
+    }
+  return MHD_YES;
+}
 
 /* What a request's Authorization header came to. */
 typedef enum caller { CALLER_KNOWN, CALLER_NO_TOKEN, CALLER_BAD_TOKEN, CALLER_UNCHECKED } caller;
@@ -1722,7 +1766,17 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
     result = MHD_NO;
     goto done;
   }
-  MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_param, w->params);
+  param_headers ph = {.params = w->params};
+  MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_param, &ph);
+  if (ph.failed) {
+    result = MHD_NO;
+    goto done;
+  }
+  if (ph.too_many) {
+    result = queue_msg_error(conn, MHD_HTTP_BAD_REQUEST, &w->msg, TG_RPC_INVALID_REQUEST,
+                             "Too many Mcp-Param headers (at most 64 names)");
+    goto done;
+  }
   w->headers = (tg_mcp_headers){w->header_copies[0], w->header_copies[1], w->header_copies[2],
                                 w->params};
   const char *sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Mcp-Session-Id");
@@ -1995,6 +2049,13 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
                ? respond(conn, MHD_HTTP_OK, "application/json", "{\"status\":\"ok\"}", NULL, NULL)
                : respond(conn, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, NULL, "GET");
   if (strcmp(url, "/mcp") != 0) return queue(conn, MHD_HTTP_NOT_FOUND, NULL, NULL, NULL);
+  singleton_count once = {0};
+  MHD_get_connection_values(conn, MHD_HEADER_KIND, count_singleton, &once);
+  if (once.repeated) {
+    char why[96];
+    snprintf(why, sizeof why, "The %s header is given more than once", once.repeated);
+    return queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST, why);
+  }
   /* DNS rebinding: a page elsewhere must not reach a server on this machine. */
   if (!origin_ok(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin")) ||
       (s->loopback && !host_ok(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host"))))
