@@ -167,8 +167,19 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
   json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
   if (!root) {
     /* JSON that says too much (a number past what a double or 64 bits hold, a key given
-     * twice) is read, yet no message: -32600. Only JSON that cannot be read is -32700. */
+     * twice) is read, yet no message: -32600. Only JSON that cannot be read is -32700; past
+     * a key given twice, jansson reads on once told to take it. */
     enum json_error_code why = json_error_code(&jerr);
+    if (why == json_error_duplicate_key) {
+      json_error_t rest;
+      json_t *again = json_loadb(buf, len, JSON_DECODE_ANY, &rest);
+      if (again) {
+        json_decref(again);
+      } else {
+        jerr = rest;
+        why = json_error_code(&rest);
+      }
+    }
     bool unreadable = why != json_error_numeric_overflow && why != json_error_duplicate_key;
     return fail(NULL, unreadable ? TG_RPC_PARSE_ERROR : TG_RPC_INVALID_REQUEST,
                 unreadable ? "Parse error" : "Invalid Request",

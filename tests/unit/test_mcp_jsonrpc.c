@@ -84,6 +84,7 @@ static void test_shape_errors(void **state) {
              TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{\"a\":1e}}",
              TG_RPC_PARSE_ERROR);
+  fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"id\":", TG_RPC_PARSE_ERROR); /* cut short */
 }
 
 static void test_error_echoes_readable_id(void **state) {
