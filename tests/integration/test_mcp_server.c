@@ -2366,6 +2366,15 @@ static char *http_exchange(unsigned port, const char *method, const char *sid, c
   return res;
 }
 
+/* The same with these headers alone (see http_send_as_is). */
+static char *http_exchange_as_is(unsigned port, const char *method, const char *headers,
+                                 const char *body) {
+  int fd = http_send_as_is(port, method, headers, body);
+  char *res = http_read(fd, NULL);
+  close(fd);
+  return res;
+}
+
 static void assert_status(const char *res, const char *status) {
   if (strncmp(res, "HTTP/1.1 ", 9) != 0 || strncmp(res + 9, status, 3) != 0)
     fail_msg("expected HTTP %s, got: %s", status, res);
@@ -2404,9 +2413,7 @@ static void test_http_get_stream_and_resumption(void **state) {
   free(res);
   char get_json[128];
   snprintf(get_json, sizeof get_json, "Accept: application/json\r\nMcp-Session-Id: %s\r\n", sid);
-  int refused = http_send_as_is(port, "GET", get_json, NULL);
-  res = http_read(refused, NULL);
-  close(refused);
+  res = http_exchange_as_is(port, "GET", get_json, NULL);
   assert_status(res, "406");
   assert_non_null(strstr(res, "Accept must include text/event-stream"));
   free(res);
@@ -2512,9 +2519,7 @@ static void test_http_post_media_types(void **state) {
     long runs = fixture_count(w->f, "agent_runs");
     char *headers = NULL;
     assert_true(asprintf(&headers, CALL_HEADERS "%s", cases[i].headers) > 0);
-    int fd = http_send_as_is(port, "POST", headers, call);
-    char *res = http_read(fd, NULL);
-    close(fd);
+    char *res = http_exchange_as_is(port, "POST", headers, call);
     if (strlen(res) < 12 || strncmp(res + 9, cases[i].status, 3) != 0 ||
         !strstr(res, cases[i].says))
       fail_msg("case %zu: expected %s with '%s', got: %s", i, cases[i].status, cases[i].says, res);
@@ -2556,9 +2561,7 @@ static void test_http_repeated_headers(void **state) {
   };
   for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
     long runs = fixture_count(w->f, "agent_runs");
-    int fd = http_send_as_is(port, "POST", refused[i].headers, call);
-    char *res = http_read(fd, NULL);
-    close(fd);
+    char *res = http_exchange_as_is(port, "POST", refused[i].headers, call);
     if (strlen(res) < 12 || strncmp(res + 9, "400", 3) != 0 || !strstr(res, refused[i].says))
       fail_msg("case %zu: expected 400 with '%s', got: %s", i, refused[i].says, res);
     assert_int_equal(fixture_count(w->f, "agent_runs"), runs);
@@ -2568,15 +2571,11 @@ static void test_http_repeated_headers(void **state) {
   char many[4096] = ROUTED "Mcp-Param-Region: eu\r\n";
   for (int i = 0; i < 64; i++)
     snprintf(many + strlen(many), sizeof many - strlen(many), "Mcp-Param-X%d: x\r\n", i);
-  int fd = http_send_as_is(port, "POST", many, call);
-  char *res = http_read(fd, NULL);
-  close(fd);
+  char *res = http_exchange_as_is(port, "POST", many, call);
   assert_status(res, "400");
   assert_non_null(strstr(res, "Too many Mcp-Param headers"));
   free(res);
-  fd = http_send_as_is(port, "POST", ROUTED "Mcp-Param-Region: eu\r\n", call);
-  res = http_read(fd, NULL);
-  close(fd);
+  res = http_exchange_as_is(port, "POST", ROUTED "Mcp-Param-Region: eu\r\n", call);
   assert_status(res, "200");
   assert_non_null(strstr(res, "eu"));
   free(res);
