@@ -1,5 +1,6 @@
 /* toolgate mcp (stdio) and toolgate serve (Streamable HTTP): the MCP surfaces. */
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,8 @@ static void describe(cli *c, const char *principal_id, char *who, size_t size) {
   tg_principal_free(p);
 }
 
+static void ignore_signal(int sig) { (void)sig; }
+
 int cmd_mcp(cli *c, int argc, char **argv) {
   if (cli_wants_help(argc, argv, mcp_usage)) return CLI_OK;
   static const struct option options[] = {{"agent", required_argument, NULL, 'a'},
@@ -102,6 +105,10 @@ int cmd_mcp(cli *c, int argc, char **argv) {
   describe(c, principal, who, sizeof who);
   tg_log(TG_LOG_INFO, "mcp: serving stdio as %s%s%s", who, c->token ? " (by token)" : "",
          fixtures ? " with the conformance fixtures" : "");
+  /* A client that closed our output is an error to report (EPIPE), not a silent death. A
+   * handler, not SIG_IGN: a tool's child process gets the default again when it starts. */
+  struct sigaction quiet_pipe = {.sa_handler = ignore_signal};
+  sigaction(SIGPIPE, &quiet_pipe, NULL);
   int r = tg_mcp_stdio_serve(&srv, &c->env, principal, c->token, stdin, stdout);
   if (r < 0)
     tg_log(TG_LOG_ERROR, "mcp: stopped: %s",

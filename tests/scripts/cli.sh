@@ -72,6 +72,10 @@ says "revoked token" 'the token is unknown or revoked'
 check "agents create a draft" 0 "$tg" agents create --slug drafty --status draft
 check "mcp as a draft agent" 0 "$tg" mcp --agent drafty </dev/null
 says "a draft agent is offered no tools" 'agent drafty is draft: it is offered no tools'
+# A client gone before its answer is written: reported, not a death by SIGPIPE (status 141).
+check "mcp whose output is closed" 1 bash -c '{ sleep 1; echo "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}"; } |
+  "$0" mcp --agent drafty | true; exit "${PIPESTATUS[1]}"' "$tg"
+says "output closed reported" 'mcp: stopped: output closed'
 check "serve --no-auth as an unknown agent" 1 "$tg" serve --no-auth --agent ghost --listen 127.0.0.1:0
 says "unknown agent named" "no agent 'ghost' in this workspace"
 check "serve on a port past 65535" 1 "$tg" serve --listen 127.0.0.1:99999
