@@ -794,6 +794,11 @@ static int m_initialize(cx *c, json_t *params, json_t **ret) {
   if (s->era == TG_MCP_ERA_MODERN)
     return rpc_fail(c, TG_RPC_UNSUPPORTED_VERSION, "This connection speaks 2026-07-28",
                     json_pack("{s:[s],s:s}", "supported", TG_MCP_MODERN_VERSION, "requested", asked));
+  /* A session negotiates once: another revision or other capabilities midway would change
+   * what the client was promised. */
+  if (s->version[0])
+    return rpc_fail(c, TG_RPC_INVALID_REQUEST, "This session is initialized already",
+                    json_pack("{s:s}", "protocolVersion", s->version));
   /* An unknown or modern version gets our latest legacy one: 2026-07-28 is never
    * negotiated through initialize. */
   const char *version = tg_mcp_legacy_supported(asked) ? asked : TG_MCP_LEGACY_VERSION;

@@ -155,10 +155,15 @@ static void test_initialize_negotiates_legacy(void **state) {
   assert_non_null(json_object_get(json_object_get(result_of(r), "capabilities"), "logging"));
   assert_null(json_object_get(result_of(r), "resultType"));
   json_decref(r);
-  r = send_msg(w,
-               "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"initialize\",\"params\":{"
-               "\"protocolVersion\":\"2025-06-18\",\"capabilities\":{}}}",
-               NULL, NULL);
+  /* Once: a second initialize changes nothing. */
+  static const char older[] = "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"initialize\",\"params\":{"
+                              "\"protocolVersion\":\"2025-06-18\",\"capabilities\":{}}}";
+  r = send_msg(w, older, NULL, NULL);
+  assert_int_equal(error_code(r), TG_RPC_INVALID_REQUEST);
+  json_decref(r);
+  assert_string_equal(w->session.version, "2025-11-25");
+  tg_mcp_session_done(&w->session); /* a new connection */
+  r = send_msg(w, older, NULL, NULL);
   assert_string_equal(json_string_value(json_object_get(result_of(r), "protocolVersion")), "2025-06-18");
   json_decref(r);
   r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"ping\"}", NULL, NULL);
