@@ -159,9 +159,16 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
     return fail(NULL, TG_RPC_INVALID_REQUEST, "Message too large",
                 json_pack("{s:I}", "maxBytes", (json_int_t)TG_RPC_MAX_BODY), ret_error);
   const char *limit = scan_limits(buf, len);
-  if (limit)
-    return fail(NULL, TG_RPC_INVALID_REQUEST, "Message exceeds a limit",
-                json_pack("{s:s}", "limit", limit), ret_error);
+  if (limit) {
+    /* Read once, only for its id (jansson bounds its own depth), so that the client learns
+     * which request failed instead of waiting for it. */
+    json_t *whole = json_loadb(buf, len, JSON_DECODE_ANY, NULL);
+    json_t *id = json_is_object(whole) ? json_object_get(whole, "id") : NULL;
+    int code = fail(valid_id(id) ? id : NULL, TG_RPC_INVALID_REQUEST, "Message exceeds a limit",
+                    json_pack("{s:s}", "limit", limit), ret_error);
+    json_decref(whole);
+    return code;
+  }
   json_error_t jerr;
   /* Any JSON value: one that is no object is valid JSON, yet no message (-32600). */
   json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);

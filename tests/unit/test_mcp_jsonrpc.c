@@ -122,6 +122,7 @@ static void test_limits(void **state) {
   assert_string_equal(
       json_string_value(json_object_get(json_object_get(json_object_get(e, "error"), "data"), "limit")),
       "nesting depth");
+  assert_int_equal(json_integer_value(json_object_get(e, "id")), 1); /* the client learns which */
   json_decref(e);
   free(deep);
 
@@ -138,6 +139,7 @@ static void test_limits(void **state) {
   n += TG_RPC_MAX_STRING + 1;
   strcpy(s + n, "\"}");
   e = decode_fails(s, strlen(s), TG_RPC_INVALID_REQUEST);
+  assert_int_equal(json_integer_value(json_object_get(e, "id")), 1);
   json_decref(e);
   /* At the limit, as sent: MAX - 2 bytes and an escaped quote (its two bytes count; the
    * string's own quotes do not). */
