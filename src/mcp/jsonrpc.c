@@ -147,6 +147,31 @@ static int fail(json_t *id, int code, const char *message, json_t *data, json_t 
 
 static bool valid_id(const json_t *id) { return json_is_string(id) || json_is_integer(id); }
 
+/* Refuses batch (released): each request in it is answered with the refusal, in an array as
+ * JSON-RPC answers a batch, so that no client waits for one; a batch holding none gets one
+ * refusal naming no request. */
+static int refuse_batch(json_t *batch, json_t **ret_error) {
+  static const char why[] = "Batches are not supported";
+  json_t *answers = json_array();
+  size_t i;
+  json_t *m;
+  json_array_foreach(batch, i, m) {
+    json_t *id = json_object_get(m, "id");
+    if (!answers || !json_is_string(json_object_get(m, "method")) || !valid_id(id)) continue;
+    if (json_array_append_new(answers, tg_rpc_error(id, TG_RPC_INVALID_REQUEST, why, NULL)) < 0) {
+      json_decref(answers);
+      answers = NULL;
+    }
+  }
+  json_decref(batch);
+  if (answers && json_array_size(answers) == 0) {
+    json_decref(answers);
+    return fail(NULL, TG_RPC_INVALID_REQUEST, why, NULL, ret_error);
+  }
+  *ret_error = answers;
+  return answers ? TG_RPC_INVALID_REQUEST : TG_E_NOMEM;
+}
+
 void tg_rpc_msg_done(tg_rpc_msg *msg) {
   json_decref(msg->root);
   memset(msg, 0, sizeof *msg);
@@ -193,12 +218,10 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
                 json_pack("{s:s,s:i}", "reason", jerr.text, "position", jerr.position),
                 ret_error);
   }
+  if (json_is_array(root)) return refuse_batch(root, ret_error);
   if (!json_is_object(root)) {
-    bool batch = json_is_array(root);
     json_decref(root);
-    return fail(NULL, TG_RPC_INVALID_REQUEST,
-                batch ? "Batches are not supported" : "A message must be an object", NULL,
-                ret_error);
+    return fail(NULL, TG_RPC_INVALID_REQUEST, "A message must be an object", NULL, ret_error);
   }
   json_t *id = json_object_get(root, "id");
   json_t *echo_id = valid_id(id) ? id : NULL;

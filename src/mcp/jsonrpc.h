@@ -42,7 +42,8 @@ typedef struct tg_rpc_msg {
 /* Decodes one message of len bytes (need not be NUL-terminated). Returns 0 and fills *msg
  * (release with tg_rpc_msg_done), or a JSON-RPC error code with *ret_error a complete error
  * response (id null unless the id could be read), or TG_E_NOMEM with *ret_error NULL.
- * Batches (arrays) are refused with -32600: neither revision served here has them. */
+ * Batches (arrays) are refused with -32600: *ret_error is then an array holding the refusal
+ * of each request in the batch (a single refusal when it holds none). */
 int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_error);
 void tg_rpc_msg_done(tg_rpc_msg *msg);
 

@@ -30,8 +30,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   if (r > 0 || (r > -32000 && r != -1) || (r <= -32000 && !err)) abort();
   if (err) {
-    json_int_t code = json_integer_value(json_object_get(json_object_get(err, "error"), "code"));
-    if (code != r || msg.root) abort();
+    /* One refusal, or an array of them answering a batch's requests. */
+    size_t n = json_is_array(err) ? json_array_size(err) : 1;
+    if (n == 0 || msg.root) abort();
+    for (size_t i = 0; i < n; i++) {
+      json_t *one = json_is_array(err) ? json_array_get(err, i) : err;
+      if (json_integer_value(json_object_get(json_object_get(one, "error"), "code")) != r) abort();
+    }
     json_decref(err);
   }
   return 0;

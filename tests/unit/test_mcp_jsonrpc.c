@@ -65,7 +65,22 @@ static void test_shape_errors(void **state) {
   assert_string_equal(json_string_value(json_object_get(json_object_get(batch, "error"), "message")),
                       "Batches are not supported");
   json_decref(batch);
-  fails_with("[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]", TG_RPC_INVALID_REQUEST);
+  fails_with("[{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}]",
+             TG_RPC_INVALID_REQUEST);
+  /* Each request of a batch is refused by its id: its client waits for none. */
+  static const char requests[] = "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"},"
+                                 "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/x\"},"
+                                 "{\"jsonrpc\":\"2.0\",\"id\":\"b\",\"method\":\"tools/list\"}, 7]";
+  tg_rpc_msg msg;
+  json_t *answers = NULL;
+  assert_int_equal(tg_rpc_decode(requests, strlen(requests), &msg, &answers), TG_RPC_INVALID_REQUEST);
+  assert_int_equal(json_array_size(answers), 2);
+  assert_int_equal(json_integer_value(json_object_get(json_array_get(answers, 0), "id")), 1);
+  assert_string_equal(json_string_value(json_object_get(json_array_get(answers, 1), "id")), "b");
+  assert_int_equal(json_integer_value(json_object_get(
+                       json_object_get(json_array_get(answers, 1), "error"), "code")),
+                   TG_RPC_INVALID_REQUEST);
+  json_decref(answers);
   fails_with("{\"id\":1,\"method\":\"ping\"}", TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"1.0\",\"id\":1,\"method\":\"ping\"}", TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"ping\"}", TG_RPC_INVALID_REQUEST);
