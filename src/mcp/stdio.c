@@ -15,8 +15,6 @@
 #include "util/log.h"
 #include "util/status.h"
 
-/* Messages read and not served yet. */
-#define QUEUE_MAX 64
 #define READ_CHUNK (64u * 1024u)
 /* How often an idle connection looks for list changes made elsewhere (the CLI, another
  * server): a change costs at most this long to announce. */
@@ -42,8 +40,9 @@ typedef struct conn {
    * reader adds to them, and when a cancellation arrives. */
   pthread_mutex_t lock;
   pthread_cond_t changed;
-  tg_rpc_msg queue[QUEUE_MAX + 1]; /* the one more: see take */
-  size_t queued;
+  tg_rpc_msg *queue; /* TG_MCP_STDIO_QUEUE_MAX + 1 of them: the one more, see take */
+  size_t *sizes;     /* the bytes each was sent as */
+  size_t queued, queued_bytes;
   json_t *awaiting; /* the id of the server's request a call waits on, or NULL */
   json_t *answer;   /* its response, once read */
   bool ended;       /* the reader stopped: end of input, or the failure in status */
@@ -125,11 +124,12 @@ static bool blank(const char *s, size_t len) {
   return true;
 }
 
-/* The next message: GOT_ONE with *msg decoded, GOT_NOTHING (a blank line, or an error
- * already answered), GOT_EOF, or a TG_E_*. */
-static int next_message(conn *c, tg_rpc_msg *msg) {
+/* The next message: GOT_ONE with *msg decoded (*len bytes as sent), GOT_NOTHING (a blank
+ * line, or an error already answered), GOT_EOF, or a TG_E_*. */
+static int next_message(conn *c, tg_rpc_msg *msg, size_t *len_out) {
   size_t len;
   int got = read_line(c, &len);
+  *len_out = len;
   if (got == GOT_EOF) return got;
   if (got == GOT_ONE && blank(c->line, len)) return GOT_NOTHING;
   json_t *err = NULL;
@@ -147,9 +147,10 @@ static int next_message(conn *c, tg_rpc_msg *msg) {
 /* Takes one message off the reader (msg: moved into the queue or released). A cancellation
  * is served at once; the response a call waits for goes to it. Requests are entered in flight
  * as they are queued, so that a cancellation finds them before they are served. When the
- * queue is full a request is refused and a notification dropped: the reader never stops
- * reading, so that a cancellation or a response behind them still arrives. */
-static int take(conn *c, tg_rpc_msg *msg) {
+ * queue is full (in messages, or in bytes: one message always fits an empty queue) a request
+ * is refused and a notification dropped: the reader never stops reading, so that a
+ * cancellation or a response behind them still arrives. */
+static int take(conn *c, tg_rpc_msg *msg, size_t bytes) {
   if (tg_mcp_cancel_target(msg)) {
     tg_mcp_reply reply;
     int r = tg_mcp_handle(c->srv, c->req, msg, &reply);
@@ -174,22 +175,29 @@ static int take(conn *c, tg_rpc_msg *msg) {
    * session's list changes. */
   bool handshake = msg->kind == TG_RPC_NOTIFICATION &&
                    strcmp(msg->method, "notifications/initialized") == 0;
-  bool room = c->queued < QUEUE_MAX + (size_t)handshake;
+  bool room = c->queued < TG_MCP_STDIO_QUEUE_MAX + (size_t)handshake &&
+              (handshake || !c->queued ||
+               c->queued_bytes + bytes <= TG_MCP_STDIO_QUEUE_MAX_BYTES);
   int r = room && msg->kind == TG_RPC_REQUEST ? tg_mcp_inflight_begin(c->req->inflight, msg->id)
                                               : TG_OK;
   if (room && r == TG_OK) {
+    c->sizes[c->queued] = bytes;
     c->queue[c->queued++] = *msg;
+    c->queued_bytes += bytes;
     pthread_cond_broadcast(&c->changed);
   }
   pthread_mutex_unlock(&c->lock);
   if (room && r == TG_OK) return TG_OK;
   if (!room) {
-    tg_log(TG_LOG_WARN, "mcp: %d messages wait to be served; dropping one", QUEUE_MAX);
+    tg_log(TG_LOG_WARN, "mcp: %zu messages (%zu bytes) wait to be served; dropping one",
+           c->queued, c->queued_bytes);
     /* A request dropped is still answered, so that the client does not wait for it. */
     if (msg->kind == TG_RPC_REQUEST)
       r = write_message(c, tg_rpc_error(msg->id, TG_RPC_INTERNAL_ERROR,
                                         "Too many requests wait to be served",
-                                        json_pack("{s:i}", "max", QUEUE_MAX)));
+                                        json_pack("{s:i,s:I}", "max", TG_MCP_STDIO_QUEUE_MAX,
+                                                  "maxBytes",
+                                                  (json_int_t)TG_MCP_STDIO_QUEUE_MAX_BYTES)));
   }
   tg_rpc_msg_done(msg);
   return r;
@@ -200,12 +208,13 @@ static void *reader_main(void *arg) {
   int r = TG_OK;
   for (;;) {
     tg_rpc_msg msg;
-    int got = next_message(c, &msg);
+    size_t bytes;
+    int got = next_message(c, &msg, &bytes);
     if (got < 0 || got == GOT_EOF) {
       r = got < 0 ? got : TG_OK;
       break;
     }
-    if (got == GOT_ONE && (r = take(c, &msg)) < 0) break;
+    if (got == GOT_ONE && (r = take(c, &msg, bytes)) < 0) break;
   }
   pthread_mutex_lock(&c->lock);
   c->ended = true;
@@ -226,6 +235,16 @@ static void wake(void *arg) {
 /* ---- the serving thread ---- */
 
 static int io_send(void *self, json_t *msg) { return write_message(self, msg); }
+
+/* Message i, taken off the queue. */
+static tg_rpc_msg unqueue_locked(conn *c, size_t i) {
+  tg_rpc_msg msg = c->queue[i];
+  c->queued_bytes -= c->sizes[i];
+  c->queued--;
+  memmove(c->queue + i, c->queue + i + 1, (c->queued - i) * sizeof c->queue[0]);
+  memmove(c->sizes + i, c->sizes + i + 1, (c->queued - i) * sizeof c->sizes[0]);
+  return msg;
+}
 
 /* Serves msg (released) taken from the queue; a request leaves the table of requests in
  * flight, where take entered it. */
@@ -252,8 +271,7 @@ static int serve_one(conn *c, tg_rpc_msg *msg) {
 static bool take_ping_locked(conn *c, tg_rpc_msg *ret) {
   for (size_t i = 0; i < c->queued; i++) {
     if (c->queue[i].kind != TG_RPC_REQUEST || strcmp(c->queue[i].method, "ping") != 0) continue;
-    *ret = c->queue[i];
-    memmove(c->queue + i, c->queue + i + 1, (--c->queued - i) * sizeof c->queue[0]);
+    *ret = unqueue_locked(c, i);
     return true;
   }
   return false;
@@ -343,8 +361,7 @@ static bool next_queued(conn *c, tg_rpc_msg *ret, int *status) {
   }
   bool got = *status == 0 && c->queued;
   if (got) {
-    *ret = c->queue[0];
-    memmove(c->queue, c->queue + 1, --c->queued * sizeof c->queue[0]);
+    *ret = unqueue_locked(c, 0);
   } else if (*status == 0) {
     *status = c->status;
   }
@@ -358,7 +375,10 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   tg_mcp_server served = *srv;
   served.list_changes = true;
   conn c = {.in = fileno(in), .out = out, .stop = {-1, -1}, .chunk = malloc(READ_CHUNK),
-            .line = malloc(TG_RPC_MAX_BODY + 1), .srv = &served, .token = token};
+            .line = malloc(TG_RPC_MAX_BODY + 1),
+            .queue = calloc(TG_MCP_STDIO_QUEUE_MAX + 1, sizeof(tg_rpc_msg)),
+            .sizes = calloc(TG_MCP_STDIO_QUEUE_MAX + 1, sizeof(size_t)), .srv = &served,
+            .token = token};
   pthread_mutex_init(&c.writing, NULL);
   pthread_mutex_init(&c.lock, NULL);
   pthread_cond_init(&c.changed, NULL);
@@ -368,7 +388,8 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   tg_mcp_request req = {.env = env, .principal_id = principal_id, .session = &session,
                         .io = &io};
   c.req = &req;
-  int r = c.chunk && c.line ? tg_mcp_server_prepare(&served, env) : TG_E_NOMEM;
+  int r = c.chunk && c.line && c.queue && c.sizes ? tg_mcp_server_prepare(&served, env)
+                                                  : TG_E_NOMEM;
   if (r == 0) r = tg_mcp_inflight_new(wake, &c, &req.inflight);
   if (r == 0) r = tg_mcp_watch_new(io_send, &c, &req.watch);
   if (r == 0 && pipe2(c.stop, O_CLOEXEC) != 0) r = TG_E_IO; /* not for a tool's children */
@@ -394,6 +415,8 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   pthread_cond_destroy(&c.changed);
   pthread_mutex_destroy(&c.lock);
   pthread_mutex_destroy(&c.writing);
+  free(c.sizes);
+  free(c.queue);
   free(c.line);
   free(c.chunk);
   return r < 0 ? r : 0;

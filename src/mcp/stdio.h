@@ -7,11 +7,16 @@
 
 #include "mcp/server.h"
 
+/* Messages read and not served yet, and their bytes as sent: a client may send many at once,
+ * and must not make the server hold gigabytes. Past either, a request is refused at once. */
+#define TG_MCP_STDIO_QUEUE_MAX 1024
+#define TG_MCP_STDIO_QUEUE_MAX_BYTES (16u * 1024u * 1024u)
+
 /* Serves messages from in until end of file. in is read through its file descriptor, not
  * its stdio buffer, so that an idle connection can wait on it. token: the API token that
  * named principal_id, or NULL; it is looked up again before each message and every few
  * seconds while idle, and once it is revoked serving stops (TG_E_NOTFOUND; a message that
- * found it so is refused; a failure of the lookup stops it too). Returns 0 at EOF, TG_E_IO
+ * found it so is refused; one the database cannot check is refused, to retry). Returns 0 at EOF, TG_E_IO
  * on a write failure, TG_E_NOMEM. */
 int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *principal_id,
                        const char *token, FILE *in, FILE *out);

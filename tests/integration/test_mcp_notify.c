@@ -777,7 +777,7 @@ static void expect_list_changed(stdio_run *s) {
  * refused at once, and a cancellation still reaches the running call. */
 static void test_stdio_cancel_behind_a_full_queue(void **state) {
   world *w = *state;
-  enum { FIRST = 100, PINGS = 70, QUEUED = 64 };
+  enum { FIRST = 100, QUEUED = TG_MCP_STDIO_QUEUE_MAX, PINGS = QUEUED + 6 };
   awaiting = false;
   stdio_run *s = stdio_start(w);
   stdio_send(s, INITIALIZE);
@@ -808,6 +808,42 @@ static void test_stdio_cancel_behind_a_full_queue(void **state) {
   expect_answer(s, 99);
   assert_true(tg_mcp_watch_touch("notifications/tools/list_changed"));
   expect_list_changed(s);
+  stdio_stop(s);
+}
+
+/* The queue is bounded in bytes too: behind a running call, four pings of 4 MB wait (16 MB in
+ * all), a fifth is refused at once. */
+static void test_stdio_queue_bounded_in_bytes(void **state) {
+  world *w = *state;
+  enum { BIG = 4, STRING = 1000000 };
+  awaiting = false;
+  stdio_run *s = stdio_start(w);
+  stdio_send(s, INITIALIZE);
+  expect_answer(s, 1);
+  stdio_send(s, AWAIT_CANCEL(2));
+  await_started_call();
+  /* A ping whose params hold four strings of 1 MB (each within the string limit). */
+  size_t cap = 4 * (STRING + 16) + 128;
+  char *ping = malloc(cap);
+  for (int i = 0; i <= BIG; i++) {
+    int n = snprintf(ping, cap, "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"ping\",\"params\":{", 10 + i);
+    for (int k = 0; k < 4; k++) {
+      n += snprintf(ping + n, cap - (size_t)n, "%s\"%c\":\"", k ? "," : "", 'a' + k);
+      memset(ping + n, 'x', STRING);
+      n += STRING;
+      ping[n++] = '"';
+    }
+    snprintf(ping + n, cap - (size_t)n, "}}");
+    stdio_send(s, ping);
+  }
+  free(ping);
+  json_t *msg = stdio_next(s);
+  assert_int_equal(json_integer_value(json_object_get(msg, "id")), 10 + BIG);
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(msg, "error"), "code")),
+                   TG_RPC_INTERNAL_ERROR);
+  json_decref(msg);
+  stdio_send(s, CANCEL(2));
+  for (int i = 0; i < BIG; i++) expect_answer(s, 10 + i);
   stdio_stop(s);
 }
 
@@ -853,6 +889,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_stdio_call_gives_up_on_a_silent_client, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_cancel_reaches_a_running_call, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_cancel_behind_a_full_queue, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_queue_bounded_in_bytes, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_announces_a_revoked_grant, setup_kit, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
