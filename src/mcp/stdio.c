@@ -43,6 +43,7 @@ typedef struct conn {
   tg_rpc_msg *queue; /* TG_MCP_STDIO_QUEUE_MAX + 1 of them: the one more, see take */
   size_t *sizes;     /* the bytes each was sent as */
   size_t queued, queued_bytes;
+  bool calling;     /* the serving thread is inside a request */
   json_t *awaiting; /* the id of the server's request a call waits on, or NULL */
   json_t *answer;   /* its response, once read */
   bool ended;       /* the reader stopped: end of input, or the failure in status */
@@ -171,6 +172,16 @@ static int take(conn *c, tg_rpc_msg *msg, size_t bytes) {
     tg_rpc_msg_done(msg);
     return TG_OK;
   }
+  /* A plain ping while a request is served is answered here, at once: the serving thread may
+   * be busy for long, and a client checks with ping that the server lives. (One with a
+   * 2026-07-28 claim, which has no ping, waits its turn for its error.) */
+  if (c->calling && msg->kind == TG_RPC_REQUEST && strcmp(msg->method, "ping") == 0 &&
+      !tg_mcp_has_claim(msg)) {
+    pthread_mutex_unlock(&c->lock);
+    int r = write_message(c, tg_rpc_result(msg->id, json_object()));
+    tg_rpc_msg_done(msg);
+    return r;
+  }
   /* The notification that ends a 2025-11-25 handshake is never dropped: it turns on the
    * session's list changes. */
   bool handshake = msg->kind == TG_RPC_NOTIFICATION &&
@@ -236,14 +247,10 @@ static void wake(void *arg) {
 
 static int io_send(void *self, json_t *msg) { return write_message(self, msg); }
 
-/* Message i, taken off the queue. */
-static tg_rpc_msg unqueue_locked(conn *c, size_t i) {
-  tg_rpc_msg msg = c->queue[i];
-  c->queued_bytes -= c->sizes[i];
-  c->queued--;
-  memmove(c->queue + i, c->queue + i + 1, (c->queued - i) * sizeof c->queue[0]);
-  memmove(c->sizes + i, c->sizes + i + 1, (c->queued - i) * sizeof c->sizes[0]);
-  return msg;
+static void set_calling(conn *c, bool calling) {
+  pthread_mutex_lock(&c->lock);
+  c->calling = calling;
+  pthread_mutex_unlock(&c->lock);
 }
 
 /* Serves msg (released) taken from the queue; a request leaves the table of requests in
@@ -251,11 +258,16 @@ static tg_rpc_msg unqueue_locked(conn *c, size_t i) {
 static int serve_one(conn *c, tg_rpc_msg *msg) {
   tg_mcp_reply reply;
   bool request = msg->kind == TG_RPC_REQUEST;
-  json_t *outer = c->serving; /* a ping served while a call waits on the client */
-  if (request) c->serving = msg->id;
+  if (request) {
+    c->serving = msg->id;
+    set_calling(c, true);
+  }
   int r = tg_mcp_handle(c->srv, c->req, msg, &reply);
-  c->serving = outer;
-  if (request) tg_mcp_inflight_end(c->req->inflight, msg->id);
+  if (request) {
+    set_calling(c, false);
+    c->serving = NULL;
+    tg_mcp_inflight_end(c->req->inflight, msg->id);
+  }
   if (r < 0) {
     json_t *err = request ? tg_rpc_error(msg->id, TG_RPC_INTERNAL_ERROR, "Out of memory", NULL) : NULL;
     r = err ? write_message(c, err) : r;
@@ -266,18 +278,8 @@ static int serve_one(conn *c, tg_rpc_msg *msg) {
   return r;
 }
 
-/* The first queued ping, taken off the queue (true), so that it is answered while a call
- * waits on the client. */
-static bool take_ping_locked(conn *c, tg_rpc_msg *ret) {
-  for (size_t i = 0; i < c->queued; i++) {
-    if (c->queue[i].kind != TG_RPC_REQUEST || strcmp(c->queue[i].method, "ping") != 0) continue;
-    *ret = unqueue_locked(c, i);
-    return true;
-  }
-  return false;
-}
-
-/* Sends request to the client and waits for its response, answering pings meanwhile. Ends
+/* Sends request to the client and waits for its response (the reader answers pings
+ * meanwhile). Ends
  * with TG_E_IO when the call is cancelled, the input ends or the server's ask timeout passes. */
 static int io_ask(void *self, json_t *request, json_t **ret) {
   conn *c = self;
@@ -289,13 +291,8 @@ static int io_ask(void *self, json_t *request, json_t **ret) {
   int64_t deadline = tg_monotonic_ms() + timeout;
   pthread_mutex_lock(&c->lock);
   for (int64_t left; r == 0 && !c->answer;) {
-    tg_rpc_msg ping;
     if (c->ended || tg_mcp_inflight_cancelled(c->req->inflight, c->serving)) {
       r = TG_E_IO;
-    } else if (take_ping_locked(c, &ping)) {
-      pthread_mutex_unlock(&c->lock);
-      r = serve_one(c, &ping);
-      pthread_mutex_lock(&c->lock);
     } else if ((left = deadline - tg_monotonic_ms()) <= 0) {
       tg_log(TG_LOG_WARN, "mcp: the client did not answer within %lld ms", (long long)timeout);
       r = TG_E_IO;
@@ -361,7 +358,11 @@ static bool next_queued(conn *c, tg_rpc_msg *ret, int *status) {
   }
   bool got = *status == 0 && c->queued;
   if (got) {
-    *ret = unqueue_locked(c, 0);
+    *ret = c->queue[0];
+    c->queued_bytes -= c->sizes[0];
+    c->queued--;
+    memmove(c->queue, c->queue + 1, c->queued * sizeof c->queue[0]);
+    memmove(c->sizes, c->sizes + 1, c->queued * sizeof c->sizes[0]);
   } else if (*status == 0) {
     *status = c->status;
   }

@@ -773,24 +773,43 @@ static void expect_list_changed(stdio_run *s) {
   json_decref(msg);
 }
 
-/* Behind a full queue the client's messages are still read: requests past the bound are
- * refused at once, and a cancellation still reaches the running call. */
-static void test_stdio_cancel_behind_a_full_queue(void **state) {
+/* A ping is answered while a call runs, not after it: a client checks with it that the
+ * server lives. */
+static void test_stdio_ping_answered_while_a_call_runs(void **state) {
   world *w = *state;
-  enum { FIRST = 100, QUEUED = TG_MCP_STDIO_QUEUE_MAX, PINGS = QUEUED + 6 };
   awaiting = false;
   stdio_run *s = stdio_start(w);
   stdio_send(s, INITIALIZE);
   expect_answer(s, 1);
   stdio_send(s, AWAIT_CANCEL(2));
   await_started_call();
-  char ping[64];
-  for (int i = 0; i < PINGS; i++) {
-    snprintf(ping, sizeof ping, "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"ping\"}", FIRST + i);
-    stdio_send(s, ping);
+  stdio_send(s, PING(3));
+  expect_answer(s, 3); /* the call still runs: it waits for its cancellation */
+  stdio_send(s, CANCEL(2));
+  stdio_send(s, PING(4));
+  expect_answer(s, 4);
+  stdio_stop(s);
+}
+
+/* Behind a full queue the client's messages are still read: requests past the bound are
+ * refused at once, and a cancellation still reaches the running call. */
+static void test_stdio_cancel_behind_a_full_queue(void **state) {
+  world *w = *state;
+  enum { FIRST = 100, QUEUED = TG_MCP_STDIO_QUEUE_MAX, SENT = QUEUED + 6 };
+  awaiting = false;
+  stdio_run *s = stdio_start(w);
+  stdio_send(s, INITIALIZE);
+  expect_answer(s, 1);
+  stdio_send(s, AWAIT_CANCEL(2));
+  await_started_call();
+  char request[96];
+  for (int i = 0; i < SENT; i++) {
+    snprintf(request, sizeof request,
+             "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"prompts/list\"}", FIRST + i);
+    stdio_send(s, request);
   }
   /* Refused as they come, while the call still runs. */
-  for (int i = QUEUED; i < PINGS; i++) {
+  for (int i = QUEUED; i < SENT; i++) {
     json_t *msg = stdio_next(s);
     assert_int_equal(json_integer_value(json_object_get(msg, "id")), FIRST + i);
     assert_int_equal(json_integer_value(json_object_get(json_object_get(msg, "error"), "code")),
@@ -800,7 +819,7 @@ static void test_stdio_cancel_behind_a_full_queue(void **state) {
   /* The end of a handshake is queued all the same. */
   stdio_send(s, INITIALIZED);
   stdio_send(s, CANCEL(2));
-  /* The call gets no answer; the queued pings get theirs, in order. */
+  /* The call gets no answer; the queued requests get theirs, in order. */
   for (int i = 0; i < QUEUED; i++) expect_answer(s, FIRST + i);
   /* And the session hears of list changes, which the handshake's end turned on (the check
    * after this ping takes the baseline). */
@@ -811,8 +830,8 @@ static void test_stdio_cancel_behind_a_full_queue(void **state) {
   stdio_stop(s);
 }
 
-/* The queue is bounded in bytes too: behind a running call, four pings of 4 MB wait (16 MB in
- * all), a fifth is refused at once. */
+/* The queue is bounded in bytes too: behind a running call, four requests of 4 MB wait (16 MB
+ * in all), a fifth is refused at once. */
 static void test_stdio_queue_bounded_in_bytes(void **state) {
   world *w = *state;
   enum { BIG = 4, STRING = 1000000 };
@@ -822,21 +841,23 @@ static void test_stdio_queue_bounded_in_bytes(void **state) {
   expect_answer(s, 1);
   stdio_send(s, AWAIT_CANCEL(2));
   await_started_call();
-  /* A ping whose params hold four strings of 1 MB (each within the string limit). */
+  /* A request whose params hold four strings of 1 MB (each within the string limit). */
   size_t cap = 4 * (STRING + 16) + 128;
-  char *ping = malloc(cap);
+  char *big = malloc(cap);
   for (int i = 0; i <= BIG; i++) {
-    int n = snprintf(ping, cap, "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"ping\",\"params\":{", 10 + i);
+    int n = snprintf(big, cap,
+                     "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"prompts/list\",\"params\":{",
+                     10 + i);
     for (int k = 0; k < 4; k++) {
-      n += snprintf(ping + n, cap - (size_t)n, "%s\"%c\":\"", k ? "," : "", 'a' + k);
-      memset(ping + n, 'x', STRING);
+      n += snprintf(big + n, cap - (size_t)n, "%s\"%c\":\"", k ? "," : "", 'a' + k);
+      memset(big + n, 'x', STRING);
       n += STRING;
-      ping[n++] = '"';
+      big[n++] = '"';
     }
-    snprintf(ping + n, cap - (size_t)n, "}}");
-    stdio_send(s, ping);
+    snprintf(big + n, cap - (size_t)n, "}}");
+    stdio_send(s, big);
   }
-  free(ping);
+  free(big);
   json_t *msg = stdio_next(s);
   assert_int_equal(json_integer_value(json_object_get(msg, "id")), 10 + BIG);
   assert_int_equal(json_integer_value(json_object_get(json_object_get(msg, "error"), "code")),
@@ -888,6 +909,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_stdio_token_unchecked_goes_on, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_call_gives_up_on_a_silent_client, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_cancel_reaches_a_running_call, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_ping_answered_while_a_call_runs, setup_kit,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_stdio_cancel_behind_a_full_queue, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_queue_bounded_in_bytes, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_announces_a_revoked_grant, setup_kit, teardown),
