@@ -1073,7 +1073,9 @@ static int worker_ask(void *self, json_t *ask, json_t **ret) {
     json_decref(ask);
     return TG_E_TOO_LARGE;
   }
+  _cleanup_json_ json_t *asked = json_incref(ask); /* to withdraw it if the call stops waiting */
   int r = stream_event(w->st, ask);
+  bool sent = r == 0, timed_out = false;
   int64_t deadline = tg_monotonic_ms() + tg_mcp_ask_timeout_ms(&s->mcp);
   pthread_mutex_lock(&s->lock);
   while (r == 0 && !slot->response && !w->sess->dead) {
@@ -1084,18 +1086,24 @@ static int worker_ask(void *self, json_t *ask, json_t **ret) {
     bool cancelled = tg_mcp_inflight_cancelled(w->inflight, w->msg.id);
     pthread_mutex_lock(&s->lock);
     int64_t left = deadline - tg_monotonic_ms();
-    if (cancelled) r = TG_E_IO;
-    else if (seen == s->cancellations && !slot->response && !w->sess->dead &&
-             (left <= 0 || tg_timed_wait(&s->answered, &s->lock, left)))
+    if (cancelled) {
       r = TG_E_IO;
+    } else if (seen == s->cancellations && !slot->response && !w->sess->dead &&
+               (left <= 0 || tg_timed_wait(&s->answered, &s->lock, left))) {
+      r = TG_E_IO;
+      timed_out = true;
+    }
   }
   if (r == 0 && !slot->response) r = TG_E_IO;
+  bool withdraw = sent && r != 0 && !w->sess->dead;
   if (r == 0) *ret = slot->response;
   else json_decref(slot->response);
   slot->response = NULL;
   json_decref(slot->id);
   slot->id = NULL;
   pthread_mutex_unlock(&s->lock);
+  /* The call fails anyway: a withdrawal that cannot go out changes nothing. */
+  if (withdraw) stream_event(w->st, tg_mcp_withdrawal(asked, timed_out));
   return r;
 }
 

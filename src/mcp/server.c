@@ -1203,6 +1203,13 @@ json_t *tg_mcp_cancel_target(const tg_rpc_msg *msg) {
   return json_is_string(id) || json_is_integer(id) ? id : NULL;
 }
 
+json_t *tg_mcp_withdrawal(const json_t *ask, bool timed_out) {
+  return tg_rpc_notification(
+      "notifications/cancelled",
+      json_pack("{s:O,s:s}", "requestId", json_object_get(ask, "id"), "reason",
+                timed_out ? "No answer came in time" : "The call no longer waits for it"));
+}
+
 static void notification(const tg_mcp_request *req, const tg_rpc_msg *msg) {
   json_t *cancelled = tg_mcp_cancel_target(msg);
   if (strcmp(msg->method, "notifications/initialized") == 0) {

@@ -114,6 +114,11 @@ bool tg_mcp_legacy_supported(const char *version);
 /* The requestId a notifications/cancelled names (borrowed), or NULL for any other message. */
 json_t *tg_mcp_cancel_target(const tg_rpc_msg *msg);
 
+/* The notifications/cancelled that withdraws ask, the server's request to the client that a
+ * call stopped waiting for (timed_out: its time ran out), so that the client does not go on
+ * showing it. NULL when out of memory. */
+json_t *tg_mcp_withdrawal(const json_t *ask, bool timed_out);
+
 /* Serves msg. Returns 0 with *reply filled (the caller frees reply->text), or TG_E_NOMEM. */
 int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_rpc_msg *msg,
                   tg_mcp_reply *reply);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/principal.h"
+#include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/status.h"
@@ -286,9 +287,13 @@ static int io_ask(void *self, json_t *request, json_t **ret) {
   pthread_mutex_lock(&c->lock);
   c->awaiting = json_incref(json_object_get(request, "id"));
   pthread_mutex_unlock(&c->lock);
+  /* Kept to withdraw it if the call stops waiting. */
+  _cleanup_json_ json_t *asked = json_incref(request);
   int r = write_message(c, request);
+  bool sent = r == 0;
   int64_t timeout = tg_mcp_ask_timeout_ms(c->srv);
   int64_t deadline = tg_monotonic_ms() + timeout;
+  bool timed_out = false;
   pthread_mutex_lock(&c->lock);
   for (int64_t left; r == 0 && !c->answer;) {
     if (c->ended || tg_mcp_inflight_cancelled(c->req->inflight, c->serving)) {
@@ -296,15 +301,18 @@ static int io_ask(void *self, json_t *request, json_t **ret) {
     } else if ((left = deadline - tg_monotonic_ms()) <= 0) {
       tg_log(TG_LOG_WARN, "mcp: the client did not answer within %lld ms", (long long)timeout);
       r = TG_E_IO;
+      timed_out = true;
     } else {
       tg_timed_wait(&c->changed, &c->lock, left);
     }
   }
+  bool withdraw = sent && r != 0 && !c->ended;
   if (r == 0) *ret = c->answer;
   else json_decref(c->answer);
   json_decref(c->awaiting);
   c->awaiting = c->answer = NULL;
   pthread_mutex_unlock(&c->lock);
+  if (withdraw) write_message(c, tg_mcp_withdrawal(asked, timed_out)); /* the call fails anyway */
   return r;
 }
 

@@ -558,9 +558,10 @@ static void test_cancellation_ends_a_wait_for_sampling_without_an_answer(void **
                "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{"
                "\"requestId\":\"call-1\"}}",
                202));
-  /* The call stops waiting, and its stream ends with no answer. */
+  /* The call stops waiting, withdraws its question, and its stream ends with no answer. */
   await(call, NULL);
   assert_null(strstr(call->got, "\"id\":\"call-1\""));
+  assert_non_null(strstr(call->got, "The call no longer waits for it"));
   finish(call);
   free(request(w, "POST", sid, NULL, PING, 200));
 }
@@ -692,7 +693,11 @@ static void test_a_call_gives_up_on_a_silent_client(void **state) {
       start(w, "POST", sid, NULL, CALL_WITH("\"call-1\"", "test_sampling", "{\"prompt\":\"hi\"}"));
   await(call, "\"method\":\"sampling/createMessage\"");
   await(call, NULL);
-  const char *answer = strstr(call->got, "\"id\":\"call-1\"");
+  /* The question is withdrawn, then the call fails. */
+  const char *withdrawn = strstr(call->got, "\"method\":\"notifications/cancelled\"");
+  assert_non_null(withdrawn);
+  assert_non_null(strstr(withdrawn, "No answer came in time"));
+  const char *answer = strstr(withdrawn, "\"id\":\"call-1\"");
   assert_non_null(answer);
   assert_true(strstr(answer, "\"error\"") || strstr(answer, "\"isError\":true"));
   finish(call);
