@@ -414,7 +414,10 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
     if (write(c.stop[1], "", 1) != 1) tg_log(TG_LOG_WARN, "mcp: the reader could not be told to stop");
     pthread_join(reader, NULL);
   }
-  for (size_t i = 0; i < c.queued; i++) tg_rpc_msg_done(&c.queue[i]);
+  /* What waited behind the message that found the token revoked is refused as that was. */
+  for (size_t i = 0; i < c.queued; i++)
+    if (r == TG_E_NOTFOUND) refuse_unstanding(&c, &c.queue[i], r);
+    else tg_rpc_msg_done(&c.queue[i]);
   for (int i = 0; i < 2; i++)
     if (c.stop[i] >= 0) close(c.stop[i]);
   tg_mcp_watch_free(req.watch);

@@ -689,14 +689,18 @@ static void test_stdio_ends_with_its_token(void **state) {
   revoke_token(w, id);
   /* Sent as it starts: served long before it would look on its own, two seconds idle. */
   stdio_run *s = stdio_start_with(w, token);
-  stdio_send(s, PING(2));
-  json_t *refused = stdio_next(s);
-  assert_int_equal(json_integer_value(json_object_get(refused, "id")), 2);
-  json_t *error = json_object_get(refused, "error");
-  assert_string_equal(json_string_value(json_object_get(error, "message")),
-                      "The token this server runs with was revoked");
-  assert_int_equal(json_integer_value(json_object_get(error, "code")), TG_RPC_INVALID_REQUEST);
-  json_decref(refused);
+  /* Two requests in one write: read together, the second waits behind the first, and is
+   * refused too as the server ends. */
+  stdio_send(s, PING(2) "\n" PING(22));
+  for (json_int_t ping = 2; ping <= 22; ping += 20) {
+    json_t *refused = stdio_next(s);
+    assert_int_equal(json_integer_value(json_object_get(refused, "id")), ping);
+    json_t *error = json_object_get(refused, "error");
+    assert_string_equal(json_string_value(json_object_get(error, "message")),
+                        "The token this server runs with was revoked");
+    assert_int_equal(json_integer_value(json_object_get(error, "code")), TG_RPC_INVALID_REQUEST);
+    json_decref(refused);
+  }
   assert_int_equal(await_stdio_end(s), TG_E_NOTFOUND);
   free(token);
   /* Idle: nothing more is sent, and the server ends all the same. */
