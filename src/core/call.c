@@ -221,9 +221,13 @@ static int reject(call_state *st, tg_call_result *ret, tg_errcode code, const ch
   return answer(ret, code, message, details);
 }
 
-static int internal(call_state *st, tg_call_result *ret, const char *what, bool ran) {
-  tg_log(TG_LOG_ERROR, "call to %s: %s: %s", st->tool ? st->tool->name : st->req->tool, what,
-         tg_db_errmsg(st->env->db));
+/* Answers internal_error for a failure (status) that is no tool's error envelope; the log
+ * says which, and what the database said when it was the database. */
+static int internal(call_state *st, tg_call_result *ret, const char *what, int status,
+                    bool ran) {
+  bool db = status == TG_E_DB || status == TG_E_BUSY || status == TG_E_CONSTRAINT;
+  tg_log(TG_LOG_ERROR, "call to %s: %s: %s%s%s", st->tool ? st->tool->name : st->req->tool,
+         what, tg_status_text(status), db ? ": " : "", db ? tg_db_errmsg(st->env->db) : "");
   const char *message = tg_errcode_message(TG_ERR_INTERNAL_ERROR);
   if (!st->req->dry_run) record_failure(st, TG_ERR_INTERNAL_ERROR, message, ran);
   return answer(ret, TG_ERR_INTERNAL_ERROR, message, NULL);
@@ -401,14 +405,14 @@ static int execute(call_state *st, tg_call_result *ret) {
   tg_call_ctx cx = {.env = st->env, .db = db, .tool = st->tool, .principal = st->principal,
                     .surface = st->req->surface, .client = client, .activity = json_array()};
   _cleanup_json_ json_t *activity = cx.activity;
-  if (!activity) return internal(st, ret, "out of memory", false);
+  if (!activity) return internal(st, ret, "no activity record", TG_E_NOMEM, false);
   /* The run's id is known before its row is written: an interactive handler runs first. */
   if (st->req->run_id)
     snprintf(st->run_id, sizeof st->run_id, "%s", st->req->run_id);
   else if (st->principal->kind == TG_PRINCIPAL_AGENT && tg_uuid7(st->run_id) < 0)
-    return internal(st, ret, "no run id", false);
+    return internal(st, ret, "no run id", TG_E_NOMEM, false);
   cx.run_id = *st->run_id ? st->run_id : NULL;
-  if (prepare_telemetry(st) < 0) return internal(st, ret, "out of memory", false);
+  if (prepare_telemetry(st) < 0) return internal(st, ret, "no telemetry row", TG_E_NOMEM, false);
 
   json_t *result = NULL;
   int r = interactive ? run_interactive(st, &cx, &result) : TG_OK;
@@ -435,7 +439,7 @@ static int execute(call_state *st, tg_call_result *ret) {
     json_decref(result);
     if (r == TG_E_TOOL && cx.error) return handler_failed(st, &cx, ret);
     json_decref(cx.error);
-    return internal(st, ret, "an after-commit step failed", true);
+    return internal(st, ret, "an after-commit step failed", r, true);
   }
   finish_after(&cx, false);
   json_decref(result);
@@ -443,7 +447,7 @@ static int execute(call_state *st, tg_call_result *ret) {
   json_decref(cx.error);
   return internal(st, ret,
                   job.ran ? "handler or commit failed" : "the call could not be decided or written",
-                  job.ran);
+                  r, job.ran);
 }
 
 static int dry_run_answer(call_state *st, tg_call_result *ret, int gates, tg_refusal *refusal,
@@ -485,7 +489,7 @@ int tg_call(const tg_env *env, const tg_call_request *req, tg_call_result *ret) 
   else if (req->dry_run && gates >= 0)
     r = dry_run_answer(&st, ret, gates, &refusal, trace);
   else if (gates < 0)
-    r = internal(&st, ret, "a gate could not decide", false);
+    r = internal(&st, ret, "a gate could not decide", gates, false);
   else if (gates == 1)
     r = refused(&st, ret, &refusal);
   else

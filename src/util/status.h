@@ -12,3 +12,6 @@
 #define TG_E_IO (-7)         /* file system error */
 #define TG_E_TOO_LARGE (-8)  /* a bound was hit */
 #define TG_E_TOOL (-9)       /* a tool call ended with an error envelope */
+
+/* What a status says, for logs ("out of memory", ...). */
+const char *tg_status_text(int status);

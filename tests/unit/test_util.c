@@ -8,6 +8,7 @@
 #include "util/clock.h"
 #include "util/ids.h"
 #include "util/json.h"
+#include "util/status.h"
 
 static void test_uuid7_is_versioned_and_ordered(void **state) {
   char a[TG_UUID_LEN + 1], b[TG_UUID_LEN + 1];
@@ -145,6 +146,18 @@ static void test_error_envelope(void **state) {
   json_decref(e);
 }
 
+/* Every status a log may show has words of its own; one it does not know says so. */
+static void test_status_text(void **state) {
+  const char *seen[16];
+  for (int status = TG_OK; status >= TG_E_TOOL; status--) {
+    seen[-status] = tg_status_text(status);
+    assert_string_not_equal(seen[-status], "unknown status");
+    for (int other = TG_OK; other > status; other--) assert_string_not_equal(seen[-other], seen[-status]);
+  }
+  assert_string_equal(tg_status_text(TG_E_BUSY), "the database stayed locked");
+  assert_string_equal(tg_status_text(TG_E_TOOL - 1), "unknown status");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_uuid7_is_versioned_and_ordered),
@@ -156,6 +169,7 @@ int main(void) {
       cmocka_unit_test(test_utf8_prefix_ends_on_a_character),
       cmocka_unit_test(test_parse_bounds_and_reports),
       cmocka_unit_test(test_error_envelope),
+      cmocka_unit_test(test_status_text),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
