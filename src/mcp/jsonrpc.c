@@ -147,6 +147,13 @@ static int fail(json_t *id, int code, const char *message, json_t *data, json_t 
 
 static bool valid_id(const json_t *id) { return json_is_string(id) || json_is_integer(id); }
 
+/* The id an error about message (an object) may name: a request's. A response's id is one
+ * of ours, and the peer's request of that number could take the error for its answer. */
+static json_t *echo_id_of(const json_t *message) {
+  json_t *id = json_object_get(message, "id");
+  return valid_id(id) && json_object_get(message, "method") ? id : NULL;
+}
+
 /* Refuses batch (released): each request in it is answered with the refusal, in an array as
  * JSON-RPC answers a batch, so that no client waits for one; a batch holding none gets one
  * refusal naming no request. */
@@ -188,8 +195,8 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
     /* Read once, only for its id (jansson bounds its own depth), so that the client learns
      * which request failed instead of waiting for it. */
     json_t *whole = json_loadb(buf, len, JSON_DECODE_ANY, NULL);
-    json_t *id = json_is_object(whole) ? json_object_get(whole, "id") : NULL;
-    int code = fail(valid_id(id) ? id : NULL, TG_RPC_INVALID_REQUEST, "Message exceeds a limit",
+    json_t *id = json_is_object(whole) ? echo_id_of(whole) : NULL;
+    int code = fail(id, TG_RPC_INVALID_REQUEST, "Message exceeds a limit",
                     json_pack("{s:s}", "limit", limit), ret_error);
     json_decref(whole);
     return code;
@@ -224,7 +231,7 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
     return fail(NULL, TG_RPC_INVALID_REQUEST, "A message must be an object", NULL, ret_error);
   }
   json_t *id = json_object_get(root, "id");
-  json_t *echo_id = valid_id(id) ? id : NULL;
+  json_t *echo_id = echo_id_of(root);
   int code = 0;
   const char *why = NULL;
   json_t *method = json_object_get(root, "method");
@@ -255,7 +262,7 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
     return code;
   }
   msg->root = root;
-  msg->id = echo_id;
+  msg->id = valid_id(id) ? id : NULL;
   msg->params = params;
   if (method) {
     msg->kind = id ? TG_RPC_REQUEST : TG_RPC_NOTIFICATION;

@@ -184,12 +184,14 @@ static int take(conn *c, tg_rpc_msg *msg, size_t bytes) {
     return r;
   }
   /* The notification that ends a 2025-11-25 handshake is never dropped: it turns on the
-   * session's list changes. */
+   * session's list changes. It may take the one slot more, and pass the byte bound, only as
+   * it is sent (small): padded, or sent again and again, it would hold memory unbounded. */
   bool handshake = msg->kind == TG_RPC_NOTIFICATION &&
-                   strcmp(msg->method, "notifications/initialized") == 0;
-  bool room = c->queued < TG_MCP_STDIO_QUEUE_MAX + (size_t)handshake &&
-              (handshake || !c->queued ||
-               c->queued_bytes + bytes <= TG_MCP_STDIO_QUEUE_MAX_BYTES);
+                   strcmp(msg->method, "notifications/initialized") == 0 && bytes <= 1024;
+  bool room = (c->queued < TG_MCP_STDIO_QUEUE_MAX &&
+               (!c->queued || c->queued_bytes + bytes <= TG_MCP_STDIO_QUEUE_MAX_BYTES)) ||
+              (handshake && c->queued < TG_MCP_STDIO_QUEUE_MAX + 1);
+  size_t waiting = c->queued, waiting_bytes = c->queued_bytes; /* for the log, as they were */
   int r = room && msg->kind == TG_RPC_REQUEST ? tg_mcp_inflight_begin(c->req->inflight, msg->id)
                                               : TG_OK;
   if (room && r == TG_OK) {
@@ -202,7 +204,7 @@ static int take(conn *c, tg_rpc_msg *msg, size_t bytes) {
   if (room && r == TG_OK) return TG_OK;
   if (!room) {
     tg_log(TG_LOG_WARN, "mcp: %zu messages (%zu bytes) wait to be served; dropping one",
-           c->queued, c->queued_bytes);
+           waiting, waiting_bytes);
     /* A request dropped is still answered, so that the client does not wait for it. */
     if (msg->kind == TG_RPC_REQUEST)
       r = write_message(c, tg_rpc_error(msg->id, TG_RPC_INTERNAL_ERROR,

@@ -107,6 +107,12 @@ static void test_error_echoes_readable_id(void **state) {
   json_t *err = decode_fails(text, strlen(text), TG_RPC_INVALID_REQUEST);
   assert_string_equal(json_string_value(json_object_get(err, "id")), "abc");
   json_decref(err);
+  /* A response's id is the server's own: an error naming it could read, to the peer, as the
+   * answer to its request of that number. */
+  text = "{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{},\"error\":{\"code\":1}}";
+  err = decode_fails(text, strlen(text), TG_RPC_INVALID_REQUEST);
+  assert_true(json_is_null(json_object_get(err, "id")));
+  json_decref(err);
   err = decode_fails("{bad", 4, TG_RPC_PARSE_ERROR);
   assert_true(json_is_null(json_object_get(err, "id")));
   json_decref(err);
@@ -156,6 +162,16 @@ static void test_limits(void **state) {
   e = decode_fails(s, strlen(s), TG_RPC_INVALID_REQUEST);
   assert_int_equal(json_integer_value(json_object_get(e, "id")), 1);
   json_decref(e);
+  /* The same string in a response: the error names no id (it is one of ours). */
+  char *response = malloc(big + 64);
+  assert_non_null(response);
+  size_t head = (size_t)sprintf(response, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"a\":\"");
+  memset(response + head, 'a', TG_RPC_MAX_STRING + 1);
+  strcpy(response + head + TG_RPC_MAX_STRING + 1, "\"}}");
+  e = decode_fails(response, strlen(response), TG_RPC_INVALID_REQUEST);
+  assert_true(json_is_null(json_object_get(e, "id")));
+  json_decref(e);
+  free(response);
   /* At the limit, as sent: MAX - 2 bytes and an escaped quote (its two bytes count; the
    * string's own quotes do not). */
   n -= 3;
