@@ -799,16 +799,23 @@ static void expect_list_changed(stdio_run *s) {
   json_decref(msg);
 }
 
-/* A ping is answered while a call runs, not after it: a client checks with it that the
- * server lives. */
-static void test_stdio_ping_answered_while_a_call_runs(void **state) {
-  world *w = *state;
+/* A stdio connection after its initialize, with call 2 of test_await_cancel running: it waits
+ * for its cancellation. */
+static stdio_run *start_running_call(world *w) {
   awaiting = false;
   stdio_run *s = stdio_start(w);
   stdio_send(s, INITIALIZE);
   expect_answer(s, 1);
   stdio_send(s, AWAIT_CANCEL(2));
   await_started_call();
+  return s;
+}
+
+/* A ping is answered while a call runs, not after it: a client checks with it that the
+ * server lives. */
+static void test_stdio_ping_answered_while_a_call_runs(void **state) {
+  world *w = *state;
+  stdio_run *s = start_running_call(w);
   stdio_send(s, PING(3));
   expect_answer(s, 3); /* the call still runs: it waits for its cancellation */
   stdio_send(s, CANCEL(2));
@@ -822,12 +829,7 @@ static void test_stdio_ping_answered_while_a_call_runs(void **state) {
 static void test_stdio_cancel_behind_a_full_queue(void **state) {
   world *w = *state;
   enum { FIRST = 100, QUEUED = TG_MCP_STDIO_QUEUE_MAX, SENT = QUEUED + 6 };
-  awaiting = false;
-  stdio_run *s = stdio_start(w);
-  stdio_send(s, INITIALIZE);
-  expect_answer(s, 1);
-  stdio_send(s, AWAIT_CANCEL(2));
-  await_started_call();
+  stdio_run *s = start_running_call(w);
   char request[96];
   for (int i = 0; i < SENT; i++) {
     snprintf(request, sizeof request,
@@ -861,12 +863,7 @@ static void test_stdio_cancel_behind_a_full_queue(void **state) {
 static void test_stdio_queue_bounded_in_bytes(void **state) {
   world *w = *state;
   enum { BIG = 4, STRING = 1000000 };
-  awaiting = false;
-  stdio_run *s = stdio_start(w);
-  stdio_send(s, INITIALIZE);
-  expect_answer(s, 1);
-  stdio_send(s, AWAIT_CANCEL(2));
-  await_started_call();
+  stdio_run *s = start_running_call(w);
   /* A request whose params hold four strings of 1 MB (each within the string limit). */
   size_t cap = 4 * (STRING + 16) + 128;
   char *big = malloc(cap);
