@@ -282,8 +282,8 @@ static int serve_one(conn *c, tg_rpc_msg *msg) {
 }
 
 /* Sends request to the client and waits for its response (the reader answers pings
- * meanwhile). Ends
- * with TG_E_IO when the call is cancelled, the input ends or the server's ask timeout passes. */
+ * meanwhile). Ends with TG_E_IO when the call is cancelled, the input ends or the server's
+ * ask timeout passes; the request is then withdrawn. */
 static int io_ask(void *self, json_t *request, json_t **ret) {
   conn *c = self;
   pthread_mutex_lock(&c->lock);
