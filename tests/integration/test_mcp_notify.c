@@ -824,11 +824,11 @@ static void test_stdio_ping_answered_while_a_call_runs(void **state) {
   stdio_stop(s);
 }
 
-/* Behind a full queue the client's messages are still read: requests past the bound are
- * refused at once, and a cancellation still reaches the running call. */
-static void test_stdio_cancel_behind_a_full_queue(void **state) {
-  world *w = *state;
-  enum { FIRST = 100, QUEUED = TG_MCP_STDIO_QUEUE_MAX, SENT = QUEUED + 6 };
+enum { FIRST = 100, QUEUED = TG_MCP_STDIO_QUEUE_MAX, SENT = QUEUED + 6 };
+
+/* A connection whose queue is full behind a running call (call 2): of SENT requests from id
+ * FIRST, those past the bound were refused at once. */
+static stdio_run *full_queue(world *w) {
   stdio_run *s = start_running_call(w);
   char request[96];
   for (int i = 0; i < SENT; i++) {
@@ -844,17 +844,53 @@ static void test_stdio_cancel_behind_a_full_queue(void **state) {
                      TG_RPC_INTERNAL_ERROR);
     json_decref(msg);
   }
+  return s;
+}
+
+/* Cancels the running call: it gets no answer; the queued requests get theirs, in order. */
+static void drain_queue(stdio_run *s) {
+  stdio_send(s, CANCEL(2));
+  for (int i = 0; i < QUEUED; i++) expect_answer(s, FIRST + i);
+}
+
+/* Behind a full queue the client's messages are still read: requests past the bound are
+ * refused at once, and a cancellation still reaches the running call. */
+static void test_stdio_cancel_behind_a_full_queue(void **state) {
+  world *w = *state;
+  stdio_run *s = full_queue(w);
   /* The end of a handshake is queued all the same. */
   stdio_send(s, INITIALIZED);
-  stdio_send(s, CANCEL(2));
-  /* The call gets no answer; the queued requests get theirs, in order. */
-  for (int i = 0; i < QUEUED; i++) expect_answer(s, FIRST + i);
+  drain_queue(s);
   /* And the session hears of list changes, which the handshake's end turned on (the check
    * after this ping takes the baseline). */
   stdio_send(s, PING(99));
   expect_answer(s, 99);
   assert_true(tg_mcp_watch_touch("notifications/tools/list_changed"));
   expect_list_changed(s);
+  stdio_stop(s);
+}
+
+/* Only a handshake's end as clients send it (small) has that room: a padded one is dropped
+ * like any notification, so the session hears of no list change. */
+static void test_stdio_full_queue_drops_a_padded_handshake(void **state) {
+  world *w = *state;
+  stdio_run *s = full_queue(w);
+  char padded[1200];
+  int n = snprintf(padded, sizeof padded,
+                   "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\",\"params\":{"
+                   "\"pad\":\"");
+  memset(padded + n, 'x', 1100);
+  snprintf(padded + n + 1100, sizeof padded - (size_t)n - 1100, "\"}}");
+  stdio_send(s, padded);
+  drain_queue(s);
+  stdio_send(s, PING(99));
+  expect_answer(s, 99);
+  assert_true(tg_mcp_watch_touch("notifications/tools/list_changed"));
+  /* The check after this ping would announce the change, before the next ping's answer. */
+  stdio_send(s, PING(100));
+  expect_answer(s, 100);
+  stdio_send(s, PING(101));
+  expect_answer(s, 101);
   stdio_stop(s);
 }
 
@@ -935,6 +971,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_stdio_ping_answered_while_a_call_runs, setup_kit,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_stdio_cancel_behind_a_full_queue, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_full_queue_drops_a_padded_handshake, setup_kit,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_stdio_queue_bounded_in_bytes, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_announces_a_revoked_grant, setup_kit, teardown),
   };
