@@ -163,9 +163,9 @@ static int refuse_batch(json_t *batch, json_t **ret_error) {
   size_t i;
   json_t *m;
   json_array_foreach(batch, i, m) {
-    json_t *id = json_object_get(m, "id");
-    if (!answers || !json_is_string(json_object_get(m, "method")) || !valid_id(id)) continue;
-    if (json_array_append_new(answers, tg_rpc_error(id, TG_RPC_INVALID_REQUEST, why, NULL)) < 0) {
+    json_t *id = echo_id_of(m);
+    if (answers && id &&
+        json_array_append_new(answers, tg_rpc_error(id, TG_RPC_INVALID_REQUEST, why, NULL)) < 0) {
       json_decref(answers);
       answers = NULL;
     }
