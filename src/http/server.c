@@ -1122,6 +1122,22 @@ static bool deliver_answer(server *s, session *x, const tg_rpc_msg *msg) {
   return found;
 }
 
+/* Hands the responses in batch to the tools waiting for them; tg_mcp_handle_batch serves the
+ * rest. One that no tool waits for is dropped: a batch has no answer of its own to refuse it. */
+static void deliver_batched_answers(server *s, session *x, const tg_rpc_msg *batch) {
+  size_t i;
+  json_t *value;
+  json_array_foreach(batch->root, i, value) {
+    tg_rpc_msg m;
+    json_t *error = NULL;
+    if (tg_rpc_decode_element(value, &m, &error) == 0 && m.kind == TG_RPC_RESPONSE &&
+        !deliver_answer(s, x, &m))
+      tg_log(TG_LOG_WARN, "http: a batched response to no request waiting for one; dropped");
+    tg_rpc_msg_done(&m);
+    json_decref(error);
+  }
+}
+
 /* A request works on a copy of its session's state. Requests of one session may run at
  * once, so only what a request changed is written back: the whole state after the
  * initialize that opened the session, else the log level and the initialized flag. */
@@ -1443,13 +1459,17 @@ static enum MHD_Result queue_rpc_error(struct MHD_Connection *conn, unsigned sta
   return queue_json(conn, status, tg_rpc_error(NULL, code, message, NULL), NULL);
 }
 
-/* An error answering a decoded request echoes its id. */
-/* The error refusing msg: with its id when it is a request, so that it answers that request;
- * a client's response or notification has no answer of its own to name (id null). */
-static enum MHD_Result queue_msg_error(struct MHD_Connection *conn, unsigned status,
-                                       const tg_rpc_msg *msg, int code, const char *message) {
+/* The -32600 error refusing msg: with its id when it is a request, so that it answers that
+ * request; a client's response or notification has no answer of its own to name (id null).
+ * Each request of a batch gets its own. */
+static enum MHD_Result queue_refusal(struct MHD_Connection *conn, unsigned status,
+                                     const tg_rpc_msg *msg, const char *message) {
+  int code = TG_RPC_INVALID_REQUEST;
   json_t *id = msg->kind == TG_RPC_REQUEST ? msg->id : NULL;
-  return queue_json(conn, status, tg_rpc_error(id, code, message, NULL), NULL);
+  return queue_json(conn, status,
+                    msg->kind == TG_RPC_BATCH ? tg_rpc_refuse_batch(msg, code, message, NULL)
+                                              : tg_rpc_error(id, code, message, NULL),
+                    NULL);
 }
 
 /* The lines of one header, each trimmed, joined into one list as RFC 9110 §5.3 reads a
@@ -1781,8 +1801,8 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
     goto done;
   }
   if (ph.too_many) {
-    result = queue_msg_error(conn, MHD_HTTP_BAD_REQUEST, &w->msg, TG_RPC_INVALID_REQUEST,
-                             "Too many Mcp-Param headers (at most 64 names)");
+    result = queue_refusal(conn, MHD_HTTP_BAD_REQUEST, &w->msg,
+                           "Too many Mcp-Param headers (at most 64 names)");
     goto done;
   }
   w->headers = (tg_mcp_headers){w->header_copies[0], w->header_copies[1], w->header_copies[2],
@@ -1798,21 +1818,20 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   /* 2026-07-28 is stateless: a session id it carries is ignored, and none is minted. */
   if (!modern && !opens) {
     if (!sid) {
-      result = queue_msg_error(conn, MHD_HTTP_BAD_REQUEST, &w->msg, TG_RPC_INVALID_REQUEST,
-                               "Mcp-Session-Id is required; send initialize first");
+      result = queue_refusal(conn, MHD_HTTP_BAD_REQUEST, &w->msg,
+                             "Mcp-Session-Id is required; send initialize first");
       goto done;
     }
     if (!(w->sess = session_find(s, sid, principal))) {
-      result = queue_msg_error(conn, MHD_HTTP_NOT_FOUND, &w->msg, TG_RPC_INVALID_REQUEST,
-                               "Session not found");
+      result = queue_refusal(conn, MHD_HTTP_NOT_FOUND, &w->msg, "Session not found");
       goto done;
     }
     state_load(s, w->sess, &w->scratch, &w->loaded_level);
   } else if (opens && sid && (w->sess = session_find(s, sid, principal))) {
     /* A second session would leave the first to its idle timeout; a stale id is no bar. */
-    result = queue_msg_error(conn, MHD_HTTP_BAD_REQUEST, &w->msg, TG_RPC_INVALID_REQUEST,
-                             "This session is initialized already: end it with DELETE, or "
-                             "initialize without Mcp-Session-Id");
+    result = queue_refusal(conn, MHD_HTTP_BAD_REQUEST, &w->msg,
+                           "This session is initialized already: end it with DELETE, or "
+                           "initialize without Mcp-Session-Id");
     goto done;
   } else if (opens) {
     if (!(w->sess = session_new(s, principal, rq->token_hash))) {
@@ -1823,6 +1842,8 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
     w->loaded_level = -1;
     new_sid = w->sess->id;
   }
+  if (w->msg.kind == TG_RPC_BATCH && w->sess && tg_mcp_takes_batches(&w->scratch))
+    deliver_batched_answers(s, w->sess, &w->msg);
   if (w->msg.kind == TG_RPC_RESPONSE) {
     result = w->sess && deliver_answer(s, w->sess, &w->msg)
                  ? queue(conn, MHD_HTTP_ACCEPTED, NULL, NULL, NULL)
@@ -1852,7 +1873,7 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
     unsigned status = 0;
     const char *why = NULL;
     if (!(l = listener_open(s, principal, rq->token_hash, &status, &why))) {
-      result = queue_msg_error(conn, status, &w->msg, TG_RPC_INVALID_REQUEST, why);
+      result = queue_refusal(conn, status, &w->msg, why);
       goto done;
     }
   }

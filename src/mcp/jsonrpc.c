@@ -154,78 +154,31 @@ static json_t *echo_id_of(const json_t *message) {
   return valid_id(id) && json_object_get(message, "method") ? id : NULL;
 }
 
-/* Refuses batch (released): each request in it is answered with the refusal, in an array as
- * JSON-RPC answers a batch, so that no client waits for one; a batch holding none gets one
- * refusal naming no request. */
-static int refuse_batch(json_t *batch, json_t **ret_error) {
-  static const char why[] = "Batches are not supported";
+/* The error (code, why, and data: stolen, may be NULL) refusing each request in batch, in an
+ * array as JSON-RPC answers a batch, so that no client waits for one; a batch holding none
+ * gets one error naming no request. NULL when out of memory. */
+static json_t *refusals(const json_t *batch, int code, const char *why, json_t *data) {
   json_t *answers = json_array();
   size_t i;
   json_t *m;
   json_array_foreach(batch, i, m) {
     json_t *id = echo_id_of(m);
     if (answers && id &&
-        json_array_append_new(answers, tg_rpc_error(id, TG_RPC_INVALID_REQUEST, why, NULL)) < 0) {
+        json_array_append_new(answers, tg_rpc_error(id, code, why, json_incref(data))) < 0) {
       json_decref(answers);
       answers = NULL;
     }
   }
-  json_decref(batch);
   if (answers && json_array_size(answers) == 0) {
     json_decref(answers);
-    return fail(NULL, TG_RPC_INVALID_REQUEST, why, NULL, ret_error);
+    return tg_rpc_error(NULL, code, why, data);
   }
-  *ret_error = answers;
-  return answers ? TG_RPC_INVALID_REQUEST : TG_E_NOMEM;
+  json_decref(data);
+  return answers;
 }
 
-void tg_rpc_msg_done(tg_rpc_msg *msg) {
-  json_decref(msg->root);
-  memset(msg, 0, sizeof *msg);
-}
-
-int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_error) {
-  memset(msg, 0, sizeof *msg);
-  *ret_error = NULL;
-  if (len > TG_RPC_MAX_BODY)
-    return fail(NULL, TG_RPC_INVALID_REQUEST, "Message too large",
-                json_pack("{s:I}", "maxBytes", (json_int_t)TG_RPC_MAX_BODY), ret_error);
-  const char *limit = scan_limits(buf, len);
-  if (limit) {
-    /* Read once, only for its id (jansson bounds its own depth), so that the client learns
-     * which request failed instead of waiting for it. */
-    json_t *whole = json_loadb(buf, len, JSON_DECODE_ANY, NULL);
-    json_t *id = json_is_object(whole) ? echo_id_of(whole) : NULL;
-    int code = fail(id, TG_RPC_INVALID_REQUEST, "Message exceeds a limit",
-                    json_pack("{s:s}", "limit", limit), ret_error);
-    json_decref(whole);
-    return code;
-  }
-  json_error_t jerr;
-  /* Any JSON value: one that is no object is valid JSON, yet no message (-32600). */
-  json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
-  if (!root) {
-    /* JSON that says too much (a number past what a double or 64 bits hold, a key given
-     * twice) is read, yet no message: -32600. Only JSON that cannot be read is -32700; past
-     * a key given twice, jansson reads on once told to take it. */
-    enum json_error_code why = json_error_code(&jerr);
-    if (why == json_error_duplicate_key) {
-      json_error_t rest;
-      json_t *again = json_loadb(buf, len, JSON_DECODE_ANY, &rest);
-      if (again) {
-        json_decref(again);
-      } else {
-        jerr = rest;
-        why = json_error_code(&rest);
-      }
-    }
-    bool unreadable = why != json_error_numeric_overflow && why != json_error_duplicate_key;
-    return fail(NULL, unreadable ? TG_RPC_PARSE_ERROR : TG_RPC_INVALID_REQUEST,
-                unreadable ? "Parse error" : "Invalid Request",
-                json_pack("{s:s,s:i}", "reason", jerr.text, "position", jerr.position),
-                ret_error);
-  }
-  if (json_is_array(root)) return refuse_batch(root, ret_error);
+/* What root (released), read from the wire, is: 0 with *msg filled, or the JSON-RPC error. */
+static int classify(json_t *root, tg_rpc_msg *msg, json_t **ret_error) {
   if (!json_is_object(root)) {
     json_decref(root);
     return fail(NULL, TG_RPC_INVALID_REQUEST, "A message must be an object", NULL, ret_error);
@@ -273,4 +226,88 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
     msg->error = error;
   }
   return 0;
+}
+
+void tg_rpc_msg_done(tg_rpc_msg *msg) {
+  json_decref(msg->root);
+  memset(msg, 0, sizeof *msg);
+}
+
+int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_error) {
+  memset(msg, 0, sizeof *msg);
+  *ret_error = NULL;
+  if (len > TG_RPC_MAX_BODY)
+    return fail(NULL, TG_RPC_INVALID_REQUEST, "Message too large",
+                json_pack("{s:I}", "maxBytes", (json_int_t)TG_RPC_MAX_BODY), ret_error);
+  const char *limit = scan_limits(buf, len);
+  if (limit) {
+    /* Read once, only for its id (jansson bounds its own depth), so that the client learns
+     * which request failed instead of waiting for it. */
+    json_t *whole = json_loadb(buf, len, JSON_DECODE_ANY, NULL);
+    static const char why[] = "Message exceeds a limit";
+    json_t *data = json_pack("{s:s}", "limit", limit);
+    int code;
+    if (json_is_array(whole) && json_array_size(whole)) {
+      *ret_error = refusals(whole, TG_RPC_INVALID_REQUEST, why, data);
+      code = *ret_error ? TG_RPC_INVALID_REQUEST : TG_E_NOMEM;
+    } else {
+      code = fail(json_is_object(whole) ? echo_id_of(whole) : NULL, TG_RPC_INVALID_REQUEST, why,
+                  data, ret_error);
+    }
+    json_decref(whole);
+    return code;
+  }
+  json_error_t jerr;
+  /* Any JSON value: one that is no object is valid JSON, yet no message (-32600). */
+  json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+  if (!root) {
+    /* JSON that says too much (a number past what a double or 64 bits hold, a key given
+     * twice) is read, yet no message: -32600. Only JSON that cannot be read is -32700; past
+     * a key given twice, jansson reads on once told to take it. */
+    enum json_error_code why = json_error_code(&jerr);
+    if (why == json_error_duplicate_key) {
+      json_error_t rest;
+      json_t *again = json_loadb(buf, len, JSON_DECODE_ANY, &rest);
+      if (again) {
+        json_decref(again);
+      } else {
+        jerr = rest;
+        why = json_error_code(&rest);
+      }
+    }
+    bool unreadable = why != json_error_numeric_overflow && why != json_error_duplicate_key;
+    return fail(NULL, unreadable ? TG_RPC_PARSE_ERROR : TG_RPC_INVALID_REQUEST,
+                unreadable ? "Parse error" : "Invalid Request",
+                json_pack("{s:s,s:i}", "reason", jerr.text, "position", jerr.position),
+                ret_error);
+  }
+  if (json_is_array(root)) {
+    /* An empty batch is one error, as JSON-RPC says; any other is served by its transport,
+     * element by element (tg_rpc_decode_element), or refused (tg_rpc_refuse_batch). */
+    if (json_array_size(root) == 0) {
+      json_decref(root);
+      return fail(NULL, TG_RPC_INVALID_REQUEST, "Invalid Request",
+                  json_pack("{s:s}", "reason", "a batch holds no message"), ret_error);
+    }
+    if (json_array_size(root) > TG_RPC_MAX_BATCH) {
+      *ret_error = refusals(root, TG_RPC_INVALID_REQUEST, "Too many messages in one batch",
+                            json_pack("{s:i}", "maxMessages", TG_RPC_MAX_BATCH));
+      json_decref(root);
+      return *ret_error ? TG_RPC_INVALID_REQUEST : TG_E_NOMEM;
+    }
+    msg->root = root;
+    msg->kind = TG_RPC_BATCH;
+    return 0;
+  }
+  return classify(root, msg, ret_error);
+}
+
+int tg_rpc_decode_element(json_t *element, tg_rpc_msg *msg, json_t **ret_error) {
+  memset(msg, 0, sizeof *msg);
+  *ret_error = NULL;
+  return classify(json_incref(element), msg, ret_error);
+}
+
+json_t *tg_rpc_refuse_batch(const tg_rpc_msg *batch, int code, const char *why, json_t *data) {
+  return refusals(batch->root, code, why, data);
 }

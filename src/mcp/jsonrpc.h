@@ -8,6 +8,7 @@
 #define TG_RPC_MAX_BODY (4u * 1024u * 1024u) /* bytes of one message */
 #define TG_RPC_MAX_DEPTH 64                  /* nesting of arrays and objects */
 #define TG_RPC_MAX_STRING (1024u * 1024u)    /* bytes of one string or key, as sent */
+#define TG_RPC_MAX_BATCH 100                 /* messages in one batch */
 
 /* Error codes: JSON-RPC's own, then MCP's. */
 enum {
@@ -26,6 +27,7 @@ typedef enum tg_rpc_kind {
   TG_RPC_REQUEST,      /* method and id */
   TG_RPC_NOTIFICATION, /* method, no id */
   TG_RPC_RESPONSE,     /* id with result or error: the answer to a request we sent */
+  TG_RPC_BATCH,        /* a JSON array of messages, not read yet: root is the array */
 } tg_rpc_kind;
 
 /* A decoded message. The pointers below borrow from root. */
@@ -42,10 +44,19 @@ typedef struct tg_rpc_msg {
 /* Decodes one message of len bytes (need not be NUL-terminated). Returns 0 and fills *msg
  * (release with tg_rpc_msg_done), or a JSON-RPC error code with *ret_error a complete error
  * response (id null unless the id could be read), or TG_E_NOMEM with *ret_error NULL.
- * Batches (arrays) are refused with -32600: *ret_error is then an array holding the refusal
- * of each request in the batch (a single refusal when it holds none). */
+ * A batch (a JSON array, not empty) is a TG_RPC_BATCH message, which the transport serves
+ * element by element or refuses; a batch refused for a limit (its text's, or more than
+ * TG_RPC_MAX_BATCH messages) gets, in *ret_error, the array of its requests' refusals, as
+ * tg_rpc_refuse_batch gives. */
 int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_error);
+/* Decodes one element of a batch (borrowed) as tg_rpc_decode decodes a message. */
+int tg_rpc_decode_element(json_t *element, tg_rpc_msg *msg, json_t **ret_error);
 void tg_rpc_msg_done(tg_rpc_msg *msg);
+
+/* The answer to batch (TG_RPC_BATCH) refused: an array of the error (code, why, and data:
+ * stolen, may be NULL) of each request in it, so that no client waits for one, or one error
+ * naming no request when it holds none. NULL when out of memory. */
+json_t *tg_rpc_refuse_batch(const tg_rpc_msg *batch, int code, const char *why, json_t *data);
 
 /* {"jsonrpc":"2.0","id":id,"result":result}; result is stolen. NULL when out of memory. */
 json_t *tg_rpc_result(json_t *id, json_t *result);

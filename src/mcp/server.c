@@ -1265,6 +1265,7 @@ static int reply_of(cx *c, const method *m, int r, json_t *result, tg_mcp_reply 
 
 int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_rpc_msg *msg,
                   tg_mcp_reply *reply) {
+  if (msg->kind == TG_RPC_BATCH) return tg_mcp_handle_batch(srv, req, msg, NULL, NULL, reply);
   memset(reply, 0, sizeof *reply);
   reply->http_status = 202;
   if (msg->kind == TG_RPC_RESPONSE) return 0;
@@ -1295,4 +1296,78 @@ int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_
   json_decref(result);
   free(c.raw);
   return r;
+}
+
+bool tg_mcp_takes_batches(const tg_mcp_session *s) {
+  /* JSON-RPC batches came with 2025-03-26, and 2025-06-18 took them out. */
+  return s->era != TG_MCP_ERA_MODERN && strcmp(s->version, "2025-03-26") == 0;
+}
+
+/* The reply to element, a message of a batch that reads as one (decoded, borrowed), in
+ * reply->text: NULL for a response (its transport delivered it), a notification or a request
+ * cancelled. A 2026-07-28 request stands alone; so does initialize, which a session that
+ * takes batches has had already (a second one is refused as such). */
+static int handle_element(const tg_mcp_server *srv, const tg_mcp_request *req,
+                          const tg_rpc_msg *element, tg_mcp_serving_fn *serving, void *arg,
+                          tg_mcp_reply *reply) {
+  memset(reply, 0, sizeof *reply);
+  if (element->kind == TG_RPC_RESPONSE) return 0;
+  if (element->kind == TG_RPC_REQUEST && tg_mcp_has_claim(element))
+    return reply_error(element, TG_RPC_INVALID_REQUEST,
+                       "A 2026-07-28 request cannot be part of a batch", NULL, 200, reply);
+  bool request = element->kind == TG_RPC_REQUEST;
+  if (request && serving) serving(arg, element->id);
+  int r = tg_mcp_handle(srv, req, element, reply);
+  if (request && serving) serving(arg, NULL);
+  return r;
+}
+
+int tg_mcp_handle_batch(const tg_mcp_server *srv, const tg_mcp_request *req,
+                        const tg_rpc_msg *batch, tg_mcp_serving_fn *serving, void *arg,
+                        tg_mcp_reply *reply) {
+  memset(reply, 0, sizeof *reply);
+  if (!tg_mcp_takes_batches(req->session)) {
+    _cleanup_json_ json_t *refusal =
+        tg_rpc_refuse_batch(batch, TG_RPC_INVALID_REQUEST,
+                            "Batches are served on 2025-03-26 sessions only", NULL);
+    reply->text = refusal ? tg_rpc_encode(refusal) : NULL;
+    reply->error = true;
+    reply->http_status = 400;
+    return reply->text ? 0 : TG_E_NOMEM;
+  }
+  char *answers = NULL;
+  size_t size = 0, n = 0;
+  FILE *out = open_memstream(&answers, &size);
+  if (!out) return TG_E_NOMEM;
+  int r = 0;
+  size_t i;
+  json_t *value;
+  json_array_foreach(batch->root, i, value) {
+    tg_rpc_msg element;
+    json_t *error = NULL;
+    tg_mcp_reply one = {0};
+    r = tg_rpc_decode_element(value, &element, &error);
+    if (r == 0) {
+      r = handle_element(srv, req, &element, serving, arg, &one);
+      tg_rpc_msg_done(&element);
+    } else if (error) {
+      one.text = tg_rpc_encode(error);
+      json_decref(error);
+      r = one.text ? 0 : TG_E_NOMEM;
+    }
+    if (r == 0 && one.text && (fputs(n++ ? "," : "[", out) < 0 || fputs(one.text, out) < 0))
+      r = TG_E_NOMEM;
+    free(one.text);
+    if (r < 0) break;
+  }
+  if (r == 0 && n && fputc(']', out) == EOF) r = TG_E_NOMEM;
+  if (fclose(out) != 0 && r == 0) r = TG_E_NOMEM;
+  if (r < 0 || n == 0) {
+    free(answers);
+    reply->http_status = 202;
+    return r < 0 ? TG_E_NOMEM : 0;
+  }
+  reply->text = answers;
+  reply->http_status = 200;
+  return 0;
 }

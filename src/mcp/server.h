@@ -119,9 +119,26 @@ json_t *tg_mcp_cancel_target(const tg_rpc_msg *msg);
  * showing it. NULL when out of memory. */
 json_t *tg_mcp_withdrawal(const json_t *ask, bool timed_out);
 
-/* Serves msg. Returns 0 with *reply filled (the caller frees reply->text), or TG_E_NOMEM. */
+/* Serves msg (a batch as tg_mcp_handle_batch does). Returns 0 with *reply filled (the caller
+ * frees reply->text), or TG_E_NOMEM. */
 int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_rpc_msg *msg,
                   tg_mcp_reply *reply);
+
+/* Whether session s takes JSON-RPC batches: one that negotiated 2025-03-26 does. */
+bool tg_mcp_takes_batches(const tg_mcp_session *s);
+
+/* Told of each request of a batch as it starts being served (its id) and as it ends (NULL). */
+typedef void tg_mcp_serving_fn(void *arg, json_t *id);
+
+/* Serves batch (a TG_RPC_BATCH message) as JSON-RPC asks: its messages one by one, in order,
+ * each as tg_mcp_handle serves it, and one answer, the array of their replies and of the
+ * errors of the elements that are no message (reply->text NULL when there are none). Its
+ * responses are skipped: the transport delivers them. On a session that does not take
+ * batches each request in it is refused (HTTP status 400). serving may be NULL. Returns 0,
+ * or TG_E_NOMEM. */
+int tg_mcp_handle_batch(const tg_mcp_server *srv, const tg_mcp_request *req,
+                        const tg_rpc_msg *batch, tg_mcp_serving_fn *serving, void *arg,
+                        tg_mcp_reply *reply);
 
 /* The MCP CallToolResult of a tg_call outcome (status TG_OK or TG_E_TOOL, value its
  * result or error envelope); NULL when out of memory. */

@@ -45,6 +45,7 @@ typedef struct conn {
   size_t *sizes;     /* the bytes each was sent as */
   size_t queued, queued_bytes;
   bool calling;     /* the serving thread is inside a request */
+  bool takes_batches; /* the session takes JSON-RPC batches, as the serving thread last saw */
   json_t *awaiting; /* the id of the server's request a call waits on, or NULL */
   json_t *answer;   /* its response, once read */
   bool ended;       /* the reader stopped: end of input, or the failure in status */
@@ -146,21 +147,15 @@ static int next_message(conn *c, tg_rpc_msg *msg, size_t *len_out) {
   return r < 0 ? r : GOT_NOTHING;
 }
 
-/* Takes one message off the reader (msg: moved into the queue or released). A cancellation
- * is served at once; the response a call waits for goes to it. Requests are entered in flight
- * as they are queued, so that a cancellation finds them before they are served. When the
- * queue is full (in messages, or in bytes: one message always fits an empty queue) a request
- * is refused and a notification dropped: the reader never stops reading, so that a
- * cancellation or a response behind them still arrives. */
-static int take(conn *c, tg_rpc_msg *msg, size_t bytes) {
+/* Serves msg (released) at once, ahead of the queue, when it is a cancellation or a response
+ * (which goes to the call waiting for it): true, with *r the outcome. */
+static bool take_at_once(conn *c, tg_rpc_msg *msg, int *r) {
+  *r = TG_OK;
   if (tg_mcp_cancel_target(msg)) {
     tg_mcp_reply reply;
-    int r = tg_mcp_handle(c->srv, c->req, msg, &reply);
-    tg_rpc_msg_done(msg);
-    return r;
-  }
-  pthread_mutex_lock(&c->lock);
-  if (msg->kind == TG_RPC_RESPONSE) {
+    *r = tg_mcp_handle(c->srv, c->req, msg, &reply);
+  } else if (msg->kind == TG_RPC_RESPONSE) {
+    pthread_mutex_lock(&c->lock);
     bool awaited = c->awaiting && !c->answer && json_equal(msg->id, c->awaiting);
     if (awaited) {
       c->answer = msg->root; /* handed over: only the serving thread counts its references */
@@ -170,16 +165,66 @@ static int take(conn *c, tg_rpc_msg *msg, size_t bytes) {
     }
     pthread_cond_broadcast(&c->changed);
     pthread_mutex_unlock(&c->lock);
-    tg_rpc_msg_done(msg);
-    return TG_OK;
+  } else {
+    return false;
   }
+  tg_rpc_msg_done(msg);
+  return true;
+}
+
+/* Takes out of batch, when the session takes batches, the messages served at once
+ * (take_at_once); the rest waits to be served together (*left: whether any is). */
+static int take_batched_at_once(conn *c, tg_rpc_msg *batch, bool *left) {
+  *left = true;
+  pthread_mutex_lock(&c->lock);
+  bool takes = c->takes_batches;
+  pthread_mutex_unlock(&c->lock);
+  if (!takes) return TG_OK; /* refused whole, in its turn */
+  json_t *rest = json_array();
+  if (!rest) return TG_E_NOMEM;
+  int r = TG_OK;
+  size_t i;
+  json_t *value;
+  json_array_foreach(batch->root, i, value) {
+    tg_rpc_msg m;
+    json_t *error = NULL;
+    bool served = tg_rpc_decode_element(value, &m, &error) == 0 && take_at_once(c, &m, &r);
+    tg_rpc_msg_done(&m);
+    json_decref(error);
+    if (r < 0 || (!served && json_array_append(rest, value) < 0)) {
+      json_decref(rest);
+      return r < 0 ? r : TG_E_NOMEM;
+    }
+  }
+  json_decref(batch->root);
+  batch->root = rest;
+  *left = json_array_size(rest) > 0;
+  return TG_OK;
+}
+
+/* Takes one message off the reader (msg: moved into the queue or released). A cancellation
+ * is served at once; the response a call waits for goes to it; so do those in a batch.
+ * Requests are entered in flight as they are queued, so that a cancellation finds them
+ * before they are served (a batch's, as each is served). When the queue is full (in
+ * messages, or in bytes: one message always fits an empty queue) a request is refused and a
+ * notification dropped: the reader never stops reading, so that a cancellation or a response
+ * behind them still arrives. */
+static int take(conn *c, tg_rpc_msg *msg, size_t bytes) {
+  int r;
+  if (take_at_once(c, msg, &r)) return r;
+  bool left = true;
+  if (msg->kind == TG_RPC_BATCH && ((r = take_batched_at_once(c, msg, &left)) < 0 || !left)) {
+    tg_rpc_msg_done(msg);
+    return r;
+  }
+  pthread_mutex_lock(&c->lock);
   /* A plain ping while a request is served is answered here, at once: the serving thread may
    * be busy for long, and a client checks with ping that the server lives. (One with a
    * 2026-07-28 claim, which has no ping, waits its turn for its error.) */
   if (c->calling && msg->kind == TG_RPC_REQUEST && strcmp(msg->method, "ping") == 0 &&
       !tg_mcp_has_claim(msg)) {
     pthread_mutex_unlock(&c->lock);
-    int r = write_message(c, tg_rpc_result(msg->id, json_object()));
+    r = write_message(c, tg_rpc_result(msg->id, json_object()));
     tg_rpc_msg_done(msg);
     return r;
   }
@@ -192,8 +237,8 @@ static int take(conn *c, tg_rpc_msg *msg, size_t bytes) {
                (!c->queued || c->queued_bytes + bytes <= TG_MCP_STDIO_QUEUE_MAX_BYTES)) ||
               (handshake && c->queued < TG_MCP_STDIO_QUEUE_MAX + 1);
   size_t waiting = c->queued, waiting_bytes = c->queued_bytes; /* for the log, as they were */
-  int r = room && msg->kind == TG_RPC_REQUEST ? tg_mcp_inflight_begin(c->req->inflight, msg->id)
-                                              : TG_OK;
+  r = room && msg->kind == TG_RPC_REQUEST ? tg_mcp_inflight_begin(c->req->inflight, msg->id)
+                                          : TG_OK;
   if (room && r == TG_OK) {
     c->sizes[c->queued] = bytes;
     c->queue[c->queued++] = *msg;
@@ -206,12 +251,15 @@ static int take(conn *c, tg_rpc_msg *msg, size_t bytes) {
     tg_log(TG_LOG_WARN, "mcp: %zu messages (%zu bytes) wait to be served; dropping one",
            waiting, waiting_bytes);
     /* A request dropped is still answered, so that the client does not wait for it. */
+    static const char why[] = "Too many requests wait to be served";
+    json_t *data = json_pack("{s:i,s:I}", "max", TG_MCP_STDIO_QUEUE_MAX, "maxBytes",
+                             (json_int_t)TG_MCP_STDIO_QUEUE_MAX_BYTES);
     if (msg->kind == TG_RPC_REQUEST)
-      r = write_message(c, tg_rpc_error(msg->id, TG_RPC_INTERNAL_ERROR,
-                                        "Too many requests wait to be served",
-                                        json_pack("{s:i,s:I}", "max", TG_MCP_STDIO_QUEUE_MAX,
-                                                  "maxBytes",
-                                                  (json_int_t)TG_MCP_STDIO_QUEUE_MAX_BYTES)));
+      r = write_message(c, tg_rpc_error(msg->id, TG_RPC_INTERNAL_ERROR, why, data));
+    else if (msg->kind == TG_RPC_BATCH)
+      r = write_message(c, tg_rpc_refuse_batch(msg, TG_RPC_INTERNAL_ERROR, why, data));
+    else
+      json_decref(data);
   }
   tg_rpc_msg_done(msg);
   return r;
@@ -250,10 +298,13 @@ static void wake(void *arg) {
 
 static int io_send(void *self, json_t *msg) { return write_message(self, msg); }
 
-static void set_calling(conn *c, bool calling) {
+/* The request the serving thread serves (id), or none (NULL). */
+static void serving(void *arg, json_t *id) {
+  conn *c = arg;
   pthread_mutex_lock(&c->lock);
-  c->calling = calling;
+  c->calling = id != NULL;
   pthread_mutex_unlock(&c->lock);
+  c->serving = id;
 }
 
 /* Serves msg (released) taken from the queue; a request leaves the table of requests in
@@ -261,18 +312,22 @@ static void set_calling(conn *c, bool calling) {
 static int serve_one(conn *c, tg_rpc_msg *msg) {
   tg_mcp_reply reply;
   bool request = msg->kind == TG_RPC_REQUEST;
+  if (request) serving(c, msg->id);
+  int r = msg->kind == TG_RPC_BATCH
+              ? tg_mcp_handle_batch(c->srv, c->req, msg, serving, c, &reply)
+              : tg_mcp_handle(c->srv, c->req, msg, &reply);
   if (request) {
-    c->serving = msg->id;
-    set_calling(c, true);
-  }
-  int r = tg_mcp_handle(c->srv, c->req, msg, &reply);
-  if (request) {
-    set_calling(c, false);
-    c->serving = NULL;
+    serving(c, NULL);
     tg_mcp_inflight_end(c->req->inflight, msg->id);
   }
+  /* What the reader reads from now on is read as this session takes it. */
+  pthread_mutex_lock(&c->lock);
+  c->takes_batches = tg_mcp_takes_batches(c->req->session);
+  pthread_mutex_unlock(&c->lock);
   if (r < 0) {
-    json_t *err = request ? tg_rpc_error(msg->id, TG_RPC_INTERNAL_ERROR, "Out of memory", NULL) : NULL;
+    json_t *err = request || msg->kind == TG_RPC_BATCH
+                      ? tg_rpc_error(msg->id, TG_RPC_INTERNAL_ERROR, "Out of memory", NULL)
+                      : NULL;
     r = err ? write_message(c, err) : r;
   } else if (reply.text) {
     r = write_text(c, reply.text);

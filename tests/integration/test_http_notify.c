@@ -378,22 +378,27 @@ static char *request(world *w, const char *method, const char *sid, const char *
   return got;
 }
 
-/* initialize (with client capabilities caps) and notifications/initialized. */
-static void open_session(world *w, const char *caps, char sid[64]) {
-  char body[256];
+/* initialize at version (with client capabilities caps) and notifications/initialized. */
+static void open_session_at(world *w, const char *version, const char *caps, char sid[64]) {
+  char body[256], agreed[64];
   snprintf(body, sizeof body,
            "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
-           "\"protocolVersion\":\"2025-11-25\",\"capabilities\":%s}}",
-           caps);
+           "\"protocolVersion\":\"%s\",\"capabilities\":%s}}",
+           version, caps);
   exchange *ex = start(w, "POST", NULL, NULL, body);
   await(ex, NULL);
   assert_int_equal(ex->status, 200);
-  assert_non_null(strstr(ex->got, "\"protocolVersion\":\"2025-11-25\""));
+  snprintf(agreed, sizeof agreed, "\"protocolVersion\":\"%s\"", version);
+  assert_non_null(strstr(ex->got, agreed));
   assert_int_equal(strlen(ex->sid), 32);
   snprintf(sid, 64, "%s", ex->sid);
   finish(ex);
   free(request(w, "POST", sid, NULL, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}",
                202));
+}
+
+static void open_session(world *w, const char *caps, char sid[64]) {
+  open_session_at(w, "2025-11-25", caps, sid);
 }
 
 /* ---- 2025-11-25 sessions ---- */
@@ -564,6 +569,61 @@ static void test_cancellation_ends_a_wait_for_sampling_without_an_answer(void **
   assert_non_null(strstr(call->got, "The call no longer waits for it"));
   finish(call);
   free(request(w, "POST", sid, NULL, PING, 200));
+}
+
+/* The id of the server's request to the client (method) in an SSE body. */
+static json_int_t asked_id(const char *got, const char *method) {
+  char needle[128];
+  snprintf(needle, sizeof needle, "\"method\":\"%s\"", method);
+  const char *at = strstr(got, needle);
+  assert_non_null(at);
+  while (at > got && at[-1] != '\n') at--;
+  assert_int_equal(strncmp(at, "data: ", 6), 0);
+  json_t *ask = json_loadb(at + 6, strcspn(at + 6, "\n"), 0, NULL);
+  assert_non_null(ask);
+  json_int_t id = json_integer_value(json_object_get(ask, "id"));
+  json_decref(ask);
+  return id;
+}
+
+/* A 2025-03-26 session takes JSON-RPC batches: one JSON answer holds the replies, and a
+ * response in a batch reaches the call waiting for it. Without a session, or on a later
+ * revision, each request in a batch is refused and nothing in it runs. */
+static void test_batches_on_a_2025_03_26_session(void **state) {
+  world *w = *state;
+  char sid[64];
+  open_session_at(w, "2025-03-26", "{\"sampling\":{}}", sid);
+  exchange *call =
+      start(w, "POST", sid, NULL, CALL_WITH("\"call-1\"", "test_sampling", "{\"prompt\":\"hi\"}"));
+  await(call, "\"method\":\"sampling/createMessage\"");
+  char batch[512];
+  snprintf(batch, sizeof batch,
+           "[{\"jsonrpc\":\"2.0\",\"id\":%lld,\"result\":{\"role\":\"assistant\",\"content\":{"
+           "\"type\":\"text\",\"text\":\"hello\"},\"model\":\"m\"}}," PING "]",
+           (long long)asked_id(call->got, "sampling/createMessage"));
+  char *got = request(w, "POST", sid, NULL, batch, 200);
+  assert_string_equal(got, "[{\"jsonrpc\":\"2.0\",\"id\":99,\"result\":{}}]");
+  free(got);
+  await(call, "\"id\":\"call-1\"");
+  assert_non_null(strstr(call->got, "hello"));
+  finish(call);
+  long runs = fixture_count(w->f, "agent_runs");
+  got = request(w, "POST", sid, NULL, "[" CALL(2, "test_simple_text") "," PING "]", 200);
+  assert_non_null(strstr(got, "[{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":"));
+  assert_non_null(strstr(got, "},{\"jsonrpc\":\"2.0\",\"id\":99,\"result\":{}}]"));
+  free(got);
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs + 1);
+
+  char later[64];
+  open_session(w, "{}", later);
+  got = request(w, "POST", later, NULL, "[" CALL(3, "test_simple_text") "]", 400);
+  assert_non_null(strstr(got, "[{\"jsonrpc\":\"2.0\",\"id\":3,\"error\":{\"code\":-32600"));
+  assert_non_null(strstr(got, "2025-03-26"));
+  free(got);
+  got = request(w, "POST", NULL, NULL, "[" CALL(4, "test_simple_text") "]", 400);
+  assert_non_null(strstr(got, "[{\"jsonrpc\":\"2.0\",\"id\":4,\"error\":{\"code\":-32600"));
+  free(got);
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs + 1);
 }
 
 /* Resumes stream no of session sid after its event, reads it until it ends, having seen
@@ -1192,6 +1252,7 @@ int main(void) {
   curl_global_init(CURL_GLOBAL_DEFAULT);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_session_hears_of_list_changes_on_its_get_stream, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_batches_on_a_2025_03_26_session, setup, teardown),
       cmocka_unit_test_setup_teardown(test_list_check_goes_on_while_the_pool_is_busy, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_principal_leaves_a_pool_thread_to_others, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sessions_are_bounded_per_principal, setup, teardown),

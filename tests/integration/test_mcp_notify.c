@@ -22,9 +22,10 @@
 #define MODERN_META                                                      \
   "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"," \
   "\"io.modelcontextprotocol/clientCapabilities\":{}}"
-#define INITIALIZE                                                                          \
+#define INITIALIZE_AT(version)                                                              \
   "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":" \
-  "\"2025-11-25\",\"capabilities\":{\"sampling\":{}}}}"
+  "\"" version "\",\"capabilities\":{\"sampling\":{}}}}"
+#define INITIALIZE INITIALIZE_AT("2025-11-25")
 #define INITIALIZED "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}"
 #define ASK_WRITE(id) \
   "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"tools/call\",\"params\":{\"name\":\"test_ask_write\"}}"
@@ -467,6 +468,75 @@ static void test_no_list_changes_without_a_watch(void **state) {
   json_decref(r);
 }
 
+/* The error code of answer, and its message in *message. */
+static json_int_t error_code(json_t *answer, const char **message) {
+  json_t *error = json_object_get(answer, "error");
+  if (message) *message = json_string_value(json_object_get(error, "message"));
+  return json_integer_value(json_object_get(error, "code"));
+}
+
+/* A session that negotiated 2025-03-26 takes JSON-RPC batches (2025-06-18 took them out):
+ * their messages are served in order, and one answer holds the replies and the errors of
+ * elements that are no message. The handshake and 2026-07-28 requests stand alone; a
+ * response goes to its transport, which delivers it. */
+static void test_batch_served_on_2025_03_26(void **state) {
+  world *w = *state;
+  json_decref(handle(w, INITIALIZE_AT("2025-03-26"), NULL));
+  long asked = asked_rows(w);
+  tg_mcp_reply reply;
+  json_t *r = handle(w,
+                     "[" INITIALIZED "," PING(2) "," ASK_WRITE(3) ",7," INITIALIZE_AT("2025-03-26")
+                     ",{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/list\",\"params\":{" MODERN_META
+                     "}},{\"jsonrpc\":\"2.0\",\"id\":44,\"result\":{}}]",
+                     &reply);
+  assert_int_equal(reply.http_status, 200);
+  assert_int_equal(json_array_size(r), 5);
+  static const json_int_t ids[] = {2, 3, -1, 1, 5};
+  for (size_t i = 0; i < 5; i++) {
+    json_t *answer = json_array_get(r, i);
+    json_t *id = json_object_get(answer, "id");
+    if (ids[i] < 0) assert_true(json_is_null(id));
+    else assert_int_equal(json_integer_value(id), ids[i]);
+  }
+  json_t *call = json_object_get(json_array_get(r, 1), "result");
+  assert_null(json_object_get(call, "isError"));
+  const char *why = NULL;
+  assert_int_equal(error_code(json_array_get(r, 3), &why), TG_RPC_INVALID_REQUEST);
+  assert_non_null(strstr(why, "initialize"));
+  assert_int_equal(error_code(json_array_get(r, 4), &why), TG_RPC_INVALID_REQUEST);
+  assert_non_null(strstr(why, "2026-07-28"));
+  json_decref(r);
+  assert_true(w->session.initialized);
+  assert_int_equal(asked_rows(w), asked + 1);
+  assert_string_equal(method_at(w->sent, 0), "sampling/createMessage"); /* the call asked */
+  /* Notifications alone get no answer. */
+  assert_null(handle(w, "[" INITIALIZED "]", &reply));
+  assert_int_equal(reply.http_status, 202);
+}
+
+/* On a later revision a batch is refused: each request in it gets its own error, and nothing
+ * in it is served or written. */
+static void test_batch_refused_past_2025_03_26(void **state) {
+  world *w = *state;
+  json_decref(handle(w, INITIALIZE, NULL));
+  long asked = asked_rows(w);
+  long logs = fixture_count(w->f, "agent_run_logs");
+  tg_mcp_reply reply;
+  json_t *r = handle(w, "[" INITIALIZED "," ASK_WRITE(3) "," PING(4) "]", &reply);
+  assert_int_equal(reply.http_status, 400);
+  assert_int_equal(json_array_size(r), 2);
+  const char *why = NULL;
+  assert_int_equal(json_integer_value(json_object_get(json_array_get(r, 0), "id")), 3);
+  assert_int_equal(error_code(json_array_get(r, 0), &why), TG_RPC_INVALID_REQUEST);
+  assert_non_null(strstr(why, "2025-03-26"));
+  assert_int_equal(json_integer_value(json_object_get(json_array_get(r, 1), "id")), 4);
+  json_decref(r);
+  assert_false(w->session.initialized);
+  assert_int_equal(asked_rows(w), asked);
+  assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs);
+  assert_int_equal(json_array_size(w->sent), 0);
+}
+
 /* ---- stdio end to end ---- */
 
 typedef struct stdio_run {
@@ -587,6 +657,75 @@ static bool withdraws(json_t *msg, const char *reason) {
          strcmp(json_string_value(json_object_get(msg, "method")), "notifications/cancelled") == 0 &&
          json_object_get(params, "requestId") &&
          strcmp(json_string_value(json_object_get(params, "reason")), reason) == 0;
+}
+
+/* A 2025-03-26 connection takes batches, each answered on one line. A response in a batch
+ * reaches the call waiting for it at once, while the rest of that batch waits its turn
+ * behind the call. */
+static void test_stdio_batches(void **state) {
+  world *w = *state;
+  long asked = asked_rows(w);
+  stdio_run *s = stdio_start(w);
+  stdio_send(s, INITIALIZE_AT("2025-03-26"));
+  expect_answer(s, 1);
+  stdio_send(s, "[" INITIALIZED "," PING(2) "," ASK_WRITE(3) "]");
+  json_t *ask = stdio_next(s);
+  assert_string_equal(json_string_value(json_object_get(ask, "method")), "sampling/createMessage");
+  char answer[512];
+  snprintf(answer, sizeof answer,
+           "[{\"jsonrpc\":\"2.0\",\"id\":%lld,\"result\":{\"role\":\"assistant\",\"content\":{"
+           "\"type\":\"text\",\"text\":\"hi\"},\"model\":\"m\"}}," PING(4) "]",
+           (long long)json_integer_value(json_object_get(ask, "id")));
+  json_decref(ask);
+  stdio_send(s, answer);
+  json_t *first = stdio_next(s);
+  assert_int_equal(json_array_size(first), 2);
+  assert_int_equal(json_integer_value(json_object_get(json_array_get(first, 0), "id")), 2);
+  json_t *call = json_array_get(first, 1);
+  assert_int_equal(json_integer_value(json_object_get(call, "id")), 3);
+  assert_null(json_object_get(json_object_get(call, "result"), "isError"));
+  json_decref(first);
+  json_t *second = stdio_next(s);
+  assert_int_equal(json_array_size(second), 1);
+  assert_int_equal(json_integer_value(json_object_get(json_array_get(second, 0), "id")), 4);
+  json_decref(second);
+  stdio_stop(s);
+  assert_int_equal(asked_rows(w), asked + 1);
+
+  /* On 2025-11-25 each request in a batch is refused, and none is served. */
+  s = stdio_start(w);
+  stdio_send(s, INITIALIZE);
+  expect_answer(s, 1);
+  stdio_send(s, "[" ASK_WRITE(2) "," PING(3) "]");
+  json_t *refused = stdio_next(s);
+  assert_int_equal(json_array_size(refused), 2);
+  assert_int_equal(error_code(json_array_get(refused, 0), NULL), TG_RPC_INVALID_REQUEST);
+  assert_int_equal(json_integer_value(json_object_get(json_array_get(refused, 1), "id")), 3);
+  json_decref(refused);
+  stdio_stop(s);
+  assert_int_equal(asked_rows(w), asked + 1);
+}
+
+/* A call of a batch waiting for the client's answer hears of its cancellation: it withdraws
+ * its question, writes nothing, and the batch, left with no reply, gets no answer. */
+static void test_stdio_batched_call_cancelled_while_asking(void **state) {
+  world *w = *state;
+  long asked = asked_rows(w);
+  stdio_run *s = stdio_start(w);
+  stdio_send(s, INITIALIZE_AT("2025-03-26"));
+  expect_answer(s, 1);
+  stdio_send(s, "[" ASK_WRITE(3) "]");
+  json_t *ask = stdio_next(s);
+  assert_string_equal(json_string_value(json_object_get(ask, "method")), "sampling/createMessage");
+  json_decref(ask);
+  stdio_send(s, CANCEL(3));
+  json_t *withdrawal = stdio_next(s);
+  assert_true(withdraws(withdrawal, "The call no longer waits for it"));
+  json_decref(withdrawal);
+  stdio_send(s, PING(4));
+  expect_answer(s, 4); /* the next line: 3 got none */
+  stdio_stop(s);
+  assert_int_equal(asked_rows(w), asked);
 }
 
 static void test_stdio_cancel_while_the_client_is_asked(void **state) {
@@ -962,6 +1101,11 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_listen_acknowledges_filters_and_ends, setup_fixtures, teardown),
       cmocka_unit_test_setup_teardown(test_listen_cancelled_as_it_subscribes, setup_fixtures, teardown),
       cmocka_unit_test_setup_teardown(test_no_list_changes_without_a_watch, setup_fixtures, teardown),
+      cmocka_unit_test_setup_teardown(test_batch_served_on_2025_03_26, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_batch_refused_past_2025_03_26, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_batches, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_batched_call_cancelled_while_asking, setup_kit,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_stdio_cancel_while_the_client_is_asked, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_message_at_the_limit_with_crlf, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_ends_with_its_token, setup_kit, teardown),

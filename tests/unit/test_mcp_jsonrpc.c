@@ -1,4 +1,5 @@
 /* JSON-RPC decoding and encoding: every malformed shape gets its precise code, limits hold. */
+#define _GNU_SOURCE
 #include "support.h"
 
 #include <stdlib.h>
@@ -61,26 +62,10 @@ static void test_shape_errors(void **state) {
   fails_with("1", TG_RPC_INVALID_REQUEST);
   fails_with("\"ping\"", TG_RPC_INVALID_REQUEST);
   fails_with("null", TG_RPC_INVALID_REQUEST);
-  json_t *batch = decode_fails("[]", 2, TG_RPC_INVALID_REQUEST);
-  assert_string_equal(json_string_value(json_object_get(json_object_get(batch, "error"), "message")),
-                      "Batches are not supported");
-  json_decref(batch);
-  fails_with("[{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}]",
-             TG_RPC_INVALID_REQUEST);
-  /* Each request of a batch is refused by its id: its client waits for none. */
-  static const char requests[] = "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"},"
-                                 "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/x\"},"
-                                 "{\"jsonrpc\":\"2.0\",\"id\":\"b\",\"method\":\"tools/list\"}, 7]";
-  tg_rpc_msg msg;
-  json_t *answers = NULL;
-  assert_int_equal(tg_rpc_decode(requests, strlen(requests), &msg, &answers), TG_RPC_INVALID_REQUEST);
-  assert_int_equal(json_array_size(answers), 2);
-  assert_int_equal(json_integer_value(json_object_get(json_array_get(answers, 0), "id")), 1);
-  assert_string_equal(json_string_value(json_object_get(json_array_get(answers, 1), "id")), "b");
-  assert_int_equal(json_integer_value(json_object_get(
-                       json_object_get(json_array_get(answers, 1), "error"), "code")),
-                   TG_RPC_INVALID_REQUEST);
-  json_decref(answers);
+  /* A batch holds at least one message (JSON-RPC answers an empty one with one error). */
+  json_t *empty = decode_fails("[]", 2, TG_RPC_INVALID_REQUEST);
+  assert_true(json_is_null(json_object_get(empty, "id")));
+  json_decref(empty);
   fails_with("{\"id\":1,\"method\":\"ping\"}", TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"1.0\",\"id\":1,\"method\":\"ping\"}", TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"ping\"}", TG_RPC_INVALID_REQUEST);
@@ -198,6 +183,96 @@ static void test_limits(void **state) {
   free(s);
 }
 
+/* An array is a batch, read element by element as messages are; refused, each request in it
+ * gets its own error; past the limits, it is refused as it is read. */
+static void test_batches(void **state) {
+  static const char text[] = "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"},"
+                             "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/x\"},"
+                             "{\"jsonrpc\":\"2.0\",\"id\":\"b\",\"method\":\"tools/list\"}, 7,"
+                             "{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{}}]";
+  tg_rpc_msg batch, m;
+  json_t *err = NULL;
+  assert_int_equal(tg_rpc_decode(text, strlen(text), &batch, &err), 0);
+  assert_int_equal(batch.kind, TG_RPC_BATCH);
+  assert_int_equal(json_array_size(batch.root), 5);
+  static const int kinds[] = {TG_RPC_REQUEST, TG_RPC_NOTIFICATION, TG_RPC_REQUEST, -1,
+                              TG_RPC_RESPONSE};
+  for (size_t i = 0; i < 5; i++) {
+    int r = tg_rpc_decode_element(json_array_get(batch.root, i), &m, &err);
+    if (kinds[i] < 0) {
+      assert_int_equal(r, TG_RPC_INVALID_REQUEST);
+      assert_true(json_is_null(json_object_get(err, "id")));
+      json_decref(err);
+      continue;
+    }
+    assert_int_equal(r, 0);
+    assert_int_equal(m.kind, kinds[i]);
+    tg_rpc_msg_done(&m);
+  }
+  assert_int_equal(json_array_size(batch.root), 5); /* elements are borrowed */
+  /* Refused, each request is answered by its id: its client waits for none. */
+  json_t *answers = tg_rpc_refuse_batch(&batch, TG_RPC_INTERNAL_ERROR, "no", json_pack("{s:i}", "n", 1));
+  assert_int_equal(json_array_size(answers), 2);
+  assert_int_equal(json_integer_value(json_object_get(json_array_get(answers, 0), "id")), 1);
+  json_t *second = json_array_get(answers, 1);
+  assert_string_equal(json_string_value(json_object_get(second, "id")), "b");
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(second, "error"), "code")),
+                   TG_RPC_INTERNAL_ERROR);
+  assert_int_equal(
+      json_integer_value(json_object_get(json_object_get(json_object_get(second, "error"), "data"), "n")),
+      1);
+  json_decref(answers);
+  tg_rpc_msg_done(&batch);
+  /* One holding no request gets one error, naming none. */
+  static const char notes[] = "[{\"jsonrpc\":\"2.0\",\"method\":\"notifications/x\"}]";
+  assert_int_equal(tg_rpc_decode(notes, strlen(notes), &batch, &err), 0);
+  answers = tg_rpc_refuse_batch(&batch, TG_RPC_INVALID_REQUEST, "no", NULL);
+  assert_true(json_is_object(answers));
+  assert_true(json_is_null(json_object_get(answers, "id")));
+  json_decref(answers);
+  tg_rpc_msg_done(&batch);
+
+  /* One message more than a batch may hold: each request refused, as it is read. */
+  size_t cap = (TG_RPC_MAX_BATCH + 1) * 64;
+  char *many = malloc(cap);
+  assert_non_null(many);
+  size_t n = 0, at_limit = 0;
+  for (int i = 0; i <= TG_RPC_MAX_BATCH; i++) {
+    if (i == TG_RPC_MAX_BATCH) at_limit = n; /* where the last one begins */
+    n += (size_t)snprintf(many + n, cap - n, "%c{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"ping\"}",
+                          i ? ',' : '[', i);
+  }
+  n += (size_t)snprintf(many + n, cap - n, "]");
+  assert_int_equal(tg_rpc_decode(many, n, &batch, &answers), TG_RPC_INVALID_REQUEST);
+  assert_null(batch.root);
+  assert_int_equal(json_array_size(answers), TG_RPC_MAX_BATCH + 1);
+  json_t *last = json_object_get(json_array_get(answers, TG_RPC_MAX_BATCH), "error");
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(last, "data"), "maxMessages")),
+                   TG_RPC_MAX_BATCH);
+  json_decref(answers);
+  /* As many as it may: read. */
+  many[at_limit] = ']';
+  assert_int_equal(tg_rpc_decode(many, at_limit + 1, &batch, &err), 0);
+  assert_int_equal(json_array_size(batch.root), TG_RPC_MAX_BATCH);
+  tg_rpc_msg_done(&batch);
+  free(many);
+
+  /* Past a limit of the text, each request readable in it is refused by its id. */
+  char *deep = nested(TG_RPC_MAX_DEPTH);
+  char *wrapped = NULL;
+  assert_true(asprintf(&wrapped, "[%s,{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"ping\"}]", deep) > 0);
+  assert_int_equal(tg_rpc_decode(wrapped, strlen(wrapped), &batch, &answers), TG_RPC_INVALID_REQUEST);
+  assert_int_equal(json_array_size(answers), 2);
+  assert_int_equal(json_integer_value(json_object_get(json_array_get(answers, 1), "id")), 9);
+  assert_string_equal(json_string_value(json_object_get(
+                          json_object_get(json_object_get(json_array_get(answers, 1), "error"), "data"),
+                          "limit")),
+                      "nesting depth");
+  json_decref(answers);
+  free(wrapped);
+  free(deep);
+}
+
 static void test_builders(void **state) {
   json_t *id = json_integer(3);
   json_t *res = tg_rpc_result(id, json_pack("{s:b}", "ok", 1));
@@ -251,6 +326,7 @@ int main(void) {
       cmocka_unit_test(test_shape_errors),
       cmocka_unit_test(test_error_echoes_readable_id),
       cmocka_unit_test(test_limits),
+      cmocka_unit_test(test_batches),
       cmocka_unit_test(test_builders),
       cmocka_unit_test(test_result_with_encoded_member),
   };
