@@ -432,13 +432,15 @@ static bool past_bounds(server *s, held_share *share, size_t unread, size_t n) {
          undelivered(&share->held, &share->kept) + n > s->held_max / 2;
 }
 
-/* The error that takes the place of a reply to request id of n bytes past the bounds
- * (encoded; NULL without memory). */
-static char *too_large(json_t *id, size_t n) {
+/* The error that takes the place of a reply of n bytes past the bounds, to request id or to
+ * batch (when not NULL: then one error naming each of its requests); encoded, NULL without
+ * memory. */
+static char *too_large(json_t *id, const tg_rpc_msg *batch, size_t n) {
   tg_log(TG_LOG_WARN, "http: a reply of %zu bytes, past the bounds on output not delivered yet, "
          "was replaced by an error", n);
-  _cleanup_json_ json_t *error =
-      tg_rpc_error(id, TG_RPC_INTERNAL_ERROR, "The result is too large to send", NULL);
+  static const char why[] = "The result is too large to send";
+  _cleanup_json_ json_t *error = batch ? tg_rpc_refuse_batch(batch, TG_RPC_INTERNAL_ERROR, why, NULL)
+                                       : tg_rpc_error(id, TG_RPC_INTERNAL_ERROR, why, NULL);
   return error ? tg_rpc_encode(error) : NULL;
 }
 
@@ -551,7 +553,7 @@ static int append_event_locked(stream *st, char *text, bool bounded) {
 static void append_reply_locked(stream *st, char *text, json_t *id) {
   size_t n = text ? strlen(text) : 0;
   if (append_event_locked(st, text, true) == TG_E_TOO_LARGE)
-    append_event_locked(st, too_large(id, n), false);
+    append_event_locked(st, too_large(id, NULL, n), false);
 }
 
 /* One encoded event (text, stolen) on st. */
@@ -1122,20 +1124,20 @@ static bool deliver_answer(server *s, session *x, const tg_rpc_msg *msg) {
   return found;
 }
 
-/* Hands the responses in batch to the tools waiting for them; tg_mcp_handle_batch serves the
- * rest. One that no tool waits for is dropped: a batch has no answer of its own to refuse it. */
-static void deliver_batched_answers(server *s, session *x, const tg_rpc_msg *batch) {
-  size_t i;
-  json_t *value;
-  json_array_foreach(batch->root, i, value) {
-    tg_rpc_msg m;
-    json_t *error = NULL;
-    if (tg_rpc_decode_element(value, &m, &error) == 0 && m.kind == TG_RPC_RESPONSE &&
-        !deliver_answer(s, x, &m))
-      tg_log(TG_LOG_WARN, "http: a batched response to no request waiting for one; dropped");
-    tg_rpc_msg_done(&m);
-    json_decref(error);
-  }
+/* A session a batch of it is delivered to. */
+typedef struct batch_target {
+  server *srv;
+  session *sess;
+} batch_target;
+
+/* Takes a response out of a batch (tg_rpc_batch_take) to the tool waiting for it. One that no
+ * tool waits for is dropped: a batch has no answer of its own to refuse it with. */
+static int deliver_batched_answer(void *arg, tg_rpc_msg *element) {
+  batch_target *t = arg;
+  if (element->kind != TG_RPC_RESPONSE) return 0;
+  if (!deliver_answer(t->srv, t->sess, element))
+    tg_log(TG_LOG_WARN, "http: a batched response to no request waiting for one; dropped");
+  return 1;
 }
 
 /* A request works on a copy of its session's state. Requests of one session may run at
@@ -1410,12 +1412,13 @@ static void json_answer_free(void *cls) {
   free(a);
 }
 
-/* Answers principal's request id with its reply (text, encoded, stolen) as JSON, within the
- * bounds on output not delivered yet unless it is small; past them, an error naming the same
- * request takes its place (small too), as on a stream. */
+/* Answers principal's request id, or batch when not NULL, with its reply (text, encoded,
+ * stolen) as JSON, within the bounds on output not delivered yet unless it is small; past
+ * them, an error naming the same request (each of the batch's) takes its place, as on a
+ * stream. */
 static enum MHD_Result queue_reply(server *s, struct MHD_Connection *conn, const char *principal,
                                    unsigned status, char *text, json_t *id,
-                                   const char *session_id) {
+                                   const tg_rpc_msg *batch, const char *session_id) {
   size_t n = text ? strlen(text) : 0;
   if (n <= SMALL_ANSWER_BYTES) return queue_text(conn, status, text, session_id);
   json_answer *a = calloc(1, sizeof *a);
@@ -1430,7 +1433,7 @@ static enum MHD_Result queue_reply(server *s, struct MHD_Connection *conn, const
   a->srv = s;
   a->n = n;
   if (past_bounds(s, a->share, 0, a->n)) {
-    char *error = too_large(id, a->n);
+    char *error = too_large(id, batch, a->n);
     free(text);
     share_put(s, a->share);
     free(a);
@@ -1707,7 +1710,7 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
     pthread_mutex_unlock(&st->lock);
     /* Without a message the request was cancelled: the status says so. */
     enum MHD_Result r = final ? queue_reply(s, conn, st->share->principal, (unsigned)status, final,
-                                            st->final_id, session_id)
+                                            st->final_id, NULL, session_id)
                               : queue(conn, (unsigned)status, NULL, NULL, session_id);
     stream_release(st);
     session_put(s, x);
@@ -1842,8 +1845,11 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
     w->loaded_level = -1;
     new_sid = w->sess->id;
   }
-  if (w->msg.kind == TG_RPC_BATCH && w->sess && tg_mcp_takes_batches(&w->scratch))
-    deliver_batched_answers(s, w->sess, &w->msg);
+  if (w->msg.kind == TG_RPC_BATCH && w->sess && tg_mcp_takes_batches(&w->scratch) &&
+      tg_rpc_batch_take(&w->msg, deliver_batched_answer, &(batch_target){s, w->sess}) < 0) {
+    result = MHD_NO;
+    goto done;
+  }
   if (w->msg.kind == TG_RPC_RESPONSE) {
     result = w->sess && deliver_answer(s, w->sess, &w->msg)
                  ? queue(conn, MHD_HTTP_ACCEPTED, NULL, NULL, NULL)
@@ -1919,7 +1925,8 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
            : reply.text && w->st && w->st->len
                ? queue_events(s, conn, w->sess, w->st, reply.text, w->msg.id, new_sid)
            : reply.text ? queue_reply(s, conn, principal, (unsigned)reply.http_status, reply.text,
-                                      w->msg.id, new_sid)
+                                      w->msg.id, w->msg.kind == TG_RPC_BATCH ? &w->msg : NULL,
+                                      new_sid)
                            : queue(conn, MHD_HTTP_ACCEPTED, NULL, NULL, new_sid);
 done:
   worker_free(w);

@@ -311,3 +311,26 @@ int tg_rpc_decode_element(json_t *element, tg_rpc_msg *msg, json_t **ret_error) 
 json_t *tg_rpc_refuse_batch(const tg_rpc_msg *batch, int code, const char *why, json_t *data) {
   return refusals(batch->root, code, why, data);
 }
+
+int tg_rpc_batch_take(tg_rpc_msg *batch, int (*take)(void *arg, tg_rpc_msg *element),
+                      void *arg) {
+  json_t *rest = json_array();
+  if (!rest) return TG_E_NOMEM;
+  size_t i;
+  json_t *value;
+  json_array_foreach(batch->root, i, value) {
+    tg_rpc_msg element;
+    json_t *error = NULL;
+    int r = tg_rpc_decode_element(value, &element, &error);
+    json_decref(error);
+    r = r == 0 ? take(arg, &element) : 0;
+    tg_rpc_msg_done(&element);
+    if (r < 0 || (r == 0 && json_array_append(rest, value) < 0)) {
+      json_decref(rest);
+      return r < 0 ? r : TG_E_NOMEM;
+    }
+  }
+  json_decref(batch->root);
+  batch->root = rest;
+  return 0;
+}

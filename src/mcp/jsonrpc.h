@@ -53,6 +53,13 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
 int tg_rpc_decode_element(json_t *element, tg_rpc_msg *msg, json_t **ret_error);
 void tg_rpc_msg_done(tg_rpc_msg *msg);
 
+/* Hands each message of batch (TG_RPC_BATCH) to take, in order; take returns 1 for one it
+ * serves ahead of the others (and may move its root out), which leaves the batch, 0 for one
+ * that stays, or a failure, which ends the walk and is returned (the batch is then as it
+ * was). Elements that are no message stay. The batch may be left empty. */
+int tg_rpc_batch_take(tg_rpc_msg *batch, int (*take)(void *arg, tg_rpc_msg *element),
+                      void *arg);
+
 /* The answer to batch (TG_RPC_BATCH) refused: an array of the error (code, why, and data:
  * stolen, may be NULL) of each request in it, so that no client waits for one, or one error
  * naming no request when it holds none. NULL when out of memory. */

@@ -1298,6 +1298,40 @@ int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_
   return r;
 }
 
+/* The id of the next request msg is, itself or in a batch, or NULL past the last: *i (0 at
+ * first) walks the batch. A request decodes without allocating, so the walk is the same
+ * each time. */
+static json_t *next_request_id(const tg_rpc_msg *msg, size_t *i) {
+  if (msg->kind == TG_RPC_REQUEST) return (*i)++ == 0 ? msg->id : NULL;
+  while (msg->kind == TG_RPC_BATCH && *i < json_array_size(msg->root)) {
+    json_t *value = json_array_get(msg->root, (*i)++);
+    tg_rpc_msg m;
+    json_t *error = NULL;
+    bool request = tg_rpc_decode_element(value, &m, &error) == 0 && m.kind == TG_RPC_REQUEST;
+    tg_rpc_msg_done(&m);
+    json_decref(error);
+    if (request) return json_object_get(value, "id");
+  }
+  return NULL;
+}
+
+int tg_mcp_enter_requests(tg_mcp_inflight *t, const tg_rpc_msg *msg) {
+  size_t i = 0, entered = 0;
+  for (json_t *id; (id = next_request_id(msg, &i)); entered++) {
+    if (tg_mcp_inflight_begin(t, id) == 0) continue;
+    size_t j = 0;
+    for (json_t *undo; entered-- > 0 && (undo = next_request_id(msg, &j));)
+      tg_mcp_inflight_end(t, undo);
+    return TG_E_NOMEM;
+  }
+  return 0;
+}
+
+void tg_mcp_leave_requests(tg_mcp_inflight *t, const tg_rpc_msg *msg) {
+  size_t i = 0;
+  for (json_t *id; (id = next_request_id(msg, &i));) tg_mcp_inflight_end(t, id);
+}
+
 bool tg_mcp_takes_batches(const tg_mcp_session *s) {
   /* JSON-RPC batches came with 2025-03-26, and 2025-06-18 took them out. */
   return s->era != TG_MCP_ERA_MODERN && strcmp(s->version, "2025-03-26") == 0;
@@ -1335,10 +1369,15 @@ int tg_mcp_handle_batch(const tg_mcp_server *srv, const tg_mcp_request *req,
     reply->http_status = 400;
     return reply->text ? 0 : TG_E_NOMEM;
   }
+  /* All in flight from the start, so that a cancellation reaches those that wait their turn. */
+  if (req->inflight && tg_mcp_enter_requests(req->inflight, batch) < 0) return TG_E_NOMEM;
   char *answers = NULL;
   size_t size = 0, n = 0;
   FILE *out = open_memstream(&answers, &size);
-  if (!out) return TG_E_NOMEM;
+  if (!out) {
+    if (req->inflight) tg_mcp_leave_requests(req->inflight, batch);
+    return TG_E_NOMEM;
+  }
   int r = 0;
   size_t i;
   json_t *value;
@@ -1360,6 +1399,7 @@ int tg_mcp_handle_batch(const tg_mcp_server *srv, const tg_mcp_request *req,
     free(one.text);
     if (r < 0) break;
   }
+  if (req->inflight) tg_mcp_leave_requests(req->inflight, batch);
   if (r == 0 && n && fputc(']', out) == EOF) r = TG_E_NOMEM;
   if (fclose(out) != 0 && r == 0) r = TG_E_NOMEM;
   if (r < 0 || n == 0) {

@@ -124,6 +124,11 @@ json_t *tg_mcp_withdrawal(const json_t *ask, bool timed_out);
 int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_rpc_msg *msg,
                   tg_mcp_reply *reply);
 
+/* Enters the requests of msg (itself, or those in a batch) in t, the table of requests in
+ * flight (0, or TG_E_NOMEM with none entered), and takes them out again. */
+int tg_mcp_enter_requests(tg_mcp_inflight *t, const tg_rpc_msg *msg);
+void tg_mcp_leave_requests(tg_mcp_inflight *t, const tg_rpc_msg *msg);
+
 /* Whether session s takes JSON-RPC batches: one that negotiated 2025-03-26 does. */
 bool tg_mcp_takes_batches(const tg_mcp_session *s);
 

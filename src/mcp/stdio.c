@@ -172,48 +172,39 @@ static bool take_at_once(conn *c, tg_rpc_msg *msg, int *r) {
   return true;
 }
 
-/* Takes out of batch, when the session takes batches, the messages served at once
- * (take_at_once); the rest waits to be served together (*left: whether any is). */
-static int take_batched_at_once(conn *c, tg_rpc_msg *batch, bool *left) {
-  *left = true;
-  pthread_mutex_lock(&c->lock);
-  bool takes = c->takes_batches;
-  pthread_mutex_unlock(&c->lock);
-  if (!takes) return TG_OK; /* refused whole, in its turn */
-  json_t *rest = json_array();
-  if (!rest) return TG_E_NOMEM;
-  int r = TG_OK;
-  size_t i;
-  json_t *value;
-  json_array_foreach(batch->root, i, value) {
-    tg_rpc_msg m;
-    json_t *error = NULL;
-    bool served = tg_rpc_decode_element(value, &m, &error) == 0 && take_at_once(c, &m, &r);
-    tg_rpc_msg_done(&m);
-    json_decref(error);
-    if (r < 0 || (!served && json_array_append(rest, value) < 0)) {
-      json_decref(rest);
-      return r < 0 ? r : TG_E_NOMEM;
-    }
-  }
-  json_decref(batch->root);
-  batch->root = rest;
-  *left = json_array_size(rest) > 0;
-  return TG_OK;
+/* take_at_once for a message of a batch (tg_rpc_batch_take). */
+static int take_element_at_once(void *arg, tg_rpc_msg *element) {
+  int r;
+  return take_at_once(arg, element, &r) ? (r < 0 ? r : 1) : 0;
+}
+
+/* The error refusing msg (code, why, data: stolen, may be NULL): a request's, or one naming
+ * each request in a batch; NULL for a notification, and for a batch of them alone. */
+static json_t *refusal_of(const tg_rpc_msg *msg, int code, const char *why, json_t *data) {
+  if (msg->kind == TG_RPC_REQUEST) return tg_rpc_error(msg->id, code, why, data);
+  json_t *refusal = msg->kind == TG_RPC_BATCH ? tg_rpc_refuse_batch(msg, code, why, data) : NULL;
+  if (msg->kind != TG_RPC_BATCH) json_decref(data);
+  if (json_is_array(refusal)) return refusal;
+  json_decref(refusal); /* one naming no request */
+  return NULL;
 }
 
 /* Takes one message off the reader (msg: moved into the queue or released). A cancellation
- * is served at once; the response a call waits for goes to it; so do those in a batch.
- * Requests are entered in flight as they are queued, so that a cancellation finds them
- * before they are served (a batch's, as each is served). When the queue is full (in
- * messages, or in bytes: one message always fits an empty queue) a request is refused and a
- * notification dropped: the reader never stops reading, so that a cancellation or a response
- * behind them still arrives. */
+ * is served at once; the response a call waits for goes to it; so do those in a batch, when
+ * the session takes batches (else the batch is refused whole in its turn). Requests are
+ * entered in flight as they are queued, so that a cancellation finds them before they are
+ * served. When the queue is full (in messages, or in bytes: one message always fits an
+ * empty queue) a request is refused and a notification dropped: the reader never stops
+ * reading, so that a cancellation or a response behind them still arrives. */
 static int take(conn *c, tg_rpc_msg *msg, size_t bytes) {
   int r;
   if (take_at_once(c, msg, &r)) return r;
-  bool left = true;
-  if (msg->kind == TG_RPC_BATCH && ((r = take_batched_at_once(c, msg, &left)) < 0 || !left)) {
+  pthread_mutex_lock(&c->lock);
+  bool takes_batches = c->takes_batches;
+  pthread_mutex_unlock(&c->lock);
+  if (msg->kind == TG_RPC_BATCH && takes_batches &&
+      ((r = tg_rpc_batch_take(msg, take_element_at_once, c)) < 0 ||
+       json_array_size(msg->root) == 0)) {
     tg_rpc_msg_done(msg);
     return r;
   }
@@ -237,8 +228,7 @@ static int take(conn *c, tg_rpc_msg *msg, size_t bytes) {
                (!c->queued || c->queued_bytes + bytes <= TG_MCP_STDIO_QUEUE_MAX_BYTES)) ||
               (handshake && c->queued < TG_MCP_STDIO_QUEUE_MAX + 1);
   size_t waiting = c->queued, waiting_bytes = c->queued_bytes; /* for the log, as they were */
-  r = room && msg->kind == TG_RPC_REQUEST ? tg_mcp_inflight_begin(c->req->inflight, msg->id)
-                                          : TG_OK;
+  r = room ? tg_mcp_enter_requests(c->req->inflight, msg) : TG_OK;
   if (room && r == TG_OK) {
     c->sizes[c->queued] = bytes;
     c->queue[c->queued++] = *msg;
@@ -254,12 +244,8 @@ static int take(conn *c, tg_rpc_msg *msg, size_t bytes) {
     static const char why[] = "Too many requests wait to be served";
     json_t *data = json_pack("{s:i,s:I}", "max", TG_MCP_STDIO_QUEUE_MAX, "maxBytes",
                              (json_int_t)TG_MCP_STDIO_QUEUE_MAX_BYTES);
-    if (msg->kind == TG_RPC_REQUEST)
-      r = write_message(c, tg_rpc_error(msg->id, TG_RPC_INTERNAL_ERROR, why, data));
-    else if (msg->kind == TG_RPC_BATCH)
-      r = write_message(c, tg_rpc_refuse_batch(msg, TG_RPC_INTERNAL_ERROR, why, data));
-    else
-      json_decref(data);
+    json_t *refusal = refusal_of(msg, TG_RPC_INTERNAL_ERROR, why, data);
+    if (refusal) r = write_message(c, refusal);
   }
   tg_rpc_msg_done(msg);
   return r;
@@ -307,8 +293,8 @@ static void serving(void *arg, json_t *id) {
   c->serving = id;
 }
 
-/* Serves msg (released) taken from the queue; a request leaves the table of requests in
- * flight, where take entered it. */
+/* Serves msg (released) taken from the queue; its requests leave the table of requests in
+ * flight, where take entered them. */
 static int serve_one(conn *c, tg_rpc_msg *msg) {
   tg_mcp_reply reply;
   bool request = msg->kind == TG_RPC_REQUEST;
@@ -316,18 +302,14 @@ static int serve_one(conn *c, tg_rpc_msg *msg) {
   int r = msg->kind == TG_RPC_BATCH
               ? tg_mcp_handle_batch(c->srv, c->req, msg, serving, c, &reply)
               : tg_mcp_handle(c->srv, c->req, msg, &reply);
-  if (request) {
-    serving(c, NULL);
-    tg_mcp_inflight_end(c->req->inflight, msg->id);
-  }
+  if (request) serving(c, NULL);
+  tg_mcp_leave_requests(c->req->inflight, msg);
   /* What the reader reads from now on is read as this session takes it. */
   pthread_mutex_lock(&c->lock);
   c->takes_batches = tg_mcp_takes_batches(c->req->session);
   pthread_mutex_unlock(&c->lock);
   if (r < 0) {
-    json_t *err = request || msg->kind == TG_RPC_BATCH
-                      ? tg_rpc_error(msg->id, TG_RPC_INTERNAL_ERROR, "Out of memory", NULL)
-                      : NULL;
+    json_t *err = refusal_of(msg, TG_RPC_INTERNAL_ERROR, "Out of memory", NULL);
     r = err ? write_message(c, err) : r;
   } else if (reply.text) {
     r = write_text(c, reply.text);
@@ -391,13 +373,13 @@ static int token_stands(conn *c) {
 static int refuse_unstanding(conn *c, tg_rpc_msg *msg, int r) {
   bool revoked = r == TG_E_NOTFOUND;
   r = revoked ? r : TG_OK;
-  if (msg->kind == TG_RPC_REQUEST) {
-    tg_mcp_inflight_end(c->req->inflight, msg->id);
-    int w = write_message(c, tg_rpc_error(msg->id,
-                                          revoked ? TG_RPC_INVALID_REQUEST : TG_RPC_INTERNAL_ERROR,
-                                          revoked ? "The token this server runs with was revoked"
-                                                  : "The token could not be checked; retry",
-                                          NULL));
+  tg_mcp_leave_requests(c->req->inflight, msg);
+  json_t *refusal = refusal_of(msg, revoked ? TG_RPC_INVALID_REQUEST : TG_RPC_INTERNAL_ERROR,
+                               revoked ? "The token this server runs with was revoked"
+                                       : "The token could not be checked; retry",
+                               NULL);
+  if (refusal) {
+    int w = write_message(c, refusal);
     if (w < 0) r = w;
   }
   tg_rpc_msg_done(msg);

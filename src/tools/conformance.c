@@ -107,7 +107,12 @@ static int h_error(tg_call_ctx *cx, json_t *args, json_t **ret) {
 static int ask_client(tg_call_ctx *cx, const char *method, json_t *params, json_t **ret) {
   const tg_client_channel *ch = cx->client;
   if (!params) return TG_E_NOMEM;
-  if (!ch || !ch->ask || !tg_client_can(ch->capabilities, method, params)) {
+  if (!ch || !ch->ask) {
+    json_decref(params);
+    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, NULL,
+                   "This request has no way to send %s to the client", method);
+  }
+  if (!tg_client_can(ch->capabilities, method, params)) {
     json_t *need = NULL;
     tg_client_requirement(method, params, &need); /* without it, the details name none */
     json_decref(params);

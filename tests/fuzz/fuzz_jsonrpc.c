@@ -30,6 +30,7 @@ static void check_refusal(int r, json_t *err, const tg_rpc_msg *msg) {
 /* The contract of a decoded message: one of a known kind with the fields of that kind. */
 static void check_message(const tg_rpc_msg *msg) {
   if (msg->kind == TG_RPC_RESPONSE ? !msg->result == !msg->error : !msg->method) abort();
+  if (msg->kind == TG_RPC_RESPONSE && !msg->id && !msg->error) abort(); /* only an error may */
   if (msg->kind != TG_RPC_RESPONSE && msg->kind != TG_RPC_REQUEST && msg->id) abort();
   if (msg->kind == TG_RPC_REQUEST && !msg->id) abort();
   /* Stateless checks on a decoded message must not crash whatever its shape. */

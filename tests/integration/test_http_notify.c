@@ -613,6 +613,16 @@ static void test_batches_on_a_2025_03_26_session(void **state) {
   assert_non_null(strstr(got, "},{\"jsonrpc\":\"2.0\",\"id\":99,\"result\":{}}]"));
   free(got);
   assert_int_equal(fixture_count(w->f, "agent_runs"), runs + 1);
+  /* Its answer is JSON, which cannot carry the server's requests: a tool cannot ask. */
+  got = request(w, "POST", sid, NULL, "[" CALL_WITH("5", "test_sampling", "{\"prompt\":\"hi\"}") "]",
+                200);
+  assert_non_null(strstr(got, "\"isError\":true"));
+  assert_non_null(strstr(got, "no way to send sampling/createMessage"));
+  free(got);
+  /* Notifications alone get no answer. */
+  free(request(w, "POST", sid, NULL, "[{\"jsonrpc\":\"2.0\",\"method\":\"notifications/x\"}]",
+               202));
+  runs = fixture_count(w->f, "agent_runs");
 
   char later[64];
   open_session(w, "{}", later);
@@ -623,7 +633,7 @@ static void test_batches_on_a_2025_03_26_session(void **state) {
   got = request(w, "POST", NULL, NULL, "[" CALL(4, "test_simple_text") "]", 400);
   assert_non_null(strstr(got, "[{\"jsonrpc\":\"2.0\",\"id\":4,\"error\":{\"code\":-32600"));
   free(got);
-  assert_int_equal(fixture_count(w->f, "agent_runs"), runs + 1);
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs); /* neither ran */
 }
 
 /* Resumes stream no of session sid after its event, reads it until it ends, having seen
@@ -727,6 +737,22 @@ static unsigned restart(world *w) {
   assert_int_equal(tg_http_start(&w->cfg, &w->h, &port), 0);
   snprintf(w->url, sizeof w->url, "http://127.0.0.1:%u/mcp", port);
   return port;
+}
+
+/* A batch's answer past the bounds on output is replaced by an error naming each of its
+ * requests, as a single request's is by one naming it. */
+static void test_a_batch_answer_past_the_bounds_names_its_requests(void **state) {
+  world *w = *state;
+  w->cfg.max_held_bytes = 256 * 1024; /* 128 KB a caller */
+  restart(w);
+  char sid[64];
+  open_session_at(w, "2025-03-26", "{}", sid);
+  char *got = request(w, "POST", sid, NULL,
+                      "[" CALL_WITH("5", "test_note_overflow", "{\"bytes\":200000}") "," PING "]", 200);
+  assert_string_equal(got, "[{\"jsonrpc\":\"2.0\",\"id\":5,\"error\":{\"code\":-32603,\"message\":"
+                           "\"The result is too large to send\"}},{\"jsonrpc\":\"2.0\",\"id\":99,"
+                           "\"error\":{\"code\":-32603,\"message\":\"The result is too large to send\"}}]");
+  free(got);
 }
 
 /* A server named for one workspace takes only its tokens. */
@@ -1253,6 +1279,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_session_hears_of_list_changes_on_its_get_stream, setup, teardown),
       cmocka_unit_test_setup_teardown(test_batches_on_a_2025_03_26_session, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_batch_answer_past_the_bounds_names_its_requests, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_list_check_goes_on_while_the_pool_is_busy, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_principal_leaves_a_pool_thread_to_others, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sessions_are_bounded_per_principal, setup, teardown),

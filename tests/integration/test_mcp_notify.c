@@ -478,7 +478,8 @@ static json_int_t error_code(json_t *answer, const char **message) {
 /* A session that negotiated 2025-03-26 takes JSON-RPC batches (2025-06-18 took them out):
  * their messages are served in order, and one answer holds the replies and the errors of
  * elements that are no message. The handshake and 2026-07-28 requests stand alone; a
- * response goes to its transport, which delivers it. */
+ * response goes to its transport, which delivers it; a request cancelled before its turn
+ * gets no answer. */
 static void test_batch_served_on_2025_03_26(void **state) {
   world *w = *state;
   json_decref(handle(w, INITIALIZE_AT("2025-03-26"), NULL));
@@ -487,7 +488,7 @@ static void test_batch_served_on_2025_03_26(void **state) {
   json_t *r = handle(w,
                      "[" INITIALIZED "," PING(2) "," ASK_WRITE(3) ",7," INITIALIZE_AT("2025-03-26")
                      ",{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/list\",\"params\":{" MODERN_META
-                     "}},{\"jsonrpc\":\"2.0\",\"id\":44,\"result\":{}}]",
+                     "}},{\"jsonrpc\":\"2.0\",\"id\":44,\"result\":{}}," CANCEL(6) "," LIST(6) "]",
                      &reply);
   assert_int_equal(reply.http_status, 200);
   assert_int_equal(json_array_size(r), 5);
@@ -699,6 +700,7 @@ static void test_stdio_batches(void **state) {
   stdio_send(s, "[" ASK_WRITE(2) "," PING(3) "]");
   json_t *refused = stdio_next(s);
   assert_int_equal(json_array_size(refused), 2);
+  assert_int_equal(json_integer_value(json_object_get(json_array_get(refused, 0), "id")), 2);
   assert_int_equal(error_code(json_array_get(refused, 0), NULL), TG_RPC_INVALID_REQUEST);
   assert_int_equal(json_integer_value(json_object_get(json_array_get(refused, 1), "id")), 3);
   json_decref(refused);
@@ -726,6 +728,35 @@ static void test_stdio_batched_call_cancelled_while_asking(void **state) {
   expect_answer(s, 4); /* the next line: 3 got none */
   stdio_stop(s);
   assert_int_equal(asked_rows(w), asked);
+}
+
+/* A request of a batch is cancellable while it waits its turn, queued behind a call: it never
+ * runs and gets no answer, while the rest of its batch is served. */
+static void test_stdio_batched_request_cancelled_while_it_waits(void **state) {
+  world *w = *state;
+  long asked = asked_rows(w);
+  stdio_run *s = stdio_start(w);
+  stdio_send(s, INITIALIZE_AT("2025-03-26"));
+  expect_answer(s, 1);
+  stdio_send(s, ASK_WRITE(3));
+  stdio_send(s, "[" ASK_WRITE(5) "," PING(6) "]");
+  json_t *ask = stdio_next(s);
+  assert_string_equal(json_string_value(json_object_get(ask, "method")), "sampling/createMessage");
+  stdio_send(s, CANCEL(5));
+  char answer[512];
+  snprintf(answer, sizeof answer,
+           "{\"jsonrpc\":\"2.0\",\"id\":%lld,\"result\":{\"role\":\"assistant\",\"content\":{"
+           "\"type\":\"text\",\"text\":\"hi\"},\"model\":\"m\"}}",
+           (long long)json_integer_value(json_object_get(ask, "id")));
+  json_decref(ask);
+  stdio_send(s, answer);
+  expect_answer(s, 3);
+  json_t *answers = stdio_next(s); /* had 5 run, its question would come first */
+  assert_int_equal(json_array_size(answers), 1);
+  assert_int_equal(json_integer_value(json_object_get(json_array_get(answers, 0), "id")), 6);
+  json_decref(answers);
+  stdio_stop(s);
+  assert_int_equal(asked_rows(w), asked + 1);
 }
 
 static void test_stdio_cancel_while_the_client_is_asked(void **state) {
@@ -871,6 +902,15 @@ static void test_stdio_token_unchecked_goes_on(void **state) {
   assert_int_equal(json_integer_value(json_object_get(error, "code")), TG_RPC_INTERNAL_ERROR);
   assert_string_equal(json_string_value(json_object_get(error, "message")),
                       "The token could not be checked; retry");
+  json_decref(refused);
+  /* So is each request of a batch; one of notifications alone gets no answer, as a
+   * notification does not. */
+  stdio_send(s, "[" INITIALIZED "]");
+  stdio_send(s, "[" PING(4) "]");
+  refused = stdio_next(s);
+  assert_int_equal(json_array_size(refused), 1);
+  assert_int_equal(json_integer_value(json_object_get(json_array_get(refused, 0), "id")), 4);
+  assert_int_equal(error_code(json_array_get(refused, 0), NULL), TG_RPC_INTERNAL_ERROR);
   json_decref(refused);
   assert_int_equal(tg_db_exec(w->f->db, "ALTER TABLE api_tokens_away RENAME TO api_tokens", NULL,
                               NULL),
@@ -1106,6 +1146,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_stdio_batches, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_batched_call_cancelled_while_asking, setup_kit,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_batched_request_cancelled_while_it_waits,
+                                      setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_cancel_while_the_client_is_asked, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_message_at_the_limit_with_crlf, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_ends_with_its_token, setup_kit, teardown),
