@@ -234,6 +234,66 @@ test('SDK client over HTTP cancels a call waiting for sampling: the call gets no
   }
 });
 
+// The SDK's HTTP transport, bearing the token, with every message it receives, and a
+// promise of the next ones answering ids.
+function batchingTransport() {
+  const transport = new StreamableHTTPClientTransport(new URL(url), {
+    requestInit: { headers: { Authorization: `Bearer ${token}` } },
+  });
+  const received = new Map();
+  const waiting = [];
+  transport.onmessage = (m) => {
+    received.set(m.id, m);
+    for (const w of waiting.splice(0)) w();
+  };
+  const answers = async (...ids) => {
+    while (!ids.every((id) => received.has(id))) await new Promise((resolve) => waiting.push(resolve));
+    return ids.map((id) => received.get(id));
+  };
+  return { transport, answers };
+}
+
+async function initializeAt(transport, answers, protocolVersion) {
+  await transport.send({
+    jsonrpc: '2.0', id: 1, method: 'initialize',
+    params: { protocolVersion, capabilities: {}, clientInfo: { name: 'toolgate-interop', version: '1.0.0' } },
+  });
+  const [init] = await answers(1);
+  assert.equal(init.result.protocolVersion, protocolVersion);
+  await transport.send({ jsonrpc: '2.0', method: 'notifications/initialized' });
+}
+
+test('the SDK\'s HTTP transport sends a batch on a 2025-03-26 session and gets each answer', async () => {
+  const { transport, answers } = batchingTransport();
+  await transport.start();
+  try {
+    await initializeAt(transport, answers, '2025-03-26');
+    await transport.send([
+      { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'agent_tool_list', arguments: {} } },
+      { jsonrpc: '2.0', method: 'notifications/progress', params: { progressToken: 'x', progress: 1 } },
+      { jsonrpc: '2.0', id: 3, method: 'ping' },
+      { jsonrpc: '2.0', id: 4, method: 'tools/call', params: { name: 'admin.agent.list', arguments: {} } },
+    ]);
+    const [listed, pong, refused] = await answers(2, 3, 4);
+    assert.notEqual(listed.result.isError, true);
+    assert.equal(listed.result.content[0].type, 'text');
+    assert.deepEqual(pong.result, {});
+    assert.equal(refused.result.isError, true);
+  } finally {
+    await transport.close();
+  }
+  // 2025-06-18 took batches out: each request of one is refused, and nothing in it runs.
+  const later = batchingTransport();
+  await later.transport.start();
+  try {
+    await initializeAt(later.transport, later.answers, '2025-11-25');
+    await assert.rejects(later.transport.send([{ jsonrpc: '2.0', id: 2, method: 'ping' }]),
+      (e) => e.code === 400 && /"id":2/.test(e.message) && /2025-03-26/.test(e.message));
+  } finally {
+    await later.transport.close();
+  }
+});
+
 // A 2026-07-28 server/discover over HTTP (no session needed) bearing token (none when
 // undefined).
 function discoverOverHttp(token) {
