@@ -618,6 +618,16 @@ static void expect_answer(stdio_run *s, json_int_t id) {
   json_decref(msg);
 }
 
+/* The next line answers a batch: in order, a reply to each of the n ids; returned for more
+ * checks. */
+static json_t *expect_batch_answer(stdio_run *s, const json_int_t *ids, size_t n) {
+  json_t *answers = stdio_next(s);
+  assert_int_equal(json_array_size(answers), n);
+  for (size_t i = 0; i < n; i++)
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(answers, i), "id")), ids[i]);
+  return answers;
+}
+
 /* Waits for the server's thread (its input closed already, or the server ending on its own)
  * and frees s: the status it ended with. */
 static int stdio_join(stdio_run *s) {
@@ -636,18 +646,37 @@ static void stdio_stop(stdio_run *s) {
   assert_int_equal(stdio_join(s), 0);
 }
 
-/* A stdio connection after its handshake, with call 2 of test_ask_write waiting for the
- * client's answer to its sampling request. */
-static stdio_run *start_asking_call(world *w) {
+/* A stdio connection after its handshake (initialize), with the call that call starts (of
+ * test_ask_write) waiting for the client's answer to its sampling request, whose id goes to
+ * *ask_id unless it is NULL. */
+static stdio_run *start_asking_call_with(world *w, const char *initialize, const char *call,
+                                         json_int_t *ask_id) {
   stdio_run *s = stdio_start(w);
-  stdio_send(s, INITIALIZE);
+  stdio_send(s, initialize);
   expect_answer(s, 1);
   stdio_send(s, INITIALIZED);
-  stdio_send(s, ASK_WRITE(2));
+  stdio_send(s, call);
   json_t *ask = stdio_next(s);
   assert_string_equal(json_string_value(json_object_get(ask, "method")), "sampling/createMessage");
+  if (ask_id) *ask_id = json_integer_value(json_object_get(ask, "id"));
   json_decref(ask);
   return s;
+}
+
+/* The same on 2025-11-25, with call 2 asking. */
+static stdio_run *start_asking_call(world *w) {
+  return start_asking_call_with(w, INITIALIZE, ASK_WRITE(2), NULL);
+}
+
+/* Answers the server's sampling request ask_id; in a batch ahead of then, unless then is
+ * NULL. */
+static void send_sampling_answer(stdio_run *s, json_int_t ask_id, const char *then) {
+  char answer[512];
+  snprintf(answer, sizeof answer,
+           "%s{\"jsonrpc\":\"2.0\",\"id\":%lld,\"result\":{\"role\":\"assistant\",\"content\":{"
+           "\"type\":\"text\",\"text\":\"hi\"},\"model\":\"m\"}}%s%s%s",
+           then ? "[" : "", (long long)ask_id, then ? "," : "", then ? then : "", then ? "]" : "");
+  stdio_send(s, answer);
 }
 
 /* Whether msg withdraws the server's request to the client (notifications/cancelled) for
@@ -666,30 +695,14 @@ static bool withdraws(json_t *msg, const char *reason) {
 static void test_stdio_batches(void **state) {
   world *w = *state;
   long asked = asked_rows(w);
-  stdio_run *s = stdio_start(w);
-  stdio_send(s, INITIALIZE_AT("2025-03-26"));
-  expect_answer(s, 1);
-  stdio_send(s, "[" INITIALIZED "," PING(2) "," ASK_WRITE(3) "]");
-  json_t *ask = stdio_next(s);
-  assert_string_equal(json_string_value(json_object_get(ask, "method")), "sampling/createMessage");
-  char answer[512];
-  snprintf(answer, sizeof answer,
-           "[{\"jsonrpc\":\"2.0\",\"id\":%lld,\"result\":{\"role\":\"assistant\",\"content\":{"
-           "\"type\":\"text\",\"text\":\"hi\"},\"model\":\"m\"}}," PING(4) "]",
-           (long long)json_integer_value(json_object_get(ask, "id")));
-  json_decref(ask);
-  stdio_send(s, answer);
-  json_t *first = stdio_next(s);
-  assert_int_equal(json_array_size(first), 2);
-  assert_int_equal(json_integer_value(json_object_get(json_array_get(first, 0), "id")), 2);
-  json_t *call = json_array_get(first, 1);
-  assert_int_equal(json_integer_value(json_object_get(call, "id")), 3);
-  assert_null(json_object_get(json_object_get(call, "result"), "isError"));
+  json_int_t ask = 0;
+  stdio_run *s = start_asking_call_with(w, INITIALIZE_AT("2025-03-26"),
+                                        "[" PING(2) "," ASK_WRITE(3) "]", &ask);
+  send_sampling_answer(s, ask, PING(4));
+  json_t *first = expect_batch_answer(s, (json_int_t[]){2, 3}, 2);
+  assert_null(json_object_get(json_object_get(json_array_get(first, 1), "result"), "isError"));
   json_decref(first);
-  json_t *second = stdio_next(s);
-  assert_int_equal(json_array_size(second), 1);
-  assert_int_equal(json_integer_value(json_object_get(json_array_get(second, 0), "id")), 4);
-  json_decref(second);
+  json_decref(expect_batch_answer(s, (json_int_t[]){4}, 1));
   stdio_stop(s);
   assert_int_equal(asked_rows(w), asked + 1);
 
@@ -698,11 +711,8 @@ static void test_stdio_batches(void **state) {
   stdio_send(s, INITIALIZE);
   expect_answer(s, 1);
   stdio_send(s, "[" ASK_WRITE(2) "," PING(3) "]");
-  json_t *refused = stdio_next(s);
-  assert_int_equal(json_array_size(refused), 2);
-  assert_int_equal(json_integer_value(json_object_get(json_array_get(refused, 0), "id")), 2);
+  json_t *refused = expect_batch_answer(s, (json_int_t[]){2, 3}, 2);
   assert_int_equal(error_code(json_array_get(refused, 0), NULL), TG_RPC_INVALID_REQUEST);
-  assert_int_equal(json_integer_value(json_object_get(json_array_get(refused, 1), "id")), 3);
   json_decref(refused);
   stdio_stop(s);
   assert_int_equal(asked_rows(w), asked + 1);
@@ -713,13 +723,7 @@ static void test_stdio_batches(void **state) {
 static void test_stdio_batched_call_cancelled_while_asking(void **state) {
   world *w = *state;
   long asked = asked_rows(w);
-  stdio_run *s = stdio_start(w);
-  stdio_send(s, INITIALIZE_AT("2025-03-26"));
-  expect_answer(s, 1);
-  stdio_send(s, "[" ASK_WRITE(3) "]");
-  json_t *ask = stdio_next(s);
-  assert_string_equal(json_string_value(json_object_get(ask, "method")), "sampling/createMessage");
-  json_decref(ask);
+  stdio_run *s = start_asking_call_with(w, INITIALIZE_AT("2025-03-26"), "[" ASK_WRITE(3) "]", NULL);
   stdio_send(s, CANCEL(3));
   json_t *withdrawal = stdio_next(s);
   assert_true(withdraws(withdrawal, "The call no longer waits for it"));
@@ -735,26 +739,13 @@ static void test_stdio_batched_call_cancelled_while_asking(void **state) {
 static void test_stdio_batched_request_cancelled_while_it_waits(void **state) {
   world *w = *state;
   long asked = asked_rows(w);
-  stdio_run *s = stdio_start(w);
-  stdio_send(s, INITIALIZE_AT("2025-03-26"));
-  expect_answer(s, 1);
-  stdio_send(s, ASK_WRITE(3));
+  json_int_t ask = 0;
+  stdio_run *s = start_asking_call_with(w, INITIALIZE_AT("2025-03-26"), ASK_WRITE(3), &ask);
   stdio_send(s, "[" ASK_WRITE(5) "," PING(6) "]");
-  json_t *ask = stdio_next(s);
-  assert_string_equal(json_string_value(json_object_get(ask, "method")), "sampling/createMessage");
   stdio_send(s, CANCEL(5));
-  char answer[512];
-  snprintf(answer, sizeof answer,
-           "{\"jsonrpc\":\"2.0\",\"id\":%lld,\"result\":{\"role\":\"assistant\",\"content\":{"
-           "\"type\":\"text\",\"text\":\"hi\"},\"model\":\"m\"}}",
-           (long long)json_integer_value(json_object_get(ask, "id")));
-  json_decref(ask);
-  stdio_send(s, answer);
+  send_sampling_answer(s, ask, NULL);
   expect_answer(s, 3);
-  json_t *answers = stdio_next(s); /* had 5 run, its question would come first */
-  assert_int_equal(json_array_size(answers), 1);
-  assert_int_equal(json_integer_value(json_object_get(json_array_get(answers, 0), "id")), 6);
-  json_decref(answers);
+  json_decref(expect_batch_answer(s, (json_int_t[]){6}, 1)); /* had 5 run, it would have asked */
   stdio_stop(s);
   assert_int_equal(asked_rows(w), asked + 1);
 }
@@ -907,9 +898,7 @@ static void test_stdio_token_unchecked_goes_on(void **state) {
    * notification does not. */
   stdio_send(s, "[" INITIALIZED "]");
   stdio_send(s, "[" PING(4) "]");
-  refused = stdio_next(s);
-  assert_int_equal(json_array_size(refused), 1);
-  assert_int_equal(json_integer_value(json_object_get(json_array_get(refused, 0), "id")), 4);
+  refused = expect_batch_answer(s, (json_int_t[]){4}, 1);
   assert_int_equal(error_code(json_array_get(refused, 0), NULL), TG_RPC_INTERNAL_ERROR);
   json_decref(refused);
   assert_int_equal(tg_db_exec(w->f->db, "ALTER TABLE api_tokens_away RENAME TO api_tokens", NULL,
