@@ -703,6 +703,11 @@ static void test_stdio_batches(void **state) {
   assert_null(json_object_get(json_object_get(json_array_get(first, 1), "result"), "isError"));
   json_decref(first);
   json_decref(expect_batch_answer(s, (json_int_t[]){4}, 1));
+  /* Answered, a batch's requests are no longer in flight: a cancellation naming one is
+   * ignored, and a later request of the same id is served. */
+  stdio_send(s, CANCEL(2));
+  stdio_send(s, PING(2));
+  expect_answer(s, 2);
   stdio_stop(s);
   assert_int_equal(asked_rows(w), asked + 1);
 

@@ -263,7 +263,7 @@ async function initializeAt(transport, answers, protocolVersion) {
   await transport.send({ jsonrpc: '2.0', method: 'notifications/initialized' });
 }
 
-test('the SDK\'s HTTP transport sends a batch on a 2025-03-26 session and gets each answer', async () => {
+test('the SDK\'s HTTP transport sends a batch on a 2025-03-26 session and gets each answer', { timeout: 30000 }, async () => {
   const { transport, answers } = batchingTransport();
   await transport.start();
   try {
