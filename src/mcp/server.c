@@ -685,21 +685,40 @@ static int m_prompts_list(cx *c, json_t *params, json_t **ret) {
   return fixture_list(c, params, tg_conformance_prompts, "prompts", ret);
 }
 
-static int m_resources_read(cx *c, json_t *params, json_t **ret) {
+/* The contents of the resource params.uri names, or the JSON-RPC error of a bad or unknown
+ * one. */
+static int resource_of(cx *c, json_t *params, json_t **contents) {
   const char *uri = json_string_value(json_object_get(params, "uri"));
   if (!uri) return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.uri must be a string", NULL);
-  json_t *contents = NULL;
-  int r = c->srv->fixtures ? tg_conformance_resource_read(uri, &contents) : TG_E_NOTFOUND;
+  int r = c->srv->fixtures ? tg_conformance_resource_read(uri, contents) : TG_E_NOTFOUND;
   if (r == TG_E_NOTFOUND)
     /* 2026-07-28 moved "not found" to -32602; 2025-11-25 clients expect -32002. */
     return rpc_fail(c, c->modern ? TG_RPC_INVALID_PARAMS : TG_RPC_RESOURCE_NOT_FOUND,
                     "Resource not found", json_pack("{s:s}", "uri", uri));
-  if (r < 0) return r;
+  return r;
+}
+
+static int m_resources_read(cx *c, json_t *params, json_t **ret) {
+  json_t *contents = NULL;
+  int r = resource_of(c, params, &contents);
+  if (r != 0) return r;
   *ret = json_pack("{s:o}", "contents", contents);
   return *ret ? 0 : TG_E_NOMEM;
 }
 
+/* The fixture resources never change, so a subscription has nothing to announce; one to a
+ * resource that does not exist is refused, as a read of it is. */
 static int m_resources_subscribe(cx *c, json_t *params, json_t **ret) {
+  json_t *contents = NULL;
+  int r = resource_of(c, params, &contents);
+  json_decref(contents);
+  if (r != 0) return r;
+  *ret = json_object();
+  return *ret ? 0 : TG_E_NOMEM;
+}
+
+/* Ending a subscription there is none of leaves none: nothing to refuse. */
+static int m_resources_unsubscribe(cx *c, json_t *params, json_t **ret) {
   if (!json_is_string(json_object_get(params, "uri")))
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.uri must be a string", NULL);
   *ret = json_object();
@@ -940,7 +959,7 @@ static const method methods[] = {
     {"resources/templates/list", m_templates_list, ERA_BOTH, true},
     {"resources/read", m_resources_read, ERA_BOTH, true},
     {"resources/subscribe", m_resources_subscribe, ERA_LEGACY, false},
-    {"resources/unsubscribe", m_resources_subscribe, ERA_LEGACY, false},
+    {"resources/unsubscribe", m_resources_unsubscribe, ERA_LEGACY, false},
     {"prompts/list", m_prompts_list, ERA_BOTH, true},
     {"prompts/get", m_prompts_get, ERA_BOTH, false},
     {"completion/complete", m_complete, ERA_BOTH, false},

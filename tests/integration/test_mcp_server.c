@@ -475,6 +475,26 @@ static void test_modern_ladder(void **state) {
   json_decref(r);
 }
 
+/* A subscription names a resource that exists, as a read does (-32002 on 2025-11-25);
+ * ending one there is none of is no error. */
+static void test_subscriptions_name_resources_that_exist(void **state) {
+  world *w = *state;
+  static const char *const asked[][2] = {
+      {"subscribe", "test://watched-resource"}, {"subscribe", "test://nope"},
+      {"unsubscribe", "test://nope"}, {"unsubscribe", "test://watched-resource"}};
+  static const int codes[] = {0, TG_RPC_RESOURCE_NOT_FOUND, 0, 0};
+  char text[200];
+  for (size_t i = 0; i < sizeof codes / sizeof *codes; i++) {
+    snprintf(text, sizeof text,
+             "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"resources/%s\",\"params\":{\"uri\":\"%s\"}}",
+             asked[i][0], asked[i][1]);
+    json_t *r = send_msg(w, text, NULL, NULL);
+    if (codes[i]) assert_int_equal(error_code(r), codes[i]);
+    else assert_int_equal(json_object_size(result_of(r)), 0);
+    json_decref(r);
+  }
+}
+
 /* A cursor is taken only as the server writes it: decimal, no sign, space or leading zero. */
 static void test_cursors_only_as_written(void **state) {
   world *w = *state;
@@ -2643,6 +2663,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_listed_output_schema_keeps_its_references, setup, teardown),
       cmocka_unit_test_setup_teardown(test_tools_call_through_the_gate, setup, teardown),
       cmocka_unit_test_setup_teardown(test_modern_ladder, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_subscriptions_name_resources_that_exist, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cursors_only_as_written, setup, teardown),
       cmocka_unit_test_setup_teardown(test_header_values_a_client_must_encode, setup, teardown),
       cmocka_unit_test_setup_teardown(test_elicitation_in_the_mode_declared, setup, teardown),
