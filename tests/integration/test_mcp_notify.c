@@ -703,6 +703,9 @@ static void test_stdio_batches(void **state) {
   assert_null(json_object_get(json_object_get(json_array_get(first, 1), "result"), "isError"));
   json_decref(first);
   json_decref(expect_batch_answer(s, (json_int_t[]){4}, 1));
+  /* A cancellation in a batch reaches a request of it, as it would over HTTP. */
+  stdio_send(s, "[" CANCEL(6) "," LIST(6) "," PING(7) "]");
+  json_decref(expect_batch_answer(s, (json_int_t[]){7}, 1));
   /* Answered, a batch's requests are no longer in flight: a cancellation naming one is
    * ignored, and a later request of the same id is served. */
   stdio_send(s, CANCEL(2));
@@ -972,17 +975,19 @@ static void expect_list_changed(stdio_run *s) {
   json_decref(msg);
 }
 
-/* A stdio connection after its initialize, with call 2 of test_await_cancel running: it waits
- * for its cancellation. */
-static stdio_run *start_running_call(world *w) {
+/* A stdio connection after its handshake (initialize), with call 2 of test_await_cancel
+ * running: it waits for its cancellation. */
+static stdio_run *start_running_call_at(world *w, const char *initialize) {
   awaiting = false;
   stdio_run *s = stdio_start(w);
-  stdio_send(s, INITIALIZE);
+  stdio_send(s, initialize);
   expect_answer(s, 1);
   stdio_send(s, AWAIT_CANCEL(2));
   await_started_call();
   return s;
 }
+
+static stdio_run *start_running_call(world *w) { return start_running_call_at(w, INITIALIZE); }
 
 /* A ping is answered while a call runs, not after it: a client checks with it that the
  * server lives. */
@@ -999,10 +1004,10 @@ static void test_stdio_ping_answered_while_a_call_runs(void **state) {
 
 enum { FIRST = 100, QUEUED = TG_MCP_STDIO_QUEUE_MAX, SENT = QUEUED + 6 };
 
-/* A connection whose queue is full behind a running call (call 2): of SENT requests from id
- * FIRST, those past the bound were refused at once. */
-static stdio_run *full_queue(world *w) {
-  stdio_run *s = start_running_call(w);
+/* A connection (opened by initialize) whose queue is full behind a running call (call 2): of
+ * SENT requests from id FIRST, those past the bound were refused at once. */
+static stdio_run *full_queue_at(world *w, const char *initialize) {
+  stdio_run *s = start_running_call_at(w, initialize);
   char request[96];
   for (int i = 0; i < SENT; i++) {
     snprintf(request, sizeof request,
@@ -1019,6 +1024,8 @@ static stdio_run *full_queue(world *w) {
   }
   return s;
 }
+
+static stdio_run *full_queue(world *w) { return full_queue_at(w, INITIALIZE); }
 
 /* Cancels the running call: it gets no answer; the queued requests get theirs, in order. */
 static void drain_queue(stdio_run *s) {
@@ -1064,6 +1071,22 @@ static void test_stdio_full_queue_drops_a_padded_handshake(void **state) {
   expect_answer(s, 100);
   stdio_send(s, PING(101));
   expect_answer(s, 101);
+  stdio_stop(s);
+}
+
+/* A batch refused behind a full queue leaves none of its requests in flight: cancelled
+ * afterwards, its id is free for a later request. */
+static void test_stdio_batch_refused_behind_a_full_queue(void **state) {
+  world *w = *state;
+  stdio_run *s = full_queue_at(w, INITIALIZE_AT("2025-03-26"));
+  stdio_send(s, "[" PING(5000) "]");
+  json_t *refused = expect_batch_answer(s, (json_int_t[]){5000}, 1);
+  assert_int_equal(error_code(json_array_get(refused, 0), NULL), TG_RPC_INTERNAL_ERROR);
+  json_decref(refused);
+  stdio_send(s, CANCEL(5000));
+  drain_queue(s);
+  stdio_send(s, PING(5000));
+  expect_answer(s, 5000);
   stdio_stop(s);
 }
 
@@ -1151,6 +1174,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_stdio_ping_answered_while_a_call_runs, setup_kit,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_stdio_cancel_behind_a_full_queue, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_batch_refused_behind_a_full_queue, setup_kit,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_stdio_full_queue_drops_a_padded_handshake, setup_kit,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_stdio_queue_bounded_in_bytes, setup_kit, teardown),
