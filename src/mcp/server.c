@@ -1351,9 +1351,17 @@ void tg_mcp_leave_requests(tg_mcp_inflight *t, const tg_rpc_msg *msg) {
   for (json_t *id; (id = next_request_id(msg, &i));) tg_mcp_inflight_end(t, id);
 }
 
+bool tg_mcp_names_request(const tg_rpc_msg *msg, json_t *id) {
+  size_t i = 0;
+  for (json_t *each; (each = next_request_id(msg, &i));)
+    if (json_equal(each, id)) return true;
+  return false;
+}
+
 bool tg_mcp_takes_batches(const tg_mcp_session *s) {
-  /* JSON-RPC batches came with 2025-03-26, and 2025-06-18 took them out. */
-  return s->era != TG_MCP_ERA_MODERN && strcmp(s->version, "2025-03-26") == 0;
+  /* JSON-RPC batches came with 2025-03-26, and 2025-06-18 took them out. A 2026-07-28
+   * request on the same stdio connection changes nothing to the revision it negotiated. */
+  return strcmp(s->version, "2025-03-26") == 0;
 }
 
 /* The reply to element, a message of a batch that reads as one (decoded, borrowed), in
@@ -1379,10 +1387,16 @@ int tg_mcp_handle_batch(const tg_mcp_server *srv, const tg_mcp_request *req,
                         const tg_rpc_msg *batch, tg_mcp_serving_fn *serving, void *arg,
                         tg_mcp_reply *reply) {
   memset(reply, 0, sizeof *reply);
-  if (!tg_mcp_takes_batches(req->session)) {
-    _cleanup_json_ json_t *refusal =
-        tg_rpc_refuse_batch(batch, TG_RPC_INVALID_REQUEST,
-                            "Batches are served on 2025-03-26 sessions only", NULL);
+  /* The headers are the whole POST's: one that a single request would be refused for
+   * refuses the batch, before any of it runs. */
+  const char *version = req->headers ? req->headers->protocol_version : NULL;
+  const char *why = NULL;
+  if (!tg_mcp_takes_batches(req->session))
+    why = "Batches are served on 2025-03-26 sessions only";
+  else if (version && !tg_mcp_legacy_supported(version))
+    why = "Unsupported MCP-Protocol-Version";
+  if (why) {
+    _cleanup_json_ json_t *refusal = tg_rpc_refuse_batch(batch, TG_RPC_INVALID_REQUEST, why, NULL);
     reply->text = refusal ? tg_rpc_encode(refusal) : NULL;
     reply->error = true;
     reply->http_status = 400;

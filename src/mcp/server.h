@@ -128,6 +128,8 @@ int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_
  * flight (0, or TG_E_NOMEM with none entered), and takes them out again. */
 int tg_mcp_enter_requests(tg_mcp_inflight *t, const tg_rpc_msg *msg);
 void tg_mcp_leave_requests(tg_mcp_inflight *t, const tg_rpc_msg *msg);
+/* Whether id is that of a request of msg (itself, or one in a batch). */
+bool tg_mcp_names_request(const tg_rpc_msg *msg, json_t *id);
 
 /* Whether session s takes JSON-RPC batches: one that negotiated 2025-03-26 does. */
 bool tg_mcp_takes_batches(const tg_mcp_session *s);

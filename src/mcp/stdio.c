@@ -172,10 +172,20 @@ static bool take_at_once(conn *c, tg_rpc_msg *msg, int *r) {
   return true;
 }
 
-/* take_at_once for a message of a batch (tg_rpc_batch_take). */
+/* A batch being read, for take_element_at_once. */
+typedef struct batch_read {
+  conn *c;
+  const tg_rpc_msg *batch;
+} batch_read;
+
+/* take_at_once for a message of a batch (tg_rpc_batch_take), but for the cancellation of a
+ * request of that batch: it stays, to be served in the batch's order, as over HTTP. */
 static int take_element_at_once(void *arg, tg_rpc_msg *element) {
+  const batch_read *b = arg;
+  json_t *target = tg_mcp_cancel_target(element);
+  if (target && tg_mcp_names_request(b->batch, target)) return 0;
   int r;
-  return take_at_once(arg, element, &r) ? (r < 0 ? r : 1) : 0;
+  return take_at_once(b->c, element, &r) ? (r < 0 ? r : 1) : 0;
 }
 
 /* The error refusing msg (code, why, data: stolen, may be NULL): a request's, or one naming
@@ -194,7 +204,7 @@ static json_t *refusal_of(const tg_rpc_msg *msg, int code, const char *why, json
  * the session takes batches as far as the reader knows (else they wait with the rest of the
  * batch, which is served or refused in its turn, as the session then stands). Requests are
  * entered in flight as they are queued, so that a cancellation finds them before they are
- * served; a batch's first, so that one in the batch finds them too. When the queue is full (in messages, or in bytes: one message always fits an
+ * served. When the queue is full (in messages, or in bytes: one message always fits an
  * empty queue) a request is refused and a notification dropped: the reader never stops
  * reading, so that a cancellation or a response behind them still arrives. */
 static int take(conn *c, tg_rpc_msg *msg, size_t bytes) {
@@ -203,15 +213,11 @@ static int take(conn *c, tg_rpc_msg *msg, size_t bytes) {
   pthread_mutex_lock(&c->lock);
   bool takes_batches = c->takes_batches;
   pthread_mutex_unlock(&c->lock);
-  bool entered = false;
-  if (msg->kind == TG_RPC_BATCH && takes_batches) {
-    entered = (r = tg_mcp_enter_requests(c->req->inflight, msg)) == TG_OK;
-    if (entered) r = tg_rpc_batch_take(msg, take_element_at_once, c);
-    if (r < 0 || json_array_size(msg->root) == 0) {
-      if (entered) tg_mcp_leave_requests(c->req->inflight, msg);
-      tg_rpc_msg_done(msg);
-      return r;
-    }
+  if (msg->kind == TG_RPC_BATCH && takes_batches &&
+      ((r = tg_rpc_batch_take(msg, take_element_at_once, &(batch_read){c, msg})) < 0 ||
+       json_array_size(msg->root) == 0)) {
+    tg_rpc_msg_done(msg);
+    return r;
   }
   pthread_mutex_lock(&c->lock);
   /* A plain ping while a request is served is answered here, at once: the serving thread may
@@ -233,7 +239,7 @@ static int take(conn *c, tg_rpc_msg *msg, size_t bytes) {
                (!c->queued || c->queued_bytes + bytes <= TG_MCP_STDIO_QUEUE_MAX_BYTES)) ||
               (handshake && c->queued < TG_MCP_STDIO_QUEUE_MAX + 1);
   size_t waiting = c->queued, waiting_bytes = c->queued_bytes; /* for the log, as they were */
-  r = room && !entered ? tg_mcp_enter_requests(c->req->inflight, msg) : TG_OK;
+  r = room ? tg_mcp_enter_requests(c->req->inflight, msg) : TG_OK;
   if (room && r == TG_OK) {
     c->sizes[c->queued] = bytes;
     c->queue[c->queued++] = *msg;
@@ -245,7 +251,6 @@ static int take(conn *c, tg_rpc_msg *msg, size_t bytes) {
   if (!room) {
     tg_log(TG_LOG_WARN, "mcp: %zu messages (%zu bytes) wait to be served; dropping one",
            waiting, waiting_bytes);
-    if (entered) tg_mcp_leave_requests(c->req->inflight, msg);
     /* A request dropped is still answered, so that the client does not wait for it. */
     static const char why[] = "Too many requests wait to be served";
     json_t *data = json_pack("{s:i,s:I}", "max", TG_MCP_STDIO_QUEUE_MAX, "maxBytes",

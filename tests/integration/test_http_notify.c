@@ -623,6 +623,12 @@ static void test_batches_on_a_2025_03_26_session(void **state) {
   free(request(w, "POST", sid, NULL, "[{\"jsonrpc\":\"2.0\",\"method\":\"notifications/x\"}]",
                202));
   runs = fixture_count(w->f, "agent_runs");
+  /* A header a single request would be refused for refuses the whole batch. */
+  got = request(w, "POST", sid, "MCP-Protocol-Version: 1999-01-01",
+                "[" CALL(6, "test_simple_text") "]", 400);
+  assert_non_null(strstr(got, "[{\"jsonrpc\":\"2.0\",\"id\":6,\"error\":{\"code\":-32600"));
+  assert_non_null(strstr(got, "Unsupported MCP-Protocol-Version"));
+  free(got);
 
   char later[64];
   open_session(w, "{}", later);

@@ -703,9 +703,19 @@ static void test_stdio_batches(void **state) {
   assert_null(json_object_get(json_object_get(json_array_get(first, 1), "result"), "isError"));
   json_decref(first);
   json_decref(expect_batch_answer(s, (json_int_t[]){4}, 1));
-  /* A cancellation in a batch reaches a request of it, as it would over HTTP. */
+  /* A cancellation in a batch reaches a request of it in the batch's order, as over HTTP:
+   * one still to come, not one answered already. */
   stdio_send(s, "[" CANCEL(6) "," LIST(6) "," PING(7) "]");
   json_decref(expect_batch_answer(s, (json_int_t[]){7}, 1));
+  stdio_send(s, "[" PING(8) "," CANCEL(8) "]");
+  json_decref(expect_batch_answer(s, (json_int_t[]){8}, 1));
+  /* A 2026-07-28 request on the connection leaves it the revision it negotiated. */
+  stdio_send(s, "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/list\",\"params\":{" MODERN_META "}}");
+  expect_answer(s, 9);
+  stdio_send(s, "[" PING(10) "]");
+  json_t *pong = expect_batch_answer(s, (json_int_t[]){10}, 1);
+  assert_non_null(json_object_get(json_array_get(pong, 0), "result"));
+  json_decref(pong);
   /* Answered, a batch's requests are no longer in flight: a cancellation naming one is
    * ignored, and a later request of the same id is served. */
   stdio_send(s, CANCEL(2));
