@@ -200,9 +200,10 @@ static json_t *refusal_of(const tg_rpc_msg *msg, int code, const char *why, json
 }
 
 /* Takes one message off the reader (msg: moved into the queue or released). A cancellation
- * is served at once; the response a call waits for goes to it; so do those in a batch, when
- * the session takes batches as far as the reader knows (else they wait with the rest of the
- * batch, which is served or refused in its turn, as the session then stands). Requests are
+ * is served at once; the response a call waits for goes to it; so do those in a batch (but a
+ * cancellation of a request of the same batch), when the session takes batches as far as the
+ * reader knows (else they wait with the rest of the batch, which is served or refused in its
+ * turn, as the session then stands). Requests are
  * entered in flight as they are queued, so that a cancellation finds them before they are
  * served. When the queue is full (in messages, or in bytes: one message always fits an
  * empty queue) a request is refused and a notification dropped: the reader never stops
