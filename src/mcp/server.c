@@ -1364,6 +1364,24 @@ bool tg_mcp_takes_batches(const tg_mcp_session *s) {
   return strcmp(s->version, "2025-03-26") == 0;
 }
 
+/* The reply text (encoded, stolen) to request id of a batch, as it goes into the batch's
+ * answer, which holds *used bytes of at most max: a reply past the bound is replaced by an
+ * error naming its request. NULL when out of memory. */
+static char *within_bound(char *text, json_t *id, size_t *used, size_t max) {
+  size_t n = strlen(text) + 1; /* and its comma or bracket */
+  if (*used + n <= max) {
+    *used += n;
+    return text;
+  }
+  free(text);
+  _cleanup_json_ json_t *error =
+      tg_rpc_error(id, TG_RPC_INTERNAL_ERROR, "The result is too large to send in this batch",
+                   json_pack("{s:I}", "maxBytes", (json_int_t)max));
+  char *instead = error ? tg_rpc_encode(error) : NULL;
+  if (instead) *used += strlen(instead) + 1; /* small: it passes the bound by little */
+  return instead;
+}
+
 /* The reply to element, a message of a batch that reads as one (decoded, borrowed), in
  * reply->text: NULL for a response (its transport delivered it), a notification or a request
  * cancelled. A 2026-07-28 request stands alone; so does initialize, which a session that
@@ -1405,7 +1423,8 @@ int tg_mcp_handle_batch(const tg_mcp_server *srv, const tg_mcp_request *req,
   /* All in flight from the start, so that a cancellation reaches those that wait their turn. */
   if (req->inflight && tg_mcp_enter_requests(req->inflight, batch) < 0) return TG_E_NOMEM;
   char *answers = NULL;
-  size_t size = 0, n = 0;
+  size_t size = 0, n = 0, used = 1; /* the closing bracket */
+  size_t max = srv->batch_answer_max ? srv->batch_answer_max : TG_MCP_BATCH_ANSWER_MAX;
   FILE *out = open_memstream(&answers, &size);
   if (!out) {
     if (req->inflight) tg_mcp_leave_requests(req->inflight, batch);
@@ -1421,6 +1440,8 @@ int tg_mcp_handle_batch(const tg_mcp_server *srv, const tg_mcp_request *req,
     r = tg_rpc_decode_element(value, &element, &error);
     if (r == 0) {
       r = handle_element(srv, req, &element, serving, arg, &one);
+      if (r == 0 && one.text && !(one.text = within_bound(one.text, element.id, &used, max)))
+        r = TG_E_NOMEM;
       tg_rpc_msg_done(&element);
     } else if (error) {
       one.text = tg_rpc_encode(error);

@@ -21,6 +21,9 @@
 /* How long a tool waits for the client to answer its request (sampling, elicitation): the
  * call's transaction stays open meanwhile. */
 #define TG_MCP_ASK_TIMEOUT_MS (60LL * 1000)
+/* Bytes of a batch's answer, which is built whole: a reply past them is replaced by an error
+ * naming its request. */
+#define TG_MCP_BATCH_ANSWER_MAX (16u * 1024u * 1024u)
 
 typedef enum tg_mcp_era { TG_MCP_ERA_NONE, TG_MCP_ERA_LEGACY, TG_MCP_ERA_MODERN } tg_mcp_era;
 
@@ -69,6 +72,7 @@ typedef struct tg_mcp_server {
   size_t n_entries;
   tg_mcp_tasks *tasks; /* the calls become tasks here (tg_mcp_server_prepare) */
   int64_t ask_timeout_ms; /* how long a tool waits for its client; 0: TG_MCP_ASK_TIMEOUT_MS */
+  size_t batch_answer_max; /* bytes of a batch's answer; 0: TG_MCP_BATCH_ANSWER_MAX */
 } tg_mcp_server;
 
 static inline int64_t tg_mcp_ask_timeout_ms(const tg_mcp_server *srv) {
@@ -139,7 +143,8 @@ typedef void tg_mcp_serving_fn(void *arg, json_t *id);
 
 /* Serves batch (a TG_RPC_BATCH message) as JSON-RPC asks: its messages one by one, in order,
  * each as tg_mcp_handle serves it, and one answer, the array of their replies and of the
- * errors of the elements that are no message (reply->text NULL when there are none). Its
+ * errors of the elements that are no message (reply->text NULL when there are none), within
+ * the server's bound on a batch's answer (a reply past it is replaced by an error). Its
  * responses are skipped: the transport delivers them. On a session that does not take
  * batches each request in it is refused (HTTP status 400). serving may be NULL. Returns 0,
  * or TG_E_NOMEM. */

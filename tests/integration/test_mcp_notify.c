@@ -515,6 +515,22 @@ static void test_batch_served_on_2025_03_26(void **state) {
   assert_int_equal(reply.http_status, 202);
 }
 
+/* A batch's answer is built whole, so it is bounded: a reply past the bound is replaced by
+ * an error naming its request, and the replies around it go out. */
+static void test_batch_answer_bounded(void **state) {
+  world *w = *state;
+  w->srv.batch_answer_max = 1024; /* two pings fit; a tool list does not */
+  json_decref(handle(w, INITIALIZE_AT("2025-03-26"), NULL));
+  json_t *r = handle(w, "[" PING(2) "," LIST(3) "," PING(4) "]", NULL);
+  assert_int_equal(json_array_size(r), 3);
+  assert_non_null(json_object_get(json_array_get(r, 0), "result"));
+  json_t *listed = json_array_get(r, 1);
+  assert_int_equal(json_integer_value(json_object_get(listed, "id")), 3);
+  assert_int_equal(error_code(listed, NULL), TG_RPC_INTERNAL_ERROR);
+  assert_non_null(json_object_get(json_array_get(r, 2), "result"));
+  json_decref(r);
+}
+
 /* On a later revision a batch is refused: each request in it gets its own error, and nothing
  * in it is served or written. */
 static void test_batch_refused_past_2025_03_26(void **state) {
@@ -1170,6 +1186,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_no_list_changes_without_a_watch, setup_fixtures, teardown),
       cmocka_unit_test_setup_teardown(test_batch_served_on_2025_03_26, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_batch_refused_past_2025_03_26, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_batch_answer_bounded, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_batches, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_batched_call_cancelled_while_asking, setup_kit,
                                       teardown),
