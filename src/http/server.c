@@ -1387,6 +1387,16 @@ static enum MHD_Result queue(struct MHD_Connection *conn, unsigned status, const
                  status == MHD_HTTP_METHOD_NOT_ALLOWED ? "GET, POST, DELETE" : NULL);
 }
 
+/* The answer to a POST that gets no message: 202 when it holds notifications and responses
+ * only. A request gets no answer once cancelled, but a POST holding one must be answered
+ * with JSON or an event stream: one that ends with no event. */
+static enum MHD_Result queue_unanswered(struct MHD_Connection *conn, bool holds_request,
+                                        const char *session_id) {
+  if (!holds_request) return queue(conn, MHD_HTTP_ACCEPTED, NULL, NULL, session_id);
+  struct MHD_Response *res = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+  return res ? queue_sse(conn, res, session_id) : MHD_NO;
+}
+
 /* Answers with one encoded message (text, stolen). */
 static enum MHD_Result queue_text(struct MHD_Connection *conn, unsigned status, char *text,
                                   const char *session_id) {
@@ -1709,10 +1719,10 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
     int status = st->final_status;
     st->final = NULL;
     pthread_mutex_unlock(&st->lock);
-    /* Without a message the request was cancelled: the status says so. */
+    /* Without a message the request was cancelled. */
     enum MHD_Result r = final ? queue_reply(s, conn, st->share->principal, (unsigned)status, final,
                                             st->final_id, NULL, session_id)
-                              : queue(conn, (unsigned)status, NULL, NULL, session_id);
+                              : queue_unanswered(conn, true, session_id); /* a tools/call */
     stream_release(st);
     session_put(s, x);
     return r;
@@ -1928,7 +1938,7 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
            : reply.text ? queue_reply(s, conn, principal, (unsigned)reply.http_status, reply.text,
                                       w->msg.id, w->msg.kind == TG_RPC_BATCH ? &w->msg : NULL,
                                       new_sid)
-                           : queue(conn, MHD_HTTP_ACCEPTED, NULL, NULL, new_sid);
+                           : queue_unanswered(conn, tg_mcp_holds_request(&w->msg), new_sid);
 done:
   worker_free(w);
   return result;

@@ -1358,6 +1358,11 @@ bool tg_mcp_names_request(const tg_rpc_msg *msg, json_t *id) {
   return false;
 }
 
+bool tg_mcp_holds_request(const tg_rpc_msg *msg) {
+  size_t i = 0;
+  return next_request_id(msg, &i) != NULL;
+}
+
 bool tg_mcp_takes_batches(const tg_mcp_session *s) {
   /* JSON-RPC batches came with 2025-03-26, and 2025-06-18 took them out. A 2026-07-28
    * request on the same stdio connection changes nothing to the revision it negotiated. */

@@ -134,6 +134,8 @@ int tg_mcp_enter_requests(tg_mcp_inflight *t, const tg_rpc_msg *msg);
 void tg_mcp_leave_requests(tg_mcp_inflight *t, const tg_rpc_msg *msg);
 /* Whether id is that of a request of msg (itself, or one in a batch). */
 bool tg_mcp_names_request(const tg_rpc_msg *msg, json_t *id);
+/* Whether msg is a request or a batch holding one. */
+bool tg_mcp_holds_request(const tg_rpc_msg *msg);
 
 /* Whether session s takes JSON-RPC batches: one that negotiated 2025-03-26 does. */
 bool tg_mcp_takes_batches(const tg_mcp_session *s);

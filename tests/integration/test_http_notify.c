@@ -243,7 +243,8 @@ typedef struct exchange {
   char *got; /* the response body so far, NUL-terminated */
   size_t len;
   long status;
-  char sid[64]; /* Mcp-Session-Id of the response */
+  char sid[64];  /* Mcp-Session-Id of the response */
+  char type[64]; /* its Content-Type */
   bool ended, abort;
 } exchange;
 
@@ -264,6 +265,7 @@ static size_t on_header(char *data, size_t size, size_t n, void *arg) {
   pthread_mutex_lock(&ex->lock);
   if (strncmp(data, "HTTP/", 5) == 0) sscanf(data, "HTTP/%*s %ld", &ex->status);
   if (strncasecmp(data, "Mcp-Session-Id: ", 16) == 0) sscanf(data + 16, "%63[0-9a-f]", ex->sid);
+  if (strncasecmp(data, "Content-Type: ", 14) == 0) sscanf(data + 14, "%63[^\r\n]", ex->type);
   pthread_cond_broadcast(&ex->grew);
   pthread_mutex_unlock(&ex->lock);
   return size * n;
@@ -569,6 +571,39 @@ static void test_cancellation_ends_a_wait_for_sampling_without_an_answer(void **
   assert_non_null(strstr(call->got, "The call no longer waits for it"));
   finish(call);
   free(request(w, "POST", sid, NULL, PING, 200));
+}
+
+/* A POST holding a request is answered with JSON or an event stream, even when the request
+ * was cancelled: an event stream with no event, and 202 only for notifications alone. */
+static void test_a_cancelled_request_gets_an_empty_event_stream(void **state) {
+  world *w = *state;
+  char sid[64];
+  open_session(w, "{}", sid);
+  exchange *call = start(w, "POST", sid, NULL, CALL(7, "test_wait_cancel"));
+  kit_wait(&kit_started);
+  free(request(w, "POST", sid, NULL,
+               "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{"
+               "\"requestId\":7}}",
+               202));
+  await(call, NULL);
+  kit_wait(&kit_cancelled);
+  assert_int_equal(call->status, 200);
+  assert_string_equal(call->type, "text/event-stream");
+  assert_string_equal(call->got, "");
+  finish(call);
+  /* A batch whose one request is cancelled ahead of it; the cancellation alone. */
+  open_session_at(w, "2025-03-26", "{}", sid);
+#define CANCEL_6                                                                                   \
+  "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":6}}"
+  exchange *batch = start(w, "POST", sid, NULL,
+                          "[" CANCEL_6 ",{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"ping\"}]");
+  await(batch, NULL);
+  assert_int_equal(batch->status, 200);
+  assert_string_equal(batch->type, "text/event-stream");
+  assert_string_equal(batch->got, "");
+  finish(batch);
+  free(request(w, "POST", sid, NULL, "[" CANCEL_6 "]", 202));
+#undef CANCEL_6
 }
 
 /* The id of the server's request to the client (method) in an SSE body. */
@@ -1285,6 +1320,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_session_hears_of_list_changes_on_its_get_stream, setup, teardown),
       cmocka_unit_test_setup_teardown(test_batches_on_a_2025_03_26_session, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_cancelled_request_gets_an_empty_event_stream, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_a_batch_answer_past_the_bounds_names_its_requests, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_list_check_goes_on_while_the_pool_is_busy, setup, teardown),
