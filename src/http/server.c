@@ -1597,7 +1597,13 @@ static enum MHD_Result count_singleton(void *cls, enum MHD_ValueKind kind, const
 }
 
 /* What a request's Authorization header came to. */
-typedef enum caller { CALLER_KNOWN, CALLER_NO_TOKEN, CALLER_BAD_TOKEN, CALLER_UNCHECKED } caller;
+typedef enum caller {
+  CALLER_KNOWN,
+  CALLER_NO_TOKEN,
+  CALLER_EMPTY_TOKEN, /* "Bearer" alone: often a client's token variable left unset */
+  CALLER_BAD_TOKEN,
+  CALLER_UNCHECKED
+} caller;
 
 /* The principal the request's Bearer token names (out), and the token's hash ("" with
  * --no-auth); CALLER_UNCHECKED when the database could not say. */
@@ -1609,10 +1615,12 @@ static caller authenticate(server *s, struct MHD_Connection *conn, tg_db *db,
     return CALLER_KNOWN;
   }
   const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-  if (!auth || strncasecmp(auth, "Bearer ", 7) != 0) return CALLER_NO_TOKEN;
+  if (!auth || strncasecmp(auth, "Bearer", 6) != 0 || (auth[6] && auth[6] != ' '))
+    return CALLER_NO_TOKEN;
   if (strlen(auth) > 512) return CALLER_BAD_TOKEN;
-  const char *token = auth + 7;
+  const char *token = auth + 6;
   while (*token == ' ') token++;
+  if (!*token) return CALLER_EMPTY_TOKEN;
   int r = db && tg_sha256_hex(token, strlen(token), hash) == 0
               ? tg_principal_by_token_hash(db, hash, s->cfg->tenant_id, out)
               : TG_E_DB;
@@ -1620,30 +1628,37 @@ static caller authenticate(server *s, struct MHD_Connection *conn, tg_db *db,
 }
 
 /* The refusal of a request without a valid token: 401, or 503 when the database could not
- * check it. Only a token that was sent is called invalid (RFC 6750 §3.1); that one is logged
- * too, since clients often show a refusal as something else (an OAuth error, "failed to
- * connect"). */
+ * check it. A token that was sent is called invalid, an empty one a malformed request (RFC
+ * 6750 §3.1); both are logged too, since clients often show a refusal as something else (an
+ * OAuth error, "failed to connect"). */
 static enum MHD_Result refuse_caller(server *s, struct MHD_Connection *conn, caller who) {
   int64_t now = tg_monotonic_ms(), last = atomic_load(&s->refused_logged_ms);
   if (who != CALLER_NO_TOKEN && (last == 0 || now - last >= REFUSED_LOG_MS) &&
       atomic_compare_exchange_strong(&s->refused_logged_ms, &last, now))
     tg_log(TG_LOG_WARN, "http: refused a request whose Bearer token %s (logged once a minute "
-           "at most)", who == CALLER_UNCHECKED ? "the database could not check (503)"
-                                               : "is unknown or revoked (401)");
+           "at most)", who == CALLER_UNCHECKED    ? "the database could not check (503)"
+                       : who == CALLER_EMPTY_TOKEN ? "is empty (401): is the client's token set?"
+                                                   : "is unknown or revoked (401)");
   /* The token may be good: the client must not drop it. */
   if (who == CALLER_UNCHECKED)
     return queue_rpc_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, TG_RPC_INTERNAL_ERROR,
                            "The token could not be checked; retry");
-  bool token_sent = who == CALLER_BAD_TOKEN;
-  _cleanup_json_ json_t *error =
-      tg_rpc_error(NULL, TG_RPC_INVALID_REQUEST, "A valid Bearer token is required", NULL);
+  _cleanup_json_ json_t *error = tg_rpc_error(
+      NULL, TG_RPC_INVALID_REQUEST,
+      who == CALLER_EMPTY_TOKEN
+          ? "The Bearer token is empty; send one (toolgate token create makes one)"
+          : "A valid Bearer token is required (toolgate token create makes one)",
+      NULL);
   _cleanup_free_ char *text = error ? tg_rpc_encode(error) : NULL;
   struct MHD_Response *res =
       text ? MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_COPY) : NULL;
   if (!res) return MHD_NO;
   MHD_add_response_header(res, "WWW-Authenticate",
-                          token_sent ? "Bearer realm=\"toolgate\", error=\"invalid_token\""
-                                     : "Bearer realm=\"toolgate\"");
+                          who == CALLER_BAD_TOKEN
+                              ? "Bearer realm=\"toolgate\", error=\"invalid_token\""
+                          : who == CALLER_EMPTY_TOKEN
+                              ? "Bearer realm=\"toolgate\", error=\"invalid_request\""
+                              : "Bearer realm=\"toolgate\"");
   return respond_with(conn, MHD_HTTP_UNAUTHORIZED, res, "application/json", NULL, NULL);
 }
 
@@ -2095,7 +2110,9 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
     return strcmp(method, "GET") == 0
                ? respond(conn, MHD_HTTP_OK, "application/json", "{\"status\":\"ok\"}", NULL, NULL)
                : respond(conn, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, NULL, "GET");
-  if (strcmp(url, "/mcp") != 0) return queue(conn, MHD_HTTP_NOT_FOUND, NULL, NULL, NULL);
+  if (strcmp(url, "/mcp") != 0)
+    return queue_rpc_error(conn, MHD_HTTP_NOT_FOUND, TG_RPC_INVALID_REQUEST,
+                           "Not found: MCP is served at /mcp");
   singleton_count once = {0};
   MHD_get_connection_values(conn, MHD_HEADER_KIND, count_singleton, &once);
   if (once.repeated) {
@@ -2264,7 +2281,10 @@ static int listen_on(const char *listen_arg, struct sockaddr_storage *addr) {
        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on) < 0) ||
       bind(fd, (struct sockaddr *)addr, len) < 0 || listen(fd, SOMAXCONN) < 0 ||
       getsockname(fd, (struct sockaddr *)addr, &len) < 0) {
-    tg_log(TG_LOG_ERROR, "serve: cannot listen on %s: %s", listen_arg, strerror(errno));
+    int why = errno;
+    tg_log(TG_LOG_ERROR, "serve: cannot listen on %s: %s%s", listen_arg, strerror(why),
+           why == EADDRINUSE ? " (another server has it: give another with --listen HOST:PORT)"
+                             : "");
     if (fd >= 0) close(fd);
     return -1;
   }

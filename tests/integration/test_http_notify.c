@@ -245,6 +245,7 @@ typedef struct exchange {
   long status;
   char sid[64];  /* Mcp-Session-Id of the response */
   char type[64]; /* its Content-Type */
+  char challenge[96]; /* its WWW-Authenticate */
   bool ended, abort;
 } exchange;
 
@@ -266,6 +267,8 @@ static size_t on_header(char *data, size_t size, size_t n, void *arg) {
   if (strncmp(data, "HTTP/", 5) == 0) sscanf(data, "HTTP/%*s %ld", &ex->status);
   if (strncasecmp(data, "Mcp-Session-Id: ", 16) == 0) sscanf(data + 16, "%63[0-9a-f]", ex->sid);
   if (strncasecmp(data, "Content-Type: ", 14) == 0) sscanf(data + 14, "%63[^\r\n]", ex->type);
+  if (strncasecmp(data, "WWW-Authenticate: ", 18) == 0)
+    sscanf(data + 18, "%95[^\r\n]", ex->challenge);
   pthread_cond_broadcast(&ex->grew);
   pthread_mutex_unlock(&ex->lock);
   return size * n;
@@ -808,6 +811,28 @@ static void test_a_server_of_one_workspace_takes_only_its_tokens(void **state) {
   open_session(w, "{}", sid);
 }
 
+/* "Bearer" with no token (a client's token variable left unset) is called empty, not
+ * unknown, and the refusal says how a token is made. */
+static void test_an_empty_token_is_called_empty(void **state) {
+  world *w = *state;
+  const char *token = w->token;
+  w->token = "";
+  exchange *ex = start(w, "POST", NULL, NULL, PING);
+  await(ex, NULL);
+  assert_int_equal(ex->status, 401);
+  assert_string_equal(ex->challenge, "Bearer realm=\"toolgate\", error=\"invalid_request\"");
+  assert_non_null(strstr(ex->got, "The Bearer token is empty"));
+  finish(ex);
+  w->token = "tg_nosuchtoken";
+  ex = start(w, "POST", NULL, NULL, PING);
+  await(ex, NULL);
+  assert_int_equal(ex->status, 401);
+  assert_string_equal(ex->challenge, "Bearer realm=\"toolgate\", error=\"invalid_token\"");
+  assert_non_null(strstr(ex->got, "toolgate token create"));
+  finish(ex);
+  w->token = token;
+}
+
 /* A client that never answers: the call stops waiting after the server's ask timeout, and its
  * stream ends with its failure. */
 static void test_a_call_gives_up_on_a_silent_client(void **state) {
@@ -1322,6 +1347,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_batches_on_a_2025_03_26_session, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_cancelled_request_gets_an_empty_event_stream, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_an_empty_token_is_called_empty, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_batch_answer_past_the_bounds_names_its_requests, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_list_check_goes_on_while_the_pool_is_busy, setup, teardown),

@@ -80,6 +80,19 @@ check "serve --no-auth as an unknown agent" 1 "$tg" serve --no-auth --agent ghos
 says "unknown agent named" "no agent 'ghost' in this workspace"
 check "serve on a port past 65535" 1 "$tg" serve --listen 127.0.0.1:99999
 says "bad port" 'the port must be a number from 0 to 65535'
+# A port another server holds: the error says how to pick another.
+"$tg" serve --no-auth --listen 127.0.0.1:0 2>"$dir/first.log" &
+first=$!
+port=""
+for _ in $(seq 100); do
+  port=$(grep -o 'listening on 127\.0\.0\.1:[0-9]*' "$dir/first.log" | cut -d: -f2 || true)
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+check "serve on a busy port" 1 "$tg" serve --no-auth --listen "127.0.0.1:${port:-1}"
+says "busy port" 'Address already in use \(another server has it: give another with --listen HOST:PORT\)'
+kill -TERM "$first"
+wait "$first" || true
 check "call as the owner user" 0 "$tg" call admin.policy.list --user owner
 check "policy set" 0 "$tg" policy set agent.tool.list disabled
 check "disabled by policy" 1 "$tg" call agent.tool.list --agent demo
