@@ -1028,7 +1028,7 @@ typedef struct request {
   char token_hash[TG_TOKEN_HASH_LEN + 1]; /* of the token that named it; "" without auth */
   char *body;
   size_t len;
-  bool too_large;
+  size_t dropped; /* of a body past the bound: what came past it, not kept */
   bool takes_events;   /* Accept takes text/event-stream */
   bool prefers_events; /* Accept names it, no lower than JSON: a call's answer may stream */
 } request;
@@ -1575,9 +1575,10 @@ static enum MHD_Result collect_param(void *cls, enum MHD_ValueKind kind, const c
 /* Headers a request may carry once: only a list may repeat (RFC 9110 §5.3), and two Host
  * lines are a 400 (RFC 9112 §3.2). Read as their first line, a repeated one could let a
  * proxy and this server act on different values. */
-static const char *const singletons[] = {"Host",          "Authorization",  "Origin",
-                                         "Content-Type",  "Mcp-Session-Id", "Last-Event-ID",
-                                         "MCP-Protocol-Version", "Mcp-Method", "Mcp-Name"};
+static const char *const singletons[] = {
+    "Host",           "Authorization",     "Origin",         "Content-Type",
+    "Content-Length", "Transfer-Encoding", "Mcp-Session-Id", "Last-Event-ID",
+    "MCP-Protocol-Version", "Mcp-Method", "Mcp-Name"};
 #define N_SINGLETONS (sizeof singletons / sizeof singletons[0])
 
 typedef struct singleton_count {
@@ -1801,9 +1802,6 @@ static enum MHD_Result queue_events(server *s, struct MHD_Connection *conn, sess
 
 static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db *db,
                                    const char *principal, request *rq) {
-  if (rq->too_large)
-    return queue_rpc_error(conn, MHD_HTTP_CONTENT_TOO_LARGE, TG_RPC_INVALID_REQUEST,
-                           "Message too large");
   worker *w = calloc(1, sizeof *w);
   if (!w) return MHD_NO;
   w->srv = s;
@@ -2089,7 +2087,8 @@ static enum MHD_Result handle_get(server *s, struct MHD_Connection *conn, tg_db 
 
 /* libmicrohttpd reports what an operator should see (a thread it could not start, the
  * connection limit reached, a socket error), and also a client that went away in the middle
- * of an answer, which is how SSE streams normally end: that one stays a debug line. */
+ * of an answer, which is how SSE streams normally end, or of its request: those stay debug
+ * lines, which a client cannot flood the log with. */
 __attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char *fmt,
                                                           va_list ap) {
   (void)cls;
@@ -2097,7 +2096,7 @@ __attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char 
   vsnprintf(line, sizeof line, fmt, ap);
   line[strcspn(line, "\n")] = '\0';
   bool client_gone = strstr(line, "no longer available") || strstr(line, "Connection reset") ||
-                     strstr(line, "closed by remote peer");
+                     strstr(line, "closed by remote peer") || strstr(line, "closed by remote side");
   tg_log(client_gone ? TG_LOG_DEBUG : TG_LOG_WARN, "http: %s", line);
 }
 
@@ -2120,6 +2119,16 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
     snprintf(why, sizeof why, "The %s header is given more than once", once.repeated);
     return queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST, why);
   }
+  /* A body framed two ways may be read one way here and another by a proxy in front (RFC
+   * 9112 §6.1); one past the bound is refused before it is read. An answer queued before the
+   * body is read closes the connection after it. */
+  const char *length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+  if (length && MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Transfer-Encoding"))
+    return queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
+                           "Content-Length and Transfer-Encoding are given together");
+  if (length && strtoull(length, NULL, 10) > TG_RPC_MAX_BODY)
+    return queue_rpc_error(conn, MHD_HTTP_CONTENT_TOO_LARGE, TG_RPC_INVALID_REQUEST,
+                           "Message too large");
   /* DNS rebinding: a page elsewhere must not reach a server on this machine. */
   if (!origin_ok(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin")) ||
       (s->loopback && !host_ok(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host"))))
@@ -2165,22 +2174,32 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return MHD_YES;
   }
   if (*upload_size) {
-    if (rq->len + *upload_size > TG_RPC_MAX_BODY) {
-      rq->too_large = true;
-    } else {
-      char *grown = realloc(rq->body, rq->len + *upload_size + 1);
-      if (!grown) return MHD_NO;
-      memcpy(grown + rq->len, upload_data, *upload_size);
-      rq->body = grown;
-      rq->len += *upload_size;
-      rq->body[rq->len] = 0;
+    /* A body of unsaid length (chunked) past the bound is dropped as it comes and refused
+     * once it ends (libmicrohttpd answers only then); one that goes on as long again past
+     * the bound has its connection closed instead. */
+    if (rq->dropped || rq->len + *upload_size > TG_RPC_MAX_BODY) {
+      rq->dropped += *upload_size;
+      *upload_size = 0;
+      if (rq->dropped <= TG_RPC_MAX_BODY) return MHD_YES;
+      tg_log(TG_LOG_WARN, "http: closed a connection whose body went on past twice the bound "
+                          "on a message's size (%u bytes)", TG_RPC_MAX_BODY);
+      return MHD_NO;
     }
+    char *grown = realloc(rq->body, rq->len + *upload_size + 1);
+    if (!grown) return MHD_NO;
+    memcpy(grown + rq->len, upload_data, *upload_size);
+    rq->body = grown;
+    rq->len += *upload_size;
+    rq->body[rq->len] = 0;
     *upload_size = 0;
     return MHD_YES;
   }
   const union MHD_ConnectionInfo *info =
       MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
   tg_db *db = info ? info->socket_context : NULL;
+  if (rq->dropped)
+    return queue_rpc_error(conn, MHD_HTTP_CONTENT_TOO_LARGE, TG_RPC_INVALID_REQUEST,
+                           "Message too large");
   if (strcmp(method, "POST") == 0) {
     if (!db) return queue_rpc_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, TG_RPC_INTERNAL_ERROR, "No database");
     return handle_post(s, conn, db, rq->principal, rq);

@@ -2583,6 +2583,9 @@ static void test_http_repeated_headers(void **state) {
       {ROUTED "Mcp-Session-Id: a\r\nmcp-session-id: b\r\n", "The Mcp-Session-Id header"},
       {ROUTED "Mcp-Param-Region: us\r\nMcp-Param-Region: eu\r\n", "-32020"},
       {ROUTED "Mcp-Param-Region: eu\r\nMcp-Param-Region: \xff\r\n", "-32020"},
+      /* A body framed twice: the request carries its own Content-Length as well. */
+      {ROUTED "Content-Length: 0\r\n", "The Content-Length header is given"},
+      {ROUTED "Transfer-Encoding: chunked\r\n", "Content-Length and Transfer-Encoding"},
   };
   for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
     long runs = fixture_count(w->f, "agent_runs");
@@ -2605,6 +2608,82 @@ static void test_http_repeated_headers(void **state) {
   assert_non_null(strstr(res, "eu"));
   free(res);
 #undef ROUTED
+  tg_http_stop(h);
+}
+
+/* Writes n bytes of text on fd; false once the server closed the connection. */
+static bool http_write(int fd, const char *text, size_t n) {
+  for (size_t done = 0; done < n;) {
+    ssize_t k = send(fd, text + done, n - done, MSG_NOSIGNAL);
+    if (k <= 0) return false;
+    done += (size_t)k;
+  }
+  return true;
+}
+
+/* A POST of server/discover with these headers, its body (if any) sent apart: the socket. */
+static int http_post_head(unsigned port, const char *headers) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  struct timeval guard = {.tv_sec = HANG_GUARD_S};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &guard, sizeof guard);
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
+  char head[512];
+  int n = snprintf(head, sizeof head,
+                   "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%u\r\nAccept: application/json, "
+                   "text/event-stream\r\nContent-Type: application/json\r\n" HTTP_MODERN
+                   "Mcp-Method: server/discover\r\n%s\r\n",
+                   port, headers);
+  assert_true(http_write(fd, head, (size_t)n));
+  return fd;
+}
+
+/* Sends chunks of 64 KB of a chunked body, up to bytes; false once the server closed. */
+static bool http_send_chunks(int fd, size_t bytes) {
+  static char chunk[10 + 65536 + 2];
+  int head = snprintf(chunk, sizeof chunk, "10000\r\n");
+  memset(chunk + head, ' ', 65536);
+  memcpy(chunk + head + 65536, "\r\n", 2);
+  for (size_t sent = 0; sent < bytes; sent += 65536)
+    if (!http_write(fd, chunk, (size_t)head + 65536 + 2)) return false;
+  return true;
+}
+
+/* A body past the bound on a message is refused: before it is read when its length is said,
+ * once it ends when it is chunked, and a chunked one that goes on past twice the bound has
+ * its connection closed without being read to its end. */
+static void test_http_body_past_the_bound(void **state) {
+  world *w = *state;
+  unsigned port = 0;
+  tg_http *h = http_start(w, &port);
+  char length[64];
+  snprintf(length, sizeof length, "Content-Length: %u\r\n", TG_RPC_MAX_BODY + 1);
+  int fd = http_post_head(port, length); /* and no body: the answer does not wait for it */
+  char *res = http_read(fd, NULL);
+  assert_status(res, "413");
+  assert_non_null(strstr(res, "Message too large"));
+  free(res);
+  close(fd);
+  fd = http_post_head(port, "Transfer-Encoding: chunked\r\n");
+  assert_true(http_send_chunks(fd, TG_RPC_MAX_BODY + 1));
+  assert_true(http_write(fd, "0\r\n\r\n", 5));
+  res = http_read(fd, "Message too large");
+  assert_status(res, "413");
+  free(res);
+  close(fd);
+  fd = http_post_head(port, "Transfer-Encoding: chunked\r\n");
+  /* The server closes the connection once past twice the bound, without an answer. */
+  assert_false(http_send_chunks(fd, 64u * 1024 * 1024));
+  close(fd);
+  res = http_exchange_as_is(port, "POST",
+                            "Accept: application/json, text/event-stream\r\nContent-Type: "
+                            "application/json\r\n" HTTP_MODERN "Mcp-Method: server/discover\r\n",
+                            "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\","
+                            "\"params\":{" MODERN_META "}}");
+  assert_status(res, "200");
+  free(res);
   tg_http_stop(h);
 }
 
@@ -2707,6 +2786,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_task_notifications_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http_post_media_types, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http_repeated_headers, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_http_body_past_the_bound, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http_task_notifications, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_after_the_end, setup, teardown),
   };
