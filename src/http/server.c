@@ -85,6 +85,16 @@ typedef struct held_share {
   struct held_share *next;
 } held_share;
 
+/* One open connection: its database connection, and since when it has been sending a
+ * request (0 while its request is answered). */
+typedef struct peer {
+  tg_db *db;
+  int fd;
+  _Atomic int64_t sending_since;
+  bool cut; /* shut down by the sweeper */
+  struct peer *prev, *next;
+} peer;
+
 struct server {
   const tg_http_config *cfg;
   tg_mcp_server mcp; /* cfg->server, advertising the list changes this transport delivers */
@@ -113,6 +123,11 @@ struct server {
   /* When a bad token was last logged (monotonic ms): one line every REFUSED_LOG_MS at most,
    * so that a client retrying in a loop does not flood the log. */
   _Atomic int64_t refused_logged_ms;
+  /* The open connections, for the sweeper to close those too slow to send a request. */
+  pthread_mutex_t peers_lock;
+  peer *peers;
+  unsigned n_peers;
+  int64_t full_logged_ms, slow_logged_ms; /* under peers_lock; as refused_logged_ms */
   /* The worker pool: a fixed set of threads, each with its own database connection for its
    * whole life, taking tool calls from a queue. The queue needs no bound of its own: each
    * queued call holds one of at most TG_HTTP_MAX_CONNECTIONS connection threads. */
@@ -738,6 +753,12 @@ static int connection_fd(struct MHD_Connection *conn) {
   return info ? info->connect_fd : -1;
 }
 
+static peer *peer_of(struct MHD_Connection *conn) {
+  const union MHD_ConnectionInfo *info =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  return info ? info->socket_context : NULL;
+}
+
 /* One connection's hold on a stream. */
 typedef struct reader {
   stream *st;
@@ -1328,6 +1349,38 @@ static void end_revoked(server *s, tg_db *db) {
 }
 
 /* Each sweep is timed from the end of the last: one longer than the period does not pile up. */
+static unsigned idle_timeout_s(const server *s) {
+  return s->cfg->idle_timeout_s ? s->cfg->idle_timeout_s : (unsigned)TG_HTTP_IDLE_TIMEOUT_S;
+}
+
+/* Whether a line of the kind last logged at *last (monotonic ms, under peers_lock) may be
+ * logged now: once a minute at most, so that a client cannot flood the log. */
+static bool may_log_locked(int64_t *last, int64_t now) {
+  if (*last && now - *last < REFUSED_LOG_MS) return false;
+  *last = now;
+  return true;
+}
+
+/* Shuts down the connections sending a request for longer than twice the idle timeout (see
+ * TG_HTTP_IDLE_TIMEOUT_S); their threads see it and close them. A connection idle between
+ * requests is closed by the idle timeout before that. */
+static void cut_slow_senders(server *s) {
+  int64_t now = tg_monotonic_ms(), limit = 2000LL * idle_timeout_s(s);
+  unsigned cut = 0;
+  pthread_mutex_lock(&s->peers_lock);
+  for (peer *p = s->peers; p; p = p->next) {
+    int64_t since = atomic_load(&p->sending_since);
+    if (p->cut || !since || now - since <= limit) continue;
+    shutdown(p->fd, SHUT_RDWR);
+    p->cut = true;
+    cut++;
+  }
+  if (cut && may_log_locked(&s->slow_logged_ms, now))
+    tg_log(TG_LOG_WARN, "http: closed %u connection(s) that took over %lld s to send a request "
+           "(logged once a minute at most)", cut, (long long)(limit / 1000));
+  pthread_mutex_unlock(&s->peers_lock);
+}
+
 static void *sweeper_main(void *arg) {
   server *s = arg;
   tg_db *db = NULL;
@@ -1344,6 +1397,7 @@ static void *sweeper_main(void *arg) {
       end_revoked(s, db);
       check_lists(s, db, NULL, NULL);
     }
+    cut_slow_senders(s);
     pthread_mutex_lock(&s->lock);
     forget_stale_output_locked(s);
     next = tg_monotonic_ms() + TG_HTTP_CHECK_MS;
@@ -2133,9 +2187,8 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
   if (!origin_ok(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin")) ||
       (s->loopback && !host_ok(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host"))))
     return queue_rpc_error(conn, MHD_HTTP_FORBIDDEN, TG_RPC_INVALID_REQUEST, "Forbidden origin or host");
-  const union MHD_ConnectionInfo *info =
-      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-  caller who = authenticate(s, conn, info ? info->socket_context : NULL, rq->principal,
+  peer *p = peer_of(conn);
+  caller who = authenticate(s, conn, p ? p->db : NULL, rq->principal,
                             rq->token_hash);
   if (who != CALLER_KNOWN) return refuse_caller(s, conn, who);
   char *accept = NULL;
@@ -2194,9 +2247,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     *upload_size = 0;
     return MHD_YES;
   }
-  const union MHD_ConnectionInfo *info =
-      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-  tg_db *db = info ? info->socket_context : NULL;
+  /* The request is whole: it is answered now. */
+  peer *p = peer_of(conn);
+  if (p) atomic_store(&p->sending_since, 0);
+  tg_db *db = p ? p->db : NULL;
   if (rq->dropped)
     return queue_rpc_error(conn, MHD_HTTP_CONTENT_TOO_LARGE, TG_RPC_INVALID_REQUEST,
                            "Message too large");
@@ -2218,6 +2272,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode code) {
+  peer *p = peer_of(conn);
+  if (p) atomic_store(&p->sending_since, tg_monotonic_ms()); /* the next request may come */
   request *rq = *con_cls;
   if (!rq) return;
   free(rq->body);
@@ -2225,20 +2281,40 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   *con_cls = NULL;
 }
 
-/* Each connection has its own thread and its own database connection. */
+/* Each connection has its own thread and its own database connection, and is known to the
+ * sweeper (cut_slow_senders) until it closes, before its socket does. */
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode code) {
   server *s = cls;
+  peer *p = *socket_context;
   if (code == MHD_CONNECTION_NOTIFY_STARTED) {
     char *why = NULL;
-    tg_db *db = NULL;
-    if (tg_db_open(s->cfg->data_dir, &db, &why) < 0) {
+    if (!(p = calloc(1, sizeof *p))) return; /* no context: its requests get a 503 */
+    if (tg_db_open(s->cfg->data_dir, &p->db, &why) < 0) {
       tg_log(TG_LOG_ERROR, "http: cannot open the database: %s", why ? why : "out of memory");
       free(why);
+      p->db = NULL;
     }
-    *socket_context = db;
-  } else {
-    tg_db_close(*socket_context);
+    p->fd = connection_fd(conn);
+    atomic_store(&p->sending_since, tg_monotonic_ms());
+    pthread_mutex_lock(&s->peers_lock);
+    if ((p->next = s->peers)) p->next->prev = p;
+    s->peers = p;
+    if (++s->n_peers == TG_HTTP_MAX_CONNECTIONS &&
+        may_log_locked(&s->full_logged_ms, tg_monotonic_ms()))
+      tg_log(TG_LOG_WARN, "http: all %d connections are in use: new ones wait until one closes "
+             "(logged once a minute at most)", TG_HTTP_MAX_CONNECTIONS);
+    pthread_mutex_unlock(&s->peers_lock);
+    *socket_context = p;
+  } else if (p) {
+    pthread_mutex_lock(&s->peers_lock);
+    if (p->prev) p->prev->next = p->next;
+    else s->peers = p->next;
+    if (p->next) p->next->prev = p->prev;
+    s->n_peers--;
+    pthread_mutex_unlock(&s->peers_lock);
+    tg_db_close(p->db);
+    free(p);
     *socket_context = NULL;
   }
 }
@@ -2370,6 +2446,7 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   h->s.replay_keep_ms = cfg->replay_keep_ms ? cfg->replay_keep_ms : TG_HTTP_REPLAY_KEEP_MS;
   pthread_mutex_init(&h->s.lock, NULL);
   pthread_mutex_init(&h->s.shares_lock, NULL);
+  pthread_mutex_init(&h->s.peers_lock, NULL);
   pthread_cond_init(&h->s.answered, NULL);
   pthread_cond_init(&h->s.queued, NULL);
   pthread_cond_init(&h->s.sweep_stop, NULL);
@@ -2418,7 +2495,7 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
       /* On loopback every client has the same address: a share would only lower the limit. */
       h->s.loopback ? 0u : (unsigned)TG_HTTP_MAX_CONNECTIONS_PER_ADDRESS,
       MHD_OPTION_CONNECTION_TIMEOUT,
-      cfg->idle_timeout_s ? cfg->idle_timeout_s : (unsigned)TG_HTTP_IDLE_TIMEOUT_S,
+      idle_timeout_s(&h->s),
       MHD_OPTION_NOTIFY_COMPLETED, on_completed, &h->s, MHD_OPTION_NOTIFY_CONNECTION,
       on_connection, &h->s, MHD_OPTION_END);
   int why = errno;
@@ -2436,8 +2513,8 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
 }
 
 int tg_http_add_connection(tg_http *h, int fd) {
-  struct sockaddr_in peer = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  return MHD_add_connection(h->daemon, fd, (struct sockaddr *)&peer, sizeof peer) == MHD_YES
+  struct sockaddr_in from = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  return MHD_add_connection(h->daemon, fd, (struct sockaddr *)&from, sizeof from) == MHD_YES
              ? TG_OK
              : TG_E_IO;
 }
@@ -2465,6 +2542,7 @@ void tg_http_stop(tg_http *h) {
   free(s->busy);
   pthread_mutex_destroy(&s->lock);
   pthread_mutex_destroy(&s->shares_lock);
+  pthread_mutex_destroy(&s->peers_lock);
   pthread_cond_destroy(&s->answered);
   pthread_cond_destroy(&s->queued);
   pthread_cond_destroy(&s->sweep_stop);

@@ -18,6 +18,7 @@
 #define REPLACED_MALLOC 1
 #include <sanitizer/allocator_interface.h>
 #endif
+#include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -856,6 +857,52 @@ static void test_a_call_gives_up_on_a_silent_client(void **state) {
   free(request(w, "POST", sid, NULL, PING, 200));
 }
 
+/* A client that sends its request a byte now and then is never idle: its connection is
+ * closed once it has been sending for twice the idle timeout (counted from its previous
+ * answer), and the server serves others. */
+static void test_a_slow_sender_is_cut_off(void **state) {
+  world *w = *state;
+  w->cfg.idle_timeout_s = 1;
+  unsigned port = restart(w);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  /* A whole request first, answered: the next one is timed from its answer. */
+  static const char body[] = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\","
+                             "\"params\":{" MODERN_META "}}";
+  char *lines = NULL;
+  assert_true(asprintf(&lines,
+                       "Authorization: Bearer %s\r\nAccept: application/json, "
+                       "text/event-stream\r\nContent-Type: application/json\r\n"
+                       "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: server/discover\r\n",
+                       w->token) > 0);
+  fixture_http_send(fd, port, "POST", lines, body);
+  free(lines);
+  char answer[8192] = "";
+  size_t len = 0, whole = 0;
+  while (!whole || len < whole) {
+    ssize_t n = recv(fd, answer + len, sizeof answer - 1 - len, 0);
+    assert_true(n > 0);
+    answer[len += (size_t)n] = 0;
+    const char *end = strstr(answer, "\r\n\r\n"), *length = strstr(answer, "Content-Length: ");
+    if (end && length) whole = (size_t)(end + 4 - answer) + strtoul(length + 16, NULL, 10);
+  }
+  assert_int_equal(strncmp(answer, "HTTP/1.1 200", 12), 0);
+  static const char head[] = "POST /mcp HTTP/1.1\r\nX-Slow: ";
+  assert_int_equal(send(fd, head, sizeof head - 1, MSG_NOSIGNAL), (ssize_t)sizeof head - 1);
+  bool closed = false;
+  for (int ticks = 0; !closed && ticks < HANG_GUARD_S * 4; ticks++) {
+    closed = send(fd, "a", 1, MSG_NOSIGNAL) != 1; /* more than the idle timeout allows apart */
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    char byte;
+    if (!closed && poll(&p, 1, 250) == 1) closed = recv(fd, &byte, 1, 0) <= 0;
+  }
+  close(fd);
+  if (!closed) fail_msg("a client sending a byte every 250 ms held its connection");
+  free(request(w, "POST", NULL, MODERN_HEADERS("server/discover"),
+               "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\",\"params\":{" MODERN_META
+               "}}",
+               200));
+}
+
 /* A connection that never sends a request is closed once idle, and its slot is free again;
  * a call running longer than that is not idle. */
 static void test_idle_connections_are_closed(void **state) {
@@ -1375,6 +1422,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_priming_passes_the_bounds, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_addresses, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idle_connections_are_closed, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_slow_sender_is_cut_off, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_call_gives_up_on_a_silent_client, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_stream_gets_ack_then_changes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_revoked_token_ends_its_streams, setup, teardown),
