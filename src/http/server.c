@@ -1348,7 +1348,6 @@ static void end_revoked(server *s, tg_db *db) {
   free(all);
 }
 
-/* Each sweep is timed from the end of the last: one longer than the period does not pile up. */
 static unsigned idle_timeout_s(const server *s) {
   return s->cfg->idle_timeout_s ? s->cfg->idle_timeout_s : (unsigned)TG_HTTP_IDLE_TIMEOUT_S;
 }
@@ -1381,6 +1380,7 @@ static void cut_slow_senders(server *s) {
   pthread_mutex_unlock(&s->peers_lock);
 }
 
+/* Each sweep is timed from the end of the last: one longer than the period does not pile up. */
 static void *sweeper_main(void *arg) {
   server *s = arg;
   tg_db *db = NULL;
