@@ -2177,9 +2177,13 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
    * 9112 §6.1); one past the bound is refused before it is read. An answer queued before the
    * body is read closes the connection after it. */
   const char *length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
-  if (length && MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Transfer-Encoding"))
+  const char *coding = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Transfer-Encoding");
+  if (length && coding)
     return queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
                            "Content-Length and Transfer-Encoding are given together");
+  if (coding && strcasecmp(coding, "chunked") != 0)
+    return queue_rpc_error(conn, MHD_HTTP_NOT_IMPLEMENTED, TG_RPC_INVALID_REQUEST,
+                           "Transfer-Encoding other than chunked is not supported");
   if (length && strtoull(length, NULL, 10) > TG_RPC_MAX_BODY)
     return queue_rpc_error(conn, MHD_HTTP_CONTENT_TOO_LARGE, TG_RPC_INVALID_REQUEST,
                            "Message too large");

@@ -2653,11 +2653,18 @@ static bool http_send_chunks(int fd, size_t bytes) {
 
 /* A body past the bound on a message is refused: before it is read when its length is said,
  * once it ends when it is chunked, and a chunked one that goes on past twice the bound has
- * its connection closed without being read to its end. */
+ * its connection closed without being read to its end. A coding other than chunked is not
+ * read at all. */
 static void test_http_body_past_the_bound(void **state) {
   world *w = *state;
   unsigned port = 0;
   tg_http *h = http_start(w, &port);
+  int coded = http_post_head(port, "Transfer-Encoding: gzip, chunked\r\n");
+  char *refused = http_read(coded, NULL);
+  assert_status(refused, "501");
+  assert_non_null(strstr(refused, "Transfer-Encoding other than chunked"));
+  free(refused);
+  close(coded);
   char length[64];
   snprintf(length, sizeof length, "Content-Length: %u\r\n", TG_RPC_MAX_BODY + 1);
   int fd = http_post_head(port, length); /* and no body: the answer does not wait for it */
