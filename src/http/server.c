@@ -2044,6 +2044,10 @@ static stream *resume_locked(session *x, const char *last, unsigned *status, con
   for (size_t i = 0; ok && !st && i < KEPT_STREAMS; i++)
     if (x->kept[i] && x->kept[i]->no == no) st = x->kept[i];
   *status = MHD_HTTP_BAD_REQUEST;
+  if (!ok) {
+    *why = "Last-Event-ID is no event id of this server (STREAM-EVENT, two numbers)";
+    return NULL;
+  }
   if (!st) {
     *why = "Last-Event-ID names no stream of this session";
     return NULL;

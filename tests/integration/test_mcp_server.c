@@ -2464,9 +2464,16 @@ static void test_http_get_stream_and_resumption(void **state) {
   /* Only this session's streams and events can be named. */
   res = http_exchange(port, "GET", sid, "Last-Event-ID: 9-1\r\n", NULL);
   assert_status(res, "400");
+  assert_non_null(strstr(res, "names no stream of this session"));
   free(res);
   res = http_exchange(port, "GET", sid, "Last-Event-ID: 1-99\r\n", NULL);
   assert_status(res, "400");
+  assert_non_null(strstr(res, "names no event of this stream"));
+  free(res);
+  /* One that is no id of this server is called so, even naming a stream that exists. */
+  res = http_exchange(port, "GET", sid, "Last-Event-ID: 1-99999999999999999999\r\n", NULL);
+  assert_status(res, "400");
+  assert_non_null(strstr(res, "is no event id of this server"));
   free(res);
 
   /* The standalone stream opens with a priming event; there is one per session. */
