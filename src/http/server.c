@@ -128,6 +128,7 @@ struct server {
   peer *peers;
   unsigned n_peers;
   int64_t full_logged_ms, slow_logged_ms; /* under peers_lock; as refused_logged_ms */
+  int64_t ended_logged_ms;                /* under lock: a session ended to make room */
   /* The worker pool: a fixed set of threads, each with its own database connection for its
    * whole life, taking tool calls from a queue. The queue needs no bound of its own: each
    * queued call holds one of at most TG_HTTP_MAX_CONNECTIONS connection threads. */
@@ -152,6 +153,14 @@ struct server {
 static tg_env server_env(const server *s, tg_db *db) {
   return (tg_env){.registry = s->cfg->registry, .db = db, .data_dir = s->cfg->data_dir,
                   .public_url = s->public_url};
+}
+
+/* Whether a line of the kind last logged at *last (monotonic ms, under the lock that guards
+ * it) may be logged now: once a minute at most, so that a client cannot flood the log. */
+static bool may_log_locked(int64_t *last, int64_t now) {
+  if (*last && now - *last < REFUSED_LOG_MS) return false;
+  *last = now;
+  return true;
 }
 
 static bool loopback_host(const char *host, size_t len) {
@@ -263,6 +272,10 @@ static bool reap_locked(server *s, int64_t now, const char *principal) {
   session *victim = mine >= TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL ? oldest_mine
                     : s->n_sessions >= TG_HTTP_MAX_SESSIONS    ? oldest
                                                                : NULL;
+  if (victim && may_log_locked(&s->ended_logged_ms, tg_monotonic_ms()))
+    tg_log(TG_LOG_INFO, "http: ended the least recently used session to make room (at most %d "
+           "sessions, %d a caller; logged once a minute at most)", TG_HTTP_MAX_SESSIONS,
+           TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL);
   if (victim) session_unlink_locked(s, victim);
   return victim || (mine < TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL && s->n_sessions < TG_HTTP_MAX_SESSIONS);
 }
@@ -1350,14 +1363,6 @@ static void end_revoked(server *s, tg_db *db) {
 
 static unsigned idle_timeout_s(const server *s) {
   return s->cfg->idle_timeout_s ? s->cfg->idle_timeout_s : (unsigned)TG_HTTP_IDLE_TIMEOUT_S;
-}
-
-/* Whether a line of the kind last logged at *last (monotonic ms, under peers_lock) may be
- * logged now: once a minute at most, so that a client cannot flood the log. */
-static bool may_log_locked(int64_t *last, int64_t now) {
-  if (*last && now - *last < REFUSED_LOG_MS) return false;
-  *last = now;
-  return true;
 }
 
 /* Shuts down the connections sending a request for longer than twice the idle timeout (see
