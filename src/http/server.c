@@ -40,6 +40,10 @@
 #define RETRY_MS 500     /* the reconnection delay a primed stream asks of the client */
 #define MAX_ASKS 16      /* server-to-client requests open per session */
 #define HANGUP_CHECK_MS 1000 /* how soon a client closing a stream is noticed */
+/* A request must arrive whole within this many idle timeouts of its connection's start or
+ * previous answer: a client that sends a byte now and then is never idle, and would hold its
+ * connection slot for as long as it likes. */
+#define SENDING_TIMEOUTS 2
 #define DRAIN_MS 1000        /* how long a stopping server lets listen streams deliver their end */
 #define POLLING_VERSION "2025-11-25" /* the first revision whose clients resume call streams */
 
@@ -120,15 +124,16 @@ struct server {
   int64_t replay_keep_ms; /* past it, a stream that delivered nothing keeps nothing */
   pthread_mutex_t shares_lock; /* apart from lock: streams are released under it */
   held_share *shares;
-  /* When a bad token was last logged (monotonic ms): one line every REFUSED_LOG_MS at most,
-   * so that a client retrying in a loop does not flood the log. */
-  _Atomic int64_t refused_logged_ms;
+  /* When a line a client can cause was last logged (monotonic ms; see may_log): a bad token,
+   * a body closed past its bound, every connection slot in use, slow senders cut off, a
+   * session ended to make room. */
+  _Atomic int64_t refused_logged_ms, overlong_logged_ms, full_logged_ms, slow_logged_ms,
+      ended_logged_ms;
+  _Atomic unsigned slow_cut; /* slow senders cut off since the last line about them */
   /* The open connections, for the sweeper to close those too slow to send a request. */
   pthread_mutex_t peers_lock;
   peer *peers;
   unsigned n_peers;
-  int64_t full_logged_ms, slow_logged_ms; /* under peers_lock; as refused_logged_ms */
-  int64_t ended_logged_ms;                /* under lock: a session ended to make room */
   /* The worker pool: a fixed set of threads, each with its own database connection for its
    * whole life, taking tool calls from a queue. The queue needs no bound of its own: each
    * queued call holds one of at most TG_HTTP_MAX_CONNECTIONS connection threads. */
@@ -155,12 +160,11 @@ static tg_env server_env(const server *s, tg_db *db) {
                   .public_url = s->public_url};
 }
 
-/* Whether a line of the kind last logged at *last (monotonic ms, under the lock that guards
- * it) may be logged now: once a minute at most, so that a client cannot flood the log. */
-static bool may_log_locked(int64_t *last, int64_t now) {
-  if (*last && now - *last < REFUSED_LOG_MS) return false;
-  *last = now;
-  return true;
+/* Whether a line of the kind last logged at *last (monotonic ms) may be logged now: once a
+ * minute at most, so that a client cannot flood the log. */
+static bool may_log(_Atomic int64_t *last) {
+  int64_t now = tg_monotonic_ms(), was = atomic_load(last);
+  return (was == 0 || now - was >= REFUSED_LOG_MS) && atomic_compare_exchange_strong(last, &was, now);
 }
 
 static bool loopback_host(const char *host, size_t len) {
@@ -272,7 +276,7 @@ static bool reap_locked(server *s, int64_t now, const char *principal) {
   session *victim = mine >= TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL ? oldest_mine
                     : s->n_sessions >= TG_HTTP_MAX_SESSIONS    ? oldest
                                                                : NULL;
-  if (victim && may_log_locked(&s->ended_logged_ms, tg_monotonic_ms()))
+  if (victim && may_log(&s->ended_logged_ms))
     tg_log(TG_LOG_INFO, "http: ended the least recently used session to make room (at most %d "
            "sessions, %d a caller; logged once a minute at most)", TG_HTTP_MAX_SESSIONS,
            TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL);
@@ -1233,6 +1237,7 @@ static void run_call(worker *w, tg_db *db) {
   if (tg_mcp_inflight_end(w->inflight, w->msg.id)) { /* cancelled: no answer */
     free(final);
     final = NULL;
+    status = 0;
   } else if (!handled) {
     _cleanup_json_ json_t *error = tg_rpc_error(w->msg.id, TG_RPC_INTERNAL_ERROR, "Internal error", NULL);
     final = error ? tg_rpc_encode(error) : NULL;
@@ -1365,11 +1370,11 @@ static unsigned idle_timeout_s(const server *s) {
   return s->cfg->idle_timeout_s ? s->cfg->idle_timeout_s : (unsigned)TG_HTTP_IDLE_TIMEOUT_S;
 }
 
-/* Shuts down the connections sending a request for longer than twice the idle timeout (see
- * TG_HTTP_IDLE_TIMEOUT_S); their threads see it and close them. A connection idle between
- * requests is closed by the idle timeout before that. */
+/* Shuts down the connections sending a request for longer than SENDING_TIMEOUTS idle
+ * timeouts; their threads see it and close them. A connection idle between requests is closed
+ * by the idle timeout before that. */
 static void cut_slow_senders(server *s) {
-  int64_t now = tg_monotonic_ms(), limit = 2000LL * idle_timeout_s(s);
+  int64_t now = tg_monotonic_ms(), limit = 1000LL * SENDING_TIMEOUTS * idle_timeout_s(s);
   unsigned cut = 0;
   pthread_mutex_lock(&s->peers_lock);
   for (peer *p = s->peers; p; p = p->next) {
@@ -1379,10 +1384,14 @@ static void cut_slow_senders(server *s) {
     p->cut = true;
     cut++;
   }
-  if (cut && may_log_locked(&s->slow_logged_ms, now))
-    tg_log(TG_LOG_WARN, "http: closed %u connection(s) that took over %lld s to send a request "
-           "(logged once a minute at most)", cut, (long long)(limit / 1000));
   pthread_mutex_unlock(&s->peers_lock);
+  if ((cut += atomic_exchange(&s->slow_cut, 0)) == 0) return;
+  if (may_log(&s->slow_logged_ms))
+    tg_log(TG_LOG_WARN, "http: closed %u connection(s) still sending a request %lld s after they "
+           "opened or were last answered (logged once a minute at most)", cut,
+           (long long)(limit / 1000));
+  else
+    atomic_fetch_add(&s->slow_cut, cut); /* told in the next line */
 }
 
 /* Each sweep is timed from the end of the last: one longer than the period does not pile up. */
@@ -1633,7 +1642,8 @@ static enum MHD_Result collect_param(void *cls, enum MHD_ValueKind kind, const c
 
 /* Headers a request may carry once: only a list may repeat (RFC 9110 §5.3), and two Host
  * lines are a 400 (RFC 9112 §3.2). Read as their first line, a repeated one could let a
- * proxy and this server act on different values. */
+ * proxy and this server act on different values. Transfer-Encoding is a list, but the only
+ * one taken is "chunked" alone (see admit): on two lines, it is refused too. */
 static const char *const singletons[] = {
     "Host",           "Authorization",     "Origin",         "Content-Type",
     "Content-Length", "Transfer-Encoding", "Mcp-Session-Id", "Last-Event-ID",
@@ -1688,13 +1698,12 @@ static caller authenticate(server *s, struct MHD_Connection *conn, tg_db *db,
 }
 
 /* The refusal of a request without a valid token: 401, or 503 when the database could not
- * check it. A token that was sent is called invalid, an empty one a malformed request (RFC
- * 6750 §3.1); both are logged too, since clients often show a refusal as something else (an
- * OAuth error, "failed to connect"). */
+ * check it. Only a token that was sent is called invalid (RFC 6750 §3.1): an empty one is
+ * taken as none, so that a client's authorization flow starts as for none. Both are logged,
+ * since clients often show a refusal as something else (an OAuth error, "failed to
+ * connect"). */
 static enum MHD_Result refuse_caller(server *s, struct MHD_Connection *conn, caller who) {
-  int64_t now = tg_monotonic_ms(), last = atomic_load(&s->refused_logged_ms);
-  if (who != CALLER_NO_TOKEN && (last == 0 || now - last >= REFUSED_LOG_MS) &&
-      atomic_compare_exchange_strong(&s->refused_logged_ms, &last, now))
+  if (who != CALLER_NO_TOKEN && may_log(&s->refused_logged_ms))
     tg_log(TG_LOG_WARN, "http: refused a request whose Bearer token %s (logged once a minute "
            "at most)", who == CALLER_UNCHECKED    ? "the database could not check (503)"
                        : who == CALLER_EMPTY_TOKEN ? "is empty (401): is the client's token set?"
@@ -1716,8 +1725,6 @@ static enum MHD_Result refuse_caller(server *s, struct MHD_Connection *conn, cal
   MHD_add_response_header(res, "WWW-Authenticate",
                           who == CALLER_BAD_TOKEN
                               ? "Bearer realm=\"toolgate\", error=\"invalid_token\""
-                          : who == CALLER_EMPTY_TOKEN
-                              ? "Bearer realm=\"toolgate\", error=\"invalid_request\""
                               : "Bearer realm=\"toolgate\"");
   return respond_with(conn, MHD_HTTP_UNAUTHORIZED, res, "application/json", NULL, NULL);
 }
@@ -1794,10 +1801,12 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
     int status = st->final_status;
     st->final = NULL;
     pthread_mutex_unlock(&st->lock);
-    /* Without a message the request was cancelled. */
-    enum MHD_Result r = final ? queue_reply(s, conn, st->share->principal, (unsigned)status, final,
-                                            st->final_id, NULL, session_id)
-                              : queue_unanswered(conn, true, session_id); /* a tools/call */
+    /* Without a message, the request was cancelled (status 0), or its error could not be
+     * built. */
+    enum MHD_Result r = final         ? queue_reply(s, conn, st->share->principal, (unsigned)status,
+                                                    final, st->final_id, NULL, session_id)
+                        : status == 0 ? queue_unanswered(conn, true, session_id) /* a tools/call */
+                                      : queue(conn, (unsigned)status, NULL, NULL, session_id);
     stream_release(st);
     session_put(s, x);
     return r;
@@ -2148,6 +2157,15 @@ static enum MHD_Result handle_get(server *s, struct MHD_Connection *conn, tg_db 
             : queue_rpc_error(conn, status, TG_RPC_INVALID_REQUEST, why);
 }
 
+/* Set by a connection's thread that returns MHD_NO to close it on purpose, having logged why:
+ * libmicrohttpd then reports an "internal error" on the same thread. */
+static _Thread_local bool closing_on_purpose;
+
+static enum MHD_Result refuse_too_large(struct MHD_Connection *conn) {
+  return queue_rpc_error(conn, MHD_HTTP_CONTENT_TOO_LARGE, TG_RPC_INVALID_REQUEST,
+                         "Message too large");
+}
+
 /* libmicrohttpd reports what an operator should see (a thread it could not start, the
  * connection limit reached, a socket error), and also a client that went away in the middle
  * of an answer, which is how SSE streams normally end, or of its request: those stay debug
@@ -2160,7 +2178,10 @@ __attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char 
   line[strcspn(line, "\n")] = '\0';
   bool client_gone = strstr(line, "no longer available") || strstr(line, "Connection reset") ||
                      strstr(line, "closed by remote peer") || strstr(line, "closed by remote side");
-  tg_log(client_gone ? TG_LOG_DEBUG : TG_LOG_WARN, "http: %s", line);
+  /* A connection closed on purpose (said already) is no "internal error". */
+  bool told = closing_on_purpose;
+  closing_on_purpose = false;
+  tg_log(client_gone || told ? TG_LOG_DEBUG : TG_LOG_WARN, "http: %s", line);
 }
 
 /* What a request's headers decide, before any of its body is read: the route, the origin and
@@ -2193,9 +2214,7 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
   if (coding && strcasecmp(coding, "chunked") != 0)
     return queue_rpc_error(conn, MHD_HTTP_NOT_IMPLEMENTED, TG_RPC_INVALID_REQUEST,
                            "Transfer-Encoding other than chunked is not supported");
-  if (length && strtoull(length, NULL, 10) > TG_RPC_MAX_BODY)
-    return queue_rpc_error(conn, MHD_HTTP_CONTENT_TOO_LARGE, TG_RPC_INVALID_REQUEST,
-                           "Message too large");
+  if (length && strtoull(length, NULL, 10) > TG_RPC_MAX_BODY) return refuse_too_large(conn);
   /* DNS rebinding: a page elsewhere must not reach a server on this machine. */
   if (!origin_ok(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin")) ||
       (s->loopback && !host_ok(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host"))))
@@ -2244,11 +2263,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
      * once it ends (libmicrohttpd answers only then); one that goes on as long again past
      * the bound has its connection closed instead. */
     if (rq->dropped || rq->len + *upload_size > TG_RPC_MAX_BODY) {
+      free(rq->body); /* none of it is read */
+      rq->body = NULL;
       rq->dropped += *upload_size;
       *upload_size = 0;
       if (rq->dropped <= TG_RPC_MAX_BODY) return MHD_YES;
-      tg_log(TG_LOG_WARN, "http: closed a connection whose body went on past twice the bound "
-                          "on a message's size (%u bytes)", TG_RPC_MAX_BODY);
+      if (may_log(&s->overlong_logged_ms))
+        tg_log(TG_LOG_WARN, "http: closed a connection whose body went on past twice the bound "
+                            "on a message's size (%u bytes; logged once a minute at most)",
+               TG_RPC_MAX_BODY);
+      closing_on_purpose = true;
       return MHD_NO;
     }
     char *grown = realloc(rq->body, rq->len + *upload_size + 1);
@@ -2264,9 +2288,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   peer *p = peer_of(conn);
   if (p) atomic_store(&p->sending_since, 0);
   tg_db *db = p ? p->db : NULL;
-  if (rq->dropped)
-    return queue_rpc_error(conn, MHD_HTTP_CONTENT_TOO_LARGE, TG_RPC_INVALID_REQUEST,
-                           "Message too large");
+  if (rq->dropped) return refuse_too_large(conn);
   if (strcmp(method, "POST") == 0) {
     if (!db) return queue_rpc_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, TG_RPC_INTERNAL_ERROR, "No database");
     return handle_post(s, conn, db, rq->principal, rq);
@@ -2313,11 +2335,11 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     pthread_mutex_lock(&s->peers_lock);
     if ((p->next = s->peers)) p->next->prev = p;
     s->peers = p;
-    if (++s->n_peers == TG_HTTP_MAX_CONNECTIONS &&
-        may_log_locked(&s->full_logged_ms, tg_monotonic_ms()))
+    bool full = ++s->n_peers == TG_HTTP_MAX_CONNECTIONS;
+    pthread_mutex_unlock(&s->peers_lock);
+    if (full && may_log(&s->full_logged_ms))
       tg_log(TG_LOG_WARN, "http: all %d connections are in use: new ones wait until one closes "
              "(logged once a minute at most)", TG_HTTP_MAX_CONNECTIONS);
-    pthread_mutex_unlock(&s->peers_lock);
     *socket_context = p;
   } else if (p) {
     pthread_mutex_lock(&s->peers_lock);

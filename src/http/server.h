@@ -21,9 +21,6 @@
  * kept alive by its comment lines; a call running is not idle): connections that never
  * send a request cannot hold the connection slots for long. */
 #define TG_HTTP_IDLE_TIMEOUT_S 30
-/* A request must arrive whole within twice the idle timeout of its connection's start or
- * previous answer: a client that sends a byte now and then is never idle, and would hold its
- * connection slot for as long as it likes. */
 #define TG_HTTP_CHECK_MS (2LL * 1000)          /* list checks while no message arrives */
 #define TG_HTTP_MAX_LISTENS 64                 /* subscriptions/listen streams open at once */
 #define TG_HTTP_MAX_LISTENS_PER_PRINCIPAL 8

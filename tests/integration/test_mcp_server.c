@@ -2672,6 +2672,14 @@ static void test_http_body_past_the_bound(void **state) {
   assert_non_null(strstr(refused, "Transfer-Encoding other than chunked"));
   free(refused);
   close(coded);
+  /* Framed twice: refused, and the connection closed after (RFC 9112 §6.1), so that nothing
+   * behind the body is read as a request. */
+  coded = http_post_head(port, "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n");
+  refused = http_read(coded, NULL);
+  assert_status(refused, "400");
+  assert_non_null(strstr(refused, "Connection: close\r\n"));
+  free(refused);
+  close(coded);
   char length[64];
   snprintf(length, sizeof length, "Content-Length: %u\r\n", TG_RPC_MAX_BODY + 1);
   int fd = http_post_head(port, length); /* and no body: the answer does not wait for it */
