@@ -1066,7 +1066,7 @@ typedef struct request {
   char token_hash[TG_TOKEN_HASH_LEN + 1]; /* of the token that named it; "" without auth */
   char *body;
   size_t len;
-  size_t dropped; /* of a body past the bound: what came past it, not kept */
+  size_t dropped; /* of a body past the bound: the bytes that came, none of them kept */
   bool takes_events;   /* Accept takes text/event-stream */
   bool prefers_events; /* Accept names it, no lower than JSON: a call's answer may stream */
 } request;
@@ -2204,8 +2204,10 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
     return queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST, why);
   }
   /* A body framed two ways may be read one way here and another by a proxy in front (RFC
-   * 9112 §6.1); one past the bound is refused before it is read. An answer queued before the
-   * body is read closes the connection after it. */
+   * 9112 §6.1). One said to go past twice the bound is refused before it is read: an answer
+   * queued before the body is read closes the connection after it, and a client still
+   * sending may lose the answer to the reset. One within it is read and dropped (see
+   * on_request), so that its 413 arrives whole. */
   const char *length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
   const char *coding = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Transfer-Encoding");
   if (length && coding)
@@ -2214,7 +2216,7 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
   if (coding && strcasecmp(coding, "chunked") != 0)
     return queue_rpc_error(conn, MHD_HTTP_NOT_IMPLEMENTED, TG_RPC_INVALID_REQUEST,
                            "Transfer-Encoding other than chunked is not supported");
-  if (length && strtoull(length, NULL, 10) > TG_RPC_MAX_BODY) return refuse_too_large(conn);
+  if (length && strtoull(length, NULL, 10) > 2ull * TG_RPC_MAX_BODY) return refuse_too_large(conn);
   /* DNS rebinding: a page elsewhere must not reach a server on this machine. */
   if (!origin_ok(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin")) ||
       (s->loopback && !host_ok(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host"))))
@@ -2259,15 +2261,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return MHD_YES;
   }
   if (*upload_size) {
-    /* A body of unsaid length (chunked) past the bound is dropped as it comes and refused
-     * once it ends (libmicrohttpd answers only then); one that goes on as long again past
-     * the bound has its connection closed instead. */
+    /* A body past the bound is dropped as it comes and refused once it ends (libmicrohttpd
+     * answers only then); one that goes on as long again past the bound (chunked: its
+     * length unsaid) has its connection closed instead. */
     if (rq->dropped || rq->len + *upload_size > TG_RPC_MAX_BODY) {
-      free(rq->body); /* none of it is read */
+      rq->dropped += rq->len + *upload_size; /* what came so far, none of it kept */
+      free(rq->body);
       rq->body = NULL;
-      rq->dropped += *upload_size;
+      rq->len = 0;
       *upload_size = 0;
-      if (rq->dropped <= TG_RPC_MAX_BODY) return MHD_YES;
+      if (rq->dropped <= 2ull * TG_RPC_MAX_BODY) return MHD_YES;
       if (may_log(&s->overlong_logged_ms))
         tg_log(TG_LOG_WARN, "http: closed a connection whose body went on past twice the bound "
                             "on a message's size (%u bytes; logged once a minute at most)",

@@ -2658,10 +2658,10 @@ static bool http_send_chunks(int fd, size_t bytes) {
   return true;
 }
 
-/* A body past the bound on a message is refused: before it is read when its length is said,
- * once it ends when it is chunked, and a chunked one that goes on past twice the bound has
- * its connection closed without being read to its end. A coding other than chunked is not
- * read at all. */
+/* A body past the bound on a message is refused: before it is read when its length is said
+ * to go past twice the bound, else once it ends; a chunked one that goes on past twice the
+ * bound has its connection closed without being read to its end. A coding other than chunked
+ * is not read at all. */
 static void test_http_body_past_the_bound(void **state) {
   world *w = *state;
   unsigned port = 0;
@@ -2669,7 +2669,7 @@ static void test_http_body_past_the_bound(void **state) {
   /* Refused from the headers alone, without waiting for the body, and the connection closed
    * after (RFC 9112 §6.1), so that nothing behind the body is read as a request. */
   char past[64];
-  snprintf(past, sizeof past, "Content-Length: %u\r\n", TG_RPC_MAX_BODY + 1);
+  snprintf(past, sizeof past, "Content-Length: %u\r\n", 2 * TG_RPC_MAX_BODY + 1);
   const struct {
     const char *headers, *status, *says;
   } refused[] = {
@@ -2686,11 +2686,21 @@ static void test_http_body_past_the_bound(void **state) {
     free(res);
     close(fd);
   }
-  /* Chunked: refused once it ends. */
+  /* Past the bound but within twice it: read, then refused (chunked, or its length said). */
   int fd = http_post_head(port, "Transfer-Encoding: chunked\r\n");
   assert_true(http_send_chunks(fd, TG_RPC_MAX_BODY + 1));
   assert_true(http_write(fd, "0\r\n\r\n", 5));
   char *res = http_read(fd, "Message too large");
+  assert_status(res, "413");
+  free(res);
+  close(fd);
+  snprintf(past, sizeof past, "Content-Length: %u\r\n", 2 * TG_RPC_MAX_BODY); /* the most */
+  fd = http_post_head(port, past);
+  char *body = malloc(2 * TG_RPC_MAX_BODY);
+  memset(body, ' ', 2 * TG_RPC_MAX_BODY);
+  assert_true(http_write(fd, body, 2 * TG_RPC_MAX_BODY));
+  free(body);
+  res = http_read(fd, "Message too large");
   assert_status(res, "413");
   free(res);
   close(fd);
