@@ -80,12 +80,14 @@ typedef struct session {
   struct session *next;
 } session;
 
-/* What the streams of one principal hold, counted for the share of each caller. */
+/* What the streams of one principal hold, counted for the share of each caller, and how many
+ * of its requests are answered at once. */
 typedef struct held_share {
   char principal[TG_UUID_LEN + 1];
   atomic_size_t held; /* all their output */
   atomic_size_t kept; /* of which delivered, kept for resumption */
-  unsigned refs; /* one a stream or a JSON answer; under the server's shares_lock */
+  unsigned refs; /* one a stream, a JSON answer or a request; under the server's shares_lock */
+  unsigned requests; /* under shares_lock (see TG_HTTP_MAX_REQUESTS_PER_PRINCIPAL) */
   struct held_share *next;
 } held_share;
 
@@ -426,6 +428,27 @@ static void share_put(server *s, held_share *h) {
     free(h);
   }
   pthread_mutex_unlock(&s->shares_lock);
+}
+
+/* principal's share for a request it makes, counted as answered until request_done; NULL
+ * when principal has its most requests answered already (*full), or without memory. */
+static held_share *request_begin(server *s, const char *principal, bool *full) {
+  held_share *h = share_get(s, principal);
+  unsigned most = s->cfg->max_requests_per_principal ? s->cfg->max_requests_per_principal
+                                                     : TG_HTTP_MAX_REQUESTS_PER_PRINCIPAL;
+  pthread_mutex_lock(&s->shares_lock);
+  *full = h && h->requests >= most;
+  if (h && !*full) h->requests++;
+  pthread_mutex_unlock(&s->shares_lock);
+  if (*full) share_put(s, h);
+  return *full ? NULL : h;
+}
+
+static void request_done(server *s, held_share *h) {
+  pthread_mutex_lock(&s->shares_lock);
+  h->requests--;
+  pthread_mutex_unlock(&s->shares_lock);
+  share_put(s, h);
 }
 
 /* n bytes more (or, with less, fewer) held for a caller (share), counted for the server s
@@ -1067,6 +1090,7 @@ typedef struct request {
   char *body;
   size_t len;
   size_t dropped; /* of a body past the bound: the bytes that came, none of them kept */
+  held_share *answering; /* its caller's share, counting it as answered (see request_begin) */
   bool takes_events;   /* Accept takes text/event-stream */
   bool prefers_events; /* Accept names it, no lower than JSON: a call's answer may stream */
 } request;
@@ -2225,6 +2249,12 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
   caller who = authenticate(s, conn, p ? p->db : NULL, rq->principal,
                             rq->token_hash);
   if (who != CALLER_KNOWN) return refuse_caller(s, conn, who);
+  bool full = false;
+  if (!s->cfg->no_auth && !(rq->answering = request_begin(s, rq->principal, &full)))
+    return full ? queue_rpc_error(conn, MHD_HTTP_TOO_MANY_REQUESTS, TG_RPC_INVALID_REQUEST,
+                                  "Too many requests of this caller are answered at once; "
+                                  "end one (a stream) or wait")
+                : MHD_NO;
   char *accept = NULL;
   if (!header_value(conn, "Accept", &accept)) return MHD_NO;
   tg_accept json = tg_http_accepts(accept, "application/json");
@@ -2314,6 +2344,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   if (p) atomic_store(&p->sending_since, tg_monotonic_ms()); /* the next request may come */
   request *rq = *con_cls;
   if (!rq) return;
+  if (rq->answering) request_done(cls, rq->answering);
   free(rq->body);
   free(rq);
   *con_cls = NULL;

@@ -13,6 +13,10 @@
 
 #define TG_HTTP_MAX_CONNECTIONS 256
 #define TG_HTTP_MAX_CONNECTIONS_PER_ADDRESS 64 /* a remote address's share (not on loopback) */
+/* Requests of one token's holder answered at once (streams included), so that one holder
+ * cannot take every connection slot from the others; without authentication, every client
+ * is the one holder, and there is no such share. */
+#define TG_HTTP_MAX_REQUESTS_PER_PRINCIPAL 64
 #define TG_HTTP_MAX_SESSIONS 1024
 #define TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL 64   /* a principal's share of them */
 #define TG_HTTP_SESSION_IDLE_MS (30LL * 60 * 1000)
@@ -50,6 +54,7 @@ typedef struct tg_http_config {
   size_t max_held_bytes; /* output held for all clients; 0: TG_HTTP_MAX_HELD_BYTES */
   long long replay_keep_ms; /* 0: TG_HTTP_REPLAY_KEEP_MS */
   unsigned idle_timeout_s; /* 0: TG_HTTP_IDLE_TIMEOUT_S */
+  unsigned max_requests_per_principal; /* 0: TG_HTTP_MAX_REQUESTS_PER_PRINCIPAL */
 } tg_http_config;
 
 /* Serves until SIGINT or SIGTERM. Logs "listening on HOST:PORT" on stderr once ready.

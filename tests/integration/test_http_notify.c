@@ -857,6 +857,40 @@ static void test_a_call_gives_up_on_a_silent_client(void **state) {
   free(request(w, "POST", sid, NULL, PING, 200));
 }
 
+/* One token's holder has at most so many requests answered at once (its streams count):
+ * past it, a request is refused with 429, and another holder is served. */
+static void test_one_caller_has_a_share_of_the_requests_answered(void **state) {
+  world *w = *state;
+  w->cfg.max_requests_per_principal = 2;
+  restart(w);
+  char sids[2][64];
+  exchange *gets[2];
+  for (int i = 0; i < 2; i++) {
+    open_session(w, "{}", sids[i]);
+    gets[i] = start(w, "GET", sids[i], NULL, NULL);
+    await(gets[i], "data: \n\n");
+  }
+  char *got = request(w, "POST", sids[0], NULL, PING, 429);
+  assert_non_null(strstr(got, "Too many requests of this caller"));
+  free(got);
+  w->token = w->tokens[1]; /* another holder */
+  char other[64];
+  open_session(w, "{}", other);
+  w->token = w->tokens[0];
+  /* A stream that ends gives its place back. */
+  finish(gets[1]);
+  for (int tries = 0;; tries++) {
+    exchange *ex = start(w, "POST", sids[0], NULL, PING);
+    await(ex, NULL);
+    long status = ex->status;
+    finish(ex);
+    if (status == 200) break;
+    if (tries > HANG_GUARD_S * 10) fail_msg("the ended stream's place was never given back");
+    usleep(100 * 1000);
+  }
+  finish(gets[0]);
+}
+
 /* A client that sends its request a byte now and then is never idle: its connection is
  * closed once it has been sending for twice the idle timeout (counted from its previous
  * answer), and the server serves others. */
@@ -1423,6 +1457,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_listen_addresses, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idle_connections_are_closed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_slow_sender_is_cut_off, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_one_caller_has_a_share_of_the_requests_answered, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_a_call_gives_up_on_a_silent_client, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_stream_gets_ack_then_changes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_revoked_token_ends_its_streams, setup, teardown),
