@@ -36,6 +36,7 @@ typedef struct conn {
   const tg_mcp_server *srv;
   const tg_mcp_request *req;
   const char *token; /* the API token that named the principal, or NULL */
+  tg_db *reader_db;  /* the reader's own, opened to check the token for a ping it answers */
   json_t *serving; /* id of the request being served, NULL between requests */
   /* Between the reader and the serving thread, under lock; changed is broadcast when the
    * reader adds to them, and when a cancellation arrives. */
@@ -199,6 +200,45 @@ static json_t *refusal_of(const tg_rpc_msg *msg, int code, const char *why, json
   return NULL;
 }
 
+/* Whether the token that named the principal (if one did) still stands, read through db:
+ * TG_OK, TG_E_NOTFOUND once it is revoked (which ends the connection), or the failure of the
+ * database, logged: nothing is served meanwhile, and the next message or idle tick looks
+ * again. */
+static int token_stands_in(conn *c, tg_db *db) {
+  char id[TG_UUID_LEN + 1];
+  int r = c->token ? tg_principal_by_token(db, c->token, id) : TG_OK;
+  if (r < 0 && r != TG_E_NOTFOUND)
+    tg_log(TG_LOG_WARN, "mcp: the token could not be checked: %s", tg_db_errmsg(db));
+  return r;
+}
+
+static int token_stands(conn *c) { return token_stands_in(c, c->req->env->db); }
+
+/* The same for the reader, which answers a ping while a call runs on the serving thread's
+ * connection: through a connection of its own, opened at its first use. */
+static int token_stands_for_reader(conn *c) {
+  if (!c->token) return TG_OK;
+  char *why = NULL;
+  if (!c->reader_db && tg_db_open(c->req->env->data_dir, &c->reader_db, &why) < 0) {
+    tg_log(TG_LOG_WARN, "mcp: the token could not be checked: %s", why ? why : "out of memory");
+    free(why);
+    c->reader_db = NULL;
+    return TG_E_DB;
+  }
+  return token_stands_in(c, c->reader_db);
+}
+
+/* The answer to msg, a message that found the token no longer standing (r): for a request,
+ * the error HTTP gives a revoked token (with its 401), or an internal error to retry when the
+ * database could not say; NULL for notifications. */
+static json_t *unstanding_refusal(const tg_rpc_msg *msg, int r) {
+  bool revoked = r == TG_E_NOTFOUND;
+  return refusal_of(msg, revoked ? TG_RPC_INVALID_REQUEST : TG_RPC_INTERNAL_ERROR,
+                    revoked ? "The token this server runs with was revoked"
+                            : "The token could not be checked; retry",
+                    NULL);
+}
+
 /* Takes one message off the reader (msg: moved into the queue or released). A cancellation
  * is served at once; the response a call waits for goes to it; so do those in a batch (but a
  * cancellation of a request of the same batch), when the session takes batches as far as the
@@ -227,7 +267,10 @@ static int take(conn *c, tg_rpc_msg *msg, size_t bytes) {
   if (c->calling && msg->kind == TG_RPC_REQUEST && strcmp(msg->method, "ping") == 0 &&
       !tg_mcp_has_claim(msg)) {
     pthread_mutex_unlock(&c->lock);
-    r = write_message(c, tg_rpc_result(msg->id, json_object()));
+    /* A revoked token is refused here too; the connection ends once the call has. */
+    int stands = token_stands_for_reader(c);
+    r = write_message(c, stands == TG_OK ? tg_rpc_result(msg->id, json_object())
+                                         : unstanding_refusal(msg, stands));
     tg_rpc_msg_done(msg);
     return r;
   }
@@ -367,29 +410,12 @@ static int io_ask(void *self, json_t *request, json_t **ret) {
   return r;
 }
 
-/* Whether the token that named the principal (if one did) still stands: TG_OK, TG_E_NOTFOUND
- * once it is revoked (which ends the connection), or the failure of the database, logged:
- * nothing is served meanwhile, and the next message or idle tick looks again. */
-static int token_stands(conn *c) {
-  char id[TG_UUID_LEN + 1];
-  int r = c->token ? tg_principal_by_token(c->req->env->db, c->token, id) : TG_OK;
-  if (r < 0 && r != TG_E_NOTFOUND)
-    tg_log(TG_LOG_WARN, "mcp: the token could not be checked: %s", tg_db_errmsg(c->req->env->db));
-  return r;
-}
-
-/* Refuses msg (released), the message that found the token no longer standing (r): a request
- * is answered with an error, the one HTTP gives a revoked token (with its 401), or an internal
- * error to retry when the database could not say. Returns TG_E_NOTFOUND for a revoked token,
- * else TG_OK, or the output's failure. */
+/* Refuses msg (released), the message that found the token no longer standing (r). Returns
+ * TG_E_NOTFOUND for a revoked token, else TG_OK, or the output's failure. */
 static int refuse_unstanding(conn *c, tg_rpc_msg *msg, int r) {
-  bool revoked = r == TG_E_NOTFOUND;
-  r = revoked ? r : TG_OK;
+  json_t *refusal = unstanding_refusal(msg, r);
+  r = r == TG_E_NOTFOUND ? r : TG_OK;
   tg_mcp_leave_requests(c->req->inflight, msg);
-  json_t *refusal = refusal_of(msg, revoked ? TG_RPC_INVALID_REQUEST : TG_RPC_INTERNAL_ERROR,
-                               revoked ? "The token this server runs with was revoked"
-                                       : "The token could not be checked; retry",
-                               NULL);
   if (refusal) {
     int w = write_message(c, refusal);
     if (w < 0) r = w;
@@ -465,6 +491,7 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
     if (write(c.stop[1], "", 1) != 1) tg_log(TG_LOG_WARN, "mcp: the reader could not be told to stop");
     pthread_join(reader, NULL);
   }
+  tg_db_close(c.reader_db);
   /* What waited behind the message that found the token revoked is refused as that was. */
   for (size_t i = 0; i < c.queued; i++)
     if (r == TG_E_NOTFOUND) refuse_unstanding(&c, &c.queue[i], r);

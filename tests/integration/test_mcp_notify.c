@@ -662,12 +662,12 @@ static void stdio_stop(stdio_run *s) {
   assert_int_equal(stdio_join(s), 0);
 }
 
-/* A stdio connection after its handshake (initialize), with the call that call starts (of
- * test_ask_write) waiting for the client's answer to its sampling request, whose id goes to
- * *ask_id unless it is NULL. */
-static stdio_run *start_asking_call_with(world *w, const char *initialize, const char *call,
-                                         json_int_t *ask_id) {
-  stdio_run *s = stdio_start(w);
+/* A stdio connection (named by token; NULL: by the agent's slug) after its handshake
+ * (initialize), with the call that call starts (of test_ask_write) waiting for the client's
+ * answer to its sampling request, whose id goes to *ask_id unless it is NULL. */
+static stdio_run *start_asking_call_with(world *w, const char *token, const char *initialize,
+                                         const char *call, json_int_t *ask_id) {
+  stdio_run *s = stdio_start_with(w, token);
   stdio_send(s, initialize);
   expect_answer(s, 1);
   stdio_send(s, INITIALIZED);
@@ -681,7 +681,7 @@ static stdio_run *start_asking_call_with(world *w, const char *initialize, const
 
 /* The same on 2025-11-25, with call 2 asking. */
 static stdio_run *start_asking_call(world *w) {
-  return start_asking_call_with(w, INITIALIZE, ASK_WRITE(2), NULL);
+  return start_asking_call_with(w, NULL, INITIALIZE, ASK_WRITE(2), NULL);
 }
 
 /* Answers the server's sampling request ask_id; in a batch ahead of then, unless then is
@@ -712,7 +712,7 @@ static void test_stdio_batches(void **state) {
   world *w = *state;
   long asked = asked_rows(w);
   json_int_t ask = 0;
-  stdio_run *s = start_asking_call_with(w, INITIALIZE_AT("2025-03-26"),
+  stdio_run *s = start_asking_call_with(w, NULL, INITIALIZE_AT("2025-03-26"),
                                         "[" PING(2) "," ASK_WRITE(3) "]", &ask);
   send_sampling_answer(s, ask, PING(4));
   json_t *first = expect_batch_answer(s, (json_int_t[]){2, 3}, 2);
@@ -757,7 +757,8 @@ static void test_stdio_batches(void **state) {
 static void test_stdio_batched_call_cancelled_while_asking(void **state) {
   world *w = *state;
   long asked = asked_rows(w);
-  stdio_run *s = start_asking_call_with(w, INITIALIZE_AT("2025-03-26"), "[" ASK_WRITE(3) "]", NULL);
+  stdio_run *s =
+      start_asking_call_with(w, NULL, INITIALIZE_AT("2025-03-26"), "[" ASK_WRITE(3) "]", NULL);
   stdio_send(s, CANCEL(3));
   json_t *withdrawal = stdio_next(s);
   assert_true(withdraws(withdrawal, "The call no longer waits for it"));
@@ -774,7 +775,7 @@ static void test_stdio_batched_request_cancelled_while_it_waits(void **state) {
   world *w = *state;
   long asked = asked_rows(w);
   json_int_t ask = 0;
-  stdio_run *s = start_asking_call_with(w, INITIALIZE_AT("2025-03-26"), ASK_WRITE(3), &ask);
+  stdio_run *s = start_asking_call_with(w, NULL, INITIALIZE_AT("2025-03-26"), ASK_WRITE(3), &ask);
   stdio_send(s, "[" ASK_WRITE(5) "," PING(6) "]");
   stdio_send(s, CANCEL(5));
   send_sampling_answer(s, ask, NULL);
@@ -904,6 +905,29 @@ static void test_stdio_ends_with_its_token(void **state) {
   stdio_send(s, PING(3));
   expect_answer(s, 3);
   revoke_token(w, id);
+  assert_int_equal(await_stdio_end(s), TG_E_NOTFOUND);
+  free(token);
+}
+
+/* A ping the reader answers while a call runs checks the token too: once it is revoked, the
+ * ping is refused, and the connection ends after the call. */
+static void test_stdio_ping_during_a_call_checks_the_token(void **state) {
+  world *w = *state;
+  char id[TG_UUID_LEN + 1];
+  char *token = agent_token(w, id);
+  json_int_t ask = 0;
+  stdio_run *s = start_asking_call_with(w, token, INITIALIZE, ASK_WRITE(2), &ask);
+  stdio_send(s, PING(5));
+  expect_answer(s, 5);
+  revoke_token(w, id);
+  stdio_send(s, PING(6));
+  json_t *refused = stdio_next(s);
+  assert_int_equal(json_integer_value(json_object_get(refused, "id")), 6);
+  assert_string_equal(
+      json_string_value(json_object_get(json_object_get(refused, "error"), "message")),
+      "The token this server runs with was revoked");
+  json_decref(refused);
+  send_sampling_answer(s, ask, NULL);
   assert_int_equal(await_stdio_end(s), TG_E_NOTFOUND);
   free(token);
 }
@@ -1196,6 +1220,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_stdio_message_at_the_limit_with_crlf, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_ends_with_its_token, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_token_unchecked_goes_on, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_ping_during_a_call_checks_the_token, setup_kit,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_stdio_call_gives_up_on_a_silent_client, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_cancel_reaches_a_running_call, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_ping_answered_while_a_call_runs, setup_kit,
