@@ -243,11 +243,11 @@ static json_t *unstanding_refusal(const tg_rpc_msg *msg, int r) {
  * is served at once; the response a call waits for goes to it; so do those in a batch (but a
  * cancellation of a request of the same batch), when the session takes batches as far as the
  * reader knows (else they wait with the rest of the batch, which is served or refused in its
- * turn, as the session then stands). Requests are
- * entered in flight as they are queued, so that a cancellation finds them before they are
- * served. When the queue is full (in messages, or in bytes: one message always fits an
- * empty queue) a request is refused and a notification dropped: the reader never stops
- * reading, so that a cancellation or a response behind them still arrives. */
+ * turn, as the session then stands). Requests are entered in flight as they are queued, so
+ * that a cancellation finds them before they are served. When the queue is full (in
+ * messages, or in bytes: one message always fits an empty queue) a request is refused and a
+ * notification dropped: the reader never stops reading, so that a cancellation or a response
+ * behind them still arrives. */
 static int take(conn *c, tg_rpc_msg *msg, size_t bytes) {
   int r;
   if (take_at_once(c, msg, &r)) return r;
