@@ -41,9 +41,12 @@
 #define MAX_ASKS 16      /* server-to-client requests open per session */
 #define HANGUP_CHECK_MS 1000 /* how soon a client closing a stream is noticed */
 /* A request must arrive whole within this many idle timeouts of its connection's start or
- * previous answer: a client that sends a byte now and then is never idle, and would hold its
- * connection slot for as long as it likes. */
-#define SENDING_TIMEOUTS 2
+ * previous answer, and a JSON answer be taken whole within as many more as it holds
+ * TAKING_BYTES_PER_TIMEOUT (70 KB a second with the default timeout): a client that sends or
+ * reads a byte now and then is never idle, and would hold its connection slot for as long as
+ * it likes. An answer the socket's buffers take whole is done with at once. */
+#define SLOW_TIMEOUTS 2
+#define TAKING_BYTES_PER_TIMEOUT (2u * 1024u * 1024u)
 #define DRAIN_MS 1000        /* how long a stopping server lets listen streams deliver their end */
 #define POLLING_VERSION "2025-11-25" /* the first revision whose clients resume call streams */
 
@@ -91,12 +94,13 @@ typedef struct held_share {
   struct held_share *next;
 } held_share;
 
-/* One open connection: its database connection, and since when it has been sending a
- * request (0 while its request is answered). */
+/* One open connection: its database connection, and by when its client must have sent its
+ * request whole or taken its JSON answer whole (monotonic ms; 0 while its request is
+ * answered, or answered by a stream). */
 typedef struct peer {
   tg_db *db;
   int fd;
-  _Atomic int64_t sending_since;
+  _Atomic int64_t due_by;
   bool cut; /* shut down by the sweeper */
   struct peer *prev, *next;
 } peer;
@@ -131,8 +135,9 @@ struct server {
    * session ended to make room. */
   _Atomic int64_t refused_logged_ms, overlong_logged_ms, full_logged_ms, slow_logged_ms,
       ended_logged_ms;
-  _Atomic unsigned slow_cut; /* slow senders cut off since the last line about them */
-  /* The open connections, for the sweeper to close those too slow to send a request. */
+  _Atomic unsigned slow_cut; /* slow clients cut off since the last line about them */
+  /* The open connections, for the sweeper to close those too slow to send a request or to take
+   * an answer. */
   pthread_mutex_t peers_lock;
   peer *peers;
   unsigned n_peers;
@@ -1394,16 +1399,27 @@ static unsigned idle_timeout_s(const server *s) {
   return s->cfg->idle_timeout_s ? s->cfg->idle_timeout_s : (unsigned)TG_HTTP_IDLE_TIMEOUT_S;
 }
 
-/* Shuts down the connections sending a request for longer than SENDING_TIMEOUTS idle
- * timeouts; their threads see it and close them. A connection idle between requests is closed
- * by the idle timeout before that. */
-static void cut_slow_senders(server *s) {
-  int64_t now = tg_monotonic_ms(), limit = 1000LL * SENDING_TIMEOUTS * idle_timeout_s(s);
+/* How long a client has to send a request whole, or to take an answer of bytes whole (ms). */
+static int64_t slow_limit_ms(const server *s, size_t bytes) {
+  int64_t timeout_ms = 1000LL * idle_timeout_s(s);
+  return timeout_ms * SLOW_TIMEOUTS + timeout_ms * (int64_t)bytes / TAKING_BYTES_PER_TIMEOUT;
+}
+
+/* Gives conn's client until due_by (monotonic ms; 0: no end) to send or take what it must. */
+static void set_due_by(struct MHD_Connection *conn, int64_t due_by) {
+  peer *p = peer_of(conn);
+  if (p) atomic_store(&p->due_by, due_by);
+}
+
+/* Shuts down the connections past their due time (see peer); their threads see it and close
+ * them. A connection idle between requests is closed by the idle timeout before that. */
+static void cut_slow_clients(server *s) {
+  int64_t now = tg_monotonic_ms();
   unsigned cut = 0;
   pthread_mutex_lock(&s->peers_lock);
   for (peer *p = s->peers; p; p = p->next) {
-    int64_t since = atomic_load(&p->sending_since);
-    if (p->cut || !since || now - since <= limit) continue;
+    int64_t due_by = atomic_load(&p->due_by);
+    if (p->cut || !due_by || now <= due_by) continue;
     shutdown(p->fd, SHUT_RDWR);
     p->cut = true;
     cut++;
@@ -1412,8 +1428,9 @@ static void cut_slow_senders(server *s) {
   if ((cut += atomic_exchange(&s->slow_cut, 0)) == 0) return;
   if (may_log(&s->slow_logged_ms))
     tg_log(TG_LOG_WARN, "http: closed %u connection(s) still sending a request %lld s after they "
-           "opened or were last answered (logged once a minute at most)", cut,
-           (long long)(limit / 1000));
+           "opened or were last answered, or taking an answer for that long and %u s more "
+           "every 2 MB of it (logged once a minute at most)", cut,
+           (long long)(slow_limit_ms(s, 0) / 1000), idle_timeout_s(s));
   else
     atomic_fetch_add(&s->slow_cut, cut); /* told in the next line */
 }
@@ -1435,7 +1452,7 @@ static void *sweeper_main(void *arg) {
       end_revoked(s, db);
       check_lists(s, db, NULL, NULL);
     }
-    cut_slow_senders(s);
+    cut_slow_clients(s);
     pthread_mutex_lock(&s->lock);
     forget_stale_output_locked(s);
     next = tg_monotonic_ms() + TG_HTTP_CHECK_MS;
@@ -1544,6 +1561,7 @@ static enum MHD_Result queue_reply(server *s, struct MHD_Connection *conn, const
   }
   a->text = text;
   held_count_in(s, a->share, a->n, false, false);
+  set_due_by(conn, tg_monotonic_ms() + slow_limit_ms(s, a->n));
   struct MHD_Response *res =
       MHD_create_response_from_buffer_with_free_callback_cls(a->n, text, json_answer_free, a);
   if (!res) {
@@ -2319,7 +2337,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   }
   /* The request is whole: it is answered now. */
   peer *p = peer_of(conn);
-  if (p) atomic_store(&p->sending_since, 0);
+  if (p) atomic_store(&p->due_by, 0);
   tg_db *db = p ? p->db : NULL;
   if (rq->dropped) return refuse_too_large(conn);
   if (strcmp(method, "POST") == 0) {
@@ -2340,18 +2358,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode code) {
-  peer *p = peer_of(conn);
-  if (p) atomic_store(&p->sending_since, tg_monotonic_ms()); /* the next request may come */
+  server *s = cls;
+  set_due_by(conn, tg_monotonic_ms() + slow_limit_ms(s, 0)); /* for the next request */
   request *rq = *con_cls;
   if (!rq) return;
-  if (rq->answering) request_done(cls, rq->answering);
+  if (rq->answering) request_done(s, rq->answering);
   free(rq->body);
   free(rq);
   *con_cls = NULL;
 }
 
 /* Each connection has its own thread and its own database connection, and is known to the
- * sweeper (cut_slow_senders) until it closes, before its socket does. */
+ * sweeper (cut_slow_clients) until it closes, before its socket does. */
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode code) {
   server *s = cls;
@@ -2365,7 +2383,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
       p->db = NULL;
     }
     p->fd = connection_fd(conn);
-    atomic_store(&p->sending_since, tg_monotonic_ms());
+    atomic_store(&p->due_by, tg_monotonic_ms() + slow_limit_ms(s, 0));
     pthread_mutex_lock(&s->peers_lock);
     if ((p->next = s->peers)) p->next->prev = p;
     s->peers = p;

@@ -3,11 +3,13 @@
  * stream can stay open while other requests are made. */
 #define _GNU_SOURCE
 #include "support.h"
+#include "util/clock.h"
 
 #include <arpa/inet.h>
 #include <netinet/tcp.h>
 #include <curl/curl.h>
 #include <dirent.h>
+#include <errno.h>
 #include <malloc.h>
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
@@ -1212,6 +1214,37 @@ static void test_undelivered_json_answers_count_for_their_caller(void **state) {
   close(fd);
 }
 
+/* A client taking a JSON answer slower than the server allows (reading a little now and then,
+ * so never idle) has its connection shut down before it has the whole answer, which gives
+ * back its caller's place. */
+static void test_a_slow_reader_is_cut_off(void **state) {
+  world *w = *state;
+  w->cfg.idle_timeout_s = 1;
+  w->cfg.max_requests_per_principal = 1;
+  restart(w);
+  /* An answer of 6.3 MB, more than the socket's buffers take: due within 2 s and 3 s more.
+   * Read at about 80 KB a second, it would take over a minute; the server is never idle. */
+  int fd = stalled_request(w, "POST", JSON_ONLY, STATELESS_OVERFLOW_BODY("3145728"), TEXT_SEEN);
+  int64_t started = tg_monotonic_ms(), asked = 0;
+  for (long status = 0; status != 200;) {
+    char chunk[2048];
+    if (recv(fd, chunk, sizeof chunk, MSG_DONTWAIT) == 0) fail_msg("the answer ended");
+    if (tg_monotonic_ms() - asked >= 500) {
+      exchange *ex = start(w, "POST", NULL, MODERN_HEADERS("server/discover"),
+                           "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\","
+                           "\"params\":{" MODERN_META "}}");
+      await(ex, NULL);
+      if (!asked) assert_int_equal(ex->status, 429); /* the slow reader holds the place */
+      status = ex->status;
+      finish(ex);
+      asked = tg_monotonic_ms();
+    }
+    if (asked - started > HANG_GUARD_S * 1000) fail_msg("a slow reader kept its caller's place");
+    usleep(20 * 1000);
+  }
+  close(fd);
+}
+
 /* A session on a server started again with replay_keep_ms of keep, and the number of a
  * stream of its that delivered a call's answer. */
 static unsigned kept_answer(world *w, long long keep, char sid[64]) {
@@ -1457,6 +1490,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_listen_addresses, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idle_connections_are_closed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_slow_sender_is_cut_off, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_slow_reader_is_cut_off, setup, teardown),
       cmocka_unit_test_setup_teardown(test_one_caller_has_a_share_of_the_requests_answered, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_a_call_gives_up_on_a_silent_client, setup, teardown),
