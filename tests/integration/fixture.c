@@ -143,3 +143,33 @@ void fixture_http_send(int fd, unsigned port, const char *method, const char *he
   assert_int_equal(write(fd, req, (size_t)n), n);
   free(req);
 }
+
+fixture_log fixture_log_begin(fixture *f) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/log-XXXXXX", f->dir);
+  fixture_log log = {.fd = mkstemp(path)};
+  assert_true(log.fd >= 0);
+  unlink(path);
+  fflush(stderr);
+  log.saved = dup(STDERR_FILENO);
+  assert_int_equal(dup2(log.fd, STDERR_FILENO), STDERR_FILENO);
+  return log;
+}
+
+char *fixture_log_end(fixture_log log) {
+  fflush(stderr);
+  assert_int_equal(dup2(log.saved, STDERR_FILENO), STDERR_FILENO);
+  close(log.saved);
+  off_t size = lseek(log.fd, 0, SEEK_END);
+  char *text = calloc(1, (size_t)size + 1);
+  assert_int_equal(pread(log.fd, text, (size_t)size, 0), size);
+  close(log.fd);
+  fputs(text, stderr);
+  return text;
+}
+
+size_t fixture_occurrences(const char *text, const char *what) {
+  size_t n = 0;
+  for (const char *at = text; (at = strstr(at, what)); at += strlen(what)) n++;
+  return n;
+}

@@ -44,3 +44,13 @@ const char *fixture_code(const tg_call_result *res);
  * none). */
 void fixture_http_send(int fd, unsigned port, const char *method, const char *headers,
                        const char *body);
+
+/* What is logged (stderr) between fixture_log_begin and fixture_log_end, which returns it
+ * (malloc'd) and also writes it to stderr again, for whoever reads the test's output. */
+typedef struct fixture_log {
+  int fd, saved;
+} fixture_log;
+fixture_log fixture_log_begin(fixture *f);
+char *fixture_log_end(fixture_log log);
+/* How many times what occurs in text. */
+size_t fixture_occurrences(const char *text, const char *what);
