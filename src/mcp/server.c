@@ -776,14 +776,14 @@ static int m_complete(cx *c, json_t *params, json_t **ret) {
 /* ---- lifecycle ---- */
 
 static json_t *capabilities(const tg_mcp_server *srv, bool modern) {
-  json_t *caps = json_pack("{s:{},s:{},s:{},s:{}}", "tools", "resources", "prompts",
-                           "completions");
+  /* Logging is deprecated in 2026-07-28, but a server sending log messages (there, to a
+   * request naming its level) must still declare it. */
+  json_t *caps = json_pack("{s:{},s:{},s:{},s:{},s:{}}", "tools", "resources", "prompts",
+                           "completions", "logging");
   bool ok = caps != NULL;
-  /* Resource subscriptions and logging exist on the legacy wire only; 2026-07-28 removed
-   * both. */
+  /* Resource subscriptions exist on the legacy wire only: 2026-07-28 removed them. */
   if (ok && !modern)
-    ok = json_object_set_new(json_object_get(caps, "resources"), "subscribe", json_true()) == 0 &&
-         json_object_set_new(caps, "logging", json_object()) == 0;
+    ok = json_object_set_new(json_object_get(caps, "resources"), "subscribe", json_true()) == 0;
   if (ok && modern && srv->tasks)
     ok = json_object_set_new(caps, "extensions",
                              json_pack("{s:{}}", TG_MCP_TASKS_EXTENSION)) == 0;

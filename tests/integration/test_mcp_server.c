@@ -574,6 +574,10 @@ static void test_elicitation_in_the_mode_declared(void **state) {
 static void test_stdio_pinning(void **state) {
   world *w = *state;
   json_t *r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\",\"params\":{" MODERN_META "}}", NULL, NULL);
+  /* Log messages go to requests naming a level: logging is declared; subscriptions are not. */
+  json_t *caps = json_object_get(result_of(r), "capabilities");
+  assert_non_null(json_object_get(caps, "logging"));
+  assert_null(json_object_get(json_object_get(caps, "resources"), "subscribe"));
   json_decref(r);
   assert_int_equal(w->session.era, TG_MCP_ERA_NONE); /* discover never pins */
   r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\",\"params\":{" MODERN_META "}}", NULL, NULL);
@@ -1751,32 +1755,12 @@ static void end_unkept_tasks(world *w, size_t n, char **ids) {
 /* What the server logs (stderr) while the fixture's connection holds the database's write
  * lock and step runs, malloc'd. */
 static char *log_while_locked(world *w, void (*step)(world *)) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/log-XXXXXX", w->f->dir);
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  unlink(path);
   assert_int_equal(tg_db_exec(w->f->db, "BEGIN IMMEDIATE", NULL, NULL), 0);
-  fflush(stderr);
-  int saved = dup(STDERR_FILENO);
-  assert_int_equal(dup2(fd, STDERR_FILENO), STDERR_FILENO);
+  fixture_log log = fixture_log_begin(w->f);
   step(w);
-  fflush(stderr);
-  assert_int_equal(dup2(saved, STDERR_FILENO), STDERR_FILENO);
-  close(saved);
+  char *text = fixture_log_end(log);
   assert_int_equal(tg_db_exec(w->f->db, "ROLLBACK", NULL, NULL), 0);
-  off_t size = lseek(fd, 0, SEEK_END);
-  char *text = calloc(1, (size_t)size + 1);
-  assert_int_equal(pread(fd, text, (size_t)size, 0), size);
-  close(fd);
-  fputs(text, stderr); /* still seen by whoever reads the test's output */
   return text;
-}
-
-static size_t occurrences(const char *text, const char *what) {
-  size_t n = 0;
-  for (const char *at = text; (at = strstr(at, what)); at += strlen(what)) n++;
-  return n;
 }
 
 static void server_done(world *w) { tg_mcp_server_done(&w->srv); }
@@ -1788,7 +1772,7 @@ static void test_task_stop_waits_once_for_a_locked_database(void **state) {
   char *ids[3];
   end_unkept_tasks(w, 3, ids);
   char *log = log_while_locked(w, server_done);
-  assert_int_equal(occurrences(log, "could not be kept"), 1);
+  assert_int_equal(fixture_occurrences(log, "could not be kept"), 1);
   assert_non_null(strstr(log, "stayed locked at stop"));
   assert_null(strstr(log, "no longer held")); /* not waited for a second time */
   assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 3);
@@ -1816,7 +1800,7 @@ static void test_task_start_waits_once_for_a_locked_database(void **state) {
   char *ids[3];
   end_unkept_tasks(w, 3, ids);
   char *log = log_while_locked(w, start_one_more);
-  assert_int_equal(occurrences(log, "could not be kept"), 1);
+  assert_int_equal(fixture_occurrences(log, "could not be kept"), 1);
   assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 3);
   /* Unlocked, the next start writes them. */
   char *next = start_task(w, "slow_compute", "{\"seconds\":600}");
