@@ -2243,7 +2243,11 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
   if (once.repeated) {
     char why[96];
     snprintf(why, sizeof why, "The %s header is given more than once", once.repeated);
-    return queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST, why);
+    /* The headers 2026-07-28 validates fail as such (-32020); the others, as HTTP's. */
+    bool mcp = strncasecmp(once.repeated, "Mcp-", 4) == 0 &&
+               strcasecmp(once.repeated, "Mcp-Session-Id") != 0;
+    return queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST,
+                           mcp ? TG_RPC_HEADER_MISMATCH : TG_RPC_INVALID_REQUEST, why);
   }
   /* A body framed two ways may be read one way here and another by a proxy in front (RFC
    * 9112 §6.1). One said to go past twice the bound is refused before it is read: an answer

@@ -2561,28 +2561,36 @@ static void test_http_repeated_headers(void **state) {
 #define ROUTED                                                                      \
   "Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n" \
   HTTP_MODERN "Mcp-Method: tools/call\r\nMcp-Name: test_x_mcp_header\r\n"
+  /* The routing headers are MCP's: their faults are -32020 (2026-07-28). */
   static const struct {
-    const char *headers, *says;
+    const char *headers, *says, *code;
   } refused[] = {
-      {ROUTED "Mcp-Name: test_simple_text\r\n", "The Mcp-Name header is given more than once"},
-      {ROUTED "Mcp-Method: tools/call\r\n", "The Mcp-Method header is given"},
-      {ROUTED HTTP_MODERN, "The MCP-Protocol-Version header is given"},
-      {ROUTED "Host: 127.0.0.1\r\n", "The Host header is given"},
-      {ROUTED "Origin: http://localhost\r\nOrigin: http://evil.example\r\n", "The Origin header"},
-      {ROUTED "Authorization: Bearer a\r\nAuthorization: Bearer b\r\n", "The Authorization header"},
-      {ROUTED "Content-Type: text/plain\r\n", "The Content-Type header"},
-      {ROUTED "Mcp-Session-Id: a\r\nmcp-session-id: b\r\n", "The Mcp-Session-Id header"},
-      {ROUTED "Mcp-Param-Region: us\r\nMcp-Param-Region: eu\r\n", "-32020"},
-      {ROUTED "Mcp-Param-Region: eu\r\nMcp-Param-Region: \xff\r\n", "-32020"},
+      {ROUTED "Mcp-Name: test_simple_text\r\n", "The Mcp-Name header is given more than once",
+       "-32020"},
+      {ROUTED "Mcp-Method: tools/call\r\n", "The Mcp-Method header is given", "-32020"},
+      {ROUTED HTTP_MODERN, "The MCP-Protocol-Version header is given", "-32020"},
+      {ROUTED "Host: 127.0.0.1\r\n", "The Host header is given", "-32600"},
+      {ROUTED "Origin: http://localhost\r\nOrigin: http://evil.example\r\n", "The Origin header",
+       "-32600"},
+      {ROUTED "Authorization: Bearer a\r\nAuthorization: Bearer b\r\n", "The Authorization header",
+       "-32600"},
+      {ROUTED "Content-Type: text/plain\r\n", "The Content-Type header", "-32600"},
+      {ROUTED "Mcp-Session-Id: a\r\nmcp-session-id: b\r\n", "The Mcp-Session-Id header", "-32600"},
+      {ROUTED "Mcp-Param-Region: us\r\nMcp-Param-Region: eu\r\n", "Mcp-Param", "-32020"},
+      {ROUTED "Mcp-Param-Region: eu\r\nMcp-Param-Region: \xff\r\n", "Mcp-Param", "-32020"},
       /* A body framed twice: the request carries its own Content-Length as well. */
-      {ROUTED "Content-Length: 0\r\n", "The Content-Length header is given"},
-      {ROUTED "Transfer-Encoding: chunked\r\n", "Content-Length and Transfer-Encoding"},
+      {ROUTED "Content-Length: 0\r\n", "The Content-Length header is given", "-32600"},
+      {ROUTED "Transfer-Encoding: chunked\r\n", "Content-Length and Transfer-Encoding", "-32600"},
   };
   for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
     long runs = fixture_count(w->f, "agent_runs");
     char *res = http_exchange_as_is(port, "POST", refused[i].headers, call);
-    if (strlen(res) < 12 || strncmp(res + 9, "400", 3) != 0 || !strstr(res, refused[i].says))
-      fail_msg("case %zu: expected 400 with '%s', got: %s", i, refused[i].says, res);
+    char code[32];
+    snprintf(code, sizeof code, "\"code\":%s", refused[i].code);
+    if (strlen(res) < 12 || strncmp(res + 9, "400", 3) != 0 || !strstr(res, refused[i].says) ||
+        !strstr(res, code))
+      fail_msg("case %zu: expected 400 with '%s' (%s), got: %s", i, refused[i].says,
+               refused[i].code, res);
     assert_int_equal(fixture_count(w->f, "agent_runs"), runs);
     free(res);
   }
