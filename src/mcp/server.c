@@ -326,8 +326,8 @@ static int m_tools_list(cx *c, json_t *params, json_t **ret) {
 
 /* ---- 2026-07-28 multi round-trip requests ----
  * A handler's requestState comes back from the client, so the server seals it: an HMAC
- * under a key of this process binds it to the principal, the method and target, and an
- * expiry. Altered, foreign or stale state is refused before any handler sees it. */
+ * under a key of this process binds it to the principal, the method, target and arguments,
+ * and an expiry. Altered, foreign or stale state is refused before any handler sees it. */
 
 #define STATE_TTL_MS (10LL * 60 * 1000)
 #define STATE_MAX 8192 /* bytes of a sealed state a client may send back */
@@ -340,13 +340,27 @@ static void state_key_init(void) {
   state_key_ok = tg_random_bytes(state_key, sizeof state_key);
 }
 
-/* Hex HMAC-SHA256 of the state's binding into out; false when it cannot be computed. */
-static bool state_mac(const char *principal, const char *subject, long long expiry,
+/* What a sealed state is bound to besides its principal and expiry: the method, its target
+ * and its arguments (NULL: none), so that a state handed out for one call cannot be replayed
+ * on the same tool with other arguments. */
+typedef struct state_subject {
+  const char *method, *name;
+  json_t *args;
+} state_subject;
+
+/* Hex HMAC-SHA256 of the state's binding into out; false when it cannot be computed. The
+ * arguments go in canonical form (keys sorted). */
+static bool state_mac(const char *principal, const state_subject *subject, long long expiry,
                       const char *payload, char out[65]) {
   pthread_once(&state_once, state_key_init);
   if (!state_key_ok) return false;
+  _cleanup_free_ char *args =
+      subject->args ? json_dumps(subject->args, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY)
+                    : strdup("{}");
   _cleanup_free_ char *msg = NULL;
-  int n = asprintf(&msg, "%s\n%s\n%lld\n%s", principal, subject, expiry, payload);
+  int n = args ? asprintf(&msg, "%s\n%s:%s\n%s\n%lld\n%s", principal, subject->method,
+                          subject->name, args, expiry, payload)
+               : -1;
   if (n < 0) return false;
   unsigned char mac[32];
   if (tg_hmac_sha256(state_key, sizeof state_key, msg, (size_t)n, mac) < 0) return false;
@@ -355,7 +369,8 @@ static bool state_mac(const char *principal, const char *subject, long long expi
 }
 
 /* "expiry.mac.payload" */
-static json_t *state_seal(const char *principal, const char *subject, const char *payload) {
+static json_t *state_seal(const char *principal, const state_subject *subject,
+                          const char *payload) {
   long long expiry = (long long)tg_now_ms() + STATE_TTL_MS;
   char mac[65];
   if (!state_mac(principal, subject, expiry, payload, mac)) return NULL;
@@ -365,7 +380,8 @@ static json_t *state_seal(const char *principal, const char *subject, const char
 }
 
 /* The payload of a sealed state (pointing into sealed), or NULL when it does not verify. */
-static const char *state_open(const char *principal, const char *subject, const char *sealed) {
+static const char *state_open(const char *principal, const state_subject *subject,
+                              const char *sealed) {
   if (strlen(sealed) > STATE_MAX) return NULL;
   char *end = NULL;
   long long expiry = strtoll(sealed, &end, 10);
@@ -394,7 +410,7 @@ static int read_responses(cx *c, json_t *params, json_t **responses) {
 
 /* Reads the retry fields of a request: inputResponses and the requestState, verified.
  * Returns 0 or a JSON-RPC error code. */
-static int read_round(cx *c, json_t *params, const char *subject, json_t **responses,
+static int read_round(cx *c, json_t *params, const state_subject *subject, json_t **responses,
                       const char **state) {
   json_t *sealed = json_object_get(params, "requestState");
   *state = NULL;
@@ -433,7 +449,7 @@ int tg_mcp_input_missing(json_t *caps, json_t *requests, json_t **ret) {
 /* Serves an InputRequiredResult a handler returned: only on 2026-07-28, only for input the
  * client declared it can give in this request (else -32021), with its state sealed.
  * Returns 0 (result ready), a JSON-RPC error code, or TG_E_NOMEM. */
-static int finish_input_required(cx *c, const char *subject, json_t *result) {
+static int finish_input_required(cx *c, const state_subject *subject, json_t *result) {
   if (!c->modern)
     return rpc_fail(c, TG_RPC_INTERNAL_ERROR,
                     "This request needs input the client can give only on protocol 2026-07-28",
@@ -601,11 +617,10 @@ static int m_tools_call(cx *c, json_t *params, json_t **ret) {
   if (progress_token && !json_is_string(progress_token) && !json_is_number(progress_token))
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "_meta.progressToken must be a string or a number",
                     NULL);
-  _cleanup_free_ char *subject = NULL;
-  if (asprintf(&subject, "tools/call:%s", name) < 0) return TG_E_NOMEM;
+  const state_subject subject = {"tools/call", name, args};
   json_t *responses;
   const char *state;
-  int rr = read_round(c, params, subject, &responses, &state);
+  int rr = read_round(c, params, &subject, &responses, &state);
   if (rr) return rr;
   const tg_tool *tool = tg_registry_find(c->req->env->registry, name);
   /* The server alone decides whether a call becomes a task; a legacy "task" param is
@@ -652,7 +667,7 @@ static int m_tools_call(cx *c, json_t *params, json_t **ret) {
   tg_call_result_done(&res);
   if (!*ret) return TG_E_NOMEM;
   if (r == TG_OK && tg_mcp_is_input_required(*ret)) {
-    int fr = finish_input_required(c, subject, *ret);
+    int fr = finish_input_required(c, &subject, *ret);
     if (fr) {
       json_decref(*ret);
       *ret = NULL;
@@ -731,11 +746,10 @@ static int m_prompts_get(cx *c, json_t *params, json_t **ret) {
   if (!name) return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.name must be a string", NULL);
   if (args && !json_is_object(args))
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.arguments must be an object", NULL);
-  _cleanup_free_ char *subject = NULL;
-  if (asprintf(&subject, "prompts/get:%s", name) < 0) return TG_E_NOMEM;
+  const state_subject subject = {"prompts/get", name, args};
   json_t *responses;
   const char *state;
-  int r = read_round(c, params, subject, &responses, &state);
+  int r = read_round(c, params, &subject, &responses, &state);
   if (r) return r;
   json_t *result = NULL;
   const char *why = NULL;
@@ -745,7 +759,7 @@ static int m_prompts_get(cx *c, json_t *params, json_t **ret) {
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "Unknown prompt", json_pack("{s:s}", "name", name));
   if (r == TG_E_INVAL) return rpc_fail(c, TG_RPC_INVALID_PARAMS, why, NULL);
   if (r < 0) return r;
-  if (tg_mcp_is_input_required(result) && (r = finish_input_required(c, subject, result)) != 0) {
+  if (tg_mcp_is_input_required(result) && (r = finish_input_required(c, &subject, result)) != 0) {
     json_decref(result);
     return r;
   }

@@ -1449,6 +1449,43 @@ static const char *error_message(json_t *reply) {
   return m;
 }
 
+/* A requestState is sealed to its call: sent back with other arguments, it is refused before
+ * any handler runs; with the same ones, it carries the round on. multi_input, for a client
+ * without tasks, asks twice: its second round has a state. */
+static void test_request_state_is_bound_to_the_arguments(void **state) {
+  world *w = *state;
+#define ELICITS "{\"elicitation\":{}}"
+#define ANSWERS                                                                          \
+  "\"inputResponses\":{\"name\":{\"action\":\"accept\",\"content\":{\"name\":\"Ada\"}},"  \
+  "\"confirm\":{\"action\":\"accept\",\"content\":{\"confirm\":true}},"                    \
+  "\"more\":{\"action\":\"accept\",\"content\":{\"more\":\"no\"}}}"
+  json_t *r = request_as(w, w->agent, ELICITS, "tools/call",
+                         "\"name\":\"multi_input\",\"arguments\":{\"rounds\":2}," ANSWERS, NULL);
+  assert_string_equal(str(result_of(r), "resultType"), "input_required");
+  const char *sealed = str(result_of(r), "requestState");
+  assert_non_null(sealed);
+  static const char *const args[] = {"{\"rounds\":1}", "{}", "{\"rounds\":2}"};
+  for (size_t i = 0; i < 3; i++) {
+    char *members = NULL;
+    assert_true(asprintf(&members,
+                         "\"name\":\"multi_input\",\"arguments\":%s,\"requestState\":\"%s\"," ANSWERS,
+                         args[i], sealed) > 0);
+    json_t *again = request_as(w, w->agent, ELICITS, "tools/call", members, NULL);
+    free(members);
+    if (i < 2) {
+      assert_int_equal(error_code(again), TG_RPC_INVALID_PARAMS);
+      assert_string_equal(error_message(again), "Invalid or expired requestState");
+    } else {
+      const char *text = str(json_array_get(json_object_get(result_of(again), "content"), 0), "text");
+      assert_string_equal(text, "Received the answers of two rounds");
+    }
+    json_decref(again);
+  }
+  json_decref(r);
+#undef ANSWERS
+#undef ELICITS
+}
+
 /* A task has its row before its client learns its id: another server on the same workspace
  * shows it as it began while the server that runs it lives, and refuses to answer or cancel
  * it (only that server can); once that server stopped, it shows how the task ended. */
@@ -2782,6 +2819,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_tasks_need_the_extension, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_of_another_principal, setup, teardown),
       cmocka_unit_test_setup_teardown(test_input_then_task, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_request_state_is_bound_to_the_arguments, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_running_limits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_holding_limits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_unkept_stays, setup, teardown),
