@@ -41,10 +41,11 @@
 #define MAX_ASKS 16      /* server-to-client requests open per session */
 #define HANGUP_CHECK_MS 1000 /* how soon a client closing a stream is noticed */
 /* A request must arrive whole within this many idle timeouts of its connection's start or
- * previous answer, and a JSON answer be taken whole within as many more as it holds
- * TAKING_BYTES_PER_TIMEOUT (70 KB a second with the default timeout): a client that sends or
- * reads a byte now and then is never idle, and would hold its connection slot for as long as
- * it likes. An answer the socket's buffers take whole is done with at once. */
+ * previous answer, and a JSON answer (or what is left of a stream that ended) be taken whole
+ * within as many more as it holds TAKING_BYTES_PER_TIMEOUT (70 KB a second with the default
+ * timeout): a client that sends or reads a byte now and then is never idle, and would hold
+ * its connection slot for as long as it likes. An answer the socket's buffers take whole is
+ * done with at once. */
 #define SLOW_TIMEOUTS 2
 #define TAKING_BYTES_PER_TIMEOUT (2u * 1024u * 1024u)
 #define DRAIN_MS 1000        /* how long a stopping server lets listen streams deliver their end */
@@ -95,8 +96,8 @@ typedef struct held_share {
 } held_share;
 
 /* One open connection: its database connection, and by when its client must have sent its
- * request whole or taken its JSON answer whole (monotonic ms; 0 while its request is
- * answered, or answered by a stream). */
+ * request whole or taken its answer whole (monotonic ms; 0 while its request is answered, or
+ * answered by a stream that may still grow). */
 typedef struct peer {
   tg_db *db;
   int fd;
@@ -804,11 +805,29 @@ static peer *peer_of(struct MHD_Connection *conn) {
   return info ? info->socket_context : NULL;
 }
 
+static unsigned idle_timeout_s(const server *s) {
+  return s->cfg->idle_timeout_s ? s->cfg->idle_timeout_s : (unsigned)TG_HTTP_IDLE_TIMEOUT_S;
+}
+
+/* How long a client has to send a request whole, or to take an answer of bytes whole (ms). */
+static int64_t slow_limit_ms(const server *s, size_t bytes) {
+  int64_t timeout_ms = 1000LL * idle_timeout_s(s);
+  return timeout_ms * SLOW_TIMEOUTS + timeout_ms * (int64_t)bytes / TAKING_BYTES_PER_TIMEOUT;
+}
+
+/* Gives conn's client until due_by (monotonic ms; 0: no end) to send or take what it must. */
+static void set_due_by(struct MHD_Connection *conn, int64_t due_by) {
+  peer *p = peer_of(conn);
+  if (p) atomic_store(&p->due_by, due_by);
+}
+
 /* One connection's hold on a stream. */
 typedef struct reader {
   stream *st;
   unsigned id;
   int fd;
+  peer *peer; /* its connection's, which outlives the response */
+  bool due;   /* the stream ended: its client was given until when to take the rest */
 } reader;
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
@@ -854,6 +873,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
     pthread_mutex_unlock(&st->lock);
     return MHD_CONTENT_READER_END_OF_STREAM;
   }
+  /* Once nothing more comes, what is left must be taken as a JSON answer would be. */
+  if (st->done && current && !rd->due && rd->peer) {
+    atomic_store(&rd->peer->due_by, tg_monotonic_ms() + slow_limit_ms(st->srv, n));
+    rd->due = true;
+  }
   if (n > max) n = max;
   memcpy(out, st->buf + st->sent, n);
   set_sent_locked(st, st->sent + n);
@@ -892,7 +916,7 @@ static enum MHD_Result queue_stream(struct MHD_Connection *conn, stream *st,
     stream_release(st);
     return MHD_NO;
   }
-  *rd = (reader){.st = st, .id = id, .fd = connection_fd(conn)};
+  *rd = (reader){.st = st, .id = id, .fd = connection_fd(conn), .peer = peer_of(conn)};
   struct MHD_Response *res =
       MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, rd, stream_free);
   if (!res) {
@@ -1393,22 +1417,6 @@ static void end_revoked(server *s, tg_db *db) {
     pthread_mutex_unlock(&s->lock);
   }
   free(all);
-}
-
-static unsigned idle_timeout_s(const server *s) {
-  return s->cfg->idle_timeout_s ? s->cfg->idle_timeout_s : (unsigned)TG_HTTP_IDLE_TIMEOUT_S;
-}
-
-/* How long a client has to send a request whole, or to take an answer of bytes whole (ms). */
-static int64_t slow_limit_ms(const server *s, size_t bytes) {
-  int64_t timeout_ms = 1000LL * idle_timeout_s(s);
-  return timeout_ms * SLOW_TIMEOUTS + timeout_ms * (int64_t)bytes / TAKING_BYTES_PER_TIMEOUT;
-}
-
-/* Gives conn's client until due_by (monotonic ms; 0: no end) to send or take what it must. */
-static void set_due_by(struct MHD_Connection *conn, int64_t due_by) {
-  peer *p = peer_of(conn);
-  if (p) atomic_store(&p->due_by, due_by);
 }
 
 /* Shuts down the connections past their due time (see peer); their threads see it and close

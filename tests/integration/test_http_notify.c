@@ -1226,19 +1226,12 @@ static void test_undelivered_json_answers_count_for_their_caller(void **state) {
   close(fd);
 }
 
-/* A client taking a JSON answer slower than the server allows (reading a little now and then,
- * so never idle) has its connection shut down before it has the whole answer, which gives
- * back its caller's place. The log says so once a minute at most: a slow sender cut off just
- * after is not logged. */
-static void test_a_slow_reader_is_cut_off(void **state) {
-  world *w = *state;
-  w->cfg.idle_timeout_s = 1;
-  w->cfg.max_requests_per_principal = 1;
-  unsigned port = restart(w);
-  fixture_log log = fixture_log_begin(w->f);
-  /* An answer of 6.3 MB, more than the socket's buffers take: due within 2 s and 3 s more.
-   * Read at about 80 KB a second, it would take over a minute; the server is never idle. */
-  int fd = stalled_request(w, "POST", JSON_ONLY, STATELESS_OVERFLOW_BODY("3145728"), TEXT_SEEN);
+/* Asks for an answer of 6.3 MB (more than the socket's buffers take, due within 2 s and 3 s
+ * more) with headers, as the only request its caller may have answered at once, and reads it
+ * at about 80 KB a second (it would take over a minute; the server is never idle): the
+ * server must cut the connection off, which gives back its caller's place. */
+static void slow_reader_gives_back_its_place(world *w, const char *headers) {
+  int fd = stalled_request(w, "POST", headers, STATELESS_OVERFLOW_BODY("3145728"), TEXT_SEEN);
   int64_t started = tg_monotonic_ms(), asked = 0;
   for (long status = 0; status != 200;) {
     char chunk[2048];
@@ -1257,11 +1250,32 @@ static void test_a_slow_reader_is_cut_off(void **state) {
     usleep(20 * 1000);
   }
   close(fd);
+}
+
+/* A client taking a JSON answer slower than the server allows (reading a little now and then,
+ * so never idle) has its connection shut down before it has the whole answer. The log says
+ * so once a minute at most: a slow sender cut off just after is not logged. */
+static void test_a_slow_reader_is_cut_off(void **state) {
+  world *w = *state;
+  w->cfg.idle_timeout_s = 1;
+  w->cfg.max_requests_per_principal = 1;
+  unsigned port = restart(w);
+  fixture_log log = fixture_log_begin(w->f);
+  slow_reader_gives_back_its_place(w, JSON_ONLY);
   trickle_until_closed(connected(port));
   char *text = fixture_log_end(log);
   assert_int_equal(fixture_occurrences(text, "http: closed "), 1);
   assert_non_null(strstr(text, "http: closed 1 connection(s)"));
   free(text);
+}
+
+/* The same for the rest of an SSE answer whose call ended. */
+static void test_a_slow_reader_of_an_ended_stream_is_cut_off(void **state) {
+  world *w = *state;
+  w->cfg.idle_timeout_s = 1;
+  w->cfg.max_requests_per_principal = 1;
+  restart(w);
+  slow_reader_gives_back_its_place(w, "Accept: application/json, text/event-stream\r\n" STATELESS_OVERFLOW);
 }
 
 /* A session on a server started again with replay_keep_ms of keep, and the number of a
@@ -1510,6 +1524,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_idle_connections_are_closed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_slow_sender_is_cut_off, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_slow_reader_is_cut_off, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_slow_reader_of_an_ended_stream_is_cut_off, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_one_caller_has_a_share_of_the_requests_answered, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_a_call_gives_up_on_a_silent_client, setup, teardown),
