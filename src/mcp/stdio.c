@@ -45,7 +45,7 @@ typedef struct conn {
   tg_rpc_msg *queue; /* TG_MCP_STDIO_QUEUE_MAX + 1 of them: the one more, see take */
   size_t *sizes;     /* the bytes each was sent as */
   size_t queued, queued_bytes;
-  bool calling;     /* the serving thread is inside a request */
+  bool busy;        /* the serving thread holds a request it took off the queue */
   bool takes_batches; /* the session takes JSON-RPC batches, as the serving thread last saw */
   json_t *awaiting; /* the id of the server's request a call waits on, or NULL */
   json_t *answer;   /* its response, once read */
@@ -248,6 +248,13 @@ static json_t *unstanding_refusal(const tg_rpc_msg *msg, int r) {
  * messages, or in bytes: one message always fits an empty queue) a request is refused and a
  * notification dropped: the reader never stops reading, so that a cancellation or a response
  * behind them still arrives. */
+/* Whether a request or a batch waits in the queue (under c->lock). */
+static bool requests_queued(const conn *c) {
+  for (size_t i = 0; i < c->queued; i++)
+    if (c->queue[i].kind == TG_RPC_REQUEST || c->queue[i].kind == TG_RPC_BATCH) return true;
+  return false;
+}
+
 static int take(conn *c, tg_rpc_msg *msg, size_t bytes) {
   int r;
   if (take_at_once(c, msg, &r)) return r;
@@ -261,10 +268,13 @@ static int take(conn *c, tg_rpc_msg *msg, size_t bytes) {
     return r;
   }
   pthread_mutex_lock(&c->lock);
-  /* A plain ping while a request is served is answered here, at once: the serving thread may
-   * be busy for long, and a client checks with ping that the server lives. (One with a
-   * 2026-07-28 claim, which has no ping, waits its turn for its error.) */
-  if (c->calling && msg->kind == TG_RPC_REQUEST && strcmp(msg->method, "ping") == 0 &&
+  /* A plain ping that would wait behind a request is answered here, at once: the request
+   * may take long (a call, served or just queued), and a client checks with ping that the
+   * server lives. Behind notifications alone, it waits its turn: its answer then tells
+   * that they were served. (One with a 2026-07-28 claim, which has no ping, waits its turn
+   * for its error.) */
+  if ((c->busy || requests_queued(c)) && msg->kind == TG_RPC_REQUEST &&
+      strcmp(msg->method, "ping") == 0 &&
       !tg_mcp_has_claim(msg)) {
     pthread_mutex_unlock(&c->lock);
     /* A revoked token is refused here too; the connection ends once the call has. */
@@ -342,9 +352,6 @@ static int io_send(void *self, json_t *msg) { return write_message(self, msg); }
 /* The request the serving thread serves (id), or none (NULL). */
 static void serving(void *arg, json_t *id) {
   conn *c = arg;
-  pthread_mutex_lock(&c->lock);
-  c->calling = id != NULL;
-  pthread_mutex_unlock(&c->lock);
   c->serving = id;
 }
 
@@ -359,9 +366,11 @@ static int serve_one(conn *c, tg_rpc_msg *msg) {
               : tg_mcp_handle(c->srv, c->req, msg, &reply);
   if (request) serving(c, NULL);
   tg_mcp_leave_requests(c->req->inflight, msg);
-  /* What the reader reads from now on is read as this session takes it. */
+  /* What the reader reads from now on is read as this session takes it; a ping read now
+   * waits its turn, to be followed by the list check the serving thread makes. */
   pthread_mutex_lock(&c->lock);
   c->takes_batches = tg_mcp_takes_batches(c->req->session);
+  c->busy = false;
   pthread_mutex_unlock(&c->lock);
   if (r < 0) {
     json_t *err = refusal_of(msg, TG_RPC_INTERNAL_ERROR, "Out of memory", NULL);
@@ -428,6 +437,7 @@ static int refuse_unstanding(conn *c, tg_rpc_msg *msg, int r) {
  * once the reader ended and the queue is empty, or a check failed (*status). */
 static bool next_queued(conn *c, tg_rpc_msg *ret, int *status) {
   pthread_mutex_lock(&c->lock);
+  c->busy = false; /* the message taken before, if any, was refused */
   while (!c->queued && !c->ended) {
     int64_t until = tg_monotonic_ms() + IDLE_TICK_MS;
     for (int64_t left; !c->queued && !c->ended && (left = until - tg_monotonic_ms()) > 0;)
@@ -443,6 +453,7 @@ static bool next_queued(conn *c, tg_rpc_msg *ret, int *status) {
   }
   bool got = *status == 0 && c->queued;
   if (got) {
+    c->busy = c->queue[0].kind == TG_RPC_REQUEST || c->queue[0].kind == TG_RPC_BATCH;
     *ret = c->queue[0];
     c->queued_bytes -= c->sizes[0];
     c->queued--;

@@ -932,6 +932,34 @@ static void test_stdio_ping_during_a_call_checks_the_token(void **state) {
   free(token);
 }
 
+/* A ping written right behind a call, in the same write, is answered at once: it would
+ * otherwise wait behind the call, which here waits for the client. Three times, since the
+ * serving thread may or may not have taken the call yet when the ping is read. */
+static void test_stdio_ping_right_behind_a_call(void **state) {
+  world *w = *state;
+  stdio_run *s = stdio_start(w);
+  stdio_send(s, INITIALIZE);
+  expect_answer(s, 1);
+  stdio_send(s, INITIALIZED);
+  static const char *const both[] = {ASK_WRITE(10) "\n" PING(11), ASK_WRITE(20) "\n" PING(21),
+                                     ASK_WRITE(30) "\n" PING(31)};
+  for (json_int_t round = 1; round <= 3; round++) {
+    stdio_send(s, both[round - 1]);
+    json_int_t ask = 0;
+    bool pinged = false;
+    for (int i = 0; i < 2; i++) {
+      json_t *msg = stdio_next(s);
+      if (json_object_get(msg, "method")) ask = json_integer_value(json_object_get(msg, "id"));
+      else pinged = json_integer_value(json_object_get(msg, "id")) == 10 * round + 1;
+      json_decref(msg);
+    }
+    assert_true(pinged);
+    send_sampling_answer(s, ask, NULL);
+    expect_answer(s, 10 * round);
+  }
+  stdio_stop(s);
+}
+
 /* A token the database cannot check is no revoked token: the message that finds it so is
  * refused, to retry, and the server goes on; once the database answers it serves again. */
 static void test_stdio_token_unchecked_goes_on(void **state) {
@@ -1222,6 +1250,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_stdio_token_unchecked_goes_on, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_ping_during_a_call_checks_the_token, setup_kit,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_ping_right_behind_a_call, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_call_gives_up_on_a_silent_client, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_cancel_reaches_a_running_call, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_ping_answered_while_a_call_runs, setup_kit,
