@@ -133,10 +133,12 @@ struct server {
   held_share *shares;
   /* When a line a client can cause was last logged (monotonic ms; see may_log): a bad token,
    * a body closed past its bound, every connection slot in use, slow senders cut off, a
-   * session ended to make room. */
+   * session ended to make room, a batched response no request waits for, and
+   * libmicrohttpd's own (a malformed request). */
   _Atomic int64_t refused_logged_ms, overlong_logged_ms, full_logged_ms, slow_logged_ms,
-      ended_logged_ms;
-  _Atomic unsigned slow_cut; /* slow clients cut off since the last line about them */
+      ended_logged_ms, stray_logged_ms, mhd_logged_ms;
+  _Atomic unsigned slow_cut;     /* slow clients cut off since the last line about them */
+  _Atomic unsigned mhd_held_back; /* libmicrohttpd's lines not logged since its last */
   /* The open connections, for the sweeper to close those too slow to send a request or to take
    * an answer. */
   pthread_mutex_t peers_lock;
@@ -1227,8 +1229,9 @@ typedef struct batch_target {
 static int deliver_batched_answer(void *arg, tg_rpc_msg *element) {
   batch_target *t = arg;
   if (element->kind != TG_RPC_RESPONSE) return 0;
-  if (!deliver_answer(t->srv, t->sess, element))
-    tg_log(TG_LOG_WARN, "http: a batched response to no request waiting for one; dropped");
+  if (!deliver_answer(t->srv, t->sess, element) && may_log(&t->srv->stray_logged_ms))
+    tg_log(TG_LOG_WARN, "http: a batched response to no request waiting for one; dropped "
+                        "(logged once a minute at most)");
   return 1;
 }
 
@@ -2217,12 +2220,13 @@ static enum MHD_Result refuse_too_large(struct MHD_Connection *conn) {
 }
 
 /* libmicrohttpd reports what an operator should see (a thread it could not start, the
- * connection limit reached, a socket error), and also a client that went away in the middle
- * of an answer, which is how SSE streams normally end, or of its request: those stay debug
- * lines, which a client cannot flood the log with. */
+ * connection limit reached, a socket error), and also what a client does: it went away in
+ * the middle of an answer, which is how SSE streams normally end, or of its request (debug
+ * lines), or it sent a malformed request. Since a client can cause any of them, they are
+ * logged once a minute at most, with the count of those held back. */
 __attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char *fmt,
                                                           va_list ap) {
-  (void)cls;
+  server *s = cls;
   char line[512];
   vsnprintf(line, sizeof line, fmt, ap);
   line[strcspn(line, "\n")] = '\0';
@@ -2231,7 +2235,15 @@ __attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char 
   /* A connection closed on purpose (said already) is no "internal error". */
   bool told = closing_on_purpose;
   closing_on_purpose = false;
-  tg_log(client_gone || told ? TG_LOG_DEBUG : TG_LOG_WARN, "http: %s", line);
+  if (client_gone || told) {
+    tg_log(TG_LOG_DEBUG, "http: %s", line);
+  } else if (!may_log(&s->mhd_logged_ms)) {
+    atomic_fetch_add(&s->mhd_held_back, 1);
+  } else {
+    unsigned more = atomic_exchange(&s->mhd_held_back, 0);
+    tg_log(TG_LOG_WARN, "http: %s (libmicrohttpd; %u more of its lines held back since its "
+                        "last; logged once a minute at most)", line, more);
+  }
 }
 
 /* What a request's headers decide, before any of its body is read: the route, the origin and
@@ -2588,7 +2600,7 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   }
   h->daemon = MHD_start_daemon(
       /* The logger first: messages about the options that follow go through it too. */
-      flags, 0, NULL, NULL, on_request, &h->s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+      flags, 0, NULL, NULL, on_request, &h->s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, &h->s,
       MHD_OPTION_LISTEN_SOCKET, given, MHD_OPTION_CONNECTION_LIMIT,
       (unsigned)TG_HTTP_MAX_CONNECTIONS, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
       /* On loopback every client has the same address: a share would only lower the limit. */

@@ -663,6 +663,16 @@ static void test_batches_on_a_2025_03_26_session(void **state) {
   /* Notifications alone get no answer. */
   free(request(w, "POST", sid, NULL, "[{\"jsonrpc\":\"2.0\",\"method\":\"notifications/x\"}]",
                202));
+  /* Neither do responses no request waits for, which the log tells of once a minute. */
+  fixture_log log = fixture_log_begin(w->f);
+  for (int i = 0; i < 2; i++)
+    free(request(w, "POST", sid, NULL,
+                 "[{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}},{\"jsonrpc\":\"2.0\",\"id\":8,"
+                 "\"result\":{}}]",
+                 202));
+  char *logged = fixture_log_end(log);
+  assert_int_equal(fixture_occurrences(logged, "a batched response to no request"), 1);
+  free(logged);
   runs = fixture_count(w->f, "agent_runs");
   /* A header a single request would be refused for refuses the whole batch. */
   got = request(w, "POST", sid, "MCP-Protocol-Version: 1999-01-01",

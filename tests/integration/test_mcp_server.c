@@ -2647,6 +2647,25 @@ static void test_http_repeated_headers(void **state) {
   tg_http_stop(h);
 }
 
+/* libmicrohttpd's lines about malformed requests, which anyone can send, are logged once a
+ * minute at most, with the count of those held back. */
+static void test_http_malformed_requests_are_logged_once(void **state) {
+  world *w = *state;
+  unsigned port = 0;
+  tg_http *h = http_start(w, &port);
+  fixture_log log = fixture_log_begin(w->f);
+  for (int i = 0; i < 5; i++) {
+    char *res = http_exchange_as_is(port, "GET", "No colon here\r\n", NULL);
+    assert_status(res, "400");
+    free(res);
+  }
+  tg_http_stop(h);
+  char *text = fixture_log_end(log);
+  assert_int_equal(fixture_occurrences(text, "(libmicrohttpd; 0 more of its lines"), 1);
+  assert_int_equal(fixture_occurrences(text, "warn: http:"), 1);
+  free(text);
+}
+
 /* Writes n bytes of text on fd; false once the server closed the connection. */
 static bool http_write(int fd, const char *text, size_t n) {
   for (size_t done = 0; done < n;) {
@@ -2847,6 +2866,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_task_notifications_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http_post_media_types, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http_repeated_headers, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_http_malformed_requests_are_logged_once, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http_body_past_the_bound, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http_task_notifications, setup, teardown),
       cmocka_unit_test_setup_teardown(test_listen_after_the_end, setup, teardown),
