@@ -536,6 +536,13 @@ static int channel_ask(void *self, const char *method, json_t *params, json_t **
   if (r < 0) return r;
   json_t *result = json_object_get(response, "result");
   json_t *error = json_object_get(response, "error");
+  /* Every result a server asks of a client is an object: another is the client's error. */
+  if (result && !json_is_object(result)) {
+    json_decref(response);
+    *ret = json_pack("{s:i,s:s}", "code", TG_RPC_INVALID_PARAMS, "message",
+                     "The client's result is not an object");
+    return *ret ? TG_E_TOOL : TG_E_NOMEM;
+  }
   *ret = json_incref(result ? result : error);
   json_decref(response);
   if (!*ret) return TG_E_INVAL;

@@ -627,6 +627,26 @@ static json_int_t asked_id(const char *got, const char *method) {
   return id;
 }
 
+/* A client answering the server's request with a result that is no object fails the call
+ * as the client's error, which the call's result shows. */
+static void test_a_client_result_not_an_object_is_its_error(void **state) {
+  world *w = *state;
+  char sid[64];
+  open_session(w, "{\"sampling\":{}}", sid);
+  exchange *call =
+      start(w, "POST", sid, NULL, CALL_WITH("\"call-1\"", "test_sampling", "{\"prompt\":\"hi\"}"));
+  await(call, "\"method\":\"sampling/createMessage\"");
+  char answer[128];
+  snprintf(answer, sizeof answer, "{\"jsonrpc\":\"2.0\",\"id\":%lld,\"result\":\"x\"}",
+           (long long)asked_id(call->got, "sampling/createMessage"));
+  free(request(w, "POST", sid, NULL, answer, 202));
+  await(call, "\"id\":\"call-1\"");
+  assert_non_null(strstr(call->got, "\"isError\":true"));
+  assert_non_null(strstr(call->got, "provider_error"));
+  assert_non_null(strstr(call->got, "The client's result is not an object"));
+  finish(call);
+}
+
 /* A 2025-03-26 session takes JSON-RPC batches: one JSON answer holds the replies, and a
  * response in a batch reaches the call waiting for it. Without a session, or on a later
  * revision, each request in a batch is refused and nothing in it runs. */
@@ -1502,6 +1522,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_session_hears_of_list_changes_on_its_get_stream, setup, teardown),
       cmocka_unit_test_setup_teardown(test_batches_on_a_2025_03_26_session, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_client_result_not_an_object_is_its_error, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_a_cancelled_request_gets_an_empty_event_stream, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_an_empty_token_is_called_empty, setup, teardown),
