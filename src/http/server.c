@@ -254,6 +254,9 @@ static void session_unlink_locked(server *s, session *x) {
     *p = x->next;
     s->n_sessions--;
     x->dead = true;
+    /* Its requests, running or waiting for a thread, are for a client that is gone. */
+    tg_mcp_inflight_cancel_all(x->inflight);
+    s->cancellations++;
     pthread_cond_broadcast(&s->answered);
     /* The GET stream ends with its session; the client's reconnection then gets a 404. */
     if (x->standalone) stream_end(x->standalone);

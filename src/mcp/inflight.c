@@ -93,6 +93,12 @@ bool tg_mcp_inflight_cancel(tg_mcp_inflight *t, json_t *id) {
   return found;
 }
 
+void tg_mcp_inflight_cancel_all(tg_mcp_inflight *t) {
+  pthread_mutex_lock(&t->lock);
+  for (size_t i = 0; i < t->n; i++) t->entries[i].cancelled = true;
+  pthread_mutex_unlock(&t->lock);
+}
+
 bool tg_mcp_inflight_cancelled(tg_mcp_inflight *t, json_t *id) {
   pthread_mutex_lock(&t->lock);
   size_t i = find_locked(t, id);

@@ -579,6 +579,21 @@ static void test_cancellation_ends_a_wait_for_sampling_without_an_answer(void **
   free(request(w, "POST", sid, NULL, PING, 200));
 }
 
+/* Ending a session (DELETE) cancels its requests: a call running is told, and its POST ends
+ * with no answer. */
+static void test_ending_a_session_cancels_its_calls(void **state) {
+  world *w = *state;
+  char sid[64];
+  open_session(w, "{}", sid);
+  exchange *call = start(w, "POST", sid, NULL, CALL(7, "test_wait_cancel"));
+  kit_wait(&kit_started);
+  free(request(w, "DELETE", sid, NULL, NULL, 200));
+  kit_wait(&kit_cancelled);
+  await(call, NULL);
+  assert_null(strstr(call->got, "\"id\":7"));
+  finish(call);
+}
+
 /* A POST holding a request is answered with JSON or an event stream, even when the request
  * was cancelled: an event stream with no event, and 202 only for notifications alone. */
 static void test_a_cancelled_request_gets_an_empty_event_stream(void **state) {
@@ -1524,6 +1539,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_batches_on_a_2025_03_26_session, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_client_result_not_an_object_is_its_error, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_ending_a_session_cancels_its_calls, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_cancelled_request_gets_an_empty_event_stream, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_an_empty_token_is_called_empty, setup, teardown),
