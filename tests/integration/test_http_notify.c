@@ -560,13 +560,19 @@ static void test_initialize_on_a_live_session_is_refused(void **state) {
   free(request(w, "POST", "0123456789abcdef0123456789abcdef", NULL, init, 200));
 }
 
+/* Starts "call-1" of test_sampling on session sid and waits for the question it asks. */
+static exchange *asking_call(world *w, const char *sid) {
+  exchange *call =
+      start(w, "POST", sid, NULL, CALL_WITH("\"call-1\"", "test_sampling", "{\"prompt\":\"hi\"}"));
+  await(call, "\"method\":\"sampling/createMessage\"");
+  return call;
+}
+
 static void test_cancellation_ends_a_wait_for_sampling_without_an_answer(void **state) {
   world *w = *state;
   char sid[64];
   open_session(w, "{\"sampling\":{}}", sid);
-  exchange *call =
-      start(w, "POST", sid, NULL, CALL_WITH("\"call-1\"", "test_sampling", "{\"prompt\":\"hi\"}"));
-  await(call, "\"method\":\"sampling/createMessage\"");
+  exchange *call = asking_call(w, sid);
   free(request(w, "POST", sid, NULL,
                "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{"
                "\"requestId\":\"call-1\"}}",
@@ -579,14 +585,21 @@ static void test_cancellation_ends_a_wait_for_sampling_without_an_answer(void **
   free(request(w, "POST", sid, NULL, PING, 200));
 }
 
+/* Opens a session (its id in sid) and starts its call 7 of test_wait_cancel, which waits
+ * until it is cancelled; returns once it runs. */
+static exchange *session_call_waiting(world *w, char sid[64]) {
+  open_session(w, "{}", sid);
+  exchange *call = start(w, "POST", sid, NULL, CALL(7, "test_wait_cancel"));
+  kit_wait(&kit_started);
+  return call;
+}
+
 /* Ending a session (DELETE) cancels its requests: a call running is told, and its POST ends
  * with no answer. */
 static void test_ending_a_session_cancels_its_calls(void **state) {
   world *w = *state;
   char sid[64];
-  open_session(w, "{}", sid);
-  exchange *call = start(w, "POST", sid, NULL, CALL(7, "test_wait_cancel"));
-  kit_wait(&kit_started);
+  exchange *call = session_call_waiting(w, sid);
   free(request(w, "DELETE", sid, NULL, NULL, 200));
   kit_wait(&kit_cancelled);
   await(call, NULL);
@@ -599,9 +612,7 @@ static void test_ending_a_session_cancels_its_calls(void **state) {
 static void test_a_cancelled_request_gets_an_empty_event_stream(void **state) {
   world *w = *state;
   char sid[64];
-  open_session(w, "{}", sid);
-  exchange *call = start(w, "POST", sid, NULL, CALL(7, "test_wait_cancel"));
-  kit_wait(&kit_started);
+  exchange *call = session_call_waiting(w, sid);
   free(request(w, "POST", sid, NULL,
                "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{"
                "\"requestId\":7}}",
@@ -648,9 +659,7 @@ static void test_a_client_result_not_an_object_is_its_error(void **state) {
   world *w = *state;
   char sid[64];
   open_session(w, "{\"sampling\":{}}", sid);
-  exchange *call =
-      start(w, "POST", sid, NULL, CALL_WITH("\"call-1\"", "test_sampling", "{\"prompt\":\"hi\"}"));
-  await(call, "\"method\":\"sampling/createMessage\"");
+  exchange *call = asking_call(w, sid);
   char answer[128];
   snprintf(answer, sizeof answer, "{\"jsonrpc\":\"2.0\",\"id\":%lld,\"result\":\"x\"}",
            (long long)asked_id(call->got, "sampling/createMessage"));
@@ -669,9 +678,7 @@ static void test_batches_on_a_2025_03_26_session(void **state) {
   world *w = *state;
   char sid[64];
   open_session_at(w, "2025-03-26", "{\"sampling\":{}}", sid);
-  exchange *call =
-      start(w, "POST", sid, NULL, CALL_WITH("\"call-1\"", "test_sampling", "{\"prompt\":\"hi\"}"));
-  await(call, "\"method\":\"sampling/createMessage\"");
+  exchange *call = asking_call(w, sid);
   char batch[512];
   snprintf(batch, sizeof batch,
            "[{\"jsonrpc\":\"2.0\",\"id\":%lld,\"result\":{\"role\":\"assistant\",\"content\":{"
@@ -889,9 +896,7 @@ static void test_a_call_gives_up_on_a_silent_client(void **state) {
   restart(w);
   char sid[64];
   open_session(w, "{\"sampling\":{}}", sid);
-  exchange *call =
-      start(w, "POST", sid, NULL, CALL_WITH("\"call-1\"", "test_sampling", "{\"prompt\":\"hi\"}"));
-  await(call, "\"method\":\"sampling/createMessage\"");
+  exchange *call = asking_call(w, sid);
   await(call, NULL);
   /* The question is withdrawn, then the call fails. */
   const char *withdrawn = strstr(call->got, "\"method\":\"notifications/cancelled\"");

@@ -663,14 +663,21 @@ static void stdio_stop(stdio_run *s) {
 }
 
 /* A stdio connection (named by token; NULL: by the agent's slug) after its handshake
- * (initialize), with the call that call starts (of test_ask_write) waiting for the client's
- * answer to its sampling request, whose id goes to *ask_id unless it is NULL. */
-static stdio_run *start_asking_call_with(world *w, const char *token, const char *initialize,
-                                         const char *call, json_int_t *ask_id) {
+ * (initialize, answered, and notifications/initialized). */
+static stdio_run *stdio_handshaken(world *w, const char *token, const char *initialize) {
   stdio_run *s = stdio_start_with(w, token);
   stdio_send(s, initialize);
   expect_answer(s, 1);
   stdio_send(s, INITIALIZED);
+  return s;
+}
+
+/* A stdio connection (named by token; NULL: by the agent's slug) after its handshake
+ * (initialize), with the call that call starts (of test_ask_write) waiting for the client's
+ * answer to its sampling request, whose id goes to *ask_id unless it is NULL. */
+static stdio_run *start_asking_call_with(world *w, const char *token, const char *initialize,
+                                         const char *call, json_int_t *ask_id) {
+  stdio_run *s = stdio_handshaken(w, token, initialize);
   stdio_send(s, call);
   json_t *ask = stdio_next(s);
   assert_string_equal(json_string_value(json_object_get(ask, "method")), "sampling/createMessage");
@@ -937,10 +944,7 @@ static void test_stdio_ping_during_a_call_checks_the_token(void **state) {
  * serving thread may or may not have taken the call yet when the ping is read. */
 static void test_stdio_ping_right_behind_a_call(void **state) {
   world *w = *state;
-  stdio_run *s = stdio_start(w);
-  stdio_send(s, INITIALIZE);
-  expect_answer(s, 1);
-  stdio_send(s, INITIALIZED);
+  stdio_run *s = stdio_handshaken(w, NULL, INITIALIZE);
   static const char *const both[] = {ASK_WRITE(10) "\n" PING(11), ASK_WRITE(20) "\n" PING(21),
                                      ASK_WRITE(30) "\n" PING(31)};
   for (json_int_t round = 1; round <= 3; round++) {
@@ -1034,10 +1038,7 @@ static void test_stdio_cancel_reaches_a_running_call(void **state) {
   world *w = *state;
   long asked = asked_rows(w);
   awaiting = false;
-  stdio_run *s = stdio_start(w);
-  stdio_send(s, INITIALIZE);
-  expect_answer(s, 1);
-  stdio_send(s, INITIALIZED);
+  stdio_run *s = stdio_handshaken(w, NULL, INITIALIZE);
   stdio_send(s, AWAIT_CANCEL(2));
   stdio_send(s, PING(3));
   await_started_call();
@@ -1203,10 +1204,7 @@ static void test_stdio_queue_bounded_in_bytes(void **state) {
 
 static void test_stdio_announces_a_revoked_grant(void **state) {
   world *w = *state;
-  stdio_run *s = stdio_start(w);
-  stdio_send(s, INITIALIZE);
-  expect_answer(s, 1);
-  stdio_send(s, INITIALIZED);
+  stdio_run *s = stdio_handshaken(w, NULL, INITIALIZE);
   stdio_send(s, PING(2));
   expect_answer(s, 2);
   /* Seen by the check after that request or by an idle one: either way, once it is
