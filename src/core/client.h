@@ -24,8 +24,8 @@ typedef struct tg_client_channel {
   int (*notify)(void *self, const char *method, json_t *params);
   /* Sends a request to the client and waits for its result (a new reference in *ret), or
    * NULL when this transport or revision cannot (then the handler fails cleanly). params is
-   * stolen. Returns 0, TG_E_TOOL with *ret the client's error object (or one saying its
-   * result was no object), TG_E_INVAL without
+   * stolen. Returns 0, TG_E_TOOL with *ret the client's error object (or one made here
+   * when its result was no object, with that result as data.result), TG_E_INVAL without
    * sending anything when the client did not declare it can answer (tg_client_can), or
    * another TG_E_* (TG_E_IO too when the client cancelled the call while it waited: see
    * cancelled). */

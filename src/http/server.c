@@ -254,15 +254,21 @@ static void session_unlink_locked(server *s, session *x) {
     *p = x->next;
     s->n_sessions--;
     x->dead = true;
-    /* Its requests, running or waiting for a thread, are for a client that is gone. */
-    tg_mcp_inflight_cancel_all(x->inflight);
-    s->cancellations++;
     pthread_cond_broadcast(&s->answered);
     /* The GET stream ends with its session; the client's reconnection then gets a 404. */
     if (x->standalone) stream_end(x->standalone);
     session_release_locked(s, x);
     return;
   }
+}
+
+/* Ends x for its client (DELETE, or its token revoked): its requests, running or waiting for
+ * a thread, are cancelled, since nobody waits for their answers any more. (A server that
+ * stops lets them run: its clients did not go away.) */
+static void session_end_locked(server *s, session *x) {
+  tg_mcp_inflight_cancel_all(x->inflight);
+  s->cancellations++;
+  session_unlink_locked(s, x);
 }
 
 /* Makes room for a session of principal: drops idle sessions, then, when principal holds its
@@ -1418,7 +1424,7 @@ static void end_revoked(server *s, tg_db *db) {
       continue;
     }
     pthread_mutex_lock(&s->lock);
-    if (revoked && !all[i].x->dead) session_unlink_locked(s, all[i].x);
+    if (revoked && !all[i].x->dead) session_end_locked(s, all[i].x);
     session_release_locked(s, all[i].x);
     pthread_mutex_unlock(&s->lock);
   }
@@ -2089,7 +2095,7 @@ static enum MHD_Result handle_delete(server *s, struct MHD_Connection *conn, con
   session *x = session_find(s, sid, principal);
   if (!x) return queue_rpc_error(conn, MHD_HTTP_NOT_FOUND, TG_RPC_INVALID_REQUEST, "Session not found");
   pthread_mutex_lock(&s->lock);
-  if (!x->dead) session_unlink_locked(s, x);
+  if (!x->dead) session_end_locked(s, x);
   session_release_locked(s, x);
   pthread_mutex_unlock(&s->lock);
   return queue(conn, MHD_HTTP_OK, NULL, NULL, NULL);
@@ -2266,9 +2272,13 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
   if (once.repeated) {
     char why[96];
     snprintf(why, sizeof why, "The %s header is given more than once", once.repeated);
-    /* The headers 2026-07-28 validates fail as such (-32020); the others, as HTTP's. */
-    bool mcp = strncasecmp(once.repeated, "Mcp-", 4) == 0 &&
-               strcasecmp(once.repeated, "Mcp-Session-Id") != 0;
+    /* The headers 2026-07-28 validates fail as such (-32020), on a request of that revision
+     * (the routing headers are its own); the others, as HTTP's. */
+    const char *version = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "MCP-Protocol-Version");
+    bool mcp = strcasecmp(once.repeated, "Mcp-Method") == 0 ||
+               strcasecmp(once.repeated, "Mcp-Name") == 0 ||
+               (strcasecmp(once.repeated, "MCP-Protocol-Version") == 0 && version &&
+                strcmp(version, TG_MCP_MODERN_VERSION) == 0);
     return queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST,
                            mcp ? TG_RPC_HEADER_MISMATCH : TG_RPC_INVALID_REQUEST, why);
   }

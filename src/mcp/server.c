@@ -538,9 +538,9 @@ static int channel_ask(void *self, const char *method, json_t *params, json_t **
   json_t *error = json_object_get(response, "error");
   /* Every result a server asks of a client is an object: another is the client's error. */
   if (result && !json_is_object(result)) {
+    *ret = json_pack("{s:i,s:s,s:{s:O}}", "code", TG_RPC_INVALID_PARAMS, "message",
+                     "The client's result is not an object", "data", "result", result);
     json_decref(response);
-    *ret = json_pack("{s:i,s:s}", "code", TG_RPC_INVALID_PARAMS, "message",
-                     "The client's result is not an object");
     return *ret ? TG_E_TOOL : TG_E_NOMEM;
   }
   *ret = json_incref(result ? result : error);

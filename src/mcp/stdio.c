@@ -268,13 +268,13 @@ static int take(conn *c, tg_rpc_msg *msg, size_t bytes) {
     return r;
   }
   pthread_mutex_lock(&c->lock);
-  /* A plain ping that would wait behind a request is answered here, at once: the request
-   * may take long (a call, served or just queued), and a client checks with ping that the
-   * server lives. Behind notifications alone, it waits its turn: its answer then tells
-   * that they were served. (One with a 2026-07-28 claim, which has no ping, waits its turn
-   * for its error.) */
-  if ((c->busy || requests_queued(c)) && msg->kind == TG_RPC_REQUEST &&
-      strcmp(msg->method, "ping") == 0 &&
+  /* A plain ping that would wait behind a request (or a batch) is answered here, at once:
+   * the request may take long (a call, served or just queued), and a client checks with ping
+   * that the server lives. Behind notifications alone, it waits its turn: its answer then
+   * tells that they were served. (One with a 2026-07-28 claim, which has no ping, waits its
+   * turn for its error.) */
+  if (msg->kind == TG_RPC_REQUEST && strcmp(msg->method, "ping") == 0 &&
+      (c->busy || requests_queued(c)) &&
       !tg_mcp_has_claim(msg)) {
     pthread_mutex_unlock(&c->lock);
     /* A revoked token is refused here too; the connection ends once the call has. */

@@ -2606,6 +2606,9 @@ static void test_http_repeated_headers(void **state) {
        "-32020"},
       {ROUTED "Mcp-Method: tools/call\r\n", "The Mcp-Method header is given", "-32020"},
       {ROUTED HTTP_MODERN, "The MCP-Protocol-Version header is given", "-32020"},
+      /* On a request of 2025-11-25, which has no -32020. */
+      {"MCP-Protocol-Version: 2025-11-25\r\nMCP-Protocol-Version: 2025-11-25\r\n",
+       "The MCP-Protocol-Version header is given", "-32600"},
       {ROUTED "Host: 127.0.0.1\r\n", "The Host header is given", "-32600"},
       {ROUTED "Origin: http://localhost\r\nOrigin: http://evil.example\r\n", "The Origin header",
        "-32600"},
