@@ -95,6 +95,15 @@ typedef struct held_share {
   struct held_share *next;
 } held_share;
 
+/* A kind of libmicrohttpd line (its format string), when it was last logged (monotonic ms)
+ * and how many were not since. */
+#define MHD_LINE_KINDS 16 /* the last takes every kind past the others */
+typedef struct mhd_line {
+  const char *fmt;
+  int64_t logged_ms;
+  unsigned held_back;
+} mhd_line;
+
 /* One open connection: its database connection, and by when its client must have sent its
  * request whole or taken its answer whole (monotonic ms; 0 while its request is answered, or
  * answered by a stream that may still grow). */
@@ -133,12 +142,13 @@ struct server {
   held_share *shares;
   /* When a line a client can cause was last logged (monotonic ms; see may_log): a bad token,
    * a body closed past its bound, every connection slot in use, slow senders cut off, a
-   * session ended to make room, a batched response no request waits for, and
-   * libmicrohttpd's own (a malformed request). */
+   * session ended to make room, a batched response no request waits for. */
   _Atomic int64_t refused_logged_ms, overlong_logged_ms, full_logged_ms, slow_logged_ms,
-      ended_logged_ms, stray_logged_ms, mhd_logged_ms;
-  _Atomic unsigned slow_cut;     /* slow clients cut off since the last line about them */
-  _Atomic unsigned mhd_held_back; /* libmicrohttpd's lines not logged since its last */
+      ended_logged_ms, stray_logged_ms;
+  _Atomic unsigned slow_cut; /* slow clients cut off since the last line about them */
+  /* libmicrohttpd's lines, limited as those by kind (see mhd_log). */
+  pthread_mutex_t mhd_lines_lock;
+  mhd_line mhd_lines[MHD_LINE_KINDS];
   /* The open connections, for the sweeper to close those too slow to send a request or to take
    * an answer. */
   pthread_mutex_t peers_lock;
@@ -2228,11 +2238,33 @@ static enum MHD_Result refuse_too_large(struct MHD_Connection *conn) {
                          "Message too large");
 }
 
+/* Whether a libmicrohttpd line of format fmt may be logged now (once a minute for each kind),
+ * with *held_back the count of its kind not logged since the last. */
+static bool mhd_line_may_log(server *s, const char *fmt, unsigned *held_back) {
+  pthread_mutex_lock(&s->mhd_lines_lock);
+  size_t i = 0;
+  while (i < MHD_LINE_KINDS - 1 && s->mhd_lines[i].fmt && s->mhd_lines[i].fmt != fmt) i++;
+  mhd_line *kind = &s->mhd_lines[i];
+  if (!kind->fmt) kind->fmt = fmt;
+  int64_t now = tg_monotonic_ms();
+  bool may = !kind->logged_ms || now - kind->logged_ms >= REFUSED_LOG_MS;
+  if (may) {
+    kind->logged_ms = now;
+    *held_back = kind->held_back;
+    kind->held_back = 0;
+  } else {
+    kind->held_back++;
+  }
+  pthread_mutex_unlock(&s->mhd_lines_lock);
+  return may;
+}
+
 /* libmicrohttpd reports what an operator should see (a thread it could not start, the
  * connection limit reached, a socket error), and also what a client does: it went away in
  * the middle of an answer, which is how SSE streams normally end, or of its request (debug
- * lines), or it sent a malformed request. Since a client can cause any of them, they are
- * logged once a minute at most, with the count of those held back. */
+ * lines), or it sent a malformed request. A client can flood the log with the last, so each
+ * kind of line is logged once a minute at most, with the count of those held back: a flood
+ * of one kind never hides another. */
 __attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char *fmt,
                                                           va_list ap) {
   server *s = cls;
@@ -2246,12 +2278,11 @@ __attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char 
   closing_on_purpose = false;
   if (client_gone || told) {
     tg_log(TG_LOG_DEBUG, "http: %s", line);
-  } else if (!may_log(&s->mhd_logged_ms)) {
-    atomic_fetch_add(&s->mhd_held_back, 1);
   } else {
-    unsigned more = atomic_exchange(&s->mhd_held_back, 0);
-    tg_log(TG_LOG_WARN, "http: %s (libmicrohttpd; %u more of its lines held back since its "
-                        "last; logged once a minute at most)", line, more);
+    unsigned more = 0;
+    if (mhd_line_may_log(s, fmt, &more))
+      tg_log(TG_LOG_WARN, "http: %s (libmicrohttpd; %u more such lines held back since the "
+                          "last; logged once a minute at most)", line, more);
   }
 }
 
@@ -2571,6 +2602,7 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   pthread_mutex_init(&h->s.lock, NULL);
   pthread_mutex_init(&h->s.shares_lock, NULL);
   pthread_mutex_init(&h->s.peers_lock, NULL);
+  pthread_mutex_init(&h->s.mhd_lines_lock, NULL);
   pthread_cond_init(&h->s.answered, NULL);
   pthread_cond_init(&h->s.queued, NULL);
   pthread_cond_init(&h->s.sweep_stop, NULL);
@@ -2667,6 +2699,7 @@ void tg_http_stop(tg_http *h) {
   pthread_mutex_destroy(&s->lock);
   pthread_mutex_destroy(&s->shares_lock);
   pthread_mutex_destroy(&s->peers_lock);
+  pthread_mutex_destroy(&s->mhd_lines_lock);
   pthread_cond_destroy(&s->answered);
   pthread_cond_destroy(&s->queued);
   pthread_cond_destroy(&s->sweep_stop);

@@ -2657,15 +2657,18 @@ static void test_http_malformed_requests_are_logged_once(void **state) {
   unsigned port = 0;
   tg_http *h = http_start(w, &port);
   fixture_log log = fixture_log_begin(w->f);
-  for (int i = 0; i < 5; i++) {
-    char *res = http_exchange_as_is(port, "GET", "No colon here\r\n", NULL);
+  for (int i = 0; i < 10; i++) {
+    char *res = http_exchange_as_is(port, "GET", i < 5 ? "No colon here\r\n" : "Content-Length: x\r\n",
+                                    NULL);
     assert_status(res, "400");
     free(res);
   }
   tg_http_stop(h);
   char *text = fixture_log_end(log);
-  assert_int_equal(fixture_occurrences(text, "(libmicrohttpd; 0 more of its lines"), 1);
-  assert_int_equal(fixture_occurrences(text, "warn: http:"), 1);
+  /* Two kinds, each once: a malformed request, and a Content-Length that is no number. */
+  assert_int_equal(fixture_occurrences(text, "(libmicrohttpd; 0 more such lines"), 2);
+  assert_int_equal(fixture_occurrences(text, "warn: http:"), 2);
+  assert_int_equal(fixture_occurrences(text, "Content-Length"), 1);
   free(text);
 }
 
