@@ -49,6 +49,9 @@
 /* The error that takes the place of a reply past the bounds on output. */
 #define REFUSED "The result is too large to send"
 #define PING "{\"jsonrpc\":\"2.0\",\"id\":99,\"method\":\"ping\"}"
+/* notifications/cancelled of request id (JSON text). */
+#define CANCEL(id) \
+  "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":" id "}}"
 /* A 2025-11-25 tools/call of tool; id and args are JSON text. */
 #define CALL_WITH(id, tool, args)                                                          \
   "{\"jsonrpc\":\"2.0\",\"id\":" id ",\"method\":\"tools/call\",\"params\":{\"name\":\"" tool \
@@ -573,10 +576,7 @@ static void test_cancellation_ends_a_wait_for_sampling_without_an_answer(void **
   char sid[64];
   open_session(w, "{\"sampling\":{}}", sid);
   exchange *call = asking_call(w, sid);
-  free(request(w, "POST", sid, NULL,
-               "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{"
-               "\"requestId\":\"call-1\"}}",
-               202));
+  free(request(w, "POST", sid, NULL, CANCEL("\"call-1\""), 202));
   /* The call stops waiting, withdraws its question, and its stream ends with no answer. */
   await(call, NULL);
   assert_null(strstr(call->got, "\"id\":\"call-1\""));
@@ -613,10 +613,7 @@ static void test_a_cancelled_request_gets_an_empty_event_stream(void **state) {
   world *w = *state;
   char sid[64];
   exchange *call = session_call_waiting(w, sid);
-  free(request(w, "POST", sid, NULL,
-               "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{"
-               "\"requestId\":7}}",
-               202));
+  free(request(w, "POST", sid, NULL, CANCEL("7"), 202));
   await(call, NULL);
   kit_wait(&kit_cancelled);
   assert_int_equal(call->status, 200);
@@ -625,17 +622,14 @@ static void test_a_cancelled_request_gets_an_empty_event_stream(void **state) {
   finish(call);
   /* A batch whose one request is cancelled ahead of it; the cancellation alone. */
   open_session_at(w, "2025-03-26", "{}", sid);
-#define CANCEL_6                                                                                   \
-  "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":6}}"
   exchange *batch = start(w, "POST", sid, NULL,
-                          "[" CANCEL_6 ",{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"ping\"}]");
+                          "[" CANCEL("6") ",{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"ping\"}]");
   await(batch, NULL);
   assert_int_equal(batch->status, 200);
   assert_string_equal(batch->type, "text/event-stream");
   assert_string_equal(batch->got, "");
   finish(batch);
-  free(request(w, "POST", sid, NULL, "[" CANCEL_6 "]", 202));
-#undef CANCEL_6
+  free(request(w, "POST", sid, NULL, "[" CANCEL("6") "]", 202));
 }
 
 /* The id of the server's request to the client (method) in an SSE body. */
@@ -955,8 +949,8 @@ static int connected(unsigned port) {
   return fd;
 }
 
-/* Sends a request's head on fd, connected, then a byte every 250 ms (less than an idle timeout
- * of 1 s apart) until the server closes the connection; closes fd. */
+/* Sends a request's head on fd, connected, then a byte every 250 ms (less than the tests' idle
+ * timeouts apart) until the server closes the connection; closes fd. */
 static void trickle_until_closed(int fd) {
   static const char head[] = "POST /mcp HTTP/1.1\r\nX-Slow: ";
   assert_int_equal(send(fd, head, sizeof head - 1, MSG_NOSIGNAL), (ssize_t)sizeof head - 1);
@@ -1277,9 +1271,10 @@ static void test_undelivered_json_answers_count_for_their_caller(void **state) {
   close(fd);
 }
 
-/* Asks for an answer of 6.3 MB (more than the socket's buffers take, due within 2 s and 3 s
- * more) with headers, as the only request its caller may have answered at once, and reads it
- * at about 80 KB a second (it would take over a minute; the server is never idle): the
+/* Asks for an answer of 6.3 MB (more than the socket's buffers take; with an idle timeout of
+ * 2 s, due within 4 s and 6 s more) with headers, as the only request its caller may have
+ * answered at once, and reads it at about 80 KB a second (it would take over a minute; the
+ * server is never idle, even when a request of the test's holds up the reading): the
  * server must cut the connection off before the client has it all, which gives back its
  * caller's place. The log must say so, once. */
 static void slow_reader_gives_back_its_place(world *w, const char *headers) {
@@ -1318,7 +1313,7 @@ static void slow_reader_gives_back_its_place(world *w, const char *headers) {
  * so once a minute at most: a slow sender cut off just after is not logged. */
 static void test_a_slow_reader_is_cut_off(void **state) {
   world *w = *state;
-  w->cfg.idle_timeout_s = 1;
+  w->cfg.idle_timeout_s = 2;
   w->cfg.max_requests_per_principal = 1;
   unsigned port = restart(w);
   slow_reader_gives_back_its_place(w, JSON_ONLY);
@@ -1332,7 +1327,7 @@ static void test_a_slow_reader_is_cut_off(void **state) {
 /* The same for the rest of an SSE answer whose call ended. */
 static void test_a_slow_reader_of_an_ended_stream_is_cut_off(void **state) {
   world *w = *state;
-  w->cfg.idle_timeout_s = 1;
+  w->cfg.idle_timeout_s = 2;
   w->cfg.max_requests_per_principal = 1;
   restart(w);
   slow_reader_gives_back_its_place(w, "Accept: application/json, text/event-stream\r\n" STATELESS_OVERFLOW);
