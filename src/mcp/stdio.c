@@ -45,7 +45,7 @@ typedef struct conn {
   tg_rpc_msg *queue; /* TG_MCP_STDIO_QUEUE_MAX + 1 of them: the one more, see take */
   size_t *sizes;     /* the bytes each was sent as */
   size_t queued, queued_bytes;
-  bool busy;        /* the serving thread holds a request it took off the queue */
+  bool busy; /* the serving thread holds a message that may take long (see may_take_long) */
   bool takes_batches; /* the session takes JSON-RPC batches, as the serving thread last saw */
   json_t *awaiting; /* the id of the server's request a call waits on, or NULL */
   json_t *answer;   /* its response, once read */
@@ -239,6 +239,19 @@ static json_t *unstanding_refusal(const tg_rpc_msg *msg, int r) {
                     NULL);
 }
 
+/* Whether serving msg may take long: it holds a request other than a ping. */
+static bool may_take_long(const tg_rpc_msg *msg) {
+  return msg->kind == TG_RPC_REQUEST ? strcmp(msg->method, "ping") != 0
+                                     : tg_mcp_holds_request(msg);
+}
+
+/* Whether a message that may take long waits in the queue (under c->lock). */
+static bool long_queued(const conn *c) {
+  for (size_t i = 0; i < c->queued; i++)
+    if (may_take_long(&c->queue[i])) return true;
+  return false;
+}
+
 /* Takes one message off the reader (msg: moved into the queue or released). A cancellation
  * is served at once; the response a call waits for goes to it; so do those in a batch (but a
  * cancellation of a request of the same batch), when the session takes batches as far as the
@@ -248,13 +261,6 @@ static json_t *unstanding_refusal(const tg_rpc_msg *msg, int r) {
  * messages, or in bytes: one message always fits an empty queue) a request is refused and a
  * notification dropped: the reader never stops reading, so that a cancellation or a response
  * behind them still arrives. */
-/* Whether a request or a batch waits in the queue (under c->lock). */
-static bool requests_queued(const conn *c) {
-  for (size_t i = 0; i < c->queued; i++)
-    if (c->queue[i].kind == TG_RPC_REQUEST || c->queue[i].kind == TG_RPC_BATCH) return true;
-  return false;
-}
-
 static int take(conn *c, tg_rpc_msg *msg, size_t bytes) {
   int r;
   if (take_at_once(c, msg, &r)) return r;
@@ -268,13 +274,13 @@ static int take(conn *c, tg_rpc_msg *msg, size_t bytes) {
     return r;
   }
   pthread_mutex_lock(&c->lock);
-  /* A plain ping that would wait behind a request (or a batch) is answered here, at once:
-   * the request may take long (a call, served or just queued), and a client checks with ping
-   * that the server lives. Behind notifications alone, it waits its turn: its answer then
-   * tells that they were served. (One with a 2026-07-28 claim, which has no ping, waits its
-   * turn for its error.) */
+  /* A plain ping that would wait behind a request other than a ping (alone or in a batch)
+   * is answered here, at once: that request may take long (a call, served or just queued),
+   * and a client checks with ping that the server lives. Behind notifications and pings
+   * alone, it waits its turn: its answer then tells that they were served. (One with a
+   * 2026-07-28 claim, which has no ping, waits its turn for its error.) */
   if (msg->kind == TG_RPC_REQUEST && strcmp(msg->method, "ping") == 0 &&
-      (c->busy || requests_queued(c)) &&
+      (c->busy || long_queued(c)) &&
       !tg_mcp_has_claim(msg)) {
     pthread_mutex_unlock(&c->lock);
     /* A revoked token is refused here too; the connection ends once the call has. */
@@ -453,7 +459,7 @@ static bool next_queued(conn *c, tg_rpc_msg *ret, int *status) {
   }
   bool got = *status == 0 && c->queued;
   if (got) {
-    c->busy = c->queue[0].kind == TG_RPC_REQUEST || c->queue[0].kind == TG_RPC_BATCH;
+    c->busy = may_take_long(&c->queue[0]);
     *ret = c->queue[0];
     c->queued_bytes -= c->sizes[0];
     c->queued--;
