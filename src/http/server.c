@@ -146,7 +146,7 @@ struct server {
   _Atomic int64_t refused_logged_ms, overlong_logged_ms, full_logged_ms, slow_logged_ms,
       ended_logged_ms, stray_logged_ms;
   _Atomic unsigned slow_cut; /* slow clients cut off since the last line about them */
-  /* libmicrohttpd's lines, limited as those by kind (see mhd_log). */
+  /* libmicrohttpd's lines, limited as the others but kind by kind (see mhd_log). */
   pthread_mutex_t mhd_lines_lock;
   mhd_line mhd_lines[MHD_LINE_KINDS];
   /* The open connections, for the sweeper to close those too slow to send a request or to take
@@ -2305,7 +2305,8 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
     snprintf(why, sizeof why, "The %s header is given more than once", once.repeated);
     /* The headers 2026-07-28 validates fail as such (-32020), on a request of that revision
      * (the routing headers are its own); the others, as HTTP's. */
-    const char *version = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "MCP-Protocol-Version");
+    const char *version =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "MCP-Protocol-Version");
     bool mcp = strcasecmp(once.repeated, "Mcp-Method") == 0 ||
                strcasecmp(once.repeated, "Mcp-Name") == 0 ||
                (strcasecmp(once.repeated, "MCP-Protocol-Version") == 0 && version &&
