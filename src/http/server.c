@@ -95,13 +95,15 @@ typedef struct held_share {
   struct held_share *next;
 } held_share;
 
-/* A kind of libmicrohttpd line (its format string), when it was last logged (monotonic ms)
- * and how many were not since. */
+/* A kind of libmicrohttpd line (its format string), when it was last logged (monotonic ms),
+ * how many were not since, and the last of those. */
 #define MHD_LINE_KINDS 16 /* the last takes every kind past the others */
+#define MHD_LINE_MAX 512
 typedef struct mhd_line {
   const char *fmt;
   int64_t logged_ms;
   unsigned held_back;
+  char last_held[MHD_LINE_MAX];
 } mhd_line;
 
 /* One open connection: its database connection, and by when its client must have sent its
@@ -185,6 +187,51 @@ static tg_env server_env(const server *s, tg_db *db) {
 static bool may_log(_Atomic int64_t *last) {
   int64_t now = tg_monotonic_ms(), was = atomic_load(last);
   return (was == 0 || now - was >= REFUSED_LOG_MS) && atomic_compare_exchange_strong(last, &was, now);
+}
+
+/* Whether a libmicrohttpd line of format fmt may be logged now (once a minute for each kind),
+ * with *held_back the count of its kind not logged since the last; if not, it is held back. */
+static bool mhd_line_may_log(server *s, const char *fmt, const char *line, unsigned *held_back) {
+  pthread_mutex_lock(&s->mhd_lines_lock);
+  size_t i = 0;
+  while (i < MHD_LINE_KINDS - 1 && s->mhd_lines[i].fmt && s->mhd_lines[i].fmt != fmt) i++;
+  mhd_line *kind = &s->mhd_lines[i];
+  if (!kind->fmt) kind->fmt = fmt;
+  int64_t now = tg_monotonic_ms();
+  bool may = !kind->logged_ms || now - kind->logged_ms >= REFUSED_LOG_MS;
+  if (may) {
+    kind->logged_ms = now;
+    *held_back = kind->held_back;
+    kind->held_back = 0;
+  } else {
+    kind->held_back++;
+    snprintf(kind->last_held, sizeof kind->last_held, "%s", line);
+  }
+  pthread_mutex_unlock(&s->mhd_lines_lock);
+  return may;
+}
+
+/* Tells how many libmicrohttpd lines of each kind were held back, once the kind's minute is
+ * past (or at once: force, as the server stops), so that the size of a flood is told even
+ * when no line of its kind comes after it. */
+static void tell_held_back_mhd_lines(server *s, bool force) {
+  int64_t now = tg_monotonic_ms();
+  for (size_t i = 0; i < MHD_LINE_KINDS; i++) {
+    char last[sizeof s->mhd_lines[i].last_held];
+    pthread_mutex_lock(&s->mhd_lines_lock);
+    mhd_line *kind = &s->mhd_lines[i];
+    unsigned held_back = kind->held_back;
+    bool tell = held_back && (force || now - kind->logged_ms >= REFUSED_LOG_MS);
+    if (tell) {
+      memcpy(last, kind->last_held, sizeof last);
+      kind->logged_ms = now;
+      kind->held_back = 0;
+    }
+    pthread_mutex_unlock(&s->mhd_lines_lock);
+    if (tell)
+      tg_log(TG_LOG_WARN, "http: %u more lines of this kind held back (libmicrohttpd; the "
+             "last: %s)", held_back, last);
+  }
 }
 
 static bool loopback_host(const char *host, size_t len) {
@@ -1483,6 +1530,7 @@ static void *sweeper_main(void *arg) {
       check_lists(s, db, NULL, NULL);
     }
     cut_slow_clients(s);
+    tell_held_back_mhd_lines(s, false);
     pthread_mutex_lock(&s->lock);
     forget_stale_output_locked(s);
     next = tg_monotonic_ms() + TG_HTTP_CHECK_MS;
@@ -2238,27 +2286,6 @@ static enum MHD_Result refuse_too_large(struct MHD_Connection *conn) {
                          "Message too large");
 }
 
-/* Whether a libmicrohttpd line of format fmt may be logged now (once a minute for each kind),
- * with *held_back the count of its kind not logged since the last. */
-static bool mhd_line_may_log(server *s, const char *fmt, unsigned *held_back) {
-  pthread_mutex_lock(&s->mhd_lines_lock);
-  size_t i = 0;
-  while (i < MHD_LINE_KINDS - 1 && s->mhd_lines[i].fmt && s->mhd_lines[i].fmt != fmt) i++;
-  mhd_line *kind = &s->mhd_lines[i];
-  if (!kind->fmt) kind->fmt = fmt;
-  int64_t now = tg_monotonic_ms();
-  bool may = !kind->logged_ms || now - kind->logged_ms >= REFUSED_LOG_MS;
-  if (may) {
-    kind->logged_ms = now;
-    *held_back = kind->held_back;
-    kind->held_back = 0;
-  } else {
-    kind->held_back++;
-  }
-  pthread_mutex_unlock(&s->mhd_lines_lock);
-  return may;
-}
-
 /* libmicrohttpd reports what an operator should see (a thread it could not start, the
  * connection limit reached, a socket error), and also what a client does: it went away in
  * the middle of an answer, which is how SSE streams normally end, or of its request (debug
@@ -2268,7 +2295,7 @@ static bool mhd_line_may_log(server *s, const char *fmt, unsigned *held_back) {
 __attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char *fmt,
                                                           va_list ap) {
   server *s = cls;
-  char line[512];
+  char line[MHD_LINE_MAX];
   vsnprintf(line, sizeof line, fmt, ap);
   line[strcspn(line, "\n")] = '\0';
   bool client_gone = strstr(line, "no longer available") || strstr(line, "Connection reset") ||
@@ -2280,7 +2307,7 @@ __attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char 
     tg_log(TG_LOG_DEBUG, "http: %s", line);
   } else {
     unsigned more = 0;
-    if (mhd_line_may_log(s, fmt, &more))
+    if (mhd_line_may_log(s, fmt, line, &more))
       tg_log(TG_LOG_WARN, "http: %s (libmicrohttpd; %u more such lines held back since the "
                           "last; logged once a minute at most)", line, more);
   }
@@ -2695,6 +2722,7 @@ void tg_http_stop(tg_http *h) {
   pthread_mutex_unlock(&s->lock);
   for (unsigned i = 0; i < s->n_pool; i++) pthread_join(s->pool[i], NULL);
   if (s->sweeper_started) pthread_join(s->sweeper, NULL);
+  tell_held_back_mhd_lines(s, true);
   free(s->pool);
   free(s->busy);
   pthread_mutex_destroy(&s->lock);
