@@ -49,6 +49,9 @@
 #define SLOW_TIMEOUTS 2
 #define TAKING_BYTES_PER_TIMEOUT (2u * 1024u * 1024u)
 #define DRAIN_MS 1000        /* how long a stopping server lets listen streams deliver their end */
+/* How long a stopping server gives the requests it is answering (a call that may have
+ * committed) to be answered, before it closes their connections. */
+#define STOP_GRACE_MS (10LL * 1000)
 #define POLLING_VERSION "2025-11-25" /* the first revision whose clients resume call streams */
 
 typedef struct stream stream;
@@ -130,6 +133,8 @@ struct server {
   listener *listeners; /* the open subscriptions/listen streams */
   size_t n_listeners;
   bool closing;        /* tg_http_stop began: no listen stream opens any more */
+  _Atomic bool quiescing;       /* tg_http_stop began: every new request gets a 503 */
+  _Atomic unsigned answering_now; /* requests begun and not completed, for the stop to wait */
   /* Output in the buffers of its streams and of JSON answers not sent yet. What is not
    * delivered yet is bounded by held_max, so that clients that never read what their calls
    * say cannot exhaust memory, and a caller's by half of it, so that one caller cannot leave
@@ -2281,6 +2286,20 @@ static enum MHD_Result handle_get(server *s, struct MHD_Connection *conn, tg_db 
  * libmicrohttpd then reports an "internal error" on the same thread. */
 static _Thread_local bool closing_on_purpose;
 
+/* A request that came after the server began to stop: 503, and the connection closes. */
+static enum MHD_Result refuse_while_stopping(struct MHD_Connection *conn) {
+  char *text = tg_rpc_encode(tg_rpc_error(NULL, TG_RPC_INTERNAL_ERROR, "The server is stopping", NULL));
+  struct MHD_Response *res = text ? MHD_create_response_from_buffer(
+                                        strlen(text), text, MHD_RESPMEM_MUST_FREE)
+                                  : NULL;
+  if (!res) {
+    free(text);
+    return MHD_NO;
+  }
+  MHD_add_response_header(res, "Connection", "close");
+  return respond_with(conn, MHD_HTTP_SERVICE_UNAVAILABLE, res, "application/json", NULL, NULL);
+}
+
 static enum MHD_Result refuse_too_large(struct MHD_Connection *conn) {
   return queue_rpc_error(conn, MHD_HTTP_CONTENT_TOO_LARGE, TG_RPC_INVALID_REQUEST,
                          "Message too large");
@@ -2398,6 +2417,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   if (!rq) {
     if (!(rq = calloc(1, sizeof *rq))) return MHD_NO;
     *con_cls = rq;
+    atomic_fetch_add(&s->answering_now, 1);
+    if (atomic_load(&s->quiescing)) {
+      rq->answered = true;
+      return refuse_while_stopping(conn);
+    }
     return admit(s, conn, url, method, rq);
   }
   if (rq->answered) {
@@ -2462,6 +2486,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   free(rq->body);
   free(rq);
   *con_cls = NULL;
+  atomic_fetch_sub(&s->answering_now, 1);
 }
 
 /* Each connection has its own thread and its own database connection, and is known to the
@@ -2543,7 +2568,8 @@ static int parse_listen(const char *listen, struct sockaddr_storage *addr, bool 
 struct tg_http {
   server s;
   struct MHD_Daemon *daemon;
-  int listen_fd; /* the listening socket until the daemon has its copy, else -1 */
+  int listen_fd; /* the listening socket until the daemon has its copy, and once a stopping
+                  * daemon gave that back (MHD_quiesce_daemon); else -1 */
 };
 
 /* A socket bound to addr and listening; when addr's port is 0, the system picks it and addr
@@ -2661,8 +2687,9 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
     tg_http_stop(h);
     return TG_E_IO;
   }
+  /* ITC: a stopping server stops listening first (MHD_quiesce_daemon). */
   unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                   MHD_USE_ERROR_LOG | (addr.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+                   MHD_USE_ITC | MHD_USE_ERROR_LOG | (addr.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
   /* libmicrohttpd closes the socket it is given when it stops, and when it fails to start,
    * on some paths only: it gets a copy, so that ours is closed once, here. */
   int given = fcntl(fd, F_DUPFD_CLOEXEC, 0);
@@ -2703,15 +2730,30 @@ int tg_http_add_connection(tg_http *h, int fd) {
              : TG_E_IO;
 }
 
+/* Gives the requests being answered until STOP_GRACE_MS to end (new ones are refused). */
+static void await_answers(server *s) {
+  int64_t deadline = tg_monotonic_ms() + STOP_GRACE_MS;
+  unsigned left;
+  while ((left = atomic_load(&s->answering_now)) > 0 && tg_monotonic_ms() < deadline)
+    usleep(20 * 1000);
+  if (left)
+    tg_log(TG_LOG_WARN, "serve: %u request(s) still being answered after %lld s are cut off", left,
+           STOP_GRACE_MS / 1000);
+}
+
 void tg_http_stop(tg_http *h) {
   if (!h) return;
   server *s = &h->s;
-  /* Ending the listen streams and the sessions first releases the tools waiting on their
-   * clients and ends the open streams, so that every connection thread can finish. */
+  /* No new connection or request; then ending the listen streams and the sessions releases
+   * the tools waiting on their clients and ends the open streams, and the requests being
+   * answered (a call that may have committed) have a while to be answered. */
+  atomic_store(&s->quiescing, true);
+  if (h->daemon) h->listen_fd = MHD_quiesce_daemon(h->daemon);
   listeners_end(s);
   pthread_mutex_lock(&s->lock);
   while (s->sessions) session_unlink_locked(s, s->sessions);
   pthread_mutex_unlock(&s->lock);
+  if (h->daemon) await_answers(s);
   if (h->daemon) MHD_stop_daemon(h->daemon);
   /* Then the sessions opened meanwhile; then the pool drains its queue and ends. */
   pthread_mutex_lock(&s->lock);

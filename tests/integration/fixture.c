@@ -134,7 +134,10 @@ void fixture_http_send(int fd, unsigned port, const char *method, const char *he
                        const char *body) {
   struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
+  struct sockaddr_storage peer;
+  socklen_t len = sizeof peer;
+  if (getpeername(fd, (struct sockaddr *)&peer, &len) != 0)
+    assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
   char *req = NULL;
   int n = asprintf(&req,
                    "%s /mcp HTTP/1.1\r\nHost: 127.0.0.1:%u\r\n%sContent-Length: %zu\r\n\r\n%s",

@@ -39,9 +39,9 @@ char *fixture_snapshot(fixture *f, const char *except_table);
 /* The wire code of an error envelope, or "" for a result. */
 const char *fixture_code(const tg_call_result *res);
 
-/* Connects fd, a TCP socket the caller set up, to 127.0.0.1:port and sends a request for
- * /mcp on it: method, headers (whole lines, each ending in CRLF; "" for none) and body (NULL:
- * none). */
+/* Connects fd, a TCP socket the caller set up (unless it is connected), to 127.0.0.1:port
+ * and sends a request for /mcp on it: method, headers (whole lines, each ending in CRLF; ""
+ * for none) and body (NULL: none). */
 void fixture_http_send(int fd, unsigned port, const char *method, const char *headers,
                        const char *body);
 

@@ -152,6 +152,16 @@ static int note_then_overflow(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return r == 0 && !*ret ? TG_E_NOMEM : r;
 }
 
+/* Says it started, then answers once the test says so. */
+static int wait_go(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  (void)cx;
+  (void)args;
+  kit_set(&kit_started);
+  kit_wait(&kit_go);
+  *ret = json_pack("{s:b}", "went", 1);
+  return *ret ? 0 : TG_E_NOMEM;
+}
+
 static const char kit_spec[] =
     "{\"provider\":\"kit\",\"tools\":["
     "{\"name\":\"test.wait.cancel\",\"description\":\"Waits until its call is cancelled.\","
@@ -168,12 +178,16 @@ static const char kit_spec[] =
     "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
     "\"inputSchema\":{\"type\":\"object\",\"properties\":{\"bytes\":{\"type\":\"integer\"},"
     "\"note\":{\"type\":\"integer\"}}},"
-    "\"outputSchema\":{\"type\":\"object\"}}]}";
+    "\"outputSchema\":{\"type\":\"object\"}},"
+    "{\"name\":\"test.wait.go\",\"description\":\"Answers once the test says so.\","
+    "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
+    "\"inputSchema\":{\"type\":\"object\"},\"outputSchema\":{\"type\":\"object\"}}]}";
 static const tg_handler_entry kit_handlers[] = {{"test.wait.cancel", wait_cancel},
                                                 {"test.note.close", note_then_close},
-                                                {"test.note.overflow", note_then_overflow}};
+                                                {"test.note.overflow", note_then_overflow},
+                                                {"test.wait.go", wait_go}};
 static const tg_provider kit = {.name = "kit", .spec_json = kit_spec, .handlers = kit_handlers,
-                                .n_handlers = 3};
+                                .n_handlers = 4};
 
 /* ---- the server ---- */
 
@@ -949,6 +963,20 @@ static int connected(unsigned port) {
   return fd;
 }
 
+/* Reads one answer with a Content-Length whole from fd into answer (size bytes at most, its
+ * head included, NUL-terminated); the connection stays open. */
+static void read_answer(int fd, char *answer, size_t size) {
+  size_t len = 0, whole = 0;
+  answer[0] = 0;
+  while (!whole || len < whole) {
+    ssize_t n = recv(fd, answer + len, size - 1 - len, 0);
+    assert_true(n > 0);
+    answer[len += (size_t)n] = 0;
+    const char *end = strstr(answer, "\r\n\r\n"), *length = strstr(answer, "Content-Length: ");
+    if (end && length) whole = (size_t)(end + 4 - answer) + strtoul(length + 16, NULL, 10);
+  }
+}
+
 /* Sends a request's head on fd, connected, then a byte every 250 ms (less than the tests' idle
  * timeouts apart) until the server closes the connection; closes fd. */
 static void trickle_until_closed(int fd) {
@@ -984,15 +1012,8 @@ static void test_a_slow_sender_is_cut_off(void **state) {
                        w->token) > 0);
   fixture_http_send(fd, port, "POST", lines, body);
   free(lines);
-  char answer[8192] = "";
-  size_t len = 0, whole = 0;
-  while (!whole || len < whole) {
-    ssize_t n = recv(fd, answer + len, sizeof answer - 1 - len, 0);
-    assert_true(n > 0);
-    answer[len += (size_t)n] = 0;
-    const char *end = strstr(answer, "\r\n\r\n"), *length = strstr(answer, "Content-Length: ");
-    if (end && length) whole = (size_t)(end + 4 - answer) + strtoul(length + 16, NULL, 10);
-  }
+  char answer[8192];
+  read_answer(fd, answer, sizeof answer);
   assert_int_equal(strncmp(answer, "HTTP/1.1 200", 12), 0);
   trickle_until_closed(fd);
   free(request(w, "POST", NULL, MODERN_HEADERS("server/discover"),
@@ -1333,6 +1354,55 @@ static void test_a_slow_reader_of_an_ended_stream_is_cut_off(void **state) {
   slow_reader_gives_back_its_place(w, "Accept: application/json, text/event-stream\r\n" STATELESS_OVERFLOW);
 }
 
+static void *stop_server(void *h) {
+  tg_http_stop(h);
+  return NULL;
+}
+
+/* A stopping server answers the requests it is answering (a call that may have committed),
+ * before it closes their connections; a new request on an open connection gets a 503. */
+static void test_a_stopping_server_answers_its_calls(void **state) {
+  world *w = *state;
+  unsigned port = 0;
+  assert_int_equal(sscanf(w->url, "http://127.0.0.1:%u/", &port), 1);
+  int fd = connected(port);
+  char *lines = NULL;
+  assert_true(asprintf(&lines, "Authorization: Bearer %s\r\nAccept: application/json, "
+                               "text/event-stream\r\nContent-Type: application/json\r\n"
+                               "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: server/discover\r\n",
+                       w->token) > 0);
+  static const char discover[] = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\","
+                                 "\"params\":{" MODERN_META "}}";
+  char answer[8192];
+  fixture_http_send(fd, port, "POST", lines, discover);
+  read_answer(fd, answer, sizeof answer);
+  assert_int_equal(strncmp(answer, "HTTP/1.1 200", 12), 0);
+  exchange *call = start(w, "POST", NULL, MODERN_HEADERS("tools/call") "\nMcp-Name: test_wait_go",
+                         "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{"
+                         "\"name\":\"test_wait_go\",\"arguments\":{}," MODERN_META "}}");
+  kit_wait(&kit_started);
+  pthread_t stopper;
+  assert_int_equal(pthread_create(&stopper, NULL, stop_server, w->h), 0);
+  w->h = NULL;
+  /* Answered as before until the stop begins. */
+  for (int i = 0; strncmp(answer, "HTTP/1.1 503", 12) != 0; i++) {
+    if (i == HANG_GUARD_S * 100) fail_msg("a stopping server went on taking requests");
+    assert_int_equal(strncmp(answer, "HTTP/1.1 200", 12), 0);
+    usleep(10 * 1000);
+    fixture_http_send(fd, port, "POST", lines, discover);
+    read_answer(fd, answer, sizeof answer);
+  }
+  assert_non_null(strstr(answer, "The server is stopping"));
+  free(lines);
+  close(fd);
+  kit_set(&kit_go);
+  await(call, NULL);
+  assert_int_equal(call->status, 200);
+  assert_non_null(strstr(call->got, "\"went\":true"));
+  finish(call);
+  pthread_join(stopper, NULL);
+}
+
 /* A session on a server started again with replay_keep_ms of keep, and the number of a
  * stream of its that delivered a call's answer. */
 static unsigned kept_answer(world *w, long long keep, char sid[64]) {
@@ -1581,6 +1651,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_listen_addresses, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idle_connections_are_closed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_slow_sender_is_cut_off, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_stopping_server_answers_its_calls, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_slow_reader_is_cut_off, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_slow_reader_of_an_ended_stream_is_cut_off, setup,
                                       teardown),
