@@ -26,9 +26,11 @@ typedef struct tg_client_channel {
    * NULL when this transport or revision cannot (then the handler fails cleanly). params is
    * stolen. Returns 0, TG_E_TOOL with *ret the client's error object (or one made here
    * when its result was no object, with that result as data.result), TG_E_INVAL without
-   * sending anything when the client did not declare it can answer (tg_client_can), or
-   * another TG_E_* (TG_E_IO too when the client cancelled the call while it waited: see
-   * cancelled). */
+   * sending anything when the client did not declare it can answer (tg_client_can),
+   * TG_E_IO when no answer came (the client went away, or did not answer in the time the
+   * transport waits, or the server is stopping; also when the client cancelled the call
+   * while it waited: see cancelled), TG_E_TOO_LARGE when too many questions to this client
+   * wait already, or another TG_E_*. */
   int (*ask)(void *self, const char *method, json_t *params, json_t **ret);
   /* Ends the call's response stream now, before the result, for the client to resume it
    * later (2025-11-25 SSE polling); the result waits for the client. NULL when the

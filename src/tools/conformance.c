@@ -125,6 +125,13 @@ static int ask_client(tg_call_ctx *cx, const char *method, json_t *params, json_
                    "The client refused %s", method);
   if (r < 0 && ch->cancelled && ch->cancelled(ch->self))
     return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, NULL, "The client cancelled the call");
+  if (r == TG_E_IO)
+    return tg_fail(cx, TG_ERR_PROVIDER_ERROR, NULL,
+                   "The client did not answer %s: it went away, did not answer in time, or the "
+                   "server is stopping", method);
+  if (r == TG_E_TOO_LARGE)
+    return tg_fail(cx, TG_ERR_RATE_LIMITED, NULL,
+                   "Too many questions to this client wait for answers; retry later");
   return r;
 }
 

@@ -907,15 +907,40 @@ static void test_a_call_gives_up_on_a_silent_client(void **state) {
   open_session(w, "{\"sampling\":{}}", sid);
   exchange *call = asking_call(w, sid);
   await(call, NULL);
-  /* The question is withdrawn, then the call fails. */
+  /* The question is withdrawn, then the call fails: the client's failure, no internal one. */
   const char *withdrawn = strstr(call->got, "\"method\":\"notifications/cancelled\"");
   assert_non_null(withdrawn);
   assert_non_null(strstr(withdrawn, "No answer came in time"));
   const char *answer = strstr(withdrawn, "\"id\":\"call-1\"");
   assert_non_null(answer);
-  assert_true(strstr(answer, "\"error\"") || strstr(answer, "\"isError\":true"));
+  assert_non_null(strstr(answer, "\"isError\":true"));
+  assert_non_null(strstr(answer, "\"code\":\"provider_error\""));
+  assert_non_null(strstr(answer, "The client did not answer sampling/createMessage"));
   finish(call);
   free(request(w, "POST", sid, NULL, PING, 200));
+}
+
+/* A session has at most 16 questions to its client waiting for answers: a call asking one
+ * more fails as the client's being busy (rate_limited, to retry), not as an internal error. */
+static void test_a_question_past_those_waiting_is_to_retry(void **state) {
+  world *w = *state;
+  w->cfg.threads = 18; /* one caller may hold all the threads but one */
+  restart(w);
+  char sid[64];
+  open_session(w, "{\"sampling\":{}}", sid);
+  exchange *asking[16];
+  for (int i = 0; i < 16; i++) {
+    char body[256];
+    snprintf(body, sizeof body, CALL_WITH("\"q-%d\"", "test_sampling", "{\"prompt\":\"hi\"}"), i);
+    asking[i] = start(w, "POST", sid, NULL, body);
+    await(asking[i], "\"method\":\"sampling/createMessage\"");
+  }
+  char *got = request(w, "POST", sid, NULL,
+                      CALL_WITH("\"q-16\"", "test_sampling", "{\"prompt\":\"hi\"}"), 200);
+  assert_non_null(strstr(got, "\"code\":\"rate_limited\""));
+  assert_null(strstr(got, "sampling/createMessage"));
+  free(got);
+  for (int i = 0; i < 16; i++) finish(asking[i]);
 }
 
 /* One token's holder has at most so many requests answered at once (its streams count):
@@ -1652,6 +1677,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_idle_connections_are_closed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_slow_sender_is_cut_off, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_stopping_server_answers_its_calls, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_question_past_those_waiting_is_to_retry, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_slow_reader_is_cut_off, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_slow_reader_of_an_ended_stream_is_cut_off, setup,
                                       teardown),
