@@ -265,9 +265,11 @@ static int handler_failed(call_state *st, tg_call_ctx *cx, tg_call_result *ret) 
   return TG_E_TOOL;
 }
 
-/* The handler and the check of its result against the output schema. */
+/* The handler, and the checks of its result: the surface's, and against the output schema. */
 static int run_handler(call_state *st, tg_call_ctx *cx, json_t **result) {
   int r = st->tool->handler(cx, st->args, result);
+  if (r == TG_OK && cx->client && cx->client->check_result)
+    r = cx->client->check_result(cx->client->self, cx, *result);
   if (r == TG_OK && !tg_schema_validate(st->tool->output, *result, NULL, 0)) {
     tg_log(TG_LOG_ERROR, "tool %s returned a result that does not match its outputSchema",
            st->tool->name);

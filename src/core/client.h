@@ -6,6 +6,8 @@
 #include <jansson.h>
 #include <stdbool.h>
 
+typedef struct tg_call_ctx tg_call_ctx; /* core/call.h */
+
 /* What a surface offers a handler for the duration of one call. */
 typedef struct tg_client_channel {
   void *self;
@@ -32,6 +34,11 @@ typedef struct tg_client_channel {
    * while it waited: see cancelled), TG_E_TOO_LARGE when too many questions to this client
    * wait already, or another TG_E_*. */
   int (*ask)(void *self, const char *method, json_t *params, json_t **ret);
+  /* Checks a result the handler returned before anything of the call is written (NULL:
+   * none): a result the surface cannot carry to this client (input asked for on a revision,
+   * or of a kind, the client cannot give) fails the call here through tg_fail on cx, so that
+   * nothing of it is committed and its audit says why. */
+  int (*check_result)(void *self, tg_call_ctx *cx, json_t *result);
   /* Ends the call's response stream now, before the result, for the client to resume it
    * later (2025-11-25 SSE polling); the result waits for the client. NULL when the
    * transport cannot (then the result is sent as usual). */

@@ -424,7 +424,17 @@ static int read_round(cx *c, json_t *params, const state_subject *subject, json_
   return 0;
 }
 
-int tg_mcp_input_missing(json_t *caps, json_t *requests, json_t **ret) {
+int tg_mcp_input_refusal(bool modern, json_t *caps, json_t *result, int *code,
+                         const char **message, json_t **data) {
+  json_t *requests = json_object_get(result, "inputRequests");
+  *data = NULL;
+  *code = TG_RPC_INTERNAL_ERROR;
+  if (!modern) {
+    *message = "This request needs input the client can give only on protocol 2026-07-28";
+    return 1;
+  }
+  *message = "The tool asked for no input, or for an unknown kind of input";
+  if (!json_object_size(requests)) return 1;
   json_t *missing = json_object();
   if (!missing) return TG_E_NOMEM;
   const char *key;
@@ -439,36 +449,38 @@ int tg_mcp_input_missing(json_t *caps, json_t *requests, json_t **ret) {
       r = TG_E_NOMEM;
     if (r < 0) {
       json_decref(missing);
-      return r;
+      return r == TG_E_INVAL ? 1 : r;
     }
   }
-  *ret = missing;
-  return 0;
+  if (!json_object_size(missing)) {
+    json_decref(missing);
+    return 0;
+  }
+  *code = TG_RPC_MISSING_CAPABILITY;
+  *message = "Missing required client capability";
+  *data = json_pack("{s:o}", "requiredCapabilities", missing);
+  return *data ? 1 : TG_E_NOMEM;
 }
 
-/* Serves an InputRequiredResult a handler returned: only on 2026-07-28, only for input the
- * client declared it can give in this request (else -32021), with its state sealed.
- * Returns 0 (result ready), a JSON-RPC error code, or TG_E_NOMEM. */
-static int finish_input_required(cx *c, const state_subject *subject, json_t *result) {
-  if (!c->modern)
-    return rpc_fail(c, TG_RPC_INTERNAL_ERROR,
-                    "This request needs input the client can give only on protocol 2026-07-28",
-                    NULL);
-  json_t *missing = NULL;
-  int r = tg_mcp_input_missing(c->caps, json_object_get(result, "inputRequests"), &missing);
-  if (r == TG_E_INVAL)
-    return rpc_fail(c, TG_RPC_INTERNAL_ERROR, "A handler asked for an unknown kind of input", NULL);
-  if (r < 0) return r;
-  if (json_object_size(missing))
-    return rpc_fail(c, TG_RPC_MISSING_CAPABILITY, "Missing required client capability",
-                    json_pack("{s:o}", "requiredCapabilities", missing));
-  json_decref(missing);
+/* Seals the state of an InputRequiredResult a handler returned (checked already: see
+ * channel_check_result) for the client to send back. */
+static int seal_input_required(cx *c, const state_subject *subject, json_t *result) {
   const char *payload = json_string_value(json_object_get(result, "requestState"));
-  if (payload) {
-    json_t *sealed = state_seal(c->req->principal_id, subject, payload);
-    if (!sealed || json_object_set_new(result, "requestState", sealed) < 0) return TG_E_NOMEM;
-  }
-  return 0;
+  if (!payload) return 0;
+  json_t *sealed = state_seal(c->req->principal_id, subject, payload);
+  return sealed && json_object_set_new(result, "requestState", sealed) == 0 ? 0 : TG_E_NOMEM;
+}
+
+/* Serves an InputRequiredResult nothing was written for (a prompt's): refused as
+ * tg_mcp_input_refusal says, else with its state sealed. Returns 0 (result ready), a
+ * JSON-RPC error code, or TG_E_NOMEM. */
+static int finish_input_required(cx *c, const state_subject *subject, json_t *result) {
+  int code;
+  const char *message;
+  json_t *data;
+  int r = tg_mcp_input_refusal(c->modern, c->caps, result, &code, &message, &data);
+  if (r == 1) return rpc_fail(c, code, message, data);
+  return r < 0 ? r : seal_input_required(c, subject, result);
 }
 
 bool tg_mcp_is_input_required(json_t *result) {
@@ -480,7 +492,27 @@ bool tg_mcp_is_input_required(json_t *result) {
 
 typedef struct call_channel {
   cx *c;
+  /* The JSON-RPC error answering the request instead of the result (check_result). */
+  int refused_code;
+  const char *refused_message;
+  json_t *refused_data;
 } call_channel;
+
+/* An InputRequiredResult this request cannot carry fails the call before it commits; the
+ * request is answered with the JSON-RPC error that says why. */
+static int channel_check_result(void *self, tg_call_ctx *call, json_t *result) {
+  call_channel *ch = self;
+  if (!tg_mcp_is_input_required(result)) return TG_OK;
+  int code;
+  const char *message;
+  json_t *data;
+  int r = tg_mcp_input_refusal(ch->c->modern, ch->c->caps, result, &code, &message, &data);
+  if (r != 1) return r;
+  ch->refused_code = code;
+  ch->refused_message = message;
+  ch->refused_data = data;
+  return tg_fail(call, TG_ERR_PRECONDITION_FAILED, json_incref(data), "%s", message);
+}
 
 static int channel_notify(void *self, const char *method, json_t *params) {
   call_channel *ch = self;
@@ -594,7 +626,8 @@ static int start_task(cx *c, call_channel *ch, const tg_tool *tool, json_t *args
                       tg_call_result *res) {
   tg_mcp_task_call call = {.principal_id = c->req->principal_id, .tool = tool, .args = args,
                            .capabilities = c->caps, .input_responses = responses,
-                           .request_state = state, .cancelled = channel_cancelled, .arg = ch,
+                           .request_state = state, .cancelled = channel_cancelled,
+                           .check_result = channel_check_result, .arg = ch,
                            .db = c->req->env->db};
   tg_mcp_task_start started;
   int r = tg_mcp_tasks_start(c->srv->tasks, &call, &started);
@@ -657,10 +690,15 @@ static int m_tools_call(cx *c, json_t *params, json_t **ret) {
         .ask = !c->modern && c->req->io && c->req->io->ask ? channel_ask : NULL,
         .close_stream = c->req->io && c->req->io->close_stream ? channel_close_stream : NULL,
         .cancelled = c->req->inflight ? channel_cancelled : NULL,
+        .check_result = channel_check_result,
     };
     tg_call_request call = {.principal_id = c->req->principal_id, .surface = TG_SURFACE_MCP,
                             .tool = name, .args = args, .client = &channel};
     r = tg_call(c->req->env, &call, &res);
+  }
+  if (ch.refused_code) {
+    tg_call_result_done(&res);
+    return rpc_fail(c, ch.refused_code, ch.refused_message, ch.refused_data);
   }
   if (r == TG_E_TOOL && !tool) {
     tg_call_result_done(&res);
@@ -673,13 +711,10 @@ static int m_tools_call(cx *c, json_t *params, json_t **ret) {
   *ret = tg_mcp_tool_result(tool, r == TG_OK ? TG_OK : TG_E_TOOL, res.value);
   tg_call_result_done(&res);
   if (!*ret) return TG_E_NOMEM;
-  if (r == TG_OK && tg_mcp_is_input_required(*ret)) {
-    int fr = finish_input_required(c, &subject, *ret);
-    if (fr) {
-      json_decref(*ret);
-      *ret = NULL;
-      return fr;
-    }
+  if (r == TG_OK && tg_mcp_is_input_required(*ret) && seal_input_required(c, &subject, *ret) < 0) {
+    json_decref(*ret);
+    *ret = NULL;
+    return TG_E_NOMEM;
   }
   return 0;
 }

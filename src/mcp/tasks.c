@@ -67,6 +67,12 @@ typedef struct task {
   char *state;
   json_t *result; /* it ends COMPLETED: the CallToolResult */
   json_t *error;  /* it ends FAILED: the JSON-RPC error object */
+  /* The JSON-RPC error object failing the round that returned input the client cannot give
+   * (task_check_result), for settle_locked; and the check of the request that starts the
+   * call, while no client knows the task (tg_mcp_task_call). */
+  json_t *refusal;
+  int (*start_check)(void *arg, tg_call_ctx *cx, json_t *result);
+  void *start_arg;
   /* The call ended before the handler detached: its outcome, which the starter takes. */
   bool ended;
   int outcome;
@@ -149,6 +155,7 @@ static void task_free(task *k) {
   drop_inputs(k);
   json_decref(k->result);
   json_decref(k->error);
+  json_decref(k->refusal);
   free(k->status_message);
   tg_call_result_done(&k->res);
   if (k->db) tg_db_close(k->db);
@@ -352,6 +359,24 @@ static int task_detach(void *self) {
   return TG_OK;
 }
 
+/* A round's result the client cannot be given fails the round before it commits: as the
+ * request that started the call answers it while no client knows the task; once one does,
+ * the task fails with the JSON-RPC error (see settle_locked). Only this thread sets
+ * k->visible and k->refusal. */
+static int task_check_result(void *self, tg_call_ctx *cx, json_t *result) {
+  task *k = self;
+  if (!k->visible) return k->start_check ? k->start_check(k->start_arg, cx, result) : TG_OK;
+  if (!tg_mcp_is_input_required(result)) return TG_OK;
+  int code;
+  const char *message;
+  json_t *data;
+  int r = tg_mcp_input_refusal(true, k->caps, result, &code, &message, &data);
+  if (r != 1) return r;
+  json_decref(k->refusal);
+  k->refusal = tg_rpc_error_object(code, message, json_incref(data));
+  return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, data, "%s", message);
+}
+
 static bool task_cancelled(void *self) {
   task *k = self;
   pthread_mutex_lock(&k->store->lock);
@@ -370,27 +395,11 @@ static void fail_locked(task *k, json_t *error) {
   end_as_locked(k, FAILED);
 }
 
-/* Parks the task on the InputRequiredResult its handler returned: its requests go to the
- * client under keys unique over the task's life. false when the task failed instead. */
+/* Parks the task on the InputRequiredResult its handler returned (the client can give what
+ * it asks: see task_check_result): its requests go to the client under keys unique over the
+ * task's life. false when the task failed instead. */
 static bool park_locked(task *k, json_t *result) {
   json_t *requests = json_object_get(result, "inputRequests");
-  json_t *missing = NULL;
-  int r = json_object_size(requests) ? tg_mcp_input_missing(k->caps, requests, &missing)
-                                     : TG_E_INVAL;
-  if (r == TG_OK && json_object_size(missing)) {
-    fail_locked(k, tg_rpc_error_object(TG_RPC_MISSING_CAPABILITY,
-                                       "Missing required client capability",
-                                       json_pack("{s:o}", "requiredCapabilities", missing)));
-    return false;
-  }
-  json_decref(missing);
-  if (r < 0) {
-    fail_locked(k, tg_rpc_error_object(TG_RPC_INTERNAL_ERROR,
-                                       r == TG_E_INVAL ? "The tool asked for an unknown kind of input"
-                                                       : "Internal error",
-                                       NULL));
-    return false;
-  }
   const char *state = json_string_value(json_object_get(result, "requestState"));
   json_t *pending = json_object(), *answers = json_object(), *keys = json_object();
   char *state_copy = state ? strdup(state) : NULL;
@@ -430,6 +439,8 @@ static bool park_locked(task *k, json_t *result) {
 /* Records where a round of a detached task ended (result: its CallToolResult, stolen; NULL
  * when it has none): true when it waits for input, else its end is decided. */
 static bool settle_locked(task *k, int status, tg_call_result *res, json_t *result) {
+  json_t *refusal = k->refusal;
+  k->refusal = NULL;
   bool asks = status == TG_OK && result && tg_mcp_is_input_required(result);
   /* Asked to stop, it ends cancelled, unless what the round returned stands: a result, or a
    * failure of a handler that never learnt of the cancel (one that did gave up). */
@@ -437,6 +448,9 @@ static bool settle_locked(task *k, int status, tg_call_result *res, json_t *resu
   bool parked = false;
   if (gave_up) {
     end_as_locked(k, CANCELLED);
+  } else if (refusal) {
+    fail_locked(k, refusal);
+    refusal = NULL;
   } else if (!result) {
     fail_locked(k, NULL);
   } else if (status == TG_E_TOOL && res->code == TG_ERR_INTERNAL_ERROR) {
@@ -450,6 +464,7 @@ static bool settle_locked(task *k, int status, tg_call_result *res, json_t *resu
     end_as_locked(k, COMPLETED);
   }
   json_decref(result);
+  json_decref(refusal);
   return parked;
 }
 
@@ -884,6 +899,7 @@ static void *task_main(void *arg) {
         .notify = task_notify,
         .detach = task_detach,
         .cancelled = task_cancelled,
+        .check_result = task_check_result,
     };
     tg_call_request call = {.principal_id = k->principal, .surface = TG_SURFACE_MCP,
                             .tool = k->tool->name, .args = k->args, .client = &channel};
@@ -1022,6 +1038,8 @@ static int new_task(tg_mcp_tasks *t, const tg_mcp_task_call *call, task **ret) {
   k->caps = call->capabilities ? json_deep_copy(call->capabilities) : json_object();
   k->answers = call->input_responses ? json_deep_copy(call->input_responses) : NULL;
   k->state = call->request_state ? strdup(call->request_state) : NULL;
+  k->start_check = call->check_result;
+  k->start_arg = call->arg;
   int r = (call->args && !k->args) || !k->caps || (call->input_responses && !k->answers) ||
                   (call->request_state && !k->state)
               ? TG_E_NOMEM

@@ -49,8 +49,10 @@ typedef struct tg_mcp_task_call {
   json_t *capabilities;    /* the client's (borrowed): what the task may ask it for */
   json_t *input_responses; /* the first round's (borrowed), NULL */
   const char *request_state; /* the first round's, verified; NULL */
-  /* Whether the request that starts the call was cancelled: asked while it waits. */
+  /* Whether the request that starts the call was cancelled: asked while it waits; and its
+   * check of a result (tg_client_channel.check_result) while no client knows the task. */
   bool (*cancelled)(void *arg);
+  int (*check_result)(void *arg, tg_call_ctx *cx, json_t *result);
   void *arg;
   /* The starter's connection, NULL: where the ends of the principal's tasks that could not
    * be written as they ended are written again, and where, at the server's first task, the

@@ -543,8 +543,18 @@ static void test_header_values_a_client_must_encode(void **state) {
   }
 }
 
+/* The audit rows of calls of the conformance tool test.input_required.result_elicitation
+ * at level (INFO: those that succeeded). */
+static long elicitation_calls_audited(world *w, const char *level) {
+  return fixture_count_where(w->f,
+                             "SELECT COUNT(*) AS n FROM agent_run_logs WHERE step ="
+                             " 'tool:test.input_required.result_elicitation' AND level = $1",
+                             json_pack("[s]", level));
+}
+
 /* Elicitation in the mode the client declared: an empty object is form mode alone, so a
- * client declaring url mode alone gets -32021 naming form mode. */
+ * client declaring url mode alone gets -32021 naming form mode. The call refused so failed
+ * before it committed, and its audit says so. */
 static void test_elicitation_in_the_mode_declared(void **state) {
   world *w = *state;
   static const char call[] =
@@ -564,11 +574,18 @@ static void test_elicitation_in_the_mode_declared(void **state) {
   assert_true(json_equal(need, form));
   json_decref(form);
   json_decref(r);
+  assert_int_equal(elicitation_calls_audited(w, "INFO"), 0);
+  assert_int_equal(fixture_count_where(w->f,
+                                       "SELECT COUNT(*) AS n FROM agent_run_logs WHERE message"
+                                       " LIKE '%Missing required client capability%'",
+                                       NULL),
+                   1);
   snprintf(text, sizeof text, call, "{\"elicitation\":{}}");
   r = send_msg(w, text, NULL, NULL);
   assert_string_equal(json_string_value(json_object_get(result_of(r), "resultType")),
                       "input_required");
   json_decref(r);
+  assert_int_equal(elicitation_calls_audited(w, "INFO"), 1);
 }
 
 static void test_stdio_pinning(void **state) {
@@ -1087,6 +1104,35 @@ static void test_task_failures(void **state) {
   json_decref(res);
   free(id);
   assert_task_action_refused(w, w->agent, "tasks/get", "0123456789abcdef0123456789abcdef", NULL);
+}
+
+/* A task whose round asks for input its client cannot give fails with -32021; the round
+ * failed before it committed, and its audit says so. */
+static void test_a_task_asking_what_its_client_cannot_give_fails(void **state) {
+  world *w = *state;
+  json_t *r = request_as(w, w->agent, "{\"extensions\":{\"io.modelcontextprotocol/tasks\":{}}}",
+                         "tools/call", "\"name\":\"confirm_delete\",\"arguments\":{\"filename\":\"x\"}",
+                         NULL);
+  char *id = strdup(str(result_of(r), "taskId"));
+  json_decref(r);
+  json_t *res = await_task(w, id, "failed");
+  json_t *error = json_object_get(res, "error");
+  assert_int_equal(json_integer_value(json_object_get(error, "code")), TG_RPC_MISSING_CAPABILITY);
+  assert_non_null(json_object_get(json_object_get(json_object_get(error, "data"),
+                                                  "requiredCapabilities"), "elicitation"));
+  json_decref(res);
+  free(id);
+  assert_int_equal(fixture_count_where(w->f,
+                                       "SELECT COUNT(*) AS n FROM agent_run_logs WHERE step ="
+                                       " 'tool:test.task.confirm_delete' AND level = 'INFO'",
+                                       NULL),
+                   0);
+  assert_int_equal(fixture_count_where(w->f,
+                                       "SELECT COUNT(*) AS n FROM agent_run_logs WHERE step ="
+                                       " 'tool:test.task.confirm_delete' AND message LIKE"
+                                       " '%Missing required client capability%'",
+                                       NULL),
+                   1);
 }
 
 static void test_tasks_need_the_extension(void **state) {
@@ -2845,6 +2891,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_task_cancel, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_failures, setup, teardown),
       cmocka_unit_test_setup_teardown(test_tasks_need_the_extension, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_task_asking_what_its_client_cannot_give_fails, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_task_of_another_principal, setup, teardown),
       cmocka_unit_test_setup_teardown(test_input_then_task, setup, teardown),
       cmocka_unit_test_setup_teardown(test_request_state_is_bound_to_the_arguments, setup, teardown),
