@@ -572,7 +572,7 @@ static bool past_bounds(server *s, held_share *share, size_t unread, size_t n) {
 static char *too_large(json_t *id, const tg_rpc_msg *batch, size_t n) {
   tg_log(TG_LOG_WARN, "http: a reply of %zu bytes, past the bounds on output not delivered yet, "
          "was replaced by an error", n);
-  static const char why[] = "The result is too large to send";
+  static const char why[] = "The request was served, but its result is too large to send";
   _cleanup_json_ json_t *error = batch
                                      ? tg_rpc_refuse_batch(batch, TG_RPC_INTERNAL_ERROR, why, NULL)
                                      : tg_rpc_error(id, TG_RPC_INTERNAL_ERROR, why, NULL);

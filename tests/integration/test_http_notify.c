@@ -47,7 +47,7 @@
   "\"notifications\":{\"toolsListChanged\":true}," MODERN_META "}}"
 #define POOL_THREADS 4
 /* The error that takes the place of a reply past the bounds on output. */
-#define REFUSED "The result is too large to send"
+#define REFUSED "The request was served, but its result is too large to send"
 #define PING "{\"jsonrpc\":\"2.0\",\"id\":99,\"method\":\"ping\"}"
 /* notifications/cancelled of request id (JSON text). */
 #define CANCEL(id) \
@@ -858,8 +858,8 @@ static void test_a_batch_answer_past_the_bounds_names_its_requests(void **state)
   char *got = request(w, "POST", sid, NULL,
                       "[" CALL_WITH("5", "test_note_overflow", "{\"bytes\":200000}") "," PING "]", 200);
   assert_string_equal(got, "[{\"jsonrpc\":\"2.0\",\"id\":5,\"error\":{\"code\":-32603,\"message\":"
-                           "\"The result is too large to send\"}},{\"jsonrpc\":\"2.0\",\"id\":99,"
-                           "\"error\":{\"code\":-32603,\"message\":\"The result is too large to send\"}}]");
+                           "\"" REFUSED "\"}},{\"jsonrpc\":\"2.0\",\"id\":99,"
+                           "\"error\":{\"code\":-32603,\"message\":\"" REFUSED "\"}}]");
   free(got);
 }
 
