@@ -2288,7 +2288,8 @@ static _Thread_local bool closing_on_purpose;
 
 /* A request that came after the server began to stop: 503, and the connection closes. */
 static enum MHD_Result refuse_while_stopping(struct MHD_Connection *conn) {
-  char *text = tg_rpc_encode(tg_rpc_error(NULL, TG_RPC_INTERNAL_ERROR, "The server is stopping", NULL));
+  _cleanup_json_ json_t *error = tg_rpc_error(NULL, TG_RPC_INTERNAL_ERROR, "The server is stopping", NULL);
+  char *text = error ? tg_rpc_encode(error) : NULL;
   struct MHD_Response *res = text ? MHD_create_response_from_buffer(
                                         strlen(text), text, MHD_RESPMEM_MUST_FREE)
                                   : NULL;
