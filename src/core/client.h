@@ -31,8 +31,9 @@ typedef struct tg_client_channel {
    * sending anything when the client did not declare it can answer (tg_client_can),
    * TG_E_IO when no answer came (the client went away, or did not answer in the time the
    * transport waits, or the server is stopping; also when the client cancelled the call
-   * while it waited: see cancelled), TG_E_TOO_LARGE when too many questions to this client
-   * wait already, or another TG_E_*. */
+   * while it waited: see cancelled), TG_E_TOO_LARGE when it cannot go out now (too many
+   * questions to this client wait already, or too much output waits for it to read), or
+   * another TG_E_*. */
   int (*ask)(void *self, const char *method, json_t *params, json_t **ret);
   /* Checks a result the handler returned before anything of the call is written (NULL:
    * none): a result the surface cannot carry to this client (input asked for on a revision,
@@ -52,8 +53,9 @@ typedef struct tg_client_channel {
    * tool declares no taskSupport, or the client took no tasks): the handler then runs as
    * usual. From a call that may become a task no notification reaches the client. */
   int (*detach)(void *self);
-  /* Whether the client cancelled the call (NULL when the surface cannot tell). Its answer is
-   * never sent, so a handler that learns it should fail: failing rolls back what it wrote. */
+  /* Whether the call was cancelled, by its client or by a server stopping that waits no more
+   * (NULL when the surface cannot tell). Its answer is never sent, so a handler that learns
+   * it should fail: failing rolls back what it wrote. */
   bool (*cancelled)(void *self);
 } tg_client_channel;
 

@@ -49,9 +49,6 @@
 #define SLOW_TIMEOUTS 2
 #define TAKING_BYTES_PER_TIMEOUT (2u * 1024u * 1024u)
 #define DRAIN_MS 1000        /* how long a stopping server lets listen streams deliver their end */
-/* How long a stopping server gives the requests it is answering (a call that may have
- * committed) to be answered, before it closes their connections. */
-#define STOP_GRACE_MS (10LL * 1000)
 #define POLLING_VERSION "2025-11-25" /* the first revision whose clients resume call streams */
 
 typedef struct stream stream;
@@ -134,6 +131,7 @@ struct server {
   size_t n_listeners;
   bool closing;        /* tg_http_stop began: no listen stream opens any more */
   _Atomic bool quiescing;       /* tg_http_stop began: every new request gets a 503 */
+  atomic_bool past_grace;       /* and its grace is over: every request counts as cancelled */
   _Atomic unsigned answering_now; /* requests begun and not completed, for the stop to wait */
   /* Output in the buffers of its streams and of JSON answers not sent yet. What is not
    * delivered yet is bounded by held_max, so that clients that never read what their calls
@@ -1352,6 +1350,7 @@ static void run_call(worker *w, tg_db *db) {
                     .close_stream = worker_close_stream};
     tg_mcp_request req = {.env = &env, .principal_id = w->principal, .session = &w->scratch,
                           .headers = &w->headers, .io = &io, .inflight = w->inflight,
+                          .abandoned = &s->past_grace,
                           .watch = w->sess ? w->sess->watch : NULL};
     tg_mcp_reply reply;
     handled = tg_mcp_handle(&s->mcp, &req, &w->msg, &reply) == 0;
@@ -2114,6 +2113,7 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   tg_mcp_request req = {.env = &env, .principal_id = principal, .session = &w->scratch,
                         .headers = &w->headers, .io = w->st ? &io : NULL,
                         .inflight = w->sess ? w->sess->inflight : NULL,
+                        .abandoned = &s->past_grace,
                         .watch = l ? l->watch : w->sess ? w->sess->watch : NULL};
   tg_mcp_reply reply;
   int hr = tg_mcp_handle(&s->mcp, &req, &w->msg, &reply);
@@ -2731,15 +2731,26 @@ int tg_http_add_connection(tg_http *h, int fd) {
              : TG_E_IO;
 }
 
-/* Gives the requests being answered until STOP_GRACE_MS to end (new ones are refused). */
-static void await_answers(server *s) {
-  int64_t deadline = tg_monotonic_ms() + STOP_GRACE_MS;
+/* Waits up to ms for the requests being answered to end (new ones are refused); how many
+ * have not. */
+static unsigned await_answers(server *s, int64_t ms) {
+  int64_t deadline = tg_monotonic_ms() + ms;
   unsigned left;
   while ((left = atomic_load(&s->answering_now)) > 0 && tg_monotonic_ms() < deadline)
     usleep(20 * 1000);
-  if (left)
-    tg_log(TG_LOG_WARN, "serve: %u request(s) still being answered after %lld s are cut off", left,
-           STOP_GRACE_MS / 1000);
+  return left;
+}
+
+/* The requests being answered have the grace to end; past it, the calls still running are
+ * cancelled (they fail before they commit), and have a moment to end so. */
+static void end_answers(server *s) {
+  long long grace = s->cfg->stop_grace_ms ? s->cfg->stop_grace_ms : TG_HTTP_STOP_GRACE_MS;
+  unsigned left = await_answers(s, grace);
+  if (!left) return;
+  atomic_store(&s->past_grace, true);
+  unsigned cut = await_answers(s, DRAIN_MS);
+  tg_log(TG_LOG_WARN, "serve: cancelled the %u request(s) still being answered %lld ms after the "
+         "stop began (%u of them did not end, and are cut off)", left, grace, cut);
 }
 
 void tg_http_stop(tg_http *h) {
@@ -2750,11 +2761,14 @@ void tg_http_stop(tg_http *h) {
    * answered (a call that may have committed) have a while to be answered. */
   atomic_store(&s->quiescing, true);
   if (h->daemon) h->listen_fd = MHD_quiesce_daemon(h->daemon);
+  /* Kept open until the daemon stopped (its threads may still use it), but refusing: a
+   * client trying to connect learns at once that this server is gone. */
+  if (h->listen_fd >= 0) shutdown(h->listen_fd, SHUT_RDWR);
   listeners_end(s);
   pthread_mutex_lock(&s->lock);
   while (s->sessions) session_unlink_locked(s, s->sessions);
   pthread_mutex_unlock(&s->lock);
-  if (h->daemon) await_answers(s);
+  if (h->daemon) end_answers(s);
   if (h->daemon) MHD_stop_daemon(h->daemon);
   /* Then the sessions opened meanwhile; then the pool drains its queue and ends. */
   pthread_mutex_lock(&s->lock);

@@ -34,6 +34,9 @@
                                                         * half at most; delivered SSE output is
                                                         * kept for resumption up to half as much
                                                         * again */
+/* How long a stopping server gives the requests it is answering (a call that may commit) to
+ * be answered; past it, the calls still running are cancelled. */
+#define TG_HTTP_STOP_GRACE_MS (10LL * 1000)
 /* Delivered SSE output is kept for resumption until its stream delivered nothing this long. */
 #define TG_HTTP_REPLAY_KEEP_MS (5LL * 60 * 1000)
 
@@ -55,6 +58,7 @@ typedef struct tg_http_config {
   long long replay_keep_ms; /* 0: TG_HTTP_REPLAY_KEEP_MS */
   unsigned idle_timeout_s; /* 0: TG_HTTP_IDLE_TIMEOUT_S */
   unsigned max_requests_per_principal; /* 0: TG_HTTP_MAX_REQUESTS_PER_PRINCIPAL */
+  long long stop_grace_ms; /* 0: TG_HTTP_STOP_GRACE_MS */
 } tg_http_config;
 
 /* Serves until SIGINT or SIGTERM. Logs "listening on HOST:PORT" on stderr once ready.

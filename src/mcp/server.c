@@ -502,7 +502,8 @@ typedef struct call_channel {
  * request is answered with the JSON-RPC error that says why. */
 static int channel_check_result(void *self, tg_call_ctx *call, json_t *result) {
   call_channel *ch = self;
-  if (!tg_mcp_is_input_required(result)) return TG_OK;
+  /* Only a tool whose result is the MCP result as it is can ask for input. */
+  if (!content_passthrough(call->tool) || !tg_mcp_is_input_required(result)) return TG_OK;
   int code;
   const char *message;
   json_t *data;
@@ -536,10 +537,15 @@ static int channel_close_stream(void *self) {
   return io->close_stream(io->self);
 }
 
+/* Whether request id of req was cancelled, or its transport gave up on every answer. */
+static bool request_cancelled(const tg_mcp_request *req, json_t *id) {
+  return (req->abandoned && atomic_load(req->abandoned)) ||
+         (req->inflight && tg_mcp_inflight_cancelled(req->inflight, id));
+}
+
 static bool channel_cancelled(void *self) {
   call_channel *ch = self;
-  tg_mcp_inflight *inflight = ch->c->req->inflight;
-  return inflight && tg_mcp_inflight_cancelled(inflight, ch->c->msg->id);
+  return request_cancelled(ch->c->req, ch->c->msg->id);
 }
 
 static int channel_ask(void *self, const char *method, json_t *params, json_t **ret) {
@@ -689,7 +695,7 @@ static int m_tools_call(cx *c, json_t *params, json_t **ret) {
         /* 2026-07-28 forbids server-to-client requests; legacy needs a transport that can. */
         .ask = !c->modern && c->req->io && c->req->io->ask ? channel_ask : NULL,
         .close_stream = c->req->io && c->req->io->close_stream ? channel_close_stream : NULL,
-        .cancelled = c->req->inflight ? channel_cancelled : NULL,
+        .cancelled = c->req->inflight || c->req->abandoned ? channel_cancelled : NULL,
         .check_result = channel_check_result,
     };
     tg_call_request call = {.principal_id = c->req->principal_id, .surface = TG_SURFACE_MCP,
@@ -1362,8 +1368,8 @@ int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_
   json_t *result = NULL;
   if (req->inflight && tg_mcp_inflight_begin(req->inflight, msg->id) < 0) return TG_E_NOMEM;
   /* Cancelled while it waited for a thread (the transport held its entry): not served. */
-  if (req->inflight && tg_mcp_inflight_cancelled(req->inflight, msg->id)) {
-    tg_mcp_inflight_end(req->inflight, msg->id);
+  if (request_cancelled(req, msg->id)) {
+    if (req->inflight) tg_mcp_inflight_end(req->inflight, msg->id);
     return 0;
   }
   r = m->fn(&c, msg->params, &result);

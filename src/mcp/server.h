@@ -5,6 +5,7 @@
  * Every tools/call goes through tg_call. */
 #pragma once
 #include <jansson.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "core/call.h"
@@ -95,6 +96,9 @@ typedef struct tg_mcp_request {
   /* The connection's or session's requests in flight, which notifications/cancelled
    * reaches; NULL: requests cannot be cancelled. */
   tg_mcp_inflight *inflight;
+  /* Once true, the transport waits for no answer any more (a server stopping, past the time
+   * it gives running calls): this request counts as cancelled. NULL: never. */
+  const atomic_bool *abandoned;
   /* Where list changes of this connection or session go, and subscriptions/listen opens
    * its stream; NULL: subscriptions/listen is not served. */
   tg_mcp_watch *watch;

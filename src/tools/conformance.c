@@ -102,6 +102,11 @@ static int h_error(tg_call_ctx *cx, json_t *args, json_t **ret) {
                  "This tool intentionally returns an error for testing");
 }
 
+static int call_cancelled(tg_call_ctx *cx) {
+  return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, NULL,
+                 "The call was cancelled (by its client, or by the server stopping)");
+}
+
 /* Sends method to the client when the connection can and the client declared it can
  * answer. */
 static int ask_client(tg_call_ctx *cx, const char *method, json_t *params, json_t **ret) {
@@ -123,15 +128,15 @@ static int ask_client(tg_call_ctx *cx, const char *method, json_t *params, json_
   if (r == TG_E_TOOL)
     return tg_fail(cx, TG_ERR_PROVIDER_ERROR, json_pack("{s:o}", "clientError", *ret),
                    "The client refused %s", method);
-  if (r < 0 && ch->cancelled && ch->cancelled(ch->self))
-    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, NULL, "The client cancelled the call");
+  if (r < 0 && ch->cancelled && ch->cancelled(ch->self)) return call_cancelled(cx);
   if (r == TG_E_IO)
     return tg_fail(cx, TG_ERR_PROVIDER_ERROR, NULL,
                    "The client did not answer %s: it went away, did not answer in time, or the "
                    "server is stopping", method);
   if (r == TG_E_TOO_LARGE)
     return tg_fail(cx, TG_ERR_RATE_LIMITED, NULL,
-                   "Too many questions to this client wait for answers; retry later");
+                   "The question cannot go out now: too many wait for this client's answers, "
+                   "or too much output waits for it to read; retry later");
   return r;
 }
 
@@ -405,15 +410,12 @@ static int h_trigger_prompt_change(tg_call_ctx *cx, json_t *args, json_t **ret) 
 
 /* ---- tasks (io.modelcontextprotocol/tasks) ---- */
 
-static int client_cancelled(tg_call_ctx *cx) {
-  return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, NULL, "The client cancelled the call");
-}
 
 /* Becomes a task where the call can; elsewhere it goes on as a plain call. */
 static int detach(tg_call_ctx *cx) {
   const tg_client_channel *ch = cx->client;
   if (!ch || !ch->detach || ch->detach(ch->self) == TG_OK) return TG_OK;
-  if (ch->cancelled && ch->cancelled(ch->self)) return client_cancelled(cx);
+  if (ch->cancelled && ch->cancelled(ch->self)) return call_cancelled(cx);
   return tg_fail(cx, TG_ERR_INTERNAL_ERROR, NULL, "The call could not become a task");
 }
 
@@ -421,7 +423,7 @@ static int detach(tg_call_ctx *cx) {
 static int pause_ms(tg_call_ctx *cx, long long ms) {
   const tg_client_channel *ch = cx->client;
   for (long long left = ms;; left -= 50) {
-    if (ch && ch->cancelled && ch->cancelled(ch->self)) return client_cancelled(cx);
+    if (ch && ch->cancelled && ch->cancelled(ch->self)) return call_cancelled(cx);
     if (left <= 0) return TG_OK;
     struct timespec step = {0, (left < 50 ? left : 50) * 1000000L};
     nanosleep(&step, NULL);

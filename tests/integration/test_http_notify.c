@@ -162,6 +162,15 @@ static int wait_go(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return *ret ? 0 : TG_E_NOMEM;
 }
 
+/* Answers a value that reads as an InputRequiredResult: its structured content, since its
+ * result is not an MCP result as it is. */
+static int says_input_required(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  (void)cx;
+  (void)args;
+  *ret = json_pack("{s:s}", "resultType", "input_required");
+  return *ret ? 0 : TG_E_NOMEM;
+}
+
 static const char kit_spec[] =
     "{\"provider\":\"kit\",\"tools\":["
     "{\"name\":\"test.wait.cancel\",\"description\":\"Waits until its call is cancelled.\","
@@ -181,13 +190,17 @@ static const char kit_spec[] =
     "\"outputSchema\":{\"type\":\"object\"}},"
     "{\"name\":\"test.wait.go\",\"description\":\"Answers once the test says so.\","
     "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
+    "\"inputSchema\":{\"type\":\"object\"},\"outputSchema\":{\"type\":\"object\"}},"
+    "{\"name\":\"test.says.input_required\",\"description\":\"Answers a look-alike.\","
+    "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
     "\"inputSchema\":{\"type\":\"object\"},\"outputSchema\":{\"type\":\"object\"}}]}";
 static const tg_handler_entry kit_handlers[] = {{"test.wait.cancel", wait_cancel},
                                                 {"test.note.close", note_then_close},
                                                 {"test.note.overflow", note_then_overflow},
-                                                {"test.wait.go", wait_go}};
+                                                {"test.wait.go", wait_go},
+                                                {"test.says.input_required", says_input_required}};
 static const tg_provider kit = {.name = "kit", .spec_json = kit_spec, .handlers = kit_handlers,
-                                .n_handlers = 4};
+                                .n_handlers = 5};
 
 /* ---- the server ---- */
 
@@ -1385,7 +1398,8 @@ static void *stop_server(void *h) {
 }
 
 /* A stopping server answers the requests it is answering (a call that may have committed),
- * before it closes their connections; a new request on an open connection gets a 503. */
+ * before it closes their connections; a new request on an open connection gets a 503, and a
+ * new connection is refused. */
 static void test_a_stopping_server_answers_its_calls(void **state) {
   world *w = *state;
   unsigned port = 0;
@@ -1420,12 +1434,61 @@ static void test_a_stopping_server_answers_its_calls(void **state) {
   assert_non_null(strstr(answer, "The server is stopping"));
   free(lines);
   close(fd);
+  fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof addr), -1);
+  assert_int_equal(errno, ECONNREFUSED);
+  close(fd);
   kit_set(&kit_go);
   await(call, NULL);
   assert_int_equal(call->status, 200);
   assert_non_null(strstr(call->got, "\"went\":true"));
   finish(call);
   pthread_join(stopper, NULL);
+}
+
+/* Only a tool whose result is the MCP result as it is asks for input: another's value that
+ * reads as an InputRequiredResult is its structured content, served as any. */
+static void test_a_value_like_an_input_request_is_content(void **state) {
+  world *w = *state;
+  char *got = request(w, "POST", NULL, MODERN_HEADERS("tools/call") "\nMcp-Name: test_says_input_required",
+                      "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{"
+                      "\"name\":\"test_says_input_required\",\"arguments\":{}," MODERN_META "}}",
+                      200);
+  assert_non_null(strstr(got, "\"structuredContent\":{\"resultType\":\"input_required\"}"));
+  assert_null(strstr(got, "\"error\""));
+  free(got);
+}
+
+/* Past the stop's grace, a call still running is cancelled, here one answered in JSON on its
+ * own connection's thread: it fails before it commits, and the stop ends. */
+static void test_a_stop_cancels_the_calls_past_its_grace(void **state) {
+  world *w = *state;
+  w->cfg.stop_grace_ms = 500;
+  unsigned port = restart(w);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct timeval guard = {.tv_sec = HANG_GUARD_S};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &guard, sizeof guard);
+  char *lines = NULL;
+  assert_true(asprintf(&lines, "Authorization: Bearer %s\r\nAccept: application/json, */*;q=0.1\r\n"
+                               "Content-Type: application/json\r\nMCP-Protocol-Version: 2026-07-28\r\n"
+                               "Mcp-Method: tools/call\r\nMcp-Name: test_wait_cancel\r\n",
+                       w->token) > 0);
+  fixture_http_send(fd, port, "POST", lines,
+                    "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{"
+                    "\"name\":\"test_wait_cancel\",\"arguments\":{}," MODERN_META "}}");
+  free(lines);
+  kit_wait(&kit_started);
+  tg_http_stop(w->h);
+  w->h = NULL;
+  assert_true(kit_cancelled);
+  close(fd);
+  assert_int_equal(fixture_count_where(w->f,
+                                       "SELECT COUNT(*) AS n FROM agent_run_logs WHERE step ="
+                                       " 'tool:test.wait.cancel' AND level = 'INFO'",
+                                       NULL),
+                   0);
 }
 
 /* A session on a server started again with replay_keep_ms of keep, and the number of a
@@ -1677,6 +1740,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_idle_connections_are_closed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_slow_sender_is_cut_off, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_stopping_server_answers_its_calls, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_stop_cancels_the_calls_past_its_grace, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_value_like_an_input_request_is_content, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_a_question_past_those_waiting_is_to_retry, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_slow_reader_is_cut_off, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_slow_reader_of_an_ended_stream_is_cut_off, setup,
