@@ -2731,26 +2731,49 @@ int tg_http_add_connection(tg_http *h, int fd) {
              : TG_E_IO;
 }
 
-/* Waits up to ms for the requests being answered to end (new ones are refused); how many
- * have not. */
-static unsigned await_answers(server *s, int64_t ms) {
+static unsigned queued_locked(server *s) {
+  unsigned n = 0;
+  for (worker *w = s->queue_head; w; w = w->next) n++;
+  return n;
+}
+
+void tg_http_load(tg_http *h, unsigned *answering, unsigned *queued) {
+  *answering = atomic_load(&h->s.answering_now);
+  pthread_mutex_lock(&h->s.lock);
+  *queued = queued_locked(&h->s);
+  pthread_mutex_unlock(&h->s.lock);
+}
+
+/* The requests being answered, and the calls on the pool (queued, or running on after their
+ * connection ended: a session's call whose client left its stream to resume it later). */
+static unsigned work_left(server *s) {
+  unsigned n = atomic_load(&s->answering_now);
+  pthread_mutex_lock(&s->lock);
+  n += queued_locked(s);
+  for (unsigned i = 0; i < s->n_busy; i++) n += s->busy[i][0] != '\0';
+  pthread_mutex_unlock(&s->lock);
+  return n;
+}
+
+/* Waits up to ms for the work left to end (new requests are refused); how much has not. */
+static unsigned await_work(server *s, int64_t ms) {
   int64_t deadline = tg_monotonic_ms() + ms;
   unsigned left;
-  while ((left = atomic_load(&s->answering_now)) > 0 && tg_monotonic_ms() < deadline)
-    usleep(20 * 1000);
+  while ((left = work_left(s)) > 0 && tg_monotonic_ms() < deadline) usleep(20 * 1000);
   return left;
 }
 
-/* The requests being answered have the grace to end; past it, the calls still running are
- * cancelled (they fail before they commit), and have a moment to end so. */
-static void end_answers(server *s) {
+/* The work left has the grace to end; past it, every request counts as cancelled: a call
+ * still running that learns it fails before it commits, one not begun is answered that the
+ * server is stopping; they have a moment to end so. */
+static void end_work(server *s) {
   long long grace = s->cfg->stop_grace_ms ? s->cfg->stop_grace_ms : TG_HTTP_STOP_GRACE_MS;
-  unsigned left = await_answers(s, grace);
-  if (!left) return;
+  if (!await_work(s, grace)) return;
   atomic_store(&s->past_grace, true);
-  unsigned cut = await_answers(s, DRAIN_MS);
-  tg_log(TG_LOG_WARN, "serve: cancelled the %u request(s) still being answered %lld ms after the "
-         "stop began (%u of them did not end, and are cut off)", left, grace, cut);
+  tg_log(TG_LOG_WARN, "serve: requests or calls still going %lld ms after the stop began are "
+         "cancelled", grace);
+  if (await_work(s, DRAIN_MS))
+    tg_log(TG_LOG_WARN, "serve: some had not ended a moment later: their connections are closed");
 }
 
 void tg_http_stop(tg_http *h) {
@@ -2768,7 +2791,7 @@ void tg_http_stop(tg_http *h) {
   pthread_mutex_lock(&s->lock);
   while (s->sessions) session_unlink_locked(s, s->sessions);
   pthread_mutex_unlock(&s->lock);
-  if (h->daemon) end_answers(s);
+  if (h->daemon) end_work(s);
   if (h->daemon) MHD_stop_daemon(h->daemon);
   /* Then the sessions opened meanwhile; then the pool drains its queue and ends. */
   pthread_mutex_lock(&s->lock);

@@ -71,5 +71,8 @@ typedef struct tg_http tg_http;
 int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port);
 /* Serves an already connected socket (one end of a socketpair, say) as a loopback client. */
 int tg_http_add_connection(tg_http *h, int fd);
+/* For tests: the requests being answered now (begun, not completed), and the calls waiting
+ * for a pool thread. */
+void tg_http_load(tg_http *h, unsigned *answering, unsigned *queued);
 /* Stops listening, ends every session, waits for running calls; frees h. */
 void tg_http_stop(tg_http *h);

@@ -537,15 +537,12 @@ static int channel_close_stream(void *self) {
   return io->close_stream(io->self);
 }
 
-/* Whether request id of req was cancelled, or its transport gave up on every answer. */
-static bool request_cancelled(const tg_mcp_request *req, json_t *id) {
-  return (req->abandoned && atomic_load(req->abandoned)) ||
-         (req->inflight && tg_mcp_inflight_cancelled(req->inflight, id));
-}
-
+/* Whether the call was cancelled, or its transport gave up on every answer. */
 static bool channel_cancelled(void *self) {
   call_channel *ch = self;
-  return request_cancelled(ch->c->req, ch->c->msg->id);
+  const tg_mcp_request *req = ch->c->req;
+  return (req->abandoned && atomic_load(req->abandoned)) ||
+         (req->inflight && tg_mcp_inflight_cancelled(req->inflight, ch->c->msg->id));
 }
 
 static int channel_ask(void *self, const char *method, json_t *params, json_t **ret) {
@@ -1368,11 +1365,15 @@ int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_
   json_t *result = NULL;
   if (req->inflight && tg_mcp_inflight_begin(req->inflight, msg->id) < 0) return TG_E_NOMEM;
   /* Cancelled while it waited for a thread (the transport held its entry): not served. */
-  if (request_cancelled(req, msg->id)) {
-    if (req->inflight) tg_mcp_inflight_end(req->inflight, msg->id);
+  if (req->inflight && tg_mcp_inflight_cancelled(req->inflight, msg->id)) {
+    tg_mcp_inflight_end(req->inflight, msg->id);
     return 0;
   }
-  r = m->fn(&c, msg->params, &result);
+  /* Not begun before its transport gave up on every answer: said so, as a client may retry. */
+  if (req->abandoned && atomic_load(req->abandoned))
+    r = rpc_fail(&c, TG_RPC_INTERNAL_ERROR, "The server is stopping", NULL);
+  else
+    r = m->fn(&c, msg->params, &result);
   r = reply_of(&c, m, r, result, reply);
   json_decref(result);
   free(c.raw);

@@ -95,9 +95,14 @@ static void kit_count(int delta) {
   pthread_mutex_unlock(&kit_lock);
 }
 
+/* With "note", says something first. */
 static int wait_cancel(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const tg_client_channel *ch = cx->client;
   if (!ch || !ch->cancelled) return TG_E_INVAL;
+  if (json_is_true(json_object_get(args, "note")) &&
+      ch->notify(ch->self, "notifications/message",
+                 json_pack("{s:s,s:s}", "level", "info", "data", "waiting")) < 0)
+    return TG_E_IO;
   kit_set(&kit_started);
   kit_count(1);
   for (long waited_ms = 0; !ch->cancelled(ch->self); waited_ms += 10) {
@@ -175,7 +180,8 @@ static const char kit_spec[] =
     "{\"provider\":\"kit\",\"tools\":["
     "{\"name\":\"test.wait.cancel\",\"description\":\"Waits until its call is cancelled.\","
     "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
-    "\"flags\":[\"interactive\"],\"inputSchema\":{\"type\":\"object\"},"
+    "\"flags\":[\"interactive\"],"
+    "\"inputSchema\":{\"type\":\"object\",\"properties\":{\"note\":{\"type\":\"boolean\"}}},"
     "\"outputSchema\":{\"type\":\"object\"}},"
     "{\"name\":\"test.note.close\",\"description\":\"Sends a message, then ends its answer.\","
     "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
@@ -1491,6 +1497,75 @@ static void test_a_stop_cancels_the_calls_past_its_grace(void **state) {
                    0);
 }
 
+/* Waits until the server has some (or no) calls waiting for a pool thread (queued), or
+ * requests being answered. */
+static void await_load(world *w, bool queued, bool some) {
+  for (int i = 0;; i++) {
+    unsigned answering = 0, waiting = 0;
+    tg_http_load(w->h, &answering, &waiting);
+    if (((queued ? waiting : answering) > 0) == some) return;
+    if (i == HANG_GUARD_S * 100)
+      fail_msg("the server never got there (%u answering, %u queued)", answering, waiting);
+    usleep(10 * 1000);
+  }
+}
+
+/* The audit rows of test.wait.cancel calls that succeeded. */
+static long waits_audited_ok(world *w) {
+  return fixture_count_where(w->f,
+                             "SELECT COUNT(*) AS n FROM agent_run_logs WHERE step ="
+                             " 'tool:test.wait.cancel' AND level = 'INFO'",
+                             NULL);
+}
+
+/* A session's call whose client left its stream after its first event (to resume it later)
+ * runs on with no connection: past the stop's grace it is cancelled all the same, and the
+ * stop ends. */
+static void test_a_stop_cancels_a_call_its_client_left(void **state) {
+  world *w = *state;
+  w->cfg.stop_grace_ms = 500;
+  restart(w);
+  char sid[64];
+  open_session(w, "{}", sid);
+  free(request(w, "POST", sid, NULL,
+               "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"logging/setLevel\","
+               "\"params\":{\"level\":\"info\"}}",
+               200));
+  exchange *call = start(w, "POST", sid, NULL, CALL_WITH("5", "test_wait_cancel", "{\"note\":true}"));
+  await(call, "\"data\":\"waiting\"");
+  finish(call); /* the client leaves the stream; the call goes on */
+  await_load(w, false, false); /* no request left to answer: the call alone */
+  tg_http_stop(w->h);
+  w->h = NULL;
+  assert_true(kit_cancelled);
+  assert_int_equal(waits_audited_ok(w), 0);
+}
+
+/* Past the stop's grace, a call that waited for a pool thread is not run: its request is
+ * answered that the server is stopping. */
+static void test_a_stop_answers_a_queued_call(void **state) {
+  world *w = *state;
+  w->cfg.stop_grace_ms = 500;
+  w->cfg.threads = 2; /* one caller may hold all the threads but one: its second call waits */
+  restart(w);
+  static const char headers[] = MODERN_HEADERS("tools/call") "\nMcp-Name: test_wait_cancel";
+  static const char body[] = "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{"
+                             "\"name\":\"test_wait_cancel\",\"arguments\":{}," MODERN_META "}}";
+  exchange *running = start(w, "POST", NULL, headers, body);
+  kit_wait(&kit_started);
+  exchange *queued = start(w, "POST", NULL, headers, body);
+  await_load(w, true, true);
+  tg_http_stop(w->h);
+  w->h = NULL;
+  await(queued, NULL);
+  assert_int_equal(queued->status, 200); /* not the 503 of a request come after the stop */
+  assert_non_null(strstr(queued->got, "The server is stopping"));
+  finish(queued);
+  await(running, NULL);
+  finish(running);
+  assert_int_equal(waits_audited_ok(w), 0);
+}
+
 /* A session on a server started again with replay_keep_ms of keep, and the number of a
  * stream of its that delivered a call's answer. */
 static unsigned kept_answer(world *w, long long keep, char sid[64]) {
@@ -1741,6 +1816,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_a_slow_sender_is_cut_off, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_stopping_server_answers_its_calls, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_stop_cancels_the_calls_past_its_grace, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_stop_cancels_a_call_its_client_left, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_stop_answers_a_queued_call, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_value_like_an_input_request_is_content, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_a_question_past_those_waiting_is_to_retry, setup, teardown),
