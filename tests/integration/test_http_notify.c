@@ -57,6 +57,11 @@
   "{\"jsonrpc\":\"2.0\",\"id\":" id ",\"method\":\"tools/call\",\"params\":{\"name\":\"" tool \
   "\",\"arguments\":" args "}}"
 #define CALL(id, tool) CALL_WITH(#id, tool, "{}")
+/* The headers and body of a 2026-07-28 tools/call of tool; id and args are JSON text. */
+#define STATELESS_ROUTE(tool) MODERN_HEADERS("tools/call") "\nMcp-Name: " tool
+#define STATELESS_CALL(id, tool, args)                                                      \
+  "{\"jsonrpc\":\"2.0\",\"id\":" id ",\"method\":\"tools/call\",\"params\":{\"name\":\"" tool \
+  "\",\"arguments\":" args "," MODERN_META "}}"
 
 /* ---- a tool that waits until its call is cancelled ---- */
 
@@ -468,9 +473,8 @@ static void test_session_hears_of_list_changes_on_its_get_stream(void **state) {
 
 /* A 2026-07-28 call of test_wait_cancel, which holds a pool thread until it is cancelled. */
 static exchange *start_waiting_call(world *w) {
-  return start(w, "POST", NULL, MODERN_HEADERS("tools/call") "\nMcp-Name: test_wait_cancel",
-               "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{"
-               "\"name\":\"test_wait_cancel\"," MODERN_META "}}");
+  return start(w, "POST", NULL, STATELESS_ROUTE("test_wait_cancel"),
+               STATELESS_CALL("3", "test_wait_cancel", "{}"));
 }
 
 /* Calls waiting on their clients hold every pool thread (one principal may hold all but one,
@@ -502,10 +506,8 @@ static void test_a_principal_leaves_a_pool_thread_to_others(void **state) {
   for (int i = 0; i < POOL_THREADS; i++) calls[i] = start_waiting_call(w);
   kit_wait_for(NULL, POOL_THREADS - 1);
   w->token = w->tokens[1];
-  char *got = request(w, "POST", NULL, MODERN_HEADERS("tools/call") "\nMcp-Name: test_note_close",
-                      "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\",\"params\":{"
-                      "\"name\":\"test_note_close\"," MODERN_META "}}",
-                      200);
+  char *got = request(w, "POST", NULL, STATELESS_ROUTE("test_note_close"),
+                      STATELESS_CALL("4", "test_note_close", "{}"), 200);
   assert_non_null(strstr(got, "before the close"));
   assert_non_null(strstr(got, "\"result\""));
   free(got);
@@ -1076,10 +1078,8 @@ static void test_idle_connections_are_closed(void **state) {
   char byte;
   assert_int_equal(read(fd, &byte, 1), 0); /* closed by the server, not by the guard */
   close(fd);
-  char *got = request(w, "POST", NULL, MODERN_HEADERS("tools/call") "\nMcp-Name: slow_compute",
-                      "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{"
-                      "\"name\":\"slow_compute\",\"arguments\":{\"seconds\":3}," MODERN_META "}}",
-                      200);
+  char *got = request(w, "POST", NULL, STATELESS_ROUTE("slow_compute"),
+                      STATELESS_CALL("1", "slow_compute", "{\"seconds\":3}"), 200);
   assert_non_null(strstr(got, "Computed (unlabelled) in 3s"));
   free(got);
 }
@@ -1268,9 +1268,8 @@ static void test_sending_kept_output_again_leaves_the_room_for_new_output(void *
 #define STATELESS_OVERFLOW                                                   \
   "Content-Type: application/json\r\nMCP-Protocol-Version: 2026-07-28\r\n" \
   "Mcp-Method: tools/call\r\nMcp-Name: test_note_overflow\r\n"
-#define STATELESS_OVERFLOW_BODY(bytes)                                                 \
-  "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{"            \
-  "\"name\":\"test_note_overflow\",\"arguments\":{\"bytes\":" bytes "}," MODERN_META "}}"
+#define STATELESS_OVERFLOW_BODY(bytes) \
+  STATELESS_CALL("1", "test_note_overflow", "{\"bytes\":" bytes "}")
 /* Events are taken only through a wildcard: the call is answered in JSON. */
 #define JSON_ONLY "Accept: application/json, */*;q=0.1\r\n" STATELESS_OVERFLOW
 #define TEXT_SEEN "xxxxxxxxxxxxxxxx"
@@ -1422,9 +1421,8 @@ static void test_a_stopping_server_answers_its_calls(void **state) {
   fixture_http_send(fd, port, "POST", lines, discover);
   read_answer(fd, answer, sizeof answer);
   assert_int_equal(strncmp(answer, "HTTP/1.1 200", 12), 0);
-  exchange *call = start(w, "POST", NULL, MODERN_HEADERS("tools/call") "\nMcp-Name: test_wait_go",
-                         "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{"
-                         "\"name\":\"test_wait_go\",\"arguments\":{}," MODERN_META "}}");
+  exchange *call = start(w, "POST", NULL, STATELESS_ROUTE("test_wait_go"),
+                         STATELESS_CALL("7", "test_wait_go", "{}"));
   kit_wait(&kit_started);
   pthread_t stopper;
   assert_int_equal(pthread_create(&stopper, NULL, stop_server, w->h), 0);
@@ -1458,10 +1456,8 @@ static void test_a_stopping_server_answers_its_calls(void **state) {
  * reads as an InputRequiredResult is its structured content, served as any. */
 static void test_a_value_like_an_input_request_is_content(void **state) {
   world *w = *state;
-  char *got = request(w, "POST", NULL, MODERN_HEADERS("tools/call") "\nMcp-Name: test_says_input_required",
-                      "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{"
-                      "\"name\":\"test_says_input_required\",\"arguments\":{}," MODERN_META "}}",
-                      200);
+  char *got = request(w, "POST", NULL, STATELESS_ROUTE("test_says_input_required"),
+                      STATELESS_CALL("7", "test_says_input_required", "{}"), 200);
   assert_non_null(strstr(got, "\"structuredContent\":{\"resultType\":\"input_required\"}"));
   assert_null(strstr(got, "\"error\""));
   free(got);
@@ -1481,9 +1477,7 @@ static void test_a_stop_cancels_the_calls_past_its_grace(void **state) {
                                "Content-Type: application/json\r\nMCP-Protocol-Version: 2026-07-28\r\n"
                                "Mcp-Method: tools/call\r\nMcp-Name: test_wait_cancel\r\n",
                        w->token) > 0);
-  fixture_http_send(fd, port, "POST", lines,
-                    "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{"
-                    "\"name\":\"test_wait_cancel\",\"arguments\":{}," MODERN_META "}}");
+  fixture_http_send(fd, port, "POST", lines, STATELESS_CALL("7", "test_wait_cancel", "{}"));
   free(lines);
   kit_wait(&kit_started);
   tg_http_stop(w->h);
@@ -1548,9 +1542,8 @@ static void test_a_stop_answers_a_queued_call(void **state) {
   w->cfg.stop_grace_ms = 500;
   w->cfg.threads = 2; /* one caller may hold all the threads but one: its second call waits */
   restart(w);
-  static const char headers[] = MODERN_HEADERS("tools/call") "\nMcp-Name: test_wait_cancel";
-  static const char body[] = "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{"
-                             "\"name\":\"test_wait_cancel\",\"arguments\":{}," MODERN_META "}}";
+  static const char headers[] = STATELESS_ROUTE("test_wait_cancel");
+  static const char body[] = STATELESS_CALL("7", "test_wait_cancel", "{}");
   exchange *running = start(w, "POST", NULL, headers, body);
   kit_wait(&kit_started);
   exchange *queued = start(w, "POST", NULL, headers, body);
@@ -1688,10 +1681,8 @@ static void test_listen_stream_gets_ack_then_changes(void **state) {
   world *w = *state;
   exchange *listen = start(w, "POST", NULL, MODERN_HEADERS("subscriptions/listen"), LISTEN(1));
   await(listen, "notifications/subscriptions/acknowledged");
-  free(request(w, "POST", NULL, MODERN_HEADERS("tools/call") "\nMcp-Name: test_trigger_tool_change",
-               "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":"
-               "\"test_trigger_tool_change\"," MODERN_META "}}",
-               200));
+  free(request(w, "POST", NULL, STATELESS_ROUTE("test_trigger_tool_change"),
+               STATELESS_CALL("2", "test_trigger_tool_change", "{}"), 200));
   await(listen, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\",\"params\":"
                 "{\"_meta\":{\"io.modelcontextprotocol/subscriptionId\":1}}}");
   assert_true(strstr(listen->got, "acknowledged") < strstr(listen->got, "list_changed"));
@@ -1753,9 +1744,8 @@ static void test_listen_streams_are_bounded_and_freed_when_closed(void **state) 
 
 static void test_closing_a_call_stream_cancels_the_call(void **state) {
   world *w = *state;
-  exchange *call = start(w, "POST", NULL, MODERN_HEADERS("tools/call") "\nMcp-Name: test_wait_cancel",
-                         "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{"
-                         "\"name\":\"test_wait_cancel\"," MODERN_META "}}");
+  exchange *call = start(w, "POST", NULL, STATELESS_ROUTE("test_wait_cancel"),
+                         STATELESS_CALL("3", "test_wait_cancel", "{}"));
   kit_wait(&kit_started);
   finish(call);
   kit_wait(&kit_cancelled);
