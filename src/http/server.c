@@ -131,7 +131,7 @@ struct server {
   size_t n_listeners;
   bool closing;        /* tg_http_stop began: no listen stream opens any more */
   _Atomic bool quiescing;       /* tg_http_stop began: every new request gets a 503 */
-  atomic_bool past_grace;       /* and its grace is over: every request counts as cancelled */
+  _Atomic bool past_grace;      /* and its grace is over: every request counts as cancelled */
   _Atomic unsigned answering_now; /* requests begun and not completed, for the stop to wait */
   /* Output in the buffers of its streams and of JSON answers not sent yet. What is not
    * delivered yet is bounded by held_max, so that clients that never read what their calls
@@ -2288,7 +2288,8 @@ static _Thread_local bool closing_on_purpose;
 
 /* A request that came after the server began to stop: 503, and the connection closes. */
 static enum MHD_Result refuse_while_stopping(struct MHD_Connection *conn) {
-  _cleanup_json_ json_t *error = tg_rpc_error(NULL, TG_RPC_INTERNAL_ERROR, "The server is stopping", NULL);
+  _cleanup_json_ json_t *error =
+      tg_rpc_error(NULL, TG_RPC_INTERNAL_ERROR, "The server is stopping", NULL);
   char *text = error ? tg_rpc_encode(error) : NULL;
   struct MHD_Response *res = text ? MHD_create_response_from_buffer(
                                         strlen(text), text, MHD_RESPMEM_MUST_FREE)
@@ -2689,8 +2690,8 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
     return TG_E_IO;
   }
   /* ITC: a stopping server stops listening first (MHD_quiesce_daemon). */
-  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                   MHD_USE_ITC | MHD_USE_ERROR_LOG | (addr.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
+                   MHD_USE_ERROR_LOG | (addr.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
   /* libmicrohttpd closes the socket it is given when it stops, and when it fails to start,
    * on some paths only: it gets a copy, so that ours is closed once, here. */
   int given = fcntl(fd, F_DUPFD_CLOEXEC, 0);
@@ -2791,8 +2792,10 @@ void tg_http_stop(tg_http *h) {
   pthread_mutex_lock(&s->lock);
   while (s->sessions) session_unlink_locked(s, s->sessions);
   pthread_mutex_unlock(&s->lock);
-  if (h->daemon) end_work(s);
-  if (h->daemon) MHD_stop_daemon(h->daemon);
+  if (h->daemon) {
+    end_work(s);
+    MHD_stop_daemon(h->daemon);
+  }
   /* Then the sessions opened meanwhile; then the pool drains its queue and ends. */
   pthread_mutex_lock(&s->lock);
   while (s->sessions) session_unlink_locked(s, s->sessions);

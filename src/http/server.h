@@ -74,5 +74,6 @@ int tg_http_add_connection(tg_http *h, int fd);
 /* For tests: the requests being answered now (begun, not completed), and the calls waiting
  * for a pool thread. */
 void tg_http_load(tg_http *h, unsigned *answering, unsigned *queued);
-/* Stops listening, ends every session, waits for running calls; frees h. */
+/* Stops listening, ends every session, gives the requests being answered and the calls on
+ * the pool their grace (stop_grace_ms), then cancels those left; frees h. */
 void tg_http_stop(tg_http *h);

@@ -1443,7 +1443,8 @@ static char *within_bound(char *text, json_t *id, size_t *used, size_t max) {
   }
   free(text);
   _cleanup_json_ json_t *error =
-      tg_rpc_error(id, TG_RPC_INTERNAL_ERROR, "The request was served, but its result is too large to send in this batch",
+      tg_rpc_error(id, TG_RPC_INTERNAL_ERROR,
+                   "The request was served, but its result is too large to send in this batch",
                    json_pack("{s:I}", "maxBytes", (json_int_t)max));
   char *instead = error ? tg_rpc_encode(error) : NULL;
   if (instead) *used += strlen(instead) + 1; /* small: it passes the bound by little */
