@@ -2764,15 +2764,18 @@ static unsigned await_work(server *s, int64_t ms) {
   return left;
 }
 
-/* The work left has the grace to end; past it, every request counts as cancelled: a call
- * still running that learns it fails before it commits, one not begun is answered that the
- * server is stopping; they have a moment to end so. */
+/* The work left, and the tasks at work, have the grace to end; past it, every request
+ * counts as cancelled: a call still running that learns it fails before it commits, one not
+ * begun is answered that the server is stopping; they have a moment to end so. The tasks are
+ * cancelled as the MCP server is done. */
 static void end_work(server *s) {
   long long grace = s->cfg->stop_grace_ms ? s->cfg->stop_grace_ms : TG_HTTP_STOP_GRACE_MS;
-  if (!await_work(s, grace)) return;
+  int64_t deadline = tg_monotonic_ms() + grace;
+  unsigned left = await_work(s, grace);
+  if (!tg_mcp_tasks_await(s->mcp.tasks, deadline) && !left) return;
   atomic_store(&s->past_grace, true);
-  tg_log(TG_LOG_WARN, "serve: requests or calls still going %lld ms after the stop began are "
-         "cancelled", grace);
+  tg_log(TG_LOG_WARN, "serve: requests, calls or tasks still going %lld ms after the stop "
+         "began are cancelled", grace);
   if (await_work(s, DRAIN_MS))
     tg_log(TG_LOG_WARN, "serve: some had not ended a moment later: their connections are closed");
 }

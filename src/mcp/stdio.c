@@ -518,6 +518,10 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   tg_mcp_watch_free(req.watch);
   tg_mcp_inflight_free(req.inflight);
   tg_mcp_session_done(&session);
+  if (r != TG_E_NOTFOUND &&
+      tg_mcp_tasks_await(served.tasks, tg_monotonic_ms() + TG_MCP_STDIO_STOP_GRACE_MS))
+    tg_log(TG_LOG_WARN, "mcp: tasks still at work %lld ms after serving stopped are cancelled",
+           TG_MCP_STDIO_STOP_GRACE_MS);
   tg_mcp_server_done(&served);
   pthread_cond_destroy(&c.changed);
   pthread_mutex_destroy(&c.lock);

@@ -12,11 +12,16 @@
 #define TG_MCP_STDIO_QUEUE_MAX 1024
 #define TG_MCP_STDIO_QUEUE_MAX_BYTES (16u * 1024u * 1024u)
 
+/* How long the tasks at work have to end once serving stops, before they are cancelled. */
+#define TG_MCP_STDIO_STOP_GRACE_MS (10LL * 1000)
+
 /* Serves messages from in until end of file. in is read through its file descriptor, not
  * its stdio buffer, so that an idle connection can wait on it. token: the API token that
  * named principal_id, or NULL; it is looked up again before each message and every few
  * seconds while idle, and once it is revoked serving stops (TG_E_NOTFOUND; a message that
- * found it so is refused; one the database cannot check is refused, to retry). Returns 0 at EOF, TG_E_IO
- * on a write failure, TG_E_NOMEM. */
+ * found it so is refused; one the database cannot check is refused, to retry). Then the tasks
+ * at work have TG_MCP_STDIO_STOP_GRACE_MS to end (unless the token was revoked): how they
+ * end stays readable from another connection. Returns 0 at EOF, TG_E_IO on a write failure,
+ * TG_E_NOMEM. */
 int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *principal_id,
                        const char *token, FILE *in, FILE *out);

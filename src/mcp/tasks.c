@@ -201,6 +201,23 @@ void tg_mcp_tasks_free(tg_mcp_tasks *t) {
   free(t);
 }
 
+/* Its thread runs a round of it, or writes its end: not waiting for input. */
+static bool at_work(const task *k) { return k->running && !json_object_size(k->pending); }
+
+unsigned tg_mcp_tasks_await(tg_mcp_tasks *t, int64_t deadline) {
+  unsigned n = 0;
+  if (!t) return n;
+  pthread_mutex_lock(&t->lock);
+  for (int64_t left;;) {
+    n = 0;
+    for (task *k = t->list; k; k = k->next) n += at_work(k);
+    if (!n || (left = deadline - tg_monotonic_ms()) <= 0) break;
+    tg_timed_wait(&t->changed, &t->lock, left); /* a task parks or its thread ends: broadcast */
+  }
+  pthread_mutex_unlock(&t->lock);
+  return n;
+}
+
 /* Records that k changed: for its lastUpdatedAt, its expiry, eviction and its observers. */
 static void stamp_locked(task *k) {
   tg_mcp_tasks *t = k->store;

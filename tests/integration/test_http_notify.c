@@ -45,6 +45,12 @@
 #define LISTEN(id)                                                                       \
   "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"subscriptions/listen\",\"params\":{" \
   "\"notifications\":{\"toolsListChanged\":true}," MODERN_META "}}"
+/* A stateless call of slow_compute from a client that takes tasks. */
+#define TASK_CALL(id, args)                                                                  \
+  "{\"jsonrpc\":\"2.0\",\"id\":" id ",\"method\":\"tools/call\",\"params\":{\"name\":"          \
+  "\"slow_compute\",\"arguments\":" args ",\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":" \
+  "\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{\"extensions\":{"           \
+  "\"io.modelcontextprotocol/tasks\":{}}}}}}"
 #define POOL_THREADS 4
 /* The error that takes the place of a reply past the bounds on output. */
 #define REFUSED "The request was served, but its result is too large to send"
@@ -1559,6 +1565,35 @@ static void test_a_stop_answers_a_queued_call(void **state) {
   assert_int_equal(waits_audited_ok(w), 0);
 }
 
+/* The ended tasks the database keeps in status (as tasks/get shows them). */
+static long tasks_ended(world *w, const char *status) {
+  return fixture_count_where(w->f, "SELECT COUNT(*) AS n FROM mcp_tasks WHERE "
+                                   "json_extract(task, '$.status') = $1",
+                             json_pack("[s]", status));
+}
+
+/* A task at work has the stop's grace to end, as a request has: it completes. One still at
+ * work past the grace is cancelled, and says the stop cut it. */
+static void test_a_stop_gives_tasks_at_work_its_grace(void **state) {
+  world *w = *state;
+  w->cfg.stop_grace_ms = 2500;
+  restart(w);
+  static const char headers[] = STATELESS_ROUTE("slow_compute");
+  char *got = request(w, "POST", NULL, headers, TASK_CALL("1", "{\"seconds\":1}"), 200);
+  assert_non_null(strstr(got, "\"resultType\":\"task\""));
+  free(got);
+  got = request(w, "POST", NULL, headers, TASK_CALL("2", "{\"seconds\":600}"), 200);
+  assert_non_null(strstr(got, "\"resultType\":\"task\""));
+  free(got);
+  tg_http_stop(w->h);
+  w->h = NULL;
+  assert_int_equal(tasks_ended(w, "completed"), 1);
+  assert_int_equal(fixture_count_where(w->f, "SELECT COUNT(*) AS n FROM mcp_tasks WHERE "
+                                             "json_extract(task, '$.statusMessage') = $1",
+                                       json_pack("[s]", "The server stopped before the task ended")),
+                   1);
+}
+
 /* A session on a server started again with replay_keep_ms of keep, and the number of a
  * stream of its that delivered a call's answer. */
 static unsigned kept_answer(world *w, long long keep, char sid[64]) {
@@ -1808,6 +1843,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_a_stop_cancels_the_calls_past_its_grace, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_stop_cancels_a_call_its_client_left, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_stop_answers_a_queued_call, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_stop_gives_tasks_at_work_its_grace, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_value_like_an_input_request_is_content, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_a_question_past_those_waiting_is_to_retry, setup, teardown),

@@ -1225,6 +1225,28 @@ static void test_stdio_announces_a_revoked_grant(void **state) {
   stdio_stop(s);
 }
 
+/* The client closed its input while a task is at work: the task has the grace to end, and
+ * completes (another connection can read how). */
+static void test_stdio_end_gives_a_task_at_work_its_grace(void **state) {
+  world *w = *state;
+  stdio_run *s = stdio_start(w);
+  stdio_send(s, "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":"
+                "\"slow_compute\",\"arguments\":{\"seconds\":1},\"_meta\":{"
+                "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+                "\"io.modelcontextprotocol/clientCapabilities\":{\"extensions\":{"
+                "\"io.modelcontextprotocol/tasks\":{}}}}}}");
+  json_t *started = stdio_next(s);
+  assert_string_equal(json_string_value(json_object_get(json_object_get(started, "result"),
+                                                        "resultType")),
+                      "task");
+  json_decref(started);
+  stdio_stop(s);
+  assert_int_equal(fixture_count_where(w->f, "SELECT COUNT(*) AS n FROM mcp_tasks WHERE "
+                                             "json_extract(task, '$.status') = 'completed'",
+                                       NULL),
+                   1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_cancelled_call_gets_no_answer_and_writes_nothing, setup_kit, teardown),
@@ -1248,6 +1270,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_stdio_cancel_while_the_client_is_asked, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_message_at_the_limit_with_crlf, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_ends_with_its_token, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_end_gives_a_task_at_work_its_grace,
+                                      setup_fixtures, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_token_unchecked_goes_on, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_ping_during_a_call_checks_the_token, setup_kit,
                                       teardown),
