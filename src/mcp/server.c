@@ -869,9 +869,6 @@ static int m_initialize(cx *c, json_t *params, json_t **ret) {
   tg_mcp_session *s = c->req->session;
   const char *asked = json_string_value(json_object_get(params, "protocolVersion"));
   if (!asked) return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.protocolVersion must be a string", NULL);
-  if (s->era == TG_MCP_ERA_MODERN)
-    return rpc_fail(c, TG_RPC_UNSUPPORTED_VERSION, "This connection speaks 2026-07-28",
-                    json_pack("{s:[s],s:s}", "supported", TG_MCP_MODERN_VERSION, "requested", asked));
   /* A session negotiates once: another revision or other capabilities midway would change
    * what the client was promised. */
   if (s->version[0])
@@ -1274,6 +1271,33 @@ static int check_legacy(cx *c, tg_mcp_reply *reply) {
   return r < 0 ? r : 1;
 }
 
+/* stdio: the first request of an era but server/discover (a probe, after which a client may
+ * fall back to initialize) pins the connection to it; one of the other era is refused after,
+ * before it is served either way. */
+static int check_pinned(cx *c, tg_mcp_reply *reply) {
+  const tg_rpc_msg *msg = c->msg;
+  const tg_mcp_session *s = c->req->session;
+  int r;
+  if (c->modern && s->era == TG_MCP_ERA_LEGACY && strcmp(msg->method, "server/discover") != 0)
+    r = reply_error(msg, TG_RPC_UNSUPPORTED_VERSION,
+                    "This connection speaks the 2025 protocol: it began without params._meta",
+                    json_pack("{s:[s],s:s}", "supported", s->version[0] ? s->version : TG_MCP_LEGACY_VERSION,
+                              "requested", TG_MCP_MODERN_VERSION),
+                    400, reply);
+  else if (!c->modern && s->era == TG_MCP_ERA_MODERN && strcmp(msg->method, "initialize") == 0)
+    r = reply_error(msg, TG_RPC_UNSUPPORTED_VERSION, "This connection speaks 2026-07-28",
+                    json_pack("{s:[s],s:O}", "supported", TG_MCP_MODERN_VERSION, "requested",
+                              json_object_get(msg->params, "protocolVersion")),
+                    400, reply);
+  else if (!c->modern && s->era == TG_MCP_ERA_MODERN)
+    r = reply_error(msg, TG_RPC_INVALID_PARAMS,
+                    "This connection speaks 2026-07-28: a request needs params._meta",
+                    json_pack("{s:[s,s]}", "required", META_VERSION, META_CAPS), 400, reply);
+  else
+    return 0;
+  return r < 0 ? r : 1;
+}
+
 json_t *tg_mcp_cancel_target(const tg_rpc_msg *msg) {
   if (msg->kind != TG_RPC_NOTIFICATION || strcmp(msg->method, "notifications/cancelled") != 0)
     return NULL;
@@ -1290,7 +1314,9 @@ json_t *tg_mcp_withdrawal(const json_t *ask, bool timed_out) {
 
 static void notification(const tg_mcp_request *req, const tg_rpc_msg *msg) {
   json_t *cancelled = tg_mcp_cancel_target(msg);
-  if (strcmp(msg->method, "notifications/initialized") == 0) {
+  /* Of a session that initialized: not of a stdio connection that speaks 2026-07-28 or has
+   * not chosen yet (it would turn on the 2025 list changes). */
+  if (strcmp(msg->method, "notifications/initialized") == 0 && req->session->version[0]) {
     req->session->initialized = true;
     if (req->watch) tg_mcp_watch_legacy(req->watch);
   } else if (cancelled) {
@@ -1353,6 +1379,7 @@ int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_
   }
   cx c = {.srv = srv, .req = req, .msg = msg, .modern = tg_mcp_has_claim(msg)};
   int r = c.modern ? check_modern(&c, reply) : check_legacy(&c, reply);
+  if (r == 0 && !req->headers) r = check_pinned(&c, reply);
   if (r != 0) return r < 0 ? r : 0;
   const method *m = find_method(msg->method, c.modern ? ERA_MODERN : ERA_LEGACY);
   /* A modern request pins a stdio connection, except the discover probe: a client may
@@ -1451,18 +1478,32 @@ static char *within_bound(char *text, json_t *id, size_t *used, size_t max) {
   return instead;
 }
 
+/* Whether a request of batch claims 2026-07-28, which stands alone. */
+static bool batch_claims_modern(const tg_rpc_msg *batch) {
+  bool claims = false;
+  size_t i;
+  json_t *value;
+  json_array_foreach(batch->root, i, value) {
+    tg_rpc_msg m;
+    json_t *error = NULL;
+    claims = tg_rpc_decode_element(value, &m, &error) == 0 && m.kind == TG_RPC_REQUEST &&
+             tg_mcp_has_claim(&m);
+    tg_rpc_msg_done(&m);
+    json_decref(error);
+    if (claims) break;
+  }
+  return claims;
+}
+
 /* The reply to element, a message of a batch that reads as one (decoded, borrowed), in
  * reply->text: NULL for a response (its transport delivered it), a notification or a request
- * cancelled. A 2026-07-28 request stands alone; so does initialize, which a session that
- * takes batches has had already (a second one is refused as such). */
+ * cancelled. initialize stands alone: a session that takes batches has had it already (a
+ * second one is refused as such). */
 static int handle_element(const tg_mcp_server *srv, const tg_mcp_request *req,
                           const tg_rpc_msg *element, tg_mcp_serving_fn *serving, void *arg,
                           tg_mcp_reply *reply) {
   memset(reply, 0, sizeof *reply);
   if (element->kind == TG_RPC_RESPONSE) return 0;
-  if (element->kind == TG_RPC_REQUEST && tg_mcp_has_claim(element))
-    return reply_error(element, TG_RPC_INVALID_REQUEST,
-                       "A 2026-07-28 request cannot be part of a batch", NULL, 200, reply);
   bool request = element->kind == TG_RPC_REQUEST;
   if (request && serving) serving(arg, element->id);
   int r = tg_mcp_handle(srv, req, element, reply);
@@ -1475,13 +1516,16 @@ int tg_mcp_handle_batch(const tg_mcp_server *srv, const tg_mcp_request *req,
                         tg_mcp_reply *reply) {
   memset(reply, 0, sizeof *reply);
   /* The headers are the whole POST's: one that a single request would be refused for
-   * refuses the batch, before any of it runs. */
+   * refuses the batch, before any of it runs; so does a request of it that claims
+   * 2026-07-28, lest the others run without it. */
   const char *version = req->headers ? req->headers->protocol_version : NULL;
   const char *why = NULL;
   if (!tg_mcp_takes_batches(req->session))
     why = "Batches are served on 2025-03-26 sessions only";
   else if (version && !tg_mcp_legacy_supported(version))
     why = "Unsupported MCP-Protocol-Version";
+  else if (batch_claims_modern(batch))
+    why = "A 2026-07-28 request cannot be part of a batch";
   if (why) {
     _cleanup_json_ json_t *refusal = tg_rpc_refuse_batch(batch, TG_RPC_INVALID_REQUEST, why, NULL);
     reply->text = refusal ? tg_rpc_encode(refusal) : NULL;

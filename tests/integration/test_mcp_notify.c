@@ -487,13 +487,12 @@ static void test_batch_served_on_2025_03_26(void **state) {
   tg_mcp_reply reply;
   json_t *r = handle(w,
                      "[" INITIALIZED "," PING(2) "," ASK_WRITE(3) ",7," INITIALIZE_AT("2025-03-26")
-                     ",{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/list\",\"params\":{" MODERN_META
-                     "}},{\"jsonrpc\":\"2.0\",\"id\":44,\"result\":{}}," CANCEL(6) "," LIST(6) "]",
+                     ",{\"jsonrpc\":\"2.0\",\"id\":44,\"result\":{}}," CANCEL(6) "," LIST(6) "]",
                      &reply);
   assert_int_equal(reply.http_status, 200);
-  assert_int_equal(json_array_size(r), 5);
-  static const json_int_t ids[] = {2, 3, -1, 1, 5};
-  for (size_t i = 0; i < 5; i++) {
+  assert_int_equal(json_array_size(r), 4);
+  static const json_int_t ids[] = {2, 3, -1, 1};
+  for (size_t i = 0; i < 4; i++) {
     json_t *answer = json_array_get(r, i);
     json_t *id = json_object_get(answer, "id");
     if (ids[i] < 0) assert_true(json_is_null(id));
@@ -504,8 +503,6 @@ static void test_batch_served_on_2025_03_26(void **state) {
   const char *why = NULL;
   assert_int_equal(error_code(json_array_get(r, 3), &why), TG_RPC_INVALID_REQUEST);
   assert_non_null(strstr(why, "initialize"));
-  assert_int_equal(error_code(json_array_get(r, 4), &why), TG_RPC_INVALID_REQUEST);
-  assert_non_null(strstr(why, "2026-07-28"));
   json_decref(r);
   assert_true(w->session.initialized);
   assert_int_equal(asked_rows(w), asked + 1);
@@ -554,6 +551,29 @@ static void test_batch_refused_past_2025_03_26(void **state) {
   assert_false(w->session.initialized);
   assert_int_equal(asked_rows(w), asked);
   assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs);
+  assert_int_equal(json_array_size(w->sent), 0);
+}
+
+/* A 2026-07-28 request stands alone: a batch holding one is refused whole, each of its
+ * requests with its own error, and nothing in it runs. */
+static void test_batch_with_a_2026_request_refused(void **state) {
+  world *w = *state;
+  json_decref(handle(w, INITIALIZE_AT("2025-03-26"), NULL));
+  long asked = asked_rows(w);
+  tg_mcp_reply reply;
+  json_t *r = handle(w,
+                     "[" ASK_WRITE(3) ",{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/list\","
+                     "\"params\":{" MODERN_META "}}]",
+                     &reply);
+  assert_int_equal(reply.http_status, 400);
+  assert_int_equal(json_array_size(r), 2);
+  const char *why = NULL;
+  for (size_t i = 0; i < 2; i++) {
+    assert_int_equal(error_code(json_array_get(r, i), &why), TG_RPC_INVALID_REQUEST);
+    assert_non_null(strstr(why, "2026-07-28"));
+  }
+  json_decref(r);
+  assert_int_equal(asked_rows(w), asked);
   assert_int_equal(json_array_size(w->sent), 0);
 }
 
@@ -735,9 +755,12 @@ static void test_stdio_batches(void **state) {
   json_decref(expect_batch_answer(s, (json_int_t[]){7}, 1));
   stdio_send(s, "[" PING(8) "," CANCEL(8) "]");
   json_decref(expect_batch_answer(s, (json_int_t[]){8}, 1));
-  /* A 2026-07-28 request on the connection leaves it the revision it negotiated. */
+  /* A 2026-07-28 request on the connection is refused, and leaves it the revision it
+   * negotiated. */
   stdio_send(s, "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/list\",\"params\":{" MODERN_META "}}");
-  expect_answer(s, 9);
+  json_t *refused = stdio_next(s);
+  assert_int_equal(error_code(refused, NULL), TG_RPC_UNSUPPORTED_VERSION);
+  json_decref(refused);
   stdio_send(s, "[" PING(10) "]");
   json_t *pong = expect_batch_answer(s, (json_int_t[]){10}, 1);
   assert_non_null(json_object_get(json_array_get(pong, 0), "result"));
@@ -755,7 +778,7 @@ static void test_stdio_batches(void **state) {
   stdio_send(s, INITIALIZE);
   expect_answer(s, 1);
   stdio_send(s, "[" ASK_WRITE(2) "," PING(3) "]");
-  json_t *refused = expect_batch_answer(s, (json_int_t[]){2, 3}, 2);
+  refused = expect_batch_answer(s, (json_int_t[]){2, 3}, 2);
   assert_int_equal(error_code(json_array_get(refused, 0), NULL), TG_RPC_INVALID_REQUEST);
   json_decref(refused);
   stdio_stop(s);
@@ -1262,6 +1285,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_batch_served_on_2025_03_26, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_batch_refused_past_2025_03_26, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_batch_answer_bounded, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_batch_with_a_2026_request_refused, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_batches, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_batched_call_cancelled_while_asking, setup_kit,
                                       teardown),

@@ -606,6 +606,41 @@ static void test_stdio_pinning(void **state) {
                NULL, NULL);
   assert_int_equal(error_code(r), TG_RPC_UNSUPPORTED_VERSION);
   json_decref(r);
+  /* A 2025 request is no 2026-07-28 one: it misses its _meta, and a method 2026-07-28
+   * removed is not served. */
+  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"ping\"}", NULL, NULL);
+  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+  json_decref(r);
+  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/list\"}", NULL, NULL);
+  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+  json_decref(r);
+  /* Nor does the 2025 handshake's notification turn the 2025 list changes on. */
+  json_decref(send_msg(w, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}", NULL, NULL));
+  assert_false(w->session.initialized);
+}
+
+/* A stdio connection that began in 2025 stays there: a 2026-07-28 request is refused, but
+ * for the discover probe. */
+static void test_stdio_pinned_to_2025(void **state) {
+  world *w = *state;
+  json_t *r = send_msg(w,
+                       "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
+                       "\"protocolVersion\":\"2025-06-18\",\"capabilities\":{}}}",
+                       NULL, NULL);
+  json_decref(r);
+  assert_int_equal(w->session.era, TG_MCP_ERA_LEGACY);
+  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\",\"params\":{" MODERN_META "}}", NULL, NULL);
+  assert_int_equal(error_code(r), TG_RPC_UNSUPPORTED_VERSION);
+  json_t *supported = json_object_get(json_object_get(json_object_get(r, "error"), "data"), "supported");
+  assert_string_equal(json_string_value(json_array_get(supported, 0)), "2025-06-18");
+  json_decref(r);
+  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"server/discover\",\"params\":{" MODERN_META "}}", NULL, NULL);
+  assert_non_null(json_object_get(result_of(r), "supportedVersions"));
+  json_decref(r);
+  assert_int_equal(w->session.era, TG_MCP_ERA_LEGACY);
+  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/list\"}", NULL, NULL);
+  assert_non_null(json_object_get(result_of(r), "tools"));
+  json_decref(r);
 }
 
 /* completion/complete offers values for an argument of a prompt or resource template the
@@ -1163,7 +1198,10 @@ static void test_tasks_need_the_extension(void **state) {
   assert_int_equal(error_code(r), TG_RPC_HEADER_MISMATCH);
   assert_int_equal(status, 400);
   json_decref(r);
-  /* 2025-11-25 has no -32021: a task-only tool called there is not found. */
+  /* 2025-11-25 has no -32021: a task-only tool called there is not found (on a connection
+   * of its own: this one speaks 2026-07-28). */
+  tg_mcp_session_done(&w->session);
+  tg_mcp_session_init(&w->session);
   r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"tools/call\",\"params\":{\"name\":\"failing_job\"}}",
                NULL, NULL);
   assert_int_equal(error_code(r), TG_RPC_METHOD_NOT_FOUND);
@@ -2881,6 +2919,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_header_values_a_client_must_encode, setup, teardown),
       cmocka_unit_test_setup_teardown(test_elicitation_in_the_mode_declared, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_pinning, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_pinned_to_2025, setup, teardown),
       cmocka_unit_test_setup_teardown(test_completion, setup, teardown),
       cmocka_unit_test_setup_teardown(test_progress_and_logging, setup, teardown),
       cmocka_unit_test_setup_teardown(test_elicitation_asks_the_client, setup, teardown),
