@@ -147,11 +147,12 @@ static int fail(json_t *id, int code, const char *message, json_t *data, json_t 
 
 static bool valid_id(const json_t *id) { return json_is_string(id) || json_is_integer(id); }
 
-/* The id an error about message (an object) may name: a request's. A response's id is one
- * of ours, and the peer's request of that number could take the error for its answer. */
+/* The id an error about message (an object) may name: a request's, a fraction too (refused,
+ * yet readable). A response's id is one of ours, and the peer's request of that number could
+ * take the error for its answer. */
 static json_t *echo_id_of(const json_t *message) {
   json_t *id = json_object_get(message, "id");
-  return valid_id(id) && json_object_get(message, "method") ? id : NULL;
+  return (valid_id(id) || json_is_real(id)) && json_object_get(message, "method") ? id : NULL;
 }
 
 /* The error (code, why, and data: stolen, may be NULL) refusing each request in batch, in an
@@ -199,6 +200,7 @@ static int classify(json_t *root, tg_rpc_msg *msg, json_t **ret_error) {
     why = "id must be a string or an integer";
   } else if (method) {
     if (!json_is_string(method) || json_string_length(method) == 0) why = "method must be a string";
+    else if (json_is_array(params)) code = TG_RPC_INVALID_PARAMS; /* JSON-RPC's; not MCP's */
     else if (params && !json_is_object(params)) why = "params must be an object";
     else if (result || error) why = "a request carries no result or error";
   } else if (!id) {
@@ -208,9 +210,12 @@ static int classify(json_t *root, tg_rpc_msg *msg, json_t **ret_error) {
   } else if (error && (!json_is_object(error) || !json_is_integer(json_object_get(error, "code")))) {
     why = "error must be an object with an integer code";
   }
-  if (why) {
-    code = fail(echo_id, TG_RPC_INVALID_REQUEST, "Invalid Request",
-                json_pack("{s:s}", "reason", why), ret_error);
+  if (why || code) {
+    code = why ? fail(echo_id, TG_RPC_INVALID_REQUEST, "Invalid Request",
+                      json_pack("{s:s}", "reason", why), ret_error)
+               : fail(echo_id, code, "Invalid params",
+                      json_pack("{s:s}", "reason", "params must be an object, not an array"),
+                      ret_error);
     json_decref(root);
     return code;
   }

@@ -72,7 +72,9 @@ static void test_shape_errors(void **state) {
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":null,\"result\":{}}", TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1.5,\"method\":\"ping\"}", TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":7}", TG_RPC_INVALID_REQUEST);
-  fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":[1]}", TG_RPC_INVALID_REQUEST);
+  /* Positional params are JSON-RPC's, but no MCP method takes them. */
+  fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":[1]}", TG_RPC_INVALID_PARAMS);
+  fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":\"a\"}", TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1}", TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{},\"error\":{\"code\":1}}", TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":\"x\"}}", TG_RPC_INVALID_REQUEST);
@@ -97,6 +99,11 @@ static void test_error_echoes_readable_id(void **state) {
   text = "{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{},\"error\":{\"code\":1}}";
   err = decode_fails(text, strlen(text), TG_RPC_INVALID_REQUEST);
   assert_true(json_is_null(json_object_get(err, "id")));
+  json_decref(err);
+  /* A fraction is no id this server takes, but it reads. */
+  text = "{\"jsonrpc\":\"2.0\",\"id\":1.5,\"method\":\"ping\"}";
+  err = decode_fails(text, strlen(text), TG_RPC_INVALID_REQUEST);
+  assert_true(json_real_value(json_object_get(err, "id")) == 1.5);
   json_decref(err);
   err = decode_fails("{bad", 4, TG_RPC_PARSE_ERROR);
   assert_true(json_is_null(json_object_get(err, "id")));
