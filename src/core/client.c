@@ -40,3 +40,42 @@ int tg_client_requirement(const char *method, const json_t *params, json_t **ret
              : json_pack("{s:{}}", cap);
   return *ret ? TG_OK : TG_E_NOMEM;
 }
+
+static bool is_one_of(const char *s, const char *a, const char *b, const char *c) {
+  return s && (strcmp(s, a) == 0 || strcmp(s, b) == 0 || (c && strcmp(s, c) == 0));
+}
+
+/* An elicitation's content: each field a string, a number, a boolean or strings. */
+static bool elicited_content(const json_t *content) {
+  const char *key;
+  json_t *value;
+  json_object_foreach((json_t *)content, key, value) {
+    if (json_is_string(value) || json_is_number(value) || json_is_boolean(value)) continue;
+    if (!json_is_array(value)) return false;
+    size_t i;
+    json_t *item;
+    json_array_foreach(value, i, item) if (!json_is_string(item)) return false;
+  }
+  return true;
+}
+
+bool tg_client_answer_reads(const char *method, const json_t *answer) {
+  const char *cap = capability_of(method);
+  json_t *content = json_object_get(answer, "content");
+  if (!cap || !json_is_object(answer)) return false;
+  if (strcmp(cap, "elicitation") == 0) /* an ElicitResult */
+    return is_one_of(json_string_value(json_object_get(answer, "action")), "accept", "decline",
+                     "cancel") &&
+           (!content || (json_is_object(content) && elicited_content(content)));
+  if (strcmp(cap, "roots") == 0) { /* a ListRootsResult */
+    json_t *roots = json_object_get(answer, "roots");
+    size_t i;
+    json_t *root;
+    json_array_foreach(roots, i, root) if (!json_is_string(json_object_get(root, "uri"))) return false;
+    return json_is_array(roots);
+  }
+  /* a CreateMessageResult */
+  return is_one_of(json_string_value(json_object_get(answer, "role")), "user", "assistant", NULL) &&
+         json_is_string(json_object_get(answer, "model")) &&
+         (json_is_object(content) || json_is_array(content));
+}

@@ -9,13 +9,30 @@
 #include "util/cleanup.h"
 #include "util/status.h"
 
-/* One pass over the raw text before jansson sees it, so that nesting and string sizes are
- * bounded by us, not by the parser's compile-time limits. Malformed text passes through;
- * the parser reports it. Returns NULL or the limit that was hit. */
-static const char *scan_limits(const char *buf, size_t len) {
+/* What decoded values are reckoned to hold (jansson's structures and malloc's overhead): an
+ * object or array with its table, and anything else. */
+#define CONTAINER_COST 256
+#define SCALAR_COST 64
+
+typedef struct scanned {
+  const char *limit; /* NULL, or the limit the text goes past */
+  size_t held;       /* bytes the text is reckoned to hold decoded */
+} scanned;
+
+static bool scalar_byte(char ch) {
+  return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || ch == '-' || ch == '+' || ch == '.' ||
+         ch == 'E';
+}
+
+/* One pass over the raw text before jansson sees it, so that nesting, string sizes and the
+ * number of values are bounded by us, not by the parser's compile-time limits or by memory.
+ * Malformed text passes through; the parser reports it. The whole text is scanned, so that a
+ * text past the bound on values is told so whatever other limit it also passes. */
+static scanned scan_limits(const char *buf, size_t len) {
+  scanned got = {.limit = NULL, .held = len};
   int depth = 0;
   bool in_string = false, escaped = false;
-  size_t string_len = 0;
+  size_t string_len = 0, values = 0;
   for (size_t i = 0; i < len; i++) {
     char ch = buf[i];
     if (in_string) {
@@ -23,20 +40,28 @@ static const char *scan_limits(const char *buf, size_t len) {
         in_string = false; /* the closing quote is no byte of the string */
         continue;
       }
-      if (++string_len > TG_RPC_MAX_STRING) return "string length";
+      if (++string_len > TG_RPC_MAX_STRING && !got.limit) got.limit = "string length";
       escaped = !escaped && ch == '\\';
       continue;
     }
     if (ch == '"') {
       in_string = true;
       string_len = 0;
+      values++;
+      got.held += SCALAR_COST;
     } else if (ch == '{' || ch == '[') {
-      if (++depth > TG_RPC_MAX_DEPTH) return "nesting depth";
+      if (++depth > TG_RPC_MAX_DEPTH && !got.limit) got.limit = "nesting depth";
+      values++;
+      got.held += CONTAINER_COST;
     } else if (ch == '}' || ch == ']') {
       depth--;
+    } else if (scalar_byte(ch) && (i == 0 || !scalar_byte(buf[i - 1]))) {
+      values++; /* a number or a literal begins */
+      got.held += SCALAR_COST;
     }
   }
-  return NULL;
+  if (values > TG_RPC_MAX_VALUES) got.limit = "values";
+  return got;
 }
 
 static json_t *jsonrpc_base(void) { return json_pack("{s:s}", "jsonrpc", "2.0"); }
@@ -244,13 +269,16 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
   if (len > TG_RPC_MAX_BODY)
     return fail(NULL, TG_RPC_INVALID_REQUEST, "Message too large",
                 json_pack("{s:I}", "maxBytes", (json_int_t)TG_RPC_MAX_BODY), ret_error);
-  const char *limit = scan_limits(buf, len);
-  if (limit) {
+  scanned scan = scan_limits(buf, len);
+  if (scan.limit) {
     /* Read once, only for its id (jansson bounds its own depth), so that the client learns
-     * which request failed instead of waiting for it. */
-    json_t *whole = json_loadb(buf, len, JSON_DECODE_ANY, NULL);
+     * which request failed instead of waiting for it; not when reading is what the bound on
+     * values spares. */
+    bool readable = strcmp(scan.limit, "values") != 0;
+    json_t *whole = readable ? json_loadb(buf, len, JSON_DECODE_ANY, NULL) : NULL;
     static const char why[] = "Message exceeds a limit";
-    json_t *data = json_pack("{s:s}", "limit", limit);
+    json_t *data = json_pack("{s:s}", "limit", scan.limit);
+    if (!readable) json_object_set_new(data, "maxValues", json_integer(TG_RPC_MAX_VALUES));
     int code;
     if (json_is_array(whole) && json_array_size(whole)) {
       *ret_error = refusals(whole, TG_RPC_INVALID_REQUEST, why, data);
@@ -302,9 +330,12 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
     }
     msg->root = root;
     msg->kind = TG_RPC_BATCH;
+    msg->held = scan.held;
     return 0;
   }
-  return classify(root, msg, ret_error);
+  int r = classify(root, msg, ret_error);
+  if (r == 0) msg->held = scan.held;
+  return r;
 }
 
 int tg_rpc_decode_element(json_t *element, tg_rpc_msg *msg, json_t **ret_error) {

@@ -9,6 +9,10 @@
 #define TG_RPC_MAX_DEPTH 64                  /* nesting of arrays and objects */
 #define TG_RPC_MAX_STRING (1024u * 1024u)    /* bytes of one string or key, as sent */
 #define TG_RPC_MAX_BATCH 100                 /* messages in one batch */
+/* Values (objects, arrays, strings and keys, numbers, literals) of one message: decoded, a
+ * value of a few bytes as sent holds a hundred or more, so the body's bound alone would
+ * let 4 MB of "[{},{},...]" take hundreds of MB. */
+#define TG_RPC_MAX_VALUES 50000
 
 /* Error codes: JSON-RPC's own, then MCP's. */
 enum {
@@ -39,6 +43,9 @@ typedef struct tg_rpc_msg {
   json_t *params;     /* object or NULL when absent */
   json_t *result;     /* responses */
   json_t *error;      /* responses */
+  /* Bytes it is reckoned to hold decoded (its text's, and each value's share; an element of
+   * a batch: 0): what a transport that queues messages charges for it. */
+  size_t held;
 } tg_rpc_msg;
 
 /* Decodes one message of len bytes (need not be NUL-terminated). Returns 0 and fills *msg

@@ -983,7 +983,12 @@ static int m_tasks_update(cx *c, json_t *params, json_t **ret) {
   if (!json_object_get(params, "inputResponses"))
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.inputResponses is required", NULL);
   if ((r = read_responses(c, params, &responses)) != 0) return r;
-  r = tg_mcp_tasks_update(c->srv->tasks, c->req->env->db, c->req->principal_id, id, responses);
+  const char *wrong = NULL;
+  r = tg_mcp_tasks_update(c->srv->tasks, c->req->env->db, c->req->principal_id, id, responses,
+                          &wrong);
+  if (r == TG_E_INVAL)
+    return rpc_fail(c, TG_RPC_INVALID_PARAMS, "An input response does not answer its request",
+                    json_pack("{s:s}", "key", wrong));
   if (r == TG_E_NOTFOUND) return unknown_task(c, id);
   if (r == TG_MCP_TASK_ELSEWHERE) return task_elsewhere(c, id);
   return r ? r : m_empty(c, params, ret);

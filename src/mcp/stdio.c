@@ -43,7 +43,7 @@ typedef struct conn {
   pthread_mutex_t lock;
   pthread_cond_t changed;
   tg_rpc_msg *queue; /* TG_MCP_STDIO_QUEUE_MAX + 1 of them: the one more, see take */
-  size_t *sizes;     /* the bytes each was sent as */
+  size_t *sizes;     /* the bytes each is reckoned to hold (tg_rpc_msg.held) */
   size_t queued, queued_bytes;
   bool busy; /* the serving thread holds a message that may take long (see may_take_long) */
   bool takes_batches; /* the session takes JSON-RPC batches, as the serving thread last saw */
@@ -128,12 +128,11 @@ static bool blank(const char *s, size_t len) {
   return true;
 }
 
-/* The next message: GOT_ONE with *msg decoded (*len bytes as sent), GOT_NOTHING (a blank
- * line, or an error already answered), GOT_EOF, or a TG_E_*. */
-static int next_message(conn *c, tg_rpc_msg *msg, size_t *len_out) {
+/* The next message: GOT_ONE with *msg decoded, GOT_NOTHING (a blank line, or an error
+ * already answered), GOT_EOF, or a TG_E_*. */
+static int next_message(conn *c, tg_rpc_msg *msg) {
   size_t len;
   int got = read_line(c, &len);
-  *len_out = len;
   if (got == GOT_EOF) return got;
   if (got == GOT_ONE && blank(c->line, len)) return GOT_NOTHING;
   json_t *err = NULL;
@@ -261,7 +260,8 @@ static bool long_queued(const conn *c) {
  * messages, or in bytes: one message always fits an empty queue) a request is refused and a
  * notification dropped: the reader never stops reading, so that a cancellation or a response
  * behind them still arrives. */
-static int take(conn *c, tg_rpc_msg *msg, size_t bytes) {
+static int take(conn *c, tg_rpc_msg *msg) {
+  size_t bytes = msg->held; /* a batch's, as it was read */
   int r;
   if (take_at_once(c, msg, &r)) return r;
   pthread_mutex_lock(&c->lock);
@@ -327,13 +327,12 @@ static void *reader_main(void *arg) {
   int r = TG_OK;
   for (;;) {
     tg_rpc_msg msg;
-    size_t bytes;
-    int got = next_message(c, &msg, &bytes);
+    int got = next_message(c, &msg);
     if (got < 0 || got == GOT_EOF) {
       r = got < 0 ? got : TG_OK;
       break;
     }
-    if (got == GOT_ONE && (r = take(c, &msg, bytes)) < 0) break;
+    if (got == GOT_ONE && (r = take(c, &msg)) < 0) break;
   }
   pthread_mutex_lock(&c->lock);
   c->ended = true;

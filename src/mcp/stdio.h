@@ -7,8 +7,9 @@
 
 #include "mcp/server.h"
 
-/* Messages read and not served yet, and their bytes as sent: a client may send many at once,
- * and must not make the server hold gigabytes. Past either, a request is refused at once. */
+/* Messages read and not served yet, and the bytes they hold decoded (as reckoned: see
+ * tg_rpc_msg.held): a client may send many at once, and must not make the server hold
+ * gigabytes. Past either, a request is refused at once. */
 #define TG_MCP_STDIO_QUEUE_MAX 1024
 #define TG_MCP_STDIO_QUEUE_MAX_BYTES (16u * 1024u * 1024u)
 

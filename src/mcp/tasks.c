@@ -1163,7 +1163,7 @@ int tg_mcp_tasks_get(tg_mcp_tasks *t, tg_db *db, const char *principal_id, const
 }
 
 int tg_mcp_tasks_update(tg_mcp_tasks *t, tg_db *db, const char *principal_id, const char *id,
-                        json_t *responses) {
+                        json_t *responses, const char **wrong) {
   pthread_mutex_lock(&t->lock);
   task *k = find_locked(t, principal_id, id);
   int r = k ? 0 : TG_E_NOTFOUND;
@@ -1172,6 +1172,16 @@ int tg_mcp_tasks_update(tg_mcp_tasks *t, tg_db *db, const char *principal_id, co
   bool answered = false;
   const char *key;
   json_t *answer;
+  /* All or none: a response that is no answer to its request refuses the others too. */
+  json_object_foreach(asking ? responses : NULL, key, answer) {
+    json_t *request = json_object_get(k->pending, key);
+    if (request && !tg_client_answer_reads(tg_json_str(request, "method"), answer)) {
+      *wrong = key;
+      asking = false;
+      r = TG_E_INVAL;
+      break;
+    }
+  }
   json_object_foreach(asking ? responses : NULL, key, answer) {
     const char *own = json_string_value(json_object_get(k->keys, key));
     if (!json_object_get(k->pending, key) || !own) continue;

@@ -93,9 +93,11 @@ int tg_mcp_tasks_get(tg_mcp_tasks *t, tg_db *db, const char *principal_id, const
 #define TG_MCP_TASK_ELSEWHERE 1
 /* Answers the task's pending input requests (responses: borrowed, request key → response);
  * keys not pending are ignored. Once none is pending the task goes on. 0 (also for a task
- * db keeps: it ended), TG_MCP_TASK_ELSEWHERE, TG_E_NOTFOUND, or the failure of db. */
+ * db keeps: it ended), TG_E_INVAL when a response does not read as the result of the request
+ * it answers (*wrong: its key; none is taken then), TG_MCP_TASK_ELSEWHERE, TG_E_NOTFOUND, or
+ * the failure of db. */
 int tg_mcp_tasks_update(tg_mcp_tasks *t, tg_db *db, const char *principal_id, const char *id,
-                        json_t *responses);
+                        json_t *responses, const char **wrong);
 /* Tests: called each time a task's thread has ended (NULL: nothing is called). */
 extern void (*_Atomic tg_mcp_tasks_test_ended)(void); /* atomic: set while tasks run */
 /* Tests: how far ahead of the clock tasks expire from memory by (0: not at all). */

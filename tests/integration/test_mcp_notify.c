@@ -1248,6 +1248,32 @@ static void test_stdio_announces_a_revoked_grant(void **state) {
   stdio_stop(s);
 }
 
+/* The bound in bytes counts what a queued message holds decoded, not its text: requests of
+ * 40,000 empty objects (120 KB each as sent, ten MB decoded) fill the queue at the second. */
+static void test_stdio_queue_bounded_by_what_it_holds(void **state) {
+  world *w = *state;
+  enum { OBJECTS = 40000 };
+  stdio_run *s = start_running_call(w);
+  char *wide = malloc(OBJECTS * 3 + 128);
+  size_t n = (size_t)sprintf(wide, "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"prompts/list\","
+                                   "\"params\":{\"a\":[", 0);
+  size_t id_at = strlen("{\"jsonrpc\":\"2.0\",\"id\":");
+  for (int i = 0; i < OBJECTS; i++) n += (size_t)sprintf(wide + n, "%s{}", i ? "," : "");
+  strcpy(wide + n, "]}}");
+  for (char id = '5'; id <= '6'; id++) { /* the running call is 2 */
+    wide[id_at] = id;
+    stdio_send(s, wide);
+  }
+  free(wide);
+  json_t *msg = stdio_next(s);
+  assert_int_equal(json_integer_value(json_object_get(msg, "id")), 6);
+  assert_int_equal(error_code(msg, NULL), TG_RPC_INTERNAL_ERROR);
+  json_decref(msg);
+  stdio_send(s, CANCEL(2));
+  expect_answer(s, 5);
+  stdio_stop(s);
+}
+
 /* The client closed its input while a task is at work: the task has the grace to end, and
  * completes (another connection can read how). */
 static void test_stdio_end_gives_a_task_at_work_its_grace(void **state) {
@@ -1310,6 +1336,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_stdio_full_queue_drops_a_padded_handshake, setup_kit,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_stdio_queue_bounded_in_bytes, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_queue_bounded_by_what_it_holds, setup_kit,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_stdio_announces_a_revoked_grant, setup_kit, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

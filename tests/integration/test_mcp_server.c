@@ -1037,8 +1037,16 @@ static void test_task_input_rounds(void **state) {
   assert_string_equal(str(json_object_iter_value(json_object_iter(asked)), "method"), "elicitation/create");
   char *answer = NULL;
   assert_true(asprintf(&answer, "{\"%s\":{\"action\":\"accept\",\"content\":{\"confirm\":true}}}", key) > 0);
-  /* Keys not asked for are ignored. */
+  /* Keys not asked for are ignored, whatever they hold; an answer that is none to its
+   * request is refused, and nothing of the update is taken. */
   assert_ack(task_action_as(w, w->agent, "tasks/update", id, "{\"nope\":{\"x\":1}}"));
+  char *wrong = NULL;
+  assert_true(asprintf(&wrong, "{\"nope\":{\"x\":1},\"%s\":{\"action\":\"maybe\"}}", key) > 0);
+  json_t *refused = task_action_as(w, w->agent, "tasks/update", id, wrong);
+  free(wrong);
+  assert_int_equal(error_code(refused), TG_RPC_INVALID_PARAMS);
+  assert_string_equal(str(json_object_get(json_object_get(refused, "error"), "data"), "key"), key);
+  json_decref(refused);
   json_t *still = get_task(w, id);
   assert_string_equal(str(still, "status"), "input_required");
   json_decref(still);

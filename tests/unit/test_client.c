@@ -63,11 +63,43 @@ static void test_requirements(void **state) {
   assert_true(tg_client_can(both, "elicitation/create", url));
 }
 
+static bool reads(const char *method, const char *text) {
+  _cleanup_json_ json_t *answer = json_loads(text, 0, NULL);
+  assert_non_null(answer);
+  return tg_client_answer_reads(method, answer);
+}
+
+static void test_answers(void **state) {
+  static const char elicit[] = "elicitation/create", sample[] = "sampling/createMessage",
+                    roots[] = "roots/list";
+  assert_true(reads(elicit, "{\"action\":\"accept\",\"content\":{\"a\":\"x\",\"b\":2,\"c\":true,\"d\":[\"y\"]}}"));
+  assert_true(reads(elicit, "{\"action\":\"decline\"}"));
+  assert_true(reads(elicit, "{\"action\":\"cancel\"}"));
+  assert_false(reads(elicit, "{\"action\":\"maybe\"}"));
+  assert_false(reads(elicit, "{\"action\":\"accept\",\"content\":[]}"));
+  assert_false(reads(elicit, "{\"action\":\"accept\",\"content\":{\"a\":{}}}"));
+  assert_false(reads(elicit, "{\"action\":\"accept\",\"content\":{\"a\":[1]}}"));
+  assert_true(reads(roots, "{\"roots\":[{\"uri\":\"file:///a\",\"name\":\"a\"}]}"));
+  assert_true(reads(roots, "{\"roots\":[]}"));
+  assert_false(reads(roots, "{\"roots\":{}}"));
+  assert_false(reads(roots, "{\"roots\":[{\"name\":\"a\"}]}"));
+  assert_true(reads(sample, "{\"role\":\"assistant\",\"content\":{\"type\":\"text\",\"text\":\"t\"},\"model\":\"m\"}"));
+  assert_true(reads(sample, "{\"role\":\"user\",\"content\":[],\"model\":\"m\"}"));
+  assert_false(reads(sample, "{\"role\":\"assistant\",\"content\":{}}"));
+  assert_false(reads(sample, "{\"role\":\"system\",\"content\":{},\"model\":\"m\"}"));
+  assert_false(reads(sample, "{\"role\":\"user\",\"content\":\"t\",\"model\":\"m\"}"));
+  /* The answer to one kind of request is no answer to another. */
+  assert_false(reads(sample, "{\"action\":\"accept\"}"));
+  assert_false(reads(elicit, "{\"roots\":[]}"));
+  assert_false(reads("tools/list", "{\"tools\":[]}"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_declared_kinds),
       cmocka_unit_test(test_elicitation_modes),
       cmocka_unit_test(test_requirements),
+      cmocka_unit_test(test_answers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,6 +3,7 @@
 #include "support.h"
 
 #include <stdlib.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "mcp/jsonrpc.h"
@@ -120,6 +121,46 @@ static char *nested(int depth) {
   s[n++] = '}';
   s[n] = 0;
   return s;
+}
+
+/* A request whose params hold an array of n values: an empty object each, or (literals)
+ * true, 7 and "s" in turn. */
+static char *wide(size_t n, bool literals) {
+  char *s = malloc(n * 4 + 96);
+  assert_non_null(s);
+  size_t at = (size_t)sprintf(s, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"x\",\"params\":{\"a\":[");
+  static const char *const kinds[] = {"true", "7", "\"s\""};
+  for (size_t i = 0; i < n; i++)
+    at += (size_t)sprintf(s + at, "%s%s", i ? "," : "", literals ? kinds[i % 3] : "{}");
+  strcpy(s + at, "]}}");
+  return s;
+}
+
+/* Values are bounded in number, and what a message holds decoded is reckoned from them: a
+ * text past the bound is not read at all. */
+static void test_values_bounded(void **state) {
+  /* Eleven values besides the array's items: three objects and arrays, seven strings and
+   * keys, the id. */
+  char *text = wide(TG_RPC_MAX_VALUES - 11, true);
+  tg_rpc_msg msg;
+  json_t *err = NULL;
+  assert_int_equal(tg_rpc_decode(text, strlen(text), &msg, &err), 0);
+  assert_true(msg.held > strlen(text) + 64 * (size_t)(TG_RPC_MAX_VALUES - 11));
+  tg_rpc_msg_done(&msg);
+  free(text);
+  text = wide(TG_RPC_MAX_VALUES - 10, true);
+  json_t *e = decode_fails(text, strlen(text), TG_RPC_INVALID_REQUEST);
+  json_t *data = json_object_get(json_object_get(e, "error"), "data");
+  assert_string_equal(json_string_value(json_object_get(data, "limit")), "values");
+  assert_int_equal(json_integer_value(json_object_get(data, "maxValues")), TG_RPC_MAX_VALUES);
+  json_decref(e);
+  free(text);
+  /* Empty objects hold more than scalars. */
+  text = wide(1000, false);
+  assert_int_equal(tg_rpc_decode(text, strlen(text), &msg, &err), 0);
+  assert_true(msg.held > strlen(text) + 256 * 1000);
+  tg_rpc_msg_done(&msg);
+  free(text);
 }
 
 static void test_limits(void **state) {
@@ -334,6 +375,7 @@ int main(void) {
       cmocka_unit_test(test_shape_errors),
       cmocka_unit_test(test_error_echoes_readable_id),
       cmocka_unit_test(test_limits),
+      cmocka_unit_test(test_values_bounded),
       cmocka_unit_test(test_batches),
       cmocka_unit_test(test_builders),
       cmocka_unit_test(test_result_with_encoded_member),
