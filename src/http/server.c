@@ -2046,6 +2046,10 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
       goto done;
     }
     state_load(s, w->sess, &w->scratch, &w->loaded_level);
+    if (w->msg.kind == TG_RPC_REQUEST && tg_mcp_inflight_cancelled(w->sess->inflight, w->msg.id)) {
+      result = queue_refusal(conn, MHD_HTTP_BAD_REQUEST, &w->msg, TG_MCP_INFLIGHT_REUSED_ID);
+      goto done;
+    }
   } else if (opens && sid && (w->sess = session_find(s, sid, principal))) {
     /* A second session would leave the first to its idle timeout; a stale id is no bar. */
     result = queue_refusal(conn, MHD_HTTP_BAD_REQUEST, &w->msg,

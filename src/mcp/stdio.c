@@ -273,6 +273,11 @@ static int take(conn *c, tg_rpc_msg *msg) {
     tg_rpc_msg_done(msg);
     return r;
   }
+  if (msg->kind == TG_RPC_REQUEST && tg_mcp_inflight_cancelled(c->req->inflight, msg->id)) {
+    r = write_message(c, refusal_of(msg, TG_RPC_INVALID_REQUEST, TG_MCP_INFLIGHT_REUSED_ID, NULL));
+    tg_rpc_msg_done(msg);
+    return r;
+  }
   pthread_mutex_lock(&c->lock);
   /* A plain ping that would wait behind a request other than a ping (alone or in a batch)
    * is answered here, at once: that request may take long (a call, served or just queued),

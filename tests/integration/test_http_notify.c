@@ -74,6 +74,7 @@
 static pthread_mutex_t kit_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t kit_changed = PTHREAD_COND_INITIALIZER;
 static bool kit_started, kit_cancelled, kit_go;
+static bool kit_hold; /* set: test_wait_cancel, once cancelled, ends only as it is cleared */
 static int kit_running; /* calls of the tool waiting now */
 
 static void kit_set(bool *flag) {
@@ -125,6 +126,13 @@ static int wait_cancel(tg_call_ctx *cx, json_t *args, json_t **ret) {
   }
   kit_count(-1);
   kit_set(&kit_cancelled);
+  pthread_mutex_lock(&kit_lock);
+  for (long waited_ms = 0; kit_hold && waited_ms <= HANG_GUARD_S * 1000L; waited_ms += 10) {
+    pthread_mutex_unlock(&kit_lock);
+    usleep(10 * 1000);
+    pthread_mutex_lock(&kit_lock);
+  }
+  pthread_mutex_unlock(&kit_lock);
   return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, NULL, "The client cancelled the call");
 }
 
@@ -266,7 +274,7 @@ static int setup(void **state) {
   unsigned port = 0;
   assert_int_equal(tg_http_start(&w->cfg, &w->h, &port), 0);
   snprintf(w->url, sizeof w->url, "http://127.0.0.1:%u/mcp", port);
-  kit_started = kit_cancelled = kit_go = false;
+  kit_started = kit_cancelled = kit_go = kit_hold = false;
   kit_running = 0;
   *state = w;
   return 0;
@@ -633,6 +641,35 @@ static exchange *session_call_waiting(world *w, char sid[64]) {
   exchange *call = start(w, "POST", sid, NULL, CALL(7, "test_wait_cancel"));
   kit_wait(&kit_started);
   return call;
+}
+
+/* A request whose id names one of its session cancelled and still ending is refused, not
+ * taken for that one and left unanswered; once that one ended, the id is free. */
+static void test_a_session_request_reusing_an_id_being_cancelled(void **state) {
+  world *w = *state;
+  char sid[64];
+  kit_hold = true;
+  exchange *call = session_call_waiting(w, sid);
+  free(request(w, "POST", sid, NULL, CANCEL("7"), 202));
+  kit_wait(&kit_cancelled);
+  char *got = request(w, "POST", sid, NULL, "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"ping\"}", 400);
+  assert_non_null(strstr(got, "still being cancelled"));
+  assert_non_null(strstr(got, "\"id\":7"));
+  free(got);
+  pthread_mutex_lock(&kit_lock);
+  kit_hold = false;
+  pthread_mutex_unlock(&kit_lock);
+  await(call, NULL);
+  finish(call);
+  for (int i = 0;; i++) { /* the call's entry goes as its worker ends, after its stream */
+    exchange *ping = start(w, "POST", sid, NULL, "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"ping\"}");
+    await(ping, NULL);
+    bool served = ping->status == 200 && strstr(ping->got, "\"result\"");
+    finish(ping);
+    if (served) break;
+    if (i == HANG_GUARD_S * 100) fail_msg("the id never came free");
+    usleep(10 * 1000);
+  }
 }
 
 /* Ending a session (DELETE) cancels its requests: a call running is told, and its POST ends
@@ -1843,6 +1880,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_a_stop_cancels_the_calls_past_its_grace, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_stop_cancels_a_call_its_client_left, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_stop_answers_a_queued_call, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_session_request_reusing_an_id_being_cancelled, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_a_stop_gives_tasks_at_work_its_grace, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_value_like_an_input_request_is_content, setup,
                                       teardown),

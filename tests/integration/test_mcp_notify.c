@@ -87,6 +87,9 @@ static int cancelled_as_it_detaches(tg_call_ctx *cx, json_t *args, json_t **ret)
 static pthread_mutex_t await_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t await_started = PTHREAD_COND_INITIALIZER;
 static bool awaiting;
+/* Set: once it learnt of its cancellation, the tool waits for held to be cleared before it
+ * ends, so that its request stays in flight meanwhile. */
+static bool held;
 
 static int await_cancel(tg_call_ctx *cx, json_t *args, json_t **ret) {
   (void)args;
@@ -101,6 +104,10 @@ static int await_cancel(tg_call_ctx *cx, json_t *args, json_t **ret) {
   int64_t deadline = tg_monotonic_ms() + HANG_GUARD_MS;
   while (!ch->cancelled(ch->self) && tg_monotonic_ms() < deadline)
     nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+  pthread_mutex_lock(&await_lock);
+  while (held && tg_monotonic_ms() < deadline)
+    tg_timed_wait(&await_started, &await_lock, deadline - tg_monotonic_ms());
+  pthread_mutex_unlock(&await_lock);
   return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, NULL, "The client cancelled the call");
 }
 
@@ -1274,6 +1281,33 @@ static void test_stdio_queue_bounded_by_what_it_holds(void **state) {
   stdio_stop(s);
 }
 
+/* A client that reuses the id of a request it just cancelled, still being cancelled, is
+ * told to give the new one an id of its own, not left waiting: the table would take the new
+ * request for the old. */
+static void test_stdio_id_of_a_request_being_cancelled(void **state) {
+  world *w = *state;
+  held = true;
+  stdio_run *s = start_running_call(w);
+  stdio_send(s, CANCEL(2) "\n" LIST(2));
+  json_t *refused = stdio_next(s);
+  const char *why = NULL;
+  assert_int_equal(json_integer_value(json_object_get(refused, "id")), 2);
+  assert_int_equal(error_code(refused, &why), TG_RPC_INVALID_REQUEST);
+  assert_non_null(strstr(why, "still being cancelled"));
+  json_decref(refused);
+  pthread_mutex_lock(&await_lock);
+  held = false;
+  pthread_cond_broadcast(&await_started);
+  pthread_mutex_unlock(&await_lock);
+  /* Once the cancelled request ended (a request served after it is answered), its id is
+   * free again. */
+  stdio_send(s, LIST(3));
+  expect_answer(s, 3);
+  stdio_send(s, LIST(2));
+  expect_answer(s, 2);
+  stdio_stop(s);
+}
+
 /* The client closed its input while a task is at work: the task has the grace to end, and
  * completes (another connection can read how). */
 static void test_stdio_end_gives_a_task_at_work_its_grace(void **state) {
@@ -1336,6 +1370,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_stdio_full_queue_drops_a_padded_handshake, setup_kit,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_stdio_queue_bounded_in_bytes, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_id_of_a_request_being_cancelled, setup_kit,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_stdio_queue_bounded_by_what_it_holds, setup_kit,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_stdio_announces_a_revoked_grant, setup_kit, teardown),
