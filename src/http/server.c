@@ -36,7 +36,6 @@
  * connection at most (1 MB in all), the error in its place would be about as large, and
  * most answers (initialize's, ping's, most calls') are this small. */
 #define SMALL_ANSWER_BYTES 4096
-#define REFUSED_LOG_MS 60000 /* a bad token is logged once a minute at most */
 #define RETRY_MS 500     /* the reconnection delay a primed stream asks of the client */
 #define MAX_ASKS 16      /* server-to-client requests open per session */
 #define HANGUP_CHECK_MS 1000 /* how soon a client closing a stream is noticed */
@@ -145,7 +144,7 @@ struct server {
   int64_t replay_keep_ms; /* past it, a stream that delivered nothing keeps nothing */
   pthread_mutex_t shares_lock; /* apart from lock: streams are released under it */
   held_share *shares;
-  /* When a line a client can cause was last logged (monotonic ms; see may_log): a bad token,
+  /* When a line a client can cause was last logged (monotonic ms; see tg_log_may): a bad token,
    * a body closed past its bound, every connection slot in use, slow senders cut off, a
    * session ended to make room, a batched response no request waits for. */
   _Atomic int64_t refused_logged_ms, overlong_logged_ms, full_logged_ms, slow_logged_ms,
@@ -185,12 +184,6 @@ static tg_env server_env(const server *s, tg_db *db) {
                   .public_url = s->public_url};
 }
 
-/* Whether a line of the kind last logged at *last (monotonic ms) may be logged now: once a
- * minute at most, so that a client cannot flood the log. */
-static bool may_log(_Atomic int64_t *last) {
-  int64_t now = tg_monotonic_ms(), was = atomic_load(last);
-  return (was == 0 || now - was >= REFUSED_LOG_MS) && atomic_compare_exchange_strong(last, &was, now);
-}
 
 /* Whether a libmicrohttpd line of format fmt may be logged now (once a minute for each kind),
  * with *held_back the count of its kind not logged since the last; if not, it is held back. */
@@ -201,7 +194,7 @@ static bool mhd_line_may_log(server *s, const char *fmt, const char *line, unsig
   mhd_line *kind = &s->mhd_lines[i];
   if (!kind->fmt) kind->fmt = fmt;
   int64_t now = tg_monotonic_ms();
-  bool may = !kind->logged_ms || now - kind->logged_ms >= REFUSED_LOG_MS;
+  bool may = !kind->logged_ms || now - kind->logged_ms >= TG_LOG_ONCE_MS;
   if (may) {
     kind->logged_ms = now;
     *held_back = kind->held_back;
@@ -224,7 +217,7 @@ static void tell_held_back_mhd_lines(server *s, bool force) {
     pthread_mutex_lock(&s->mhd_lines_lock);
     mhd_line *kind = &s->mhd_lines[i];
     unsigned held_back = kind->held_back;
-    bool tell = held_back && (force || now - kind->logged_ms >= REFUSED_LOG_MS);
+    bool tell = held_back && (force || now - kind->logged_ms >= TG_LOG_ONCE_MS);
     if (tell) {
       memcpy(last, kind->last_held, sizeof last);
       kind->logged_ms = now;
@@ -355,7 +348,7 @@ static bool reap_locked(server *s, int64_t now, const char *principal) {
   session *victim = mine >= TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL ? oldest_mine
                     : s->n_sessions >= TG_HTTP_MAX_SESSIONS    ? oldest
                                                                : NULL;
-  if (victim && may_log(&s->ended_logged_ms))
+  if (victim && tg_log_may(&s->ended_logged_ms))
     tg_log(TG_LOG_INFO, "http: ended the least recently used session to make room (at most %d "
            "sessions, %d a caller; logged once a minute at most)", TG_HTTP_MAX_SESSIONS,
            TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL);
@@ -1298,7 +1291,7 @@ typedef struct batch_target {
 static int deliver_batched_answer(void *arg, tg_rpc_msg *element) {
   batch_target *t = arg;
   if (element->kind != TG_RPC_RESPONSE) return 0;
-  if (!deliver_answer(t->srv, t->sess, element) && may_log(&t->srv->stray_logged_ms))
+  if (!deliver_answer(t->srv, t->sess, element) && tg_log_may(&t->srv->stray_logged_ms))
     tg_log(TG_LOG_WARN, "http: a batched response to no request waiting for one; dropped "
                         "(logged once a minute at most)");
   return 1;
@@ -1507,7 +1500,7 @@ static void cut_slow_clients(server *s) {
   }
   pthread_mutex_unlock(&s->peers_lock);
   if ((cut += atomic_exchange(&s->slow_cut, 0)) == 0) return;
-  if (may_log(&s->slow_logged_ms))
+  if (tg_log_may(&s->slow_logged_ms))
     tg_log(TG_LOG_WARN, "http: closed %u connection(s) still sending a request %lld s after they "
            "opened or were last answered, or taking an answer for that long and %u s more "
            "every 2 MB of it (logged once a minute at most)", cut,
@@ -1827,7 +1820,7 @@ static caller authenticate(server *s, struct MHD_Connection *conn, tg_db *db,
  * since clients often show a refusal as something else (an OAuth error, "failed to
  * connect"). */
 static enum MHD_Result refuse_caller(server *s, struct MHD_Connection *conn, caller who) {
-  if (who != CALLER_NO_TOKEN && may_log(&s->refused_logged_ms))
+  if (who != CALLER_NO_TOKEN && tg_log_may(&s->refused_logged_ms))
     tg_log(TG_LOG_WARN, "http: refused a request whose Bearer token %s (logged once a minute "
            "at most)", who == CALLER_UNCHECKED    ? "the database could not check (503)"
                        : who == CALLER_EMPTY_TOKEN ? "is empty (401): is the client's token set?"
@@ -2445,7 +2438,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
       rq->len = 0;
       *upload_size = 0;
       if (rq->dropped <= 2ull * TG_RPC_MAX_BODY) return MHD_YES;
-      if (may_log(&s->overlong_logged_ms))
+      if (tg_log_may(&s->overlong_logged_ms))
         tg_log(TG_LOG_WARN, "http: closed a connection whose body went on past twice the bound "
                             "on a message's size (%u bytes; logged once a minute at most)",
                TG_RPC_MAX_BODY);
@@ -2516,7 +2509,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     s->peers = p;
     bool full = ++s->n_peers == TG_HTTP_MAX_CONNECTIONS;
     pthread_mutex_unlock(&s->peers_lock);
-    if (full && may_log(&s->full_logged_ms))
+    if (full && tg_log_may(&s->full_logged_ms))
       tg_log(TG_LOG_WARN, "http: all %d connections are in use: new ones wait until one closes "
              "(logged once a minute at most)", TG_HTTP_MAX_CONNECTIONS);
     *socket_context = p;

@@ -51,6 +51,9 @@ typedef struct conn {
   json_t *answer;   /* its response, once read */
   bool ended;       /* the reader stopped: end of input, or the failure in status */
   int status;
+  /* When the lines the client can cause were last logged (see tg_log_may): a response no
+   * request waits for, a message dropped for the full queue. */
+  _Atomic int64_t stray_logged_ms, dropped_logged_ms;
 } conn;
 
 /* Writes one encoded message (text, freed) as a line. */
@@ -160,8 +163,9 @@ static bool take_at_once(conn *c, tg_rpc_msg *msg, int *r) {
     if (awaited) {
       c->answer = msg->root; /* handed over: only the serving thread counts its references */
       msg->root = NULL;
-    } else {
-      tg_log(TG_LOG_WARN, "mcp: a response to no request waiting for one; dropped");
+    } else if (tg_log_may(&c->stray_logged_ms)) {
+      tg_log(TG_LOG_WARN, "mcp: a response to no request waiting for one; dropped (logged once "
+                          "a minute at most)");
     }
     pthread_cond_broadcast(&c->changed);
     pthread_mutex_unlock(&c->lock);
@@ -314,8 +318,9 @@ static int take(conn *c, tg_rpc_msg *msg) {
   pthread_mutex_unlock(&c->lock);
   if (room && r == TG_OK) return TG_OK;
   if (!room) {
-    tg_log(TG_LOG_WARN, "mcp: %zu messages (%zu bytes) wait to be served; dropping one",
-           waiting, waiting_bytes);
+    if (tg_log_may(&c->dropped_logged_ms))
+      tg_log(TG_LOG_WARN, "mcp: %zu messages (%zu bytes) wait to be served; dropping one "
+             "(logged once a minute at most)", waiting, waiting_bytes);
     /* A request dropped is still answered, so that the client does not wait for it. */
     static const char why[] = "Too many requests wait to be served";
     json_t *data = json_pack("{s:i,s:I}", "max", TG_MCP_STDIO_QUEUE_MAX, "maxBytes",

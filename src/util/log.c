@@ -21,3 +21,8 @@ void tg_log(tg_log_level level, const char *fmt, ...) {
   funlockfile(stderr);
   va_end(ap);
 }
+
+bool tg_log_may(_Atomic int64_t *last) {
+  int64_t now = tg_monotonic_ms(), was = atomic_load(last);
+  return (was == 0 || now - was >= TG_LOG_ONCE_MS) && atomic_compare_exchange_strong(last, &was, now);
+}

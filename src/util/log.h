@@ -1,6 +1,17 @@
 /* Operator-facing log lines on stderr: "2026-11-30T12:00:00.000Z warn: message". */
 #pragma once
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 
 typedef enum { TG_LOG_DEBUG, TG_LOG_INFO, TG_LOG_WARN, TG_LOG_ERROR } tg_log_level;
 
 void tg_log(tg_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A kind of line a client can cause at will is logged once a minute at most, so that it
+ * cannot flood the log (nor, over stdio, fill a stderr its client does not read, on which
+ * writing would block). */
+#define TG_LOG_ONCE_MS 60000
+/* Whether a line of the kind last logged at *last (monotonic ms, 0: never) may be logged
+ * now; if so, *last becomes now. Thread-safe. */
+bool tg_log_may(_Atomic int64_t *last);

@@ -8,6 +8,7 @@
 #include "util/clock.h"
 #include "util/ids.h"
 #include "util/json.h"
+#include "util/log.h"
 #include "util/status.h"
 
 static void test_uuid7_is_versioned_and_ordered(void **state) {
@@ -158,6 +159,18 @@ static void test_status_text(void **state) {
   assert_string_equal(tg_status_text(TG_E_TOOL - 1), "unknown status");
 }
 
+/* A kind of line a client can cause is let through once a minute. */
+static void test_log_once_a_minute(void **state) {
+  _Atomic int64_t last = 0;
+  assert_true(tg_log_may(&last));
+  int64_t logged = atomic_load(&last);
+  assert_true(logged > 0);
+  assert_false(tg_log_may(&last));
+  assert_int_equal(atomic_load(&last), logged); /* held back: the minute still runs */
+  atomic_store(&last, logged - TG_LOG_ONCE_MS);
+  assert_true(tg_log_may(&last));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_uuid7_is_versioned_and_ordered),
@@ -170,6 +183,7 @@ int main(void) {
       cmocka_unit_test(test_parse_bounds_and_reports),
       cmocka_unit_test(test_error_envelope),
       cmocka_unit_test(test_status_text),
+      cmocka_unit_test(test_log_once_a_minute),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
