@@ -54,6 +54,7 @@ typedef struct conn {
   /* When the lines the client can cause were last logged (see tg_log_may): a response no
    * request waits for, a message dropped for the full queue. */
   _Atomic int64_t stray_logged_ms, dropped_logged_ms;
+  bool revoked; /* the reader found the token revoked while a request was served */
 } conn;
 
 /* Writes one encoded message (text, freed) as a line. */
@@ -85,13 +86,43 @@ static int check_lists(conn *c) {
 
 /* ---- the reader ---- */
 
+static int token_stands_for_reader(conn *c);
+static void wake(void *arg);
+
+/* While a call runs, the reader looks at the token as the serving thread does when idle (and
+ * as it answers a ping): once it is revoked, the requests in flight are cancelled, so that a
+ * call that waits (on its client, say) fails before it commits; the serving thread then
+ * refuses what is left and the connection ends. */
+static void cancel_for_revoked_token(conn *c) {
+  pthread_mutex_lock(&c->lock);
+  bool told = c->revoked;
+  c->revoked = true;
+  pthread_mutex_unlock(&c->lock);
+  if (told) return;
+  tg_log(TG_LOG_WARN, "mcp: the token was revoked while requests were served: they are cancelled");
+  tg_mcp_inflight_cancel_all(c->req->inflight);
+  wake(c);
+}
+
+static void check_token_while_busy(conn *c) {
+  pthread_mutex_lock(&c->lock);
+  bool busy = c->busy;
+  pthread_mutex_unlock(&c->lock);
+  if (busy && token_stands_for_reader(c) == TG_E_NOTFOUND) cancel_for_revoked_token(c);
+}
+
 /* Refills the chunk. Returns the bytes read, 0 at EOF, on a read error or when told to stop. */
 static size_t refill(conn *c) {
   for (;;) {
     struct pollfd p[2] = {{.fd = c->in, .events = POLLIN}, {.fd = c->stop[0], .events = POLLIN}};
-    if (poll(p, 2, -1) < 0) {
+    int ready = poll(p, 2, c->token ? IDLE_TICK_MS : -1);
+    if (ready < 0) {
       if (errno == EINTR) continue;
       return 0;
+    }
+    if (ready == 0) {
+      check_token_while_busy(c);
+      continue;
     }
     if (p[1].revents) return 0;
     ssize_t n = read(c->in, c->chunk, READ_CHUNK);
@@ -292,8 +323,10 @@ static int take(conn *c, tg_rpc_msg *msg) {
       (c->busy || long_queued(c)) &&
       !tg_mcp_has_claim(msg)) {
     pthread_mutex_unlock(&c->lock);
-    /* A revoked token is refused here too; the connection ends once the call has. */
+    /* A revoked token is refused here too, and cancels the call; the connection ends once
+     * the call has. */
     int stands = token_stands_for_reader(c);
+    if (stands == TG_E_NOTFOUND) cancel_for_revoked_token(c);
     r = write_message(c, stands == TG_OK ? tg_rpc_result(msg->id, json_object())
                                          : unstanding_refusal(msg, stands));
     tg_rpc_msg_done(msg);

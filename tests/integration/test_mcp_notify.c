@@ -955,6 +955,7 @@ static void test_stdio_ping_during_a_call_checks_the_token(void **state) {
   world *w = *state;
   char id[TG_UUID_LEN + 1];
   char *token = agent_token(w, id);
+  long asked = asked_rows(w);
   json_int_t ask = 0;
   stdio_run *s = start_asking_call_with(w, token, INITIALIZE, ASK_WRITE(2), &ask);
   stdio_send(s, PING(5));
@@ -967,8 +968,31 @@ static void test_stdio_ping_during_a_call_checks_the_token(void **state) {
       json_string_value(json_object_get(json_object_get(refused, "error"), "message")),
       "The token this server runs with was revoked");
   json_decref(refused);
+  /* The call is cancelled: it withdraws its question, and writes nothing. */
+  json_t *withdrawn = stdio_next(s);
+  assert_true(withdraws(withdrawn, "The call no longer waits for it"));
+  json_decref(withdrawn);
   send_sampling_answer(s, ask, NULL);
   assert_int_equal(await_stdio_end(s), TG_E_NOTFOUND);
+  assert_int_equal(asked_rows(w), asked);
+  free(token);
+}
+
+/* A token revoked while a call waits on its client, with nothing more coming from it: the
+ * reader finds it so within its idle tick, cancels the call (nothing of it is written) and
+ * the connection ends. */
+static void test_stdio_revoked_token_cancels_the_call(void **state) {
+  world *w = *state;
+  char id[TG_UUID_LEN + 1];
+  char *token = agent_token(w, id);
+  long asked = asked_rows(w);
+  stdio_run *s = start_asking_call_with(w, token, INITIALIZE, ASK_WRITE(2), NULL);
+  revoke_token(w, id);
+  json_t *withdrawn = stdio_next(s);
+  assert_true(withdraws(withdrawn, "The call no longer waits for it"));
+  json_decref(withdrawn);
+  assert_int_equal(await_stdio_end(s), TG_E_NOTFOUND);
+  assert_int_equal(asked_rows(w), asked);
   free(token);
 }
 
@@ -1354,6 +1378,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_stdio_cancel_while_the_client_is_asked, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_message_at_the_limit_with_crlf, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_ends_with_its_token, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_revoked_token_cancels_the_call, setup_kit,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_stdio_end_gives_a_task_at_work_its_grace,
                                       setup_fixtures, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_token_unchecked_goes_on, setup_kit, teardown),
