@@ -1,9 +1,12 @@
 /* toolgate mcp (stdio) and toolgate serve (Streamable HTTP): the MCP surfaces. */
+#include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -109,7 +112,21 @@ int cmd_mcp(cli *c, int argc, char **argv) {
    * handler, not SIG_IGN: a tool's child process gets the default again when it starts. */
   struct sigaction quiet_pipe = {.sa_handler = ignore_signal};
   sigaction(SIGPIPE, &quiet_pipe, NULL);
-  int r = tg_mcp_stdio_serve(&srv, &c->env, principal, c->token, stdin, stdout);
+  /* SIGINT and SIGTERM (a client's way to end a server slow to exit) stop serving, so that
+   * what runs is cancelled and audited instead of cut off. Blocked before any thread starts,
+   * so that only the descriptor hears them. */
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, NULL);
+  int stop_fd = signalfd(-1, &stop, SFD_CLOEXEC);
+  if (stop_fd < 0) {
+    pthread_sigmask(SIG_UNBLOCK, &stop, NULL); /* then they end the process, as before */
+    tg_log(TG_LOG_WARN, "mcp: SIGINT and SIGTERM will end the server at once: %s", strerror(errno));
+  }
+  int r = tg_mcp_stdio_serve(&srv, &c->env, principal, c->token, stdin, stdout, stop_fd);
+  if (stop_fd >= 0) close(stop_fd);
   if (r < 0)
     tg_log(TG_LOG_ERROR, "mcp: stopped: %s",
            r == TG_E_NOMEM      ? "out of memory"

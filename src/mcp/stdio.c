@@ -55,6 +55,8 @@ typedef struct conn {
    * request waits for, a message dropped for the full queue. */
   _Atomic int64_t stray_logged_ms, dropped_logged_ms;
   bool revoked; /* the reader found the token revoked while a request was served */
+  int told_to_stop; /* readable: stop (-1: never) */
+  bool interrupted; /* it was */
 } conn;
 
 /* Writes one encoded message (text, freed) as a line. */
@@ -114,8 +116,10 @@ static void check_token_while_busy(conn *c) {
 /* Refills the chunk. Returns the bytes read, 0 at EOF, on a read error or when told to stop. */
 static size_t refill(conn *c) {
   for (;;) {
-    struct pollfd p[2] = {{.fd = c->in, .events = POLLIN}, {.fd = c->stop[0], .events = POLLIN}};
-    int ready = poll(p, 2, c->token ? IDLE_TICK_MS : -1);
+    struct pollfd p[3] = {{.fd = c->in, .events = POLLIN},
+                          {.fd = c->stop[0], .events = POLLIN},
+                          {.fd = c->told_to_stop, .events = POLLIN}};
+    int ready = poll(p, 3, c->token ? IDLE_TICK_MS : -1);
     if (ready < 0) {
       if (errno == EINTR) continue;
       return 0;
@@ -125,6 +129,15 @@ static size_t refill(conn *c) {
       continue;
     }
     if (p[1].revents) return 0;
+    if (p[2].revents) {
+      tg_log(TG_LOG_INFO, "mcp: told to stop: the requests not answered yet are cancelled");
+      pthread_mutex_lock(&c->lock);
+      c->interrupted = true;
+      pthread_mutex_unlock(&c->lock);
+      tg_mcp_inflight_cancel_all(c->req->inflight);
+      wake(c);
+      return 0;
+    }
     ssize_t n = read(c->in, c->chunk, READ_CHUNK);
     if (n < 0 && errno == EINTR) continue;
     c->pos = 0;
@@ -515,7 +528,7 @@ static bool next_queued(conn *c, tg_rpc_msg *ret, int *status) {
 }
 
 int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *principal_id,
-                       const char *token, FILE *in, FILE *out) {
+                       const char *token, FILE *in, FILE *out, int stop_fd) {
   /* One process, one client: every list change can reach it. */
   tg_mcp_server served = *srv;
   served.list_changes = true;
@@ -523,7 +536,7 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
             .line = malloc(TG_RPC_MAX_BODY + 1),
             .queue = calloc(TG_MCP_STDIO_QUEUE_MAX + 1, sizeof(tg_rpc_msg)),
             .sizes = calloc(TG_MCP_STDIO_QUEUE_MAX + 1, sizeof(size_t)), .srv = &served,
-            .token = token};
+            .token = token, .told_to_stop = stop_fd};
   pthread_mutex_init(&c.writing, NULL);
   pthread_mutex_init(&c.lock, NULL);
   pthread_cond_init(&c.changed, NULL);
@@ -560,10 +573,10 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   tg_mcp_watch_free(req.watch);
   tg_mcp_inflight_free(req.inflight);
   tg_mcp_session_done(&session);
-  if (r != TG_E_NOTFOUND &&
-      tg_mcp_tasks_await(served.tasks, tg_monotonic_ms() + TG_MCP_STDIO_STOP_GRACE_MS))
+  long long grace = c.interrupted ? 0 : TG_MCP_STDIO_STOP_GRACE_MS;
+  if (r != TG_E_NOTFOUND && tg_mcp_tasks_await(served.tasks, tg_monotonic_ms() + grace))
     tg_log(TG_LOG_WARN, "mcp: tasks still at work %lld ms after serving stopped are cancelled",
-           TG_MCP_STDIO_STOP_GRACE_MS);
+           grace);
   tg_mcp_server_done(&served);
   pthread_cond_destroy(&c.changed);
   pthread_mutex_destroy(&c.lock);

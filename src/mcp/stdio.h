@@ -24,5 +24,8 @@
  * at work have TG_MCP_STDIO_STOP_GRACE_MS to end (unless the token was revoked): how they
  * end stays readable from another connection. Returns 0 at EOF, TG_E_IO on a write failure,
  * TG_E_NOMEM. */
+/* stop_fd (-1: none), once readable (a signal to stop, say), stops serving as the end of
+ * input does, but for what was read and not answered yet, which is cancelled (a call that
+ * waits fails before it commits), and for the tasks at work, which get no grace. */
 int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *principal_id,
-                       const char *token, FILE *in, FILE *out);
+                       const char *token, FILE *in, FILE *out, int stop_fd);

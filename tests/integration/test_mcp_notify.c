@@ -592,6 +592,7 @@ typedef struct stdio_run {
   pthread_t thread;
   FILE *in, *out;        /* the server's ends */
   int to_server, from_server;
+  int stop[2]; /* the server's stop_fd, and its end that tells it to stop */
   char buf[1 << 16];
   size_t len;
   int status;
@@ -607,7 +608,8 @@ static void *serve_main(void *arg) {
   s->status = tg_db_open(s->w->f->dir, &env.db, &why);
   free(why);
   if (s->status == TG_OK)
-    s->status = tg_mcp_stdio_serve(&s->w->srv, &env, s->w->agent, s->token, s->in, s->out);
+    s->status = tg_mcp_stdio_serve(&s->w->srv, &env, s->w->agent, s->token, s->in, s->out,
+                                   s->stop[0]);
   tg_db_close(env.db);
   fclose(s->in);
   fclose(s->out);
@@ -621,6 +623,7 @@ static stdio_run *stdio_start_with(world *w, const char *token) {
   int to[2], from[2];
   assert_int_equal(pipe(to), 0);
   assert_int_equal(pipe(from), 0);
+  assert_int_equal(pipe(s->stop), 0);
   s->w = w;
   s->in = fdopen(to[0], "r");
   s->out = fdopen(from[1], "w");
@@ -681,6 +684,8 @@ static int stdio_join(stdio_run *s) {
   int status = s->status;
   if (s->to_server >= 0) close(s->to_server);
   close(s->from_server);
+  close(s->stop[0]);
+  close(s->stop[1]);
   free(s);
   return status;
 }
@@ -1332,6 +1337,28 @@ static void test_stdio_id_of_a_request_being_cancelled(void **state) {
   stdio_stop(s);
 }
 
+/* Told to stop (a signal, in the process), the server cancels what it read and has not
+ * answered: the call running fails before it commits, a request waiting its turn is not
+ * served, and no answer goes out; then it ends, its input still open. */
+static void test_stdio_told_to_stop(void **state) {
+  world *w = *state;
+  long asked = asked_rows(w);
+  stdio_run *s = start_running_call(w);
+  stdio_send(s, LIST(3));
+  assert_int_equal(write(s->stop[1], "", 1), 1);
+  char out[4096];
+  size_t n = 0;
+  for (ssize_t got; n < sizeof out - 1; n += (size_t)got) {
+    struct pollfd p = {.fd = s->from_server, .events = POLLIN};
+    if (poll(&p, 1, HANG_GUARD_MS) != 1) fail_msg("the server never ended");
+    if ((got = read(s->from_server, out + n, sizeof out - 1 - n)) <= 0) break;
+  }
+  out[n] = 0;
+  assert_null(strstr(out, "\"id\"")); /* no answer, to the call or to the list */
+  assert_int_equal(stdio_join(s), 0);
+  assert_int_equal(asked_rows(w), asked);
+}
+
 /* The client closed its input while a task is at work: the task has the grace to end, and
  * completes (another connection can read how). */
 static void test_stdio_end_gives_a_task_at_work_its_grace(void **state) {
@@ -1378,6 +1405,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_stdio_cancel_while_the_client_is_asked, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_message_at_the_limit_with_crlf, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_ends_with_its_token, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_told_to_stop, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_revoked_token_cancels_the_call, setup_kit,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_stdio_end_gives_a_task_at_work_its_grace,
