@@ -879,8 +879,12 @@ static int apply(tg_db *db, const tg_embedded_file *m, int version) {
 
 int tg_db_migrate(tg_db *db, int *ret_applied) {
   if (ret_applied) *ret_applied = 0;
-  int latest = 0;
+  int latest = 0, current = 0;
   int r = check_migrations(db, &latest);
+  /* Read first, without the write lock, which another process may hold long: a database
+   * that is up to date (the usual case) needs no write at all. */
+  if (r == 0) r = tg_db_schema_version(db, &current);
+  if (r == 0 && current == latest) return 0;
   if (r == 0)
     r = tg_db_exec(db,
                    "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
