@@ -203,7 +203,10 @@ static bool take_at_once(conn *c, tg_rpc_msg *msg, int *r) {
     *r = tg_mcp_handle(c->srv, c->req, msg, &reply);
   } else if (msg->kind == TG_RPC_RESPONSE) {
     pthread_mutex_lock(&c->lock);
-    bool awaited = c->awaiting && !c->answer && json_equal(msg->id, c->awaiting);
+    /* An error naming no request (its client could not read one) answers the one question
+     * waiting, if any: only one waits at a time here. */
+    bool awaited = c->awaiting && !c->answer &&
+                   (msg->id ? json_equal(msg->id, c->awaiting) : msg->error != NULL);
     if (awaited) {
       c->answer = msg->root; /* handed over: only the serving thread counts its references */
       msg->root = NULL;

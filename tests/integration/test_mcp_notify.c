@@ -1337,6 +1337,22 @@ static void test_stdio_id_of_a_request_being_cancelled(void **state) {
   stdio_stop(s);
 }
 
+/* An error naming no request, sent while the server's question waits (its client could not
+ * read the question), answers that question at once: the call fails without waiting out the
+ * ask timeout, and writes nothing. */
+static void test_stdio_unnamed_error_answers_the_question(void **state) {
+  world *w = *state;
+  long asked = asked_rows(w);
+  stdio_run *s = start_asking_call(w);
+  stdio_send(s, "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32700,\"message\":\"Parse error\"}}");
+  json_t *answer = stdio_next(s);
+  assert_int_equal(json_integer_value(json_object_get(answer, "id")), 2);
+  assert_true(json_is_true(json_object_get(json_object_get(answer, "result"), "isError")));
+  json_decref(answer);
+  stdio_stop(s);
+  assert_int_equal(asked_rows(w), asked);
+}
+
 /* Told to stop (a signal, in the process), the server cancels what it read and has not
  * answered: the call running fails before it commits, a request waiting its turn is not
  * served, and no answer goes out; then it ends, its input still open. */
@@ -1406,6 +1422,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_stdio_message_at_the_limit_with_crlf, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_ends_with_its_token, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_told_to_stop, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_unnamed_error_answers_the_question, setup_kit,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_stdio_revoked_token_cancels_the_call, setup_kit,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_stdio_end_gives_a_task_at_work_its_grace,
