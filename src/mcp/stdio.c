@@ -339,12 +339,12 @@ static int take(conn *c, tg_rpc_msg *msg) {
       (c->busy || long_queued(c)) &&
       !tg_mcp_has_claim(msg)) {
     pthread_mutex_unlock(&c->lock);
-    /* A revoked token is refused here too, and cancels the call; the connection ends once
-     * the call has. */
+    /* A revoked token is refused here too, and then cancels the call; the connection ends
+     * once the call has. */
     int stands = token_stands_for_reader(c);
-    if (stands == TG_E_NOTFOUND) cancel_for_revoked_token(c);
     r = write_message(c, stands == TG_OK ? tg_rpc_result(msg->id, json_object())
                                          : unstanding_refusal(msg, stands));
+    if (stands == TG_E_NOTFOUND) cancel_for_revoked_token(c);
     tg_rpc_msg_done(msg);
     return r;
   }

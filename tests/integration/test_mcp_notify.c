@@ -747,6 +747,13 @@ static bool withdraws(json_t *msg, const char *reason) {
          strcmp(json_string_value(json_object_get(params, "reason")), reason) == 0;
 }
 
+/* The next line withdraws the server's question, as its call no longer waits for it. */
+static void expect_withdrawn(stdio_run *s) {
+  json_t *withdrawn = stdio_next(s);
+  assert_true(withdraws(withdrawn, "The call no longer waits for it"));
+  json_decref(withdrawn);
+}
+
 /* A 2025-03-26 connection takes batches, each answered on one line. A response in a batch
  * reaches the call waiting for it at once, while the rest of that batch waits its turn
  * behind the call. */
@@ -805,9 +812,7 @@ static void test_stdio_batched_call_cancelled_while_asking(void **state) {
   stdio_run *s =
       start_asking_call_with(w, NULL, INITIALIZE_AT("2025-03-26"), "[" ASK_WRITE(3) "]", NULL);
   stdio_send(s, CANCEL(3));
-  json_t *withdrawal = stdio_next(s);
-  assert_true(withdraws(withdrawal, "The call no longer waits for it"));
-  json_decref(withdrawal);
+  expect_withdrawn(s);
   stdio_send(s, PING(4));
   expect_answer(s, 4); /* the next line: 3 got none */
   stdio_stop(s);
@@ -973,10 +978,7 @@ static void test_stdio_ping_during_a_call_checks_the_token(void **state) {
       json_string_value(json_object_get(json_object_get(refused, "error"), "message")),
       "The token this server runs with was revoked");
   json_decref(refused);
-  /* The call is cancelled: it withdraws its question, and writes nothing. */
-  json_t *withdrawn = stdio_next(s);
-  assert_true(withdraws(withdrawn, "The call no longer waits for it"));
-  json_decref(withdrawn);
+  expect_withdrawn(s); /* the call is cancelled, and writes nothing */
   send_sampling_answer(s, ask, NULL);
   assert_int_equal(await_stdio_end(s), TG_E_NOTFOUND);
   assert_int_equal(asked_rows(w), asked);
@@ -993,9 +995,7 @@ static void test_stdio_revoked_token_cancels_the_call(void **state) {
   long asked = asked_rows(w);
   stdio_run *s = start_asking_call_with(w, token, INITIALIZE, ASK_WRITE(2), NULL);
   revoke_token(w, id);
-  json_t *withdrawn = stdio_next(s);
-  assert_true(withdraws(withdrawn, "The call no longer waits for it"));
-  json_decref(withdrawn);
+  expect_withdrawn(s);
   assert_int_equal(await_stdio_end(s), TG_E_NOTFOUND);
   assert_int_equal(asked_rows(w), asked);
   free(token);

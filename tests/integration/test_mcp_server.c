@@ -32,6 +32,11 @@
 #define MODERN_META                                                      \
   "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"," \
   "\"io.modelcontextprotocol/clientCapabilities\":{}}"
+/* A 2025-era initialize: id is a number; version and caps, its protocolVersion and
+ * capabilities (JSON text). */
+#define INITIALIZE(id, version, caps)                                                       \
+  "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"" \
+  version "\",\"capabilities\":" caps "}}"
 
 /* What a subscriptions/listen stream receives, from whichever thread tells it. */
 typedef struct feed {
@@ -147,8 +152,7 @@ static json_t *result_of(json_t *reply) {
 static void test_initialize_negotiates_legacy(void **state) {
   world *w = *state;
   json_t *r = send_msg(w,
-                       "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
-                       "\"protocolVersion\":\"2026-07-28\",\"capabilities\":{}}}",
+                       INITIALIZE(1, "2026-07-28", "{}"),
                        NULL, NULL);
   /* 2026-07-28 is never negotiated through initialize. */
   assert_string_equal(json_string_value(json_object_get(result_of(r), "protocolVersion")), "2025-11-25");
@@ -156,8 +160,7 @@ static void test_initialize_negotiates_legacy(void **state) {
   assert_null(json_object_get(result_of(r), "resultType"));
   json_decref(r);
   /* Once: a second initialize changes nothing. */
-  static const char older[] = "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"initialize\",\"params\":{"
-                              "\"protocolVersion\":\"2025-06-18\",\"capabilities\":{}}}";
+  static const char older[] = INITIALIZE(2, "2025-06-18", "{}");
   r = send_msg(w, older, NULL, NULL);
   assert_int_equal(error_code(r), TG_RPC_INVALID_REQUEST);
   json_decref(r);
@@ -601,8 +604,7 @@ static void test_stdio_pinning(void **state) {
   json_decref(r);
   assert_int_equal(w->session.era, TG_MCP_ERA_MODERN);
   r = send_msg(w,
-               "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"initialize\",\"params\":{"
-               "\"protocolVersion\":\"2025-11-25\",\"capabilities\":{}}}",
+               INITIALIZE(3, "2025-11-25", "{}"),
                NULL, NULL);
   assert_int_equal(error_code(r), TG_RPC_UNSUPPORTED_VERSION);
   json_decref(r);
@@ -624,8 +626,7 @@ static void test_stdio_pinning(void **state) {
 static void test_stdio_pinned_to_2025(void **state) {
   world *w = *state;
   json_t *r = send_msg(w,
-                       "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
-                       "\"protocolVersion\":\"2025-06-18\",\"capabilities\":{}}}",
+                       INITIALIZE(1, "2025-06-18", "{}"),
                        NULL, NULL);
   json_decref(r);
   assert_int_equal(w->session.era, TG_MCP_ERA_LEGACY);
@@ -717,8 +718,7 @@ static void test_progress_and_logging(void **state) {
 static void test_elicitation_asks_the_client(void **state) {
   world *w = *state;
   json_t *r = send_msg(w,
-                       "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
-                       "\"protocolVersion\":\"2025-11-25\",\"capabilities\":{\"elicitation\":{}}}}",
+                       INITIALIZE(1, "2025-11-25", "{\"elicitation\":{}}"),
                        NULL, NULL);
   json_decref(r);
   w->answer = json_pack("{s:s,s:{s:s}}", "action", "accept", "content", "username", "ada");
