@@ -190,12 +190,17 @@ static int write_telemetry(call_state *st, tg_db *db, tg_errcode code, const cha
 
 /* Refusals and failures keep their telemetry row in a transaction of their own, after any
  * rollback: the rollback must not erase the evidence. A refused call is no run of its own (it
- * never started); a call that ran and failed records its run as failed. */
+ * never started); a call that ran and failed records its run as failed, or as cancelled when
+ * its client cancelled it (or a stopping server did), so that an operator tells the two
+ * apart. */
 static void record_failure(call_state *st, tg_errcode code, const char *message, bool ran) {
   tg_db *db = st->env->db;
   if (!ran && !st->req->run_id) *st->run_id = '\0'; /* no run of its own was written */
+  const tg_client_channel *ch = st->req->client;
+  bool cancelled = ch && ch->was_cancelled && ch->was_cancelled(ch->self);
   int r = tg_db_begin(db);
-  if (r == TG_OK && ran && !st->run_written) r = open_own_run(st, db, "failed");
+  if (r == TG_OK && ran && !st->run_written)
+    r = open_own_run(st, db, cancelled ? "cancelled" : "failed");
   else if (r == TG_OK && ran) /* committed, then an after-commit step failed */
     r = tg_db_exec(db, "UPDATE agent_runs SET status = 'failed' WHERE id = $1",
                    json_pack("[s]", st->run_id), NULL);

@@ -693,6 +693,7 @@ static int m_tools_call(cx *c, json_t *params, json_t **ret) {
         .ask = !c->modern && c->req->io && c->req->io->ask ? channel_ask : NULL,
         .close_stream = c->req->io && c->req->io->close_stream ? channel_close_stream : NULL,
         .cancelled = c->req->inflight || c->req->abandoned ? channel_cancelled : NULL,
+        .was_cancelled = c->req->inflight || c->req->abandoned ? channel_cancelled : NULL,
         .check_result = channel_check_result,
     };
     tg_call_request call = {.principal_id = c->req->principal_id, .surface = TG_SURFACE_MCP,

@@ -402,6 +402,14 @@ static bool task_cancelled(void *self) {
   return cancelled;
 }
 
+static bool task_was_cancelled(void *self) {
+  task *k = self;
+  pthread_mutex_lock(&k->store->lock);
+  bool cancelled = k->cancel;
+  pthread_mutex_unlock(&k->store->lock);
+  return cancelled;
+}
+
 /* ---- the task's thread ---- */
 
 /* Decides how k ends (s terminal): clients see it once it is written (see keep_ends_locked). */
@@ -916,6 +924,7 @@ static void *task_main(void *arg) {
         .notify = task_notify,
         .detach = task_detach,
         .cancelled = task_cancelled,
+        .was_cancelled = task_was_cancelled,
         .check_result = task_check_result,
     };
     tg_call_request call = {.principal_id = k->principal, .surface = TG_SURFACE_MCP,

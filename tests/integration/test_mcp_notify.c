@@ -250,8 +250,11 @@ static void test_cancelled_call_gets_no_answer_and_writes_nothing(void **state) 
   assert_false(reply.subscribed);
   assert_string_equal(method_at(w->sent, 0), "sampling/createMessage");
   assert_int_equal(asked_rows(w), asked);
-  /* The failed call is still audited. */
+  /* The failed call is still audited, its run as cancelled. */
   assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs + 1);
+  assert_int_equal(fixture_count_where(w->f, "SELECT COUNT(*) AS n FROM agent_runs WHERE"
+                                             " status = 'cancelled'", NULL),
+                   1);
   /* A cancellation naming another request, or one already answered, changes nothing. */
   json_decref(w->cancel_msg);
   w->cancel_msg = json_loads(CANCEL(99), 0, NULL);
