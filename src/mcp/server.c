@@ -1292,7 +1292,7 @@ static int check_pinned(cx *c, tg_mcp_reply *reply) {
                     400, reply);
   else if (!c->modern && s->era == TG_MCP_ERA_MODERN && strcmp(msg->method, "initialize") == 0)
     r = reply_error(msg, TG_RPC_UNSUPPORTED_VERSION, "This connection speaks 2026-07-28",
-                    json_pack("{s:[s],s:O}", "supported", TG_MCP_MODERN_VERSION, "requested",
+                    json_pack("{s:[s],s:O?}", "supported", TG_MCP_MODERN_VERSION, "requested",
                               json_object_get(msg->params, "protocolVersion")),
                     400, reply);
   else if (!c->modern && s->era == TG_MCP_ERA_MODERN)
@@ -1445,6 +1445,13 @@ int tg_mcp_enter_requests(tg_mcp_inflight *t, const tg_rpc_msg *msg) {
 void tg_mcp_leave_requests(tg_mcp_inflight *t, const tg_rpc_msg *msg) {
   size_t i = 0;
   for (json_t *id; (id = next_request_id(msg, &i));) tg_mcp_inflight_end(t, id);
+}
+
+bool tg_mcp_reuses_cancelled_id(tg_mcp_inflight *t, const tg_rpc_msg *msg) {
+  size_t i = 0;
+  for (json_t *id; t && (id = next_request_id(msg, &i));)
+    if (tg_mcp_inflight_cancelled(t, id)) return true;
+  return false;
 }
 
 bool tg_mcp_names_request(const tg_rpc_msg *msg, json_t *id) {

@@ -55,8 +55,13 @@ typedef struct conn {
    * request waits for, a message dropped for the full queue. */
   _Atomic int64_t stray_logged_ms, dropped_logged_ms;
   bool revoked; /* the reader found the token revoked while a request was served */
-  int told_to_stop; /* readable: stop (-1: never) */
-  bool interrupted; /* it was */
+  int64_t next_token_check; /* the reader's, while a request is served (monotonic ms) */
+  bool reader_stopped;      /* the reader was told to stop */
+  /* Readable: stop (-1: never), which the watcher thread waits for, also once the input
+   * ended; interrupted once it did. */
+  int told_to_stop, watch_end[2];
+  _Atomic bool interrupted;
+  bool modern; /* the connection speaks 2026-07-28, as the serving thread last saw */
 } conn;
 
 /* Writes one encoded message (text, freed) as a line. */
@@ -106,38 +111,34 @@ static void cancel_for_revoked_token(conn *c) {
   wake(c);
 }
 
-static void check_token_while_busy(conn *c) {
-  pthread_mutex_lock(&c->lock);
-  bool busy = c->busy;
-  pthread_mutex_unlock(&c->lock);
-  if (busy && token_stands_for_reader(c) == TG_E_NOTFOUND) cancel_for_revoked_token(c);
+/* Looks at the token, as the serving thread does when idle, every IDLE_TICK_MS while a
+ * request is served; returns how long until the next look (ms), -1 without a token. */
+static int check_token_while_busy(conn *c) {
+  if (!c->token) return -1;
+  int64_t now = tg_monotonic_ms();
+  if (now >= c->next_token_check) {
+    c->next_token_check = now + IDLE_TICK_MS;
+    pthread_mutex_lock(&c->lock);
+    bool busy = c->busy;
+    pthread_mutex_unlock(&c->lock);
+    if (busy && token_stands_for_reader(c) == TG_E_NOTFOUND) cancel_for_revoked_token(c);
+  }
+  int64_t left = c->next_token_check - tg_monotonic_ms();
+  return left > 0 ? (int)left : 0;
 }
 
-/* Refills the chunk. Returns the bytes read, 0 at EOF, on a read error or when told to stop. */
+/* Refills the chunk. Returns the bytes read, 0 at EOF, on a read error or when told to stop
+ * (c->reader_stopped: a line begun is no message then). */
 static size_t refill(conn *c) {
   for (;;) {
-    struct pollfd p[3] = {{.fd = c->in, .events = POLLIN},
-                          {.fd = c->stop[0], .events = POLLIN},
-                          {.fd = c->told_to_stop, .events = POLLIN}};
-    int ready = poll(p, 3, c->token ? IDLE_TICK_MS : -1);
-    if (ready < 0) {
-      if (errno == EINTR) continue;
+    struct pollfd p[2] = {{.fd = c->in, .events = POLLIN}, {.fd = c->stop[0], .events = POLLIN}};
+    int ready = poll(p, 2, check_token_while_busy(c));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0 || p[1].revents) {
+      c->reader_stopped = true;
       return 0;
     }
-    if (ready == 0) {
-      check_token_while_busy(c);
-      continue;
-    }
-    if (p[1].revents) return 0;
-    if (p[2].revents) {
-      tg_log(TG_LOG_INFO, "mcp: told to stop: the requests not answered yet are cancelled");
-      pthread_mutex_lock(&c->lock);
-      c->interrupted = true;
-      pthread_mutex_unlock(&c->lock);
-      tg_mcp_inflight_cancel_all(c->req->inflight);
-      wake(c);
-      return 0;
-    }
+    if (ready == 0) continue;
     ssize_t n = read(c->in, c->chunk, READ_CHUNK);
     if (n < 0 && errno == EINTR) continue;
     c->pos = 0;
@@ -155,7 +156,10 @@ static int read_line(conn *c, size_t *len) {
   bool too_long = false, any = false;
   *len = 0;
   for (;;) {
-    if (c->pos == c->len && refill(c) == 0) break;
+    if (c->pos == c->len && refill(c) == 0) {
+      if (c->reader_stopped) return GOT_EOF;
+      break;
+    }
     char ch = c->chunk[c->pos++];
     any = true;
     if (ch == '\n') break;
@@ -324,7 +328,7 @@ static int take(conn *c, tg_rpc_msg *msg) {
     tg_rpc_msg_done(msg);
     return r;
   }
-  if (msg->kind == TG_RPC_REQUEST && tg_mcp_inflight_cancelled(c->req->inflight, msg->id)) {
+  if (tg_mcp_reuses_cancelled_id(c->req->inflight, msg)) {
     r = write_message(c, refusal_of(msg, TG_RPC_INVALID_REQUEST, TG_MCP_INFLIGHT_REUSED_ID, NULL));
     tg_rpc_msg_done(msg);
     return r;
@@ -334,10 +338,10 @@ static int take(conn *c, tg_rpc_msg *msg) {
    * is answered here, at once: that request may take long (a call, served or just queued),
    * and a client checks with ping that the server lives. Behind notifications and pings
    * alone, it waits its turn: its answer then tells that they were served. (One with a
-   * 2026-07-28 claim, which has no ping, waits its turn for its error.) */
+   * 2026-07-28 claim, or on a connection that speaks 2026-07-28, which has no ping, waits
+   * its turn for its error.) */
   if (msg->kind == TG_RPC_REQUEST && strcmp(msg->method, "ping") == 0 &&
-      (c->busy || long_queued(c)) &&
-      !tg_mcp_has_claim(msg)) {
+      (c->busy || long_queued(c)) && !c->modern && !tg_mcp_has_claim(msg)) {
     pthread_mutex_unlock(&c->lock);
     /* A revoked token is refused here too, and then cancels the call; the connection ends
      * once the call has. */
@@ -434,13 +438,21 @@ static int serve_one(conn *c, tg_rpc_msg *msg) {
    * waits its turn, to be followed by the list check the serving thread makes. */
   pthread_mutex_lock(&c->lock);
   c->takes_batches = tg_mcp_takes_batches(c->req->session);
+  c->modern = c->req->session->era == TG_MCP_ERA_MODERN;
   c->busy = false;
+  bool revoked = c->revoked;
   pthread_mutex_unlock(&c->lock);
   if (r < 0) {
     json_t *err = refusal_of(msg, TG_RPC_INTERNAL_ERROR, "Out of memory", NULL);
     r = err ? write_message(c, err) : r;
   } else if (reply.text) {
     r = write_text(c, reply.text);
+  } else if (request && revoked) {
+    /* Cancelled as the token was revoked, not by its client: it is told why. */
+    r = write_message(c, tg_rpc_error(msg->id, TG_RPC_INVALID_REQUEST,
+                                      "The token this server runs with was revoked while "
+                                      "this request was served",
+                                      NULL));
   }
   tg_rpc_msg_done(msg);
   return r;
@@ -530,12 +542,43 @@ static bool next_queued(conn *c, tg_rpc_msg *ret, int *status) {
   return got;
 }
 
+/* ---- the watcher of the signal to stop ---- */
+
+/* Waits for the signal to stop (c->told_to_stop) or for the end of serving (watch_end):
+ * told to stop, it cancels what was read and not answered, and ends the reader, which may
+ * have ended already (serving then goes on with the tasks' grace, which it also ends). */
+static void *watcher_main(void *arg) {
+  conn *c = arg;
+  struct pollfd p[2] = {{.fd = c->told_to_stop, .events = POLLIN},
+                        {.fd = c->watch_end[0], .events = POLLIN}};
+  while (poll(p, 2, -1) < 0 && errno == EINTR) continue;
+  if (p[1].revents || !p[0].revents) return NULL;
+  tg_log(TG_LOG_INFO, "mcp: told to stop: the requests not answered yet, and the tasks, are "
+                      "cancelled");
+  atomic_store(&c->interrupted, true);
+  tg_mcp_inflight_cancel_all(c->req->inflight);
+  wake(c);
+  if (write(c->stop[1], "", 1) != 1) tg_log(TG_LOG_WARN, "mcp: the reader could not be told to stop");
+  return NULL;
+}
+
+/* Gives the tasks at work their grace, which a signal to stop ends: how many are left. */
+static unsigned await_tasks(conn *c) {
+  int64_t deadline = tg_monotonic_ms() + TG_MCP_STDIO_STOP_GRACE_MS;
+  for (;;) {
+    int64_t now = tg_monotonic_ms(), slice = now + 100;
+    unsigned left = tg_mcp_tasks_await(c->srv->tasks, slice < deadline ? slice : deadline);
+    if (!left || atomic_load(&c->interrupted) || tg_monotonic_ms() >= deadline) return left;
+  }
+}
+
 int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *principal_id,
                        const char *token, FILE *in, FILE *out, int stop_fd) {
   /* One process, one client: every list change can reach it. */
   tg_mcp_server served = *srv;
   served.list_changes = true;
-  conn c = {.in = fileno(in), .out = out, .stop = {-1, -1}, .chunk = malloc(READ_CHUNK),
+  conn c = {.in = fileno(in), .out = out, .stop = {-1, -1}, .watch_end = {-1, -1},
+            .chunk = malloc(READ_CHUNK),
             .line = malloc(TG_RPC_MAX_BODY + 1),
             .queue = calloc(TG_MCP_STDIO_QUEUE_MAX + 1, sizeof(tg_rpc_msg)),
             .sizes = calloc(TG_MCP_STDIO_QUEUE_MAX + 1, sizeof(size_t)), .srv = &served,
@@ -553,11 +596,20 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
                                                   : TG_E_NOMEM;
   if (r == 0) r = tg_mcp_inflight_new(wake, &c, &req.inflight);
   if (r == 0) r = tg_mcp_watch_new(io_send, &c, &req.watch);
-  if (r == 0 && pipe2(c.stop, O_CLOEXEC) != 0) r = TG_E_IO; /* not for a tool's children */
-  pthread_t reader;
+  /* Not for a tool's children. */
+  if (r == 0 && (pipe2(c.stop, O_CLOEXEC) != 0 || pipe2(c.watch_end, O_CLOEXEC) != 0))
+    r = TG_E_IO;
+  pthread_t reader, watcher;
+  bool watching = r == 0 && stop_fd >= 0 && pthread_create(&watcher, NULL, watcher_main, &c) == 0;
+  if (r == 0 && stop_fd >= 0 && !watching) r = TG_E_NOMEM;
   bool reading = r == 0 && pthread_create(&reader, NULL, reader_main, &c) == 0;
   if (r == 0 && !reading) r = TG_E_NOMEM;
   for (tg_rpc_msg msg; r == 0 && next_queued(&c, &msg, &r);) {
+    if (atomic_load(&c.interrupted)) { /* cancelled: not served, not answered */
+      tg_mcp_leave_requests(req.inflight, &msg);
+      tg_rpc_msg_done(&msg);
+      continue;
+    }
     int stands = token_stands(&c);
     r = stands == TG_OK ? serve_one(&c, &msg) : refuse_unstanding(&c, &msg, stands);
     if (r == 0 && stands == TG_OK) r = check_lists(&c);
@@ -571,15 +623,20 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   for (size_t i = 0; i < c.queued; i++)
     if (r == TG_E_NOTFOUND) refuse_unstanding(&c, &c.queue[i], r);
     else tg_rpc_msg_done(&c.queue[i]);
-  for (int i = 0; i < 2; i++)
+  unsigned working = r == TG_E_NOTFOUND ? 0 : await_tasks(&c);
+  if (working)
+    tg_log(TG_LOG_WARN, "mcp: %u tasks still at work as serving ends are cancelled", working);
+  if (watching) {
+    if (write(c.watch_end[1], "", 1) != 1) tg_log(TG_LOG_WARN, "mcp: the watcher could not be told to end");
+    pthread_join(watcher, NULL);
+  }
+  for (int i = 0; i < 2; i++) {
     if (c.stop[i] >= 0) close(c.stop[i]);
+    if (c.watch_end[i] >= 0) close(c.watch_end[i]);
+  }
   tg_mcp_watch_free(req.watch);
   tg_mcp_inflight_free(req.inflight);
   tg_mcp_session_done(&session);
-  long long grace = c.interrupted ? 0 : TG_MCP_STDIO_STOP_GRACE_MS;
-  if (r != TG_E_NOTFOUND && tg_mcp_tasks_await(served.tasks, tg_monotonic_ms() + grace))
-    tg_log(TG_LOG_WARN, "mcp: tasks still at work %lld ms after serving stopped are cancelled",
-           grace);
   tg_mcp_server_done(&served);
   pthread_cond_destroy(&c.changed);
   pthread_mutex_destroy(&c.lock);

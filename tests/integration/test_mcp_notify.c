@@ -750,6 +750,16 @@ static bool withdraws(json_t *msg, const char *reason) {
          strcmp(json_string_value(json_object_get(params, "reason")), reason) == 0;
 }
 
+/* The next line answers request id that the token was revoked while it was served. */
+static void expect_revoked_while_served(stdio_run *s, json_int_t id) {
+  json_t *refused = stdio_next(s);
+  const char *why = NULL;
+  assert_int_equal(json_integer_value(json_object_get(refused, "id")), id);
+  assert_int_equal(error_code(refused, &why), TG_RPC_INVALID_REQUEST);
+  assert_non_null(strstr(why, "revoked while this request was served"));
+  json_decref(refused);
+}
+
 /* The next line withdraws the server's question, as its call no longer waits for it. */
 static void expect_withdrawn(stdio_run *s) {
   json_t *withdrawn = stdio_next(s);
@@ -999,6 +1009,29 @@ static void test_stdio_revoked_token_cancels_the_call(void **state) {
   stdio_run *s = start_asking_call_with(w, token, INITIALIZE, ASK_WRITE(2), NULL);
   revoke_token(w, id);
   expect_withdrawn(s);
+  expect_revoked_while_served(s, 2);
+  assert_int_equal(await_stdio_end(s), TG_E_NOTFOUND);
+  assert_int_equal(asked_rows(w), asked);
+  free(token);
+}
+
+/* The same while the client keeps sending (notifications, here): the reader looks at the
+ * token every two seconds all the same. */
+static void test_stdio_revoked_token_found_amid_traffic(void **state) {
+  world *w = *state;
+  char id[TG_UUID_LEN + 1];
+  char *token = agent_token(w, id);
+  long asked = asked_rows(w);
+  stdio_run *s = start_asking_call_with(w, token, INITIALIZE, ASK_WRITE(2), NULL);
+  revoke_token(w, id);
+  for (int i = 0;; i++) {
+    stdio_send(s, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/roots/list_changed\"}");
+    struct pollfd p = {.fd = s->from_server, .events = POLLIN};
+    if (poll(&p, 1, 200) == 1) break;
+    if (i == HANG_GUARD_MS / 200) fail_msg("the revoked token was never found");
+  }
+  expect_withdrawn(s);
+  expect_revoked_while_served(s, 2);
   assert_int_equal(await_stdio_end(s), TG_E_NOTFOUND);
   assert_int_equal(asked_rows(w), asked);
   free(token);
@@ -1340,6 +1373,66 @@ static void test_stdio_id_of_a_request_being_cancelled(void **state) {
   stdio_stop(s);
 }
 
+/* Told to stop once its input ended, the server does not give its tasks at work their grace:
+ * a task that would have completed within it is cancelled. */
+static void test_stdio_told_to_stop_in_the_grace(void **state) {
+  world *w = *state;
+  stdio_run *s = stdio_start(w);
+  stdio_send(s, "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":"
+                "\"slow_compute\",\"arguments\":{\"seconds\":5},\"_meta\":{"
+                "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+                "\"io.modelcontextprotocol/clientCapabilities\":{\"extensions\":{"
+                "\"io.modelcontextprotocol/tasks\":{}}}}}}");
+  json_decref(stdio_next(s)); /* the task */
+  close(s->to_server);
+  s->to_server = -1;
+  assert_int_equal(write(s->stop[1], "", 1), 1);
+  assert_int_equal(stdio_join(s), 0);
+  assert_int_equal(fixture_count_where(w->f, "SELECT COUNT(*) AS n FROM mcp_tasks WHERE "
+                                             "json_extract(task, '$.status') = 'cancelled'",
+                                       NULL),
+                   1);
+}
+
+/* A batch holding a request whose id names one cancelled and still ending is refused whole,
+ * each of its requests answered, none served. */
+static void test_stdio_batch_reusing_an_id_being_cancelled(void **state) {
+  world *w = *state;
+  held = true;
+  stdio_run *s = start_running_call_at(w, INITIALIZE_AT("2025-03-26"));
+  stdio_send(s, CANCEL(2) "\n[" LIST(2) "," PING(8) "]");
+  json_t *refused = expect_batch_answer(s, (json_int_t[]){2, 8}, 2);
+  const char *why = NULL;
+  assert_int_equal(error_code(json_array_get(refused, 1), &why), TG_RPC_INVALID_REQUEST);
+  assert_non_null(strstr(why, "still being cancelled"));
+  json_decref(refused);
+  pthread_mutex_lock(&await_lock);
+  held = false;
+  pthread_cond_broadcast(&await_started);
+  pthread_mutex_unlock(&await_lock);
+  stdio_stop(s);
+}
+
+/* On a connection that speaks 2026-07-28, which has no ping, a ping is not answered at once
+ * behind a call: it waits its turn for its error. */
+static void test_stdio_ping_on_2026_waits_its_turn(void **state) {
+  world *w = *state;
+  awaiting = false;
+  stdio_run *s = stdio_start(w);
+  stdio_send(s, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{" MODERN_META "}}");
+  expect_answer(s, 1);
+  stdio_send(s, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":"
+                "\"test_await_cancel\"," MODERN_META "}}");
+  await_started_call();
+  stdio_send(s, PING(3));
+  stdio_send(s, CANCEL(2));
+  json_t *refused = stdio_next(s); /* the call, cancelled, has no answer */
+  assert_int_equal(json_integer_value(json_object_get(refused, "id")), 3);
+  assert_int_equal(error_code(refused, NULL), TG_RPC_INVALID_PARAMS);
+  json_decref(refused);
+  stdio_stop(s);
+}
+
 /* An error naming no request, sent while the server's question waits (its client could not
  * read the question), answers that question at once: the call fails without waiting out the
  * ask timeout, and writes nothing. */
@@ -1364,6 +1457,9 @@ static void test_stdio_told_to_stop(void **state) {
   long asked = asked_rows(w);
   stdio_run *s = start_running_call(w);
   stdio_send(s, LIST(3));
+  stdio_send(s, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"no/such\"}");
+  static const char partial[] = "{\"jsonrpc\":\"2.0\",\"id\":5,"; /* no line yet */
+  assert_int_equal(write(s->to_server, partial, strlen(partial)), (ssize_t)strlen(partial));
   assert_int_equal(write(s->stop[1], "", 1), 1);
   char out[4096];
   size_t n = 0;
@@ -1373,7 +1469,7 @@ static void test_stdio_told_to_stop(void **state) {
     if ((got = read(s->from_server, out + n, sizeof out - 1 - n)) <= 0) break;
   }
   out[n] = 0;
-  assert_null(strstr(out, "\"id\"")); /* no answer, to the call or to the list */
+  assert_null(strstr(out, "\"id\"")); /* no answer: to the call, the list, the unknown method */
   assert_int_equal(stdio_join(s), 0);
   assert_int_equal(asked_rows(w), asked);
 }
@@ -1425,6 +1521,13 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_stdio_message_at_the_limit_with_crlf, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_ends_with_its_token, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_told_to_stop, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_ping_on_2026_waits_its_turn, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_told_to_stop_in_the_grace, setup_fixtures,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_batch_reusing_an_id_being_cancelled, setup_kit,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_revoked_token_found_amid_traffic, setup_kit,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_stdio_unnamed_error_answers_the_question, setup_kit,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_stdio_revoked_token_cancels_the_call, setup_kit,

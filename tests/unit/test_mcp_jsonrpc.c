@@ -76,6 +76,14 @@ static void test_shape_errors(void **state) {
   /* Positional params are JSON-RPC's, but no MCP method takes them. */
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":[1]}", TG_RPC_INVALID_PARAMS);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":\"a\"}", TG_RPC_INVALID_REQUEST);
+  /* A notification with them is one still, and gets no answer: its params go unread. */
+  static const char note[] = "{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":[1]}";
+  tg_rpc_msg msg;
+  json_t *err = NULL;
+  assert_int_equal(tg_rpc_decode(note, strlen(note), &msg, &err), 0);
+  assert_int_equal(msg.kind, TG_RPC_NOTIFICATION);
+  assert_null(msg.params);
+  tg_rpc_msg_done(&msg);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1}", TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{},\"error\":{\"code\":1}}", TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":\"x\"}}", TG_RPC_INVALID_REQUEST);
