@@ -35,6 +35,12 @@
 #define LIST(id) "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"tools/list\"}"
 #define AWAIT_CANCEL(id) \
   "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"tools/call\",\"params\":{\"name\":\"test_await_cancel\"}}"
+/* A 2026-07-28 call of slow_compute for seconds (JSON text) from a client that takes tasks. */
+#define SLOW_TASK(seconds)                                                                     \
+  "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":\"slow_compute\"," \
+  "\"arguments\":{\"seconds\":" seconds "},\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":"  \
+  "\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{\"extensions\":{"                 \
+  "\"io.modelcontextprotocol/tasks\":{}}}}}}"
 #define HANG_GUARD_MS 30000 /* a read that waits this long means the server hung: not a timing check */
 
 /* An interactive tool that records an activity row, then asks the client: a cancellation
@@ -90,6 +96,13 @@ static bool awaiting;
 /* Set: once it learnt of its cancellation, the tool waits for held to be cleared before it
  * ends, so that its request stays in flight meanwhile. */
 static bool held;
+
+static void release_held(void) {
+  pthread_mutex_lock(&await_lock);
+  held = false;
+  pthread_cond_broadcast(&await_started);
+  pthread_mutex_unlock(&await_lock);
+}
 
 static int await_cancel(tg_call_ctx *cx, json_t *args, json_t **ret) {
   (void)args;
@@ -998,33 +1011,17 @@ static void test_stdio_ping_during_a_call_checks_the_token(void **state) {
   free(token);
 }
 
-/* A token revoked while a call waits on its client, with nothing more coming from it: the
- * reader finds it so within its idle tick, cancels the call (nothing of it is written) and
+/* A token revoked while a call waits on its client: the reader finds it so within its tick
+ * of two seconds, whether the client sends nothing more or keeps sending (notifications,
+ * with chatty), cancels the call (nothing of it is written, and its request is told why) and
  * the connection ends. */
-static void test_stdio_revoked_token_cancels_the_call(void **state) {
-  world *w = *state;
+static void revoked_while_asking(world *w, bool chatty) {
   char id[TG_UUID_LEN + 1];
   char *token = agent_token(w, id);
   long asked = asked_rows(w);
   stdio_run *s = start_asking_call_with(w, token, INITIALIZE, ASK_WRITE(2), NULL);
   revoke_token(w, id);
-  expect_withdrawn(s);
-  expect_revoked_while_served(s, 2);
-  assert_int_equal(await_stdio_end(s), TG_E_NOTFOUND);
-  assert_int_equal(asked_rows(w), asked);
-  free(token);
-}
-
-/* The same while the client keeps sending (notifications, here): the reader looks at the
- * token every two seconds all the same. */
-static void test_stdio_revoked_token_found_amid_traffic(void **state) {
-  world *w = *state;
-  char id[TG_UUID_LEN + 1];
-  char *token = agent_token(w, id);
-  long asked = asked_rows(w);
-  stdio_run *s = start_asking_call_with(w, token, INITIALIZE, ASK_WRITE(2), NULL);
-  revoke_token(w, id);
-  for (int i = 0;; i++) {
+  for (int i = 0; chatty; i++) {
     stdio_send(s, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/roots/list_changed\"}");
     struct pollfd p = {.fd = s->from_server, .events = POLLIN};
     if (poll(&p, 1, 200) == 1) break;
@@ -1035,6 +1032,14 @@ static void test_stdio_revoked_token_found_amid_traffic(void **state) {
   assert_int_equal(await_stdio_end(s), TG_E_NOTFOUND);
   assert_int_equal(asked_rows(w), asked);
   free(token);
+}
+
+static void test_stdio_revoked_token_cancels_the_call(void **state) {
+  revoked_while_asking(*state, false);
+}
+
+static void test_stdio_revoked_token_found_amid_traffic(void **state) {
+  revoked_while_asking(*state, true);
 }
 
 /* A ping written right behind a call, in the same write, is answered at once: it would
@@ -1267,6 +1272,16 @@ static void test_stdio_batch_refused_behind_a_full_queue(void **state) {
   stdio_stop(s);
 }
 
+/* The next line refuses request id, as the queue behind the running call (2) is full; then
+ * the call is cancelled, for the queue to be served. */
+static void expect_queue_full(stdio_run *s, json_int_t id) {
+  json_t *msg = stdio_next(s);
+  assert_int_equal(json_integer_value(json_object_get(msg, "id")), id);
+  assert_int_equal(error_code(msg, NULL), TG_RPC_INTERNAL_ERROR);
+  json_decref(msg);
+  stdio_send(s, CANCEL(2));
+}
+
 /* The queue is bounded in bytes too: behind a running call, four requests of 4 MB wait (16 MB
  * in all), a fifth is refused at once. */
 static void test_stdio_queue_bounded_in_bytes(void **state) {
@@ -1290,12 +1305,7 @@ static void test_stdio_queue_bounded_in_bytes(void **state) {
     stdio_send(s, big);
   }
   free(big);
-  json_t *msg = stdio_next(s);
-  assert_int_equal(json_integer_value(json_object_get(msg, "id")), 10 + BIG);
-  assert_int_equal(json_integer_value(json_object_get(json_object_get(msg, "error"), "code")),
-                   TG_RPC_INTERNAL_ERROR);
-  json_decref(msg);
-  stdio_send(s, CANCEL(2));
+  expect_queue_full(s, 10 + BIG);
   for (int i = 0; i < BIG; i++) expect_answer(s, 10 + i);
   stdio_stop(s);
 }
@@ -1337,11 +1347,7 @@ static void test_stdio_queue_bounded_by_what_it_holds(void **state) {
     stdio_send(s, wide);
   }
   free(wide);
-  json_t *msg = stdio_next(s);
-  assert_int_equal(json_integer_value(json_object_get(msg, "id")), 6);
-  assert_int_equal(error_code(msg, NULL), TG_RPC_INTERNAL_ERROR);
-  json_decref(msg);
-  stdio_send(s, CANCEL(2));
+  expect_queue_full(s, 6);
   expect_answer(s, 5);
   stdio_stop(s);
 }
@@ -1360,10 +1366,7 @@ static void test_stdio_id_of_a_request_being_cancelled(void **state) {
   assert_int_equal(error_code(refused, &why), TG_RPC_INVALID_REQUEST);
   assert_non_null(strstr(why, "still being cancelled"));
   json_decref(refused);
-  pthread_mutex_lock(&await_lock);
-  held = false;
-  pthread_cond_broadcast(&await_started);
-  pthread_mutex_unlock(&await_lock);
+  release_held();
   /* Once the cancelled request ended (a request served after it is answered), its id is
    * free again. */
   stdio_send(s, LIST(3));
@@ -1378,11 +1381,7 @@ static void test_stdio_id_of_a_request_being_cancelled(void **state) {
 static void test_stdio_told_to_stop_in_the_grace(void **state) {
   world *w = *state;
   stdio_run *s = stdio_start(w);
-  stdio_send(s, "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":"
-                "\"slow_compute\",\"arguments\":{\"seconds\":5},\"_meta\":{"
-                "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
-                "\"io.modelcontextprotocol/clientCapabilities\":{\"extensions\":{"
-                "\"io.modelcontextprotocol/tasks\":{}}}}}}");
+  stdio_send(s, SLOW_TASK("5"));
   json_decref(stdio_next(s)); /* the task */
   close(s->to_server);
   s->to_server = -1;
@@ -1406,10 +1405,7 @@ static void test_stdio_batch_reusing_an_id_being_cancelled(void **state) {
   assert_int_equal(error_code(json_array_get(refused, 1), &why), TG_RPC_INVALID_REQUEST);
   assert_non_null(strstr(why, "still being cancelled"));
   json_decref(refused);
-  pthread_mutex_lock(&await_lock);
-  held = false;
-  pthread_cond_broadcast(&await_started);
-  pthread_mutex_unlock(&await_lock);
+  release_held();
   stdio_stop(s);
 }
 
@@ -1479,11 +1475,7 @@ static void test_stdio_told_to_stop(void **state) {
 static void test_stdio_end_gives_a_task_at_work_its_grace(void **state) {
   world *w = *state;
   stdio_run *s = stdio_start(w);
-  stdio_send(s, "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":"
-                "\"slow_compute\",\"arguments\":{\"seconds\":1},\"_meta\":{"
-                "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
-                "\"io.modelcontextprotocol/clientCapabilities\":{\"extensions\":{"
-                "\"io.modelcontextprotocol/tasks\":{}}}}}}");
+  stdio_send(s, SLOW_TASK("1"));
   json_t *started = stdio_next(s);
   assert_string_equal(json_string_value(json_object_get(json_object_get(started, "result"),
                                                         "resultType")),
