@@ -197,7 +197,7 @@ static void record_failure(call_state *st, tg_errcode code, const char *message,
   tg_db *db = st->env->db;
   if (!ran && !st->req->run_id) *st->run_id = '\0'; /* no run of its own was written */
   const tg_client_channel *ch = st->req->client;
-  bool cancelled = ch && ch->was_cancelled && ch->was_cancelled(ch->self);
+  bool cancelled = ch && ch->cancel_heard && ch->cancel_heard(ch->self);
   int r = tg_db_begin(db);
   if (r == TG_OK && ran && !st->run_written)
     r = open_own_run(st, db, cancelled ? "cancelled" : "failed");

@@ -57,10 +57,11 @@ typedef struct tg_client_channel {
    * (NULL when the surface cannot tell). Its answer is never sent, so a handler that learns
    * it should fail: failing rolls back what it wrote. */
   bool (*cancelled)(void *self);
-  /* The same, asked by the gate once the handler failed, to record the call's run as
-   * cancelled rather than failed; unlike cancelled it never counts as the handler learning
-   * of it (NULL: the run is recorded as failed). */
-  bool (*was_cancelled)(void *self);
+  /* Whether the handler learnt through cancelled that the call was cancelled: asked by the
+   * gate once the handler failed, to record the call's run as cancelled rather than failed
+   * (NULL: failed). A failure the handler met on its own, though a cancellation came, stays
+   * one. */
+  bool (*cancel_heard)(void *self);
 } tg_client_channel;
 
 /* Whether a client that declared capabilities (its ClientCapabilities object) can answer a

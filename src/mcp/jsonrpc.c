@@ -225,10 +225,13 @@ static int classify(json_t *root, tg_rpc_msg *msg, json_t **ret_error) {
     why = "id must be a string or an integer";
   } else if (method) {
     if (!json_is_string(method) || json_string_length(method) == 0) why = "method must be a string";
-    else if (json_is_array(params) && id) code = TG_RPC_INVALID_PARAMS; /* JSON-RPC's; not MCP's */
-    else if (json_is_array(params)) params = NULL; /* a notification: no answer, its params unread */
-    else if (params && !json_is_object(params)) why = "params must be an object";
+    else if (params && !json_is_object(params) && !json_is_array(params))
+      why = "params must be an object";
     else if (result || error) why = "a request carries no result or error";
+    /* Positional params are JSON-RPC's, not MCP's: a request is refused, a notification's go
+     * unread (it has no answer). */
+    else if (json_is_array(params) && id) code = TG_RPC_INVALID_PARAMS;
+    else if (json_is_array(params)) params = NULL;
   } else if (!id) {
     why = "a message needs a method or an id";
   } else if (!!result == !!error) {

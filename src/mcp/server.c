@@ -492,6 +492,9 @@ bool tg_mcp_is_input_required(json_t *result) {
 
 typedef struct call_channel {
   cx *c;
+  /* channel_cancelled said so: the handler (or the channel's own ask) learnt of it. Atomic:
+   * a task's starter asks too, on its own thread. */
+  atomic_bool heard_cancel;
   /* The JSON-RPC error answering the request instead of the result (check_result). */
   int refused_code;
   const char *refused_message;
@@ -541,8 +544,14 @@ static int channel_close_stream(void *self) {
 static bool channel_cancelled(void *self) {
   call_channel *ch = self;
   const tg_mcp_request *req = ch->c->req;
-  return (req->abandoned && atomic_load(req->abandoned)) ||
-         (req->inflight && tg_mcp_inflight_cancelled(req->inflight, ch->c->msg->id));
+  bool cancelled = (req->abandoned && atomic_load(req->abandoned)) ||
+                   (req->inflight && tg_mcp_inflight_cancelled(req->inflight, ch->c->msg->id));
+  if (cancelled) atomic_store(&ch->heard_cancel, true);
+  return cancelled;
+}
+
+static bool channel_cancel_heard(void *self) {
+  return atomic_load(&((call_channel *)self)->heard_cancel);
 }
 
 static int channel_ask(void *self, const char *method, json_t *params, json_t **ret) {
@@ -693,7 +702,7 @@ static int m_tools_call(cx *c, json_t *params, json_t **ret) {
         .ask = !c->modern && c->req->io && c->req->io->ask ? channel_ask : NULL,
         .close_stream = c->req->io && c->req->io->close_stream ? channel_close_stream : NULL,
         .cancelled = c->req->inflight || c->req->abandoned ? channel_cancelled : NULL,
-        .was_cancelled = c->req->inflight || c->req->abandoned ? channel_cancelled : NULL,
+        .cancel_heard = channel_cancel_heard,
         .check_result = channel_check_result,
     };
     tg_call_request call = {.principal_id = c->req->principal_id, .surface = TG_SURFACE_MCP,

@@ -54,14 +54,19 @@ typedef struct conn {
   /* When the lines the client can cause were last logged (see tg_log_may): a response no
    * request waits for, a message dropped for the full queue. */
   _Atomic int64_t stray_logged_ms, dropped_logged_ms;
-  bool revoked; /* the reader found the token revoked while a request was served */
+  /* The reader found the token revoked while a request was served: the request's
+   * abandoned flag, so that a call that waits fails before it commits, and its client gets
+   * its outcome. */
+  _Atomic bool revoked;
   int64_t next_token_check; /* the reader's, while a request is served (monotonic ms) */
   bool reader_stopped;      /* the reader was told to stop */
   /* Readable: stop (-1: never), which the watcher thread waits for, also once the input
    * ended; interrupted once it did. */
   int told_to_stop, watch_end[2];
   _Atomic bool interrupted;
-  bool modern; /* the connection speaks 2026-07-28, as the serving thread last saw */
+  /* What the connection speaks, as the serving thread last saw; or 2026-07-28 once the
+   * reader took a request of it on a connection that had not chosen yet. */
+  tg_mcp_era era;
 } conn;
 
 /* Writes one encoded message (text, freed) as a line. */
@@ -97,17 +102,12 @@ static int token_stands_for_reader(conn *c);
 static void wake(void *arg);
 
 /* While a call runs, the reader looks at the token as the serving thread does when idle (and
- * as it answers a ping): once it is revoked, the requests in flight are cancelled, so that a
- * call that waits (on its client, say) fails before it commits; the serving thread then
- * refuses what is left and the connection ends. */
+ * as it answers a ping): once it is revoked, the request served counts as cancelled, so that
+ * a call that waits (on its client, say) fails before it commits, and is answered with how it
+ * ended; the serving thread then refuses what is left and the connection ends. */
 static void cancel_for_revoked_token(conn *c) {
-  pthread_mutex_lock(&c->lock);
-  bool told = c->revoked;
-  c->revoked = true;
-  pthread_mutex_unlock(&c->lock);
-  if (told) return;
-  tg_log(TG_LOG_WARN, "mcp: the token was revoked while requests were served: they are cancelled");
-  tg_mcp_inflight_cancel_all(c->req->inflight);
+  if (atomic_exchange(&c->revoked, true)) return;
+  tg_log(TG_LOG_WARN, "mcp: the token was revoked while a request was served: it is cancelled");
   wake(c);
 }
 
@@ -318,6 +318,10 @@ static bool long_queued(const conn *c) {
 static int take(conn *c, tg_rpc_msg *msg) {
   size_t bytes = msg->held; /* a batch's, as it was read */
   int r;
+  if (atomic_load(&c->interrupted)) { /* read before the stop: neither served nor answered */
+    tg_rpc_msg_done(msg);
+    return TG_OK;
+  }
   if (take_at_once(c, msg, &r)) return r;
   pthread_mutex_lock(&c->lock);
   bool takes_batches = c->takes_batches;
@@ -341,7 +345,7 @@ static int take(conn *c, tg_rpc_msg *msg) {
    * 2026-07-28 claim, or on a connection that speaks 2026-07-28, which has no ping, waits
    * its turn for its error.) */
   if (msg->kind == TG_RPC_REQUEST && strcmp(msg->method, "ping") == 0 &&
-      (c->busy || long_queued(c)) && !c->modern && !tg_mcp_has_claim(msg)) {
+      (c->busy || long_queued(c)) && c->era != TG_MCP_ERA_MODERN && !tg_mcp_has_claim(msg)) {
     pthread_mutex_unlock(&c->lock);
     /* A revoked token is refused here too, and then cancels the call; the connection ends
      * once the call has. */
@@ -363,6 +367,10 @@ static int take(conn *c, tg_rpc_msg *msg) {
   size_t waiting = c->queued, waiting_bytes = c->queued_bytes; /* for the log, as they were */
   r = room ? tg_mcp_enter_requests(c->req->inflight, msg) : TG_OK;
   if (room && r == TG_OK) {
+    /* A 2026-07-28 request will choose the era of a connection that has not chosen yet. */
+    if (c->era == TG_MCP_ERA_NONE && msg->kind == TG_RPC_REQUEST && tg_mcp_has_claim(msg) &&
+        strcmp(msg->method, "server/discover") != 0)
+      c->era = TG_MCP_ERA_MODERN;
     c->sizes[c->queued] = bytes;
     c->queue[c->queued++] = *msg;
     c->queued_bytes += bytes;
@@ -438,21 +446,16 @@ static int serve_one(conn *c, tg_rpc_msg *msg) {
    * waits its turn, to be followed by the list check the serving thread makes. */
   pthread_mutex_lock(&c->lock);
   c->takes_batches = tg_mcp_takes_batches(c->req->session);
-  c->modern = c->req->session->era == TG_MCP_ERA_MODERN;
   c->busy = false;
-  bool revoked = c->revoked;
+  c->era = c->req->session->era;
   pthread_mutex_unlock(&c->lock);
   if (r < 0) {
     json_t *err = refusal_of(msg, TG_RPC_INTERNAL_ERROR, "Out of memory", NULL);
     r = err ? write_message(c, err) : r;
+  } else if (reply.text && atomic_load(&c->interrupted)) {
+    free(reply.text); /* told to stop: a batch's parts that ended before it go unanswered too */
   } else if (reply.text) {
     r = write_text(c, reply.text);
-  } else if (request && revoked) {
-    /* Cancelled as the token was revoked, not by its client: it is told why. */
-    r = write_message(c, tg_rpc_error(msg->id, TG_RPC_INVALID_REQUEST,
-                                      "The token this server runs with was revoked while "
-                                      "this request was served",
-                                      NULL));
   }
   tg_rpc_msg_done(msg);
   return r;
@@ -475,7 +478,8 @@ static int io_ask(void *self, json_t *request, json_t **ret) {
   bool timed_out = false;
   pthread_mutex_lock(&c->lock);
   for (int64_t left; r == 0 && !c->answer;) {
-    if (c->ended || tg_mcp_inflight_cancelled(c->req->inflight, c->serving)) {
+    if (c->ended || atomic_load(&c->revoked) ||
+        tg_mcp_inflight_cancelled(c->req->inflight, c->serving)) {
       r = TG_E_IO;
     } else if ((left = deadline - tg_monotonic_ms()) <= 0) {
       tg_log(TG_LOG_WARN, "mcp: the client did not answer within %lld ms", (long long)timeout);
@@ -514,11 +518,13 @@ static int refuse_unstanding(conn *c, tg_rpc_msg *msg, int r) {
 static bool next_queued(conn *c, tg_rpc_msg *ret, int *status) {
   pthread_mutex_lock(&c->lock);
   c->busy = false; /* the message taken before, if any, was refused */
-  while (!c->queued && !c->ended) {
+  /* The reader found the token revoked: nothing more to wait for. */
+  while (!c->queued && !c->ended && !atomic_load(&c->revoked)) {
     int64_t until = tg_monotonic_ms() + IDLE_TICK_MS;
-    for (int64_t left; !c->queued && !c->ended && (left = until - tg_monotonic_ms()) > 0;)
+    for (int64_t left; !c->queued && !c->ended && !atomic_load(&c->revoked) &&
+                       (left = until - tg_monotonic_ms()) > 0;)
       tg_timed_wait(&c->changed, &c->lock, left);
-    if (c->queued || c->ended) break;
+    if (c->queued || c->ended || atomic_load(&c->revoked)) break;
     pthread_mutex_unlock(&c->lock);
     /* Idle, it looks too: a revoked token ends the connection though no message comes, and
      * one that cannot be checked hears of no change. */
@@ -536,7 +542,7 @@ static bool next_queued(conn *c, tg_rpc_msg *ret, int *status) {
     memmove(c->queue, c->queue + 1, c->queued * sizeof c->queue[0]);
     memmove(c->sizes, c->sizes + 1, c->queued * sizeof c->sizes[0]);
   } else if (*status == 0) {
-    *status = c->status;
+    *status = atomic_load(&c->revoked) ? TG_E_NOTFOUND : c->status;
   }
   pthread_mutex_unlock(&c->lock);
   return got;
@@ -590,7 +596,7 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   tg_mcp_session_init(&session);
   tg_mcp_io io = {.self = &c, .send = io_send, .ask = io_ask};
   tg_mcp_request req = {.env = env, .principal_id = principal_id, .session = &session,
-                        .io = &io};
+                        .io = &io, .abandoned = &c.revoked};
   c.req = &req;
   int r = c.chunk && c.line && c.queue && c.sizes ? tg_mcp_server_prepare(&served, env)
                                                   : TG_E_NOMEM;

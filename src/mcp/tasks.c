@@ -402,12 +402,12 @@ static bool task_cancelled(void *self) {
   return cancelled;
 }
 
-static bool task_was_cancelled(void *self) {
+static bool task_cancel_heard(void *self) {
   task *k = self;
   pthread_mutex_lock(&k->store->lock);
-  bool cancelled = k->cancel;
+  bool heard = k->heard_cancel;
   pthread_mutex_unlock(&k->store->lock);
-  return cancelled;
+  return heard;
 }
 
 /* ---- the task's thread ---- */
@@ -924,7 +924,7 @@ static void *task_main(void *arg) {
         .notify = task_notify,
         .detach = task_detach,
         .cancelled = task_cancelled,
-        .was_cancelled = task_was_cancelled,
+        .cancel_heard = task_cancel_heard,
         .check_result = task_check_result,
     };
     tg_call_request call = {.principal_id = k->principal, .surface = TG_SURFACE_MCP,

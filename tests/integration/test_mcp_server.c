@@ -2217,6 +2217,14 @@ static void test_task_failure_after_cancel(void **state) {
   json_t *error = json_object_get(json_object_get(result, "structuredContent"), "error");
   assert_string_equal(str(error, "message"), "Failed on its own");
   json_decref(got);
+  /* Their runs say the same: cancelled, for the one that learnt of it; failed, for the one
+   * that failed on its own. */
+  assert_int_equal(fixture_count_where(w->f, "SELECT COUNT(*) AS n FROM agent_runs WHERE"
+                                             " status = 'cancelled'", NULL),
+                   1);
+  assert_int_equal(fixture_count_where(w->f, "SELECT COUNT(*) AS n FROM agent_runs WHERE"
+                                             " status = 'failed'", NULL),
+                   1);
   serve_usual_tools(w, reg);
   free(unheeding);
   free(heeds);

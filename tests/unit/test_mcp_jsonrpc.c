@@ -84,6 +84,7 @@ static void test_shape_errors(void **state) {
   assert_int_equal(msg.kind, TG_RPC_NOTIFICATION);
   assert_null(msg.params);
   tg_rpc_msg_done(&msg);
+  fails_with("{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":[1],\"result\":{}}", TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1}", TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{},\"error\":{\"code\":1}}", TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":\"x\"}}", TG_RPC_INVALID_REQUEST);
