@@ -19,13 +19,14 @@
 /* Serves messages from in until end of file. in is read through its file descriptor, not
  * its stdio buffer, so that an idle connection can wait on it. token: the API token that
  * named principal_id, or NULL; it is looked up again before each message and every few
- * seconds while idle, and once it is revoked serving stops (TG_E_NOTFOUND; a message that
- * found it so is refused; one the database cannot check is refused, to retry). Then the tasks
- * at work have TG_MCP_STDIO_STOP_GRACE_MS to end (unless the token was revoked): how they
- * end stays readable from another connection. Returns 0 at EOF, TG_E_IO on a write failure,
- * TG_E_NOMEM. */
-/* stop_fd (-1: none), once readable (a signal to stop, say), stops serving as the end of
- * input does, but for what was read and not answered yet, which is cancelled (a call that
- * waits fails before it commits), and for the tasks at work, which get no grace. */
+ * seconds, idle or serving one, and once it is revoked serving stops (TG_E_NOTFOUND; the
+ * request being served counts as cancelled and is answered with how it ended, a message that
+ * found the token revoked is refused; one the database cannot check is refused, to retry).
+ * Then the tasks at work have TG_MCP_STDIO_STOP_GRACE_MS to end (unless the token was
+ * revoked): how they end stays readable from another connection. stop_fd (-1: none), once
+ * readable (a signal to stop, say), stops serving as the end of input does, but for what was
+ * read and not answered yet, which is cancelled and gets no answer (a call that waits fails
+ * before it commits), and for the tasks at work, which get no grace (or no more of it).
+ * Returns 0 at EOF or when told to stop, TG_E_IO on a write failure, TG_E_NOMEM. */
 int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *principal_id,
                        const char *token, FILE *in, FILE *out, int stop_fd);
