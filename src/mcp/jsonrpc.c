@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "mcp/jsonrpc.h"
 
+#include <ctype.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +63,53 @@ static scanned scan_limits(const char *buf, size_t len) {
   }
   if (values > TG_RPC_MAX_VALUES) got.limit = "values";
   return got;
+}
+
+/* The index of the quote that ends the string whose opening quote is at buf[at], or len. */
+static size_t string_end(const char *buf, size_t len, size_t at) {
+  for (size_t i = at + 1; i < len; i++) {
+    if (buf[i] == '\\') i++;
+    else if (buf[i] == '"') return i;
+  }
+  return len;
+}
+
+/* An object holding the top-level "id" and "method" members of a message's text, those whose
+ * values are no object or array (NULL when there are none, or they do not read): what an
+ * error about a message that is not read whole may name, found by a scan of its text. */
+static json_t *id_and_method(const char *buf, size_t len) {
+  char *kept = NULL;
+  size_t size = 0;
+  FILE *out = open_memstream(&kept, &size);
+  if (!out) return NULL;
+  int depth = 0;
+  bool any = false;
+  for (size_t i = 0; i < len; i++) {
+    if (buf[i] == '{' || buf[i] == '[') depth++;
+    else if (buf[i] == '}' || buf[i] == ']') depth--;
+    if (buf[i] != '"') continue;
+    size_t key = i, n = string_end(buf, len, i) + 1 - key; /* the string with its quotes */
+    i = key + n - 1; /* the scan goes on past it */
+    if (depth != 1 || !((n == 4 && memcmp(buf + key, "\"id\"", 4) == 0) ||
+                        (n == 8 && memcmp(buf + key, "\"method\"", 8) == 0)))
+      continue;
+    size_t v = key + n;
+    while (v < len && isspace((unsigned char)buf[v])) v++;
+    if (v >= len || buf[v] != ':') continue; /* a value, not a key */
+    for (v++; v < len && isspace((unsigned char)buf[v]); v++) continue;
+    if (v >= len || buf[v] == '{' || buf[v] == '[') continue;
+    size_t stop = buf[v] == '"' ? string_end(buf, len, v) + 1 : v;
+    while (buf[v] != '"' && stop < len && !strchr(",}] \t\r\n", buf[stop])) stop++;
+    if (stop > len) continue;
+    fprintf(out, "%s%.*s:%.*s", any ? "," : "{", (int)n, buf + key, (int)(stop - v), buf + v);
+    any = true;
+    i = stop - 1;
+  }
+  if (any) fputc('}', out);
+  bool written = fclose(out) == 0;
+  json_t *members = written && any ? json_loadb(kept, size, JSON_REJECT_DUPLICATES, NULL) : NULL;
+  free(kept);
+  return members;
 }
 
 static json_t *jsonrpc_base(void) { return json_pack("{s:s}", "jsonrpc", "2.0"); }
@@ -279,7 +327,7 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
      * which request failed instead of waiting for it; not when reading is what the bound on
      * values spares. */
     bool readable = strcmp(scan.limit, "values") != 0;
-    json_t *whole = readable ? json_loadb(buf, len, JSON_DECODE_ANY, NULL) : NULL;
+    json_t *whole = readable ? json_loadb(buf, len, JSON_DECODE_ANY, NULL) : id_and_method(buf, len);
     static const char why[] = "Message exceeds a limit";
     json_t *data = json_pack("{s:s}", "limit", scan.limit);
     if (!readable) json_object_set_new(data, "maxValues", json_integer(TG_RPC_MAX_VALUES));

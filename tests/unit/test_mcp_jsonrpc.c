@@ -162,8 +162,31 @@ static void test_values_bounded(void **state) {
   json_t *data = json_object_get(json_object_get(e, "error"), "data");
   assert_string_equal(json_string_value(json_object_get(data, "limit")), "values");
   assert_int_equal(json_integer_value(json_object_get(data, "maxValues")), TG_RPC_MAX_VALUES);
+  /* Not read whole, it is scanned for its id all the same, so that its client learns which
+   * request failed. */
+  assert_int_equal(json_integer_value(json_object_get(e, "id")), 3);
   json_decref(e);
   free(text);
+  /* A string id too, wherever it stands; a nested "id", or a response's, is not named. */
+  static const char *const named[] = {
+      "{\"params\":{\"id\":9,\"a\":[%s]},\"method\" : \"x\",\"jsonrpc\":\"2.0\", \"id\" :\"a\\\"b\"}",
+      "{\"jsonrpc\":\"2.0\",\"params\":{\"id\":9,\"a\":[%s]},\"method\":\"x\"}",
+      "{\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{\"a\":[%s]}}",
+  };
+  char *items = wide(TG_RPC_MAX_VALUES, true);
+  char *list = strstr(items, "[") + 1;
+  list[strlen(list) - 3] = 0; /* the items alone */
+  for (size_t i = 0; i < 3; i++) {
+    char *message = NULL;
+    assert_true(asprintf(&message, named[i], list) > 0);
+    e = decode_fails(message, strlen(message), TG_RPC_INVALID_REQUEST);
+    json_t *id = json_object_get(e, "id");
+    if (i == 0) assert_string_equal(json_string_value(id), "a\"b");
+    else assert_true(json_is_null(id));
+    json_decref(e);
+    free(message);
+  }
+  free(items);
   /* Empty objects hold more than scalars. */
   text = wide(1000, false);
   assert_int_equal(tg_rpc_decode(text, strlen(text), &msg, &err), 0);
