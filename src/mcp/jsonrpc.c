@@ -88,8 +88,10 @@ static json_t *id_and_method(const char *buf, size_t len) {
     if (buf[i] == '{' || buf[i] == '[') depth++;
     else if (buf[i] == '}' || buf[i] == ']') depth--;
     if (buf[i] != '"') continue;
-    size_t key = i, n = string_end(buf, len, i) + 1 - key; /* the string with its quotes */
-    i = key + n - 1; /* the scan goes on past it */
+    size_t key = i, end = string_end(buf, len, i);
+    if (end >= len) break; /* cut short */
+    size_t n = end + 1 - key; /* the string with its quotes */
+    i = end; /* the scan goes on past it */
     if (depth != 1 || !((n == 4 && memcmp(buf + key, "\"id\"", 4) == 0) ||
                         (n == 8 && memcmp(buf + key, "\"method\"", 8) == 0)))
       continue;

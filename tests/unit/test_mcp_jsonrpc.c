@@ -186,6 +186,22 @@ static void test_values_bounded(void **state) {
     json_decref(e);
     free(message);
   }
+  /* Cut anywhere near its id, the text is scanned within its bounds. */
+  static const char *const cut[] = {"\"id\"", "\"id\":", "\"id\":\"ab", "\"id\":\"a\\", "\"id\":12",
+                                    "\"id\" : tr", "\"i"};
+  for (size_t i = 0; i < sizeof cut / sizeof cut[0]; i++) {
+    char *message = NULL;
+    int len = asprintf(&message, "{\"method\":\"x\",\"a\":[%s],%s", list, cut[i]);
+    assert_true(len > 0);
+    char *exact = malloc((size_t)len); /* no terminator past the text */
+    memcpy(exact, message, (size_t)len);
+    e = decode_fails(exact, (size_t)len, TG_RPC_INVALID_REQUEST);
+    free(exact);
+    json_t *id = json_object_get(e, "id");
+    assert_true(json_is_null(id) || json_integer_value(id) == 12);
+    json_decref(e);
+    free(message);
+  }
   free(items);
   /* Empty objects hold more than scalars. */
   text = wide(1000, false);
