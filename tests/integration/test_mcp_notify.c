@@ -6,6 +6,7 @@
 
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -993,8 +994,7 @@ static void test_stdio_ping_during_a_call_checks_the_token(void **state) {
   char id[TG_UUID_LEN + 1];
   char *token = agent_token(w, id);
   long asked = asked_rows(w);
-  json_int_t ask = 0;
-  stdio_run *s = start_asking_call_with(w, token, INITIALIZE, ASK_WRITE(2), &ask);
+  stdio_run *s = start_asking_call_with(w, token, INITIALIZE, ASK_WRITE(2), NULL);
   stdio_send(s, PING(5));
   expect_answer(s, 5);
   revoke_token(w, id);
@@ -1019,7 +1019,6 @@ static void test_stdio_ping_during_a_call_checks_the_token(void **state) {
     }
     json_decref(msg);
   }
-  send_sampling_answer(s, ask, NULL);
   assert_int_equal(await_stdio_end(s), TG_E_NOTFOUND);
   assert_int_equal(asked_rows(w), asked);
   free(token);
@@ -1035,8 +1034,9 @@ static void revoked_while_asking(world *w, bool chatty) {
   long asked = asked_rows(w);
   stdio_run *s = start_asking_call_with(w, token, INITIALIZE, ASK_WRITE(2), NULL);
   revoke_token(w, id);
-  for (int i = 0; chatty; i++) {
-    stdio_send(s, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/roots/list_changed\"}");
+  static const char note[] = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/roots/list_changed\"}\n";
+  /* Until it answers: it may end just after, and a note sent then finds its input closed. */
+  for (int i = 0; chatty && write(s->to_server, note, sizeof note - 1) > 0; i++) {
     struct pollfd p = {.fd = s->from_server, .events = POLLIN};
     if (poll(&p, 1, 200) == 1) break;
     if (i == HANG_GUARD_MS / 200) fail_msg("the revoked token was never found");
@@ -1519,6 +1519,9 @@ static void test_stdio_end_gives_a_task_at_work_its_grace(void **state) {
 }
 
 int main(void) {
+  /* A server that ended closed its input: writing to it then fails (EPIPE), as a test sees,
+   * rather than ending the tests. */
+  signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_cancelled_call_gets_no_answer_and_writes_nothing, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_an_ask_the_client_did_not_declare_is_not_sent, setup_kit, teardown),
