@@ -191,8 +191,8 @@ static int write_telemetry(call_state *st, tg_db *db, tg_errcode code, const cha
 /* Refusals and failures keep their telemetry row in a transaction of their own, after any
  * rollback: the rollback must not erase the evidence. A refused call is no run of its own (it
  * never started); a call that ran and failed records its run as failed, or as cancelled when
- * its client cancelled it (or a stopping server did), so that an operator tells the two
- * apart. */
+ * its handler learnt that its client (or a stopping server) cancelled it, so that an operator
+ * tells the two apart. */
 static void record_failure(call_state *st, tg_errcode code, const char *message, bool ran) {
   tg_db *db = st->env->db;
   if (!ran && !st->req->run_id) *st->run_id = '\0'; /* no run of its own was written */
