@@ -337,6 +337,16 @@ static int still_allowed(write_job *job, tg_db *db) {
   return TG_E_TOOL;
 }
 
+/* A call cancelled (by its client, a stopping server or a revoked token) by the time its
+ * write would commit fails here, so that what a handler that never looked wrote is rolled
+ * back: no one is left to be told it happened. */
+static int unless_cancelled(tg_call_ctx *cx) {
+  const tg_client_channel *ch = cx->client;
+  if (!ch || !ch->cancelled || !ch->cancelled(ch->self)) return TG_OK;
+  return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, NULL,
+                 "The call was cancelled before what it did was written");
+}
+
 static int write_call(void *arg, tg_db *db) {
   write_job *job = arg;
   int r = still_allowed(job, db);
@@ -350,6 +360,7 @@ static int write_call(void *arg, tg_db *db) {
     job->ran = true;
     r = run_handler(st, cx, job->result);
   }
+  if (r == TG_OK) r = unless_cancelled(cx);
   if (r == TG_OK) r = write_activity(cx);
   if (r == TG_OK) r = write_telemetry(st, db, TG_ERR_NONE, NULL, cx->cost_cents);
   cx->db = st->env->db;

@@ -2,7 +2,8 @@
  * In order: resolve the name → the run it belongs to → surface → the caller's status →
  * authorize against live grants → workspace policy and risk → per-run cap → budget →
  * arguments against the compiled schema →
- * one transaction (handler, activity rows, telemetry row) → result. Every refusal and
+ * one transaction (handler, a last look for a cancellation, activity rows, telemetry row) →
+ * result. Every refusal and
  * failure is an error envelope and one telemetry row. */
 #pragma once
 #include <jansson.h>

@@ -467,8 +467,9 @@ static bool settle_locked(task *k, int status, tg_call_result *res, json_t *resu
   json_t *refusal = k->refusal;
   k->refusal = NULL;
   bool asks = status == TG_OK && result && tg_mcp_is_input_required(result);
-  /* Asked to stop, it ends cancelled, unless what the round returned stands: a result, or a
-   * failure of a handler that never learnt of the cancel (one that did gave up). */
+  /* Asked to stop, it ends cancelled, unless what the round returned stands: a result (one
+   * the gate committed before the cancel came: after, it fails the call), or a failure of a
+   * handler that never learnt of the cancel (one that did gave up). */
   bool gave_up = k->cancel && (!result || asks || (status != TG_OK && k->heard_cancel));
   bool parked = false;
   if (gave_up) {

@@ -125,6 +125,21 @@ static int await_cancel(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, NULL, "The client cancelled the call");
 }
 
+/* A tool that never looks for its cancellation: it records a row, its request (number
+ * DEAF_ID) is cancelled in the table the test names while it works, and it ends as if all
+ * went well. */
+#define DEAF_ID 8
+static int deaf_write(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  (void)args;
+  int r = tg_activity(cx, "ASKED", NULL, "works deaf to its cancellation", NULL);
+  if (r < 0) return r;
+  json_t *id = json_integer(DEAF_ID);
+  tg_mcp_inflight_cancel(cancelling, id);
+  json_decref(id);
+  *ret = json_pack("{s:b}", "ok", 1);
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
 static const char kit_spec[] =
     "{\"provider\":\"kit\",\"tools\":["
     "{\"name\":\"test.ask.write\",\"description\":\"Records a row, then asks the client.\","
@@ -134,15 +149,19 @@ static const char kit_spec[] =
     "{\"name\":\"test.await.cancel\",\"description\":\"Records a row, then works until cancelled.\","
     "\"surfaces\":[\"mcp\"],\"effect\":\"write\",\"risk\":\"low\",\"permissions\":[],"
     "\"inputSchema\":{\"type\":\"object\"},\"outputSchema\":{\"type\":\"object\"}},"
+    "{\"name\":\"test.deaf.write\",\"description\":\"Records a row, deaf to its cancellation.\","
+    "\"surfaces\":[\"mcp\"],\"effect\":\"write\",\"risk\":\"low\",\"permissions\":[],"
+    "\"inputSchema\":{\"type\":\"object\"},\"outputSchema\":{\"type\":\"object\"}},"
     "{\"name\":\"test.cancelled.detach\",\"description\":\"Cancelled as it becomes a task.\","
     "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
     "\"flags\":[\"interactive\"],\"taskSupport\":\"optional\","
     "\"inputSchema\":{\"type\":\"object\"},\"outputSchema\":{\"type\":\"object\"}}]}";
 static const tg_handler_entry kit_handlers[] = {{"test.ask.write", ask_write},
                                                 {"test.await.cancel", await_cancel},
+                                                {"test.deaf.write", deaf_write},
                                                 {"test.cancelled.detach", cancelled_as_it_detaches}};
 static const tg_provider kit = {.name = "kit", .spec_json = kit_spec, .handlers = kit_handlers,
-                                .n_handlers = 3};
+                                .n_handlers = 4};
 
 typedef struct world {
   fixture *f;
@@ -275,6 +294,35 @@ static void test_cancelled_call_gets_no_answer_and_writes_nothing(void **state) 
   assert_null(handle(w, CANCEL(3), NULL));
   json_t *r = handle(w, ASK_WRITE(3), NULL);
   assert_int_equal(json_integer_value(json_object_get(r, "id")), 3);
+  assert_null(json_object_get(json_object_get(r, "result"), "isError"));
+  json_decref(r);
+  assert_int_equal(asked_rows(w), asked + 1);
+}
+
+/* A call cancelled while its handler worked, deaf to it, writes nothing all the same: the
+ * gate finds the cancellation before the commit. No answer goes out; its run is cancelled. */
+static void test_cancelled_call_deaf_to_it_writes_nothing(void **state) {
+  world *w = *state;
+  cancelling = w->inflight;
+  json_decref(handle(w, INITIALIZE, NULL));
+  long asked = asked_rows(w);
+  long cancelled_runs = fixture_count_where(
+      w->f, "SELECT COUNT(*) AS n FROM agent_runs WHERE status = 'cancelled'", NULL);
+  assert_null(handle(w,
+                     "{\"jsonrpc\":\"2.0\",\"id\":8," /* DEAF_ID */
+                     "\"method\":\"tools/call\",\"params\":{\"name\":\"test_deaf_write\"}}",
+                     NULL));
+  assert_int_equal(asked_rows(w), asked);
+  assert_int_equal(fixture_count_where(w->f,
+                                       "SELECT COUNT(*) AS n FROM agent_runs WHERE"
+                                       " status = 'cancelled'",
+                                       NULL),
+                   cancelled_runs + 1);
+  /* Not cancelled (another request's id), the same call writes its row. */
+  json_t *r = handle(w,
+                     "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\","
+                     "\"params\":{\"name\":\"test_deaf_write\"}}",
+                     NULL);
   assert_null(json_object_get(json_object_get(r, "result"), "isError"));
   json_decref(r);
   assert_int_equal(asked_rows(w), asked + 1);
@@ -1524,6 +1572,7 @@ int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_cancelled_call_gets_no_answer_and_writes_nothing, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_cancelled_call_deaf_to_it_writes_nothing, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_an_ask_the_client_did_not_declare_is_not_sent, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_call_cancelled_while_queued_is_not_served, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_task_cancelled_as_it_detaches, setup_kit, teardown),
