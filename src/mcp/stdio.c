@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -25,10 +26,10 @@
  * the call it names while that call runs; the connection's thread serves the rest in order,
  * one at a time. */
 typedef struct conn {
-  int in;
-  FILE *out;
+  int in, out;
   /* Messages go out whole: the reader, tasks and the serving thread all write. */
   pthread_mutex_t writing;
+  bool output_cut; /* under writing: a message was cut short, told to stop (see send_line) */
   int stop[2]; /* a pipe: a byte on it stops the reader */
   char *chunk; /* bytes read from in, [pos, len) not consumed yet */
   size_t pos, len;
@@ -69,15 +70,47 @@ typedef struct conn {
   tg_mcp_era era;
 } conn;
 
+/* Writes line (len bytes) whole, under c->writing. It goes a pipe's atomic size at a time,
+ * each part once the output can take it, so that a client that stops reading blocks the
+ * server only until it is told to stop: the output is then given up (a message cut short
+ * cannot be followed by another), and every write after fails. */
+static int send_line(conn *c, const char *line, size_t len) {
+  while (len && !c->output_cut) {
+    struct pollfd p[2] = {{.fd = c->out, .events = POLLOUT},
+                          {.fd = c->told_to_stop, .events = POLLIN}};
+    if (poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return TG_E_IO;
+    }
+    if (!p[0].revents && p[1].revents) {
+      tg_log(TG_LOG_WARN, "mcp: told to stop while the client reads no output: the message "
+                          "being written is cut short");
+      c->output_cut = true;
+      break;
+    }
+    ssize_t n = write(c->out, line, len < PIPE_BUF ? len : PIPE_BUF);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return TG_E_IO;
+    line += n;
+    len -= (size_t)n;
+  }
+  return c->output_cut ? TG_E_IO : TG_OK;
+}
+
 /* Writes one encoded message (text, freed) as a line. */
 static int write_text(conn *c, char *text) {
   if (!text) return TG_E_NOMEM;
+  size_t len = strlen(text);
+  char *line = realloc(text, len + 1); /* its NUL becomes the newline */
+  if (!line) {
+    free(text);
+    return TG_E_NOMEM;
+  }
+  line[len] = '\n';
   pthread_mutex_lock(&c->writing);
-  int r = fputs(text, c->out) < 0 || fputc('\n', c->out) == EOF || fflush(c->out) != 0
-              ? TG_E_IO
-              : TG_OK;
+  int r = send_line(c, line, len + 1);
   pthread_mutex_unlock(&c->writing);
-  free(text);
+  free(line);
   return r;
 }
 
@@ -583,7 +616,8 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   /* One process, one client: every list change can reach it. */
   tg_mcp_server served = *srv;
   served.list_changes = true;
-  conn c = {.in = fileno(in), .out = out, .stop = {-1, -1}, .watch_end = {-1, -1},
+  fflush(out); /* written through its descriptor from now on */
+  conn c = {.in = fileno(in), .out = fileno(out), .stop = {-1, -1}, .watch_end = {-1, -1},
             .chunk = malloc(READ_CHUNK),
             .line = malloc(TG_RPC_MAX_BODY + 1),
             .queue = calloc(TG_MCP_STDIO_QUEUE_MAX + 1, sizeof(tg_rpc_msg)),
@@ -651,5 +685,5 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   free(c.queue);
   free(c.line);
   free(c.chunk);
-  return r < 0 ? r : 0;
+  return r < 0 && !c.output_cut ? r : 0;
 }

@@ -16,8 +16,9 @@
 /* How long the tasks at work have to end once serving stops, before they are cancelled. */
 #define TG_MCP_STDIO_STOP_GRACE_MS (10LL * 1000)
 
-/* Serves messages from in until end of file. in is read through its file descriptor, not
- * its stdio buffer, so that an idle connection can wait on it. token: the API token that
+/* Serves messages from in until end of file. in is read, and out written, through its file
+ * descriptor, not its stdio buffer, so that an idle connection can wait on in, and a write
+ * to a client that reads no more can be given up when told to stop. token: the API token that
  * named principal_id, or NULL; it is looked up again before each message and every few
  * seconds, idle or serving one, and once it is revoked serving stops (TG_E_NOTFOUND; the
  * request being served counts as cancelled and is answered with how it ended, a message that
@@ -26,7 +27,8 @@
  * revoked): how they end stays readable from another connection. stop_fd (-1: none), once
  * readable (a signal to stop, say), stops serving as the end of input does, but for what was
  * read and not answered yet, which is cancelled and gets no answer (a call that waits fails
- * before it commits), and for the tasks at work, which get no grace (or no more of it).
+ * before it commits), and for the tasks at work, which get no grace (or no more of it); a
+ * message the client does not take then is cut short, and nothing more is written.
  * Returns 0 at EOF or when told to stop, TG_E_IO on a write failure, TG_E_NOMEM. */
 int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *principal_id,
                        const char *token, FILE *in, FILE *out, int stop_fd);

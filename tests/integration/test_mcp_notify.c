@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -744,8 +745,8 @@ static json_t *expect_batch_answer(stdio_run *s, const json_int_t *ids, size_t n
 
 /* Waits for the server's thread (its input closed already, or the server ending on its own)
  * and frees s: the status it ended with. */
-static int stdio_join(stdio_run *s) {
-  assert_int_equal(pthread_join(s->thread, NULL), 0);
+/* Frees s, whose server ended; answers how. */
+static int stdio_done(stdio_run *s) {
   int status = s->status;
   if (s->to_server >= 0) close(s->to_server);
   close(s->from_server);
@@ -753,6 +754,11 @@ static int stdio_join(stdio_run *s) {
   close(s->stop[1]);
   free(s);
   return status;
+}
+
+static int stdio_join(stdio_run *s) {
+  assert_int_equal(pthread_join(s->thread, NULL), 0);
+  return stdio_done(s);
 }
 
 /* Ends the connection as a client does, closing the server's input. */
@@ -1548,6 +1554,38 @@ static void test_stdio_told_to_stop_mid_batch(void **state) {
   assert_int_equal(asked_rows(w), asked);
 }
 
+/* Told to stop while its client reads none of its output (the pipe is full, and a write
+ * waits on the client): the server gives up the message it was writing and ends. */
+static void test_stdio_told_to_stop_while_its_output_is_full(void **state) {
+  world *w = *state;
+  stdio_run *s = stdio_start(w);
+  char lists[64 * 64] = "";
+  for (int id = 1; id <= 64; id++)
+    snprintf(lists + strlen(lists), sizeof lists - strlen(lists), "%s" LIST(%d), id > 1 ? "\n" : "", id);
+  stdio_send(s, lists); /* their answers hold far more than a pipe */
+  /* Until the output stops growing: the server then waits to write. */
+  int queued = -1, was;
+  int64_t deadline = tg_monotonic_ms() + HANG_GUARD_MS;
+  do {
+    was = queued;
+    nanosleep(&(struct timespec){0, 200 * 1000 * 1000}, NULL);
+    assert_int_equal(ioctl(s->from_server, FIONREAD, &queued), 0);
+    if (tg_monotonic_ms() > deadline) fail_msg("the output never filled");
+  } while (queued <= 0 || queued != was);
+  assert_int_equal(write(s->stop[1], "", 1), 1);
+  struct timespec guard;
+  clock_gettime(CLOCK_REALTIME, &guard);
+  guard.tv_sec += HANG_GUARD_MS / 1000;
+  if (pthread_timedjoin_np(s->thread, NULL, &guard) != 0) fail_msg("the server never ended");
+  /* What went out ends before the last of the answers. */
+  char *out = malloc((size_t)queued + 1);
+  assert_int_equal(read(s->from_server, out, (size_t)queued), queued);
+  out[queued] = 0;
+  assert_null(strstr(out, "\"id\":64"));
+  free(out);
+  assert_int_equal(stdio_done(s), 0);
+}
+
 /* The client closed its input while a task is at work: the task has the grace to end, and
  * completes (another connection can read how). */
 static void test_stdio_end_gives_a_task_at_work_its_grace(void **state) {
@@ -1596,6 +1634,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_stdio_ends_with_its_token, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_told_to_stop, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_told_to_stop_mid_batch, setup_kit, teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_told_to_stop_while_its_output_is_full, setup_kit,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_stdio_ping_on_2026_waits_its_turn, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_told_to_stop_in_the_grace, setup_fixtures,
                                       teardown),

@@ -76,6 +76,20 @@ says "a draft agent is offered no tools" 'agent drafty is draft: it is offered n
 check "mcp whose output is closed" 1 bash -c '{ sleep 1; echo "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}"; } |
   "$0" mcp --agent drafty | true; exit "${PIPESTATUS[1]}"' "$tg"
 says "output closed reported" 'mcp: stopped: output closed'
+# Told to stop (SIGTERM) while its client reads none of its output, so that a write waits on
+# the client: it gives up the message it was writing and ends.
+check "mcp told to stop while its output is full" 0 bash -c '
+  mkfifo "$1/mcp.in" "$1/mcp.out"
+  "$0" mcp --agent demo <"$1/mcp.in" >"$1/mcp.out" &
+  pid=$!
+  exec 7>"$1/mcp.in" 8<"$1/mcp.out"
+  for i in $(seq 64); do printf "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"tools/list\"}\n" "$i"; done >&7
+  sleep 1 # their answers fill the pipe long before
+  kill -TERM "$pid"
+  for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid"; echo "it never ended" >&2; fi
+  wait "$pid"' "$tg" "$dir"
+says "the message cut short" 'the message being written is cut short'
 check "serve --no-auth as an unknown agent" 1 "$tg" serve --no-auth --agent ghost --listen 127.0.0.1:0
 says "unknown agent named" "no agent 'ghost' in this workspace"
 check "serve on a port past 65535" 1 "$tg" serve --listen 127.0.0.1:99999
