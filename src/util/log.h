@@ -6,11 +6,14 @@
 
 typedef enum { TG_LOG_DEBUG, TG_LOG_INFO, TG_LOG_WARN, TG_LOG_ERROR } tg_log_level;
 
+/* Never waits for stderr: a line it cannot take now (a pipe no one reads is full) is dropped
+ * and counted, and the count goes out ahead of the next line it takes. A line is cut at
+ * PIPE_BUF bytes, ending with "...", so that it goes out whole or not at all. */
 void tg_log(tg_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* A kind of line a client can cause at will is logged once a minute at most, so that it
- * cannot flood the log (nor, over stdio, fill a stderr its client does not read, on which
- * writing would block). */
+ * cannot flood the log (nor, over stdio, fill a stderr its client does not read, so that the
+ * lines that matter would be dropped). */
 #define TG_LOG_ONCE_MS 60000
 /* Whether a line of the kind last logged at *last (monotonic ms, 0: never) may be logged
  * now; if so, *last becomes now. Thread-safe. */

@@ -1,8 +1,14 @@
-/* util: ids, time, JSON truncation and parsing; core/error: the envelope. */
+/* util: ids, time, JSON truncation and parsing, the log; core/error: the envelope. */
+#define _GNU_SOURCE
 #include "support.h"
 
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "util/clock.h"
@@ -171,6 +177,63 @@ static void test_log_once_a_minute(void **state) {
   assert_true(tg_log_may(&last));
 }
 
+static void *log_a_line(void *arg) {
+  tg_log(TG_LOG_WARN, "%s", (const char *)arg);
+  return NULL;
+}
+
+/* What stderr holds, read until it has nothing more (from, non-blocking): a new string. */
+static char *drain(int from) {
+  char *got = malloc(1 << 17);
+  size_t n = 0;
+  for (ssize_t r; n < (1 << 17) - 1 && (r = read(from, got + n, (1 << 17) - 1 - n)) > 0;)
+    n += (size_t)r;
+  got[n] = 0;
+  return got;
+}
+
+/* A stderr no one reads (a full pipe) never holds up a line: it is dropped, and counted once
+ * stderr takes lines again. A line past PIPE_BUF is cut, and says so. */
+static void test_log_never_waits_for_stderr(void **state) {
+  (void)state;
+  int saved = dup(STDERR_FILENO), p[2];
+  assert_int_equal(pipe(p), 0);
+  assert_int_equal(fcntl(p[0], F_SETFL, O_NONBLOCK), 0);
+  assert_int_equal(dup2(p[1], STDERR_FILENO), STDERR_FILENO);
+  assert_int_equal(fcntl(p[1], F_SETFL, O_NONBLOCK), 0); /* to fill it here */
+  static const char fill[4096];
+  while (write(p[1], fill, sizeof fill) > 0) continue;
+  assert_int_equal(fcntl(p[1], F_SETFL, 0), 0);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, log_a_line, "lost"), 0);
+  struct timespec guard;
+  clock_gettime(CLOCK_REALTIME, &guard);
+  guard.tv_sec += 30; /* a hang guard, not a timing check */
+  int ended = pthread_timedjoin_np(t, NULL, &guard);
+  free(drain(p[0]));
+  if (ended != 0) pthread_join(t, NULL); /* it went out once drained: a failure all the same */
+  tg_log(TG_LOG_INFO, "after");
+  char *after = drain(p[0]);
+  char *long_text = malloc(2 * PIPE_BUF);
+  memset(long_text, 'x', 2 * PIPE_BUF - 1);
+  long_text[2 * PIPE_BUF - 1] = 0;
+  tg_log(TG_LOG_INFO, "%s", long_text);
+  free(long_text);
+  char *cut = drain(p[0]);
+  dup2(saved, STDERR_FILENO); /* before any assertion, which reports there */
+  close(saved);
+  close(p[0]);
+  close(p[1]);
+  assert_int_equal(ended, 0);
+  assert_non_null(strstr(after, "warn: 1 log line was dropped: stderr took none\n"));
+  assert_non_null(strstr(after, "info: after\n"));
+  assert_null(strstr(after, "lost"));
+  assert_int_equal(strlen(cut), PIPE_BUF);
+  assert_string_equal(cut + PIPE_BUF - 5, "x...\n");
+  free(after);
+  free(cut);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_uuid7_is_versioned_and_ordered),
@@ -184,6 +247,7 @@ int main(void) {
       cmocka_unit_test(test_error_envelope),
       cmocka_unit_test(test_status_text),
       cmocka_unit_test(test_log_once_a_minute),
+      cmocka_unit_test(test_log_never_waits_for_stderr),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
