@@ -89,7 +89,7 @@ static int send_line(conn *c, const char *line, size_t len) {
       break;
     }
     ssize_t n = write(c->out, line, len < PIPE_BUF ? len : PIPE_BUF);
-    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue; /* EAGAIN: left non-blocking */
     if (n <= 0) return TG_E_IO;
     line += n;
     len -= (size_t)n;
@@ -173,7 +173,7 @@ static size_t refill(conn *c) {
     }
     if (ready == 0) continue;
     ssize_t n = read(c->in, c->chunk, READ_CHUNK);
-    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     c->pos = 0;
     c->len = n > 0 ? (size_t)n : 0;
     return c->len;

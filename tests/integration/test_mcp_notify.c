@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "support.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -682,13 +684,21 @@ static void *serve_main(void *arg) {
   return NULL;
 }
 
-/* Serves stdio as w->agent, named by token (NULL: by its slug). */
-static stdio_run *stdio_start_with(world *w, const char *token) {
+/* Serves stdio as w->agent, named by token (NULL: by its slug), on pipes or, with sockets,
+ * on non-blocking socket pairs (as Node gives a child). */
+static stdio_run *stdio_start_on(world *w, const char *token, bool sockets) {
   stdio_run *s = calloc(1, sizeof *s);
   s->token = token;
   int to[2], from[2];
-  assert_int_equal(pipe(to), 0);
-  assert_int_equal(pipe(from), 0);
+  if (sockets) {
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, to), 0);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, from), 0);
+    assert_int_equal(fcntl(to[0], F_SETFL, O_NONBLOCK), 0);
+    assert_int_equal(fcntl(from[1], F_SETFL, O_NONBLOCK), 0);
+  } else {
+    assert_int_equal(pipe(to), 0);
+    assert_int_equal(pipe(from), 0);
+  }
   assert_int_equal(pipe(s->stop), 0);
   s->w = w;
   s->in = fdopen(to[0], "r");
@@ -697,6 +707,10 @@ static stdio_run *stdio_start_with(world *w, const char *token) {
   s->from_server = from[0];
   assert_int_equal(pthread_create(&s->thread, NULL, serve_main, s), 0);
   return s;
+}
+
+static stdio_run *stdio_start_with(world *w, const char *token) {
+  return stdio_start_on(w, token, false);
 }
 
 static stdio_run *stdio_start(world *w) { return stdio_start_with(w, NULL); }
@@ -743,9 +757,7 @@ static json_t *expect_batch_answer(stdio_run *s, const json_int_t *ids, size_t n
   return answers;
 }
 
-/* Waits for the server's thread (its input closed already, or the server ending on its own)
- * and frees s: the status it ended with. */
-/* Frees s, whose server ended; answers how. */
+/* Frees s, whose server ended: the status it ended with. */
 static int stdio_done(stdio_run *s) {
   int status = s->status;
   if (s->to_server >= 0) close(s->to_server);
@@ -756,6 +768,8 @@ static int stdio_done(stdio_run *s) {
   return status;
 }
 
+/* Waits for the server's thread (its input closed already, or the server ending on its own)
+ * and frees s: the status it ended with. */
 static int stdio_join(stdio_run *s) {
   assert_int_equal(pthread_join(s->thread, NULL), 0);
   return stdio_done(s);
@@ -1586,6 +1600,18 @@ static void test_stdio_told_to_stop_while_its_output_is_full(void **state) {
   assert_int_equal(stdio_done(s), 0);
 }
 
+/* On non-blocking sockets, answers far larger than what the socket holds all go out whole,
+ * in order, to a client that reads them as they come. */
+static void test_stdio_on_non_blocking_sockets(void **state) {
+  stdio_run *s = stdio_start_on(*state, NULL, true);
+  char lists[64 * 64] = "";
+  for (int id = 1; id <= 64; id++)
+    snprintf(lists + strlen(lists), sizeof lists - strlen(lists), "%s" LIST(%d), id > 1 ? "\n" : "", id);
+  stdio_send(s, lists);
+  for (int id = 1; id <= 64; id++) expect_answer(s, id);
+  stdio_stop(s);
+}
+
 /* The client closed its input while a task is at work: the task has the grace to end, and
  * completes (another connection can read how). */
 static void test_stdio_end_gives_a_task_at_work_its_grace(void **state) {
@@ -1636,6 +1662,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_stdio_told_to_stop_mid_batch, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_told_to_stop_while_its_output_is_full, setup_kit,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_stdio_on_non_blocking_sockets, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_ping_on_2026_waits_its_turn, setup_kit, teardown),
       cmocka_unit_test_setup_teardown(test_stdio_told_to_stop_in_the_grace, setup_fixtures,
                                       teardown),
