@@ -97,7 +97,7 @@ int cli_open(cli *c, bool create) {
     fprintf(stderr,
             "toolgate: no database in %s%s%s: run 'toolgate init --demo' first, or name the "
             "data folder with --data DIR (or TOOLGATE_DATA)\n",
-            cwd ? cwd : "", cwd ? "/" : "", c->data_dir);
+            cwd ? cwd : "", cwd && strcmp(cwd, "/") != 0 ? "/" : "", c->data_dir);
     return CLI_FAILED;
   }
   _cleanup_free_ char *why = NULL;
