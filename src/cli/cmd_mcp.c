@@ -77,8 +77,17 @@ static void describe(cli *c, const char *principal_id, char *who, size_t size) {
 
 static void ignore_signal(int sig) { (void)sig; }
 
+/* A client that closed the server's output or its log is an error to report (EPIPE), or a
+ * log line dropped, not a silent death. A handler, not SIG_IGN: a tool's child process gets
+ * the default again when it starts. Before anything is logged. */
+static void quiet_sigpipe(void) {
+  struct sigaction quiet = {.sa_handler = ignore_signal};
+  sigaction(SIGPIPE, &quiet, NULL);
+}
+
 int cmd_mcp(cli *c, int argc, char **argv) {
   if (cli_wants_help(argc, argv, mcp_usage)) return CLI_OK;
+  quiet_sigpipe();
   static const struct option options[] = {{"agent", required_argument, NULL, 'a'},
                                           {"token", required_argument, NULL, 't'},
                                           {"conformance-fixtures", no_argument, NULL, 'f'},
@@ -108,10 +117,6 @@ int cmd_mcp(cli *c, int argc, char **argv) {
   describe(c, principal, who, sizeof who);
   tg_log(TG_LOG_INFO, "mcp: serving stdio as %s%s%s", who, c->token ? " (by token)" : "",
          fixtures ? " with the conformance fixtures" : "");
-  /* A client that closed our output is an error to report (EPIPE), not a silent death. A
-   * handler, not SIG_IGN: a tool's child process gets the default again when it starts. */
-  struct sigaction quiet_pipe = {.sa_handler = ignore_signal};
-  sigaction(SIGPIPE, &quiet_pipe, NULL);
   /* SIGINT and SIGTERM (a client's way to end a server slow to exit) stop serving, so that
    * what runs is cancelled and audited instead of cut off. Blocked before any thread starts,
    * so that only the descriptor hears them. */
@@ -138,6 +143,7 @@ int cmd_mcp(cli *c, int argc, char **argv) {
 
 int cmd_serve(cli *c, int argc, char **argv) {
   if (cli_wants_help(argc, argv, serve_usage)) return CLI_OK;
+  quiet_sigpipe();
   static const struct option options[] = {{"listen", required_argument, NULL, 'l'},
                                           {"no-auth", no_argument, NULL, 'n'},
                                           {"agent", required_argument, NULL, 'a'},

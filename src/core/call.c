@@ -338,8 +338,9 @@ static int still_allowed(write_job *job, tg_db *db) {
 }
 
 /* A call cancelled (by its client, a stopping server or a revoked token) by the time its
- * write would commit fails here, so that what a handler that never looked wrote is rolled
- * back: no one is left to be told it happened. */
+ * write is queued for commit fails here, so that what a handler that never looked wrote is
+ * rolled back: no one is left to be told it happened. The shared commit may come a little
+ * later (tg_db_batch): a cancellation then finds the work done, and only its answer held. */
 static int unless_cancelled(tg_call_ctx *cx) {
   const tg_client_channel *ch = cx->client;
   if (!ch || !ch->cancelled || !ch->cancelled(ch->self)) return TG_OK;

@@ -55,13 +55,12 @@ typedef struct tg_client_channel {
   int (*detach)(void *self);
   /* Whether the call was cancelled, by its client or by a server stopping that waits no more
    * (NULL when the surface cannot tell). Its answer is never sent, so a handler that learns
-   * it should fail: failing rolls back what it wrote. The gate asks too, before the commit,
-   * and fails a call that ended all the same. */
+   * it should fail: failing rolls back what it wrote. The gate asks too, as the call's write
+   * is queued for commit, and fails a call that ended all the same. */
   bool (*cancelled)(void *self);
-  /* Whether the handler learnt through cancelled that the call was cancelled: asked by the
-   * gate once the handler failed, to record the call's run as cancelled rather than failed
-   * (NULL: failed). A failure the handler met on its own, though a cancellation came, stays
-   * one. */
+  /* Whether cancelled said so, to the handler or to the gate: asked by the gate once the
+   * call failed, to record its run as cancelled rather than failed (NULL: failed). A failure
+   * the handler met on its own, though a cancellation came, stays one. */
   bool (*cancel_heard)(void *self);
 } tg_client_channel;
 

@@ -56,8 +56,8 @@ typedef struct conn {
    * request waits for, a message dropped for the full queue. */
   _Atomic int64_t stray_logged_ms, dropped_logged_ms;
   /* The reader found the token revoked while a request was served: the request's
-   * abandoned flag, so that a call that waits fails before it commits, and its client gets
-   * its outcome. */
+   * abandoned flag, so that the call fails before it commits, and its client gets its
+   * outcome. */
   _Atomic bool revoked;
   int64_t next_token_check; /* the reader's, while a request is served (monotonic ms) */
   bool reader_stopped;      /* the reader was told to stop */
@@ -136,8 +136,8 @@ static void wake(void *arg);
 
 /* While a call runs, the reader looks at the token as the serving thread does when idle (and
  * as it answers a ping): once it is revoked, the request served counts as cancelled, so that
- * a call that waits (on its client, say) fails before it commits, and is answered with how it
- * ended; the serving thread then refuses what is left and the connection ends. */
+ * the call fails before it commits (at once if it waits on its client), and is answered with
+ * how it ended; the serving thread then refuses what is left and the connection ends. */
 static void cancel_for_revoked_token(conn *c) {
   if (atomic_exchange(&c->revoked, true)) return;
   tg_log(TG_LOG_WARN, "mcp: the token was revoked while a request was served: it is cancelled");
@@ -685,5 +685,5 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   free(c.queue);
   free(c.line);
   free(c.chunk);
-  return r < 0 && !c.output_cut ? r : 0;
+  return r < 0 && !(r == TG_E_IO && c.output_cut) ? r : 0;
 }

@@ -26,9 +26,9 @@
  * Then the tasks at work have TG_MCP_STDIO_STOP_GRACE_MS to end (unless the token was
  * revoked): how they end stays readable from another connection. stop_fd (-1: none), once
  * readable (a signal to stop, say), stops serving as the end of input does, but for what was
- * read and not answered yet, which is cancelled and gets no answer (a call that waits fails
- * before it commits), and for the tasks at work, which get no grace (or no more of it); a
- * message the client does not take then is cut short, and nothing more is written.
+ * read and not answered yet, which is cancelled and gets no answer (a call fails before it
+ * commits), and for the tasks at work, which get no grace (or no more of it); a message a
+ * client on a pipe or socket does not take then is cut short, and nothing more is written.
  * Returns 0 at EOF or when told to stop, TG_E_IO on a write failure, TG_E_NOMEM. */
 int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *principal_id,
                        const char *token, FILE *in, FILE *out, int stop_fd);

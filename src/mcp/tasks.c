@@ -468,8 +468,8 @@ static bool settle_locked(task *k, int status, tg_call_result *res, json_t *resu
   k->refusal = NULL;
   bool asks = status == TG_OK && result && tg_mcp_is_input_required(result);
   /* Asked to stop, it ends cancelled, unless what the round returned stands: a result (one
-   * the gate committed before the cancel came: after, it fails the call), or a failure of a
-   * handler that never learnt of the cancel (one that did gave up). */
+   * the gate queued for commit before the cancel came: after, it fails the call), or a
+   * failure of a handler that never learnt of the cancel (one that did gave up). */
   bool gave_up = k->cancel && (!result || asks || (status != TG_OK && k->heard_cancel));
   bool parked = false;
   if (gave_up) {

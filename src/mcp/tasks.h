@@ -125,8 +125,9 @@ void tg_mcp_tasks_observe(tg_mcp_task_observer *o);
 void tg_mcp_tasks_observer_free(tg_mcp_task_observer *o);
 
 /* Asks the task to stop: one waiting for input ends cancelled (its end counts as read), a
- * running one when its handler gives up: fails once it learnt of it (cx->client->cancelled).
- * What its handler returns all the same stands: a result, or a failure of a handler that
- * never learnt of it; and so does an end already decided. 0 (also for a task db keeps: it
+ * running one when its handler gives up: fails once it learnt of it (cx->client->cancelled),
+ * or returns a result all the same, which the gate then fails before it is queued for
+ * commit. What stands: a result queued for commit before the cancel came, a failure of a
+ * handler that never learnt of it, and an end already decided. 0 (also for a task db keeps: it
  * ended), TG_MCP_TASK_ELSEWHERE, TG_E_NOTFOUND, or the failure of db. */
 int tg_mcp_tasks_cancel(tg_mcp_tasks *t, tg_db *db, const char *principal_id, const char *id);

@@ -17,7 +17,8 @@ static pthread_mutex_t writing = PTHREAD_MUTEX_INITIALIZER;
 static unsigned long dropped; /* lines stderr could not take since the last that went out */
 
 /* Writes line (len bytes, at most PIPE_BUF: a pipe with room takes it whole) when stderr can
- * take it now: a server whose log no one reads (a pipe left full) must not stop. */
+ * take it now: a server whose log no one reads (a pipe left full) must not stop. A write to
+ * a closed one fails (EPIPE): the servers quiet SIGPIPE (src/cli/cmd_mcp.c). */
 static bool put(const char *line, size_t len) {
   struct pollfd p = {.fd = STDERR_FILENO, .events = POLLOUT};
   if (poll(&p, 1, 0) != 1 || !(p.revents & POLLOUT)) return false;
@@ -46,10 +47,11 @@ void tg_log(tg_log_level level, const char *fmt, ...) {
   size_t len = (size_t)head + (body > 0 ? (size_t)body : 0);
   if (len < sizeof line) {
     line[len++] = '\n'; /* over its NUL */
-  } else { /* cut, and said so */
+  } else { /* cut, at a character's start, and said so */
     len = sizeof line - (sizeof cut - 1);
+    while (len > (size_t)head && ((unsigned char)line[len] & 0xC0) == 0x80) len--;
     memcpy(line + len, cut, sizeof cut - 1);
-    len = sizeof line;
+    len += sizeof cut - 1;
   }
   pthread_mutex_lock(&writing);
   if (dropped) {

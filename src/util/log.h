@@ -6,9 +6,11 @@
 
 typedef enum { TG_LOG_DEBUG, TG_LOG_INFO, TG_LOG_WARN, TG_LOG_ERROR } tg_log_level;
 
-/* Never waits for stderr: a line it cannot take now (a pipe no one reads is full) is dropped
- * and counted, and the count goes out ahead of the next line it takes. A line is cut at
- * PIPE_BUF bytes, ending with "...", so that it goes out whole or not at all. */
+/* Never waits for stderr when it is a pipe or a socket (a terminal with any room takes a
+ * write and blocks until all of it fits): a line it cannot take now (a pipe no one reads is
+ * full) is dropped and counted, and the count goes out ahead of the next line it takes. A
+ * line is cut at PIPE_BUF bytes (at a UTF-8 character's start), ending with "...", so that
+ * it goes out whole or not at all. */
 void tg_log(tg_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* A kind of line a client can cause at will is logged once a minute at most, so that it

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "support.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -1586,6 +1587,7 @@ static void test_stdio_told_to_stop_while_its_output_is_full(void **state) {
     assert_int_equal(ioctl(s->from_server, FIONREAD, &queued), 0);
     if (tg_monotonic_ms() > deadline) fail_msg("the output never filled");
   } while (queued <= 0 || queued != was);
+  assert_int_equal(pthread_tryjoin_np(s->thread, NULL), EBUSY); /* it waits, until told */
   assert_int_equal(write(s->stop[1], "", 1), 1);
   struct timespec guard;
   clock_gettime(CLOCK_REALTIME, &guard);

@@ -80,15 +80,18 @@ says "output closed reported" 'mcp: stopped: output closed'
 # the client: it gives up the message it was writing and ends.
 check "mcp told to stop while its output is full" 0 bash -c '
   mkfifo "$1/mcp.in" "$1/mcp.out"
-  "$0" mcp --agent demo <"$1/mcp.in" >"$1/mcp.out" &
+  "$0" mcp --agent demo <"$1/mcp.in" >"$1/mcp.out" 2>"$1/mcp.err" &
   pid=$!
   exec 7>"$1/mcp.in" 8<"$1/mcp.out"
   for i in $(seq 64); do printf "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"tools/list\"}\n" "$i"; done >&7
+  for _ in $(seq 300); do grep -q "serving stdio" "$1/mcp.err" && break; sleep 0.1; done
   sleep 1 # their answers fill the pipe long before
   kill -TERM "$pid"
   for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid"; echo "it never ended" >&2; fi
-  wait "$pid"' "$tg" "$dir"
+  wait "$pid"; status=$?
+  cat "$1/mcp.err" >&2
+  exit "$status"' "$tg" "$dir"
 says "the message cut short" 'the message being written is cut short'
 check "serve --no-auth as an unknown agent" 1 "$tg" serve --no-auth --agent ghost --listen 127.0.0.1:0
 says "unknown agent named" "no agent 'ghost' in this workspace"
@@ -111,6 +114,19 @@ else
 fi
 kill -TERM "$first" 2>/dev/null || true
 wait "$first" || true
+# A log no one reads any more (its pipe closed once the port was read) is no death by
+# SIGPIPE: the line a bad token logs is dropped, and the server goes on.
+"$tg" serve --listen 127.0.0.1:0 2> >(grep -m1 -o 'listening on 127\.0\.0\.1:[0-9]*' >"$dir/port") &
+quiet=$!
+for _ in $(seq 100); do [ -s "$dir/port" ] && break; sleep 0.1; done
+port=$(cut -d: -f2 <"$dir/port")
+sleep 0.5 # the log's reader gone
+check "a bad token, its log line unread" 0 curl -s -o /dev/null -w '%{http_code}' \
+  -H 'Authorization: Bearer tg_nope' "http://127.0.0.1:$port/mcp" -d '{}'
+has "refused" '^401$'
+check "serving on, its log closed" 0 curl -sf "http://127.0.0.1:$port/healthz"
+kill -TERM "$quiet" 2>/dev/null || true
+check "ended as told" 0 wait "$quiet"
 check "call as the owner user" 0 "$tg" call admin.policy.list --user owner
 check "policy set" 0 "$tg" policy set agent.tool.list disabled
 check "disabled by policy" 1 "$tg" call agent.tool.list --agent demo

@@ -220,6 +220,14 @@ static void test_log_never_waits_for_stderr(void **state) {
   tg_log(TG_LOG_INFO, "%s", long_text);
   free(long_text);
   char *cut = drain(p[0]);
+  /* Cut at a character's start: the head ("<time> info: ", 31 bytes) puts the byte at the
+   * cut inside a two-byte character. */
+  char *accents = malloc(2 * PIPE_BUF + 1);
+  for (int i = 0; i < PIPE_BUF; i++) memcpy(accents + 2 * i, "\xc3\xa9", 2);
+  accents[2 * PIPE_BUF] = 0;
+  tg_log(TG_LOG_INFO, "%s", accents);
+  free(accents);
+  char *cut_accents = drain(p[0]);
   dup2(saved, STDERR_FILENO); /* before any assertion, which reports there */
   close(saved);
   close(p[0]);
@@ -230,8 +238,12 @@ static void test_log_never_waits_for_stderr(void **state) {
   assert_null(strstr(after, "lost"));
   assert_int_equal(strlen(cut), PIPE_BUF);
   assert_string_equal(cut + PIPE_BUF - 5, "x...\n");
+  size_t n = strlen(cut_accents);
+  assert_true(n <= PIPE_BUF && n > PIPE_BUF - 8);
+  assert_string_equal(cut_accents + n - 6, "\xc3\xa9...\n");
   free(after);
   free(cut);
+  free(cut_accents);
 }
 
 int main(void) {
