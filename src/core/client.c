@@ -1,8 +1,10 @@
 /* What a client declared it can answer, decided in one place for every surface and handler. */
 #include "core/client.h"
 
+#include <stdlib.h>
 #include <string.h>
 
+#include "core/schema.h"
 #include "util/status.h"
 
 /* The capability a request to the client needs, or NULL for a method no client declares. */
@@ -59,14 +61,34 @@ static bool elicited_content(const json_t *content) {
   return true;
 }
 
-bool tg_client_answer_reads(const char *method, const json_t *answer) {
+/* Whether accepted content (NULL: none) holds what a form elicitation's requestedSchema asks
+ * (none, as in url mode: anything). A schema that does not compile is the handler's to
+ * judge. */
+static bool fits_requested(const json_t *params, json_t *content) {
+  json_t *schema = json_object_get(params, "requestedSchema");
+  tg_schema *compiled = NULL;
+  char *why = NULL;
+  if (!schema || tg_schema_compile(schema, NULL, &compiled, &why) < 0) {
+    free(why);
+    return true;
+  }
+  json_t *given = content ? json_incref(content) : json_object();
+  bool fits = given && tg_schema_validate(compiled, given, NULL, 0);
+  json_decref(given);
+  tg_schema_free(compiled);
+  return fits;
+}
+
+bool tg_client_answer_reads(const char *method, const json_t *params, const json_t *answer) {
   const char *cap = capability_of(method);
   json_t *content = json_object_get(answer, "content");
   if (!cap || !json_is_object(answer)) return false;
-  if (strcmp(cap, "elicitation") == 0) /* an ElicitResult */
-    return is_one_of(json_string_value(json_object_get(answer, "action")), "accept", "decline",
-                     "cancel") &&
-           (!content || (json_is_object(content) && elicited_content(content)));
+  if (strcmp(cap, "elicitation") == 0) { /* an ElicitResult */
+    const char *action = json_string_value(json_object_get(answer, "action"));
+    return is_one_of(action, "accept", "decline", "cancel") &&
+           (!content || (json_is_object(content) && elicited_content(content))) &&
+           (strcmp(action, "accept") != 0 || fits_requested(params, content));
+  }
   if (strcmp(cap, "roots") == 0) { /* a ListRootsResult */
     json_t *roots = json_object_get(answer, "roots");
     size_t i;

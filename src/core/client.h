@@ -72,9 +72,10 @@ bool tg_client_can(const json_t *capabilities, const char *method, const json_t 
  * {"elicitation":{"form":{}}}, {"elicitation":{"url":{}}}, ...), a new reference in *ret:
  * 0, TG_E_INVAL for a method no client can answer, or TG_E_NOMEM. */
 int tg_client_requirement(const char *method, const json_t *params, json_t **ret);
-/* Whether answer, the client's answer to its request of method (elicitation/create,
- * sampling/createMessage or roots/list; any other: false), reads as that request's result:
- * an ElicitResult (an action it has; content of the field types elicitation takes), a
- * CreateMessageResult (a role, content and the model) or a ListRootsResult (roots, each with
- * a uri). What it says (the fields asked for, say) is the handler's to check. */
-bool tg_client_answer_reads(const char *method, const json_t *answer);
+/* Whether answer, the client's answer to its request of method with params
+ * (elicitation/create, sampling/createMessage or roots/list; any other: false), reads as that
+ * request's result: an ElicitResult (an action it has; content of the field types elicitation
+ * takes and, once accepted, what the requestedSchema asks), a CreateMessageResult (a role,
+ * content and the model) or a ListRootsResult (roots, each with a uri). What it means is the
+ * handler's to judge. */
+bool tg_client_answer_reads(const char *method, const json_t *params, const json_t *answer);

@@ -392,16 +392,18 @@ static const char *state_open(const char *principal, const state_subject *subjec
   return tg_same_secret(mac, end + 1, 64) ? end + 66 : NULL;
 }
 
-/* The inputResponses of a request (an object of objects; NULL when absent), or a JSON-RPC
- * error code. */
-static int read_responses(cx *c, json_t *params, json_t **responses) {
+/* The inputResponses of a request (an object; NULL when absent), or a JSON-RPC error code.
+ * each_object: each response must be an object (a stateless round, whose server cannot tell
+ * the keys asked for from others); a task checks those it asked for itself, and ignores the
+ * rest, whatever they hold. */
+static int read_responses(cx *c, json_t *params, bool each_object, json_t **responses) {
   json_t *in = json_object_get(params, "inputResponses");
   const char *key;
   json_t *v;
   *responses = NULL;
   if (in && !json_is_object(in))
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "inputResponses must be an object", NULL);
-  json_object_foreach(in, key, v) if (!json_is_object(v)) return rpc_fail(
+  json_object_foreach(each_object ? in : NULL, key, v) if (!json_is_object(v)) return rpc_fail(
       c, TG_RPC_INVALID_PARAMS, "Each input response must be an object",
       json_pack("{s:s}", "key", key));
   *responses = in;
@@ -414,7 +416,7 @@ static int read_round(cx *c, json_t *params, const state_subject *subject, json_
                       const char **state) {
   json_t *sealed = json_object_get(params, "requestState");
   *state = NULL;
-  int r = read_responses(c, params, responses);
+  int r = read_responses(c, params, true, responses);
   if (r) return r;
   if (sealed) {
     const char *text = json_string_value(sealed);
@@ -613,10 +615,12 @@ json_t *tg_mcp_tool_result(const tg_tool *tool, int status, json_t *value) {
                    "isError", 1);
 }
 
-/* Whether this request's client takes tasks (it declares the extension; 2026-07-28 only). */
+/* Whether this request's client takes tasks (it declares the extension, an object as every
+ * capability is; 2026-07-28 only). */
 static bool takes_tasks(const cx *c) {
   return c->modern && c->srv->tasks &&
-         json_object_get(json_object_get(c->caps, "extensions"), TG_MCP_TASKS_EXTENSION);
+         json_is_object(
+             json_object_get(json_object_get(c->caps, "extensions"), TG_MCP_TASKS_EXTENSION));
 }
 
 static int tasks_required(cx *c) {
@@ -992,7 +996,7 @@ static int m_tasks_update(cx *c, json_t *params, json_t **ret) {
   json_t *responses;
   if (!json_object_get(params, "inputResponses"))
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.inputResponses is required", NULL);
-  if ((r = read_responses(c, params, &responses)) != 0) return r;
+  if ((r = read_responses(c, params, false, &responses)) != 0) return r;
   const char *wrong = NULL;
   r = tg_mcp_tasks_update(c->srv->tasks, c->req->env->db, c->req->principal_id, id, responses,
                           &wrong);

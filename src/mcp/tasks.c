@@ -1185,7 +1185,8 @@ int tg_mcp_tasks_update(tg_mcp_tasks *t, tg_db *db, const char *principal_id, co
   /* All or none: a response that is no answer to its request refuses the others too. */
   json_object_foreach(asking ? responses : NULL, key, answer) {
     json_t *request = json_object_get(k->pending, key);
-    if (request && !tg_client_answer_reads(tg_json_str(request, "method"), answer)) {
+    if (request && !tg_client_answer_reads(tg_json_str(request, "method"),
+                                           json_object_get(request, "params"), answer)) {
       *wrong = key;
       asking = false;
       r = TG_E_INVAL;

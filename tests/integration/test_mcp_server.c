@@ -1047,9 +1047,17 @@ static void test_task_input_rounds(void **state) {
   /* Keys not asked for are ignored, whatever they hold; an answer that is none to its
    * request is refused, and nothing of the update is taken. */
   assert_ack(task_action_as(w, w->agent, "tasks/update", id, "{\"nope\":{\"x\":1}}"));
+  assert_ack(task_action_as(w, w->agent, "tasks/update", id, "{\"nope\":null}"));
   char *wrong = NULL;
   assert_true(asprintf(&wrong, "{\"nope\":{\"x\":1},\"%s\":{\"action\":\"maybe\"}}", key) > 0);
   json_t *refused = task_action_as(w, w->agent, "tasks/update", id, wrong);
+  free(wrong);
+  assert_int_equal(error_code(refused), TG_RPC_INVALID_PARAMS);
+  assert_string_equal(str(json_object_get(json_object_get(refused, "error"), "data"), "key"), key);
+  json_decref(refused);
+  /* Accepted, its content must hold what the form asked (a boolean confirm). */
+  assert_true(asprintf(&wrong, "{\"%s\":{\"action\":\"accept\",\"content\":{\"confirm\":\"yes\"}}}", key) > 0);
+  refused = task_action_as(w, w->agent, "tasks/update", id, wrong);
   free(wrong);
   assert_int_equal(error_code(refused), TG_RPC_INVALID_PARAMS);
   assert_string_equal(str(json_object_get(json_object_get(refused, "error"), "data"), "key"), key);
@@ -1111,8 +1119,10 @@ static void test_task_input_rounds(void **state) {
   assert_string_equal(str(json_array_get(json_object_get(json_object_get(done, "result"), "content"), 0), "text"),
                       "Received the answers of two rounds");
   json_decref(done);
-  /* Answers must be objects, as in any round. */
-  assert_task_action_refused(w, w->agent, "tasks/update", id, "{\"k\":1}");
+  /* Nothing is asked any more: whatever comes is ignored, but for responses that are no
+   * object. */
+  assert_ack(task_action_as(w, w->agent, "tasks/update", id, "{\"k\":1}"));
+  assert_task_action_refused(w, w->agent, "tasks/update", id, "[]");
   free(answer);
   free(first);
   free(second);
@@ -1196,6 +1206,11 @@ static void test_tasks_need_the_extension(void **state) {
                                   "io.modelcontextprotocol/tasks"));
   json_decref(r);
   r = request_as(w, w->agent, "{}", "tasks/get", "\"taskId\":\"x\"", &status);
+  assert_int_equal(error_code(r), TG_RPC_MISSING_CAPABILITY);
+  json_decref(r);
+  /* A capability is an object: anything else declares none. */
+  r = request_as(w, w->agent, "{\"extensions\":{\"io.modelcontextprotocol/tasks\":null}}",
+                 "tasks/get", "\"taskId\":\"x\"", &status);
   assert_int_equal(error_code(r), TG_RPC_MISSING_CAPABILITY);
   json_decref(r);
   /* An optional task runs as a plain call for a client without tasks. */

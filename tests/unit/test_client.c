@@ -63,11 +63,16 @@ static void test_requirements(void **state) {
   assert_true(tg_client_can(both, "elicitation/create", url));
 }
 
-static bool reads(const char *method, const char *text) {
+/* Whether text answers a request of method with params (JSON text; NULL: none). */
+static bool reads_asked(const char *method, const char *params, const char *text) {
   _cleanup_json_ json_t *answer = json_loads(text, 0, NULL);
+  _cleanup_json_ json_t *asked = params ? json_loads(params, 0, NULL) : NULL;
   assert_non_null(answer);
-  return tg_client_answer_reads(method, answer);
+  assert_true(!params || asked);
+  return tg_client_answer_reads(method, asked, answer);
 }
+
+static bool reads(const char *method, const char *text) { return reads_asked(method, NULL, text); }
 
 static void test_answers(void **state) {
   static const char elicit[] = "elicitation/create", sample[] = "sampling/createMessage",
@@ -92,6 +97,14 @@ static void test_answers(void **state) {
   assert_false(reads(sample, "{\"action\":\"accept\"}"));
   assert_false(reads(elicit, "{\"roots\":[]}"));
   assert_false(reads("tools/list", "{\"tools\":[]}"));
+  /* Accepted content holds what the form asked for. */
+  static const char form[] = "{\"message\":\"m\",\"requestedSchema\":{\"type\":\"object\","
+                             "\"properties\":{\"ok\":{\"type\":\"boolean\"}},\"required\":[\"ok\"]}}";
+  assert_true(reads_asked(elicit, form, "{\"action\":\"accept\",\"content\":{\"ok\":true}}"));
+  assert_false(reads_asked(elicit, form, "{\"action\":\"accept\",\"content\":{\"ok\":\"yes\"}}"));
+  assert_false(reads_asked(elicit, form, "{\"action\":\"accept\",\"content\":{\"other\":1}}"));
+  assert_false(reads_asked(elicit, form, "{\"action\":\"accept\"}"));
+  assert_true(reads_asked(elicit, form, "{\"action\":\"decline\"}"));
 }
 
 int main(void) {
