@@ -362,11 +362,22 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
         why = json_error_code(&rest);
       }
     }
-    bool unreadable = why != json_error_numeric_overflow && why != json_error_duplicate_key;
-    return fail(NULL, unreadable ? TG_RPC_PARSE_ERROR : TG_RPC_INVALID_REQUEST,
-                unreadable ? "Parse error" : "Invalid Request",
-                json_pack("{s:s,s:i}", "reason", jerr.text, "position", jerr.position),
-                ret_error);
+    /* A string holding \u0000 is JSON, but no string here: a C string would end there. */
+    bool nul = why == json_error_null_character || why == json_error_null_byte_in_key;
+    if (!nul && why != json_error_numeric_overflow && why != json_error_duplicate_key)
+      return fail(NULL, TG_RPC_PARSE_ERROR, "Parse error",
+                  json_pack("{s:s,s:i}", "reason", jerr.text, "position", jerr.position),
+                  ret_error);
+    /* Read, yet no message: its error names the request when a scan finds its id. */
+    json_t *named = id_and_method(buf, len);
+    int code = fail(named ? echo_id_of(named) : NULL, TG_RPC_INVALID_REQUEST,
+                    "Invalid Request",
+                    json_pack("{s:s,s:i}", "reason",
+                              nul ? "a string holds \\u0000, which is not taken" : jerr.text,
+                              "position", jerr.position),
+                    ret_error);
+    json_decref(named);
+    return code;
   }
   if (json_is_array(root)) {
     /* An empty batch is one error, as JSON-RPC says; any other is served by its transport,

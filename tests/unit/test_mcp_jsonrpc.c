@@ -118,6 +118,23 @@ static void test_error_echoes_readable_id(void **state) {
   err = decode_fails("{bad", 4, TG_RPC_PARSE_ERROR);
   assert_true(json_is_null(json_object_get(err, "id")));
   json_decref(err);
+  /* JSON this server reads but takes as no message is no parse error, and names its
+   * request: a string holding \u0000 (in a value or a key), a number past a double. */
+  text = "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"x\",\"params\":{\"a\":\"b\\u0000c\"}}";
+  err = decode_fails(text, strlen(text), TG_RPC_INVALID_REQUEST);
+  assert_int_equal(json_integer_value(json_object_get(err, "id")), 7);
+  json_t *data = json_object_get(json_object_get(err, "error"), "data");
+  assert_string_equal(json_string_value(json_object_get(data, "reason")),
+                      "a string holds \\u0000, which is not taken");
+  json_decref(err);
+  text = "{\"jsonrpc\":\"2.0\",\"id\":\"k\",\"method\":\"x\",\"params\":{\"a\\u0000\":1}}";
+  err = decode_fails(text, strlen(text), TG_RPC_INVALID_REQUEST);
+  assert_string_equal(json_string_value(json_object_get(err, "id")), "k");
+  json_decref(err);
+  text = "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"x\",\"params\":{\"a\":1e400}}";
+  err = decode_fails(text, strlen(text), TG_RPC_INVALID_REQUEST);
+  assert_int_equal(json_integer_value(json_object_get(err, "id")), 8);
+  json_decref(err);
 }
 
 static char *nested(int depth) {
