@@ -59,8 +59,9 @@ int tg_mcp_inflight_begin(tg_mcp_inflight *t, json_t *id) {
   return r;
 }
 
-/* Index of the latest entry of id, or n; called with the lock held. (A client reusing the
- * id of a request still running breaks JSON-RPC; each of them is then served.) */
+/* Index of the latest entry of id, or n; called with the lock held. (Transports refuse a
+ * request reusing the id of one still served, TG_MCP_INFLIGHT_REUSED_ID; two sent at once
+ * may still both pass, and are then both served.) */
 static size_t find_locked(const tg_mcp_inflight *t, json_t *id) {
   for (size_t i = t->n; i-- > 0;)
     if (json_equal(t->entries[i].id, id)) return i;
@@ -97,6 +98,13 @@ void tg_mcp_inflight_cancel_all(tg_mcp_inflight *t) {
   pthread_mutex_lock(&t->lock);
   for (size_t i = 0; i < t->n; i++) t->entries[i].cancelled = true;
   pthread_mutex_unlock(&t->lock);
+}
+
+bool tg_mcp_inflight_holds(tg_mcp_inflight *t, json_t *id) {
+  pthread_mutex_lock(&t->lock);
+  bool held = find_locked(t, id) < t->n;
+  pthread_mutex_unlock(&t->lock);
+  return held;
 }
 
 bool tg_mcp_inflight_cancelled(tg_mcp_inflight *t, json_t *id) {

@@ -26,10 +26,12 @@ bool tg_mcp_inflight_cancel(tg_mcp_inflight *t, json_t *id);
  * holds what the wake function would take, and wakes the waiters itself. */
 void tg_mcp_inflight_cancel_all(tg_mcp_inflight *t);
 bool tg_mcp_inflight_cancelled(tg_mcp_inflight *t, json_t *id);
+/* Whether a request of id is being served (cancelled or not). */
+bool tg_mcp_inflight_holds(tg_mcp_inflight *t, json_t *id);
 
-/* Why a transport refuses a request whose id names one cancelled and not ended yet (its
- * client reused the id at once): the table would take the new one for the old, and leave it
- * unanswered. */
+/* Why a transport refuses a request whose id names one not ended yet (its client reused the
+ * id, which JSON-RPC forbids within a session): a cancellation naming the id could not tell
+ * the two apart, nor could the table, which would take a cancelled one's end for both. */
 #define TG_MCP_INFLIGHT_REUSED_ID \
-  "The id names a request still being cancelled: give the new request an id of its own"
+  "The id names a request still being served or cancelled: give the new request an id of its own"
 

@@ -1460,10 +1460,10 @@ void tg_mcp_leave_requests(tg_mcp_inflight *t, const tg_rpc_msg *msg) {
   for (json_t *id; (id = next_request_id(msg, &i));) tg_mcp_inflight_end(t, id);
 }
 
-bool tg_mcp_reuses_cancelled_id(tg_mcp_inflight *t, const tg_rpc_msg *msg) {
+bool tg_mcp_reuses_id_in_flight(tg_mcp_inflight *t, const tg_rpc_msg *msg) {
   size_t i = 0;
   for (json_t *id; t && (id = next_request_id(msg, &i));)
-    if (tg_mcp_inflight_cancelled(t, id)) return true;
+    if (tg_mcp_inflight_holds(t, id)) return true;
   return false;
 }
 

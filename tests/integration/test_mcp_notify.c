@@ -1435,20 +1435,23 @@ static void test_stdio_queue_bounded_by_what_it_holds(void **state) {
   stdio_stop(s);
 }
 
-/* A client that reuses the id of a request it just cancelled, still being cancelled, is
+/* A client that reuses the id of a request still served, or just cancelled and still ending, is
  * told to give the new one an id of its own, not left waiting: the table would take the new
  * request for the old. */
 static void test_stdio_id_of_a_request_being_cancelled(void **state) {
   world *w = *state;
   held = true;
   stdio_run *s = start_running_call(w);
-  stdio_send(s, CANCEL(2) "\n" LIST(2));
-  json_t *refused = stdio_next(s);
-  const char *why = NULL;
-  assert_int_equal(json_integer_value(json_object_get(refused, "id")), 2);
-  assert_int_equal(error_code(refused, &why), TG_RPC_INVALID_REQUEST);
-  assert_non_null(strstr(why, "still being cancelled"));
-  json_decref(refused);
+  /* Nor may it reuse the id of one still served. */
+  for (int cancelled = 0; cancelled <= 1; cancelled++) {
+    stdio_send(s, cancelled ? CANCEL(2) "\n" LIST(2) : LIST(2));
+    json_t *refused = stdio_next(s);
+    const char *why = NULL;
+    assert_int_equal(json_integer_value(json_object_get(refused, "id")), 2);
+    assert_int_equal(error_code(refused, &why), TG_RPC_INVALID_REQUEST);
+    assert_non_null(strstr(why, "still being served or cancelled"));
+    json_decref(refused);
+  }
   release_held();
   /* Once the cancelled request ended (a request served after it is answered), its id is
    * free again. */
@@ -1486,7 +1489,7 @@ static void test_stdio_batch_reusing_an_id_being_cancelled(void **state) {
   json_t *refused = expect_batch_answer(s, (json_int_t[]){2, 8}, 2);
   const char *why = NULL;
   assert_int_equal(error_code(json_array_get(refused, 1), &why), TG_RPC_INVALID_REQUEST);
-  assert_non_null(strstr(why, "still being cancelled"));
+  assert_non_null(strstr(why, "still being served or cancelled"));
   json_decref(refused);
   release_held();
   stdio_stop(s);
