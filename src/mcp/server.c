@@ -652,6 +652,8 @@ static int start_task(cx *c, call_channel *ch, const tg_tool *tool, json_t *args
     return rpc_fail(c, TG_RPC_INTERNAL_ERROR,
                     strcmp(started.limit, "held") == 0
                         ? "Too many tasks held: read how ended ones ended, or let them expire"
+                    : strcmp(started.limit, "kept") == 0
+                        ? "Too many ended tasks kept: wait for the oldest to pass their time to live"
                         : "Too many tasks running: wait for some to end",
                     json_pack("{s:s,s:i}", "limit", started.limit, "max", started.max));
   if (r < 0) return r;

@@ -536,8 +536,8 @@ static int keep_ending(void *arg, tg_db *db) {
   char at[TG_ISO_LEN + 1], expired[TG_ISO_LEN + 1];
   tg_iso8601(e->at, at);
   tg_iso8601(e->at - TG_MCP_TASK_TTL_MS, expired);
-  /* Rows past their time to live go as new ones come, and so do a principal's oldest past
-   * TG_MCP_MAX_KEPT_TASKS. */
+  /* Rows past their time to live go as new ones come (no task starts while its principal
+   * has TG_MCP_MAX_KEPT_TASKS within it: see make_room_locked). */
   int r = tg_db_exec(db, "DELETE FROM mcp_tasks WHERE ended_at < $1", json_pack("[s]", expired),
                      NULL);
   /* A row written again as its commit was told failed late may be there already: it holds
@@ -548,11 +548,6 @@ static int keep_ending(void *arg, tg_db *db) {
                    "ON CONFLICT (id) DO NOTHING",
                    json_pack("[s,s,O,s]", e->id, e->principal, e->shown, at), NULL);
   if (r == 0) r = forget_running(db, e->id);
-  if (r == 0)
-    r = tg_db_exec(db,
-                   "DELETE FROM mcp_tasks WHERE principal_id = $1 AND id NOT IN (SELECT id FROM "
-                   "mcp_tasks WHERE principal_id = $1 ORDER BY ended_at DESC LIMIT $2)",
-                   json_pack("[s,i]", e->principal, TG_MCP_MAX_KEPT_TASKS), NULL);
   return r;
 }
 
@@ -1013,10 +1008,27 @@ static void keep_ends_of_locked(tg_mcp_tasks *t, tg_db *db, const char *principa
   if (n) keep_ends_locked(t, db, ks, n);
 }
 
+/* How many ended tasks of principal the database keeps within their time to live (from any
+ * server): 0, or the failure of db. */
+static int count_kept(tg_db *db, const char *principal, long *n) {
+  char since[TG_ISO_LEN + 1];
+  tg_iso8601(tg_now_ms() - TG_MCP_TASK_TTL_MS, since);
+  json_t *row = NULL;
+  int r = tg_db_query_row(db,
+                          "SELECT COUNT(*) AS n FROM mcp_tasks WHERE principal_id = $1 AND "
+                          "ended_at >= $2",
+                          json_pack("[s,s]", principal, since), &row);
+  *n = (long)json_integer_value(json_object_get(row, "n"));
+  json_decref(row);
+  return r;
+}
+
 /* Drops expired tasks; then, when principal holds TG_MCP_MAX_TASKS, the read one that
- * ended the longest ago. Returns 0, or TG_E_TOO_LARGE with the limit that stops one more
- * task in ret. */
-static int make_room_locked(tg_mcp_tasks *t, const char *principal, tg_mcp_task_start *ret) {
+ * ended the longest ago. kept: its ended tasks the database keeps (count_kept), which its
+ * running ones will join: each must stay readable for its time to live, as its client was
+ * told. Returns 0, or TG_E_TOO_LARGE with the limit that stops one more task in ret. */
+static int make_room_locked(tg_mcp_tasks *t, const char *principal, long kept,
+                            tg_mcp_task_start *ret) {
   int64_t now = expiry_clock();
   unsigned held = 0, running = 0;
   task *oldest = NULL;
@@ -1043,6 +1055,9 @@ static int make_room_locked(tg_mcp_tasks *t, const char *principal, tg_mcp_task_
   } else if (held >= TG_MCP_MAX_TASKS && !oldest) {
     ret->limit = "held";
     ret->max = TG_MCP_MAX_TASKS;
+  } else if (kept + running >= TG_MCP_MAX_KEPT_TASKS) {
+    ret->limit = "kept";
+    ret->max = TG_MCP_MAX_KEPT_TASKS;
   }
   if (ret->limit) return TG_E_TOO_LARGE;
   if (held < TG_MCP_MAX_TASKS) return 0;
@@ -1102,12 +1117,14 @@ int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_tas
   memset(ret, 0, sizeof *ret);
   task *k = NULL;
   sweep_once(t, call->db);
-  int r = new_task(t, call, &k);
+  long kept = 0;
+  int r = call->db ? count_kept(call->db, call->principal_id, &kept) : 0;
+  if (r == 0) r = new_task(t, call, &k);
   if (r < 0) return r;
   /* The task takes its place before its connection opens, outside the lock. */
   pthread_mutex_lock(&t->lock);
   if (call->db && !t->stopping) keep_ends_of_locked(t, call->db, k->principal);
-  r = t->stopping ? TG_E_IO : make_room_locked(t, k->principal, ret);
+  r = t->stopping ? TG_E_IO : make_room_locked(t, k->principal, kept, ret);
   if (r == 0) {
     k->next = t->list;
     t->list = k;

@@ -31,7 +31,7 @@
 #define TG_MCP_MAX_RUNNING_TASKS 32      /* threads running tasks in one server */
 #define TG_MCP_TASK_STATUS_MAX 1024      /* bytes of a statusMessage kept */
 #define TG_MCP_MAX_KEPT_TASKS 256        /* ended tasks of one principal the database keeps
-                                          * (the oldest go first) */
+                                          * for their time to live: no more start then */
 
 typedef struct tg_mcp_tasks tg_mcp_tasks;
 
@@ -67,7 +67,8 @@ typedef struct tg_mcp_task_start {
   json_t *task;       /* the handler detached: the CreateTaskResult; else NULL and */
   int status;         /* the call ended first: what tg_call returned, */
   tg_call_result res; /* and its result (release with tg_call_result_done) */
-  /* TG_E_TOO_LARGE: the limit reached ("running", "runningEach", "held") and its value */
+  /* TG_E_TOO_LARGE: the limit reached ("running", "runningEach", "held", "kept") and its
+   * value */
   const char *limit;
   int max;
 } tg_mcp_task_start;

@@ -1379,6 +1379,28 @@ static void await_ended(int n) {
   if (got < n) fail_msg("only %d task threads ended, not %d", got, n);
 }
 
+/* A principal whose TG_MCP_MAX_KEPT_TASKS ended tasks the database keeps within their time
+ * to live starts no more, so that none goes before the hour its client was told; the rows
+ * past it do not count. */
+static void test_task_kept_limit(void **state) {
+  world *w = *state;
+  char now[TG_ISO_LEN + 1], old[TG_ISO_LEN + 1];
+  tg_iso8601(tg_now_ms(), now);
+  tg_iso8601(tg_now_ms() - TG_MCP_TASK_TTL_MS - 60000, old);
+  for (int i = 0; i < TG_MCP_MAX_KEPT_TASKS; i++) {
+    char id[40];
+    snprintf(id, sizeof id, "kept%04d", i);
+    assert_int_equal(tg_db_exec(w->f->db, "INSERT INTO mcp_tasks (id, principal_id, task, ended_at) "
+                                          "VALUES ($1, $2, '{}', $3)",
+                                json_pack("[s,s,s]", id, w->agent, i == 0 ? old : now), NULL),
+                     0);
+  }
+  /* One of them past its hour: room for one more. */
+  free(start_task(w, "failing_job", "{}"));
+  assert_refused(w, w->agent, "kept", TG_MCP_MAX_KEPT_TASKS);
+  assert_plain_call(w, w->agent);
+}
+
 /* A principal holds TG_MCP_MAX_TASKS; one ended may make room once its end was read. */
 static void test_task_holding_limits(void **state) {
   world *w = *state;
@@ -1519,14 +1541,16 @@ static void test_task_outlives_its_server(void **state) {
                               json_pack("[s]", long_ago), NULL),
                    0);
   assert_task_action_refused(w, w->agent, "tasks/get", id, NULL);
-  /* A principal's rows are bounded: with as many more, the oldest go first. */
+  /* A principal's rows are bounded (test_task_kept_limit) by refusing new tasks, not by
+   * dropping old ones before their time: with one short of the bound, a task still starts,
+   * and every row within its time to live stays. */
   assert_int_equal(
       tg_db_exec(w->f->db,
                  "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $2) "
                  "INSERT INTO mcp_tasks (id, principal_id, task, ended_at) "
                  "SELECT printf('%032d', i), $1, '{}', "
                  "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 hour', (i + 60) || ' seconds') FROM n",
-                 json_pack("[s,i]", w->agent, TG_MCP_MAX_KEPT_TASKS),
+                 json_pack("[s,i]", w->agent, TG_MCP_MAX_KEPT_TASKS - 1),
                  NULL),
       0);
   char *next = start_task(w, "protocol_error_job", "{}");
@@ -1537,8 +1561,7 @@ static void test_task_outlives_its_server(void **state) {
   assert_int_equal(fixture_count(w->f, "mcp_tasks"), TG_MCP_MAX_KEPT_TASKS);
   assert_false(kept_row(w, id)); /* past its time to live, as cut's */
   assert_false(kept_row(w, cut));
-  assert_false(kept_row(w, "00000000000000000000000000000001")); /* the oldest */
-  assert_true(kept_row(w, "00000000000000000000000000000002"));
+  assert_true(kept_row(w, "00000000000000000000000000000001")); /* the oldest */
   free(next);
   free(cut);
   free(id);
@@ -2974,6 +2997,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_input_then_task, setup, teardown),
       cmocka_unit_test_setup_teardown(test_request_state_is_bound_to_the_arguments, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_running_limits, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_task_kept_limit, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_holding_limits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_unkept_stays, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_outlives_its_server, setup, teardown),
