@@ -1442,8 +1442,9 @@ static void forget_stale_output_locked(server *s) {
 }
 
 /* What a token opened ends once it is revoked: its sessions (a session's GET stream ends with
- * it) and its subscriptions/listen streams. Each request is checked as it comes; these live
- * on between requests, so the sweeper looks. */
+ * it) and its subscriptions/listen streams (with their result, as when the server stops).
+ * Each request is checked as it comes; these live on between requests, so the sweeper
+ * looks. */
 static void end_revoked(server *s, tg_db *db) {
   typedef struct opened {
     session *x;
@@ -1471,6 +1472,9 @@ static void end_revoked(server *s, tg_db *db) {
     bool revoked = tg_principal_by_token_hash(db, all[i].hash, NULL, id) == TG_E_NOTFOUND;
     if (all[i].l) {
       if (revoked) {
+        json_t *meta = tg_mcp_result_meta(&s->mcp);
+        tg_mcp_watch_end(all[i].l->watch, meta);
+        json_decref(meta);
         stream_end(all[i].l->st);
         listener_unlink(all[i].l);
       }

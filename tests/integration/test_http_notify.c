@@ -1764,7 +1764,7 @@ static void test_listen_stream_gets_ack_then_changes(void **state) {
 }
 
 /* A revoked token ends what it opened, though no request comes: a session's GET stream and a
- * listen stream. Another caller's session stands. */
+ * listen stream, which gets its result first. Another caller's session stands. */
 static void test_a_revoked_token_ends_its_streams(void **state) {
   world *w = *state;
   char sid[64], other_sid[64];
@@ -1779,6 +1779,8 @@ static void test_a_revoked_token_ends_its_streams(void **state) {
                    0);
   await(get, NULL);
   await(listen, NULL);
+  assert_non_null(strstr(listen->got, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"resultType\":"
+                                      "\"complete\""));
   free(request(w, "POST", other_sid, NULL, PING, 200));
   pthread_mutex_lock(&other->lock);
   bool ended = other->ended;
