@@ -942,7 +942,7 @@ static int m_listen(cx *c, json_t *params, json_t **ret) {
                     "params.notifications.taskIds must be an array of at most data.max task ids",
                     json_pack("{s:i}", "max", TG_MCP_MAX_TASKS));
   int r = tg_mcp_watch_subscribe(c->req->watch, c->msg->id, filter, ids ? c->srv->tasks : NULL,
-                                 c->req->principal_id);
+                                 c->req->env->db, c->req->principal_id);
   if (r == TG_E_TOO_LARGE)
     return rpc_fail(c, TG_RPC_INVALID_REQUEST, "Too many open subscriptions",
                     json_pack("{s:i}", "max", TG_MCP_MAX_SUBSCRIPTIONS));

@@ -91,6 +91,9 @@ struct tg_mcp_task_observer {
     char id[TASK_ID_LEN + 1];
     uint64_t seen; /* the task's seq when it was last delivered */
   } watched[TG_MCP_MAX_TASKS]; /* a principal holds no more */
+  /* Named tasks this server does not hold, ended as the database keeps them: told once. */
+  size_t n_ended;
+  json_t *ended[TG_MCP_MAX_TASKS];
 };
 
 struct tg_mcp_tasks {
@@ -1291,8 +1294,16 @@ static void publish(tg_mcp_tasks *t, const char *principal) {
   pthread_mutex_unlock(&t->observing);
 }
 
-int tg_mcp_tasks_observer_new(tg_mcp_tasks *t, const char *principal_id, json_t *ids,
-                              tg_mcp_task_deliver deliver, void *self,
+/* Whether names (an array of strings) holds id. */
+static bool names(const json_t *list, const char *id) {
+  size_t i;
+  json_t *each;
+  json_array_foreach(list, i, each) if (strcmp(json_string_value(each), id) == 0) return true;
+  return false;
+}
+
+int tg_mcp_tasks_observer_new(tg_mcp_tasks *t, tg_db *db, const char *principal_id,
+                              json_t *ids, tg_mcp_task_deliver deliver, void *self,
                               tg_mcp_task_observer **ret, json_t **honoured) {
   tg_mcp_task_observer *o = calloc(1, sizeof *o);
   json_t *named = json_array();
@@ -1320,8 +1331,23 @@ int tg_mcp_tasks_observer_new(tg_mcp_tasks *t, const char *principal_id, json_t 
     snprintf(o->watched[o->n++].id, sizeof o->watched[0].id, "%s", id);
   }
   pthread_mutex_unlock(&t->lock);
+  /* The others, outside the lock (the database is read): those that ended. */
+  json_array_foreach(r == 0 ? ids : NULL, i, value) {
+    const char *id = json_string_value(value);
+    if (!id || names(named, id) || o->n + o->n_ended == TG_MCP_MAX_TASKS) continue;
+    json_t *shown = NULL;
+    int got = db ? not_here(t, db, principal_id, id, &shown) : TG_E_NOTFOUND;
+    if (got == 0 && json_array_append_new(named, json_string(id)) == 0) {
+      o->ended[o->n_ended++] = shown;
+      continue;
+    }
+    json_decref(shown);
+    if (got == 0) r = TG_E_NOMEM;
+    else if (got < 0 && got != TG_E_NOTFOUND) r = got;
+    if (r < 0) break;
+  }
   if (r < 0) {
-    free(o);
+    tg_mcp_tasks_observer_free(o);
     json_decref(named);
     return r;
   }
@@ -1332,12 +1358,16 @@ int tg_mcp_tasks_observer_new(tg_mcp_tasks *t, const char *principal_id, json_t 
 
 void tg_mcp_tasks_observe(tg_mcp_task_observer *o) {
   tg_mcp_tasks *t = o->store;
-  if (!o->n) return; /* it would never hear a thing */
   pthread_mutex_lock(&t->observing);
-  o->next = t->observers;
-  t->observers = o;
-  o->observed = true;
-  publish_to(o);
+  if (o->n) { /* else it would never hear a thing */
+    o->next = t->observers;
+    t->observers = o;
+    o->observed = true;
+    publish_to(o);
+  }
+  for (size_t i = 0; i < o->n_ended; i++)
+    if (o->deliver(o->self, o, TAKE_PTR(o->ended[i])) < 0)
+      tg_log(TG_LOG_WARN, "mcp: how a task ended could not be told to its listener");
   pthread_mutex_unlock(&t->observing);
 }
 
@@ -1351,5 +1381,6 @@ void tg_mcp_tasks_observer_free(tg_mcp_task_observer *o) {
       break;
     }
   pthread_mutex_unlock(&t->observing);
+  for (size_t i = 0; i < o->n_ended; i++) json_decref(o->ended[i]);
   free(o);
 }

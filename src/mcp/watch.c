@@ -124,8 +124,8 @@ static int deliver_task(void *self, tg_mcp_task_observer *o, json_t *task) {
 
 /* The acknowledgement's notifications: what of filter is honoured. A subscription naming
  * tasks gets its observer in sub->tasks. */
-static int honour(tg_mcp_watch *w, json_t *filter, tg_mcp_tasks *tasks, const char *principal_id,
-                  subscription *sub, json_t **ret) {
+static int honour(tg_mcp_watch *w, json_t *filter, tg_mcp_tasks *tasks, tg_db *db,
+                  const char *principal_id, subscription *sub, json_t **ret) {
   json_t *honoured = json_object();
   if (!honoured) return TG_E_NOMEM;
   int r = TG_OK;
@@ -136,7 +136,8 @@ static int honour(tg_mcp_watch *w, json_t *filter, tg_mcp_tasks *tasks, const ch
   }
   json_t *ids = json_object_get(filter, "taskIds"), *named = NULL;
   if (r == TG_OK && tasks && ids)
-    r = tg_mcp_tasks_observer_new(tasks, principal_id, ids, deliver_task, w, &sub->tasks, &named);
+    r = tg_mcp_tasks_observer_new(tasks, db, principal_id, ids, deliver_task, w, &sub->tasks,
+                                  &named);
   if (r == TG_OK && named && json_object_set_new(honoured, "taskIds", named) < 0) r = TG_E_NOMEM;
   if (r < 0) {
     json_decref(honoured);
@@ -149,11 +150,11 @@ static int honour(tg_mcp_watch *w, json_t *filter, tg_mcp_tasks *tasks, const ch
 }
 
 int tg_mcp_watch_subscribe(tg_mcp_watch *w, json_t *id, json_t *filter, tg_mcp_tasks *tasks,
-                           const char *principal_id) {
+                           tg_db *db, const char *principal_id) {
   subscription sub = {.id = id};
   json_t *honoured = NULL;
   pthread_mutex_lock(&w->subscribing);
-  int r = honour(w, filter, tasks, principal_id, &sub, &honoured);
+  int r = honour(w, filter, tasks, db, principal_id, &sub, &honoured);
   json_t *ack = r == TG_OK ? tagged("notifications/subscriptions/acknowledged",
                                     json_pack("{s:o}", "notifications", honoured), id)
                            : NULL;

@@ -29,12 +29,13 @@ void tg_mcp_watch_free(tg_mcp_watch *w);
 void tg_mcp_watch_legacy(tg_mcp_watch *w);
 /* subscriptions/listen with request id and filter: sends the acknowledgement naming the
  * honoured subset of filter (toolsListChanged, promptsListChanged; with tasks, the store of
- * the server, the taskIds that name principal_id's tasks), then announces those changes:
- * notifications/tasks with a task's DetailedTask as it stands, then at each change of it.
+ * the server, the taskIds that name principal_id's tasks, read on db as well: see
+ * tg_mcp_tasks_observer_new), then announces those changes: notifications/tasks with a
+ * task's DetailedTask as it stands, then at each change of it.
  * Returns 0, TG_E_TOO_LARGE when TG_MCP_MAX_SUBSCRIPTIONS are open, TG_E_NOTFOUND once the
  * watch ended (tg_mcp_watch_end), TG_E_NOMEM, or the failure of send. */
 int tg_mcp_watch_subscribe(tg_mcp_watch *w, json_t *id, json_t *filter, tg_mcp_tasks *tasks,
-                           const char *principal_id);
+                           tg_db *db, const char *principal_id);
 /* Ends subscription id (its listen request was cancelled); false when there is none. */
 bool tg_mcp_watch_unsubscribe(tg_mcp_watch *w, json_t *id);
 /* The server ends every subscription of w (it is stopping), and w takes no more: each

@@ -432,14 +432,14 @@ static void test_owed_change_not_sent_to_a_new_listener(void **state) {
   world *w = *state;
   _cleanup_json_ json_t *id = json_string("s1");
   _cleanup_json_ json_t *filter = json_pack("{s:b}", "toolsListChanged", 1);
-  assert_int_equal(tg_mcp_watch_subscribe(w->watch, id, filter, NULL, w->agent), 0);
+  assert_int_equal(tg_mcp_watch_subscribe(w->watch, id, filter, NULL, NULL, w->agent), 0);
   assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
   fixture_revoke_elsewhere(w->f, "bot", "tasks.assign");
   w->full = true;
   assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), TG_E_TOO_LARGE);
   w->full = false;
   assert_true(tg_mcp_watch_unsubscribe(w->watch, id));
-  assert_int_equal(tg_mcp_watch_subscribe(w->watch, id, filter, NULL, w->agent), 0);
+  assert_int_equal(tg_mcp_watch_subscribe(w->watch, id, filter, NULL, NULL, w->agent), 0);
   size_t acknowledged = json_array_size(w->sent);
   for (int i = 0; i < 2; i++)
     assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);

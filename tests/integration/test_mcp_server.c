@@ -1524,6 +1524,13 @@ static void test_task_outlives_its_server(void **state) {
   got = get_task(w, id);
   assert_string_equal(str(got, "status"), "completed");
   json_decref(got);
+  /* A listener naming it, which this server no longer holds, is told how it ended, once. */
+  char *filter = filter_of(id);
+  json_t *acked;
+  feed *f = listen_as(w, w->agent, 0, 13, filter, &acked);
+  assert_int_equal(json_array_size(json_object_get(acked, "taskIds")), 1);
+  assert_string_equal(str(told(f, 1, 13, "completed"), "taskId"), id);
+  free(filter);
   got = get_task(w, cut);
   assert_string_equal(str(got, "status"), "cancelled");
   assert_string_equal(str(got, "statusMessage"), "The server stopped before the task ended");
