@@ -3,8 +3,7 @@
  * authorize against live grants → workspace policy and risk → per-run cap → budget →
  * arguments against the compiled schema →
  * one transaction (handler, a last look for a cancellation, activity rows, telemetry row) →
- * result. Every refusal and
- * failure is an error envelope and one telemetry row. */
+ * result. Every refusal and failure is an error envelope and one telemetry row. */
 #pragma once
 #include <jansson.h>
 #include <stdbool.h>
