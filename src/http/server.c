@@ -2468,10 +2468,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return handle_post(s, conn, db, rq->principal, rq);
   }
   /* A session's GET and DELETE name its revision, if they name one (2025-11-25: an
-   * unsupported one is refused). */
+   * unsupported one is refused). One naming 2026-07-28 is that revision's traffic, which is
+   * POST only, as a POST naming it is served statelessly, its session id ignored. */
   _cleanup_free_ char *revision = NULL;
   if (!header_value(conn, "MCP-Protocol-Version", &revision)) return MHD_NO;
-  if (revision && !tg_mcp_legacy_supported(revision) && strcmp(revision, TG_MCP_MODERN_VERSION) != 0)
+  if (revision && strcmp(revision, TG_MCP_MODERN_VERSION) == 0)
+    return respond(conn, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, NULL, "POST");
+  if (revision && !tg_mcp_legacy_supported(revision))
     return queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
                            "Unsupported MCP-Protocol-Version");
   if (strcmp(method, "DELETE") == 0) return handle_delete(s, conn, rq->principal);

@@ -2615,6 +2615,14 @@ static void test_http_get_stream_and_resumption(void **state) {
   assert_status(res, "406");
   assert_non_null(strstr(res, "Accept must include text/event-stream"));
   free(res);
+  /* Nor for a GET or DELETE naming 2026-07-28, whatever session it names: that revision's
+   * traffic, POST only (a POST naming it is served statelessly). The session stands. */
+  for (int i = 0; i < 2; i++) {
+    res = http_exchange(port, i ? "DELETE" : "GET", sid, "MCP-Protocol-Version: 2026-07-28\r\n", NULL);
+    assert_status(res, "405");
+    assert_non_null(strcasestr(res, "Allow: POST\r\n"));
+    free(res);
+  }
 
   /* A call streams its progress; the client goes away after the first event. A disconnect
    * is not a cancellation: the rest is kept, and GET with Last-Event-ID replays it. */
