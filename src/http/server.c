@@ -1380,24 +1380,33 @@ static tg_db *thread_db(server *s, tg_db **db) {
   return *db;
 }
 
-/* The first queued call whose principal runs fewer than busy_max calls (stopping: the first
- * of all), taken off the queue into the free busy slot *slot; NULL when none may run. */
+/* The queued call to run next, taken off the queue into the free busy slot *slot: the first
+ * of those whose principal runs the fewest calls, fewer than busy_max (stopping: the first
+ * of all), so that a caller with fewer threads goes ahead of one holding more; NULL when
+ * none may run. */
 static worker *take_locked(server *s, unsigned *slot) {
-  worker *prev = NULL;
+  worker *prev = NULL, *best = NULL, *best_prev = NULL;
+  unsigned fewest = 0;
   for (worker *w = s->queue_head; w; prev = w, w = w->next) {
     unsigned running = 0;
     for (unsigned i = 0; i < s->n_busy; i++) {
       running += strcmp(s->busy[i], w->principal) == 0;
       if (!s->busy[i][0]) *slot = i; /* this thread's at least is free */
     }
-    if (running >= s->busy_max && !s->stopping) continue;
-    if (prev) prev->next = w->next;
-    else s->queue_head = w->next;
-    if (s->queue_tail == w) s->queue_tail = prev;
-    memcpy(s->busy[*slot], w->principal, sizeof s->busy[0]);
-    return w;
+    if (s->stopping) running = 0;
+    else if (running >= s->busy_max) continue;
+    if (best && running >= fewest) continue;
+    best = w;
+    best_prev = prev;
+    fewest = running;
+    if (!running) break; /* none goes ahead of it */
   }
-  return NULL;
+  if (!best) return NULL;
+  if (best_prev) best_prev->next = best->next;
+  else s->queue_head = best->next;
+  if (s->queue_tail == best) s->queue_tail = best_prev;
+  memcpy(s->busy[*slot], best->principal, sizeof s->busy[0]);
+  return best;
 }
 
 /* A pool thread: serves queued calls until the pool stops and the queue is empty. */

@@ -76,6 +76,8 @@ static pthread_cond_t kit_changed = PTHREAD_COND_INITIALIZER;
 static bool kit_started, kit_cancelled, kit_go;
 static bool kit_hold; /* set: test_wait_cancel, once cancelled, ends only as it is cleared */
 static int kit_running; /* calls of the tool waiting now */
+static int kit_starts;  /* calls of the tool that began waiting */
+static char kit_last[64]; /* the name of the caller whose call began waiting last */
 
 static void kit_set(bool *flag) {
   pthread_mutex_lock(&kit_lock);
@@ -116,6 +118,10 @@ static int wait_cancel(tg_call_ctx *cx, json_t *args, json_t **ret) {
                  json_pack("{s:s,s:s}", "level", "info", "data", "waiting")) < 0)
     return TG_E_IO;
   kit_set(&kit_started);
+  pthread_mutex_lock(&kit_lock);
+  kit_starts++;
+  snprintf(kit_last, sizeof kit_last, "%s", cx->principal->name);
+  pthread_mutex_unlock(&kit_lock);
   kit_count(1);
   for (long waited_ms = 0; !ch->cancelled(ch->self); waited_ms += 10) {
     if (waited_ms > HANG_GUARD_S * 1000L) {
@@ -275,7 +281,7 @@ static int setup(void **state) {
   assert_int_equal(tg_http_start(&w->cfg, &w->h, &port), 0);
   snprintf(w->url, sizeof w->url, "http://127.0.0.1:%u/mcp", port);
   kit_started = kit_cancelled = kit_go = kit_hold = false;
-  kit_running = 0;
+  kit_running = kit_starts = 0;
   *state = w;
   return 0;
 }
@@ -491,6 +497,20 @@ static exchange *start_waiting_call(world *w) {
                STATELESS_CALL("3", "test_wait_cancel", "{}"));
 }
 
+/* Waits until the server has at least least (0: no) calls waiting for a pool thread (queued),
+ * or requests being answered. */
+static void await_load(world *w, bool queued, unsigned least) {
+  for (int i = 0;; i++) {
+    unsigned answering = 0, waiting = 0;
+    tg_http_load(w->h, &answering, &waiting);
+    unsigned n = queued ? waiting : answering;
+    if (least ? n >= least : n == 0) return;
+    if (i == HANG_GUARD_S * 100)
+      fail_msg("the server never got there (%u answering, %u queued)", answering, waiting);
+    usleep(10 * 1000);
+  }
+}
+
 /* Calls waiting on their clients hold every pool thread (one principal may hold all but one,
  * another takes that one): a grant revoked by another process is still announced, by the
  * periodic check, which has a thread of its own (the session sends nothing that would make
@@ -527,6 +547,41 @@ static void test_a_principal_leaves_a_pool_thread_to_others(void **state) {
   free(got);
   w->token = w->tokens[0];
   for (int i = 0; i < POOL_THREADS; i++) finish(calls[i]);
+}
+
+/* A free pool thread takes the queued call of the caller running the fewest: with one caller
+ * on all threads but one and another on the last, the second's next call goes ahead of the
+ * first's, queued before it. */
+static void test_the_pool_serves_the_caller_running_fewest_first(void **state) {
+  world *w = *state;
+  exchange *first[POOL_THREADS], *second[2];
+  for (int i = 0; i < POOL_THREADS; i++) first[i] = start_waiting_call(w);
+  kit_wait_for(NULL, POOL_THREADS - 1);
+  await_load(w, true, 1); /* its last waits in line */
+  w->token = w->tokens[1];
+  for (int i = 0; i < 2; i++) second[i] = start_waiting_call(w);
+  kit_wait_for(NULL, POOL_THREADS);
+  await_load(w, true, 2);
+  pthread_mutex_lock(&kit_lock);
+  int starts = kit_starts;
+  pthread_mutex_unlock(&kit_lock);
+  finish(first[0]); /* cancelled: its thread comes free */
+  for (int i = 0;; i++) {
+    pthread_mutex_lock(&kit_lock);
+    bool started = kit_starts > starts;
+    char last[sizeof kit_last];
+    memcpy(last, kit_last, sizeof last);
+    pthread_mutex_unlock(&kit_lock);
+    if (started) {
+      assert_string_equal(last, "bot2");
+      break;
+    }
+    if (i == HANG_GUARD_S * 100) fail_msg("no queued call ever ran");
+    usleep(10 * 1000);
+  }
+  w->token = w->tokens[0];
+  for (int i = 1; i < POOL_THREADS; i++) finish(first[i]);
+  for (int i = 0; i < 2; i++) finish(second[i]);
 }
 
 /* A principal holds a bounded share of the session table: its oldest idle session makes room
@@ -1538,19 +1593,6 @@ static void test_a_stop_cancels_the_calls_past_its_grace(void **state) {
                    0);
 }
 
-/* Waits until the server has some (or no) calls waiting for a pool thread (queued), or
- * requests being answered. */
-static void await_load(world *w, bool queued, bool some) {
-  for (int i = 0;; i++) {
-    unsigned answering = 0, waiting = 0;
-    tg_http_load(w->h, &answering, &waiting);
-    if (((queued ? waiting : answering) > 0) == some) return;
-    if (i == HANG_GUARD_S * 100)
-      fail_msg("the server never got there (%u answering, %u queued)", answering, waiting);
-    usleep(10 * 1000);
-  }
-}
-
 /* The audit rows of test.wait.cancel calls that succeeded. */
 static long waits_audited_ok(world *w) {
   return fixture_count_where(w->f,
@@ -1575,7 +1617,7 @@ static void test_a_stop_cancels_a_call_its_client_left(void **state) {
   exchange *call = start(w, "POST", sid, NULL, CALL_WITH("5", "test_wait_cancel", "{\"note\":true}"));
   await(call, "\"data\":\"waiting\"");
   finish(call); /* the client leaves the stream; the call goes on */
-  await_load(w, false, false); /* no request left to answer: the call alone */
+  await_load(w, false, 0); /* no request left to answer: the call alone */
   tg_http_stop(w->h);
   w->h = NULL;
   assert_true(kit_cancelled);
@@ -1594,7 +1636,7 @@ static void test_a_stop_answers_a_queued_call(void **state) {
   exchange *running = start(w, "POST", NULL, headers, body);
   kit_wait(&kit_started);
   exchange *queued = start(w, "POST", NULL, headers, body);
-  await_load(w, true, true);
+  await_load(w, true, 1);
   tg_http_stop(w->h);
   w->h = NULL;
   await(queued, NULL);
@@ -1856,6 +1898,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_list_check_goes_on_while_the_pool_is_busy, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_principal_leaves_a_pool_thread_to_others, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_the_pool_serves_the_caller_running_fewest_first, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_sessions_are_bounded_per_principal, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_listening_session_is_kept, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_response_without_a_session_is_refused, setup, teardown),
