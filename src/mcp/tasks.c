@@ -1331,7 +1331,8 @@ int tg_mcp_tasks_observer_new(tg_mcp_tasks *t, tg_db *db, const char *principal_
     snprintf(o->watched[o->n++].id, sizeof o->watched[0].id, "%s", id);
   }
   pthread_mutex_unlock(&t->lock);
-  /* The others, outside the lock (the database is read): those that ended. */
+  /* The others, outside the store's lock (the database is read, and may be written: see
+   * not_here): those that ended. One the database cannot tell of is left out, as unknown. */
   json_array_foreach(r == 0 ? ids : NULL, i, value) {
     const char *id = json_string_value(value);
     if (!id || names(named, id) || o->n + o->n_ended == TG_MCP_MAX_TASKS) continue;
@@ -1342,9 +1343,12 @@ int tg_mcp_tasks_observer_new(tg_mcp_tasks *t, tg_db *db, const char *principal_
       continue;
     }
     json_decref(shown);
-    if (got == 0) r = TG_E_NOMEM;
-    else if (got < 0 && got != TG_E_NOTFOUND) r = got;
-    if (r < 0) break;
+    if (got == 0) {
+      r = TG_E_NOMEM;
+      break;
+    }
+    if (got < 0 && got != TG_E_NOTFOUND)
+      tg_log(TG_LOG_WARN, "mcp: a listen names task %s, which the database could not tell of", id);
   }
   if (r < 0) {
     tg_mcp_tasks_observer_free(o);

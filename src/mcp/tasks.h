@@ -114,13 +114,15 @@ typedef int (*tg_mcp_task_deliver)(void *self, tg_mcp_task_observer *o, json_t *
 /* An observer of those of ids (an array of strings, borrowed) that name principal_id's
  * tasks this server holds, or that ended as db keeps them (those another server runs are not
  * named: they are read with tasks/get), which it lists in *honoured (a new array); it hears
- * nothing until observed. Returns 0, TG_E_NOMEM or the failure of db. */
+ * nothing until observed (one db cannot tell of is left out, logged). Returns 0 or
+ * TG_E_NOMEM. */
 int tg_mcp_tasks_observer_new(tg_mcp_tasks *t, tg_db *db, const char *principal_id,
                               json_t *ids, tg_mcp_task_deliver deliver, void *self,
                               tg_mcp_task_observer **ret, json_t **honoured);
 /* From now on deliver(self, o, task) gets the DetailedTask of each of o's tasks: first as
  * it stands, then as it stands after it changed, on the thread that changed it (changes in
- * quick succession may be told as one); one that had ended as the observer was made, once.
+ * quick succession may be told as one); one that had ended as the observer was made, once
+ * (a delivery of it that fails is logged, not made again).
  * A terminal status delivered counts as read, as from tasks/get. An observer of no task is
  * told nothing. */
 void tg_mcp_tasks_observe(tg_mcp_task_observer *o);

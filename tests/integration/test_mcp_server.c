@@ -1379,6 +1379,19 @@ static void await_ended(int n) {
   if (got < n) fail_msg("only %d task threads ended, not %d", got, n);
 }
 
+/* A listen naming a task the database cannot tell of (here, its table is gone) leaves it out,
+ * and is served all the same. */
+static void test_listen_leaves_out_what_the_database_cannot_tell(void **state) {
+  world *w = *state;
+  assert_int_equal(tg_db_exec(w->f->db, "ALTER TABLE mcp_running_tasks RENAME TO hidden", NULL, NULL), 0);
+  json_t *acked;
+  listen_as(w, w->agent, 0, 14,
+            "{\"taskIds\":[\"0123456789abcdef0123456789abcdef\"],\"toolsListChanged\":true}", &acked);
+  assert_int_equal(json_array_size(json_object_get(acked, "taskIds")), 0);
+  assert_true(json_is_true(json_object_get(acked, "toolsListChanged")));
+  assert_int_equal(tg_db_exec(w->f->db, "ALTER TABLE hidden RENAME TO mcp_running_tasks", NULL, NULL), 0);
+}
+
 /* A principal whose TG_MCP_MAX_KEPT_TASKS ended tasks the database keeps within their time
  * to live starts no more, so that none goes before the hour its client was told; the rows
  * past it do not count. */
@@ -3013,6 +3026,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_request_state_is_bound_to_the_arguments, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_running_limits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_kept_limit, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_listen_leaves_out_what_the_database_cannot_tell, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_task_holding_limits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_unkept_stays, setup, teardown),
       cmocka_unit_test_setup_teardown(test_task_outlives_its_server, setup, teardown),
