@@ -1320,9 +1320,7 @@ int tg_mcp_tasks_observer_new(tg_mcp_tasks *t, tg_db *db, const char *principal_
   pthread_mutex_lock(&t->lock);
   json_array_foreach(ids, i, value) {
     const char *id = json_string_value(value);
-    bool known = false;
-    for (size_t j = 0; id && j < o->n && !known; j++) known = strcmp(o->watched[j].id, id) == 0;
-    if (!id || known || !find_locked(t, principal_id, id)) continue;
+    if (!id || names(named, id) || !find_locked(t, principal_id, id)) continue;
     if (o->n == TG_MCP_MAX_TASKS) break; /* cannot be: a principal holds no more */
     if (json_array_append_new(named, json_string(id)) < 0) {
       r = TG_E_NOMEM;
