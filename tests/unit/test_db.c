@@ -537,24 +537,25 @@ static void test_json_nomem_migrate(void **state) {
 }
 
 int main(void) {
+#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_open_creates_database, setup_fresh, teardown),
       cmocka_unit_test_setup_teardown(test_open_missing_dir, setup_fresh, teardown),
       cmocka_unit_test_setup_teardown(test_migrate_creates_tables, setup_fresh, teardown),
-      cmocka_unit_test_setup_teardown(test_migrate_idempotent, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_params, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_param_errors, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_rows, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_row_bound, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_constraints, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_foreign_keys, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_rollback_discards, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_commit_persists, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_fail_after, setup, teardown),
+      T(test_migrate_idempotent),
+      T(test_params),
+      T(test_param_errors),
+      T(test_rows),
+      T(test_row_bound),
+      T(test_constraints),
+      T(test_foreign_keys),
+      T(test_rollback_discards),
+      T(test_commit_persists),
+      T(test_fail_after),
       cmocka_unit_test_setup_teardown(test_migrate_failure_rolls_back, setup_fresh, teardown),
-      cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_statement_cache, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_json_nomem, setup, teardown),
+      T(test_busy),
+      T(test_statement_cache),
+      T(test_json_nomem),
       cmocka_unit_test_setup_teardown(test_json_nomem_migrate, setup_fresh, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
