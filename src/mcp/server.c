@@ -740,9 +740,20 @@ static int m_tools_call(cx *c, json_t *params, json_t **ret) {
 
 /* ---- resources, prompts, completion ---- */
 
+/* Whether o is an object of strings, as prompt arguments are. */
+static bool string_values(json_t *o) {
+  const char *key;
+  json_t *value;
+  if (!json_is_object(o)) return false;
+  json_object_foreach(o, key, value) if (!json_is_string(value)) return false;
+  return true;
+}
+
+/* The resources, prompts and completions are the conformance fixtures': their methods are
+ * served only with them (see find_method). */
 static int fixture_list(cx *c, json_t *params, json_t *(*source)(void), const char *key,
                         json_t **ret) {
-  json_t *all = c->srv->fixtures ? source() : json_array();
+  json_t *all = source();
   if (!all) return TG_E_NOMEM;
   int r = paginate(c, params, all, key, ret);
   json_decref(all);
@@ -766,7 +777,7 @@ static int m_prompts_list(cx *c, json_t *params, json_t **ret) {
 static int resource_of(cx *c, json_t *params, json_t **contents) {
   const char *uri = json_string_value(json_object_get(params, "uri"));
   if (!uri) return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.uri must be a string", NULL);
-  int r = c->srv->fixtures ? tg_conformance_resource_read(uri, contents) : TG_E_NOTFOUND;
+  int r = tg_conformance_resource_read(uri, contents);
   if (r == TG_E_NOTFOUND)
     /* 2026-07-28 moved "not found" to -32602; 2025-11-25 clients expect -32002. */
     return rpc_fail(c, c->modern ? TG_RPC_INVALID_PARAMS : TG_RPC_RESOURCE_NOT_FOUND,
@@ -805,8 +816,10 @@ static int m_prompts_get(cx *c, json_t *params, json_t **ret) {
   const char *name = json_string_value(json_object_get(params, "name"));
   json_t *args = json_object_get(params, "arguments");
   if (!name) return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.name must be a string", NULL);
-  if (args && !json_is_object(args))
-    return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.arguments must be an object", NULL);
+  if (json_is_null(args)) args = NULL; /* as tools/call takes it */
+  if (args && !string_values(args))
+    return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.arguments must be an object of strings",
+                    NULL);
   const state_subject subject = {"prompts/get", name, args};
   json_t *responses;
   const char *state;
@@ -814,8 +827,7 @@ static int m_prompts_get(cx *c, json_t *params, json_t **ret) {
   if (r) return r;
   json_t *result = NULL;
   const char *why = NULL;
-  r = c->srv->fixtures ? tg_conformance_prompt_get(name, args, responses, &result, &why)
-                       : TG_E_NOTFOUND;
+  r = tg_conformance_prompt_get(name, args, responses, &result, &why);
   if (r == TG_E_NOTFOUND)
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "Unknown prompt", json_pack("{s:s}", "name", name));
   if (r == TG_E_INVAL) return rpc_fail(c, TG_RPC_INVALID_PARAMS, why, NULL);
@@ -834,14 +846,21 @@ static int m_complete(cx *c, json_t *params, json_t **ret) {
   const char *type = json_string_value(json_object_get(ref, "type"));
   const char *arg_name = json_string_value(json_object_get(arg, "name"));
   const char *value = json_string_value(json_object_get(arg, "value"));
+  json_t *context = json_object_get(params, "context");
+  json_t *known = json_object_get(context, "arguments");
   if (!type || !arg_name || !value)
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "ref.type, argument.name and argument.value are required", NULL);
+  if (context && (!json_is_object(context) || (known && !string_values(known))))
+    return rpc_fail(c, TG_RPC_INVALID_PARAMS,
+                    "params.context must be an object, its arguments an object of strings", NULL);
   json_t *values = NULL;
-  int r = c->srv->fixtures ? tg_conformance_complete(ref, value, &values)
-                           : TG_E_NOTFOUND; /* the server has no prompts nor templates */
+  int r = tg_conformance_complete(ref, arg_name, value, &values);
   if (r == TG_E_NOTFOUND)
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "ref names no prompt or resource template",
                     json_pack("{s:O}", "ref", ref));
+  if (r == TG_E_INVAL)
+    return rpc_fail(c, TG_RPC_INVALID_PARAMS, "ref takes no argument of that name",
+                    json_pack("{s:s}", "argument", arg_name));
   if (r < 0) return r;
   *ret = json_pack("{s:{s:o,s:I,s:b}}", "completion", "values", values, "total",
                    (json_int_t)json_array_size(values), "hasMore", 0);
@@ -850,14 +869,20 @@ static int m_complete(cx *c, json_t *params, json_t **ret) {
 
 /* ---- lifecycle ---- */
 
+#define INSTRUCTIONS                                                                    \
+  "toolgate: a permission-gated tool catalog. Every call is authorized and audited; a " \
+  "refused call answers isError with an error envelope."
+
 static json_t *capabilities(const tg_mcp_server *srv, bool modern) {
   /* Logging is deprecated in 2026-07-28, but a server sending log messages (there, to a
-   * request naming its level) must still declare it. */
-  json_t *caps = json_pack("{s:{},s:{},s:{},s:{},s:{}}", "tools", "resources", "prompts",
-                           "completions", "logging");
+   * request naming its level) must still declare it. Resources, prompts and completions are
+   * declared only where there are some: the conformance fixtures are all there are. */
+  json_t *caps = srv->fixtures ? json_pack("{s:{},s:{},s:{},s:{},s:{}}", "tools", "resources",
+                                           "prompts", "completions", "logging")
+                               : json_pack("{s:{},s:{}}", "tools", "logging");
   bool ok = caps != NULL;
   /* Resource subscriptions exist on the legacy wire only: 2026-07-28 removed them. */
-  if (ok && !modern)
+  if (ok && !modern && srv->fixtures)
     ok = json_object_set_new(json_object_get(caps, "resources"), "subscribe", json_true()) == 0;
   if (ok && modern && srv->tasks)
     ok = json_object_set_new(caps, "extensions",
@@ -865,7 +890,8 @@ static json_t *capabilities(const tg_mcp_server *srv, bool modern) {
   /* Advertised only where the transport delivers the notifications. */
   if (ok && srv->list_changes)
     ok = json_object_set_new(json_object_get(caps, "tools"), "listChanged", json_true()) == 0 &&
-         json_object_set_new(json_object_get(caps, "prompts"), "listChanged", json_true()) == 0;
+         (!srv->fixtures ||
+          json_object_set_new(json_object_get(caps, "prompts"), "listChanged", json_true()) == 0);
   if (!ok) {
     json_decref(caps);
     return NULL;
@@ -894,20 +920,23 @@ static int m_initialize(cx *c, json_t *params, json_t **ret) {
    * negotiated through initialize. */
   const char *version = tg_mcp_legacy_supported(asked) ? asked : TG_MCP_LEGACY_VERSION;
   json_t *caps = json_object_get(params, "capabilities");
+  json_t *info = json_object_get(params, "clientInfo");
+  if ((caps && !json_is_object(caps)) || (info && !json_is_object(info)))
+    return rpc_fail(c, TG_RPC_INVALID_PARAMS,
+                    "params.capabilities and params.clientInfo must be objects", NULL);
   json_decref(s->client_capabilities);
   s->client_capabilities = json_is_object(caps) ? json_incref(caps) : json_object();
   s->era = TG_MCP_ERA_LEGACY;
   snprintf(s->version, sizeof s->version, "%s", version);
   *ret = json_pack("{s:s,s:o,s:o,s:s}", "protocolVersion", version, "capabilities",
                    capabilities(c->srv, false), "serverInfo", server_info(c->srv), "instructions",
-                   "toolgate: a permission-gated tool catalog. Every call is authorized and "
-                   "audited; a refused call answers isError with an error envelope.");
+                   INSTRUCTIONS);
   return *ret ? 0 : TG_E_NOMEM;
 }
 
 static int m_discover(cx *c, json_t *params, json_t **ret) {
-  *ret = json_pack("{s:[s],s:o}", "supportedVersions", TG_MCP_MODERN_VERSION, "capabilities",
-                   capabilities(c->srv, true));
+  *ret = json_pack("{s:[s],s:o,s:s}", "supportedVersions", TG_MCP_MODERN_VERSION,
+                   "capabilities", capabilities(c->srv, true), "instructions", INSTRUCTIONS);
   return *ret ? 0 : TG_E_NOMEM;
 }
 
@@ -941,7 +970,11 @@ static int m_listen(cx *c, json_t *params, json_t **ret) {
     return rpc_fail(c, TG_RPC_INVALID_PARAMS,
                     "params.notifications.taskIds must be an array of at most data.max task ids",
                     json_pack("{s:i}", "max", TG_MCP_MAX_TASKS));
-  int r = tg_mcp_watch_subscribe(c->req->watch, c->msg->id, filter, ids ? c->srv->tasks : NULL,
+  /* Without the fixtures there is no prompt list to announce changes of. */
+  _cleanup_json_ json_t *served = json_copy(filter);
+  if (!served) return TG_E_NOMEM;
+  if (!c->srv->fixtures) json_object_del(served, "promptsListChanged");
+  int r = tg_mcp_watch_subscribe(c->req->watch, c->msg->id, served, ids ? c->srv->tasks : NULL,
                                  c->req->env->db, c->req->principal_id);
   if (r == TG_E_TOO_LARGE)
     return rpc_fail(c, TG_RPC_INVALID_REQUEST, "Too many open subscriptions",
@@ -1024,32 +1057,35 @@ typedef struct method {
   method_fn fn;
   unsigned eras;
   bool cacheable; /* 2026-07-28 results carry ttlMs and cacheScope */
+  bool fixtures;  /* served only with the conformance fixtures (see fixture_list) */
 } method;
 
 static const method methods[] = {
-    {"initialize", m_initialize, ERA_LEGACY, false},
-    {"server/discover", m_discover, ERA_MODERN, true},
-    {"ping", m_empty, ERA_LEGACY, false},
-    {"tools/list", m_tools_list, ERA_BOTH, true},
-    {"tools/call", m_tools_call, ERA_BOTH, false},
-    {"resources/list", m_resources_list, ERA_BOTH, true},
-    {"resources/templates/list", m_templates_list, ERA_BOTH, true},
-    {"resources/read", m_resources_read, ERA_BOTH, true},
-    {"resources/subscribe", m_resources_subscribe, ERA_LEGACY, false},
-    {"resources/unsubscribe", m_resources_unsubscribe, ERA_LEGACY, false},
-    {"prompts/list", m_prompts_list, ERA_BOTH, true},
-    {"prompts/get", m_prompts_get, ERA_BOTH, false},
-    {"completion/complete", m_complete, ERA_BOTH, false},
-    {"logging/setLevel", m_set_level, ERA_LEGACY, false},
-    {"subscriptions/listen", m_listen, ERA_MODERN, false},
-    {"tasks/get", m_tasks_get, ERA_MODERN, false},
-    {"tasks/update", m_tasks_update, ERA_MODERN, false},
-    {"tasks/cancel", m_tasks_cancel, ERA_MODERN, false},
+    {"initialize", m_initialize, ERA_LEGACY, false, false},
+    {"server/discover", m_discover, ERA_MODERN, true, false},
+    {"ping", m_empty, ERA_LEGACY, false, false},
+    {"tools/list", m_tools_list, ERA_BOTH, true, false},
+    {"tools/call", m_tools_call, ERA_BOTH, false, false},
+    {"resources/list", m_resources_list, ERA_BOTH, true, true},
+    {"resources/templates/list", m_templates_list, ERA_BOTH, true, true},
+    {"resources/read", m_resources_read, ERA_BOTH, true, true},
+    {"resources/subscribe", m_resources_subscribe, ERA_LEGACY, false, true},
+    {"resources/unsubscribe", m_resources_unsubscribe, ERA_LEGACY, false, true},
+    {"prompts/list", m_prompts_list, ERA_BOTH, true, true},
+    {"prompts/get", m_prompts_get, ERA_BOTH, false, true},
+    {"completion/complete", m_complete, ERA_BOTH, false, true},
+    {"logging/setLevel", m_set_level, ERA_LEGACY, false, false},
+    {"subscriptions/listen", m_listen, ERA_MODERN, false, false},
+    {"tasks/get", m_tasks_get, ERA_MODERN, false, false},
+    {"tasks/update", m_tasks_update, ERA_MODERN, false, false},
+    {"tasks/cancel", m_tasks_cancel, ERA_MODERN, false, false},
 };
 
-static const method *find_method(const char *name, unsigned era) {
+static const method *find_method(const tg_mcp_server *srv, const char *name, unsigned era) {
   for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++)
-    if (strcmp(methods[i].name, name) == 0 && (methods[i].eras & era)) return &methods[i];
+    if (strcmp(methods[i].name, name) == 0 && (methods[i].eras & era) &&
+        (srv->fixtures || !methods[i].fixtures))
+      return &methods[i];
   return NULL;
 }
 
@@ -1248,7 +1284,7 @@ headers:
            !params_match(c->req->env->registry, msg, h->params))
     r = reply_error(msg, TG_RPC_HEADER_MISMATCH,
                     "An Mcp-Param header does not match its argument", NULL, 400, reply);
-  else if (!find_method(msg->method, ERA_MODERN))
+  else if (!find_method(c->srv, msg->method, ERA_MODERN))
     r = reply_error(msg, TG_RPC_METHOD_NOT_FOUND, "Method not found",
                     json_pack("{s:s}", "method", msg->method), 404, reply);
   else if (level && level_index(json_string_value(level)) < 0)
@@ -1281,7 +1317,7 @@ static int check_legacy(cx *c, tg_mcp_reply *reply) {
   else if (strcmp(msg->method, "server/discover") == 0)
     r = reply_error(msg, TG_RPC_INVALID_PARAMS, "server/discover needs params._meta",
                     json_pack("{s:[s,s]}", "required", META_VERSION, META_CAPS), 400, reply);
-  else if (!find_method(msg->method, ERA_LEGACY))
+  else if (!find_method(c->srv, msg->method, ERA_LEGACY))
     r = reply_error(msg, TG_RPC_METHOD_NOT_FOUND, "Method not found",
                     json_pack("{s:s}", "method", msg->method), 200, reply);
   else {
@@ -1402,13 +1438,15 @@ int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_
   int r = c.modern ? check_modern(&c, reply) : check_legacy(&c, reply);
   if (r == 0 && !req->headers) r = check_pinned(&c, reply);
   if (r != 0) return r < 0 ? r : 0;
-  const method *m = find_method(msg->method, c.modern ? ERA_MODERN : ERA_LEGACY);
+  const method *m = find_method(srv, msg->method, c.modern ? ERA_MODERN : ERA_LEGACY);
   /* A modern request pins a stdio connection, except the discover probe: a client may
    * probe and then fall back to initialize. */
   if (c.modern && !req->headers && strcmp(m->name, "server/discover") != 0)
     req->session->era = TG_MCP_ERA_MODERN;
+  /* A ping pins nothing either: over stdio it may be answered ahead of its turn, where it
+   * could not (see stdio.c). */
   if (!c.modern && req->session->era == TG_MCP_ERA_NONE && strcmp(m->name, "initialize") != 0 &&
-      !req->headers)
+      strcmp(m->name, "ping") != 0 && !req->headers)
     req->session->era = TG_MCP_ERA_LEGACY;
   json_t *result = NULL;
   if (req->inflight && tg_mcp_inflight_begin(req->inflight, msg->id) < 0) return TG_E_NOMEM;

@@ -687,31 +687,51 @@ static int prompt_messages(const char *name, json_t *args, json_t *responses, js
   return *ret ? TG_OK : TG_E_NOMEM;
 }
 
-/* Whether list (released) holds an entry whose key is value. */
-static bool lists(json_t *list, const char *key, const char *value) {
-  bool found = false;
+/* The entry of list (released) whose key is value (a new reference), or NULL. */
+static json_t *entry_of(json_t *list, const char *key, const char *value) {
+  json_t *found = NULL;
   size_t i;
   json_t *entry;
   json_array_foreach(list, i, entry) {
     const char *v = json_string_value(json_object_get(entry, key));
-    found |= value && v && strcmp(v, value) == 0;
+    if (!found && value && v && strcmp(v, value) == 0) found = json_incref(entry);
   }
   json_decref(list);
   return found;
 }
 
-int tg_conformance_complete(json_t *ref, const char *value, json_t **ret) {
+/* Whether a prompt takes an argument named name, or a template has a variable so named. */
+static bool takes_argument(json_t *entry, bool prompt, const char *name) {
+  if (!prompt) {
+    const char *uri = json_string_value(json_object_get(entry, "uriTemplate"));
+    _cleanup_free_ char *variable = NULL;
+    return asprintf(&variable, "{%s}", name) >= 0 && strstr(uri, variable);
+  }
+  size_t i;
+  json_t *arg;
+  json_array_foreach(json_object_get(entry, "arguments"), i, arg) {
+    const char *v = json_string_value(json_object_get(arg, "name"));
+    if (v && strcmp(v, name) == 0) return true;
+  }
+  return false;
+}
+
+int tg_conformance_complete(json_t *ref, const char *argument, const char *value, json_t **ret) {
   static const char *const words[] = {"test", "testing", "testValue1", "other"};
   const char *type = json_string_value(json_object_get(ref, "type"));
   const char *name = json_string_value(json_object_get(ref, "name"));
   bool prompt = type && strcmp(type, "ref/prompt") == 0;
-  if (prompt ? !lists(tg_conformance_prompts(), "name", name)
-             : !type || strcmp(type, "ref/resource") != 0 ||
-                   !lists(tg_conformance_resource_templates(), "uriTemplate",
-                          json_string_value(json_object_get(ref, "uri"))))
-    return TG_E_NOTFOUND;
+  _cleanup_json_ json_t *entry =
+      prompt ? entry_of(tg_conformance_prompts(), "name", name)
+      : type && strcmp(type, "ref/resource") == 0
+          ? entry_of(tg_conformance_resource_templates(), "uriTemplate",
+                     json_string_value(json_object_get(ref, "uri")))
+          : NULL;
+  if (!entry) return TG_E_NOTFOUND;
+  if (!takes_argument(entry, prompt, argument)) return TG_E_INVAL;
   json_t *values = json_array();
-  bool offers = prompt && strcmp(name, "test_prompt_with_arguments") == 0;
+  bool offers = prompt && strcmp(name, "test_prompt_with_arguments") == 0 &&
+                strcmp(argument, "arg1") == 0;
   for (size_t i = 0; values && offers && i < sizeof words / sizeof words[0]; i++) {
     if (strncmp(words[i], value, strlen(value)) != 0) continue;
     if (json_array_append_new(values, json_string(words[i])) < 0) {

@@ -26,7 +26,8 @@ int tg_conformance_resource_read(const char *uri, json_t **ret_contents);
  * for an unknown prompt, TG_E_INVAL with *ret_why (static) for missing arguments. */
 int tg_conformance_prompt_get(const char *name, json_t *args, json_t *input_responses,
                               json_t **ret_result, const char **ret_why);
-/* Completion values (a new array) for value, what is typed so far of an argument of ref, a
- * prompt ({type: "ref/prompt", name}) or a resource template ({type: "ref/resource", uri});
- * the same for every argument. TG_E_NOTFOUND when ref names none of the fixtures'. */
-int tg_conformance_complete(json_t *ref, const char *value, json_t **ret);
+/* Completion values (a new array) for value, what is typed so far of argument of ref, a
+ * prompt ({type: "ref/prompt", name}) or a resource template ({type: "ref/resource", uri}).
+ * TG_E_NOTFOUND when ref names none of the fixtures', TG_E_INVAL when it takes no such
+ * argument. */
+int tg_conformance_complete(json_t *ref, const char *argument, const char *value, json_t **ret);

@@ -593,7 +593,12 @@ static void test_elicitation_in_the_mode_declared(void **state) {
 
 static void test_stdio_pinning(void **state) {
   world *w = *state;
-  json_t *r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\",\"params\":{" MODERN_META "}}", NULL, NULL);
+  /* A ping pins nothing: over stdio it may be answered ahead of its turn. */
+  json_t *r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"ping\"}", NULL, NULL);
+  assert_int_equal(json_object_size(result_of(r)), 0);
+  json_decref(r);
+  assert_int_equal(w->session.era, TG_MCP_ERA_NONE);
+  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\",\"params\":{" MODERN_META "}}", NULL, NULL);
   /* Log messages go to requests naming a level: logging is declared; subscriptions are not. */
   json_t *caps = json_object_get(result_of(r), "capabilities");
   assert_non_null(json_object_get(caps, "logging"));
@@ -655,25 +660,40 @@ static void test_stdio_pinned_to_2025(void **state) {
  * server has; any other reference is invalid params. */
 static void test_completion(void **state) {
   world *w = *state;
-  static const char *const refs[] = {
-      "{\"type\":\"ref/prompt\",\"name\":\"test_prompt_with_arguments\"}",
-      "{\"type\":\"ref/resource\",\"uri\":\"test://template/{id}/data\"}",
-      "{\"type\":\"ref/prompt\",\"name\":\"no_such_prompt\"}",
-      "{\"type\":\"ref/resource\",\"uri\":\"test://nothing/{id}\"}",
-      "{\"type\":\"ref/tool\",\"name\":\"test_simple_text\"}",
+  /* A ref, the argument named and the context given (or none); then how many values it
+   * offers, or -1: refused. */
+  static const struct {
+    const char *ref, *argument, *context;
+    int offered;
+  } cases[] = {
+      {"{\"type\":\"ref/prompt\",\"name\":\"test_prompt_with_arguments\"}", "arg1", NULL, 3},
+      {"{\"type\":\"ref/prompt\",\"name\":\"test_prompt_with_arguments\"}", "arg2", NULL, 0},
+      {"{\"type\":\"ref/resource\",\"uri\":\"test://template/{id}/data\"}", "id", NULL, 0},
+      {"{\"type\":\"ref/prompt\",\"name\":\"test_prompt_with_arguments\"}", "arg3", NULL, -1},
+      {"{\"type\":\"ref/prompt\",\"name\":\"test_simple_prompt\"}", "arg1", NULL, -1},
+      {"{\"type\":\"ref/resource\",\"uri\":\"test://template/{id}/data\"}", "arg1", NULL, -1},
+      {"{\"type\":\"ref/prompt\",\"name\":\"test_prompt_with_arguments\"}", "arg1",
+       "{\"arguments\":{\"arg2\":\"x\"}}", 3},
+      {"{\"type\":\"ref/prompt\",\"name\":\"test_prompt_with_arguments\"}", "arg1",
+       "{\"arguments\":{\"arg2\":5}}", -1},
+      {"{\"type\":\"ref/prompt\",\"name\":\"test_prompt_with_arguments\"}", "arg1",
+       "\"arg2\"", -1},
+      {"{\"type\":\"ref/prompt\",\"name\":\"no_such_prompt\"}", "arg1", NULL, -1},
+      {"{\"type\":\"ref/resource\",\"uri\":\"test://nothing/{id}\"}", "id", NULL, -1},
+      {"{\"type\":\"ref/tool\",\"name\":\"test_simple_text\"}", "arg1", NULL, -1},
   };
-  static const size_t offered[] = {3, 0};
-  for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++) {
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char text[512];
     snprintf(text, sizeof text,
              "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"completion/complete\",\"params\":{"
-             "\"ref\":%s,\"argument\":{\"name\":\"arg1\",\"value\":\"test\"}," MODERN_META "}}",
-             refs[i]);
+             "\"ref\":%s,\"argument\":{\"value\":\"test\",\"name\":\"%s\"},%s%s%s" MODERN_META "}}",
+             cases[i].ref, cases[i].argument, cases[i].context ? "\"context\":" : "",
+             cases[i].context ? cases[i].context : "", cases[i].context ? "," : "");
     json_t *r = send_msg(w, text, NULL, NULL);
-    if (i < 2) {
+    if (cases[i].offered >= 0) {
       json_t *values = json_object_get(json_object_get(result_of(r), "completion"), "values");
-      assert_int_equal(json_array_size(values), offered[i]);
-      if (offered[i]) assert_string_equal(json_string_value(json_array_get(values, 1)), "testing");
+      assert_int_equal(json_array_size(values), cases[i].offered);
+      if (cases[i].offered) assert_string_equal(json_string_value(json_array_get(values, 1)), "testing");
     } else {
       assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
     }
@@ -971,6 +991,92 @@ static char *accept_all(json_t *task, const char *content) {
   assert_true(asprintf(&more, "%s}", text) > 0);
   free(text);
   return more;
+}
+
+/* Resources, prompts and completions are declared, and served, only where there are some:
+ * the conformance fixtures are all there are. */
+static void test_only_what_is_served_is_declared(void **state) {
+  world *w = *state;
+  static const char *const fixtures_only[] = {"prompts", "resources", "completions"};
+  for (int with = 1; with >= 0; with--) {
+    w->srv.fixtures = with;
+    tg_mcp_session_done(&w->session); /* a new connection */
+    json_t *d = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"server/discover\","
+                            "\"params\":{" MODERN_META "}}", NULL, NULL);
+    json_t *r = send_msg(w, INITIALIZE(1, "2025-11-25", "{}"), NULL, NULL);
+    json_t *caps = json_object_get(result_of(r), "capabilities");
+    json_t *modern_caps = json_object_get(result_of(d), "capabilities");
+    assert_non_null(json_object_get(caps, "tools"));
+    assert_non_null(json_object_get(modern_caps, "tools"));
+    for (size_t i = 0; i < 3; i++) {
+      assert_int_equal(json_object_get(caps, fixtures_only[i]) != NULL, with);
+      assert_int_equal(json_object_get(modern_caps, fixtures_only[i]) != NULL, with);
+    }
+    json_decref(r);
+    json_decref(d);
+    r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"prompts/list\"}", NULL, NULL);
+    if (with) assert_non_null(json_object_get(result_of(r), "prompts"));
+    else assert_int_equal(error_code(r), TG_RPC_METHOD_NOT_FOUND);
+    json_decref(r);
+    tg_mcp_session_done(&w->session); /* a 2026-07-28 connection */
+    int status = 0;
+    r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"resources/read\",\"params\":{"
+                    "\"uri\":\"test://static-text\"," MODERN_META "}}", NULL, &status);
+    if (with) assert_non_null(json_object_get(result_of(r), "contents"));
+    else assert_int_equal(error_code(r), TG_RPC_METHOD_NOT_FOUND);
+    assert_int_equal(status, with ? 200 : 404);
+    json_decref(r);
+    /* A listen asking for prompt list changes is not told it has them. */
+    feed *f = &w->listens[with].feed;
+    assert_int_equal(tg_mcp_watch_new(feed_send, f, &w->listens[with].watch), 0);
+    w->watch = w->listens[with].watch;
+    assert_null(send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"subscriptions/listen\","
+                            "\"params\":{\"notifications\":{\"toolsListChanged\":true,"
+                            "\"promptsListChanged\":true}," MODERN_META "}}", NULL, NULL));
+    json_t *acked = json_object_get(
+        feed_at(f, 0, "notifications/subscriptions/acknowledged", 5), "notifications");
+    assert_true(json_is_true(json_object_get(acked, "toolsListChanged")));
+    assert_int_equal(json_is_true(json_object_get(acked, "promptsListChanged")), with);
+  }
+}
+
+/* initialize takes its capabilities and clientInfo as objects, or refuses to open the
+ * session; discover gives the same instructions. */
+static void test_initialize_checks_its_params(void **state) {
+  world *w = *state;
+  static const char *const bad[] = {
+      INITIALIZE(1, "2025-11-25", "\"x\""),
+      "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+      "\"2025-11-25\",\"capabilities\":{},\"clientInfo\":5}}",
+  };
+  for (size_t i = 0; i < 2; i++) {
+    json_t *r = send_msg(w, bad[i], NULL, NULL);
+    assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+    json_decref(r);
+    assert_string_equal(w->session.version, "");
+  }
+  json_t *r = send_msg(w, INITIALIZE(2, "2025-11-25", "{}"), NULL, NULL);
+  json_t *d = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"server/discover\","
+                          "\"params\":{" MODERN_META "}}", NULL, NULL);
+  const char *said = json_string_value(json_object_get(result_of(r), "instructions"));
+  assert_non_null(said);
+  assert_string_equal(json_string_value(json_object_get(result_of(d), "instructions")), said);
+  json_decref(r);
+  json_decref(d);
+}
+
+/* prompts/get takes arguments as strings, and null as none (as tools/call does). */
+static void test_prompt_arguments_are_strings(void **state) {
+  world *w = *state;
+  json_t *r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"prompts/get\",\"params\":{"
+                          "\"name\":\"test_prompt_with_arguments\",\"arguments\":{\"arg1\":\"a\","
+                          "\"arg2\":{\"b\":1}}," MODERN_META "}}", NULL, NULL);
+  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+  json_decref(r);
+  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"prompts/get\",\"params\":{"
+                  "\"name\":\"test_simple_prompt\",\"arguments\":null," MODERN_META "}}", NULL, NULL);
+  assert_non_null(json_object_get(result_of(r), "messages"));
+  json_decref(r);
 }
 
 static void test_tasks_advertised_and_listed(void **state) {
@@ -3010,6 +3116,9 @@ int main(void) {
       T(test_elicitation_in_the_mode_declared),
       T(test_stdio_pinning),
       T(test_stdio_pinned_to_2025),
+      T(test_only_what_is_served_is_declared),
+      T(test_initialize_checks_its_params),
+      T(test_prompt_arguments_are_strings),
       T(test_completion),
       T(test_progress_and_logging),
       T(test_elicitation_asks_the_client),
