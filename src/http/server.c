@@ -1972,8 +1972,10 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
 }
 
 /* Whether msg, a tools/call, names a tool that may wait on the client (an unknown name
- * does not: it is answered at once). */
+ * does not: it is answered at once), or is a session's prompts/get (a prompt may ask its
+ * client, as the conformance fixtures' does). */
 static bool waits_on_client(server *s, const tg_rpc_msg *msg) {
+  if (strcmp(msg->method, "prompts/get") == 0) return true;
   const char *name = json_string_value(json_object_get(msg->params, "name"));
   const tg_tool *tool = name ? tg_registry_find(s->cfg->registry, name) : NULL;
   return tool && tool->flags & TG_TOOL_INTERACTIVE;
@@ -2083,12 +2085,13 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
                                    "No request is waiting for this response");
     goto done;
   }
-  /* Tool calls may talk back before their result when the client can read SSE. One that
-   * may wait on the client streams from a worker thread, so that this connection delivers
-   * its events as they come; any other runs here, and its events (progress, log messages)
-   * go ahead of its result in one response. */
-  bool sse_call = w->msg.kind == TG_RPC_REQUEST && strcmp(w->msg.method, "tools/call") == 0 &&
-                  rq->prefers_events;
+  /* Tool calls (and a session's prompts) may talk back before their result when the client
+   * can read SSE. One that may wait on the client streams from a worker thread, so that this
+   * connection delivers its events as they come; any other runs here, and its events
+   * (progress, log messages) go ahead of its result in one response. */
+  bool sse_call = w->msg.kind == TG_RPC_REQUEST && rq->prefers_events &&
+                  (strcmp(w->msg.method, "tools/call") == 0 ||
+                   (w->sess && strcmp(w->msg.method, "prompts/get") == 0));
   if (sse_call && waits_on_client(s, &w->msg)) {
     /* The session id is copied: the worker may release its session before we answer. */
     char sid_copy[sizeof w->sess->id] = "";

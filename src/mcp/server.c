@@ -254,10 +254,12 @@ typedef struct usable_tool {
 typedef struct usable {
   usable_tool *at;
   size_t n;
+  bool legacy; /* a 2025 request: no tasks, so no tool that runs only as one */
 } usable;
 
 static int collect_usable(const tg_tool *tool, const char *name, void *arg) {
   usable *u = arg;
+  if (u->legacy && tool->task_support == TG_TASK_REQUIRED) return 0;
   u->at[u->n++] = (usable_tool){tool, name};
   return 0;
 }
@@ -307,7 +309,7 @@ static int m_tools_list(cx *c, json_t *params, json_t **ret) {
   int r = load_principal(c, &p);
   if (r) return r;
   size_t max = tg_registry_count(c->req->env->registry);
-  usable u = {.at = calloc(max ? max : 1, sizeof *u.at)};
+  usable u = {.at = calloc(max ? max : 1, sizeof *u.at), .legacy = !c->modern};
   if (!u.at) r = TG_E_NOMEM;
   else r = tg_tools_usable_each(c->req->env, p, TG_SURFACE_MCP, collect_usable, &u);
   size_t offset = 0, end = 0;
@@ -426,13 +428,15 @@ static int read_round(cx *c, json_t *params, const state_subject *subject, json_
   return 0;
 }
 
-int tg_mcp_input_refusal(bool modern, json_t *caps, json_t *result, int *code,
+int tg_mcp_input_refusal(bool carried, json_t *caps, json_t *result, int *code,
                          const char **message, json_t **data) {
   json_t *requests = json_object_get(result, "inputRequests");
   *data = NULL;
   *code = TG_RPC_INTERNAL_ERROR;
-  if (!modern) {
-    *message = "This request needs input the client can give only on protocol 2026-07-28";
+  if (!carried) {
+    *message = "This request needs input its client can give only on protocol 2026-07-28, "
+               "or through a 2025 connection that can ask it (the tool is not interactive, "
+               "or the request cannot stream)";
     return 1;
   }
   *message = "The tool asked for no input, or for an unknown kind of input";
@@ -464,6 +468,14 @@ int tg_mcp_input_refusal(bool modern, json_t *caps, json_t *result, int *code,
   return *data ? 1 : TG_E_NOMEM;
 }
 
+/* Whether what an InputRequiredResult asks goes to this 2025 request's client as requests of
+ * their own (see ask_inputs): its transport can ask, and the tool (NULL: a prompt) is one
+ * that may wait on its client. */
+static bool asks_inputs(const cx *c, const tg_tool *tool) {
+  return !c->modern && c->req->io && c->req->io->ask &&
+         (!tool || tool->flags & TG_TOOL_INTERACTIVE);
+}
+
 /* Seals the state of an InputRequiredResult a handler returned (checked already: see
  * channel_check_result) for the client to send back. */
 static int seal_input_required(cx *c, const state_subject *subject, json_t *result) {
@@ -480,7 +492,8 @@ static int finish_input_required(cx *c, const state_subject *subject, json_t *re
   int code;
   const char *message;
   json_t *data;
-  int r = tg_mcp_input_refusal(c->modern, c->caps, result, &code, &message, &data);
+  int r = tg_mcp_input_refusal(c->modern || asks_inputs(c, NULL), c->caps, result, &code,
+                               &message, &data);
   if (r == 1) return rpc_fail(c, code, message, data);
   return r < 0 ? r : seal_input_required(c, subject, result);
 }
@@ -512,7 +525,8 @@ static int channel_check_result(void *self, tg_call_ctx *call, json_t *result) {
   int code;
   const char *message;
   json_t *data;
-  int r = tg_mcp_input_refusal(ch->c->modern, ch->c->caps, result, &code, &message, &data);
+  int r = tg_mcp_input_refusal(ch->c->modern || asks_inputs(ch->c, call->tool), ch->c->caps,
+                               result, &code, &message, &data);
   if (r != 1) return r;
   ch->refused_code = code;
   ch->refused_message = message;
@@ -593,6 +607,79 @@ static int channel_ask(void *self, const char *method, json_t *params, json_t **
   json_decref(response);
   if (!*ret) return TG_E_INVAL;
   return result ? TG_OK : TG_E_TOOL;
+}
+
+/* Rounds a 2025 request may go through its client's answers (see next_round). */
+#define LEGACY_INPUT_ROUNDS 16
+
+/* Of a request's asking its client (channel_ask), the JSON-RPC error answering it when it
+ * failed (status; error, the client's error object, stolen) for the input under key. */
+static int ask_failed(cx *c, int status, const char *key, json_t *error) {
+  if (status == TG_E_TOOL)
+    return rpc_fail(c, TG_RPC_INTERNAL_ERROR, "The client answered an input request with an error",
+                    json_pack("{s:s,s:o}", "key", key, "error", error));
+  json_decref(error);
+  if (status == TG_E_TOO_LARGE)
+    return rpc_fail(c, TG_RPC_INTERNAL_ERROR,
+                    "An input request cannot go out now: too many wait for this client's "
+                    "answers, or too much output waits for it to read; retry later",
+                    json_pack("{s:s}", "key", key));
+  if (status == TG_E_NOMEM) return status;
+  return rpc_fail(c, TG_RPC_INTERNAL_ERROR,
+                  "The client did not answer an input request: it went away, did not answer "
+                  "in time, or the request was cancelled or the server is stopping",
+                  json_pack("{s:s}", "key", key));
+}
+
+/* 2025 revisions have no InputRequiredResult: what one (result) asks goes to the client as
+ * requests of their own, as the reference SDK does on 2025 sessions, and the next round runs
+ * with their answers (*answers, new, keyed as result keys them, each checked against what it
+ * answers) and result's requestState (*state, malloc'd, or NULL); rounds counts those asked
+ * before. Returns 0, a JSON-RPC error code (rpc_fail) or TG_E_NOMEM. */
+static int next_round(cx *c, call_channel *ch, json_t *result, unsigned rounds,
+                      json_t **answers, char **state) {
+  *answers = NULL;
+  *state = NULL;
+  int code;
+  const char *message;
+  json_t *data;
+  int r = tg_mcp_input_refusal(true, c->caps, result, &code, &message, &data);
+  if (r == 1) return rpc_fail(c, code, message, data);
+  if (r < 0) return r;
+  if (rounds >= LEGACY_INPUT_ROUNDS)
+    return rpc_fail(c, TG_RPC_INTERNAL_ERROR, "The request asked its client for input too often",
+                    json_pack("{s:i}", "max", LEGACY_INPUT_ROUNDS));
+  const char *kept = json_string_value(json_object_get(result, "requestState"));
+  json_t *got = json_object();
+  if (!got || (kept && !(*state = strdup(kept)))) {
+    json_decref(got);
+    return TG_E_NOMEM;
+  }
+  const char *key;
+  json_t *request;
+  json_object_foreach(json_object_get(result, "inputRequests"), key, request) {
+    const char *method = json_string_value(json_object_get(request, "method"));
+    json_t *params = json_object_get(request, "params");
+    json_t *answer = NULL;
+    r = channel_ask(ch, method, json_incref(params), &answer);
+    if (r == TG_OK && !tg_client_answer_reads(method, params, answer)) {
+      json_decref(answer);
+      r = rpc_fail(c, TG_RPC_INTERNAL_ERROR, "The client's answer does not fit its input request",
+                   json_pack("{s:s}", "key", key));
+    } else if (r == TG_OK) {
+      r = json_object_set_new(got, key, answer) < 0 ? TG_E_NOMEM : 0;
+    } else {
+      r = ask_failed(c, r, key, answer);
+    }
+    if (r != 0) {
+      json_decref(got);
+      free(*state);
+      *state = NULL;
+      return r;
+    }
+  }
+  *answers = got;
+  return 0;
 }
 
 static json_t *text_block(const char *text) {
@@ -714,6 +801,21 @@ static int m_tools_call(cx *c, json_t *params, json_t **ret) {
     tg_call_request call = {.principal_id = c->req->principal_id, .surface = TG_SURFACE_MCP,
                             .tool = name, .args = args, .client = &channel};
     r = tg_call(c->req->env, &call, &res);
+    /* Each round a call of its own, audited as any. */
+    _cleanup_json_ json_t *answers = NULL;
+    _cleanup_free_ char *held_state = NULL;
+    for (unsigned rounds = 0; r == TG_OK && asks_inputs(c, tool) &&
+                              tg_mcp_is_input_required(res.value);
+         rounds++) {
+      json_decref(answers);
+      free(held_state);
+      rr = next_round(c, &ch, res.value, rounds, &answers, &held_state);
+      tg_call_result_done(&res);
+      if (rr) return rr;
+      channel.input_responses = answers;
+      channel.request_state = held_state;
+      r = tg_call(c->req->env, &call, &res);
+    }
   }
   if (ch.refused_code) {
     tg_call_result_done(&res);
@@ -828,6 +930,19 @@ static int m_prompts_get(cx *c, json_t *params, json_t **ret) {
   json_t *result = NULL;
   const char *why = NULL;
   r = tg_conformance_prompt_get(name, args, responses, &result, &why);
+  call_channel ch = {.c = c};
+  _cleanup_json_ json_t *answers = NULL;
+  _cleanup_free_ char *held_state = NULL; /* the fixture's rounds keep no state */
+  for (unsigned rounds = 0; r == 0 && asks_inputs(c, NULL) && tg_mcp_is_input_required(result);
+       rounds++) {
+    json_decref(answers);
+    free(held_state);
+    r = next_round(c, &ch, result, rounds, &answers, &held_state);
+    json_decref(result);
+    result = NULL;
+    if (r) return r;
+    r = tg_conformance_prompt_get(name, args, answers, &result, &why);
+  }
   if (r == TG_E_NOTFOUND)
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "Unknown prompt", json_pack("{s:s}", "name", name));
   if (r == TG_E_INVAL) return rpc_fail(c, TG_RPC_INVALID_PARAMS, why, NULL);

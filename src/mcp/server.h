@@ -167,12 +167,14 @@ int tg_mcp_handle_batch(const tg_mcp_server *srv, const tg_mcp_request *req,
 json_t *tg_mcp_tool_result(const tg_tool *tool, int status, json_t *value);
 /* Whether a handler's result asks the client for input (resultType "input_required"). */
 bool tg_mcp_is_input_required(json_t *result);
-/* Whether an InputRequiredResult may go to the client of a request on 2026-07-28 (modern)
- * or not, with client capabilities caps: 0 when it may; 1 with the JSON-RPC error that
- * answers the request instead in *code, *message (static) and *data (new, or NULL): -32021
- * naming the capabilities the input needs and caps lacks, -32603 on an older revision or for
- * no input or input of a kind this server does not know; or TG_E_NOMEM. */
-int tg_mcp_input_refusal(bool modern, json_t *caps, json_t *result, int *code,
+/* Whether what an InputRequiredResult asks may reach the client of a request, which can
+ * carry it (carried: as the result on 2026-07-28, or as requests of their own on a 2025
+ * transport that can ask) or not, with client capabilities caps: 0 when it may; 1 with the
+ * JSON-RPC error that answers the request instead in *code, *message (static) and *data
+ * (new, or NULL): -32021 naming the capabilities the input needs and caps lacks, -32603 when
+ * it cannot be carried or for no input or input of a kind this server does not know; or
+ * TG_E_NOMEM. */
+int tg_mcp_input_refusal(bool carried, json_t *caps, json_t *result, int *code,
                          const char **message, json_t **data);
 
 /* The MCP tool annotations of tool, derived from its effect, risk and flags. */

@@ -256,7 +256,14 @@ static const char *elicited(tg_call_ctx *cx, const char *key, const char *field)
   return json_string_value(json_object_get(json_object_get(answer(cx, key), "content"), field));
 }
 
+/* Whether an elicitation's answer declined or cancelled it: asking again would never end. */
+static bool refused(json_t *answer) {
+  const char *action = json_string_value(json_object_get(answer, "action"));
+  return answer && (!action || strcmp(action, "accept") != 0);
+}
+
 static int h_ir_elicitation(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  if (refused(answer(cx, "user_name"))) return text_result("No name was given", ret);
   const char *name = elicited(cx, "user_name", "name");
   if (!name) return input_required(json_pack("{s:o}", "user_name", elicit("What is your name?", "name", "string")), NULL, ret);
   _cleanup_free_ char *line = NULL;
@@ -313,6 +320,8 @@ static int h_ir_multiple(tg_call_ctx *cx, json_t *args, json_t **ret) {
 
 static int h_ir_multi_round(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const char *st = state(cx);
+  if (refused(answer(cx, "step1")) || refused(answer(cx, "step2")))
+    return text_result("The questions were not all answered", ret);
   const char *name = elicited(cx, "step1", "name");
   const char *color = elicited(cx, "step2", "color");
   if (st && strncmp(st, "round-2:", 8) == 0 && color) {
@@ -668,8 +677,10 @@ static int prompt_messages(const char *name, json_t *args, json_t *responses, js
                      "Embedded resource content for testing.",
                      user_text("Please process the embedded resource above."));
   } else if (strcmp(name, "test_input_required_result_prompt") == 0) {
+    json_t *given = json_object_get(responses, "user_context");
     const char *context = json_string_value(
-        json_object_get(json_object_get(json_object_get(responses, "user_context"), "content"), "context"));
+        json_object_get(json_object_get(given, "content"), "context"));
+    if (refused(given)) context = "none given";
     if (!context)
       return input_required(json_pack("{s:o}", "user_context",
                                       elicit("What context should the prompt use?", "context", "string")),

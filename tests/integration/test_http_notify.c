@@ -803,6 +803,35 @@ static void test_a_client_result_not_an_object_is_its_error(void **state) {
   finish(call);
 }
 
+/* On a session, what an InputRequiredResult asks goes to the client on the request's stream,
+ * as a request of the server's; the answer brings the next round: for a tool, and for a
+ * prompt (as the conformance fixtures' asks). */
+static void test_a_session_is_asked_what_an_input_required_result_asks(void **state) {
+  world *w = *state;
+  char sid[64];
+  open_session(w, "{\"elicitation\":{}}", sid);
+  static const char *const requests[] = {
+      CALL(3, "test_input_required_result_elicitation"),
+      "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"prompts/get\",\"params\":{\"name\":"
+      "\"test_input_required_result_prompt\"}}",
+  };
+  static const char *const fields[] = {"name", "context"};
+  static const char *const said[] = {"Hello, ada!", "Use this context: ada"};
+  for (size_t i = 0; i < 2; i++) {
+    exchange *call = start(w, "POST", sid, NULL, requests[i]);
+    await(call, "\"method\":\"elicitation/create\"");
+    char answer[192];
+    snprintf(answer, sizeof answer,
+             "{\"jsonrpc\":\"2.0\",\"id\":%lld,\"result\":{\"action\":\"accept\",\"content\":{"
+             "\"%s\":\"ada\"}}}",
+             (long long)asked_id(call->got, "elicitation/create"), fields[i]);
+    free(request(w, "POST", sid, NULL, answer, 202));
+    await(call, "\"id\":3,");
+    assert_non_null(strstr(call->got, said[i]));
+    finish(call);
+  }
+}
+
 /* A 2025-03-26 session takes JSON-RPC batches: one JSON answer holds the replies, and a
  * response in a batch reaches the call waiting for it. Without a session, or on a later
  * revision, each request in a batch is refused and nothing in it runs. */
@@ -1888,6 +1917,7 @@ int main(void) {
   curl_global_init(CURL_GLOBAL_DEFAULT);
   const struct CMUnitTest tests[] = {
       T(test_session_hears_of_list_changes_on_its_get_stream),
+      T(test_a_session_is_asked_what_an_input_required_result_asks),
       T(test_batches_on_a_2025_03_26_session),
       T(test_a_client_result_not_an_object_is_its_error),
       T(test_ending_a_session_cancels_its_calls),

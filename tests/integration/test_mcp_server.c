@@ -52,6 +52,7 @@ typedef struct world {
   tg_mcp_session session;
   json_t *sent;   /* messages the server sent during requests */
   json_t *answer; /* what the fake client answers to a server request */
+  json_t *answer_error; /* or, when set, the error it answers with */
   tg_mcp_watch *watch; /* what requests listen on (one of listens'); NULL: nothing */
   struct {
     feed feed;
@@ -69,7 +70,8 @@ static int capture_ask(void *self, json_t *request, json_t **ret) {
   world *w = self;
   json_array_append_new(w->sent, request);
   *ret = json_pack("{s:s,s:O,s:O}", "jsonrpc", "2.0", "id", json_object_get(request, "id"),
-                   "result", w->answer);
+                   w->answer_error ? "error" : "result",
+                   w->answer_error ? w->answer_error : w->answer);
   return TG_OK;
 }
 
@@ -110,6 +112,7 @@ static int teardown(void **state) {
   tg_mcp_server_done(&w->srv);
   json_decref(w->sent);
   json_decref(w->answer);
+  json_decref(w->answer_error);
   fixture_free(w->f);
   free(w);
   return 0;
@@ -255,7 +258,7 @@ static void test_tools_list_matches_the_registry(void **state) {
   json_t *usable = NULL;
   assert_int_equal(tg_tools_usable(&w->f->env, p, TG_SURFACE_MCP, &usable), 0);
   tg_principal_free(p);
-  json_t *r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}", NULL, NULL);
+  json_t *r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{" MODERN_META "}}", NULL, NULL);
   json_t *tools = json_object_get(result_of(r), "tools");
   size_t n = json_array_size(usable);
   assert_true(n > 1);
@@ -278,9 +281,9 @@ static void test_tools_list_matches_the_registry(void **state) {
   }
   json_decref(r);
   /* The last entry alone; nothing past the end; a cursor beyond it is refused. */
-  char text[160];
+  char text[320];
   snprintf(text, sizeof text,
-           "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\",\"params\":{\"cursor\":\"%zu\"}}", n - 1);
+           "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\",\"params\":{\"cursor\":\"%zu\"," MODERN_META "}}", n - 1);
   r = send_msg(w, text, NULL, NULL);
   tools = json_object_get(result_of(r), "tools");
   assert_int_equal(json_array_size(tools), 1);
@@ -288,23 +291,56 @@ static void test_tools_list_matches_the_registry(void **state) {
                          json_object_get(json_array_get(usable, n - 1), "name")));
   json_decref(r);
   snprintf(text, sizeof text,
-           "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/list\",\"params\":{\"cursor\":\"%zu\"}}", n);
+           "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/list\",\"params\":{\"cursor\":\"%zu\"," MODERN_META "}}", n);
   r = send_msg(w, text, NULL, NULL);
   assert_int_equal(json_array_size(json_object_get(result_of(r), "tools")), 0);
   json_decref(r);
   snprintf(text, sizeof text,
-           "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/list\",\"params\":{\"cursor\":\"%zu\"}}", n + 1);
+           "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/list\",\"params\":{\"cursor\":\"%zu\"," MODERN_META "}}", n + 1);
   r = send_msg(w, text, NULL, NULL);
   assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
   json_decref(r);
   /* A server whose entries were not prepared says so instead of listing nothing. */
   size_t prepared = w->srv.n_entries;
   w->srv.n_entries = 0;
-  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/list\"}", NULL, NULL);
+  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/list\",\"params\":{" MODERN_META "}}", NULL, NULL);
   w->srv.n_entries = prepared;
   assert_int_equal(error_code(r), TG_RPC_INTERNAL_ERROR);
   json_decref(r);
   json_decref(usable);
+}
+
+/* 2025 has no tasks here: a tool that runs only as one is not listed on it, and a call of it
+ * is refused; the others are listed as on 2026-07-28. */
+static void test_task_only_tools_are_not_listed_on_2025(void **state) {
+  world *w = *state;
+  json_t *modern = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\","
+                               "\"params\":{" MODERN_META "}}", NULL, NULL);
+  tg_mcp_session_done(&w->session); /* a 2025 connection */
+  json_t *legacy = send_msg(w, INITIALIZE(2, "2025-11-25", "{}"), NULL, NULL);
+  json_decref(legacy);
+  legacy = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/list\"}", NULL, NULL);
+  json_t *all = json_object_get(result_of(modern), "tools");
+  json_t *listed = json_object_get(result_of(legacy), "tools");
+  size_t i, only_tasks = 0, at = 0;
+  json_t *tool;
+  json_array_foreach(all, i, tool) {
+    const char *support = json_string_value(
+        json_object_get(json_object_get(tool, "execution"), "taskSupport"));
+    if (support && strcmp(support, "required") == 0) {
+      only_tasks++;
+      continue;
+    }
+    assert_true(json_equal(json_array_get(listed, at++), tool));
+  }
+  assert_true(only_tasks > 0);
+  assert_int_equal(json_array_size(listed), at);
+  json_decref(modern);
+  json_decref(legacy);
+  json_t *r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\",\"params\":"
+                          "{\"name\":\"test_tool_with_task\",\"arguments\":{}}}", NULL, NULL);
+  assert_int_equal(error_code(r), TG_RPC_METHOD_NOT_FOUND);
+  json_decref(r);
 }
 
 /* A tool whose output schema refers to itself ("#"), to its root's members and to its $defs:
@@ -765,6 +801,81 @@ static void test_elicitation_asks_the_client(void **state) {
   assert_true(json_is_true(json_object_get(result_of(r), "isError")));
   assert_int_equal(json_array_size(w->sent), 1);
   json_decref(r);
+}
+
+/* What a tool answered over 2025 (its first text), the methods the client was asked, in
+ * order, and the audit rows of rounds of test.input_required.result_multi_round. */
+static const char *first_text(json_t *reply) {
+  return json_string_value(
+      json_object_get(json_array_get(json_object_get(result_of(reply), "content"), 0), "text"));
+}
+
+/* 2025 has no InputRequiredResult: what one asks goes to the client as requests of their
+ * own, and the next round runs with the answers (and the request state), each round a call
+ * audited as any. */
+static void test_input_requests_asked_on_2025(void **state) {
+  world *w = *state;
+  json_decref(send_msg(w, INITIALIZE(1, "2025-11-25", "{\"elicitation\":{},\"roots\":{}}"),
+                       NULL, NULL));
+  w->answer = json_pack("{s:s,s:{s:s,s:s}}", "action", "accept", "content", "name", "ada",
+                        "color", "green");
+  long rounds = elicitation_calls_audited(w, "INFO");
+  json_t *r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{"
+                          "\"name\":\"test_input_required_result_elicitation\"}}", NULL, NULL);
+  assert_string_equal(first_text(r), "Hello, ada!");
+  json_decref(r);
+  assert_int_equal(json_array_size(w->sent), 1);
+  assert_string_equal(json_string_value(json_object_get(json_array_get(w->sent, 0), "method")),
+                      "elicitation/create");
+  assert_int_equal(elicitation_calls_audited(w, "INFO"), rounds + 2);
+  /* Two rounds, the second asked with the state the first returned. */
+  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{"
+                  "\"name\":\"test_input_required_result_multi_round\"}}", NULL, NULL);
+  assert_string_equal(first_text(r), "ada likes green");
+  json_decref(r);
+  assert_int_equal(json_array_size(w->sent), 3);
+  /* A declined question ends the asking; so does the prompt's. */
+  json_decref(w->answer);
+  w->answer = json_pack("{s:s}", "action", "decline");
+  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\",\"params\":{"
+                  "\"name\":\"test_input_required_result_elicitation\"}}", NULL, NULL);
+  assert_string_equal(first_text(r), "No name was given");
+  json_decref(r);
+  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"prompts/get\",\"params\":{"
+                  "\"name\":\"test_input_required_result_prompt\"}}", NULL, NULL);
+  json_t *said = json_object_get(
+      json_object_get(json_array_get(json_object_get(result_of(r), "messages"), 0), "content"),
+      "text");
+  assert_string_equal(json_string_value(said), "Use this context: none given");
+  json_decref(r);
+  assert_int_equal(json_array_size(w->sent), 5);
+  /* An answer that does not fit what was asked, or an error, fails the request, naming the
+   * input; and the round that asked stays audited, the one after never ran. */
+  json_decref(w->answer);
+  w->answer = json_pack("{s:s,s:{s:i}}", "action", "accept", "content", "name", 5);
+  rounds = elicitation_calls_audited(w, "INFO");
+  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"tools/call\",\"params\":{"
+                  "\"name\":\"test_input_required_result_elicitation\"}}", NULL, NULL);
+  assert_int_equal(error_code(r), TG_RPC_INTERNAL_ERROR);
+  json_t *data = json_object_get(json_object_get(r, "error"), "data");
+  assert_string_equal(json_string_value(json_object_get(data, "key")), "user_name");
+  json_decref(r);
+  assert_int_equal(elicitation_calls_audited(w, "INFO"), rounds + 1);
+  w->answer_error = json_pack("{s:i,s:s}", "code", -32601, "message", "Method not found");
+  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{"
+                  "\"name\":\"test_input_required_result_elicitation\"}}", NULL, NULL);
+  assert_int_equal(error_code(r), TG_RPC_INTERNAL_ERROR);
+  data = json_object_get(json_object_get(r, "error"), "data");
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(data, "error"), "code")),
+                   -32601);
+  json_decref(r);
+  /* What the client did not declare it can answer is not asked: -32021 naming it. */
+  size_t asked = json_array_size(w->sent);
+  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"tools/call\",\"params\":{"
+                  "\"name\":\"test_input_required_result_sampling\"}}", NULL, NULL);
+  assert_int_equal(error_code(r), TG_RPC_MISSING_CAPABILITY);
+  json_decref(r);
+  assert_int_equal(json_array_size(w->sent), asked);
 }
 
 /* ---- Streamable HTTP ---- */
@@ -2362,6 +2473,48 @@ static void release_late(void) {
   pthread_mutex_unlock(&late_lock);
 }
 
+/* A tool that may not wait on its client (not interactive) cannot have its input asked on
+ * 2025: its request is refused, and its round fails (audited so). */
+static int asks_anyway(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  (void)cx;
+  (void)args;
+  *ret = json_pack("{s:s,s:{s:{s:s,s:{s:s,s:{s:s}}}}}", "resultType", "input_required",
+                   "inputRequests", "q", "method", "elicitation/create", "params", "message",
+                   "who?", "requestedSchema", "type", "object");
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+static const char asking_spec[] =
+    "{\"provider\":\"asking\",\"tools\":[{\"name\":\"test.ask.anyway\",\"description\":\"Asks.\","
+    "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
+    "\"flags\":[\"mcp_content\"],\"inputSchema\":{\"type\":\"object\"},"
+    "\"outputSchema\":{\"type\":\"object\"}}]}";
+
+static void test_input_of_a_tool_not_interactive_is_refused_on_2025(void **state) {
+  world *w = *state;
+  static const tg_handler_entry handlers[] = {{"test.ask.anyway", asks_anyway}};
+  static const tg_provider asking = {.name = "asking", .spec_json = asking_spec,
+                                     .handlers = handlers, .n_handlers = 1};
+  const tg_provider *providers[] = {&asking};
+  tg_registry *reg = NULL;
+  char *why = NULL;
+  assert_int_equal(tg_registry_new(providers, 1, &reg, &why), 0);
+  tg_mcp_server_done(&w->srv);
+  w->f->env.registry = reg;
+  start_server(w);
+  json_decref(send_msg(w, INITIALIZE(1, "2025-11-25", "{\"elicitation\":{}}"), NULL, NULL));
+  static const char failed[] =
+      "SELECT COUNT(*) AS n FROM agent_run_logs WHERE step = 'tool:test.ask.anyway'"
+      " AND level = 'WARN'";
+  json_t *r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{"
+                          "\"name\":\"test_ask_anyway\"}}", NULL, NULL);
+  assert_int_equal(error_code(r), TG_RPC_INTERNAL_ERROR);
+  json_decref(r);
+  assert_int_equal(json_array_size(w->sent), 0);
+  assert_int_equal(fixture_count_where(w->f, failed, NULL), 1);
+  serve_usual_tools(w, reg);
+}
+
 /* A task cancelled while its handler runs ends cancelled when the handler gives up, once it
  * learnt of it; a failure of a handler that never learnt of it stands, as its result. */
 static void test_task_failure_after_cancel(void **state) {
@@ -3107,6 +3260,7 @@ int main(void) {
       T(test_initialize_negotiates_legacy),
       T(test_tools_list_per_principal),
       T(test_tools_list_matches_the_registry),
+      T(test_task_only_tools_are_not_listed_on_2025),
       T(test_listed_output_schema_keeps_its_references),
       T(test_tools_call_through_the_gate),
       T(test_modern_ladder),
@@ -3122,6 +3276,8 @@ int main(void) {
       T(test_completion),
       T(test_progress_and_logging),
       T(test_elicitation_asks_the_client),
+      T(test_input_requests_asked_on_2025),
+      T(test_input_of_a_tool_not_interactive_is_refused_on_2025),
       T(test_http_get_stream_and_resumption),
       T(test_tasks_advertised_and_listed),
       T(test_task_runs_and_is_audited),
