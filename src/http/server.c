@@ -31,7 +31,6 @@
 
 #define SESSION_ID_BYTES 16
 #define REPLAY_MAX_BYTES (256u * 1024u)        /* delivered SSE output kept for Last-Event-ID */
-#define KEPT_STREAMS 8   /* a session's latest POST streams that a client may resume */
 /* A JSON answer this small goes out uncounted, whatever the bounds on output: one a
  * connection at most (1 MB in all), the error in its place would be about as large, and
  * most answers (initialize's, ping's, most calls') are this small. */
@@ -77,8 +76,7 @@ typedef struct session {
   ask_slot asks[MAX_ASKS];
   /* SSE streams, numbered per session so that an event id "STREAM-EVENT" names its stream. */
   unsigned next_stream;
-  stream *kept[KEPT_STREAMS]; /* ring of the latest POST streams, each with a reference */
-  unsigned n_kept;
+  stream *kept[TG_HTTP_KEPT_STREAMS]; /* POST streams a client may resume, each with a reference */
   stream *standalone; /* the GET stream, with a reference; NULL until the client opens one */
   struct session *next;
 } session;
@@ -146,9 +144,10 @@ struct server {
   held_share *shares;
   /* When a line a client can cause was last logged (monotonic ms; see tg_log_may): a bad token,
    * a body closed past its bound, every connection slot in use, slow senders cut off, a
-   * session ended to make room, a batched response no request waits for. */
+   * session ended to make room, a batched response no request waits for, a stream still to
+   * deliver let go. */
   _Atomic int64_t refused_logged_ms, overlong_logged_ms, full_logged_ms, slow_logged_ms,
-      ended_logged_ms, stray_logged_ms;
+      ended_logged_ms, stray_logged_ms, let_go_logged_ms;
   _Atomic unsigned slow_cut; /* slow clients cut off since the last line about them */
   /* libmicrohttpd's lines, limited as the others but kind by kind (see mhd_log). */
   pthread_mutex_t mhd_lines_lock;
@@ -268,7 +267,7 @@ static void session_release_locked(server *s, session *x) {
     json_decref(x->asks[i].id);
     json_decref(x->asks[i].response);
   }
-  for (size_t i = 0; i < KEPT_STREAMS; i++)
+  for (size_t i = 0; i < TG_HTTP_KEPT_STREAMS; i++)
     if (x->kept[i]) stream_release(x->kept[i]);
   if (x->standalone) stream_release(x->standalone);
   tg_mcp_session_done(&x->state);
@@ -1444,7 +1443,7 @@ static void forget_stale(stream *st, int64_t now) {
 static void forget_stale_output_locked(server *s) {
   int64_t now = tg_monotonic_ms();
   for (session *x = s->sessions; x; x = x->next) {
-    for (size_t i = 0; i < KEPT_STREAMS; i++)
+    for (size_t i = 0; i < TG_HTTP_KEPT_STREAMS; i++)
       if (x->kept[i]) forget_stale(x->kept[i], now);
     if (x->standalone) forget_stale(x->standalone, now);
   }
@@ -1867,8 +1866,30 @@ static void cancel_call(void *arg) {
 
 /* A session keeps its latest streams, so that a client cut off may resume one. Called with
  * the server's lock held. */
-static void keep_stream_locked(session *x, stream *st) {
-  stream **slot = &x->kept[x->n_kept++ % KEPT_STREAMS];
+/* Whether st's call ended and all its output went out: its client can only want it again. */
+static bool spent(stream *st) {
+  pthread_mutex_lock(&st->lock);
+  bool all_out = st->done && !st->polling && st->seen >= st->len;
+  pthread_mutex_unlock(&st->lock);
+  return all_out;
+}
+
+/* Keeps st for x's client to resume, in a free place, else in that of the oldest (its
+ * number is the lowest) spent stream, else in that of the oldest: a stream still to deliver
+ * is let go only past TG_HTTP_KEPT_STREAMS of them (logged). */
+static void keep_stream_locked(server *s, session *x, stream *st) {
+  stream **slot = NULL, **oldest = NULL;
+  for (size_t i = 0; i < TG_HTTP_KEPT_STREAMS && !(slot && !*slot); i++) {
+    stream **at = &x->kept[i];
+    if (!*at || (spent(*at) && (!slot || (*at)->no < (*slot)->no))) slot = at;
+    if (*at && (!oldest || (*at)->no < (*oldest)->no)) oldest = at;
+  }
+  if (!slot) {
+    slot = oldest;
+    if (tg_log_may(&s->let_go_logged_ms))
+      tg_log(TG_LOG_WARN, "http: a session's stream still to deliver was let go for a newer one "
+             "(%d kept a session; logged once a minute at most)", TG_HTTP_KEPT_STREAMS);
+  }
   if (*slot) stream_release(*slot);
   stream_ref(st);
   *slot = st;
@@ -1964,7 +1985,7 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
   pthread_mutex_unlock(&st->lock);
   if (x) {
     pthread_mutex_lock(&s->lock);
-    keep_stream_locked(x, st);
+    keep_stream_locked(s, x, st);
     session_release_locked(s, x);
     pthread_mutex_unlock(&s->lock);
   }
@@ -1994,7 +2015,7 @@ static enum MHD_Result queue_events(server *s, struct MHD_Connection *conn, sess
   pthread_mutex_unlock(&st->lock);
   if (x) {
     pthread_mutex_lock(&s->lock);
-    keep_stream_locked(x, st);
+    keep_stream_locked(s, x, st);
     pthread_mutex_unlock(&s->lock);
   }
   return queue_stream(conn, st, session_id, reader_id);
@@ -2193,7 +2214,7 @@ static stream *resume_locked(session *x, const char *last, unsigned *status, con
   }
   stream *st = NULL;
   if (ok && x->standalone && x->standalone->no == no) st = x->standalone;
-  for (size_t i = 0; ok && !st && i < KEPT_STREAMS; i++)
+  for (size_t i = 0; ok && !st && i < TG_HTTP_KEPT_STREAMS; i++)
     if (x->kept[i] && x->kept[i]->no == no) st = x->kept[i];
   *status = MHD_HTTP_BAD_REQUEST;
   if (!ok) {

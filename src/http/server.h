@@ -19,6 +19,9 @@
 #define TG_HTTP_MAX_REQUESTS_PER_PRINCIPAL 64
 #define TG_HTTP_MAX_SESSIONS 1024
 #define TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL 64   /* a principal's share of them */
+/* A session's POST streams kept for its client to resume: past it, the oldest whose call
+ * ended and whose output all went out gives its place (else the oldest of all). */
+#define TG_HTTP_KEPT_STREAMS 16
 #define TG_HTTP_SESSION_IDLE_MS (30LL * 60 * 1000)
 #define TG_HTTP_KEEPALIVE_MS (15LL * 1000)     /* comment lines on a quiet SSE stream */
 /* A connection that sends and receives nothing this long is closed (a quiet SSE stream is

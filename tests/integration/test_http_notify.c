@@ -930,6 +930,24 @@ static void test_a_call_closing_its_stream_is_resumed_with_last_event_id(void **
   finish(get);
 }
 
+/* A stream still to deliver outlives newer streams whose output all went out: a session
+ * keeps TG_HTTP_KEPT_STREAMS, and the spent ones give their places first. */
+static void test_a_stream_still_to_deliver_outlives_newer_spent_ones(void **state) {
+  world *w = *state;
+  char sid[64];
+  open_session(w, "{}", sid);
+  unsigned no = primed_only(w, sid);
+  for (int i = 0; i < TG_HTTP_KEPT_STREAMS + 2; i++) {
+    char *got = request(w, "POST", sid, NULL,
+                        "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\",\"params\":{"
+                        "\"name\":\"test_tool_with_progress\",\"_meta\":{\"progressToken\":1}}}",
+                        200);
+    assert_non_null(strstr(got, "event: message")); /* an SSE answer, kept */
+    free(got);
+  }
+  finish(resume(w, sid, no, 0, "\"id\":7,\"result\""));
+}
+
 /* An answer ended after events still tells the client when to come back, without an event
  * Last-Event-ID would count. */
 /* Checks a polled answer of test_note_close (freed): the message as event 1 of its stream,
@@ -1935,6 +1953,7 @@ int main(void) {
       T(test_initialize_on_a_live_session_is_refused),
       T(test_cancellation_ends_a_wait_for_sampling_without_an_answer),
       T(test_a_call_closing_its_stream_is_resumed_with_last_event_id),
+      T(test_a_stream_still_to_deliver_outlives_newer_spent_ones),
       T(test_a_call_closing_its_stream_after_an_event_says_when_to_resume),
       T(test_a_call_closing_a_stream_being_read_says_when_to_resume),
       T(test_a_reply_too_large_for_its_stream_becomes_the_next_event),
