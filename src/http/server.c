@@ -2250,11 +2250,16 @@ static stream *resume_locked(session *x, const char *last, unsigned *status, con
  * It starts with a priming event (an id and no data) so that a client cut off before any
  * message can still resume it. Called with the server's lock held. */
 static stream *standalone_locked(session *x, unsigned *status, const char **why,
-                                 unsigned *reader_id) {
+                                 unsigned *reader_id, char **unread, size_t *unread_len) {
   stream *old = x->standalone;
+  *unread = NULL;
   if (old) {
     pthread_mutex_lock(&old->lock);
     bool busy = old->reading;
+    /* What old never delivered, for the watch to announce again. */
+    size_t from = old->seen > old->head ? old->seen : old->head;
+    if (!busy && from < old->len && (*unread = malloc(old->len - from)))
+      memcpy(*unread, old->buf + from, *unread_len = old->len - from);
     pthread_mutex_unlock(&old->lock);
     if (busy) {
       *status = MHD_HTTP_CONFLICT;
@@ -2297,16 +2302,21 @@ static enum MHD_Result handle_get(server *s, struct MHD_Connection *conn, tg_db 
   const char *last = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Last-Event-ID");
   unsigned status = 0;
   const char *why = NULL;
+  char *unread = NULL;
+  size_t unread_len = 0;
   pthread_mutex_lock(&s->lock);
   unsigned reader_id = 0;
   stream *st = x->dead ? NULL
                : last  ? resume_locked(x, last, &status, &why, &reader_id)
-                       : standalone_locked(x, &status, &why, &reader_id);
+                       : standalone_locked(x, &status, &why, &reader_id, &unread, &unread_len);
   if (x->dead) {
     status = MHD_HTTP_NOT_FOUND;
     why = "Session not found";
   }
   pthread_mutex_unlock(&s->lock);
+  /* Outside the server's lock, which the watch's sending takes. */
+  if (unread && st) tg_mcp_watch_unread(x->watch, unread, unread_len);
+  free(unread);
   /* Lists are checked only for sessions with a stream to hear of changes: a new one sets
    * the baseline now (or announces what changed since an earlier stream's) before anything
    * else can change. */

@@ -1,3 +1,4 @@
+#define _GNU_SOURCE
 #include "mcp/watch.h"
 
 #include <pthread.h>
@@ -308,6 +309,13 @@ int tg_mcp_watch_check(tg_mcp_watch *w, const tg_env *env, const char *principal
   int r = check_serialized(w, env, principal_id);
   pthread_mutex_unlock(&w->checking);
   return r;
+}
+
+void tg_mcp_watch_unread(tg_mcp_watch *w, const char *text, size_t len) {
+  pthread_mutex_lock(&w->lock);
+  for (size_t i = 0; i < N_LISTS; i++)
+    if (memmem(text, len, lists[i].method, strlen(lists[i].method))) w->owed[i] = true;
+  pthread_mutex_unlock(&w->lock);
 }
 
 bool tg_mcp_watch_touch(const char *method) {

@@ -511,6 +511,21 @@ static void await_load(world *w, bool queued, unsigned least) {
   }
 }
 
+/* A change announced while nobody read the GET stream (its client left, and did not resume)
+ * is announced again on the session's next GET stream. */
+static void test_a_change_announced_to_a_stream_left_unread_is_announced_again(void **state) {
+  world *w = *state;
+  char sid[64];
+  exchange *get = open_listening_session(w, sid);
+  finish(get);
+  await_load(w, false, 0); /* the server saw the stream's client leave */
+  fixture_revoke_elsewhere(w->f, "bot", "tasks.assign");
+  free(request(w, "POST", sid, NULL, PING, 200)); /* announced to the stream left unread */
+  get = start(w, "GET", sid, NULL, NULL);
+  await(get, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}");
+  finish(get);
+}
+
 /* Calls waiting on their clients hold every pool thread (one principal may hold all but one,
  * another takes that one): a grant revoked by another process is still announced, by the
  * periodic check, which has a thread of its own (the session sends nothing that would make
@@ -1935,6 +1950,7 @@ int main(void) {
   curl_global_init(CURL_GLOBAL_DEFAULT);
   const struct CMUnitTest tests[] = {
       T(test_session_hears_of_list_changes_on_its_get_stream),
+      T(test_a_change_announced_to_a_stream_left_unread_is_announced_again),
       T(test_a_session_is_asked_what_an_input_required_result_asks),
       T(test_batches_on_a_2025_03_26_session),
       T(test_a_client_result_not_an_object_is_its_error),
