@@ -1920,6 +1920,7 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
   }
   w->st = st;
   w->inflight = inflight;
+  _cleanup_json_ json_t *call_id = json_incref(w->msg.id); /* w may go once queued */
   int fd = connection_fd(conn);
   /* w belongs to the pool once queued: what this thread needs of it is taken first. */
   pthread_mutex_lock(&s->lock);
@@ -1935,11 +1936,14 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
   pthread_mutex_unlock(&s->lock);
   *started = true;
   pthread_mutex_lock(&st->lock);
-  bool gone = false;
+  bool gone = false, cancelled = false;
   /* No connection reads st yet, so nothing was dropped: len == 0 means nothing appended. */
-  while (!st->done && st->len == 0 && !st->polling) {
-    if (!tg_timed_wait(&st->ready, &st->lock, HANGUP_CHECK_MS) || x || gone || !client_gone(fd))
-      continue;
+  while (!st->done && st->len == 0 && !st->polling && !cancelled) {
+    if (!tg_timed_wait(&st->ready, &st->lock, HANGUP_CHECK_MS)) continue;
+    /* A session's call cancelled while it waits for a thread is answered now (without an
+     * answer), not once a thread takes it. */
+    if (x) cancelled = tg_mcp_inflight_cancelled(inflight, call_id);
+    if (x || gone || !client_gone(fd)) continue;
     /* A stateless client that went away cancelled its call, which ends soon after. */
     gone = true;
     unsigned id = st->reader;

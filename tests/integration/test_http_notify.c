@@ -564,6 +564,32 @@ static void test_a_principal_leaves_a_pool_thread_to_others(void **state) {
   for (int i = 0; i < POOL_THREADS; i++) finish(calls[i]);
 }
 
+/* A session's call cancelled while it waits for a pool thread is answered at once, without
+ * an answer, not once a thread comes free; it never runs. */
+static void test_a_session_call_cancelled_in_line_is_answered_at_once(void **state) {
+  world *w = *state;
+  char sid[64];
+  open_session(w, "{}", sid);
+  exchange *running[POOL_THREADS - 1];
+  static const char *const calls[] = {CALL_WITH("10", "test_wait_cancel", "{}"),
+                                      CALL_WITH("11", "test_wait_cancel", "{}"),
+                                      CALL_WITH("12", "test_wait_cancel", "{}")};
+  _Static_assert(sizeof calls / sizeof calls[0] == POOL_THREADS - 1, "a call a thread it may hold");
+  for (int i = 0; i < POOL_THREADS - 1; i++) running[i] = start(w, "POST", sid, NULL, calls[i]);
+  kit_wait_for(NULL, POOL_THREADS - 1);
+  exchange *queued = start(w, "POST", sid, NULL, CALL_WITH("\"in-line\"", "test_wait_cancel", "{}"));
+  await_load(w, true, 1);
+  free(request(w, "POST", sid, NULL, CANCEL("\"in-line\""), 202));
+  await(queued, NULL);
+  assert_int_equal(queued->status, 200);
+  assert_null(strstr(queued->got, "\"id\":\"in-line\""));
+  unsigned answering = 0, waiting = 0;
+  tg_http_load(w->h, &answering, &waiting);
+  assert_int_equal(answering, POOL_THREADS - 1); /* the running calls, still running */
+  finish(queued);
+  for (int i = 0; i < POOL_THREADS - 1; i++) finish(running[i]);
+}
+
 /* A free pool thread takes the queued call of the caller running the fewest: with one caller
  * on all threads but one and another on the last, the second's next call goes ahead of the
  * first's, queued before it. */
@@ -1961,6 +1987,7 @@ int main(void) {
       T(test_list_check_goes_on_while_the_pool_is_busy),
       T(test_a_principal_leaves_a_pool_thread_to_others),
       T(test_the_pool_serves_the_caller_running_fewest_first),
+      T(test_a_session_call_cancelled_in_line_is_answered_at_once),
       T(test_sessions_are_bounded_per_principal),
       T(test_a_listening_session_is_kept),
       T(test_a_response_without_a_session_is_refused),
