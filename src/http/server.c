@@ -2065,6 +2065,13 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   bool modern = tg_mcp_has_claim(&w->msg) ||
                 (w->headers.protocol_version &&
                  strcmp(w->headers.protocol_version, TG_MCP_MODERN_VERSION) == 0);
+  /* The dispatch checks a request's version header; a notification's, a response's and a
+   * batch's bind no less. */
+  if (!modern && w->msg.kind != TG_RPC_REQUEST && w->headers.protocol_version &&
+      !tg_mcp_legacy_supported(w->headers.protocol_version)) {
+    result = queue_refusal(conn, MHD_HTTP_BAD_REQUEST, &w->msg, "Unsupported MCP-Protocol-Version");
+    goto done;
+  }
   bool opens = !modern && w->msg.kind == TG_RPC_REQUEST && strcmp(w->msg.method, "initialize") == 0;
   const char *new_sid = NULL;
   /* 2026-07-28 is stateless: a session id it carries is ignored, and none is minted. */

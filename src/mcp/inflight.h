@@ -32,6 +32,7 @@ bool tg_mcp_inflight_holds(tg_mcp_inflight *t, json_t *id);
 /* Why a transport refuses a request whose id names one not ended yet (its client reused the
  * id, which JSON-RPC forbids within a session): a cancellation naming the id could not tell
  * the two apart, nor could the table, which would take a cancelled one's end for both. */
-#define TG_MCP_INFLIGHT_REUSED_ID \
-  "The id names a request still being served or cancelled: give the new request an id of its own"
+#define TG_MCP_INFLIGHT_REUSED_ID                                                          \
+  "The id names a request still being served or cancelled, or another of the batch: give the " \
+  "new request an id of its own"
 

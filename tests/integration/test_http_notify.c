@@ -873,6 +873,33 @@ static void test_a_session_is_asked_what_an_input_required_result_asks(void **st
   }
 }
 
+/* A notification, a response or a batch naming a version the server does not speak is
+ * refused (400), as a request is; and a batch whose requests share an id is refused whole,
+ * running none of them. */
+static void test_what_a_session_may_not_send(void **state) {
+  world *w = *state;
+  char sid[64];
+  open_session_at(w, "2025-03-26", "{}", sid);
+  static const char *const bodies[] = {
+      "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":1}}",
+      "{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{}}",
+      "[{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":1}}]",
+  };
+  for (size_t i = 0; i < 3; i++) {
+    char *got = request(w, "POST", sid, "MCP-Protocol-Version: 1999-01-01", bodies[i], 400);
+    assert_non_null(strstr(got, "Unsupported MCP-Protocol-Version"));
+    free(got);
+  }
+  free(request(w, "POST", sid, "MCP-Protocol-Version: 2025-03-26", bodies[0], 202));
+  long runs = fixture_count(w->f, "agent_runs");
+  char *got = request(w, "POST", sid, NULL,
+                      "[" CALL(2, "test_simple_text") "," PING "," CALL(2, "test_simple_text") "]",
+                      400);
+  assert_non_null(strstr(got, "another of the batch"));
+  free(got);
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs);
+}
+
 /* A 2025-03-26 session takes JSON-RPC batches: one JSON answer holds the replies, and a
  * response in a batch reaches the call waiting for it. Without a session, or on a later
  * revision, each request in a batch is refused and nothing in it runs. */
@@ -1979,6 +2006,7 @@ int main(void) {
       T(test_a_change_announced_to_a_stream_left_unread_is_announced_again),
       T(test_a_session_is_asked_what_an_input_required_result_asks),
       T(test_batches_on_a_2025_03_26_session),
+      T(test_what_a_session_may_not_send),
       T(test_a_client_result_not_an_object_is_its_error),
       T(test_ending_a_session_cancels_its_calls),
       T(test_a_cancelled_request_gets_an_empty_event_stream),
