@@ -2392,8 +2392,14 @@ __attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char 
 /* What a request's headers decide, before any of its body is read: the route, the origin and
  * the caller. Queues the refusal (rq->answered) or fills rq->principal. */
 static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char *url,
-                             const char *method, request *rq) {
+                             const char *method, const char *version, request *rq) {
   rq->answered = true;
+  /* RFC 9112 §3.2: an HTTP/1.1 request without Host is a 400 (and would pass the Host check
+   * against DNS rebinding below). */
+  if (strcmp(version, MHD_HTTP_VERSION_1_1) == 0 &&
+      !MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host"))
+    return queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
+                           "Host is required");
   if (strcmp(url, "/healthz") == 0)
     return strcmp(method, "GET") == 0
                ? respond(conn, MHD_HTTP_OK, "application/json", "{\"status\":\"ok\"}", NULL, NULL)
@@ -2408,12 +2414,12 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
     snprintf(why, sizeof why, "The %s header is given more than once", once.repeated);
     /* The headers 2026-07-28 validates fail as such (-32020), on a request of that revision
      * (the routing headers are its own); the others, as HTTP's. */
-    const char *version =
+    const char *revision =
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "MCP-Protocol-Version");
     bool mcp = strcasecmp(once.repeated, "Mcp-Method") == 0 ||
                strcasecmp(once.repeated, "Mcp-Name") == 0 ||
-               (strcasecmp(once.repeated, "MCP-Protocol-Version") == 0 && version &&
-                strcmp(version, TG_MCP_MODERN_VERSION) == 0);
+               (strcasecmp(once.repeated, "MCP-Protocol-Version") == 0 && revision &&
+                strcmp(revision, TG_MCP_MODERN_VERSION) == 0);
     return queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST,
                            mcp ? TG_RPC_HEADER_MISMATCH : TG_RPC_INVALID_REQUEST, why);
   }
@@ -2479,7 +2485,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
       rq->answered = true;
       return refuse_while_stopping(conn);
     }
-    return admit(s, conn, url, method, rq);
+    return admit(s, conn, url, method, version, rq);
   }
   if (rq->answered) {
     *upload_size = 0;

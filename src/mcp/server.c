@@ -573,7 +573,6 @@ static bool channel_cancel_heard(void *self) {
 static int channel_ask(void *self, const char *method, json_t *params, json_t **ret) {
   call_channel *ch = self;
   const tg_mcp_io *io = ch->c->req->io;
-  static json_int_t next_id;
   if (channel_cancelled(ch)) {
     json_decref(params);
     return TG_E_IO;
@@ -583,8 +582,14 @@ static int channel_ask(void *self, const char *method, json_t *params, json_t **
     json_decref(params);
     return TG_E_INVAL;
   }
-  json_t *request = tg_rpc_request(__atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED), method,
-                                   params);
+  /* Drawn, not counted: a count would tell each client how many questions the others were
+   * asked. 48 bits stay exact in any client's numbers. */
+  uint64_t id = 0;
+  if (!tg_random_bytes(&id, 6)) {
+    json_decref(params);
+    return TG_E_IO;
+  }
+  json_t *request = tg_rpc_request((json_int_t)id, method, params);
   if (!request) return TG_E_NOMEM;
   json_t *response = NULL;
   int r = io->ask(io->self, request, &response);

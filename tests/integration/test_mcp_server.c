@@ -834,6 +834,11 @@ static void test_input_requests_asked_on_2025(void **state) {
   assert_string_equal(first_text(r), "ada likes green");
   json_decref(r);
   assert_int_equal(json_array_size(w->sent), 3);
+  /* Their ids are drawn, not counted: a count would tell each client how many questions the
+   * others were asked. */
+  json_int_t before = json_integer_value(json_object_get(json_array_get(w->sent, 1), "id"));
+  json_int_t after = json_integer_value(json_object_get(json_array_get(w->sent, 2), "id"));
+  assert_true(after - before != 1 && after != before);
   /* A declined question ends the asking; so does the prompt's. */
   json_decref(w->answer);
   w->answer = json_pack("{s:s}", "action", "decline");
@@ -3077,6 +3082,18 @@ static void test_http_repeated_headers(void **state) {
   res = http_exchange_as_is(port, "POST", ROUTED "Mcp-Param-Region: eu\r\n", call);
   assert_status(res, "200");
   assert_non_null(strstr(res, "eu"));
+  free(res);
+  /* An HTTP/1.1 request must name its Host (RFC 9112 §3.2). */
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
+  static const char hostless[] = "POST /mcp HTTP/1.1\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+  assert_int_equal(write(fd, hostless, sizeof hostless - 1), (ssize_t)(sizeof hostless - 1));
+  res = http_read(fd, NULL);
+  close(fd);
+  assert_status(res, "400");
+  assert_non_null(strstr(res, "Host is required"));
   free(res);
 #undef ROUTED
   tg_http_stop(h);
