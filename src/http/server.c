@@ -1818,9 +1818,12 @@ static caller authenticate(server *s, struct MHD_Connection *conn, tg_db *db,
     return CALLER_NO_TOKEN;
   if (strlen(auth) > 512) return CALLER_BAD_TOKEN;
   const char *token = auth + 6;
-  while (*token == ' ') token++;
-  if (!*token) return CALLER_EMPTY_TOKEN;
-  int r = db && tg_sha256_hex(token, strlen(token), hash) == 0
+  while (*token == ' ' || *token == '\t') token++;
+  /* A field value ends before its trailing whitespace (RFC 9110 §5.5). */
+  size_t len = strlen(token);
+  while (len && (token[len - 1] == ' ' || token[len - 1] == '\t')) len--;
+  if (!len) return CALLER_EMPTY_TOKEN;
+  int r = db && tg_sha256_hex(token, len, hash) == 0
               ? tg_principal_by_token_hash(db, hash, s->cfg->tenant_id, out)
               : TG_E_DB;
   return r == TG_OK ? CALLER_KNOWN : r == TG_E_NOTFOUND ? CALLER_BAD_TOKEN : CALLER_UNCHECKED;

@@ -1114,8 +1114,9 @@ static void test_a_server_of_one_workspace_takes_only_its_tokens(void **state) {
 }
 
 /* "Bearer" with no token (a client's token variable left unset) is called empty, not
- * unknown (it is challenged as no token is), and the refusal says how a token is made. */
-static void test_an_empty_token_is_called_empty(void **state) {
+ * unknown (it is challenged as no token is); an unknown one's refusal says how a token is
+ * made; whitespace around a token is no part of it. */
+static void test_bearer_tokens_empty_unknown_or_padded(void **state) {
   world *w = *state;
   const char *token = w->token;
   w->token = "";
@@ -1132,6 +1133,13 @@ static void test_an_empty_token_is_called_empty(void **state) {
   assert_string_equal(ex->challenge, "Bearer realm=\"toolgate\", error=\"invalid_token\"");
   assert_non_null(strstr(ex->got, "toolgate token create"));
   finish(ex);
+  /* Whitespace around the token is not part of it (RFC 9110 §5.5). */
+  char *padded = NULL;
+  assert_true(asprintf(&padded, " %s \t ", token) > 0);
+  w->token = padded;
+  char sid[64];
+  open_session(w, "{}", sid);
+  free(padded);
   w->token = token;
 }
 
@@ -2010,7 +2018,7 @@ int main(void) {
       T(test_a_client_result_not_an_object_is_its_error),
       T(test_ending_a_session_cancels_its_calls),
       T(test_a_cancelled_request_gets_an_empty_event_stream),
-      T(test_an_empty_token_is_called_empty),
+      T(test_bearer_tokens_empty_unknown_or_padded),
       T(test_a_batch_answer_past_the_bounds_names_its_requests),
       T(test_list_check_goes_on_while_the_pool_is_busy),
       T(test_a_principal_leaves_a_pool_thread_to_others),
