@@ -362,15 +362,22 @@ static const char self_spec[] =
     "\"properties\":{\"n\":{\"$ref\":\"#/$defs/count\"},\"m\":{\"$ref\":\"#/properties/n\"},"
     "\"children\":{\"type\":\"array\",\"items\":{\"$ref\":\"#\"}}}}}]}";
 
+/* A registry of provider's tools alone. */
+static tg_registry *registry_of(const tg_provider *provider) {
+  const tg_provider *providers[] = {provider};
+  tg_registry *reg = NULL;
+  char *why = NULL;
+  assert_int_equal(tg_registry_new(providers, 1, &reg, &why), 0);
+  return reg;
+}
+
 static void test_listed_output_schema_keeps_its_references(void **state) {
   world *w = *state;
   static const tg_handler_entry handlers[] = {{"test.tree.echo", self_echo}};
   static const tg_provider self = {.name = "self", .spec_json = self_spec, .handlers = handlers,
                                    .n_handlers = 1};
-  const tg_provider *providers[] = {&self};
-  tg_registry *reg = NULL;
+  tg_registry *reg = registry_of(&self);
   char *why = NULL;
-  assert_int_equal(tg_registry_new(providers, 1, &reg, &why), 0);
   tg_env env = w->f->env;
   env.registry = reg;
   tg_mcp_server srv = {.name = "toolgate", .version = "test"};
@@ -2447,21 +2454,22 @@ static const char late_spec[] =
     "\"flags\":[\"interactive\"],\"taskSupport\":\"required\",\"inputSchema\":{\"type\":\"object\","
     "\"properties\":{\"heed\":{\"type\":\"boolean\"},\"stoppable\":{\"type\":\"boolean\"}}},\"outputSchema\":{\"type\":\"object\"}}]}";
 
-/* Serves test.late.failure alone (until serve_usual_tools with the registry returned), its
- * calls held until release_late. */
+/* Serves provider's tools alone, until serve_usual_tools with the registry returned. */
+static tg_registry *serve_only(world *w, const tg_provider *provider) {
+  tg_registry *reg = registry_of(provider);
+  tg_mcp_server_done(&w->srv);
+  w->f->env.registry = reg;
+  start_server(w);
+  return reg;
+}
+
+/* Serves test.late.failure alone (see serve_only), its calls held until release_late. */
 static tg_registry *serve_late_tools(world *w) {
   static const tg_handler_entry handlers[] = {{"test.late.failure", late_failure}};
   static const tg_provider late = {.name = "late", .spec_json = late_spec, .handlers = handlers,
                                    .n_handlers = 1};
-  const tg_provider *providers[] = {&late};
-  tg_registry *reg = NULL;
-  char *why = NULL;
-  assert_int_equal(tg_registry_new(providers, 1, &reg, &why), 0);
-  tg_mcp_server_done(&w->srv);
-  w->f->env.registry = reg;
-  start_server(w);
   late_released = false;
-  return reg;
+  return serve_only(w, &late);
 }
 
 static void serve_usual_tools(world *w, tg_registry *late) {
@@ -2500,13 +2508,7 @@ static void test_input_of_a_tool_not_interactive_is_refused_on_2025(void **state
   static const tg_handler_entry handlers[] = {{"test.ask.anyway", asks_anyway}};
   static const tg_provider asking = {.name = "asking", .spec_json = asking_spec,
                                      .handlers = handlers, .n_handlers = 1};
-  const tg_provider *providers[] = {&asking};
-  tg_registry *reg = NULL;
-  char *why = NULL;
-  assert_int_equal(tg_registry_new(providers, 1, &reg, &why), 0);
-  tg_mcp_server_done(&w->srv);
-  w->f->env.registry = reg;
-  start_server(w);
+  tg_registry *reg = serve_only(w, &asking);
   json_decref(send_msg(w, INITIALIZE(1, "2025-11-25", "{\"elicitation\":{}}"), NULL, NULL));
   static const char failed[] =
       "SELECT COUNT(*) AS n FROM agent_run_logs WHERE step = 'tool:test.ask.anyway'"
