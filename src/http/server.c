@@ -291,13 +291,17 @@ static int session_send(void *self, json_t *msg) {
   return r;
 }
 
-/* A request of a session was cancelled: a tool waiting for its client looks again. */
+static void drop_cancelled_in_line(server *s);
+
+/* A request of a session was cancelled: a tool waiting for its client looks again, and a call
+ * waiting in line for a pool thread leaves the line. */
 static void session_wake(void *arg) {
   server *s = arg;
   pthread_mutex_lock(&s->lock);
   s->cancellations++;
   pthread_cond_broadcast(&s->answered);
   pthread_mutex_unlock(&s->lock);
+  drop_cancelled_in_line(s);
 }
 
 static void session_unlink_locked(server *s, session *x) {
@@ -1367,6 +1371,33 @@ static void run_call(worker *w, tg_db *db) {
   worker_free(w);
 }
 
+/* Takes the session calls cancelled while they wait in line for a pool thread off the line,
+ * and ends them without an answer: at once, not once a thread comes free. */
+static void drop_cancelled_in_line(server *s) {
+  worker *dropped = NULL;
+  pthread_mutex_lock(&s->lock);
+  for (worker **at = &s->queue_head, *prev = NULL; *at;) {
+    worker *w = *at;
+    if (!w->sess || !tg_mcp_inflight_cancelled(w->inflight, w->msg.id)) {
+      prev = w;
+      at = &w->next;
+      continue;
+    }
+    *at = w->next;
+    if (s->queue_tail == w) s->queue_tail = prev;
+    w->next = dropped;
+    dropped = w;
+  }
+  pthread_mutex_unlock(&s->lock);
+  while (dropped) {
+    worker *w = dropped;
+    dropped = w->next;
+    tg_mcp_inflight_end(w->inflight, w->msg.id);
+    stream_finish(w->st, NULL, w->msg.id, 0);
+    worker_free(w);
+  }
+}
+
 /* A pool or sweeper thread's connection, opened at its first use; NULL (logged) when it
  * cannot be, and tried again at the next. */
 static tg_db *thread_db(server *s, tg_db **db) {
@@ -1923,7 +1954,6 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
   }
   w->st = st;
   w->inflight = inflight;
-  _cleanup_json_ json_t *call_id = json_incref(w->msg.id); /* w may go once queued */
   int fd = connection_fd(conn);
   /* w belongs to the pool once queued: what this thread needs of it is taken first. */
   pthread_mutex_lock(&s->lock);
@@ -1939,14 +1969,11 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
   pthread_mutex_unlock(&s->lock);
   *started = true;
   pthread_mutex_lock(&st->lock);
-  bool gone = false, cancelled = false;
+  bool gone = false;
   /* No connection reads st yet, so nothing was dropped: len == 0 means nothing appended. */
-  while (!st->done && st->len == 0 && !st->polling && !cancelled) {
-    if (!tg_timed_wait(&st->ready, &st->lock, HANGUP_CHECK_MS)) continue;
-    /* A session's call cancelled while it waits for a thread is answered now (without an
-     * answer), not once a thread takes it. */
-    if (x) cancelled = tg_mcp_inflight_cancelled(inflight, call_id);
-    if (x || gone || !client_gone(fd)) continue;
+  while (!st->done && st->len == 0 && !st->polling) {
+    if (!tg_timed_wait(&st->ready, &st->lock, HANGUP_CHECK_MS) || x || gone || !client_gone(fd))
+      continue;
     /* A stateless client that went away cancelled its call, which ends soon after. */
     gone = true;
     unsigned id = st->reader;
