@@ -823,7 +823,9 @@ static int retry_block(char *out, size_t size) {
 static void stream_poll(stream *st) {
   pthread_mutex_lock(&st->lock);
   if (st->reading) {
-    st->cut_primed = st->cutting && st->cut_primed && st->cut_at == st->len; /* no event since */
+    /* No event since the priming (a stream read before any event was primed), or since the
+     * previous cut's priming. */
+    st->cut_primed = !st->next_event || (st->cutting && st->cut_primed && st->cut_at == st->len);
     st->cutting = true;
     st->cut_at = st->len;
   } else {
@@ -1955,11 +1957,21 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
   w->st = st;
   w->inflight = inflight;
   int fd = connection_fd(conn);
+  bool resumes = x && strcmp(w->scratch.version, POLLING_VERSION) >= 0;
+  size_t primed_len = 0;
   /* w belongs to the pool once queued: what this thread needs of it is taken first. */
   pthread_mutex_lock(&s->lock);
   if (x) {
     st->no = ++x->next_stream;
     x->refs++;
+  }
+  /* A client that resumes call streams gets its stream at once, primed, before the call can
+   * send anything: it can resume it from the start, and hears from the server while the call
+   * waits in line. (Without the few bytes, it is answered as any other.) */
+  if (resumes) {
+    pthread_mutex_lock(&st->lock);
+    if (prime_locked(st) == 0) primed_len = st->len;
+    pthread_mutex_unlock(&st->lock);
   }
   w->next = NULL;
   if (s->queue_tail) s->queue_tail->next = w;
@@ -1999,8 +2011,8 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
   /* A call that asked to end its answer (polling) gets what there is so far, read from st
    * as any answer is (or the priming event, when there is nothing), and the reconnection
    * delay; its result then waits for the client's GET with Last-Event-ID. */
-  if (st->polling && st->len == 0) {
-    if (prime_locked(st) < 0) {
+  if (st->polling && st->len == primed_len) {
+    if (!primed_len && prime_locked(st) < 0) {
       pthread_mutex_unlock(&st->lock);
       stream_release(st);
       session_put(s, x);
