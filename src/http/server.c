@@ -1905,7 +1905,7 @@ static void cancel_call(void *arg) {
 /* Whether st's call ended and all its output went out: its client can only want it again. */
 static bool spent(stream *st) {
   pthread_mutex_lock(&st->lock);
-  bool all_out = st->done && !st->polling && st->seen >= st->len;
+  bool all_out = st->done && st->seen >= st->len;
   pthread_mutex_unlock(&st->lock);
   return all_out;
 }
@@ -2002,7 +2002,7 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
      * built. */
     enum MHD_Result r = final         ? queue_reply(s, conn, st->share->principal, (unsigned)status,
                                                     final, st->final_id, NULL, session_id)
-                        : status == 0 ? queue_unanswered(conn, true, session_id) /* a tools/call */
+                        : status == 0 ? queue_unanswered(conn, true, session_id) /* a call */
                                       : queue(conn, (unsigned)status, NULL, NULL, session_id);
     stream_release(st);
     session_put(s, x);
@@ -2042,7 +2042,7 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
  * does not: it is answered at once), or is a session's prompts/get (a prompt may ask its
  * client, as the conformance fixtures' does). */
 static bool waits_on_client(server *s, const tg_rpc_msg *msg) {
-  if (strcmp(msg->method, "prompts/get") == 0) return true;
+  if (strcmp(msg->method, "prompts/get") == 0) return s->mcp.fixtures;
   const char *name = json_string_value(json_object_get(msg->params, "name"));
   const tg_tool *tool = name ? tg_registry_find(s->cfg->registry, name) : NULL;
   return tool && tool->flags & TG_TOOL_INTERACTIVE;
@@ -2303,16 +2303,15 @@ static stream *resume_locked(session *x, const char *last, unsigned *status, con
  * It starts with a priming event (an id and no data) so that a client cut off before any
  * message can still resume it. Called with the server's lock held. */
 static stream *standalone_locked(session *x, unsigned *status, const char **why,
-                                 unsigned *reader_id, char **unread, size_t *unread_len) {
+                                 unsigned *reader_id, unsigned *unread) {
   stream *old = x->standalone;
-  *unread = NULL;
+  *unread = 0;
   if (old) {
     pthread_mutex_lock(&old->lock);
     bool busy = old->reading;
-    /* What old never delivered, for the watch to announce again. */
+    /* The list changes old never delivered, for the watch to announce again. */
     size_t from = old->seen > old->head ? old->seen : old->head;
-    if (!busy && from < old->len && (*unread = malloc(old->len - from)))
-      memcpy(*unread, old->buf + from, *unread_len = old->len - from);
+    if (!busy && from < old->len) *unread = tg_mcp_watch_lists_in(old->buf + from, old->len - from);
     pthread_mutex_unlock(&old->lock);
     if (busy) {
       *status = MHD_HTTP_CONFLICT;
@@ -2355,21 +2354,19 @@ static enum MHD_Result handle_get(server *s, struct MHD_Connection *conn, tg_db 
   const char *last = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Last-Event-ID");
   unsigned status = 0;
   const char *why = NULL;
-  char *unread = NULL;
-  size_t unread_len = 0;
+  unsigned unread = 0;
   pthread_mutex_lock(&s->lock);
   unsigned reader_id = 0;
   stream *st = x->dead ? NULL
                : last  ? resume_locked(x, last, &status, &why, &reader_id)
-                       : standalone_locked(x, &status, &why, &reader_id, &unread, &unread_len);
+                       : standalone_locked(x, &status, &why, &reader_id, &unread);
   if (x->dead) {
     status = MHD_HTTP_NOT_FOUND;
     why = "Session not found";
   }
   pthread_mutex_unlock(&s->lock);
   /* Outside the server's lock, which the watch's sending takes. */
-  if (unread && st) tg_mcp_watch_unread(x->watch, unread, unread_len);
-  free(unread);
+  if (unread && st) tg_mcp_watch_owe(x->watch, unread);
   /* Lists are checked only for sessions with a stream to hear of changes: a new one sets
    * the baseline now (or announces what changed since an earlier stream's) before anything
    * else can change. */

@@ -435,8 +435,8 @@ int tg_mcp_input_refusal(bool carried, json_t *caps, json_t *result, int *code,
   *code = TG_RPC_INTERNAL_ERROR;
   if (!carried) {
     *message = "This request needs input its client can give only on protocol 2026-07-28, "
-               "or through a 2025 connection that can ask it (the tool is not interactive, "
-               "or the request cannot stream)";
+               "or through a 2025 connection that can ask it (the tool may not wait on its "
+               "client, or the request cannot stream)";
     return 1;
   }
   *message = "The tool asked for no input, or for an unknown kind of input";
@@ -503,6 +503,12 @@ bool tg_mcp_is_input_required(json_t *result) {
   return type && strcmp(type, "input_required") == 0;
 }
 
+/* Whether a call of tool returned an InputRequiredResult: only a tool whose result is the MCP
+ * result as it is can ask for input (another's value is content, whatever it holds). */
+static bool input_required_of(const tg_tool *tool, json_t *value) {
+  return content_passthrough(tool) && tg_mcp_is_input_required(value);
+}
+
 /* ---- tools/call ---- */
 
 typedef struct call_channel {
@@ -520,8 +526,7 @@ typedef struct call_channel {
  * request is answered with the JSON-RPC error that says why. */
 static int channel_check_result(void *self, tg_call_ctx *call, json_t *result) {
   call_channel *ch = self;
-  /* Only a tool whose result is the MCP result as it is can ask for input. */
-  if (!content_passthrough(call->tool) || !tg_mcp_is_input_required(result)) return TG_OK;
+  if (!input_required_of(call->tool, result)) return TG_OK;
   int code;
   const char *message;
   json_t *data;
@@ -584,12 +589,14 @@ static int channel_ask(void *self, const char *method, json_t *params, json_t **
   }
   /* Drawn, not counted: a count would tell each client how many questions the others were
    * asked. 48 bits stay exact in any client's numbers. */
-  uint64_t id = 0;
-  if (!tg_random_bytes(&id, 6)) {
+  unsigned char drawn[6];
+  if (!tg_random_bytes(drawn, sizeof drawn)) {
     json_decref(params);
     return TG_E_IO;
   }
-  json_t *request = tg_rpc_request((json_int_t)id, method, params);
+  json_int_t id = 0;
+  for (size_t i = 0; i < sizeof drawn; i++) id = id << 8 | drawn[i];
+  json_t *request = tg_rpc_request(id, method, params);
   if (!request) return TG_E_NOMEM;
   json_t *response = NULL;
   int r = io->ask(io->self, request, &response);
@@ -639,12 +646,11 @@ static int ask_failed(cx *c, int status, const char *key, json_t *error) {
 /* 2025 revisions have no InputRequiredResult: what one (result) asks goes to the client as
  * requests of their own, as the reference SDK does on 2025 sessions, and the next round runs
  * with their answers (*answers, new, keyed as result keys them, each checked against what it
- * answers) and result's requestState (*state, malloc'd, or NULL); rounds counts those asked
- * before. Returns 0, a JSON-RPC error code (rpc_fail) or TG_E_NOMEM. */
+ * answers) and result's requestState; rounds counts those asked before. Returns 0, a JSON-RPC
+ * error code (rpc_fail) or TG_E_NOMEM. */
 static int next_round(cx *c, call_channel *ch, json_t *result, unsigned rounds,
-                      json_t **answers, char **state) {
+                      json_t **answers) {
   *answers = NULL;
-  *state = NULL;
   int code;
   const char *message;
   json_t *data;
@@ -654,12 +660,8 @@ static int next_round(cx *c, call_channel *ch, json_t *result, unsigned rounds,
   if (rounds >= LEGACY_INPUT_ROUNDS)
     return rpc_fail(c, TG_RPC_INTERNAL_ERROR, "The request asked its client for input too often",
                     json_pack("{s:i}", "max", LEGACY_INPUT_ROUNDS));
-  const char *kept = json_string_value(json_object_get(result, "requestState"));
   json_t *got = json_object();
-  if (!got || (kept && !(*state = strdup(kept)))) {
-    json_decref(got);
-    return TG_E_NOMEM;
-  }
+  if (!got) return TG_E_NOMEM;
   const char *key;
   json_t *request;
   json_object_foreach(json_object_get(result, "inputRequests"), key, request) {
@@ -678,8 +680,6 @@ static int next_round(cx *c, call_channel *ch, json_t *result, unsigned rounds,
     }
     if (r != 0) {
       json_decref(got);
-      free(*state);
-      *state = NULL;
       return r;
     }
   }
@@ -809,16 +809,18 @@ static int m_tools_call(cx *c, json_t *params, json_t **ret) {
     /* Each round a call of its own, audited as any. */
     _cleanup_json_ json_t *answers = NULL;
     _cleanup_free_ char *held_state = NULL;
-    for (unsigned rounds = 0; r == TG_OK && asks_inputs(c, tool) &&
-                              tg_mcp_is_input_required(res.value);
-         rounds++) {
+    for (unsigned rounds = 0;
+         r == TG_OK && asks_inputs(c, tool) && input_required_of(tool, res.value); rounds++) {
       json_decref(answers);
       free(held_state);
-      rr = next_round(c, &ch, res.value, rounds, &answers, &held_state);
+      const char *kept = json_string_value(json_object_get(res.value, "requestState"));
+      held_state = kept ? strdup(kept) : NULL;
+      rr = kept && !held_state ? TG_E_NOMEM : next_round(c, &ch, res.value, rounds, &answers);
       tg_call_result_done(&res);
       if (rr) return rr;
       channel.input_responses = answers;
       channel.request_state = held_state;
+      channel.progress_token = NULL; /* a round's progress starts anew: a token's must rise */
       r = tg_call(c->req->env, &call, &res);
     }
   }
@@ -937,12 +939,10 @@ static int m_prompts_get(cx *c, json_t *params, json_t **ret) {
   r = tg_conformance_prompt_get(name, args, responses, &result, &why);
   call_channel ch = {.c = c};
   _cleanup_json_ json_t *answers = NULL;
-  _cleanup_free_ char *held_state = NULL; /* the fixture's rounds keep no state */
   for (unsigned rounds = 0; r == 0 && asks_inputs(c, NULL) && tg_mcp_is_input_required(result);
        rounds++) {
     json_decref(answers);
-    free(held_state);
-    r = next_round(c, &ch, result, rounds, &answers, &held_state);
+    r = next_round(c, &ch, result, rounds, &answers);
     json_decref(result);
     result = NULL;
     if (r) return r;

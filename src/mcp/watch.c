@@ -311,10 +311,17 @@ int tg_mcp_watch_check(tg_mcp_watch *w, const tg_env *env, const char *principal
   return r;
 }
 
-void tg_mcp_watch_unread(tg_mcp_watch *w, const char *text, size_t len) {
+unsigned tg_mcp_watch_lists_in(const char *text, size_t len) {
+  unsigned found = 0;
+  for (size_t i = 0; i < N_LISTS; i++)
+    if (memmem(text, len, lists[i].method, strlen(lists[i].method))) found |= 1u << i;
+  return found;
+}
+
+void tg_mcp_watch_owe(tg_mcp_watch *w, unsigned lists_owed) {
   pthread_mutex_lock(&w->lock);
   for (size_t i = 0; i < N_LISTS; i++)
-    if (memmem(text, len, lists[i].method, strlen(lists[i].method))) w->owed[i] = true;
+    if (lists_owed & 1u << i) w->owed[i] = true;
   pthread_mutex_unlock(&w->lock);
 }
 

@@ -52,9 +52,12 @@ int tg_mcp_watch_end(tg_mcp_watch *w, json_t *meta);
  * send that failed for a change not announced before). */
 int tg_mcp_watch_check(tg_mcp_watch *w, const tg_env *env, const char *principal_id);
 
-/* text (len bytes), output for a 2025 client, never reached it (the stream it was on was let
- * go unread): each list change it announces is announced again at the next check. */
-void tg_mcp_watch_unread(tg_mcp_watch *w, const char *text, size_t len);
+/* The lists whose changes text (len bytes) announces, as a set for tg_mcp_watch_owe. */
+unsigned tg_mcp_watch_lists_in(const char *text, size_t len);
+/* The changes of lists (from tg_mcp_watch_lists_in of output for a 2025 client that never
+ * reached it: the stream it was on was let go unread) are announced again at the next
+ * check. */
+void tg_mcp_watch_owe(tg_mcp_watch *w, unsigned lists);
 
 /* Records that a list changed outside the database (the conformance trigger tools): every
  * watch of this process announces it at its next check. False when method is not the

@@ -2486,8 +2486,10 @@ static void release_late(void) {
   pthread_mutex_unlock(&late_lock);
 }
 
-/* A tool that may not wait on its client (not interactive) cannot have its input asked on
- * 2025: its request is refused, and its round fails (audited so). */
+/* Which tools have their input asked on 2025: not one that may not wait on its client (not
+ * interactive: its request is refused, and its round fails, audited so); nor one whose value
+ * is no MCP result (not mcp_content: a value like an InputRequiredResult is its content);
+ * and one asking for ever only 16 rounds, each audited. */
 static int asks_anyway(tg_call_ctx *cx, json_t *args, json_t **ret) {
   (void)cx;
   (void)args;
@@ -2497,28 +2499,51 @@ static int asks_anyway(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return *ret ? TG_OK : TG_E_NOMEM;
 }
 
+#define ASKING_TOOL(name, flags)                                                           \
+  "{\"name\":\"" name "\",\"description\":\"Asks.\",\"surfaces\":[\"mcp\"],\"effect\":\"read\"," \
+  "\"risk\":\"low\",\"permissions\":[],\"flags\":" flags ",\"inputSchema\":{\"type\":\"object\"},"  \
+  "\"outputSchema\":{\"type\":\"object\"}}"
 static const char asking_spec[] =
-    "{\"provider\":\"asking\",\"tools\":[{\"name\":\"test.ask.anyway\",\"description\":\"Asks.\","
-    "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
-    "\"flags\":[\"mcp_content\"],\"inputSchema\":{\"type\":\"object\"},"
-    "\"outputSchema\":{\"type\":\"object\"}}]}";
+    "{\"provider\":\"asking\",\"tools\":[" ASKING_TOOL("test.ask.anyway", "[\"mcp_content\"]") ","
+    ASKING_TOOL("test.ask.forever", "[\"mcp_content\",\"interactive\"]") ","
+    ASKING_TOOL("test.ask.value", "[\"interactive\"]") "]}";
 
-static void test_input_of_a_tool_not_interactive_is_refused_on_2025(void **state) {
+static void test_which_tools_have_their_input_asked_on_2025(void **state) {
   world *w = *state;
-  static const tg_handler_entry handlers[] = {{"test.ask.anyway", asks_anyway}};
+  static const tg_handler_entry handlers[] = {{"test.ask.anyway", asks_anyway},
+                                              {"test.ask.forever", asks_anyway},
+                                              {"test.ask.value", asks_anyway}};
   static const tg_provider asking = {.name = "asking", .spec_json = asking_spec,
-                                     .handlers = handlers, .n_handlers = 1};
+                                     .handlers = handlers, .n_handlers = 3};
   tg_registry *reg = serve_only(w, &asking);
   json_decref(send_msg(w, INITIALIZE(1, "2025-11-25", "{\"elicitation\":{}}"), NULL, NULL));
-  static const char failed[] =
-      "SELECT COUNT(*) AS n FROM agent_run_logs WHERE step = 'tool:test.ask.anyway'"
-      " AND level = 'WARN'";
+  w->answer = json_pack("{s:s,s:{}}", "action", "accept", "content");
   json_t *r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{"
                           "\"name\":\"test_ask_anyway\"}}", NULL, NULL);
   assert_int_equal(error_code(r), TG_RPC_INTERNAL_ERROR);
   json_decref(r);
   assert_int_equal(json_array_size(w->sent), 0);
-  assert_int_equal(fixture_count_where(w->f, failed, NULL), 1);
+  assert_int_equal(fixture_count_where(w->f,
+                                       "SELECT COUNT(*) AS n FROM agent_run_logs WHERE step ="
+                                       " 'tool:test.ask.anyway' AND level = 'WARN'", NULL),
+                   1);
+  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{"
+                  "\"name\":\"test_ask_value\"}}", NULL, NULL);
+  json_t *value = json_object_get(result_of(r), "structuredContent");
+  assert_string_equal(json_string_value(json_object_get(value, "resultType")), "input_required");
+  json_decref(r);
+  assert_int_equal(json_array_size(w->sent), 0);
+  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\",\"params\":{"
+                  "\"name\":\"test_ask_forever\"}}", NULL, NULL);
+  assert_int_equal(error_code(r), TG_RPC_INTERNAL_ERROR);
+  json_t *data = json_object_get(json_object_get(r, "error"), "data");
+  assert_int_equal(json_integer_value(json_object_get(data, "max")), 16);
+  json_decref(r);
+  assert_int_equal(json_array_size(w->sent), 16);
+  assert_int_equal(fixture_count_where(w->f,
+                                       "SELECT COUNT(*) AS n FROM agent_run_logs WHERE step ="
+                                       " 'tool:test.ask.forever' AND level = 'INFO'", NULL),
+                   17);
   serve_usual_tools(w, reg);
 }
 
@@ -3296,7 +3321,7 @@ int main(void) {
       T(test_progress_and_logging),
       T(test_elicitation_asks_the_client),
       T(test_input_requests_asked_on_2025),
-      T(test_input_of_a_tool_not_interactive_is_refused_on_2025),
+      T(test_which_tools_have_their_input_asked_on_2025),
       T(test_http_get_stream_and_resumption),
       T(test_tasks_advertised_and_listed),
       T(test_task_runs_and_is_audited),
