@@ -589,13 +589,19 @@ static void test_header_values_a_client_must_encode(void **state) {
   }
 }
 
-/* The audit rows of calls of the conformance tool test.input_required.result_elicitation
- * at level (INFO: those that succeeded). */
-static long elicitation_calls_audited(world *w, const char *level) {
+/* The audit rows of calls of tool at level (INFO: those that succeeded). */
+static long calls_audited(world *w, const char *tool, const char *level) {
+  char step[128];
+  snprintf(step, sizeof step, "tool:%s", tool);
   return fixture_count_where(w->f,
-                             "SELECT COUNT(*) AS n FROM agent_run_logs WHERE step ="
-                             " 'tool:test.input_required.result_elicitation' AND level = $1",
-                             json_pack("[s]", level));
+                             "SELECT COUNT(*) AS n FROM agent_run_logs WHERE step = $1"
+                             " AND level = $2",
+                             json_pack("[ss]", step, level));
+}
+
+/* Those of the conformance tool test.input_required.result_elicitation. */
+static long elicitation_calls_audited(world *w, const char *level) {
+  return calls_audited(w, "test.input_required.result_elicitation", level);
 }
 
 /* Elicitation in the mode the client declared: an empty object is form mode alone, so a
@@ -2523,10 +2529,7 @@ static void test_which_tools_have_their_input_asked_on_2025(void **state) {
   assert_int_equal(error_code(r), TG_RPC_INTERNAL_ERROR);
   json_decref(r);
   assert_int_equal(json_array_size(w->sent), 0);
-  assert_int_equal(fixture_count_where(w->f,
-                                       "SELECT COUNT(*) AS n FROM agent_run_logs WHERE step ="
-                                       " 'tool:test.ask.anyway' AND level = 'WARN'", NULL),
-                   1);
+  assert_int_equal(calls_audited(w, "test.ask.anyway", "WARN"), 1);
   r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{"
                   "\"name\":\"test_ask_value\"}}", NULL, NULL);
   json_t *value = json_object_get(result_of(r), "structuredContent");
@@ -2540,10 +2543,7 @@ static void test_which_tools_have_their_input_asked_on_2025(void **state) {
   assert_int_equal(json_integer_value(json_object_get(data, "max")), 16);
   json_decref(r);
   assert_int_equal(json_array_size(w->sent), 16);
-  assert_int_equal(fixture_count_where(w->f,
-                                       "SELECT COUNT(*) AS n FROM agent_run_logs WHERE step ="
-                                       " 'tool:test.ask.forever' AND level = 'INFO'", NULL),
-                   17);
+  assert_int_equal(calls_audited(w, "test.ask.forever", "INFO"), 17);
   serve_usual_tools(w, reg);
 }
 
