@@ -469,7 +469,7 @@ int tg_mcp_input_refusal(bool carried, json_t *caps, json_t *result, int *code,
 }
 
 /* Whether what an InputRequiredResult asks goes to this 2025 request's client as requests of
- * their own (see ask_inputs): its transport can ask, and the tool (NULL: a prompt) is one
+ * their own (see next_round): its transport can ask, and the tool (NULL: a prompt) is one
  * that may wait on its client. */
 static bool asks_inputs(const cx *c, const tg_tool *tool) {
   return !c->modern && c->req->io && c->req->io->ask &&
