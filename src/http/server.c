@@ -236,12 +236,21 @@ static bool loopback_host(const char *host, size_t len) {
   return false;
 }
 
-/* Host header "name[:port]" names this machine. */
+/* What follows a host name: nothing, or ":" and a port of 1 to 5 digits. Anything else (a
+ * path, "@", a second name) makes the whole a name this check does not know. */
+static bool port_ok(const char *rest) {
+  if (!*rest) return true;
+  if (*rest++ != ':') return false;
+  size_t digits = strspn(rest, "0123456789");
+  return digits >= 1 && digits <= 5 && !rest[digits];
+}
+
+/* Host "name[:port]" (a Host header, or what follows an Origin's scheme) names this machine. */
 static bool host_ok(const char *host) {
   if (!host) return true;
   const char *end = host[0] == '[' ? strchr(host, ']') : strchr(host, ':');
   size_t len = !end ? strlen(host) : (size_t)(end - host) + (host[0] == '[');
-  return loopback_host(host, len);
+  return loopback_host(host, len) && port_ok(host + len);
 }
 
 /* Origin "scheme://name[:port]" names this machine. */
@@ -253,7 +262,7 @@ static bool origin_ok(const char *origin) {
   if (!(scheme == 4 && strncmp(origin, "http", 4) == 0) &&
       !(scheme == 5 && strncmp(origin, "https", 5) == 0))
     return false;
-  return host_ok(p + 3) && !strchr(p + 3, '/');
+  return host_ok(p + 3);
 }
 
 static void stream_release(stream *st);

@@ -3126,6 +3126,74 @@ static void test_http_repeated_headers(void **state) {
   tg_http_stop(h);
 }
 
+/* Sends a modern tools/call naming this Host (and Origin, when given) and answers the status. */
+static char *http_call_from(unsigned port, const char *host, const char *origin) {
+  static const char body[] =
+      "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":"
+      "\"test_simple_text\",\"arguments\":{}," MODERN_META "}}";
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
+  char *req = NULL;
+  int n = asprintf(&req,
+                   "POST /mcp HTTP/1.1\r\nHost: %s\r\n%s%s%sConnection: close\r\n"
+                   "Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n"
+                   HTTP_MODERN "Mcp-Method: tools/call\r\nMcp-Name: test_simple_text\r\n"
+                   "Content-Length: %zu\r\n\r\n%s",
+                   host, origin ? "Origin: " : "", origin ? origin : "", origin ? "\r\n" : "",
+                   strlen(body), body);
+  assert_true(n > 0);
+  assert_int_equal(write(fd, req, (size_t)n), n);
+  free(req);
+  char *res = http_read(fd, NULL);
+  close(fd);
+  return res;
+}
+
+/* Against DNS rebinding, a request's Host and Origin must name this machine: a loopback name and
+ * at most a port. A name followed by anything else ("@", a path, a port that is no number) is
+ * refused with 403, however it begins, and nothing runs. */
+static void test_http_origin_and_host_name_this_machine(void **state) {
+  world *w = *state;
+  unsigned port = 0;
+  tg_http *h = http_start(w, &port);
+  static const struct {
+    const char *host, *origin, *status;
+  } cases[] = {
+      {"localhost", NULL, "200"},
+      {"127.0.0.1:7878", "http://localhost", "200"},
+      {"[::1]:1", "http://localhost:6274", "200"},
+      {"LOCALHOST", "https://[::1]:65535", "200"},
+      {"localhost", "http://127.0.0.1", "200"},
+      {"localhost:80@evil.example", NULL, "403"},
+      {"evil.example", NULL, "403"},
+      {"localhost.evil.example", NULL, "403"},
+      {"localhost:x", NULL, "403"},
+      {"localhost:", NULL, "403"},
+      {"[::1]evil", NULL, "403"},
+      {"localhost", "http://evil.example", "403"},
+      {"localhost", "http://localhost:80@evil.example", "403"},
+      {"localhost", "http://localhost@evil.example", "403"},
+      {"localhost", "http://localhost.evil.example", "403"},
+      {"localhost", "http://localhost/", "403"},
+      {"localhost", "http://localhost:123456", "403"},
+      {"localhost", "http://localhost:", "403"},
+      {"localhost", "null", "403"},
+      {"localhost", "ftp://localhost", "403"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    long runs = fixture_count(w->f, "agent_runs");
+    char *res = http_call_from(port, cases[i].host, cases[i].origin);
+    if (strncmp(res, "HTTP/1.1 ", 9) != 0 || strncmp(res + 9, cases[i].status, 3) != 0)
+      fail_msg("case %zu (Host %s, Origin %s): expected %s, got: %s", i, cases[i].host,
+               cases[i].origin ? cases[i].origin : "none", cases[i].status, res);
+    assert_int_equal(fixture_count(w->f, "agent_runs"), runs + (cases[i].status[0] == '2'));
+    free(res);
+  }
+  tg_http_stop(h);
+}
+
 /* libmicrohttpd's lines about malformed requests, which anyone can send, are logged once a
  * minute at most; the count of those held back is told when the minute is past, or when the
  * server stops. */
@@ -3360,6 +3428,7 @@ int main(void) {
       T(test_task_notifications_refused),
       T(test_http_post_media_types),
       T(test_http_repeated_headers),
+      T(test_http_origin_and_host_name_this_machine),
       T(test_http_malformed_requests_are_logged_once),
       T(test_http_body_past_the_bound),
       T(test_http_task_notifications),
