@@ -2137,7 +2137,7 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
       goto done;
     }
     state_load(s, w->sess, &w->scratch, &w->loaded_level);
-    if (tg_mcp_reuses_id_in_flight(w->sess->inflight, &w->msg)) {
+    if (tg_mcp_reuses_id_in_flight(w->sess->inflight, NULL, &w->msg)) {
       result = queue_refusal(conn, MHD_HTTP_BAD_REQUEST, &w->msg, TG_MCP_INFLIGHT_REUSED_ID);
       goto done;
     }

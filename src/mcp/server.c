@@ -1620,10 +1620,11 @@ void tg_mcp_leave_requests(tg_mcp_inflight *t, const tg_rpc_msg *msg) {
   for (json_t *id; (id = next_request_id(msg, &i));) tg_mcp_inflight_end(t, id);
 }
 
-bool tg_mcp_reuses_id_in_flight(tg_mcp_inflight *t, const tg_rpc_msg *msg) {
+bool tg_mcp_reuses_id_in_flight(tg_mcp_inflight *t, tg_mcp_watch *w, const tg_rpc_msg *msg) {
   size_t i = 0;
   for (json_t *id; t && (id = next_request_id(msg, &i));) {
-    if (tg_mcp_inflight_holds(t, id)) return true;
+    /* A listen leaves t once subscribed, and is in flight until its subscription ends. */
+    if (tg_mcp_inflight_holds(t, id) || (w && tg_mcp_watch_holds(w, id))) return true;
     /* The requests of a batch are all in flight from the start. */
     size_t j = 0;
     for (json_t *before; (before = next_request_id(msg, &j)) && j < i;)

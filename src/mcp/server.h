@@ -139,9 +139,10 @@ void tg_mcp_leave_requests(tg_mcp_inflight *t, const tg_rpc_msg *msg);
 /* Whether id is that of a request of msg (itself, or one in a batch). */
 bool tg_mcp_names_request(const tg_rpc_msg *msg, json_t *id);
 /* Whether a request of msg (itself, or one in a batch) has the id of one in t, served or
- * cancelled and not ended yet, or of another request of the batch: a transport refuses msg
- * then (TG_MCP_INFLIGHT_REUSED_ID), before entering it. */
-bool tg_mcp_reuses_id_in_flight(tg_mcp_inflight *t, const tg_rpc_msg *msg);
+ * cancelled and not ended yet, of an open subscription of w (NULL: none), or of another
+ * request of the batch: a transport refuses msg then (TG_MCP_INFLIGHT_REUSED_ID), before
+ * entering it. */
+bool tg_mcp_reuses_id_in_flight(tg_mcp_inflight *t, tg_mcp_watch *w, const tg_rpc_msg *msg);
 /* Whether msg is a request or a batch holding one. */
 bool tg_mcp_holds_request(const tg_rpc_msg *msg);
 

@@ -365,7 +365,7 @@ static int take(conn *c, tg_rpc_msg *msg) {
     tg_rpc_msg_done(msg);
     return r;
   }
-  if (tg_mcp_reuses_id_in_flight(c->req->inflight, msg)) {
+  if (tg_mcp_reuses_id_in_flight(c->req->inflight, c->req->watch, msg)) {
     r = write_message(c, refusal_of(msg, TG_RPC_INVALID_REQUEST, TG_MCP_INFLIGHT_REUSED_ID, NULL));
     tg_rpc_msg_done(msg);
     return r;

@@ -205,6 +205,14 @@ bool tg_mcp_watch_unsubscribe(tg_mcp_watch *w, json_t *id) {
   return n > 0;
 }
 
+bool tg_mcp_watch_holds(tg_mcp_watch *w, json_t *id) {
+  pthread_mutex_lock(&w->lock);
+  bool held = false;
+  for (size_t i = 0; i < w->n_subs && !held; i++) held = json_equal(w->subs[i].id, id);
+  pthread_mutex_unlock(&w->lock);
+  return held;
+}
+
 int tg_mcp_watch_end(tg_mcp_watch *w, json_t *meta) {
   int r = TG_OK;
   tg_mcp_task_observer *ended[TG_MCP_MAX_SUBSCRIPTIONS];

@@ -38,6 +38,8 @@ int tg_mcp_watch_subscribe(tg_mcp_watch *w, json_t *id, json_t *filter, tg_mcp_t
                            tg_db *db, const char *principal_id);
 /* Ends subscription id (its listen request was cancelled); false when there is none. */
 bool tg_mcp_watch_unsubscribe(tg_mcp_watch *w, json_t *id);
+/* Whether subscription id is open: its listen request is still in flight. */
+bool tg_mcp_watch_holds(tg_mcp_watch *w, json_t *id);
 /* The server ends every subscription of w (it is stopping), and w takes no more: each
  * listen request gets its result, {"resultType":"complete"} with meta (what every result's _meta carries:
  * tg_mcp_result_meta) and the subscription id in _meta. Returns 0, TG_E_NOMEM or the first

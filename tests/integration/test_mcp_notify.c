@@ -1462,6 +1462,37 @@ static void test_stdio_id_of_a_request_being_cancelled(void **state) {
   stdio_stop(s);
 }
 
+/* An open subscriptions/listen is a request still in flight: a request reusing its id is
+ * refused (a cancellation naming the id would end both), and served once the listen ended. */
+static void test_stdio_id_of_an_open_listen(void **state) {
+  world *w = *state;
+  stdio_run *s = stdio_start(w);
+#define MODERN_LIST(id)                                                                 \
+  "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"tools/list\",\"params\":{" MODERN_META \
+  "}}"
+  stdio_send(s, "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"subscriptions/listen\",\"params\":{"
+                MODERN_META ",\"notifications\":{\"toolsListChanged\":true}}}");
+  json_t *ack = stdio_next(s);
+  assert_string_equal(json_string_value(json_object_get(ack, "method")),
+                      "notifications/subscriptions/acknowledged");
+  json_decref(ack);
+  stdio_send(s, MODERN_LIST(5));
+  json_t *refused = stdio_next(s);
+  const char *why = NULL;
+  assert_int_equal(json_integer_value(json_object_get(refused, "id")), 5);
+  assert_int_equal(error_code(refused, &why), TG_RPC_INVALID_REQUEST);
+  assert_non_null(strstr(why, "still being served or cancelled"));
+  json_decref(refused);
+  /* The listen still stands: a request served after its cancellation finds the id free. */
+  stdio_send(s, CANCEL(5));
+  stdio_send(s, MODERN_LIST(6));
+  expect_answer(s, 6);
+  stdio_send(s, MODERN_LIST(5));
+  expect_answer(s, 5);
+#undef MODERN_LIST
+  stdio_stop(s);
+}
+
 /* Told to stop once its input ended, the server does not give its tasks at work their grace:
  * a task that would have completed within it is cancelled. */
 static void test_stdio_told_to_stop_in_the_grace(void **state) {
@@ -1685,6 +1716,7 @@ int main(void) {
       KIT(test_stdio_full_queue_drops_a_padded_handshake),
       KIT(test_stdio_queue_bounded_in_bytes),
       KIT(test_stdio_id_of_a_request_being_cancelled),
+      KIT(test_stdio_id_of_an_open_listen),
       KIT(test_stdio_queue_bounded_by_what_it_holds),
       KIT(test_stdio_announces_a_revoked_grant),
   };
