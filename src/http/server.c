@@ -1200,6 +1200,9 @@ typedef struct request {
   held_share *answering; /* its caller's share, counting it as answered (see request_begin) */
   bool takes_events;   /* Accept takes text/event-stream */
   bool prefers_events; /* Accept names it, no lower than JSON: a call's answer may stream */
+  /* A header 2026-07-28 validates given more than once on a POST: the refusal (-32020)
+   * waits for the body, whose request id it names. NULL: none. */
+  const char *repeated_mcp_header;
 } request;
 
 struct worker {
@@ -1715,14 +1718,18 @@ static enum MHD_Result queue_rpc_error(struct MHD_Connection *conn, unsigned sta
 /* The -32600 error refusing msg: with its id when it is a request, so that it answers that
  * request; a client's response or notification has no answer of its own to name (id null).
  * Each request of a batch gets its own. */
-static enum MHD_Result queue_refusal(struct MHD_Connection *conn, unsigned status,
-                                     const tg_rpc_msg *msg, const char *message) {
-  int code = TG_RPC_INVALID_REQUEST;
+static enum MHD_Result queue_refusal_as(struct MHD_Connection *conn, unsigned status,
+                                        const tg_rpc_msg *msg, int code, const char *message) {
   json_t *id = msg->kind == TG_RPC_REQUEST ? msg->id : NULL;
   return queue_json(conn, status,
                     msg->kind == TG_RPC_BATCH ? tg_rpc_refuse_batch(msg, code, message, NULL)
                                               : tg_rpc_error(id, code, message, NULL),
                     NULL);
+}
+
+static enum MHD_Result queue_refusal(struct MHD_Connection *conn, unsigned status,
+                                     const tg_rpc_msg *msg, const char *message) {
+  return queue_refusal_as(conn, status, msg, TG_RPC_INVALID_REQUEST, message);
 }
 
 /* The lines of one header, each trimmed, joined into one list as RFC 9110 §5.3 reads a
@@ -1823,18 +1830,22 @@ static const char *const singletons[] = {
 
 typedef struct singleton_count {
   unsigned seen[N_SINGLETONS];
-  const char *repeated; /* the first seen twice, or NULL */
 } singleton_count;
 
 static enum MHD_Result count_singleton(void *cls, enum MHD_ValueKind kind, const char *key,
                                        const char *value) {
   singleton_count *c = cls;
   for (size_t i = 0; i < N_SINGLETONS; i++)
-    if (strcasecmp(key, singletons[i]) == 0 && ++c->seen[i] == 2) {
-      c->repeated = singletons[i];
-      return MHD_NO;
-    }
+    if (strcasecmp(key, singletons[i]) == 0) c->seen[i]++;
   return MHD_YES;
+}
+
+/* Whether 2026-07-28 validates header name on a request naming revision: its fault is then
+ * that revision's (-32020), not HTTP's. The routing headers are its own. */
+static bool validated_by_2026(const char *name, const char *revision) {
+  return strcasecmp(name, "Mcp-Method") == 0 || strcasecmp(name, "Mcp-Name") == 0 ||
+         (strcasecmp(name, "MCP-Protocol-Version") == 0 && revision &&
+          strcmp(revision, TG_MCP_MODERN_VERSION) == 0);
 }
 
 /* What a request's Authorization header came to. */
@@ -2090,6 +2101,12 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
     return err ? queue_json(conn, MHD_HTTP_BAD_REQUEST, err, NULL) : MHD_NO;
   }
   enum MHD_Result result;
+  if (rq->repeated_mcp_header) {
+    char why[96];
+    snprintf(why, sizeof why, "The %s header is given more than once", rq->repeated_mcp_header);
+    result = queue_refusal_as(conn, MHD_HTTP_BAD_REQUEST, &w->msg, TG_RPC_HEADER_MISMATCH, why);
+    goto done;
+  }
   w->params = json_object();
   if (!w->params || !header_value(conn, "MCP-Protocol-Version", &w->header_copies[0]) ||
       !header_value(conn, "Mcp-Method", &w->header_copies[1]) ||
@@ -2457,17 +2474,20 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
                            "Not found: MCP is served at /mcp");
   singleton_count once = {0};
   MHD_get_connection_values(conn, MHD_HEADER_KIND, count_singleton, &once);
-  if (once.repeated) {
+  /* A header 2026-07-28 validates fails as that revision's (-32020): on a POST, once its
+   * body names the request's id, after every other check. The others fail as HTTP's, at
+   * once. */
+  const char *revision = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "MCP-Protocol-Version");
+  bool post = strcmp(method, "POST") == 0;
+  for (size_t i = 0; i < N_SINGLETONS; i++) {
+    if (once.seen[i] < 2) continue;
+    bool mcp = validated_by_2026(singletons[i], revision);
+    if (mcp && post) {
+      if (!rq->repeated_mcp_header) rq->repeated_mcp_header = singletons[i];
+      continue;
+    }
     char why[96];
-    snprintf(why, sizeof why, "The %s header is given more than once", once.repeated);
-    /* The headers 2026-07-28 validates fail as such (-32020), on a request of that revision
-     * (the routing headers are its own); the others, as HTTP's. */
-    const char *revision =
-        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "MCP-Protocol-Version");
-    bool mcp = strcasecmp(once.repeated, "Mcp-Method") == 0 ||
-               strcasecmp(once.repeated, "Mcp-Name") == 0 ||
-               (strcasecmp(once.repeated, "MCP-Protocol-Version") == 0 && revision &&
-                strcmp(revision, TG_MCP_MODERN_VERSION) == 0);
+    snprintf(why, sizeof why, "The %s header is given more than once", singletons[i]);
     return queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST,
                            mcp ? TG_RPC_HEADER_MISMATCH : TG_RPC_INVALID_REQUEST, why);
   }

@@ -3091,8 +3091,10 @@ static void test_http_repeated_headers(void **state) {
     char *res = http_exchange_as_is(port, "POST", refused[i].headers, call);
     char code[32];
     snprintf(code, sizeof code, "\"code\":%s", refused[i].code);
+    /* MCP's faults name the request (its body read), HTTP's cannot (refused before it). */
+    bool names_it = strstr(res, "\"id\":1") != NULL;
     if (strlen(res) < 12 || strncmp(res + 9, "400", 3) != 0 || !strstr(res, refused[i].says) ||
-        !strstr(res, code))
+        !strstr(res, code) || names_it != (strcmp(refused[i].code, "-32020") == 0))
       fail_msg("case %zu: expected 400 with '%s' (%s), got: %s", i, refused[i].says,
                refused[i].code, res);
     assert_int_equal(fixture_count(w->f, "agent_runs"), runs);
