@@ -2089,6 +2089,8 @@ static enum MHD_Result queue_events(server *s, struct MHD_Connection *conn, sess
 
 static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db *db,
                                    const char *principal, request *rq) {
+  _cleanup_free_ char *sid = NULL;
+  if (!header_value(conn, "Mcp-Session-Id", &sid)) return MHD_NO;
   worker *w = calloc(1, sizeof *w);
   if (!w) return MHD_NO;
   w->srv = s;
@@ -2127,7 +2129,6 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   }
   w->headers = (tg_mcp_headers){w->header_copies[0], w->header_copies[1], w->header_copies[2],
                                 w->params};
-  const char *sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Mcp-Session-Id");
   /* A modern version header without a modern _meta is still modern traffic: the dispatch
    * answers it with the missing envelope keys, statelessly. */
   bool modern = tg_mcp_has_claim(&w->msg) ||
@@ -2264,7 +2265,8 @@ done:
 }
 
 static enum MHD_Result handle_delete(server *s, struct MHD_Connection *conn, const char *principal) {
-  const char *sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Mcp-Session-Id");
+  _cleanup_free_ char *sid = NULL;
+  if (!header_value(conn, "Mcp-Session-Id", &sid)) return MHD_NO;
   if (!sid)
     return queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
                            "Mcp-Session-Id is required");
@@ -2369,7 +2371,9 @@ static stream *standalone_locked(session *x, unsigned *status, const char **why,
 static enum MHD_Result handle_get(server *s, struct MHD_Connection *conn, tg_db *db,
                                   const request *rq) {
   const char *principal = rq->principal;
-  const char *sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Mcp-Session-Id");
+  _cleanup_free_ char *sid = NULL, *last = NULL;
+  if (!header_value(conn, "Mcp-Session-Id", &sid) || !header_value(conn, "Last-Event-ID", &last))
+    return MHD_NO;
   /* Without a session there is no stream to offer: 2026-07-28 is POST only. */
   if (!sid) return queue(conn, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, NULL);
   if (!rq->takes_events)
@@ -2377,7 +2381,6 @@ static enum MHD_Result handle_get(server *s, struct MHD_Connection *conn, tg_db 
                            "Accept must include text/event-stream");
   session *x = session_find(s, sid, principal);
   if (!x) return queue_rpc_error(conn, MHD_HTTP_NOT_FOUND, TG_RPC_INVALID_REQUEST, "Session not found");
-  const char *last = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Last-Event-ID");
   unsigned status = 0;
   const char *why = NULL;
   unsigned unread = 0;
@@ -2506,8 +2509,9 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
                            "Transfer-Encoding other than chunked is not supported");
   if (length && strtoull(length, NULL, 10) > 2ull * TG_RPC_MAX_BODY) return refuse_too_large(conn);
   /* DNS rebinding: a page elsewhere must not reach a server on this machine. */
-  if (!origin_ok(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin")) ||
-      (s->loopback && !host_ok(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host"))))
+  _cleanup_free_ char *origin = NULL, *host = NULL;
+  if (!header_value(conn, "Origin", &origin) || !header_value(conn, "Host", &host)) return MHD_NO;
+  if (!origin_ok(origin) || (s->loopback && !host_ok(host)))
     return queue_rpc_error(conn, MHD_HTTP_FORBIDDEN, TG_RPC_INVALID_REQUEST, "Forbidden origin or host");
   peer *p = peer_of(conn);
   caller who = authenticate(s, conn, p ? p->db : NULL, rq->principal,

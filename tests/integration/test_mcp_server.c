@@ -2906,7 +2906,10 @@ static void test_http_get_stream_and_resumption(void **state) {
   assert_non_null(at);
   assert_int_equal(sscanf(at + 16, "%63[0-9a-f]", sid), 1);
   free(res);
-  res = http_exchange(port, "POST", sid, NULL, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}");
+  /* Whitespace around a header's value is no part of it (RFC 9110 §5.5). */
+  char padded[80];
+  snprintf(padded, sizeof padded, " \t%s \t", sid);
+  res = http_exchange(port, "POST", padded, NULL, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}");
   assert_status(res, "202");
   free(res);
   /* No session, no GET stream (2026-07-28 is POST only); a GET must accept SSE. */
@@ -2937,7 +2940,7 @@ static void test_http_get_stream_and_resumption(void **state) {
   assert_non_null(strstr(res, "text/event-stream"));
   free(res);
   close(fd);
-  res = http_exchange(port, "GET", sid, "Last-Event-ID: 1-1\r\n", NULL);
+  res = http_exchange(port, "GET", padded, "Last-Event-ID: 1-1 \t\r\n", NULL);
   assert_status(res, "200");
   assert_null(strstr(res, "\"progress\":0,"));
   assert_non_null(strstr(res, "id: 1-2\n"));
@@ -3168,6 +3171,7 @@ static void test_http_origin_and_host_name_this_machine(void **state) {
       {"[::1]:1", "http://localhost:6274", "200"},
       {"LOCALHOST", "https://[::1]:65535", "200"},
       {"localhost", "http://127.0.0.1", "200"},
+      {"localhost:7878 \t", "http://localhost:6274 \t", "200"}, /* whitespace is no part */
       {"localhost:80@evil.example", NULL, "403"},
       {"evil.example", NULL, "403"},
       {"localhost.evil.example", NULL, "403"},
