@@ -328,8 +328,9 @@ static void session_unlink_locked(server *s, session *x) {
 }
 
 /* Ends x for its client (DELETE, or its token revoked): its requests, running or waiting for
- * a thread, are cancelled, since nobody waits for their answers any more. (A server that
- * stops lets them run: its clients did not go away.) */
+ * a thread, are cancelled, since nobody waits for their answers any more (the caller, once
+ * it let go of the lock, takes those waiting off the line: drop_cancelled_in_line). (A
+ * server that stops lets them run: its clients did not go away.) */
 static void session_end_locked(server *s, session *x) {
   tg_mcp_inflight_cancel_all(x->inflight);
   s->cancellations++;
@@ -1538,6 +1539,7 @@ static void end_revoked(server *s, tg_db *db) {
     if (revoked && !all[i].x->dead) session_end_locked(s, all[i].x);
     session_release_locked(s, all[i].x);
     pthread_mutex_unlock(&s->lock);
+    if (revoked) drop_cancelled_in_line(s);
   }
   free(all);
 }
@@ -1998,7 +2000,10 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
   else s->queue_head = w;
   s->queue_tail = w;
   pthread_cond_signal(&s->queued);
+  /* A cancellation that looked at the line before w joined it missed w: w leaves it now. */
+  bool cancelled = x && tg_mcp_inflight_cancelled(inflight, w->msg.id);
   pthread_mutex_unlock(&s->lock);
+  if (cancelled) drop_cancelled_in_line(s);
   *started = true;
   pthread_mutex_lock(&st->lock);
   bool gone = false;
@@ -2276,6 +2281,7 @@ static enum MHD_Result handle_delete(server *s, struct MHD_Connection *conn, con
   if (!x->dead) session_end_locked(s, x);
   session_release_locked(s, x);
   pthread_mutex_unlock(&s->lock);
+  drop_cancelled_in_line(s);
   return queue(conn, MHD_HTTP_OK, NULL, NULL, NULL);
 }
 

@@ -564,23 +564,25 @@ static void test_a_principal_leaves_a_pool_thread_to_others(void **state) {
   for (int i = 0; i < POOL_THREADS; i++) finish(calls[i]);
 }
 
-/* A session's call waiting for a pool thread has its stream primed at once; cancelled, it is
- * ended at once, without an answer, not once a thread comes free; it never runs. */
-static void test_a_session_call_cancelled_in_line_is_answered_at_once(void **state) {
-  world *w = *state;
-  char sid[64];
+/* A session's call waiting for a pool thread has its stream primed at once; cancelled (or
+ * its session deleted: by_delete), it is ended at once, without an answer, not once a thread
+ * comes free; it never runs. The calls holding the threads run in another session. */
+static void call_in_line_ends_at_once(world *w, bool by_delete) {
+  char sid[64], held[64];
+  open_session(w, "{}", held);
   open_session(w, "{}", sid);
   exchange *running[POOL_THREADS - 1];
   static const char *const calls[] = {CALL_WITH("10", "test_wait_cancel", "{}"),
                                       CALL_WITH("11", "test_wait_cancel", "{}"),
                                       CALL_WITH("12", "test_wait_cancel", "{}")};
   _Static_assert(sizeof calls / sizeof calls[0] == POOL_THREADS - 1, "a call a thread it may hold");
-  for (int i = 0; i < POOL_THREADS - 1; i++) running[i] = start(w, "POST", sid, NULL, calls[i]);
+  for (int i = 0; i < POOL_THREADS - 1; i++) running[i] = start(w, "POST", held, NULL, calls[i]);
   kit_wait_for(NULL, POOL_THREADS - 1);
   exchange *queued = start(w, "POST", sid, NULL, CALL_WITH("\"in-line\"", "test_wait_cancel", "{}"));
   await_load(w, true, 1);
   await(queued, "retry: 500\ndata: \n\n"); /* primed while in line: it could resume */
-  free(request(w, "POST", sid, NULL, CANCEL("\"in-line\""), 202));
+  if (by_delete) free(request(w, "DELETE", sid, NULL, NULL, 200));
+  else free(request(w, "POST", sid, NULL, CANCEL("\"in-line\""), 202));
   await(queued, NULL);
   assert_int_equal(queued->status, 200);
   assert_null(strstr(queued->got, "\"id\":\"in-line\""));
@@ -595,6 +597,14 @@ static void test_a_session_call_cancelled_in_line_is_answered_at_once(void **sta
   pthread_mutex_unlock(&kit_lock);
   finish(queued);
   for (int i = 0; i < POOL_THREADS - 1; i++) finish(running[i]);
+}
+
+static void test_a_session_call_cancelled_in_line_is_answered_at_once(void **state) {
+  call_in_line_ends_at_once(*state, false);
+}
+
+static void test_a_session_call_in_line_ends_at_once_with_its_session(void **state) {
+  call_in_line_ends_at_once(*state, true);
 }
 
 /* A free pool thread takes the queued call of the caller running the fewest: with one caller
@@ -2035,6 +2045,7 @@ int main(void) {
       T(test_a_principal_leaves_a_pool_thread_to_others),
       T(test_the_pool_serves_the_caller_running_fewest_first),
       T(test_a_session_call_cancelled_in_line_is_answered_at_once),
+      T(test_a_session_call_in_line_ends_at_once_with_its_session),
       T(test_sessions_are_bounded_per_principal),
       T(test_a_listening_session_is_kept),
       T(test_a_response_without_a_session_is_refused),
