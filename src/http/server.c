@@ -470,6 +470,7 @@ struct stream {
   bool cutting;
   size_t cut_at;
   bool cut_primed; /* the answer cut is the priming event alone, which gives the delay */
+  bool reader_primed; /* the connection reading st reads it from its priming event */
   /* A sessionless stream's, run once when its client goes away. */
   void (*on_close)(void *arg);
   void *close_arg;
@@ -816,6 +817,7 @@ static int prime_locked(stream *st) {
   char priming[64];
   int n = snprintf(priming, sizeof priming, "id: %u-0\nretry: %d\ndata: \n\n", st->no, RETRY_MS);
   st->first = 0;
+  st->reader_primed = true; /* a resumption starts after it */
   /* Unbounded: a few bytes a stream, and without them a client could not resume. */
   return append_locked(st, priming, (size_t)n, false);
 }
@@ -833,9 +835,10 @@ static int retry_block(char *out, size_t size) {
 static void stream_poll(stream *st) {
   pthread_mutex_lock(&st->lock);
   if (st->reading) {
-    /* No event since the priming (a stream read before any event was primed), or since the
-     * previous cut's priming. */
-    st->cut_primed = !st->next_event || (st->cutting && st->cut_primed && st->cut_at == st->len);
+    /* No event since the priming this connection reads (a stream read before any event was
+     * primed), or since the previous cut's priming. */
+    st->cut_primed = (!st->next_event && st->reader_primed) ||
+                     (st->cutting && st->cut_primed && st->cut_at == st->len);
     st->cutting = true;
     st->cut_at = st->len;
   } else {
@@ -2323,7 +2326,8 @@ static stream *resume_locked(session *x, const char *last, unsigned *status, con
     set_sent_locked(st, event_offset_locked(st, (unsigned)n + 1));
     compact_locked(st); /* what the client says it has may pass what went out */
     st->reading = true;
-    st->cutting = st->cut_primed = false; /* a cut meant for the connection it replaces */
+    /* A cut meant for the connection it replaces; and this one starts after the priming. */
+    st->cutting = st->cut_primed = st->reader_primed = false;
     *reader_id = ++st->reader;
     pthread_cond_broadcast(&st->ready);
     st->refs++;

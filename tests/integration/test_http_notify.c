@@ -153,17 +153,25 @@ static json_t *text_of(size_t size) {
   return answer;
 }
 
-/* Says something (with "note", a text of that size), then ends its answer for the client
- * to resume (polling); with "wait", only once the test says the client has read what it
- * said; with "bytes", answers a text of that size. */
+/* Says something (with "note", a text of that size; with "silent", nothing), then ends its
+ * answer for the client to resume (polling); with "wait", only once the test says the client
+ * has read what it said; with "twice", ends it again once the test says so; with "bytes",
+ * answers a text of that size. */
 static int note_then_close(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const tg_client_channel *ch = cx->client;
   json_int_t note = json_integer_value(json_object_get(args, "note"));
-  int r = ch->notify(ch->self, "notifications/message",
-                     json_pack("{s:s,s:o}", "level", "info", "data",
-                               note > 0 ? text_of((size_t)note) : json_string("before the close")));
+  int r = json_is_true(json_object_get(args, "silent"))
+              ? 0
+              : ch->notify(ch->self, "notifications/message",
+                           json_pack("{s:s,s:o}", "level", "info", "data",
+                                     note > 0 ? text_of((size_t)note)
+                                              : json_string("before the close")));
   if (r == 0 && json_is_true(json_object_get(args, "wait"))) kit_wait(&kit_go);
   if (r == 0) r = ch->close_stream ? ch->close_stream(ch->self) : TG_E_INVAL;
+  if (r == 0 && json_is_true(json_object_get(args, "twice"))) {
+    kit_wait(&kit_go);
+    r = ch->close_stream(ch->self);
+  }
   json_int_t bytes = json_integer_value(json_object_get(args, "bytes"));
   if (r == 0) *ret = bytes > 0 ? text_of((size_t)bytes) : json_object();
   return r == 0 && !*ret ? TG_E_NOMEM : r;
@@ -212,6 +220,7 @@ static const char kit_spec[] =
     "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
     "\"flags\":[\"interactive\"],"
     "\"inputSchema\":{\"type\":\"object\",\"properties\":{\"wait\":{\"type\":\"boolean\"},"
+    "\"silent\":{\"type\":\"boolean\"},\"twice\":{\"type\":\"boolean\"},"
     "\"bytes\":{\"type\":\"integer\"},\"note\":{\"type\":\"integer\"}}},"
     "\"outputSchema\":{\"type\":\"object\"}},"
     "{\"name\":\"test.note.overflow\",\"description\":\"Sends a message, then a large answer.\","
@@ -1072,6 +1081,41 @@ static void test_a_call_closing_a_stream_being_read_says_when_to_resume(void **s
   await(call, NULL);
   check_polled_answer(w, sid, strdup(call->got));
   finish(call);
+}
+
+/* A stream resumed before any event, and ended again before one, still says when to come
+ * back: the resuming connection was never sent the priming event, which says it. */
+static void test_a_stream_ended_again_before_an_event_says_when_to_resume(void **state) {
+  world *w = *state;
+  char sid[64];
+  open_session(w, "{}", sid);
+  exchange *call = start(w, "POST", sid, NULL,
+                         CALL_WITH("8", "test_note_close", "{\"silent\":true,\"twice\":true}"));
+  await(call, NULL);
+  unsigned no = 0;
+  int used = 0;
+  assert_int_equal(sscanf(call->got, "id: %u-0\nretry: 500\ndata: \n\n%n", &no, &used), 1);
+  assert_int_equal(call->got[used], '\0'); /* the priming alone, which gives the delay */
+  finish(call);
+  char last[64];
+  snprintf(last, sizeof last, "Last-Event-ID: %u-0", no);
+  exchange *resumed = start(w, "GET", sid, last, NULL);
+  for (int i = 0;; i++) { /* reading the stream: its answer began */
+    pthread_mutex_lock(&resumed->lock);
+    long status = resumed->status;
+    pthread_mutex_unlock(&resumed->lock);
+    if (status) {
+      assert_int_equal(status, 200);
+      break;
+    }
+    if (i == HANG_GUARD_S * 100) fail_msg("the resumption never began");
+    usleep(10 * 1000);
+  }
+  kit_set(&kit_go);
+  await(resumed, NULL);
+  assert_string_equal(resumed->got, "retry: 500\n\n");
+  finish(resumed);
+  finish(resume(w, sid, no, 0, "\"id\":8,\"result\""));
 }
 
 /* A reply too large for the stream is replaced by an error that takes the next number:
@@ -2057,6 +2101,7 @@ int main(void) {
       T(test_a_stream_still_to_deliver_outlives_newer_spent_ones),
       T(test_a_call_closing_its_stream_after_an_event_says_when_to_resume),
       T(test_a_call_closing_a_stream_being_read_says_when_to_resume),
+      T(test_a_stream_ended_again_before_an_event_says_when_to_resume),
       T(test_a_reply_too_large_for_its_stream_becomes_the_next_event),
       T(test_output_held_is_bounded_and_kept_output_gives_way),
       T(test_resumption_past_what_went_out_keeps_within_the_bound),
