@@ -751,6 +751,12 @@ static size_t below(const size_t *e, size_t n, size_t bound) {
   return lo;
 }
 
+/* Offset in buf of the start of the event that holds offset at (head <= at <= len). */
+static size_t event_start_locked(const stream *st, size_t at) {
+  size_t whole = below(st->ends + st->ends_head, st->n_ends - st->ends_head, at + 1);
+  return whole ? st->ends[st->ends_head + whole - 1] : st->head;
+}
+
 /* Moves what stays of buf (and of ends) to their starts, once what was dropped is as much as
  * what stays, and gives back the room it no longer needs: a stream's buffers are never more
  * than twice what it counts. */
@@ -2347,8 +2353,9 @@ static stream *standalone_locked(session *x, unsigned *status, const char **why,
   if (old) {
     pthread_mutex_lock(&old->lock);
     bool busy = old->reading;
-    /* The list changes old never delivered, for the watch to announce again. */
-    size_t from = old->seen > old->head ? old->seen : old->head;
+    /* The list changes old never delivered whole, for the watch to announce again (an event
+     * that went out in part was not dispatched). */
+    size_t from = event_start_locked(old, old->seen > old->head ? old->seen : old->head);
     if (!busy && from < old->len) *unread = tg_mcp_watch_lists_in(old->buf + from, old->len - from);
     pthread_mutex_unlock(&old->lock);
     if (busy) {
