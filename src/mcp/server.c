@@ -643,6 +643,23 @@ static int ask_failed(cx *c, int status, const char *key, json_t *error) {
                   json_pack("{s:s}", "key", key));
 }
 
+/* The params of input request method as a 2025-11-25 client reads them (a new reference):
+ * there, a URL-mode elicitation names itself (elicitationId, required), which 2026-07-28
+ * dropped; NULL without memory or randomness. */
+static json_t *legacy_params(const char *method, json_t *params) {
+  const char *mode = json_string_value(json_object_get(params, "mode"));
+  if (!method || strcmp(method, "elicitation/create") != 0 || !mode || strcmp(mode, "url") != 0 ||
+      json_object_get(params, "elicitationId"))
+    return json_incref(params);
+  char id[TG_UUID_LEN + 1];
+  json_t *named = tg_uuid7(id) == 0 ? json_copy(params) : NULL;
+  if (named && json_object_set_new(named, "elicitationId", json_string(id)) < 0) {
+    json_decref(named);
+    return NULL;
+  }
+  return named;
+}
+
 /* 2025 revisions have no InputRequiredResult: what one (result) asks goes to the client as
  * requests of their own, as the reference SDK does on 2025 sessions, and the next round runs
  * with their answers (*answers, new, keyed as result keys them, each checked against what it
@@ -667,8 +684,8 @@ static int next_round(cx *c, call_channel *ch, json_t *result, unsigned rounds,
   json_object_foreach(json_object_get(result, "inputRequests"), key, request) {
     const char *method = json_string_value(json_object_get(request, "method"));
     json_t *params = json_object_get(request, "params");
-    json_t *answer = NULL;
-    r = channel_ask(ch, method, json_incref(params), &answer);
+    json_t *answer = NULL, *asked = legacy_params(method, params);
+    r = asked ? channel_ask(ch, method, asked, &answer) : TG_E_NOMEM;
     if (r == TG_OK && !tg_client_answer_reads(method, params, answer)) {
       json_decref(answer);
       r = rpc_fail(c, TG_RPC_INTERNAL_ERROR, "The client's answer does not fit its input request",

@@ -2547,6 +2547,43 @@ static void test_which_tools_have_their_input_asked_on_2025(void **state) {
   serve_usual_tools(w, reg);
 }
 
+/* Asks for a visit to a URL (2026-07-28's URL-mode elicitation), then answers the action. */
+static int asks_a_visit(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  (void)args;
+  json_t *answer = json_object_get(cx->client->input_responses, "visit");
+  *ret = answer ? json_pack("{s:O}", "action", json_object_get(answer, "action"))
+                : json_pack("{s:s,s:{s:{s:s,s:{s:s,s:s,s:s}}}}", "resultType", "input_required",
+                            "inputRequests", "visit", "method", "elicitation/create", "params",
+                            "mode", "url", "message", "Sign in", "url", "https://example.com/in");
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+/* On 2025-11-25, a URL-mode elicitation names itself (elicitationId, which 2026-07-28
+ * dropped): the request asked of a 2025 client carries one. */
+static void test_a_url_elicitation_asked_on_2025_names_itself(void **state) {
+  world *w = *state;
+  static const tg_handler_entry handlers[] = {{"test.ask.visit", asks_a_visit}};
+  static const tg_provider visiting = {
+      .name = "visiting",
+      .spec_json = "{\"provider\":\"visiting\",\"tools\":[" ASKING_TOOL(
+          "test.ask.visit", "[\"mcp_content\",\"interactive\"]") "]}",
+      .handlers = handlers,
+      .n_handlers = 1};
+  tg_registry *reg = serve_only(w, &visiting);
+  json_decref(send_msg(w, INITIALIZE(1, "2025-11-25", "{\"elicitation\":{\"url\":{}}}"), NULL, NULL));
+  w->answer = json_pack("{s:s}", "action", "accept");
+  json_t *r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{"
+                          "\"name\":\"test_ask_visit\"}}", NULL, NULL);
+  assert_string_equal(json_string_value(json_object_get(result_of(r), "action")), "accept");
+  json_decref(r);
+  assert_int_equal(json_array_size(w->sent), 1);
+  json_t *asked = json_object_get(json_array_get(w->sent, 0), "params");
+  assert_string_equal(json_string_value(json_object_get(asked, "mode")), "url");
+  assert_string_equal(json_string_value(json_object_get(asked, "url")), "https://example.com/in");
+  assert_int_equal(json_string_length(json_object_get(asked, "elicitationId")), TG_UUID_LEN);
+  serve_usual_tools(w, reg);
+}
+
 /* A task cancelled while its handler runs ends cancelled when the handler gives up, once it
  * learnt of it; a failure of a handler that never learnt of it stands, as its result. */
 static void test_task_failure_after_cancel(void **state) {
@@ -3396,6 +3433,7 @@ int main(void) {
       T(test_elicitation_asks_the_client),
       T(test_input_requests_asked_on_2025),
       T(test_which_tools_have_their_input_asked_on_2025),
+      T(test_a_url_elicitation_asked_on_2025_names_itself),
       T(test_http_get_stream_and_resumption),
       T(test_tasks_advertised_and_listed),
       T(test_task_runs_and_is_audited),
