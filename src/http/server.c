@@ -145,9 +145,9 @@ struct server {
   /* When a line a client can cause was last logged (monotonic ms; see tg_log_may): a bad token,
    * a body closed past its bound, every connection slot in use, slow senders cut off, a
    * session ended to make room, a batched response no request waits for, a stream still to
-   * deliver let go. */
+   * deliver let go, a reply past the bounds on output. */
   _Atomic int64_t refused_logged_ms, overlong_logged_ms, full_logged_ms, slow_logged_ms,
-      ended_logged_ms, stray_logged_ms, let_go_logged_ms;
+      ended_logged_ms, stray_logged_ms, let_go_logged_ms, past_bounds_logged_ms;
   _Atomic unsigned slow_cut; /* slow clients cut off since the last line about them */
   /* libmicrohttpd's lines, limited as the others but kind by kind (see mhd_log). */
   pthread_mutex_t mhd_lines_lock;
@@ -574,9 +574,10 @@ static bool past_bounds(server *s, held_share *share, size_t unread, size_t n) {
 /* The error that takes the place of a reply of n bytes past the bounds, to request id or to
  * batch (when not NULL: then one error naming each of its requests); encoded, NULL without
  * memory. */
-static char *too_large(json_t *id, const tg_rpc_msg *batch, size_t n) {
-  tg_log(TG_LOG_WARN, "http: a reply of %zu bytes, past the bounds on output not delivered yet, "
-         "was replaced by an error", n);
+static char *too_large(server *s, json_t *id, const tg_rpc_msg *batch, size_t n) {
+  if (tg_log_may(&s->past_bounds_logged_ms))
+    tg_log(TG_LOG_WARN, "http: a reply of %zu bytes, past the bounds on output not delivered "
+           "yet, was replaced by an error (logged once a minute at most)", n);
   static const char why[] = "The request was served, but its result is too large to send";
   _cleanup_json_ json_t *error = batch
                                      ? tg_rpc_refuse_batch(batch, TG_RPC_INTERNAL_ERROR, why, NULL)
@@ -693,7 +694,7 @@ static int append_event_locked(stream *st, char *text, bool bounded) {
 static void append_reply_locked(stream *st, char *text, json_t *id) {
   size_t n = text ? strlen(text) : 0;
   if (append_event_locked(st, text, true) == TG_E_TOO_LARGE)
-    append_event_locked(st, too_large(id, NULL, n), false);
+    append_event_locked(st, too_large(st->srv, id, NULL, n), false);
 }
 
 /* One encoded event (text, stolen) on st. */
@@ -1696,7 +1697,7 @@ static enum MHD_Result queue_reply(server *s, struct MHD_Connection *conn, const
   a->srv = s;
   a->n = n;
   if (past_bounds(s, a->share, 0, a->n)) {
-    char *error = too_large(id, batch, a->n);
+    char *error = too_large(s, id, batch, a->n);
     free(text);
     share_put(s, a->share);
     free(a);

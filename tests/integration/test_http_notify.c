@@ -1119,12 +1119,18 @@ static void test_a_stream_ended_again_before_an_event_says_when_to_resume(void *
 }
 
 /* A reply too large for the stream is replaced by an error that takes the next number:
- * Last-Event-ID finds events by counting them. */
+ * Last-Event-ID finds events by counting them. The log tells of such replies once a minute
+ * (a client can ask for them at will). */
 static void test_a_reply_too_large_for_its_stream_becomes_the_next_event(void **state) {
   world *w = *state;
   char sid[64];
   open_session(w, "{}", sid);
+  fixture_log log = fixture_log_begin(w->f);
+  free(request(w, "POST", sid, NULL, CALL(8, "test_note_overflow"), 200));
   char *got = request(w, "POST", sid, NULL, CALL(9, "test_note_overflow"), 200);
+  char *logged = fixture_log_end(log);
+  assert_int_equal(fixture_occurrences(logged, "past the bounds on output"), 1);
+  free(logged);
   unsigned no = 0, second = 0;
   int used = 0;
   assert_int_equal(sscanf(got, "id: %u-1\nevent: message\ndata: %*[^\n]\n\n%n", &no, &used), 1);
