@@ -882,6 +882,9 @@ static bool client_gone(int fd) {
   return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
 }
 
+/* client_gone for a request's tg_mcp_request (arg: its socket's descriptor). */
+static bool connection_gone(void *arg) { return client_gone(*(const int *)arg); }
+
 static int connection_fd(struct MHD_Connection *conn) {
   const union MHD_ConnectionInfo *info =
       MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -2239,10 +2242,13 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
     pthread_mutex_unlock(&s->lock);
   }
   tg_mcp_io io = {.self = w, .send = worker_send};
+  int fd = connection_fd(conn);
   tg_mcp_request req = {.env = &env, .principal_id = principal, .session = &w->scratch,
                         .headers = &w->headers, .io = w->st ? &io : NULL,
                         .inflight = w->sess ? w->sess->inflight : NULL,
                         .abandoned = &s->past_grace,
+                        /* Without a session, a client cancels by going away. */
+                        .gone = w->sess ? NULL : connection_gone, .gone_arg = &fd,
                         .watch = l ? l->watch : w->sess ? w->sess->watch : NULL};
   tg_mcp_reply reply;
   int hr = tg_mcp_handle(&s->mcp, &req, &w->msg, &reply);

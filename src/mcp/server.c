@@ -566,7 +566,8 @@ static bool channel_cancelled(void *self) {
   call_channel *ch = self;
   const tg_mcp_request *req = ch->c->req;
   bool cancelled = (req->abandoned && atomic_load(req->abandoned)) ||
-                   (req->inflight && tg_mcp_inflight_cancelled(req->inflight, ch->c->msg->id));
+                   (req->inflight && tg_mcp_inflight_cancelled(req->inflight, ch->c->msg->id)) ||
+                   (req->gone && req->gone(req->gone_arg));
   if (cancelled) atomic_store(&ch->heard_cancel, true);
   return cancelled;
 }
@@ -816,7 +817,8 @@ static int m_tools_call(cx *c, json_t *params, json_t **ret) {
         /* 2026-07-28 forbids server-to-client requests; legacy needs a transport that can. */
         .ask = !c->modern && c->req->io && c->req->io->ask ? channel_ask : NULL,
         .close_stream = c->req->io && c->req->io->close_stream ? channel_close_stream : NULL,
-        .cancelled = c->req->inflight || c->req->abandoned ? channel_cancelled : NULL,
+        .cancelled =
+            c->req->inflight || c->req->abandoned || c->req->gone ? channel_cancelled : NULL,
         .cancel_heard = channel_cancel_heard,
         .check_result = channel_check_result,
     };

@@ -99,6 +99,10 @@ typedef struct tg_mcp_request {
   /* Once true, the transport waits for no answer any more (a server stopping, past the time
    * it gives running calls): this request counts as cancelled. NULL: never. */
   const atomic_bool *abandoned;
+  /* Whether the client went away, which cancels the request (a stateless HTTP call whose
+   * connection closed: nobody can cancel it otherwise); NULL: never. */
+  bool (*gone)(void *arg);
+  void *gone_arg;
   /* Where list changes of this connection or session go, and subscriptions/listen opens
    * its stream; NULL: subscriptions/listen is not served. */
   tg_mcp_watch *watch;

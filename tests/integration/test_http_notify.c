@@ -216,6 +216,10 @@ static const char kit_spec[] =
     "\"flags\":[\"interactive\"],"
     "\"inputSchema\":{\"type\":\"object\",\"properties\":{\"note\":{\"type\":\"boolean\"}}},"
     "\"outputSchema\":{\"type\":\"object\"}},"
+    "{\"name\":\"test.wait.here\",\"description\":\"Waits until its call is cancelled, on "
+    "the thread that read its request.\",\"surfaces\":[\"mcp\"],\"effect\":\"read\","
+    "\"risk\":\"low\",\"permissions\":[],\"inputSchema\":{\"type\":\"object\"},"
+    "\"outputSchema\":{\"type\":\"object\"}},"
     "{\"name\":\"test.note.close\",\"description\":\"Sends a message, then ends its answer.\","
     "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
     "\"flags\":[\"interactive\"],"
@@ -235,12 +239,13 @@ static const char kit_spec[] =
     "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
     "\"inputSchema\":{\"type\":\"object\"},\"outputSchema\":{\"type\":\"object\"}}]}";
 static const tg_handler_entry kit_handlers[] = {{"test.wait.cancel", wait_cancel},
+                                                {"test.wait.here", wait_cancel},
                                                 {"test.note.close", note_then_close},
                                                 {"test.note.overflow", note_then_overflow},
                                                 {"test.wait.go", wait_go},
                                                 {"test.says.input_required", says_input_required}};
 static const tg_provider kit = {.name = "kit", .spec_json = kit_spec, .handlers = kit_handlers,
-                                .n_handlers = 5};
+                                .n_handlers = 6};
 
 /* ---- the server ---- */
 
@@ -554,6 +559,25 @@ static void test_list_check_goes_on_while_the_pool_is_busy(void **state) {
   await(get, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}");
   for (int i = 0; i < POOL_THREADS; i++) finish(calls[i]);
   finish(get);
+}
+
+/* A stateless call that runs on the thread that read its request (it never waits on its
+ * client) is cancelled when its client goes away, JSON or SSE alike: nothing else could
+ * cancel it, and it would hold its connection's slot until it ended. */
+static void test_a_stateless_call_run_in_place_ends_with_its_client(void **state) {
+  world *w = *state;
+  static const char *const accepts[] = {"Accept: application/json, text/event-stream;q=0.1",
+                                        NULL};
+  for (size_t i = 0; i < sizeof accepts / sizeof accepts[0]; i++) {
+    char extra[256];
+    snprintf(extra, sizeof extra, "%s%s" STATELESS_ROUTE("test_wait_here"),
+             accepts[i] ? accepts[i] : "", accepts[i] ? "\n" : "");
+    kit_started = kit_cancelled = false;
+    exchange *call = start(w, "POST", NULL, extra, STATELESS_CALL("3", "test_wait_here", "{}"));
+    kit_wait(&kit_started);
+    finish(call); /* the client goes away */
+    kit_wait(&kit_cancelled);
+  }
 }
 
 /* Calls of one principal waiting on their clients hold at most all pool threads but one:
@@ -2093,6 +2117,7 @@ int main(void) {
       T(test_a_batch_answer_past_the_bounds_names_its_requests),
       T(test_list_check_goes_on_while_the_pool_is_busy),
       T(test_a_principal_leaves_a_pool_thread_to_others),
+      T(test_a_stateless_call_run_in_place_ends_with_its_client),
       T(test_the_pool_serves_the_caller_running_fewest_first),
       T(test_a_session_call_cancelled_in_line_is_answered_at_once),
       T(test_a_session_call_in_line_ends_at_once_with_its_session),
