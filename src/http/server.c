@@ -145,9 +145,10 @@ struct server {
   /* When a line a client can cause was last logged (monotonic ms; see tg_log_may): a bad token,
    * a body closed past its bound, every connection slot in use, slow senders cut off, a
    * session ended to make room, a batched response no request waits for, a stream still to
-   * deliver let go, a reply past the bounds on output. */
+   * deliver let go, a reply past the bounds on output, a call refused a place in line. */
   _Atomic int64_t refused_logged_ms, overlong_logged_ms, full_logged_ms, slow_logged_ms,
-      ended_logged_ms, stray_logged_ms, let_go_logged_ms, past_bounds_logged_ms;
+      ended_logged_ms, stray_logged_ms, let_go_logged_ms, past_bounds_logged_ms,
+      line_full_logged_ms;
   _Atomic unsigned slow_cut; /* slow clients cut off since the last line about them */
   /* libmicrohttpd's lines, limited as the others but kind by kind (see mhd_log). */
   pthread_mutex_t mhd_lines_lock;
@@ -158,8 +159,7 @@ struct server {
   peer *peers;
   unsigned n_peers;
   /* The worker pool: a fixed set of threads, each with its own database connection for its
-   * whole life, taking tool calls from a queue. The queue needs no bound of its own: each
-   * queued call holds one of at most TG_HTTP_MAX_CONNECTIONS connection threads. */
+   * whole life, taking tool calls from a queue of at most max_queued_calls (see start_call). */
   pthread_t *pool;
   unsigned n_pool;
   /* Whose call each pool thread runs ("" when none); a principal runs at most busy_max at
@@ -1222,6 +1222,9 @@ typedef struct request {
 struct worker {
   server *srv;
   worker *next; /* in the pool's queue */
+  /* Its caller's share, counting the call as answered while it waits in line or runs, also
+   * once its connection ended (handed over by its request: see handle_post). */
+  held_share *answering;
   stream *st;
   session *sess; /* NULL for stateless requests */
   tg_mcp_inflight *inflight; /* the session's, or the stream's of a stateless call */
@@ -1359,6 +1362,7 @@ static void worker_free(worker *w) {
   tg_mcp_session_done(&w->scratch);
   session_put(w->srv, w->sess);
   if (w->st) stream_release(w->st);
+  if (w->answering) request_done(w->srv, w->answering);
   free(w);
 }
 
@@ -1397,6 +1401,13 @@ static void run_call(worker *w, tg_db *db) {
   stream_finish(w->st, final, w->msg.id, status);
   if (db) check_lists(s, db, w->principal, w->sess);
   worker_free(w);
+}
+
+/* How many calls wait in line for a pool thread. */
+static unsigned queued_locked(server *s) {
+  unsigned n = 0;
+  for (worker *w = s->queue_head; w; w = w->next) n++;
+  return n;
 }
 
 /* Takes the session calls cancelled while they wait in line for a pool thread off the line,
@@ -1971,6 +1982,19 @@ static void keep_stream_locked(server *s, session *x, stream *st) {
 static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker *w,
                                   const char *session_id, bool *started) {
   *started = false;
+  /* Checked before the call joins the line, not as it does: concurrent calls may pass the
+   * bound by as many as there are connection threads, which bound them in turn. */
+  unsigned most = s->cfg->max_queued_calls ? s->cfg->max_queued_calls : TG_HTTP_MAX_QUEUED_CALLS;
+  pthread_mutex_lock(&s->lock);
+  bool line_full = queued_locked(s) >= most;
+  pthread_mutex_unlock(&s->lock);
+  if (line_full) {
+    if (tg_log_may(&s->line_full_logged_ms))
+      tg_log(TG_LOG_WARN, "http: %u calls wait for a pool thread; refusing more (logged once a "
+             "minute at most; --threads gives more threads)", most);
+    return queue_refusal_as(conn, MHD_HTTP_SERVICE_UNAVAILABLE, &w->msg, TG_RPC_INTERNAL_ERROR,
+                            "Too many calls wait for a thread; retry later");
+  }
   session *x = w->sess;
   stream *st = stream_new(s, 0, w->principal);
   if (!st || (!x && tg_mcp_inflight_new(NULL, NULL, &st->inflight) < 0)) {
@@ -2216,6 +2240,8 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
     char sid_copy[sizeof w->sess->id] = "";
     if (new_sid) snprintf(sid_copy, sizeof sid_copy, "%s", new_sid);
     bool started = false;
+    w->answering = rq->answering; /* counted until the call ends, whenever its connection does */
+    rq->answering = NULL;
     result = start_call(s, conn, w, new_sid ? sid_copy : NULL, &started);
     if (started) return result;
     goto done;
@@ -2890,12 +2916,6 @@ int tg_http_add_connection(tg_http *h, int fd) {
   return MHD_add_connection(h->daemon, fd, (struct sockaddr *)&from, sizeof from) == MHD_YES
              ? TG_OK
              : TG_E_IO;
-}
-
-static unsigned queued_locked(server *s) {
-  unsigned n = 0;
-  for (worker *w = s->queue_head; w; w = w->next) n++;
-  return n;
 }
 
 void tg_http_load(tg_http *h, unsigned *answering, unsigned *queued) {

@@ -17,6 +17,9 @@
  * cannot take every connection slot from the others; without authentication, every client
  * is the one holder, and there is no such share. */
 #define TG_HTTP_MAX_REQUESTS_PER_PRINCIPAL 64
+/* Calls waiting in line for a pool thread: a session's call stays in line after its client
+ * left (to resume its stream later), so the connection slots alone do not bound the line. */
+#define TG_HTTP_MAX_QUEUED_CALLS 256
 #define TG_HTTP_MAX_SESSIONS 1024
 #define TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL 64   /* a principal's share of them */
 /* A session's POST streams kept for its client to resume: past it, the oldest whose call
@@ -61,6 +64,7 @@ typedef struct tg_http_config {
   long long replay_keep_ms; /* 0: TG_HTTP_REPLAY_KEEP_MS */
   unsigned idle_timeout_s; /* 0: TG_HTTP_IDLE_TIMEOUT_S */
   unsigned max_requests_per_principal; /* 0: TG_HTTP_MAX_REQUESTS_PER_PRINCIPAL */
+  unsigned max_queued_calls; /* 0: TG_HTTP_MAX_QUEUED_CALLS */
   long long stop_grace_ms; /* 0: TG_HTTP_STOP_GRACE_MS */
 } tg_http_config;
 

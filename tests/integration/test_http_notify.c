@@ -461,6 +461,15 @@ static char *request(world *w, const char *method, const char *sid, const char *
   return got;
 }
 
+/* Starts the server again with w->cfg; returns its port. */
+static unsigned restart(world *w) {
+  tg_http_stop(w->h);
+  unsigned port = 0;
+  assert_int_equal(tg_http_start(&w->cfg, &w->h, &port), 0);
+  snprintf(w->url, sizeof w->url, "http://127.0.0.1:%u/mcp", port);
+  return port;
+}
+
 /* initialize at version (with client capabilities caps) and notifications/initialized. */
 static void open_session_at(world *w, const char *version, const char *caps, char sid[64]) {
   char body[256], agreed[64];
@@ -559,6 +568,57 @@ static void test_list_check_goes_on_while_the_pool_is_busy(void **state) {
   await(get, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}");
   for (int i = 0; i < POOL_THREADS; i++) finish(calls[i]);
   finish(get);
+}
+
+/* The line for pool threads is bounded: a call past it is refused (503, -32603), and nothing
+ * of it runs. */
+static void test_the_line_for_pool_threads_is_bounded(void **state) {
+  world *w = *state;
+  w->cfg.max_queued_calls = 1;
+  restart(w);
+  exchange *calls[POOL_THREADS];
+  for (int i = 0; i < POOL_THREADS - 1; i++) calls[i] = start_waiting_call(w);
+  kit_wait_for(NULL, POOL_THREADS - 1);
+  calls[POOL_THREADS - 1] = start_waiting_call(w);
+  await_load(w, true, 1); /* in line, since a caller holds all threads but one */
+  char *got = request(w, "POST", NULL, STATELESS_ROUTE("test_wait_cancel"),
+                      STATELESS_CALL("4", "test_wait_cancel", "{}"), 503);
+  assert_non_null(strstr(got, "Too many calls wait for a thread"));
+  assert_non_null(strstr(got, "\"id\":4"));
+  free(got);
+  pthread_mutex_lock(&kit_lock);
+  assert_int_equal(kit_starts, POOL_THREADS - 1); /* the call in line waits; the refused never ran */
+  pthread_mutex_unlock(&kit_lock);
+  for (int i = 0; i < POOL_THREADS; i++) finish(calls[i]);
+}
+
+/* A session's call whose client left its stream (to resume it later) still counts among its
+ * caller's requests answered at once, until it ends: else calls left so could pile up
+ * without bound. */
+static void test_a_call_whose_client_left_counts_until_it_ends(void **state) {
+  world *w = *state;
+  w->cfg.max_requests_per_principal = 1;
+  restart(w);
+  char sid[64];
+  open_session(w, "{}", sid);
+  exchange *call = start(w, "POST", sid, NULL,
+                         CALL_WITH("8", "test_note_close", "{\"silent\":true,\"wait\":true}"));
+  await(call, "retry: 500\ndata: \n\n");
+  finish(call); /* the client leaves; the call runs on */
+  await_load(w, false, 0); /* the server saw it leave */
+  char *got = request(w, "POST", sid, NULL, PING, 429);
+  free(got);
+  kit_set(&kit_go);
+  for (int i = 0;; i++) { /* once the call ended, its place is free */
+    exchange *ping = start(w, "POST", sid, NULL, PING);
+    await(ping, NULL);
+    long status = ping->status;
+    finish(ping);
+    if (status == 200) break;
+    assert_int_equal(status, 429);
+    if (i == HANG_GUARD_S * 100) fail_msg("the call never gave its place back");
+    usleep(10 * 1000);
+  }
 }
 
 /* A stateless call that runs on the thread that read its request (it never waits on its
@@ -1169,15 +1229,6 @@ static void test_a_reply_too_large_for_its_stream_becomes_the_next_event(void **
   snprintf(expected, sizeof expected, "id: %u-2\n", no);
   assert_non_null(strstr(resumed->got, expected));
   finish(resumed);
-}
-
-/* Starts the server again with w->cfg; returns its port. */
-static unsigned restart(world *w) {
-  tg_http_stop(w->h);
-  unsigned port = 0;
-  assert_int_equal(tg_http_start(&w->cfg, &w->h, &port), 0);
-  snprintf(w->url, sizeof w->url, "http://127.0.0.1:%u/mcp", port);
-  return port;
 }
 
 /* A batch's answer past the bounds on output is replaced by an error naming each of its
@@ -2117,6 +2168,8 @@ int main(void) {
       T(test_a_batch_answer_past_the_bounds_names_its_requests),
       T(test_list_check_goes_on_while_the_pool_is_busy),
       T(test_a_principal_leaves_a_pool_thread_to_others),
+      T(test_the_line_for_pool_threads_is_bounded),
+      T(test_a_call_whose_client_left_counts_until_it_ends),
       T(test_a_stateless_call_run_in_place_ends_with_its_client),
       T(test_the_pool_serves_the_caller_running_fewest_first),
       T(test_a_session_call_cancelled_in_line_is_answered_at_once),
