@@ -1435,6 +1435,16 @@ static void test_stdio_queue_bounded_by_what_it_holds(void **state) {
   stdio_stop(s);
 }
 
+/* The next line refuses request id for reusing the id of one still served. */
+static void expect_id_refused(stdio_run *s, json_int_t id) {
+  json_t *refused = stdio_next(s);
+  const char *why = NULL;
+  assert_int_equal(json_integer_value(json_object_get(refused, "id")), id);
+  assert_int_equal(error_code(refused, &why), TG_RPC_INVALID_REQUEST);
+  assert_non_null(strstr(why, "still being served or cancelled"));
+  json_decref(refused);
+}
+
 /* A client that reuses the id of a request still served, or just cancelled and still ending, is
  * told to give the new one an id of its own, not left waiting: the table would take the new
  * request for the old. */
@@ -1445,12 +1455,7 @@ static void test_stdio_id_of_a_request_being_cancelled(void **state) {
   /* Nor may it reuse the id of one still served. */
   for (int cancelled = 0; cancelled <= 1; cancelled++) {
     stdio_send(s, cancelled ? CANCEL(2) "\n" LIST(2) : LIST(2));
-    json_t *refused = stdio_next(s);
-    const char *why = NULL;
-    assert_int_equal(json_integer_value(json_object_get(refused, "id")), 2);
-    assert_int_equal(error_code(refused, &why), TG_RPC_INVALID_REQUEST);
-    assert_non_null(strstr(why, "still being served or cancelled"));
-    json_decref(refused);
+    expect_id_refused(s, 2);
   }
   release_held();
   /* Once the cancelled request ended (a request served after it is answered), its id is
@@ -1477,12 +1482,7 @@ static void test_stdio_id_of_an_open_listen(void **state) {
                       "notifications/subscriptions/acknowledged");
   json_decref(ack);
   stdio_send(s, MODERN_LIST(5));
-  json_t *refused = stdio_next(s);
-  const char *why = NULL;
-  assert_int_equal(json_integer_value(json_object_get(refused, "id")), 5);
-  assert_int_equal(error_code(refused, &why), TG_RPC_INVALID_REQUEST);
-  assert_non_null(strstr(why, "still being served or cancelled"));
-  json_decref(refused);
+  expect_id_refused(s, 5);
   /* The listen still stands: a request served after its cancellation finds the id free. */
   stdio_send(s, CANCEL(5));
   stdio_send(s, MODERN_LIST(6));
