@@ -32,6 +32,28 @@ bool tg_client_can(const json_t *capabilities, const char *method, const json_t 
                           : json_object_get(declared, "form") || json_object_size(declared) == 0;
 }
 
+json_t *tg_client_capabilities_read(const json_t *declared) {
+  json_t *kept = json_object();
+  static const char *const caps[] = {"elicitation", "sampling", "roots"};
+  for (size_t i = 0; kept && i < sizeof caps / sizeof caps[0]; i++) {
+    json_t *cap = json_object_get(declared, caps[i]);
+    if (!json_is_object(cap)) continue;
+    json_t *own = json_object();
+    /* Of an elicitation, the modes it names (none: form alone). */
+    for (int url = 0; own && i == 0 && url <= 1; url++)
+      if (json_object_get(cap, url ? "url" : "form") &&
+          json_object_set_new(own, url ? "url" : "form", json_object()) < 0) {
+        json_decref(own);
+        own = NULL;
+      }
+    if (!own || json_object_set_new(kept, caps[i], own) < 0) {
+      json_decref(kept);
+      kept = NULL;
+    }
+  }
+  return kept;
+}
+
 int tg_client_requirement(const char *method, const json_t *params, json_t **ret) {
   const char *cap = capability_of(method);
   *ret = NULL;

@@ -68,6 +68,10 @@ typedef struct tg_client_channel {
  * request of method with params: sampling, roots, or elicitation in the mode it names (an
  * elicitation capability that is an empty object declares form mode alone). */
 bool tg_client_can(const json_t *capabilities, const char *method, const json_t *params);
+/* What tg_client_can reads of declared capabilities (an object), as a new object: what a
+ * session keeps of them for its life, however much the client declared. NULL without
+ * memory. */
+json_t *tg_client_capabilities_read(const json_t *declared);
 /* The ClientCapabilities a request of method with params needs ({"sampling":{}},
  * {"elicitation":{"form":{}}}, {"elicitation":{"url":{}}}, ...), a new reference in *ret:
  * 0, TG_E_INVAL for a method no client can answer, or TG_E_NOMEM. */

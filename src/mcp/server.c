@@ -1063,12 +1063,11 @@ static int m_initialize(cx *c, json_t *params, json_t **ret) {
   if ((caps && !json_is_object(caps)) || (info && !json_is_object(info)))
     return rpc_fail(c, TG_RPC_INVALID_PARAMS,
                     "params.capabilities and params.clientInfo must be objects", NULL);
-  if (caps && json_dumpb(caps, NULL, 0, JSON_COMPACT) > TG_MCP_MAX_CAPABILITIES_BYTES)
-    return rpc_fail(c, TG_RPC_INVALID_PARAMS,
-                    "params.capabilities is too large to keep for the session (data.maxBytes)",
-                    json_pack("{s:i}", "maxBytes", TG_MCP_MAX_CAPABILITIES_BYTES));
+  /* Kept for the session's life: only what is read of them. */
+  json_t *kept = tg_client_capabilities_read(caps);
+  if (!kept) return TG_E_NOMEM;
   json_decref(s->client_capabilities);
-  s->client_capabilities = json_is_object(caps) ? json_incref(caps) : json_object();
+  s->client_capabilities = kept;
   s->era = TG_MCP_ERA_LEGACY;
   snprintf(s->version, sizeof s->version, "%s", version);
   *ret = json_pack("{s:s,s:o,s:o,s:s}", "protocolVersion", version, "capabilities",

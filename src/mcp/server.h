@@ -19,9 +19,6 @@
 #define TG_MCP_LEGACY_VERSION "2025-11-25"
 #define TG_MCP_SERVER_VERSION "0.1.0"
 #define TG_MCP_PAGE_SIZE 100 /* entries of one tools/list page */
-/* A session keeps its client's capabilities for its whole life: at most this many bytes of
- * JSON (the capabilities a client has take a few hundred). */
-#define TG_MCP_MAX_CAPABILITIES_BYTES (16u * 1024u)
 /* How long a tool waits for the client to answer its request (sampling, elicitation): the
  * call's transaction stays open meanwhile. */
 #define TG_MCP_ASK_TIMEOUT_MS (60LL * 1000)
