@@ -88,7 +88,10 @@ typedef struct held_share {
   atomic_size_t held; /* all their output */
   atomic_size_t kept; /* of which delivered, kept for resumption */
   unsigned refs; /* one a stream, a JSON answer or a request; under the server's shares_lock */
-  unsigned requests; /* under shares_lock (see TG_HTTP_MAX_REQUESTS_PER_PRINCIPAL) */
+  /* Under shares_lock (see TG_HTTP_MAX_REQUESTS_PER_PRINCIPAL): its requests answered, and
+   * its calls on the pool (waiting in line or running, whether or not a connection still
+   * waits for them: a session's call outlives its client's leaving). */
+  unsigned requests, pool_calls;
   struct held_share *next;
 } held_share;
 
@@ -514,23 +517,25 @@ static void share_put(server *s, held_share *h) {
   pthread_mutex_unlock(&s->shares_lock);
 }
 
-/* principal's share for a request it makes, counted as answered until request_done; NULL
- * when principal has its most requests answered already (*full), or without memory. */
-static held_share *request_begin(server *s, const char *principal, bool *full) {
+/* principal's share for a request it makes (pool_call false) or a call it has run on the
+ * pool (true), counted until request_done; NULL when principal has its most of them
+ * already (*full), or without memory. */
+static held_share *request_begin(server *s, const char *principal, bool pool_call, bool *full) {
   held_share *h = share_get(s, principal);
   unsigned most = s->cfg->max_requests_per_principal ? s->cfg->max_requests_per_principal
                                                      : TG_HTTP_MAX_REQUESTS_PER_PRINCIPAL;
   pthread_mutex_lock(&s->shares_lock);
-  *full = h && h->requests >= most;
-  if (h && !*full) h->requests++;
+  unsigned *n = h ? pool_call ? &h->pool_calls : &h->requests : NULL;
+  *full = n && *n >= most;
+  if (n && !*full) ++*n;
   pthread_mutex_unlock(&s->shares_lock);
   if (*full) share_put(s, h);
   return *full ? NULL : h;
 }
 
-static void request_done(server *s, held_share *h) {
+static void request_done(server *s, held_share *h, bool pool_call) {
   pthread_mutex_lock(&s->shares_lock);
-  h->requests--;
+  --*(pool_call ? &h->pool_calls : &h->requests);
   pthread_mutex_unlock(&s->shares_lock);
   share_put(s, h);
 }
@@ -1222,9 +1227,9 @@ typedef struct request {
 struct worker {
   server *srv;
   worker *next; /* in the pool's queue */
-  /* Its caller's share, counting the call as answered while it waits in line or runs, also
-   * once its connection ended (handed over by its request: see handle_post). */
-  held_share *answering;
+  /* Its caller's share, counting the call among its calls on the pool (see start_call); NULL
+   * without authentication. */
+  held_share *caller;
   stream *st;
   session *sess; /* NULL for stateless requests */
   tg_mcp_inflight *inflight; /* the session's, or the stream's of a stateless call */
@@ -1362,7 +1367,7 @@ static void worker_free(worker *w) {
   tg_mcp_session_done(&w->scratch);
   session_put(w->srv, w->sess);
   if (w->st) stream_release(w->st);
-  if (w->answering) request_done(w->srv, w->answering);
+  if (w->caller) request_done(w->srv, w->caller, true);
   free(w);
 }
 
@@ -1995,6 +2000,16 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
     return queue_refusal_as(conn, MHD_HTTP_SERVICE_UNAVAILABLE, &w->msg, TG_RPC_INTERNAL_ERROR,
                             "Too many calls wait for a thread; retry later");
   }
+  /* A caller's calls on the pool are bounded apart from its requests answered, which a
+   * session's call outlives: its client may leave to resume it later. The client can still
+   * cancel them, end their session or resume them at this bound. */
+  bool full = false;
+  if (!s->cfg->no_auth && !(w->caller = request_begin(s, w->principal, true, &full)))
+    return full ? queue_refusal_as(conn, MHD_HTTP_TOO_MANY_REQUESTS, &w->msg,
+                                   TG_RPC_INTERNAL_ERROR,
+                                   "Too many calls of this caller wait or run on the pool; "
+                                   "cancel one or wait")
+                : MHD_NO;
   session *x = w->sess;
   stream *st = stream_new(s, 0, w->principal);
   if (!st || (!x && tg_mcp_inflight_new(NULL, NULL, &st->inflight) < 0)) {
@@ -2240,8 +2255,6 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
     char sid_copy[sizeof w->sess->id] = "";
     if (new_sid) snprintf(sid_copy, sizeof sid_copy, "%s", new_sid);
     bool started = false;
-    w->answering = rq->answering; /* counted until the call ends, whenever its connection does */
-    rq->answering = NULL;
     result = start_call(s, conn, w, new_sid ? sid_copy : NULL, &started);
     if (started) return result;
     goto done;
@@ -2568,7 +2581,7 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
                             rq->token_hash);
   if (who != CALLER_KNOWN) return refuse_caller(s, conn, who);
   bool full = false;
-  if (!s->cfg->no_auth && !(rq->answering = request_begin(s, rq->principal, &full)))
+  if (!s->cfg->no_auth && !(rq->answering = request_begin(s, rq->principal, false, &full)))
     return full ? queue_rpc_error(conn, MHD_HTTP_TOO_MANY_REQUESTS, TG_RPC_INVALID_REQUEST,
                                   "Too many requests of this caller are answered at once; "
                                   "end one (a stream) or wait")
@@ -2670,7 +2683,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   set_due_by(conn, tg_monotonic_ms() + slow_limit_ms(s, 0)); /* for the next request */
   request *rq = *con_cls;
   if (!rq) return;
-  if (rq->answering) request_done(s, rq->answering);
+  if (rq->answering) request_done(s, rq->answering, false);
   free(rq->body);
   free(rq);
   *con_cls = NULL;

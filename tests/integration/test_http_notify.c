@@ -593,32 +593,36 @@ static void test_the_line_for_pool_threads_is_bounded(void **state) {
 }
 
 /* A session's call whose client left its stream (to resume it later) still counts among its
- * caller's requests answered at once, until it ends: else calls left so could pile up
- * without bound. */
+ * caller's calls on the pool, until it ends: else calls left so could pile up without bound.
+ * The caller's other requests (a ping, a cancellation, the session's end) are counted apart,
+ * so that it can still reach the calls it holds. */
 static void test_a_call_whose_client_left_counts_until_it_ends(void **state) {
   world *w = *state;
   w->cfg.max_requests_per_principal = 1;
   restart(w);
   char sid[64];
   open_session(w, "{}", sid);
-  exchange *call = start(w, "POST", sid, NULL,
-                         CALL_WITH("8", "test_note_close", "{\"silent\":true,\"wait\":true}"));
+#define WAITING_CALL(id) CALL_WITH(id, "test_note_close", "{\"silent\":true,\"wait\":true}")
+  exchange *call = start(w, "POST", sid, NULL, WAITING_CALL("8"));
   await(call, "retry: 500\ndata: \n\n");
   finish(call); /* the client leaves; the call runs on */
   await_load(w, false, 0); /* the server saw it leave */
-  char *got = request(w, "POST", sid, NULL, PING, 429);
+  char *got = request(w, "POST", sid, NULL, WAITING_CALL("9"), 429);
+  assert_non_null(strstr(got, "Too many calls of this caller"));
   free(got);
+  free(request(w, "POST", sid, NULL, PING, 200));
   kit_set(&kit_go);
   for (int i = 0;; i++) { /* once the call ended, its place is free */
-    exchange *ping = start(w, "POST", sid, NULL, PING);
-    await(ping, NULL);
-    long status = ping->status;
-    finish(ping);
+    exchange *again = start(w, "POST", sid, NULL, WAITING_CALL("10"));
+    await(again, NULL);
+    long status = again->status;
+    finish(again);
     if (status == 200) break;
     assert_int_equal(status, 429);
     if (i == HANG_GUARD_S * 100) fail_msg("the call never gave its place back");
     usleep(10 * 1000);
   }
+#undef WAITING_CALL
 }
 
 /* A stateless call that runs on the thread that read its request (it never waits on its
