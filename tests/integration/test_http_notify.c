@@ -577,8 +577,10 @@ static void test_the_line_for_pool_threads_is_bounded(void **state) {
   w->cfg.max_queued_calls = 1;
   restart(w);
   exchange *calls[POOL_THREADS];
-  for (int i = 0; i < POOL_THREADS - 1; i++) calls[i] = start_waiting_call(w);
-  kit_wait_for(NULL, POOL_THREADS - 1);
+  for (int i = 0; i < POOL_THREADS - 1; i++) { /* one at a time: a call not yet taken from */
+    calls[i] = start_waiting_call(w);             /* the line would fill it */
+    kit_wait_for(NULL, i + 1);
+  }
   calls[POOL_THREADS - 1] = start_waiting_call(w);
   await_load(w, true, 1); /* in line, since a caller holds all threads but one */
   char *got = request(w, "POST", NULL, STATELESS_ROUTE("test_wait_cancel"),
