@@ -86,8 +86,9 @@ static void kit_set(bool *flag) {
   pthread_mutex_unlock(&kit_lock);
 }
 
-/* Waits until *flag is set, or (flag NULL) until n calls of the tool wait at once. */
-static void kit_wait_for(bool *flag, int n) {
+/* Waits until *flag is set, or (flag NULL) until n calls of the tool wait at once; false
+ * when that never came. Tools wait with it too: only the test's thread may fail the test. */
+static bool kit_reached(bool *flag, int n) {
   struct timespec until;
   clock_gettime(CLOCK_REALTIME, &until);
   until.tv_sec += HANG_GUARD_S;
@@ -97,7 +98,11 @@ static void kit_wait_for(bool *flag, int n) {
     r = pthread_cond_timedwait(&kit_changed, &kit_lock, &until);
   bool ok = flag ? *flag : kit_running >= n;
   pthread_mutex_unlock(&kit_lock);
-  if (!ok) fail_msg("the tool never got that far");
+  return ok;
+}
+
+static void kit_wait_for(bool *flag, int n) {
+  if (!kit_reached(flag, n)) fail_msg("the tool never got that far");
 }
 
 static void kit_wait(bool *flag) { kit_wait_for(flag, 0); }
@@ -166,12 +171,11 @@ static int note_then_close(tg_call_ctx *cx, json_t *args, json_t **ret) {
                            json_pack("{s:s,s:o}", "level", "info", "data",
                                      note > 0 ? text_of((size_t)note)
                                               : json_string("before the close")));
-  if (r == 0 && json_is_true(json_object_get(args, "wait"))) kit_wait(&kit_go);
+  if (r == 0 && json_is_true(json_object_get(args, "wait")) && !kit_reached(&kit_go, 0))
+    r = TG_E_IO;
   if (r == 0) r = ch->close_stream ? ch->close_stream(ch->self) : TG_E_INVAL;
-  if (r == 0 && json_is_true(json_object_get(args, "twice"))) {
-    kit_wait(&kit_go);
-    r = ch->close_stream(ch->self);
-  }
+  if (r == 0 && json_is_true(json_object_get(args, "twice")))
+    r = kit_reached(&kit_go, 0) ? ch->close_stream(ch->self) : TG_E_IO;
   json_int_t bytes = json_integer_value(json_object_get(args, "bytes"));
   if (r == 0) *ret = bytes > 0 ? text_of((size_t)bytes) : json_object();
   return r == 0 && !*ret ? TG_E_NOMEM : r;
@@ -195,7 +199,7 @@ static int wait_go(tg_call_ctx *cx, json_t *args, json_t **ret) {
   (void)cx;
   (void)args;
   kit_set(&kit_started);
-  kit_wait(&kit_go);
+  if (!kit_reached(&kit_go, 0)) return TG_E_IO;
   *ret = json_pack("{s:b}", "went", 1);
   return *ret ? 0 : TG_E_NOMEM;
 }
@@ -302,6 +306,10 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   world *w = *state;
+  pthread_mutex_lock(&kit_lock); /* tools still waiting on the test (one failed) end now */
+  kit_hold = false;
+  pthread_mutex_unlock(&kit_lock);
+  kit_set(&kit_go);
   tg_http_stop(w->h);
   tg_registry_free(w->registry);
   fixture_free(w->f);
