@@ -170,6 +170,7 @@ struct server {
   char (*busy)[TG_UUID_LEN + 1];
   unsigned n_busy, busy_max;
   worker *queue_head, *queue_tail;
+  unsigned line_promised; /* places in the line kept for calls on their way to it */
   pthread_cond_t queued;
   bool stopping;      /* the pool drains the queue and ends; so does the sweeper */
   /* The thread that checks every watch for list changes, every TG_HTTP_CHECK_MS (and lets go
@@ -1982,16 +1983,25 @@ static void keep_stream_locked(server *s, session *x, stream *st) {
   *slot = st;
 }
 
+/* Gives back a place start_call kept in the line for a call that did not join it. */
+static enum MHD_Result forgo_place(server *s, enum MHD_Result r) {
+  pthread_mutex_lock(&s->lock);
+  s->line_promised--;
+  pthread_mutex_unlock(&s->lock);
+  return r;
+}
+
 /* Runs w on a worker thread and answers from what it says. *started tells whether the
  * worker took w (it then frees it); when it did not, the caller still owns w. */
 static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker *w,
                                   const char *session_id, bool *started) {
   *started = false;
-  /* Checked before the call joins the line, not as it does: concurrent calls may pass the
-   * bound by as many as there are connection threads, which bound them in turn. */
+  /* The call's place in the line is kept from here until it joins it (or gives up), so that
+   * calls on their way at once cannot pass the bound together. */
   unsigned most = s->cfg->max_queued_calls ? s->cfg->max_queued_calls : TG_HTTP_MAX_QUEUED_CALLS;
   pthread_mutex_lock(&s->lock);
-  bool line_full = queued_locked(s) >= most;
+  bool line_full = queued_locked(s) + s->line_promised >= most;
+  if (!line_full) s->line_promised++;
   pthread_mutex_unlock(&s->lock);
   if (line_full) {
     if (tg_log_may(&s->line_full_logged_ms))
@@ -2005,22 +2015,22 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
    * cancel them, end their session or resume them at this bound. */
   bool full = false;
   if (!s->cfg->no_auth && !(w->caller = request_begin(s, w->principal, true, &full)))
-    return full ? queue_refusal_as(conn, MHD_HTTP_TOO_MANY_REQUESTS, &w->msg,
-                                   TG_RPC_INTERNAL_ERROR,
-                                   "Too many calls of this caller wait or run on the pool; "
-                                   "cancel one or wait")
-                : MHD_NO;
+    return forgo_place(s, full ? queue_refusal_as(conn, MHD_HTTP_TOO_MANY_REQUESTS, &w->msg,
+                                                  TG_RPC_INTERNAL_ERROR,
+                                                  "Too many calls of this caller wait or run on "
+                                                  "the pool; cancel one or wait")
+                               : MHD_NO);
   session *x = w->sess;
   stream *st = stream_new(s, 0, w->principal);
   if (!st || (!x && tg_mcp_inflight_new(NULL, NULL, &st->inflight) < 0)) {
     if (st) stream_release(st);
-    return MHD_NO;
+    return forgo_place(s, MHD_NO);
   }
   tg_mcp_inflight *inflight = x ? x->inflight : st->inflight;
   /* Cancellable from now on: a cancellation while the call waits for a thread is kept. */
   if (tg_mcp_inflight_begin(inflight, w->msg.id) < 0) {
     stream_release(st);
-    return MHD_NO;
+    return forgo_place(s, MHD_NO);
   }
   st->refs = 2; /* the worker's and this connection's */
   if (!x) {
@@ -2051,6 +2061,7 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
   if (s->queue_tail) s->queue_tail->next = w;
   else s->queue_head = w;
   s->queue_tail = w;
+  s->line_promised--;
   pthread_cond_signal(&s->queued);
   /* A cancellation that looked at the line before w joined it missed w: w leaves it now. */
   bool cancelled = x && tg_mcp_inflight_cancelled(inflight, w->msg.id);
