@@ -27,7 +27,8 @@ typedef struct tg_client_channel {
   /* Sends a request to the client and waits for its result (a new reference in *ret), or
    * NULL when this transport or revision cannot (then the handler fails cleanly). params is
    * stolen. Returns 0, TG_E_TOOL with *ret the client's error object (or one made here
-   * when its result was no object, with that result as data.result), TG_E_INVAL without
+   * when its result does not answer the request, tg_client_answer_reads, with that result as
+   * data.result), TG_E_INVAL without
    * sending anything when the client did not declare it can answer (tg_client_can),
    * TG_E_IO when no answer came (the client went away, or did not answer in the time the
    * transport waits, or the server is stopping; also when the client cancelled the call

@@ -597,6 +597,7 @@ static int channel_ask(void *self, const char *method, json_t *params, json_t **
   }
   json_int_t id = 0;
   for (size_t i = 0; i < sizeof drawn; i++) id = id << 8 | drawn[i];
+  _cleanup_json_ json_t *asked = json_incref(params); /* what the answer must fit */
   json_t *request = tg_rpc_request(id, method, params);
   if (!request) return TG_E_NOMEM;
   json_t *response = NULL;
@@ -609,10 +610,11 @@ static int channel_ask(void *self, const char *method, json_t *params, json_t **
   if (r < 0) return r;
   json_t *result = json_object_get(response, "result");
   json_t *error = json_object_get(response, "error");
-  /* Every result a server asks of a client is an object: another is the client's error. */
-  if (result && !json_is_object(result)) {
+  /* A result that is not what was asked for (of another shape, or not what an elicitation's
+   * requestedSchema asks) is the client's error: no handler sees it. */
+  if (result && !tg_client_answer_reads(method, asked, result)) {
     *ret = json_pack("{s:i,s:s,s:{s:O}}", "code", TG_RPC_INVALID_PARAMS, "message",
-                     "The client's result is not an object", "data", "result", result);
+                     "The client's result does not answer the request", "data", "result", result);
     json_decref(response);
     return *ret ? TG_E_TOOL : TG_E_NOMEM;
   }
@@ -629,7 +631,9 @@ static int channel_ask(void *self, const char *method, json_t *params, json_t **
  * failed (status; error, the client's error object, stolen) for the input under key. */
 static int ask_failed(cx *c, int status, const char *key, json_t *error) {
   if (status == TG_E_TOOL)
-    return rpc_fail(c, TG_RPC_INTERNAL_ERROR, "The client answered an input request with an error",
+    return rpc_fail(c, TG_RPC_INTERNAL_ERROR,
+                    "The client answered an input request with an error, or with a result that "
+                    "does not answer it",
                     json_pack("{s:s,s:o}", "key", key, "error", error));
   json_decref(error);
   if (status == TG_E_TOO_LARGE)
@@ -687,11 +691,7 @@ static int next_round(cx *c, call_channel *ch, json_t *result, unsigned rounds,
     json_t *params = json_object_get(request, "params");
     json_t *answer = NULL, *asked = legacy_params(method, params);
     r = asked ? channel_ask(ch, method, asked, &answer) : TG_E_NOMEM;
-    if (r == TG_OK && !tg_client_answer_reads(method, params, answer)) {
-      json_decref(answer);
-      r = rpc_fail(c, TG_RPC_INTERNAL_ERROR, "The client's answer does not fit its input request",
-                   json_pack("{s:s}", "key", key));
-    } else if (r == TG_OK) {
+    if (r == TG_OK) {
       r = json_object_set_new(got, key, answer) < 0 ? TG_E_NOMEM : 0;
     } else {
       r = ask_failed(c, r, key, answer);

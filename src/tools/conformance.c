@@ -127,7 +127,7 @@ static int ask_client(tg_call_ctx *cx, const char *method, json_t *params, json_
   int r = ch->ask(ch->self, method, params, ret);
   if (r == TG_E_TOOL)
     return tg_fail(cx, TG_ERR_PROVIDER_ERROR, json_pack("{s:o}", "clientError", *ret),
-                   "The client refused %s", method);
+                   "The client refused %s, or its answer does not fit it", method);
   if (r < 0 && ch->cancelled && ch->cancelled(ch->self)) return call_cancelled(cx);
   if (r == TG_E_IO)
     return tg_fail(cx, TG_ERR_PROVIDER_ERROR, NULL,

@@ -966,7 +966,7 @@ static void test_a_client_result_not_an_object_is_its_error(void **state) {
   await(call, "\"id\":\"call-1\"");
   assert_non_null(strstr(call->got, "\"isError\":true"));
   assert_non_null(strstr(call->got, "provider_error"));
-  assert_non_null(strstr(call->got, "The client's result is not an object"));
+  assert_non_null(strstr(call->got, "The client's result does not answer the request"));
   assert_non_null(strstr(call->got, "\"result\":\"x\"")); /* what the client sent */
   finish(call);
 }
