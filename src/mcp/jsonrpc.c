@@ -74,16 +74,20 @@ static size_t string_end(const char *buf, size_t len, size_t at) {
   return len;
 }
 
+/* A top-level member's value, as its text: where it starts and how long it is (0: none). */
+typedef struct span {
+  size_t at, len;
+  unsigned seen;
+} span;
+
 /* An object holding the top-level "id" and "method" members of a message's text, those whose
  * values are no object or array (NULL when there are none, or they do not read): what an
- * error about a message that is not read whole may name, found by a scan of its text. */
+ * error about a message that is not read whole may name, found by a scan of its text. An id
+ * given twice is none (which one the client meant is unsaid); a method given twice is the
+ * first. */
 static json_t *id_and_method(const char *buf, size_t len) {
-  char *kept = NULL;
-  size_t size = 0;
-  FILE *out = open_memstream(&kept, &size);
-  if (!out) return NULL;
+  span id = {0}, method = {0};
   int depth = 0;
-  bool any = false;
   for (size_t i = 0; i < len; i++) {
     if (buf[i] == '{' || buf[i] == '[') depth++;
     else if (buf[i] == '}' || buf[i] == ']') depth--;
@@ -92,24 +96,30 @@ static json_t *id_and_method(const char *buf, size_t len) {
     if (end >= len) break; /* cut short */
     size_t n = end + 1 - key; /* the string with its quotes */
     i = end; /* the scan goes on past it */
-    if (depth != 1 || !((n == 4 && memcmp(buf + key, "\"id\"", 4) == 0) ||
-                        (n == 8 && memcmp(buf + key, "\"method\"", 8) == 0)))
-      continue;
+    span *member = n == 4 && memcmp(buf + key, "\"id\"", 4) == 0       ? &id
+                   : n == 8 && memcmp(buf + key, "\"method\"", 8) == 0 ? &method
+                                                                       : NULL;
+    if (depth != 1 || !member) continue;
     size_t v = key + n;
     while (v < len && isspace((unsigned char)buf[v])) v++;
     if (v >= len || buf[v] != ':') continue; /* a value, not a key */
     for (v++; v < len && isspace((unsigned char)buf[v]); v++) continue;
+    member->seen++;
     if (v >= len || buf[v] == '{' || buf[v] == '[') continue;
     size_t stop = buf[v] == '"' ? string_end(buf, len, v) + 1 : v;
     while (buf[v] != '"' && stop < len && !strchr(",}] \t\r\n", buf[stop])) stop++;
     if (stop > len) continue;
-    fprintf(out, "%s%.*s:%.*s", any ? "," : "{", (int)n, buf + key, (int)(stop - v), buf + v);
-    any = true;
+    if (member->seen == 1) *member = (span){.at = v, .len = stop - v, .seen = 1};
     i = stop - 1;
   }
-  if (any) fputc('}', out);
-  bool written = fclose(out) == 0;
-  json_t *members = written && any ? json_loadb(kept, size, JSON_REJECT_DUPLICATES, NULL) : NULL;
+  char *kept = NULL;
+  bool with_id = id.len && id.seen == 1;
+  if (!with_id && !method.len) return NULL;
+  if (asprintf(&kept, "{%s%.*s%s%s%.*s}", with_id ? "\"id\":" : "", with_id ? (int)id.len : 0,
+               buf + id.at, with_id && method.len ? "," : "", method.len ? "\"method\":" : "",
+               (int)method.len, buf + method.at) < 0)
+    return NULL;
+  json_t *members = json_loads(kept, 0, NULL);
   free(kept);
   return members;
 }
@@ -317,12 +327,31 @@ void tg_rpc_msg_done(tg_rpc_msg *msg) {
   memset(msg, 0, sizeof *msg);
 }
 
+/* What an error refusing a message past one of its limits says of it: which, and its
+ * value. */
+static json_t *limit_data(const char *limit) {
+  json_int_t max = strcmp(limit, "size") == 0            ? TG_RPC_MAX_BODY
+                   : strcmp(limit, "string length") == 0 ? TG_RPC_MAX_STRING
+                   : strcmp(limit, "nesting depth") == 0 ? TG_RPC_MAX_DEPTH
+                                                         : TG_RPC_MAX_VALUES;
+  return json_pack("{s:s,s:I}", "limit", limit, "max", max);
+}
+
+json_t *tg_rpc_too_large(const char *text, size_t len) {
+  json_t *named = text ? id_and_method(text, len) : NULL;
+  json_t *error = tg_rpc_error(named ? echo_id_of(named) : NULL, TG_RPC_INVALID_REQUEST,
+                               "Message too large", limit_data("size"));
+  json_decref(named);
+  return error;
+}
+
 int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_error) {
   memset(msg, 0, sizeof *msg);
   *ret_error = NULL;
-  if (len > TG_RPC_MAX_BODY)
-    return fail(NULL, TG_RPC_INVALID_REQUEST, "Message too large",
-                json_pack("{s:I}", "maxBytes", (json_int_t)TG_RPC_MAX_BODY), ret_error);
+  if (len > TG_RPC_MAX_BODY) {
+    *ret_error = tg_rpc_too_large(buf, len);
+    return *ret_error ? TG_RPC_INVALID_REQUEST : TG_E_NOMEM;
+  }
   scanned scan = scan_limits(buf, len);
   if (scan.limit) {
     /* Read once, only for its id (jansson bounds its own depth), so that the client learns
@@ -331,8 +360,7 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
     bool readable = strcmp(scan.limit, "values") != 0;
     json_t *whole = readable ? json_loadb(buf, len, JSON_DECODE_ANY, NULL) : id_and_method(buf, len);
     static const char why[] = "Message exceeds a limit";
-    json_t *data = json_pack("{s:s}", "limit", scan.limit);
-    if (!readable) json_object_set_new(data, "maxValues", json_integer(TG_RPC_MAX_VALUES));
+    json_t *data = limit_data(scan.limit);
     int code;
     if (json_is_array(whole) && json_array_size(whole)) {
       *ret_error = refusals(whole, TG_RPC_INVALID_REQUEST, why, data);

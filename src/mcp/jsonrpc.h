@@ -56,6 +56,10 @@ typedef struct tg_rpc_msg {
  * TG_RPC_MAX_BATCH messages) gets, in *ret_error, the array of its requests' refusals, as
  * tg_rpc_refuse_batch gives. */
 int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_error);
+/* The error refusing a message longer than TG_RPC_MAX_BODY, of which text (len bytes, none
+ * when NULL) is what was kept: it names the request when a scan of that finds its id. NULL
+ * without memory. */
+json_t *tg_rpc_too_large(const char *text, size_t len);
 /* Decodes one element of a batch (borrowed) as tg_rpc_decode decodes a message. */
 int tg_rpc_decode_element(json_t *element, tg_rpc_msg *msg, json_t **ret_error);
 void tg_rpc_msg_done(tg_rpc_msg *msg);

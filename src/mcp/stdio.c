@@ -184,7 +184,7 @@ static size_t refill(conn *c) {
 enum { GOT_NOTHING, GOT_ONE, GOT_EOF, GOT_TOO_LONG };
 
 /* Reads one line into c->line (*len bytes). Returns GOT_ONE, GOT_EOF or GOT_TOO_LONG (the
- * line was consumed and dropped). */
+ * line was consumed: c->line keeps its first TG_RPC_MAX_BODY bytes and one more). */
 static int read_line(conn *c, size_t *len) {
   bool too_long = false, any = false;
   *len = 0;
@@ -221,8 +221,7 @@ static int next_message(conn *c, tg_rpc_msg *msg) {
   if (got == GOT_ONE && blank(c->line, len)) return GOT_NOTHING;
   json_t *err = NULL;
   if (got == GOT_TOO_LONG) {
-    err = tg_rpc_error(NULL, TG_RPC_INVALID_REQUEST, "Message too large",
-                       json_pack("{s:I}", "maxBytes", (json_int_t)TG_RPC_MAX_BODY));
+    err = tg_rpc_too_large(c->line, len);
   } else if (tg_rpc_decode(c->line, len, msg, &err) == 0) {
     return GOT_ONE;
   }

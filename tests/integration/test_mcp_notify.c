@@ -982,6 +982,7 @@ static void test_stdio_message_at_the_limit_with_crlf(void **state) {
   json_t *refused = stdio_next(s);
   assert_string_equal(json_string_value(json_object_get(json_object_get(refused, "error"), "message")),
                       "Message too large");
+  assert_int_equal(json_integer_value(json_object_get(refused, "id")), 7); /* read from its start */
   json_decref(refused);
   stdio_send(s, PING(8));
   expect_answer(s, 8);

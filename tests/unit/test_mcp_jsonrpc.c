@@ -118,6 +118,15 @@ static void test_error_echoes_readable_id(void **state) {
   err = decode_fails("{bad", 4, TG_RPC_PARSE_ERROR);
   assert_true(json_is_null(json_object_get(err, "id")));
   json_decref(err);
+  /* A key given twice: the request is named, unless its id is that key (which one?). */
+  text = "{\"jsonrpc\":\"2.0\",\"id\":\"a2\",\"method\":\"ping\",\"method\":\"ping\"}";
+  err = decode_fails(text, strlen(text), TG_RPC_INVALID_REQUEST);
+  assert_string_equal(json_string_value(json_object_get(err, "id")), "a2");
+  json_decref(err);
+  text = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"id\":2}";
+  err = decode_fails(text, strlen(text), TG_RPC_INVALID_REQUEST);
+  assert_true(json_is_null(json_object_get(err, "id")));
+  json_decref(err);
   /* JSON this server reads but takes as no message is no parse error, and names its
    * request: a string holding \u0000 (in a value or a key), a number past a double. */
   text = "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"x\",\"params\":{\"a\":\"b\\u0000c\"}}";
@@ -178,7 +187,7 @@ static void test_values_bounded(void **state) {
   json_t *e = decode_fails(text, strlen(text), TG_RPC_INVALID_REQUEST);
   json_t *data = json_object_get(json_object_get(e, "error"), "data");
   assert_string_equal(json_string_value(json_object_get(data, "limit")), "values");
-  assert_int_equal(json_integer_value(json_object_get(data, "maxValues")), TG_RPC_MAX_VALUES);
+  assert_int_equal(json_integer_value(json_object_get(data, "max")), TG_RPC_MAX_VALUES);
   /* Not read whole, it is scanned for its id all the same, so that its client learns which
    * request failed. */
   assert_int_equal(json_integer_value(json_object_get(e, "id")), 3);
@@ -238,9 +247,9 @@ static void test_limits(void **state) {
   free(ok);
   char *deep = nested(TG_RPC_MAX_DEPTH);
   json_t *e = decode_fails(deep, strlen(deep), TG_RPC_INVALID_REQUEST);
-  assert_string_equal(
-      json_string_value(json_object_get(json_object_get(json_object_get(e, "error"), "data"), "limit")),
-      "nesting depth");
+  json_t *data = json_object_get(json_object_get(e, "error"), "data");
+  assert_string_equal(json_string_value(json_object_get(data, "limit")), "nesting depth");
+  assert_int_equal(json_integer_value(json_object_get(data, "max")), TG_RPC_MAX_DEPTH);
   assert_int_equal(json_integer_value(json_object_get(e, "id")), 1); /* the client learns which */
   json_decref(e);
   free(deep);
@@ -259,6 +268,9 @@ static void test_limits(void **state) {
   strcpy(s + n, "\"}");
   e = decode_fails(s, strlen(s), TG_RPC_INVALID_REQUEST);
   assert_int_equal(json_integer_value(json_object_get(e, "id")), 1);
+  data = json_object_get(json_object_get(e, "error"), "data");
+  assert_string_equal(json_string_value(json_object_get(data, "limit")), "string length");
+  assert_int_equal(json_integer_value(json_object_get(data, "max")), TG_RPC_MAX_STRING);
   json_decref(e);
   /* The same string in a response: the error names no id (it is one of ours). */
   char *response = malloc(big + 64);
@@ -286,8 +298,10 @@ static void test_limits(void **state) {
   static const char ping[] = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}";
   memcpy(s, ping, sizeof ping - 1);
   e = decode_fails(s, TG_RPC_MAX_BODY + 1, TG_RPC_INVALID_REQUEST);
-  json_t *data = json_object_get(json_object_get(e, "error"), "data");
-  assert_int_equal(json_integer_value(json_object_get(data, "maxBytes")), TG_RPC_MAX_BODY);
+  data = json_object_get(json_object_get(e, "error"), "data");
+  assert_string_equal(json_string_value(json_object_get(data, "limit")), "size");
+  assert_int_equal(json_integer_value(json_object_get(data, "max")), TG_RPC_MAX_BODY);
+  assert_int_equal(json_integer_value(json_object_get(e, "id")), 1); /* scanned for, as above */
   json_decref(e);
   /* At the limit, it is read. */
   assert_int_equal(tg_rpc_decode(s, TG_RPC_MAX_BODY, &msg, &e), 0);
