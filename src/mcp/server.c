@@ -1483,9 +1483,15 @@ static int check_pinned(cx *c, tg_mcp_reply *reply) {
                     json_pack("{s:[s],s:s}", "supported", s->version[0] ? s->version : TG_MCP_LEGACY_VERSION,
                               "requested", TG_MCP_MODERN_VERSION),
                     400, reply);
+  else if (!c->modern && s->era == TG_MCP_ERA_MODERN && strcmp(msg->method, "initialize") == 0 &&
+           !json_is_string(json_object_get(msg->params, "protocolVersion")))
+    r = reply_error(msg, TG_RPC_INVALID_PARAMS, "params.protocolVersion must be a string", NULL,
+                    400, reply);
   else if (!c->modern && s->era == TG_MCP_ERA_MODERN && strcmp(msg->method, "initialize") == 0)
-    r = reply_error(msg, TG_RPC_UNSUPPORTED_VERSION, "This connection speaks 2026-07-28",
-                    json_pack("{s:[s],s:O?}", "supported", TG_MCP_MODERN_VERSION, "requested",
+    r = reply_error(msg, TG_RPC_UNSUPPORTED_VERSION,
+                    "This connection speaks 2026-07-28, which has no initialize: send each "
+                    "request with params._meta",
+                    json_pack("{s:[s],s:O}", "supported", TG_MCP_MODERN_VERSION, "requested",
                               json_object_get(msg->params, "protocolVersion")),
                     400, reply);
   else if (!c->modern && s->era == TG_MCP_ERA_MODERN)

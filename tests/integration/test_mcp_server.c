@@ -661,13 +661,14 @@ static void test_stdio_pinning(void **state) {
                INITIALIZE(3, "2025-11-25", "{}"),
                NULL, NULL);
   assert_int_equal(error_code(r), TG_RPC_UNSUPPORTED_VERSION);
-  json_decref(r);
-  /* One naming no version is told the same, with what is supported. */
-  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"initialize\",\"params\":{}}", NULL, NULL);
-  assert_int_equal(error_code(r), TG_RPC_UNSUPPORTED_VERSION);
   json_t *data = json_object_get(json_object_get(r, "error"), "data");
   assert_string_equal(json_string_value(json_array_get(json_object_get(data, "supported"), 0)),
                       "2026-07-28");
+  assert_string_equal(json_string_value(json_object_get(data, "requested")), "2025-11-25");
+  json_decref(r);
+  /* One naming no version is malformed, as it would be anywhere (-32022 must echo one). */
+  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"initialize\",\"params\":{}}", NULL, NULL);
+  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
   json_decref(r);
   /* A 2025 request is no 2026-07-28 one: it misses its _meta, and a method 2026-07-28
    * removed is not served. */
