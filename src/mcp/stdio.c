@@ -665,6 +665,11 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   unsigned working = r == TG_E_NOTFOUND ? 0 : await_tasks(&c);
   if (working)
     tg_log(TG_LOG_WARN, "mcp: %u tasks still at work as serving ends are cancelled", working);
+  /* Open subscriptions end with their result, as a server that ends them owes, once the
+   * tasks they may follow said how they ended. */
+  json_t *meta = req.watch ? tg_mcp_result_meta(&served) : NULL;
+  if (meta) tg_mcp_watch_end(req.watch, meta);
+  json_decref(meta);
   if (watching) {
     if (write(c.watch_end[1], "", 1) != 1) tg_log(TG_LOG_WARN, "mcp: the watcher could not be told to end");
     pthread_join(watcher, NULL);

@@ -1494,6 +1494,27 @@ static void test_stdio_id_of_an_open_listen(void **state) {
   stdio_stop(s);
 }
 
+/* Its input ended, the server ends the subscriptions still open with their result, as a
+ * server that ends one owes its client, and then ends. */
+static void test_stdio_end_of_input_answers_open_listens(void **state) {
+  world *w = *state;
+  stdio_run *s = stdio_start(w);
+  stdio_send(s, "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"subscriptions/listen\",\"params\":{"
+                MODERN_META ",\"notifications\":{\"toolsListChanged\":true}}}");
+  json_decref(stdio_next(s)); /* acknowledged */
+  close(s->to_server);
+  s->to_server = -1;
+  json_t *end = stdio_next(s);
+  assert_int_equal(json_integer_value(json_object_get(end, "id")), 5);
+  json_t *result = json_object_get(end, "result");
+  assert_string_equal(json_string_value(json_object_get(result, "resultType")), "complete");
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(result, "_meta"),
+                                                      "io.modelcontextprotocol/subscriptionId")),
+                   5);
+  json_decref(end);
+  assert_int_equal(stdio_join(s), 0);
+}
+
 /* Told to stop once its input ended, the server does not give its tasks at work their grace:
  * a task that would have completed within it is cancelled. */
 static void test_stdio_told_to_stop_in_the_grace(void **state) {
@@ -1718,6 +1739,7 @@ int main(void) {
       KIT(test_stdio_queue_bounded_in_bytes),
       KIT(test_stdio_id_of_a_request_being_cancelled),
       KIT(test_stdio_id_of_an_open_listen),
+      KIT(test_stdio_end_of_input_answers_open_listens),
       KIT(test_stdio_queue_bounded_by_what_it_holds),
       KIT(test_stdio_announces_a_revoked_grant),
   };
