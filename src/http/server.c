@@ -534,6 +534,14 @@ static held_share *request_begin(server *s, const char *principal, bool pool_cal
   return *full ? NULL : h;
 }
 
+/* How many calls of the caller holding h wait or run on the pool. */
+static unsigned pool_calls_of(server *s, held_share *h) {
+  pthread_mutex_lock(&s->shares_lock);
+  unsigned n = h->pool_calls;
+  pthread_mutex_unlock(&s->shares_lock);
+  return n;
+}
+
 static void request_done(server *s, held_share *h, bool pool_call) {
   pthread_mutex_lock(&s->shares_lock);
   --*(pool_call ? &h->pool_calls : &h->requests);
@@ -1996,11 +2004,24 @@ static enum MHD_Result forgo_place(server *s, enum MHD_Result r) {
 static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker *w,
                                   const char *session_id, bool *started) {
   *started = false;
+  /* A caller's calls on the pool are bounded apart from its requests answered, which a
+   * session's call outlives: its client may leave to resume it later. The client can still
+   * cancel them, end their session or resume them at this bound. */
+  bool full = false;
+  if (!s->cfg->no_auth && !(w->caller = request_begin(s, w->principal, true, &full)))
+    return full ? queue_refusal_as(conn, MHD_HTTP_TOO_MANY_REQUESTS, &w->msg,
+                                   TG_RPC_INTERNAL_ERROR,
+                                   "Too many calls of this caller wait or run on the pool; "
+                                   "cancel one or wait")
+                : MHD_NO;
   /* The call's place in the line is kept from here until it joins it (or gives up), so that
-   * calls on their way at once cannot pass the bound together. */
+   * calls on their way at once cannot pass the bound together. A caller with no other call
+   * on the pool may join a full line (by one call each, so callers that fill it cannot lock
+   * the others out). */
   unsigned most = s->cfg->max_queued_calls ? s->cfg->max_queued_calls : TG_HTTP_MAX_QUEUED_CALLS;
+  bool first = w->caller && pool_calls_of(s, w->caller) == 1;
   pthread_mutex_lock(&s->lock);
-  bool line_full = queued_locked(s) + s->line_promised >= most;
+  bool line_full = !first && queued_locked(s) + s->line_promised >= most;
   if (!line_full) s->line_promised++;
   pthread_mutex_unlock(&s->lock);
   if (line_full) {
@@ -2010,16 +2031,6 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
     return queue_refusal_as(conn, MHD_HTTP_SERVICE_UNAVAILABLE, &w->msg, TG_RPC_INTERNAL_ERROR,
                             "Too many calls wait for a thread; retry later");
   }
-  /* A caller's calls on the pool are bounded apart from its requests answered, which a
-   * session's call outlives: its client may leave to resume it later. The client can still
-   * cancel them, end their session or resume them at this bound. */
-  bool full = false;
-  if (!s->cfg->no_auth && !(w->caller = request_begin(s, w->principal, true, &full)))
-    return forgo_place(s, full ? queue_refusal_as(conn, MHD_HTTP_TOO_MANY_REQUESTS, &w->msg,
-                                                  TG_RPC_INTERNAL_ERROR,
-                                                  "Too many calls of this caller wait or run on "
-                                                  "the pool; cancel one or wait")
-                               : MHD_NO);
   session *x = w->sess;
   stream *st = stream_new(s, 0, w->principal);
   if (!st || (!x && tg_mcp_inflight_new(NULL, NULL, &st->inflight) < 0)) {

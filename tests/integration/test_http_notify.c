@@ -579,7 +579,7 @@ static void test_list_check_goes_on_while_the_pool_is_busy(void **state) {
 }
 
 /* The line for pool threads is bounded: a call past it is refused (503, -32603), and nothing
- * of it runs. */
+ * of it runs; but for a caller's first call on the pool. */
 static void test_the_line_for_pool_threads_is_bounded(void **state) {
   world *w = *state;
   w->cfg.max_queued_calls = 1;
@@ -599,6 +599,14 @@ static void test_the_line_for_pool_threads_is_bounded(void **state) {
   pthread_mutex_lock(&kit_lock);
   assert_int_equal(kit_starts, POOL_THREADS - 1); /* the call in line waits; the refused never ran */
   pthread_mutex_unlock(&kit_lock);
+  /* Another caller, with no call on the pool, joins the full line all the same: callers that
+   * fill it do not lock the others out (its call then runs on the thread left free). */
+  w->token = w->tokens[1];
+  got = request(w, "POST", NULL, STATELESS_ROUTE("test_note_close"),
+                STATELESS_CALL("5", "test_note_close", "{}"), 200);
+  assert_non_null(strstr(got, "\"result\""));
+  free(got);
+  w->token = w->tokens[0];
   for (int i = 0; i < POOL_THREADS; i++) finish(calls[i]);
 }
 
