@@ -2322,13 +2322,13 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
     new_sid = NULL;
   } else if (opens && !session_admit(s, w->sess)) {
     free(reply.text);
-    result = queue_rpc_error(conn, MHD_HTTP_TOO_MANY_REQUESTS, TG_RPC_INVALID_REQUEST,
-                             "Too many sessions in use; end one (DELETE) and retry");
+    result = queue_refusal(conn, MHD_HTTP_TOO_MANY_REQUESTS, &w->msg,
+                           "Too many sessions in use; end one (DELETE) and retry");
     goto done;
   }
   if (hr < 0) {
-    result = queue_rpc_error(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, TG_RPC_INTERNAL_ERROR,
-                             "Out of memory");
+    result = queue_refusal_as(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, &w->msg, TG_RPC_INTERNAL_ERROR,
+                              "Out of memory");
     goto done;
   }
   if (w->sess) state_store(s, w->sess, &w->scratch, w->opened, w->loaded_level);

@@ -144,7 +144,9 @@ json_t *tg_rpc_error_object(int code, const char *message, json_t *data) {
 json_t *tg_rpc_error(json_t *id, int code, const char *message, json_t *data) {
   json_t *err = tg_rpc_error_object(code, message, data);
   json_t *msg = jsonrpc_base();
-  if (!err || !msg || json_object_set(msg, "id", id ? id : json_null()) < 0) {
+  /* Without the request's id, none: MCP's error response has an id only as a request's
+   * (JSON-RPC's null is no RequestId, and clients' schemas refuse it). */
+  if (!err || !msg || (id && json_object_set(msg, "id", id) < 0)) {
     json_decref(err);
     json_decref(msg);
     return NULL;
@@ -281,7 +283,7 @@ static int classify(json_t *root, tg_rpc_msg *msg, json_t **ret_error) {
       strcmp(json_string_value(json_object_get(root, "jsonrpc")), "2.0") != 0) {
     why = "jsonrpc must be \"2.0\"";
   } else if (id && !valid_id(id) && !(json_is_null(id) && !method && error)) {
-    /* null only on an error response: the peer could not read the id it answers */
+    /* null (or none) only on an error response: the peer could not read the id it answers */
     why = "id must be a string or an integer";
   } else if (method) {
     if (!json_is_string(method) || json_string_length(method) == 0) why = "method must be a string";
@@ -292,7 +294,7 @@ static int classify(json_t *root, tg_rpc_msg *msg, json_t **ret_error) {
      * unread (it has no answer). */
     else if (json_is_array(params) && id) code = TG_RPC_INVALID_PARAMS;
     else if (json_is_array(params)) params = NULL;
-  } else if (!id) {
+  } else if (!id && !error) {
     why = "a message needs a method or an id";
   } else if (!!result == !!error) {
     why = "a response carries exactly one of result and error";

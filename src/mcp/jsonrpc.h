@@ -38,7 +38,7 @@ typedef enum tg_rpc_kind {
 typedef struct tg_rpc_msg {
   json_t *root;
   tg_rpc_kind kind;
-  json_t *id;         /* string or integer; NULL for notifications and null-id errors */
+  json_t *id;         /* string or integer; NULL for notifications and errors naming none */
   const char *method; /* requests and notifications */
   json_t *params;     /* object or NULL when absent */
   json_t *result;     /* responses */
@@ -80,7 +80,8 @@ json_t *tg_rpc_refuse_batch(const tg_rpc_msg *batch, int code, const char *why, 
 json_t *tg_rpc_result(json_t *id, json_t *result);
 /* {code,message,data?}, a JSON-RPC error object; data is stolen, may be NULL. */
 json_t *tg_rpc_error_object(int code, const char *message, json_t *data);
-/* {"jsonrpc":"2.0","id":id|null,"error":{code,message,data?}}; data is stolen, may be NULL. */
+/* {"jsonrpc":"2.0","id":id,"error":{code,message,data?}}, without "id" when id is NULL (the
+ * request's could not be read); data is stolen, may be NULL. */
 json_t *tg_rpc_error(json_t *id, int code, const char *message, json_t *data);
 /* {"jsonrpc":"2.0","method":method,"params":params?}; params is stolen, may be NULL. */
 json_t *tg_rpc_notification(const char *method, json_t *params);

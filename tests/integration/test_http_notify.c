@@ -780,6 +780,26 @@ static void test_sessions_are_bounded_per_principal(void **state) {
   free(request(w, "POST", oldest, NULL, PING, 200));
 }
 
+/* With every session of a caller in use (its GET stream read), a new one finds no room:
+ * 429, naming the initialize it refuses. */
+static void test_no_room_for_a_session_is_told_its_initialize(void **state) {
+  world *w = *state;
+  w->cfg.max_requests_per_principal = 2 * TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL; /* streams count */
+  restart(w);
+  exchange *gets[TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL];
+  char sid[64];
+  for (int i = 0; i < TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL; i++)
+    gets[i] = open_listening_session(w, sid);
+  char *got = request(w, "POST", NULL, NULL,
+                      "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"initialize\",\"params\":{"
+                      "\"protocolVersion\":\"2025-11-25\",\"capabilities\":{}}}",
+                      429);
+  assert_non_null(strstr(got, "Too many sessions in use"));
+  assert_non_null(strstr(got, "\"id\":7"));
+  free(got);
+  for (int i = 0; i < TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL; i++) finish(gets[i]);
+}
+
 /* A session whose GET stream a client reads is in use, though it sends nothing: the
  * principal's next session past its share makes room with another, and its stream goes on. */
 static void test_a_listening_session_is_kept(void **state) {
@@ -819,7 +839,8 @@ static void test_a_response_without_a_session_is_refused(void **state) {
   world *w = *state;
   char *got = request(w, "POST", NULL, "MCP-Protocol-Version: 2026-07-28",
                       "{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{}}", 400);
-  assert_non_null(strstr(got, "\"id\":null"));
+  assert_non_null(strstr(got, "\"error\""));
+  assert_null(strstr(got, "\"id\"")); /* MCP's error naming no request has no id */
   free(got);
   char sid[64];
   open_session(w, "{}", sid); /* the server is still there */
@@ -2198,6 +2219,7 @@ int main(void) {
       T(test_a_session_call_in_line_ends_at_once_with_its_session),
       T(test_sessions_are_bounded_per_principal),
       T(test_a_listening_session_is_kept),
+      T(test_no_room_for_a_session_is_told_its_initialize),
       T(test_a_response_without_a_session_is_refused),
       T(test_a_server_of_one_workspace_takes_only_its_tokens),
       T(test_a_token_unchecked_is_not_called_bad),

@@ -571,7 +571,7 @@ static void test_batch_served_on_2025_03_26(void **state) {
   for (size_t i = 0; i < 4; i++) {
     json_t *answer = json_array_get(r, i);
     json_t *id = json_object_get(answer, "id");
-    if (ids[i] < 0) assert_true(json_is_null(id));
+    if (ids[i] < 0) assert_null(id);
     else assert_int_equal(json_integer_value(id), ids[i]);
   }
   json_t *call = json_object_get(json_array_get(r, 1), "result");

@@ -49,11 +49,17 @@ static void test_kinds(void **state) {
   tg_rpc_msg_done(&msg);
 
   /* An error answering a message whose id its sender could not read: a response to none. */
-  const char *lost = "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32700,\"message\":\"x\"}}";
-  assert_int_equal(tg_rpc_decode(lost, strlen(lost), &msg, &err), 0);
-  assert_int_equal(msg.kind, TG_RPC_RESPONSE);
-  assert_null(msg.id);
-  tg_rpc_msg_done(&msg);
+  static const char *const lost[] = {
+      "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32700,\"message\":\"x\"}}",
+      "{\"jsonrpc\":\"2.0\",\"error\":{\"code\":-32700,\"message\":\"x\"}}"}; /* MCP's way */
+  for (size_t i = 0; i < sizeof lost / sizeof lost[0]; i++) {
+    assert_int_equal(tg_rpc_decode(lost[i], strlen(lost[i]), &msg, &err), 0);
+    assert_int_equal(msg.kind, TG_RPC_RESPONSE);
+    assert_null(msg.id);
+    tg_rpc_msg_done(&msg);
+  }
+  /* A result names its request. */
+  fails_with("{\"jsonrpc\":\"2.0\",\"result\":{}}", TG_RPC_INVALID_REQUEST);
 }
 
 static void test_shape_errors(void **state) {
@@ -65,7 +71,7 @@ static void test_shape_errors(void **state) {
   fails_with("null", TG_RPC_INVALID_REQUEST);
   /* A batch holds at least one message (JSON-RPC answers an empty one with one error). */
   json_t *empty = decode_fails("[]", 2, TG_RPC_INVALID_REQUEST);
-  assert_true(json_is_null(json_object_get(empty, "id")));
+  assert_null(json_object_get(empty, "id"));
   json_decref(empty);
   fails_with("{\"id\":1,\"method\":\"ping\"}", TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"1.0\",\"id\":1,\"method\":\"ping\"}", TG_RPC_INVALID_REQUEST);
@@ -108,7 +114,7 @@ static void test_error_echoes_readable_id(void **state) {
    * answer to its request of that number. */
   text = "{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{},\"error\":{\"code\":1}}";
   err = decode_fails(text, strlen(text), TG_RPC_INVALID_REQUEST);
-  assert_true(json_is_null(json_object_get(err, "id")));
+  assert_null(json_object_get(err, "id"));
   json_decref(err);
   /* A fraction is no id this server takes, but it reads. */
   text = "{\"jsonrpc\":\"2.0\",\"id\":1.5,\"method\":\"ping\"}";
@@ -116,7 +122,7 @@ static void test_error_echoes_readable_id(void **state) {
   assert_true(json_real_value(json_object_get(err, "id")) == 1.5);
   json_decref(err);
   err = decode_fails("{bad", 4, TG_RPC_PARSE_ERROR);
-  assert_true(json_is_null(json_object_get(err, "id")));
+  assert_null(json_object_get(err, "id"));
   json_decref(err);
   /* A key given twice: the request is named, unless its id is that key (which one?). */
   text = "{\"jsonrpc\":\"2.0\",\"id\":\"a2\",\"method\":\"ping\",\"method\":\"ping\"}";
@@ -125,7 +131,7 @@ static void test_error_echoes_readable_id(void **state) {
   json_decref(err);
   text = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"id\":2}";
   err = decode_fails(text, strlen(text), TG_RPC_INVALID_REQUEST);
-  assert_true(json_is_null(json_object_get(err, "id")));
+  assert_null(json_object_get(err, "id"));
   json_decref(err);
   /* JSON this server reads but takes as no message is no parse error, and names its
    * request: a string holding \u0000 (in a value or a key), a number past a double. */
@@ -208,7 +214,7 @@ static void test_values_bounded(void **state) {
     e = decode_fails(message, strlen(message), TG_RPC_INVALID_REQUEST);
     json_t *id = json_object_get(e, "id");
     if (i == 0) assert_string_equal(json_string_value(id), "a\"b");
-    else assert_true(json_is_null(id));
+    else assert_null(id);
     json_decref(e);
     free(message);
   }
@@ -224,7 +230,7 @@ static void test_values_bounded(void **state) {
     e = decode_fails(exact, (size_t)len, TG_RPC_INVALID_REQUEST);
     free(exact);
     json_t *id = json_object_get(e, "id");
-    assert_true(json_is_null(id) || json_integer_value(id) == 12);
+    assert_true(!id || json_integer_value(id) == 12);
     json_decref(e);
     free(message);
   }
@@ -279,7 +285,7 @@ static void test_limits(void **state) {
   memset(response + head, 'a', TG_RPC_MAX_STRING + 1);
   strcpy(response + head + TG_RPC_MAX_STRING + 1, "\"}}");
   e = decode_fails(response, strlen(response), TG_RPC_INVALID_REQUEST);
-  assert_true(json_is_null(json_object_get(e, "id")));
+  assert_null(json_object_get(e, "id"));
   json_decref(e);
   free(response);
   /* At the limit, as sent: MAX - 2 bytes and an escaped quote (its two bytes count; the
@@ -328,7 +334,7 @@ static void test_batches(void **state) {
     int r = tg_rpc_decode_element(json_array_get(batch.root, i), &m, &err);
     if (kinds[i] < 0) {
       assert_int_equal(r, TG_RPC_INVALID_REQUEST);
-      assert_true(json_is_null(json_object_get(err, "id")));
+      assert_null(json_object_get(err, "id"));
       json_decref(err);
       continue;
     }
@@ -356,7 +362,7 @@ static void test_batches(void **state) {
   assert_int_equal(tg_rpc_decode(notes, strlen(notes), &batch, &err), 0);
   answers = tg_rpc_refuse_batch(&batch, TG_RPC_INVALID_REQUEST, "no", NULL);
   assert_true(json_is_object(answers));
-  assert_true(json_is_null(json_object_get(answers, "id")));
+  assert_null(json_object_get(answers, "id"));
   json_decref(answers);
   tg_rpc_msg_done(&batch);
 
