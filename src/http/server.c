@@ -1224,7 +1224,8 @@ typedef struct request {
   char token_hash[TG_TOKEN_HASH_LEN + 1]; /* of the token that named it; "" without auth */
   char *body;
   size_t len;
-  size_t dropped; /* of a body past the bound: the bytes that came past it, not kept */
+  size_t dropped; /* of a body past the bound: the bytes that came, none of them kept */
+  tg_rpc_id_scan *past; /* of such a body, what its refusal may name */
   held_share *answering; /* its caller's share, counting it as answered (see request_begin) */
   bool takes_events;   /* Accept takes text/event-stream */
   bool prefers_events; /* Accept names it, no lower than JSON: a call's answer may stream */
@@ -2510,11 +2511,9 @@ static enum MHD_Result refuse_while_stopping(struct MHD_Connection *conn) {
   return respond_with(conn, MHD_HTTP_SERVICE_UNAVAILABLE, res, "application/json", NULL, NULL);
 }
 
-/* body: what was kept of the request's body (NULL: none was read), for the refusal to name
- * its request. */
-static enum MHD_Result refuse_too_large(struct MHD_Connection *conn, const char *body,
-                                        size_t len) {
-  return queue_json(conn, MHD_HTTP_CONTENT_TOO_LARGE, tg_rpc_too_large(body, len), NULL);
+/* scan: of the request's body (NULL: none was read), for the refusal to name its request. */
+static enum MHD_Result refuse_too_large(struct MHD_Connection *conn, const tg_rpc_id_scan *scan) {
+  return queue_json(conn, MHD_HTTP_CONTENT_TOO_LARGE, tg_rpc_too_large(scan), NULL);
 }
 
 /* libmicrohttpd reports what an operator should see (a thread it could not start, the
@@ -2595,7 +2594,7 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
     return queue_rpc_error(conn, MHD_HTTP_NOT_IMPLEMENTED, TG_RPC_INVALID_REQUEST,
                            "Transfer-Encoding other than chunked is not supported");
   if (length && strtoull(length, NULL, 10) > 2ull * TG_RPC_MAX_BODY)
-    return refuse_too_large(conn, NULL, 0);
+    return refuse_too_large(conn, NULL);
   /* DNS rebinding: a page elsewhere must not reach a server on this machine. */
   _cleanup_free_ char *origin = NULL, *host = NULL;
   if (!header_value(conn, "Origin", &origin) || !header_value(conn, "Host", &host)) return MHD_NO;
@@ -2652,35 +2651,44 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return MHD_YES;
   }
   if (*upload_size) {
-    /* A body past the bound keeps its first TG_RPC_MAX_BODY bytes (for its refusal to name
-     * its request), drops the rest as it comes and is refused once it ends (libmicrohttpd
-     * answers only then); one that goes on as long again past the bound (chunked: its
-     * length unsaid) has its connection closed instead. */
-    size_t keep = *upload_size;
-    if (keep > TG_RPC_MAX_BODY - rq->len) keep = TG_RPC_MAX_BODY - rq->len;
-    if (keep) {
-      char *grown = realloc(rq->body, rq->len + keep + 1);
-      if (!grown) return MHD_NO;
-      memcpy(grown + rq->len, upload_data, keep);
-      rq->body = grown;
-      rq->len += keep;
-      rq->body[rq->len] = 0;
+    /* A body past the bound is dropped as it comes, scanned for the id its refusal names,
+     * and refused once it ends (libmicrohttpd answers only then); one that goes on as long
+     * again past the bound (chunked: its length unsaid) has its connection closed instead. */
+    if (rq->past || rq->len + *upload_size > TG_RPC_MAX_BODY) {
+      if (!rq->past) {
+        if (!(rq->past = malloc(sizeof *rq->past))) return MHD_NO;
+        tg_rpc_id_scan_init(rq->past);
+        tg_rpc_id_scan_feed(rq->past, rq->body, rq->len);
+        rq->dropped = rq->len;
+        free(rq->body);
+        rq->body = NULL;
+        rq->len = 0;
+      }
+      tg_rpc_id_scan_feed(rq->past, upload_data, *upload_size);
+      rq->dropped += *upload_size;
+      *upload_size = 0;
+      if (rq->dropped <= 2ull * TG_RPC_MAX_BODY) return MHD_YES;
+      if (tg_log_may(&s->overlong_logged_ms))
+        tg_log(TG_LOG_WARN, "http: closed a connection whose body went on past twice the bound "
+                            "on a message's size (%u bytes; logged once a minute at most)",
+               TG_RPC_MAX_BODY);
+      closing_on_purpose = true;
+      return MHD_NO;
     }
-    rq->dropped += *upload_size - keep;
+    char *grown = realloc(rq->body, rq->len + *upload_size + 1);
+    if (!grown) return MHD_NO;
+    memcpy(grown + rq->len, upload_data, *upload_size);
+    rq->body = grown;
+    rq->len += *upload_size;
+    rq->body[rq->len] = 0;
     *upload_size = 0;
-    if (rq->len + rq->dropped <= 2ull * TG_RPC_MAX_BODY) return MHD_YES;
-    if (tg_log_may(&s->overlong_logged_ms))
-      tg_log(TG_LOG_WARN, "http: closed a connection whose body went on past twice the bound "
-                          "on a message's size (%u bytes; logged once a minute at most)",
-             TG_RPC_MAX_BODY);
-    closing_on_purpose = true;
-    return MHD_NO;
+    return MHD_YES;
   }
   /* The request is whole: it is answered now. */
   peer *p = peer_of(conn);
   if (p) atomic_store(&p->due_by, 0);
   tg_db *db = p ? p->db : NULL;
-  if (rq->dropped) return refuse_too_large(conn, rq->body, rq->len);
+  if (rq->past) return refuse_too_large(conn, rq->past);
   if (strcmp(method, "POST") == 0) {
     if (!db) return queue_rpc_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, TG_RPC_INTERNAL_ERROR, "No database");
     return handle_post(s, conn, db, rq->principal, rq);
@@ -2708,6 +2716,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   if (!rq) return;
   if (rq->answering) request_done(s, rq->answering, false);
   free(rq->body);
+  free(rq->past);
   free(rq);
   *con_cls = NULL;
   atomic_fetch_sub(&s->answering_now, 1);

@@ -65,63 +65,112 @@ static scanned scan_limits(const char *buf, size_t len) {
   return got;
 }
 
-/* The index of the quote that ends the string whose opening quote is at buf[at], or len. */
-static size_t string_end(const char *buf, size_t len, size_t at) {
-  for (size_t i = at + 1; i < len; i++) {
-    if (buf[i] == '\\') i++;
-    else if (buf[i] == '"') return i;
-  }
-  return len;
+/* The scan for a message's id (tg_rpc_id_scan): what it expects next at the top level. */
+enum {
+  SCAN_MEMBER,       /* a key, or a delimiter */
+  SCAN_KEY,          /* in a string that may be a key */
+  SCAN_AFTER_KEY,    /* a colon makes the string just read a key */
+  SCAN_VALUE,        /* a value begins */
+  SCAN_VALUE_STRING, /* in a string value */
+  SCAN_VALUE_SCALAR, /* in a number or a literal */
+};
+enum { MEMBER_OTHER, MEMBER_ID, MEMBER_METHOD };
+
+void tg_rpc_id_scan_init(tg_rpc_id_scan *s) { memset(s, 0, sizeof *s); }
+
+/* A byte of the value of the member being read, kept when it is the first id. */
+static void keep_id_byte(tg_rpc_id_scan *s, char ch) {
+  if (s->member != MEMBER_ID || s->ids != 1) return;
+  if (s->id_len < sizeof s->id) s->id[s->id_len++] = ch;
+  else s->id_long = true;
 }
 
-/* A top-level member's value, as its text: where it starts and how long it is (0: none). */
-typedef struct span {
-  size_t at, len;
-  unsigned seen;
-} span;
+static void value_begins(tg_rpc_id_scan *s) {
+  if (s->member == MEMBER_ID) s->ids++;
+  if (s->member == MEMBER_METHOD) s->methods = true;
+}
 
-/* An object holding the top-level "id" and "method" members of a message's text, those whose
- * values are no object or array (NULL when there are none, or they do not read): what an
- * error about a message that is not read whole may name, found by a scan of its text. An id
- * given twice is none (which one the client meant is unsaid); a method given twice is the
- * first. */
-static json_t *id_and_method(const char *buf, size_t len) {
-  span id = {0}, method = {0};
-  int depth = 0;
-  for (size_t i = 0; i < len; i++) {
-    if (buf[i] == '{' || buf[i] == '[') depth++;
-    else if (buf[i] == '}' || buf[i] == ']') depth--;
-    if (buf[i] != '"') continue;
-    size_t key = i, end = string_end(buf, len, i);
-    if (end >= len) break; /* cut short */
-    size_t n = end + 1 - key; /* the string with its quotes */
-    i = end; /* the scan goes on past it */
-    span *member = n == 4 && memcmp(buf + key, "\"id\"", 4) == 0       ? &id
-                   : n == 8 && memcmp(buf + key, "\"method\"", 8) == 0 ? &method
-                                                                       : NULL;
-    if (depth != 1 || !member) continue;
-    size_t v = key + n;
-    while (v < len && isspace((unsigned char)buf[v])) v++;
-    if (v >= len || buf[v] != ':') continue; /* a value, not a key */
-    for (v++; v < len && isspace((unsigned char)buf[v]); v++) continue;
-    member->seen++;
-    if (v >= len || buf[v] == '{' || buf[v] == '[') continue;
-    size_t stop = buf[v] == '"' ? string_end(buf, len, v) + 1 : v;
-    while (buf[v] != '"' && stop < len && !strchr(",}] \t\r\n", buf[stop])) stop++;
-    if (stop > len) continue;
-    if (member->seen == 1) *member = (span){.at = v, .len = stop - v, .seen = 1};
-    i = stop - 1;
+static void value_ends(tg_rpc_id_scan *s) {
+  if (s->member == MEMBER_ID && s->ids == 1) s->id_whole = !s->id_long;
+  s->stage = SCAN_MEMBER;
+}
+
+static int member_named(const tg_rpc_id_scan *s) {
+  if (s->key_len == 2 && memcmp(s->key, "id", 2) == 0) return MEMBER_ID;
+  if (s->key_len == 6 && memcmp(s->key, "method", 6) == 0) return MEMBER_METHOD;
+  return MEMBER_OTHER;
+}
+
+static void scan_byte(tg_rpc_id_scan *s, char ch) {
+  if (s->in_string) {
+    bool closes = !s->escaped && ch == '"';
+    s->escaped = !s->escaped && ch == '\\';
+    if (s->stage == SCAN_KEY && !closes) {
+      if (s->key_len < sizeof s->key) s->key[s->key_len] = ch;
+      s->key_len++;
+    }
+    if (s->stage == SCAN_VALUE_STRING) keep_id_byte(s, ch);
+    if (!closes) return;
+    s->in_string = false;
+    if (s->stage == SCAN_KEY) s->stage = SCAN_AFTER_KEY;
+    else if (s->stage == SCAN_VALUE_STRING) value_ends(s);
+    return;
   }
-  char *kept = NULL;
-  bool with_id = id.len && id.seen == 1;
-  if (!with_id && !method.len) return NULL;
-  if (asprintf(&kept, "{%s%.*s%s%s%.*s}", with_id ? "\"id\":" : "", with_id ? (int)id.len : 0,
-               buf + id.at, with_id && method.len ? "," : "", method.len ? "\"method\":" : "",
-               (int)method.len, buf + method.at) < 0)
-    return NULL;
-  json_t *members = json_loads(kept, 0, NULL);
-  free(kept);
-  return members;
+  if (s->stage == SCAN_VALUE_SCALAR) {
+    if (!strchr(",}] \t\r\n", ch)) {
+      keep_id_byte(s, ch);
+      return;
+    }
+    value_ends(s);
+  }
+  if (isspace((unsigned char)ch)) return;
+  if (s->stage == SCAN_AFTER_KEY) {
+    s->stage = SCAN_MEMBER;
+    if (ch == ':') {
+      s->member = member_named(s);
+      s->stage = SCAN_VALUE;
+      return;
+    }
+  }
+  if (s->stage == SCAN_VALUE) {
+    value_begins(s);
+    if (ch != '"' && ch != '{' && ch != '[') {
+      s->stage = SCAN_VALUE_SCALAR;
+      keep_id_byte(s, ch);
+      return;
+    }
+    s->stage = ch == '"' ? SCAN_VALUE_STRING : SCAN_MEMBER; /* an object or array is no id */
+    if (ch == '"') keep_id_byte(s, ch);
+  } else if (ch == '"' && s->depth == 1) {
+    s->stage = SCAN_KEY;
+    s->key_len = 0;
+  }
+  if (ch == '"') s->in_string = true;
+  else if (ch == '{' || ch == '[') s->depth++;
+  else if (ch == '}' || ch == ']') s->depth--;
+}
+
+void tg_rpc_id_scan_feed(tg_rpc_id_scan *s, const char *text, size_t len) {
+  for (size_t i = 0; i < len; i++) scan_byte(s, text[i]);
+}
+
+/* The id an error about a scanned message may name (a new reference, or NULL): a request's
+ * (a message with a top-level method), given once (which of two the client meant is unsaid),
+ * no object or array, read whole; a fraction too (refused, yet readable). */
+static json_t *scanned_id(const tg_rpc_id_scan *s) {
+  if (s->ids != 1 || !s->id_whole || !s->methods) return NULL;
+  json_t *id = json_loadb(s->id, s->id_len, JSON_DECODE_ANY, NULL);
+  if (json_is_string(id) || json_is_integer(id) || json_is_real(id)) return id;
+  json_decref(id);
+  return NULL;
+}
+
+/* The same for a message's whole text. */
+static json_t *id_in(const char *buf, size_t len) {
+  tg_rpc_id_scan s;
+  tg_rpc_id_scan_init(&s);
+  tg_rpc_id_scan_feed(&s, buf, len);
+  return scanned_id(&s);
 }
 
 static json_t *jsonrpc_base(void) { return json_pack("{s:s}", "jsonrpc", "2.0"); }
@@ -339,11 +388,10 @@ static json_t *limit_data(const char *limit) {
   return json_pack("{s:s,s:I}", "limit", limit, "max", max);
 }
 
-json_t *tg_rpc_too_large(const char *text, size_t len) {
-  json_t *named = text ? id_and_method(text, len) : NULL;
-  json_t *error = tg_rpc_error(named ? echo_id_of(named) : NULL, TG_RPC_INVALID_REQUEST,
-                               "Message too large", limit_data("size"));
-  json_decref(named);
+json_t *tg_rpc_too_large(const tg_rpc_id_scan *scan) {
+  json_t *id = scan ? scanned_id(scan) : NULL;
+  json_t *error = tg_rpc_error(id, TG_RPC_INVALID_REQUEST, "Message too large", limit_data("size"));
+  json_decref(id);
   return error;
 }
 
@@ -351,7 +399,10 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
   memset(msg, 0, sizeof *msg);
   *ret_error = NULL;
   if (len > TG_RPC_MAX_BODY) {
-    *ret_error = tg_rpc_too_large(buf, len);
+    tg_rpc_id_scan ids;
+    tg_rpc_id_scan_init(&ids);
+    tg_rpc_id_scan_feed(&ids, buf, len);
+    *ret_error = tg_rpc_too_large(&ids);
     return *ret_error ? TG_RPC_INVALID_REQUEST : TG_E_NOMEM;
   }
   scanned scan = scan_limits(buf, len);
@@ -360,7 +411,7 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
      * which request failed instead of waiting for it; not when reading is what the bound on
      * values spares. */
     bool readable = strcmp(scan.limit, "values") != 0;
-    json_t *whole = readable ? json_loadb(buf, len, JSON_DECODE_ANY, NULL) : id_and_method(buf, len);
+    json_t *whole = readable ? json_loadb(buf, len, JSON_DECODE_ANY, NULL) : NULL;
     static const char why[] = "Message exceeds a limit";
     json_t *data = limit_data(scan.limit);
     int code;
@@ -368,8 +419,11 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
       *ret_error = refusals(whole, TG_RPC_INVALID_REQUEST, why, data);
       code = *ret_error ? TG_RPC_INVALID_REQUEST : TG_E_NOMEM;
     } else {
-      code = fail(json_is_object(whole) ? echo_id_of(whole) : NULL, TG_RPC_INVALID_REQUEST, why,
-                  data, ret_error);
+      json_t *id = !readable ? id_in(buf, len)
+                   : json_is_object(whole) ? json_incref(echo_id_of(whole))
+                                           : NULL;
+      code = fail(id, TG_RPC_INVALID_REQUEST, why, data, ret_error);
+      json_decref(id);
     }
     json_decref(whole);
     return code;
@@ -399,8 +453,8 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
                   json_pack("{s:s,s:i}", "reason", jerr.text, "position", jerr.position),
                   ret_error);
     /* Read, yet no message: its error names the request when a scan finds its id. */
-    json_t *named = id_and_method(buf, len);
-    int code = fail(named ? echo_id_of(named) : NULL, TG_RPC_INVALID_REQUEST,
+    json_t *named = id_in(buf, len);
+    int code = fail(named, TG_RPC_INVALID_REQUEST,
                     "Invalid Request",
                     json_pack("{s:s,s:i}", "reason",
                               nul ? "a string holds \\u0000, which is not taken" : jerr.text,

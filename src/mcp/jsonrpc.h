@@ -2,6 +2,7 @@
  * and building responses and errors. Knows nothing of MCP methods or transports. */
 #pragma once
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Limits on what a peer may send in one message. */
@@ -56,10 +57,25 @@ typedef struct tg_rpc_msg {
  * TG_RPC_MAX_BATCH messages) gets, in *ret_error, the array of its requests' refusals, as
  * tg_rpc_refuse_batch gives. */
 int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_error);
-/* The error refusing a message longer than TG_RPC_MAX_BODY, of which text (len bytes, none
- * when NULL) is what was kept: it names the request when a scan of that finds its id. NULL
- * without memory. */
-json_t *tg_rpc_too_large(const char *text, size_t len);
+/* A scan of a message's text, fed piece by piece, for the id an error refusing it may name:
+ * for text not kept whole (a message past TG_RPC_MAX_BODY), wherever its id comes. */
+typedef struct tg_rpc_id_scan {
+  int depth;
+  bool in_string, escaped;
+  int stage, member; /* at the top level: what comes next, and whose value is read */
+  char key[8];       /* the first bytes of the string that may be a key */
+  size_t key_len;
+  char id[256]; /* the first id's value as sent (a longer one is not named) */
+  size_t id_len;
+  bool id_long, id_whole; /* it passed id's size; it was read whole */
+  unsigned ids;           /* ids given */
+  bool methods;           /* a method was given: a request's id, not a response's */
+} tg_rpc_id_scan;
+void tg_rpc_id_scan_init(tg_rpc_id_scan *scan);
+void tg_rpc_id_scan_feed(tg_rpc_id_scan *scan, const char *text, size_t len);
+/* The error refusing a message longer than TG_RPC_MAX_BODY, naming its request when scan
+ * (NULL: none was read) found its id. NULL without memory. */
+json_t *tg_rpc_too_large(const tg_rpc_id_scan *scan);
 /* Decodes one element of a batch (borrowed) as tg_rpc_decode decodes a message. */
 int tg_rpc_decode_element(json_t *element, tg_rpc_msg *msg, json_t **ret_error);
 void tg_rpc_msg_done(tg_rpc_msg *msg);

@@ -34,6 +34,7 @@ typedef struct conn {
   char *chunk; /* bytes read from in, [pos, len) not consumed yet */
   size_t pos, len;
   char *line; /* the current input line, up to TG_RPC_MAX_BODY bytes and a CR */
+  tg_rpc_id_scan past; /* of a line past them, what its refusal may name */
   const tg_mcp_server *srv;
   const tg_mcp_request *req;
   const char *token; /* the API token that named the principal, or NULL */
@@ -184,7 +185,7 @@ static size_t refill(conn *c) {
 enum { GOT_NOTHING, GOT_ONE, GOT_EOF, GOT_TOO_LONG };
 
 /* Reads one line into c->line (*len bytes). Returns GOT_ONE, GOT_EOF or GOT_TOO_LONG (the
- * line was consumed: c->line keeps its first TG_RPC_MAX_BODY bytes and one more). */
+ * line was consumed, and scanned whole into c->past for the id its refusal names). */
 static int read_line(conn *c, size_t *len) {
   bool too_long = false, any = false;
   *len = 0;
@@ -197,13 +198,24 @@ static int read_line(conn *c, size_t *len) {
     any = true;
     if (ch == '\n') break;
     /* One byte past the limit: the CR of a message at the limit. */
-    if (*len <= TG_RPC_MAX_BODY) c->line[(*len)++] = ch;
-    else too_long = true;
+    if (*len <= TG_RPC_MAX_BODY) {
+      c->line[(*len)++] = ch;
+      continue;
+    }
+    if (!too_long) {
+      tg_rpc_id_scan_init(&c->past);
+      tg_rpc_id_scan_feed(&c->past, c->line, *len);
+      too_long = true;
+    }
+    tg_rpc_id_scan_feed(&c->past, &ch, 1);
   }
   if (!any) return GOT_EOF;
   /* Tolerate CRLF framing from clients on other systems. */
   if (*len && c->line[*len - 1] == '\r') (*len)--;
-  return too_long || *len > TG_RPC_MAX_BODY ? GOT_TOO_LONG : GOT_ONE;
+  if (too_long || *len <= TG_RPC_MAX_BODY) return too_long ? GOT_TOO_LONG : GOT_ONE;
+  tg_rpc_id_scan_init(&c->past);
+  tg_rpc_id_scan_feed(&c->past, c->line, *len);
+  return GOT_TOO_LONG;
 }
 
 static bool blank(const char *s, size_t len) {
@@ -221,7 +233,7 @@ static int next_message(conn *c, tg_rpc_msg *msg) {
   if (got == GOT_ONE && blank(c->line, len)) return GOT_NOTHING;
   json_t *err = NULL;
   if (got == GOT_TOO_LONG) {
-    err = tg_rpc_too_large(c->line, len);
+    err = tg_rpc_too_large(&c->past);
   } else if (tg_rpc_decode(c->line, len, msg, &err) == 0) {
     return GOT_ONE;
   }

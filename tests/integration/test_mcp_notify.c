@@ -984,6 +984,20 @@ static void test_stdio_message_at_the_limit_with_crlf(void **state) {
                       "Message too large");
   assert_int_equal(json_integer_value(json_object_get(refused, "id")), 7); /* read from its start */
   json_decref(refused);
+  /* Its id is found wherever it comes: last, as the TypeScript SDK writes it. */
+  size_t size = TG_RPC_MAX_BODY + 4096;
+  char *line = malloc(size + 1);
+  assert_non_null(line);
+  memset(line, ' ', size);
+  static const char head[] = "{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"params\":{\"pad\":\"";
+  static const char tail[] = "\"},\"id\":9}\n";
+  memcpy(line, head, sizeof head - 1);
+  memcpy(line + size + 1 - (sizeof tail - 1), tail, sizeof tail - 1);
+  assert_int_equal(write(s->to_server, line, size + 1), (ssize_t)(size + 1));
+  free(line);
+  refused = stdio_next(s);
+  assert_int_equal(json_integer_value(json_object_get(refused, "id")), 9);
+  json_decref(refused);
   stdio_send(s, PING(8));
   expect_answer(s, 8);
   stdio_stop(s);

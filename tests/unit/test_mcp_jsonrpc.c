@@ -124,6 +124,30 @@ static void test_error_echoes_readable_id(void **state) {
   err = decode_fails("{bad", 4, TG_RPC_PARSE_ERROR);
   assert_null(json_object_get(err, "id"));
   json_decref(err);
+  /* The id is a top-level member's, as sent, of a request (a message with a method). */
+  static const struct {
+    const char *text;
+    const char *id; /* NULL: none named */
+  } scanned[] = {
+      {"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"id\":5,\"a\":\"\\u0000\"},\"id\":9}", "9"},
+      {"{\"jsonrpc\":\"2.0\",\"params\":{\"a\":\"\\u0000\"},\"id\" : \"x\\\"y\" ,\"method\":\"m\"}",
+       "\"x\\\"y\""},
+      {"{\"jsonrpc\":\"2.0\",\"method\":\"id\",\"x\":[\"id\",\"\\u0000\"],\"y\":\"id\"}", NULL},
+      {"{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"a\":\"\\u0000\"}}", NULL}, /* a response */
+      {"{\"jsonrpc\":\"2.0\",\"id\":{\"a\":1},\"method\":\"m\",\"p\":\"\\u0000\"}", NULL},
+  };
+  for (size_t i = 0; i < sizeof scanned / sizeof scanned[0]; i++) {
+    err = decode_fails(scanned[i].text, strlen(scanned[i].text), TG_RPC_INVALID_REQUEST);
+    json_t *id = json_object_get(err, "id");
+    if (!scanned[i].id) {
+      assert_null(id);
+    } else {
+      char *named = json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT);
+      assert_string_equal(named, scanned[i].id);
+      free(named);
+    }
+    json_decref(err);
+  }
   /* A key given twice: the request is named, unless its id is that key (which one?). */
   text = "{\"jsonrpc\":\"2.0\",\"id\":\"a2\",\"method\":\"ping\",\"method\":\"ping\"}";
   err = decode_fails(text, strlen(text), TG_RPC_INVALID_REQUEST);
@@ -309,6 +333,18 @@ static void test_limits(void **state) {
   assert_int_equal(json_integer_value(json_object_get(data, "max")), TG_RPC_MAX_BODY);
   assert_int_equal(json_integer_value(json_object_get(e, "id")), 1); /* scanned for, as above */
   json_decref(e);
+  /* Its id is found wherever it comes: last, as the TypeScript SDK writes it. */
+  char *padded = malloc(TG_RPC_MAX_BODY + 64);
+  assert_non_null(padded);
+  memset(padded, ' ', TG_RPC_MAX_BODY + 64);
+  static const char opening[] = "{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"params\":{\"pad\":\"";
+  static const char closing[] = "\"},\"id\":\"last\"}";
+  memcpy(padded, opening, sizeof opening - 1);
+  memcpy(padded + TG_RPC_MAX_BODY + 64 - (sizeof closing - 1), closing, sizeof closing - 1);
+  e = decode_fails(padded, TG_RPC_MAX_BODY + 64, TG_RPC_INVALID_REQUEST);
+  assert_string_equal(json_string_value(json_object_get(e, "id")), "last");
+  json_decref(e);
+  free(padded);
   /* At the limit, it is read. */
   assert_int_equal(tg_rpc_decode(s, TG_RPC_MAX_BODY, &msg, &e), 0);
   assert_string_equal(msg.method, "ping");
