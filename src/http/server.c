@@ -2427,9 +2427,11 @@ static stream *standalone_locked(session *x, unsigned *status, const char **why,
     size_t from = event_start_locked(old, old->seen > old->head ? old->seen : old->head);
     if (!busy && from < old->len) *unread = tg_mcp_watch_lists_in(old->buf + from, old->len - from);
     pthread_mutex_unlock(&old->lock);
+    /* 405 is how a server says it offers no stream on GET, which clients take quietly:
+     * some open another as a stream they resumed ends (409 set off their retries). */
     if (busy) {
-      *status = MHD_HTTP_CONFLICT;
-      *why = "A GET stream is already open for this session";
+      *status = MHD_HTTP_METHOD_NOT_ALLOWED;
+      *why = "A GET stream is already open for this session: no other is offered";
       return NULL;
     }
   }
