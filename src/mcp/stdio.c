@@ -184,6 +184,12 @@ static size_t refill(conn *c) {
 /* What reading one line or one message came to. */
 enum { GOT_NOTHING, GOT_ONE, GOT_EOF, GOT_TOO_LONG };
 
+/* Begins the scan of a line past the limit with what c->line holds of it. */
+static void scan_kept(conn *c, size_t len) {
+  tg_rpc_id_scan_init(&c->past);
+  tg_rpc_id_scan_feed(&c->past, c->line, len);
+}
+
 /* Reads one line into c->line (*len bytes). Returns GOT_ONE, GOT_EOF or GOT_TOO_LONG (the
  * line was consumed, and scanned whole into c->past for the id its refusal names). */
 static int read_line(conn *c, size_t *len) {
@@ -202,19 +208,16 @@ static int read_line(conn *c, size_t *len) {
       c->line[(*len)++] = ch;
       continue;
     }
-    if (!too_long) {
-      tg_rpc_id_scan_init(&c->past);
-      tg_rpc_id_scan_feed(&c->past, c->line, *len);
-      too_long = true;
-    }
+    if (!too_long) scan_kept(c, *len);
+    too_long = true;
     tg_rpc_id_scan_feed(&c->past, &ch, 1);
   }
   if (!any) return GOT_EOF;
   /* Tolerate CRLF framing from clients on other systems. */
   if (*len && c->line[*len - 1] == '\r') (*len)--;
-  if (too_long || *len <= TG_RPC_MAX_BODY) return too_long ? GOT_TOO_LONG : GOT_ONE;
-  tg_rpc_id_scan_init(&c->past);
-  tg_rpc_id_scan_feed(&c->past, c->line, *len);
+  if (too_long) return GOT_TOO_LONG;
+  if (*len <= TG_RPC_MAX_BODY) return GOT_ONE;
+  scan_kept(c, *len); /* one byte past the limit, and no CR */
   return GOT_TOO_LONG;
 }
 

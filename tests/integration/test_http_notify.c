@@ -487,7 +487,7 @@ static void open_session_at(world *w, const char *version, const char *caps, cha
            version, caps);
   exchange *ex = start(w, "POST", NULL, NULL, body);
   await(ex, NULL);
-  assert_int_equal(ex->status, 200);
+  if (ex->status != 200) fail_msg("initialize got %ld: %s", ex->status, ex->got);
   snprintf(agreed, sizeof agreed, "\"protocolVersion\":\"%s\"", version);
   assert_non_null(strstr(ex->got, agreed));
   assert_int_equal(strlen(ex->sid), 32);
