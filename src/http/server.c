@@ -1316,13 +1316,20 @@ static int worker_ask(void *self, json_t *ask, json_t **ret) {
 
 /* Hands a posted JSON-RPC response to the tool waiting for it. */
 static bool deliver_answer(server *s, session *x, const tg_rpc_msg *msg) {
-  bool found = false;
+  size_t at = MAX_ASKS, matched = 0;
   pthread_mutex_lock(&s->lock);
-  for (size_t i = 0; i < MAX_ASKS && !found; i++) {
-    if (!x->asks[i].id || !json_equal(x->asks[i].id, msg->id)) continue;
-    json_decref(x->asks[i].response);
-    x->asks[i].response = json_incref(msg->root);
-    found = true;
+  /* An error naming no request (its client could not read one) answers the question
+   * waiting when only one does, as over stdio. */
+  for (size_t i = 0; i < MAX_ASKS; i++)
+    if (x->asks[i].id &&
+        (msg->id ? json_equal(x->asks[i].id, msg->id) : !x->asks[i].response && msg->error)) {
+      at = i;
+      matched++;
+    }
+  bool found = matched == 1;
+  if (found) {
+    json_decref(x->asks[at].response);
+    x->asks[at].response = json_incref(msg->root);
   }
   pthread_cond_broadcast(&s->answered);
   pthread_mutex_unlock(&s->lock);
@@ -1757,7 +1764,7 @@ static enum MHD_Result queue_rpc_error(struct MHD_Connection *conn, unsigned sta
 }
 
 /* The -32600 error refusing msg: with its id when it is a request, so that it answers that
- * request; a client's response or notification has no answer of its own to name (id null).
+ * request; a client's response or notification has no answer of its own to name (no id).
  * Each request of a batch gets its own. */
 static enum MHD_Result queue_refusal_as(struct MHD_Connection *conn, unsigned status,
                                         const tg_rpc_msg *msg, int code, const char *message) {
@@ -2489,8 +2496,13 @@ static enum MHD_Result handle_get(server *s, struct MHD_Connection *conn, tg_db 
    * else can change. */
   if (st && !last && db) check_lists(s, db, principal, x);
   session_put(s, x);
-  return st ? queue_stream(conn, st, NULL, reader_id)
-            : queue_rpc_error(conn, status, TG_RPC_INVALID_REQUEST, why);
+  if (st) return queue_stream(conn, st, NULL, reader_id);
+  if (status != MHD_HTTP_METHOD_NOT_ALLOWED)
+    return queue_rpc_error(conn, status, TG_RPC_INVALID_REQUEST, why);
+  /* No other stream is offered on GET while one is open: POST and DELETE are left. */
+  _cleanup_json_ json_t *error = tg_rpc_error(NULL, TG_RPC_INVALID_REQUEST, why, NULL);
+  _cleanup_free_ char *text = error ? tg_rpc_encode(error) : NULL;
+  return text ? respond(conn, status, "application/json", text, NULL, "POST, DELETE") : MHD_NO;
 }
 
 /* Set by a connection's thread that returns MHD_NO to close it on purpose, having logged why:

@@ -108,6 +108,7 @@ static void scan_byte(tg_rpc_id_scan *s, char ch) {
     if (s->stage == SCAN_KEY && !closes) {
       if (s->key_len < sizeof s->key) s->key[s->key_len] = ch;
       s->key_len++;
+      s->escaped_key |= ch == '\\'; /* it may read as id or method: no id is named */
     }
     if (s->stage == SCAN_VALUE_STRING) keep_id_byte(s, ch);
     if (!closes) return;
@@ -158,7 +159,7 @@ void tg_rpc_id_scan_feed(tg_rpc_id_scan *s, const char *text, size_t len) {
  * (a message with a top-level method), given once (which of two the client meant is unsaid),
  * no object or array, read whole; a fraction too (refused, yet readable). */
 static json_t *scanned_id(const tg_rpc_id_scan *s) {
-  if (s->ids != 1 || !s->id_whole || !s->methods) return NULL;
+  if (s->ids != 1 || !s->id_whole || !s->methods || s->escaped_key) return NULL;
   json_t *id = json_loadb(s->id, s->id_len, JSON_DECODE_ANY, NULL);
   if (json_is_string(id) || json_is_integer(id) || json_is_real(id)) return id;
   json_decref(id);

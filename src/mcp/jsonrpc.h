@@ -51,7 +51,7 @@ typedef struct tg_rpc_msg {
 
 /* Decodes one message of len bytes (need not be NUL-terminated). Returns 0 and fills *msg
  * (release with tg_rpc_msg_done), or a JSON-RPC error code with *ret_error a complete error
- * response (id null unless the id could be read), or TG_E_NOMEM with *ret_error NULL.
+ * response (without an id unless it could be read), or TG_E_NOMEM with *ret_error NULL.
  * A batch (a JSON array, not empty) is a TG_RPC_BATCH message, which the transport serves
  * element by element or refuses; a batch refused for a limit (its text's, or more than
  * TG_RPC_MAX_BATCH messages) gets, in *ret_error, the array of its requests' refusals, as
@@ -70,6 +70,7 @@ typedef struct tg_rpc_id_scan {
   bool id_long, id_whole; /* it passed id's size; it was read whole */
   unsigned ids;           /* ids given */
   bool methods;           /* a method was given: a request's id, not a response's */
+  bool escaped_key;       /* a key at the top level was written with escapes */
 } tg_rpc_id_scan;
 void tg_rpc_id_scan_init(tg_rpc_id_scan *scan);
 void tg_rpc_id_scan_feed(tg_rpc_id_scan *scan, const char *text, size_t len);

@@ -616,15 +616,20 @@ static void test_the_line_for_pool_threads_is_bounded(void **state) {
  * so that it can still reach the calls it holds. */
 static void test_a_call_whose_client_left_counts_until_it_ends(void **state) {
   world *w = *state;
-  w->cfg.max_requests_per_principal = 1;
+  /* Two, not one: a request is counted until libmicrohttpd completes it, which may come just
+   * after its client has the answer and sends the next. */
+  w->cfg.max_requests_per_principal = 2;
   restart(w);
   char sid[64];
   open_session(w, "{}", sid);
 #define WAITING_CALL(id) CALL_WITH(id, "test_note_close", "{\"silent\":true,\"wait\":true}")
-  exchange *call = start(w, "POST", sid, NULL, WAITING_CALL("8"));
-  await(call, "retry: 500\ndata: \n\n");
-  finish(call); /* the client leaves; the call runs on */
-  await_load(w, false, 0); /* the server saw it leave */
+  static const char *const left[] = {WAITING_CALL("7"), WAITING_CALL("8")};
+  for (int i = 0; i < 2; i++) {
+    exchange *call = start(w, "POST", sid, NULL, left[i]);
+    await(call, "retry: 500\ndata: \n\n");
+    finish(call); /* the client leaves; the call runs on */
+    await_load(w, false, 0); /* the server saw it leave */
+  }
   char *got = request(w, "POST", sid, NULL, WAITING_CALL("9"), 429);
   assert_non_null(strstr(got, "Too many calls of this caller"));
   free(got);
@@ -997,6 +1002,22 @@ static void test_a_client_result_not_an_object_is_its_error(void **state) {
   assert_non_null(strstr(call->got, "provider_error"));
   assert_non_null(strstr(call->got, "The client's result does not answer the request"));
   assert_non_null(strstr(call->got, "\"result\":\"x\"")); /* what the client sent */
+  finish(call);
+}
+
+/* An error naming no request (its client could not read the question) answers the question
+ * waiting when only one waits: the call fails with it, rather than waiting for its time. */
+static void test_an_error_naming_no_request_answers_the_one_question(void **state) {
+  world *w = *state;
+  char sid[64];
+  open_session(w, "{\"sampling\":{}}", sid);
+  exchange *call = asking_call(w, sid);
+  free(request(w, "POST", sid, NULL,
+               "{\"jsonrpc\":\"2.0\",\"error\":{\"code\":-32700,\"message\":\"Parse error\"}}",
+               202));
+  await(call, "\"id\":\"call-1\"");
+  assert_non_null(strstr(call->got, "\"isError\":true"));
+  assert_non_null(strstr(call->got, "-32700"));
   finish(call);
 }
 
@@ -2205,6 +2226,7 @@ int main(void) {
       T(test_batches_on_a_2025_03_26_session),
       T(test_what_a_session_may_not_send),
       T(test_a_client_result_not_an_object_is_its_error),
+      T(test_an_error_naming_no_request_answers_the_one_question),
       T(test_ending_a_session_cancels_its_calls),
       T(test_a_cancelled_request_gets_an_empty_event_stream),
       T(test_bearer_tokens_empty_unknown_or_padded),

@@ -1527,6 +1527,24 @@ static void test_stdio_end_of_input_answers_open_listens(void **state) {
                    5);
   json_decref(end);
   assert_int_equal(stdio_join(s), 0);
+  /* Told to stop instead, it answers nothing more: the output ends after the
+   * acknowledgement. */
+  s = stdio_start(w);
+  stdio_send(s, "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"subscriptions/listen\",\"params\":{"
+                MODERN_META ",\"notifications\":{\"toolsListChanged\":true}}}");
+  json_decref(stdio_next(s)); /* acknowledged */
+  assert_int_equal(write(s->stop[1], "", 1), 1);
+  close(s->to_server);
+  s->to_server = -1;
+  char rest[256];
+  size_t got = s->len;
+  for (ssize_t n = 1; n > 0; got += n > 0 ? (size_t)n : 0) {
+    struct pollfd p = {.fd = s->from_server, .events = POLLIN};
+    if (poll(&p, 1, HANG_GUARD_MS) != 1) fail_msg("the server hung");
+    n = read(s->from_server, rest, sizeof rest);
+  }
+  assert_int_equal(got, 0);
+  assert_int_equal(stdio_join(s), 0);
 }
 
 /* Told to stop once its input ended, the server does not give its tasks at work their grace:

@@ -135,6 +135,8 @@ static void test_error_echoes_readable_id(void **state) {
       {"{\"jsonrpc\":\"2.0\",\"method\":\"id\",\"x\":[\"id\",\"\\u0000\"],\"y\":\"id\"}", NULL},
       {"{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"a\":\"\\u0000\"}}", NULL}, /* a response */
       {"{\"jsonrpc\":\"2.0\",\"id\":{\"a\":1},\"method\":\"m\",\"p\":\"\\u0000\"}", NULL},
+      /* A key written with escapes may be a second id: none is named. */
+      {"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"\\u0069d\":2,\"p\":\"\\u0000\"}", NULL},
   };
   for (size_t i = 0; i < sizeof scanned / sizeof scanned[0]; i++) {
     err = decode_fails(scanned[i].text, strlen(scanned[i].text), TG_RPC_INVALID_REQUEST);
