@@ -1527,15 +1527,13 @@ static void test_stdio_end_of_input_answers_open_listens(void **state) {
                    5);
   json_decref(end);
   assert_int_equal(stdio_join(s), 0);
-  /* Told to stop instead, it answers nothing more: the output ends after the
-   * acknowledgement. */
+  /* Told to stop instead (its input still open: an end of input could come first), it
+   * answers nothing more: the output ends after the acknowledgement. */
   s = stdio_start(w);
   stdio_send(s, "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"subscriptions/listen\",\"params\":{"
                 MODERN_META ",\"notifications\":{\"toolsListChanged\":true}}}");
   json_decref(stdio_next(s)); /* acknowledged */
   assert_int_equal(write(s->stop[1], "", 1), 1);
-  close(s->to_server);
-  s->to_server = -1;
   char rest[256];
   size_t got = s->len;
   for (ssize_t n = 1; n > 0; got += n > 0 ? (size_t)n : 0) {
