@@ -60,7 +60,7 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
 /* A scan of a message's text, fed piece by piece, for the id an error refusing it may name:
  * for text not kept whole (a message past TG_RPC_MAX_BODY), wherever its id comes. */
 typedef struct tg_rpc_id_scan {
-  int depth;
+  long long depth; /* a line over stdio has no bound on its length */
   bool in_string, escaped;
   int stage, member; /* at the top level: what comes next, and whose value is read */
   char key[8];       /* the first bytes of the string that may be a key */
