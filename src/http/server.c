@@ -110,8 +110,12 @@ typedef struct mhd_line {
  * request whole or taken its answer whole (monotonic ms; 0 while its request is answered, or
  * answered by a stream that may still grow). */
 typedef struct peer {
+  server *srv;
   tg_db *db;
   int fd;
+  /* The caller's share counting the request it answers (see request_begin), until
+   * request_answered; NULL: none counted. */
+  held_share *answering;
   _Atomic int64_t due_by;
   bool cut; /* shut down by the sweeper */
   struct peer *prev, *next;
@@ -1226,7 +1230,6 @@ typedef struct request {
   size_t len;
   size_t dropped; /* of a body past the bound: the bytes that came, none of them kept */
   tg_rpc_id_scan *past; /* of such a body, what its refusal may name */
-  held_share *answering; /* its caller's share, counting it as answered (see request_begin) */
   bool takes_events;   /* Accept takes text/event-stream */
   bool prefers_events; /* Accept names it, no lower than JSON: a call's answer may stream */
   /* A header 2026-07-28 validates given more than once on a POST: the refusal (-32020)
@@ -1648,13 +1651,26 @@ static enum MHD_Result respond_with(struct MHD_Connection *conn, unsigned status
                                     struct MHD_Response *res, const char *type,
                                     const char *session_id, const char *allow);
 
-/* A response; allow: the Allow header of a 405 (the methods of its route). */
+/* The request conn answers stops counting among its caller's requests. */
+static void request_answered(struct MHD_Connection *conn) {
+  peer *p = peer_of(conn);
+  if (!p || !p->answering) return;
+  request_done(p->srv, p->answering, false);
+  p->answering = NULL;
+}
+
+/* A response; allow: the Allow header of a 405 (the methods of its route). A small one
+ * stops counting among its caller's requests once queued: the socket takes it whole at once,
+ * and libmicrohttpd's completion of its request may come after the client has it and sent
+ * its next. */
 static enum MHD_Result respond(struct MHD_Connection *conn, unsigned status, const char *type,
                                const char *body, const char *session_id, const char *allow) {
+  size_t n = body ? strlen(body) : 0;
   struct MHD_Response *res =
-      MHD_create_response_from_buffer(body ? strlen(body) : 0, (void *)(body ? body : ""),
-                                      MHD_RESPMEM_MUST_COPY);
-  return res ? respond_with(conn, status, res, type, session_id, allow) : MHD_NO;
+      MHD_create_response_from_buffer(n, (void *)(body ? body : ""), MHD_RESPMEM_MUST_COPY);
+  enum MHD_Result r = res ? respond_with(conn, status, res, type, session_id, allow) : MHD_NO;
+  if (r == MHD_YES && n <= SMALL_ANSWER_BYTES) request_answered(conn);
+  return r;
 }
 
 /* Queues res (destroyed here) with its headers; type, session_id and allow may be NULL. */
@@ -1683,7 +1699,9 @@ static enum MHD_Result queue_unanswered(struct MHD_Connection *conn, bool holds_
                                         const char *session_id) {
   if (!holds_request) return queue(conn, MHD_HTTP_ACCEPTED, NULL, NULL, session_id);
   struct MHD_Response *res = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-  return res ? queue_sse(conn, res, session_id) : MHD_NO;
+  enum MHD_Result r = res ? queue_sse(conn, res, session_id) : MHD_NO;
+  if (r == MHD_YES) request_answered(conn); /* small: see respond */
+  return r;
 }
 
 /* Answers with one encoded message (text, stolen). */
@@ -2619,7 +2637,8 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
                             rq->token_hash);
   if (who != CALLER_KNOWN) return refuse_caller(s, conn, who);
   bool full = false;
-  if (!s->cfg->no_auth && !(rq->answering = request_begin(s, rq->principal, false, &full)))
+  /* A known caller has a peer: its token was checked on the peer's database. */
+  if (!s->cfg->no_auth && !(p->answering = request_begin(s, rq->principal, false, &full)))
     return full ? queue_rpc_error(conn, MHD_HTTP_TOO_MANY_REQUESTS, TG_RPC_INVALID_REQUEST,
                                   "Too many requests of this caller are answered at once; "
                                   "end one (a stream) or wait")
@@ -2728,7 +2747,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   set_due_by(conn, tg_monotonic_ms() + slow_limit_ms(s, 0)); /* for the next request */
   request *rq = *con_cls;
   if (!rq) return;
-  if (rq->answering) request_done(s, rq->answering, false);
+  request_answered(conn);
   free(rq->body);
   free(rq->past);
   free(rq);
@@ -2745,6 +2764,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
   if (code == MHD_CONNECTION_NOTIFY_STARTED) {
     char *why = NULL;
     if (!(p = calloc(1, sizeof *p))) return; /* no context: its requests get a 503 */
+    p->srv = s;
     if (tg_db_open(s->cfg->data_dir, &p->db, &why) < 0) {
       tg_log(TG_LOG_ERROR, "http: cannot open the database: %s", why ? why : "out of memory");
       free(why);

@@ -1477,7 +1477,8 @@ static int check_pinned(cx *c, tg_mcp_reply *reply) {
   const tg_rpc_msg *msg = c->msg;
   const tg_mcp_session *s = c->req->session;
   int r;
-  if (c->modern && s->era == TG_MCP_ERA_LEGACY && strcmp(msg->method, "server/discover") != 0)
+  /* The discover probe too: what it would say supported, this connection does not take. */
+  if (c->modern && s->era == TG_MCP_ERA_LEGACY)
     r = reply_error(msg, TG_RPC_UNSUPPORTED_VERSION,
                     "This connection speaks the 2025 protocol: it began without params._meta",
                     json_pack("{s:[s],s:s}", "supported", s->version[0] ? s->version : TG_MCP_LEGACY_VERSION,

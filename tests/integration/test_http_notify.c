@@ -1458,6 +1458,45 @@ static void read_answer(int fd, char *answer, size_t size) {
   }
 }
 
+#define ANSWER_MAX 8192
+
+/* A 2026-07-28 server/discover on fd, connected to the server at port: its answer, whole,
+ * into answer. */
+static void discover_on(world *w, int fd, unsigned port, char answer[ANSWER_MAX]) {
+  char *lines = NULL;
+  assert_true(asprintf(&lines,
+                       "Authorization: Bearer %s\r\nAccept: application/json, "
+                       "text/event-stream\r\nContent-Type: application/json\r\n"
+                       "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: server/discover\r\n",
+                       w->token) > 0);
+  fixture_http_send(fd, port, "POST", lines,
+                    "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\","
+                    "\"params\":{" MODERN_META "}}");
+  free(lines);
+  read_answer(fd, answer, ANSWER_MAX);
+}
+
+/* The same, answered 200. */
+static void discovered_on(world *w, int fd, unsigned port) {
+  char answer[ANSWER_MAX];
+  discover_on(w, fd, port, answer);
+  if (strncmp(answer, "HTTP/1.1 200", 12) != 0) fail_msg("server/discover got: %s", answer);
+}
+
+/* A small answer stops counting among its caller's requests once it is handed over, not when
+ * libmicrohttpd completes its request, which may come after the client has it: a caller at
+ * its bound that sends its next request on another connection the moment it has an answer
+ * is served. */
+static void test_a_caller_at_its_bound_is_served_its_next_request_at_once(void **state) {
+  world *w = *state;
+  w->cfg.max_requests_per_principal = 1;
+  unsigned port = restart(w);
+  int fds[2] = {connected(port), connected(port)};
+  for (int i = 0; i < 2000; i++) discovered_on(w, fds[i % 2], port);
+  close(fds[0]);
+  close(fds[1]);
+}
+
 /* Sends a request's head on fd, connected, then a byte every 250 ms (less than the tests' idle
  * timeouts apart) until the server closes the connection; closes fd. */
 static void trickle_until_closed(int fd) {
@@ -1481,21 +1520,8 @@ static void test_a_slow_sender_is_cut_off(void **state) {
   world *w = *state;
   w->cfg.idle_timeout_s = 1;
   unsigned port = restart(w);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  /* A whole request first, answered: the next one is timed from its answer. */
-  static const char body[] = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\","
-                             "\"params\":{" MODERN_META "}}";
-  char *lines = NULL;
-  assert_true(asprintf(&lines,
-                       "Authorization: Bearer %s\r\nAccept: application/json, "
-                       "text/event-stream\r\nContent-Type: application/json\r\n"
-                       "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: server/discover\r\n",
-                       w->token) > 0);
-  fixture_http_send(fd, port, "POST", lines, body);
-  free(lines);
-  char answer[8192];
-  read_answer(fd, answer, sizeof answer);
-  assert_int_equal(strncmp(answer, "HTTP/1.1 200", 12), 0);
+  int fd = connected(port);
+  discovered_on(w, fd, port); /* a whole request first: the next one is timed from its answer */
   trickle_until_closed(fd);
   free(request(w, "POST", NULL, MODERN_HEADERS("server/discover"),
                "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\",\"params\":{" MODERN_META
@@ -1845,16 +1871,8 @@ static void test_a_stopping_server_answers_its_calls(void **state) {
   unsigned port = 0;
   assert_int_equal(sscanf(w->url, "http://127.0.0.1:%u/", &port), 1);
   int fd = connected(port);
-  char *lines = NULL;
-  assert_true(asprintf(&lines, "Authorization: Bearer %s\r\nAccept: application/json, "
-                               "text/event-stream\r\nContent-Type: application/json\r\n"
-                               "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: server/discover\r\n",
-                       w->token) > 0);
-  static const char discover[] = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\","
-                                 "\"params\":{" MODERN_META "}}";
-  char answer[8192];
-  fixture_http_send(fd, port, "POST", lines, discover);
-  read_answer(fd, answer, sizeof answer);
+  char answer[ANSWER_MAX];
+  discover_on(w, fd, port, answer);
   assert_int_equal(strncmp(answer, "HTTP/1.1 200", 12), 0);
   exchange *call = start(w, "POST", NULL, STATELESS_ROUTE("test_wait_go"),
                          STATELESS_CALL("7", "test_wait_go", "{}"));
@@ -1867,11 +1885,9 @@ static void test_a_stopping_server_answers_its_calls(void **state) {
     if (i == HANG_GUARD_S * 100) fail_msg("a stopping server went on taking requests");
     assert_int_equal(strncmp(answer, "HTTP/1.1 200", 12), 0);
     usleep(10 * 1000);
-    fixture_http_send(fd, port, "POST", lines, discover);
-    read_answer(fd, answer, sizeof answer);
+    discover_on(w, fd, port, answer);
   }
   assert_non_null(strstr(answer, "The server is stopping"));
-  free(lines);
   close(fd);
   fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
@@ -2275,6 +2291,7 @@ int main(void) {
       T(test_a_slow_reader_is_cut_off),
       T(test_a_slow_reader_of_an_ended_stream_is_cut_off),
       T(test_one_caller_has_a_share_of_the_requests_answered),
+      T(test_a_caller_at_its_bound_is_served_its_next_request_at_once),
       T(test_a_call_gives_up_on_a_silent_client),
       T(test_listen_stream_gets_ack_then_changes),
       T(test_a_revoked_token_ends_its_streams),

@@ -683,8 +683,8 @@ static void test_stdio_pinning(void **state) {
   assert_false(w->session.initialized);
 }
 
-/* A stdio connection that began in 2025 stays there: a 2026-07-28 request is refused, but
- * for the discover probe. */
+/* A stdio connection that began in 2025 stays there: a 2026-07-28 request is refused, the
+ * discover probe too, so that what it says supported is what the connection takes. */
 static void test_stdio_pinned_to_2025(void **state) {
   world *w = *state;
   json_t *r = send_msg(w,
@@ -698,7 +698,9 @@ static void test_stdio_pinned_to_2025(void **state) {
   assert_string_equal(json_string_value(json_array_get(supported, 0)), "2025-06-18");
   json_decref(r);
   r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"server/discover\",\"params\":{" MODERN_META "}}", NULL, NULL);
-  assert_non_null(json_object_get(result_of(r), "supportedVersions"));
+  assert_int_equal(error_code(r), TG_RPC_UNSUPPORTED_VERSION);
+  supported = json_object_get(json_object_get(json_object_get(r, "error"), "data"), "supported");
+  assert_string_equal(json_string_value(json_array_get(supported, 0)), "2025-06-18");
   json_decref(r);
   assert_int_equal(w->session.era, TG_MCP_ERA_LEGACY);
   r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/list\"}", NULL, NULL);
@@ -1221,9 +1223,9 @@ static void test_initialize_checks_its_params(void **state) {
   json_decref(kept);
   tg_mcp_session_done(&w->session);
   tg_mcp_session_init(&w->session);
-  r = send_msg(w, INITIALIZE(2, "2025-11-25", "{}"), NULL, NULL);
-  json_t *d = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"server/discover\","
+  json_t *d = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"server/discover\","
                           "\"params\":{" MODERN_META "}}", NULL, NULL);
+  r = send_msg(w, INITIALIZE(3, "2025-11-25", "{}"), NULL, NULL);
   const char *said = json_string_value(json_object_get(result_of(r), "instructions"));
   assert_non_null(said);
   assert_string_equal(json_string_value(json_object_get(result_of(d), "instructions")), said);
