@@ -2932,9 +2932,11 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
     return TG_E_NOMEM;
   }
   tg_env base = server_env(&h->s, NULL);
-  if (tg_mcp_server_prepare(&h->s.mcp, &base) < 0) {
+  int prepared = tg_mcp_server_prepare(&h->s.mcp, &base);
+  if (prepared < 0) {
+    if (prepared == TG_E_DB) tg_log(TG_LOG_ERROR, "serve: cannot read the workspace's keys");
     tg_http_stop(h);
-    return TG_E_NOMEM;
+    return prepared;
   }
   unsigned threads = cfg->threads ? cfg->threads : 1;
   h->s.n_busy = threads;

@@ -209,12 +209,37 @@ static json_t *mcp_tool(const tg_tool *tool, json_t *envelope) {
   return t;
 }
 
+/* Reads the workspace's key named name into key, made by the first server that needs it. */
+static int workspace_key(const tg_env *env, const char *name, char key[65]) {
+  tg_db *own = NULL, *db = env->db;
+  if (!db && tg_db_open(env->data_dir, &own, NULL) < 0) return TG_E_DB;
+  unsigned char raw[32];
+  char fresh[65];
+  int r = tg_random_bytes(raw, sizeof raw) ? 0 : TG_E_IO;
+  tg_hex(raw, sizeof raw, fresh);
+  if (r == 0)
+    r = tg_db_exec(own ? own : db,
+                   "INSERT INTO server_keys (name, secret) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+                   json_pack("[ss]", name, fresh), NULL);
+  _cleanup_json_ json_t *row = NULL;
+  if (r == 0)
+    r = tg_db_query_row(own ? own : db, "SELECT secret FROM server_keys WHERE name = $1",
+                        json_pack("[s]", name), &row);
+  const char *secret = json_string_value(json_object_get(row, "secret"));
+  if (r == 0 && (!secret || strlen(secret) != 64)) r = TG_E_DB;
+  if (r == 0) memcpy(key, secret, 65);
+  tg_db_close(own);
+  return r;
+}
+
 int tg_mcp_server_prepare(tg_mcp_server *srv, const tg_env *env) {
   const tg_registry *reg = env->registry;
   size_t n = tg_registry_count(reg);
   /* What srv may hold from a copy of another server is not its own. */
   srv->n_entries = 0;
   srv->tasks = NULL;
+  int r = workspace_key(env, "mcp.request_state", srv->state_key);
+  if (r < 0) return r;
   srv->entries = calloc(n ? n : 1, sizeof *srv->entries);
   if (!srv->entries || tg_mcp_tasks_new(env, &srv->tasks) < 0) {
     tg_mcp_server_done(srv);
@@ -328,19 +353,12 @@ static int m_tools_list(cx *c, json_t *params, json_t **ret) {
 
 /* ---- 2026-07-28 multi round-trip requests ----
  * A handler's requestState comes back from the client, so the server seals it: an HMAC
- * under a key of this process binds it to the principal, the method, target and arguments,
- * and an expiry. Altered, foreign or stale state is refused before any handler sees it. */
+ * under the workspace's key binds it to the principal, the method, target and arguments,
+ * and an expiry. Altered, foreign or stale state is refused before any handler sees it;
+ * any server of the workspace opens it, as the client's next request may reach another. */
 
 #define STATE_TTL_MS (10LL * 60 * 1000)
 #define STATE_MAX 8192 /* bytes of a sealed state a client may send back */
-
-static unsigned char state_key[32];
-static bool state_key_ok;
-static pthread_once_t state_once = PTHREAD_ONCE_INIT;
-
-static void state_key_init(void) {
-  state_key_ok = tg_random_bytes(state_key, sizeof state_key);
-}
 
 /* What a sealed state is bound to besides its principal and expiry: the method, its target
  * and its arguments (NULL: none), so that a state handed out for one call cannot be replayed
@@ -350,47 +368,43 @@ typedef struct state_subject {
   json_t *args;
 } state_subject;
 
-/* Hex HMAC-SHA256 of the state's binding into out; false when it cannot be computed. The
- * arguments go in canonical form (keys sorted). */
-static bool state_mac(const char *principal, const state_subject *subject, long long expiry,
+/* Hex HMAC-SHA256 of the binding of a state of c's caller into out; false when it cannot be
+ * computed. The arguments go in canonical form (keys sorted). */
+static bool state_mac(const cx *c, const state_subject *subject, long long expiry,
                       const char *payload, char out[65]) {
-  pthread_once(&state_once, state_key_init);
-  if (!state_key_ok) return false;
   _cleanup_free_ char *args =
       subject->args ? json_dumps(subject->args, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY)
                     : strdup("{}");
   _cleanup_free_ char *msg = NULL;
-  int n = args ? asprintf(&msg, "%s\n%s:%s\n%s\n%lld\n%s", principal, subject->method,
+  int n = args ? asprintf(&msg, "%s\n%s:%s\n%s\n%lld\n%s", c->req->principal_id, subject->method,
                           subject->name, args, expiry, payload)
                : -1;
   if (n < 0) return false;
   unsigned char mac[32];
-  if (tg_hmac_sha256(state_key, sizeof state_key, msg, (size_t)n, mac) < 0) return false;
+  if (tg_hmac_sha256(c->srv->state_key, 64, msg, (size_t)n, mac) < 0) return false;
   tg_hex(mac, sizeof mac, out);
   return true;
 }
 
 /* "expiry.mac.payload" */
-static json_t *state_seal(const char *principal, const state_subject *subject,
-                          const char *payload) {
+static json_t *state_seal(const cx *c, const state_subject *subject, const char *payload) {
   long long expiry = (long long)tg_now_ms() + STATE_TTL_MS;
   char mac[65];
-  if (!state_mac(principal, subject, expiry, payload, mac)) return NULL;
+  if (!state_mac(c, subject, expiry, payload, mac)) return NULL;
   _cleanup_free_ char *sealed = NULL;
   if (asprintf(&sealed, "%lld.%s.%s", expiry, mac, payload) < 0) return NULL;
   return json_string(sealed);
 }
 
 /* The payload of a sealed state (pointing into sealed), or NULL when it does not verify. */
-static const char *state_open(const char *principal, const state_subject *subject,
-                              const char *sealed) {
+static const char *state_open(const cx *c, const state_subject *subject, const char *sealed) {
   if (strlen(sealed) > STATE_MAX) return NULL;
   char *end = NULL;
   long long expiry = strtoll(sealed, &end, 10);
   if (end == sealed || *end != '.' || strlen(end + 1) < 65 || end[65] != '.') return NULL;
   if (expiry < (long long)tg_now_ms()) return NULL;
   char mac[65];
-  if (!state_mac(principal, subject, expiry, end + 66, mac)) return NULL;
+  if (!state_mac(c, subject, expiry, end + 66, mac)) return NULL;
   return tg_same_secret(mac, end + 1, 64) ? end + 66 : NULL;
 }
 
@@ -422,7 +436,7 @@ static int read_round(cx *c, json_t *params, const state_subject *subject, json_
   if (r) return r;
   if (sealed) {
     const char *text = json_string_value(sealed);
-    if (!text || !(*state = state_open(c->req->principal_id, subject, text)))
+    if (!text || !(*state = state_open(c, subject, text)))
       return rpc_fail(c, TG_RPC_INVALID_PARAMS, "Invalid or expired requestState", NULL);
   }
   return 0;
@@ -481,7 +495,7 @@ static bool asks_inputs(const cx *c, const tg_tool *tool) {
 static int seal_input_required(cx *c, const state_subject *subject, json_t *result) {
   const char *payload = json_string_value(json_object_get(result, "requestState"));
   if (!payload) return 0;
-  json_t *sealed = state_seal(c->req->principal_id, subject, payload);
+  json_t *sealed = state_seal(c, subject, payload);
   return sealed && json_object_set_new(result, "requestState", sealed) == 0 ? 0 : TG_E_NOMEM;
 }
 

@@ -74,6 +74,9 @@ typedef struct tg_mcp_server {
   tg_mcp_tasks *tasks; /* the calls become tasks here (tg_mcp_server_prepare) */
   int64_t ask_timeout_ms; /* how long a tool waits for its client; 0: TG_MCP_ASK_TIMEOUT_MS */
   size_t batch_answer_max; /* bytes of a batch's answer; 0: TG_MCP_BATCH_ANSWER_MAX */
+  /* The workspace's key sealing 2026-07-28 requestStates (tg_mcp_server_prepare), the
+   * same for every server on it: 64 hex digits. */
+  char state_key[65];
 } tg_mcp_server;
 
 static inline int64_t tg_mcp_ask_timeout_ms(const tg_mcp_server *srv) {
@@ -81,9 +84,10 @@ static inline int64_t tg_mcp_ask_timeout_ms(const tg_mcp_server *srv) {
 }
 
 /* Encodes the tools/list entries of env's registry's tools into srv, which tools/list
- * needs, and opens its tasks, which run against env (its database connection aside);
- * undone by tg_mcp_server_done (which cancels the running tasks and waits for them).
- * Returns 0 or TG_E_NOMEM. */
+ * needs, reads the workspace's state key (made if it has none; through env's connection, or
+ * one of its own without), and opens its tasks, which run against env (its database
+ * connection aside); undone by tg_mcp_server_done (which cancels the running tasks and waits
+ * for them). Returns 0, TG_E_DB or TG_E_NOMEM. */
 int tg_mcp_server_prepare(tg_mcp_server *srv, const tg_env *env);
 void tg_mcp_server_done(tg_mcp_server *srv);
 

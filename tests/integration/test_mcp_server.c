@@ -1880,41 +1880,75 @@ static const char *error_message(json_t *reply) {
   return m;
 }
 
-/* A requestState is sealed to its call: sent back with other arguments, it is refused before
- * any handler runs; with the same ones, it carries the round on. multi_input, for a client
- * without tasks, asks twice: its second round has a state. */
-static void test_request_state_is_bound_to_the_arguments(void **state) {
-  world *w = *state;
 #define ELICITS "{\"elicitation\":{}}"
 #define ANSWERS                                                                          \
   "\"inputResponses\":{\"name\":{\"action\":\"accept\",\"content\":{\"name\":\"Ada\"}},"  \
   "\"confirm\":{\"action\":\"accept\",\"content\":{\"confirm\":true}},"                    \
   "\"more\":{\"action\":\"accept\",\"content\":{\"more\":\"no\"}}}"
+
+/* The first round of multi_input asking twice, for a client without tasks: its sealed
+ * requestState (malloc'd). */
+static char *multi_input_state(world *w) {
   json_t *r = request_as(w, w->agent, ELICITS, "tools/call",
                          "\"name\":\"multi_input\",\"arguments\":{\"rounds\":2}," ANSWERS, NULL);
   assert_string_equal(str(result_of(r), "resultType"), "input_required");
-  const char *sealed = str(result_of(r), "requestState");
-  assert_non_null(sealed);
-  static const char *const args[] = {"{\"rounds\":1}", "{}", "{\"rounds\":2}"};
-  for (size_t i = 0; i < 3; i++) {
-    char *members = NULL;
-    assert_true(asprintf(&members,
-                         "\"name\":\"multi_input\",\"arguments\":%s,\"requestState\":\"%s\"," ANSWERS,
-                         args[i], sealed) > 0);
-    json_t *again = request_as(w, w->agent, ELICITS, "tools/call", members, NULL);
-    free(members);
-    if (i < 2) {
-      assert_int_equal(error_code(again), TG_RPC_INVALID_PARAMS);
-      assert_string_equal(error_message(again), "Invalid or expired requestState");
-    } else {
-      const char *text = str(json_array_get(json_object_get(result_of(again), "content"), 0), "text");
-      assert_string_equal(text, "Received the answers of two rounds");
-    }
-    json_decref(again);
-  }
+  char *sealed = strdup(str(result_of(r), "requestState"));
   json_decref(r);
+  return sealed;
+}
+
+/* Its next round, with arguments args and the state sealed: whether it was served (else it
+ * was refused for its state). */
+static bool multi_input_goes_on(world *w, const char *args, const char *sealed) {
+  char *members = NULL;
+  assert_true(asprintf(&members,
+                       "\"name\":\"multi_input\",\"arguments\":%s,\"requestState\":\"%s\"," ANSWERS,
+                       args, sealed) > 0);
+  json_t *again = request_as(w, w->agent, ELICITS, "tools/call", members, NULL);
+  free(members);
+  bool served = !json_object_get(again, "error");
+  if (served) {
+    const char *text = str(json_array_get(json_object_get(result_of(again), "content"), 0), "text");
+    assert_string_equal(text, "Received the answers of two rounds");
+  } else {
+    assert_int_equal(error_code(again), TG_RPC_INVALID_PARAMS);
+    assert_string_equal(error_message(again), "Invalid or expired requestState");
+  }
+  json_decref(again);
+  return served;
+}
 #undef ANSWERS
 #undef ELICITS
+
+/* A requestState is sealed to its call: sent back with other arguments, it is refused before
+ * any handler runs; with the same ones, it carries the round on. */
+static void test_request_state_is_bound_to_the_arguments(void **state) {
+  world *w = *state;
+  char *sealed = multi_input_state(w);
+  assert_false(multi_input_goes_on(w, "{\"rounds\":1}", sealed));
+  assert_false(multi_input_goes_on(w, "{}", sealed));
+  assert_true(multi_input_goes_on(w, "{\"rounds\":2}", sealed));
+  free(sealed);
+}
+
+/* A requestState is sealed under the workspace's key, not one of its server's process: the
+ * next server of the workspace (after a restart, or another beside it) carries the round on,
+ * and none does once that key changed. */
+static void test_request_state_outlives_its_server(void **state) {
+  world *w = *state;
+  char *sealed = multi_input_state(w);
+  tg_mcp_server_done(&w->srv);
+  start_server(w);
+  assert_true(multi_input_goes_on(w, "{\"rounds\":2}", sealed));
+  assert_int_equal(tg_db_exec(w->f->db, "UPDATE server_keys SET secret = $1",
+                              json_pack("[s]", "0123456789abcdef0123456789abcdef"
+                                               "0123456789abcdef0123456789abcdef"),
+                              NULL),
+                   0);
+  tg_mcp_server_done(&w->srv);
+  start_server(w);
+  assert_false(multi_input_goes_on(w, "{\"rounds\":2}", sealed));
+  free(sealed);
 }
 
 /* A task has its row before its client learns its id: another server on the same workspace
@@ -3493,6 +3527,7 @@ int main(void) {
       T(test_task_of_another_principal),
       T(test_input_then_task),
       T(test_request_state_is_bound_to_the_arguments),
+      T(test_request_state_outlives_its_server),
       T(test_task_running_limits),
       T(test_task_kept_limit),
       T(test_listen_leaves_out_what_the_database_cannot_tell),
