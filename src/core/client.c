@@ -101,6 +101,39 @@ static bool fits_requested(const json_t *params, json_t *content) {
   return fits;
 }
 
+/* A block of a sampled message's content (SamplingMessageContentBlock): its kind's members. */
+static bool sampled_block(const json_t *block) {
+  const char *type = json_string_value(json_object_get(block, "type"));
+  if (!type) return false;
+  if (strcmp(type, "text") == 0) return json_is_string(json_object_get(block, "text"));
+  if (strcmp(type, "image") == 0 || strcmp(type, "audio") == 0)
+    return json_is_string(json_object_get(block, "data")) &&
+           json_is_string(json_object_get(block, "mimeType"));
+  if (strcmp(type, "tool_use") == 0)
+    return json_is_string(json_object_get(block, "id")) &&
+           json_is_string(json_object_get(block, "name")) &&
+           json_is_object(json_object_get(block, "input"));
+  json_t *content = json_object_get(block, "content");
+  return strcmp(type, "tool_result") == 0 && json_is_string(json_object_get(block, "toolUseId")) &&
+         (!content || json_is_array(content));
+}
+
+/* A sampled message's content: one block, or an array of them. */
+static bool sampled_content(const json_t *content) {
+  if (json_is_object(content)) return sampled_block(content);
+  size_t i;
+  json_t *block;
+  json_array_foreach(content, i, block) if (!sampled_block(block)) return false;
+  return json_is_array(content);
+}
+
+/* A root: a file:// URI, and a name if any. */
+static bool listed_root(const json_t *root) {
+  const char *uri = json_string_value(json_object_get(root, "uri"));
+  json_t *name = json_object_get(root, "name");
+  return uri && strncmp(uri, "file://", 7) == 0 && (!name || json_is_string(name));
+}
+
 bool tg_client_answer_reads(const char *method, const json_t *params, const json_t *answer) {
   const char *cap = capability_of(method);
   json_t *content = json_object_get(answer, "content");
@@ -115,11 +148,12 @@ bool tg_client_answer_reads(const char *method, const json_t *params, const json
     json_t *roots = json_object_get(answer, "roots");
     size_t i;
     json_t *root;
-    json_array_foreach(roots, i, root) if (!json_is_string(json_object_get(root, "uri"))) return false;
+    json_array_foreach(roots, i, root) if (!listed_root(root)) return false;
     return json_is_array(roots);
   }
   /* a CreateMessageResult */
+  json_t *stop = json_object_get(answer, "stopReason");
   return is_one_of(json_string_value(json_object_get(answer, "role")), "user", "assistant", NULL) &&
-         json_is_string(json_object_get(answer, "model")) &&
-         (json_is_object(content) || json_is_array(content));
+         json_is_string(json_object_get(answer, "model")) && (!stop || json_is_string(stop)) &&
+         sampled_content(content);
 }

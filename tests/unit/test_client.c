@@ -1,7 +1,10 @@
 /* What a client can answer: each kind of request against the capabilities it declared, and
  * what a request needs when it cannot. */
+#define _GNU_SOURCE
 #include "support.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/client.h"
@@ -88,8 +91,27 @@ static void test_answers(void **state) {
   assert_true(reads(roots, "{\"roots\":[]}"));
   assert_false(reads(roots, "{\"roots\":{}}"));
   assert_false(reads(roots, "{\"roots\":[{\"name\":\"a\"}]}"));
+  assert_false(reads(roots, "{\"roots\":[{\"uri\":\"http://x\"}]}"));
+  assert_false(reads(roots, "{\"roots\":[{\"uri\":\"file:///a\",\"name\":5}]}"));
   assert_true(reads(sample, "{\"role\":\"assistant\",\"content\":{\"type\":\"text\",\"text\":\"t\"},\"model\":\"m\"}"));
   assert_true(reads(sample, "{\"role\":\"user\",\"content\":[],\"model\":\"m\"}"));
+  assert_true(reads(sample, "{\"role\":\"assistant\",\"content\":[{\"type\":\"image\",\"data\":"
+                            "\"AA==\",\"mimeType\":\"image/png\"},{\"type\":\"tool_use\",\"id\":\"u\","
+                            "\"name\":\"n\",\"input\":{}},{\"type\":\"tool_result\",\"toolUseId\":\"u\"}],"
+                            "\"model\":\"m\",\"stopReason\":\"toolUse\"}"));
+  /* Each block has its kind's members. */
+  static const char *const misfits[] = {
+      "{}", "{\"type\":\"text\"}", "{\"type\":\"nonsense\"}", "{\"type\":\"image\",\"data\":\"AA==\"}",
+      "[{\"type\":\"text\",\"text\":\"t\"},{\"type\":\"tool_use\",\"id\":\"u\",\"name\":\"n\"}]",
+      "{\"type\":\"tool_result\",\"toolUseId\":\"u\",\"content\":{}}"};
+  for (size_t i = 0; i < sizeof misfits / sizeof misfits[0]; i++) {
+    char *text = NULL;
+    assert_true(asprintf(&text, "{\"role\":\"assistant\",\"content\":%s,\"model\":\"m\"}", misfits[i]) > 0);
+    if (reads(sample, text)) fail_msg("taken: %s", text);
+    free(text);
+  }
+  assert_false(reads(sample, "{\"role\":\"assistant\",\"content\":{\"type\":\"text\",\"text\":\"t\"},"
+                             "\"model\":\"m\",\"stopReason\":5}"));
   assert_false(reads(sample, "{\"role\":\"assistant\",\"content\":{}}"));
   assert_false(reads(sample, "{\"role\":\"system\",\"content\":{},\"model\":\"m\"}"));
   assert_false(reads(sample, "{\"role\":\"user\",\"content\":\"t\",\"model\":\"m\"}"));
