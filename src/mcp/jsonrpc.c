@@ -155,13 +155,16 @@ void tg_rpc_id_scan_feed(tg_rpc_id_scan *s, const char *text, size_t len) {
   for (size_t i = 0; i < len; i++) scan_byte(s, text[i]);
 }
 
+static bool valid_id(const json_t *id) { return json_is_string(id) || json_is_integer(id); }
+
 /* The id an error about a scanned message may name (a new reference, or NULL): a request's
  * (a message with a top-level method), given once (which of two the client meant is unsaid),
- * no object or array, read whole; a fraction too (refused, yet readable). */
+ * read whole, a string or an integer (MCP's ids: an error naming another would not be an MCP
+ * message). */
 static json_t *scanned_id(const tg_rpc_id_scan *s) {
   if (s->ids != 1 || !s->id_whole || !s->methods || s->escaped_key) return NULL;
   json_t *id = json_loadb(s->id, s->id_len, JSON_DECODE_ANY, NULL);
-  if (json_is_string(id) || json_is_integer(id) || json_is_real(id)) return id;
+  if (valid_id(id)) return id;
   json_decref(id);
   return NULL;
 }
@@ -282,14 +285,12 @@ static int fail(json_t *id, int code, const char *message, json_t *data, json_t 
   return *ret_error ? code : TG_E_NOMEM;
 }
 
-static bool valid_id(const json_t *id) { return json_is_string(id) || json_is_integer(id); }
-
-/* The id an error about message (an object) may name: a request's, a fraction too (refused,
- * yet readable). A response's id is one of ours, and the peer's request of that number could
+/* The id an error about message (an object) may name: a request's, if it is an id (see
+ * scanned_id). A response's id is one of ours, and the peer's request of that number could
  * take the error for its answer. */
 static json_t *echo_id_of(const json_t *message) {
   json_t *id = json_object_get(message, "id");
-  return (valid_id(id) || json_is_real(id)) && json_object_get(message, "method") ? id : NULL;
+  return valid_id(id) && json_object_get(message, "method") ? id : NULL;
 }
 
 /* The error (code, why, and data: stolen, may be NULL) refusing each request in batch, in an
