@@ -1235,6 +1235,9 @@ typedef struct request {
   /* A header 2026-07-28 validates given more than once on a POST: the refusal (-32020)
    * waits for the body, whose request id it names. NULL: none. */
   const char *repeated_mcp_header;
+  /* A POST refused for its Accept or Content-Type: the same (NULL: none), with its status. */
+  const char *refused_media;
+  unsigned refused_media_status;
 } request;
 
 struct worker {
@@ -2203,11 +2206,23 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   tg_mcp_session_init(&w->scratch);
   json_t *err = NULL;
   int dr = tg_rpc_decode(rq->body ? rq->body : "", rq->len, &w->msg, &err);
+  if (dr != 0 && rq->refused_media && err) { /* refused as such all the same, naming its id */
+    json_t *id = json_incref(json_object_get(err, "id"));
+    json_decref(err);
+    err = tg_rpc_error(id, TG_RPC_INVALID_REQUEST, rq->refused_media, NULL);
+    json_decref(id);
+  }
   if (dr != 0) {
     free(w);
-    return err ? queue_json(conn, MHD_HTTP_BAD_REQUEST, err, NULL) : MHD_NO;
+    return err ? queue_json(conn, rq->refused_media ? rq->refused_media_status : MHD_HTTP_BAD_REQUEST,
+                            err, NULL)
+               : MHD_NO;
   }
   enum MHD_Result result;
+  if (rq->refused_media) {
+    result = queue_refusal(conn, rq->refused_media_status, &w->msg, rq->refused_media);
+    goto done;
+  }
   if (rq->repeated_mcp_header) {
     char why[96];
     snprintf(why, sizeof why, "The %s header is given more than once", rq->repeated_mcp_header);
@@ -2651,14 +2666,14 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
   rq->takes_events = events.quality > 0;
   rq->prefers_events = events.named && events.quality >= json.quality;
   /* A POST's answer may be JSON or an event stream, at the server's choice: a client must
-   * take both. */
-  if (strcmp(method, "POST") == 0) {
-    if (json.quality == 0 || events.quality == 0)
-      return queue_rpc_error(conn, MHD_HTTP_NOT_ACCEPTABLE, TG_RPC_INVALID_REQUEST,
-                             "Accept must take application/json and text/event-stream");
-    if (!tg_http_is_json(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type")))
-      return queue_rpc_error(conn, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, TG_RPC_INVALID_REQUEST,
-                             "Content-Type must be application/json");
+   * take both. Its refusal waits for its body, whose request id it names. */
+  if (strcmp(method, "POST") == 0 && (json.quality == 0 || events.quality == 0)) {
+    rq->refused_media = "Accept must take application/json and text/event-stream";
+    rq->refused_media_status = MHD_HTTP_NOT_ACCEPTABLE;
+  } else if (strcmp(method, "POST") == 0 &&
+             !tg_http_is_json(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type"))) {
+    rq->refused_media = "Content-Type must be application/json";
+    rq->refused_media_status = MHD_HTTP_UNSUPPORTED_MEDIA_TYPE;
   }
   rq->answered = false;
   return MHD_YES;

@@ -3155,10 +3155,22 @@ static void test_http_post_media_types(void **state) {
     if (strlen(res) < 12 || strncmp(res + 9, cases[i].status, 3) != 0 ||
         !strstr(res, cases[i].says))
       fail_msg("case %zu: expected %s with '%s', got: %s", i, cases[i].status, cases[i].says, res);
+    /* A refusal names the request its body holds. */
+    if (cases[i].status[0] == '4' && !strstr(res, "\"id\":1,"))
+      fail_msg("case %zu: the refusal names no request: %s", i, res);
     assert_int_equal(fixture_count(w->f, "agent_runs"), runs + (cases[i].status[0] == '2'));
     free(res);
     free(headers);
   }
+  /* A body that holds no message is refused for its type all the same, naming none. */
+  char *res = http_exchange_as_is(
+      port, "POST",
+      CALL_HEADERS "Accept: application/json, text/event-stream\r\nContent-Type: text/plain\r\n",
+      "hello");
+  assert_int_equal(strncmp(res + 9, "415", 3), 0);
+  assert_non_null(strstr(res, "Content-Type must be application/json"));
+  assert_null(strstr(res, "\"id\""));
+  free(res);
 #undef CALL_HEADERS
 #undef JSON_BODY
   tg_http_stop(h);
