@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "tools/conformance.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -651,6 +652,18 @@ int tg_conformance_prompt_get(const char *name, json_t *args, json_t *responses,
   return *ret_result ? TG_OK : TG_E_NOMEM;
 }
 
+/* An absolute URI as RFC 3986 writes one: a scheme, a colon, then no character a URI never
+ * holds (space, controls, quotes, angle brackets and the like), as MCP's schema asks of an
+ * embedded resource's uri. */
+static bool absolute_uri(const char *uri) {
+  if (!isalpha((unsigned char)uri[0])) return false;
+  size_t scheme = strspn(uri, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+-.");
+  if (uri[scheme] != ':') return false;
+  for (const unsigned char *p = (const unsigned char *)uri; *p; p++)
+    if (*p <= ' ' || *p == 0x7f || strchr("\"<>\\^`{|}", *p)) return false;
+  return true;
+}
+
 static int prompt_messages(const char *name, json_t *args, json_t *responses, json_t **ret,
                            const char **why) {
   const char *arg1 = json_string_value(json_object_get(args, "arg1"));
@@ -668,8 +681,8 @@ static int prompt_messages(const char *name, json_t *args, json_t *responses, js
       return TG_E_NOMEM;
     *ret = json_pack("[o]", user_text(line));
   } else if (strcmp(name, "test_prompt_with_embedded_resource") == 0) {
-    if (!uri) {
-      *why = "resourceUri is a required string";
+    if (!uri || !absolute_uri(uri)) {
+      *why = "resourceUri is a required string, an absolute URI";
       return TG_E_INVAL;
     }
     *ret = json_pack("[{s:s,s:{s:s,s:{s:s,s:s,s:s}}},o]", "role", "user", "content", "type",

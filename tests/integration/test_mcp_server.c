@@ -1247,6 +1247,30 @@ static void test_prompt_arguments_are_strings(void **state) {
   json_decref(r);
 }
 
+/* The fixture prompt embedding a resource takes its URI only as one: MCP's schema asks an
+ * embedded resource's uri to be a URI. */
+static void test_an_embedded_resource_has_a_uri(void **state) {
+  world *w = *state;
+  static const struct {
+    const char *uri;
+    bool taken;
+  } cases[] = {{"test://static-text", true}, {"file:///a%20b", true}, {"x", false},
+               {"test://a b", false}, {"1x:y", false}, {"", false}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *text = NULL;
+    assert_true(asprintf(&text,
+                         "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"prompts/get\",\"params\":{"
+                         "\"name\":\"test_prompt_with_embedded_resource\",\"arguments\":{"
+                         "\"resourceUri\":\"%s\"}," MODERN_META "}}",
+                         cases[i].uri) > 0);
+    json_t *r = send_msg(w, text, NULL, NULL);
+    free(text);
+    if (cases[i].taken) assert_non_null(json_object_get(result_of(r), "messages"));
+    else assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+    json_decref(r);
+  }
+}
+
 static void test_tasks_advertised_and_listed(void **state) {
   world *w = *state;
   json_t *res = task_call(w, "server/discover", "");
@@ -3522,6 +3546,7 @@ int main(void) {
       T(test_only_what_is_served_is_declared),
       T(test_initialize_checks_its_params),
       T(test_prompt_arguments_are_strings),
+      T(test_an_embedded_resource_has_a_uri),
       T(test_completion),
       T(test_progress_and_logging),
       T(test_elicitation_asks_the_client),
