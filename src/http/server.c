@@ -1662,17 +1662,25 @@ static void request_answered(struct MHD_Connection *conn) {
   p->answering = NULL;
 }
 
-/* A response; allow: the Allow header of a 405 (the methods of its route). A small one
- * stops counting among its caller's requests once queued: the socket takes it whole at once,
- * and libmicrohttpd's completion of its request may come after the client has it and sent
- * its next. */
+/* A small answer of n bytes was queued: its request stops counting among its caller's
+ * requests now, as libmicrohttpd's completion of it may come after the client has it and
+ * sent its next. What bounds it then is the time its client has to take it, as for a large
+ * one (see queue_reply): else a client taking none of its answers, on connection after
+ * connection, could hold them past its count. */
+static void small_answer_queued(struct MHD_Connection *conn, size_t n) {
+  peer *p = peer_of(conn);
+  if (p) atomic_store(&p->due_by, tg_monotonic_ms() + slow_limit_ms(p->srv, n));
+  request_answered(conn);
+}
+
+/* A response; allow: the Allow header of a 405 (the methods of its route). */
 static enum MHD_Result respond(struct MHD_Connection *conn, unsigned status, const char *type,
                                const char *body, const char *session_id, const char *allow) {
   size_t n = body ? strlen(body) : 0;
   struct MHD_Response *res =
       MHD_create_response_from_buffer(n, (void *)(body ? body : ""), MHD_RESPMEM_MUST_COPY);
   enum MHD_Result r = res ? respond_with(conn, status, res, type, session_id, allow) : MHD_NO;
-  if (r == MHD_YES && n <= SMALL_ANSWER_BYTES) request_answered(conn);
+  if (r == MHD_YES && n <= SMALL_ANSWER_BYTES) small_answer_queued(conn, n);
   return r;
 }
 
@@ -1703,7 +1711,7 @@ static enum MHD_Result queue_unanswered(struct MHD_Connection *conn, bool holds_
   if (!holds_request) return queue(conn, MHD_HTTP_ACCEPTED, NULL, NULL, session_id);
   struct MHD_Response *res = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
   enum MHD_Result r = res ? queue_sse(conn, res, session_id) : MHD_NO;
-  if (r == MHD_YES) request_answered(conn); /* small: see respond */
+  if (r == MHD_YES) small_answer_queued(conn, 0);
   return r;
 }
 
@@ -2195,6 +2203,26 @@ static enum MHD_Result queue_events(server *s, struct MHD_Connection *conn, sess
   return queue_stream(conn, st, session_id, reader_id);
 }
 
+/* The error err (released: one, or a batch's, each naming a request) refusing a body that
+ * does not decode, as the refusal for its media type, why, naming the same requests. NULL
+ * without memory. */
+static json_t *media_refusal(json_t *err, const char *why) {
+  json_t *refusal = json_is_array(err)
+                        ? json_array()
+                        : tg_rpc_error(json_object_get(err, "id"), TG_RPC_INVALID_REQUEST, why, NULL);
+  size_t i;
+  json_t *each;
+  json_array_foreach(err, i, each) {
+    if (refusal && json_array_append_new(refusal, tg_rpc_error(json_object_get(each, "id"),
+                                                               TG_RPC_INVALID_REQUEST, why, NULL)) < 0) {
+      json_decref(refusal);
+      refusal = NULL;
+    }
+  }
+  json_decref(err);
+  return refusal;
+}
+
 static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db *db,
                                    const char *principal, request *rq) {
   _cleanup_free_ char *sid = NULL;
@@ -2206,12 +2234,7 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   tg_mcp_session_init(&w->scratch);
   json_t *err = NULL;
   int dr = tg_rpc_decode(rq->body ? rq->body : "", rq->len, &w->msg, &err);
-  if (dr != 0 && rq->refused_media && err) { /* refused as such all the same, naming its id */
-    json_t *id = json_incref(json_object_get(err, "id"));
-    json_decref(err);
-    err = tg_rpc_error(id, TG_RPC_INVALID_REQUEST, rq->refused_media, NULL);
-    json_decref(id);
-  }
+  if (dr != 0 && rq->refused_media && err) err = media_refusal(err, rq->refused_media);
   if (dr != 0) {
     free(w);
     return err ? queue_json(conn, rq->refused_media ? rq->refused_media_status : MHD_HTTP_BAD_REQUEST,
@@ -2947,9 +2970,8 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
     return TG_E_NOMEM;
   }
   tg_env base = server_env(&h->s, NULL);
-  int prepared = tg_mcp_server_prepare(&h->s.mcp, &base);
+  int prepared = tg_mcp_server_prepare(&h->s.mcp, &base); /* logs what it cannot read */
   if (prepared < 0) {
-    if (prepared == TG_E_DB) tg_log(TG_LOG_ERROR, "serve: cannot read the workspace's keys");
     tg_http_stop(h);
     return prepared;
   }

@@ -1956,13 +1956,19 @@ static void test_request_state_is_bound_to_the_arguments(void **state) {
 }
 
 /* A requestState is sealed under the workspace's key, not one of its server's process: the
- * next server of the workspace (after a restart, or another beside it) carries the round on,
- * and none does once that key changed. */
+ * next server of the workspace (after a restart, or another beside it, which starts while a
+ * writer holds the database: it only reads the key) carries the round on, and none does once
+ * that key changed. */
 static void test_request_state_outlives_its_server(void **state) {
   world *w = *state;
   char *sealed = multi_input_state(w);
+  tg_db *writer = NULL;
+  assert_int_equal(tg_db_open(w->f->dir, &writer, NULL), 0);
+  assert_int_equal(tg_db_begin(writer), 0);
   tg_mcp_server_done(&w->srv);
   start_server(w);
+  tg_db_rollback(writer);
+  tg_db_close(writer);
   assert_true(multi_input_goes_on(w, "{\"rounds\":2}", sealed));
   assert_int_equal(tg_db_exec(w->f->db, "UPDATE server_keys SET secret = $1",
                               json_pack("[s]", "0123456789abcdef0123456789abcdef"
@@ -3194,6 +3200,23 @@ static void test_http_post_media_types(void **state) {
   assert_int_equal(strncmp(res + 9, "415", 3), 0);
   assert_non_null(strstr(res, "Content-Type must be application/json"));
   assert_null(strstr(res, "\"id\""));
+  free(res);
+  /* A batch past a bound on its nesting: each of its requests is named. */
+  char deep[160] = "";
+  for (int i = 0; i < 70; i++) strcat(deep, "[");
+  for (int i = 0; i < 70; i++) strcat(deep, "]");
+  char *batch = NULL;
+  assert_true(asprintf(&batch, "[{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"ping\",\"params\":{\"a\":%s}},"
+                               "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"ping\"}]",
+                       deep) > 0);
+  res = http_exchange_as_is(
+      port, "POST",
+      CALL_HEADERS "Accept: application/json, text/event-stream\r\nContent-Type: text/plain\r\n",
+      batch);
+  free(batch);
+  assert_int_equal(strncmp(res + 9, "415", 3), 0);
+  assert_non_null(strstr(res, "\"id\":5,"));
+  assert_non_null(strstr(res, "\"id\":6,"));
   free(res);
 #undef CALL_HEADERS
 #undef JSON_BODY
