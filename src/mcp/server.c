@@ -15,6 +15,7 @@
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/ids.h"
+#include "util/log.h"
 #include "util/status.h"
 
 #define META_VERSION "io.modelcontextprotocol/protocolVersion"
@@ -209,25 +210,42 @@ static json_t *mcp_tool(const tg_tool *tool, json_t *envelope) {
   return t;
 }
 
-/* Reads the workspace's key named name into key, made by the first server that needs it. */
-static int workspace_key(const tg_env *env, const char *name, char key[65]) {
-  tg_db *own = NULL, *db = env->db;
-  if (!db && tg_db_open(env->data_dir, &own, NULL) < 0) return TG_E_DB;
-  unsigned char raw[32];
-  char fresh[65];
-  int r = tg_random_bytes(raw, sizeof raw) ? 0 : TG_E_IO;
-  tg_hex(raw, sizeof raw, fresh);
-  if (r == 0)
-    r = tg_db_exec(own ? own : db,
-                   "INSERT INTO server_keys (name, secret) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
-                   json_pack("[ss]", name, fresh), NULL);
+/* The secret of the workspace's key named name into key (0), or TG_E_NOTFOUND. */
+static int read_key(tg_db *db, const char *name, char key[65]) {
   _cleanup_json_ json_t *row = NULL;
-  if (r == 0)
-    r = tg_db_query_row(own ? own : db, "SELECT secret FROM server_keys WHERE name = $1",
-                        json_pack("[s]", name), &row);
+  int r = tg_db_query_row(db, "SELECT secret FROM server_keys WHERE name = $1",
+                          json_pack("[s]", name), &row);
   const char *secret = json_string_value(json_object_get(row, "secret"));
+  if (r == 0 && !row) return TG_E_NOTFOUND;
   if (r == 0 && (!secret || strlen(secret) != 64)) r = TG_E_DB;
   if (r == 0) memcpy(key, secret, 65);
+  return r;
+}
+
+/* Reads the workspace's key named name into key, made by the first server that needs it (a
+ * write only then: a server starts while another writes). Logs why it cannot. */
+static int workspace_key(const tg_env *env, const char *name, char key[65]) {
+  tg_db *own = NULL, *db = env->db;
+  if (!db && tg_db_open(env->data_dir, &own, NULL) < 0) {
+    tg_log(TG_LOG_ERROR, "mcp: cannot open the database to read the workspace's keys");
+    return TG_E_DB;
+  }
+  if (own) db = own;
+  int r = read_key(db, name, key);
+  if (r == TG_E_NOTFOUND) {
+    unsigned char raw[32];
+    char fresh[65];
+    r = tg_random_bytes(raw, sizeof raw) ? 0 : TG_E_IO;
+    tg_hex(raw, sizeof raw, fresh);
+    if (r == 0) /* another server may make it first: then its key is the one */
+      r = tg_db_exec(db, "INSERT INTO server_keys (name, secret) VALUES ($1, $2) "
+                         "ON CONFLICT (name) DO NOTHING",
+                     json_pack("[ss]", name, fresh), NULL);
+    if (r == 0) r = read_key(db, name, key);
+  }
+  if (r < 0)
+    tg_log(TG_LOG_ERROR, "mcp: cannot read the workspace's key %s: %s%s%s", name,
+           tg_status_text(r), r == TG_E_IO ? "" : ": ", r == TG_E_IO ? "" : tg_db_errmsg(db));
   tg_db_close(own);
   return r;
 }
@@ -238,6 +256,7 @@ int tg_mcp_server_prepare(tg_mcp_server *srv, const tg_env *env) {
   /* What srv may hold from a copy of another server is not its own. */
   srv->n_entries = 0;
   srv->tasks = NULL;
+  srv->entries = NULL;
   int r = workspace_key(env, "mcp.request_state", srv->state_key);
   if (r < 0) return r;
   srv->entries = calloc(n ? n : 1, sizeof *srv->entries);
@@ -1484,9 +1503,9 @@ static int check_legacy(cx *c, tg_mcp_reply *reply) {
   return r < 0 ? r : 1;
 }
 
-/* stdio: the first request of an era but server/discover (a probe, after which a client may
- * fall back to initialize) pins the connection to it; one of the other era is refused after,
- * before it is served either way. */
+/* stdio: the first request of an era pins the connection to it, but server/discover (a
+ * probe, after which a client may fall back to initialize); one of the other era, the probe
+ * included, is refused after, before it is served either way. */
 static int check_pinned(cx *c, tg_mcp_reply *reply) {
   const tg_rpc_msg *msg = c->msg;
   const tg_mcp_session *s = c->req->session;
