@@ -118,8 +118,12 @@ static bool sampled_block(const json_t *block) {
          (!content || json_is_array(content));
 }
 
-/* A sampled message's content: one block, or an array of them. */
-static bool sampled_content(const json_t *content) {
+/* A sampled message's content: one block, or an array of them when the request offered the
+ * model tools; without tools, one block of text, an image or audio. */
+static bool sampled_content(const json_t *params, const json_t *content) {
+  if (!json_object_get(params, "tools"))
+    return sampled_block(content) &&
+           is_one_of(json_string_value(json_object_get(content, "type")), "text", "image", "audio");
   if (json_is_object(content)) return sampled_block(content);
   size_t i;
   json_t *block;
@@ -155,5 +159,5 @@ bool tg_client_answer_reads(const char *method, const json_t *params, const json
   json_t *stop = json_object_get(answer, "stopReason");
   return is_one_of(json_string_value(json_object_get(answer, "role")), "user", "assistant", NULL) &&
          json_is_string(json_object_get(answer, "model")) && (!stop || json_is_string(stop)) &&
-         sampled_content(content);
+         sampled_content(params, content);
 }

@@ -94,11 +94,21 @@ static void test_answers(void **state) {
   assert_false(reads(roots, "{\"roots\":[{\"uri\":\"http://x\"}]}"));
   assert_false(reads(roots, "{\"roots\":[{\"uri\":\"file:///a\",\"name\":5}]}"));
   assert_true(reads(sample, "{\"role\":\"assistant\",\"content\":{\"type\":\"text\",\"text\":\"t\"},\"model\":\"m\"}"));
-  assert_true(reads(sample, "{\"role\":\"user\",\"content\":[],\"model\":\"m\"}"));
-  assert_true(reads(sample, "{\"role\":\"assistant\",\"content\":[{\"type\":\"image\",\"data\":"
-                            "\"AA==\",\"mimeType\":\"image/png\"},{\"type\":\"tool_use\",\"id\":\"u\","
-                            "\"name\":\"n\",\"input\":{}},{\"type\":\"tool_result\",\"toolUseId\":\"u\"}],"
-                            "\"model\":\"m\",\"stopReason\":\"toolUse\"}"));
+  /* With tools offered, the content may be blocks of any kind; without, one of text, an image
+   * or audio. */
+  static const char tools[] = "{\"messages\":[],\"maxTokens\":9,\"tools\":[]}";
+  static const char blocks[] =
+      "{\"role\":\"assistant\",\"content\":[{\"type\":\"image\",\"data\":\"AA==\",\"mimeType\":"
+      "\"image/png\"},{\"type\":\"tool_use\",\"id\":\"u\",\"name\":\"n\",\"input\":{}},{\"type\":"
+      "\"tool_result\",\"toolUseId\":\"u\"}],\"model\":\"m\",\"stopReason\":\"toolUse\"}";
+  assert_true(reads_asked(sample, tools, blocks));
+  assert_false(reads(sample, blocks));
+  assert_true(reads_asked(sample, tools, "{\"role\":\"user\",\"content\":[],\"model\":\"m\"}"));
+  assert_false(reads(sample, "{\"role\":\"user\",\"content\":[],\"model\":\"m\"}"));
+  assert_false(reads(sample, "{\"role\":\"assistant\",\"content\":{\"type\":\"tool_use\",\"id\":"
+                             "\"u\",\"name\":\"n\",\"input\":{}},\"model\":\"m\"}"));
+  assert_true(reads(sample, "{\"role\":\"assistant\",\"content\":{\"type\":\"audio\",\"data\":"
+                            "\"AA==\",\"mimeType\":\"audio/wav\"},\"model\":\"m\"}"));
   /* Each block has its kind's members. */
   static const char *const misfits[] = {
       "{}", "{\"type\":\"text\"}", "{\"type\":\"nonsense\"}", "{\"type\":\"image\",\"data\":\"AA==\"}",
@@ -107,7 +117,7 @@ static void test_answers(void **state) {
   for (size_t i = 0; i < sizeof misfits / sizeof misfits[0]; i++) {
     char *text = NULL;
     assert_true(asprintf(&text, "{\"role\":\"assistant\",\"content\":%s,\"model\":\"m\"}", misfits[i]) > 0);
-    if (reads(sample, text)) fail_msg("taken: %s", text);
+    if (reads_asked(sample, tools, text)) fail_msg("taken: %s", text);
     free(text);
   }
   assert_false(reads(sample, "{\"role\":\"assistant\",\"content\":{\"type\":\"text\",\"text\":\"t\"},"
