@@ -2434,7 +2434,7 @@ static stream *resume_locked(session *x, const char *last, unsigned *status, con
   char *end = NULL;
   errno = 0;
   unsigned long no = strtoul(last, &end, 10), n = 0;
-  bool ok = end != last && *end == '-' && isdigit((unsigned char)end[1]);
+  bool ok = isdigit((unsigned char)last[0]) && *end == '-' && isdigit((unsigned char)end[1]);
   if (ok) {
     const char *num = end + 1;
     n = strtoul(num, &end, 10);

@@ -3098,11 +3098,16 @@ static void test_http_get_stream_and_resumption(void **state) {
   assert_status(res, "400");
   assert_non_null(strstr(res, "names no event of this stream"));
   free(res);
-  /* One that is no id of this server is called so, even naming a stream that exists. */
-  res = http_exchange(port, "GET", sid, "Last-Event-ID: 1-99999999999999999999\r\n", NULL);
-  assert_status(res, "400");
-  assert_non_null(strstr(res, "is no event id of this server"));
-  free(res);
+  /* One that is no id of this server is called so, even naming a stream that exists, or
+   * written with a sign (each number is digits only). */
+  static const char *const not_ids[] = {"Last-Event-ID: 1-99999999999999999999\r\n",
+                                        "Last-Event-ID: +1-1\r\n", "Last-Event-ID: 1-+1\r\n"};
+  for (size_t i = 0; i < sizeof not_ids / sizeof not_ids[0]; i++) {
+    res = http_exchange(port, "GET", sid, not_ids[i], NULL);
+    assert_status(res, "400");
+    assert_non_null(strstr(res, "is no event id of this server"));
+    free(res);
+  }
 
   /* The standalone stream opens with a priming event; there is one per session. */
   int get = http_send(port, "GET", sid, NULL, NULL);
