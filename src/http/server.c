@@ -67,7 +67,8 @@ typedef struct session {
   char principal[TG_UUID_LEN + 1];
   char token_hash[TG_TOKEN_HASH_LEN + 1]; /* of the token that opened it; "" without auth */
   int refs;
-  int checking; /* of refs, those a list check holds: they keep it, they do not use it */
+  int checking; /* of refs, those a list check or the look for revoked tokens holds: they
+                 * keep it, they do not use it */
   bool dead;
   int64_t last_used;
   tg_mcp_session state; /* guarded by the server's lock */
@@ -1563,6 +1564,7 @@ static void end_revoked(server *s, tg_db *db) {
   for (session *x = s->sessions; all && x; x = x->next) {
     if (!x->token_hash[0]) continue;
     x->refs++;
+    x->checking++; /* the look keeps it, it does not use it: else no session could make room */
     all[n] = (opened){.x = x};
     memcpy(all[n++].hash, x->token_hash, sizeof x->token_hash);
   }
@@ -1588,6 +1590,7 @@ static void end_revoked(server *s, tg_db *db) {
       continue;
     }
     pthread_mutex_lock(&s->lock);
+    all[i].x->checking--;
     if (revoked && !all[i].x->dead) session_end_locked(s, all[i].x);
     session_release_locked(s, all[i].x);
     pthread_mutex_unlock(&s->lock);
