@@ -1552,6 +1552,8 @@ static void forget_stale_output_locked(server *s) {
  * it) and its subscriptions/listen streams (with their result, as when the server stops).
  * Each request is checked as it comes; these live on between requests, so the sweeper
  * looks. */
+void (*tg_http_test_looking)(void);
+
 static void end_revoked(server *s, tg_db *db) {
   typedef struct opened {
     session *x;
@@ -1575,6 +1577,7 @@ static void end_revoked(server *s, tg_db *db) {
     memcpy(all[n++].hash, l->token_hash, sizeof l->token_hash);
   }
   pthread_mutex_unlock(&s->lock);
+  if (tg_http_test_looking) tg_http_test_looking();
   for (size_t i = 0; i < n; i++) {
     char id[TG_UUID_LEN + 1];
     bool revoked = tg_principal_by_token_hash(db, all[i].hash, NULL, id) == TG_E_NOTFOUND;

@@ -46,6 +46,10 @@
 /* Delivered SSE output is kept for resumption until its stream delivered nothing this long. */
 #define TG_HTTP_REPLAY_KEEP_MS (5LL * 60 * 1000)
 
+/* Tests: called by the sweep looking for revoked tokens, once it holds the sessions it looks
+ * at and before it looks. */
+extern void (*tg_http_test_looking)(void);
+
 typedef struct tg_http_config {
   const char *listen; /* HOST:PORT or [V6]:PORT; port 0 picks a free one */
   bool no_auth;       /* loopback only */

@@ -785,6 +785,29 @@ static void test_sessions_are_bounded_per_principal(void **state) {
   free(request(w, "POST", oldest, NULL, PING, 200));
 }
 
+/* The sweep looking for revoked tokens, held once it holds the sessions, until the test lets
+ * it go. */
+static void hold_the_look(void) {
+  kit_set(&kit_started);
+  kit_reached(&kit_go, 0);
+}
+
+/* While the sweep looks for revoked tokens it holds every session, without using one: an
+ * initialize past the caller's share still ends the least recently used. */
+static void test_sessions_make_room_while_the_sweep_looks(void **state) {
+  world *w = *state;
+  char first[64], sid[64];
+  open_session(w, "{}", first);
+  for (int i = 1; i < TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL; i++) open_session(w, "{}", sid);
+  tg_http_test_looking = hold_the_look;
+  kit_wait(&kit_started);
+  tg_http_test_looking = NULL; /* the next sweep looks unheld */
+  open_session(w, "{}", sid);
+  kit_set(&kit_go);
+  free(request(w, "POST", first, NULL, PING, 404));
+  free(request(w, "POST", sid, NULL, PING, 200));
+}
+
 /* With every session of a caller in use (its GET stream read), a new one finds no room:
  * 429, naming the initialize it refuses. */
 static void test_no_room_for_a_session_is_told_its_initialize(void **state) {
@@ -2256,6 +2279,7 @@ int main(void) {
       T(test_a_session_call_cancelled_in_line_is_answered_at_once),
       T(test_a_session_call_in_line_ends_at_once_with_its_session),
       T(test_sessions_are_bounded_per_principal),
+      T(test_sessions_make_room_while_the_sweep_looks),
       T(test_a_listening_session_is_kept),
       T(test_no_room_for_a_session_is_told_its_initialize),
       T(test_a_response_without_a_session_is_refused),
