@@ -1548,18 +1548,24 @@ static void forget_stale_output_locked(server *s) {
   }
 }
 
+void (*tg_http_test_looking)(void);
+
+/* A session or listen stream held by end_revoked, and the hash of the token that opened it. */
+typedef struct opened {
+  session *x;
+  listener *l;
+  char hash[TG_TOKEN_HASH_LEN + 1];
+} opened;
+
+static int by_hash(const void *a, const void *b) {
+  return strcmp(((const opened *)a)->hash, ((const opened *)b)->hash);
+}
+
 /* What a token opened ends once it is revoked: its sessions (a session's GET stream ends with
  * it) and its subscriptions/listen streams (with their result, as when the server stops).
  * Each request is checked as it comes; these live on between requests, so the sweeper
  * looks. */
-void (*tg_http_test_looking)(void);
-
 static void end_revoked(server *s, tg_db *db) {
-  typedef struct opened {
-    session *x;
-    listener *l;
-    char hash[TG_TOKEN_HASH_LEN + 1];
-  } opened;
   pthread_mutex_lock(&s->lock);
   size_t cap = s->n_sessions + s->n_listeners, n = 0;
   opened *all = cap ? malloc(cap * sizeof *all) : NULL;
@@ -1578,9 +1584,13 @@ static void end_revoked(server *s, tg_db *db) {
   }
   pthread_mutex_unlock(&s->lock);
   if (tg_http_test_looking) tg_http_test_looking();
+  /* Each token looked up once: the sessions and streams of one token side by side. */
+  if (n) qsort(all, n, sizeof *all, by_hash);
+  bool revoked = false;
   for (size_t i = 0; i < n; i++) {
     char id[TG_UUID_LEN + 1];
-    bool revoked = tg_principal_by_token_hash(db, all[i].hash, NULL, id) == TG_E_NOTFOUND;
+    if (i == 0 || strcmp(all[i].hash, all[i - 1].hash) != 0)
+      revoked = tg_principal_by_token_hash(db, all[i].hash, NULL, id) == TG_E_NOTFOUND;
     if (all[i].l) {
       if (revoked) {
         json_t *meta = tg_mcp_result_meta(&s->mcp);
