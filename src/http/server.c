@@ -115,7 +115,8 @@ typedef struct peer {
   tg_db *db;
   int fd;
   /* The caller's share counting the request it answers (see request_begin), until
-   * request_answered; NULL: none counted. */
+   * request_answered, or until its answer's reader takes it over (see queue_stream); NULL:
+   * none counted. */
   held_share *answering;
   _Atomic int64_t due_by;
   bool cut; /* shut down by the sweeper */
@@ -939,7 +940,26 @@ typedef struct reader {
   int fd;
   peer *peer; /* its connection's, which outlives the response */
   bool due;   /* the stream ended: its client was given until when to take the rest */
+  /* Its request's count among its caller's (see request_begin), until reader_answered;
+   * NULL: none. */
+  held_share *answering;
 } reader;
+
+/* The request rd answers stops counting among its caller's requests: its answer ended, or
+ * all of it that will come was handed over, which its client may have, and answer with its
+ * next request, before libmicrohttpd completes this one. Its client still has to take the
+ * rest in time (see due). */
+static void reader_answered(reader *rd) {
+  if (!rd->answering) return;
+  request_done(rd->st->srv, rd->answering, false);
+  rd->answering = NULL;
+}
+
+/* The end of rd's answer. */
+static ssize_t stream_ended(reader *rd) {
+  reader_answered(rd);
+  return MHD_CONTENT_READER_END_OF_STREAM;
+}
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
   reader *rd = cls;
@@ -950,7 +970,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
     if (!tg_timed_wait(&st->ready, &st->lock, HANGUP_CHECK_MS)) continue;
     if (client_gone(rd->fd)) {
       pthread_mutex_unlock(&st->lock);
-      return MHD_CONTENT_READER_END_OF_STREAM;
+      return stream_ended(rd);
     }
     if ((quiet_ms += HANGUP_CHECK_MS) >= TG_HTTP_KEEPALIVE_MS) {
       /* A comment line keeps proxies and clients from timing the stream out. */
@@ -973,16 +993,16 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
     bool primed_only = st->cut_primed;
     st->cut_primed = false;
     pthread_mutex_unlock(&st->lock);
-    if (primed_only) return MHD_CONTENT_READER_END_OF_STREAM;
+    if (primed_only) return stream_ended(rd);
     char retry[32];
     int k = retry_block(retry, sizeof retry);
-    if ((size_t)k > max) return MHD_CONTENT_READER_END_OF_STREAM; /* no room: the client's own delay */
+    if ((size_t)k > max) return stream_ended(rd); /* no room: the client's own delay */
     memcpy(out, retry, (size_t)k);
     return k;
   }
   if (n == 0) {
     pthread_mutex_unlock(&st->lock);
-    return MHD_CONTENT_READER_END_OF_STREAM;
+    return stream_ended(rd);
   }
   /* Once nothing more comes, what is left must be taken as a JSON answer would be. */
   if (st->done && current && !rd->due && rd->peer) {
@@ -992,13 +1012,16 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
   if (n > max) n = max;
   memcpy(out, st->buf + st->sent, n);
   set_sent_locked(st, st->sent + n);
+  bool all_handed = st->done && current && !st->cutting && st->sent == end;
   compact_locked(st);
   pthread_mutex_unlock(&st->lock);
+  if (all_handed) reader_answered(rd);
   return (ssize_t)n;
 }
 
 static void stream_free(void *cls) {
   reader *rd = cls;
+  reader_answered(rd);
   stream_detach(rd->st, rd->id);
   stream_release(rd->st);
   free(rd);
@@ -1028,6 +1051,10 @@ static enum MHD_Result queue_stream(struct MHD_Connection *conn, stream *st,
     return MHD_NO;
   }
   *rd = (reader){.st = st, .id = id, .fd = connection_fd(conn), .peer = peer_of(conn)};
+  if (rd->peer) { /* the request's count goes with its answer */
+    rd->answering = rd->peer->answering;
+    rd->peer->answering = NULL;
+  }
   struct MHD_Response *res =
       MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, rd, stream_free);
   if (!res) {

@@ -616,8 +616,7 @@ static void test_the_line_for_pool_threads_is_bounded(void **state) {
  * so that it can still reach the calls it holds. */
 static void test_a_call_whose_client_left_counts_until_it_ends(void **state) {
   world *w = *state;
-  /* Two, not one: a request is counted until libmicrohttpd completes it, which may come just
-   * after its client has the answer and sends the next. */
+  /* A bound of two, both taken by calls left running. */
   w->cfg.max_requests_per_principal = 2;
   restart(w);
   char sid[64];
@@ -1520,6 +1519,48 @@ static void test_a_caller_at_its_bound_is_served_its_next_request_at_once(void *
   close(fds[1]);
 }
 
+/* Reads from fd into answer (size bytes at most, *len of them there already, NUL-terminated)
+ * until it holds text. */
+static void read_until(int fd, char *answer, size_t size, size_t *len, const char *text) {
+  while (!strstr(answer, text)) {
+    ssize_t n = recv(fd, answer + *len, size - 1 - *len, 0);
+    if (n <= 0) fail_msg("the answer ended before %s: %s", text, answer);
+    answer[*len += (size_t)n] = 0;
+  }
+}
+
+/* The same after a streamed answer: its request stops counting once the last of it is handed
+ * over, not when its stream ends after that. */
+static void test_a_caller_at_its_bound_is_served_its_next_request_after_a_stream(void **state) {
+  world *w = *state;
+  w->cfg.max_requests_per_principal = 1;
+  unsigned port = restart(w);
+  int streamed = connected(port), other = connected(port);
+  char *lines = NULL;
+  assert_true(asprintf(&lines,
+                       "Authorization: Bearer %s\r\nAccept: application/json, "
+                       "text/event-stream\r\nContent-Type: application/json\r\n"
+                       "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\n"
+                       "Mcp-Name: test_tool_with_progress\r\n",
+                       w->token) > 0);
+  for (int i = 0; i < 500; i++) {
+    char answer[ANSWER_MAX] = "";
+    size_t len = 0;
+    fixture_http_send(streamed, port, "POST", lines,
+                      "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{"
+                      "\"name\":\"test_tool_with_progress\",\"arguments\":{},\"_meta\":{"
+                      "\"progressToken\":\"p\",\"io.modelcontextprotocol/protocolVersion\":"
+                      "\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{}}}}");
+    read_until(streamed, answer, sizeof answer, &len, "executed successfully");
+    discovered_on(w, other, port);
+    read_until(streamed, answer, sizeof answer, &len, "\r\n0\r\n\r\n");
+    if (!strstr(answer, "Content-Type: text/event-stream")) fail_msg("not streamed: %s", answer);
+  }
+  free(lines);
+  close(streamed);
+  close(other);
+}
+
 /* Sends a request's head on fd, connected, then a byte every 250 ms (less than the tests' idle
  * timeouts apart) until the server closes the connection; closes fd. */
 static void trickle_until_closed(int fd) {
@@ -2316,6 +2357,7 @@ int main(void) {
       T(test_a_slow_reader_of_an_ended_stream_is_cut_off),
       T(test_one_caller_has_a_share_of_the_requests_answered),
       T(test_a_caller_at_its_bound_is_served_its_next_request_at_once),
+      T(test_a_caller_at_its_bound_is_served_its_next_request_after_a_stream),
       T(test_a_call_gives_up_on_a_silent_client),
       T(test_listen_stream_gets_ack_then_changes),
       T(test_a_revoked_token_ends_its_streams),
