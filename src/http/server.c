@@ -114,9 +114,9 @@ typedef struct peer {
   server *srv;
   tg_db *db;
   int fd;
-  /* The caller's share counting the request it answers (see request_begin), until
-   * request_answered, or until its answer's reader takes it over (see queue_stream); NULL:
-   * none counted. */
+  /* The caller's share counting the request it answers (see request_begin), until its
+   * answer is queued (small) or its request completed, or until its answer's reader takes
+   * it over (see queue_stream); NULL: none counted. */
   held_share *answering;
   _Atomic int64_t due_by;
   bool cut; /* shut down by the sweeper */
@@ -555,6 +555,13 @@ static void request_done(server *s, held_share *h, bool pool_call) {
   share_put(s, h);
 }
 
+/* The request *counted counts (NULL: none) is done, once: *counted becomes NULL. */
+static void request_done_once(server *s, held_share **counted) {
+  if (!*counted) return;
+  request_done(s, *counted, false);
+  *counted = NULL;
+}
+
 /* n bytes more (or, with less, fewer) held for a caller (share), counted for the server s
  * and the caller: in all (kept false) or of the delivered ones kept (kept true). A byte
  * leaves kept before it leaves held, and joins held before kept, so that kept never passes
@@ -949,11 +956,7 @@ typedef struct reader {
  * all of it that will come was handed over, which its client may have, and answer with its
  * next request, before libmicrohttpd completes this one. Its client still has to take the
  * rest in time (see due). */
-static void reader_answered(reader *rd) {
-  if (!rd->answering) return;
-  request_done(rd->st->srv, rd->answering, false);
-  rd->answering = NULL;
-}
+static void reader_answered(reader *rd) { request_done_once(rd->st->srv, &rd->answering); }
 
 /* The end of rd's answer. */
 static ssize_t stream_ended(reader *rd) {
@@ -1575,7 +1578,7 @@ static void forget_stale_output_locked(server *s) {
   }
 }
 
-void (*tg_http_test_looking)(void);
+void (*_Atomic tg_http_test_looking)(void);
 
 /* A session or listen stream held by end_revoked, and the hash of the token that opened it. */
 typedef struct opened {
@@ -1610,7 +1613,8 @@ static void end_revoked(server *s, tg_db *db) {
     memcpy(all[n++].hash, l->token_hash, sizeof l->token_hash);
   }
   pthread_mutex_unlock(&s->lock);
-  if (tg_http_test_looking) tg_http_test_looking();
+  void (*looking)(void) = tg_http_test_looking;
+  if (looking) looking();
   /* Each token looked up once: the sessions and streams of one token side by side. */
   if (n) qsort(all, n, sizeof *all, by_hash);
   bool revoked = false;
@@ -1697,14 +1701,6 @@ static enum MHD_Result respond_with(struct MHD_Connection *conn, unsigned status
                                     struct MHD_Response *res, const char *type,
                                     const char *session_id, const char *allow);
 
-/* The request conn answers stops counting among its caller's requests. */
-static void request_answered(struct MHD_Connection *conn) {
-  peer *p = peer_of(conn);
-  if (!p || !p->answering) return;
-  request_done(p->srv, p->answering, false);
-  p->answering = NULL;
-}
-
 /* A small answer of n bytes was queued: its request stops counting among its caller's
  * requests now, as libmicrohttpd's completion of it may come after the client has it and
  * sent its next. What bounds it then is the time its client has to take it, as for a large
@@ -1712,8 +1708,9 @@ static void request_answered(struct MHD_Connection *conn) {
  * connection, could hold them past its count. */
 static void small_answer_queued(struct MHD_Connection *conn, size_t n) {
   peer *p = peer_of(conn);
-  if (p) atomic_store(&p->due_by, tg_monotonic_ms() + slow_limit_ms(p->srv, n));
-  request_answered(conn);
+  if (!p) return;
+  atomic_store(&p->due_by, tg_monotonic_ms() + slow_limit_ms(p->srv, n));
+  request_done_once(p->srv, &p->answering);
 }
 
 /* A response; allow: the Allow header of a 405 (the methods of its route). */
@@ -2828,7 +2825,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   set_due_by(conn, tg_monotonic_ms() + slow_limit_ms(s, 0)); /* for the next request */
   request *rq = *con_cls;
   if (!rq) return;
-  request_answered(conn);
+  peer *p = peer_of(conn);
+  if (p) request_done_once(s, &p->answering);
   free(rq->body);
   free(rq->past);
   free(rq);

@@ -48,7 +48,7 @@
 
 /* Tests: called by the sweep looking for revoked tokens, once it holds the sessions it looks
  * at and before it looks. */
-extern void (*tg_http_test_looking)(void);
+extern void (*_Atomic tg_http_test_looking)(void); /* atomic: set by a test thread */
 
 typedef struct tg_http_config {
   const char *listen; /* HOST:PORT or [V6]:PORT; port 0 picks a free one */
