@@ -161,3 +161,16 @@ bool tg_client_answer_reads(const char *method, const json_t *params, const json
          json_is_string(json_object_get(answer, "model")) && (!stop || json_is_string(stop)) &&
          sampled_content(params, content);
 }
+
+json_t *tg_client_answer_terms(const char *method, const json_t *params) {
+  json_t *schema = json_object_get(params, "requestedSchema");
+  json_t *kept = json_object();
+  bool ok = kept && (!schema || json_object_set(kept, "requestedSchema", schema) == 0) &&
+            (!json_object_get(params, "tools") ||
+             json_object_set_new(kept, "tools", json_true()) == 0);
+  if (!ok) {
+    json_decref(kept);
+    return NULL;
+  }
+  return json_pack("{s:s,s:o}", "method", method, "params", kept);
+}

@@ -84,3 +84,8 @@ int tg_client_requirement(const char *method, const json_t *params, json_t **ret
  * content and the model) or a ListRootsResult (roots, each with a uri). What it means is the
  * handler's to judge. */
 bool tg_client_answer_reads(const char *method, const json_t *params, const json_t *answer);
+
+/* A request to the client of method with params cut down to what tg_client_answer_reads
+ * checks its answer against ({"method":...,"params":{...}}, new; NULL without memory): what
+ * a stateless server keeps of what it asked, to check the answers of a later request. */
+json_t *tg_client_answer_terms(const char *method, const json_t *params);

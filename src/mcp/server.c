@@ -15,6 +15,7 @@
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/ids.h"
+#include "util/json.h"
 #include "util/log.h"
 #include "util/status.h"
 
@@ -377,7 +378,8 @@ static int m_tools_list(cx *c, json_t *params, json_t **ret) {
  * any server of the workspace opens it, as the client's next request may reach another. */
 
 #define STATE_TTL_MS (10LL * 60 * 1000)
-#define STATE_MAX 8192 /* bytes of a sealed state a client may send back */
+#define STATE_MAX 65536 /* bytes of what a state holds (state_body) */
+#define SEALED_MAX (STATE_MAX + 128) /* and of the sealed state a client may send back */
 
 /* What a sealed state is bound to besides its principal and expiry: the method, its target
  * and its arguments (NULL: none), so that a state handed out for one call cannot be replayed
@@ -417,7 +419,7 @@ static json_t *state_seal(const cx *c, const state_subject *subject, const char 
 
 /* The payload of a sealed state (pointing into sealed), or NULL when it does not verify. */
 static const char *state_open(const cx *c, const state_subject *subject, const char *sealed) {
-  if (strlen(sealed) > STATE_MAX) return NULL;
+  if (strlen(sealed) > SEALED_MAX) return NULL;
   char *end = NULL;
   long long expiry = strtoll(sealed, &end, 10);
   if (end == sealed || *end != '.' || strlen(end + 1) < 65 || end[65] != '.') return NULL;
@@ -427,37 +429,87 @@ static const char *state_open(const cx *c, const state_subject *subject, const c
   return tg_same_secret(mac, end + 1, 64) ? end + 66 : NULL;
 }
 
-/* The inputResponses of a request (an object; NULL when absent), or a JSON-RPC error code.
- * each_object: each response must be an object (a stateless round, whose server cannot tell
- * the keys asked for from others); a task checks those it asked for itself, and ignores the
- * rest, whatever they hold. */
-static int read_responses(cx *c, json_t *params, bool each_object, json_t **responses) {
-  json_t *in = json_object_get(params, "inputResponses");
+/* What the state of an InputRequiredResult holds for the client to send back (compact JSON,
+ * new; NULL without memory): the handler's own state, if any, and what each input request
+ * asked, cut down to what its answer is checked against, so that a later request's answers
+ * are checked with no memory of this one: {"asked":{key:{"method","params"}},"state"?}. */
+static char *state_body(json_t *result) {
+  json_t *asked = json_object();
   const char *key;
-  json_t *v;
-  *responses = NULL;
-  if (in && !json_is_object(in))
+  json_t *request;
+  json_object_foreach(asked ? json_object_get(result, "inputRequests") : NULL, key, request) {
+    json_t *terms =
+        tg_client_answer_terms(tg_json_str(request, "method"), json_object_get(request, "params"));
+    if (!terms || json_object_set_new(asked, key, terms) < 0) {
+      json_decref(asked);
+      return NULL;
+    }
+  }
+  json_t *state = json_object_get(result, "requestState");
+  _cleanup_json_ json_t *body =
+      asked ? json_pack("{s:o,s:O*}", "asked", asked, "state", json_is_string(state) ? state : NULL)
+            : NULL;
+  return body ? json_dumps(body, JSON_COMPACT) : NULL;
+}
+
+/* Whether the state of an InputRequiredResult fits in what a client may send back: 1, 0, or
+ * TG_E_NOMEM. */
+static int state_fits(json_t *result) {
+  _cleanup_free_ char *body = state_body(result);
+  return body ? strlen(body) <= STATE_MAX : TG_E_NOMEM;
+}
+
+/* The inputResponses of a tasks/update (an object; NULL when absent), or a JSON-RPC error
+ * code. The task checks those it asked for itself, and ignores the rest. */
+static int read_responses(cx *c, json_t *params, json_t **responses) {
+  *responses = json_object_get(params, "inputResponses");
+  if (*responses && !json_is_object(*responses))
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "inputResponses must be an object", NULL);
-  json_object_foreach(each_object ? in : NULL, key, v) if (!json_is_object(v)) return rpc_fail(
-      c, TG_RPC_INVALID_PARAMS, "Each input response must be an object",
-      json_pack("{s:s}", "key", key));
-  *responses = in;
   return 0;
 }
 
-/* Reads the retry fields of a request: inputResponses and the requestState, verified.
- * Returns 0 or a JSON-RPC error code. */
-static int read_round(cx *c, json_t *params, const state_subject *subject, json_t **responses,
-                      const char **state) {
-  json_t *sealed = json_object_get(params, "requestState");
-  *state = NULL;
-  int r = read_responses(c, params, true, responses);
-  if (r) return r;
-  if (sealed) {
-    const char *text = json_string_value(sealed);
-    if (!text || !(*state = state_open(c, subject, text)))
-      return rpc_fail(c, TG_RPC_INVALID_PARAMS, "Invalid or expired requestState", NULL);
+/* The inputResponses of a request that came without a requestState, which would say what
+ * was asked (a client may answer before it was asked): each must be an object, and the
+ * handler judges them. *round as read_round's. */
+static int read_unasked(cx *c, json_t *given, json_t **round) {
+  const char *key;
+  json_t *v;
+  json_object_foreach(given, key, v) if (!json_is_object(v)) return rpc_fail(
+      c, TG_RPC_INVALID_PARAMS, "Each input response must be an object",
+      json_pack("{s:s}", "key", key));
+  *round = json_pack("{s:O*}", "answers", given);
+  return *round ? 0 : TG_E_NOMEM;
+}
+
+/* Reads the retry fields of a request: its requestState, verified, and the inputResponses to
+ * what that state says was asked, each checked against its request; answers to anything else
+ * are ignored (without a state: read_unasked). *round (new) holds the "answers" so checked
+ * and the handler's "state", if any. Returns 0 or a JSON-RPC error code. */
+static int read_round(cx *c, json_t *params, const state_subject *subject, json_t **round) {
+  json_t *sealed = json_object_get(params, "requestState"), *given;
+  *round = NULL;
+  int r = read_responses(c, params, &given);
+  if (r || !sealed) return r ? r : read_unasked(c, given, round);
+  const char *text = json_string_value(sealed);
+  const char *body = text ? state_open(c, subject, text) : NULL;
+  _cleanup_json_ json_t *opened = body ? json_loads(body, 0, NULL) : NULL;
+  json_t *asked = json_object_get(opened, "asked");
+  if (!json_is_object(asked))
+    return rpc_fail(c, TG_RPC_INVALID_PARAMS, "Invalid or expired requestState", NULL);
+  json_t *answers = json_object();
+  if (!answers || json_object_set_new(opened, "answers", answers) < 0) return TG_E_NOMEM;
+  const char *key;
+  json_t *request;
+  json_object_foreach(asked, key, request) {
+    json_t *answer = json_object_get(given, key);
+    if (!answer) continue;
+    if (!tg_client_answer_reads(tg_json_str(request, "method"), json_object_get(request, "params"),
+                                answer))
+      return rpc_fail(c, TG_RPC_INVALID_PARAMS, "An input response does not answer its request",
+                      json_pack("{s:s}", "key", key));
+    if (json_object_set(answers, key, answer) < 0) return TG_E_NOMEM;
   }
+  *round = json_incref(opened);
   return 0;
 }
 
@@ -512,21 +564,34 @@ static bool asks_inputs(const cx *c, const tg_tool *tool) {
 /* Seals the state of an InputRequiredResult a handler returned (checked already: see
  * channel_check_result) for the client to send back. */
 static int seal_input_required(cx *c, const state_subject *subject, json_t *result) {
-  const char *payload = json_string_value(json_object_get(result, "requestState"));
-  if (!payload) return 0;
-  json_t *sealed = state_seal(c, subject, payload);
+  _cleanup_free_ char *body = state_body(result);
+  json_t *sealed = body ? state_seal(c, subject, body) : NULL;
   return sealed && json_object_set_new(result, "requestState", sealed) == 0 ? 0 : TG_E_NOMEM;
 }
 
+/* Whether this request's client can be given the InputRequiredResult of tool (NULL: a
+ * prompt's), as tg_mcp_input_refusal says; on 2026-07-28 its state must also fit in what the
+ * client may send back. */
+static int input_refusal(cx *c, const tg_tool *tool, json_t *result, int *code,
+                         const char **message, json_t **data) {
+  int r = tg_mcp_input_refusal(c->modern || asks_inputs(c, tool), c->caps, result, code, message,
+                               data);
+  if (r != 0 || !c->modern) return r;
+  if ((r = state_fits(result)) != 0) return r < 0 ? r : 0;
+  *code = TG_RPC_INTERNAL_ERROR;
+  *message = "The input asked for, with the request's state, is too large to be sent back";
+  *data = json_pack("{s:i}", "max", STATE_MAX);
+  return *data ? 1 : TG_E_NOMEM;
+}
+
 /* Serves an InputRequiredResult nothing was written for (a prompt's): refused as
- * tg_mcp_input_refusal says, else with its state sealed. Returns 0 (result ready), a
- * JSON-RPC error code, or TG_E_NOMEM. */
+ * input_refusal says, else with its state sealed. Returns 0 (result ready), a JSON-RPC error
+ * code, or TG_E_NOMEM. */
 static int finish_input_required(cx *c, const state_subject *subject, json_t *result) {
   int code;
   const char *message;
   json_t *data;
-  int r = tg_mcp_input_refusal(c->modern || asks_inputs(c, NULL), c->caps, result, &code,
-                               &message, &data);
+  int r = input_refusal(c, NULL, result, &code, &message, &data);
   if (r == 1) return rpc_fail(c, code, message, data);
   return r < 0 ? r : seal_input_required(c, subject, result);
 }
@@ -563,8 +628,7 @@ static int channel_check_result(void *self, tg_call_ctx *call, json_t *result) {
   int code;
   const char *message;
   json_t *data;
-  int r = tg_mcp_input_refusal(ch->c->modern || asks_inputs(ch->c, call->tool), ch->c->caps,
-                               result, &code, &message, &data);
+  int r = input_refusal(ch->c, call->tool, result, &code, &message, &data);
   if (r != 1) return r;
   ch->refused_code = code;
   ch->refused_message = message;
@@ -819,10 +883,11 @@ static int m_tools_call(cx *c, json_t *params, json_t **ret) {
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "_meta.progressToken must be a string or a number",
                     NULL);
   const state_subject subject = {"tools/call", name, args};
-  json_t *responses;
-  const char *state;
-  int rr = read_round(c, params, &subject, &responses, &state);
+  _cleanup_json_ json_t *round = NULL;
+  int rr = read_round(c, params, &subject, &round);
   if (rr) return rr;
+  json_t *responses = json_object_get(round, "answers");
+  const char *state = tg_json_str(round, "state");
   const tg_tool *tool = tg_registry_find(c->req->env->registry, name);
   /* The server alone decides whether a call becomes a task; a legacy "task" param is
    * ignored. */
@@ -982,10 +1047,10 @@ static int m_prompts_get(cx *c, json_t *params, json_t **ret) {
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.arguments must be an object of strings",
                     NULL);
   const state_subject subject = {"prompts/get", name, args};
-  json_t *responses;
-  const char *state;
-  int r = read_round(c, params, &subject, &responses, &state);
+  _cleanup_json_ json_t *round = NULL;
+  int r = read_round(c, params, &subject, &round);
   if (r) return r;
+  json_t *responses = json_object_get(round, "answers");
   json_t *result = NULL;
   const char *why = NULL;
   r = tg_conformance_prompt_get(name, args, responses, &result, &why);
@@ -1206,7 +1271,7 @@ static int m_tasks_update(cx *c, json_t *params, json_t **ret) {
   json_t *responses;
   if (!json_object_get(params, "inputResponses"))
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.inputResponses is required", NULL);
-  if ((r = read_responses(c, params, false, &responses)) != 0) return r;
+  if ((r = read_responses(c, params, &responses)) != 0) return r;
   const char *wrong = NULL;
   r = tg_mcp_tasks_update(c->srv->tasks, c->req->env->db, c->req->principal_id, id, responses,
                           &wrong);

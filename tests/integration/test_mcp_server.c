@@ -965,6 +965,19 @@ static const char *str(json_t *obj, const char *key) {
   return json_string_value(json_object_get(obj, key));
 }
 
+/* Members of a request retrying a round of a call (call: its name and arguments): the
+ * requestState the round's result gave, JSON-quoted, and answers (JSON text of the
+ * inputResponses); malloc'd. */
+static char *retry_members(const char *call, json_t *result, const char *answers) {
+  char *state = json_dumps(json_object_get(result, "requestState"), JSON_ENCODE_ANY);
+  char *members = NULL;
+  assert_non_null(state);
+  assert_true(asprintf(&members, "%s,\"requestState\":%s,\"inputResponses\":%s", call, state,
+                       answers) > 0);
+  free(state);
+  return members;
+}
+
 /* Starts a tool call as principal that becomes a task; returns its id (malloc'd). */
 static char *start_task_as(world *w, const char *principal, const char *tool, const char *args) {
   char *members = NULL;
@@ -1569,15 +1582,17 @@ static void test_task_of_another_principal(void **state) {
 
 static void test_input_then_task(void **state) {
   world *w = *state;
-  json_t *res = task_call(w, "tools/call", "\"name\":\"test_tool_with_task\",\"arguments\":{}");
+  static const char call[] = "\"name\":\"test_tool_with_task\",\"arguments\":{}";
+  json_t *res = task_call(w, "tools/call", call);
   /* The first round asks in the request itself: no task yet. */
   assert_string_equal(str(res, "resultType"), "input_required");
   assert_null(json_object_get(res, "taskId"));
   assert_non_null(json_object_get(json_object_get(res, "inputRequests"), "user_name"));
+  char *members = retry_members(
+      call, res, "{\"user_name\":{\"action\":\"accept\",\"content\":{\"name\":\"Alice\"}}}");
   json_decref(res);
-  res = task_call(w, "tools/call",
-                  "\"name\":\"test_tool_with_task\",\"arguments\":{},\"inputResponses\":{\"user_name\":"
-                  "{\"action\":\"accept\",\"content\":{\"name\":\"Alice\"}}}");
+  res = task_call(w, "tools/call", members);
+  free(members);
   assert_string_equal(str(res, "resultType"), "task");
   assert_null(json_object_get(res, "requestState"));
   json_t *done = await_task(w, str(res, "taskId"), "completed");
@@ -1906,17 +1921,22 @@ static const char *error_message(json_t *reply) {
 
 #define ELICITS "{\"elicitation\":{}}"
 #define ANSWERS                                                                          \
-  "\"inputResponses\":{\"name\":{\"action\":\"accept\",\"content\":{\"name\":\"Ada\"}},"  \
+  "{\"name\":{\"action\":\"accept\",\"content\":{\"name\":\"Ada\"}},"                    \
   "\"confirm\":{\"action\":\"accept\",\"content\":{\"confirm\":true}},"                    \
   "\"more\":{\"action\":\"accept\",\"content\":{\"more\":\"no\"}}}"
 
-/* The first round of multi_input asking twice, for a client without tasks: its sealed
- * requestState (malloc'd). */
+/* The rounds of multi_input asking twice, for a client without tasks, up to the second: its
+ * sealed requestState, JSON-quoted (malloc'd). */
 static char *multi_input_state(world *w) {
-  json_t *r = request_as(w, w->agent, ELICITS, "tools/call",
-                         "\"name\":\"multi_input\",\"arguments\":{\"rounds\":2}," ANSWERS, NULL);
+  static const char call[] = "\"name\":\"multi_input\",\"arguments\":{\"rounds\":2}";
+  json_t *r = request_as(w, w->agent, ELICITS, "tools/call", call, NULL);
+  char *members = retry_members(call, result_of(r), ANSWERS);
+  json_decref(r);
+  r = request_as(w, w->agent, ELICITS, "tools/call", members, NULL);
+  free(members);
   assert_string_equal(str(result_of(r), "resultType"), "input_required");
-  char *sealed = strdup(str(result_of(r), "requestState"));
+  assert_non_null(json_object_get(json_object_get(result_of(r), "inputRequests"), "more"));
+  char *sealed = json_dumps(json_object_get(result_of(r), "requestState"), JSON_ENCODE_ANY);
   json_decref(r);
   return sealed;
 }
@@ -1926,7 +1946,8 @@ static char *multi_input_state(world *w) {
 static bool multi_input_goes_on(world *w, const char *args, const char *sealed) {
   char *members = NULL;
   assert_true(asprintf(&members,
-                       "\"name\":\"multi_input\",\"arguments\":%s,\"requestState\":\"%s\"," ANSWERS,
+                       "\"name\":\"multi_input\",\"arguments\":%s,\"requestState\":%s,"
+                       "\"inputResponses\":" ANSWERS,
                        args, sealed) > 0);
   json_t *again = request_as(w, w->agent, ELICITS, "tools/call", members, NULL);
   free(members);
@@ -1979,6 +2000,60 @@ static void test_request_state_outlives_its_server(void **state) {
   start_server(w);
   assert_false(multi_input_goes_on(w, "{\"rounds\":2}", sealed));
   free(sealed);
+}
+
+/* A stateless retry's answers are checked against what its round asked, which the sealed
+ * state carries: an answer that does not answer its request is refused before any handler
+ * runs; answers to what was not asked are ignored, whatever they hold. Answers that come
+ * without a state (given before they were asked) are objects, for the handler to judge. */
+static void test_stateless_answers_are_checked_against_what_was_asked(void **state) {
+  world *w = *state;
+  static const char call[] = "\"name\":\"test_input_required_result_elicitation\"";
+  json_t *first = request_as(w, w->agent, "{\"elicitation\":{}}", "tools/call", call, NULL);
+  assert_string_equal(str(result_of(first), "resultType"), "input_required");
+  long served = elicitation_calls_audited(w, "INFO"), refused = elicitation_calls_audited(w, "WARN");
+  static const char *const misfits[] = {
+      "{\"user_name\":12345}",
+      "{\"user_name\":{\"action\":\"maybe\"}}",
+      "{\"user_name\":{\"action\":\"accept\",\"content\":{\"name\":5}}}",
+      "{\"user_name\":{\"action\":\"accept\",\"content\":{}}}",
+  };
+  for (size_t i = 0; i < sizeof misfits / sizeof misfits[0]; i++) {
+    char *members = retry_members(call, result_of(first), misfits[i]);
+    json_t *r = request_as(w, w->agent, "{\"elicitation\":{}}", "tools/call", members, NULL);
+    free(members);
+    if (error_code(r) != TG_RPC_INVALID_PARAMS)
+      fail_msg("%s: %s", misfits[i], json_dumps(r, JSON_COMPACT));
+    assert_string_equal(error_message(r), "An input response does not answer its request");
+    assert_string_equal(str(json_object_get(json_object_get(r, "error"), "data"), "key"),
+                        "user_name");
+    json_decref(r);
+  }
+  assert_int_equal(elicitation_calls_audited(w, "INFO"), served);
+  assert_int_equal(elicitation_calls_audited(w, "WARN"), refused);
+  char *members = retry_members(
+      call, result_of(first),
+      "{\"user_name\":{\"action\":\"accept\",\"content\":{\"name\":\"Ada\"}},\"other\":5}");
+  json_t *r = request_as(w, w->agent, "{\"elicitation\":{}}", "tools/call", members, NULL);
+  free(members);
+  assert_string_equal(str(json_array_get(json_object_get(result_of(r), "content"), 0), "text"),
+                      "Hello, Ada!");
+  json_decref(r);
+  r = request_as(w, w->agent, "{\"elicitation\":{}}", "tools/call",
+                 "\"name\":\"test_input_required_result_elicitation\",\"inputResponses\":{"
+                 "\"user_name\":{\"action\":\"accept\",\"content\":{\"name\":\"Ada\"}}}",
+                 NULL);
+  assert_string_equal(str(json_array_get(json_object_get(result_of(r), "content"), 0), "text"),
+                      "Hello, Ada!");
+  json_decref(r);
+  r = request_as(w, w->agent, "{\"elicitation\":{}}", "tools/call",
+                 "\"name\":\"test_input_required_result_elicitation\",\"inputResponses\":{"
+                 "\"user_name\":{\"action\":\"accept\",\"content\":{\"name\":\"Ada\"}},"
+                 "\"other\":5}",
+                 NULL);
+  assert_string_equal(error_message(r), "Each input response must be an object");
+  json_decref(r);
+  json_decref(first);
 }
 
 /* A task has its row before its client learns its id: another server on the same workspace
@@ -2684,6 +2759,44 @@ static void test_a_url_elicitation_asked_on_2025_names_itself(void **state) {
   assert_string_equal(json_string_value(json_object_get(asked, "mode")), "url");
   assert_string_equal(json_string_value(json_object_get(asked, "url")), "https://example.com/in");
   assert_int_equal(json_string_length(json_object_get(asked, "elicitationId")), TG_UUID_LEN);
+  serve_usual_tools(w, reg);
+}
+
+/* Asks with a state larger than a client may send back. */
+static int asks_with_a_large_state(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  (void)cx;
+  (void)args;
+  char *large = malloc(70000);
+  if (!large) return TG_E_NOMEM;
+  memset(large, 's', 69999);
+  large[69999] = '\0';
+  *ret = json_pack("{s:s,s:{s:{s:s,s:{s:s}}},s:s}", "resultType", "input_required",
+                   "inputRequests", "q", "method", "elicitation/create", "params", "message",
+                   "who?", "requestState", large);
+  free(large);
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+/* On 2026-07-28 the state the client is to send back must fit what the server takes back:
+ * one that would not fails the call before it commits, as no later round could go on. */
+static void test_a_state_too_large_to_come_back_fails_the_call(void **state) {
+  world *w = *state;
+  static const tg_handler_entry handlers[] = {{"test.ask.large", asks_with_a_large_state}};
+  static const tg_provider large = {
+      .name = "large",
+      .spec_json = "{\"provider\":\"large\",\"tools\":[" ASKING_TOOL(
+          "test.ask.large", "[\"mcp_content\"]") "]}",
+      .handlers = handlers,
+      .n_handlers = 1};
+  tg_registry *reg = serve_only(w, &large);
+  json_t *r = request_as(w, w->agent, "{\"elicitation\":{}}", "tools/call",
+                         "\"name\":\"test_ask_large\"", NULL);
+  assert_int_equal(error_code(r), TG_RPC_INTERNAL_ERROR);
+  json_t *data = json_object_get(json_object_get(r, "error"), "data");
+  assert_int_equal(json_integer_value(json_object_get(data, "max")), 65536);
+  json_decref(r);
+  assert_int_equal(calls_audited(w, "test.ask.large", "INFO"), 0);
+  assert_int_equal(calls_audited(w, "test.ask.large", "WARN"), 1);
   serve_usual_tools(w, reg);
 }
 
@@ -3581,6 +3694,7 @@ int main(void) {
       T(test_input_requests_asked_on_2025),
       T(test_which_tools_have_their_input_asked_on_2025),
       T(test_a_url_elicitation_asked_on_2025_names_itself),
+      T(test_a_state_too_large_to_come_back_fails_the_call),
       T(test_http_get_stream_and_resumption),
       T(test_tasks_advertised_and_listed),
       T(test_task_runs_and_is_audited),
@@ -3593,6 +3707,7 @@ int main(void) {
       T(test_input_then_task),
       T(test_request_state_is_bound_to_the_arguments),
       T(test_request_state_outlives_its_server),
+      T(test_stateless_answers_are_checked_against_what_was_asked),
       T(test_task_running_limits),
       T(test_task_kept_limit),
       T(test_listen_leaves_out_what_the_database_cannot_tell),
