@@ -48,6 +48,9 @@
 #define TAKING_BYTES_PER_TIMEOUT (2u * 1024u * 1024u)
 #define DRAIN_MS 1000        /* how long a stopping server lets listen streams deliver their end */
 #define POLLING_VERSION "2025-11-25" /* the first revision whose clients resume call streams */
+/* A request whose body took longer than this to arrive has its token checked again once it
+ * has: one revoked meanwhile is refused, as running calls are cancelled (end_revoked). */
+#define TOKEN_RECHECK_MS 1000
 
 typedef struct stream stream;
 typedef struct worker worker;
@@ -115,8 +118,9 @@ typedef struct peer {
   tg_db *db;
   int fd;
   /* The caller's share counting the request it answers (see request_begin), until its
-   * answer is queued (small) or its request completed, or until its answer's reader takes
-   * it over (see queue_stream); NULL: none counted. */
+   * answer is queued (small) or its request completed, or until its answer takes it over (a
+   * stream's reader, a large JSON answer: see queue_stream, queue_reply); NULL: none
+   * counted. */
   held_share *answering;
   _Atomic int64_t due_by;
   bool cut; /* shut down by the sweeper */
@@ -127,6 +131,9 @@ struct server {
   const tg_http_config *cfg;
   tg_mcp_server mcp; /* cfg->server, advertising the list changes this transport delivers */
   bool loopback;
+  /* On loopback, the address it listens on as numbers ("127.0.0.2", "[::1]"): a name of this
+   * machine besides the usual ones (loopback_host); "" elsewhere. */
+  char own_host[INET6_ADDRSTRLEN + 3];
   char *public_url; /* cfg->public_url, or this server's own address */
   pthread_mutex_t lock;
   pthread_cond_t answered; /* an ask slot received its response, or a request was cancelled */
@@ -135,6 +142,9 @@ struct server {
   size_t n_sessions;
   listener *listeners; /* the open subscriptions/listen streams */
   size_t n_listeners;
+  /* The stateless calls of a token, waiting in line or running, for end_revoked to cancel. */
+  worker *token_calls;
+  size_t n_token_calls;
   bool closing;        /* tg_http_stop began: no listen stream opens any more */
   _Atomic bool quiescing;       /* tg_http_stop began: every new request gets a 503 */
   _Atomic bool past_grace;      /* and its grace is over: every request counts as cancelled */
@@ -255,16 +265,18 @@ static bool port_ok(const char *rest) {
   return digits >= 1 && digits <= 5 && !rest[digits];
 }
 
-/* Host "name[:port]" (a Host header, or what follows an Origin's scheme) names this machine. */
-static bool host_ok(const char *host) {
+/* Host "name[:port]" (a Host header, or what follows an Origin's scheme) names this machine:
+ * one of its usual loopback names, or the address s listens on. */
+static bool host_ok(const server *s, const char *host) {
   if (!host) return true;
   const char *end = host[0] == '[' ? strchr(host, ']') : strchr(host, ':');
   size_t len = !end ? strlen(host) : (size_t)(end - host) + (host[0] == '[');
-  return loopback_host(host, len) && port_ok(host + len);
+  bool own = s->own_host[0] && len == strlen(s->own_host) && strncasecmp(host, s->own_host, len) == 0;
+  return (loopback_host(host, len) || own) && port_ok(host + len);
 }
 
 /* Origin "scheme://name[:port]" names this machine. */
-static bool origin_ok(const char *origin) {
+static bool origin_ok(const server *s, const char *origin) {
   if (!origin) return true;
   const char *p = strstr(origin, "://");
   if (!p) return false;
@@ -272,7 +284,7 @@ static bool origin_ok(const char *origin) {
   if (!(scheme == 4 && strncmp(origin, "http", 4) == 0) &&
       !(scheme == 5 && strncmp(origin, "https", 5) == 0))
     return false;
-  return host_ok(p + 3);
+  return host_ok(s, p + 3);
 }
 
 static void stream_release(stream *st);
@@ -417,12 +429,16 @@ static bool session_admit(server *s, session *x) {
   return room;
 }
 
-/* The live session with id belonging to principal, with a reference, or NULL. */
-static session *session_find(server *s, const char *id, const char *principal) {
+/* The live session with id, with a reference; NULL unless principal opened it with the token
+ * of token_hash (not merely another of its tokens), so that what a token opened ends with it,
+ * every stream of its sessions included. */
+static session *session_find(server *s, const char *id, const char *principal,
+                             const char *token_hash) {
   pthread_mutex_lock(&s->lock);
   session *x = s->sessions;
   while (x && strcmp(x->id, id) != 0) x = x->next;
-  if (x && strcmp(x->principal, principal) != 0) x = NULL;
+  if (x && (strcmp(x->principal, principal) != 0 || strcmp(x->token_hash, token_hash) != 0))
+    x = NULL;
   if (x) {
     x->refs++;
     x->last_used = tg_now_ms();
@@ -902,6 +918,12 @@ static void stream_detach(stream *st, unsigned reader_id) {
   if (hook) hook(arg);
 }
 
+/* The close hook of a stateless call's stream: closing it is the call's cancellation. */
+static void cancel_call(void *arg) {
+  stream *st = arg;
+  tg_mcp_inflight_cancel(st->inflight, st->call_id);
+}
+
 /* Whether the client closed the connection on socket fd (its own thread reads nothing
  * from it while an answer is being waited for). */
 static bool client_gone(int fd) {
@@ -1257,6 +1279,7 @@ typedef struct request {
   bool answered; /* refused from its headers: its body, if any, is dropped unread */
   char principal[TG_UUID_LEN + 1];
   char token_hash[TG_TOKEN_HASH_LEN + 1]; /* of the token that named it; "" without auth */
+  int64_t checked_ms; /* monotonic: when the token was checked */
   char *body;
   size_t len;
   size_t dropped; /* of a body past the bound: the bytes that came, none of them kept */
@@ -1280,6 +1303,11 @@ struct worker {
   stream *st;
   session *sess; /* NULL for stateless requests */
   tg_mcp_inflight *inflight; /* the session's, or the stream's of a stateless call */
+  /* Of a stateless call made with a token: the token's hash, and its place among the
+   * server's token_calls (listed: in it). */
+  char token_hash[TG_TOKEN_HASH_LEN + 1];
+  bool listed;
+  worker *prev_call, *next_call;
   tg_mcp_session scratch;
   bool opened;      /* this request is the initialize that opened sess */
   int loaded_level; /* the session's log level when scratch was copied */
@@ -1415,6 +1443,15 @@ static void state_store(server *s, session *x, tg_mcp_session *in, bool opened, 
 }
 
 static void worker_free(worker *w) {
+  server *s = w->srv;
+  if (w->listed) {
+    pthread_mutex_lock(&s->lock);
+    if (w->prev_call) w->prev_call->next_call = w->next_call;
+    else s->token_calls = w->next_call;
+    if (w->next_call) w->next_call->prev_call = w->prev_call;
+    s->n_token_calls--;
+    pthread_mutex_unlock(&s->lock);
+  }
   tg_rpc_msg_done(&w->msg);
   json_decref(w->params);
   for (size_t i = 0; i < 3; i++) free(w->header_copies[i]);
@@ -1469,14 +1506,14 @@ static unsigned queued_locked(server *s) {
   return n;
 }
 
-/* Takes the session calls cancelled while they wait in line for a pool thread off the line,
- * and ends them without an answer: at once, not once a thread comes free. */
+/* Takes the calls cancelled while they wait in line for a pool thread off the line, and ends
+ * them without an answer: at once, not once a thread comes free. */
 static void drop_cancelled_in_line(server *s) {
   worker *dropped = NULL;
   pthread_mutex_lock(&s->lock);
   for (worker **at = &s->queue_head, *prev = NULL; *at;) {
     worker *w = *at;
-    if (!w->sess || !tg_mcp_inflight_cancelled(w->inflight, w->msg.id)) {
+    if (!tg_mcp_inflight_cancelled(w->inflight, w->msg.id)) {
       prev = w;
       at = &w->next;
       continue;
@@ -1580,10 +1617,12 @@ static void forget_stale_output_locked(server *s) {
 
 void (*_Atomic tg_http_test_looking)(void);
 
-/* A session or listen stream held by end_revoked, and the hash of the token that opened it. */
+/* A session, listen stream or stateless call's stream held by end_revoked, and the hash of
+ * the token that opened it. */
 typedef struct opened {
   session *x;
   listener *l;
+  stream *call;
   char hash[TG_TOKEN_HASH_LEN + 1];
 } opened;
 
@@ -1591,13 +1630,13 @@ static int by_hash(const void *a, const void *b) {
   return strcmp(((const opened *)a)->hash, ((const opened *)b)->hash);
 }
 
-/* What a token opened ends once it is revoked: its sessions (a session's GET stream ends with
- * it) and its subscriptions/listen streams (with their result, as when the server stops).
- * Each request is checked as it comes; these live on between requests, so the sweeper
- * looks. */
+/* What a token opened ends once it is revoked: its sessions (and with them every stream and
+ * call of theirs), its subscriptions/listen streams (with their result, as when the server
+ * stops) and its stateless calls (cancelled, as when their client leaves). Each request is
+ * checked as it comes; these live on past that, so the sweeper looks. */
 static void end_revoked(server *s, tg_db *db) {
   pthread_mutex_lock(&s->lock);
-  size_t cap = s->n_sessions + s->n_listeners, n = 0;
+  size_t cap = s->n_sessions + s->n_listeners + s->n_token_calls, n = 0;
   opened *all = cap ? malloc(cap * sizeof *all) : NULL;
   for (session *x = s->sessions; all && x; x = x->next) {
     if (!x->token_hash[0]) continue;
@@ -1612,6 +1651,11 @@ static void end_revoked(server *s, tg_db *db) {
     all[n] = (opened){.l = l};
     memcpy(all[n++].hash, l->token_hash, sizeof l->token_hash);
   }
+  for (worker *w = s->token_calls; all && w; w = w->next_call) {
+    stream_ref(w->st);
+    all[n] = (opened){.call = w->st};
+    memcpy(all[n++].hash, w->token_hash, sizeof w->token_hash);
+  }
   pthread_mutex_unlock(&s->lock);
   void (*looking)(void) = tg_http_test_looking;
   if (looking) looking();
@@ -1622,6 +1666,12 @@ static void end_revoked(server *s, tg_db *db) {
     char id[TG_UUID_LEN + 1];
     if (i == 0 || strcmp(all[i].hash, all[i - 1].hash) != 0)
       revoked = tg_principal_by_token_hash(db, all[i].hash, NULL, id) == TG_E_NOTFOUND;
+    if (all[i].call) {
+      if (revoked) cancel_call(all[i].call);
+      stream_release(all[i].call);
+      if (revoked) drop_cancelled_in_line(s);
+      continue;
+    }
     if (all[i].l) {
       if (revoked) {
         json_t *meta = tg_mcp_result_meta(&s->mcp);
@@ -1771,10 +1821,26 @@ typedef struct json_answer {
   held_share *share;
   size_t n;
   char *text;
+  /* Its request's count among its caller's, until the last of it is handed over (as a
+   * stream's: see reader_answered); NULL: none. */
+  held_share *answering;
 } json_answer;
+
+static ssize_t json_answer_read(void *cls, uint64_t pos, char *out, size_t max) {
+  json_answer *a = cls;
+  if (pos >= a->n) {
+    request_done_once(a->srv, &a->answering);
+    return MHD_CONTENT_READER_END_OF_STREAM;
+  }
+  size_t k = a->n - (size_t)pos < max ? a->n - (size_t)pos : max;
+  memcpy(out, a->text + pos, k);
+  if (pos + k == a->n) request_done_once(a->srv, &a->answering);
+  return (ssize_t)k;
+}
 
 static void json_answer_free(void *cls) {
   json_answer *a = cls;
+  request_done_once(a->srv, &a->answering);
   held_count_in(a->srv, a->share, a->n, true, false);
   share_put(a->srv, a->share);
   free(a->text);
@@ -1811,8 +1877,13 @@ static enum MHD_Result queue_reply(server *s, struct MHD_Connection *conn, const
   a->text = text;
   held_count_in(s, a->share, a->n, false, false);
   set_due_by(conn, tg_monotonic_ms() + slow_limit_ms(s, a->n));
+  peer *p = peer_of(conn);
+  if (p) { /* the request's count goes with its answer */
+    a->answering = p->answering;
+    p->answering = NULL;
+  }
   struct MHD_Response *res =
-      MHD_create_response_from_buffer_with_free_callback_cls(a->n, text, json_answer_free, a);
+      MHD_create_response_from_callback(a->n, 64 * 1024, json_answer_read, a, json_answer_free);
   if (!res) {
     json_answer_free(a);
     return MHD_NO;
@@ -2031,12 +2102,6 @@ static enum MHD_Result refuse_caller(server *s, struct MHD_Connection *conn, cal
   return respond_with(conn, MHD_HTTP_UNAUTHORIZED, res, "application/json", NULL, NULL);
 }
 
-/* The close hook of a stateless call's stream: closing it is the call's cancellation. */
-static void cancel_call(void *arg) {
-  stream *st = arg;
-  tg_mcp_inflight_cancel(st->inflight, st->call_id);
-}
-
 /* A session keeps its latest streams, so that a client cut off may resume one. Called with
  * the server's lock held. */
 /* Whether st's call ended and all its output went out: its client can only want it again. */
@@ -2144,6 +2209,13 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
     pthread_mutex_lock(&st->lock);
     if (prime_locked(st) == 0) primed_len = st->len;
     pthread_mutex_unlock(&st->lock);
+  }
+  if (!x && w->token_hash[0]) {
+    w->listed = true;
+    w->next_call = s->token_calls;
+    if (s->token_calls) s->token_calls->prev_call = w;
+    s->token_calls = w;
+    s->n_token_calls++;
   }
   w->next = NULL;
   if (s->queue_tail) s->queue_tail->next = w;
@@ -2271,6 +2343,7 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   if (!w) return MHD_NO;
   w->srv = s;
   snprintf(w->principal, sizeof w->principal, "%s", principal);
+  snprintf(w->token_hash, sizeof w->token_hash, "%s", rq->token_hash);
   tg_mcp_session_init(&w->scratch);
   json_t *err = NULL;
   int dr = tg_rpc_decode(rq->body ? rq->body : "", rq->len, &w->msg, &err);
@@ -2333,7 +2406,7 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
                              "Mcp-Session-Id is required; send initialize first");
       goto done;
     }
-    if (!(w->sess = session_find(s, sid, principal))) {
+    if (!(w->sess = session_find(s, sid, rq->principal, rq->token_hash))) {
       result = queue_refusal(conn, MHD_HTTP_NOT_FOUND, &w->msg, "Session not found");
       goto done;
     }
@@ -2342,7 +2415,7 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
       result = queue_refusal(conn, MHD_HTTP_BAD_REQUEST, &w->msg, TG_MCP_INFLIGHT_REUSED_ID);
       goto done;
     }
-  } else if (opens && sid && (w->sess = session_find(s, sid, principal))) {
+  } else if (opens && sid && (w->sess = session_find(s, sid, rq->principal, rq->token_hash))) {
     /* A second session would leave the first to its idle timeout; a stale id is no bar. */
     result = queue_refusal(conn, MHD_HTTP_BAD_REQUEST, &w->msg,
                            "This session is initialized already: end it with DELETE, or "
@@ -2450,13 +2523,13 @@ done:
   return result;
 }
 
-static enum MHD_Result handle_delete(server *s, struct MHD_Connection *conn, const char *principal) {
+static enum MHD_Result handle_delete(server *s, struct MHD_Connection *conn, const request *rq) {
   _cleanup_free_ char *sid = NULL;
   if (!header_value(conn, "Mcp-Session-Id", &sid)) return MHD_NO;
   if (!sid)
     return queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
                            "Mcp-Session-Id is required");
-  session *x = session_find(s, sid, principal);
+  session *x = session_find(s, sid, rq->principal, rq->token_hash);
   if (!x) return queue_rpc_error(conn, MHD_HTTP_NOT_FOUND, TG_RPC_INVALID_REQUEST, "Session not found");
   pthread_mutex_lock(&s->lock);
   if (!x->dead) session_end_locked(s, x);
@@ -2570,7 +2643,7 @@ static enum MHD_Result handle_get(server *s, struct MHD_Connection *conn, tg_db 
   if (!rq->takes_events)
     return queue_rpc_error(conn, MHD_HTTP_NOT_ACCEPTABLE, TG_RPC_INVALID_REQUEST,
                            "Accept must include text/event-stream");
-  session *x = session_find(s, sid, principal);
+  session *x = session_find(s, sid, rq->principal, rq->token_hash);
   if (!x) return queue_rpc_error(conn, MHD_HTTP_NOT_FOUND, TG_RPC_INVALID_REQUEST, "Session not found");
   unsigned status = 0;
   const char *why = NULL;
@@ -2621,9 +2694,15 @@ static enum MHD_Result refuse_while_stopping(struct MHD_Connection *conn) {
   return respond_with(conn, MHD_HTTP_SERVICE_UNAVAILABLE, res, "application/json", NULL, NULL);
 }
 
-/* scan: of the request's body (NULL: none was read), for the refusal to name its request. */
-static enum MHD_Result refuse_too_large(struct MHD_Connection *conn, const tg_rpc_id_scan *scan) {
-  return queue_json(conn, MHD_HTTP_CONTENT_TOO_LARGE, tg_rpc_too_large(scan), NULL);
+/* A body past the bound (scan: what it names; NULL: unread) is refused with 413, or, read,
+ * with the refusal of its Accept or Content-Type first (rq's), as a body within the bound
+ * would be. */
+static enum MHD_Result refuse_too_large(struct MHD_Connection *conn, const request *rq,
+                                       const tg_rpc_id_scan *scan) {
+  json_t *err = tg_rpc_too_large(scan);
+  if (rq && rq->refused_media)
+    return queue_json(conn, rq->refused_media_status, media_refusal(err, rq->refused_media), NULL);
+  return queue_json(conn, MHD_HTTP_CONTENT_TOO_LARGE, err, NULL);
 }
 
 /* libmicrohttpd reports what an operator should see (a thread it could not start, the
@@ -2664,10 +2743,10 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
       !MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host"))
     return queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
                            "Host is required");
-  if (strcmp(url, "/healthz") == 0)
-    return strcmp(method, "GET") == 0
+  if (strcmp(url, "/healthz") == 0) /* libmicrohttpd sends no body to a HEAD */
+    return strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0
                ? respond(conn, MHD_HTTP_OK, "application/json", "{\"status\":\"ok\"}", NULL, NULL)
-               : respond(conn, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, NULL, "GET");
+               : respond(conn, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, NULL, "GET, HEAD");
   if (strcmp(url, "/mcp") != 0)
     return queue_rpc_error(conn, MHD_HTTP_NOT_FOUND, TG_RPC_INVALID_REQUEST,
                            "Not found: MCP is served at /mcp");
@@ -2704,16 +2783,17 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
     return queue_rpc_error(conn, MHD_HTTP_NOT_IMPLEMENTED, TG_RPC_INVALID_REQUEST,
                            "Transfer-Encoding other than chunked is not supported");
   if (length && strtoull(length, NULL, 10) > 2ull * TG_RPC_MAX_BODY)
-    return refuse_too_large(conn, NULL);
+    return refuse_too_large(conn, NULL, NULL);
   /* DNS rebinding: a page elsewhere must not reach a server on this machine. */
   _cleanup_free_ char *origin = NULL, *host = NULL;
   if (!header_value(conn, "Origin", &origin) || !header_value(conn, "Host", &host)) return MHD_NO;
-  if (!origin_ok(origin) || (s->loopback && !host_ok(host)))
+  if (!origin_ok(s, origin) || (s->loopback && !host_ok(s, host)))
     return queue_rpc_error(conn, MHD_HTTP_FORBIDDEN, TG_RPC_INVALID_REQUEST, "Forbidden origin or host");
   peer *p = peer_of(conn);
   caller who = authenticate(s, conn, p ? p->db : NULL, rq->principal,
                             rq->token_hash);
   if (who != CALLER_KNOWN) return refuse_caller(s, conn, who);
+  rq->checked_ms = tg_monotonic_ms();
   bool full = false;
   /* A known caller has a peer: its token was checked on the peer's database. */
   if (!s->cfg->no_auth && !(p->answering = request_begin(s, rq->principal, false, &full)))
@@ -2799,7 +2879,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   peer *p = peer_of(conn);
   if (p) atomic_store(&p->due_by, 0);
   tg_db *db = p ? p->db : NULL;
-  if (rq->past) return refuse_too_large(conn, rq->past);
+  if (rq->past) return refuse_too_large(conn, rq, rq->past);
+  if (tg_monotonic_ms() - rq->checked_ms > TOKEN_RECHECK_MS) {
+    char principal[TG_UUID_LEN + 1];
+    caller who = authenticate(s, conn, db, principal, rq->token_hash);
+    if (who != CALLER_KNOWN) return refuse_caller(s, conn, who);
+  }
   if (strcmp(method, "POST") == 0) {
     if (!db) return queue_rpc_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, TG_RPC_INTERNAL_ERROR, "No database");
     return handle_post(s, conn, db, rq->principal, rq);
@@ -2814,7 +2899,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   if (revision && !tg_mcp_legacy_supported(revision))
     return queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
                            "Unsupported MCP-Protocol-Version");
-  if (strcmp(method, "DELETE") == 0) return handle_delete(s, conn, rq->principal);
+  if (strcmp(method, "DELETE") == 0) return handle_delete(s, conn, rq);
   if (strcmp(method, "GET") == 0) return handle_get(s, conn, db, rq);
   return queue(conn, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, NULL);
 }
@@ -2960,21 +3045,45 @@ static bool wildcard(const struct sockaddr_storage *addr) {
              : ((const struct sockaddr_in *)addr)->sin_addr.s_addr == htonl(INADDR_ANY);
 }
 
+/* The address addr as numbers, an IPv6 one in brackets, into out. */
+static void numeric_host(const struct sockaddr_storage *addr, char out[INET6_ADDRSTRLEN + 3]) {
+  char text[INET6_ADDRSTRLEN] = "";
+  bool v6 = addr->ss_family == AF_INET6;
+  inet_ntop(addr->ss_family,
+            v6 ? (const void *)&((const struct sockaddr_in6 *)addr)->sin6_addr
+               : (const void *)&((const struct sockaddr_in *)addr)->sin_addr,
+            text, sizeof text);
+  snprintf(out, INET6_ADDRSTRLEN + 3, v6 ? "[%s]" : "%s", text);
+}
+
 /* How people reach this server, for links: cfg's public_url, else http://HOST:PORT with the
- * host of --listen (this machine's name for a wildcard address) and the port it listens on,
- * both from addr, the address it listens on. */
-static char *own_url(const tg_http_config *cfg, const struct sockaddr_storage *addr) {
+ * host of --listen (this machine's name for a wildcard address; its address as numbers for a
+ * loopback one named otherwise than usual, the only other name its Host check takes) and the
+ * port it listens on, both from addr, the address it listens on. */
+static char *own_url(const server *s, const struct sockaddr_storage *addr) {
+  const tg_http_config *cfg = s->cfg;
   if (cfg->public_url && *cfg->public_url) return strdup(cfg->public_url);
   size_t hlen = (size_t)(strrchr(cfg->listen, ':') - cfg->listen);
   char host[256];
   if (wildcard(addr)) {
     if (gethostname(host, sizeof host) < 0) return NULL;
     host[sizeof host - 1] = '\0';
+  } else if (s->loopback && !loopback_host(cfg->listen, hlen)) {
+    snprintf(host, sizeof host, "%s", s->own_host);
   } else {
     snprintf(host, sizeof host, "%.*s", (int)hlen, cfg->listen);
   }
   char *url = NULL;
   return asprintf(&url, "http://%s:%u", host, port_of(addr)) < 0 ? NULL : url;
+}
+
+/* Leaves a request's path as sent, so that it is compared byte for byte ("/mcp",
+ * "/healthz"): no percent-encoding is another name for them, and an encoded NUL cannot end
+ * one early ("/mcp%00/x"). No query argument is read. */
+static size_t keep_escaped(void *cls, struct MHD_Connection *conn, char *text) {
+  (void)cls;
+  (void)conn;
+  return strlen(text);
 }
 
 int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) {
@@ -2997,6 +3106,7 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   h->s.mcp = cfg->server;
   h->s.mcp.list_changes = true;
   h->s.loopback = loopback;
+  if (loopback) numeric_host(&addr, h->s.own_host);
   h->s.held_max = cfg->max_held_bytes ? cfg->max_held_bytes : TG_HTTP_MAX_HELD_BYTES;
   h->s.replay_keep_ms = cfg->replay_keep_ms ? cfg->replay_keep_ms : TG_HTTP_REPLAY_KEEP_MS;
   pthread_mutex_init(&h->s.lock, NULL);
@@ -3006,7 +3116,7 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   pthread_cond_init(&h->s.answered, NULL);
   pthread_cond_init(&h->s.queued, NULL);
   pthread_cond_init(&h->s.sweep_stop, NULL);
-  if (!(h->s.public_url = own_url(cfg, &addr))) {
+  if (!(h->s.public_url = own_url(&h->s, &addr))) {
     tg_http_stop(h);
     return TG_E_NOMEM;
   }
@@ -3054,6 +3164,7 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
       h->s.loopback ? 0u : (unsigned)TG_HTTP_MAX_CONNECTIONS_PER_ADDRESS,
       MHD_OPTION_CONNECTION_TIMEOUT,
       idle_timeout_s(&h->s),
+      MHD_OPTION_UNESCAPE_CALLBACK, keep_escaped, NULL,
       MHD_OPTION_NOTIFY_COMPLETED, on_completed, &h->s, MHD_OPTION_NOTIFY_CONNECTION,
       on_connection, &h->s, MHD_OPTION_END);
   int why = errno;

@@ -257,7 +257,7 @@ typedef struct world {
   fixture *f;
   tg_registry *registry; /* built-in, conformance and kit providers */
   char agent[TG_UUID_LEN + 1]; /* "bot", holding tasks.assign */
-  char tokens[3][128];         /* Bearer tokens of "bot", "bot2" and "bot3" */
+  char tokens[4][128];         /* Bearer tokens of "bot", "bot2", "bot3", and "bot" again */
   const char *token;           /* whom requests act as: "bot" unless a test says otherwise */
   tg_http_config cfg;
   tg_http *h;
@@ -271,8 +271,8 @@ static int setup(void **state) {
   char other[TG_UUID_LEN + 1];
   fixture_agent(w->f, "{\"slug\":\"bot2\"}", other);
   fixture_agent(w->f, "{\"slug\":\"bot3\"}", other);
-  static const char *const slugs[] = {"bot", "bot2", "bot3"};
-  for (int i = 0; i < 3; i++) {
+  static const char *const slugs[] = {"bot", "bot2", "bot3", "bot"};
+  for (int i = 0; i < 4; i++) {
     char args[64];
     snprintf(args, sizeof args, "{\"agentSlug\":\"%s\"}", slugs[i]);
     tg_call_result res;
@@ -1561,6 +1561,38 @@ static void test_a_caller_at_its_bound_is_served_its_next_request_after_a_stream
   close(other);
 }
 
+/* The same after a JSON answer over 4 KB (a tools/list): its request stops counting once the
+ * last of it is handed over, not when libmicrohttpd completes it after that. */
+static void test_a_caller_at_its_bound_is_served_its_next_request_after_a_large_answer(
+    void **state) {
+  world *w = *state;
+  w->cfg.max_requests_per_principal = 1;
+  unsigned port = restart(w);
+  int listed = connected(port), other = connected(port);
+  char *lines = NULL;
+  assert_true(asprintf(&lines,
+                       "Authorization: Bearer %s\r\nAccept: application/json, "
+                       "text/event-stream\r\nContent-Type: application/json\r\n"
+                       "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/list\r\n",
+                       w->token) > 0);
+  size_t size = 1024 * 1024;
+  char *answer = malloc(size);
+  for (int i = 0; i < 500; i++) {
+    fixture_http_send(listed, port, "POST", lines,
+                      "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{"
+                      MODERN_META "}}");
+    read_answer(listed, answer, size);
+    const char *length = strstr(answer, "Content-Length: ");
+    if (strncmp(answer, "HTTP/1.1 200", 12) != 0 || !length || atoi(length + 16) <= 4096)
+      fail_msg("no large JSON answer: %.300s", answer);
+    discovered_on(w, other, port);
+  }
+  free(answer);
+  free(lines);
+  close(listed);
+  close(other);
+}
+
 /* Sends a request's head on fd, connected, then a byte every 250 ms (less than the tests' idle
  * timeouts apart) until the server closes the connection; closes fd. */
 static void trickle_until_closed(int fd) {
@@ -2218,14 +2250,17 @@ static void test_listen_stream_gets_ack_then_changes(void **state) {
   finish(listen);
 }
 
-/* A revoked token ends what it opened, though no request comes: a session's GET stream and a
- * listen stream, which gets its result first. Another caller's session stands. */
+/* A revoked token ends what it opened, though no request comes: a session's GET stream, a
+ * listen stream, which gets its result first, and a stateless call, cancelled as when its
+ * client leaves. Another caller's session stands. */
 static void test_a_revoked_token_ends_its_streams(void **state) {
   world *w = *state;
   char sid[64], other_sid[64];
   exchange *get = open_listening_session(w, sid);
   exchange *listen = start(w, "POST", NULL, MODERN_HEADERS("subscriptions/listen"), LISTEN(1));
   await(listen, "notifications/subscriptions/acknowledged");
+  exchange *call = start_waiting_call(w);
+  kit_wait(&kit_started);
   w->token = w->tokens[1];
   exchange *other = open_listening_session(w, other_sid);
   assert_int_equal(tg_db_exec(w->f->db,
@@ -2236,6 +2271,10 @@ static void test_a_revoked_token_ends_its_streams(void **state) {
   await(listen, NULL);
   assert_non_null(strstr(listen->got, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"resultType\":"
                                       "\"complete\""));
+  kit_wait(&kit_cancelled);
+  await(call, NULL);
+  assert_null(strstr(call->got, "result"));
+  finish(call);
   free(request(w, "POST", other_sid, NULL, PING, 200));
   pthread_mutex_lock(&other->lock);
   bool ended = other->ended;
@@ -2244,6 +2283,57 @@ static void test_a_revoked_token_ends_its_streams(void **state) {
   finish(other);
   finish(listen);
   finish(get);
+}
+
+/* A session is the token's that opened it: another token of the same agent cannot use it
+ * (404, as for an unknown session), so that revoking a token ends every stream on its
+ * sessions. */
+static void test_a_session_belongs_to_its_token(void **state) {
+  world *w = *state;
+  char sid[64];
+  open_session(w, "{}", sid);
+  w->token = w->tokens[3];
+  char *refused = request(w, "POST", sid, NULL, PING, 404);
+  assert_non_null(strstr(refused, "Session not found"));
+  free(refused);
+  free(request(w, "GET", sid, NULL, NULL, 404));
+  free(request(w, "DELETE", sid, NULL, NULL, 404));
+  w->token = w->tokens[0];
+  free(request(w, "POST", sid, NULL, PING, 200));
+}
+
+/* A request's token is checked again once its body is whole when that took long: a token
+ * revoked between its headers and the end of its body is refused, and nothing runs. */
+static void test_a_token_revoked_while_its_body_comes_is_refused(void **state) {
+  world *w = *state;
+  unsigned port = 0;
+  assert_int_equal(sscanf(w->url, "http://127.0.0.1:%u/", &port), 1);
+  static const char body[] = STATELESS_CALL("7", "test_wait_cancel", "{}");
+  int fd = connected(port);
+  char head[1024];
+  int n = snprintf(head, sizeof head,
+                   "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%u\r\nAuthorization: Bearer %s\r\n"
+                   "Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n"
+                   "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\n"
+                   "Mcp-Name: test_wait_cancel\r\nContent-Length: %zu\r\n\r\n%.10s",
+                   port, w->token, strlen(body), body);
+  assert_int_equal(send(fd, head, (size_t)n, MSG_NOSIGNAL), n);
+  await_load(w, false, 1);
+  usleep(300 * 1000); /* its headers are read and its token checked, well before the revoke */
+  long audited = fixture_count(w->f, "agent_run_logs");
+  assert_int_equal(tg_db_exec(w->f->db,
+                              "UPDATE api_tokens SET revoked_at = 'now' WHERE principal_id = $1",
+                              json_pack("[s]", w->agent), NULL),
+                   0);
+  usleep(1500 * 1000); /* past the time after which a token is checked again */
+  assert_int_equal(send(fd, body + 10, strlen(body) - 10, MSG_NOSIGNAL),
+                   (ssize_t)(strlen(body) - 10));
+  char answer[4096];
+  read_answer(fd, answer, sizeof answer);
+  close(fd);
+  if (strncmp(answer, "HTTP/1.1 401", 12) != 0) fail_msg("expected 401, got: %s", answer);
+  assert_false(kit_started);
+  assert_int_equal(fixture_count(w->f, "agent_run_logs"), audited);
 }
 
 static void test_listen_streams_are_bounded_and_freed_when_closed(void **state) {
@@ -2310,6 +2400,8 @@ int main(void) {
       T(test_ending_a_session_cancels_its_calls),
       T(test_a_cancelled_request_gets_an_empty_event_stream),
       T(test_bearer_tokens_empty_unknown_or_padded),
+      T(test_a_session_belongs_to_its_token),
+      T(test_a_token_revoked_while_its_body_comes_is_refused),
       T(test_a_batch_answer_past_the_bounds_names_its_requests),
       T(test_list_check_goes_on_while_the_pool_is_busy),
       T(test_a_principal_leaves_a_pool_thread_to_others),
@@ -2358,6 +2450,7 @@ int main(void) {
       T(test_one_caller_has_a_share_of_the_requests_answered),
       T(test_a_caller_at_its_bound_is_served_its_next_request_at_once),
       T(test_a_caller_at_its_bound_is_served_its_next_request_after_a_stream),
+      T(test_a_caller_at_its_bound_is_served_its_next_request_after_a_large_answer),
       T(test_a_call_gives_up_on_a_silent_client),
       T(test_listen_stream_gets_ack_then_changes),
       T(test_a_revoked_token_ends_its_streams),

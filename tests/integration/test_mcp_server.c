@@ -3420,29 +3420,35 @@ static void test_http_repeated_headers(void **state) {
   tg_http_stop(h);
 }
 
-/* Sends a modern tools/call naming this Host (and Origin, when given) and answers the status. */
-static char *http_call_from(unsigned port, const char *host, const char *origin) {
+/* Sends a modern tools/call of test_simple_text to path on the server at addr:port, naming
+ * this Host (and Origin, when given); the answer. */
+static char *http_call_at(in_addr_t addr, unsigned port, const char *path, const char *host,
+                          const char *origin) {
   static const char body[] =
       "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":"
       "\"test_simple_text\",\"arguments\":{}," MODERN_META "}}";
   int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                           .sin_addr.s_addr = htonl(addr)};
+  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
   char *req = NULL;
   int n = asprintf(&req,
-                   "POST /mcp HTTP/1.1\r\nHost: %s\r\n%s%s%sConnection: close\r\n"
+                   "POST %s HTTP/1.1\r\nHost: %s\r\n%s%s%sConnection: close\r\n"
                    "Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n"
                    HTTP_MODERN "Mcp-Method: tools/call\r\nMcp-Name: test_simple_text\r\n"
                    "Content-Length: %zu\r\n\r\n%s",
-                   host, origin ? "Origin: " : "", origin ? origin : "", origin ? "\r\n" : "",
-                   strlen(body), body);
+                   path, host, origin ? "Origin: " : "", origin ? origin : "",
+                   origin ? "\r\n" : "", strlen(body), body);
   assert_true(n > 0);
   assert_int_equal(write(fd, req, (size_t)n), n);
   free(req);
   char *res = http_read(fd, NULL);
   close(fd);
   return res;
+}
+
+static char *http_call_from(unsigned port, const char *host, const char *origin) {
+  return http_call_at(INADDR_LOOPBACK, port, "/mcp", host, origin);
 }
 
 /* Against DNS rebinding, a request's Host and Origin must name this machine: a loopback name and
@@ -3489,6 +3495,66 @@ static void test_http_origin_and_host_name_this_machine(void **state) {
   tg_http_stop(h);
 }
 
+/* A server on another loopback address takes that address as a name of this machine too (the
+ * one its links give); a server elsewhere does not. */
+static void test_http_a_loopback_address_names_its_server(void **state) {
+  world *w = *state;
+  unsigned port = 0;
+  tg_http *h = http_start(w, &port);
+  char *res = http_call_from(port, "127.0.0.2", NULL);
+  assert_status(res, "403");
+  free(res);
+  tg_http_stop(h);
+  w->http.listen = "127.0.0.2:0";
+  assert_int_equal(tg_http_start(&w->http, &h, &port), 0);
+  char host[32], origin[48];
+  snprintf(host, sizeof host, "127.0.0.2:%u", port);
+  snprintf(origin, sizeof origin, "http://127.0.0.2:%u", port);
+  static const in_addr_t second = 0x7f000002;
+  res = http_call_at(second, port, "/mcp", host, origin);
+  assert_status(res, "200");
+  free(res);
+  res = http_call_at(second, port, "/mcp", "localhost", NULL);
+  assert_status(res, "200");
+  free(res);
+  res = http_call_at(second, port, "/mcp", "127.0.0.3", NULL);
+  assert_status(res, "403");
+  free(res);
+  res = http_call_at(second, port, "/mcp", host, "http://127.0.0.3");
+  assert_status(res, "403");
+  free(res);
+  tg_http_stop(h);
+}
+
+/* A request's path is taken as sent: no percent-encoding is another name for /mcp or /healthz
+ * (an encoded NUL would end the name early), and nothing runs. /healthz answers HEAD too,
+ * without a body. */
+static void test_http_paths_are_taken_as_sent(void **state) {
+  world *w = *state;
+  unsigned port = 0;
+  tg_http *h = http_start(w, &port);
+  long runs = fixture_count(w->f, "agent_runs");
+  static const char *const paths[] = {"/mcp%00/else", "/m%63p", "/mcp/", "/healthz%00.html"};
+  for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+    char *res = http_call_at(INADDR_LOOPBACK, port, paths[i], "localhost", NULL);
+    if (strncmp(res, "HTTP/1.1 404", 12) != 0) fail_msg("%s: %s", paths[i], res);
+    free(res);
+  }
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  static const char head[] = "HEAD /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+  assert_int_equal(write(fd, head, sizeof head - 1), (ssize_t)(sizeof head - 1));
+  char *res = http_read(fd, NULL);
+  close(fd);
+  assert_status(res, "200");
+  assert_string_equal(strstr(res, "\r\n\r\n"), "\r\n\r\n");
+  free(res);
+  tg_http_stop(h);
+}
+
 /* libmicrohttpd's lines about malformed requests, which anyone can send, are logged once a
  * minute at most; the count of those held back is told when the minute is past, or when the
  * server stops. */
@@ -3524,8 +3590,9 @@ static bool http_write(int fd, const char *text, size_t n) {
   return true;
 }
 
-/* A POST of server/discover with these headers, its body (if any) sent apart: the socket. */
-static int http_post_head(unsigned port, const char *headers) {
+/* A POST of server/discover with this Content-Type and these headers, its body (if any) sent
+ * apart: the socket. */
+static int http_post_head(unsigned port, const char *type, const char *headers) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   assert_true(fd >= 0);
   struct timeval guard = {.tv_sec = HANG_GUARD_S};
@@ -3536,9 +3603,9 @@ static int http_post_head(unsigned port, const char *headers) {
   char head[512];
   int n = snprintf(head, sizeof head,
                    "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%u\r\nAccept: application/json, "
-                   "text/event-stream\r\nContent-Type: application/json\r\n" HTTP_MODERN
+                   "text/event-stream\r\nContent-Type: %s\r\n" HTTP_MODERN
                    "Mcp-Method: server/discover\r\n%s\r\n",
-                   port, headers);
+                   port, type, headers);
   assert_true(http_write(fd, head, (size_t)n));
   return fd;
 }
@@ -3574,7 +3641,7 @@ static void test_http_body_past_the_bound(void **state) {
       {past, "413", "Message too large"},
   };
   for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
-    int fd = http_post_head(port, refused[i].headers);
+    int fd = http_post_head(port, "application/json", refused[i].headers);
     char *res = http_read(fd, NULL);
     assert_status(res, refused[i].status);
     assert_non_null(strstr(res, refused[i].says));
@@ -3583,7 +3650,7 @@ static void test_http_body_past_the_bound(void **state) {
     close(fd);
   }
   /* Past the bound but within twice it: read, then refused (chunked, or its length said). */
-  int fd = http_post_head(port, "Transfer-Encoding: chunked\r\n");
+  int fd = http_post_head(port, "application/json", "Transfer-Encoding: chunked\r\n");
   assert_true(http_send_chunks(fd, TG_RPC_MAX_BODY + 1));
   assert_true(http_write(fd, "0\r\n\r\n", 5));
   char *res = http_read(fd, "Message too large");
@@ -3591,7 +3658,6 @@ static void test_http_body_past_the_bound(void **state) {
   free(res);
   close(fd);
   snprintf(past, sizeof past, "Content-Length: %u\r\n", 2 * TG_RPC_MAX_BODY); /* the most */
-  fd = http_post_head(port, past);
   char *body = malloc(2 * TG_RPC_MAX_BODY);
   memset(body, ' ', 2 * TG_RPC_MAX_BODY);
   static const char head[] =
@@ -3599,15 +3665,22 @@ static void test_http_body_past_the_bound(void **state) {
   static const char tail[] = "\"},\"id\":12}";
   memcpy(body, head, sizeof head - 1);
   memcpy(body + 2 * TG_RPC_MAX_BODY - (sizeof tail - 1), tail, sizeof tail - 1);
-  assert_true(http_write(fd, body, 2 * TG_RPC_MAX_BODY));
+  /* Of a type that is no JSON, it is refused for its type, as one within the bound is. */
+  static const struct {
+    const char *type, *status, *says;
+  } typed[] = {{"application/json", "413", "\"limit\":\"size\""},
+               {"text/plain", "415", "Content-Type must be application/json"}};
+  for (size_t i = 0; i < sizeof typed / sizeof typed[0]; i++) {
+    fd = http_post_head(port, typed[i].type, past);
+    assert_true(http_write(fd, body, 2 * TG_RPC_MAX_BODY));
+    res = http_read(fd, typed[i].says);
+    assert_status(res, typed[i].status);
+    assert_non_null(strstr(res, "\"id\":12")); /* scanned for in what was dropped */
+    free(res);
+    close(fd);
+  }
   free(body);
-  res = http_read(fd, "Message too large");
-  assert_status(res, "413");
-  assert_non_null(strstr(res, "\"id\":12")); /* scanned for in what was dropped */
-  assert_non_null(strstr(res, "\"limit\":\"size\""));
-  free(res);
-  close(fd);
-  fd = http_post_head(port, "Transfer-Encoding: chunked\r\n");
+  fd = http_post_head(port, "application/json", "Transfer-Encoding: chunked\r\n");
   /* The server closes the connection once past twice the bound, without an answer. */
   assert_false(http_send_chunks(fd, 64u * 1024 * 1024));
   close(fd);
@@ -3736,6 +3809,8 @@ int main(void) {
       T(test_http_post_media_types),
       T(test_http_repeated_headers),
       T(test_http_origin_and_host_name_this_machine),
+      T(test_http_a_loopback_address_names_its_server),
+      T(test_http_paths_are_taken_as_sent),
       T(test_http_malformed_requests_are_logged_once),
       T(test_http_body_past_the_bound),
       T(test_http_task_notifications),
