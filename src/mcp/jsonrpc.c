@@ -157,13 +157,25 @@ void tg_rpc_id_scan_feed(tg_rpc_id_scan *s, const char *text, size_t len) {
 
 static bool valid_id(const json_t *id) { return json_is_string(id) || json_is_integer(id); }
 
+/* An id written as a number without a fraction (1.0, 2e3) is an integer to JSON Schema, as
+ * MCP's ids are, and to the reference SDK: it is read as that integer (id stolen, a new
+ * reference returned; NULL without memory). Past 2^53 a double is no exact integer. */
+static json_t *integral(json_t *id) {
+  double v = json_real_value(id);
+  if (!json_is_real(id) || v < -9007199254740992.0 || v > 9007199254740992.0 ||
+      (double)(json_int_t)v != v)
+    return id;
+  json_decref(id);
+  return json_integer((json_int_t)v);
+}
+
 /* The id an error about a scanned message may name (a new reference, or NULL): a request's
  * (a message with a top-level method), given once (which of two the client meant is unsaid),
  * read whole, a string or an integer (MCP's ids: an error naming another would not be an MCP
  * message). */
 static json_t *scanned_id(const tg_rpc_id_scan *s) {
   if (s->ids != 1 || !s->id_whole || !s->methods || s->escaped_key) return NULL;
-  json_t *id = json_loadb(s->id, s->id_len, JSON_DECODE_ANY, NULL);
+  json_t *id = integral(json_loadb(s->id, s->id_len, JSON_DECODE_ANY, NULL));
   if (valid_id(id)) return id;
   json_decref(id);
   return NULL;
@@ -322,6 +334,12 @@ static int classify(json_t *root, tg_rpc_msg *msg, json_t **ret_error) {
     json_decref(root);
     return fail(NULL, TG_RPC_INVALID_REQUEST, "A message must be an object", NULL, ret_error);
   }
+  json_t *written = json_object_get(root, "id");
+  if (json_is_real(written) &&
+      json_object_set_new(root, "id", integral(json_incref(written))) < 0) {
+    json_decref(root);
+    return TG_E_NOMEM;
+  }
   json_t *id = json_object_get(root, "id");
   json_t *echo_id = echo_id_of(root);
   int code = 0;
@@ -397,6 +415,19 @@ json_t *tg_rpc_too_large(const tg_rpc_id_scan *scan) {
   return error;
 }
 
+/* Whether jansson's error says the text is no JSON (-32700): not JSON that says too much (a
+ * key given twice, \u0000, a number past a double) nor more than jansson reads. */
+static bool not_json(enum json_error_code why) {
+  return why != json_error_duplicate_key && why != json_error_null_character &&
+         why != json_error_null_byte_in_key && why != json_error_numeric_overflow &&
+         why != json_error_stack_overflow && why != json_error_out_of_memory;
+}
+
+static int parse_error(const json_error_t *e, json_t **ret_error) {
+  return fail(NULL, TG_RPC_PARSE_ERROR, "Parse error",
+              json_pack("{s:s,s:i}", "reason", e->text, "position", e->position), ret_error);
+}
+
 int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_error) {
   memset(msg, 0, sizeof *msg);
   *ret_error = NULL;
@@ -409,11 +440,14 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
   }
   scanned scan = scan_limits(buf, len);
   if (scan.limit) {
-    /* Read once, only for its id (jansson bounds its own depth), so that the client learns
-     * which request failed instead of waiting for it; not when reading is what the bound on
-     * values spares. */
+    /* Read once (jansson bounds its own depth), so that text that is no JSON is told so, and
+     * the requests of a batch are named; not when reading is what the bound on values
+     * spares. A message's id is found by a scan, as a key given twice must be seen. */
     bool readable = strcmp(scan.limit, "values") != 0;
-    json_t *whole = readable ? json_loadb(buf, len, JSON_DECODE_ANY, NULL) : NULL;
+    json_error_t jerr;
+    json_t *whole =
+        readable ? json_loadb(buf, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr) : NULL;
+    if (readable && !whole && not_json(json_error_code(&jerr))) return parse_error(&jerr, ret_error);
     static const char why[] = "Message exceeds a limit";
     json_t *data = limit_data(scan.limit);
     int code;
@@ -421,9 +455,7 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
       *ret_error = refusals(whole, TG_RPC_INVALID_REQUEST, why, data);
       code = *ret_error ? TG_RPC_INVALID_REQUEST : TG_E_NOMEM;
     } else {
-      json_t *id = !readable ? id_in(buf, len)
-                   : json_is_object(whole) ? json_incref(echo_id_of(whole))
-                                           : NULL;
+      json_t *id = id_in(buf, len);
       code = fail(id, TG_RPC_INVALID_REQUEST, why, data, ret_error);
       json_decref(id);
     }
@@ -450,19 +482,26 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
     }
     /* A string holding \u0000 is JSON, but no string here: a C string would end there. */
     bool nul = why == json_error_null_character || why == json_error_null_byte_in_key;
-    if (!nul && why != json_error_numeric_overflow && why != json_error_duplicate_key)
-      return fail(NULL, TG_RPC_PARSE_ERROR, "Parse error",
-                  json_pack("{s:s,s:i}", "reason", jerr.text, "position", jerr.position),
-                  ret_error);
-    /* Read, yet no message: its error names the request when a scan finds its id. */
-    json_t *named = id_in(buf, len);
-    int code = fail(named, TG_RPC_INVALID_REQUEST,
-                    "Invalid Request",
-                    json_pack("{s:s,s:i}", "reason",
-                              nul ? "a string holds \\u0000, which is not taken" : jerr.text,
-                              "position", jerr.position),
-                    ret_error);
-    json_decref(named);
+    if (not_json(why)) return parse_error(&jerr, ret_error);
+    json_t *data = json_pack("{s:s,s:i}", "reason",
+                             nul ? "a string holds \\u0000, which is not taken" : jerr.text,
+                             "position", jerr.position);
+    /* Read, yet no message: its error names the request when a scan finds its id; a batch,
+     * read taking \u0000, each of its requests. */
+    json_t *batch = why == json_error_null_character
+                        ? json_loadb(buf, len,
+                                     JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, NULL)
+                        : NULL;
+    int code;
+    if (json_is_array(batch) && json_array_size(batch)) {
+      *ret_error = refusals(batch, TG_RPC_INVALID_REQUEST, "Invalid Request", data);
+      code = *ret_error ? TG_RPC_INVALID_REQUEST : TG_E_NOMEM;
+    } else {
+      json_t *named = id_in(buf, len);
+      code = fail(named, TG_RPC_INVALID_REQUEST, "Invalid Request", data, ret_error);
+      json_decref(named);
+    }
+    json_decref(batch);
     return code;
   }
   if (json_is_array(root)) {

@@ -346,6 +346,13 @@ static bool may_take_long(const tg_rpc_msg *msg) {
                                      : tg_mcp_holds_request(msg);
 }
 
+/* Whether msg, a 2026-07-28 request, will choose that era for a connection that has not
+ * chosen yet (server/discover, a client's probe, chooses none). */
+static bool chooses_modern(const tg_rpc_msg *msg) {
+  return msg->kind == TG_RPC_REQUEST && tg_mcp_has_claim(msg) &&
+         strcmp(msg->method, "server/discover") != 0;
+}
+
 /* Whether a message that may take long waits in the queue (under c->lock). */
 static bool long_queued(const conn *c) {
   for (size_t i = 0; i < c->queued; i++)
@@ -414,10 +421,7 @@ static int take(conn *c, tg_rpc_msg *msg) {
   size_t waiting = c->queued, waiting_bytes = c->queued_bytes; /* for the log, as they were */
   r = room ? tg_mcp_enter_requests(c->req->inflight, msg) : TG_OK;
   if (room && r == TG_OK) {
-    /* A 2026-07-28 request will choose the era of a connection that has not chosen yet. */
-    if (c->era == TG_MCP_ERA_NONE && msg->kind == TG_RPC_REQUEST && tg_mcp_has_claim(msg) &&
-        strcmp(msg->method, "server/discover") != 0)
-      c->era = TG_MCP_ERA_MODERN;
+    if (c->era == TG_MCP_ERA_NONE && chooses_modern(msg)) c->era = TG_MCP_ERA_MODERN;
     c->sizes[c->queued] = bytes;
     c->queue[c->queued++] = *msg;
     c->queued_bytes += bytes;
@@ -495,6 +499,9 @@ static int serve_one(conn *c, tg_rpc_msg *msg) {
   c->takes_batches = tg_mcp_takes_batches(c->req->session);
   c->busy = false;
   c->era = c->req->session->era;
+  /* Not chosen yet (a server/discover served chooses none), a request queued may choose. */
+  for (size_t i = 0; c->era == TG_MCP_ERA_NONE && i < c->queued; i++)
+    if (chooses_modern(&c->queue[i])) c->era = TG_MCP_ERA_MODERN;
   pthread_mutex_unlock(&c->lock);
   if (r < 0) {
     json_t *err = refusal_of(msg, TG_RPC_INTERNAL_ERROR, "Out of memory", NULL);

@@ -1597,6 +1597,30 @@ static void test_stdio_ping_on_2026_waits_its_turn(void **state) {
   stdio_stop(s);
 }
 
+/* The same when a server/discover came first, in the same write: served, it chooses no era,
+ * and leaves the choice the call made as it was taken. */
+static void test_stdio_ping_after_discover_on_2026_waits_its_turn(void **state) {
+  world *w = *state;
+  awaiting = false;
+  stdio_run *s = stdio_start(w);
+  static const char both[] =
+      "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\",\"params\":{" MODERN_META
+      "}}\n{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":"
+      "\"test_await_cancel\"," MODERN_META "}}\n";
+  assert_int_equal(write(s->to_server, both, sizeof both - 1), (ssize_t)(sizeof both - 1));
+  json_t *discovered = stdio_next(s);
+  assert_int_equal(json_integer_value(json_object_get(discovered, "id")), 1);
+  json_decref(discovered);
+  await_started_call();
+  stdio_send(s, PING(3));
+  stdio_send(s, CANCEL(2));
+  json_t *refused = stdio_next(s);
+  assert_int_equal(json_integer_value(json_object_get(refused, "id")), 3);
+  assert_int_equal(error_code(refused, NULL), TG_RPC_INVALID_PARAMS);
+  json_decref(refused);
+  stdio_stop(s);
+}
+
 /* An error naming no request, sent while the server's question waits (its client could not
  * read the question), answers that question at once: the call fails without waiting out the
  * ask timeout, and writes nothing. */
@@ -1751,6 +1775,7 @@ int main(void) {
       KIT(test_stdio_told_to_stop_while_its_output_is_full),
       KIT(test_stdio_on_non_blocking_sockets),
       KIT(test_stdio_ping_on_2026_waits_its_turn),
+      KIT(test_stdio_ping_after_discover_on_2026_waits_its_turn),
       FIXTURES(test_stdio_told_to_stop_in_the_grace),
       KIT(test_stdio_batch_reusing_an_id_being_cancelled),
       KIT(test_stdio_revoked_token_found_amid_traffic),

@@ -60,6 +60,22 @@ static void test_kinds(void **state) {
   }
   /* A result names its request. */
   fails_with("{\"jsonrpc\":\"2.0\",\"result\":{}}", TG_RPC_INVALID_REQUEST);
+  /* An id written as a number without a fraction is that integer, as JSON Schema reads MCP's
+   * ids (string or integer). */
+  static const struct {
+    const char *text;
+    json_int_t id;
+  } integral[] = {{"{\"jsonrpc\":\"2.0\",\"id\":1.0,\"method\":\"ping\"}", 1},
+                  {"{\"jsonrpc\":\"2.0\",\"id\":-2e3,\"method\":\"ping\"}", -2000},
+                  {"{\"jsonrpc\":\"2.0\",\"id\":9007199254740992.0,\"result\":{}}",
+                   9007199254740992LL}};
+  for (size_t i = 0; i < sizeof integral / sizeof integral[0]; i++) {
+    assert_int_equal(tg_rpc_decode(integral[i].text, strlen(integral[i].text), &msg, &err), 0);
+    assert_true(json_is_integer(msg.id));
+    assert_int_equal(json_integer_value(msg.id), integral[i].id);
+    tg_rpc_msg_done(&msg);
+  }
+  fails_with("{\"jsonrpc\":\"2.0\",\"id\":1e300,\"method\":\"ping\"}", TG_RPC_INVALID_REQUEST);
 }
 
 static void test_shape_errors(void **state) {
@@ -121,6 +137,15 @@ static void test_error_echoes_readable_id(void **state) {
   text = "{\"jsonrpc\":\"2.0\",\"id\":1.5,\"method\":\"ping\"}";
   err = decode_fails(text, strlen(text), TG_RPC_INVALID_REQUEST);
   assert_null(json_object_get(err, "id"));
+  json_decref(err);
+  /* One without a fraction is its integer, read whole or scanned for. */
+  text = "{\"jsonrpc\":\"2.0\",\"id\":3.0,\"method\":5}";
+  err = decode_fails(text, strlen(text), TG_RPC_INVALID_REQUEST);
+  assert_int_equal(json_integer_value(json_object_get(err, "id")), 3);
+  json_decref(err);
+  text = "{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"a\":\"\\u0000\"},\"id\":4.0}";
+  err = decode_fails(text, strlen(text), TG_RPC_INVALID_REQUEST);
+  assert_int_equal(json_integer_value(json_object_get(err, "id")), 4);
   json_decref(err);
   err = decode_fails("{bad", 4, TG_RPC_PARSE_ERROR);
   assert_null(json_object_get(err, "id"));
@@ -287,6 +312,12 @@ static void test_limits(void **state) {
   json_decref(e);
   free(deep);
 
+  /* Past a limit, text that is no JSON is told so (-32700), as within it. */
+  char opened[TG_RPC_MAX_DEPTH + 2];
+  memset(opened, '[', sizeof opened - 1);
+  opened[sizeof opened - 1] = '\0';
+  json_decref(decode_fails(opened, strlen(opened), TG_RPC_PARSE_ERROR));
+
   /* Brackets inside strings do not count as nesting. */
   const char *quoted = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"}";
   assert_int_equal(tg_rpc_decode(quoted, strlen(quoted), &msg, &err), 0);
@@ -305,6 +336,13 @@ static void test_limits(void **state) {
   assert_string_equal(json_string_value(json_object_get(data, "limit")), "string length");
   assert_int_equal(json_integer_value(json_object_get(data, "max")), TG_RPC_MAX_STRING);
   json_decref(e);
+  /* With its id given twice, it names none (which did the client mean?). */
+  char *twice = NULL;
+  assert_true(asprintf(&twice, "{\"jsonrpc\":\"2.0\",\"id\":1,\"id\":2,%s", s + strlen("{\"jsonrpc\":\"2.0\",\"id\":1,")) > 0);
+  e = decode_fails(twice, strlen(twice), TG_RPC_INVALID_REQUEST);
+  assert_null(json_object_get(e, "id"));
+  json_decref(e);
+  free(twice);
   /* The same string in a response: the error names no id (it is one of ours). */
   char *response = malloc(big + 64);
   assert_non_null(response);
@@ -429,6 +467,18 @@ static void test_batches(void **state) {
   assert_int_equal(json_array_size(batch.root), TG_RPC_MAX_BATCH);
   tg_rpc_msg_done(&batch);
   free(many);
+
+  /* One whose strings hold \u0000: each request refused by its id. */
+  static const char nul[] = "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"},"
+                            "{\"jsonrpc\":\"2.0\",\"id\":\"n\",\"method\":\"x\",\"params\":{\"a\":\"\\u0000\"}}]";
+  assert_int_equal(tg_rpc_decode(nul, strlen(nul), &batch, &answers), TG_RPC_INVALID_REQUEST);
+  assert_int_equal(json_array_size(answers), 2);
+  assert_int_equal(json_integer_value(json_object_get(json_array_get(answers, 0), "id")), 1);
+  assert_string_equal(json_string_value(json_object_get(json_array_get(answers, 1), "id")), "n");
+  char *said = json_dumps(answers, JSON_COMPACT);
+  assert_non_null(strstr(said, "a string holds \\\\u0000"));
+  free(said);
+  json_decref(answers);
 
   /* Past a limit of the text, each request readable in it is refused by its id. */
   char *deep = nested(TG_RPC_MAX_DEPTH);
