@@ -131,11 +131,11 @@ static bool sampled_content(const json_t *params, const json_t *content) {
   return json_is_array(content);
 }
 
-/* A root: a file:// URI, and a name if any. */
+/* A root: a file:// URI naming something, and a name if any. */
 static bool listed_root(const json_t *root) {
   const char *uri = json_string_value(json_object_get(root, "uri"));
   json_t *name = json_object_get(root, "name");
-  return uri && strncmp(uri, "file://", 7) == 0 && (!name || json_is_string(name));
+  return uri && strncmp(uri, "file://", 7) == 0 && uri[7] && (!name || json_is_string(name));
 }
 
 bool tg_client_answer_reads(const char *method, const json_t *params, const json_t *answer) {
@@ -173,4 +173,12 @@ json_t *tg_client_answer_terms(const char *method, const json_t *params) {
     return NULL;
   }
   return json_pack("{s:s,s:o}", "method", method, "params", kept);
+}
+
+bool tg_client_unasked_answer_reads(const json_t *capabilities, const json_t *answer) {
+  const char *method = json_object_get(answer, "action")  ? "elicitation/create"
+                       : json_object_get(answer, "roots") ? "roots/list"
+                                                          : "sampling/createMessage";
+  return json_is_object(json_object_get(capabilities, capability_of(method))) &&
+         tg_client_answer_reads(method, NULL, answer);
 }

@@ -85,6 +85,13 @@ int tg_client_requirement(const char *method, const json_t *params, json_t **ret
  * handler's to judge. */
 bool tg_client_answer_reads(const char *method, const json_t *params, const json_t *answer);
 
+/* Whether answer, sent before anything was asked (nothing says what it answers), reads as the
+ * result of a request of some kind the client declared it can answer (capabilities): the kind
+ * its shape tells (an ElicitResult has an action, a ListRootsResult roots, a
+ * CreateMessageResult neither), checked as tg_client_answer_reads checks one asked without
+ * params (an elicitation in any mode, a sampling offering no tools). */
+bool tg_client_unasked_answer_reads(const json_t *capabilities, const json_t *answer);
+
 /* A request to the client of method with params cut down to what tg_client_answer_reads
  * checks its answer against ({"method":...,"params":{...}}, new; NULL without memory): what
  * a stateless server keeps of what it asked, to check the answers of a later request. */

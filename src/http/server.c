@@ -142,7 +142,8 @@ struct server {
   size_t n_sessions;
   listener *listeners; /* the open subscriptions/listen streams */
   size_t n_listeners;
-  /* The stateless calls of a token, waiting in line or running, for end_revoked to cancel. */
+  /* The stateless calls of a token (tools/call), waiting in line or running, on the pool or
+   * on their connection's thread, for end_revoked to cancel. */
   worker *token_calls;
   size_t n_token_calls;
   bool closing;        /* tg_http_stop began: no listen stream opens any more */
@@ -271,7 +272,8 @@ static bool host_ok(const server *s, const char *host) {
   if (!host) return true;
   const char *end = host[0] == '[' ? strchr(host, ']') : strchr(host, ':');
   size_t len = !end ? strlen(host) : (size_t)(end - host) + (host[0] == '[');
-  bool own = s->own_host[0] && len == strlen(s->own_host) && strncasecmp(host, s->own_host, len) == 0;
+  bool own = s->own_host[0] && len == strlen(s->own_host) &&
+             strncasecmp(host, s->own_host, len) == 0;
   return (loopback_host(host, len) || own) && port_ok(host + len);
 }
 
@@ -502,6 +504,7 @@ struct stream {
   void *close_arg;
   tg_mcp_inflight *inflight; /* a 2026-07-28 call's, which closing the stream cancels */
   json_t *call_id;
+  bool revoked; /* the call was cancelled as its token was revoked (end_revoked) */
   int refs;
 };
 
@@ -918,10 +921,22 @@ static void stream_detach(stream *st, unsigned reader_id) {
   if (hook) hook(arg);
 }
 
+static void list_token_call_locked(server *s, worker *w);
+
 /* The close hook of a stateless call's stream: closing it is the call's cancellation. */
 static void cancel_call(void *arg) {
   stream *st = arg;
   tg_mcp_inflight_cancel(st->inflight, st->call_id);
+}
+
+/* Makes st, a stateless call's stream, carry the cancellation of the call with id (see
+ * cancel_call), from now on. false without memory (st's release frees what was made). */
+static bool cancellable_alone(stream *st, json_t *id) {
+  if (tg_mcp_inflight_new(NULL, NULL, &st->inflight) < 0 ||
+      tg_mcp_inflight_begin(st->inflight, id) < 0)
+    return false;
+  st->call_id = json_incref(id);
+  return true;
 }
 
 /* Whether the client closed the connection on socket fd (its own thread reads nothing
@@ -1442,6 +1457,16 @@ static void state_store(server *s, session *x, tg_mcp_session *in, bool opened, 
   pthread_mutex_unlock(&s->lock);
 }
 
+/* Lists w, a stateless call of a token, for end_revoked (worker_free takes it off). */
+static void list_token_call_locked(server *s, worker *w) {
+  if (w->sess || !w->token_hash[0]) return;
+  w->listed = true;
+  w->next_call = s->token_calls;
+  if (s->token_calls) s->token_calls->prev_call = w;
+  s->token_calls = w;
+  s->n_token_calls++;
+}
+
 static void worker_free(worker *w) {
   server *s = w->srv;
   if (w->listed) {
@@ -1667,7 +1692,12 @@ static void end_revoked(server *s, tg_db *db) {
     if (i == 0 || strcmp(all[i].hash, all[i - 1].hash) != 0)
       revoked = tg_principal_by_token_hash(db, all[i].hash, NULL, id) == TG_E_NOTFOUND;
     if (all[i].call) {
-      if (revoked) cancel_call(all[i].call);
+      if (revoked) {
+        pthread_mutex_lock(&all[i].call->lock);
+        all[i].call->revoked = true;
+        pthread_mutex_unlock(&all[i].call->lock);
+        cancel_call(all[i].call);
+      }
       stream_release(all[i].call);
       if (revoked) drop_cancelled_in_line(s);
       continue;
@@ -2102,8 +2132,6 @@ static enum MHD_Result refuse_caller(server *s, struct MHD_Connection *conn, cal
   return respond_with(conn, MHD_HTTP_UNAUTHORIZED, res, "application/json", NULL, NULL);
 }
 
-/* A session keeps its latest streams, so that a client cut off may resume one. Called with
- * the server's lock held. */
 /* Whether st's call ended and all its output went out: its client can only want it again. */
 static bool spent(stream *st) {
   pthread_mutex_lock(&st->lock);
@@ -2175,19 +2203,16 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
   }
   session *x = w->sess;
   stream *st = stream_new(s, 0, w->principal);
-  if (!st || (!x && tg_mcp_inflight_new(NULL, NULL, &st->inflight) < 0)) {
+  /* Cancellable from now on: a cancellation while the call waits for a thread is kept. */
+  bool held = st && (x ? tg_mcp_inflight_begin(x->inflight, w->msg.id) == 0
+                       : cancellable_alone(st, w->msg.id));
+  if (!held) {
     if (st) stream_release(st);
     return forgo_place(s, MHD_NO);
   }
   tg_mcp_inflight *inflight = x ? x->inflight : st->inflight;
-  /* Cancellable from now on: a cancellation while the call waits for a thread is kept. */
-  if (tg_mcp_inflight_begin(inflight, w->msg.id) < 0) {
-    stream_release(st);
-    return forgo_place(s, MHD_NO);
-  }
   st->refs = 2; /* the worker's and this connection's */
   if (!x) {
-    st->call_id = json_incref(w->msg.id);
     st->on_close = cancel_call;
     st->close_arg = st;
   }
@@ -2210,13 +2235,7 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
     if (prime_locked(st) == 0) primed_len = st->len;
     pthread_mutex_unlock(&st->lock);
   }
-  if (!x && w->token_hash[0]) {
-    w->listed = true;
-    w->next_call = s->token_calls;
-    if (s->token_calls) s->token_calls->prev_call = w;
-    s->token_calls = w;
-    s->n_token_calls++;
-  }
+  list_token_call_locked(s, w);
   w->next = NULL;
   if (s->queue_tail) s->queue_tail->next = w;
   else s->queue_head = w;
@@ -2244,12 +2263,14 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
   if (st->len == 0 && !st->polling) {
     char *final = st->final;
     int status = st->final_status;
+    bool revoked = st->revoked;
     st->final = NULL;
     pthread_mutex_unlock(&st->lock);
-    /* Without a message, the request was cancelled (status 0), or its error could not be
-     * built. */
-    enum MHD_Result r = final         ? queue_reply(s, conn, st->share->principal, (unsigned)status,
-                                                    final, st->final_id, NULL, session_id)
+    /* Without a message, the request was cancelled (status 0: by its token's revocation, told
+     * as the revoked token is), or its error could not be built. */
+    enum MHD_Result r = final     ? queue_reply(s, conn, st->share->principal, (unsigned)status,
+                                                final, st->final_id, NULL, session_id)
+                        : revoked ? refuse_caller(s, conn, CALLER_BAD_TOKEN)
                         : status == 0 ? queue_unanswered(conn, true, session_id) /* a call */
                                       : queue(conn, (unsigned)status, NULL, NULL, session_id);
     stream_release(st);
@@ -2470,9 +2491,22 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
     }
   }
   tg_env env = server_env(s, db);
-  if (sse_call && !(w->st = stream_new(s, 0, principal))) {
+  /* A stateless call of a token is listed for end_revoked, which cancels it through its
+   * stream, one made for that when its answer is JSON. */
+  bool listed = !w->sess && w->token_hash[0] && w->msg.kind == TG_RPC_REQUEST &&
+                strcmp(w->msg.method, "tools/call") == 0;
+  if ((sse_call || listed) && !(w->st = stream_new(s, 0, principal))) {
     result = MHD_NO;
     goto done;
+  }
+  if (listed) {
+    if (!cancellable_alone(w->st, w->msg.id)) {
+      result = MHD_NO;
+      goto done;
+    }
+    pthread_mutex_lock(&s->lock);
+    list_token_call_locked(s, w);
+    pthread_mutex_unlock(&s->lock);
   }
   if (w->st && w->sess) {
     pthread_mutex_lock(&s->lock);
@@ -2482,14 +2516,15 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   tg_mcp_io io = {.self = w, .send = worker_send};
   int fd = connection_fd(conn);
   tg_mcp_request req = {.env = &env, .principal_id = principal, .session = &w->scratch,
-                        .headers = &w->headers, .io = w->st ? &io : NULL,
-                        .inflight = w->sess ? w->sess->inflight : NULL,
+                        .headers = &w->headers, .io = sse_call ? &io : NULL,
+                        .inflight = w->sess ? w->sess->inflight : w->st ? w->st->inflight : NULL,
                         .abandoned = &s->past_grace,
                         /* Without a session, a client cancels by going away. */
                         .gone = w->sess ? NULL : connection_gone, .gone_arg = &fd,
                         .watch = l ? l->watch : w->sess ? w->sess->watch : NULL};
   tg_mcp_reply reply;
   int hr = tg_mcp_handle(&s->mcp, &req, &w->msg, &reply);
+  if (listed) tg_mcp_inflight_end(w->st->inflight, w->msg.id); /* what cancellable_alone began */
   if (l && (hr < 0 || !reply.subscribed)) {
     listener_closed(l); /* no subscription: as if its stream had closed */
     l = NULL;
@@ -2511,7 +2546,15 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   if (w->sess) state_store(s, w->sess, &w->scratch, w->opened, w->loaded_level);
   /* What this message changed, and the baseline of a listen stream just acknowledged. */
   check_lists(s, db, principal, w->sess);
+  /* A call cancelled as its token was revoked is told so, as the revoked token is. */
+  bool revoked = false;
+  if (listed) {
+    pthread_mutex_lock(&w->st->lock);
+    revoked = w->st->revoked;
+    pthread_mutex_unlock(&w->st->lock);
+  }
   result = l                               ? listener_serve(conn, l)
+           : !reply.text && revoked        ? refuse_caller(s, conn, CALLER_BAD_TOKEN)
            : reply.text && w->st && w->st->len
                ? queue_events(s, conn, w->sess, w->st, reply.text, w->msg.id, new_sid)
            : reply.text ? queue_reply(s, conn, principal, (unsigned)reply.http_status, reply.text,
@@ -2879,12 +2922,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   peer *p = peer_of(conn);
   if (p) atomic_store(&p->due_by, 0);
   tg_db *db = p ? p->db : NULL;
-  if (rq->past) return refuse_too_large(conn, rq, rq->past);
   if (tg_monotonic_ms() - rq->checked_ms > TOKEN_RECHECK_MS) {
     char principal[TG_UUID_LEN + 1];
     caller who = authenticate(s, conn, db, principal, rq->token_hash);
     if (who != CALLER_KNOWN) return refuse_caller(s, conn, who);
   }
+  if (rq->past) return refuse_too_large(conn, rq, rq->past);
   if (strcmp(method, "POST") == 0) {
     if (!db) return queue_rpc_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, TG_RPC_INTERNAL_ERROR, "No database");
     return handle_post(s, conn, db, rq->principal, rq);

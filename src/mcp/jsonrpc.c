@@ -297,12 +297,17 @@ static int fail(json_t *id, int code, const char *message, json_t *data, json_t 
   return *ret_error ? code : TG_E_NOMEM;
 }
 
-/* The id an error about message (an object) may name: a request's, if it is an id (see
- * scanned_id). A response's id is one of ours, and the peer's request of that number could
- * take the error for its answer. */
+/* The id an error about message (an object) may name, a new reference (NULL: none): a
+ * request's, if it is an id as classify reads it (see integral, scanned_id). A response's id
+ * is one of ours, and the peer's request of that number could take the error for its
+ * answer. */
 static json_t *echo_id_of(const json_t *message) {
   json_t *id = json_object_get(message, "id");
-  return valid_id(id) && json_object_get(message, "method") ? id : NULL;
+  if (!id || !json_object_get(message, "method")) return NULL;
+  id = integral(json_incref(id));
+  if (valid_id(id)) return id;
+  json_decref(id);
+  return NULL;
 }
 
 /* The error (code, why, and data: stolen, may be NULL) refusing each request in batch, in an
@@ -313,7 +318,7 @@ static json_t *refusals(const json_t *batch, int code, const char *why, json_t *
   size_t i;
   json_t *m;
   json_array_foreach(batch, i, m) {
-    json_t *id = echo_id_of(m);
+    _cleanup_json_ json_t *id = echo_id_of(m);
     if (answers && id &&
         json_array_append_new(answers, tg_rpc_error(id, code, why, json_incref(data))) < 0) {
       json_decref(answers);
@@ -341,7 +346,7 @@ static int classify(json_t *root, tg_rpc_msg *msg, json_t **ret_error) {
     return TG_E_NOMEM;
   }
   json_t *id = json_object_get(root, "id");
-  json_t *echo_id = echo_id_of(root);
+  _cleanup_json_ json_t *echo_id = echo_id_of(root);
   int code = 0;
   const char *why = NULL;
   json_t *method = json_object_get(root, "method");
@@ -442,12 +447,12 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
   if (scan.limit) {
     /* Read once (jansson bounds its own depth), so that text that is no JSON is told so, and
      * the requests of a batch are named; not when reading is what the bound on values
-     * spares. A message's id is found by a scan, as a key given twice must be seen. */
+     * spares. A message's id is found by a scan, which sees an id given twice. */
     bool readable = strcmp(scan.limit, "values") != 0;
     json_error_t jerr;
-    json_t *whole =
-        readable ? json_loadb(buf, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr) : NULL;
-    if (readable && !whole && not_json(json_error_code(&jerr))) return parse_error(&jerr, ret_error);
+    json_t *whole = readable ? json_loadb(buf, len, JSON_DECODE_ANY, &jerr) : NULL;
+    if (readable && !whole && not_json(json_error_code(&jerr)))
+      return parse_error(&jerr, ret_error);
     static const char why[] = "Message exceeds a limit";
     json_t *data = limit_data(scan.limit);
     int code;
@@ -488,10 +493,8 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
                              "position", jerr.position);
     /* Read, yet no message: its error names the request when a scan finds its id; a batch,
      * read taking \u0000, each of its requests. */
-    json_t *batch = why == json_error_null_character
-                        ? json_loadb(buf, len,
-                                     JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, NULL)
-                        : NULL;
+    size_t taking = JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES;
+    json_t *batch = why == json_error_null_character ? json_loadb(buf, len, taking, NULL) : NULL;
     int code;
     if (json_is_array(batch) && json_array_size(batch)) {
       *ret_error = refusals(batch, TG_RPC_INVALID_REQUEST, "Invalid Request", data);

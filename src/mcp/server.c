@@ -397,8 +397,10 @@ static bool state_mac(const cx *c, const state_subject *subject, long long expir
       subject->args ? json_dumps(subject->args, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY)
                     : strdup("{}");
   _cleanup_free_ char *msg = NULL;
-  int n = args ? asprintf(&msg, "%s\n%s:%s\n%s\n%lld\n%s", c->req->principal_id, subject->method,
-                          subject->name, args, expiry, payload)
+  /* The form of what the state holds comes first: a server that reads another form refuses
+   * the state instead of misreading it. */
+  int n = args ? asprintf(&msg, "toolgate-state-2\n%s\n%s:%s\n%s\n%lld\n%s", c->req->principal_id,
+                          subject->method, subject->name, args, expiry, payload)
                : -1;
   if (n < 0) return false;
   unsigned char mac[32];
@@ -420,9 +422,12 @@ static json_t *state_seal(const cx *c, const state_subject *subject, const char 
 /* The payload of a sealed state (pointing into sealed), or NULL when it does not verify. */
 static const char *state_open(const cx *c, const state_subject *subject, const char *sealed) {
   if (strlen(sealed) > SEALED_MAX) return NULL;
+  /* The expiry as state_seal writes it, digits alone: a state has one form. */
+  size_t digits = strspn(sealed, "0123456789");
+  if (!digits || digits > 18 || sealed[0] == '0') return NULL;
   char *end = NULL;
   long long expiry = strtoll(sealed, &end, 10);
-  if (end == sealed || *end != '.' || strlen(end + 1) < 65 || end[65] != '.') return NULL;
+  if (*end != '.' || strlen(end + 1) < 65 || end[65] != '.') return NULL;
   if (expiry < (long long)tg_now_ms()) return NULL;
   char mac[65];
   if (!state_mac(c, subject, expiry, end + 66, mac)) return NULL;
@@ -459,8 +464,8 @@ static int state_fits(json_t *result) {
   return body ? strlen(body) <= STATE_MAX : TG_E_NOMEM;
 }
 
-/* The inputResponses of a tasks/update (an object; NULL when absent), or a JSON-RPC error
- * code. The task checks those it asked for itself, and ignores the rest. */
+/* The inputResponses of a request (an object; NULL when absent), or a JSON-RPC error code.
+ * What each must be is for its reader to check (a task checks those it asked for itself). */
 static int read_responses(cx *c, json_t *params, json_t **responses) {
   *responses = json_object_get(params, "inputResponses");
   if (*responses && !json_is_object(*responses))
@@ -469,25 +474,32 @@ static int read_responses(cx *c, json_t *params, json_t **responses) {
 }
 
 /* The inputResponses of a request that came without a requestState, which would say what
- * was asked (a client may answer before it was asked): each must be an object, and the
- * handler judges them. *round as read_round's. */
+ * was asked (a client may answer before it was asked): each must read as the answer to a
+ * request the client can answer (tg_client_unasked_answer_reads), and the handler judges
+ * which it asked. *round as read_round's. */
 static int read_unasked(cx *c, json_t *given, json_t **round) {
   const char *key;
   json_t *v;
-  json_object_foreach(given, key, v) if (!json_is_object(v)) return rpc_fail(
-      c, TG_RPC_INVALID_PARAMS, "Each input response must be an object",
-      json_pack("{s:s}", "key", key));
+  json_object_foreach(given, key, v) {
+    if (!tg_client_unasked_answer_reads(c->caps, v))
+      return rpc_fail(c, TG_RPC_INVALID_PARAMS,
+                      "An input response answers no request this client can answer",
+                      json_pack("{s:s}", "key", key));
+  }
   *round = json_pack("{s:O*}", "answers", given);
   return *round ? 0 : TG_E_NOMEM;
 }
 
-/* Reads the retry fields of a request: its requestState, verified, and the inputResponses to
- * what that state says was asked, each checked against its request; answers to anything else
- * are ignored (without a state: read_unasked). *round (new) holds the "answers" so checked
- * and the handler's "state", if any. Returns 0 or a JSON-RPC error code. */
+/* Reads the retry fields of a 2026-07-28 request: its requestState, verified, and the
+ * inputResponses to what that state says was asked, each checked against its request; answers
+ * to anything else are ignored (without a state: read_unasked). *round (new) holds the
+ * "answers" so checked and the handler's "state", if any. Returns 0 or a JSON-RPC error
+ * code. */
 static int read_round(cx *c, json_t *params, const state_subject *subject, json_t **round) {
   json_t *sealed = json_object_get(params, "requestState"), *given;
   *round = NULL;
+  /* 2025 revisions have neither field: there the server asks the client itself. */
+  if (!c->modern) return 0;
   int r = read_responses(c, params, &given);
   if (r || !sealed) return r ? r : read_unasked(c, given, round);
   const char *text = json_string_value(sealed);

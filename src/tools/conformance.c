@@ -298,25 +298,45 @@ static int h_ir_request_state(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return text_result("state-ok: the confirmation arrived with its request state", ret);
 }
 
+/* Asks three things at once. A client may answer them in parts, round by round: the state
+ * carries the answers given so far (JSON), so that each round asks only for what is missing. */
 static int h_ir_multiple(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  json_t *missing = json_object();
-  if (!missing) return TG_E_NOMEM;
-  if ((!answer(cx, "user_name") && json_object_set_new(missing, "user_name", elicit("What is your name?", "name", "string")) < 0) ||
-      (!answer(cx, "greeting") && json_object_set_new(missing, "greeting", sample("Generate a greeting", 50)) < 0) ||
-      (!answer(cx, "client_roots") && json_object_set_new(missing, "client_roots", roots()) < 0)) {
-    json_decref(missing);
+  (void)args;
+  _cleanup_json_ json_t *got = state(cx) ? json_loads(state(cx), 0, NULL) : json_object();
+  json_t *asked = json_pack("{s:o,s:o,s:o}", "user_name",
+                            elicit("What is your name?", "name", "string"), "greeting",
+                            sample("Generate a greeting", 50), "client_roots", roots());
+  if (!json_is_object(got) || !asked) {
+    json_decref(asked);
+    return TG_E_NOMEM; /* the state is the server's, sealed: it reads */
+  }
+  const char *key;
+  json_t *request, *next;
+  json_object_foreach_safe(asked, next, key, request) {
+    json_t *a = answer(cx, key);
+    if (a && json_object_set(got, key, a) < 0) {
+      json_decref(asked);
+      return TG_E_NOMEM;
+    }
+    if (json_object_get(got, key)) json_object_del(asked, key);
+  }
+  if (!json_object_size(asked)) {
+    json_decref(asked);
+    return text_result("Received the name, the greeting and the roots", ret);
+  }
+  _cleanup_free_ char *kept = json_dumps(got, JSON_COMPACT);
+  if (!kept) {
+    json_decref(asked);
     return TG_E_NOMEM;
   }
-  if (json_object_size(missing) || !state(cx) || strcmp(state(cx), "multiple-inputs") != 0) {
-    if (!json_object_size(missing)) { /* answers without our state: ask everything again */
-      json_decref(missing);
-      missing = json_pack("{s:o,s:o,s:o}", "user_name", elicit("What is your name?", "name", "string"),
-                          "greeting", sample("Generate a greeting", 50), "client_roots", roots());
-    }
-    return input_required(missing, "multiple-inputs", ret);
-  }
-  json_decref(missing);
-  return text_result("Received the name, the greeting and the roots", ret);
+  return input_required(asked, kept, ret);
+}
+
+/* How many bytes of s, at most max, end on a character's boundary (UTF-8). */
+static int utf8_prefix(const char *s, int max) {
+  int n = (int)strnlen(s, (size_t)max);
+  while (n > 0 && s[n] && ((unsigned char)s[n] & 0xC0) == 0x80) n--;
+  return n;
 }
 
 static int h_ir_multi_round(tg_call_ctx *cx, json_t *args, json_t **ret) {
@@ -331,7 +351,7 @@ static int h_ir_multi_round(tg_call_ctx *cx, json_t *args, json_t **ret) {
   }
   if (st && strcmp(st, "round-1") == 0 && name) {
     _cleanup_free_ char *next = NULL;
-    if (asprintf(&next, "round-2:%.64s", name) < 0) return TG_E_NOMEM;
+    if (asprintf(&next, "round-2:%.*s", utf8_prefix(name, 64), name) < 0) return TG_E_NOMEM;
     return input_required(json_pack("{s:o}", "step2", elicit("Step 2: What is your favorite color?", "color", "string")), next, ret);
   }
   return input_required(json_pack("{s:o}", "step1", elicit("Step 1: What is your name?", "name", "string")), "round-1", ret);

@@ -380,7 +380,7 @@ static void *perform(void *arg) {
 }
 
 /* Starts method on the server with the session sid (or none), extra headers ("Name: value"
- * lines) and body (NULL: none). */
+ * lines; an Accept among them replaces the usual one) and body (NULL: none). */
 static exchange *start(world *w, const char *method, const char *sid, const char *extra,
                        const char *body) {
   exchange *ex = calloc(1, sizeof *ex);
@@ -388,7 +388,8 @@ static exchange *start(world *w, const char *method, const char *sid, const char
   pthread_cond_init(&ex->grew, NULL);
   ex->got = calloc(1, 1);
   ex->curl = curl_easy_init();
-  ex->headers = curl_slist_append(NULL, "Accept: application/json, text/event-stream");
+  if (!extra || strncmp(extra, "Accept:", 7) != 0)
+    ex->headers = curl_slist_append(NULL, "Accept: application/json, text/event-stream");
   ex->headers = curl_slist_append(ex->headers, "Content-Type: application/json");
   char line[256];
   snprintf(line, sizeof line, "Authorization: Bearer %s", w->token);
@@ -1482,15 +1483,23 @@ static void read_answer(int fd, char *answer, size_t size) {
 
 #define ANSWER_MAX 8192
 
-/* A 2026-07-28 server/discover on fd, connected to the server at port: its answer, whole,
- * into answer. */
-static void discover_on(world *w, int fd, unsigned port, char answer[ANSWER_MAX]) {
+/* The header lines of a 2026-07-28 request of method (routed to name, when given) that
+ * w->token's holder sends (malloc'd). */
+static char *modern_lines(world *w, const char *method, const char *name) {
   char *lines = NULL;
   assert_true(asprintf(&lines,
                        "Authorization: Bearer %s\r\nAccept: application/json, "
                        "text/event-stream\r\nContent-Type: application/json\r\n"
-                       "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: server/discover\r\n",
-                       w->token) > 0);
+                       "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: %s\r\n%s%s%s",
+                       w->token, method, name ? "Mcp-Name: " : "", name ? name : "",
+                       name ? "\r\n" : "") > 0);
+  return lines;
+}
+
+/* A 2026-07-28 server/discover on fd, connected to the server at port: its answer, whole,
+ * into answer. */
+static void discover_on(world *w, int fd, unsigned port, char answer[ANSWER_MAX]) {
+  char *lines = modern_lines(w, "server/discover", NULL);
   fixture_http_send(fd, port, "POST", lines,
                     "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\","
                     "\"params\":{" MODERN_META "}}");
@@ -1536,13 +1545,7 @@ static void test_a_caller_at_its_bound_is_served_its_next_request_after_a_stream
   w->cfg.max_requests_per_principal = 1;
   unsigned port = restart(w);
   int streamed = connected(port), other = connected(port);
-  char *lines = NULL;
-  assert_true(asprintf(&lines,
-                       "Authorization: Bearer %s\r\nAccept: application/json, "
-                       "text/event-stream\r\nContent-Type: application/json\r\n"
-                       "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\n"
-                       "Mcp-Name: test_tool_with_progress\r\n",
-                       w->token) > 0);
+  char *lines = modern_lines(w, "tools/call", "test_tool_with_progress");
   for (int i = 0; i < 500; i++) {
     char answer[ANSWER_MAX] = "";
     size_t len = 0;
@@ -1569,15 +1572,10 @@ static void test_a_caller_at_its_bound_is_served_its_next_request_after_a_large_
   w->cfg.max_requests_per_principal = 1;
   unsigned port = restart(w);
   int listed = connected(port), other = connected(port);
-  char *lines = NULL;
-  assert_true(asprintf(&lines,
-                       "Authorization: Bearer %s\r\nAccept: application/json, "
-                       "text/event-stream\r\nContent-Type: application/json\r\n"
-                       "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/list\r\n",
-                       w->token) > 0);
+  char *lines = modern_lines(w, "tools/list", NULL);
   size_t size = 1024 * 1024;
   char *answer = malloc(size);
-  for (int i = 0; i < 500; i++) {
+  for (int i = 0; i < 1500; i++) {
     fixture_http_send(listed, port, "POST", lines,
                       "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{"
                       MODERN_META "}}");
@@ -2251,8 +2249,9 @@ static void test_listen_stream_gets_ack_then_changes(void **state) {
 }
 
 /* A revoked token ends what it opened, though no request comes: a session's GET stream, a
- * listen stream, which gets its result first, and a stateless call, cancelled as when its
- * client leaves. Another caller's session stands. */
+ * listen stream, which gets its result first, and its stateless calls, on the pool or on the
+ * thread that read them, cancelled (their client is answered 401). Another caller's session
+ * stands. */
 static void test_a_revoked_token_ends_its_streams(void **state) {
   world *w = *state;
   char sid[64], other_sid[64];
@@ -2260,7 +2259,13 @@ static void test_a_revoked_token_ends_its_streams(void **state) {
   exchange *listen = start(w, "POST", NULL, MODERN_HEADERS("subscriptions/listen"), LISTEN(1));
   await(listen, "notifications/subscriptions/acknowledged");
   exchange *call = start_waiting_call(w);
-  kit_wait(&kit_started);
+  /* JSON preferred: the call runs on the thread that read it, though it may wait on its
+   * client. */
+  exchange *here = start(w, "POST", NULL,
+                         "Accept: application/json, text/event-stream;q=0.1\n"
+                         STATELESS_ROUTE("test_wait_cancel"),
+                         STATELESS_CALL("4", "test_wait_cancel", "{}"));
+  kit_wait_for(NULL, 2);
   w->token = w->tokens[1];
   exchange *other = open_listening_session(w, other_sid);
   assert_int_equal(tg_db_exec(w->f->db,
@@ -2271,10 +2276,13 @@ static void test_a_revoked_token_ends_its_streams(void **state) {
   await(listen, NULL);
   assert_non_null(strstr(listen->got, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"resultType\":"
                                       "\"complete\""));
-  kit_wait(&kit_cancelled);
-  await(call, NULL);
-  assert_null(strstr(call->got, "result"));
-  finish(call);
+  exchange *calls[] = {call, here};
+  for (size_t i = 0; i < 2; i++) { /* told of the token, as a request bearing it now is */
+    await(calls[i], NULL);
+    assert_int_equal(calls[i]->status, 401);
+    assert_null(strstr(calls[i]->got, "result"));
+    finish(calls[i]);
+  }
   free(request(w, "POST", other_sid, NULL, PING, 200));
   pthread_mutex_lock(&other->lock);
   bool ended = other->ended;
@@ -2310,13 +2318,11 @@ static void test_a_token_revoked_while_its_body_comes_is_refused(void **state) {
   assert_int_equal(sscanf(w->url, "http://127.0.0.1:%u/", &port), 1);
   static const char body[] = STATELESS_CALL("7", "test_wait_cancel", "{}");
   int fd = connected(port);
-  char head[1024];
+  char *lines = modern_lines(w, "tools/call", "test_wait_cancel"), head[1024];
   int n = snprintf(head, sizeof head,
-                   "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%u\r\nAuthorization: Bearer %s\r\n"
-                   "Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n"
-                   "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\n"
-                   "Mcp-Name: test_wait_cancel\r\nContent-Length: %zu\r\n\r\n%.10s",
-                   port, w->token, strlen(body), body);
+                   "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%u\r\n%sContent-Length: %zu\r\n\r\n%.10s",
+                   port, lines, strlen(body), body);
+  free(lines);
   assert_int_equal(send(fd, head, (size_t)n, MSG_NOSIGNAL), n);
   await_load(w, false, 1);
   usleep(300 * 1000); /* its headers are read and its token checked, well before the revoke */

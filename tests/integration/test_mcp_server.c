@@ -1972,7 +1972,55 @@ static void test_request_state_is_bound_to_the_arguments(void **state) {
   char *sealed = multi_input_state(w);
   assert_false(multi_input_goes_on(w, "{\"rounds\":1}", sealed));
   assert_false(multi_input_goes_on(w, "{}", sealed));
+  /* Its expiry written otherwise (a leading 0): not the state as sealed. */
+  char *padded = NULL;
+  assert_true(asprintf(&padded, "\"0%s", sealed + 1) > 0);
+  assert_false(multi_input_goes_on(w, "{\"rounds\":2}", padded));
+  free(padded);
   assert_true(multi_input_goes_on(w, "{\"rounds\":2}", sealed));
+  free(sealed);
+}
+
+/* sealed (JSON-quoted, as multi_input_state gives it) sealed again under the workspace's key
+ * with form (the name of its form, "" for none) in front of what it binds, as state_mac
+ * binds it: JSON-quoted (malloc'd). */
+static char *resealed(world *w, const char *sealed, const char *form) {
+  json_t *row = NULL;
+  assert_int_equal(tg_db_query_row(w->f->db, "SELECT secret FROM server_keys", NULL, &row), 0);
+  const char *key = str(row, "secret");
+  json_t *text = json_loads(sealed, JSON_DECODE_ANY, NULL);
+  const char *state = json_string_value(text), *body = strchr(strchr(state, '.') + 1, '.') + 1;
+  long long expiry = strtoll(state, NULL, 10);
+  char *msg = NULL, mac[65];
+  int n = asprintf(&msg, "%s%s\n%s:%s\n%s\n%lld\n%s", form, w->agent, "tools/call",
+                   "multi_input", "{\"rounds\":2}", expiry, body);
+  assert_true(n > 0);
+  unsigned char raw[32];
+  assert_int_equal(tg_hmac_sha256(key, strlen(key), msg, (size_t)n, raw), 0);
+  tg_hex(raw, sizeof raw, mac);
+  char *again = NULL, *quoted = NULL;
+  assert_true(asprintf(&again, "%lld.%s.%s", expiry, mac, body) > 0);
+  json_t *as_json = json_string(again);
+  quoted = json_dumps(as_json, JSON_ENCODE_ANY);
+  json_decref(as_json);
+  free(again);
+  free(msg);
+  json_decref(text);
+  json_decref(row);
+  return quoted;
+}
+
+/* A state is sealed with the name of its form: one sealed without it (as before it held what
+ * was asked) is refused, not misread. */
+static void test_a_state_of_another_form_is_refused(void **state) {
+  world *w = *state;
+  char *sealed = multi_input_state(w);
+  char *same = resealed(w, sealed, "toolgate-state-2\n"), *formless = resealed(w, sealed, "");
+  assert_string_equal(same, sealed); /* sealed as the server seals it */
+  assert_false(multi_input_goes_on(w, "{\"rounds\":2}", formless));
+  assert_true(multi_input_goes_on(w, "{\"rounds\":2}", same));
+  free(formless);
+  free(same);
   free(sealed);
 }
 
@@ -2005,7 +2053,9 @@ static void test_request_state_outlives_its_server(void **state) {
 /* A stateless retry's answers are checked against what its round asked, which the sealed
  * state carries: an answer that does not answer its request is refused before any handler
  * runs; answers to what was not asked are ignored, whatever they hold. Answers that come
- * without a state (given before they were asked) are objects, for the handler to judge. */
+ * without a state (given before they were asked) must each read as an answer the client can
+ * give; the handler judges what they answer. On 2025 revisions the fields are ignored: the
+ * server asks the client itself. */
 static void test_stateless_answers_are_checked_against_what_was_asked(void **state) {
   world *w = *state;
   static const char call[] = "\"name\":\"test_input_required_result_elicitation\"";
@@ -2051,9 +2101,84 @@ static void test_stateless_answers_are_checked_against_what_was_asked(void **sta
                  "\"user_name\":{\"action\":\"accept\",\"content\":{\"name\":\"Ada\"}},"
                  "\"other\":5}",
                  NULL);
-  assert_string_equal(error_message(r), "Each input response must be an object");
+  assert_string_equal(error_message(r), "An input response answers no request this client can answer");
   json_decref(r);
+  r = request_as(w, w->agent, "{\"elicitation\":{}}", "tools/call",
+                 "\"name\":\"test_input_required_result_elicitation\",\"inputResponses\":{"
+                 "\"user_name\":{\"role\":\"assistant\",\"content\":{\"type\":\"text\",\"text\":"
+                 "\"t\"},\"model\":\"m\"}}",
+                 NULL);
+  assert_string_equal(error_message(r), "An input response answers no request this client can answer");
+  json_decref(r);
+  assert_int_equal(elicitation_calls_audited(w, "INFO"), served + 2);
   json_decref(first);
+}
+
+/* The conformance tool asking three things takes them in parts, round by round (its state
+ * carries what came); the multi-round one keeps a long name whole to a character. */
+static void test_fixture_rounds_answered_in_parts(void **state) {
+  world *w = *state;
+  static const char caps[] = "{\"elicitation\":{},\"sampling\":{},\"roots\":{}}";
+  static const char multiple[] = "\"name\":\"test_input_required_result_multiple_inputs\"";
+  static const char name[] = "\"user_name\":{\"action\":\"accept\",\"content\":{\"name\":\"Ada\"}}",
+                    greeting[] = "\"greeting\":{\"role\":\"assistant\",\"content\":{\"type\":"
+                                 "\"text\",\"text\":\"Hi\"},\"model\":\"m\"}",
+                    listed[] = "\"client_roots\":{\"roots\":[]}";
+  json_t *r = request_as(w, w->agent, caps, "tools/call", multiple, NULL);
+  assert_int_equal(json_object_size(json_object_get(result_of(r), "inputRequests")), 3);
+  char answers[512];
+  snprintf(answers, sizeof answers, "{%s,%s}", name, greeting);
+  char *members = retry_members(multiple, result_of(r), answers);
+  json_decref(r);
+  r = request_as(w, w->agent, caps, "tools/call", members, NULL);
+  free(members);
+  json_t *asked = json_object_get(result_of(r), "inputRequests");
+  assert_int_equal(json_object_size(asked), 1);
+  assert_non_null(json_object_get(asked, "client_roots"));
+  snprintf(answers, sizeof answers, "{%s}", listed);
+  members = retry_members(multiple, result_of(r), answers);
+  json_decref(r);
+  r = request_as(w, w->agent, caps, "tools/call", members, NULL);
+  free(members);
+  assert_string_equal(first_text(r), "Received the name, the greeting and the roots");
+  json_decref(r);
+  /* 1 + 2 x 40 bytes, cut to 64 at most: 1 + 2 x 31, not half a character. */
+  static const char rounds[] = "\"name\":\"test_input_required_result_multi_round\"";
+  char long_name[256] = "a", expected[256] = "a";
+  for (int i = 0; i < 40; i++) strcat(long_name, "\\u00e9");
+  for (int i = 0; i < 31; i++) strcat(expected, "\xc3\xa9");
+  r = request_as(w, w->agent, caps, "tools/call", rounds, NULL);
+  snprintf(answers, sizeof answers,
+           "{\"step1\":{\"action\":\"accept\",\"content\":{\"name\":\"%s\"}}}", long_name);
+  members = retry_members(rounds, result_of(r), answers);
+  json_decref(r);
+  r = request_as(w, w->agent, caps, "tools/call", members, NULL);
+  free(members);
+  assert_non_null(json_object_get(json_object_get(result_of(r), "inputRequests"), "step2"));
+  members = retry_members(rounds, result_of(r),
+                          "{\"step2\":{\"action\":\"accept\",\"content\":{\"color\":\"blue\"}}}");
+  json_decref(r);
+  r = request_as(w, w->agent, caps, "tools/call", members, NULL);
+  free(members);
+  strcat(expected, " likes blue");
+  assert_string_equal(first_text(r), expected);
+  json_decref(r);
+}
+
+/* On 2025 revisions inputResponses and requestState are no fields: the server asks the client
+ * itself, and the answer given in the request never reaches the tool. */
+static void test_answers_sent_on_2025_are_no_answers(void **state) {
+  world *w = *state;
+  json_decref(send_msg(w, INITIALIZE(1, "2025-11-25", "{\"elicitation\":{}}"), NULL, NULL));
+  w->answer = json_pack("{s:s,s:{s:s}}", "action", "accept", "content", "name", "Ada");
+  json_t *r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{"
+                          "\"name\":\"test_input_required_result_elicitation\",\"inputResponses\":{"
+                          "\"user_name\":{\"action\":\"accept\",\"content\":{\"name\":\"Mallory\"}}}}}",
+                       NULL, NULL);
+  assert_string_equal(str(json_array_get(json_object_get(result_of(r), "content"), 0), "text"),
+                      "Hello, Ada!");
+  json_decref(r);
+  assert_int_equal(json_array_size(w->sent), 1);
 }
 
 /* A task has its row before its client learns its id: another server on the same workspace
@@ -3780,7 +3905,10 @@ int main(void) {
       T(test_input_then_task),
       T(test_request_state_is_bound_to_the_arguments),
       T(test_request_state_outlives_its_server),
+      T(test_a_state_of_another_form_is_refused),
       T(test_stateless_answers_are_checked_against_what_was_asked),
+      T(test_answers_sent_on_2025_are_no_answers),
+      T(test_fixture_rounds_answered_in_parts),
       T(test_task_running_limits),
       T(test_task_kept_limit),
       T(test_listen_leaves_out_what_the_database_cannot_tell),

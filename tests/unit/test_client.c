@@ -92,6 +92,7 @@ static void test_answers(void **state) {
   assert_false(reads(roots, "{\"roots\":{}}"));
   assert_false(reads(roots, "{\"roots\":[{\"name\":\"a\"}]}"));
   assert_false(reads(roots, "{\"roots\":[{\"uri\":\"http://x\"}]}"));
+  assert_false(reads(roots, "{\"roots\":[{\"uri\":\"file://\"}]}"));
   assert_false(reads(roots, "{\"roots\":[{\"uri\":\"file:///a\",\"name\":5}]}"));
   assert_true(reads(sample, "{\"role\":\"assistant\",\"content\":{\"type\":\"text\",\"text\":\"t\"},\"model\":\"m\"}"));
   /* With tools offered, the content may be blocks of any kind; without, one of text, an image
@@ -139,8 +140,50 @@ static void test_answers(void **state) {
   assert_true(reads_asked(elicit, form, "{\"action\":\"decline\"}"));
 }
 
+/* Whether text, answering nothing asked, reads as an answer a client declaring caps (JSON
+ * text) can give. */
+static bool reads_unasked(const char *caps, const char *text) {
+  _cleanup_json_ json_t *declared = json_loads(caps, 0, NULL), *answer = json_loads(text, 0, NULL);
+  assert_true(declared && answer);
+  return tg_client_unasked_answer_reads(declared, answer);
+}
+
+/* An answer sent before it was asked reads as one of the kind its shape tells, from a client
+ * that declared it can give that kind; what asking kept of a request (its terms) checks its
+ * answer as the request itself does. */
+static void test_unasked_answers_and_terms(void **state) {
+  static const char accepted[] = "{\"action\":\"accept\",\"content\":{\"name\":\"Ada\"}}",
+                    sampled[] = "{\"role\":\"assistant\",\"content\":{\"type\":\"text\","
+                                "\"text\":\"t\"},\"model\":\"m\"}",
+                    listed[] = "{\"roots\":[{\"uri\":\"file:///a\"}]}";
+  assert_true(reads_unasked("{\"elicitation\":{}}", accepted));
+  assert_true(reads_unasked("{\"elicitation\":{\"url\":{}}}", "{\"action\":\"accept\"}"));
+  assert_true(reads_unasked("{\"sampling\":{}}", sampled));
+  assert_true(reads_unasked("{\"roots\":{}}", listed));
+  assert_false(reads_unasked("{\"sampling\":{}}", accepted)); /* undeclared */
+  assert_false(reads_unasked("{\"elicitation\":{}}", sampled));
+  assert_false(reads_unasked("{}", listed));
+  assert_false(reads_unasked("{\"sampling\":{}}", "{}"));
+  assert_false(reads_unasked("{\"elicitation\":{}}", "{\"action\":\"accept\",\"content\":{\"a\":{}}}"));
+  assert_false(reads_unasked("{\"roots\":{}}", "{\"roots\":[{\"uri\":\"http://x\"}]}"));
+  static const char form[] = "{\"message\":\"m\",\"requestedSchema\":{\"type\":\"object\","
+                             "\"properties\":{\"ok\":{\"type\":\"boolean\"}},\"required\":[\"ok\"]}}";
+  _cleanup_json_ json_t *params = json_loads(form, 0, NULL);
+  _cleanup_json_ json_t *terms = tg_client_answer_terms("elicitation/create", params);
+  assert_null(json_object_get(json_object_get(terms, "params"), "message"));
+  _cleanup_json_ json_t *yes = json_loads("{\"action\":\"accept\",\"content\":{\"ok\":true}}", 0, NULL),
+                        *no = json_loads("{\"action\":\"accept\",\"content\":{\"ok\":1}}", 0, NULL);
+  const char *method = json_string_value(json_object_get(terms, "method"));
+  assert_true(tg_client_answer_reads(method, json_object_get(terms, "params"), yes));
+  assert_false(tg_client_answer_reads(method, json_object_get(terms, "params"), no));
+  _cleanup_json_ json_t *offered = json_pack("{s:[],s:i,s:[]}", "messages", "maxTokens", 9, "tools");
+  _cleanup_json_ json_t *sampling = tg_client_answer_terms("sampling/createMessage", offered);
+  assert_true(json_is_true(json_object_get(json_object_get(sampling, "params"), "tools")));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_unasked_answers_and_terms),
       cmocka_unit_test(test_declared_kinds),
       cmocka_unit_test(test_elicitation_modes),
       cmocka_unit_test(test_requirements),

@@ -469,7 +469,7 @@ static void test_batches(void **state) {
   free(many);
 
   /* One whose strings hold \u0000: each request refused by its id. */
-  static const char nul[] = "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"},"
+  static const char nul[] = "[{\"jsonrpc\":\"2.0\",\"id\":1.0,\"method\":\"ping\"},"
                             "{\"jsonrpc\":\"2.0\",\"id\":\"n\",\"method\":\"x\",\"params\":{\"a\":\"\\u0000\"}}]";
   assert_int_equal(tg_rpc_decode(nul, strlen(nul), &batch, &answers), TG_RPC_INVALID_REQUEST);
   assert_int_equal(json_array_size(answers), 2);
@@ -484,6 +484,14 @@ static void test_batches(void **state) {
   char *deep = nested(TG_RPC_MAX_DEPTH);
   char *wrapped = NULL;
   assert_true(asprintf(&wrapped, "[%s,{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"ping\"}]", deep) > 0);
+  assert_int_equal(tg_rpc_decode(wrapped, strlen(wrapped), &batch, &answers), TG_RPC_INVALID_REQUEST);
+  assert_int_equal(json_array_size(answers), 2);
+  assert_int_equal(json_integer_value(json_object_get(json_array_get(answers, 1), "id")), 9);
+  json_decref(answers);
+  /* A key given twice in one of its messages does not keep the others from being named. */
+  free(wrapped);
+  assert_true(asprintf(&wrapped, "[%s,{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"ping\",\"p\":1,\"p\":2}]",
+                       deep) > 0);
   assert_int_equal(tg_rpc_decode(wrapped, strlen(wrapped), &batch, &answers), TG_RPC_INVALID_REQUEST);
   assert_int_equal(json_array_size(answers), 2);
   assert_int_equal(json_integer_value(json_object_get(json_array_get(answers, 1), "id")), 9);
