@@ -351,13 +351,16 @@ test('stdio started with a token stops once the token is revoked', async () => {
   }
 });
 
-test('/healthz answers GET only, and says so; another path names /mcp', async () => {
+test('/healthz answers GET and HEAD only, and says so; another path names /mcp', async () => {
   const ok = await fetch(url.replace(/\/mcp$/, '/healthz'));
   assert.equal(ok.status, 200);
   assert.deepEqual(await ok.json(), { status: 'ok' });
+  const head = await fetch(url.replace(/\/mcp$/, '/healthz'), { method: 'HEAD' });
+  assert.equal(head.status, 200);
+  assert.equal(await head.text(), '');
   const post = await fetch(url.replace(/\/mcp$/, '/healthz'), { method: 'POST' });
   assert.equal(post.status, 405);
-  assert.equal(post.headers.get('allow'), 'GET');
+  assert.equal(post.headers.get('allow'), 'GET, HEAD');
   const elsewhere = await fetch(url.replace(/\/mcp$/, '/'), { method: 'POST' });
   assert.equal(elsewhere.status, 404);
   assert.match((await elsewhere.json()).error.message, /MCP is served at \/mcp/);
