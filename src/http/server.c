@@ -326,9 +326,10 @@ static int session_send(void *self, json_t *msg) {
 
 static void drop_cancelled_in_line(server *s);
 
-/* A request of a session was cancelled: a tool waiting for its client looks again, and a call
- * waiting in line for a pool thread leaves the line. */
-static void session_wake(void *arg) {
+/* A request was cancelled (a session's, or a stateless call whose client left or whose token
+ * was revoked): a tool waiting for its client looks again, and a call waiting in line for a
+ * pool thread leaves the line at once. */
+static void cancellation_heard(void *arg) {
   server *s = arg;
   pthread_mutex_lock(&s->lock);
   s->cancellations++;
@@ -399,7 +400,7 @@ static session *session_new(server *s, const char *principal, const char *token_
   session *x = calloc(1, sizeof *x);
   unsigned char raw[SESSION_ID_BYTES];
   if (!x || !tg_random_bytes(raw, sizeof raw) ||
-      tg_mcp_inflight_new(session_wake, s, &x->inflight) < 0 ||
+      tg_mcp_inflight_new(cancellation_heard, s, &x->inflight) < 0 ||
       tg_mcp_watch_new(session_send, x, &x->watch) < 0) {
     if (x) tg_mcp_inflight_free(x->inflight);
     free(x);
@@ -921,8 +922,6 @@ static void stream_detach(stream *st, unsigned reader_id) {
   if (hook) hook(arg);
 }
 
-static void list_token_call_locked(server *s, worker *w);
-
 /* The close hook of a stateless call's stream: closing it is the call's cancellation. */
 static void cancel_call(void *arg) {
   stream *st = arg;
@@ -932,7 +931,7 @@ static void cancel_call(void *arg) {
 /* Makes st, a stateless call's stream, carry the cancellation of the call with id (see
  * cancel_call), from now on. false without memory (st's release frees what was made). */
 static bool cancellable_alone(stream *st, json_t *id) {
-  if (tg_mcp_inflight_new(NULL, NULL, &st->inflight) < 0 ||
+  if (tg_mcp_inflight_new(cancellation_heard, st->srv, &st->inflight) < 0 ||
       tg_mcp_inflight_begin(st->inflight, id) < 0)
     return false;
   st->call_id = json_incref(id);
@@ -1699,7 +1698,6 @@ static void end_revoked(server *s, tg_db *db) {
         cancel_call(all[i].call);
       }
       stream_release(all[i].call);
-      if (revoked) drop_cancelled_in_line(s);
       continue;
     }
     if (all[i].l) {

@@ -727,6 +727,29 @@ static void test_a_session_call_in_line_ends_at_once_with_its_session(void **sta
   call_in_line_ends_at_once(*state, true);
 }
 
+/* A stateless call waiting for a pool thread leaves the line as its client leaves, at once,
+ * not once a thread comes free (till then it would hold its caller's counts and its
+ * connection); it never runs. */
+static void test_a_stateless_call_in_line_leaves_it_with_its_client(void **state) {
+  world *w = *state;
+  exchange *running[POOL_THREADS - 1];
+  for (int i = 0; i < POOL_THREADS - 1; i++) running[i] = start_waiting_call(w);
+  kit_wait_for(NULL, POOL_THREADS - 1);
+  exchange *queued = start_waiting_call(w); /* its caller holds all the threads it may */
+  await_load(w, true, 1);
+  finish(queued);
+  await_load(w, true, 0);
+  for (int i = 0; i < POOL_THREADS - 1; i++) {
+    pthread_mutex_lock(&running[i]->lock);
+    assert_false(running[i]->ended);
+    pthread_mutex_unlock(&running[i]->lock);
+  }
+  pthread_mutex_lock(&kit_lock);
+  assert_int_equal(kit_starts, POOL_THREADS - 1);
+  pthread_mutex_unlock(&kit_lock);
+  for (int i = 0; i < POOL_THREADS - 1; i++) finish(running[i]);
+}
+
 /* A free pool thread takes the queued call of the caller running the fewest: with one caller
  * on all threads but one and another on the last, the second's next call goes ahead of the
  * first's, queued before it. */
@@ -2416,6 +2439,7 @@ int main(void) {
       T(test_a_stateless_call_run_in_place_ends_with_its_client),
       T(test_the_pool_serves_the_caller_running_fewest_first),
       T(test_a_session_call_cancelled_in_line_is_answered_at_once),
+      T(test_a_stateless_call_in_line_leaves_it_with_its_client),
       T(test_a_session_call_in_line_ends_at_once_with_its_session),
       T(test_sessions_are_bounded_per_principal),
       T(test_sessions_make_room_while_the_sweep_looks),
