@@ -684,6 +684,19 @@ static void test_a_principal_leaves_a_pool_thread_to_others(void **state) {
   for (int i = 0; i < POOL_THREADS; i++) finish(calls[i]);
 }
 
+/* The calls running (on all the pool's threads but one) still hold their threads, and no other
+ * began. */
+static void still_running_alone(exchange *running[POOL_THREADS - 1]) {
+  for (int i = 0; i < POOL_THREADS - 1; i++) {
+    pthread_mutex_lock(&running[i]->lock);
+    assert_false(running[i]->ended);
+    pthread_mutex_unlock(&running[i]->lock);
+  }
+  pthread_mutex_lock(&kit_lock);
+  assert_int_equal(kit_starts, POOL_THREADS - 1);
+  pthread_mutex_unlock(&kit_lock);
+}
+
 /* A session's call waiting for a pool thread has its stream primed at once; cancelled (or
  * its session deleted: by_delete), it is ended at once, without an answer, not once a thread
  * comes free; it never runs. The calls holding the threads run in another session. */
@@ -706,15 +719,7 @@ static void call_in_line_ends_at_once(world *w, bool by_delete) {
   await(queued, NULL);
   assert_int_equal(queued->status, 200);
   assert_null(strstr(queued->got, "\"id\":\"in-line\""));
-  /* The running calls still hold their threads, and it never began. */
-  for (int i = 0; i < POOL_THREADS - 1; i++) {
-    pthread_mutex_lock(&running[i]->lock);
-    assert_false(running[i]->ended);
-    pthread_mutex_unlock(&running[i]->lock);
-  }
-  pthread_mutex_lock(&kit_lock);
-  assert_int_equal(kit_starts, POOL_THREADS - 1);
-  pthread_mutex_unlock(&kit_lock);
+  still_running_alone(running);
   finish(queued);
   for (int i = 0; i < POOL_THREADS - 1; i++) finish(running[i]);
 }
@@ -739,14 +744,7 @@ static void test_a_stateless_call_in_line_leaves_it_with_its_client(void **state
   await_load(w, true, 1);
   finish(queued);
   await_load(w, true, 0);
-  for (int i = 0; i < POOL_THREADS - 1; i++) {
-    pthread_mutex_lock(&running[i]->lock);
-    assert_false(running[i]->ended);
-    pthread_mutex_unlock(&running[i]->lock);
-  }
-  pthread_mutex_lock(&kit_lock);
-  assert_int_equal(kit_starts, POOL_THREADS - 1);
-  pthread_mutex_unlock(&kit_lock);
+  still_running_alone(running);
   for (int i = 0; i < POOL_THREADS - 1; i++) finish(running[i]);
 }
 
