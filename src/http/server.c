@@ -73,6 +73,7 @@ typedef struct session {
   int checking; /* of refs, those a list check or the look for revoked tokens holds: they
                  * keep it, they do not use it */
   bool dead;
+  bool revoked; /* ended as its token was revoked (end_revoked) */
   int64_t last_used;
   tg_mcp_session state; /* guarded by the server's lock */
   tg_mcp_inflight *inflight; /* its requests, which notifications/cancelled reaches */
@@ -928,6 +929,16 @@ static void cancel_call(void *arg) {
   tg_mcp_inflight_cancel(st->inflight, st->call_id);
 }
 
+/* Whether a call was cancelled as its token was revoked, as its session (x) or its stream
+ * (st, a stateless call's) says. */
+static bool revoked_call(server *s, session *x, stream *st) {
+  pthread_mutex_t *lock = x ? &s->lock : &st->lock;
+  pthread_mutex_lock(lock);
+  bool revoked = x ? x->revoked : st->revoked;
+  pthread_mutex_unlock(lock);
+  return revoked;
+}
+
 /* Makes st, a stateless call's stream, carry the cancellation of the call with id (see
  * cancel_call), from now on. false without memory (st's release frees what was made). */
 static bool cancellable_alone(stream *st, json_t *id) {
@@ -1713,7 +1724,10 @@ static void end_revoked(server *s, tg_db *db) {
     }
     pthread_mutex_lock(&s->lock);
     all[i].x->checking--;
-    if (revoked && !all[i].x->dead) session_end_locked(s, all[i].x);
+    if (revoked && !all[i].x->dead) {
+      all[i].x->revoked = true;
+      session_end_locked(s, all[i].x);
+    }
     session_release_locked(s, all[i].x);
     pthread_mutex_unlock(&s->lock);
     if (revoked) drop_cancelled_in_line(s);
@@ -2261,9 +2275,9 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
   if (st->len == 0 && !st->polling) {
     char *final = st->final;
     int status = st->final_status;
-    bool revoked = st->revoked;
     st->final = NULL;
     pthread_mutex_unlock(&st->lock);
+    bool revoked = !final && revoked_call(s, x, st);
     /* Without a message, the request was cancelled (status 0: by its token's revocation, told
      * as the revoked token is), or its error could not be built. */
     enum MHD_Result r = final     ? queue_reply(s, conn, st->share->principal, (unsigned)status,
@@ -2545,14 +2559,9 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   /* What this message changed, and the baseline of a listen stream just acknowledged. */
   check_lists(s, db, principal, w->sess);
   /* A call cancelled as its token was revoked is told so, as the revoked token is. */
-  bool revoked = false;
-  if (listed) {
-    pthread_mutex_lock(&w->st->lock);
-    revoked = w->st->revoked;
-    pthread_mutex_unlock(&w->st->lock);
-  }
+  bool revoked = !reply.text && (w->sess || listed) && revoked_call(s, w->sess, w->st);
   result = l                               ? listener_serve(conn, l)
-           : !reply.text && revoked        ? refuse_caller(s, conn, CALLER_BAD_TOKEN)
+           : revoked                       ? refuse_caller(s, conn, CALLER_BAD_TOKEN)
            : reply.text && w->st && w->st->len
                ? queue_events(s, conn, w->sess, w->st, reply.text, w->msg.id, new_sid)
            : reply.text ? queue_reply(s, conn, principal, (unsigned)reply.http_status, reply.text,

@@ -2269,10 +2269,10 @@ static void test_listen_stream_gets_ack_then_changes(void **state) {
   finish(listen);
 }
 
-/* A revoked token ends what it opened, though no request comes: a session's GET stream, a
- * listen stream, which gets its result first, and its stateless calls, on the pool or on the
- * thread that read them, cancelled (their client is answered 401). Another caller's session
- * stands. */
+/* A revoked token ends what it opened, though no request comes: a session's GET stream and
+ * calls, a listen stream, which gets its result first, and its stateless calls, on the pool
+ * or on the thread that read them, cancelled (a call's client is answered 401, as its answer
+ * had not begun). Another caller's session stands. */
 static void test_a_revoked_token_ends_its_streams(void **state) {
   world *w = *state;
   char sid[64], other_sid[64];
@@ -2286,7 +2286,10 @@ static void test_a_revoked_token_ends_its_streams(void **state) {
                          "Accept: application/json, text/event-stream;q=0.1\n"
                          STATELESS_ROUTE("test_wait_cancel"),
                          STATELESS_CALL("4", "test_wait_cancel", "{}"));
-  kit_wait_for(NULL, 2);
+  exchange *in_session = start(w, "POST", sid,
+                              "Accept: application/json, text/event-stream;q=0.1",
+                              CALL_WITH("5", "test_wait_cancel", "{}"));
+  kit_wait_for(NULL, 3);
   w->token = w->tokens[1];
   exchange *other = open_listening_session(w, other_sid);
   assert_int_equal(tg_db_exec(w->f->db,
@@ -2297,8 +2300,8 @@ static void test_a_revoked_token_ends_its_streams(void **state) {
   await(listen, NULL);
   assert_non_null(strstr(listen->got, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"resultType\":"
                                       "\"complete\""));
-  exchange *calls[] = {call, here};
-  for (size_t i = 0; i < 2; i++) { /* told of the token, as a request bearing it now is */
+  exchange *calls[] = {call, here, in_session};
+  for (size_t i = 0; i < 3; i++) { /* told of the token, as a request bearing it now is */
     await(calls[i], NULL);
     assert_int_equal(calls[i]->status, 401);
     assert_null(strstr(calls[i]->got, "result"));
