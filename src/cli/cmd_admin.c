@@ -142,15 +142,18 @@ static int token_create(cli *c, int argc, char **argv) {
 }
 
 static void show_tokens(json_t *result) {
-  printf("%-36s %-12s %-24s %-24s %s\n", "TOKEN ID", "STARTS", "HOLDER", "CREATED", "REVOKED");
+  printf("%-36s %-12s %-24s %-24s %-24s %s\n", "TOKEN ID", "STARTS", "HOLDER", "CREATED",
+         "LAST USED", "REVOKED");
   size_t i;
   json_t *t;
   json_array_foreach(json_object_get(result, "tokens"), i, t) {
     const char *revoked = json_string_value(json_object_get(t, "revokedAt"));
-    printf("%-36s %-12s %-24s %-24s %s\n", json_string_value(json_object_get(t, "tokenId")),
+    const char *used = json_string_value(json_object_get(t, "lastUsedAt"));
+    printf("%-36s %-12s %-24s %-24s %-24s %s\n", json_string_value(json_object_get(t, "tokenId")),
            json_string_value(json_object_get(t, "prefix")),
            json_string_value(json_object_get(t, "holder")),
-           json_string_value(json_object_get(t, "createdAt")), revoked ? revoked : "-");
+           json_string_value(json_object_get(t, "createdAt")), used ? used : "-",
+           revoked ? revoked : "-");
   }
   if (json_is_true(json_object_get(result, "truncated"))) puts("(more tokens not shown)");
 }

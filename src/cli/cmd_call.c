@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "core/token_use.h"
 #include "util/cleanup.h"
 #include "util/json.h"
 #include "util/status.h"
@@ -22,7 +23,13 @@ static const char usage[] =
     "  --dry-run     run every gate but the handler; print why the call would pass or not\n";
 
 static int resolve_caller(cli *c, const char *agent, const char *user, char id[TG_UUID_LEN + 1]) {
-  if (c->token) return cli_token_principal(c, id);
+  if (c->token) {
+    int r = cli_token_principal(c, id);
+    if (r == CLI_OK && tg_token_use_write(c->db, c->token) < 0)
+      fprintf(stderr, "toolgate: warning: could not record the token's use: %s\n",
+              tg_db_errmsg(c->db));
+    return r;
+  }
   int r = agent ? tg_principal_lookup(c->db, c->tenant_id, TG_PRINCIPAL_AGENT, agent, id)
                 : tg_principal_lookup(c->db, c->tenant_id, TG_PRINCIPAL_USER, user, id);
   if (r == TG_OK) return CLI_OK;

@@ -22,6 +22,7 @@
 
 #include "core/principal.h"
 #include "core/registry.h"
+#include "core/token_use.h"
 #include "http/media.h"
 #include "util/cleanup.h"
 #include "util/clock.h"
@@ -197,6 +198,7 @@ struct server {
   pthread_t sweeper;
   bool sweeper_started;
   pthread_cond_t sweep_stop; /* broadcast when stopping is set */
+  tg_token_uses *token_uses; /* the tokens' last uses, written by the sweeper */
 };
 
 /* What a call on one of this server's threads runs against. */
@@ -1775,6 +1777,7 @@ static void *sweeper_main(void *arg) {
     if (thread_db(s, &db)) {
       end_revoked(s, db);
       check_lists(s, db, NULL, NULL);
+      tg_token_uses_write(s->token_uses, db, false); /* may wait for a writer: last */
     }
     cut_slow_clients(s);
     tell_held_back_mhd_lines(s, false);
@@ -1783,6 +1786,7 @@ static void *sweeper_main(void *arg) {
     next = tg_monotonic_ms() + TG_HTTP_CHECK_MS;
   }
   pthread_mutex_unlock(&s->lock);
+  if (thread_db(s, &db)) tg_token_uses_write(s->token_uses, db, true); /* the last minute's */
   tg_db_close(db);
   return NULL;
 }
@@ -2109,6 +2113,7 @@ static caller authenticate(server *s, struct MHD_Connection *conn, tg_db *db,
   int r = db && tg_sha256_hex(token, len, hash) == 0
               ? tg_principal_by_token_hash(db, hash, s->cfg->tenant_id, out)
               : TG_E_DB;
+  if (r == TG_OK) tg_token_used(s->token_uses, hash);
   return r == TG_OK ? CALLER_KNOWN : r == TG_E_NOTFOUND ? CALLER_BAD_TOKEN : CALLER_UNCHECKED;
 }
 
@@ -3166,7 +3171,7 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   pthread_cond_init(&h->s.answered, NULL);
   pthread_cond_init(&h->s.queued, NULL);
   pthread_cond_init(&h->s.sweep_stop, NULL);
-  if (!(h->s.public_url = own_url(&h->s, &addr))) {
+  if (!(h->s.public_url = own_url(&h->s, &addr)) || !(h->s.token_uses = tg_token_uses_new())) {
     tg_http_stop(h);
     return TG_E_NOMEM;
   }
@@ -3320,6 +3325,7 @@ void tg_http_stop(tg_http *h) {
   pthread_cond_destroy(&s->sweep_stop);
   tg_mcp_server_done(&s->mcp);
   free(s->public_url);
+  tg_token_uses_free(s->token_uses);
   if (h->listen_fd >= 0) close(h->listen_fd);
   free(h);
 }

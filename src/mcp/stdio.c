@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/principal.h"
+#include "core/token_use.h"
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -38,6 +39,8 @@ typedef struct conn {
   const tg_mcp_server *srv;
   const tg_mcp_request *req;
   const char *token; /* the API token that named the principal, or NULL */
+  char token_hash[TG_TOKEN_HASH_LEN + 1];
+  tg_token_uses *token_uses; /* its last use, written between messages; NULL without token */
   tg_db *reader_db;  /* the reader's own, opened to check the token for a ping it answers */
   json_t *serving; /* id of the request being served, NULL between requests */
   /* Between the reader and the serving thread, under lock; changed is broadcast when the
@@ -314,6 +317,12 @@ static int token_stands_in(conn *c, tg_db *db) {
 }
 
 static int token_stands(conn *c) { return token_stands_in(c, c->req->env->db); }
+
+/* A message is served with the token: its use is written when due (at most once a minute). */
+static void note_token_use(conn *c) {
+  if (c->token_uses && tg_token_used(c->token_uses, c->token_hash))
+    tg_token_uses_write(c->token_uses, c->req->env->db, false);
+}
 
 /* The same for the reader, which answers a ping while a call runs on the serving thread's
  * connection: through a connection of its own, opened at its first use. */
@@ -655,6 +664,9 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   c.req = &req;
   int r = c.chunk && c.line && c.queue && c.sizes ? tg_mcp_server_prepare(&served, env)
                                                   : TG_E_NOMEM;
+  if (r == 0 && token && (tg_sha256_hex(token, strlen(token), c.token_hash) < 0 ||
+                          !(c.token_uses = tg_token_uses_new())))
+    r = TG_E_NOMEM;
   if (r == 0) r = tg_mcp_inflight_new(wake, &c, &req.inflight);
   if (r == 0) r = tg_mcp_watch_new(io_send, &c, &req.watch);
   /* Not for a tool's children. */
@@ -672,6 +684,7 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
       continue;
     }
     int stands = token_stands(&c);
+    if (stands == TG_OK) note_token_use(&c);
     r = stands == TG_OK ? serve_one(&c, &msg) : refuse_unstanding(&c, &msg, stands);
     if (r == 0 && stands == TG_OK) r = check_lists(&c);
   }
@@ -680,6 +693,7 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
     pthread_join(reader, NULL);
   }
   tg_db_close(c.reader_db);
+  if (c.token_uses) tg_token_uses_write(c.token_uses, env->db, true); /* the last minute's */
   /* What waited behind the message that found the token revoked is refused as that was. */
   for (size_t i = 0; i < c.queued; i++)
     if (r == TG_E_NOTFOUND) refuse_unstanding(&c, &c.queue[i], r);
@@ -708,6 +722,7 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   pthread_cond_destroy(&c.changed);
   pthread_mutex_destroy(&c.lock);
   pthread_mutex_destroy(&c.writing);
+  tg_token_uses_free(c.token_uses);
   free(c.sizes);
   free(c.queue);
   free(c.line);

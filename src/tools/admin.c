@@ -272,7 +272,8 @@ static int token_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
       cx->db,
       "SELECT t.id AS \"tokenId\", t.prefix, t.principal_id AS \"principalId\","
       " CASE WHEN u.username IS NOT NULL THEN 'user:' || u.username ELSE 'agent:' || a.slug END"
-      " AS holder, t.created_at AS \"createdAt\", t.revoked_at AS \"revokedAt\""
+      " AS holder, t.created_at AS \"createdAt\", t.last_used_at AS \"lastUsedAt\","
+      " t.revoked_at AS \"revokedAt\""
       " FROM api_tokens t JOIN principals p ON p.id = t.principal_id"
       " LEFT JOIN users u ON u.principal_id = t.principal_id"
       " LEFT JOIN agents a ON a.principal_id = t.principal_id"

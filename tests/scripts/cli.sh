@@ -48,10 +48,13 @@ check "agents revoke" 0 "$tg" agents revoke helper runs.read
 check "revoked at once" 1 "$tg" call admin.run.list --agent helper --surface api
 check "token create" 0 "$tg" token create --agent helper
 token=$(jq -r .token "$dir/out")
+check "token list before use" 0 "$tg" token list --agent helper --json
+is "a token never used" '.tokens[0].lastUsedAt == null'
 check "call by token" 0 "$tg" call agent.tool.list --token "$token"
 check "call by a bad token" 1 "$tg" call agent.tool.list --token tg_nope
 check "token list" 0 "$tg" token list --agent helper --json
 is "token listed by id and prefix" ".tokens | length == 1 and .[0].prefix == \"${token:0:11}\" and .[0].holder == \"agent:helper\" and .[0].revokedAt == null"
+is "a call by token is its use" '.tokens[0].lastUsedAt | type == "string"'
 token_id=$(jq -r '.tokens[0].tokenId' "$dir/out")
 check "token list text" 0 "$tg" token list
 has "token list shows the holder" "^$token_id +tg_[A-Za-z0-9_-]+ +agent:helper"
@@ -127,6 +130,39 @@ has "refused" '^401$'
 check "serving on, its log closed" 0 curl -sf "http://127.0.0.1:$port/healthz"
 kill -TERM "$quiet" 2>/dev/null || true
 check "ended as told" 0 wait "$quiet"
+# A token's last use: written by the server's sweep within seconds of its first, and the
+# last minute's once more as it stops; a message served on stdio is one too.
+check "token for uses" 0 "$tg" token create --agent demo
+use_token=$(jq -r .token "$dir/out")
+last_use() { "$tg" token list --agent demo --json | jq -r --arg p "${use_token:0:11}" '.tokens[] | select(.prefix == $p) | .lastUsedAt'; }
+"$tg" serve --listen 127.0.0.1:0 2>"$dir/uses.log" &
+uses=$!
+port=""
+for _ in $(seq 100); do
+  port=$(grep -o 'listening on 127\.0\.0\.1:[0-9]*' "$dir/uses.log" | cut -d: -f2 || true)
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+ping_by_token() {
+  curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $use_token" \
+    -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \
+    -H 'MCP-Protocol-Version: 2026-07-28' -H 'Mcp-Method: server/discover' \
+    "http://127.0.0.1:$port/mcp" -d '{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}'
+}
+check "a request by token" 0 ping_by_token
+has "answered" '^200$'
+first_use=null
+for _ in $(seq 100); do first_use=$(last_use); [ "$first_use" != null ] && break; sleep 0.1; done
+if [ "$first_use" != null ]; then passes=$((passes + 1)); else failed "the server wrote no use of the token"; fi
+sleep 0.01
+check "another request by token" 0 ping_by_token
+kill -TERM "$uses" 2>/dev/null || true
+check "the server stops" 0 wait "$uses"
+later_use=$(last_use)
+if [[ "$later_use" > "$first_use" ]]; then passes=$((passes + 1)); else failed "the last use ($later_use) was not written at the stop (first $first_use)"; fi
+check "a message by token on stdio" 0 bash -c 'echo "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\",\"params\":{\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{}}}}" | "$0" mcp --token "$1"' "$tg" "$use_token"
+stdio_use=$(last_use)
+if [[ "$stdio_use" > "$later_use" ]]; then passes=$((passes + 1)); else failed "stdio wrote no use ($stdio_use after $later_use)"; fi
 check "call as the owner user" 0 "$tg" call admin.policy.list --user owner
 check "policy set" 0 "$tg" policy set agent.tool.list disabled
 check "disabled by policy" 1 "$tg" call agent.tool.list --agent demo

@@ -1,0 +1,146 @@
+#include "core/token_use.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/status.h"
+
+/* An open-addressing table keyed by the token's hash, twice as large as it may hold. */
+#define SLOTS (2 * TG_TOKEN_USES_MAX)
+
+typedef struct use {
+  bool taken;
+  char hash[TG_TOKEN_HASH_LEN + 1];
+  int64_t used_ms;      /* wall clock: the last use */
+  int64_t written_ms;   /* the use last written (0: none) */
+  int64_t written_mono; /* monotonic: when it was written */
+} use;
+
+struct tg_token_uses {
+  pthread_mutex_t lock;
+  size_t n;
+  _Atomic int64_t full_logged_ms;
+  use slots[SLOTS];
+};
+
+tg_token_uses *tg_token_uses_new(void) {
+  tg_token_uses *u = calloc(1, sizeof *u);
+  if (u) pthread_mutex_init(&u->lock, NULL);
+  return u;
+}
+
+void tg_token_uses_free(tg_token_uses *u) {
+  if (!u) return;
+  pthread_mutex_destroy(&u->lock);
+  free(u);
+}
+
+/* The slot holding hash, or the free one where it goes. A SHA-256 in hex is evenly spread:
+ * its first digits place it. */
+static use *slot_of(tg_token_uses *u, const char *hash) {
+  char head[9];
+  memcpy(head, hash, 8);
+  head[8] = '\0';
+  size_t i = (size_t)strtoul(head, NULL, 16) % SLOTS;
+  while (u->slots[i].taken && strcmp(u->slots[i].hash, hash) != 0) i = (i + 1) % SLOTS;
+  return &u->slots[i];
+}
+
+static bool due(const use *e, int64_t mono, bool all) {
+  return e->used_ms != e->written_ms &&
+         (all || !e->written_ms || mono - e->written_mono >= TG_TOKEN_USE_WRITE_MS);
+}
+
+bool tg_token_used(tg_token_uses *u, const char hash[TG_TOKEN_HASH_LEN + 1]) {
+  if (strlen(hash) != TG_TOKEN_HASH_LEN) return false;
+  int64_t now = tg_now_ms(), mono = tg_monotonic_ms();
+  pthread_mutex_lock(&u->lock);
+  use *e = slot_of(u, hash);
+  if (!e->taken && u->n < TG_TOKEN_USES_MAX) {
+    *e = (use){.taken = true};
+    memcpy(e->hash, hash, sizeof e->hash);
+    u->n++;
+  }
+  bool recorded = e->taken, is_due = false;
+  if (recorded) {
+    e->used_ms = now;
+    is_due = due(e, mono, false);
+  }
+  pthread_mutex_unlock(&u->lock);
+  if (!recorded && tg_log_may(&u->full_logged_ms))
+    tg_log(TG_LOG_WARN, "auth: more than %d tokens used within %d s: the last use of the others "
+           "is not recorded until they are used again (logged once a minute at most)",
+           TG_TOKEN_USES_MAX, TG_TOKEN_USE_WRITE_MS / 1000);
+  return is_due;
+}
+
+/* Drops the uses written over a minute ago and not used since (their next use is due at
+ * once), placing the others again. Under lock. */
+static void forget_written_locked(tg_token_uses *u, int64_t mono) {
+  use *kept = malloc(u->n * sizeof *kept);
+  if (!kept) return; /* they stay: the table is only fuller */
+  size_t n = 0;
+  for (size_t i = 0; i < SLOTS; i++) {
+    use *e = &u->slots[i];
+    if (!e->taken) continue;
+    if (e->used_ms != e->written_ms || mono - e->written_mono < TG_TOKEN_USE_WRITE_MS)
+      kept[n++] = *e;
+    e->taken = false;
+  }
+  for (size_t i = 0; i < n; i++) *slot_of(u, kept[i].hash) = kept[i];
+  u->n = n;
+  free(kept);
+}
+
+static int write_use(tg_db *db, const char *hash, int64_t used_ms) {
+  char at[TG_ISO_LEN + 1];
+  tg_iso8601(used_ms, at);
+  return tg_db_exec(db, "UPDATE api_tokens SET last_used_at = $1 WHERE token_hash = $2",
+                    json_pack("[ss]", at, hash), NULL);
+}
+
+int tg_token_use_write(tg_db *db, const char *token) {
+  char hash[TG_TOKEN_HASH_LEN + 1];
+  return tg_sha256_hex(token, strlen(token), hash) < 0 ? TG_E_IO
+                                                         : write_use(db, hash, tg_now_ms());
+}
+
+int tg_token_uses_write(tg_token_uses *u, tg_db *db, bool all) {
+  int64_t mono = tg_monotonic_ms();
+  pthread_mutex_lock(&u->lock);
+  use *todo = u->n ? malloc(u->n * sizeof *todo) : NULL;
+  size_t n = 0;
+  for (size_t i = 0; todo && i < SLOTS; i++)
+    if (u->slots[i].taken && due(&u->slots[i], mono, all)) todo[n++] = u->slots[i];
+  pthread_mutex_unlock(&u->lock);
+  if (!n) {
+    free(todo);
+    return u->n && !todo ? TG_E_NOMEM : TG_OK;
+  }
+  int r = tg_db_begin(db);
+  for (size_t i = 0; r == TG_OK && i < n; i++) r = write_use(db, todo[i].hash, todo[i].used_ms);
+  r = r == TG_OK ? tg_db_commit(db) : r;
+  if (r < 0) {
+    tg_log(TG_LOG_WARN, "auth: could not record when %zu token(s) were last used, retried "
+           "later: %s", n, tg_db_errmsg(db));
+    tg_db_rollback(db);
+    free(todo);
+    return r;
+  }
+  pthread_mutex_lock(&u->lock);
+  for (size_t i = 0; i < n; i++) {
+    use *e = slot_of(u, todo[i].hash);
+    if (!e->taken) continue;
+    e->written_ms = todo[i].used_ms;
+    e->written_mono = mono;
+  }
+  forget_written_locked(u, mono);
+  pthread_mutex_unlock(&u->lock);
+  free(todo);
+  return TG_OK;
+}

@@ -1,0 +1,27 @@
+/* When each API token was last used (api_tokens.last_used_at, shown by admin.token.list), so
+ * that an operator can tell a token in use from one to revoke. Authentication stays a read:
+ * uses are kept in memory and each token's is written at most once a minute
+ * (TG_TOKEN_USE_WRITE_MS), by whoever serves the token (the HTTP server's sweeper, the stdio
+ * server between messages). */
+#pragma once
+#include <stdbool.h>
+
+#include "core/principal.h"
+#include "db/db.h"
+
+#define TG_TOKEN_USE_WRITE_MS 60000
+#define TG_TOKEN_USES_MAX 1024 /* tokens remembered at once; more in a minute are logged */
+
+typedef struct tg_token_uses tg_token_uses;
+
+tg_token_uses *tg_token_uses_new(void);
+void tg_token_uses_free(tg_token_uses *u);
+/* The token whose hash is given was used now. Returns whether its use is due to be written
+ * (tg_token_uses_write). Thread-safe and cheap: it runs on every request. */
+bool tg_token_used(tg_token_uses *u, const char hash[TG_TOKEN_HASH_LEN + 1]);
+/* Writes the last use of each token due (all: of each not written yet, as its server
+ * stops), in one transaction. On failure (logged) they stay due for the next write. */
+int tg_token_uses_write(tg_token_uses *u, tg_db *db, bool all);
+/* A process that serves one request with token (the CLI's `call --token`) writes its use at
+ * once. */
+int tg_token_use_write(tg_db *db, const char *token);
