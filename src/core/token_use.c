@@ -57,7 +57,6 @@ static bool due(const use *e, int64_t mono, bool all) {
 }
 
 bool tg_token_used(tg_token_uses *u, const char hash[TG_TOKEN_HASH_LEN + 1]) {
-  if (strlen(hash) != TG_TOKEN_HASH_LEN) return false;
   int64_t now = tg_now_ms(), mono = tg_monotonic_ms();
   pthread_mutex_lock(&u->lock);
   use *e = slot_of(u, hash);
@@ -73,8 +72,8 @@ bool tg_token_used(tg_token_uses *u, const char hash[TG_TOKEN_HASH_LEN + 1]) {
   }
   pthread_mutex_unlock(&u->lock);
   if (!recorded && tg_log_may(&u->full_logged_ms))
-    tg_log(TG_LOG_WARN, "auth: more than %d tokens used within %d s: the last use of the others "
-           "is not recorded until they are used again (logged once a minute at most)",
+    tg_log(TG_LOG_WARN, "auth: more than %d tokens used within %d s: the uses of the tokens past "
+           "them are not recorded meanwhile (logged once a minute at most)",
            TG_TOKEN_USES_MAX, TG_TOKEN_USE_WRITE_MS / 1000);
   return is_due;
 }

@@ -1,0 +1,134 @@
+/* A token's last use (core/token_use.c): written when first due, then at most once a minute
+ * unless its server stops; kept for the next write when one fails; bounded in memory. */
+#include "support.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/principal.h"
+#include "core/token_use.h"
+#include "util/clock.h"
+#include "util/ids.h"
+#include "util/status.h"
+
+typedef struct fixture {
+  tg_test_db *t;
+  char hash[TG_TOKEN_HASH_LEN + 1]; /* of the one token in the database */
+} fixture;
+
+static void hash_of(const char *token, char hash[TG_TOKEN_HASH_LEN + 1]) {
+  assert_int_equal(tg_sha256_hex(token, strlen(token), hash), 0);
+}
+
+static int setup(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  assert_non_null(f);
+  assert_non_null(f->t = calloc(1, sizeof *f->t));
+  f->t->dir = tg_test_tmpdir();
+  f->t->db = tg_test_db_open(f->t->dir);
+  assert_int_equal(tg_db_migrate(f->t->db, NULL), 0);
+  char tenant[TG_UUID_LEN + 1], owner[TG_UUID_LEN + 1];
+  assert_int_equal(tg_tenant_create(f->t->db, "w", "owner", tenant, owner), 0);
+  hash_of("tg_the_token", f->hash);
+  assert_int_equal(tg_db_exec(f->t->db,
+                              "INSERT INTO api_tokens (id, principal_id, token_hash, prefix,"
+                              " created_at) VALUES ('t1', $1, $2, 'tg_the_tok', '2026-01-01')",
+                              json_pack("[ss]", owner, f->hash), NULL),
+                   0);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  tg_test_db_free(f->t);
+  free(f);
+  return 0;
+}
+
+/* The token's last_used_at, or "" when none (a new string). */
+static char *last_use(fixture *f) {
+  json_t *row = NULL;
+  assert_int_equal(tg_db_query_row(f->t->db, "SELECT last_used_at FROM api_tokens WHERE id = 't1'",
+                                   NULL, &row),
+                   0);
+  const char *at = json_string_value(json_object_get(row, "last_used_at"));
+  char *copy = strdup(at ? at : "");
+  json_decref(row);
+  return copy;
+}
+
+static void test_first_use_at_once_then_at_the_stop(void **state) {
+  fixture *f = *state;
+  tg_token_uses *u = tg_token_uses_new();
+  assert_non_null(u);
+  char *never = last_use(f);
+  assert_string_equal(never, "");
+  assert_true(tg_token_used(u, f->hash));
+  assert_int_equal(tg_token_uses_write(u, f->t->db, false), 0);
+  char *first = last_use(f);
+  assert_int_equal(strlen(first), TG_ISO_LEN);
+  usleep(5000);
+  assert_false(tg_token_used(u, f->hash)); /* within the minute: not due */
+  assert_int_equal(tg_token_uses_write(u, f->t->db, false), 0);
+  char *same = last_use(f);
+  assert_string_equal(same, first);
+  assert_int_equal(tg_token_uses_write(u, f->t->db, true), 0); /* the stop writes it */
+  char *last = last_use(f);
+  assert_true(strcmp(last, first) > 0);
+  free(never);
+  free(first);
+  free(same);
+  free(last);
+  tg_token_uses_free(u);
+}
+
+static void test_a_failed_write_is_kept(void **state) {
+  fixture *f = *state;
+  tg_token_uses *u = tg_token_uses_new();
+  assert_true(tg_token_used(u, f->hash));
+  tg_db_fail_after(f->t->db, 1);
+  assert_true(tg_token_uses_write(u, f->t->db, false) < 0);
+  char *none = last_use(f);
+  assert_string_equal(none, "");
+  assert_int_equal(tg_token_uses_write(u, f->t->db, false), 0);
+  char *written = last_use(f);
+  assert_int_equal(strlen(written), TG_ISO_LEN);
+  free(none);
+  free(written);
+  tg_token_uses_free(u);
+}
+
+static void test_bounded(void **state) {
+  fixture *f = *state;
+  tg_token_uses *u = tg_token_uses_new();
+  assert_true(tg_token_used(u, f->hash));
+  char hash[TG_TOKEN_HASH_LEN + 1], token[32];
+  for (int i = 1; i < TG_TOKEN_USES_MAX; i++) {
+    snprintf(token, sizeof token, "tg_other_%d", i);
+    hash_of(token, hash);
+    assert_true(tg_token_used(u, hash));
+  }
+  hash_of("tg_one_too_many", hash);
+  assert_false(tg_token_used(u, hash)); /* not remembered, and logged */
+  assert_int_equal(tg_token_uses_write(u, f->t->db, false), 0);
+  char *written = last_use(f);
+  assert_int_equal(strlen(written), TG_ISO_LEN);
+  /* Written within the minute, they are still remembered: the table is still full. */
+  assert_false(tg_token_used(u, hash));
+  assert_false(tg_token_used(u, f->hash));
+  free(written);
+  tg_token_uses_free(u);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_first_use_at_once_then_at_the_stop, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_failed_write_is_kept, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_bounded, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
