@@ -2787,9 +2787,22 @@ __attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char 
   }
 }
 
+/* The path of a request target ("/mcp"). One in absolute form ("http://host:port/mcp"),
+ * which a server must take (RFC 9112 §3.2.2), names its host, which then stands for Host's:
+ * *authority (a new string; NULL for a target in origin form). NULL for an absolute target
+ * with no host or with user information (RFC 9110 §4.2.4). */
+static const char *target_path(const char *url, char **authority) {
+  *authority = NULL;
+  if (strncasecmp(url, "http://", 7) != 0) return url;
+  const char *start = url + 7, *path = start + strcspn(start, "/");
+  if (path == start || memchr(start, '@', (size_t)(path - start))) return NULL;
+  *authority = strndup(start, (size_t)(path - start));
+  return !*authority ? NULL : *path ? path : "/";
+}
+
 /* What a request's headers decide, before any of its body is read: the route, the origin and
  * the caller. Queues the refusal (rq->answered) or fills rq->principal. */
-static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char *url,
+static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char *target,
                              const char *method, const char *version, request *rq) {
   rq->answered = true;
   /* RFC 9112 §3.2: an HTTP/1.1 request without Host is a 400 (and would pass the Host check
@@ -2798,6 +2811,11 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
       !MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host"))
     return queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
                            "Host is required");
+  _cleanup_free_ char *authority = NULL;
+  const char *url = target_path(target, &authority);
+  if (!url)
+    return queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
+                           "The request target names no host, or names a user");
   if (strcmp(url, "/healthz") == 0) /* libmicrohttpd sends no body to a HEAD */
     return strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0
                ? respond(conn, MHD_HTTP_OK, "application/json", "{\"status\":\"ok\"}", NULL, NULL)
@@ -2842,7 +2860,7 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
   /* DNS rebinding: a page elsewhere must not reach a server on this machine. */
   _cleanup_free_ char *origin = NULL, *host = NULL;
   if (!header_value(conn, "Origin", &origin) || !header_value(conn, "Host", &host)) return MHD_NO;
-  if (!origin_ok(s, origin) || (s->loopback && !host_ok(s, host)))
+  if (!origin_ok(s, origin) || (s->loopback && !host_ok(s, authority ? authority : host)))
     return queue_rpc_error(conn, MHD_HTTP_FORBIDDEN, TG_RPC_INVALID_REQUEST, "Forbidden origin or host");
   peer *p = peer_of(conn);
   caller who = authenticate(s, conn, p ? p->db : NULL, rq->principal,

@@ -3680,6 +3680,37 @@ static void test_http_paths_are_taken_as_sent(void **state) {
   tg_http_stop(h);
 }
 
+/* A target in absolute form is taken (RFC 9112 §3.2.2), and its host stands for Host's,
+ * in the check against DNS rebinding too; one naming a user or no host is a 400. Only the
+ * calls let through run. */
+static void test_http_absolute_targets(void **state) {
+  world *w = *state;
+  unsigned port = 0;
+  tg_http *h = http_start(w, &port);
+  long runs = fixture_count(w->f, "agent_runs");
+  char own[64];
+  snprintf(own, sizeof own, "http://localhost:%u/mcp", port);
+  static const struct {
+    const char *target, *host, *status;
+  } cases[] = {
+      {NULL, "localhost", "200"},
+      {"HTTP://127.0.0.1/mcp", "elsewhere.example", "200"},
+      {"http://elsewhere.example/mcp", "localhost", "403"},
+      {"http://someone@localhost/mcp", "localhost", "400"},
+      {"http:///mcp", "localhost", "400"},
+      {"http://localhost/mcp/", "localhost", "404"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const char *target = cases[i].target ? cases[i].target : own;
+    char *res = http_call_at(INADDR_LOOPBACK, port, target, cases[i].host, NULL);
+    if (strncmp(res + 9, cases[i].status, 3) != 0)
+      fail_msg("%s (Host %s): expected %s, got %s", target, cases[i].host, cases[i].status, res);
+    free(res);
+  }
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs + 2);
+  tg_http_stop(h);
+}
+
 /* libmicrohttpd's lines about malformed requests, which anyone can send, are logged once a
  * minute at most; the count of those held back is told when the minute is past, or when the
  * server stops. */
@@ -3938,6 +3969,7 @@ int main(void) {
       T(test_http_repeated_headers),
       T(test_http_origin_and_host_name_this_machine),
       T(test_http_a_loopback_address_names_its_server),
+      T(test_http_absolute_targets),
       T(test_http_paths_are_taken_as_sent),
       T(test_http_malformed_requests_are_logged_once),
       T(test_http_body_past_the_bound),
