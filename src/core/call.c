@@ -525,7 +525,9 @@ void tg_call_result_done(tg_call_result *ret) {
 }
 
 const char *tg_tool_display_name(const tg_tool *tool, const tg_principal *principal) {
-  if (principal && strcmp(principal->naming_profile, "catalog") == 0) return tool->alias;
+  if (principal && principal->kind == TG_PRINCIPAL_AGENT &&
+      strcmp(principal->naming_profile, "catalog") == 0)
+    return tool->alias;
   return tool->model_name;
 }
 
@@ -542,15 +544,14 @@ int tg_tools_usable_each(const tg_env *env, const tg_principal *principal, tg_su
                          int (*each)(const tg_tool *tool, const char *name, void *arg), void *arg) {
   for (size_t i = 0; i < tg_registry_count(env->registry); i++) {
     const tg_tool *t = tg_registry_at(env->registry, i);
-    const char *name = tg_tool_display_name(t, principal);
-    if (!name) continue;
     tg_refusal refusal = {0};
     tg_gate_input in = {.env = env, .principal = principal, .tool = t, .surface = surface,
                         .listing = true};
     int r = tg_gates_run(&in, &refusal, NULL);
     tg_refusal_done(&refusal);
     if (r == 1) continue;
-    if (r != 0 || (r = each(t, name, arg)) != 0) return r;
+    /* The naming gate passed: the tool has a name under the principal's profile. */
+    if (r != 0 || (r = each(t, tg_tool_display_name(t, principal), arg)) != 0) return r;
   }
   return TG_OK;
 }

@@ -107,6 +107,7 @@ int tg_tools_usable_each(const tg_env *env, const tg_principal *principal, tg_su
  * profile, status, role, grants, the tenant's tool policies) as one canonical text
  * (malloc'd): equal texts, equal lists. A cheap way to notice that a list changed. */
 int tg_tools_usable_key(const tg_principal *principal, char **ret);
-/* The name a principal's tenant shows for tool: its alias under the "catalog" profile,
- * else the model-facing name. */
+/* The name a principal's tenant shows it for tool: to an agent, its alias under the
+ * "catalog" profile (NULL for a tool without one, which such an agent is neither offered nor
+ * let call: the naming gate), else the model-facing name. */
 const char *tg_tool_display_name(const tg_tool *tool, const tg_principal *principal);

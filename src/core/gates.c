@@ -72,6 +72,17 @@ static int gate_permissions(const tg_gate_input *in, tg_refusal *out) {
                 t->name, first);
 }
 
+/* A workspace under the "catalog" naming profile offers its agents exactly seed 000's tools
+ * (those with an alias): the others are neither listed nor run for them. */
+static int gate_naming(const tg_gate_input *in, tg_refusal *out) {
+  if (tg_tool_display_name(in->tool, in->principal)) return 0;
+  return refuse(out, TG_ERR_PERMISSION_DENIED,
+                json_pack("{s:s,s:s}", "reason", "not_in_naming_profile", "namingProfile",
+                          in->principal->naming_profile),
+                "Tool %s has no seed name, and this workspace offers its agents only the "
+                "seed's tools.", in->tool->name);
+}
+
 /* Workspace tool policy. Without a row, low and medium risk tools are enabled and high risk
  * tools are disabled (default deny, seed 001). */
 static int gate_policy(const tg_gate_input *in, tg_refusal *out) {
@@ -187,6 +198,7 @@ static const struct {
     {"run", gate_run, FOR_CALL | AT_WRITE},
     {"surface", gate_surface, FOR_LISTING | FOR_CALL},
     {"status", gate_status, FOR_LISTING | FOR_CALL},
+    {"naming", gate_naming, FOR_LISTING | FOR_CALL},
     {"permissions", gate_permissions, FOR_LISTING | FOR_CALL},
     {"policy", gate_policy, FOR_LISTING | FOR_CALL},
     {"run_cap", gate_run_cap, FOR_CALL | AT_WRITE},

@@ -83,6 +83,15 @@ void fixture_revoke_elsewhere(fixture *f, const char *agent_slug, const char *pe
   tg_db_close(db);
 }
 
+json_t *fixture_offered(fixture *f, const char *principal, tg_surface surface) {
+  tg_principal *p = NULL;
+  assert_int_equal(tg_principal_load(f->db, principal, &p), 0);
+  json_t *tools = NULL;
+  assert_int_equal(tg_tools_usable(&f->env, p, surface, &tools), 0);
+  tg_principal_free(p);
+  return tools;
+}
+
 long fixture_count(fixture *f, const char *table) {
   char *sql = NULL;
   assert_true(asprintf(&sql, "SELECT COUNT(*) AS n FROM %s", table) > 0);

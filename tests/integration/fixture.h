@@ -24,6 +24,9 @@ int fixture_world_free(void **state);
 /* Calls tool as principal; args is JSON text. Returns tg_call's status; *ret filled. */
 int fixture_call(fixture *f, const char *principal, tg_surface surface, const char *tool,
                  const char *args, const char *run_id, tg_call_result *ret);
+/* The tools principal is offered on surface (tg_tools_usable's array), as its own calls of
+ * agent.tool.list list them where it may call that. */
+json_t *fixture_offered(fixture *f, const char *principal, tg_surface surface);
 /* Revokes permission from agent_slug as the owner, on a database connection of its own, as
  * the CLI of another process would. */
 void fixture_revoke_elsewhere(fixture *f, const char *agent_slug, const char *permission);

@@ -389,7 +389,7 @@ static void test_dry_run_writes_nothing(void **state) {
   tg_call_result res;
   assert_int_equal(tg_call(&w->f->env, &req, &res), 0);
   assert_true(json_is_true(json_object_get(res.value, "allowed")));
-  assert_int_equal(json_array_size(json_object_get(res.value, "gates")), 8);
+  assert_int_equal(json_array_size(json_object_get(res.value, "gates")), 9);
   tg_call_result_done(&res);
   req.principal_id = w->reader;
   assert_int_equal(tg_call(&w->f->env, &req, &res), TG_E_TOOL);
@@ -493,9 +493,12 @@ static void test_tool_list_follows_the_gates(void **state) {
   assert_false(listed(json_object_get(res.value, "tools"), "test_item_write"));
   assert_true(listed(json_object_get(res.value, "tools"), "test_read_echo"));
   tg_call_result_done(&res);
-  /* The catalog naming profile offers exactly the seed's names. */
+  /* The catalog naming profile offers exactly the seed's names (agent.tool.list, which has
+   * none, among the others: the operator asks for the agent's list). */
   assert_int_equal(tg_db_exec(w->f->db, "UPDATE tenants SET naming_profile = 'catalog'", NULL, NULL), 0);
-  assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "agent.tool.list", "{}", NULL, &res), 0);
+  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.agent.tools",
+                                "{\"agentSlug\":\"writer\"}", NULL, &res),
+                   0);
   tools = json_object_get(res.value, "tools");
   assert_true(listed(tools, "writeItem"));
   assert_true(listed(tools, "echoText"));
@@ -508,6 +511,22 @@ static void test_tool_list_follows_the_gates(void **state) {
     assert_string_equal(tool->alias, json_string_value(json_object_get(t, "name")));
   }
   assert_false(listed(tools, "test_danger_run"));
+  assert_false(listed(tools, "test_item_once")); /* no seed name: not offered */
+  tg_call_result_done(&res);
+  /* Nor run, by any of its names: what is offered and what runs agree. */
+  static const char *const unoffered[] = {"test.item.once", "test_item_once", "agent.tool.list"};
+  for (size_t k = 0; k < 3; k++) {
+    expect_refusal(w, w->writer, TG_SURFACE_AGENT, unoffered[k], k < 2 ? "{\"note\":\"x\"}" : "{}", NULL,
+                   "permission_denied", &res);
+    assert_string_equal(json_string_value(json_object_get(details(&res), "reason")),
+                        "not_in_naming_profile");
+    tg_call_result_done(&res);
+  }
+  /* The profile names what agents are offered: users (the operator) keep every tool. */
+  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "agent.tool.list", "{}", NULL, &res), 0);
+  assert_true(listed(json_object_get(res.value, "tools"), "admin_agent_create"));
+  tg_call_result_done(&res);
+  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.agent.list", "{}", NULL, &res), 0);
   tg_call_result_done(&res);
   assert_int_equal(tg_db_exec(w->f->db, "UPDATE tenants SET naming_profile = 'canonical'", NULL, NULL), 0);
 }

@@ -946,8 +946,8 @@ static void test_catalog_profile_offers_the_seed_names(void **state) {
   assert_false(offers(tools, "kb_document_put")); /* the api surface only */
 
   exec(w, "UPDATE tenants SET naming_profile = 'catalog' WHERE id = $1", json_pack("[s]", w->f->tenant_id));
-  _cleanup_json_ json_t *catalog = ok(w, w->site, TG_SURFACE_AGENT, "agent.tool.list", "{}");
-  tools = json_object_get(catalog, "tools");
+  _cleanup_json_ json_t *catalog = fixture_offered(w->f, w->site, TG_SURFACE_AGENT);
+  tools = catalog;
   const char *aliases[] = {"getActivity", "getMissionState", "getKbDocument", "getSkillBody"};
   for (size_t i = 0; i < 4; i++)
     if (!offers(tools, aliases[i])) fail_msg("%s not offered", aliases[i]);

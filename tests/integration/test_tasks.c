@@ -1077,11 +1077,11 @@ static void test_operator_tools(void **state) {
 
 /* The aliases of this provider's tools among the names an agent is offered. */
 static json_t *work_aliases_offered(world *w, const char *who) {
-  json_t *list = ok(w, who, "agent.tool.list", "{}");
+  json_t *list = fixture_offered(w->f, who, TG_SURFACE_AGENT);
   json_t *names = json_array();
   size_t i;
   json_t *tool;
-  json_array_foreach(json_object_get(list, "tools"), i, tool) {
+  json_array_foreach(list, i, tool) {
     const tg_tool *t = tg_registry_find(w->f->registry, json_string_value(json_object_get(tool, "canonicalName")));
     if (t && strcmp(t->provider->name, "work") == 0) json_array_append(names, json_object_get(tool, "name"));
   }

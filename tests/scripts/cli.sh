@@ -33,7 +33,7 @@ check "call with broken JSON" 2 "$tg" call agent.tool.list --agent demo --args '
 check "call without a caller" 2 "$tg" call agent.tool.list
 check "call as an unknown agent" 1 "$tg" call agent.tool.list --agent ghost
 check "dry run" 0 "$tg" call agent.tool.list --agent demo --dry-run
-is "dry run" '.allowed == true and (.gates | length) == 8'
+is "dry run" '.allowed == true and (.gates | length) == 9'
 check "dry run refused" 1 "$tg" call admin.run.list --agent demo --surface api --dry-run
 is "refused dry run" '.allowed == false and .error.error.details.missingPermission == "runs.read"'
 
