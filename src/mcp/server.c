@@ -95,10 +95,11 @@ static int level_index(const char *name) {
 
 json_t *tg_mcp_annotations(const tg_tool *tool) {
   bool read_only = tool->effect == TG_EFFECT_READ;
-  /* A read never destroys; a write is destructive when its spec says so: it may delete or
-   * replace what exists (MCP: not only additive updates). */
+  /* A read never destroys; a write is destructive when its spec says so: it may delete,
+   * replace or end for good what exists (MCP: not only additive updates). Idempotence is the
+   * spec's word for reads too: a read may record each call (a skill's load does). */
   bool destructive = !read_only && (tool->flags & TG_TOOL_DESTRUCTIVE);
-  bool idempotent = read_only || (tool->flags & TG_TOOL_IDEMPOTENT);
+  bool idempotent = tool->flags & TG_TOOL_IDEMPOTENT;
   bool open_world = tool->flags & TG_TOOL_OPEN_WORLD;
   return json_pack("{s:b,s:b,s:b,s:b}", "readOnlyHint", read_only, "destructiveHint",
                    destructive, "idempotentHint", idempotent, "openWorldHint", open_world);

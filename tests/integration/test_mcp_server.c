@@ -195,16 +195,22 @@ static void test_tools_list_per_principal(void **state) {
   json_t *ann = json_object_get(list, "annotations");
   assert_true(json_is_true(json_object_get(ann, "readOnlyHint")));
   assert_true(json_is_false(json_object_get(ann, "destructiveHint")));
-  /* A write that deletes or replaces what exists is destructive; one that only adds is not. */
+  /* A write that deletes, replaces or ends for good what exists is destructive (a task
+   * moved to cancelled stays there); one that only adds is not. Idempotence is the spec's
+   * word, for reads too (a skill's load records each one). */
   static const struct {
     const char *tool;
-    bool destructive;
-  } writes[] = {{"repo.commit.create", true}, {"agent.file.edit", true}, {"kb.document.put", true},
-                {"work.task.create", false}, {"work.task.comment", false}};
-  for (size_t i = 0; i < sizeof writes / sizeof writes[0]; i++) {
-    json_t *hints = tg_mcp_annotations(tg_registry_find(w->f->env.registry, writes[i].tool));
-    assert_true(json_is_false(json_object_get(hints, "readOnlyHint")));
-    assert_int_equal(json_is_true(json_object_get(hints, "destructiveHint")), writes[i].destructive);
+    bool read, destructive, idempotent;
+  } hinted[] = {{"repo.commit.create", false, true, false}, {"agent.file.edit", false, true, false},
+                {"kb.document.put", false, true, true},     {"work.task.transition", false, true, false},
+                {"work.task.create", false, false, false},  {"work.task.comment", false, false, false},
+                {"agent.skill.load", true, false, false},   {"agent.skill.list", true, false, true}};
+  for (size_t i = 0; i < sizeof hinted / sizeof hinted[0]; i++) {
+    json_t *hints = tg_mcp_annotations(tg_registry_find(w->f->env.registry, hinted[i].tool));
+    if (json_is_true(json_object_get(hints, "readOnlyHint")) != hinted[i].read ||
+        json_is_true(json_object_get(hints, "destructiveHint")) != hinted[i].destructive ||
+        json_is_true(json_object_get(hints, "idempotentHint")) != hinted[i].idempotent)
+      fail_msg("%s: %s", hinted[i].tool, json_dumps(hints, 0));
     json_decref(hints);
   }
   assert_non_null(json_object_get(list, "outputSchema"));
