@@ -531,14 +531,6 @@ const char *tg_tool_display_name(const tg_tool *tool, const tg_principal *princi
   return tool->model_name;
 }
 
-int tg_tools_usable_key(const tg_principal *principal, char **ret) {
-  _cleanup_json_ json_t *inputs =
-      json_pack("{s:s,s:s?,s:s?,s:O,s:O}", "naming", principal->naming_profile, "status",
-                principal->status, "role", principal->role, "grants", principal->grants,
-                "policies", principal->policies);
-  *ret = inputs ? json_dumps(inputs, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-  return *ret ? TG_OK : TG_E_NOMEM;
-}
 
 int tg_tools_usable_each(const tg_env *env, const tg_principal *principal, tg_surface surface,
                          int (*each)(const tg_tool *tool, const char *name, void *arg), void *arg) {
@@ -562,6 +554,19 @@ static int append_usable(const tg_tool *t, const char *name, void *list) {
                             tg_effect_name(t->effect), "risk", tg_risk_name(t->risk),
                             "inputSchema", t->input_schema, "outputSchema", t->output_schema);
   return entry && json_array_append_new(list, entry) == 0 ? TG_OK : TG_E_NOMEM;
+}
+
+static int name_usable(const tg_tool *t, const char *name, void *names) {
+  return json_object_set_new(names, t->name, json_string(name)) == 0 ? TG_OK : TG_E_NOMEM;
+}
+
+int tg_tools_usable_key(const tg_env *env, const tg_principal *principal, tg_surface surface,
+                        char **ret) {
+  _cleanup_json_ json_t *names = json_object();
+  int r = names ? tg_tools_usable_each(env, principal, surface, name_usable, names) : TG_E_NOMEM;
+  if (r < 0) return r;
+  *ret = json_dumps(names, JSON_COMPACT | JSON_SORT_KEYS);
+  return *ret ? TG_OK : TG_E_NOMEM;
 }
 
 int tg_tools_usable(const tg_env *env, const tg_principal *principal, tg_surface surface,

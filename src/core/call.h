@@ -103,10 +103,11 @@ int tg_tools_usable(const tg_env *env, const tg_principal *principal, tg_surface
  * sees. Returns 0, or the first nonzero status each returned, or a TG_E_* status. */
 int tg_tools_usable_each(const tg_env *env, const tg_principal *principal, tg_surface surface,
                          int (*each)(const tg_tool *tool, const char *name, void *arg), void *arg);
-/* Everything tg_tools_usable's answer for principal depends on besides the registry (naming
- * profile, status, role, grants, the tenant's tool policies) as one canonical text
- * (malloc'd): equal texts, equal lists. A cheap way to notice that a list changed. */
-int tg_tools_usable_key(const tg_principal *principal, char **ret);
+/* The tools tg_tools_usable offers principal on surface, by canonical and shown name, as one
+ * canonical text (malloc'd): equal texts, equal lists (what else a listing shows comes from
+ * the registry). A way to tell whether a change of grants or policy changed the list. */
+int tg_tools_usable_key(const tg_env *env, const tg_principal *principal, tg_surface surface,
+                        char **ret);
 /* The name a principal's tenant shows it for tool: to an agent, its alias under the
  * "catalog" profile (NULL for a tool without one, which such an agent is neither offered nor
  * let call: the naming gate), else the model-facing name. */

@@ -398,6 +398,14 @@ static void test_list_changed_follows_the_database(void **state) {
   assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
   assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
   assert_int_equal(json_array_size(w->sent), 0);
+  /* A grant no tool offered on MCP needs leaves the list as it was: no change is told. */
+  tg_call_result res;
+  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.grant.add",
+                                "{\"agentSlug\":\"bot\",\"permission\":\"runs.read\"}", NULL, &res),
+                   0);
+  tg_call_result_done(&res);
+  assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
+  assert_int_equal(json_array_size(w->sent), 0);
   fixture_revoke_elsewhere(w->f, "bot", "tasks.assign");
   assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
   assert_int_equal(json_array_size(w->sent), 1);
