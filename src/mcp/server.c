@@ -60,6 +60,20 @@ static int rpc_fail(cx *c, int code, const char *message, json_t *data) {
   return code;
 }
 
+/* An error's data naming what the request named ({key: value}): a value past
+ * ECHO_MAX bytes is cut (on a character's start) and marked, so that a refusal never sends
+ * a megabyte name back. */
+#define ECHO_MAX 256
+static json_t *named(const char *key, const char *value) {
+  size_t len = strlen(value), kept = tg_utf8_prefix(value, ECHO_MAX);
+  json_t *data = json_pack("{s:s%}", key, value, kept);
+  if (data && kept < len && json_object_set_new(data, "truncated", json_true()) < 0) {
+    json_decref(data);
+    return NULL;
+  }
+  return data;
+}
+
 void tg_mcp_session_init(tg_mcp_session *s) {
   memset(s, 0, sizeof *s);
   s->log_level = -1;
@@ -960,7 +974,7 @@ static int m_tools_call(cx *c, json_t *params, json_t **ret) {
   }
   if (r == TG_E_TOOL && !tool) {
     tg_call_result_done(&res);
-    return rpc_fail(c, TG_RPC_INVALID_PARAMS, "Unknown tool", json_pack("{s:s}", "name", name));
+    return rpc_fail(c, TG_RPC_INVALID_PARAMS, "Unknown tool", named("name", name));
   }
   if (!res.value) {
     tg_call_result_done(&res);
@@ -1020,7 +1034,7 @@ static int resource_of(cx *c, json_t *params, json_t **contents) {
   if (r == TG_E_NOTFOUND)
     /* 2026-07-28 moved "not found" to -32602; 2025-11-25 clients expect -32002. */
     return rpc_fail(c, c->modern ? TG_RPC_INVALID_PARAMS : TG_RPC_RESOURCE_NOT_FOUND,
-                    "Resource not found", json_pack("{s:s}", "uri", uri));
+                    "Resource not found", named("uri", uri));
   return r;
 }
 
@@ -1079,7 +1093,7 @@ static int m_prompts_get(cx *c, json_t *params, json_t **ret) {
     r = tg_conformance_prompt_get(name, args, answers, &result, &why);
   }
   if (r == TG_E_NOTFOUND)
-    return rpc_fail(c, TG_RPC_INVALID_PARAMS, "Unknown prompt", json_pack("{s:s}", "name", name));
+    return rpc_fail(c, TG_RPC_INVALID_PARAMS, "Unknown prompt", named("name", name));
   if (r == TG_E_INVAL) return rpc_fail(c, TG_RPC_INVALID_PARAMS, why, NULL);
   if (r < 0) return r;
   if (tg_mcp_is_input_required(result) && (r = finish_input_required(c, &subject, result)) != 0) {

@@ -443,6 +443,21 @@ static void test_tools_call_through_the_gate(void **state) {
                "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"no_such_tool\"}}",
                NULL, NULL);
   assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+  json_t *data = json_object_get(json_object_get(r, "error"), "data");
+  assert_string_equal(json_string_value(json_object_get(data, "name")), "no_such_tool");
+  assert_null(json_object_get(data, "truncated"));
+  json_decref(r);
+  /* A long unknown name comes back cut, on a character's start: "é" is 2 bytes. */
+  char long_call[8192];
+  int n = snprintf(long_call, sizeof long_call,
+                   "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"x");
+  for (int i = 0; i < 2000; i++) n += snprintf(long_call + n, sizeof long_call - (size_t)n, "é");
+  snprintf(long_call + n, sizeof long_call - (size_t)n, "\"}}");
+  r = send_msg(w, long_call, NULL, NULL);
+  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+  data = json_object_get(json_object_get(r, "error"), "data");
+  assert_int_equal(strlen(json_string_value(json_object_get(data, "name"))), 255);
+  assert_true(json_is_true(json_object_get(data, "truncated")));
   json_decref(r);
   r = send_msg(w,
                "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\",\"params\":{\"name\":\"test_error_handling\"}}",
