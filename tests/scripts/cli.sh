@@ -101,14 +101,19 @@ says "unknown agent named" "no agent 'ghost' in this workspace"
 check "serve on a port past 65535" 1 "$tg" serve --listen 127.0.0.1:99999
 says "bad port" 'the port must be a number from 0 to 65535'
 # A port another server holds: the error says how to pick another.
+# port_of LOG: the port a server logged it listens on, once it did (empty after 10 s).
+port_of() {
+  local p=""
+  for _ in $(seq 100); do
+    p=$(grep -o 'listening on 127\.0\.0\.1:[0-9]*' "$1" | cut -d: -f2 || true)
+    [ -n "$p" ] && break
+    sleep 0.1
+  done
+  echo "$p"
+}
 "$tg" serve --no-auth --listen 127.0.0.1:0 2>"$dir/first.log" &
 first=$!
-port=""
-for _ in $(seq 100); do
-  port=$(grep -o 'listening on 127\.0\.0\.1:[0-9]*' "$dir/first.log" | cut -d: -f2 || true)
-  [ -n "$port" ] && break
-  sleep 0.1
-done
+port=$(port_of "$dir/first.log")
 if [ -n "$port" ]; then
   check "serve on a busy port" 1 timeout 30 "$tg" serve --no-auth --listen "127.0.0.1:$port"
   says "busy port" 'Address already in use \(another server has it: give another with --listen HOST:PORT\)'
@@ -137,12 +142,7 @@ use_token=$(jq -r .token "$dir/out")
 last_use() { "$tg" token list --agent demo --json | jq -r --arg p "${use_token:0:11}" '.tokens[] | select(.prefix == $p) | .lastUsedAt'; }
 "$tg" serve --listen 127.0.0.1:0 2>"$dir/uses.log" &
 uses=$!
-port=""
-for _ in $(seq 100); do
-  port=$(grep -o 'listening on 127\.0\.0\.1:[0-9]*' "$dir/uses.log" | cut -d: -f2 || true)
-  [ -n "$port" ] && break
-  sleep 0.1
-done
+port=$(port_of "$dir/uses.log")
 ping_by_token() {
   curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $use_token" \
     -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \

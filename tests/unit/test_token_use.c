@@ -49,56 +49,51 @@ static int teardown(void **state) {
   return 0;
 }
 
-/* The token's last_used_at, or "" when none (a new string). */
-static char *last_use(fixture *f) {
+/* The token's last_used_at into out, or "" when none. */
+static void last_use(fixture *f, char out[TG_ISO_LEN + 1]) {
   json_t *row = NULL;
   assert_int_equal(tg_db_query_row(f->t->db, "SELECT last_used_at FROM api_tokens WHERE id = 't1'",
                                    NULL, &row),
                    0);
   const char *at = json_string_value(json_object_get(row, "last_used_at"));
-  char *copy = strdup(at ? at : "");
+  snprintf(out, TG_ISO_LEN + 1, "%s", at ? at : "");
   json_decref(row);
-  return copy;
 }
 
 static void test_first_use_at_once_then_at_the_stop(void **state) {
   fixture *f = *state;
   tg_token_uses *u = tg_token_uses_new();
   assert_non_null(u);
-  char *never = last_use(f);
+  char never[TG_ISO_LEN + 1], first[TG_ISO_LEN + 1], same[TG_ISO_LEN + 1], last[TG_ISO_LEN + 1];
+  last_use(f, never);
   assert_string_equal(never, "");
   assert_true(tg_token_used(u, f->hash));
   assert_int_equal(tg_token_uses_write(u, f->t->db, false), 0);
-  char *first = last_use(f);
+  last_use(f, first);
   assert_int_equal(strlen(first), TG_ISO_LEN);
   usleep(5000);
   assert_false(tg_token_used(u, f->hash)); /* within the minute: not due */
   assert_int_equal(tg_token_uses_write(u, f->t->db, false), 0);
-  char *same = last_use(f);
+  last_use(f, same);
   assert_string_equal(same, first);
   assert_int_equal(tg_token_uses_write(u, f->t->db, true), 0); /* the stop writes it */
-  char *last = last_use(f);
+  last_use(f, last);
   assert_true(strcmp(last, first) > 0);
-  free(never);
-  free(first);
-  free(same);
-  free(last);
   tg_token_uses_free(u);
 }
 
 static void test_a_failed_write_is_kept(void **state) {
   fixture *f = *state;
   tg_token_uses *u = tg_token_uses_new();
+  char at[TG_ISO_LEN + 1];
   assert_true(tg_token_used(u, f->hash));
   tg_db_fail_after(f->t->db, 1);
   assert_true(tg_token_uses_write(u, f->t->db, false) < 0);
-  char *none = last_use(f);
-  assert_string_equal(none, "");
+  last_use(f, at);
+  assert_string_equal(at, "");
   assert_int_equal(tg_token_uses_write(u, f->t->db, false), 0);
-  char *written = last_use(f);
-  assert_int_equal(strlen(written), TG_ISO_LEN);
-  free(none);
-  free(written);
+  last_use(f, at);
+  assert_int_equal(strlen(at), TG_ISO_LEN);
   tg_token_uses_free(u);
 }
 
@@ -106,7 +101,7 @@ static void test_bounded(void **state) {
   fixture *f = *state;
   tg_token_uses *u = tg_token_uses_new();
   assert_true(tg_token_used(u, f->hash));
-  char hash[TG_TOKEN_HASH_LEN + 1], token[32];
+  char hash[TG_TOKEN_HASH_LEN + 1], token[32], at[TG_ISO_LEN + 1];
   for (int i = 1; i < TG_TOKEN_USES_MAX; i++) {
     snprintf(token, sizeof token, "tg_other_%d", i);
     hash_of(token, hash);
@@ -115,12 +110,11 @@ static void test_bounded(void **state) {
   hash_of("tg_one_too_many", hash);
   assert_false(tg_token_used(u, hash)); /* not remembered, and logged */
   assert_int_equal(tg_token_uses_write(u, f->t->db, false), 0);
-  char *written = last_use(f);
-  assert_int_equal(strlen(written), TG_ISO_LEN);
+  last_use(f, at);
+  assert_int_equal(strlen(at), TG_ISO_LEN);
   /* Written within the minute, they are still remembered: the table is still full. */
   assert_false(tg_token_used(u, hash));
   assert_false(tg_token_used(u, f->hash));
-  free(written);
   tg_token_uses_free(u);
 }
 
