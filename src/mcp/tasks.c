@@ -49,7 +49,7 @@ typedef struct task {
   bool cancel;
   bool heard_cancel; /* its handler learnt of cancel: a failure is then its giving up */
   bool stopped;  /* cancelled by the server's stop, not by its client */
-  bool read;     /* ended, and the client read how (or knows: it cancelled it waiting) */
+  bool read;     /* the client read how it ended, or need not: it cancelled it */
   bool writing;  /* a thread writes its end to the database now */
   /* status is what clients see: terminal only once the database keeps how it ended, so
    * that it never changes after. ends_as is that end once decided (terminal; WORKING
@@ -1234,10 +1234,11 @@ int tg_mcp_tasks_cancel(tg_mcp_tasks *t, tg_db *db, const char *principal_id, co
   pthread_mutex_lock(&t->lock);
   task *k = find_locked(t, principal_id, id);
   /* An end decided stands. Waiting for input, the task ends cancelled as soon as its thread
-   * wrote so (and the client knows how it ended); running, once its handler gives up. */
+   * wrote so; running, once its handler gives up. Either way its place may go once it
+   * ended, read or not: a client may drop a task as it cancels it (the tasks text), and
+   * 2026-07-28 has no tasks/list to find it again. */
   if (k && !terminal(k->ends_as)) {
-    k->cancel = true;
-    k->read |= k->status == INPUT_REQUIRED;
+    k->cancel = k->read = true;
     pthread_cond_broadcast(&t->changed);
   }
   unlock_publishing(t);

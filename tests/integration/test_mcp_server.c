@@ -1785,6 +1785,28 @@ static void test_task_holding_limits(void **state) {
   for (int i = 0; i < TG_MCP_MAX_TASKS; i++) free(ids[i]);
 }
 
+/* A task its client cancelled makes room once it ended, read or not: the client may drop it
+ * as it cancels (the tasks text), and 2026-07-28 has no tasks/list to find it again. */
+static void test_cancelled_tasks_make_room(void **state) {
+  world *w = *state;
+  int base = count_ends();
+  for (int round = 0; round < TG_MCP_MAX_TASKS / TG_MCP_MAX_RUNNING_TASKS_EACH; round++) {
+    char *ids[TG_MCP_MAX_RUNNING_TASKS_EACH];
+    for (int i = 0; i < TG_MCP_MAX_RUNNING_TASKS_EACH; i++)
+      ids[i] = start_task(w, "slow_compute", "{\"seconds\":600}");
+    for (int i = 0; i < TG_MCP_MAX_RUNNING_TASKS_EACH; i++) {
+      assert_ack(task_action_as(w, w->agent, "tasks/cancel", ids[i], NULL));
+      free(ids[i]);
+    }
+    await_ended(base + (round + 1) * TG_MCP_MAX_RUNNING_TASKS_EACH);
+  }
+  char *more = start_task(w, "failing_job", "{}");
+  json_decref(await_task(w, more, "completed"));
+  free(more);
+  await_ended(base + TG_MCP_MAX_TASKS + 1);
+  tg_mcp_tasks_test_ended = NULL;
+}
+
 /* From now on the database refuses new rows in table, as a full disk would (the trigger
  * refuse_<table> until dropped). */
 static void refuse_rows(world *w, const char *table) {
@@ -3965,6 +3987,7 @@ int main(void) {
       T(test_task_kept_limit),
       T(test_listen_leaves_out_what_the_database_cannot_tell),
       T(test_task_holding_limits),
+      T(test_cancelled_tasks_make_room),
       T(test_task_unkept_stays),
       T(test_task_outlives_its_server),
       T(test_task_run_by_another_server),
