@@ -28,6 +28,7 @@
 #define RUNNERS_DIR "task-runners"
 #define RUNNER_GONE_MESSAGE "The server running the task stopped before it ended"
 #define STOPPED_MESSAGE "The server stopped before the task ended"
+#define UNANSWERED_MESSAGE "No answer to its input requests came in time"
 #define UNBORN_AFTER_S 60 /* a lock file not renamed into place by then was left by a crash */
 
 typedef enum task_status { WORKING, INPUT_REQUIRED, COMPLETED, FAILED, CANCELLED } task_status;
@@ -49,6 +50,7 @@ typedef struct task {
   bool cancel;
   bool heard_cancel; /* its handler learnt of cancel: a failure is then its giving up */
   bool stopped;  /* cancelled by the server's stop, not by its client */
+  bool unanswered; /* cancelled as its input did not come in time */
   bool read;     /* the client read how it ended, or need not: it cancelled it */
   bool writing;  /* a thread writes its end to the database now */
   /* status is what clients see: terminal only once the database keeps how it ended, so
@@ -276,9 +278,14 @@ static json_t *task_json_locked(const task *k, task_status s, bool detailed) {
     r = json_object_set_new(j, "inputRequests", json_deep_copy(k->pending));
   else if (s == COMPLETED) r = json_object_set(j, "result", k->result);
   else if (s == FAILED) r = json_object_set(j, "error", k->error);
-  /* Ended, the progress told of the status before is over. */
-  const char *message = !ended ? k->status_message : s == CANCELLED && k->stopped ? STOPPED_MESSAGE
-                                                                                  : NULL;
+  /* Ended, the progress told of the status before is over; the message says why it failed,
+   * or why the server cancelled it (the tasks text: a failed task SHOULD say). */
+  const char *message = !ended          ? k->status_message
+                        : s == FAILED   ? json_string_value(json_object_get(k->error, "message"))
+                        : s != CANCELLED ? NULL
+                        : k->stopped    ? STOPPED_MESSAGE
+                        : k->unanswered ? UNANSWERED_MESSAGE
+                                        : NULL;
   if (r == 0 && message) r = json_object_set_new(j, "statusMessage", json_string(message));
   if (r < 0) {
     json_decref(j);
@@ -505,6 +512,7 @@ static bool await_input_locked(task *k) {
     tg_timed_wait(&k->store->changed, &k->store->lock, left);
   }
   if (json_object_size(k->pending) || k->cancel) {
+    k->unanswered = !k->cancel;
     end_as_locked(k, CANCELLED);
     return false;
   }

@@ -1491,8 +1491,11 @@ static void test_task_failures(void **state) {
   /* ...an unexpected failure is the task's error. */
   id = start_task(w, "protocol_error_job", "{}");
   res = await_task(w, id, "failed");
-  assert_int_equal(json_integer_value(json_object_get(json_object_get(res, "error"), "code")), TG_RPC_INTERNAL_ERROR);
+  json_t *error = json_object_get(res, "error");
+  assert_int_equal(json_integer_value(json_object_get(error, "code")), TG_RPC_INTERNAL_ERROR);
   assert_null(json_object_get(res, "result"));
+  /* Its statusMessage says why (the tasks text: a failed task SHOULD). */
+  assert_string_equal(str(res, "statusMessage"), str(error, "message"));
   json_decref(res);
   free(id);
   assert_task_action_refused(w, w->agent, "tasks/get", "0123456789abcdef0123456789abcdef", NULL);
