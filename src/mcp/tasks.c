@@ -215,7 +215,16 @@ unsigned tg_mcp_tasks_await(tg_mcp_tasks *t, int64_t deadline) {
   pthread_mutex_lock(&t->lock);
   for (int64_t left;;) {
     n = 0;
-    for (task *k = t->list; k; k = k->next) n += at_work(k);
+    for (task *k = t->list; k; k = k->next) {
+      n += at_work(k);
+      /* No input can come to a stopping server: one waiting for it ends now, not after the
+       * grace of the others (one that asks during the grace, as it asks). */
+      if (k->running && json_object_size(k->pending) && !k->cancel &&
+          !terminal(k->ends_as)) {
+        k->cancel = k->stopped = true;
+        pthread_cond_broadcast(&t->changed);
+      }
+    }
     if (!n || (left = deadline - tg_monotonic_ms()) <= 0) break;
     tg_timed_wait(&t->changed, &t->lock, left); /* a task parks or its thread ends: broadcast */
   }

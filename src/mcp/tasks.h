@@ -41,8 +41,9 @@ int tg_mcp_tasks_new(const tg_env *base, tg_mcp_tasks **ret);
 /* Cancels the tasks still running and waits for their threads to end. Every observer of
  * t must be freed before. */
 void tg_mcp_tasks_free(tg_mcp_tasks *t);
-/* For a stopping server: waits until no task is at work (its round running; one waiting for
- * input is not) or the monotonic clock reaches deadline (ms). Returns how many still are. */
+/* For a stopping server: cancels the tasks waiting for input (none can come any more) as
+ * they wait, and waits until no task is at work (its round running) or the monotonic clock
+ * reaches deadline (ms). Returns how many still are. */
 unsigned tg_mcp_tasks_await(tg_mcp_tasks *t, int64_t deadline);
 
 typedef struct tg_mcp_task_call {

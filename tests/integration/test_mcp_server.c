@@ -3039,6 +3039,23 @@ static void test_task_stop_tells_only_its_cancels(void **state) {
   free(asked);
 }
 
+/* A stopping server's grace waits for the tasks at work, not for one waiting for input
+ * (none can come any more): that one ends cancelled at once, saying the server stopped. */
+static void test_stop_cancels_a_task_waiting_for_input_at_once(void **state) {
+  world *w = *state;
+  char *parked = park_task_as(w, w->agent);
+  char *working = start_task(w, "slow_compute", "{\"seconds\":600}");
+  assert_int_equal(tg_mcp_tasks_await(w->srv.tasks, tg_monotonic_ms() + 200), 1);
+  json_t *got = await_task(w, parked, "cancelled");
+  assert_string_equal(str(got, "statusMessage"), "The server stopped before the task ended");
+  json_decref(got);
+  got = get_task(w, working);
+  assert_string_equal(str(got, "status"), "working");
+  json_decref(got);
+  free(working);
+  free(parked);
+}
+
 /* slow_compute for seconds, from a client taking tasks: the call's result, which must not be
  * a task (a new reference). */
 static json_t *call_not_task(world *w, int seconds) {
@@ -4007,6 +4024,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_task_unkept_never_expires, setup, teardown_clock),
       T(test_task_unkept_own_first),
       T(test_task_stop_tells_only_its_cancels),
+      T(test_stop_cancels_a_task_waiting_for_input_at_once),
       T(test_task_failure_after_cancel),
       T(test_task_notifications),
       T(test_task_notifications_follow_rounds),
