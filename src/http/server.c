@@ -2868,8 +2868,11 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
   if (who != CALLER_KNOWN) return refuse_caller(s, conn, who);
   rq->checked_ms = tg_monotonic_ms();
   bool full = false;
-  /* A known caller has a peer: its token was checked on the peer's database. */
-  if (!s->cfg->no_auth && !(p->answering = request_begin(s, rq->principal, false, &full)))
+  /* A known caller has a peer: its token was checked on the peer's database. A DELETE is
+   * not counted: holding nothing (its body is dropped), it frees what the caller holds, so
+   * a caller at its bound can always end a session. */
+  if (!s->cfg->no_auth && strcmp(method, "DELETE") != 0 &&
+      !(p->answering = request_begin(s, rq->principal, false, &full)))
     return full ? queue_rpc_error(conn, MHD_HTTP_TOO_MANY_REQUESTS, TG_RPC_INVALID_REQUEST,
                                   "Too many requests of this caller are answered at once; "
                                   "end one (a stream) or wait")
@@ -2912,6 +2915,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   }
   if (rq->answered) {
     *upload_size = 0;
+    return MHD_YES;
+  }
+  if (*upload_size && strcmp(method, "DELETE") == 0) {
+    *upload_size = 0; /* a DELETE's body means nothing (RFC 9110 §9.3.5) */
     return MHD_YES;
   }
   if (*upload_size) {
