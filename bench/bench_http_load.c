@@ -8,9 +8,11 @@
  * answer held; a non-2xx status, a JSON-RPC error, an answer to another id, a tool result
  * with isError, or an unreadable response is an error. A session is ended (DELETE) after its
  * last request, outside the measure, so that a server that keeps state per session frees it.
+ * --fresh asks the server to close the connection after each answer (Connection: close), so
+ * that every request goes on a new one: what accepting a connection costs the server.
  *
  *   bench_http_load --url http://127.0.0.1:PORT/PATH [--connections N] [--duration S]
- *                   [--tool NAME] [--mix call|list|both|ping] [--modern]
+ *                   [--tool NAME] [--mix call|list|both|ping] [--modern] [--fresh]
  *
  * The connections are shared among one event loop (epoll) per online CPU, at most one per
  * connection: on a machine of few cores that the measured server shares, a thread per
@@ -52,6 +54,7 @@ typedef struct options {
   const char *tool;
   bool calls, lists, pings; /* what --mix sends */
   bool modern;
+  bool fresh; /* Connection: close on every request */
 } options;
 
 /* Where a connection is in its script. */
@@ -316,13 +319,14 @@ static void begin(conn *c, const char *method, const char *name, const char *bod
     snprintf(extra, sizeof extra, "Mcp-Session-Id: %s\r\nMCP-Protocol-Version: 2025-11-25\r\n", c->sid);
   free(c->req);
   c->req = NULL;
+  const char *closing = c->o->fresh ? "Connection: close\r\n" : "";
   int n = body ? asprintf(&c->req,
                           "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-                          "Accept: application/json, text/event-stream\r\n%sContent-Length: "
+                          "Accept: application/json, text/event-stream\r\n%s%sContent-Length: "
                           "%zu\r\n\r\n%s",
-                          c->o->path, c->o->host, extra, strlen(body), body)
-                 : asprintf(&c->req, "DELETE %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", c->o->path,
-                            c->o->host, extra);
+                          c->o->path, c->o->host, extra, closing, strlen(body), body)
+                 : asprintf(&c->req, "DELETE %s HTTP/1.1\r\nHost: %s\r\n%s%s\r\n", c->o->path,
+                            c->o->host, extra, closing);
   c->method = method;
   c->id = id;
   c->notification = id < 0;
@@ -529,7 +533,7 @@ static int usage(const char *why) {
   if (why) fprintf(stderr, "bench_http_load: %s\n", why);
   fprintf(stderr, "usage: bench_http_load --url http://127.0.0.1:PORT/PATH [--connections N]\n"
                   "                       [--duration SECONDS] [--tool NAME] [--mix call|list|both|ping]\n"
-                  "                       [--modern]\n");
+                  "                       [--modern] [--fresh]\n");
   return 2;
 }
 
@@ -579,6 +583,8 @@ int main(int argc, char **argv) {
       else if (strcmp(mix, "both") != 0) return usage("--mix takes call, list, both or ping");
     } else if (strcmp(arg, "--modern") == 0) {
       o.modern = true;
+    } else if (strcmp(arg, "--fresh") == 0) {
+      o.fresh = true;
     } else {
       return usage(NULL);
     }

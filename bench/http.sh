@@ -3,11 +3,12 @@
 # official MCP TypeScript SDK (bench/peer-node/http-server.mjs), in one run on this machine.
 # Both listen on free loopback ports and expose the same read tool (test_simple_text; toolgate
 # serves it with --conformance-fixtures, through its full gate and audit path). After an
-# untimed second of each load against each side (the peer's JIT), three loads, each
+# untimed second of each load against each side (the peer's JIT), four loads, each
 # at 1, 8 and 64 connections for BENCH_SECONDS (default 5) against each side, on 2025-11-25
 # sessions: tools/call only (the same tool and answer on both sides), then tools/list only
 # (not the same list: the table says how many tools each side lists), then ping (no tool and no
-# database: what the transport and the JSON-RPC layer cost each side). Then it prints both
+# database: what the transport and the JSON-RPC layer cost each side), then ping on a new
+# connection each (what accepting one costs each side). Then it prints both
 # sides, each server's CPU time per request (from /proc, over the run), the ratio (none when
 # a side had errors), idle RSS
 # (after start, before load) and peak RSS (VmHWM), and stops both by PID.
@@ -67,22 +68,28 @@ sleep 1
 tg_idle="$(rss "$tg_pid" VmRSS)"
 peer_idle="$(rss "$peer_pid" VmRSS)"
 
+# The loads: tools/call, tools/list, ping, and ping on a new connection each (fresh).
+loads="call list ping fresh"
+load_args() { if [ "$1" = fresh ]; then echo "--mix ping --fresh"; else echo "--mix $1"; fi; }
+
 # Untimed first: the peer's JIT compiles its hot paths in the first seconds of load.
 for url in "$tg_url" "$peer_url"; do
-  for mix in call list ping; do
-    "$build/bench_http_load" --url "$url" --connections 8 --duration 1 --mix "$mix" >/dev/null 2>&1 || true
+  for mix in $loads; do
+    # shellcheck disable=SC2046 # the load's options, split on purpose
+    "$build/bench_http_load" --url "$url" --connections 8 --duration 1 $(load_args "$mix") >/dev/null 2>&1 || true
   done
 done
 
 declare -A res cpu_per
-for mix in call list ping; do
+for mix in $loads; do
   for c in 1 8 64; do
     for side in tg peer; do
       url="$tg_url" pid="$tg_pid"
       [ "$side" = peer ] && url="$peer_url" pid="$peer_pid"
       echo "bench/http.sh: $side, $mix, $c connections, ${seconds}s ..." >&2
       before="$(ticks "$pid")"
-      res[$side.$mix.$c]="$("$build/bench_http_load" --url "$url" --connections "$c" --duration "$seconds" --mix "$mix" || true)"
+      # shellcheck disable=SC2046
+      res[$side.$mix.$c]="$("$build/bench_http_load" --url "$url" --connections "$c" --duration "$seconds" $(load_args "$mix") || true)"
       # The server's CPU per request: what it costs, whatever the generator's share of the cores.
       cpu_per[$side.$mix.$c]="$(awk -v d="$(($(ticks "$pid") - before))" -v hz="$hz" \
         -v n="$(sed -n 's/.*\brequests=\([0-9]*\).*/\1/p' <<<"${res[$side.$mix.$c]}")" \
@@ -100,9 +107,11 @@ echo "toolgate Streamable HTTP benchmark, $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 echo "machine: $(nproc) cores, CPU: ${cpu:-unknown}, $(uname -sr); load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "peer: @modelcontextprotocol/sdk $("$peer_node" -p "require('$peer/node_modules/@modelcontextprotocol/sdk/package.json').version"), node $("$peer_node" --version)"
 echo "load: bench_http_load, 2025-11-25 sessions (ended with DELETE), ${seconds}s per run after a 1s warm-up of each load; cpu: the server's CPU time per request, in microseconds"
-for mix in call list ping; do
+for mix in $loads; do
   echo
-  if [ "$mix" = call ]; then
+  if [ "$mix" = fresh ]; then
+    echo "ping, each on a new connection (Connection: close): what accepting a connection costs"
+  elif [ "$mix" = call ]; then
     echo "tools/call test_simple_text (toolgate: gated and audited, every call's rows committed before its answer)"
   elif [ "$mix" = ping ]; then
     echo "ping (no tool, no database: the transport and the JSON-RPC layer alone)"

@@ -39,6 +39,7 @@
 #define RETRY_MS 500     /* the reconnection delay a primed stream asks of the client */
 #define MAX_ASKS 16      /* server-to-client requests open per session */
 #define HANGUP_CHECK_MS 1000 /* how soon a client closing a stream is noticed */
+#define SPARE_DBS 16         /* database connections kept from closed client connections */
 /* A request must arrive whole within this many idle timeouts of its connection's start or
  * previous answer, and a JSON answer (or what is left of a stream that ended) be taken whole
  * within as many more as it holds TAKING_BYTES_PER_TIMEOUT (70 KB a second with the default
@@ -180,6 +181,10 @@ struct server {
   pthread_mutex_t peers_lock;
   peer *peers;
   unsigned n_peers;
+  /* Database connections of closed client connections, for the next ones: opening one reads
+   * the whole schema again, which took about a third of a new connection's cost. */
+  tg_db *spare_dbs[SPARE_DBS];
+  unsigned n_spare_dbs;
   /* The worker pool: a fixed set of threads, each with its own database connection for its
    * whole life, taking tool calls from a queue of at most max_queued_calls (see start_call). */
   pthread_t *pool;
@@ -3009,7 +3014,10 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     char *why = NULL;
     if (!(p = calloc(1, sizeof *p))) return; /* no context: its requests get a 503 */
     p->srv = s;
-    if (tg_db_open(s->cfg->data_dir, &p->db, &why) < 0) {
+    pthread_mutex_lock(&s->peers_lock);
+    if (s->n_spare_dbs) p->db = s->spare_dbs[--s->n_spare_dbs];
+    pthread_mutex_unlock(&s->peers_lock);
+    if (!p->db && tg_db_open(s->cfg->data_dir, &p->db, &why) < 0) {
       tg_log(TG_LOG_ERROR, "http: cannot open the database: %s", why ? why : "out of memory");
       free(why);
       p->db = NULL;
@@ -3031,6 +3039,10 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     else s->peers = p->next;
     if (p->next) p->next->prev = p->prev;
     s->n_peers--;
+    if (p->db && !tg_db_writing(p->db) && s->n_spare_dbs < SPARE_DBS) {
+      s->spare_dbs[s->n_spare_dbs++] = p->db;
+      p->db = NULL;
+    }
     pthread_mutex_unlock(&s->peers_lock);
     tg_db_close(p->db);
     free(p);
@@ -3339,6 +3351,7 @@ void tg_http_stop(tg_http *h) {
   for (unsigned i = 0; i < s->n_pool; i++) pthread_join(s->pool[i], NULL);
   if (s->sweeper_started) pthread_join(s->sweeper, NULL);
   tell_held_back_mhd_lines(s, true);
+  while (s->n_spare_dbs) tg_db_close(s->spare_dbs[--s->n_spare_dbs]);
   free(s->pool);
   free(s->busy);
   pthread_mutex_destroy(&s->lock);
