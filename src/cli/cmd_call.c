@@ -22,10 +22,12 @@ static const char usage[] =
     "  --run ID      attach the call to a running run of the agent (default: a run of its own)\n"
     "  --dry-run     run every gate but the handler; print why the call would pass or not\n";
 
-static int resolve_caller(cli *c, const char *agent, const char *user, char id[TG_UUID_LEN + 1]) {
+/* A dry run writes nothing, not even its token's use. */
+static int resolve_caller(cli *c, const char *agent, const char *user, bool dry_run,
+                          char id[TG_UUID_LEN + 1]) {
   if (c->token) {
     int r = cli_token_principal(c, id);
-    if (r == CLI_OK && tg_token_use_write(c->db, c->token) < 0)
+    if (r == CLI_OK && !dry_run && tg_token_use_write(c->db, c->token) < 0)
       fprintf(stderr, "toolgate: warning: could not record the token's use: %s\n",
               tg_db_errmsg(c->db));
     return r;
@@ -76,7 +78,7 @@ int cmd_call(cli *c, int argc, char **argv) {
 
   if (cli_open(c, false) != CLI_OK) return CLI_FAILED;
   char principal[TG_UUID_LEN + 1];
-  if (resolve_caller(c, agent, user, principal) != CLI_OK) return CLI_FAILED;
+  if (resolve_caller(c, agent, user, req.dry_run, principal) != CLI_OK) return CLI_FAILED;
   req.principal_id = principal;
   if (!req.surface) req.surface = agent ? TG_SURFACE_AGENT : TG_SURFACE_API;
 

@@ -16,9 +16,9 @@
 typedef struct use {
   bool taken;
   char hash[TG_TOKEN_HASH_LEN + 1];
-  int64_t used_ms;      /* wall clock: the last use */
-  int64_t written_ms;   /* the use last written (0: none) */
-  int64_t written_mono; /* monotonic: when it was written */
+  int64_t used_ms;    /* wall clock: the last use */
+  int64_t written_ms; /* the use last written (0: none) */
+  int64_t tried;      /* monotonic: when it was last written, or tried to be (0: never) */
 } use;
 
 struct tg_token_uses {
@@ -27,6 +27,10 @@ struct tg_token_uses {
   _Atomic int64_t full_logged_ms;
   use slots[SLOTS];
 };
+
+_Atomic int64_t tg_token_uses_test_later_ms;
+
+static int64_t mono_now(void) { return tg_monotonic_ms() + tg_token_uses_test_later_ms; }
 
 tg_token_uses *tg_token_uses_new(void) {
   tg_token_uses *u = calloc(1, sizeof *u);
@@ -51,13 +55,15 @@ static use *slot_of(tg_token_uses *u, const char *hash) {
   return &u->slots[i];
 }
 
+/* Not written, and not tried within the minute (all: whenever tried, as its server stops):
+ * a write that failed is tried again a minute later, not at every request. */
 static bool due(const use *e, int64_t mono, bool all) {
   return e->used_ms != e->written_ms &&
-         (all || !e->written_ms || mono - e->written_mono >= TG_TOKEN_USE_WRITE_MS);
+         (all || !e->tried || mono - e->tried >= TG_TOKEN_USE_WRITE_MS);
 }
 
 bool tg_token_used(tg_token_uses *u, const char hash[TG_TOKEN_HASH_LEN + 1]) {
-  int64_t now = tg_now_ms(), mono = tg_monotonic_ms();
+  int64_t now = tg_now_ms(), mono = mono_now();
   pthread_mutex_lock(&u->lock);
   use *e = slot_of(u, hash);
   if (!e->taken && u->n < TG_TOKEN_USES_MAX) {
@@ -78,17 +84,17 @@ bool tg_token_used(tg_token_uses *u, const char hash[TG_TOKEN_HASH_LEN + 1]) {
   return is_due;
 }
 
-/* Drops the uses written over a minute ago and not used since (their next use is due at
- * once), placing the others again. Under lock. */
+/* Drops the uses written a minute ago or more and not made since (a next use is due at once,
+ * as a new one), placing the others again. Under lock. */
 static void forget_written_locked(tg_token_uses *u, int64_t mono) {
+  if (!u->n) return;
   use *kept = malloc(u->n * sizeof *kept);
   if (!kept) return; /* they stay: the table is only fuller */
   size_t n = 0;
   for (size_t i = 0; i < SLOTS; i++) {
     use *e = &u->slots[i];
     if (!e->taken) continue;
-    if (e->used_ms != e->written_ms || mono - e->written_mono < TG_TOKEN_USE_WRITE_MS)
-      kept[n++] = *e;
+    if (e->used_ms != e->written_ms || mono - e->tried < TG_TOKEN_USE_WRITE_MS) kept[n++] = *e;
     e->taken = false;
   }
   for (size_t i = 0; i < n; i++) *slot_of(u, kept[i].hash) = kept[i];
@@ -96,10 +102,14 @@ static void forget_written_locked(tg_token_uses *u, int64_t mono) {
   free(kept);
 }
 
+/* A later use than the one written stands: several servers, and a CLI call, write uses of
+ * one token, each from its own memory. */
 static int write_use(tg_db *db, const char *hash, int64_t used_ms) {
   char at[TG_ISO_LEN + 1];
   tg_iso8601(used_ms, at);
-  return tg_db_exec(db, "UPDATE api_tokens SET last_used_at = $1 WHERE token_hash = $2",
+  return tg_db_exec(db,
+                    "UPDATE api_tokens SET last_used_at = $1 WHERE token_hash = $2"
+                    " AND (last_used_at IS NULL OR last_used_at < $1)",
                     json_pack("[ss]", at, hash), NULL);
 }
 
@@ -110,36 +120,38 @@ int tg_token_use_write(tg_db *db, const char *token) {
 }
 
 int tg_token_uses_write(tg_token_uses *u, tg_db *db, bool all) {
-  int64_t mono = tg_monotonic_ms();
+  int64_t mono = mono_now();
   pthread_mutex_lock(&u->lock);
+  forget_written_locked(u, mono);
   use *todo = u->n ? malloc(u->n * sizeof *todo) : NULL;
   size_t n = 0;
-  for (size_t i = 0; todo && i < SLOTS; i++)
-    if (u->slots[i].taken && due(&u->slots[i], mono, all)) todo[n++] = u->slots[i];
+  bool lost = u->n && !todo;
+  for (size_t i = 0; todo && i < SLOTS; i++) {
+    use *e = &u->slots[i];
+    if (!e->taken || !due(e, mono, all)) continue;
+    e->tried = mono;
+    todo[n++] = *e;
+  }
   pthread_mutex_unlock(&u->lock);
   if (!n) {
     free(todo);
-    return u->n && !todo ? TG_E_NOMEM : TG_OK;
+    return lost ? TG_E_NOMEM : TG_OK;
   }
   int r = tg_db_begin(db);
   for (size_t i = 0; r == TG_OK && i < n; i++) r = write_use(db, todo[i].hash, todo[i].used_ms);
   r = r == TG_OK ? tg_db_commit(db) : r;
   if (r < 0) {
-    tg_log(TG_LOG_WARN, "auth: could not record when %zu token(s) were last used, retried "
-           "later: %s", n, tg_db_errmsg(db));
+    tg_log(TG_LOG_WARN, "auth: could not record when %zu token(s) were last used, tried again "
+           "in a minute: %s", n, tg_db_errmsg(db));
     tg_db_rollback(db);
-    free(todo);
-    return r;
+  } else {
+    pthread_mutex_lock(&u->lock);
+    for (size_t i = 0; i < n; i++) {
+      use *e = slot_of(u, todo[i].hash);
+      if (e->taken) e->written_ms = todo[i].used_ms;
+    }
+    pthread_mutex_unlock(&u->lock);
   }
-  pthread_mutex_lock(&u->lock);
-  for (size_t i = 0; i < n; i++) {
-    use *e = slot_of(u, todo[i].hash);
-    if (!e->taken) continue;
-    e->written_ms = todo[i].used_ms;
-    e->written_mono = mono;
-  }
-  forget_written_locked(u, mono);
-  pthread_mutex_unlock(&u->lock);
   free(todo);
-  return TG_OK;
+  return r;
 }

@@ -4,7 +4,9 @@
  * (TG_TOKEN_USE_WRITE_MS), by whoever serves the token (the HTTP server's sweeper, the stdio
  * server between messages). */
 #pragma once
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "core/principal.h"
 #include "db/db.h"
@@ -20,8 +22,10 @@ void tg_token_uses_free(tg_token_uses *u);
  * (tg_token_uses_write). Thread-safe and cheap: it runs on every request. */
 bool tg_token_used(tg_token_uses *u, const char hash[TG_TOKEN_HASH_LEN + 1]);
 /* Writes the last use of each token due (all: of each not written yet, as its server
- * stops), in one transaction. On failure (logged) they stay due for the next write. */
+ * stops), in one transaction. On failure (logged) they are tried again a minute later. */
 int tg_token_uses_write(tg_token_uses *u, tg_db *db, bool all);
+/* Tests: added to the monotonic clock the minute is measured by. */
+extern _Atomic int64_t tg_token_uses_test_later_ms;
 /* A process that serves one request with token (the CLI's `call --token`) writes its use at
  * once. */
 int tg_token_use_write(tg_db *db, const char *token);

@@ -77,6 +77,8 @@ typedef struct session {
   bool dead;
   bool revoked; /* ended as its token was revoked (end_revoked) */
   int64_t last_used;
+  uint64_t use_order; /* of the server's session uses: the least recently used, though several
+                       * fall in one millisecond */
   tg_mcp_session state; /* guarded by the server's lock */
   tg_mcp_inflight *inflight; /* its requests, which notifications/cancelled reaches */
   tg_mcp_watch *watch;       /* its list changes, sent on its GET stream */
@@ -141,6 +143,7 @@ struct server {
   pthread_mutex_t lock;
   pthread_cond_t answered; /* an ask slot received its response, or a request was cancelled */
   unsigned long cancellations; /* so that a tool waiting for its client misses none */
+  uint64_t session_uses; /* counts the uses of sessions (session.use_order) */
   session *sessions;
   size_t n_sessions;
   listener *listeners; /* the open subscriptions/listen streams */
@@ -388,8 +391,8 @@ static bool reap_locked(server *s, int64_t now, const char *principal) {
     }
     bool own = strcmp(x->principal, principal) == 0;
     mine += own;
-    if (!oldest || x->last_used < oldest->last_used) oldest = x;
-    if (own && (!oldest_mine || x->last_used < oldest_mine->last_used)) oldest_mine = x;
+    if (!oldest || x->use_order < oldest->use_order) oldest = x;
+    if (own && (!oldest_mine || x->use_order < oldest_mine->use_order)) oldest_mine = x;
   }
   session *victim = mine >= TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL ? oldest_mine
                     : s->n_sessions >= TG_HTTP_MAX_SESSIONS    ? oldest
@@ -429,6 +432,7 @@ static session *session_new(server *s, const char *principal, const char *token_
 static bool session_admit(server *s, session *x) {
   pthread_mutex_lock(&s->lock);
   x->last_used = tg_now_ms();
+  x->use_order = ++s->session_uses;
   bool room = reap_locked(s, x->last_used, x->principal);
   if (room) {
     x->next = s->sessions;
@@ -453,6 +457,7 @@ static session *session_find(server *s, const char *id, const char *principal,
   if (x) {
     x->refs++;
     x->last_used = tg_now_ms();
+    x->use_order = ++s->session_uses;
   }
   pthread_mutex_unlock(&s->lock);
   return x;
@@ -1782,10 +1787,10 @@ static void *sweeper_main(void *arg) {
     if (thread_db(s, &db)) {
       end_revoked(s, db);
       check_lists(s, db, NULL, NULL);
-      tg_token_uses_write(s->token_uses, db, false); /* may wait for a writer: last */
     }
     cut_slow_clients(s);
     tell_held_back_mhd_lines(s, false);
+    if (db) tg_token_uses_write(s->token_uses, db, false); /* may wait for a writer: last */
     pthread_mutex_lock(&s->lock);
     forget_stale_output_locked(s);
     next = tg_monotonic_ms() + TG_HTTP_CHECK_MS;
@@ -2862,6 +2867,11 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
                            "Transfer-Encoding other than chunked is not supported");
   if (length && strtoull(length, NULL, 10) > 2ull * TG_RPC_MAX_BODY)
     return refuse_too_large(conn, NULL, NULL);
+  /* A DELETE's body means nothing (RFC 9110 §9.3.5); refused, it holds nothing, so a DELETE
+   * need not count among its caller's requests (below). */
+  if (strcmp(method, "DELETE") == 0 && (coding || (length && strtoull(length, NULL, 10) > 0)))
+    return queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
+                           "A DELETE takes no body");
   /* DNS rebinding: a page elsewhere must not reach a server on this machine. */
   _cleanup_free_ char *origin = NULL, *host = NULL;
   if (!header_value(conn, "Origin", &origin) || !header_value(conn, "Host", &host)) return MHD_NO;
@@ -2874,8 +2884,8 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
   rq->checked_ms = tg_monotonic_ms();
   bool full = false;
   /* A known caller has a peer: its token was checked on the peer's database. A DELETE is
-   * not counted: holding nothing (its body is dropped), it frees what the caller holds, so
-   * a caller at its bound can always end a session. */
+   * not counted: holding nothing (it has no body), it frees what the caller holds, so a
+   * caller at its bound can always end a session. */
   if (!s->cfg->no_auth && strcmp(method, "DELETE") != 0 &&
       !(p->answering = request_begin(s, rq->principal, false, &full)))
     return full ? queue_rpc_error(conn, MHD_HTTP_TOO_MANY_REQUESTS, TG_RPC_INVALID_REQUEST,
@@ -2920,10 +2930,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   }
   if (rq->answered) {
     *upload_size = 0;
-    return MHD_YES;
-  }
-  if (*upload_size && strcmp(method, "DELETE") == 0) {
-    *upload_size = 0; /* a DELETE's body means nothing (RFC 9110 §9.3.5) */
     return MHD_YES;
   }
   if (*upload_size) {
@@ -3313,6 +3319,7 @@ static unsigned await_work(server *s, int64_t ms) {
 static void end_work(server *s) {
   long long grace = s->cfg->stop_grace_ms ? s->cfg->stop_grace_ms : TG_HTTP_STOP_GRACE_MS;
   int64_t deadline = tg_monotonic_ms() + grace;
+  tg_mcp_tasks_stopping(s->mcp.tasks);
   unsigned left = await_work(s, grace);
   if (!tg_mcp_tasks_await(s->mcp.tasks, deadline) && !left) return;
   atomic_store(&s->past_grace, true);

@@ -499,7 +499,7 @@ static int read_unasked(cx *c, json_t *given, json_t **round) {
     if (!tg_client_unasked_answer_reads(c->caps, v))
       return rpc_fail(c, TG_RPC_INVALID_PARAMS,
                       "An input response answers no request this client can answer",
-                      json_pack("{s:s}", "key", key));
+                      named("key", key));
   }
   *round = json_pack("{s:O*}", "answers", given);
   return *round ? 0 : TG_E_NOMEM;
@@ -533,7 +533,7 @@ static int read_round(cx *c, json_t *params, const state_subject *subject, json_
     if (!tg_client_answer_reads(tg_json_str(request, "method"), json_object_get(request, "params"),
                                 answer))
       return rpc_fail(c, TG_RPC_INVALID_PARAMS, "An input response does not answer its request",
-                      json_pack("{s:s}", "key", key));
+                      named("key", key));
     if (json_object_set(answers, key, answer) < 0) return TG_E_NOMEM;
   }
   *round = json_incref(opened);
@@ -1119,12 +1119,14 @@ static int m_complete(cx *c, json_t *params, json_t **ret) {
                     "params.context must be an object, its arguments an object of strings", NULL);
   json_t *values = NULL;
   int r = tg_conformance_complete(ref, arg_name, value, &values);
+  const char *by = json_object_get(ref, "name") ? "name" : "uri";
+  const char *named_as = json_string_value(json_object_get(ref, by));
   if (r == TG_E_NOTFOUND)
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "ref names no prompt or resource template",
-                    json_pack("{s:O}", "ref", ref));
+                    named(by, named_as ? named_as : ""));
   if (r == TG_E_INVAL)
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "ref takes no argument of that name",
-                    json_pack("{s:s}", "argument", arg_name));
+                    named("argument", arg_name));
   if (r < 0) return r;
   *ret = json_pack("{s:{s:o,s:I,s:b}}", "completion", "values", values, "total",
                    (json_int_t)json_array_size(values), "hasMore", 0);
@@ -1226,7 +1228,7 @@ static bool task_ids(json_t *ids) {
 static int m_listen(cx *c, json_t *params, json_t **ret) {
   if (!c->req->watch)
     return rpc_fail(c, TG_RPC_METHOD_NOT_FOUND, "Method not found",
-                    json_pack("{s:s}", "method", c->msg->method));
+                    named("method", c->msg->method));
   json_t *filter = json_object_get(params, "notifications");
   if (!json_is_object(filter))
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.notifications must be an object", NULL);
@@ -1275,13 +1277,13 @@ static int task_id(cx *c, json_t *params, const char **id) {
 }
 
 static int unknown_task(cx *c, const char *id) {
-  return rpc_fail(c, TG_RPC_INVALID_PARAMS, "Unknown task", json_pack("{s:s}", "taskId", id));
+  return rpc_fail(c, TG_RPC_INVALID_PARAMS, "Unknown task", named("taskId", id));
 }
 
 static int task_elsewhere(cx *c, const char *id) {
   return rpc_fail(c, TG_RPC_INVALID_PARAMS,
                   "Another toolgate server runs this task: send this to the server that started it",
-                  json_pack("{s:s}", "taskId", id));
+                  named("taskId", id));
 }
 
 static int m_tasks_get(cx *c, json_t *params, json_t **ret) {
@@ -1304,7 +1306,7 @@ static int m_tasks_update(cx *c, json_t *params, json_t **ret) {
                           &wrong);
   if (r == TG_E_INVAL)
     return rpc_fail(c, TG_RPC_INVALID_PARAMS, "An input response does not answer its request",
-                    json_pack("{s:s}", "key", wrong));
+                    named("key", wrong));
   if (r == TG_E_NOTFOUND) return unknown_task(c, id);
   if (r == TG_MCP_TASK_ELSEWHERE) return task_elsewhere(c, id);
   return r ? r : m_empty(c, params, ret);
@@ -1553,7 +1555,7 @@ headers:
                     "An Mcp-Param header does not match its argument", NULL, 400, reply);
   else if (!find_method(c->srv, msg->method, ERA_MODERN))
     r = reply_error(msg, TG_RPC_METHOD_NOT_FOUND, "Method not found",
-                    json_pack("{s:s}", "method", msg->method), 404, reply);
+                    named("method", msg->method), 404, reply);
   else if (level && level_index(json_string_value(level)) < 0)
     r = reply_error(msg, TG_RPC_INVALID_PARAMS, "Unknown log level", NULL, 400, reply);
   else {
@@ -1586,7 +1588,7 @@ static int check_legacy(cx *c, tg_mcp_reply *reply) {
                     json_pack("{s:[s,s]}", "required", META_VERSION, META_CAPS), 400, reply);
   else if (!find_method(c->srv, msg->method, ERA_LEGACY))
     r = reply_error(msg, TG_RPC_METHOD_NOT_FOUND, "Method not found",
-                    json_pack("{s:s}", "method", msg->method), 200, reply);
+                    named("method", msg->method), 200, reply);
   else {
     c->caps = s->client_capabilities;
     c->log_level = s->log_level >= 0 ? log_levels[s->log_level] : NULL;

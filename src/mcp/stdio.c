@@ -634,6 +634,7 @@ static void *watcher_main(void *arg) {
 /* Gives the tasks at work their grace, which a signal to stop ends: how many are left. */
 static unsigned await_tasks(conn *c) {
   int64_t deadline = tg_monotonic_ms() + TG_MCP_STDIO_STOP_GRACE_MS;
+  tg_mcp_tasks_stopping(c->srv->tasks);
   for (;;) {
     int64_t now = tg_monotonic_ms(), slice = now + 100;
     unsigned left = tg_mcp_tasks_await(c->srv->tasks, slice < deadline ? slice : deadline);
@@ -684,9 +685,9 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
       continue;
     }
     int stands = token_stands(&c);
-    if (stands == TG_OK) note_token_use(&c);
     r = stands == TG_OK ? serve_one(&c, &msg) : refuse_unstanding(&c, &msg, stands);
     if (r == 0 && stands == TG_OK) r = check_lists(&c);
+    if (stands == TG_OK) note_token_use(&c); /* after the answer: the write may wait */
   }
   if (reading) {
     if (write(c.stop[1], "", 1) != 1) tg_log(TG_LOG_WARN, "mcp: the reader could not be told to stop");

@@ -111,6 +111,7 @@ struct tg_mcp_tasks {
   bool unpublished;
   char news_of[TG_UUID_LEN + 1];
   bool stopping;
+  bool no_input; /* the server stops: no input can come to a task any more */
   /* Once it ran a task: its name as a runner and its lock file (-1 before), and whether it
    * wrote as failed the tasks of runners that were gone. */
   char runner[TASK_ID_LEN + 1];
@@ -209,22 +210,24 @@ void tg_mcp_tasks_free(tg_mcp_tasks *t) {
 /* Its thread runs a round of it, or writes its end: not waiting for input. */
 static bool at_work(const task *k) { return k->running && !json_object_size(k->pending); }
 
+void tg_mcp_tasks_stopping(tg_mcp_tasks *t) {
+  if (!t) return;
+  pthread_mutex_lock(&t->lock);
+  t->no_input = true;
+  for (task *k = t->list; k; k = k->next)
+    if (k->running && json_object_size(k->pending) && !k->cancel && !terminal(k->ends_as))
+      k->cancel = k->stopped = true;
+  pthread_cond_broadcast(&t->changed);
+  pthread_mutex_unlock(&t->lock);
+}
+
 unsigned tg_mcp_tasks_await(tg_mcp_tasks *t, int64_t deadline) {
   unsigned n = 0;
   if (!t) return n;
   pthread_mutex_lock(&t->lock);
   for (int64_t left;;) {
     n = 0;
-    for (task *k = t->list; k; k = k->next) {
-      n += at_work(k);
-      /* No input can come to a stopping server: one waiting for it ends now, not after the
-       * grace of the others (one that asks during the grace, as it asks). */
-      if (k->running && json_object_size(k->pending) && !k->cancel &&
-          !terminal(k->ends_as)) {
-        k->cancel = k->stopped = true;
-        pthread_cond_broadcast(&t->changed);
-      }
-    }
+    for (task *k = t->list; k; k = k->next) n += at_work(k);
     if (!n || (left = deadline - tg_monotonic_ms()) <= 0) break;
     tg_timed_wait(&t->changed, &t->lock, left); /* a task parks or its thread ends: broadcast */
   }
@@ -516,6 +519,7 @@ static bool settle_locked(task *k, int status, tg_call_result *res, json_t *resu
 /* Waits for the answers to a parked task; true when they all came, else it ends cancelled. */
 static bool await_input_locked(task *k) {
   int64_t deadline = tg_monotonic_ms() + TG_MCP_TASK_INPUT_WAIT_MS;
+  if (k->store->no_input && !k->cancel) k->cancel = k->stopped = true; /* none can come */
   for (int64_t left; json_object_size(k->pending) && !k->cancel;) {
     if ((left = deadline - tg_monotonic_ms()) <= 0) break;
     tg_timed_wait(&k->store->changed, &k->store->lock, left);

@@ -41,9 +41,12 @@ int tg_mcp_tasks_new(const tg_env *base, tg_mcp_tasks **ret);
 /* Cancels the tasks still running and waits for their threads to end. Every observer of
  * t must be freed before. */
 void tg_mcp_tasks_free(tg_mcp_tasks *t);
-/* For a stopping server: cancels the tasks waiting for input (none can come any more) as
- * they wait, and waits until no task is at work (its round running) or the monotonic clock
- * reaches deadline (ms). Returns how many still are. */
+/* The server stops: no input can come to its tasks any more. Those waiting for it end
+ * cancelled now, and so does any that asks for it from now on, instead of waiting through
+ * the grace the tasks at work are given. */
+void tg_mcp_tasks_stopping(tg_mcp_tasks *t);
+/* For a stopping server: waits until no task is at work (its round running; one waiting for
+ * input is not) or the monotonic clock reaches deadline (ms). Returns how many still are. */
 unsigned tg_mcp_tasks_await(tg_mcp_tasks *t, int64_t deadline);
 
 typedef struct tg_mcp_task_call {

@@ -1465,6 +1465,9 @@ static void test_one_caller_has_a_share_of_the_requests_answered(void **state) {
   w->token = w->tokens[0];
   /* A DELETE counts among no caller's requests: the caller can always end a session, whose
    * stream then ends and gives its place back. */
+  char *refused = request(w, "DELETE", sids[1], NULL, "{}", 400); /* but takes no body */
+  assert_non_null(strstr(refused, "A DELETE takes no body"));
+  free(refused);
   free(request(w, "DELETE", sids[1], NULL, NULL, 200));
   await(gets[1], NULL);
   finish(gets[1]);

@@ -459,6 +459,16 @@ static void test_tools_call_through_the_gate(void **state) {
   assert_int_equal(strlen(json_string_value(json_object_get(data, "name"))), 255);
   assert_true(json_is_true(json_object_get(data, "truncated")));
   json_decref(r);
+  /* So does an unknown method. */
+  n = snprintf(long_call, sizeof long_call, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"");
+  for (int i = 0; i < 4000; i++) long_call[n++] = 'm';
+  snprintf(long_call + n, sizeof long_call - (size_t)n, "\"}");
+  r = send_msg(w, long_call, NULL, NULL);
+  assert_int_equal(error_code(r), TG_RPC_METHOD_NOT_FOUND);
+  data = json_object_get(json_object_get(r, "error"), "data");
+  assert_int_equal(strlen(json_string_value(json_object_get(data, "method"))), 256);
+  assert_true(json_is_true(json_object_get(data, "truncated")));
+  json_decref(r);
   r = send_msg(w,
                "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\",\"params\":{\"name\":\"test_error_handling\"}}",
                NULL, NULL);
@@ -3045,6 +3055,7 @@ static void test_stop_cancels_a_task_waiting_for_input_at_once(void **state) {
   world *w = *state;
   char *parked = park_task_as(w, w->agent);
   char *working = start_task(w, "slow_compute", "{\"seconds\":600}");
+  tg_mcp_tasks_stopping(w->srv.tasks);
   assert_int_equal(tg_mcp_tasks_await(w->srv.tasks, tg_monotonic_ms() + 200), 1);
   json_t *got = await_task(w, parked, "cancelled");
   assert_string_equal(str(got, "statusMessage"), "The server stopped before the task ended");

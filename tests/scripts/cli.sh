@@ -50,6 +50,9 @@ check "token create" 0 "$tg" token create --agent helper
 token=$(jq -r .token "$dir/out")
 check "token list before use" 0 "$tg" token list --agent helper --json
 is "a token never used" '.tokens[0].lastUsedAt == null'
+check "dry run by token" 0 "$tg" call agent.tool.list --token "$token" --dry-run
+check "token list after a dry run" 0 "$tg" token list --agent helper --json
+is "a dry run writes no use" '.tokens[0].lastUsedAt == null'
 check "call by token" 0 "$tg" call agent.tool.list --token "$token"
 check "call by a bad token" 1 "$tg" call agent.tool.list --token tg_nope
 check "token list" 0 "$tg" token list --agent helper --json

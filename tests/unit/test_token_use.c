@@ -1,5 +1,6 @@
 /* A token's last use (core/token_use.c): written when first due, then at most once a minute
- * unless its server stops; kept for the next write when one fails; bounded in memory. */
+ * unless its server stops; a failed write tried again a minute later; never written over a
+ * later one; bounded in memory, with room made again a minute on. */
 #include "support.h"
 
 #include <jansson.h>
@@ -44,6 +45,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   fixture *f = *state;
+  tg_token_uses_test_later_ms = 0;
   tg_test_db_free(f->t);
   free(f);
   return 0;
@@ -82,18 +84,40 @@ static void test_first_use_at_once_then_at_the_stop(void **state) {
   tg_token_uses_free(u);
 }
 
-static void test_a_failed_write_is_kept(void **state) {
+static void test_a_failed_write_is_tried_again_a_minute_later(void **state) {
   fixture *f = *state;
   tg_token_uses *u = tg_token_uses_new();
   char at[TG_ISO_LEN + 1];
   assert_true(tg_token_used(u, f->hash));
   tg_db_fail_after(f->t->db, 1);
   assert_true(tg_token_uses_write(u, f->t->db, false) < 0);
+  /* Not at once (a locked database would hold every request), but a minute later. */
+  assert_false(tg_token_used(u, f->hash));
+  assert_int_equal(tg_token_uses_write(u, f->t->db, false), 0);
   last_use(f, at);
   assert_string_equal(at, "");
+  tg_token_uses_test_later_ms = TG_TOKEN_USE_WRITE_MS;
   assert_int_equal(tg_token_uses_write(u, f->t->db, false), 0);
   last_use(f, at);
   assert_int_equal(strlen(at), TG_ISO_LEN);
+  tg_token_uses_free(u);
+}
+
+/* A use written elsewhere (another server, a CLI call) later than the one held stands. */
+static void test_a_later_use_stands(void **state) {
+  fixture *f = *state;
+  tg_token_uses *u = tg_token_uses_new();
+  char held[TG_ISO_LEN + 1], at[TG_ISO_LEN + 1];
+  assert_true(tg_token_used(u, f->hash));
+  assert_int_equal(tg_token_uses_write(u, f->t->db, false), 0);
+  usleep(2000);
+  assert_false(tg_token_used(u, f->hash)); /* held, not written within the minute */
+  usleep(2000);
+  assert_int_equal(tg_token_use_write(f->t->db, "tg_the_token"), 0);
+  last_use(f, held);
+  assert_int_equal(tg_token_uses_write(u, f->t->db, true), 0); /* the stop: the held one */
+  last_use(f, at);
+  assert_string_equal(at, held);
   tg_token_uses_free(u);
 }
 
@@ -114,14 +138,19 @@ static void test_bounded(void **state) {
   assert_int_equal(strlen(at), TG_ISO_LEN);
   /* Written within the minute, they are still remembered: the table is still full. */
   assert_false(tg_token_used(u, hash));
-  assert_false(tg_token_used(u, f->hash));
+  /* A minute on, with nothing due, the next write forgets them: room again. */
+  tg_token_uses_test_later_ms = TG_TOKEN_USE_WRITE_MS;
+  assert_int_equal(tg_token_uses_write(u, f->t->db, false), 0);
+  assert_true(tg_token_used(u, hash));
   tg_token_uses_free(u);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_first_use_at_once_then_at_the_stop, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_a_failed_write_is_kept, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_failed_write_is_tried_again_a_minute_later, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_a_later_use_stands, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bounded, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
