@@ -52,6 +52,9 @@ bool tg_db_snapshot(tg_db *db);
 void tg_db_snapshot_end(tg_db *db, bool began);
 /* Whether a write transaction is open on db (what it reads may not be committed). */
 bool tg_db_writing(tg_db *db);
+/* Whether db is as a new connection would be: no transaction open (not even a snapshot),
+ * not read-only. Only such a connection may serve another user. */
+bool tg_db_at_rest(tg_db *db);
 
 /* One value its user keeps with a connection, valid for this database only (a cache):
  * tg_db_keep replaces it (freeing the previous one with its free_fn), tg_db_close frees it. */

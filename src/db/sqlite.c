@@ -87,6 +87,7 @@ struct tg_db {
   void *kept;         /* tg_db_keep's value, freed with kept_free */
   void (*kept_free)(void *);
   bool file_writer;   /* a shared_file's writer: holds no reference to it */
+  bool read_only;     /* tg_db_read_only is on */
 };
 
 __attribute__((format(printf, 3, 4))) static int set_err(tg_db *db, int rc, const char *fmt, ...) {
@@ -586,7 +587,9 @@ int tg_db_batch(tg_db *db, tg_db_job_fn fn, void *arg) {
 }
 
 int tg_db_read_only(tg_db *db, bool on) {
-  return run(db, on ? "PRAGMA query_only = ON" : "PRAGMA query_only = OFF", NULL, NULL, false);
+  int r = run(db, on ? "PRAGMA query_only = ON" : "PRAGMA query_only = OFF", NULL, NULL, false);
+  if (r == 0) db->read_only = on;
+  return r;
 }
 
 /* Transaction statements run from the statement cache too: sqlite3_exec would parse them
@@ -600,6 +603,10 @@ void tg_db_snapshot_end(tg_db *db, bool began) {
 }
 
 bool tg_db_writing(tg_db *db) { return sqlite3_txn_state(db->conn, NULL) == SQLITE_TXN_WRITE; }
+
+bool tg_db_at_rest(tg_db *db) {
+  return sqlite3_get_autocommit(db->conn) && !db->writing && !db->read_only;
+}
 
 void *tg_db_kept(tg_db *db) { return db->kept; }
 

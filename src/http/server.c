@@ -2797,17 +2797,21 @@ __attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char 
   }
 }
 
-/* The path of a request target ("/mcp"). One in absolute form ("http://host:port/mcp"),
- * which a server must take (RFC 9112 §3.2.2), names its host, which then stands for Host's:
- * *authority (a new string; NULL for a target in origin form). NULL for an absolute target
- * with no host or with user information (RFC 9110 §4.2.4). */
-static const char *target_path(const char *url, char **authority) {
+/* The path of a request target ("/mcp") in *path. One in absolute form
+ * ("http://host:port/mcp"), which a server must take (RFC 9112 §3.2.2), names its host, which
+ * then stands for Host's: *authority (a new string; NULL for a target in origin form).
+ * TG_E_INVAL for an absolute target with no host or with user information (RFC 9110
+ * §4.2.4). */
+static int target_path(const char *url, const char **path, char **authority) {
   *authority = NULL;
-  if (strncasecmp(url, "http://", 7) != 0) return url;
-  const char *start = url + 7, *path = start + strcspn(start, "/");
-  if (path == start || memchr(start, '@', (size_t)(path - start))) return NULL;
-  *authority = strndup(start, (size_t)(path - start));
-  return !*authority ? NULL : *path ? path : "/";
+  *path = url;
+  if (strncasecmp(url, "http://", 7) != 0) return TG_OK;
+  const char *start = url + 7, *end = start + strcspn(start, "/");
+  if (end == start || *start == ':' || memchr(start, '@', (size_t)(end - start)))
+    return TG_E_INVAL;
+  if (!(*authority = strndup(start, (size_t)(end - start)))) return TG_E_NOMEM;
+  *path = *end ? end : "/";
+  return TG_OK;
 }
 
 /* What a request's headers decide, before any of its body is read: the route, the origin and
@@ -2822,8 +2826,10 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
     return queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
                            "Host is required");
   _cleanup_free_ char *authority = NULL;
-  const char *url = target_path(target, &authority);
-  if (!url)
+  const char *url = NULL;
+  int targeted = target_path(target, &url, &authority);
+  if (targeted == TG_E_NOMEM) return MHD_NO;
+  if (targeted < 0)
     return queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
                            "The request target names no host, or names a user");
   if (strcmp(url, "/healthz") == 0) /* libmicrohttpd sends no body to a HEAD */
@@ -3045,7 +3051,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     else s->peers = p->next;
     if (p->next) p->next->prev = p->prev;
     s->n_peers--;
-    if (p->db && !tg_db_writing(p->db) && s->n_spare_dbs < SPARE_DBS) {
+    if (p->db && tg_db_at_rest(p->db) && s->n_spare_dbs < SPARE_DBS) {
       s->spare_dbs[s->n_spare_dbs++] = p->db;
       p->db = NULL;
     }

@@ -3772,6 +3772,7 @@ static void test_http_absolute_targets(void **state) {
       {"http://elsewhere.example/mcp", "localhost", "403"},
       {"http://someone@localhost/mcp", "localhost", "400"},
       {"http:///mcp", "localhost", "400"},
+      {"http://:1/mcp", "localhost", "400"},
       {"http://localhost/mcp/", "localhost", "404"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -442,6 +442,26 @@ static void test_migrate_failure_rolls_back(void **state) {
   assert_int_equal(tg_test_integer(db, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'tenants'"), 1);
 }
 
+/* A connection is at rest (fit to serve another user) only with no transaction, not even a
+ * read snapshot, and not read-only. */
+static void test_at_rest(void **state) {
+  fixture *f = *state;
+  assert_true(tg_db_at_rest(f->db));
+  bool began = tg_db_snapshot(f->db);
+  assert_true(began);
+  assert_false(tg_db_at_rest(f->db));
+  tg_db_snapshot_end(f->db, began);
+  assert_true(tg_db_at_rest(f->db));
+  assert_int_equal(tg_db_begin(f->db), 0);
+  assert_false(tg_db_at_rest(f->db));
+  assert_int_equal(tg_db_rollback(f->db), 0);
+  assert_true(tg_db_at_rest(f->db));
+  assert_int_equal(tg_db_read_only(f->db, true), 0);
+  assert_false(tg_db_at_rest(f->db));
+  assert_int_equal(tg_db_read_only(f->db, false), 0);
+  assert_true(tg_db_at_rest(f->db));
+}
+
 static void test_busy(void **state) {
   fixture *f = *state;
   tg_db *other = tg_test_db_open(f->dir);
@@ -553,6 +573,7 @@ int main(void) {
       T(test_commit_persists),
       T(test_fail_after),
       cmocka_unit_test_setup_teardown(test_migrate_failure_rolls_back, setup_fresh, teardown),
+      T(test_at_rest),
       T(test_busy),
       T(test_statement_cache),
       T(test_json_nomem),
