@@ -172,12 +172,14 @@ static int write_telemetry(call_state *st, tg_db *db, tg_errcode code, const cha
                code ? message : "") < 0)
     return TG_E_NOMEM;
   _cleanup_free_ char *meta = NULL;
+  const char *task = st->req->task_id;
   if (asprintf(&meta,
                "{\"args\":%s,\"durationMs\":%.3f,\"costCents\":%lld,\"surface\":\"%s\","
-               "\"calledAs\":%s%s%s%s}",
+               "\"calledAs\":%s%s%s%s%s%s%s}",
                st->args_text, ms, (long long)cost_cents, tg_surface_name(st->req->surface),
                st->called_text, code ? ",\"code\":\"" : "", code ? tg_errcode_name(code) : "",
-               code ? "\"" : "") < 0)
+               code ? "\"" : "", task ? ",\"taskId\":\"" : "", task ? task : "",
+               task ? "\"" : "") < 0)
     return TG_E_NOMEM;
   return tg_db_exec(db,
                     "INSERT INTO agent_run_logs (id, tenant_id, run_id, principal_id, step,"

@@ -35,6 +35,8 @@ typedef struct tg_call_request {
   const char *run_id; /* agents: attach to this running run; NULL: the call is its own run */
   bool dry_run;       /* run every gate, not the handler; write nothing */
   const tg_client_channel *client; /* the way back to the client, or NULL */
+  const char *task_id; /* the MCP task this call is a round of, recorded in its audit row
+                        * (hex digits), or NULL */
 } tg_call_request;
 
 typedef struct tg_call_result {

@@ -948,7 +948,8 @@ static void *task_main(void *arg) {
         .check_result = task_check_result,
     };
     tg_call_request call = {.principal_id = k->principal, .surface = TG_SURFACE_MCP,
-                            .tool = k->tool->name, .args = k->args, .client = &channel};
+                            .tool = k->tool->name, .args = k->args, .client = &channel,
+                            .task_id = k->id};
     tg_call_result res;
     int r = tg_call(&env, &call, &res);
     /* Only this thread makes the task visible (the handler detaches on it). */

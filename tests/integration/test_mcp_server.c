@@ -1411,8 +1411,13 @@ static void test_task_input_rounds(void **state) {
   json_t *done = await_task(w, id, "completed");
   assert_string_equal(str(json_array_get(json_object_get(json_object_get(done, "result"), "content"), 0), "text"),
                       "Deleted a.txt");
-  /* Each round is a call of its own through the gate. */
+  /* Each round is a call of its own through the gate, whose audit row names the task. */
   assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs + 2);
+  assert_int_equal(fixture_count_where(w->f,
+                                       "SELECT COUNT(*) AS n FROM agent_run_logs"
+                                       " WHERE json_extract(metadata, '$.taskId') = $1",
+                                       json_pack("[s]", id)),
+                   2);
   json_decref(done);
   json_decref(parked);
   free(answer);
