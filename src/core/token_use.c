@@ -84,9 +84,9 @@ bool tg_token_used(tg_token_uses *u, const char hash[TG_TOKEN_HASH_LEN + 1]) {
   return is_due;
 }
 
-/* Drops the uses written a minute ago or more and not made since (a next use is due at once,
- * as a new one), placing the others again. Under lock. */
-static void forget_written_locked(tg_token_uses *u, int64_t mono) {
+/* Drops the uses written a minute ago or more (any_age: written at all) and not made since
+ * (a next use is due at once, as a new one), placing the others again. Under lock. */
+static void forget_written_locked(tg_token_uses *u, int64_t mono, bool any_age) {
   if (!u->n) return;
   use *kept = malloc(u->n * sizeof *kept);
   if (!kept) return; /* they stay: the table is only fuller */
@@ -94,7 +94,8 @@ static void forget_written_locked(tg_token_uses *u, int64_t mono) {
   for (size_t i = 0; i < SLOTS; i++) {
     use *e = &u->slots[i];
     if (!e->taken) continue;
-    if (e->used_ms != e->written_ms || mono - e->tried < TG_TOKEN_USE_WRITE_MS) kept[n++] = *e;
+    if (e->used_ms != e->written_ms || (!any_age && mono - e->tried < TG_TOKEN_USE_WRITE_MS))
+      kept[n++] = *e;
     e->taken = false;
   }
   for (size_t i = 0; i < n; i++) *slot_of(u, kept[i].hash) = kept[i];
@@ -122,13 +123,17 @@ int tg_token_use_write(tg_db *db, const char *token) {
 int tg_token_uses_write(tg_token_uses *u, tg_db *db, bool all) {
   int64_t mono = mono_now();
   pthread_mutex_lock(&u->lock);
-  forget_written_locked(u, mono);
+  forget_written_locked(u, mono, false);
+  /* Still full, the table holds tokens in steady use, each used again within its minute: all
+   * are written now and forgotten, so that the tokens past them are recorded too (a write a
+   * sweep while that lasts). */
+  bool flush = all || u->n >= TG_TOKEN_USES_MAX;
   use *todo = u->n ? malloc(u->n * sizeof *todo) : NULL;
   size_t n = 0;
   bool lost = u->n && !todo;
   for (size_t i = 0; todo && i < SLOTS; i++) {
     use *e = &u->slots[i];
-    if (!e->taken || !due(e, mono, all)) continue;
+    if (!e->taken || !due(e, mono, flush)) continue;
     e->tried = mono;
     todo[n++] = *e;
   }
@@ -137,12 +142,13 @@ int tg_token_uses_write(tg_token_uses *u, tg_db *db, bool all) {
     free(todo);
     return lost ? TG_E_NOMEM : TG_OK;
   }
-  int r = tg_db_begin(db);
+  /* Never waiting for another writer, but as the server stops (its last chance). */
+  int r = all ? tg_db_begin(db) : tg_db_try_begin(db);
   for (size_t i = 0; r == TG_OK && i < n; i++) r = write_use(db, todo[i].hash, todo[i].used_ms);
   r = r == TG_OK ? tg_db_commit(db) : r;
   if (r < 0) {
-    tg_log(TG_LOG_WARN, "auth: could not record when %zu token(s) were last used, tried again "
-           "in a minute: %s", n, tg_db_errmsg(db));
+    tg_log(TG_LOG_WARN, "auth: could not record when %zu token(s) were last used%s: %s", n,
+           all ? " before the server stopped" : ", tried again in a minute", tg_db_errmsg(db));
     tg_db_rollback(db);
   } else {
     pthread_mutex_lock(&u->lock);
@@ -150,6 +156,7 @@ int tg_token_uses_write(tg_token_uses *u, tg_db *db, bool all) {
       use *e = slot_of(u, todo[i].hash);
       if (e->taken) e->written_ms = todo[i].used_ms;
     }
+    if (flush) forget_written_locked(u, mono, true);
     pthread_mutex_unlock(&u->lock);
   }
   free(todo);

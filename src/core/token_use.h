@@ -12,7 +12,7 @@
 #include "db/db.h"
 
 #define TG_TOKEN_USE_WRITE_MS 60000
-#define TG_TOKEN_USES_MAX 1024 /* tokens remembered at once; more in a minute are logged */
+#define TG_TOKEN_USES_MAX 1024 /* tokens remembered at once; past it, written at every write */
 
 typedef struct tg_token_uses tg_token_uses;
 
@@ -22,7 +22,8 @@ void tg_token_uses_free(tg_token_uses *u);
  * (tg_token_uses_write). Thread-safe and cheap: it runs on every request. */
 bool tg_token_used(tg_token_uses *u, const char hash[TG_TOKEN_HASH_LEN + 1]);
 /* Writes the last use of each token due (all: of each not written yet, as its server
- * stops), in one transaction. On failure (logged) they are tried again a minute later. */
+ * stops), in one transaction, without waiting for another writer (but with all). On failure
+ * (logged) they are tried again a minute later. */
 int tg_token_uses_write(tg_token_uses *u, tg_db *db, bool all);
 /* Tests: added to the monotonic clock the minute is measured by. */
 extern _Atomic int64_t tg_token_uses_test_later_ms;

@@ -26,6 +26,9 @@ int tg_db_schema_version(tg_db *db, int *ret_version);
 /* Write transactions take the write lock at BEGIN (SQLite: BEGIN IMMEDIATE), so a writer
  * never fails half-way on a lock upgrade. Not nestable. */
 int tg_db_begin(tg_db *db);
+/* The same, but answering TG_E_BUSY at once when another writer holds the lock, for a write
+ * that must not hold up its thread and can be made later. */
+int tg_db_try_begin(tg_db *db);
 int tg_db_commit(tg_db *db);
 int tg_db_rollback(tg_db *db); /* harmless when no transaction is open */
 /* A write transaction shared with other threads' (group commit): fn runs, in a savepoint of

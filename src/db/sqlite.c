@@ -405,20 +405,28 @@ static void write_done(tg_db *db) {
   pthread_mutex_unlock(&db->file->write);
 }
 
-int tg_db_begin(tg_db *db) {
+/* tg_db_begin, or with wait false tg_db_try_begin. */
+static int begin(tg_db *db, bool wait) {
   if (!sqlite3_get_autocommit(db->conn))
     return set_err(db, TG_E_DB, "cannot start a transaction within a transaction");
   struct timespec until;
   clock_gettime(CLOCK_REALTIME, &until);
   until.tv_sec += BUSY_TIMEOUT_MS / 1000;
   /* EDEADLK: this thread's other connection writes; SQLite would answer busy as well. */
-  int rc = pthread_mutex_timedlock(&db->file->write, &until);
+  int rc = wait ? pthread_mutex_timedlock(&db->file->write, &until)
+                : pthread_mutex_trylock(&db->file->write);
   if (rc != 0) return set_err(db, TG_E_BUSY, "database is locked");
   db->writing = true;
+  if (!wait) sqlite3_busy_timeout(db->conn, 0); /* another process's lock: busy at once */
   int r = run(db, "BEGIN IMMEDIATE", NULL, NULL, false);
+  if (!wait) sqlite3_busy_timeout(db->conn, BUSY_TIMEOUT_MS);
   write_done(db);
   return r;
 }
+
+int tg_db_begin(tg_db *db) { return begin(db, true); }
+
+int tg_db_try_begin(tg_db *db) { return begin(db, false); }
 
 int tg_db_commit(tg_db *db) {
   int r = run(db, "COMMIT", NULL, NULL, false);

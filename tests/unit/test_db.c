@@ -8,6 +8,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <sqlite3.h>
+
 #include "db/db.h"
 #include "util/embed.h"
 #include "util/status.h"
@@ -483,6 +485,29 @@ static void test_busy(void **state) {
   tg_db_close(other);
 }
 
+/* tg_db_try_begin answers busy instead of waiting, whether this process's other connection
+ * writes or another process holds SQLite's lock (here a plain SQLite connection), and
+ * leaves the connection's busy timeout as it was. */
+static void test_try_begin(void **state) {
+  fixture *f = *state;
+  tg_db *other = tg_test_db_open(f->dir);
+  assert_int_equal(tg_db_begin(other), 0);
+  assert_int_equal(tg_db_try_begin(f->db), TG_E_BUSY);
+  assert_int_equal(tg_db_rollback(other), 0);
+  tg_db_close(other);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/toolgate.db", f->dir);
+  sqlite3 *elsewhere = NULL;
+  assert_int_equal(sqlite3_open(path, &elsewhere), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(elsewhere, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+  assert_int_equal(tg_db_try_begin(f->db), TG_E_BUSY);
+  assert_int_equal(tg_test_integer(f->db, "PRAGMA busy_timeout"), 5000);
+  assert_int_equal(sqlite3_exec(elsewhere, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(elsewhere);
+  assert_int_equal(tg_db_try_begin(f->db), 0);
+  assert_int_equal(tg_db_rollback(f->db), 0);
+}
+
 /* More distinct statements than the cache holds, and a schema change under a cached one. */
 static void test_statement_cache(void **state) {
   fixture *f = *state;
@@ -575,6 +600,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_migrate_failure_rolls_back, setup_fresh, teardown),
       T(test_at_rest),
       T(test_busy),
+      T(test_try_begin),
       T(test_statement_cache),
       T(test_json_nomem),
       cmocka_unit_test_setup_teardown(test_json_nomem_migrate, setup_fresh, teardown),
