@@ -268,13 +268,14 @@ static bool loopback_host(const char *host, size_t len) {
   return false;
 }
 
-/* What follows a host name: nothing, or ":" and a port of 1 to 5 digits. Anything else (a
- * path, "@", a second name) makes the whole a name this check does not know. */
+/* What follows a host name: nothing, or ":" and a port (1 to 5 digits, at most 65535).
+ * Anything else (a path, "@", a second name) makes the whole a name this check does not
+ * know. */
 static bool port_ok(const char *rest) {
   if (!*rest) return true;
   if (*rest++ != ':') return false;
   size_t digits = strspn(rest, "0123456789");
-  return digits >= 1 && digits <= 5 && !rest[digits];
+  return digits >= 1 && digits <= 5 && !rest[digits] && strtoul(rest, NULL, 10) <= 65535;
 }
 
 /* Host "name[:port]" (a Host header, or what follows an Origin's scheme) names this machine:

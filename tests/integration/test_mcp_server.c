@@ -3675,6 +3675,7 @@ static void test_http_origin_and_host_name_this_machine(void **state) {
       {"evil.example", NULL, "403"},
       {"localhost.evil.example", NULL, "403"},
       {"localhost:x", NULL, "403"},
+      {"localhost:65536", NULL, "403"},
       {"localhost:", NULL, "403"},
       {"[::1]evil", NULL, "403"},
       {"localhost", "http://evil.example", "403"},
