@@ -533,7 +533,6 @@ const char *tg_tool_display_name(const tg_tool *tool, const tg_principal *princi
   return tool->model_name;
 }
 
-
 int tg_tools_usable_each(const tg_env *env, const tg_principal *principal, tg_surface surface,
                          int (*each)(const tg_tool *tool, const char *name, void *arg), void *arg) {
   for (size_t i = 0; i < tg_registry_count(env->registry); i++) {

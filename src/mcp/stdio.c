@@ -687,7 +687,7 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
     int stands = token_stands(&c);
     r = stands == TG_OK ? serve_one(&c, &msg) : refuse_unstanding(&c, &msg, stands);
     if (r == 0 && stands == TG_OK) r = check_lists(&c);
-    if (stands == TG_OK) note_token_use(&c); /* after the answer: the write may wait */
+    if (stands == TG_OK) note_token_use(&c); /* after the answer, which it never holds up */
   }
   if (reading) {
     if (write(c.stop[1], "", 1) != 1) tg_log(TG_LOG_WARN, "mcp: the reader could not be told to stop");
