@@ -1,8 +1,11 @@
 /* Fuzzes the HTTP request path: each input is raw bytes from a client, written into one
  * end of a socketpair whose other end the real server (libmicrohttpd, routing, Origin and
- * Host checks, sessions, the MCP dispatch, tool calls on worker threads) serves from a
- * workspace in a temporary folder. Crashes, leaks and sanitizer reports are the findings;
- * a connection the server never closes is one too. */
+ * Host checks, sessions, the MCP dispatch, tool calls on worker threads, the conformance
+ * fixtures and tasks) serves from a workspace in a temporary folder. An input naming the
+ * placeholder TOKEN_MARK goes to a second server that authenticates, with the placeholder
+ * replaced by an agent's live token (so that a seed can hold one and mutations break it);
+ * any other goes to one serving the workspace owner without authentication. Crashes, leaks
+ * and sanitizer reports are the findings; a connection the server never closes is one too. */
 #define _GNU_SOURCE
 #include <poll.h>
 #include <stdint.h>
@@ -12,14 +15,17 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/call.h"
 #include "core/principal.h"
 #include "core/registry.h"
 #include "db/db.h"
 #include "http/server.h"
+#include "tools/conformance.h"
 #include "tools/providers.h"
 
 #define MAX_INPUT 65536
 #define CLOSE_WAIT_MS 30000 /* a healthy server answers or closes far sooner */
+#define TOKEN_MARK "@TOKEN@"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -27,12 +33,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static char dir[] = "/tmp/tg-fuzz-http-XXXXXX";
 static tg_db *db;
 static tg_registry *registry;
-static tg_http *http;
-static tg_http_config cfg;
+static tg_http *open_http, *auth_http;
+static tg_http_config open_cfg, auth_cfg;
 static char owner[TG_UUID_LEN + 1];
+static char token[128];
 
 static void cleanup(void) {
-  tg_http_stop(http);
+  tg_http_stop(open_http);
+  tg_http_stop(auth_http);
   tg_registry_free(registry);
   tg_db_close(db);
   const char *files[] = {"toolgate.db", "toolgate.db-wal", "toolgate.db-shm"};
@@ -44,30 +52,83 @@ static void cleanup(void) {
   rmdir(dir);
 }
 
+/* The owner's call of tool with args (JSON text), through the call path; aborts unless it
+ * runs. Answers its result, which the caller releases. */
+static json_t *owner_call(const char *tool, const char *args) {
+  tg_env env = {.registry = registry, .db = db, .data_dir = dir};
+  json_t *parsed = json_loads(args, 0, NULL);
+  tg_call_request req = {.principal_id = owner, .surface = TG_SURFACE_API, .tool = tool,
+                         .args = parsed};
+  tg_call_result res;
+  if (!parsed || tg_call(&env, &req, &res) < 0) abort();
+  json_t *value = json_incref(res.value);
+  tg_call_result_done(&res);
+  json_decref(parsed);
+  return value;
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   char *why = NULL;
   char tenant[TG_UUID_LEN + 1];
-  unsigned port = 0;
+  const tg_provider *providers[16];
+  size_t n = 0;
+  for (; n < tg_builtin_providers_count; n++) providers[n] = tg_builtin_providers[n];
+  providers[n++] = &tg_provider_conformance;
   if (!mkdtemp(dir) || tg_db_open(dir, &db, &why) < 0 || tg_db_migrate(db, NULL) < 0 ||
       tg_tenant_create(db, "fuzz", "owner", tenant, owner) < 0 ||
-      tg_registry_new(tg_builtin_providers, tg_builtin_providers_count, &registry, &why) < 0) {
+      tg_registry_new(providers, n, &registry, &why) < 0) {
     fprintf(stderr, "fuzz_http: setup failed: %s\n", why ? why : "?");
     abort();
   }
-  cfg = (tg_http_config){.listen = "127.0.0.1:0", .no_auth = true, .no_auth_principal = owner,
-                         .threads = 4, .data_dir = dir, .registry = registry,
-                         .server = {.name = "toolgate", .version = "fuzz"}};
-  if (tg_http_start(&cfg, &http, &port) < 0) abort();
+  json_decref(owner_call("admin.agent.create", "{\"slug\":\"bot\",\"grants\":[\"canAssignTasks\"]}"));
+  json_t *made = owner_call("admin.token.create", "{\"agentSlug\":\"bot\"}");
+  const char *made_token = json_string_value(json_object_get(made, "token"));
+  if (!made_token || strlen(made_token) >= sizeof token) abort();
+  strcpy(token, made_token);
+  json_decref(made);
+  tg_mcp_server server = {.fixtures = true, .name = "toolgate", .version = "fuzz"};
+  open_cfg = (tg_http_config){.listen = "127.0.0.1:0", .no_auth = true,
+                              .no_auth_principal = owner, .threads = 4, .data_dir = dir,
+                              .registry = registry, .server = server};
+  auth_cfg = (tg_http_config){.listen = "127.0.0.1:0", .threads = 4, .data_dir = dir,
+                              .registry = registry, .server = server};
+  unsigned port = 0;
+  if (tg_http_start(&open_cfg, &open_http, &port) < 0 ||
+      tg_http_start(&auth_cfg, &auth_http, &port) < 0)
+    abort();
   atexit(cleanup);
   return 0;
 }
 
+/* data with each TOKEN_MARK replaced by the live token, in *out (malloc'd); its length. */
+static size_t with_token(const uint8_t *data, size_t size, uint8_t **out) {
+  size_t mark = strlen(TOKEN_MARK), tok = strlen(token), len = 0;
+  uint8_t *buf = malloc(size / mark * tok + size + 1);
+  if (!buf) abort();
+  for (size_t i = 0; i < size;) {
+    if (size - i >= mark && memcmp(data + i, TOKEN_MARK, mark) == 0) {
+      memcpy(buf + len, token, tok);
+      len += tok;
+      i += mark;
+    } else {
+      buf[len++] = data[i++];
+    }
+  }
+  *out = buf;
+  return len;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > MAX_INPUT) return 0;
+  uint8_t *sent = NULL;
+  bool authed = memmem(data, size, TOKEN_MARK, strlen(TOKEN_MARK)) != NULL;
+  if (authed) size = with_token(data, size, &sent);
+  data = authed ? sent : data;
   int fds[2];
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) < 0) abort();
-  if (tg_http_add_connection(http, fds[0]) < 0) {
+  if (tg_http_add_connection(authed ? auth_http : open_http, fds[0]) < 0) {
     close(fds[1]);
+    free(sent);
     return 0;
   }
   for (size_t off = 0; off < size;) {
@@ -84,5 +145,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (ready < 0 || read(fds[1], buf, sizeof buf) <= 0) break;
   }
   close(fds[1]);
+  free(sent);
   return 0;
 }
