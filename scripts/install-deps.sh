@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config clang libclang-rt-14-dev
   libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev libsqlite3-dev sqlite3 libpq-dev
-  libgit2-dev libyaml-dev libpcre2-dev libgnutls28-dev libcmocka-dev valgrind git jq
+  libgit2-dev libyaml-dev libpcre2-dev libgnutls28-dev libcmocka-dev valgrind git jq curl
 )
 # The tests and the benchmark install their pinned npm packages (Node 22 among them) with
 # npm. Any Node.js that runs npm will do: Debian's only when there is none.

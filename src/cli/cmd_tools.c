@@ -1,4 +1,5 @@
 /* toolgate tools list | docs: the catalog, as data, as a table, as docs/TOOLS.md. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
@@ -133,12 +134,13 @@ static int tools_docs(cli *c, int argc, char **argv) {
   _cleanup_json_ json_t *tools = catalog(c->registry);
   FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
   if (!f) {
-    fprintf(stderr, "toolgate: cannot write %s\n", path);
+    fprintf(stderr, "toolgate: cannot write %s: %s (--out FILE writes elsewhere)\n", path,
+            strerror(errno));
     return CLI_FAILED;
   }
   write_docs(f, tools);
-  if (f != stdout && fclose(f) != 0) {
-    fprintf(stderr, "toolgate: cannot write %s\n", path);
+  if (f != stdout && (ferror(f) | fclose(f)) != 0) { /* both: a write failed, or the flush */
+    fprintf(stderr, "toolgate: cannot write %s: %s\n", path, strerror(errno));
     return CLI_FAILED;
   }
   if (f != stdout) fprintf(stderr, "wrote %s (%zu tools)\n", path, json_array_size(tools));
