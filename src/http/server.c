@@ -2440,10 +2440,14 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
                 (w->headers.protocol_version &&
                  strcmp(w->headers.protocol_version, TG_MCP_MODERN_VERSION) == 0);
   /* The dispatch checks a request's version header; a notification's, a response's and a
-   * batch's bind no less. */
-  if (!modern && w->msg.kind != TG_RPC_REQUEST && w->headers.protocol_version &&
-      !tg_mcp_legacy_supported(w->headers.protocol_version)) {
-    result = queue_refusal(conn, MHD_HTTP_BAD_REQUEST, &w->msg, "Unsupported MCP-Protocol-Version");
+   * batch's bind no less, and so does a notification's 2026-07-28 claim. */
+  int version_code;
+  const char *version_refusal =
+      w->msg.kind == TG_RPC_REQUEST
+          ? NULL
+          : tg_mcp_version_refusal(&w->msg, w->headers.protocol_version, &version_code);
+  if (version_refusal) {
+    result = queue_refusal_as(conn, MHD_HTTP_BAD_REQUEST, &w->msg, version_code, version_refusal);
     goto done;
   }
   bool opens = !modern && w->msg.kind == TG_RPC_REQUEST && strcmp(w->msg.method, "initialize") == 0;
@@ -2680,7 +2684,10 @@ static stream *standalone_locked(session *x, unsigned *status, const char **why,
   *status = MHD_HTTP_INTERNAL_SERVER_ERROR;
   *why = "Out of memory";
   stream *st = stream_new(x->srv, x->next_stream + 1, x->principal);
-  if (!st || prime_locked(st) < 0) {
+  /* Primed, as a call's stream is, only for the clients that resume streams: an older one
+   * may take the empty event for a message that does not parse. */
+  bool resumes = strcmp(x->state.version, POLLING_VERSION) >= 0;
+  if (!st || (resumes && prime_locked(st) < 0)) {
     if (st) stream_release(st);
     return NULL;
   }

@@ -1494,6 +1494,22 @@ static bool header_differs(const char *header, const char *body) {
   return header && (!body || strcmp(header, body) != 0);
 }
 
+const char *tg_mcp_version_refusal(const tg_rpc_msg *msg, const char *header_version, int *code) {
+  if (!tg_mcp_has_claim(msg)) {
+    *code = TG_RPC_INVALID_REQUEST;
+    bool spoken = !header_version || tg_mcp_legacy_supported(header_version) ||
+                  strcmp(header_version, TG_MCP_MODERN_VERSION) == 0;
+    return spoken ? NULL : "Unsupported MCP-Protocol-Version";
+  }
+  const char *claimed = json_string_value(json_object_get(meta_of(msg), META_VERSION));
+  *code = TG_RPC_HEADER_MISMATCH;
+  if (header_differs(header_version, claimed))
+    return "MCP-Protocol-Version does not match _meta";
+  *code = TG_RPC_UNSUPPORTED_VERSION;
+  return claimed && strcmp(claimed, TG_MCP_MODERN_VERSION) == 0 ? NULL
+                                                                 : "Unsupported protocol version";
+}
+
 /* Mcp-Name carries params.name (tools/call, prompts/get), params.uri (resources/read) or
  * params.taskId (tasks/get, tasks/update, tasks/cancel). */
 static bool name_matches(const tg_rpc_msg *msg, const char *header) {

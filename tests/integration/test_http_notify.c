@@ -1121,6 +1121,57 @@ static void test_what_a_session_may_not_send(void **state) {
   assert_int_equal(fixture_count(w->f, "agent_runs"), runs);
 }
 
+/* A 2026-07-28 notification's version header binds as a request's: one that differs from
+ * its _meta claim is refused (-32020), and so is a claim of a version the server does not
+ * speak (-32022); one that agrees is taken (202), as is a claim without the header. */
+static void test_a_modern_notification_names_a_version_it_speaks(void **state) {
+  world *w = *state;
+  static const struct {
+    const char *header, *claim, *refusal;
+  } cases[] = {
+      {"MCP-Protocol-Version: 1999-01-01", "2026-07-28", "\"code\":-32020"},
+      {"MCP-Protocol-Version: 2025-11-25", "2026-07-28", "\"code\":-32020"},
+      {"MCP-Protocol-Version: 1999-01-01", "1999-01-01", "\"code\":-32022"},
+      {NULL, "1999-01-01", "\"code\":-32022"},
+      {"MCP-Protocol-Version: 2026-07-28", "2026-07-28", NULL},
+      {NULL, "2026-07-28", NULL},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char body[256];
+    snprintf(body, sizeof body,
+             "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{"
+             "\"progressToken\":1,\"progress\":1,\"_meta\":{\"io.modelcontextprotocol/"
+             "protocolVersion\":\"%s\",\"io.modelcontextprotocol/clientCapabilities\":{}}}}",
+             cases[i].claim);
+    char *got = request(w, "POST", NULL, cases[i].header, body, cases[i].refusal ? 400 : 202);
+    if (cases[i].refusal) assert_non_null(strstr(got, cases[i].refusal));
+    free(got);
+  }
+}
+
+/* Only the revisions whose clients resume streams get a GET stream primed (an empty event
+ * with an id to resume from): an older client may take the empty event for a message that
+ * does not parse. Its stream begins with the first event. */
+static void test_an_older_session_gets_its_get_stream_unprimed(void **state) {
+  world *w = *state;
+  char sid[64];
+  open_session_at(w, "2025-06-18", "{}", sid);
+  exchange *get = start(w, "GET", sid, NULL, NULL);
+  /* Its headers come once the lists it hears of are taken as they stand. */
+  pthread_mutex_lock(&get->lock);
+  while (!get->type[0] && !get->ended) pthread_cond_wait(&get->grew, &get->lock);
+  pthread_mutex_unlock(&get->lock);
+  assert_string_equal(get->type, "text/event-stream");
+  fixture_revoke_elsewhere(w->f, "bot", "tasks.assign");
+  free(request(w, "POST", sid, NULL, PING, 200));
+  await(get, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}");
+  pthread_mutex_lock(&get->lock);
+  assert_int_equal(strncmp(get->got, "id: ", 4), 0);
+  assert_null(strstr(get->got, "data: \n\n"));
+  pthread_mutex_unlock(&get->lock);
+  finish(get);
+}
+
 /* A 2025-03-26 session takes JSON-RPC batches: one JSON answer holds the replies, and a
  * response in a batch reaches the call waiting for it. Without a session, or on a later
  * revision, each request in a batch is refused and nothing in it runs. */
@@ -2431,6 +2482,8 @@ int main(void) {
       T(test_a_session_is_asked_what_an_input_required_result_asks),
       T(test_batches_on_a_2025_03_26_session),
       T(test_what_a_session_may_not_send),
+      T(test_a_modern_notification_names_a_version_it_speaks),
+      T(test_an_older_session_gets_its_get_stream_unprimed),
       T(test_a_client_result_not_an_object_is_its_error),
       T(test_an_error_naming_no_request_answers_the_one_question),
       T(test_ending_a_session_cancels_its_calls),
