@@ -54,6 +54,20 @@ json_t *tg_client_capabilities_read(const json_t *declared) {
   return kept;
 }
 
+bool tg_client_capabilities_malformed(const json_t *declared) {
+  static const char *const objects[] = {"experimental", "roots", "sampling", "elicitation",
+                                        "extensions"};
+  for (size_t i = 0; i < sizeof objects / sizeof objects[0]; i++) {
+    const json_t *member = json_object_get(declared, objects[i]);
+    if (member && !json_is_object(member)) return true;
+  }
+  const char *id;
+  const json_t *settings;
+  json_object_foreach((json_t *)json_object_get(declared, "extensions"), id, settings)
+    if (!json_is_object(settings)) return true;
+  return false;
+}
+
 int tg_client_requirement(const char *method, const json_t *params, json_t **ret) {
   const char *cap = capability_of(method);
   *ret = NULL;

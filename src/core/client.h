@@ -73,6 +73,10 @@ bool tg_client_can(const json_t *capabilities, const char *method, const json_t 
  * session keeps of them for its life, however much the client declared. NULL without
  * memory. */
 json_t *tg_client_capabilities_read(const json_t *declared);
+/* Whether declared capabilities (an object) give something other than an object where the
+ * protocol's ClientCapabilities has one: experimental, roots, sampling, elicitation,
+ * extensions, and each extension's settings. */
+bool tg_client_capabilities_malformed(const json_t *declared);
 /* The ClientCapabilities a request of method with params needs ({"sampling":{}},
  * {"elicitation":{"form":{}}}, {"elicitation":{"url":{}}}, ...), a new reference in *ret:
  * 0, TG_E_INVAL for a method no client can answer, or TG_E_NOMEM. */

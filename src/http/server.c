@@ -2822,6 +2822,22 @@ static int target_path(const char *url, const char **path, char **authority) {
   return TG_OK;
 }
 
+/* Whether the body comes in a content coding (gzip, say): none is taken, "identity" being
+ * no coding, in any of the header's lines. */
+static enum MHD_Result count_coding(void *arg, enum MHD_ValueKind kind, const char *name,
+                                    const char *value) {
+  (void)kind;
+  if (strcasecmp(name, "Content-Encoding") == 0 && value && strcasecmp(value, "identity") != 0)
+    ++*(unsigned *)arg;
+  return MHD_YES;
+}
+
+static bool encoded(struct MHD_Connection *conn) {
+  unsigned codings = 0;
+  MHD_get_connection_values(conn, MHD_HEADER_KIND, count_coding, &codings);
+  return codings > 0;
+}
+
 /* What a request's headers decide, before any of its body is read: the route, the origin and
  * the caller. Queues the refusal (rq->answered) or fills rq->principal. */
 static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char *target,
@@ -2922,6 +2938,9 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
              !tg_http_is_json(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type"))) {
     rq->refused_media = "Content-Type must be application/json";
     rq->refused_media_status = MHD_HTTP_UNSUPPORTED_MEDIA_TYPE;
+  } else if (strcmp(method, "POST") == 0 && encoded(conn)) {
+    rq->refused_media = "Content-Encoding is not supported: send the body as it is";
+    rq->refused_media_status = MHD_HTTP_UNSUPPORTED_MEDIA_TYPE; /* RFC 9110 §15.5.16 */
   }
   rq->answered = false;
   return MHD_YES;

@@ -1542,6 +1542,10 @@ static int check_modern(cx *c, tg_mcp_reply *reply) {
   if (!json_is_string(version) || !json_is_object(caps))
     r = reply_error(msg, TG_RPC_INVALID_PARAMS, "Invalid request _meta",
                     json_pack("{s:[s,s]}", "required", META_VERSION, META_CAPS), 400, reply);
+  else if (tg_client_capabilities_malformed(caps))
+    r = reply_error(msg, TG_RPC_INVALID_PARAMS,
+                    "Invalid request _meta: a client capability that must be an object is not",
+                    json_pack("{s:s}", "invalid", META_CAPS), 400, reply);
   else if (h && header_differs(h->protocol_version, json_string_value(version)))
     r = reply_error(msg, TG_RPC_HEADER_MISMATCH, "MCP-Protocol-Version does not match _meta",
                     NULL, 400, reply);

@@ -495,6 +495,16 @@ static void test_modern_ladder(void **state) {
   assert_int_equal(status, 400);
   assert_string_equal(json_string_value(json_object_get(json_object_get(json_object_get(r, "error"), "data"), "requested")), "v999.0.0");
   json_decref(r);
+  /* Capabilities given in the wrong shape are a malformed envelope, not capabilities left
+   * undeclared (which a tool needing them would answer with -32021). */
+  r = send_msg(w,
+               "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"server/discover\",\"params\":{\"_meta\":{"
+               "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+               "\"io.modelcontextprotocol/clientCapabilities\":{\"sampling\":true}}}}",
+               NULL, &status);
+  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+  assert_int_equal(status, 400);
+  json_decref(r);
   tg_mcp_headers mismatch = {.protocol_version = "2026-07-28", .method = "server/discover"};
   r = send_msg(w,
                "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"server/discover\",\"params\":{\"_meta\":{"
@@ -1558,10 +1568,11 @@ static void test_tasks_need_the_extension(void **state) {
   r = request_as(w, w->agent, "{}", "tasks/get", "\"taskId\":\"x\"", &status);
   assert_int_equal(error_code(r), TG_RPC_MISSING_CAPABILITY);
   json_decref(r);
-  /* A capability is an object: anything else declares none. */
+  /* A capability is an object: anything else is a malformed envelope. */
   r = request_as(w, w->agent, "{\"extensions\":{\"io.modelcontextprotocol/tasks\":null}}",
                  "tasks/get", "\"taskId\":\"x\"", &status);
-  assert_int_equal(error_code(r), TG_RPC_MISSING_CAPABILITY);
+  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+  assert_int_equal(status, 400);
   json_decref(r);
   /* An optional task runs as a plain call for a client without tasks. */
   r = request_as(w, w->agent, "{}", "tools/call", "\"name\":\"slow_compute\",\"arguments\":{\"seconds\":1}", &status);
@@ -3484,10 +3495,16 @@ static void test_http_post_media_types(void **state) {
       {"Accept: application/json, text/event-stream\r\nContent-Type: text/plain\r\n", "415",
        "Content-Type must be application/json"},
       {"Accept: application/json, text/event-stream\r\n", "415", "Content-Type must be"},
+      {"Accept: application/json, text/event-stream\r\nContent-Encoding: gzip\r\n" JSON_BODY,
+       "415", "Content-Encoding is not supported"},
+      {"Accept: application/json, text/event-stream\r\nContent-Encoding: identity\r\n"
+       "Content-Encoding: br\r\n" JSON_BODY,
+       "415", "Content-Encoding is not supported"},
       /* Taken: no Accept takes anything, and a wildcard; both answer in JSON. Events named
        * by their type, as much wanted as JSON, make the call's answer a stream, and so do
        * they on lines of their own (one list, RFC 9110 §5.3). */
       {JSON_BODY, "200", "Content-Type: application/json"},
+      {"Content-Encoding: identity\r\n" JSON_BODY, "200", "Content-Type: application/json"},
       {"Accept: */*\r\n" JSON_BODY, "200", "Content-Type: application/json"},
       {"Accept: application/json, text/event-stream\r\n"
        "Content-Type: Application/JSON; charset=utf-8\r\n",

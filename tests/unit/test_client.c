@@ -28,6 +28,26 @@ static void test_declared_kinds(void **state) {
   assert_false(can("{}", "sampling/createMessage", "{}"));
 }
 
+/* Where ClientCapabilities has an object, anything else is malformed; what it does not
+ * define is left alone. */
+static void test_malformed_capabilities(void **state) {
+  static const char *const malformed[] = {
+      "{\"sampling\":true}", "{\"elicitation\":\"form\"}", "{\"roots\":[]}",
+      "{\"experimental\":null}", "{\"extensions\":[]}",
+      "{\"extensions\":{\"io.modelcontextprotocol/tasks\":true}}"};
+  static const char *const wellformed[] = {
+      "{}", "{\"sampling\":{},\"elicitation\":{\"url\":{}},\"roots\":{\"listChanged\":true}}",
+      "{\"extensions\":{\"io.modelcontextprotocol/tasks\":{}}}", "{\"someday\":7}"};
+  for (size_t i = 0; i < sizeof malformed / sizeof malformed[0]; i++) {
+    _cleanup_json_ json_t *caps = json_loads(malformed[i], 0, NULL);
+    assert_true(tg_client_capabilities_malformed(caps));
+  }
+  for (size_t i = 0; i < sizeof wellformed / sizeof wellformed[0]; i++) {
+    _cleanup_json_ json_t *caps = json_loads(wellformed[i], 0, NULL);
+    assert_false(tg_client_capabilities_malformed(caps));
+  }
+}
+
 /* An empty elicitation object is form mode alone; url mode must be named. */
 static void test_elicitation_modes(void **state) {
   const char *form = "{\"message\":\"m\"}", *url = "{\"mode\":\"url\",\"url\":\"https://x\"}";
@@ -185,6 +205,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_unasked_answers_and_terms),
       cmocka_unit_test(test_declared_kinds),
+      cmocka_unit_test(test_malformed_capabilities),
       cmocka_unit_test(test_elicitation_modes),
       cmocka_unit_test(test_requirements),
       cmocka_unit_test(test_answers),
