@@ -345,6 +345,15 @@ static int classify(json_t *root, tg_rpc_msg *msg, json_t **ret_error) {
     json_decref(root);
     return TG_E_NOMEM;
   }
+  /* A cancellation names its request by the id as that was read. */
+  json_t *cancels = json_object_get(root, "params");
+  json_t *target = json_object_get(cancels, "requestId");
+  const char *verb = json_string_value(json_object_get(root, "method"));
+  if (json_is_real(target) && verb && strcmp(verb, "notifications/cancelled") == 0 &&
+      json_object_set_new(cancels, "requestId", integral(json_incref(target))) < 0) {
+    json_decref(root);
+    return TG_E_NOMEM;
+  }
   json_t *id = json_object_get(root, "id");
   _cleanup_json_ json_t *echo_id = echo_id_of(root);
   int code = 0;
@@ -420,12 +429,16 @@ json_t *tg_rpc_too_large(const tg_rpc_id_scan *scan) {
   return error;
 }
 
-/* Whether jansson's error says the text is no JSON (-32700): not JSON that says too much (a
- * key given twice, \u0000, a number past a double) nor more than jansson reads. */
-static bool not_json(enum json_error_code why) {
+/* Whether jansson's error e says the text is no JSON (-32700): not JSON that says too much (a
+ * key given twice, \u0000, a number past a double, a \u escape of half a surrogate pair,
+ * which no UTF-8 string holds) nor more than jansson reads. jansson tells the lone surrogate
+ * only by its text. */
+static bool not_json(const json_error_t *e) {
+  enum json_error_code why = json_error_code(e);
+  bool lone_surrogate = why == json_error_invalid_syntax && strncmp(e->text, "invalid Unicode '", 17) == 0;
   return why != json_error_duplicate_key && why != json_error_null_character &&
          why != json_error_null_byte_in_key && why != json_error_numeric_overflow &&
-         why != json_error_stack_overflow && why != json_error_out_of_memory;
+         why != json_error_stack_overflow && why != json_error_out_of_memory && !lone_surrogate;
 }
 
 static int parse_error(const json_error_t *e, json_t **ret_error) {
@@ -451,7 +464,7 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
     bool readable = strcmp(scan.limit, "values") != 0;
     json_error_t jerr;
     json_t *whole = readable ? json_loadb(buf, len, JSON_DECODE_ANY, &jerr) : NULL;
-    if (readable && !whole && not_json(json_error_code(&jerr)))
+    if (readable && !whole && not_json(&jerr))
       return parse_error(&jerr, ret_error);
     static const char why[] = "Message exceeds a limit";
     json_t *data = limit_data(scan.limit);
@@ -487,7 +500,7 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
     }
     /* A string holding \u0000 is JSON, but no string here: a C string would end there. */
     bool nul = why == json_error_null_character || why == json_error_null_byte_in_key;
-    if (not_json(why)) return parse_error(&jerr, ret_error);
+    if (not_json(&jerr)) return parse_error(&jerr, ret_error);
     json_t *data = json_pack("{s:s,s:i}", "reason",
                              nul ? "a string holds \\u0000, which is not taken" : jerr.text,
                              "position", jerr.position);

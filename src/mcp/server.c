@@ -1731,8 +1731,10 @@ int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_
     return 0;
   }
   cx c = {.srv = srv, .req = req, .msg = msg, .modern = tg_mcp_has_claim(msg)};
-  int r = c.modern ? check_modern(&c, reply) : check_legacy(&c, reply);
-  if (r == 0 && !req->headers) r = check_pinned(&c, reply);
+  /* A stdio connection's era first: a request of the other era is told which this speaks,
+   * not that its method is unknown there. */
+  int r = req->headers ? 0 : check_pinned(&c, reply);
+  if (r == 0) r = c.modern ? check_modern(&c, reply) : check_legacy(&c, reply);
   if (r != 0) return r < 0 ? r : 0;
   const method *m = find_method(srv, msg->method, c.modern ? ERA_MODERN : ERA_LEGACY);
   /* A modern request pins a stdio connection, except the discover probe: a client may

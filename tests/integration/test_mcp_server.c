@@ -1340,8 +1340,14 @@ static void test_tasks_advertised_and_listed(void **state) {
   assert_non_null(find_tool(tools, "test_task_greet"));
   assert_null(json_object_get(find_tool(tools, "test_task_greet"), "execution"));
   json_decref(res);
-  /* A legacy session knows no tasks. */
+  /* Without _meta, on this connection (which speaks 2026-07-28 now), it is told what it
+   * lacks, not that tasks are unknown; a legacy session knows no tasks. */
   json_t *r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tasks/get\",\"params\":{\"taskId\":\"x\"}}", NULL, NULL);
+  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+  json_decref(r);
+  tg_mcp_session_done(&w->session); /* a new connection */
+  json_decref(send_msg(w, INITIALIZE(2, "2025-11-25", "{}"), NULL, NULL));
+  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tasks/get\",\"params\":{\"taskId\":\"x\"}}", NULL, NULL);
   assert_int_equal(error_code(r), TG_RPC_METHOD_NOT_FOUND);
   json_decref(r);
 }

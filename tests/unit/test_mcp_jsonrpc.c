@@ -42,6 +42,14 @@ static void test_kinds(void **state) {
   assert_true(json_is_object(msg.params));
   tg_rpc_msg_done(&msg);
 
+  /* A cancellation names the request 1.0 was read as: 1. */
+  const char *cancel = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\","
+                       "\"params\":{\"requestId\":1.0}}";
+  assert_int_equal(tg_rpc_decode(cancel, strlen(cancel), &msg, &err), 0);
+  assert_true(json_is_integer(json_object_get(msg.params, "requestId")));
+  assert_int_equal(json_integer_value(json_object_get(msg.params, "requestId")), 1);
+  tg_rpc_msg_done(&msg);
+
   const char *resp = "{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"result\":{}}";
   assert_int_equal(tg_rpc_decode(resp, strlen(resp), &msg, &err), 0);
   assert_int_equal(msg.kind, TG_RPC_RESPONSE);
@@ -202,6 +210,20 @@ static void test_error_echoes_readable_id(void **state) {
   err = decode_fails(text, strlen(text), TG_RPC_INVALID_REQUEST);
   assert_int_equal(json_integer_value(json_object_get(err, "id")), 8);
   json_decref(err);
+  /* Half a surrogate pair (a string cut in the middle of an emoji, say), alone or followed
+   * by no second half: JSON, but no UTF-8 string holds it. */
+  static const char *const halves[] = {"\\udc00", "ok \\ud83d", "\\ud83d\\u0041"};
+  for (size_t i = 0; i < sizeof halves / sizeof halves[0]; i++) {
+    char half[128];
+    snprintf(half, sizeof half,
+             "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"ping\",\"params\":{\"x\":\"%s\"}}", halves[i]);
+    err = decode_fails(half, strlen(half), TG_RPC_INVALID_REQUEST);
+    assert_int_equal(json_integer_value(json_object_get(err, "id")), 3);
+    json_decref(err);
+  }
+  /* A bad escape is no JSON. */
+  text = "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"ping\",\"params\":{\"x\":\"\\q\"}}";
+  json_decref(decode_fails(text, strlen(text), TG_RPC_PARSE_ERROR));
 }
 
 static char *nested(int depth) {
