@@ -1439,6 +1439,28 @@ static bool deliver_answer(server *s, session *x, const tg_rpc_msg *msg) {
   return found;
 }
 
+/* A posted body that could not be decoded (refused with refusal) that meant to answer a
+ * question of the session sid: that question gets an error for it, so that its call fails
+ * at once instead of waiting out its time. */
+static void answer_unreadable(server *s, const request *rq, const char *sid,
+                              const json_t *refusal) {
+  tg_rpc_id_scan scan;
+  tg_rpc_id_scan_init(&scan);
+  tg_rpc_id_scan_feed(&scan, rq->body ? rq->body : "", rq->len);
+  _cleanup_json_ json_t *id = tg_rpc_response_id(&scan);
+  session *x = id ? session_find(s, sid, rq->principal, rq->token_hash) : NULL;
+  if (!x) return;
+  _cleanup_json_ json_t *answer = tg_mcp_unreadable_answer(id, refusal);
+  tg_rpc_msg msg;
+  json_t *ignored = NULL;
+  if (answer && tg_rpc_decode_element(answer, &msg, &ignored) == 0) {
+    deliver_answer(s, x, &msg);
+    tg_rpc_msg_done(&msg);
+  }
+  json_decref(ignored);
+  session_put(s, x);
+}
+
 /* A session a batch of it is delivered to. */
 typedef struct batch_target {
   server *srv;
@@ -2396,6 +2418,7 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   tg_mcp_session_init(&w->scratch);
   json_t *err = NULL;
   int dr = tg_rpc_decode(rq->body ? rq->body : "", rq->len, &w->msg, &err);
+  if (dr != 0 && sid && err && !rq->refused_media) answer_unreadable(s, rq, sid, err);
   if (dr != 0 && rq->refused_media && err) err = media_refusal(err, rq->refused_media);
   if (dr != 0) {
     free(w);

@@ -169,17 +169,22 @@ static json_t *integral(json_t *id) {
   return json_integer((json_int_t)v);
 }
 
-/* The id an error about a scanned message may name (a new reference, or NULL): a request's
- * (a message with a top-level method), given once (which of two the client meant is unsaid),
- * read whole, a string or an integer (MCP's ids: an error naming another would not be an MCP
- * message). */
-static json_t *scanned_id(const tg_rpc_id_scan *s) {
-  if (s->ids != 1 || !s->id_whole || !s->methods || s->escaped_key) return NULL;
+/* The id of a scanned message (a new reference, or NULL) when a request's (of a message with
+ * a top-level method) or else a response's, as request says: given once (which of two was
+ * meant is unsaid), read whole, a string or an integer (MCP's ids). */
+static json_t *id_scanned(const tg_rpc_id_scan *s, bool request) {
+  if (s->ids != 1 || !s->id_whole || s->methods != request || s->escaped_key) return NULL;
   json_t *id = integral(json_loadb(s->id, s->id_len, JSON_DECODE_ANY, NULL));
   if (valid_id(id)) return id;
   json_decref(id);
   return NULL;
 }
+
+/* The id an error about a scanned message may name: a request's (an error naming another
+ * would not be an MCP message). */
+static json_t *scanned_id(const tg_rpc_id_scan *s) { return id_scanned(s, true); }
+
+json_t *tg_rpc_response_id(const tg_rpc_id_scan *scan) { return id_scanned(scan, false); }
 
 /* The same for a message's whole text. */
 static json_t *id_in(const char *buf, size_t len) {

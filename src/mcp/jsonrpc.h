@@ -74,6 +74,9 @@ typedef struct tg_rpc_id_scan {
 } tg_rpc_id_scan;
 void tg_rpc_id_scan_init(tg_rpc_id_scan *scan);
 void tg_rpc_id_scan_feed(tg_rpc_id_scan *scan, const char *text, size_t len);
+/* The id of the response a message that could not be decoded meant to be, as scan found it
+ * (one id, read whole, a string or an integer, and no method): a new reference, or NULL. */
+json_t *tg_rpc_response_id(const tg_rpc_id_scan *scan);
 /* The error refusing a message longer than TG_RPC_MAX_BODY, naming its request when scan
  * (NULL: none was read) found its id. NULL without memory. */
 json_t *tg_rpc_too_large(const tg_rpc_id_scan *scan);

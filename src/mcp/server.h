@@ -139,6 +139,11 @@ json_t *tg_mcp_cancel_target(const tg_rpc_msg *msg);
  * showing it. NULL when out of memory. */
 json_t *tg_mcp_withdrawal(const json_t *ask, bool timed_out);
 
+/* The response that stands, for the question id waiting on it, for the client's answer that
+ * could not be decoded (refusal: the error its decoding gave, borrowed): an error, so that
+ * the call that asked fails at once instead of waiting out its time. NULL without memory. */
+json_t *tg_mcp_unreadable_answer(json_t *id, const json_t *refusal);
+
 /* Serves msg (a batch as tg_mcp_handle_batch does). Returns 0 with *reply filled (the caller
  * frees reply->text), or TG_E_NOMEM. */
 int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_rpc_msg *msg,

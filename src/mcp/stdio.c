@@ -230,6 +230,20 @@ static bool blank(const char *s, size_t len) {
   return true;
 }
 
+/* A message that could not be decoded (refused with refusal), scanned as scan, that meant to
+ * answer the question waiting: that question gets an error for it, so that its call fails at
+ * once instead of waiting out its time. */
+static void answer_unreadable(conn *c, const tg_rpc_id_scan *scan, const json_t *refusal) {
+  _cleanup_json_ json_t *id = tg_rpc_response_id(scan);
+  if (!id) return;
+  pthread_mutex_lock(&c->lock);
+  if (c->awaiting && !c->answer && json_equal(id, c->awaiting)) {
+    c->answer = tg_mcp_unreadable_answer(id, refusal);
+    pthread_cond_broadcast(&c->changed);
+  }
+  pthread_mutex_unlock(&c->lock);
+}
+
 /* The next message: GOT_ONE with *msg decoded, GOT_NOTHING (a blank line, or an error
  * already answered), GOT_EOF, or a TG_E_*. */
 static int next_message(conn *c, tg_rpc_msg *msg) {
@@ -238,12 +252,18 @@ static int next_message(conn *c, tg_rpc_msg *msg) {
   if (got == GOT_EOF) return got;
   if (got == GOT_ONE && blank(c->line, len)) return GOT_NOTHING;
   json_t *err = NULL;
+  tg_rpc_id_scan scanned;
   if (got == GOT_TOO_LONG) {
     err = tg_rpc_too_large(&c->past);
+    scanned = c->past;
   } else if (tg_rpc_decode(c->line, len, msg, &err) == 0) {
     return GOT_ONE;
+  } else {
+    tg_rpc_id_scan_init(&scanned);
+    tg_rpc_id_scan_feed(&scanned, c->line, len);
   }
   if (!err) return TG_E_NOMEM;
+  answer_unreadable(c, &scanned, err);
   int r = write_message(c, err);
   return r < 0 ? r : GOT_NOTHING;
 }

@@ -1065,6 +1065,24 @@ static void test_an_error_naming_no_request_answers_the_one_question(void **stat
   finish(call);
 }
 
+/* A posted answer to a question of the session that cannot be decoded (a key given twice)
+ * but names the question is refused (400) and fails the call at once, as an error would,
+ * rather than leaving it to wait out its time. */
+static void test_an_unreadable_answer_fails_its_question(void **state) {
+  world *w = *state;
+  char sid[64];
+  open_session(w, "{\"sampling\":{}}", sid);
+  exchange *call = asking_call(w, sid);
+  char answer[128];
+  snprintf(answer, sizeof answer, "{\"jsonrpc\":\"2.0\",\"id\":%lld,\"result\":{},\"result\":{}}",
+           (long long)asked_id(call->got, "sampling/createMessage"));
+  free(request(w, "POST", sid, NULL, answer, 400));
+  await(call, "\"id\":\"call-1\"");
+  assert_non_null(strstr(call->got, "\"isError\":true"));
+  assert_non_null(strstr(call->got, "The client's answer could not be read"));
+  finish(call);
+}
+
 /* On a session, what an InputRequiredResult asks goes to the client on the request's stream,
  * as a request of the server's; the answer brings the next round: for a tool, and for a
  * prompt (as the conformance fixtures' asks). */
@@ -2486,6 +2504,7 @@ int main(void) {
       T(test_an_older_session_gets_its_get_stream_unprimed),
       T(test_a_client_result_not_an_object_is_its_error),
       T(test_an_error_naming_no_request_answers_the_one_question),
+      T(test_an_unreadable_answer_fails_its_question),
       T(test_ending_a_session_cancels_its_calls),
       T(test_a_cancelled_request_gets_an_empty_event_stream),
       T(test_bearer_tokens_empty_unknown_or_padded),

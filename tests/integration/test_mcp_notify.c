@@ -1645,6 +1645,34 @@ static void test_stdio_unnamed_error_answers_the_question(void **state) {
   assert_int_equal(asked_rows(w), asked);
 }
 
+/* An answer to the server's question that cannot be decoded (here, a key given twice) but
+ * names the question fails the call at once, as an error would, instead of leaving it to
+ * wait out the ask timeout; it is refused as any message that does not decode. */
+static void test_stdio_unreadable_answer_fails_the_question(void **state) {
+  world *w = *state;
+  long asked = asked_rows(w);
+  json_int_t ask_id = 0;
+  stdio_run *s = start_asking_call_with(w, NULL, INITIALIZE, ASK_WRITE(2), &ask_id);
+  char answer[256];
+  snprintf(answer, sizeof answer,
+           "{\"jsonrpc\":\"2.0\",\"id\":%lld,\"result\":{\"model\":\"m\"},\"result\":{}}",
+           (long long)ask_id);
+  stdio_send(s, answer);
+  json_t *refused = stdio_next(s);
+  assert_int_equal(error_code(refused, NULL), TG_RPC_INVALID_REQUEST);
+  assert_null(json_object_get(refused, "id")); /* a response's id is the server's own */
+  json_decref(refused);
+  json_t *failed = stdio_next(s);
+  assert_int_equal(json_integer_value(json_object_get(failed, "id")), 2);
+  assert_true(json_is_true(json_object_get(json_object_get(failed, "result"), "isError")));
+  char *said = json_dumps(failed, 0);
+  assert_non_null(strstr(said, "The client's answer could not be read"));
+  free(said);
+  json_decref(failed);
+  stdio_stop(s);
+  assert_int_equal(asked_rows(w), asked);
+}
+
 /* Tells the server to stop; it ends, its input still open, and answers nothing after (the
  * withdrawal of a question of its may go out). */
 static void stop_unanswered(stdio_run *s) {
@@ -1788,6 +1816,7 @@ int main(void) {
       KIT(test_stdio_batch_reusing_an_id_being_cancelled),
       KIT(test_stdio_revoked_token_found_amid_traffic),
       KIT(test_stdio_unnamed_error_answers_the_question),
+      KIT(test_stdio_unreadable_answer_fails_the_question),
       KIT(test_stdio_revoked_token_cancels_the_call),
       FIXTURES(test_stdio_end_gives_a_task_at_work_its_grace),
       KIT(test_stdio_token_unchecked_goes_on),
