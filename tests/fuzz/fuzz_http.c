@@ -16,12 +16,8 @@
 #include <unistd.h>
 
 #include "core/call.h"
-#include "core/principal.h"
-#include "core/registry.h"
-#include "db/db.h"
 #include "http/server.h"
-#include "tools/conformance.h"
-#include "tools/providers.h"
+#include "workspace.h"
 
 #define MAX_INPUT 65536
 #define CLOSE_WAIT_MS 30000 /* a healthy server answers or closes far sooner */
@@ -30,34 +26,23 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static char dir[] = "/tmp/tg-fuzz-http-XXXXXX";
-static tg_db *db;
-static tg_registry *registry;
+static fuzz_workspace ws;
 static tg_http *open_http, *auth_http;
 static tg_http_config open_cfg, auth_cfg;
-static char owner[TG_UUID_LEN + 1];
 static char token[128];
 
 static void cleanup(void) {
   tg_http_stop(open_http);
   tg_http_stop(auth_http);
-  tg_registry_free(registry);
-  tg_db_close(db);
-  const char *files[] = {"toolgate.db", "toolgate.db-wal", "toolgate.db-shm"};
-  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-    char path[sizeof dir + 32];
-    snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-    unlink(path);
-  }
-  rmdir(dir);
+  fuzz_workspace_close(&ws);
 }
 
 /* The owner's call of tool with args (JSON text), through the call path; aborts unless it
  * runs. Answers its result, which the caller releases. */
 static json_t *owner_call(const char *tool, const char *args) {
-  tg_env env = {.registry = registry, .db = db, .data_dir = dir};
+  tg_env env = {.registry = ws.registry, .db = ws.db, .data_dir = ws.dir};
   json_t *parsed = json_loads(args, 0, NULL);
-  tg_call_request req = {.principal_id = owner, .surface = TG_SURFACE_API, .tool = tool,
+  tg_call_request req = {.principal_id = ws.owner, .surface = TG_SURFACE_API, .tool = tool,
                          .args = parsed};
   tg_call_result res;
   if (!parsed || tg_call(&env, &req, &res) < 0) abort();
@@ -68,18 +53,7 @@ static json_t *owner_call(const char *tool, const char *args) {
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  char *why = NULL;
-  char tenant[TG_UUID_LEN + 1];
-  const tg_provider *providers[16];
-  size_t n = 0;
-  for (; n < tg_builtin_providers_count; n++) providers[n] = tg_builtin_providers[n];
-  providers[n++] = &tg_provider_conformance;
-  if (!mkdtemp(dir) || tg_db_open(dir, &db, &why) < 0 || tg_db_migrate(db, NULL) < 0 ||
-      tg_tenant_create(db, "fuzz", "owner", tenant, owner) < 0 ||
-      tg_registry_new(providers, n, &registry, &why) < 0) {
-    fprintf(stderr, "fuzz_http: setup failed: %s\n", why ? why : "?");
-    abort();
-  }
+  fuzz_workspace_open(&ws, "fuzz_http");
   json_decref(owner_call("admin.agent.create", "{\"slug\":\"bot\",\"grants\":[\"canAssignTasks\"]}"));
   json_t *made = owner_call("admin.token.create", "{\"agentSlug\":\"bot\"}");
   const char *made_token = json_string_value(json_object_get(made, "token"));
@@ -88,10 +62,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   json_decref(made);
   tg_mcp_server server = {.fixtures = true, .name = "toolgate", .version = "fuzz"};
   open_cfg = (tg_http_config){.listen = "127.0.0.1:0", .no_auth = true,
-                              .no_auth_principal = owner, .threads = 4, .data_dir = dir,
-                              .registry = registry, .server = server};
-  auth_cfg = (tg_http_config){.listen = "127.0.0.1:0", .threads = 4, .data_dir = dir,
-                              .registry = registry, .server = server};
+                              .no_auth_principal = ws.owner, .threads = 4, .data_dir = ws.dir,
+                              .registry = ws.registry, .server = server};
+  auth_cfg = (tg_http_config){.listen = "127.0.0.1:0", .threads = 4, .data_dir = ws.dir,
+                              .registry = ws.registry, .server = server};
   unsigned port = 0;
   if (tg_http_start(&open_cfg, &open_http, &port) < 0 ||
       tg_http_start(&auth_cfg, &auth_http, &port) < 0)

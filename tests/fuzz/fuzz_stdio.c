@@ -7,7 +7,6 @@
  * is one too (libFuzzer's -timeout). */
 #define _GNU_SOURCE
 #include <fcntl.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,14 +14,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/principal.h"
-#include "core/registry.h"
-#include "db/db.h"
 #include "mcp/stdio.h"
-#include "tools/conformance.h"
-#include "tools/providers.h"
 #include "util/json.h"
 #include "util/status.h"
+#include "workspace.h"
 
 #define MAX_INPUT 65536 /* a pipe's default capacity: written whole before serving begins */
 #define MAX_OUTPUT (64u * 1024u * 1024u)
@@ -30,35 +25,12 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static char dir[] = "/tmp/tg-fuzz-stdio-XXXXXX";
-static tg_db *db;
-static tg_registry *registry;
-static char owner[TG_UUID_LEN + 1];
+static fuzz_workspace ws;
 
-static int remove_one(const char *path, const struct stat *st, int type, struct FTW *ftw) {
-  (void)st, (void)type, (void)ftw;
-  return remove(path);
-}
-
-static void cleanup(void) {
-  tg_registry_free(registry);
-  tg_db_close(db);
-  nftw(dir, remove_one, 8, FTW_DEPTH | FTW_PHYS); /* the database, and the tasks' runner files */
-}
+static void cleanup(void) { fuzz_workspace_close(&ws); }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-  char *why = NULL;
-  char tenant[TG_UUID_LEN + 1];
-  const tg_provider *providers[16];
-  size_t n = 0;
-  for (; n < tg_builtin_providers_count; n++) providers[n] = tg_builtin_providers[n];
-  providers[n++] = &tg_provider_conformance;
-  if (!mkdtemp(dir) || tg_db_open(dir, &db, &why) < 0 || tg_db_migrate(db, NULL) < 0 ||
-      tg_tenant_create(db, "fuzz", "owner", tenant, owner) < 0 ||
-      tg_registry_new(providers, n, &registry, &why) < 0) {
-    fprintf(stderr, "fuzz_stdio: setup failed: %s\n", why ? why : "?");
-    abort();
-  }
+  fuzz_workspace_open(&ws, "fuzz_stdio");
   atexit(cleanup);
   return 0;
 }
@@ -128,9 +100,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (pthread_create(&drainer, NULL, drain, &o) != 0) abort();
   FILE *from = fdopen(in[0], "r"), *to = fdopen(out[1], "w");
   if (!from || !to) abort();
-  tg_env env = {.registry = registry, .db = db, .data_dir = dir};
+  tg_env env = {.registry = ws.registry, .db = ws.db, .data_dir = ws.dir};
   tg_mcp_server srv = {.fixtures = true, .name = "toolgate", .version = "fuzz"};
-  int r = tg_mcp_stdio_serve(&srv, &env, owner, NULL, from, to, -1);
+  int r = tg_mcp_stdio_serve(&srv, &env, ws.owner, NULL, from, to, -1);
   fclose(from);
   fclose(to);
   pthread_join(drainer, NULL);
