@@ -1030,19 +1030,26 @@ static json_int_t asked_id(const char *got, const char *method) {
   return id;
 }
 
-/* A client answering the server's request with a result that is no object fails the call
- * as the client's error, which the call's result shows. */
-static void test_a_client_result_not_an_object_is_its_error(void **state) {
-  world *w = *state;
+/* Opens a session and a call that asks it for sampling; posts, as the answer, what format
+ * makes of the question's id (its one %lld, if any), which the POST's status must be; and
+ * waits for the call's answer. The call's exchange, to finish. */
+static exchange *asking_call_answered(world *w, const char *format, long status) {
   char sid[64];
   open_session(w, "{\"sampling\":{}}", sid);
   exchange *call = asking_call(w, sid);
   char answer[128];
-  snprintf(answer, sizeof answer, "{\"jsonrpc\":\"2.0\",\"id\":%lld,\"result\":\"x\"}",
-           (long long)asked_id(call->got, "sampling/createMessage"));
-  free(request(w, "POST", sid, NULL, answer, 202));
+  snprintf(answer, sizeof answer, format, (long long)asked_id(call->got, "sampling/createMessage"));
+  free(request(w, "POST", sid, NULL, answer, status));
   await(call, "\"id\":\"call-1\"");
   assert_non_null(strstr(call->got, "\"isError\":true"));
+  return call;
+}
+
+/* A client answering the server's request with a result that is no object fails the call
+ * as the client's error, which the call's result shows. */
+static void test_a_client_result_not_an_object_is_its_error(void **state) {
+  exchange *call =
+      asking_call_answered(*state, "{\"jsonrpc\":\"2.0\",\"id\":%lld,\"result\":\"x\"}", 202);
   assert_non_null(strstr(call->got, "provider_error"));
   assert_non_null(strstr(call->got, "The client's result does not answer the request"));
   assert_non_null(strstr(call->got, "\"result\":\"x\"")); /* what the client sent */
@@ -1052,15 +1059,8 @@ static void test_a_client_result_not_an_object_is_its_error(void **state) {
 /* An error naming no request (its client could not read the question) answers the question
  * waiting when only one waits: the call fails with it, rather than waiting for its time. */
 static void test_an_error_naming_no_request_answers_the_one_question(void **state) {
-  world *w = *state;
-  char sid[64];
-  open_session(w, "{\"sampling\":{}}", sid);
-  exchange *call = asking_call(w, sid);
-  free(request(w, "POST", sid, NULL,
-               "{\"jsonrpc\":\"2.0\",\"error\":{\"code\":-32700,\"message\":\"Parse error\"}}",
-               202));
-  await(call, "\"id\":\"call-1\"");
-  assert_non_null(strstr(call->got, "\"isError\":true"));
+  exchange *call = asking_call_answered(
+      *state, "{\"jsonrpc\":\"2.0\",\"error\":{\"code\":-32700,\"message\":\"Parse error\"}}", 202);
   assert_non_null(strstr(call->got, "-32700"));
   finish(call);
 }
@@ -1069,16 +1069,8 @@ static void test_an_error_naming_no_request_answers_the_one_question(void **stat
  * but names the question is refused (400) and fails the call at once, as an error would,
  * rather than leaving it to wait out its time. */
 static void test_an_unreadable_answer_fails_its_question(void **state) {
-  world *w = *state;
-  char sid[64];
-  open_session(w, "{\"sampling\":{}}", sid);
-  exchange *call = asking_call(w, sid);
-  char answer[128];
-  snprintf(answer, sizeof answer, "{\"jsonrpc\":\"2.0\",\"id\":%lld,\"result\":{},\"result\":{}}",
-           (long long)asked_id(call->got, "sampling/createMessage"));
-  free(request(w, "POST", sid, NULL, answer, 400));
-  await(call, "\"id\":\"call-1\"");
-  assert_non_null(strstr(call->got, "\"isError\":true"));
+  exchange *call = asking_call_answered(
+      *state, "{\"jsonrpc\":\"2.0\",\"id\":%lld,\"result\":{},\"result\":{}}", 400);
   assert_non_null(strstr(call->got, "The client's answer could not be read"));
   finish(call);
 }
