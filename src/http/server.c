@@ -2434,7 +2434,9 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   if (rq->repeated_mcp_header) {
     char why[96];
     snprintf(why, sizeof why, "The %s header is given more than once", rq->repeated_mcp_header);
-    result = queue_refusal_as(conn, MHD_HTTP_BAD_REQUEST, &w->msg, TG_RPC_HEADER_MISMATCH, why);
+    /* -32020 is 2026-07-28's: a 2025 message gets JSON-RPC's own. */
+    int code = tg_mcp_has_claim(&w->msg) ? TG_RPC_HEADER_MISMATCH : TG_RPC_INVALID_REQUEST;
+    result = queue_refusal_as(conn, MHD_HTTP_BAD_REQUEST, &w->msg, code, why);
     goto done;
   }
   w->params = json_object();

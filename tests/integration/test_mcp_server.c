@@ -3629,6 +3629,15 @@ static void test_http_repeated_headers(void **state) {
   assert_status(res, "200");
   assert_non_null(strstr(res, "eu"));
   free(res);
+  /* A 2025 request (no _meta claim) repeating one is told in JSON-RPC's own code. */
+  res = http_exchange_as_is(port, "POST",
+                            "Accept: application/json, text/event-stream\r\nContent-Type: "
+                            "application/json\r\nMcp-Method: ping\r\nMcp-Method: ping\r\n",
+                            "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"ping\"}");
+  assert_status(res, "400");
+  assert_non_null(strstr(res, "{\"jsonrpc\":\"2.0\",\"id\":4,\"error\":{\"code\":-32600,"));
+  assert_non_null(strstr(res, "The Mcp-Method header is given more than once"));
+  free(res);
   /* An HTTP/1.1 request must name its Host (RFC 9112 §3.2). */
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
