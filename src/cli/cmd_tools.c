@@ -139,8 +139,11 @@ static int tools_docs(cli *c, int argc, char **argv) {
     return CLI_FAILED;
   }
   write_docs(f, tools);
-  if (f != stdout && (ferror(f) | fclose(f)) != 0) { /* both: a write failed, or the flush */
-    fprintf(stderr, "toolgate: cannot write %s: %s\n", path, strerror(errno));
+  bool failed = ferror(f) != 0; /* a write failed; then, or the last flush */
+  failed |= (f == stdout ? fflush(f) : fclose(f)) != 0;
+  if (failed) {
+    fprintf(stderr, "toolgate: cannot write %s: %s\n", f == stdout ? "standard output" : path,
+            strerror(errno));
     return CLI_FAILED;
   }
   if (f != stdout) fprintf(stderr, "wrote %s (%zu tools)\n", path, json_array_size(tools));

@@ -28,8 +28,9 @@ bool tg_client_can(const json_t *capabilities, const char *method, const json_t 
   if (!json_is_object(declared)) return false;
   if (strcmp(cap, "elicitation") != 0) return true;
   /* An empty object declares form mode alone. */
-  return url_mode(params) ? json_object_get(declared, "url") != NULL
-                          : json_object_get(declared, "form") || json_object_size(declared) == 0;
+  return url_mode(params) ? json_is_object(json_object_get(declared, "url"))
+                          : json_is_object(json_object_get(declared, "form")) ||
+                                json_object_size(declared) == 0;
 }
 
 json_t *tg_client_capabilities_read(const json_t *declared) {
@@ -54,18 +55,33 @@ json_t *tg_client_capabilities_read(const json_t *declared) {
   return kept;
 }
 
-bool tg_client_capabilities_malformed(const json_t *declared) {
-  static const char *const objects[] = {"experimental", "roots", "sampling", "elicitation",
-                                        "extensions"};
-  for (size_t i = 0; i < sizeof objects / sizeof objects[0]; i++) {
-    const json_t *member = json_object_get(declared, objects[i]);
-    if (member && !json_is_object(member)) return true;
+/* Whether the members of object named in names (n of them), where given, are objects. */
+static bool objects_where_given(const json_t *object, const char *const *names, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    const json_t *member = json_object_get(object, names[i]);
+    if (member && !json_is_object(member)) return false;
   }
-  const char *id;
-  const json_t *settings;
-  json_object_foreach((json_t *)json_object_get(declared, "extensions"), id, settings)
-    if (!json_is_object(settings)) return true;
-  return false;
+  return true;
+}
+
+/* Whether every member of map (none, if it is no object) is an object. */
+static bool all_objects(const json_t *map) {
+  const char *key;
+  const json_t *value;
+  json_object_foreach((json_t *)map, key, value) if (!json_is_object(value)) return false;
+  return true;
+}
+
+bool tg_client_capabilities_malformed(const json_t *declared) {
+  static const char *const top[] = {"experimental", "roots", "sampling", "elicitation",
+                                    "extensions"};
+  static const char *const sampling[] = {"context", "tools"};
+  static const char *const elicitation[] = {"form", "url"};
+  return !objects_where_given(declared, top, sizeof top / sizeof top[0]) ||
+         !objects_where_given(json_object_get(declared, "sampling"), sampling, 2) ||
+         !objects_where_given(json_object_get(declared, "elicitation"), elicitation, 2) ||
+         !all_objects(json_object_get(declared, "experimental")) ||
+         !all_objects(json_object_get(declared, "extensions"));
 }
 
 int tg_client_requirement(const char *method, const json_t *params, json_t **ret) {

@@ -74,8 +74,9 @@ bool tg_client_can(const json_t *capabilities, const char *method, const json_t 
  * memory. */
 json_t *tg_client_capabilities_read(const json_t *declared);
 /* Whether declared capabilities (an object) give something other than an object where the
- * protocol's ClientCapabilities has one: experimental, roots, sampling, elicitation,
- * extensions, and each extension's settings. */
+ * protocol's ClientCapabilities has one: experimental and each of its entries, roots,
+ * sampling (and its context and tools), elicitation (and its form and url), extensions and
+ * each extension's settings. */
 bool tg_client_capabilities_malformed(const json_t *declared);
 /* The ClientCapabilities a request of method with params needs ({"sampling":{}},
  * {"elicitation":{"form":{}}}, {"elicitation":{"url":{}}}, ...), a new reference in *ret:

@@ -1417,15 +1417,16 @@ static int worker_ask(void *self, json_t *ask, json_t **ret) {
   return r;
 }
 
-/* Hands a posted JSON-RPC response to the tool waiting for it. */
+/* Hands a posted JSON-RPC response to the tool waiting for it; one answered already takes no
+ * second. */
 static bool deliver_answer(server *s, session *x, const tg_rpc_msg *msg) {
   size_t at = MAX_ASKS, matched = 0;
   pthread_mutex_lock(&s->lock);
   /* An error naming no request (its client could not read one) answers the question
    * waiting when only one does, as over stdio. */
   for (size_t i = 0; i < MAX_ASKS; i++)
-    if (x->asks[i].id &&
-        (msg->id ? json_equal(x->asks[i].id, msg->id) : !x->asks[i].response && msg->error)) {
+    if (x->asks[i].id && !x->asks[i].response &&
+        (msg->id ? json_equal(x->asks[i].id, msg->id) : msg->error != NULL)) {
       at = i;
       matched++;
     }
@@ -1439,16 +1440,14 @@ static bool deliver_answer(server *s, session *x, const tg_rpc_msg *msg) {
   return found;
 }
 
-/* A posted body that could not be decoded (refused with refusal) that meant to answer a
- * question of the session sid: that question gets an error for it, so that its call fails
- * at once instead of waiting out its time. */
-static void answer_unreadable(server *s, const request *rq, const char *sid,
-                              const json_t *refusal) {
-  tg_rpc_id_scan scan;
-  tg_rpc_id_scan_init(&scan);
-  tg_rpc_id_scan_feed(&scan, rq->body ? rq->body : "", rq->len);
-  _cleanup_json_ json_t *id = tg_rpc_response_id(&scan);
-  session *x = id ? session_find(s, sid, rq->principal, rq->token_hash) : NULL;
+/* A posted body that could not be decoded or was too large (refused with refusal; scan: its
+ * text scanned) that meant to answer a question of the session it names: that question gets
+ * an error for it, so that its call fails at once instead of waiting out its time. */
+static void answer_unreadable(server *s, struct MHD_Connection *conn, const request *rq,
+                              const tg_rpc_id_scan *scan, const json_t *refusal) {
+  _cleanup_json_ json_t *id = tg_rpc_response_id(scan);
+  const char *sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Mcp-Session-Id");
+  session *x = id && sid ? session_find(s, sid, rq->principal, rq->token_hash) : NULL;
   if (!x) return;
   _cleanup_json_ json_t *answer = tg_mcp_unreadable_answer(id, refusal);
   tg_rpc_msg msg;
@@ -2418,7 +2417,12 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   tg_mcp_session_init(&w->scratch);
   json_t *err = NULL;
   int dr = tg_rpc_decode(rq->body ? rq->body : "", rq->len, &w->msg, &err);
-  if (dr != 0 && sid && err && !rq->refused_media) answer_unreadable(s, rq, sid, err);
+  if (dr != 0 && err && !rq->refused_media) {
+    tg_rpc_id_scan scan;
+    tg_rpc_id_scan_init(&scan);
+    tg_rpc_id_scan_feed(&scan, rq->body ? rq->body : "", rq->len);
+    answer_unreadable(s, conn, rq, &scan, err);
+  }
   if (dr != 0 && rq->refused_media && err) err = media_refusal(err, rq->refused_media);
   if (dr != 0) {
     free(w);
@@ -2684,8 +2688,9 @@ static stream *resume_locked(session *x, const char *last, unsigned *status, con
 }
 
 /* Opens the session's standalone GET stream, which replaces one no client reads any more.
- * It starts with a priming event (an id and no data) so that a client cut off before any
- * message can still resume it. Called with the server's lock held. */
+ * For clients that resume streams (2025-11-25 on) it starts with a priming event (an id and
+ * no data), so that one cut off before any message can still resume it. Called with the
+ * server's lock held. */
 static stream *standalone_locked(session *x, unsigned *status, const char **why,
                                  unsigned *reader_id, unsigned *unread) {
   stream *old = x->standalone;
@@ -2709,8 +2714,7 @@ static stream *standalone_locked(session *x, unsigned *status, const char **why,
   *status = MHD_HTTP_INTERNAL_SERVER_ERROR;
   *why = "Out of memory";
   stream *st = stream_new(x->srv, x->next_stream + 1, x->principal);
-  /* Primed, as a call's stream is, only for the clients that resume streams: an older one
-   * may take the empty event for a message that does not parse. */
+  /* An older client may take the empty event for a message that does not parse. */
   bool resumes = strcmp(x->state.version, POLLING_VERSION) >= 0;
   if (!st || (resumes && prime_locked(st) < 0)) {
     if (st) stream_release(st);
@@ -2795,9 +2799,10 @@ static enum MHD_Result refuse_while_stopping(struct MHD_Connection *conn) {
 /* A body past the bound (scan: what it names; NULL: unread) is refused with 413, or, read,
  * with the refusal of its Accept or Content-Type first (rq's), as a body within the bound
  * would be. */
-static enum MHD_Result refuse_too_large(struct MHD_Connection *conn, const request *rq,
-                                       const tg_rpc_id_scan *scan) {
+static enum MHD_Result refuse_too_large(server *s, struct MHD_Connection *conn,
+                                       const request *rq, const tg_rpc_id_scan *scan) {
   json_t *err = tg_rpc_too_large(scan);
+  if (err && rq && !rq->refused_media) answer_unreadable(s, conn, rq, scan, err);
   if (rq && rq->refused_media)
     return queue_json(conn, rq->refused_media_status, media_refusal(err, rq->refused_media), NULL);
   return queue_json(conn, MHD_HTTP_CONTENT_TOO_LARGE, err, NULL);
@@ -2847,12 +2852,13 @@ static int target_path(const char *url, const char **path, char **authority) {
   return TG_OK;
 }
 
-/* Whether the body comes in a content coding (gzip, say): none is taken, "identity" being
- * no coding, in any of the header's lines. */
+/* Whether the body comes in a content coding (gzip, say): none is taken, "identity" (or an
+ * empty value) being no coding, in any of the header's lines. */
 static enum MHD_Result count_coding(void *arg, enum MHD_ValueKind kind, const char *name,
                                     const char *value) {
   (void)kind;
-  if (strcasecmp(name, "Content-Encoding") == 0 && value && strcasecmp(value, "identity") != 0)
+  if (strcasecmp(name, "Content-Encoding") == 0 && value && *value &&
+      strcasecmp(value, "identity") != 0)
     ++*(unsigned *)arg;
   return MHD_YES;
 }
@@ -2921,7 +2927,7 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
     return queue_rpc_error(conn, MHD_HTTP_NOT_IMPLEMENTED, TG_RPC_INVALID_REQUEST,
                            "Transfer-Encoding other than chunked is not supported");
   if (length && strtoull(length, NULL, 10) > 2ull * TG_RPC_MAX_BODY)
-    return refuse_too_large(conn, NULL, NULL);
+    return refuse_too_large(s, conn, NULL, NULL);
   /* A DELETE's body means nothing (RFC 9110 §9.3.5); refused, it holds nothing, so a DELETE
    * need not count among its caller's requests (below). */
   if (strcmp(method, "DELETE") == 0 && (coding || (length && strtoull(length, NULL, 10) > 0)))
@@ -3033,7 +3039,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     caller who = authenticate(s, conn, db, principal, rq->token_hash);
     if (who != CALLER_KNOWN) return refuse_caller(s, conn, who);
   }
-  if (rq->past) return refuse_too_large(conn, rq, rq->past);
+  if (rq->past) return refuse_too_large(s, conn, rq, rq->past);
   if (strcmp(method, "POST") == 0) {
     if (!db) return queue_rpc_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, TG_RPC_INTERNAL_ERROR, "No database");
     return handle_post(s, conn, db, rq->principal, rq);

@@ -1502,6 +1502,8 @@ const char *tg_mcp_version_refusal(const tg_rpc_msg *msg, const char *header_ver
     return spoken ? NULL : "Unsupported MCP-Protocol-Version";
   }
   const char *claimed = json_string_value(json_object_get(meta_of(msg), META_VERSION));
+  *code = TG_RPC_INVALID_PARAMS; /* as a request's envelope */
+  if (!claimed) return "Invalid request _meta: its protocol version must be a string";
   *code = TG_RPC_HEADER_MISMATCH;
   if (header_differs(header_version, claimed))
     return "MCP-Protocol-Version does not match _meta";

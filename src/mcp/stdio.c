@@ -230,18 +230,22 @@ static bool blank(const char *s, size_t len) {
   return true;
 }
 
-/* A message that could not be decoded (refused with refusal), scanned as scan, that meant to
- * answer the question waiting: that question gets an error for it, so that its call fails at
- * once instead of waiting out its time. */
-static void answer_unreadable(conn *c, const tg_rpc_id_scan *scan, const json_t *refusal) {
+/* A message that could not be decoded (scanned as scan), answered with the error refusal,
+ * that meant to answer the question waiting: that question gets an error for it, so that its
+ * call fails at once instead of waiting out its time. After the refusal is written, so that
+ * the client reads it before the call's answer. */
+static int refuse_unreadable(conn *c, const tg_rpc_id_scan *scan, json_t *refusal) {
   _cleanup_json_ json_t *id = tg_rpc_response_id(scan);
-  if (!id) return;
+  json_t *answer = id ? tg_mcp_unreadable_answer(id, refusal) : NULL;
+  int r = write_message(c, refusal);
   pthread_mutex_lock(&c->lock);
-  if (c->awaiting && !c->answer && json_equal(id, c->awaiting)) {
-    c->answer = tg_mcp_unreadable_answer(id, refusal);
+  if (answer && c->awaiting && !c->answer && json_equal(id, c->awaiting)) {
+    c->answer = TAKE_PTR(answer);
     pthread_cond_broadcast(&c->changed);
   }
   pthread_mutex_unlock(&c->lock);
+  json_decref(answer);
+  return r;
 }
 
 /* The next message: GOT_ONE with *msg decoded, GOT_NOTHING (a blank line, or an error
@@ -263,8 +267,7 @@ static int next_message(conn *c, tg_rpc_msg *msg) {
     tg_rpc_id_scan_feed(&scanned, c->line, len);
   }
   if (!err) return TG_E_NOMEM;
-  answer_unreadable(c, &scanned, err);
-  int r = write_message(c, err);
+  int r = refuse_unreadable(c, &scanned, err);
   return r < 0 ? r : GOT_NOTHING;
 }
 

@@ -58,13 +58,19 @@ static void *drain(void *arg) {
   return NULL;
 }
 
-/* Whether msg is a JSON object, or a batch of them (an array of at least one). */
+/* Whether msg is a JSON-RPC 2.0 message: an object saying so. */
+static bool message(const json_t *msg) {
+  const char *version = json_string_value(json_object_get(msg, "jsonrpc"));
+  return json_is_object(msg) && version && strcmp(version, "2.0") == 0;
+}
+
+/* Whether msg is a message, or a batch of them (an array of at least one). */
 static bool message_or_batch(const json_t *msg) {
-  if (json_is_object(msg)) return true;
+  if (message(msg)) return true;
   if (!json_is_array(msg) || json_array_size(msg) == 0) return false;
   size_t i;
   const json_t *element;
-  json_array_foreach(msg, i, element) if (!json_is_object(element)) return false;
+  json_array_foreach(msg, i, element) if (!message(element)) return false;
   return true;
 }
 

@@ -13,6 +13,7 @@ void fuzz_workspace_open(fuzz_workspace *w, const char *name) {
   char tenant[TG_UUID_LEN + 1];
   const tg_provider *providers[16];
   size_t n = 0;
+  if (tg_builtin_providers_count >= sizeof providers / sizeof providers[0]) abort();
   for (; n < tg_builtin_providers_count; n++) providers[n] = tg_builtin_providers[n];
   providers[n++] = &tg_provider_conformance;
   snprintf(w->dir, sizeof w->dir, "/tmp/tg-%s-XXXXXX", name);

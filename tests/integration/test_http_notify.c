@@ -1037,9 +1037,10 @@ static exchange *asking_call_answered(world *w, const char *format, long status)
   char sid[64];
   open_session(w, "{\"sampling\":{}}", sid);
   exchange *call = asking_call(w, sid);
-  char answer[128];
-  snprintf(answer, sizeof answer, format, (long long)asked_id(call->got, "sampling/createMessage"));
+  char *answer = NULL;
+  assert_true(asprintf(&answer, format, (long long)asked_id(call->got, "sampling/createMessage")) > 0);
   free(request(w, "POST", sid, NULL, answer, status));
+  free(answer);
   await(call, "\"id\":\"call-1\"");
   assert_non_null(strstr(call->got, "\"isError\":true"));
   return call;
@@ -1067,10 +1068,20 @@ static void test_an_error_naming_no_request_answers_the_one_question(void **stat
 
 /* A posted answer to a question of the session that cannot be decoded (a key given twice)
  * but names the question is refused (400) and fails the call at once, as an error would,
- * rather than leaving it to wait out its time. */
+ * rather than leaving it to wait out its time; so does one too large to be read. */
 static void test_an_unreadable_answer_fails_its_question(void **state) {
   exchange *call = asking_call_answered(
       *state, "{\"jsonrpc\":\"2.0\",\"id\":%lld,\"result\":{},\"result\":{}}", 400);
+  assert_non_null(strstr(call->got, "The client's answer could not be read"));
+  finish(call);
+  /* So does one past the size bound (413), read only to find its id. */
+  size_t pad = TG_RPC_MAX_BODY;
+  char *format = malloc(pad + 64);
+  int n = sprintf(format, "{\"jsonrpc\":\"2.0\",\"id\":%%lld,\"result\":{\"pad\":\"");
+  memset(format + n, 'x', pad);
+  strcpy(format + n + pad, "\"}}");
+  call = asking_call_answered(*state, format, 413);
+  free(format);
   assert_non_null(strstr(call->got, "The client's answer could not be read"));
   finish(call);
 }
@@ -1133,25 +1144,27 @@ static void test_what_a_session_may_not_send(void **state) {
 
 /* A 2026-07-28 notification's version header binds as a request's: one that differs from
  * its _meta claim is refused (-32020), and so is a claim of a version the server does not
- * speak (-32022); one that agrees is taken (202), as is a claim without the header. */
+ * speak (-32022) or one that is no string (-32602); one that agrees is taken (202), as is a
+ * claim without the header. */
 static void test_a_modern_notification_names_a_version_it_speaks(void **state) {
   world *w = *state;
   static const struct {
     const char *header, *claim, *refusal;
   } cases[] = {
-      {"MCP-Protocol-Version: 1999-01-01", "2026-07-28", "\"code\":-32020"},
-      {"MCP-Protocol-Version: 2025-11-25", "2026-07-28", "\"code\":-32020"},
-      {"MCP-Protocol-Version: 1999-01-01", "1999-01-01", "\"code\":-32022"},
-      {NULL, "1999-01-01", "\"code\":-32022"},
-      {"MCP-Protocol-Version: 2026-07-28", "2026-07-28", NULL},
-      {NULL, "2026-07-28", NULL},
+      {"MCP-Protocol-Version: 1999-01-01", "\"2026-07-28\"", "\"code\":-32020"},
+      {"MCP-Protocol-Version: 2025-11-25", "\"2026-07-28\"", "\"code\":-32020"},
+      {"MCP-Protocol-Version: 1999-01-01", "\"1999-01-01\"", "\"code\":-32022"},
+      {NULL, "\"1999-01-01\"", "\"code\":-32022"},
+      {NULL, "20260728", "\"code\":-32602"}, /* a malformed envelope, as a request's */
+      {"MCP-Protocol-Version: 2026-07-28", "\"2026-07-28\"", NULL},
+      {NULL, "\"2026-07-28\"", NULL},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char body[256];
     snprintf(body, sizeof body,
              "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{"
              "\"progressToken\":1,\"progress\":1,\"_meta\":{\"io.modelcontextprotocol/"
-             "protocolVersion\":\"%s\",\"io.modelcontextprotocol/clientCapabilities\":{}}}}",
+             "protocolVersion\":%s,\"io.modelcontextprotocol/clientCapabilities\":{}}}}",
              cases[i].claim);
     char *got = request(w, "POST", NULL, cases[i].header, body, cases[i].refusal ? 400 : 202);
     if (cases[i].refusal) assert_non_null(strstr(got, cases[i].refusal));

@@ -1665,9 +1665,6 @@ static void test_stdio_unreadable_answer_fails_the_question(void **state) {
   json_t *failed = stdio_next(s);
   assert_int_equal(json_integer_value(json_object_get(failed, "id")), 2);
   assert_true(json_is_true(json_object_get(json_object_get(failed, "result"), "isError")));
-  char *said = json_dumps(failed, 0);
-  assert_non_null(strstr(said, "The client's answer could not be read"));
-  free(said);
   json_decref(failed);
   stdio_stop(s);
   assert_int_equal(asked_rows(w), asked);

@@ -34,10 +34,13 @@ static void test_malformed_capabilities(void **state) {
   static const char *const malformed[] = {
       "{\"sampling\":true}", "{\"elicitation\":\"form\"}", "{\"roots\":[]}",
       "{\"experimental\":null}", "{\"extensions\":[]}",
-      "{\"extensions\":{\"io.modelcontextprotocol/tasks\":true}}"};
+      "{\"extensions\":{\"io.modelcontextprotocol/tasks\":true}}",
+      "{\"elicitation\":{\"url\":false}}", "{\"elicitation\":{\"form\":null}}",
+      "{\"sampling\":{\"tools\":1}}", "{\"experimental\":{\"x\":\"y\"}}"};
   static const char *const wellformed[] = {
       "{}", "{\"sampling\":{},\"elicitation\":{\"url\":{}},\"roots\":{\"listChanged\":true}}",
-      "{\"extensions\":{\"io.modelcontextprotocol/tasks\":{}}}", "{\"someday\":7}"};
+      "{\"extensions\":{\"io.modelcontextprotocol/tasks\":{}}}", "{\"someday\":7}",
+      "{\"sampling\":{\"context\":{},\"tools\":{}},\"experimental\":{\"x\":{}}}"};
   for (size_t i = 0; i < sizeof malformed / sizeof malformed[0]; i++) {
     _cleanup_json_ json_t *caps = json_loads(malformed[i], 0, NULL);
     assert_true(tg_client_capabilities_malformed(caps));
@@ -59,6 +62,9 @@ static void test_elicitation_modes(void **state) {
   assert_true(can("{\"elicitation\":{\"form\":{},\"url\":{}}}", "elicitation/create", url));
   assert_true(can("{\"elicitation\":{\"form\":{}}}", "elicitation/create",
                   "{\"mode\":\"form\",\"message\":\"m\"}"));
+  /* A mode is declared by an object: anything else declares none. */
+  assert_false(can("{\"elicitation\":{\"url\":false}}", "elicitation/create", url));
+  assert_false(can("{\"elicitation\":{\"form\":true}}", "elicitation/create", form));
 }
 
 static void expect_requirement(const char *method, const char *params, const char *want) {
