@@ -774,11 +774,14 @@ static int stream_event(stream *st, json_t *msg) {
 }
 
 /* The worker's answer to request id (text, encoded, stolen; NULL when it had none to give:
- * the request was cancelled). */
+ * the request was cancelled). With status 0 (cancelled), text goes only onto an answer begun
+ * (an event stream): one not begun gets none. */
 static void stream_finish(stream *st, char *text, json_t *id, int status) {
   pthread_mutex_lock(&st->lock);
   if (st->streaming) {
     if (text) append_reply_locked(st, text, id);
+  } else if (status == 0) {
+    free(text);
   } else {
     st->final = text;
     st->final_id = json_incref(id);
@@ -1531,6 +1534,23 @@ static void worker_free(worker *w) {
   free(w);
 }
 
+/* Ends the answer of w's call, cancelled: with no message, but for a call cancelled as its
+ * token was revoked whose answer has begun (an event stream), which ends with an error
+ * saying so: its client would wait otherwise for an answer that cannot come. (One not begun
+ * is refused as the revoked token is, 401.) */
+static void finish_cancelled(server *s, worker *w) {
+  char *text = NULL;
+  if (revoked_call(s, w->sess, w->st)) {
+    json_t *error = tg_rpc_error(w->msg.id, TG_RPC_INVALID_REQUEST,
+                                 "The token this call was made with was revoked: the call was "
+                                 "cancelled",
+                                 NULL);
+    text = error ? tg_rpc_encode(error) : NULL;
+    json_decref(error);
+  }
+  stream_finish(w->st, text, w->msg.id, 0);
+}
+
 /* Serves one queued call on a pool thread's connection (NULL when it could not be opened). */
 static void run_call(worker *w, tg_db *db) {
   server *s = w->srv;
@@ -1553,17 +1573,19 @@ static void run_call(worker *w, tg_db *db) {
       if (w->sess) state_store(s, w->sess, &w->scratch, w->opened, w->loaded_level);
     }
   }
-  if (tg_mcp_inflight_end(w->inflight, w->msg.id)) { /* cancelled: no answer */
-    free(final);
-    final = NULL;
-    status = 0;
-  } else if (!handled) {
-    _cleanup_json_ json_t *error = tg_rpc_error(w->msg.id, TG_RPC_INTERNAL_ERROR, "Internal error", NULL);
-    final = error ? tg_rpc_encode(error) : NULL;
-  }
   /* Ends the exchange even without a message (a cancelled call gets none), so the client is
    * never left waiting. */
-  stream_finish(w->st, final, w->msg.id, status);
+  if (tg_mcp_inflight_end(w->inflight, w->msg.id)) {
+    free(final);
+    finish_cancelled(s, w);
+  } else {
+    if (!handled) {
+      _cleanup_json_ json_t *error =
+          tg_rpc_error(w->msg.id, TG_RPC_INTERNAL_ERROR, "Internal error", NULL);
+      final = error ? tg_rpc_encode(error) : NULL;
+    }
+    stream_finish(w->st, final, w->msg.id, status);
+  }
   if (db) check_lists(s, db, w->principal, w->sess);
   worker_free(w);
 }
@@ -1597,7 +1619,7 @@ static void drop_cancelled_in_line(server *s) {
     worker *w = dropped;
     dropped = w->next;
     tg_mcp_inflight_end(w->inflight, w->msg.id);
-    stream_finish(w->st, NULL, w->msg.id, 0);
+    finish_cancelled(s, w);
     worker_free(w);
   }
 }

@@ -2397,6 +2397,27 @@ static void test_a_revoked_token_ends_its_streams(void **state) {
   finish(get);
 }
 
+/* A call whose answer had begun (an event stream, primed on a 2025-11-25 session) when its
+ * token was revoked ends with an error naming it and saying so: its client would wait
+ * otherwise for an answer that cannot come. */
+static void test_a_revoked_call_whose_answer_began_is_told(void **state) {
+  world *w = *state;
+  char sid[64];
+  open_session(w, "{}", sid);
+  exchange *call = start(w, "POST", sid, NULL, CALL_WITH("\"c6\"", "test_wait_cancel", "{}"));
+  await(call, "data: \n\n");
+  kit_wait(&kit_started);
+  assert_int_equal(tg_db_exec(w->f->db,
+                              "UPDATE api_tokens SET revoked_at = 'now' WHERE principal_id = $1",
+                              json_pack("[s]", w->agent), NULL),
+                   0);
+  await(call, NULL);
+  assert_int_equal(call->status, 200);
+  assert_non_null(strstr(call->got, "{\"jsonrpc\":\"2.0\",\"id\":\"c6\",\"error\":{\"code\":-32600,"));
+  assert_non_null(strstr(call->got, "was revoked"));
+  finish(call);
+}
+
 /* A session is the token's that opened it: another token of the same agent cannot use it
  * (404, as for an unknown session), so that revoking a token ends every stream on its
  * sessions. */
@@ -2568,6 +2589,7 @@ int main(void) {
       T(test_a_call_gives_up_on_a_silent_client),
       T(test_listen_stream_gets_ack_then_changes),
       T(test_a_revoked_token_ends_its_streams),
+      T(test_a_revoked_call_whose_answer_began_is_told),
       T(test_listen_streams_are_bounded_and_freed_when_closed),
       T(test_closing_a_call_stream_cancels_the_call),
       T(test_stopping_ends_listen_streams_with_their_result),
