@@ -1881,6 +1881,10 @@ static enum MHD_Result respond_with(struct MHD_Connection *conn, unsigned status
   if (type) MHD_add_response_header(res, "Content-Type", type);
   if (session_id) MHD_add_response_header(res, "Mcp-Session-Id", session_id);
   if (allow) MHD_add_response_header(res, "Allow", allow);
+  /* A body refused for its coding or type is told which codings are taken (RFC 9110 §12.5.3):
+   * none but the body as it is. */
+  if (status == MHD_HTTP_UNSUPPORTED_MEDIA_TYPE)
+    MHD_add_response_header(res, "Accept-Encoding", "identity");
   enum MHD_Result r = MHD_queue_response(conn, status, res);
   MHD_destroy_response(res);
   return r;

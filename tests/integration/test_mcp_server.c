@@ -3531,6 +3531,8 @@ static void test_http_post_media_types(void **state) {
     /* A refusal names the request its body holds. */
     if (cases[i].status[0] == '4' && !strstr(res, "\"id\":1,"))
       fail_msg("case %zu: the refusal names no request: %s", i, res);
+    if (strcmp(cases[i].status, "415") == 0 && !strstr(res, "Accept-Encoding: identity\r\n"))
+      fail_msg("case %zu: a 415 says no codings it takes: %s", i, res);
     assert_int_equal(fixture_count(w->f, "agent_runs"), runs + (cases[i].status[0] == '2'));
     free(res);
     free(headers);
