@@ -2349,6 +2349,14 @@ static void test_listen_stream_gets_ack_then_changes(void **state) {
   finish(listen);
 }
 
+/* Revokes every token of principal, as another process would: in the database alone. */
+static void revoke_tokens_of(world *w, const char *principal) {
+  assert_int_equal(tg_db_exec(w->f->db,
+                              "UPDATE api_tokens SET revoked_at = 'now' WHERE principal_id = $1",
+                              json_pack("[s]", principal), NULL),
+                   0);
+}
+
 /* A revoked token ends what it opened, though no request comes: a session's GET stream and
  * calls, a listen stream, which gets its result first, and its stateless calls, on the pool
  * or on the thread that read them, cancelled (a call's client is answered 401, as its answer
@@ -2372,10 +2380,7 @@ static void test_a_revoked_token_ends_its_streams(void **state) {
   kit_wait_for(NULL, 3);
   w->token = w->tokens[1];
   exchange *other = open_listening_session(w, other_sid);
-  assert_int_equal(tg_db_exec(w->f->db,
-                              "UPDATE api_tokens SET revoked_at = 'now' WHERE principal_id = $1",
-                              json_pack("[s]", w->agent), NULL),
-                   0);
+  revoke_tokens_of(w, w->agent);
   await(get, NULL);
   await(listen, NULL);
   assert_non_null(strstr(listen->got, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"resultType\":"
@@ -2407,10 +2412,7 @@ static void test_a_revoked_call_whose_answer_began_is_told(void **state) {
   exchange *call = start(w, "POST", sid, NULL, CALL_WITH("\"c6\"", "test_wait_cancel", "{}"));
   await(call, "data: \n\n");
   kit_wait(&kit_started);
-  assert_int_equal(tg_db_exec(w->f->db,
-                              "UPDATE api_tokens SET revoked_at = 'now' WHERE principal_id = $1",
-                              json_pack("[s]", w->agent), NULL),
-                   0);
+  revoke_tokens_of(w, w->agent);
   await(call, NULL);
   assert_int_equal(call->status, 200);
   assert_non_null(strstr(call->got, "{\"jsonrpc\":\"2.0\",\"id\":\"c6\",\"error\":{\"code\":-32600,"));
@@ -2452,10 +2454,7 @@ static void test_a_token_revoked_while_its_body_comes_is_refused(void **state) {
   await_load(w, false, 1);
   usleep(300 * 1000); /* its headers are read and its token checked, well before the revoke */
   long audited = fixture_count(w->f, "agent_run_logs");
-  assert_int_equal(tg_db_exec(w->f->db,
-                              "UPDATE api_tokens SET revoked_at = 'now' WHERE principal_id = $1",
-                              json_pack("[s]", w->agent), NULL),
-                   0);
+  revoke_tokens_of(w, w->agent);
   usleep(1500 * 1000); /* past the time after which a token is checked again */
   assert_int_equal(send(fd, body + 10, strlen(body) - 10, MSG_NOSIGNAL),
                    (ssize_t)(strlen(body) - 10));

@@ -841,15 +841,23 @@ static bool withdraws(json_t *msg, const char *reason) {
          strcmp(json_string_value(json_object_get(params, "reason")), reason) == 0;
 }
 
-/* The next line answers request id, a call that failed: it learnt it was cancelled. */
-static void expect_cancelled_call(stdio_run *s, json_int_t id) {
+/* The next line answers request id, a call that failed: its error message, to release. */
+static json_t *expect_failed_call(stdio_run *s, json_int_t id) {
   json_t *answer = stdio_next(s);
   assert_int_equal(json_integer_value(json_object_get(answer, "id")), id);
   json_t *result = json_object_get(answer, "result");
   assert_true(json_is_true(json_object_get(result, "isError")));
   json_t *error = json_object_get(json_object_get(result, "structuredContent"), "error");
-  assert_non_null(strstr(json_string_value(json_object_get(error, "message")), "cancelled"));
+  json_t *message = json_incref(json_object_get(error, "message"));
   json_decref(answer);
+  return message;
+}
+
+/* The same for a call that learnt it was cancelled. */
+static void expect_cancelled_call(stdio_run *s, json_int_t id) {
+  json_t *message = expect_failed_call(s, id);
+  assert_non_null(strstr(json_string_value(message), "cancelled"));
+  json_decref(message);
 }
 
 /* The next line withdraws the server's question, as its call no longer waits for it. */
@@ -1637,10 +1645,7 @@ static void test_stdio_unnamed_error_answers_the_question(void **state) {
   long asked = asked_rows(w);
   stdio_run *s = start_asking_call(w);
   stdio_send(s, "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32700,\"message\":\"Parse error\"}}");
-  json_t *answer = stdio_next(s);
-  assert_int_equal(json_integer_value(json_object_get(answer, "id")), 2);
-  assert_true(json_is_true(json_object_get(json_object_get(answer, "result"), "isError")));
-  json_decref(answer);
+  json_decref(expect_failed_call(s, 2));
   stdio_stop(s);
   assert_int_equal(asked_rows(w), asked);
 }
@@ -1662,10 +1667,7 @@ static void test_stdio_unreadable_answer_fails_the_question(void **state) {
   assert_int_equal(error_code(refused, NULL), TG_RPC_INVALID_REQUEST);
   assert_null(json_object_get(refused, "id")); /* a response's id is the server's own */
   json_decref(refused);
-  json_t *failed = stdio_next(s);
-  assert_int_equal(json_integer_value(json_object_get(failed, "id")), 2);
-  assert_true(json_is_true(json_object_get(json_object_get(failed, "result"), "isError")));
-  json_decref(failed);
+  json_decref(expect_failed_call(s, 2));
   stdio_stop(s);
   assert_int_equal(asked_rows(w), asked);
 }
