@@ -440,7 +440,8 @@ json_t *tg_rpc_too_large(const tg_rpc_id_scan *scan) {
  * only by its text. */
 static bool not_json(const json_error_t *e) {
   enum json_error_code why = json_error_code(e);
-  bool lone_surrogate = why == json_error_invalid_syntax && strncmp(e->text, "invalid Unicode '", 17) == 0;
+  bool lone_surrogate =
+      why == json_error_invalid_syntax && strncmp(e->text, "invalid Unicode '", 17) == 0;
   return why != json_error_duplicate_key && why != json_error_null_character &&
          why != json_error_null_byte_in_key && why != json_error_numeric_overflow &&
          why != json_error_stack_overflow && why != json_error_out_of_memory && !lone_surrogate;
