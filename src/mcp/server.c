@@ -1508,8 +1508,7 @@ const char *tg_mcp_version_refusal(const tg_rpc_msg *msg, const char *header_ver
   if (header_differs(header_version, claimed))
     return "MCP-Protocol-Version does not match _meta";
   *code = TG_RPC_UNSUPPORTED_VERSION;
-  return claimed && strcmp(claimed, TG_MCP_MODERN_VERSION) == 0 ? NULL
-                                                                 : "Unsupported protocol version";
+  return strcmp(claimed, TG_MCP_MODERN_VERSION) == 0 ? NULL : "Unsupported protocol version";
 }
 
 /* Mcp-Name carries params.name (tools/call, prompts/get), params.uri (resources/read) or
