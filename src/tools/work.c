@@ -232,16 +232,19 @@ static int queue_job(tg_call_ctx *cx, const char *kind, const char *dedupe_key, 
                     NULL);
 }
 
-/* One agent-task-execute job per agent assignee for the start-th start of the task. The key
- * ends in the start number, so an early start (auto-start) and the move to in_progress that
- * follows it are one run, while a re-start after a block, a review or a re-open is a new one. */
+/* One agent-task-execute job per active agent assignee for the start-th start of the task.
+ * The key ends in the start number, so an early start (auto-start) and the move to
+ * in_progress that follows it are one run, while a re-start after a block, a review or a
+ * re-open is a new one. A draft, paused or archived assignee gets none: nothing after the
+ * dispatch looks at an agent's status again, and such an agent starts only when a person
+ * starts it (seed 000: sub-agents never auto-activate; archived is terminal). */
 static int dispatch_start(tg_call_ctx *cx, const char *task_id, const char *task_slug,
                           json_int_t start, const char *trigger) {
   _cleanup_json_ json_t *agents = NULL;
   int r = tg_db_query(cx->db,
                       "SELECT g.id, g.slug FROM task_assignees a JOIN agents g ON g.id = a.actor_id"
                       " WHERE a.task_id = $1 AND a.actor_type = 'agent' AND a.role = 'assignee'"
-                      " ORDER BY g.slug",
+                      " AND g.status = 'active' ORDER BY g.slug",
                       json_pack("[s]", task_id), &agents);
   size_t i;
   json_t *agent;
@@ -547,8 +550,9 @@ static bool has_mention(json_t *list, json_t *mention) {
   return false;
 }
 
-/* An agent mentioned in a comment is asked to reply when it is an assignee of the task; the
- * author mentioning itself is not, so an agent cannot wake itself in a loop. */
+/* An agent mentioned in a comment is asked to reply when it is an active assignee of the
+ * task (as for dispatch_start); the author mentioning itself is not, so an agent cannot wake
+ * itself in a loop. */
 static int ping_mentioned(tg_call_ctx *cx, json_t *task, const char *message_id, json_t *mention) {
   const tg_principal *p = cx->principal;
   const char *agent_id = row_str(mention, "id");
@@ -557,8 +561,9 @@ static int ping_mentioned(tg_call_ctx *cx, json_t *task, const char *message_id,
     return TG_OK;
   _cleanup_json_ json_t *row = NULL;
   int r = tg_db_query_row(cx->db,
-                          "SELECT role FROM task_assignees WHERE task_id = $1 AND actor_type = 'agent'"
-                          " AND actor_id = $2 AND role = 'assignee'",
+                          "SELECT a.role FROM task_assignees a JOIN agents g ON g.id = a.actor_id"
+                          " WHERE a.task_id = $1 AND a.actor_type = 'agent' AND a.actor_id = $2"
+                          " AND a.role = 'assignee' AND g.status = 'active'",
                           json_pack("[Os]", json_object_get(task, "id"), agent_id), &row);
   if (r < 0 || !row) return r;
   char key[160];

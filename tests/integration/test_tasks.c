@@ -568,6 +568,52 @@ static void test_auto_start_dispatch(void **state) {
   assert_int_equal(jobs_of(w, "agent-task-execute"), 11);
 }
 
+static void set_agent_status(world *w, const char *slug, const char *status) {
+  assert_int_equal(tg_db_exec(w->f->db, "UPDATE agents SET status = $1 WHERE tenant_id = $2 AND slug = $3",
+                              json_pack("[sss]", status, w->f->tenant_id, slug), NULL),
+                   0);
+}
+
+static json_t *comment(world *w, const char *who, const char *slug, const char *rest);
+
+/* Draft, paused and archived agents can be assigned, but nothing starts them or asks them to
+ * reply: they run only once a person starts them. */
+static void test_inactive_assignees_wait(void **state) {
+  world *w = *state;
+  set_agent_status(w, "w3-dev", "draft");
+  set_agent_status(w, "idle", "paused");
+  set_agent_status(w, "m1-lead", "archived");
+  json_t *created = ok(w, w->boss, "createTask",
+                       "{\"title\":\"go\",\"status\":\"todo\","
+                       "\"assigneeAgentSlugs\":[\"w1-dev\",\"w3-dev\",\"idle\",\"m1-lead\"]}");
+  const char *slug = json_string_value(json_object_get(created, "slug"));
+  const char *task_id = json_string_value(json_object_get(created, "id"));
+  assert_int_equal(jobs_of(w, "agent-task-execute"), 1);
+  char id[TG_UUID_LEN + 1], key[200];
+  snprintf(key, sizeof key, "agent-task-execute:%s:%s:1", task_id, id_of(w, "agents", "w1-dev", id));
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM jobs WHERE dedupe_key = $1", json_pack("[s]", key)), 1);
+  move(w, w->boss, slug, "in_progress");
+  move(w, w->boss, slug, "blocked");
+  move(w, w->boss, slug, "in_progress");
+  assert_int_equal(jobs_of(w, "agent-task-execute"), 2);
+
+  json_decref(comment(w, w->w1dev, slug,
+                      ",\"mentions\":[{\"type\":\"agent\",\"slug\":\"w3-dev\"},"
+                      "{\"type\":\"agent\",\"slug\":\"idle\"},{\"type\":\"agent\",\"slug\":\"m1-lead\"}]"));
+  assert_int_equal(jobs_of(w, "agent-chat-reply"), 0);
+
+  /* Once a person starts it, the agent takes part like any other. */
+  set_agent_status(w, "w3-dev", "active");
+  json_decref(comment(w, w->w1dev, slug, ",\"mentions\":[{\"type\":\"agent\",\"slug\":\"w3-dev\"}]"));
+  assert_int_equal(jobs_of(w, "agent-chat-reply"), 1);
+  move(w, w->boss, slug, "blocked");
+  move(w, w->boss, slug, "in_progress");
+  assert_int_equal(jobs_of(w, "agent-task-execute"), 4);
+  snprintf(key, sizeof key, "agent-task-execute:%s:%s:3", task_id, id_of(w, "agents", "w3-dev", id));
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM jobs WHERE dedupe_key = $1", json_pack("[s]", key)), 1);
+  json_decref(created);
+}
+
 static json_t *comment(world *w, const char *who, const char *slug, const char *rest) {
   return ok(w, who, "commentOnTask", "{\"taskSlug\":\"%s\",\"body\":\"hello\"%s}", slug, rest);
 }
@@ -1158,12 +1204,13 @@ int main(void) {
       T(test_parent_and_blockers),
       T(test_auto_start_dispatch),
       T(test_comment),
+      T(test_inactive_assignees_wait),
       T(test_transition_table_through_the_tool),
       T(test_approvals_before_done),
       T(test_blockers_gate_and_release),
       T(test_mission_isolation),
-    T(test_participants_are_bounded),
-    T(test_workspace_isolation),
+      T(test_participants_are_bounded),
+      T(test_workspace_isolation),
       T(test_operator_tools),
       T(test_catalog_naming_profile),
       T(test_failures_roll_back),
