@@ -56,8 +56,12 @@ static bool under_nocase(const char *path, const char *prefix) {
 }
 
 bool tg_repo_path_reserved(const char *path) {
-  if (under_nocase(path, ".works/agents")) return true;
+  /* The folders on the way count too: a file in one's place would block every agent file
+   * under it. */
+  if (strcasecmp(path, ".works") == 0 || strcasecmp(path, ".works/agents") == 0 ||
+      strcasecmp(path, ".works/ideas") == 0 || under_nocase(path, ".works/agents"))
+    return true;
   if (!under_nocase(path, ".works/ideas")) return false;
   const char *slash = strchr(path + strlen(".works/ideas/"), '/');
-  return slash && under_nocase(slash + 1, "agents");
+  return !slash || strcasecmp(slash + 1, "agents") == 0 || under_nocase(slash + 1, "agents");
 }

@@ -23,6 +23,6 @@ const char *tg_repo_path_check(const char *path, size_t len);
 bool tg_repo_path_under(const char *path, const char *prefix);
 
 /* Whether path is reserved for agent files (".works/agents/..." and
- * ".works/ideas/<id>/agents/..."), which change only through editAgentFile, with its hash,
- * secret scan and per-run cap. */
+ * ".works/ideas/<id>/agents/...", and the folders leading to them), which change only
+ * through editAgentFile, with its hash, secret scan and per-run cap. */
 bool tg_repo_path_reserved(const char *path);

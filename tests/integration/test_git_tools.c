@@ -274,6 +274,20 @@ static void test_commit_scope_rules(void **state) {
              NULL, "permission_denied");
   assert_string_equal(reason_of(v), "agent_files");
   json_decref(v);
+  /* and so are the folders on the way to them: a file in their place would block them all */
+  _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
+  _cleanup_free_ char *before = out("git -C %s rev-parse main", dir);
+  const char *on_the_way[] = {".works/agents", ".works"};
+  for (size_t i = 0; i < 2; i++) {
+    snprintf(args, sizeof args,
+             "{\"files\":[{\"path\":\"%s\",\"content\":\"x\",\"mode\":\"add\"}],\"commitMessage\":\"m\"}",
+             on_the_way[i]);
+    v = expect(w, w->worker, "commitToRepo", args, NULL, "permission_denied");
+    assert_string_equal(reason_of(v), "agent_files");
+    json_decref(v);
+  }
+  _cleanup_free_ char *after = out("git -C %s rev-parse main", dir);
+  assert_string_equal(before, after);
   /* a tenant agent names its target; a mission agent reaches the works of its mission */
   snprintf(args, sizeof args, "{%s}", file);
   v = expect(w, w->tenant, "commitToRepo", args, NULL, "validation_failed");
@@ -302,7 +316,6 @@ static void test_commit_scope_rules(void **state) {
 
   /* a symbolic link in the tree (pushed by someone with the git program) is never written
    * through, nor replaced by a file */
-  _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
   char *clone = NULL;
   assert_true(asprintf(&clone, "%s/clone-link", w->f->dir) > 0);
   assert_int_equal(sh("git clone -q %s %s && cd %s && ln -s /etc evil && ln -s docs/a.md alias.md"

@@ -51,7 +51,14 @@ static void test_scope_tree_and_reserved(void **state) {
   assert_true(tg_repo_path_reserved(".Works/Agents/bot/SOUL.md"));
   assert_true(tg_repo_path_reserved(".works/ideas/X/agents/bot/agent.yml"));
   assert_false(tg_repo_path_reserved(".works/ideas/X/notes.md"));
+  assert_false(tg_repo_path_reserved(".works/ideas/X/agents.md"));
+  assert_false(tg_repo_path_reserved(".works/notes.md"));
   assert_false(tg_repo_path_reserved("docs/agents/about.md"));
+  /* A file in place of a folder on the way would block the agent files under it. */
+  const char *on_the_way[] = {".works", ".works/agents", ".works/ideas", ".works/ideas/X",
+                              ".works/ideas/X/agents", ".Works/AGENTS"};
+  for (size_t i = 0; i < sizeof on_the_way / sizeof *on_the_way; i++)
+    if (!tg_repo_path_reserved(on_the_way[i])) fail_msg("'%s' is not reserved", on_the_way[i]);
 }
 
 int main(void) {
