@@ -325,6 +325,12 @@ static int policy_set(tg_call_ctx *cx, json_t *args, json_t **ret) {
     return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "tool", tg_json_str(args, "tool")),
                    "No tool %.128s.", tg_json_str(args, "tool"));
   const char *mode = tg_json_str(args, "mode");
+  /* This tool disabled (or held for an approval) could never be set back: no operator
+   * could change any policy again. */
+  if (tool == cx->tool && strcmp(mode, "enabled") != 0 && strcmp(mode, "default") != 0)
+    return tg_fail(cx, TG_ERR_VALIDATION_FAILED,
+                   json_pack("{s:s,s:s,s:s}", "reason", "self_lockout", "tool", tool->name, "mode", mode),
+                   "%s cannot be set to %s: no policy could be changed after.", tool->name, mode);
   char now[TG_ISO_LEN + 1];
   tg_now_iso(now);
   int r = strcmp(mode, "default") == 0

@@ -326,6 +326,21 @@ static void test_policy_gates(void **state) {
                                 NULL, &res),
                    0);
   tg_call_result_done(&res);
+
+  /* The policy tool cannot shut itself off: no policy could be changed after. */
+  const char *lockouts[] = {"disabled", "approval"};
+  for (size_t i = 0; i < 2; i++) {
+    char args[100];
+    snprintf(args, sizeof args, "{\"tool\":\"admin.policy.set\",\"mode\":\"%s\"}", lockouts[i]);
+    expect_refusal(w, w->f->owner, TG_SURFACE_API, "admin.policy.set", args, NULL, "validation_failed", &res);
+    assert_string_equal(json_string_value(json_object_get(details(&res), "reason")), "self_lockout");
+    tg_call_result_done(&res);
+  }
+  set_policy(w, "admin.policy.set", "enabled");
+  set_policy(w, "admin.policy.set", "default");
+  assert_int_equal(fixture_count_where(w->f, "SELECT COUNT(*) AS n FROM tool_policies WHERE tool_name = $1",
+                                       json_pack("[s]", "admin.policy.set")),
+                   0);
 }
 
 static void test_invalid_arguments_name_every_violation(void **state) {
