@@ -1288,8 +1288,10 @@ static void check_lists(server *s, tg_db *db, const char *principal, session *on
   watched *all = cap ? malloc(cap * sizeof *all) : NULL;
   for (session *x = principal ? only : s->sessions; all && x; x = principal ? NULL : x->next) {
     /* A session hears of list changes on its GET stream only: without one, its baseline
-     * stays, and the first check once a stream is open announces what changed meanwhile. */
-    if (!x->standalone) continue;
+     * stays, and the first check once a stream is open announces what changed meanwhile.
+     * The baseline is set by its own message that made it listen (notifications/initialized),
+     * so that a change before its first stream is announced too. */
+    if (!x->standalone && !(only && tg_mcp_watch_unchecked(x->watch))) continue;
     x->refs++;
     x->checking++;
     all[n++] = (watched){.watch = x->watch, .principal = x->principal, .x = x};
@@ -2788,9 +2790,8 @@ static enum MHD_Result handle_get(server *s, struct MHD_Connection *conn, tg_db 
   pthread_mutex_unlock(&s->lock);
   /* Outside the server's lock, which the watch's sending takes. */
   if (unread && st) tg_mcp_watch_owe(x->watch, unread);
-  /* Lists are checked only for sessions with a stream to hear of changes: a new one sets
-   * the baseline now (or announces what changed since an earlier stream's) before anything
-   * else can change. */
+  /* Lists are checked only for sessions with a stream to hear of changes: a new one
+   * announces what changed since the session initialized or its last stream was checked. */
   if (st && !last && db) check_lists(s, db, principal, x);
   session_put(s, x);
   if (st) return queue_stream(conn, st, NULL, reader_id);

@@ -213,6 +213,13 @@ bool tg_mcp_watch_holds(tg_mcp_watch *w, json_t *id) {
   return held;
 }
 
+bool tg_mcp_watch_unchecked(tg_mcp_watch *w) {
+  pthread_mutex_lock(&w->lock);
+  bool unchecked = listening_locked(w) && !w->have_baseline;
+  pthread_mutex_unlock(&w->lock);
+  return unchecked;
+}
+
 int tg_mcp_watch_end(tg_mcp_watch *w, json_t *meta) {
   int r = TG_OK;
   tg_mcp_task_observer *ended[TG_MCP_MAX_SUBSCRIPTIONS];

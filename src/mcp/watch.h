@@ -40,6 +40,9 @@ int tg_mcp_watch_subscribe(tg_mcp_watch *w, json_t *id, json_t *filter, tg_mcp_t
 bool tg_mcp_watch_unsubscribe(tg_mcp_watch *w, json_t *id);
 /* Whether subscription id is open: its listen request is still in flight. */
 bool tg_mcp_watch_holds(tg_mcp_watch *w, json_t *id);
+/* Whether w listens and no check has seen the lists yet: the next sets what later ones
+ * compare with. */
+bool tg_mcp_watch_unchecked(tg_mcp_watch *w);
 /* The server ends every subscription of w (it is stopping), and w takes no more: each
  * listen request gets its result, {"resultType":"complete"} with meta (what every result's _meta carries:
  * tg_mcp_result_meta) and the subscription id in _meta. Returns 0, TG_E_NOMEM or the first

@@ -523,6 +523,33 @@ static void test_session_hears_of_list_changes_on_its_get_stream(void **state) {
   finish(get);
 }
 
+/* A change between the session's start and its first GET stream is announced as that opens:
+ * the client may have listed its tools before the change. */
+static void test_a_change_before_the_first_get_stream_is_announced(void **state) {
+  world *w = *state;
+  char sid[64], unchanged[64];
+  open_session(w, "{}", unchanged);
+  open_session(w, "{}", sid);
+  fixture_revoke_elsewhere(w->f, "bot", "tasks.assign");
+  exchange *get = start(w, "GET", sid, NULL, NULL);
+  await(get, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}");
+  finish(get);
+  /* A session opened after the change has nothing to hear of. */
+  open_session(w, "{}", sid);
+  get = start(w, "GET", sid, NULL, NULL);
+  await(get, "data: \n\n");
+  free(request(w, "POST", sid, NULL, PING, 200));
+  /* The session that was there before hears of it on its stream; the one after, by then, of
+   * nothing: a message of it makes the server look, and its answer comes after. */
+  exchange *before = start(w, "GET", unchanged, NULL, NULL);
+  await(before, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}");
+  finish(before);
+  pthread_mutex_lock(&get->lock);
+  assert_null(strstr(get->got, "list_changed"));
+  pthread_mutex_unlock(&get->lock);
+  finish(get);
+}
+
 /* A 2026-07-28 call of test_wait_cancel, which holds a pool thread until it is cancelled. */
 static exchange *start_waiting_call(world *w) {
   return start(w, "POST", NULL, STATELESS_ROUTE("test_wait_cancel"),
@@ -2521,6 +2548,7 @@ int main(void) {
   curl_global_init(CURL_GLOBAL_DEFAULT);
   const struct CMUnitTest tests[] = {
       T(test_session_hears_of_list_changes_on_its_get_stream),
+      T(test_a_change_before_the_first_get_stream_is_announced),
       T(test_a_change_announced_to_a_stream_left_unread_is_announced_again),
       T(test_a_session_is_asked_what_an_input_required_result_asks),
       T(test_batches_on_a_2025_03_26_session),
