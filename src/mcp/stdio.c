@@ -726,9 +726,10 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   if (working)
     tg_log(TG_LOG_WARN, "mcp: %u tasks still at work as serving ends are cancelled", working);
   /* Open subscriptions end with their result, as a server that ends them owes, once the
-   * tasks they may follow said how they ended; not when told to stop, which answers nothing
-   * more. */
+   * tasks they may follow said how they ended (those the grace did not see end, cancelled
+   * first); not when told to stop, which answers nothing more. */
   json_t *meta = req.watch && !atomic_load(&c.interrupted) ? tg_mcp_result_meta(&served) : NULL;
+  if (meta) tg_mcp_tasks_cancel_left(served.tasks);
   if (meta) tg_mcp_watch_end(req.watch, meta);
   json_decref(meta);
   if (watching) {

@@ -180,18 +180,23 @@ static bool terminal(task_status s) { return s == COMPLETED || s == FAILED || s 
 
 static void leave_runners(tg_mcp_tasks *t);
 
-void tg_mcp_tasks_free(tg_mcp_tasks *t) {
+void tg_mcp_tasks_cancel_left(tg_mcp_tasks *t) {
   if (!t) return;
   pthread_mutex_lock(&t->lock);
   t->stopping = true;
   for (task *k = t->list; k; k = k->next) {
     /* Its end says the stop cut it, unless its client cancelled it or its end is decided. */
-    k->stopped = !k->cancel && !terminal(k->ends_as);
+    k->stopped = k->stopped || (!k->cancel && !terminal(k->ends_as));
     k->cancel = true;
   }
   pthread_cond_broadcast(&t->changed);
   while (t->running) pthread_cond_wait(&t->changed, &t->lock);
   pthread_mutex_unlock(&t->lock);
+}
+
+void tg_mcp_tasks_free(tg_mcp_tasks *t) {
+  if (!t) return;
+  tg_mcp_tasks_cancel_left(t);
   leave_runners(t);
   while (t->list) {
     task *k = t->list;

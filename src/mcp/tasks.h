@@ -48,6 +48,9 @@ void tg_mcp_tasks_stopping(tg_mcp_tasks *t);
 /* For a stopping server: waits until no task is at work (its round running; one waiting for
  * input is not) or the monotonic clock reaches deadline (ms). Returns how many still are. */
 unsigned tg_mcp_tasks_await(tg_mcp_tasks *t, int64_t deadline);
+/* For a stopping server whose grace is over: cancels the tasks still running and waits for
+ * their threads to end, their observers told of each end (tg_mcp_tasks_free does it too). */
+void tg_mcp_tasks_cancel_left(tg_mcp_tasks *t);
 
 typedef struct tg_mcp_task_call {
   const char *principal_id;

@@ -1777,6 +1777,40 @@ static void test_stdio_end_gives_a_task_at_work_its_grace(void **state) {
                    1);
 }
 
+/* The client closed its input while a task it listens to is still at work when the grace
+ * ends: the task is cancelled, and the listen hears so before its result ends it. */
+static void test_stdio_end_tells_a_listen_how_its_task_ended(void **state) {
+  world *w = *state;
+  stdio_run *s = stdio_start(w);
+  stdio_send(s, SLOW_TASK("600"));
+  json_t *started = stdio_next(s);
+  const char *task_id = json_string_value(json_object_get(json_object_get(started, "result"), "taskId"));
+  assert_non_null(task_id);
+  char listen[512];
+  snprintf(listen, sizeof listen,
+           "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"subscriptions/listen\",\"params\":{"
+           "\"notifications\":{\"taskIds\":[\"%s\"]},\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":"
+           "\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{\"extensions\":{"
+           "\"io.modelcontextprotocol/tasks\":{}}}}}}",
+           task_id);
+  json_decref(started);
+  stdio_send(s, listen);
+  close(s->to_server);
+  s->to_server = -1;
+  char last_status[32] = "";
+  json_t *msg;
+  while (!json_object_get((msg = stdio_next(s)), "result")) {
+    json_t *params = json_object_get(msg, "params");
+    if (strcmp(json_string_value(json_object_get(msg, "method")), "notifications/tasks") == 0)
+      snprintf(last_status, sizeof last_status, "%s", json_string_value(json_object_get(params, "status")));
+    json_decref(msg);
+  }
+  assert_int_equal(json_integer_value(json_object_get(msg, "id")), 8);
+  json_decref(msg);
+  assert_string_equal(last_status, "cancelled");
+  assert_int_equal(stdio_join(s), 0);
+}
+
 int main(void) {
   /* A server that ended closed its input: writing to it then fails (EPIPE), as a test sees,
    * rather than ending the tests. */
@@ -1818,6 +1852,7 @@ int main(void) {
       KIT(test_stdio_unreadable_answer_fails_the_question),
       KIT(test_stdio_revoked_token_cancels_the_call),
       FIXTURES(test_stdio_end_gives_a_task_at_work_its_grace),
+      FIXTURES(test_stdio_end_tells_a_listen_how_its_task_ended),
       KIT(test_stdio_token_unchecked_goes_on),
       KIT(test_stdio_ping_during_a_call_checks_the_token),
       KIT(test_stdio_ping_right_behind_a_call),
