@@ -409,11 +409,9 @@ static void write_done(tg_db *db) {
 static int begin(tg_db *db, bool wait) {
   if (!sqlite3_get_autocommit(db->conn))
     return set_err(db, TG_E_DB, "cannot start a transaction within a transaction");
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += BUSY_TIMEOUT_MS / 1000;
+  struct timespec until = tg_monotonic_after(BUSY_TIMEOUT_MS);
   /* EDEADLK: this thread's other connection writes; SQLite would answer busy as well. */
-  int rc = wait ? pthread_mutex_timedlock(&db->file->write, &until)
+  int rc = wait ? pthread_mutex_clocklock(&db->file->write, CLOCK_MONOTONIC, &until)
                 : pthread_mutex_trylock(&db->file->write);
   if (rc != 0) return set_err(db, TG_E_BUSY, "database is locked");
   db->writing = true;

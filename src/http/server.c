@@ -76,7 +76,7 @@ typedef struct session {
                  * keep it, they do not use it */
   bool dead;
   bool revoked; /* ended as its token was revoked (end_revoked) */
-  int64_t last_used;
+  int64_t last_used; /* monotonic (ms) */
   uint64_t use_order; /* of the server's session uses: the least recently used, though several
                        * fall in one millisecond */
   tg_mcp_session state; /* guarded by the server's lock */
@@ -374,20 +374,30 @@ static void session_end_locked(server *s, session *x) {
   session_unlink_locked(s, x);
 }
 
+/* A session neither in use nor listening (its refs but the table's are looks of the sweeper). */
+static bool unused_locked(session *x) { return x->refs - x->checking == 1 && !listening_locked(x); }
+
+/* Drops the sessions unused for TG_HTTP_SESSION_IDLE_MS: the sweeper's look (a server that
+ * only 2026-07-28 clients use opens none), and before a new session makes room. */
+static void drop_idle_locked(server *s) {
+  int64_t now = tg_monotonic_ms();
+  int64_t idle_ms = s->cfg->session_idle_ms ? s->cfg->session_idle_ms : TG_HTTP_SESSION_IDLE_MS;
+  for (session *x = s->sessions, *next; x; x = next) {
+    next = x->next;
+    if (unused_locked(x) && now - x->last_used > idle_ms) session_unlink_locked(s, x);
+  }
+}
+
 /* Makes room for a session of principal: drops idle sessions, then, when principal holds its
  * share or the table is full, the least recently used session not in use (principal's own
  * when it is principal's share that is full). False when every candidate is in use. */
-static bool reap_locked(server *s, int64_t now, const char *principal) {
+static bool reap_locked(server *s, const char *principal) {
+  drop_idle_locked(s);
   session *oldest = NULL, *oldest_mine = NULL;
   size_t mine = 0;
-  for (session *x = s->sessions, *next; x; x = next) {
-    next = x->next;
-    if (x->refs - x->checking != 1 || listening_locked(x)) {
+  for (session *x = s->sessions; x; x = x->next) {
+    if (!unused_locked(x)) {
       mine += strcmp(x->principal, principal) == 0;
-      continue;
-    }
-    if (now - x->last_used > TG_HTTP_SESSION_IDLE_MS) {
-      session_unlink_locked(s, x);
       continue;
     }
     bool own = strcmp(x->principal, principal) == 0;
@@ -432,9 +442,9 @@ static session *session_new(server *s, const char *principal, const char *token_
  * not push out another session. */
 static bool session_admit(server *s, session *x) {
   pthread_mutex_lock(&s->lock);
-  x->last_used = tg_now_ms();
+  x->last_used = tg_monotonic_ms();
   x->use_order = ++s->session_uses;
-  bool room = reap_locked(s, x->last_used, x->principal);
+  bool room = reap_locked(s, x->principal);
   if (room) {
     x->next = s->sessions;
     s->sessions = x;
@@ -457,7 +467,7 @@ static session *session_find(server *s, const char *id, const char *principal,
     x = NULL;
   if (x) {
     x->refs++;
-    x->last_used = tg_now_ms();
+    x->last_used = tg_monotonic_ms();
     x->use_order = ++s->session_uses;
   }
   pthread_mutex_unlock(&s->lock);
@@ -506,6 +516,7 @@ struct stream {
   bool streaming;      /* the response is an SSE stream */
   bool reading;        /* a connection reads it */
   unsigned reader;     /* which one: a resumption takes the stream over from a stale one */
+  int reader_fd;       /* a GET stream's: the socket of the connection reading it */
   bool closed;         /* a sessionless stream lost its client: nothing more is kept */
   bool polling;        /* the call asked that its answer end now; the client resumes it */
   /* The call asked that the answer a connection reads end now: it ends at cut_at, after the
@@ -670,6 +681,7 @@ static stream *stream_new(server *s, unsigned no, const char *principal) {
   st->no = no;
   st->first = 1;
   st->refs = 1;
+  st->reader_fd = -1;
   return st;
 }
 
@@ -1839,6 +1851,7 @@ static void *sweeper_main(void *arg) {
     if (db) tg_token_uses_write(s->token_uses, db, false); /* may wait for a writer: last */
     pthread_mutex_lock(&s->lock);
     forget_stale_output_locked(s);
+    drop_idle_locked(s);
     next = tg_monotonic_ms() + TG_HTTP_CHECK_MS;
   }
   pthread_mutex_unlock(&s->lock);
@@ -2669,8 +2682,8 @@ static enum MHD_Result handle_delete(server *s, struct MHD_Connection *conn, con
 /* Resumes the stream that Last-Event-ID "STREAM-EVENT" names from the event after it, as
  * *reader_id; NULL with *status and *why set when it cannot. Called with the server's lock
  * held. */
-static stream *resume_locked(session *x, const char *last, unsigned *status, const char **why,
-                             unsigned *reader_id) {
+static stream *resume_locked(session *x, const char *last, int fd, unsigned *status,
+                             const char **why, unsigned *reader_id) {
   char *end = NULL;
   errno = 0;
   unsigned long no = strtoul(last, &end, 10), n = 0;
@@ -2707,6 +2720,7 @@ static stream *resume_locked(session *x, const char *last, unsigned *status, con
     /* A cut meant for the connection it replaces; and this one starts after the priming. */
     st->cutting = st->cut_primed = st->reader_primed = false;
     *reader_id = ++st->reader;
+    st->reader_fd = fd;
     pthread_cond_broadcast(&st->ready);
     st->refs++;
     *why = NULL;
@@ -2719,13 +2733,15 @@ static stream *resume_locked(session *x, const char *last, unsigned *status, con
  * For clients that resume streams (2025-11-25 on) it starts with a priming event (an id and
  * no data), so that one cut off before any message can still resume it. Called with the
  * server's lock held. */
-static stream *standalone_locked(session *x, unsigned *status, const char **why,
+static stream *standalone_locked(session *x, int fd, unsigned *status, const char **why,
                                  unsigned *reader_id, unsigned *unread) {
   stream *old = x->standalone;
   *unread = 0;
   if (old) {
     pthread_mutex_lock(&old->lock);
-    bool busy = old->reading;
+    /* A client that left is not waited for: its reader sees it within HANGUP_CHECK_MS, and
+     * its client's next GET would be refused meanwhile. */
+    bool busy = old->reading && !client_gone(old->reader_fd);
     /* The list changes old never delivered whole, for the watch to announce again (an event
      * that went out in part was not dispatched). */
     size_t from = event_start_locked(old, old->seen > old->head ? old->seen : old->head);
@@ -2752,6 +2768,7 @@ static stream *standalone_locked(session *x, unsigned *status, const char **why,
   st->streaming = true;
   st->reading = true;
   *reader_id = st->reader; /* nobody else knows st yet */
+  st->reader_fd = fd;
   st->refs = 2; /* the session's and the response's */
   if (old) {
     stream_end(old);
@@ -2781,8 +2798,8 @@ static enum MHD_Result handle_get(server *s, struct MHD_Connection *conn, tg_db 
   pthread_mutex_lock(&s->lock);
   unsigned reader_id = 0;
   stream *st = x->dead ? NULL
-               : last  ? resume_locked(x, last, &status, &why, &reader_id)
-                       : standalone_locked(x, &status, &why, &reader_id, &unread);
+               : last  ? resume_locked(x, last, connection_fd(conn), &status, &why, &reader_id)
+                       : standalone_locked(x, connection_fd(conn), &status, &why, &reader_id, &unread);
   if (x->dead) {
     status = MHD_HTTP_NOT_FOUND;
     why = "Session not found";

@@ -66,6 +66,7 @@ typedef struct tg_http_config {
   tg_mcp_server server;
   size_t max_held_bytes; /* output held for all clients; 0: TG_HTTP_MAX_HELD_BYTES */
   long long replay_keep_ms; /* 0: TG_HTTP_REPLAY_KEEP_MS */
+  long long session_idle_ms; /* 0: TG_HTTP_SESSION_IDLE_MS */
   unsigned idle_timeout_s; /* 0: TG_HTTP_IDLE_TIMEOUT_S */
   unsigned max_requests_per_principal; /* 0: TG_HTTP_MAX_REQUESTS_PER_PRINCIPAL */
   unsigned max_queued_calls; /* 0: TG_HTTP_MAX_QUEUED_CALLS */

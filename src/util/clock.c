@@ -1,3 +1,4 @@
+#define _GNU_SOURCE
 #include "util/clock.h"
 
 #include <errno.h>
@@ -17,16 +18,23 @@ uint64_t tg_monotonic_ns(void) {
 
 int64_t tg_monotonic_ms(void) { return (int64_t)(tg_monotonic_ns() / 1000000); }
 
-bool tg_timed_wait(pthread_cond_t *cond, pthread_mutex_t *lock, long long ms) {
+struct timespec tg_monotonic_after(long long ms) {
   struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
+  clock_gettime(CLOCK_MONOTONIC, &until);
   until.tv_sec += ms / 1000;
   until.tv_nsec += ms % 1000 * 1000000;
   if (until.tv_nsec >= 1000000000) {
     until.tv_sec++;
     until.tv_nsec -= 1000000000;
   }
-  return pthread_cond_timedwait(cond, lock, &until) == ETIMEDOUT;
+  return until;
+}
+
+/* On the monotonic clock: a step of the wall clock (NTP, a restored snapshot) neither
+ * stretches nor cuts a wait. */
+bool tg_timed_wait(pthread_cond_t *cond, pthread_mutex_t *lock, long long ms) {
+  struct timespec until = tg_monotonic_after(ms);
+  return pthread_cond_clockwait(cond, lock, CLOCK_MONOTONIC, &until) == ETIMEDOUT;
 }
 
 #define MAX_ISO_MS 253402300799999LL /* 9999-12-31T23:59:59.999Z */

@@ -570,6 +570,18 @@ static void await_load(world *w, bool queued, unsigned least) {
   }
 }
 
+/* A client that left its GET stream gets another at once, not 405 until the server's next
+ * look at the old one. */
+static void test_a_get_stream_left_is_replaced_at_once(void **state) {
+  world *w = *state;
+  char sid[64];
+  for (int i = 0; i < 5; i++) {
+    exchange *get = i ? start(w, "GET", sid, NULL, NULL) : open_listening_session(w, sid);
+    await(get, "data: \n\n");
+    finish(get);
+  }
+}
+
 /* A change announced while nobody read the GET stream (its client left, and did not resume)
  * is announced again on the session's next GET stream. */
 static void test_a_change_announced_to_a_stream_left_unread_is_announced_again(void **state) {
@@ -1767,6 +1779,25 @@ static void test_idle_connections_are_closed(void **state) {
   free(got);
 }
 
+/* A session unused for the idle time ends though no other session comes to make room (the
+ * server looks every 2 s); one in use, or listening on its GET stream, stays. */
+static void test_idle_sessions_end_on_their_own(void **state) {
+  world *w = *state;
+  w->cfg.session_idle_ms = 1000;
+  restart(w);
+  char idle[64], used[64], listening[64];
+  open_session(w, "{}", idle);
+  open_session(w, "{}", used);
+  exchange *get = open_listening_session(w, listening);
+  for (int i = 0; i < 8; i++) {
+    usleep(500 * 1000);
+    free(request(w, "POST", used, NULL, PING, 200));
+  }
+  free(request(w, "POST", idle, NULL, PING, 404));
+  free(request(w, "POST", listening, NULL, PING, 200));
+  finish(get);
+}
+
 /* The number of the stream an answer of a session's POST came on (its first event's). */
 static unsigned stream_no(const char *got) {
   unsigned no = 0;
@@ -2549,6 +2580,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       T(test_session_hears_of_list_changes_on_its_get_stream),
       T(test_a_change_before_the_first_get_stream_is_announced),
+      T(test_a_get_stream_left_is_replaced_at_once),
       T(test_a_change_announced_to_a_stream_left_unread_is_announced_again),
       T(test_a_session_is_asked_what_an_input_required_result_asks),
       T(test_batches_on_a_2025_03_26_session),
@@ -2598,6 +2630,7 @@ int main(void) {
       T(test_priming_passes_the_bounds),
       T(test_listen_addresses),
       T(test_idle_connections_are_closed),
+      T(test_idle_sessions_end_on_their_own),
       T(test_a_slow_sender_is_cut_off),
       T(test_a_stopping_server_answers_its_calls),
       T(test_a_stop_cancels_the_calls_past_its_grace),
