@@ -303,6 +303,7 @@ static bool origin_ok(const server *s, const char *origin) {
 
 static void stream_release(stream *st);
 static bool listening_locked(session *x);
+static bool idle_locked(session *x, int64_t now, int64_t idle_ms);
 static void stream_end(stream *st);
 static int stream_text(stream *st, char *text);
 
@@ -384,7 +385,7 @@ static void drop_idle_locked(server *s) {
   int64_t idle_ms = s->cfg->session_idle_ms ? s->cfg->session_idle_ms : TG_HTTP_SESSION_IDLE_MS;
   for (session *x = s->sessions, *next; x; x = next) {
     next = x->next;
-    if (unused_locked(x) && now - x->last_used > idle_ms) session_unlink_locked(s, x);
+    if (idle_locked(x, now, idle_ms)) session_unlink_locked(s, x);
   }
 }
 
@@ -506,6 +507,7 @@ struct stream {
   size_t *ends;
   size_t ends_head, n_ends, ends_cap;
   int64_t delivered_at; /* monotonic (ms): when output last went out */
+  int64_t read_until;   /* monotonic (ms): when a connection last stopped reading it */
   unsigned no;         /* number in its session; 0: sessionless, its events carry no id */
   unsigned first;      /* number of the first event in buf */
   unsigned next_event; /* number of the last event appended */
@@ -516,7 +518,7 @@ struct stream {
   bool streaming;      /* the response is an SSE stream */
   bool reading;        /* a connection reads it */
   unsigned reader;     /* which one: a resumption takes the stream over from a stale one */
-  int reader_fd;       /* a GET stream's: the socket of the connection reading it */
+  int reader_fd;       /* the socket of the connection that took it on GET (see standalone_locked) */
   bool closed;         /* a sessionless stream lost its client: nothing more is kept */
   bool polling;        /* the call asked that its answer end now; the client resumes it */
   /* The call asked that the answer a connection reads end now: it ends at cut_at, after the
@@ -541,6 +543,23 @@ static bool listening_locked(session *x) {
   bool reading = x->standalone->reading;
   pthread_mutex_unlock(&x->standalone->lock);
   return reading;
+}
+
+/* Whether x, unused, was last used over idle_ms ago: by a request, or by a connection that
+ * read one of its streams (a client reconnecting as its GET stream ended is not idle). */
+static bool idle_locked(session *x, int64_t now, int64_t idle_ms) {
+  if (!unused_locked(x)) return false;
+  int64_t last = x->last_used;
+  for (size_t i = 0; i <= TG_HTTP_KEPT_STREAMS; i++) {
+    stream *st = i < TG_HTTP_KEPT_STREAMS ? x->kept[i] : x->standalone;
+    if (!st) continue;
+    pthread_mutex_lock(&st->lock);
+    bool reading = st->reading;
+    if (st->read_until > last) last = st->read_until;
+    pthread_mutex_unlock(&st->lock);
+    if (reading) return false;
+  }
+  return now - last > idle_ms;
 }
 
 /* principal's share, with a reference for the caller; NULL without memory. */
@@ -939,6 +958,7 @@ static void stream_detach(stream *st, unsigned reader_id) {
   pthread_mutex_lock(&st->lock);
   if (reader_id == st->reader) {
     st->reading = false;
+    st->read_until = tg_monotonic_ms();
     pthread_cond_broadcast(&st->ready);
     if (!st->no) {
       st->closed = true;
@@ -1295,6 +1315,8 @@ static void check_watch(server *s, tg_db *db, tg_mcp_watch *watch, const char *p
  * once: x's and principal's listen streams, at most TG_HTTP_MAX_LISTENS_PER_PRINCIPAL; what
  * it changed for others, the sweep announces. So no request pays for everyone's. */
 static void check_lists(server *s, tg_db *db, const char *principal, session *only) {
+  /* Before the server's lock, which the watch's sending takes under the watch's lock. */
+  bool first = only && tg_mcp_watch_unchecked(only->watch);
   pthread_mutex_lock(&s->lock);
   size_t n = 0, cap = (principal ? 1 : s->n_sessions) + s->n_listeners;
   watched *all = cap ? malloc(cap * sizeof *all) : NULL;
@@ -1303,7 +1325,7 @@ static void check_lists(server *s, tg_db *db, const char *principal, session *on
      * stays, and the first check once a stream is open announces what changed meanwhile.
      * The baseline is set by its own message that made it listen (notifications/initialized),
      * so that a change before its first stream is announced too. */
-    if (!x->standalone && !(only && tg_mcp_watch_unchecked(x->watch))) continue;
+    if (!x->standalone && !first) continue;
     x->refs++;
     x->checking++;
     all[n++] = (watched){.watch = x->watch, .principal = x->principal, .x = x};
@@ -2797,9 +2819,10 @@ static enum MHD_Result handle_get(server *s, struct MHD_Connection *conn, tg_db 
   unsigned unread = 0;
   pthread_mutex_lock(&s->lock);
   unsigned reader_id = 0;
+  int fd = connection_fd(conn);
   stream *st = x->dead ? NULL
-               : last  ? resume_locked(x, last, connection_fd(conn), &status, &why, &reader_id)
-                       : standalone_locked(x, connection_fd(conn), &status, &why, &reader_id, &unread);
+               : last  ? resume_locked(x, last, fd, &status, &why, &reader_id)
+                       : standalone_locked(x, fd, &status, &why, &reader_id, &unread);
   if (x->dead) {
     status = MHD_HTTP_NOT_FOUND;
     why = "Session not found";

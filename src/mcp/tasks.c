@@ -185,7 +185,8 @@ void tg_mcp_tasks_cancel_left(tg_mcp_tasks *t) {
   pthread_mutex_lock(&t->lock);
   t->stopping = true;
   for (task *k = t->list; k; k = k->next) {
-    /* Its end says the stop cut it, unless its client cancelled it or its end is decided. */
+    /* Its end says the stop cut it, unless its client cancelled it or its end is decided;
+     * one tg_mcp_tasks_stopping cancelled keeps saying so, and a second call changes nothing. */
     k->stopped = k->stopped || (!k->cancel && !terminal(k->ends_as));
     k->cancel = true;
   }

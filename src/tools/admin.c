@@ -329,7 +329,8 @@ static int policy_set(tg_call_ctx *cx, json_t *args, json_t **ret) {
    * could change any policy again. */
   if (tool == cx->tool && strcmp(mode, "enabled") != 0 && strcmp(mode, "default") != 0)
     return tg_fail(cx, TG_ERR_VALIDATION_FAILED,
-                   json_pack("{s:s,s:s,s:s}", "reason", "self_lockout", "tool", tool->name, "mode", mode),
+                   json_pack("{s:s,s:s,s:s}", "reason", "self_lockout", "tool", tool->name, "mode",
+                             mode),
                    "%s cannot be set to %s: no policy could be changed after.", tool->name, mode);
   char now[TG_ISO_LEN + 1];
   tg_now_iso(now);

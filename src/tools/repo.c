@@ -405,7 +405,9 @@ static int build_changes(tg_call_ctx *cx, json_t *files, const char *prefix,
     else if (tg_repo_path_reserved(p))
       r = tg_fail(cx, TG_ERR_PERMISSION_DENIED,
                   json_pack("{s:s,s:I,s:s}", "reason", "agent_files", "index", (json_int_t)i, "path", p),
-                  "File %zu (%s): agent files, and the folders holding them, change only through editAgentFile.", i, p);
+                  "File %zu (%s): agent files, and the folders holding them, change only "
+                  "through editAgentFile.",
+                  i, p);
     else if (!tg_repo_path_under(p, prefix))
       r = tg_fail(cx, TG_ERR_PERMISSION_DENIED,
                   json_pack("{s:s,s:I,s:s,s:s}", "reason", "outside_scope_tree", "index",

@@ -237,7 +237,8 @@ static int queue_job(tg_call_ctx *cx, const char *kind, const char *dedupe_key, 
  * in_progress that follows it are one run, while a re-start after a block, a review or a
  * re-open is a new one. A draft, paused or archived assignee gets none: nothing after the
  * dispatch looks at an agent's status again, and such an agent starts only when a person
- * starts it (seed 000: sub-agents never auto-activate; archived is terminal). */
+ * starts it (seed 000: sub-agents never auto-activate; paused and archived agents do not
+ * resume by themselves). Once active, it joins the task's next start. */
 static int dispatch_start(tg_call_ctx *cx, const char *task_id, const char *task_slug,
                           json_int_t start, const char *trigger) {
   _cleanup_json_ json_t *agents = NULL;
@@ -689,7 +690,7 @@ static int task_assign(tg_call_ctx *cx, json_t *args, json_t **ret) {
                    "Task %s already has %d people on it.", slug, PARTICIPANTS_MAX);
   int64_t changes = 0;
   r = add_participant(cx, row_str(task, "id"), type, row_str(who, "id"), role, &changes);
-  /* An agent joining a running task as assignee joins its current start. */
+  /* An active agent joining a running task as assignee joins its current start. */
   if (r == TG_OK && changes && strcmp(type, "agent") == 0 && strcmp(role, "assignee") == 0 &&
       strcmp(row_str(task, "status"), "in_progress") == 0)
     r = dispatch_start(cx, row_str(task, "id"), slug,

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #define TG_ISO_LEN 24 /* "2026-11-30T12:34:56.789Z" */
 
