@@ -90,6 +90,8 @@ static int write_activity(tg_call_ctx *cx) {
     }
     char id[TG_UUID_LEN + 1];
     if (tg_uuid7(id) < 0) return TG_E_IO;
+    /* Kept with the row, for tg_activity_take_back. */
+    if (json_object_set_new(row, "id", json_string(id)) < 0) return TG_E_NOMEM;
     int r = tg_db_exec(
         cx->db,
         "INSERT INTO activity_log (id, tenant_id, mission_id, idea_id, work_id, actor_type,"
@@ -102,6 +104,18 @@ static int write_activity(tg_call_ctx *cx) {
                   json_object_get(row, "details") ? json_object_get(row, "details") : json_null(),
                   now),
         NULL);
+    if (r < 0) return r;
+  }
+  return TG_OK;
+}
+
+int tg_activity_take_back(tg_call_ctx *cx, tg_db *db) {
+  size_t i;
+  json_t *row;
+  json_array_foreach(cx->activity, i, row) {
+    const char *id = json_string_value(json_object_get(row, "id"));
+    int r = id ? tg_db_exec(db, "DELETE FROM activity_log WHERE id = $1", json_pack("[s]", id), NULL)
+               : TG_OK;
     if (r < 0) return r;
   }
   return TG_OK;

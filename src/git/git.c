@@ -4,11 +4,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "git/libgit2.h"
 #include "util/status.h"
 
 #define CONFLICTS_MAX 50
+/* A ref locked for longer than this (about a second) was left by a writer that crashed, or
+ * is held by one that is stuck. */
+#define MOVE_LOCKED_TRIES 50
+#define MOVE_LOCKED_WAIT_MS 20
 
 void (*tg_git_test_before_move)(const char *repo_path, const char *branch);
 
@@ -298,12 +303,19 @@ int tg_git_move(tg_git *g, const char *branch, const char *old_sha, const char *
       (old_sha && parse_sha(old_sha, &old_id) < 0))
     return TG_E_INVAL;
   if (tg_git_test_before_move) tg_git_test_before_move(g->path, branch);
-  git_reference *out = NULL;
-  int e = old_sha ? tg_git2.git_reference_create_matching(&out, g->repo, ref, &new_id, 1, &old_id, why)
-                  : tg_git2.git_reference_create(&out, g->repo, ref, &new_id, 0, why);
-  tg_git2.git_reference_free(out);
+  int e;
+  /* Another writer holds the ref's lock file for the moment it moves it: wait for it. */
+  for (int tries = 0;; tries++) {
+    git_reference *out = NULL;
+    e = old_sha ? tg_git2.git_reference_create_matching(&out, g->repo, ref, &new_id, 1, &old_id, why)
+                : tg_git2.git_reference_create(&out, g->repo, ref, &new_id, 0, why);
+    tg_git2.git_reference_free(out);
+    if (e != GIT_ELOCKED || tries == MOVE_LOCKED_TRIES) break;
+    nanosleep(&(struct timespec){0, MOVE_LOCKED_WAIT_MS * 1000000L}, NULL);
+  }
   if (e == GIT_EMODIFIED || e == GIT_EEXISTS || (old_sha && e == GIT_ENOTFOUND))
     return TG_E_CONSTRAINT;
+  if (e == GIT_ELOCKED) return TG_E_BUSY;
   return e < 0 ? tg_libgit2_fail("move branch") : TG_OK;
 }
 

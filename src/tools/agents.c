@@ -199,7 +199,7 @@ static int file_edit(tg_call_ctx *cx, json_t *args, json_t **ret) {
   char tip[TG_GIT_SHA_LEN + 1] = "";
   if (h.git) {
     r = tg_repo_acquire(cx, h.kind, h.owner_id, h.repo_name, &repo);
-    if (r == TG_OK) r = tg_git_tip(repo.git, repo.default_branch, tip);
+    if (r == TG_OK) r = tg_repo_tip(cx, &repo, repo.default_branch, tip);
     if (r < 0) return r;
   }
   _cleanup_bodies_ bodies b = {0};

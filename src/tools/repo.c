@@ -82,20 +82,28 @@ int tg_repo_record(tg_call_ctx *cx, tg_scope_repo *repo, tg_repo_move *move) {
   return record(cx, repo, move, false);
 }
 
-/* Marks move id applied, or abandoned, on db. */
-static int mark_move(tg_db *db, const char *id, bool applied) {
+/* Marks move id applied, or abandoned, on db, unless it is marked already: the move's own
+ * call and another finishing recorded moves (finish_moves) may both look, and the first
+ * decision stands. *changed: whether this one did. */
+static int mark_move(tg_db *db, const char *id, bool applied, bool *changed) {
   char now[TG_ISO_LEN + 1];
   tg_now_iso(now);
-  return tg_db_exec(db,
-                    applied ? "UPDATE repo_ref_moves SET applied_at = $2 WHERE id = $1"
-                            : "UPDATE repo_ref_moves SET abandoned_at = $2 WHERE id = $1",
-                    json_pack("[ss]", id, now), NULL);
+  int64_t changes = 0;
+  int r = tg_db_exec(db,
+                     applied ? "UPDATE repo_ref_moves SET applied_at = $2 WHERE id = $1"
+                               " AND applied_at IS NULL AND abandoned_at IS NULL"
+                             : "UPDATE repo_ref_moves SET abandoned_at = $2 WHERE id = $1"
+                               " AND applied_at IS NULL AND abandoned_at IS NULL",
+                     json_pack("[ss]", id, now), &changes);
+  if (changed) *changed = changes > 0;
+  return r;
 }
 
 /* A recorded move waiting for its call's transaction to commit. */
 typedef struct publish_step {
   tg_git *git; /* taken over from the handler's tg_scope_repo */
   tg_repo_move move;
+  char repo_id[TG_UUID_LEN + 1];
   char label[96];
   char *undo_sql;
   json_t *undo_params;
@@ -109,14 +117,52 @@ static void publish_step_free(void *arg) {
   free(p);
 }
 
+/* Finishes the recorded moves of repository repo_id (label) that are neither applied nor
+ * abandoned, read on read_db and marked on mark_db, in the order recorded: one whose branch
+ * holds its new commit (at its tip or under later ones) is marked applied; one whose branch
+ * still holds its old value is made; one whose branch went elsewhere is marked abandoned
+ * (that writer's value stands). Moves of calls of one shared transaction build on each other
+ * (tg_repo_tip), so each is made after those before it. The branch is read before asking
+ * whether it holds the commit: the move's own call may make it in between, and a branch
+ * only moves forward past a move once made. */
+static int finish_moves(tg_db *read_db, tg_db *mark_db, tg_git *git, const char *repo_id,
+                        const char *label) {
+  _cleanup_json_ json_t *rows = NULL;
+  int r = tg_db_query(read_db,
+                      "SELECT id, branch, old_sha, new_sha FROM repo_ref_moves WHERE repo_id = $1"
+                      " AND applied_at IS NULL AND abandoned_at IS NULL ORDER BY seq",
+                      json_pack("[s]", repo_id), &rows);
+  size_t i;
+  json_t *row;
+  json_array_foreach(rows, i, row) {
+    if (r < 0) break;
+    const char *id = tg_json_str(row, "id"), *branch = tg_json_str(row, "branch");
+    const char *old_sha = tg_json_str(row, "old_sha"), *new_sha = tg_json_str(row, "new_sha");
+    char tip[TG_GIT_SHA_LEN + 1] = "";
+    if ((r = tg_git_tip(git, branch, tip)) == TG_E_NOTFOUND) r = TG_OK;
+    bool applied = false;
+    if (r == TG_OK) r = tg_git_contains(git, branch, new_sha, &applied);
+    if (r == TG_OK && !applied && strcmp(tip, old_sha ? old_sha : "") == 0) {
+      r = tg_git_move(git, branch, old_sha, new_sha, "toolgate: finish a recorded move");
+      applied = r == TG_OK;
+      if (r == TG_E_CONSTRAINT) r = tg_git_contains(git, branch, new_sha, &applied);
+    }
+    if (r == TG_OK) r = mark_move(mark_db, id, applied, NULL);
+  }
+  if (r < 0) tg_log(TG_LOG_WARN, "repo %s: the recorded moves could not be finished", label);
+  return r;
+}
+
 /* After the call's commit, in a transaction of its own (which waits its turn behind other
- * writers instead of racing them): marks the move applied; or abandoned, when the branch
- * went to another writer, with the handler's undo statement. */
+ * writers instead of racing them): marks the move applied; or abandoned, with the handler's
+ * undo statement and the call's activity rows taken back (what they told of never happened). */
 static int conclude(tg_call_ctx *cx, publish_step *p, bool applied) {
   int r = tg_db_begin(cx->db);
-  if (r == TG_OK) r = mark_move(cx->db, p->move.id, applied);
+  bool changed = false;
+  if (r == TG_OK) r = mark_move(cx->db, p->move.id, applied, &changed);
   if (r == TG_OK && !applied && p->undo_sql)
     r = tg_db_exec(cx->db, p->undo_sql, TAKE_PTR(p->undo_params), NULL);
+  if (r == TG_OK && !applied) r = tg_activity_take_back(cx, cx->db);
   if (r == TG_OK) r = tg_db_commit(cx->db);
   if (r < 0) tg_db_rollback(cx->db);
   return r;
@@ -127,12 +173,21 @@ static int publish_after_commit(tg_call_ctx *cx, void *arg) {
   const tg_repo_move *move = &p->move;
   char why[160];
   snprintf(why, sizeof why, "toolgate: %s", cx->tool->name);
-  int r = tg_git_move(p->git, move->branch, *move->old_sha ? move->old_sha : NULL, move->new_sha,
-                      why);
-  bool applied = r == TG_OK;
-  /* Else the next call to use the repository may have finished the move first. */
-  if (r == TG_E_CONSTRAINT) r = tg_git_contains(p->git, move->branch, move->new_sha, &applied);
-  if (r < 0) return r;
+  int moved = tg_git_move(p->git, move->branch, *move->old_sha ? move->old_sha : NULL,
+                          move->new_sha, why);
+  /* The branch is behind (moves recorded before this one, which it builds on, not made yet)
+   * or ahead (another use of the repository made this one first): finish what is recorded. */
+  if (moved == TG_E_CONSTRAINT) {
+    int r = finish_moves(cx->db, cx->db, p->git, p->repo_id, p->label);
+    if (r < 0) moved = r;
+  }
+  /* Whatever happened, the branch tells whether the commit is published; when it cannot
+   * tell, the move stays recorded for the next use of the repository to finish. */
+  bool applied = moved == TG_OK;
+  if (!applied) {
+    int r = tg_git_contains(p->git, move->branch, move->new_sha, &applied);
+    if (r < 0) return r;
+  }
   if (applied) {
     /* The branch holds the move either way: a mark that fails is made by the next use. */
     if (conclude(cx, p, true) < 0)
@@ -140,8 +195,18 @@ static int publish_after_commit(tg_call_ctx *cx, void *arg) {
              tg_db_errmsg(cx->db));
     return TG_OK;
   }
-  r = conclude(cx, p, false);
+  /* Not made, it is abandoned now, whatever kept it from being made: a call answered as
+   * failed must not be published later by the next use of the repository. */
+  int r = conclude(cx, p, false);
   if (r < 0) return r;
+  if (moved == TG_E_BUSY)
+    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
+                   json_pack("{s:s,s:s,s:s,s:s}", "reason", "branch_locked", "repo", p->label,
+                             "branch", move->branch, "sha", move->new_sha),
+                   "Branch %s of %s stayed locked by another git writer (or by a lock file one "
+                   "left as it crashed); commit %.12s was not published. Retry.",
+                   move->branch, p->label, move->new_sha);
+  if (moved != TG_E_CONSTRAINT) return moved;
   return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
                  json_pack("{s:s,s:s,s:s,s:s}", "reason", "concurrent_write", "repo", p->label,
                            "branch", move->branch, "sha", move->new_sha),
@@ -161,44 +226,30 @@ int tg_repo_publish(tg_call_ctx *cx, tg_scope_repo *repo, const tg_repo_move *mo
   p->undo_params = undo_params;
   p->git = TAKE_PTR(repo->git);
   p->move = *move;
+  snprintf(p->repo_id, sizeof p->repo_id, "%s", repo->id);
   snprintf(p->label, sizeof p->label, "%s", repo->label);
   return tg_call_after(cx, publish_after_commit, p, publish_step_free);
 }
 
-/* Finishes the moves a process recorded but did not live to apply (pending: neither applied
- * nor abandoned), in the order recorded: one whose branch holds its new commit (at its tip or
- * under later ones) is marked applied; one whose branch still holds its old value is made;
- * one whose branch went elsewhere is marked abandoned (that writer's value stands). The
- * move's own call may finish it meanwhile (its after-commit step): the branch tells. The pending moves are read on
- * the call's own connection, which sees committed rows only: a move another call recorded in
- * a transaction shared with this one (tg_db_batch) may still roll back. */
+/* The moves a process recorded but did not live to make, finished as the repository is
+ * taken (finish_moves). They are read on the call's own connection, which sees committed
+ * rows only: a move another call recorded in a transaction shared with this one
+ * (tg_db_batch) may still roll back. */
 static int settle(tg_call_ctx *cx, tg_scope_repo *repo) {
-  _cleanup_json_ json_t *rows = NULL;
-  int r = tg_db_query(cx->env->db,
-                      "SELECT id, branch, old_sha, new_sha FROM repo_ref_moves WHERE repo_id = $1"
-                      " AND applied_at IS NULL AND abandoned_at IS NULL ORDER BY seq",
-                      json_pack("[s]", repo->id), &rows);
-  size_t i;
-  json_t *row;
-  json_array_foreach(rows, i, row) {
-    if (r < 0) break;
-    const char *id = tg_json_str(row, "id"), *branch = tg_json_str(row, "branch");
-    const char *old_sha = tg_json_str(row, "old_sha"), *new_sha = tg_json_str(row, "new_sha");
-    bool applied = false;
-    r = tg_git_contains(repo->git, branch, new_sha, &applied);
-    char tip[TG_GIT_SHA_LEN + 1] = "";
-    if (r == TG_OK && !applied && (r = tg_git_tip(repo->git, branch, tip)) == TG_E_NOTFOUND)
-      r = TG_OK;
-    if (r == TG_OK && !applied && strcmp(tip, old_sha ? old_sha : "") == 0) {
-      tg_log(TG_LOG_WARN, "repo %s: finishing the recorded move of %s to %s", repo->label,
-             branch, new_sha);
-      r = tg_git_move(repo->git, branch, old_sha, new_sha, "toolgate: finish a recorded move");
-      applied = r == TG_OK;
-      if (r == TG_E_CONSTRAINT) r = tg_git_contains(repo->git, branch, new_sha, &applied);
-    }
-    if (r == TG_OK) r = mark_move(cx->db, id, applied);
-  }
-  return r;
+  return finish_moves(cx->env->db, cx->db, repo->git, repo->id, repo->label);
+}
+
+int tg_repo_tip(tg_call_ctx *cx, tg_scope_repo *repo, const char *branch,
+                char sha[TG_GIT_SHA_LEN + 1]) {
+  _cleanup_json_ json_t *row = NULL;
+  int r = tg_db_query_row(cx->db,
+                          "SELECT new_sha FROM repo_ref_moves WHERE repo_id = $1 AND branch = $2"
+                          " AND applied_at IS NULL AND abandoned_at IS NULL ORDER BY seq DESC LIMIT 1",
+                          json_pack("[ss]", repo->id, branch), &row);
+  if (r < 0) return r;
+  if (!row) return tg_git_tip(repo->git, branch, sha);
+  snprintf(sha, TG_GIT_SHA_LEN + 1, "%s", tg_json_str(row, "new_sha"));
+  return TG_OK;
 }
 
 /* The first commit of a new repository, so that branches can start from the default one. */
@@ -299,7 +350,8 @@ int tg_repo_prepare(tg_call_ctx *cx, tg_scope_repo *repo, const char *branch, bo
   *move = (tg_repo_move){0};
   const char *base = create ? repo->default_branch : branch;
   char parent[TG_GIT_SHA_LEN + 1];
-  int r = tg_git_tip(repo->git, base, parent);
+  /* A new branch starts from its base as published: it is no move of the base. */
+  int r = create ? tg_git_tip(repo->git, base, parent) : tg_repo_tip(cx, repo, base, parent);
   if (r == TG_E_NOTFOUND)
     return tg_fail(cx, TG_ERR_NOT_FOUND,
                    json_pack("{s:s,s:s}", "repo", repo->label, "branch", base),
@@ -762,7 +814,7 @@ static int pr_merge(tg_call_ctx *cx, json_t *args, json_t **ret) {
   tg_repo_move move = {0};
   char head_sha[TG_GIT_SHA_LEN + 1];
   snprintf(move.branch, sizeof move.branch, "%s", base);
-  if (tg_git_tip(repo.git, base, move.old_sha) < 0 || tg_git_tip(repo.git, head, head_sha) < 0)
+  if (tg_repo_tip(cx, &repo, base, move.old_sha) < 0 || tg_git_tip(repo.git, head, head_sha) < 0)
     return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
                    json_pack("{s:s,s:s,s:s}", "reason", "branch_missing", "base", base, "head", head),
                    "Branch %s or %s no longer exists.", base, head);

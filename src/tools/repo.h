@@ -45,12 +45,20 @@ void tg_repo_release(tg_scope_repo *repo);
 int tg_repo_prepare(tg_call_ctx *cx, tg_scope_repo *repo, const char *branch, bool create,
                     const tg_git_change *changes, size_t n, const char *message,
                     tg_repo_move *move);
+/* The tip branch has once the moves recorded before are made: the newest move of branch
+ * still to make (of a call earlier in this shared transaction, tg_db_batch, or one whose
+ * after-commit step has not run yet), else the branch's own. What a call builds on it
+ * follows those moves instead of failing their compare-and-swap. TG_E_NOTFOUND: no branch. */
+int tg_repo_tip(tg_call_ctx *cx, tg_scope_repo *repo, const char *branch,
+                char sha[TG_GIT_SHA_LEN + 1]);
 /* Records a move the caller computed (a merge) in the call's transaction; sets move->id. */
 int tg_repo_record(tg_call_ctx *cx, tg_scope_repo *repo, tg_repo_move *move);
 /* Moves the branch after the call's transaction commits; repo's handle goes with it, so this
- * is the handler's last use of repo. Should a writer outside toolgate have moved the branch
- * first, the call fails with precondition_failed, the move is marked abandoned and undo_sql
- * (with undo_params, stolen; both may be NULL) reverts what the handler recorded about it. */
+ * is the handler's last use of repo. Should the move not be made (a writer outside toolgate
+ * moved the branch first: precondition_failed concurrent_write; the branch stayed locked:
+ * precondition_failed branch_locked; a failure), the call fails, the move is marked
+ * abandoned, undo_sql (with undo_params, stolen; both may be NULL) reverts what the handler
+ * recorded about it, and the call's activity rows are taken back. */
 int tg_repo_publish(tg_call_ctx *cx, tg_scope_repo *repo, const tg_repo_move *move,
                     const char *undo_sql, json_t *undo_params);
 

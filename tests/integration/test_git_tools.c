@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "support.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 
 #include "fixture.h"
 #include "git/git.h"
+#include "db/db.h"
 #include "util/cleanup.h"
 #include "util/status.h"
 
@@ -608,10 +610,11 @@ static void test_create_sub_agent(void **state) {
   json_decref(expect_api(w, "admin.agent.pause", "{\"agentSlug\":\"ghost\"}", "not_found"));
 }
 
-/* The repository of dir and the database agree: every branch is at the latest move the
- * database holds for it (abandoned moves aside), and every recorded commit exists. */
-static void assert_agree(world *w, const char *dir) {
-  _cleanup_free_ char *refs = out("git -C %s for-each-ref --format='%%(refname:short) %%(objectname)' refs/heads", dir);
+/* The repository of dir and the database agree: every branch of pattern (of for-each-ref)
+ * is at the latest move the database holds for it (abandoned moves aside), and every
+ * recorded commit exists. */
+static void assert_agree_on(world *w, const char *dir, const char *pattern) {
+  _cleanup_free_ char *refs = out("git -C %s for-each-ref --format='%%(refname:short) %%(objectname)' %s", dir, pattern);
   char *save = NULL;
   for (char *line = strtok_r(refs, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
     char branch[128], sha[41], sql[768];
@@ -636,6 +639,9 @@ static void assert_agree(world *w, const char *dir) {
     assert_int_equal(sh("git -C %s cat-file -e %s", dir, json_string_value(json_object_get(row, "new_sha"))), 0);
   json_decref(rows);
 }
+
+/* assert_agree_on every branch. */
+static void assert_agree(world *w, const char *dir) { assert_agree_on(w, dir, "refs/heads"); }
 
 static char *tip_of(const char *dir) {
   char *sha = out("git -C %s rev-parse main", dir);
@@ -725,6 +731,10 @@ static void test_concurrent_writer(void **state) {
   assert_int_equal(count(w, sql), 1);
   assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM agent_run_logs WHERE message LIKE 'precondition_failed%'"),
                    refusals + 1);
+  /* Its activity row, which told of a commit that never reached the branch, is taken back. */
+  snprintf(sql, sizeof sql,
+           "SELECT COUNT(*) AS n FROM activity_log WHERE json_extract(details, '$.sha') = '%s'", lost);
+  assert_int_equal(count(w, sql), 0);
   json_decref(v);
   _cleanup_free_ char *head = tip_of(dir);
   assert_string_equal(head, parent); /* the other writer's value stands */
@@ -755,6 +765,113 @@ static void test_concurrent_writer(void **state) {
   _cleanup_free_ char *pr_tip = out("git -C %s rev-parse race-pr", dir);
   assert_int_equal(strncmp(pr_tip, parent, 40), 0);
   assert_int_equal(sh("git -C %s fsck --strict --no-progress >/dev/null 2>&1", dir), 0);
+}
+
+/* tg_db_test_queued: the first call to queue waits, before it leads, until every call has
+ * queued, so that they share one transaction. */
+static struct {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int queued, want;
+} gathering = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+
+static void gather_queued(void) {
+  pthread_mutex_lock(&gathering.lock);
+  int me = ++gathering.queued;
+  pthread_cond_broadcast(&gathering.cond);
+  while (me == 1 && gathering.queued < gathering.want)
+    pthread_cond_wait(&gathering.cond, &gathering.lock);
+  pthread_mutex_unlock(&gathering.lock);
+}
+
+typedef struct committer {
+  world *w;
+  char args[200];
+  int status;
+  char code[32];
+} committer;
+
+/* One commitToRepo of the worker on a database connection of its own. */
+static void *commit_alone(void *arg) {
+  committer *c = arg;
+  tg_env env = c->w->f->env;
+  env.db = tg_test_db_open(c->w->f->dir);
+  json_t *args = json_loads(c->args, 0, NULL);
+  tg_call_request req = {.principal_id = c->w->worker, .surface = TG_SURFACE_AGENT,
+                         .tool = "commitToRepo", .args = args};
+  tg_call_result res;
+  c->status = tg_call(&env, &req, &res);
+  snprintf(c->code, sizeof c->code, "%s", fixture_code(&res));
+  tg_call_result_done(&res);
+  json_decref(args);
+  tg_db_close(env.db);
+  return NULL;
+}
+
+/* Commits of one process to one branch, their writes in one shared transaction: each builds
+ * on the one before (none is told another writer moved the branch), and all reach it. */
+static void test_calls_of_one_transaction_build_on_each_other(void **state) {
+  world *w = *state;
+  enum { N = 6 };
+  _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
+  json_decref(expect_api(w, "repo.repository.list", "{}", "")); /* the repository exists */
+  _cleanup_free_ char *before = tip_of(dir);
+  long told = count(w, "SELECT COUNT(*) AS n FROM activity_log WHERE action_type = 'AGENT_COMMITTED_TO_REPO'");
+  committer c[N];
+  pthread_t threads[N];
+  gathering.queued = 0;
+  gathering.want = N;
+  tg_db_test_queued = gather_queued;
+  for (int i = 0; i < N; i++) {
+    c[i] = (committer){.w = w};
+    snprintf(c[i].args, sizeof c[i].args,
+             "{\"files\":[{\"path\":\"batch/%d.md\",\"content\":\"%d\",\"mode\":\"add\"}],"
+             "\"commitMessage\":\"batch %d\"}",
+             i, i, i);
+    assert_int_equal(pthread_create(&threads[i], NULL, commit_alone, &c[i]), 0);
+  }
+  for (int i = 0; i < N; i++) pthread_join(threads[i], NULL);
+  tg_db_test_queued = NULL;
+  for (int i = 0; i < N; i++)
+    if (c[i].status != 0) fail_msg("commit %d: %s", i, c[i].code);
+  _cleanup_free_ char *n = out("git -C %s rev-list --count %s..main", dir, before);
+  assert_int_equal(atoi(n), N);
+  _cleanup_free_ char *tree = out("git -C %s ls-tree --name-only main batch/ | wc -l", dir);
+  assert_int_equal(atoi(tree), N);
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM repo_ref_moves WHERE applied_at IS NULL"
+                            " AND abandoned_at IS NULL"),
+                   0);
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM activity_log WHERE action_type = 'AGENT_COMMITTED_TO_REPO'"),
+                   told + N);
+  assert_agree_on(w, dir, "refs/heads/main"); /* other tests raced other branches */
+  assert_int_equal(sh("git -C %s fsck --strict --no-progress >/dev/null 2>&1", dir), 0);
+}
+
+/* A branch whose lock file another git writer holds (here: one left as it crashed): the call
+ * fails as retryable, and its commit is never published, not even once the lock is gone. */
+static void test_locked_branch_fails_and_stays_unpublished(void **state) {
+  world *w = *state;
+  _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
+  json_decref(expect_api(w, "repo.repository.list", "{}", ""));
+  _cleanup_free_ char *before = tip_of(dir);
+  long abandoned = count(w, "SELECT COUNT(*) AS n FROM repo_ref_moves WHERE abandoned_at IS NOT NULL");
+  long told = count(w, "SELECT COUNT(*) AS n FROM activity_log WHERE action_type = 'AGENT_COMMITTED_TO_REPO'");
+  assert_int_equal(sh("touch %s/refs/heads/main.lock", dir), 0);
+  json_t *v = expect(w, w->worker, "commitToRepo",
+                     "{\"files\":[{\"path\":\"locked.md\",\"content\":\"l\",\"mode\":\"add\"}],"
+                     "\"commitMessage\":\"locked\"}",
+                     NULL, "precondition_failed");
+  assert_string_equal(reason_of(v), "branch_locked");
+  json_decref(v);
+  assert_int_equal(sh("rm %s/refs/heads/main.lock", dir), 0);
+  json_decref(expect_api(w, "repo.repository.list", "{}", "")); /* finishes what is recorded */
+  _cleanup_free_ char *after = tip_of(dir);
+  assert_string_equal(before, after);
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM repo_ref_moves WHERE abandoned_at IS NOT NULL"),
+                   abandoned + 1);
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM activity_log WHERE action_type = 'AGENT_COMMITTED_TO_REPO'"),
+                   told);
+  assert_agree_on(w, dir, "refs/heads/main"); /* other tests raced other branches */
 }
 
 static void test_repository_list_bounds(void **state) {
@@ -849,7 +966,10 @@ int main(void) {
       cmocka_unit_test(test_commit_to_repo),        cmocka_unit_test(test_commit_scope_rules),
       cmocka_unit_test(test_edit_agent_file),       cmocka_unit_test(test_pull_requests),
       cmocka_unit_test(test_create_sub_agent),      cmocka_unit_test(test_failure_between_steps),
-      cmocka_unit_test(test_concurrent_writer),     cmocka_unit_test(test_repository_list_bounds),
+      cmocka_unit_test(test_concurrent_writer),
+      cmocka_unit_test(test_calls_of_one_transaction_build_on_each_other),
+      cmocka_unit_test(test_locked_branch_fails_and_stays_unpublished),
+      cmocka_unit_test(test_repository_list_bounds),
       cmocka_unit_test(test_changes_outside_stand), cmocka_unit_test(test_pending_move_already_built_on),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
