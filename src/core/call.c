@@ -249,9 +249,13 @@ static int internal(call_state *st, tg_call_result *ret, const char *what, int s
   bool db = status == TG_E_DB || status == TG_E_BUSY || status == TG_E_CONSTRAINT;
   tg_log(TG_LOG_ERROR, "call to %s: %s: %s%s%s", st->tool ? st->tool->name : st->req->tool,
          what, tg_status_text(status), db ? ": " : "", db ? tg_db_errmsg(st->env->db) : "");
-  const char *message = tg_errcode_message(TG_ERR_INTERNAL_ERROR);
+  /* A database another writer kept locked is worth a retry: the client is told so. */
+  bool busy = status == TG_E_BUSY;
+  const char *message = busy ? "The database stayed locked by another writer; retry."
+                             : tg_errcode_message(TG_ERR_INTERNAL_ERROR);
   if (!st->req->dry_run) record_failure(st, TG_ERR_INTERNAL_ERROR, message, ran);
-  return answer(ret, TG_ERR_INTERNAL_ERROR, message, NULL);
+  return answer(ret, TG_ERR_INTERNAL_ERROR, message,
+                busy ? json_pack("{s:s}", "reason", "database_busy") : NULL);
 }
 
 bool tg_call_test_die_after_commit;

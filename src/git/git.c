@@ -315,7 +315,7 @@ int tg_git_move(tg_git *g, const char *branch, const char *old_sha, const char *
   }
   if (e == GIT_EMODIFIED || e == GIT_EEXISTS || (old_sha && e == GIT_ENOTFOUND))
     return TG_E_CONSTRAINT;
-  if (e == GIT_ELOCKED) return TG_E_BUSY;
+  if (e == GIT_ELOCKED) return TG_E_LOCKED;
   return e < 0 ? tg_libgit2_fail("move branch") : TG_OK;
 }
 

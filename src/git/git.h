@@ -66,7 +66,7 @@ int tg_git_commit(tg_git *g, const char *parent_sha, const tg_git_change *change
                   char sha[TG_GIT_SHA_LEN + 1], tg_git_problem *problem);
 
 /* Moves branch from old_sha (NULL: the branch must not exist) to new_sha. TG_E_CONSTRAINT
- * when the branch is not at old_sha any more (another writer moved it); TG_E_BUSY when its
+ * when the branch is not at old_sha any more (another writer moved it); TG_E_LOCKED when its
  * lock file stayed taken for about a second. */
 int tg_git_move(tg_git *g, const char *branch, const char *old_sha, const char *new_sha,
                 const char *why);

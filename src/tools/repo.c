@@ -199,7 +199,7 @@ static int publish_after_commit(tg_call_ctx *cx, void *arg) {
    * failed must not be published later by the next use of the repository. */
   int r = conclude(cx, p, false);
   if (r < 0) return r;
-  if (moved == TG_E_BUSY)
+  if (moved == TG_E_LOCKED)
     return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
                    json_pack("{s:s,s:s,s:s,s:s}", "reason", "branch_locked", "repo", p->label,
                              "branch", move->branch, "sha", move->new_sha),

@@ -12,6 +12,7 @@ const char *tg_status_text(int status) {
   case TG_E_IO: return "input/output failed";
   case TG_E_TOO_LARGE: return "a bound was hit";
   case TG_E_TOOL: return "the tool failed";
+  case TG_E_LOCKED: return "a lock file stayed taken";
   default: return "unknown status";
   }
 }

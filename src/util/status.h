@@ -12,6 +12,7 @@
 #define TG_E_IO (-7)         /* file system error */
 #define TG_E_TOO_LARGE (-8)  /* a bound was hit */
 #define TG_E_TOOL (-9)       /* a tool call ended with an error envelope */
+#define TG_E_LOCKED (-10)    /* a lock file of another program stayed taken */
 
 /* What a status says, for logs ("out of memory", ...). */
 const char *tg_status_text(int status);

@@ -756,6 +756,25 @@ static void test_run_gates_hold_at_the_write(void **state) {
   tg_db_test_queued = NULL;
 }
 
+/* A database another writer keeps locked fails the call as internal_error that says so, for
+ * the client to retry, and writes nothing. */
+static void test_locked_database_is_told(void **state) {
+  world *w = *state;
+  long missions = fixture_count(w->f, "missions");
+  tg_db *other = tg_test_db_open(w->f->dir);
+  assert_int_equal(tg_db_begin(other), 0);
+  tg_call_result res;
+  assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.item.write",
+                                "{\"note\":\"x\"}", NULL, &res),
+                   TG_E_TOOL);
+  assert_string_equal(fixture_code(&res), "internal_error");
+  assert_string_equal(json_string_value(json_object_get(details(&res), "reason")), "database_busy");
+  tg_call_result_done(&res);
+  assert_int_equal(tg_db_rollback(other), 0);
+  tg_db_close(other);
+  assert_int_equal(fixture_count(w->f, "missions"), missions);
+}
+
 /* The client of the interactive tests: while it "thinks", another connection of the same
  * process writes, which waits for the write lock if the asking call holds it. */
 typedef struct asked_client {
@@ -898,6 +917,7 @@ int main(void) {
       T(test_kept_caller_gone_is_unknown),
       T(test_refusal_is_decided_on_current_grants),
       T(test_run_gates_hold_at_the_write),
+      T(test_locked_database_is_told),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
