@@ -168,6 +168,17 @@ static int conclude(tg_call_ctx *cx, publish_step *p, bool applied) {
   return r;
 }
 
+/* The failure of a call whose move was abandoned as its branch went (why). */
+static int unpublished(tg_call_ctx *cx, const publish_step *p, const char *reason,
+                       const char *why) {
+  const tg_repo_move *move = &p->move;
+  return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
+                 json_pack("{s:s,s:s,s:s,s:s}", "reason", reason, "repo", p->label, "branch",
+                           move->branch, "sha", move->new_sha),
+                 "Branch %s of %s %s; commit %.12s was not published. Retry.", move->branch,
+                 p->label, why, move->new_sha);
+}
+
 static int publish_after_commit(tg_call_ctx *cx, void *arg) {
   publish_step *p = arg;
   const tg_repo_move *move = &p->move;
@@ -200,19 +211,11 @@ static int publish_after_commit(tg_call_ctx *cx, void *arg) {
   int r = conclude(cx, p, false);
   if (r < 0) return r;
   if (moved == TG_E_LOCKED)
-    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
-                   json_pack("{s:s,s:s,s:s,s:s}", "reason", "branch_locked", "repo", p->label,
-                             "branch", move->branch, "sha", move->new_sha),
-                   "Branch %s of %s stayed locked by another git writer (or by a lock file one "
-                   "left as it crashed); commit %.12s was not published. Retry.",
-                   move->branch, p->label, move->new_sha);
+    return unpublished(cx, p, "branch_locked",
+                       "stayed locked by another git writer (or by a lock file one left as it "
+                       "crashed)");
   if (moved != TG_E_CONSTRAINT) return moved;
-  return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
-                 json_pack("{s:s,s:s,s:s,s:s}", "reason", "concurrent_write", "repo", p->label,
-                           "branch", move->branch, "sha", move->new_sha),
-                 "Branch %s of %s was moved by another writer while this call ran; commit %.12s "
-                 "was not published. Retry.",
-                 move->branch, p->label, move->new_sha);
+  return unpublished(cx, p, "concurrent_write", "was moved by another writer while this call ran");
 }
 
 int tg_repo_publish(tg_call_ctx *cx, tg_scope_repo *repo, const tg_repo_move *move,
