@@ -10,10 +10,7 @@
 #include "util/status.h"
 
 #define CONFLICTS_MAX 50
-/* A ref locked for longer than this (about a second) was left by a writer that crashed, or
- * is held by one that is stuck. */
-#define MOVE_LOCKED_TRIES 50
-#define MOVE_LOCKED_WAIT_MS 20
+#define MOVE_LOCKED_WAIT_MS 20 /* between tries to take a ref's lock file */
 
 void (*tg_git_test_before_move)(const char *repo_path, const char *branch);
 
@@ -296,7 +293,7 @@ int tg_git_commit(tg_git *g, const char *parent_sha, const tg_git_change *change
 }
 
 int tg_git_move(tg_git *g, const char *branch, const char *old_sha, const char *new_sha,
-                const char *why) {
+                const char *why, int wait_ms) {
   char ref[TG_GIT_BRANCH_MAX + 16];
   git_oid old_id, new_id;
   if (branch_ref(branch, ref, sizeof ref) < 0 || parse_sha(new_sha, &new_id) < 0 ||
@@ -305,12 +302,12 @@ int tg_git_move(tg_git *g, const char *branch, const char *old_sha, const char *
   if (tg_git_test_before_move) tg_git_test_before_move(g->path, branch);
   int e;
   /* Another writer holds the ref's lock file for the moment it moves it: wait for it. */
-  for (int tries = 0;; tries++) {
+  for (int waited = 0;; waited += MOVE_LOCKED_WAIT_MS) {
     git_reference *out = NULL;
     e = old_sha ? tg_git2.git_reference_create_matching(&out, g->repo, ref, &new_id, 1, &old_id, why)
                 : tg_git2.git_reference_create(&out, g->repo, ref, &new_id, 0, why);
     tg_git2.git_reference_free(out);
-    if (e != GIT_ELOCKED || tries == MOVE_LOCKED_TRIES) break;
+    if (e != GIT_ELOCKED || waited >= wait_ms) break;
     nanosleep(&(struct timespec){0, MOVE_LOCKED_WAIT_MS * 1000000L}, NULL);
   }
   if (e == GIT_EMODIFIED || e == GIT_EEXISTS || (old_sha && e == GIT_ENOTFOUND))

@@ -67,9 +67,10 @@ int tg_git_commit(tg_git *g, const char *parent_sha, const tg_git_change *change
 
 /* Moves branch from old_sha (NULL: the branch must not exist) to new_sha. TG_E_CONSTRAINT
  * when the branch is not at old_sha any more (another writer moved it); TG_E_LOCKED when its
- * lock file stayed taken for about a second. */
+ * lock file stayed taken for wait_ms (another writer moving it holds it for a moment; one
+ * that crashed leaves it). */
 int tg_git_move(tg_git *g, const char *branch, const char *old_sha, const char *new_sha,
-                const char *why);
+                const char *why, int wait_ms);
 
 /* Whether branch's tip is commit sha or has it in its history (false: no such branch). */
 int tg_git_contains(tg_git *g, const char *branch, const char *sha, bool *yes);

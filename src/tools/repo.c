@@ -82,21 +82,17 @@ int tg_repo_record(tg_call_ctx *cx, tg_scope_repo *repo, tg_repo_move *move) {
   return record(cx, repo, move, false);
 }
 
-/* Marks move id applied, or abandoned, on db, unless it is marked already: the move's own
- * call and another finishing recorded moves (finish_moves) may both look, and the first
- * decision stands. *changed: whether this one did. */
-static int mark_move(tg_db *db, const char *id, bool applied, bool *changed) {
+/* Marks move id applied, or abandoned, on db, unless it is marked already: the first
+ * decision stands. */
+static int mark_move(tg_db *db, const char *id, bool applied) {
   char now[TG_ISO_LEN + 1];
   tg_now_iso(now);
-  int64_t changes = 0;
-  int r = tg_db_exec(db,
-                     applied ? "UPDATE repo_ref_moves SET applied_at = $2 WHERE id = $1"
-                               " AND applied_at IS NULL AND abandoned_at IS NULL"
-                             : "UPDATE repo_ref_moves SET abandoned_at = $2 WHERE id = $1"
-                               " AND applied_at IS NULL AND abandoned_at IS NULL",
-                     json_pack("[ss]", id, now), &changes);
-  if (changed) *changed = changes > 0;
-  return r;
+  return tg_db_exec(db,
+                    applied ? "UPDATE repo_ref_moves SET applied_at = $2 WHERE id = $1"
+                              " AND applied_at IS NULL AND abandoned_at IS NULL"
+                            : "UPDATE repo_ref_moves SET abandoned_at = $2 WHERE id = $1"
+                              " AND applied_at IS NULL AND abandoned_at IS NULL",
+                    json_pack("[ss]", id, now), NULL);
 }
 
 /* A recorded move waiting for its call's transaction to commit. */
@@ -117,14 +113,24 @@ static void publish_step_free(void *arg) {
   free(p);
 }
 
+/* How long a move waits for its branch's lock file: the call's own move, made outside any
+ * transaction, a second (a lock held longer was left by a writer that crashed); recorded
+ * moves finished under the database's write lock, which every writer waits for, only the
+ * moment another git writer of this process holds it for. */
+#define OWN_MOVE_WAIT_MS 1000
+#define RECORDED_MOVE_WAIT_MS 100
+
 /* Finishes the recorded moves of repository repo_id (label) that are neither applied nor
- * abandoned, read on read_db and marked on mark_db, in the order recorded: one whose branch
- * holds its new commit (at its tip or under later ones) is marked applied; one whose branch
- * still holds its old value is made; one whose branch went elsewhere is marked abandoned
- * (that writer's value stands). Moves of calls of one shared transaction build on each other
- * (tg_repo_tip), so each is made after those before it. The branch is read before asking
- * whether it holds the commit: the move's own call may make it in between, and a branch
- * only moves forward past a move once made. */
+ * abandoned, in the order recorded: one whose branch holds its new
+ * commit (at its tip or under later ones) is marked applied; one whose branch still holds
+ * its old value is made; one whose branch went elsewhere is marked abandoned (that writer's
+ * value stands); read on read_db, marked on mark_db. Moves of calls of one shared
+ * transaction build on each other (tg_repo_tip),
+ * so each is made after those before it; a branch locked by another git writer stops it,
+ * the rest left recorded. Runs under the database's write lock, as conclude decides: a move
+ * is made, or given up, by one of them at a time. The branch is read before asking whether
+ * it holds the commit: the move's own call may make it in between, and a branch only moves
+ * forward past a move once made. */
 static int finish_moves(tg_db *read_db, tg_db *mark_db, tg_git *git, const char *repo_id,
                         const char *label) {
   _cleanup_json_ json_t *rows = NULL;
@@ -143,26 +149,34 @@ static int finish_moves(tg_db *read_db, tg_db *mark_db, tg_git *git, const char 
     bool applied = false;
     if (r == TG_OK) r = tg_git_contains(git, branch, new_sha, &applied);
     if (r == TG_OK && !applied && strcmp(tip, old_sha ? old_sha : "") == 0) {
-      r = tg_git_move(git, branch, old_sha, new_sha, "toolgate: finish a recorded move");
+      r = tg_git_move(git, branch, old_sha, new_sha, "toolgate: finish a recorded move",
+                      RECORDED_MOVE_WAIT_MS);
+      if (r == TG_E_LOCKED) return TG_OK;
       applied = r == TG_OK;
       if (r == TG_E_CONSTRAINT) r = tg_git_contains(git, branch, new_sha, &applied);
     }
-    if (r == TG_OK) r = mark_move(mark_db, id, applied, NULL);
+    if (r == TG_OK) r = mark_move(mark_db, id, applied);
   }
   if (r < 0) tg_log(TG_LOG_WARN, "repo %s: the recorded moves could not be finished", label);
   return r;
 }
 
 /* After the call's commit, in a transaction of its own (which waits its turn behind other
- * writers instead of racing them): marks the move applied; or abandoned, with the handler's
- * undo statement and the call's activity rows taken back (what they told of never happened). */
-static int conclude(tg_call_ctx *cx, publish_step *p, bool applied) {
+ * writers instead of racing them): when *applied is false, first finishes the recorded moves
+ * (finish) and asks the branch again, for under the write lock no other use of the
+ * repository makes a recorded move; then marks the move applied, or abandoned with the
+ * handler's undo statement and the call's activity rows taken back (what they told of never
+ * happened). */
+static int conclude(tg_call_ctx *cx, publish_step *p, bool finish, bool *applied) {
+  const tg_repo_move *move = &p->move;
   int r = tg_db_begin(cx->db);
-  bool changed = false;
-  if (r == TG_OK) r = mark_move(cx->db, p->move.id, applied, &changed);
-  if (r == TG_OK && !applied && p->undo_sql)
+  if (r == TG_OK && !*applied && finish)
+    r = finish_moves(cx->db, cx->db, p->git, p->repo_id, p->label);
+  if (r == TG_OK && !*applied) r = tg_git_contains(p->git, move->branch, move->new_sha, applied);
+  if (r == TG_OK) r = mark_move(cx->db, move->id, *applied);
+  if (r == TG_OK && !*applied && p->undo_sql)
     r = tg_db_exec(cx->db, p->undo_sql, TAKE_PTR(p->undo_params), NULL);
-  if (r == TG_OK && !applied) r = tg_activity_take_back(cx, cx->db);
+  if (r == TG_OK && !*applied) r = tg_activity_take_back(cx, cx->db);
   if (r == TG_OK) r = tg_db_commit(cx->db);
   if (r < 0) tg_db_rollback(cx->db);
   return r;
@@ -185,31 +199,27 @@ static int publish_after_commit(tg_call_ctx *cx, void *arg) {
   char why[160];
   snprintf(why, sizeof why, "toolgate: %s", cx->tool->name);
   int moved = tg_git_move(p->git, move->branch, *move->old_sha ? move->old_sha : NULL,
-                          move->new_sha, why);
-  /* The branch is behind (moves recorded before this one, which it builds on, not made yet)
-   * or ahead (another use of the repository made this one first): finish what is recorded. */
-  if (moved == TG_E_CONSTRAINT) {
-    int r = finish_moves(cx->db, cx->db, p->git, p->repo_id, p->label);
-    if (r < 0) moved = r;
-  }
-  /* Whatever happened, the branch tells whether the commit is published; when it cannot
-   * tell, the move stays recorded for the next use of the repository to finish. */
+                          move->new_sha, why, OWN_MOVE_WAIT_MS);
   bool applied = moved == TG_OK;
-  if (!applied) {
-    int r = tg_git_contains(p->git, move->branch, move->new_sha, &applied);
-    if (r < 0) return r;
-  }
-  if (applied) {
+  /* Not made: the branch is behind (moves recorded before this one, which it builds on, not
+   * made yet), ahead (another use of the repository made this one first), elsewhere or
+   * locked; conclude finishes what is recorded (not past a lock) and decides. */
+  int r = conclude(cx, p, moved == TG_E_CONSTRAINT, &applied);
+  if (r < 0 && applied) {
     /* The branch holds the move either way: a mark that fails is made by the next use. */
-    if (conclude(cx, p, true) < 0)
-      tg_log(TG_LOG_WARN, "repo %s: move %s applied but not marked: %s", p->label, move->id,
-             tg_db_errmsg(cx->db));
+    tg_log(TG_LOG_WARN, "repo %s: move %s applied but not marked: %s", p->label, move->id,
+           tg_db_errmsg(cx->db));
     return TG_OK;
   }
-  /* Not made, it is abandoned now, whatever kept it from being made: a call answered as
-   * failed must not be published later by the next use of the repository. */
-  int r = conclude(cx, p, false);
-  if (r < 0) return r;
+  if (r < 0)
+    return tg_fail(cx, TG_ERR_INTERNAL_ERROR,
+                   json_pack("{s:s,s:s,s:s,s:s}", "reason", "outcome_unknown", "repo", p->label,
+                             "branch", move->branch, "sha", move->new_sha),
+                   "Commit %.12s is recorded for branch %s of %s, but it could neither be "
+                   "published nor given up now: the next use of the repository publishes it if "
+                   "the branch has not moved. Look at the branch before retrying.",
+                   move->new_sha, move->branch, p->label);
+  if (applied) return TG_OK;
   if (moved == TG_E_LOCKED)
     return unpublished(cx, p, "branch_locked",
                        "stayed locked by another git writer (or by a lock file one left as it "
@@ -235,9 +245,9 @@ int tg_repo_publish(tg_call_ctx *cx, tg_scope_repo *repo, const tg_repo_move *mo
 }
 
 /* The moves a process recorded but did not live to make, finished as the repository is
- * taken (finish_moves). They are read on the call's own connection, which sees committed
- * rows only: a move another call recorded in a transaction shared with this one
- * (tg_db_batch) may still roll back. */
+ * taken (finish_moves), in the handler's transaction, under the write lock. They are read
+ * on the call's own connection, which sees committed rows only: a move another call recorded
+ * in a transaction shared with this one (tg_db_batch) may still roll back. */
 static int settle(tg_call_ctx *cx, tg_scope_repo *repo) {
   return finish_moves(cx->env->db, cx->db, repo->git, repo->id, repo->label);
 }
@@ -280,7 +290,8 @@ static int initialize(tg_call_ctx *cx, tg_scope_repo *repo, const char *tenant_i
   /* The one move made before the commit, so that the call can build on the branch: should
    * the transaction roll back, the next use adopts the branch as above. */
   if (r == TG_OK)
-    r = tg_git_move(repo->git, move.branch, NULL, move.new_sha, "toolgate: initialize");
+    r = tg_git_move(repo->git, move.branch, NULL, move.new_sha, "toolgate: initialize",
+                    RECORDED_MOVE_WAIT_MS);
   return r;
 }
 
