@@ -156,13 +156,13 @@ static void test_error_envelope(void **state) {
 /* Every status a log may show has words of its own; one it does not know says so. */
 static void test_status_text(void **state) {
   const char *seen[16];
-  for (int status = TG_OK; status >= TG_E_TOOL; status--) {
+  for (int status = TG_OK; status >= TG_E_LOCKED; status--) {
     seen[-status] = tg_status_text(status);
     assert_string_not_equal(seen[-status], "unknown status");
     for (int other = TG_OK; other > status; other--) assert_string_not_equal(seen[-other], seen[-status]);
   }
   assert_string_equal(tg_status_text(TG_E_BUSY), "the database stayed locked");
-  assert_string_equal(tg_status_text(TG_E_TOOL - 1), "unknown status");
+  assert_string_equal(tg_status_text(TG_E_LOCKED - 1), "unknown status");
 }
 
 /* A kind of line a client can cause is let through once a minute. */
