@@ -156,6 +156,20 @@ static int check_yaml(tg_call_ctx *cx, const char *text, size_t len) {
   return r;
 }
 
+/* An edit of the caller's files while another is still to be published (its call not
+ * answered yet) is refused: built on it, its undo, should that one be given up, would restore
+ * the hash of files that never were. */
+static int edit_in_flight(tg_call_ctx *cx, tg_scope_repo *repo) {
+  _cleanup_json_ json_t *row = NULL;
+  int r = tg_db_query_row(cx->db,
+                          "SELECT id FROM repo_ref_moves WHERE repo_id = $1 AND principal_id = $2"
+                          " AND tool = $3 AND applied_at IS NULL AND abandoned_at IS NULL LIMIT 1",
+                          json_pack("[sss]", repo->id, cx->principal->id, cx->tool->name), &row);
+  if (r < 0 || !row) return r;
+  return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, json_pack("{s:s}", "reason", "edit_in_flight"),
+                 "Another edit of your files is still being published; retry once it is answered.");
+}
+
 static int file_edit(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const tg_principal *p = cx->principal;
   if (p->kind != TG_PRINCIPAL_AGENT)
@@ -199,6 +213,7 @@ static int file_edit(tg_call_ctx *cx, json_t *args, json_t **ret) {
   char tip[TG_GIT_SHA_LEN + 1] = "";
   if (h.git) {
     r = tg_repo_acquire(cx, h.kind, h.owner_id, h.repo_name, &repo);
+    if (r == TG_OK) r = edit_in_flight(cx, &repo);
     if (r == TG_OK) r = tg_repo_tip(cx, &repo, repo.default_branch, tip);
     if (r < 0) return r;
   }

@@ -115,8 +115,10 @@ static void publish_step_free(void *arg) {
 
 /* How long a move waits for its branch's lock file: the call's own move, made outside any
  * transaction, a second (a lock held longer was left by a writer that crashed); recorded
- * moves finished under the database's write lock, which every writer waits for, only the
- * moment another git writer of this process holds it for. */
+ * moves its call finishes under the database's write lock, which every writer waits for,
+ * only the moment another git writer of this process holds it for; those a shared
+ * transaction finishes as it takes the repository (settle), once per call of it, not at all:
+ * their own calls make them. */
 #define OWN_MOVE_WAIT_MS 1000
 #define RECORDED_MOVE_WAIT_MS 100
 
@@ -132,7 +134,7 @@ static void publish_step_free(void *arg) {
  * it holds the commit: the move's own call may make it in between, and a branch only moves
  * forward past a move once made. */
 static int finish_moves(tg_db *read_db, tg_db *mark_db, tg_git *git, const char *repo_id,
-                        const char *label) {
+                        const char *label, int wait_ms) {
   _cleanup_json_ json_t *rows = NULL;
   int r = tg_db_query(read_db,
                       "SELECT id, branch, old_sha, new_sha FROM repo_ref_moves WHERE repo_id = $1"
@@ -149,8 +151,7 @@ static int finish_moves(tg_db *read_db, tg_db *mark_db, tg_git *git, const char 
     bool applied = false;
     if (r == TG_OK) r = tg_git_contains(git, branch, new_sha, &applied);
     if (r == TG_OK && !applied && strcmp(tip, old_sha ? old_sha : "") == 0) {
-      r = tg_git_move(git, branch, old_sha, new_sha, "toolgate: finish a recorded move",
-                      RECORDED_MOVE_WAIT_MS);
+      r = tg_git_move(git, branch, old_sha, new_sha, "toolgate: finish a recorded move", wait_ms);
       if (r == TG_E_LOCKED) return TG_OK;
       applied = r == TG_OK;
       if (r == TG_E_CONSTRAINT) r = tg_git_contains(git, branch, new_sha, &applied);
@@ -171,7 +172,7 @@ static int conclude(tg_call_ctx *cx, publish_step *p, bool finish, bool *applied
   const tg_repo_move *move = &p->move;
   int r = tg_db_begin(cx->db);
   if (r == TG_OK && !*applied && finish)
-    r = finish_moves(cx->db, cx->db, p->git, p->repo_id, p->label);
+    r = finish_moves(cx->db, cx->db, p->git, p->repo_id, p->label, RECORDED_MOVE_WAIT_MS);
   if (r == TG_OK && !*applied) r = tg_git_contains(p->git, move->branch, move->new_sha, applied);
   if (r == TG_OK) r = mark_move(cx->db, move->id, *applied);
   if (r == TG_OK && !*applied && p->undo_sql)
@@ -225,6 +226,18 @@ static int publish_after_commit(tg_call_ctx *cx, void *arg) {
                        "stayed locked by another git writer (or by a lock file one left as it "
                        "crashed)");
   if (moved != TG_E_CONSTRAINT) return moved;
+  /* Built on another call's commit (tg_repo_tip), which was given up: no other writer. */
+  _cleanup_json_ json_t *base = NULL;
+  r = *move->old_sha ? tg_db_query_row(cx->db,
+                                       "SELECT id FROM repo_ref_moves WHERE repo_id = $1 AND branch = $2"
+                                       " AND new_sha = $3 AND abandoned_at IS NOT NULL",
+                                       json_pack("[sss]", p->repo_id, move->branch, move->old_sha),
+                                       &base)
+                     : TG_OK;
+  if (r == TG_OK && base)
+    return unpublished(cx, p, "base_abandoned",
+                       "did not take the commit this one was built on (another call's, "
+                       "itself not published)");
   return unpublished(cx, p, "concurrent_write", "was moved by another writer while this call ran");
 }
 
@@ -249,7 +262,7 @@ int tg_repo_publish(tg_call_ctx *cx, tg_scope_repo *repo, const tg_repo_move *mo
  * on the call's own connection, which sees committed rows only: a move another call recorded
  * in a transaction shared with this one (tg_db_batch) may still roll back. */
 static int settle(tg_call_ctx *cx, tg_scope_repo *repo) {
-  return finish_moves(cx->env->db, cx->db, repo->git, repo->id, repo->label);
+  return finish_moves(cx->env->db, cx->db, repo->git, repo->id, repo->label, 0);
 }
 
 int tg_repo_tip(tg_call_ctx *cx, tg_scope_repo *repo, const char *branch,

@@ -874,6 +874,85 @@ static void test_locked_branch_fails_and_stays_unpublished(void **state) {
   assert_agree_on(w, dir, "refs/heads/main"); /* other tests raced other branches */
 }
 
+static world *hooked;        /* what before_second_move works on */
+static char hooked_dir[512]; /* its repository */
+static char given_up[41];    /* the commit whose move it gives up */
+static int moves_seen;
+
+/* tg_git_test_before_move: lets the first move meet the lock; before the second, removes the
+ * lock and gives up the move of given_up, as that commit's own call would. */
+static void before_second_move(const char *repo_path, const char *branch) {
+  (void)repo_path;
+  if (strcmp(branch, "main") != 0 || ++moves_seen != 2) return;
+  assert_int_equal(sh("rm %s/refs/heads/main.lock", hooked_dir), 0);
+  tg_db *other = tg_test_db_open(hooked->f->dir);
+  assert_int_equal(tg_db_exec(other, "UPDATE repo_ref_moves SET abandoned_at = 'now' WHERE new_sha = $1",
+                              json_pack("[s]", given_up), NULL),
+                   0);
+  tg_db_close(other);
+}
+
+/* A call that built on another call's commit, still to be published as it took the
+ * repository, is told when that one was given up: no other writer moved the branch. */
+static void test_built_on_a_commit_given_up(void **state) {
+  world *w = *state;
+  _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
+  json_decref(expect_api(w, "repo.repository.list", "{}", ""));
+  _cleanup_free_ char *before = tip_of(dir);
+  /* Its transaction committed, its move still to make (its step has not run yet). */
+  tg_call_test_die_after_commit = true;
+  json_t *first = expect(w, w->worker, "commitToRepo",
+                         "{\"files\":[{\"path\":\"base.md\",\"content\":\"b\",\"mode\":\"add\"}],"
+                         "\"commitMessage\":\"base\"}",
+                         NULL, "");
+  tg_call_test_die_after_commit = false;
+  snprintf(given_up, sizeof given_up, "%s", json_string_value(json_object_get(first, "sha")));
+  json_decref(first);
+  /* The branch locked as the next call takes the repository: it builds on the first. */
+  assert_int_equal(sh("touch %s/refs/heads/main.lock", dir), 0);
+  hooked = w;
+  snprintf(hooked_dir, sizeof hooked_dir, "%s", dir);
+  moves_seen = 0;
+  tg_git_test_before_move = before_second_move;
+  json_t *v = expect(w, w->worker, "commitToRepo",
+                     "{\"files\":[{\"path\":\"on-base.md\",\"content\":\"o\",\"mode\":\"add\"}],"
+                     "\"commitMessage\":\"on base\"}",
+                     NULL, "precondition_failed");
+  tg_git_test_before_move = NULL;
+  assert_int_equal(moves_seen, 2);
+  assert_string_equal(reason_of(v), "base_abandoned");
+  json_decref(v);
+  _cleanup_free_ char *after = tip_of(dir);
+  assert_string_equal(before, after);
+  assert_agree_on(w, dir, "refs/heads/main");
+}
+
+/* An agent's edit while another of its edits is still to be published is refused: should that
+ * one be given up, this one's undo would restore the hash of files that never were. */
+static void test_edit_while_another_is_in_flight(void **state) {
+  world *w = *state;
+  _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
+  tg_call_test_die_after_commit = true;
+  json_decref(expect(w, w->worker, "editAgentFile", "{\"name\":\"HEARTBEAT.md\",\"body\":\"one\"}",
+                     NULL, ""));
+  tg_call_test_die_after_commit = false;
+  /* Locked, the branch keeps that edit unpublished as the next takes the repository. */
+  assert_int_equal(sh("touch %s/refs/heads/main.lock", dir), 0);
+  json_t *v = expect(w, w->worker, "editAgentFile", "{\"name\":\"HEARTBEAT.md\",\"body\":\"two\"}",
+                     NULL, "precondition_failed");
+  assert_string_equal(reason_of(v), "edit_in_flight");
+  json_decref(v);
+  assert_int_equal(sh("rm %s/refs/heads/main.lock", dir), 0);
+  /* Unlocked, the next takes the repository as the first edit's call would: it is published. */
+  json_decref(expect(w, w->worker, "editAgentFile", "{\"name\":\"HEARTBEAT.md\",\"body\":\"three\"}",
+                     NULL, ""));
+  _cleanup_free_ char *body = out("git -C %s show main:.works/agents/worker/HEARTBEAT.md", dir);
+  assert_string_equal(body, "three");
+  _cleanup_free_ char *first = out("git -C %s show main~1:.works/agents/worker/HEARTBEAT.md", dir);
+  assert_string_equal(first, "one");
+  assert_agree_on(w, dir, "refs/heads/main");
+}
+
 static void test_repository_list_bounds(void **state) {
   world *w = *state;
   json_t *v = expect_api(w, "repo.repository.list", "{\"limit\":1}", "");
@@ -969,6 +1048,8 @@ int main(void) {
       cmocka_unit_test(test_concurrent_writer),
       cmocka_unit_test(test_calls_of_one_transaction_build_on_each_other),
       cmocka_unit_test(test_locked_branch_fails_and_stays_unpublished),
+      cmocka_unit_test(test_built_on_a_commit_given_up),
+      cmocka_unit_test(test_edit_while_another_is_in_flight),
       cmocka_unit_test(test_repository_list_bounds),
       cmocka_unit_test(test_changes_outside_stand), cmocka_unit_test(test_pending_move_already_built_on),
   };
