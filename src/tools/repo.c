@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "domain/repo_path.h"
 #include "tools/lookup.h"
@@ -113,14 +114,11 @@ static void publish_step_free(void *arg) {
   free(p);
 }
 
-/* How long a move waits for its branch's lock file: the call's own move, made outside any
- * transaction, a second (a lock held longer was left by a writer that crashed); recorded
- * moves its call finishes under the database's write lock, which every writer waits for,
- * only the moment another git writer of this process holds it for; those a shared
- * transaction finishes as it takes the repository (settle), once per call of it, not at all:
- * their own calls make them. */
+/* How long a call waits for its branch's lock file to make its move: a lock held longer was
+ * left by a writer that crashed. It waits outside any transaction: under the database's write
+ * lock, which every writer waits for, a locked branch is never waited for. */
 #define OWN_MOVE_WAIT_MS 1000
-#define RECORDED_MOVE_WAIT_MS 100
+#define LOCK_RETRY_MS 20
 
 /* Finishes the recorded moves of repository repo_id (label) that are neither applied nor
  * abandoned, in the order recorded: one whose branch holds its new
@@ -128,13 +126,13 @@ static void publish_step_free(void *arg) {
  * its old value is made; one whose branch went elsewhere is marked abandoned (that writer's
  * value stands); read on read_db, marked on mark_db. Moves of calls of one shared
  * transaction build on each other (tg_repo_tip),
- * so each is made after those before it; a branch locked by another git writer stops it,
- * the rest left recorded. Runs under the database's write lock, as conclude decides: a move
+ * so each is made after those before it; a branch locked by another git writer stops it
+ * (TG_E_LOCKED), the rest left recorded. Runs under the database's write lock, as conclude decides: a move
  * is made, or given up, by one of them at a time. The branch is read before asking whether
  * it holds the commit: the move's own call may make it in between, and a branch only moves
  * forward past a move once made. */
 static int finish_moves(tg_db *read_db, tg_db *mark_db, tg_git *git, const char *repo_id,
-                        const char *label, int wait_ms) {
+                        const char *label) {
   _cleanup_json_ json_t *rows = NULL;
   int r = tg_db_query(read_db,
                       "SELECT id, branch, old_sha, new_sha FROM repo_ref_moves WHERE repo_id = $1"
@@ -151,8 +149,8 @@ static int finish_moves(tg_db *read_db, tg_db *mark_db, tg_git *git, const char 
     bool applied = false;
     if (r == TG_OK) r = tg_git_contains(git, branch, new_sha, &applied);
     if (r == TG_OK && !applied && strcmp(tip, old_sha ? old_sha : "") == 0) {
-      r = tg_git_move(git, branch, old_sha, new_sha, "toolgate: finish a recorded move", wait_ms);
-      if (r == TG_E_LOCKED) return TG_OK;
+      r = tg_git_move(git, branch, old_sha, new_sha, "toolgate: finish a recorded move", 0);
+      if (r == TG_E_LOCKED) return r;
       applied = r == TG_OK;
       if (r == TG_E_CONSTRAINT) r = tg_git_contains(git, branch, new_sha, &applied);
     }
@@ -167,12 +165,12 @@ static int finish_moves(tg_db *read_db, tg_db *mark_db, tg_git *git, const char 
  * (finish) and asks the branch again, for under the write lock no other use of the
  * repository makes a recorded move; then marks the move applied, or abandoned with the
  * handler's undo statement and the call's activity rows taken back (what they told of never
- * happened). */
+ * happened). TG_E_LOCKED, nothing decided: finishing met a locked branch. */
 static int conclude(tg_call_ctx *cx, publish_step *p, bool finish, bool *applied) {
   const tg_repo_move *move = &p->move;
   int r = tg_db_begin(cx->db);
   if (r == TG_OK && !*applied && finish)
-    r = finish_moves(cx->db, cx->db, p->git, p->repo_id, p->label, RECORDED_MOVE_WAIT_MS);
+    r = finish_moves(cx->db, cx->db, p->git, p->repo_id, p->label);
   if (r == TG_OK && !*applied) r = tg_git_contains(p->git, move->branch, move->new_sha, applied);
   if (r == TG_OK) r = mark_move(cx->db, move->id, *applied);
   if (r == TG_OK && !*applied && p->undo_sql)
@@ -204,8 +202,17 @@ static int publish_after_commit(tg_call_ctx *cx, void *arg) {
   bool applied = moved == TG_OK;
   /* Not made: the branch is behind (moves recorded before this one, which it builds on, not
    * made yet), ahead (another use of the repository made this one first), elsewhere or
-   * locked; conclude finishes what is recorded (not past a lock) and decides. */
+   * locked; conclude finishes what is recorded and decides. A lock it meets is waited for
+   * here, outside the transaction, as long as the call's own move would have. */
   int r = conclude(cx, p, moved == TG_E_CONSTRAINT, &applied);
+  for (int waited = 0; r == TG_E_LOCKED && waited < OWN_MOVE_WAIT_MS; waited += LOCK_RETRY_MS) {
+    nanosleep(&(struct timespec){0, LOCK_RETRY_MS * 1000000L}, NULL);
+    r = conclude(cx, p, true, &applied);
+  }
+  if (r == TG_E_LOCKED) {
+    moved = r;
+    r = conclude(cx, p, false, &applied);
+  }
   if (r < 0 && applied) {
     /* The branch holds the move either way: a mark that fails is made by the next use. */
     tg_log(TG_LOG_WARN, "repo %s: move %s applied but not marked: %s", p->label, move->id,
@@ -262,7 +269,9 @@ int tg_repo_publish(tg_call_ctx *cx, tg_scope_repo *repo, const tg_repo_move *mo
  * on the call's own connection, which sees committed rows only: a move another call recorded
  * in a transaction shared with this one (tg_db_batch) may still roll back. */
 static int settle(tg_call_ctx *cx, tg_scope_repo *repo) {
-  return finish_moves(cx->env->db, cx->db, repo->git, repo->id, repo->label, 0);
+  /* A locked branch leaves the moves to their own calls, which wait for it. */
+  int r = finish_moves(cx->env->db, cx->db, repo->git, repo->id, repo->label);
+  return r == TG_E_LOCKED ? TG_OK : r;
 }
 
 int tg_repo_tip(tg_call_ctx *cx, tg_scope_repo *repo, const char *branch,
@@ -303,8 +312,7 @@ static int initialize(tg_call_ctx *cx, tg_scope_repo *repo, const char *tenant_i
   /* The one move made before the commit, so that the call can build on the branch: should
    * the transaction roll back, the next use adopts the branch as above. */
   if (r == TG_OK)
-    r = tg_git_move(repo->git, move.branch, NULL, move.new_sha, "toolgate: initialize",
-                    RECORDED_MOVE_WAIT_MS);
+    r = tg_git_move(repo->git, move.branch, NULL, move.new_sha, "toolgate: initialize", 0);
   return r;
 }
 
