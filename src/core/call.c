@@ -114,7 +114,8 @@ int tg_activity_take_back(tg_call_ctx *cx, tg_db *db) {
   json_t *row;
   json_array_foreach(cx->activity, i, row) {
     const char *id = json_string_value(json_object_get(row, "id"));
-    int r = id ? tg_db_exec(db, "DELETE FROM activity_log WHERE id = $1", json_pack("[s]", id), NULL)
+    int r = id ? tg_db_exec(db, "DELETE FROM activity_log WHERE id = $1", json_pack("[s]", id),
+                            NULL)
                : TG_OK;
     if (r < 0) return r;
   }

@@ -304,8 +304,9 @@ int tg_git_move(tg_git *g, const char *branch, const char *old_sha, const char *
   /* Another writer holds the ref's lock file for the moment it moves it: wait for it. */
   for (int waited = 0;; waited += MOVE_LOCKED_WAIT_MS) {
     git_reference *out = NULL;
-    e = old_sha ? tg_git2.git_reference_create_matching(&out, g->repo, ref, &new_id, 1, &old_id, why)
-                : tg_git2.git_reference_create(&out, g->repo, ref, &new_id, 0, why);
+    e = old_sha
+            ? tg_git2.git_reference_create_matching(&out, g->repo, ref, &new_id, 1, &old_id, why)
+            : tg_git2.git_reference_create(&out, g->repo, ref, &new_id, 0, why);
     tg_git2.git_reference_free(out);
     if (e != GIT_ELOCKED || waited >= wait_ms) break;
     nanosleep(&(struct timespec){0, MOVE_LOCKED_WAIT_MS * 1000000L}, NULL);

@@ -518,7 +518,7 @@ struct stream {
   bool streaming;      /* the response is an SSE stream */
   bool reading;        /* a connection reads it */
   unsigned reader;     /* which one: a resumption takes the stream over from a stale one */
-  int reader_fd;       /* the socket of the connection that took it on GET (see standalone_locked) */
+  int reader_fd;       /* the socket of the connection that took it on GET (standalone_locked) */
   bool closed;         /* a sessionless stream lost its client: nothing more is kept */
   bool polling;        /* the call asked that its answer end now; the client resumes it */
   /* The call asked that the answer a connection reads end now: it ends at cut_at, after the

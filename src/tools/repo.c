@@ -121,16 +121,15 @@ static void publish_step_free(void *arg) {
 #define LOCK_RETRY_MS 20
 
 /* Finishes the recorded moves of repository repo_id (label) that are neither applied nor
- * abandoned, in the order recorded: one whose branch holds its new
- * commit (at its tip or under later ones) is marked applied; one whose branch still holds
- * its old value is made; one whose branch went elsewhere is marked abandoned (that writer's
- * value stands); read on read_db, marked on mark_db. Moves of calls of one shared
- * transaction build on each other (tg_repo_tip),
- * so each is made after those before it; a branch locked by another git writer stops it
- * (TG_E_LOCKED), the rest left recorded. Runs under the database's write lock, as conclude decides: a move
- * is made, or given up, by one of them at a time. The branch is read before asking whether
- * it holds the commit: the move's own call may make it in between, and a branch only moves
- * forward past a move once made. */
+ * abandoned, read on read_db and marked on mark_db, in the order recorded: one whose branch
+ * holds its new commit (at its tip or under later ones) is marked applied; one whose branch
+ * still holds its old value is made; one whose branch went elsewhere is marked abandoned
+ * (that writer's value stands). Moves of calls of one shared transaction build on each other
+ * (tg_repo_tip), so each is made after those before it. A branch locked by another git writer
+ * stops it at once (TG_E_LOCKED), the rest left recorded: it runs under the database's write
+ * lock, so that one use of the repository at a time makes or gives up a move, and never
+ * waits there. The branch is read before asking whether it holds the commit: the move's own
+ * call may make it in between, and a branch only moves forward past a move once made. */
 static int finish_moves(tg_db *read_db, tg_db *mark_db, tg_git *git, const char *repo_id,
                         const char *label) {
   _cleanup_json_ json_t *rows = NULL;
@@ -235,12 +234,11 @@ static int publish_after_commit(tg_call_ctx *cx, void *arg) {
   if (moved != TG_E_CONSTRAINT) return moved;
   /* Built on another call's commit (tg_repo_tip), which was given up: no other writer. */
   _cleanup_json_ json_t *base = NULL;
-  r = *move->old_sha ? tg_db_query_row(cx->db,
-                                       "SELECT id FROM repo_ref_moves WHERE repo_id = $1 AND branch = $2"
-                                       " AND new_sha = $3 AND abandoned_at IS NOT NULL",
-                                       json_pack("[sss]", p->repo_id, move->branch, move->old_sha),
-                                       &base)
-                     : TG_OK;
+  if (*move->old_sha)
+    r = tg_db_query_row(cx->db,
+                        "SELECT id FROM repo_ref_moves WHERE repo_id = $1 AND branch = $2"
+                        " AND new_sha = $3 AND abandoned_at IS NOT NULL",
+                        json_pack("[sss]", p->repo_id, move->branch, move->old_sha), &base);
   if (r == TG_OK && base)
     return unpublished(cx, p, "base_abandoned",
                        "did not take the commit this one was built on (another call's, "
