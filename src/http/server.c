@@ -376,7 +376,9 @@ static void session_end_locked(server *s, session *x) {
 }
 
 /* A session neither in use nor listening (its refs but the table's are looks of the sweeper). */
-static bool unused_locked(session *x) { return x->refs - x->checking == 1 && !listening_locked(x); }
+static bool unused_locked(session *x) {
+  return x->refs - x->checking == 1 && !listening_locked(x);
+}
 
 /* Drops the sessions unused for TG_HTTP_SESSION_IDLE_MS: the sweeper's look (a server that
  * only 2026-07-28 clients use opens none), and before a new session makes room. */
