@@ -170,7 +170,11 @@ static int conclude(tg_call_ctx *cx, publish_step *p, bool finish, bool *applied
   int r = tg_db_begin(cx->db);
   if (r == TG_OK && !*applied && finish)
     r = finish_moves(cx->db, cx->db, p->git, p->repo_id, p->label);
-  if (r == TG_OK && !*applied) r = tg_git_contains(p->git, move->branch, move->new_sha, applied);
+  if ((r == TG_OK || r == TG_E_LOCKED) && !*applied) {
+    int asked = tg_git_contains(p->git, move->branch, move->new_sha, applied);
+    /* A lock met past this move leaves it decided all the same. */
+    r = asked < 0 ? asked : r == TG_E_LOCKED && !*applied ? TG_E_LOCKED : TG_OK;
+  }
   if (r == TG_OK) r = mark_move(cx->db, move->id, *applied);
   if (r == TG_OK && !*applied && p->undo_sql)
     r = tg_db_exec(cx->db, p->undo_sql, TAKE_PTR(p->undo_params), NULL);
