@@ -729,8 +729,10 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
    * tasks they may follow said how they ended (those the grace did not see end, cancelled
    * first); not when told to stop, which answers nothing more. */
   json_t *meta = req.watch && !atomic_load(&c.interrupted) ? tg_mcp_result_meta(&served) : NULL;
-  if (meta) tg_mcp_tasks_cancel_left(served.tasks);
-  if (meta) tg_mcp_watch_end(req.watch, meta);
+  if (meta) {
+    tg_mcp_tasks_cancel_left(served.tasks);
+    tg_mcp_watch_end(req.watch, meta);
+  }
   json_decref(meta);
   if (watching) {
     if (write(c.watch_end[1], "", 1) != 1) tg_log(TG_LOG_WARN, "mcp: the watcher could not be told to end");
