@@ -56,10 +56,30 @@ int tg_fail(tg_call_ctx *cx, tg_errcode code, json_t *details, const char *fmt, 
 
 int tg_activity(tg_call_ctx *cx, const char *action_type, json_t *scope, const char *summary,
                 json_t *details) {
-  json_t *row = json_pack("{s:s,s:s,s:o*,s:O*}", "actionType", action_type, "summary", summary,
-                          "details", details, "scope", scope);
+  /* Its id is known from here, so that a git move published after the commit can name the
+   * rows to take back should the move be given up (tg_activity_ids). */
+  char id[TG_UUID_LEN + 1];
+  if (tg_uuid7(id) < 0) {
+    json_decref(details);
+    return TG_E_IO;
+  }
+  json_t *row = json_pack("{s:s,s:s,s:s,s:o*,s:O*}", "id", id, "actionType", action_type,
+                          "summary", summary, "details", details, "scope", scope);
   if (!row || json_array_append_new(cx->activity, row) < 0) return TG_E_NOMEM;
   return TG_OK;
+}
+
+json_t *tg_activity_ids(const tg_call_ctx *cx) {
+  json_t *ids = json_array();
+  size_t i;
+  json_t *row;
+  json_array_foreach(cx->activity, i, row) {
+    if (!ids || json_array_append(ids, json_object_get(row, "id")) < 0) {
+      json_decref(ids);
+      return NULL;
+    }
+  }
+  return ids;
 }
 
 /* The scope ids an activity row carries when the handler named none: the caller's own. */
@@ -88,10 +108,7 @@ static int write_activity(tg_call_ctx *cx) {
     } else {
       default_scope(p, &mission, &idea, &work);
     }
-    char id[TG_UUID_LEN + 1];
-    if (tg_uuid7(id) < 0) return TG_E_IO;
-    /* Kept with the row, for tg_activity_take_back. */
-    if (json_object_set_new(row, "id", json_string(id)) < 0) return TG_E_NOMEM;
+    const char *id = json_string_value(json_object_get(row, "id"));
     int r = tg_db_exec(
         cx->db,
         "INSERT INTO activity_log (id, tenant_id, mission_id, idea_id, work_id, actor_type,"
@@ -104,19 +121,6 @@ static int write_activity(tg_call_ctx *cx) {
                   json_object_get(row, "details") ? json_object_get(row, "details") : json_null(),
                   now),
         NULL);
-    if (r < 0) return r;
-  }
-  return TG_OK;
-}
-
-int tg_activity_take_back(tg_call_ctx *cx, tg_db *db) {
-  size_t i;
-  json_t *row;
-  json_array_foreach(cx->activity, i, row) {
-    const char *id = json_string_value(json_object_get(row, "id"));
-    int r = id ? tg_db_exec(db, "DELETE FROM activity_log WHERE id = $1", json_pack("[s]", id),
-                            NULL)
-               : TG_OK;
     if (r < 0) return r;
   }
   return TG_OK;

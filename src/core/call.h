@@ -94,9 +94,9 @@ int tg_fail(tg_call_ctx *cx, tg_errcode code, json_t *details, const char *fmt, 
  * the caller's own scope) may hold missionId, ideaId, workId. details is stolen. */
 int tg_activity(tg_call_ctx *cx, const char *action_type, json_t *scope, const char *summary,
                 json_t *details);
-/* For an after-commit step whose work was not done after all: deletes, on db, the activity
- * rows the call's transaction wrote, which would tell of it. */
-int tg_activity_take_back(tg_call_ctx *cx, tg_db *db);
+/* The ids of the activity rows queued so far, a new array (NULL: out of memory): what an
+ * after-commit step whose work may not be done after all would take back. */
+json_t *tg_activity_ids(const tg_call_ctx *cx);
 
 /* The tools principal may call on surface, as the tool list offered to it (seed 000 §4):
  * each passes the same surface, status, permission and policy gates as tg_call. Returns a

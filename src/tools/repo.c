@@ -83,17 +83,43 @@ int tg_repo_record(tg_call_ctx *cx, tg_scope_repo *repo, tg_repo_move *move) {
   return record(cx, repo, move, false);
 }
 
-/* Marks move id applied, or abandoned, on db, unless it is marked already: the first
- * decision stands. */
-static int mark_move(tg_db *db, const char *id, bool applied) {
+/* Takes back, on db, what the call of a move given up wrote (its take_back column, as
+ * text; NULL: nothing): its undo statement, and the activity rows that told of the commit.
+ * A statement the database no longer takes (a later schema) is logged and passed over, so
+ * that it cannot stop every later use of the repository from finishing its moves. */
+static int take_back(tg_db *db, const char *move_id, const char *text) {
+  if (!text) return TG_OK;
+  _cleanup_json_ json_t *what = json_loads(text, 0, NULL);
+  if (!what) return TG_E_NOMEM; /* written by tg_repo_publish: only memory fails to read it */
+  const char *undo = tg_json_str(what, "undo");
+  int r = undo ? tg_db_exec(db, undo, json_incref(json_object_get(what, "params")), NULL) : TG_OK;
+  if (r == TG_E_DB) {
+    tg_log(TG_LOG_WARN, "repo: the undo of given-up move %s failed, passed over: %s", move_id,
+           tg_db_errmsg(db));
+    r = TG_OK;
+  }
+  size_t i;
+  json_t *id;
+  json_array_foreach(json_object_get(what, "activity"), i, id) {
+    if (r < 0) break;
+    r = tg_db_exec(db, "DELETE FROM activity_log WHERE id = $1", json_pack("[O]", id), NULL);
+  }
+  return r;
+}
+
+/* Marks move id applied, or abandoned with its take_back (see take_back), on db, unless it
+ * is marked already: the first decision stands, and what it takes back is taken once. */
+static int mark_move(tg_db *db, const char *id, bool applied, const char *take_back_text) {
   char now[TG_ISO_LEN + 1];
   tg_now_iso(now);
-  return tg_db_exec(db,
-                    applied ? "UPDATE repo_ref_moves SET applied_at = $2 WHERE id = $1"
-                              " AND applied_at IS NULL AND abandoned_at IS NULL"
-                            : "UPDATE repo_ref_moves SET abandoned_at = $2 WHERE id = $1"
-                              " AND applied_at IS NULL AND abandoned_at IS NULL",
-                    json_pack("[ss]", id, now), NULL);
+  int64_t marked = 0;
+  int r = tg_db_exec(db,
+                     applied ? "UPDATE repo_ref_moves SET applied_at = $2 WHERE id = $1"
+                               " AND applied_at IS NULL AND abandoned_at IS NULL"
+                             : "UPDATE repo_ref_moves SET abandoned_at = $2 WHERE id = $1"
+                               " AND applied_at IS NULL AND abandoned_at IS NULL",
+                     json_pack("[ss]", id, now), &marked);
+  return r == TG_OK && marked && !applied ? take_back(db, id, take_back_text) : r;
 }
 
 /* A recorded move waiting for its call's transaction to commit. */
@@ -102,15 +128,13 @@ typedef struct publish_step {
   tg_repo_move move;
   char repo_id[TG_UUID_LEN + 1];
   char label[96];
-  char *undo_sql;
-  json_t *undo_params;
+  char *take_back; /* as recorded with the move (NULL: nothing) */
 } publish_step;
 
 static void publish_step_free(void *arg) {
   publish_step *p = arg;
   tg_git_close(p->git);
-  free(p->undo_sql);
-  json_decref(p->undo_params);
+  free(p->take_back);
   free(p);
 }
 
@@ -134,7 +158,8 @@ static int finish_moves(tg_db *read_db, tg_db *mark_db, tg_git *git, const char 
                         const char *label) {
   _cleanup_json_ json_t *rows = NULL;
   int r = tg_db_query(read_db,
-                      "SELECT id, branch, old_sha, new_sha FROM repo_ref_moves WHERE repo_id = $1"
+                      "SELECT id, branch, old_sha, new_sha, take_back FROM repo_ref_moves"
+                      " WHERE repo_id = $1"
                       " AND applied_at IS NULL AND abandoned_at IS NULL ORDER BY seq",
                       json_pack("[s]", repo_id), &rows);
   size_t i;
@@ -153,7 +178,7 @@ static int finish_moves(tg_db *read_db, tg_db *mark_db, tg_git *git, const char 
       applied = r == TG_OK;
       if (r == TG_E_CONSTRAINT) r = tg_git_contains(git, branch, new_sha, &applied);
     }
-    if (r == TG_OK) r = mark_move(mark_db, id, applied);
+    if (r == TG_OK) r = mark_move(mark_db, id, applied, tg_json_str(row, "take_back"));
   }
   if (r < 0) tg_log(TG_LOG_WARN, "repo %s: the recorded moves could not be finished", label);
   return r;
@@ -162,9 +187,9 @@ static int finish_moves(tg_db *read_db, tg_db *mark_db, tg_git *git, const char 
 /* After the call's commit, in a transaction of its own (which waits its turn behind other
  * writers instead of racing them): when *applied is false, first finishes the recorded moves
  * (finish) and asks the branch again, for under the write lock no other use of the
- * repository makes a recorded move; then marks the move applied, or abandoned with the
- * handler's undo statement and the call's activity rows taken back (what they told of never
- * happened). TG_E_LOCKED, nothing decided: finishing met a locked branch. */
+ * repository makes a recorded move; then marks the move applied, or abandoned with what it
+ * takes back (what the call's rows told of never happened). TG_E_LOCKED, nothing decided:
+ * finishing met a locked branch. */
 static int conclude(tg_call_ctx *cx, publish_step *p, bool finish, bool *applied) {
   const tg_repo_move *move = &p->move;
   int r = tg_db_begin(cx->db);
@@ -175,10 +200,7 @@ static int conclude(tg_call_ctx *cx, publish_step *p, bool finish, bool *applied
     /* A lock met past this move leaves it decided all the same. */
     r = asked < 0 ? asked : r == TG_E_LOCKED && !*applied ? TG_E_LOCKED : TG_OK;
   }
-  if (r == TG_OK) r = mark_move(cx->db, move->id, *applied);
-  if (r == TG_OK && !*applied && p->undo_sql)
-    r = tg_db_exec(cx->db, p->undo_sql, TAKE_PTR(p->undo_params), NULL);
-  if (r == TG_OK && !*applied) r = tg_activity_take_back(cx, cx->db);
+  if (r == TG_OK) r = mark_move(cx->db, move->id, *applied, p->take_back);
   if (r == TG_OK) r = tg_db_commit(cx->db);
   if (r < 0) tg_db_rollback(cx->db);
   return r;
@@ -252,13 +274,23 @@ static int publish_after_commit(tg_call_ctx *cx, void *arg) {
 
 int tg_repo_publish(tg_call_ctx *cx, tg_scope_repo *repo, const tg_repo_move *move,
                     const char *undo_sql, json_t *undo_params) {
+  /* Recorded with the move, for whichever use of the repository gives it up. */
+  json_t *activity = tg_activity_ids(cx);
+  _cleanup_json_ json_t *what = activity ? json_pack("{s:s?,s:o?,s:o}", "undo", undo_sql,
+                                                     "params", undo_params, "activity", activity)
+                                         : NULL;
+  if (!activity) json_decref(undo_params);
   publish_step *p = calloc(1, sizeof *p);
-  if (!p || (undo_sql && !(p->undo_sql = strdup(undo_sql)))) {
+  if (!what || !p || !(p->take_back = json_dumps(what, JSON_COMPACT))) {
     free(p);
-    json_decref(undo_params);
     return TG_E_NOMEM;
   }
-  p->undo_params = undo_params;
+  int r = tg_db_exec(cx->db, "UPDATE repo_ref_moves SET take_back = $2 WHERE id = $1",
+                     json_pack("[ss]", move->id, p->take_back), NULL);
+  if (r < 0) {
+    publish_step_free(p);
+    return r;
+  }
   p->git = TAKE_PTR(repo->git);
   p->move = *move;
   snprintf(p->repo_id, sizeof p->repo_id, "%s", repo->id);

@@ -58,7 +58,9 @@ int tg_repo_record(tg_call_ctx *cx, tg_scope_repo *repo, tg_repo_move *move);
  * moved the branch first: precondition_failed concurrent_write; the branch stayed locked:
  * precondition_failed branch_locked; a failure), the call fails, the move is marked
  * abandoned, undo_sql (with undo_params, stolen; both may be NULL) reverts what the handler
- * recorded about it, and the call's activity rows are taken back. */
+ * recorded about it, and the call's activity rows queued so far are taken back. Both are
+ * recorded with the move, so that a later use of the repository that gives the move up,
+ * after the call's process died, takes them back too. */
 int tg_repo_publish(tg_call_ctx *cx, tg_scope_repo *repo, const tg_repo_move *move,
                     const char *undo_sql, json_t *undo_params);
 

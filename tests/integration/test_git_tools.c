@@ -1036,6 +1036,40 @@ static void test_pending_move_already_built_on(void **state) {
   assert_int_equal(count(w, sql), 1);
 }
 
+/* A move left pending by a process that died, whose branch another writer then moved
+ * elsewhere: the next use gives it up and takes back what its call wrote, as the call itself
+ * would have: editAgentFile's new hash is undone and its activity row deleted. */
+static void test_pending_move_given_up_takes_back(void **state) {
+  world *w = *state;
+  _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
+  const char *hash_sql = "SELECT content_hash FROM agents WHERE slug = 'worker'";
+  const char *edits_sql = "SELECT COUNT(*) AS n FROM activity_log WHERE action_type = 'AGENT_FILE_EDITED'";
+  _cleanup_json_ json_t *hash_before = NULL;
+  assert_int_equal(tg_db_query_row(w->f->db, hash_sql, NULL, &hash_before), 0);
+  long edits = count(w, edits_sql);
+  tg_call_test_die_after_commit = true;
+  _cleanup_json_ json_t *v = expect(w, w->worker, "editAgentFile",
+                                    "{\"name\":\"SOUL.md\",\"body\":\"# Lost\\n\"}", NULL, "");
+  tg_call_test_die_after_commit = false;
+  _cleanup_json_ json_t *hash_dead = NULL;
+  assert_int_equal(tg_db_query_row(w->f->db, hash_sql, NULL, &hash_dead), 0);
+  assert_string_equal(json_string_value(json_object_get(hash_dead, "content_hash")),
+                      json_string_value(json_object_get(v, "newHash")));
+  assert_int_equal(count(w, edits_sql), edits + 1);
+  assert_int_equal(sh("git -C %s update-ref refs/heads/main $(git -C %s commit-tree main^{tree} -p main"
+                      " -m outside)", dir, dir), 0);
+  _cleanup_free_ char *outside = tip_of(dir);
+  json_decref(expect_api(w, "repo.repository.list", "{}", "")); /* uses the repository */
+  _cleanup_free_ char *now = tip_of(dir);
+  assert_string_equal(now, outside);
+  _cleanup_json_ json_t *hash_after = NULL;
+  assert_int_equal(tg_db_query_row(w->f->db, hash_sql, NULL, &hash_after), 0);
+  assert_true(json_equal(hash_after, hash_before));
+  assert_int_equal(count(w, edits_sql), edits);
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM repo_ref_moves"
+                            " WHERE applied_at IS NULL AND abandoned_at IS NULL"), 0);
+}
+
 int main(void) {
   if (system("git --version >/dev/null 2>&1") != 0) {
     puts("the git program is needed to check the repositories");
@@ -1052,6 +1086,7 @@ int main(void) {
       cmocka_unit_test(test_edit_while_another_is_in_flight),
       cmocka_unit_test(test_repository_list_bounds),
       cmocka_unit_test(test_changes_outside_stand), cmocka_unit_test(test_pending_move_already_built_on),
+      cmocka_unit_test(test_pending_move_given_up_takes_back),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
