@@ -27,7 +27,6 @@ int tg_git_open(const char *path, const char *default_branch, tg_git **ret) {
   tg_git *g = calloc(1, sizeof *g);
   if (!g || !(g->path = strdup(path))) {
     free(g);
-    tg_git2.git_libgit2_shutdown();
     return TG_E_NOMEM;
   }
   if (tg_git2.git_repository_open_bare(&g->repo, path) == 0) {
@@ -55,7 +54,6 @@ void tg_git_close(tg_git *g) {
   tg_git2.git_repository_free(g->repo);
   free(g->path);
   free(g);
-  tg_git2.git_libgit2_shutdown();
 }
 
 int tg_git_branch_check(const char *name) {
@@ -69,11 +67,8 @@ int tg_git_branch_check(const char *name) {
   char ref[TG_GIT_BRANCH_MAX + 16];
   snprintf(ref, sizeof ref, "refs/heads/%s", name);
   int valid = 0;
-  /* libgit2 keeps its error state per thread from init to shutdown. */
   if (tg_libgit2_init() < 0) return TG_E_IO;
-  bool ok = tg_git2.git_reference_name_is_valid(&valid, ref) == 0 && valid;
-  tg_git2.git_libgit2_shutdown();
-  return ok ? TG_OK : TG_E_INVAL;
+  return tg_git2.git_reference_name_is_valid(&valid, ref) == 0 && valid ? TG_OK : TG_E_INVAL;
 }
 
 static int branch_ref(const char *branch, char *out, size_t size) {

@@ -29,6 +29,13 @@ static void load(void) {
   }
   TG_LIBGIT2_FUNCTIONS(TG_LIBGIT2_RESOLVE)
 #undef TG_LIBGIT2_RESOLVE
+  /* Once, for the process's life: each thread's error state goes with its thread. A shutdown
+   * that brought the count to zero would drop the key of every other thread's state (which
+   * then leaks as those threads end), and the next use would build libgit2's globals again. */
+  if (tg_git2.git_libgit2_init() < 0) {
+    tg_libgit2_fail("init");
+    goto unusable;
+  }
   loaded = true;
   return;
 unusable: /* no pointer into a library that is gone */
@@ -38,8 +45,7 @@ unusable: /* no pointer into a library that is gone */
 
 int tg_libgit2_init(void) {
   pthread_once(&load_once, load);
-  if (!loaded) return TG_E_IO;
-  return tg_git2.git_libgit2_init() < 0 ? tg_libgit2_fail("init") : TG_OK;
+  return loaded ? TG_OK : TG_E_IO;
 }
 
 int tg_libgit2_fail(const char *what) {

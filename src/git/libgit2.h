@@ -14,7 +14,7 @@
   X(git_graph_descendant_of) X(git_index_conflict_iterator_free) \
   X(git_index_conflict_iterator_new) X(git_index_conflict_next) X(git_index_free) \
   X(git_index_has_conflicts) X(git_index_write_tree_to) X(git_libgit2_init) \
-  X(git_libgit2_shutdown) X(git_merge_commits) X(git_oid_equal) X(git_oid_fromstr) \
+  X(git_merge_commits) X(git_oid_equal) X(git_oid_fromstr) \
   X(git_oid_tostr) X(git_reference_create) X(git_reference_create_matching) \
   X(git_reference_free) X(git_reference_name_is_valid) X(git_reference_name_to_id) \
   X(git_repository_free) X(git_repository_init_ext) X(git_repository_init_options_init) \
@@ -32,8 +32,8 @@ struct tg_libgit2 {
 /* The functions; valid once tg_libgit2_init has succeeded. */
 extern struct tg_libgit2 tg_git2;
 
-/* Loads libgit2 (once per process) and initializes it (git_libgit2_init, counted: pair each
- * success with tg_git2.git_libgit2_shutdown()). 0, or TG_E_IO with the reason logged. */
+/* Loads and initializes libgit2, once per process (never shut down). 0, or TG_E_IO with the
+ * reason logged. */
 int tg_libgit2_init(void);
 
 /* Logs what failed with libgit2's last error; returns TG_E_IO. */
