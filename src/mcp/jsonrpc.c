@@ -462,6 +462,14 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
     *ret_error = tg_rpc_too_large(&ids);
     return *ret_error ? TG_RPC_INVALID_REQUEST : TG_E_NOMEM;
   }
+  /* A NUL byte is JSON nowhere (within a string it must be escaped), yet jansson skips one
+   * that follows a number or a literal. */
+  const char *nul_byte = memchr(buf, '\0', len);
+  if (nul_byte)
+    return fail(NULL, TG_RPC_PARSE_ERROR, "Parse error",
+                json_pack("{s:s,s:I}", "reason", "a NUL byte, which JSON has nowhere", "position",
+                          (json_int_t)(nul_byte - buf)),
+                ret_error);
   scanned scan = scan_limits(buf, len);
   if (scan.limit) {
     /* Read once (jansson bounds its own depth), so that text that is no JSON is told so, and

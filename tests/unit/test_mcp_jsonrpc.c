@@ -127,6 +127,18 @@ static void test_shape_errors(void **state) {
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{\"a\":1e}}",
              TG_RPC_PARSE_ERROR);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"id\":", TG_RPC_PARSE_ERROR); /* cut short */
+  /* A raw NUL byte anywhere, even where jansson alone would skip it (after a number or a
+   * literal), is no JSON. */
+#define WITH_NUL(text) {text, sizeof text - 1}
+  static const struct {
+    const char *text;
+    size_t len;
+  } with_nul[] = {WITH_NUL("{\"jsonrpc\":\"2.0\",\"id\":5\0,\"method\":\"ping\"}"),
+                  WITH_NUL("{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"x\",\"params\":{\"a\":true\0}}"),
+                  WITH_NUL("{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"ping\"}\0")};
+#undef WITH_NUL
+  for (size_t i = 0; i < sizeof with_nul / sizeof *with_nul; i++)
+    json_decref(decode_fails(with_nul[i].text, with_nul[i].len, TG_RPC_PARSE_ERROR));
 }
 
 static void test_error_echoes_readable_id(void **state) {
