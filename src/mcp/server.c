@@ -835,18 +835,14 @@ static json_t *text_block(const char *text) {
 
 json_t *tg_mcp_tool_result(const tg_tool *tool, int status, json_t *value) {
   if (status == TG_OK && content_passthrough(tool)) return json_incref(value);
-  if (status == TG_OK) {
-    _cleanup_free_ char *text = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
-    if (!text) return NULL;
-    return json_pack("{s:o,s:O}", "content", text_block(text), "structuredContent", value);
-  }
-  json_t *err = json_object_get(value, "error");
-  const char *message = json_string_value(json_object_get(err, "message"));
-  const char *code = json_string_value(json_object_get(err, "code"));
-  _cleanup_free_ char *text = NULL;
-  if (asprintf(&text, "%s: %s", code ? code : "error", message ? message : "") < 0) return NULL;
-  return json_pack("{s:o,s:O,s:b}", "content", text_block(text), "structuredContent", value,
-                   "isError", 1);
+  /* The text is the structured content serialized, a refusal's envelope too: a client that
+   * hands its model only the text keeps what details say (allowed moves, scopes, pointers). */
+  _cleanup_free_ char *text = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+  if (!text) return NULL;
+  return status == TG_OK
+             ? json_pack("{s:o,s:O}", "content", text_block(text), "structuredContent", value)
+             : json_pack("{s:o,s:O,s:b}", "content", text_block(text), "structuredContent", value,
+                         "isError", 1);
 }
 
 /* Whether this request's client takes tasks (it declares the extension, an object as every

@@ -436,6 +436,13 @@ static void test_tools_call_through_the_gate(void **state) {
   assert_true(json_is_true(json_object_get(res, "isError")));
   json_t *env = json_object_get(json_object_get(res, "structuredContent"), "error");
   assert_string_equal(json_string_value(json_object_get(env, "code")), "permission_denied");
+  /* Its text is the envelope serialized, details and all. */
+  json_t *text = json_loads(json_string_value(json_object_get(
+                                json_array_get(json_object_get(res, "content"), 0), "text")),
+                            0, NULL);
+  assert_true(json_equal(text, json_object_get(res, "structuredContent")));
+  assert_non_null(json_object_get(json_object_get(json_object_get(text, "error"), "details"), "reason"));
+  json_decref(text);
   json_decref(r);
   /* Both calls, the refused one too, are audited by tg_call. */
   assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs + 2);
