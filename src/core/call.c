@@ -127,7 +127,8 @@ static int write_activity(tg_call_ctx *cx) {
 }
 
 /* The run of an agent's call that names none. It commits with the call's outcome, so it is
- * written once, already ended with its final status; the call's duration is in its
+ * written once, already ended with its final status, started when the call did (a call
+ * that waited on its client's answers may end minutes later); the call's duration is in its
  * telemetry row. */
 static int open_own_run(call_state *st, tg_db *db, const char *status) {
   if (st->principal->kind != TG_PRINCIPAL_AGENT) return TG_OK;
@@ -136,13 +137,15 @@ static int open_own_run(call_state *st, tg_db *db, const char *status) {
     return TG_OK;
   }
   if (!*st->run_id && tg_uuid7(st->run_id) < 0) return TG_E_IO;
-  char now[TG_ISO_LEN + 1];
-  tg_now_iso(now);
+  int64_t now_ms = tg_now_ms();
+  char started[TG_ISO_LEN + 1], now[TG_ISO_LEN + 1];
+  tg_iso8601(now_ms - (int64_t)((tg_monotonic_ns() - st->started_ns) / 1000000), started);
+  tg_iso8601(now_ms, now);
   return tg_db_exec(db,
                     "INSERT INTO agent_runs (id, tenant_id, agent_id, status, trigger, started_at,"
-                    " ended_at) VALUES ($1, $2, $3, $4, 'call', $5, $5)",
-                    json_pack("[sssss]", st->run_id, st->principal->tenant_id,
-                              st->principal->subject_id, status, now),
+                    " ended_at) VALUES ($1, $2, $3, $4, 'call', $5, $6)",
+                    json_pack("[ssssss]", st->run_id, st->principal->tenant_id,
+                              st->principal->subject_id, status, started, now),
                     NULL);
 }
 

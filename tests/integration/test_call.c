@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fixture.h"
 #include "util/cleanup.h"
@@ -781,12 +782,15 @@ typedef struct asked_client {
   fixture *f;
   const char *other_sql; /* what the other connection writes; NULL: a change that moves nothing */
   int asks, other_write;
+  long answer_after_ms; /* how long its user takes to answer */
 } asked_client;
 
 static int answer_after_a_write(void *self, const char *method, json_t *params, json_t **ret) {
   asked_client *c = self;
   json_decref(params);
   c->asks++;
+  nanosleep(&(struct timespec){c->answer_after_ms / 1000, c->answer_after_ms % 1000 * 1000000L},
+            NULL);
   tg_db *other = tg_test_db_open(c->f->dir);
   c->other_write = tg_db_begin(other);
   if (c->other_write == 0)
@@ -829,6 +833,7 @@ static void test_interactive_calls_ask_outside_the_transaction(void **state) {
   tg_call_result_done(&res);
   assert_int_equal(fixture_count(w->f, "activity_log"), activity + 1);
 
+
   /* It reads only: a write fails the call and leaves nothing. */
   long missions = fixture_count(w->f, "missions");
   assert_int_equal(ask_call(w, &c, "test.ask.interactive", "{\"write\":true}", &res), TG_E_TOOL);
@@ -849,6 +854,18 @@ static void test_interactive_calls_ask_outside_the_transaction(void **state) {
   assert_true(json_is_false(json_object_get(details, "closeStream")));
   tg_call_result_done(&res);
   assert_int_equal(c.asks, 0);
+
+  /* Its run started when the call did, not when its user had answered. */
+  c.answer_after_ms = 1500;
+  assert_int_equal(ask_call(w, &c, "test.ask.interactive", "{}", &res), 0);
+  tg_call_result_done(&res);
+  _cleanup_json_ json_t *run = NULL;
+  assert_int_equal(tg_db_query_row(w->f->db,
+                                   "SELECT (julianday(ended_at) - julianday(started_at)) * 86400000"
+                                   " AS ms FROM agent_runs ORDER BY id DESC LIMIT 1",
+                                   NULL, &run),
+                   0);
+  assert_true(json_real_value(json_object_get(run, "ms")) >= 1400); /* julianday rounds */
 }
 
 /* The tool is disabled while the client answers: the call is decided again when it writes,
