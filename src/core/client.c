@@ -174,9 +174,11 @@ bool tg_client_answer_reads(const char *method, const json_t *params, const json
   if (!cap || !json_is_object(answer)) return false;
   if (strcmp(cap, "elicitation") == 0) { /* an ElicitResult */
     const char *action = json_string_value(json_object_get(answer, "action"));
-    return is_one_of(action, "accept", "decline", "cancel") &&
+    /* Content comes only with accept: what a user declined never reaches the tool. */
+    if (is_one_of(action, "decline", "cancel", NULL)) return !content;
+    return action && strcmp(action, "accept") == 0 &&
            (!content || (json_is_object(content) && elicited_content(content))) &&
-           (strcmp(action, "accept") != 0 || fits_requested(params, content));
+           fits_requested(params, content);
   }
   if (strcmp(cap, "roots") == 0) { /* a ListRootsResult */
     json_t *roots = json_object_get(answer, "roots");

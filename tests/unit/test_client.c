@@ -109,6 +109,9 @@ static void test_answers(void **state) {
   assert_true(reads(elicit, "{\"action\":\"accept\",\"content\":{\"a\":\"x\",\"b\":2,\"c\":true,\"d\":[\"y\"]}}"));
   assert_true(reads(elicit, "{\"action\":\"decline\"}"));
   assert_true(reads(elicit, "{\"action\":\"cancel\"}"));
+  /* Content comes only with accept. */
+  assert_false(reads(elicit, "{\"action\":\"decline\",\"content\":{\"a\":\"x\"}}"));
+  assert_false(reads(elicit, "{\"action\":\"cancel\",\"content\":{}}"));
   assert_false(reads(elicit, "{\"action\":\"maybe\"}"));
   assert_false(reads(elicit, "{\"action\":\"accept\",\"content\":[]}"));
   assert_false(reads(elicit, "{\"action\":\"accept\",\"content\":{\"a\":{}}}"));
