@@ -43,16 +43,17 @@ static bool has_suffix(const char *s, const char *suffix) {
   return n >= k && !strcmp(s + n - k, suffix);
 }
 
-/* Adds every *.json file below dir to docs under prefix + its relative path. */
+/* Adds every *.json file below dir to docs under prefix + its relative path. hint ends the
+ * line saying dir cannot be opened. */
 static int load_tree(const char *dir, const char *rel, const char *prefix, bool drop_ext,
-                     json_t *docs, FILE *out, unsigned depth) {
+                     json_t *docs, FILE *out, unsigned depth, const char *hint) {
   if (depth > MAX_TREE_DEPTH) {
     say(out, "%s: folders nested too deeply\n", dir);
     return TG_E_TOO_LARGE;
   }
   DIR *d = opendir(dir);
   if (!d) {
-    say(out, "cannot open %s: %s\n", dir, strerror(errno));
+    say(out, "cannot open %s: %s%s\n", dir, strerror(errno), hint);
     return TG_E_IO;
   }
   int rc = TG_OK;
@@ -68,7 +69,7 @@ static int load_tree(const char *dir, const char *rel, const char *prefix, bool 
     struct stat st;
     if (stat(path, &st) < 0) continue;
     if (S_ISDIR(st.st_mode)) {
-      rc = load_tree(path, sub, prefix, drop_ext, docs, out, depth + 1);
+      rc = load_tree(path, sub, prefix, drop_ext, docs, out, depth + 1, "");
       continue;
     }
     if (!S_ISREG(st.st_mode) || !has_suffix(e->d_name, ".json")) continue;
@@ -254,11 +255,14 @@ static int run_suite(struct run *r, const char *suite_dir) {
       (!o->metaschema_dir &&
        asprintf(&metas, "%s/../../json-schema-2020-12-metaschema", suite_dir) < 0))
     return TG_E_NOMEM;
+  /* A copied suite folder has neither beside it: the message says how to name them. */
   int rc = load_tree(o->remotes_dir ? o->remotes_dir : remotes, "", REMOTES_BASE, false, r->docs,
-                     r->out, 0);
+                     r->out, 0,
+                     remotes ? " (name the suite's remotes folder with --remotes DIR)" : "");
   if (rc >= 0)
     rc = load_tree(o->metaschema_dir ? o->metaschema_dir : metas, "", METASCHEMA_BASE, true,
-                   r->docs, r->out, 0);
+                   r->docs, r->out, 0,
+                   metas ? " (name the 2020-12 meta-schemas' folder with --metaschemas DIR)" : "");
   if (rc >= 0 && o->exclusions_path) rc = read_exclusions(o->exclusions_path, &r->excl, r->out);
   if (rc < 0) return rc;
 

@@ -437,14 +437,20 @@ static int run_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
   json_int_t limit = json_integer_value(json_object_get(args, "limit"));
   if (!limit) limit = 20;
   const char *slug = tg_json_str(args, "agentSlug");
+  _cleanup_json_ json_t *agent = NULL;
   json_t *runs = NULL;
-  int r = tg_db_query(cx->db,
-                      "SELECT r.id, a.slug AS agent, r.status, r.trigger, r.started_at, r.ended_at,"
-                      " (SELECT COUNT(*) FROM agent_run_logs l WHERE l.run_id = r.id) AS calls"
-                      " FROM agent_runs r JOIN agents a ON a.id = r.agent_id"
-                      " WHERE r.tenant_id = $1 AND ($2 IS NULL OR a.slug = $2)"
-                      " ORDER BY r.started_at DESC, r.id DESC LIMIT $3",
-                      json_pack("[ss?I]", cx->principal->tenant_id, slug, limit + 1), &runs);
+  /* An agent that does not exist is not_found, not an empty list that hides a typo. */
+  int r = slug ? tg_lookup_agent(cx, slug, &agent) : TG_OK;
+  if (r < 0) return r;
+  r = tg_db_query(cx->db,
+                  "SELECT r.id, a.slug AS agent, r.status, r.trigger, r.started_at, r.ended_at,"
+                  " (SELECT COUNT(*) FROM agent_run_logs l WHERE l.run_id = r.id) AS calls"
+                  " FROM agent_runs r JOIN agents a ON a.id = r.agent_id"
+                  " WHERE r.tenant_id = $1 AND ($2 IS NULL OR r.agent_id = $2)"
+                  " ORDER BY r.started_at DESC, r.id DESC LIMIT $3",
+                  json_pack("[ss?I]", cx->principal->tenant_id, tg_json_str(agent, "id"),
+                            limit + 1),
+                  &runs);
   if (r < 0) return r;
   bool truncated = tg_json_cut(runs, limit);
   *ret = json_pack("{s:o,s:b}", "runs", runs, "truncated", truncated);

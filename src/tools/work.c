@@ -805,6 +805,15 @@ static json_t *views(json_t *rows, json_t *(*view)(json_t *)) {
   return out;
 }
 
+/* The id of the mission or work (kind) that args' key names, "" when it names none: a list
+ * filter naming nothing in the workspace is not_found, not an empty list that hides a typo. */
+static int filter_id(tg_call_ctx *cx, json_t *args, const char *key, const char *kind,
+                     char out[TG_UUID_LEN + 1]) {
+  *out = '\0';
+  const char *value = tg_json_str(args, key);
+  return value ? tg_lookup_scope_id(cx, kind, value, json_pack("{s:s}", key, value), out) : TG_OK;
+}
+
 /* Keeps the first limit rows; true when there were more. */
 static int task_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const tg_principal *p = cx->principal;
@@ -812,22 +821,27 @@ static int task_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
   if (!limit) limit = 50;
   const char *mission, *idea, *work;
   reach_params(p, &mission, &idea, &work);
-  _cleanup_json_ json_t *rows = NULL;
-  int r = tg_db_query(
+  char mission_id[TG_UUID_LEN + 1], work_id[TG_UUID_LEN + 1];
+  _cleanup_json_ json_t *assignee = NULL, *rows = NULL;
+  const char *assignee_slug = tg_json_str(args, "assigneeAgentSlug");
+  int r = filter_id(cx, args, "missionSlug", "mission", mission_id);
+  if (r == TG_OK) r = filter_id(cx, args, "workSlug", "work", work_id);
+  if (r == TG_OK && assignee_slug) r = tg_lookup_agent(cx, assignee_slug, &assignee);
+  if (r < 0) return r;
+  r = tg_db_query(
       cx->db,
       TASK_VIEW_SQL
-      " WHERE t.tenant_id = $1 AND ($2 IS NULL OR t.status = $2) AND ($3 IS NULL OR m.slug = $3)"
-      " AND ($4 IS NULL OR w.slug = $4) AND ($5 IS NULL OR EXISTS (SELECT 1 FROM task_assignees a"
-      " JOIN agents g ON g.id = a.actor_id WHERE a.task_id = t.id AND a.actor_type = 'agent'"
-      " AND g.slug = $5))"
+      " WHERE t.tenant_id = $1 AND ($2 IS NULL OR t.status = $2)"
+      " AND ($3 IS NULL OR t.mission_id = $3) AND ($4 IS NULL OR t.work_id = $4)"
+      " AND ($5 IS NULL OR EXISTS (SELECT 1 FROM task_assignees a"
+      " WHERE a.task_id = t.id AND a.actor_type = 'agent' AND a.actor_id = $5))"
       " AND ((($6 IS NULL OR t.mission_id = $6) AND ($7 IS NULL OR t.idea_id = $7)"
       " AND ($8 IS NULL OR t.work_id = $8)) OR EXISTS (SELECT 1 FROM task_assignees a"
       " WHERE a.task_id = t.id AND a.actor_type = $9 AND a.actor_id = $10))"
       " ORDER BY t.created_at DESC, t.id DESC LIMIT $11",
       json_pack("[ss?s?s?s?s?s?s?ssI]", p->tenant_id, tg_json_str(args, "status"),
-                tg_json_str(args, "missionSlug"), tg_json_str(args, "workSlug"),
-                tg_json_str(args, "assigneeAgentSlug"), mission, idea, work, actor_type(p),
-                p->subject_id, limit + 1),
+                nonempty(mission_id), nonempty(work_id), tg_json_str(assignee, "id"), mission,
+                idea, work, actor_type(p), p->subject_id, limit + 1),
       &rows);
   if (r < 0) return r;
   bool truncated = tg_json_cut(rows, limit);
@@ -986,14 +1000,16 @@ static int mission_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
   json_int_t limit = json_integer_value(json_object_get(args, "limit"));
   if (!limit) limit = 50;
   tg_scope_ref own;
+  char only[TG_UUID_LEN + 1];
   int r = tg_scope_of(cx->db, cx->principal, &own);
+  if (r == TG_OK) r = filter_id(cx, args, "missionSlug", "mission", only);
   if (r < 0) return r;
   _cleanup_json_ json_t *rows = NULL;
   r = tg_db_query(cx->db,
                   "SELECT id, slug, title, description, status, cap_cents, current_spend_cents,"
-                  " created_at FROM missions WHERE tenant_id = $1 AND ($2 IS NULL OR slug = $2)"
+                  " created_at FROM missions WHERE tenant_id = $1 AND ($2 IS NULL OR id = $2)"
                   " AND ($3 IS NULL OR id = $3) ORDER BY created_at, id LIMIT $4",
-                  json_pack("[ss?s?I]", cx->principal->tenant_id, tg_json_str(args, "missionSlug"),
+                  json_pack("[ss?s?I]", cx->principal->tenant_id, nonempty(only),
                             nonempty(own.mission_id), limit + 1),
                   &rows);
   if (r < 0) return r;

@@ -1089,6 +1089,32 @@ static void test_operator_tools(void **state) {
   assert_int_equal(json_array_size(json_object_get(list, "tasks")), 1);
   assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(list, "tasks"), 0), "work")), "w1");
   json_decref(list);
+  list = ok(w, w->f->owner, "work.task.list", "{\"missionSlug\":\"m2\"}");
+  assert_int_equal(json_array_size(json_object_get(list, "tasks")), 1);
+  assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(list, "tasks"), 0), "slug")), b.s);
+  json_decref(list);
+  list = ok(w, w->f->owner, "work.task.list", "{\"assigneeAgentSlug\":\"w2-dev\"}");
+  assert_int_equal(json_array_size(json_object_get(list, "tasks")), 0); /* exists, on no task */
+  json_decref(list);
+  /* A filter naming nothing in the workspace (a typo, another workspace's agent) is not_found,
+   * not an empty list. */
+  d = fails(w, w->f->owner, "work.task.list", "not_found", "{\"missionSlug\":\"nope\"}");
+  assert_string_equal(json_string_value(json_object_get(d, "missionSlug")), "nope");
+  json_decref(d);
+  d = fails(w, w->f->owner, "work.task.list", "not_found", "{\"missionSlug\":\"m1\",\"workSlug\":\"nope\"}");
+  assert_string_equal(json_string_value(json_object_get(d, "workSlug")), "nope");
+  json_decref(d);
+  d = fails(w, w->f->owner, "work.task.list", "not_found", "{\"assigneeAgentSlug\":\"nobody\"}");
+  assert_string_equal(json_string_value(json_object_get(d, "agentSlug")), "nobody");
+  json_decref(d);
+  fails_quietly(w, w->f->owner, "work.task.list", "not_found", "{\"assigneeAgentSlug\":\"stranger\"}");
+  list = ok(w, w->f->owner, "work.mission.list", "{\"missionSlug\":\"m3\"}");
+  assert_int_equal(json_array_size(json_object_get(list, "missions")), 1);
+  assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(list, "missions"), 0), "slug")), "m3");
+  json_decref(list);
+  d = fails(w, w->f->owner, "work.mission.list", "not_found", "{\"missionSlug\":\"nope\"}");
+  assert_string_equal(json_string_value(json_object_get(d, "missionSlug")), "nope");
+  json_decref(d);
   fails_quietly(w, w->f->owner, "work.task.list", "validation_failed", "{\"limit\":101}");
   fails_quietly(w, w->f->owner, "work.task.list", "validation_failed", "{\"limit\":0}");
 

@@ -28,6 +28,15 @@ check "ideas list" 0 "$tg" ideas list --mission launch
 has "ideas table" 'pricing-page'
 check "works list --json" 0 "$tg" works list --json
 is "works of every mission" 'map(.slug) == ["site", "elsewhere"] and .[0].mission == "launch"'
+check "ideas list --mission --json" 0 "$tg" ideas list --mission launch --json
+is "the mission's ideas" 'map(.slug) == ["pricing-page"]'
+check "works list --mission" 0 "$tg" works list --mission other --json
+is "the mission's works only" 'map(.slug) == ["elsewhere"]'
+# A filter naming nothing is not_found, not an empty list that hides the typo.
+check "ideas list in an unknown mission" 1 "$tg" ideas list --mission nope
+is "unknown mission named" '.error.code == "not_found" and .error.message == "No mission nope in this workspace."'
+check "works list in an unknown mission" 1 "$tg" works list --mission nope --json
+is "unknown mission named" '.error.code == "not_found" and .error.details.missionSlug == "nope"'
 
 check "agents create builder" 0 "$tg" agents create --slug builder --scope work:site --grant canAssignTasks
 check "agents create helper" 0 "$tg" agents create --slug helper --scope work:site
@@ -75,6 +84,20 @@ check "tasks list" 0 "$tg" tasks list
 has "tasks table" '^T-1 +done +p1 +work:site +Write the pricing copy'
 check "tasks list --json" 0 "$tg" tasks list --status done --json
 is "filtered list" '(.tasks | length) == 1 and .truncated == false'
+check "tasks list --agent" 0 "$tg" tasks list --agent helper --json
+is "the agent's tasks" '.tasks | map(.slug) == ["T-1"]'
+check "tasks list --agent of no task" 0 "$tg" tasks list --agent outsider --json
+is "none" '.tasks == []'
+check "tasks list --mission --work" 0 "$tg" tasks list --mission launch --work site --json
+is "the work's tasks" '.tasks | map(.slug) == ["T-1"]'
+check "tasks list --mission of no task" 0 "$tg" tasks list --mission other --json
+is "none there" '.tasks == []'
+check "tasks list --agent unknown" 1 "$tg" tasks list --agent nobody
+is "unknown agent named" '.error.code == "not_found" and .error.message == "No agent nobody in this workspace."'
+check "tasks list --mission unknown" 1 "$tg" tasks list --mission nope
+is "unknown mission named" '.error.code == "not_found" and .error.message == "No mission nope in this workspace."'
+check "tasks list --work unknown" 1 "$tg" tasks list --work nope
+is "unknown work named" '.error.code == "not_found" and .error.message == "No work nope in this workspace."'
 check "tasks show" 0 "$tg" tasks show T-1 --json
 is "task in full" '.task.status == "done" and (.assignees | length) == 3 and (.chat | length) == 1'
 check "tasks show text" 0 "$tg" tasks show T-1

@@ -186,6 +186,10 @@ check "call in a run again" 0 "$tg" call agent.tool.list --agent demo --run "$ru
 check "runs show" 0 "$tg" runs show "$run" --json
 is "runs show" '(.logs | length) == 2 and .logs[0].step == "tool:agent.tool.list" and .logs[0].level == "INFO"'
 check "runs list" 0 "$tg" runs list --agent demo
+check "runs list --json" 0 "$tg" runs list --agent demo --json
+is "the agent's runs" "(.runs | map(.id) | index(\"$run\")) != null and all(.runs[]; .agent == \"demo\")"
+check "runs list of an unknown agent" 1 "$tg" runs list --agent nobody
+is "unknown agent named" '.error.code == "not_found" and .error.message == "No agent nobody in this workspace."'
 check "runs end" 0 "$tg" runs end "$run"
 check "call in an ended run" 1 "$tg" call agent.tool.list --agent demo --run "$run"
 check "runs list bad limit" 2 "$tg" runs list --limit x
@@ -194,6 +198,17 @@ for cmd in "" init migrate tools call agents token runs policy workspace schema;
   check "--help of '$cmd'" 0 "$tg" $cmd --help
   has "--help of '$cmd' prints usage" 'usage: toolgate'
 done
+# A suite folder copied alone has no remotes or meta-schemas beside it: the error names the
+# options that say where they are.
+mkdir -p "$dir/suite/draft2020-12" "$dir/empty"
+check "schema test-suite without remotes" 1 "$tg" schema test-suite "$dir/suite/draft2020-12"
+has "names --remotes" 'cannot open .*/draft2020-12/\.\./remotes: .*--remotes DIR'
+check "schema test-suite without meta-schemas" 1 "$tg" schema test-suite "$dir/suite/draft2020-12" \
+  --remotes "$dir/empty"
+has "names --metaschemas" 'json-schema-2020-12-metaschema: .*--metaschemas DIR'
+check "schema test-suite with both named" 0 "$tg" schema test-suite "$dir/suite/draft2020-12" \
+  --remotes "$dir/empty" --metaschemas "$dir/empty"
+has "the suite ran" '^0 passed, 0 failed$'
 check "--version" 0 "$tg" --version
 has "version" '^toolgate [0-9]+\.[0-9]+\.[0-9]+$'
 check "unknown command" 2 "$tg" frobnicate
