@@ -39,6 +39,15 @@ static int gate_surface(const tg_gate_input *in, tg_refusal *out) {
                 tg_surface_name(in->surface));
 }
 
+/* A tool that acts on its calling agent's own is no user's to call, whatever the user's
+ * grants: it is not listed, and a call is refused before its handler. */
+static int gate_caller(const tg_gate_input *in, tg_refusal *out) {
+  if (!(in->tool->flags & TG_TOOL_AGENTS_ONLY) || in->principal->kind == TG_PRINCIPAL_AGENT)
+    return 0;
+  return refuse(out, TG_ERR_PERMISSION_DENIED, json_pack("{s:s}", "reason", "agents_only"),
+                "Only an agent may call %s: it acts on the calling agent's own.", in->tool->name);
+}
+
 /* Only an active agent acts: drafts wait for a person to start them, paused and archived
  * agents must not resume by themselves. */
 static int gate_status(const tg_gate_input *in, tg_refusal *out) {
@@ -197,6 +206,7 @@ static const struct {
 } gates[] = {
     {"run", gate_run, FOR_CALL | AT_WRITE},
     {"surface", gate_surface, FOR_LISTING | FOR_CALL},
+    {"caller", gate_caller, FOR_LISTING | FOR_CALL},
     {"status", gate_status, FOR_LISTING | FOR_CALL},
     {"naming", gate_naming, FOR_LISTING | FOR_CALL},
     {"permissions", gate_permissions, FOR_LISTING | FOR_CALL},

@@ -29,6 +29,9 @@ typedef enum tg_tool_flag {
    * finds no ask and no close_stream in cx->client, and a transport may run it on the
    * request's own thread and send its notifications with its result. */
   TG_TOOL_INTERACTIVE = 1u << 4,
+  /* What the tool acts on is the calling agent's own (its files): no user may call it, so
+   * none is offered it. */
+  TG_TOOL_AGENTS_ONLY = 1u << 5,
 } tg_tool_flag;
 
 /* Whether a call may become an MCP task (the client polls for its result): never, when the

@@ -171,10 +171,7 @@ static int edit_in_flight(tg_call_ctx *cx, tg_scope_repo *repo) {
 }
 
 static int file_edit(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  const tg_principal *p = cx->principal;
-  if (p->kind != TG_PRINCIPAL_AGENT)
-    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, json_pack("{s:s}", "reason", "not_an_agent"),
-                   "Only an agent has agent files to edit.");
+  const tg_principal *p = cx->principal; /* an agent: the tool is agents_only */
   const char *name = tg_json_str(args, "name");
   json_t *body_json = json_object_get(args, "body");
   const char *body = json_string_value(body_json);

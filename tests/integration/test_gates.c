@@ -157,9 +157,52 @@ static void test_every_gated_tool_refuses_without_its_grant(void **state) {
   fixture_free(f);
 }
 
+static bool offered(json_t *tools, const char *name) {
+  size_t i;
+  json_t *tool;
+  json_array_foreach(tools, i, tool)
+    if (strcmp(json_string_value(json_object_get(tool, "canonicalName")), name) == 0) return true;
+  return false;
+}
+
+/* A tool that acts on its calling agent's own is no user's: the owner, whose role holds
+ * every grant, is not offered it and is refused it, with nothing written; an agent with the
+ * grant is offered it. */
+static void test_agents_only_tools_refuse_users(void **state) {
+  fixture *f = fixture_new(NULL);
+  char agent[TG_UUID_LEN + 1];
+  fixture_agent(f, "{\"slug\":\"editor\",\"grants\":[\"canEditAgentFiles\"]}", agent);
+  int checked = 0;
+  for (size_t i = 0; i < tg_registry_count(f->registry); i++) {
+    const tg_tool *t = tg_registry_at(f->registry, i);
+    if (!(t->flags & TG_TOOL_AGENTS_ONLY)) continue;
+    tg_surface surface = first_surface(t);
+    _cleanup_json_ json_t *for_owner = fixture_offered(f, f->owner, surface);
+    _cleanup_json_ json_t *for_agent = fixture_offered(f, agent, surface);
+    assert_false(offered(for_owner, t->name));
+    assert_true(offered(for_agent, t->name));
+    _cleanup_free_ char *before = fixture_snapshot(f, "agent_run_logs");
+    _cleanup_free_ char *refs_before = refs_snapshot(f->dir);
+    tg_call_result res;
+    assert_int_equal(fixture_call(f, f->owner, surface, t->name, args_for(t), NULL, &res), TG_E_TOOL);
+    assert_string_equal(fixture_code(&res), "permission_denied");
+    json_t *details = json_object_get(json_object_get(res.value, "error"), "details");
+    assert_string_equal(json_string_value(json_object_get(details, "reason")), "agents_only");
+    tg_call_result_done(&res);
+    _cleanup_free_ char *after = fixture_snapshot(f, "agent_run_logs");
+    assert_string_equal(before, after);
+    _cleanup_free_ char *refs_after = refs_snapshot(f->dir);
+    assert_string_equal(refs_before, refs_after);
+    checked++;
+  }
+  assert_true(checked > 0);
+  fixture_free(f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_gated_tool_refuses_without_its_grant),
+      cmocka_unit_test(test_agents_only_tools_refuse_users),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
