@@ -2049,13 +2049,20 @@ static enum MHD_Result queue_rpc_error(struct MHD_Connection *conn, unsigned sta
 /* The -32600 error refusing msg: with its id when it is a request, so that it answers that
  * request; a client's response or notification has no answer of its own to name (no id).
  * Each request of a batch gets its own. */
-static enum MHD_Result queue_refusal_as(struct MHD_Connection *conn, unsigned status,
-                                        const tg_rpc_msg *msg, int code, const char *message) {
+/* data (stolen, may be NULL) is the error's. */
+static enum MHD_Result queue_refusal_with(struct MHD_Connection *conn, unsigned status,
+                                          const tg_rpc_msg *msg, int code, const char *message,
+                                          json_t *data) {
   json_t *id = msg->kind == TG_RPC_REQUEST ? msg->id : NULL;
   return queue_json(conn, status,
-                    msg->kind == TG_RPC_BATCH ? tg_rpc_refuse_batch(msg, code, message, NULL)
-                                              : tg_rpc_error(id, code, message, NULL),
+                    msg->kind == TG_RPC_BATCH ? tg_rpc_refuse_batch(msg, code, message, data)
+                                              : tg_rpc_error(id, code, message, data),
                     NULL);
+}
+
+static enum MHD_Result queue_refusal_as(struct MHD_Connection *conn, unsigned status,
+                                        const tg_rpc_msg *msg, int code, const char *message) {
+  return queue_refusal_with(conn, status, msg, code, message, NULL);
 }
 
 static enum MHD_Result queue_refusal(struct MHD_Connection *conn, unsigned status,
@@ -2533,15 +2540,20 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   bool modern = tg_mcp_has_claim(&w->msg) ||
                 (w->headers.protocol_version &&
                  strcmp(w->headers.protocol_version, TG_MCP_MODERN_VERSION) == 0);
-  /* The dispatch checks a request's version header; a notification's, a response's and a
-   * batch's bind no less, and so does a notification's 2026-07-28 claim. */
+  /* The dispatch checks a 2026-07-28 request's version (claim and header, in that
+   * revision's order); any other message's header binds no less, and so does a
+   * notification's claim. Before a session is looked for: a client naming a version not
+   * spoken here is told so, not to send initialize. */
   int version_code;
+  json_t *version_data;
   const char *version_refusal =
-      w->msg.kind == TG_RPC_REQUEST
+      w->msg.kind == TG_RPC_REQUEST && tg_mcp_has_claim(&w->msg)
           ? NULL
-          : tg_mcp_version_refusal(&w->msg, w->headers.protocol_version, &version_code);
+          : tg_mcp_version_refusal(&w->msg, w->headers.protocol_version, &version_code,
+                                   &version_data);
   if (version_refusal) {
-    result = queue_refusal_as(conn, MHD_HTTP_BAD_REQUEST, &w->msg, version_code, version_refusal);
+    result = queue_refusal_with(conn, MHD_HTTP_BAD_REQUEST, &w->msg, version_code,
+                                version_refusal, version_data);
     goto done;
   }
   bool opens = !modern && w->msg.kind == TG_RPC_REQUEST && strcmp(w->msg.method, "initialize") == 0;

@@ -1490,7 +1490,9 @@ static bool header_differs(const char *header, const char *body) {
   return header && (!body || strcmp(header, body) != 0);
 }
 
-const char *tg_mcp_version_refusal(const tg_rpc_msg *msg, const char *header_version, int *code) {
+const char *tg_mcp_version_refusal(const tg_rpc_msg *msg, const char *header_version, int *code,
+                                   json_t **data) {
+  *data = NULL;
   if (!tg_mcp_has_claim(msg)) {
     *code = TG_RPC_INVALID_REQUEST;
     bool spoken = !header_version || tg_mcp_legacy_supported(header_version) ||
@@ -1504,7 +1506,9 @@ const char *tg_mcp_version_refusal(const tg_rpc_msg *msg, const char *header_ver
   if (header_differs(header_version, claimed))
     return "MCP-Protocol-Version does not match _meta";
   *code = TG_RPC_UNSUPPORTED_VERSION;
-  return strcmp(claimed, TG_MCP_MODERN_VERSION) == 0 ? NULL : "Unsupported protocol version";
+  if (strcmp(claimed, TG_MCP_MODERN_VERSION) == 0) return NULL;
+  *data = json_pack("{s:[s],s:s}", "supported", TG_MCP_MODERN_VERSION, "requested", claimed);
+  return "Unsupported protocol version";
 }
 
 /* Mcp-Name carries params.name (tools/call, prompts/get), params.uri (resources/read) or
@@ -1558,6 +1562,11 @@ static int check_modern(cx *c, tg_mcp_reply *reply) {
     goto headers;
   return r < 0 ? r : 1;
 headers:
+  /* A valid claim pins a stdio connection, whatever then becomes of the request (an unknown
+   * method too), except the discover probe: a client may probe and then fall back to
+   * initialize. */
+  if (!h && strcmp(msg->method, "server/discover") != 0)
+    c->req->session->era = TG_MCP_ERA_MODERN;
   if (h && (!h->protocol_version || !h->method))
     r = reply_error(msg, TG_RPC_HEADER_MISMATCH, "MCP-Protocol-Version and Mcp-Method are required",
                     NULL, 400, reply);
@@ -1739,10 +1748,6 @@ int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_
   if (r == 0) r = c.modern ? check_modern(&c, reply) : check_legacy(&c, reply);
   if (r != 0) return r < 0 ? r : 0;
   const method *m = find_method(srv, msg->method, c.modern ? ERA_MODERN : ERA_LEGACY);
-  /* A modern request pins a stdio connection, except the discover probe: a client may
-   * probe and then fall back to initialize. */
-  if (c.modern && !req->headers && strcmp(m->name, "server/discover") != 0)
-    req->session->era = TG_MCP_ERA_MODERN;
   /* A ping pins nothing either: over stdio it may be answered ahead of its turn, where it
    * could not (see stdio.c). */
   if (!c.modern && req->session->era == TG_MCP_ERA_NONE && strcmp(m->name, "initialize") != 0 &&

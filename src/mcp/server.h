@@ -127,10 +127,13 @@ bool tg_mcp_has_claim(const tg_rpc_msg *msg);
 json_t *tg_mcp_result_meta(const tg_mcp_server *srv);
 /* Whether version is a legacy revision this server negotiates. */
 bool tg_mcp_legacy_supported(const char *version);
-/* Why a message that is no request (a notification, a response, a batch), sent with the
- * version header header_version (NULL: none), is refused for the versions it names, with
- * its JSON-RPC code in *code; NULL when it is not (the dispatch checks a request's). */
-const char *tg_mcp_version_refusal(const tg_rpc_msg *msg, const char *header_version, int *code);
+/* Why a message that carries no 2026-07-28 claim or is no request (a notification, a
+ * response, a batch), sent with the version header header_version (NULL: none), is refused
+ * for the versions it names, with its JSON-RPC code in *code and the error's data in *data
+ * (a new reference, or NULL); NULL when it is not (the dispatch checks a claiming request's,
+ * in the order 2026-07-28 sets). */
+const char *tg_mcp_version_refusal(const tg_rpc_msg *msg, const char *header_version, int *code,
+                                   json_t **data);
 /* The requestId a notifications/cancelled names (borrowed), or NULL for any other message. */
 json_t *tg_mcp_cancel_target(const tg_rpc_msg *msg);
 

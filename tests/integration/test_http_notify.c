@@ -1172,6 +1172,21 @@ static void test_what_a_session_may_not_send(void **state) {
     free(got);
   }
   free(request(w, "POST", sid, "MCP-Protocol-Version: 2025-03-26", bodies[0], 202));
+  /* Without a session, a request is told its version is not spoken, not to initialize. */
+  char *unspoken = request(w, "POST", NULL, "MCP-Protocol-Version: 1999-01-01",
+                           "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"ping\"}", 400);
+  assert_non_null(strstr(unspoken, "\"id\":9,\"error\":{\"code\":-32600,"
+                                   "\"message\":\"Unsupported MCP-Protocol-Version\""));
+  free(unspoken);
+  /* A notification claiming a version not spoken is told which are, as a request is. */
+  unspoken = request(w, "POST", NULL, NULL,
+                     "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{"
+                     "\"requestId\":1,\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"v999\","
+                     "\"io.modelcontextprotocol/clientCapabilities\":{}}}}",
+                     400);
+  assert_non_null(strstr(unspoken, "\"code\":-32022"));
+  assert_non_null(strstr(unspoken, "\"data\":{\"supported\":[\"2026-07-28\"],\"requested\":\"v999\"}"));
+  free(unspoken);
   long runs = fixture_count(w->f, "agent_runs");
   char *got = request(w, "POST", sid, NULL,
                       "[" CALL(2, "test_simple_text") "," PING "," CALL(2, "test_simple_text") "]",

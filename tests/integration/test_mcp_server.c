@@ -700,9 +700,21 @@ static void test_stdio_pinning(void **state) {
   assert_null(json_object_get(json_object_get(caps, "resources"), "subscribe"));
   json_decref(r);
   assert_int_equal(w->session.era, TG_MCP_ERA_NONE); /* discover never pins */
-  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\",\"params\":{" MODERN_META "}}", NULL, NULL);
+  /* A claim of a version not spoken pins nothing: the client may fall back to initialize. */
+  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\",\"params\":{\"_meta\":{"
+                  "\"io.modelcontextprotocol/protocolVersion\":\"v999\","
+                  "\"io.modelcontextprotocol/clientCapabilities\":{}}}}", NULL, NULL);
+  assert_int_equal(error_code(r), TG_RPC_UNSUPPORTED_VERSION);
+  json_decref(r);
+  assert_int_equal(w->session.era, TG_MCP_ERA_NONE);
+  /* A valid claim pins, even for a method not found. */
+  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"foo/bar\",\"params\":{" MODERN_META "}}", NULL, NULL);
+  assert_int_equal(error_code(r), TG_RPC_METHOD_NOT_FOUND);
   json_decref(r);
   assert_int_equal(w->session.era, TG_MCP_ERA_MODERN);
+  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\",\"params\":{" MODERN_META "}}", NULL, NULL);
+  assert_non_null(json_object_get(result_of(r), "tools"));
+  json_decref(r);
   r = send_msg(w,
                INITIALIZE(3, "2025-11-25", "{}"),
                NULL, NULL);
