@@ -90,7 +90,8 @@ int cli_open(cli *c, bool create) {
   _cleanup_free_ char *db_path = NULL;
   if (asprintf(&db_path, "%s/toolgate.db", c->data_dir) < 0) return CLI_FAILED;
   struct stat st;
-  if (!create && stat(db_path, &st) < 0) {
+  /* An empty file is no database either: only init turns one into a workspace. */
+  if (!create && (stat(db_path, &st) < 0 || st.st_size == 0)) {
     /* A client that starts `toolgate mcp` picks its working folder and may drop TOOLGATE_DATA:
      * say which folder was looked in, and how another is named. */
     _cleanup_free_ char *cwd = c->data_dir[0] == '/' ? NULL : getcwd(NULL, 0);
