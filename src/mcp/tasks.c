@@ -1054,10 +1054,13 @@ static int count_kept(tg_db *db, const char *principal, long *n) {
   return r;
 }
 
-/* Drops expired tasks; then, when principal holds TG_MCP_MAX_TASKS, the read one that
- * ended the longest ago. kept: its ended tasks the database keeps (count_kept), which its
- * running ones will join: each must stay readable for its time to live, as its client was
- * told. Returns 0, or TG_E_TOO_LARGE with the limit that stops one more task in ret. */
+/* Drops expired tasks; then, when principal holds TG_MCP_MAX_TASKS, the ended one that
+ * ended the longest ago, a read one first: memory is only where a task lives while it runs,
+ * since the database keeps how each ended for its time to live (whose end was read on
+ * another server, this one cannot tell). kept: its ended tasks the database keeps
+ * (count_kept), which its running ones will join: each must stay readable for its time to
+ * live, as its client was told; that bound, across servers, is what holds a principal back.
+ * Returns 0, or TG_E_TOO_LARGE with the limit that stops one more task in ret. */
 static int make_room_locked(tg_mcp_tasks *t, const char *principal, long kept,
                             tg_mcp_task_start *ret) {
   int64_t now = expiry_clock();
@@ -1073,7 +1076,9 @@ static int make_room_locked(tg_mcp_tasks *t, const char *principal, long kept,
     if (strcmp(k->principal, principal) == 0) {
       held++;
       running += k->running && !terminal(k->ends_as); /* not one writing how it ended */
-      if (may_go(k) && k->read && (!oldest || k->seq < oldest->seq)) oldest = k;
+      if (may_go(k) && (!oldest || k->read > oldest->read ||
+                        (k->read == oldest->read && k->seq < oldest->seq)))
+        oldest = k;
     }
     p = &k->next;
   }

@@ -83,9 +83,9 @@ typedef struct tg_mcp_task_start {
 /* Runs call on a thread of its own until its handler detaches or the call ends, whichever
  * comes first. Returns 0; TG_E_TOO_LARGE (with ret->limit) when the server runs
  * TG_MCP_MAX_RUNNING_TASKS, the principal TG_MCP_MAX_RUNNING_TASKS_EACH, or it holds
- * TG_MCP_MAX_TASKS none of which may make room (an ended task makes room once the client
- * read how it ended and the database keeps it, the longest ended first); or another TG_E_*
- * status. */
+ * TG_MCP_MAX_TASKS none of which may make room (an ended task makes room once the database
+ * keeps how it ended: a read one first, then the longest ended), or the database keeps
+ * TG_MCP_MAX_KEPT_TASKS of its ended tasks; or another TG_E_* status. */
 int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_task_start *ret);
 
 /* The DetailedTask of principal's task id (a new object): from memory (an end not written yet
