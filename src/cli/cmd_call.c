@@ -80,7 +80,16 @@ int cmd_call(cli *c, int argc, char **argv) {
   char principal[TG_UUID_LEN + 1];
   if (resolve_caller(c, agent, user, req.dry_run, principal) != CLI_OK) return CLI_FAILED;
   req.principal_id = principal;
-  if (!req.surface) req.surface = agent ? TG_SURFACE_AGENT : TG_SURFACE_API;
+  if (!req.surface) {
+    /* A token's holder may be an agent: its surface is an agent's, not the operators'. */
+    tg_principal *p = NULL;
+    if (tg_principal_load(c->db, principal, &p) < 0) {
+      fprintf(stderr, "toolgate: cannot load the caller: %s\n", tg_db_errmsg(c->db));
+      return CLI_FAILED;
+    }
+    req.surface = p->kind == TG_PRINCIPAL_AGENT ? TG_SURFACE_AGENT : TG_SURFACE_API;
+    tg_principal_free(p);
+  }
 
   tg_call_result res;
   int r = tg_call(&c->env, &req, &res);

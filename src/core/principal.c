@@ -54,7 +54,10 @@ static int load_rows(tg_db *db, const char *principal_id, tg_principal **ret) {
       " LEFT JOIN agents a ON a.principal_id = p.id WHERE p.id = $1",
       json_pack("[s]", principal_id), &row);
   if (r < 0) return r;
-  if (!row) return TG_E_NOTFOUND;
+  /* A principal whose user or agent is gone stands for no one. */
+  bool agent = row && strcmp(json_string_value(json_object_get(row, "kind")), "agent") == 0;
+  if (!row || !json_is_string(json_object_get(row, agent ? "agent_id" : "user_id")))
+    return TG_E_NOTFOUND;
   _cleanup_json_ json_t *grant_rows = NULL, *policy_rows = NULL;
   r = tg_db_query(db, "SELECT permission FROM grants WHERE principal_id = $1",
                   json_pack("[s]", principal_id), &grant_rows);
@@ -87,7 +90,6 @@ static int load_rows(tg_db *db, const char *principal_id, tg_principal **ret) {
   p->refs = 1;
   copy_id(p->id, row, "id");
   copy_id(p->tenant_id, row, "tenant_id");
-  bool agent = strcmp(json_string_value(json_object_get(row, "kind")), "agent") == 0;
   p->kind = agent ? TG_PRINCIPAL_AGENT : TG_PRINCIPAL_USER;
   copy_id(p->subject_id, row, agent ? "agent_id" : "user_id");
   p->row = TAKE_PTR(row);
@@ -196,7 +198,10 @@ int tg_principal_by_token_hash(tg_db *db, const char *hash, const char *tenant_i
                   "SELECT t.principal_id AS id FROM api_tokens t"
                   " JOIN principals p ON p.id = t.principal_id"
                   " WHERE t.token_hash = $1 AND t.revoked_at IS NULL"
-                  " AND ($2 IS NULL OR p.tenant_id = $2)",
+                  " AND ($2 IS NULL OR p.tenant_id = $2)"
+                  /* the holder still exists: a token of no one is no token */
+                  " AND (EXISTS (SELECT 1 FROM users u WHERE u.principal_id = p.id)"
+                  " OR EXISTS (SELECT 1 FROM agents a WHERE a.principal_id = p.id))",
                   json_pack("[ss?]", hash, tenant_id), out);
 }
 

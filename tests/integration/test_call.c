@@ -405,7 +405,7 @@ static void test_dry_run_writes_nothing(void **state) {
   tg_call_result res;
   assert_int_equal(tg_call(&w->f->env, &req, &res), 0);
   assert_true(json_is_true(json_object_get(res.value, "allowed")));
-  assert_int_equal(json_array_size(json_object_get(res.value, "gates")), 9);
+  assert_int_equal(json_array_size(json_object_get(res.value, "gates")), 10);
   tg_call_result_done(&res);
   req.principal_id = w->reader;
   assert_int_equal(tg_call(&w->f->env, &req, &res), TG_E_TOOL);
@@ -690,6 +690,37 @@ static void test_kept_caller_gone_is_unknown(void **state) {
   assert_string_equal(before, after);
 }
 
+/* A principal whose agent (or user) is gone, its principal row left, stands for no one: its
+ * token is no token, and a call in its name is an unknown caller's, writing nothing. */
+static void test_caller_whose_subject_is_gone_is_unknown(void **state) {
+  world *w = *state;
+  char orphan[TG_UUID_LEN + 1];
+  fixture_agent(w->f, "{\"slug\":\"orphan\"}", orphan);
+  tg_call_result made;
+  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.token.create",
+                                "{\"agentSlug\":\"orphan\"}", NULL, &made),
+                   0);
+  _cleanup_free_ char *token = strdup(json_string_value(json_object_get(made.value, "token")));
+  tg_call_result_done(&made);
+  char id[TG_UUID_LEN + 1];
+  assert_int_equal(tg_principal_by_token(w->f->db, token, id), 0);
+  assert_int_equal(tg_db_exec(w->f->db, "DELETE FROM agents WHERE principal_id = $1",
+                              json_pack("[s]", orphan), NULL),
+                   0);
+  assert_int_equal(tg_principal_by_token(w->f->db, token, id), TG_E_NOTFOUND);
+  tg_principal *p = NULL;
+  assert_int_equal(tg_principal_load(w->f->db, orphan, &p), TG_E_NOTFOUND);
+  _cleanup_free_ char *before = fixture_snapshot(w->f, NULL);
+  tg_call_result res;
+  assert_int_equal(fixture_call(w->f, orphan, TG_SURFACE_AGENT, "echoText", "{\"text\":\"boo\"}",
+                                NULL, &res), TG_E_TOOL);
+  assert_string_equal(json_string_value(json_object_get(json_object_get(res.value, "error"), "message")),
+                      "Unknown caller.");
+  tg_call_result_done(&res);
+  _cleanup_free_ char *after = fixture_snapshot(w->f, NULL);
+  assert_string_equal(before, after);
+}
+
 /* What another call writes between a call's gates and its write: tg_db_test_queued runs it
  * once, as the call queues its write. */
 static struct {
@@ -932,6 +963,7 @@ int main(void) {
       T(test_kept_principal_is_checked_where_the_call_writes),
       T(test_interactive_call_decided_on_current_permissions),
       T(test_kept_caller_gone_is_unknown),
+      T(test_caller_whose_subject_is_gone_is_unknown),
       T(test_refusal_is_decided_on_current_grants),
       T(test_run_gates_hold_at_the_write),
       T(test_locked_database_is_told),

@@ -59,6 +59,9 @@ check "dry run by token" 0 "$tg" call agent.tool.list --token "$token" --dry-run
 check "token list after a dry run" 0 "$tg" token list --agent helper --json
 is "a dry run writes no use" '.tokens[0].lastUsedAt == null'
 check "call by token" 0 "$tg" call agent.tool.list --token "$token"
+# An agent's token calls as an agent: the operators' surface is not its own.
+check "an agent's token on an api tool" 1 "$tg" call work.task.assign --token "$token" --args '{}'
+is "refused for its surface" '.error.details.reason == "surface" and .error.details.surface == "agent"'
 check "call by a bad token" 1 "$tg" call agent.tool.list --token tg_nope
 check "token list" 0 "$tg" token list --agent helper --json
 is "token listed by id and prefix" ".tokens | length == 1 and .[0].prefix == \"${token:0:11}\" and .[0].holder == \"agent:helper\" and .[0].revokedAt == null"
