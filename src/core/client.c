@@ -174,8 +174,10 @@ bool tg_client_answer_reads(const char *method, const json_t *params, const json
   if (!cap || !json_is_object(answer)) return false;
   if (strcmp(cap, "elicitation") == 0) { /* an ElicitResult */
     const char *action = json_string_value(json_object_get(answer, "action"));
-    /* Content comes only with accept: what a user declined never reaches the tool. */
-    if (is_one_of(action, "decline", "cancel", NULL)) return !content;
+    /* Content comes only with accept: what a user declined never reaches the tool (an empty
+     * one, which a lenient client may send, says nothing). */
+    if (is_one_of(action, "decline", "cancel", NULL))
+      return !content || json_is_null(content) || (json_is_object(content) && !json_object_size(content));
     return action && strcmp(action, "accept") == 0 &&
            (!content || (json_is_object(content) && elicited_content(content))) &&
            fits_requested(params, content);

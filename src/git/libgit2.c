@@ -33,8 +33,9 @@ static void load(void) {
    * that brought the count to zero would drop the key of every other thread's state (which
    * then leaks as those threads end), and the next use would build libgit2's globals again. */
   if (tg_git2.git_libgit2_init() < 0) {
+    /* Not unloaded: what init set up before it failed (thread keys) may point into it. */
     tg_libgit2_fail("init");
-    goto unusable;
+    return;
   }
   loaded = true;
   return;

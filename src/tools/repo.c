@@ -83,19 +83,24 @@ int tg_repo_record(tg_call_ctx *cx, tg_scope_repo *repo, tg_repo_move *move) {
   return record(cx, repo, move, false);
 }
 
-/* Takes back, on db, what the call of a move given up wrote (its take_back column, as
- * text; NULL: nothing): its undo statement, and the activity rows that told of the commit.
- * A statement the database no longer takes (a later schema) is logged and passed over, so
- * that it cannot stop every later use of the repository from finishing its moves. */
+/* Takes back, on db (in a write transaction), what the call of a move given up wrote (its
+ * take_back column, as text; NULL: nothing): its undo statement, and the activity rows that
+ * told of the commit. What the database refuses while the transaction stands (a statement a
+ * later schema no longer takes, a constraint), or text that does not read, is logged and
+ * passed over, so that it cannot stop every later use of the repository from finishing its
+ * moves; a failure that ended the transaction (a full disk) is not. */
 static int take_back(tg_db *db, const char *move_id, const char *text) {
   if (!text) return TG_OK;
-  _cleanup_json_ json_t *what = json_loads(text, 0, NULL);
-  if (!what) return TG_E_NOMEM; /* written by tg_repo_publish: only memory fails to read it */
+  json_error_t error;
+  _cleanup_json_ json_t *what = json_loads(text, 0, &error);
+  if (!what && json_error_code(&error) == json_error_out_of_memory) return TG_E_NOMEM;
   const char *undo = tg_json_str(what, "undo");
-  int r = undo ? tg_db_exec(db, undo, json_incref(json_object_get(what, "params")), NULL) : TG_OK;
-  if (r == TG_E_DB) {
+  int r = !what ? TG_E_INVAL
+          : undo ? tg_db_exec(db, undo, json_incref(json_object_get(what, "params")), NULL)
+                 : TG_OK;
+  if (r < 0 && r != TG_E_NOMEM && tg_db_writing(db)) {
     tg_log(TG_LOG_WARN, "repo: the undo of given-up move %s failed, passed over: %s", move_id,
-           tg_db_errmsg(db));
+           what ? tg_db_errmsg(db) : error.text);
     r = TG_OK;
   }
   size_t i;

@@ -1070,6 +1070,36 @@ static void test_pending_move_given_up_takes_back(void **state) {
                             " WHERE applied_at IS NULL AND abandoned_at IS NULL"), 0);
 }
 
+/* What a given-up move takes back that the database no longer takes (a statement of an older
+ * schema) or that does not read is passed over: the repository stays usable, and the move is
+ * given up all the same. */
+static void test_take_back_that_fails_is_passed_over(void **state) {
+  world *w = *state;
+  _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
+  static const char *const broken[] = {
+      "{\"undo\":\"UPDATE no_such_table SET x = 1\",\"params\":[],\"activity\":[]}",
+      "not JSON"};
+  for (size_t i = 0; i < 2; i++) {
+    tg_call_test_die_after_commit = true;
+    char args[200];
+    snprintf(args, sizeof args,
+             "{\"files\":[{\"path\":\"broken%zu.md\",\"content\":\"b\",\"mode\":\"add\"}],"
+             "\"commitMessage\":\"broken\"}", i);
+    json_decref(expect(w, w->worker, "commitToRepo", args, NULL, ""));
+    tg_call_test_die_after_commit = false;
+    assert_int_equal(tg_db_exec(w->f->db,
+                                "UPDATE repo_ref_moves SET take_back = $1"
+                                " WHERE applied_at IS NULL AND abandoned_at IS NULL",
+                                json_pack("[s]", broken[i]), NULL),
+                     0);
+    assert_int_equal(sh("git -C %s update-ref refs/heads/main $(git -C %s commit-tree main^{tree}"
+                        " -p main -m outside)", dir, dir), 0);
+    json_decref(expect_api(w, "repo.repository.list", "{}", "")); /* uses the repository */
+    assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM repo_ref_moves"
+                              " WHERE applied_at IS NULL AND abandoned_at IS NULL"), 0);
+  }
+}
+
 int main(void) {
   if (system("git --version >/dev/null 2>&1") != 0) {
     puts("the git program is needed to check the repositories");
@@ -1087,6 +1117,7 @@ int main(void) {
       cmocka_unit_test(test_repository_list_bounds),
       cmocka_unit_test(test_changes_outside_stand), cmocka_unit_test(test_pending_move_already_built_on),
       cmocka_unit_test(test_pending_move_given_up_takes_back),
+      cmocka_unit_test(test_take_back_that_fails_is_passed_over),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

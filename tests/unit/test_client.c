@@ -111,7 +111,9 @@ static void test_answers(void **state) {
   assert_true(reads(elicit, "{\"action\":\"cancel\"}"));
   /* Content comes only with accept. */
   assert_false(reads(elicit, "{\"action\":\"decline\",\"content\":{\"a\":\"x\"}}"));
-  assert_false(reads(elicit, "{\"action\":\"cancel\",\"content\":{}}"));
+  assert_false(reads(elicit, "{\"action\":\"cancel\",\"content\":[\"x\"]}"));
+  assert_true(reads(elicit, "{\"action\":\"cancel\",\"content\":{}}"));
+  assert_true(reads(elicit, "{\"action\":\"decline\",\"content\":null}"));
   assert_false(reads(elicit, "{\"action\":\"maybe\"}"));
   assert_false(reads(elicit, "{\"action\":\"accept\",\"content\":[]}"));
   assert_false(reads(elicit, "{\"action\":\"accept\",\"content\":{\"a\":{}}}"));
