@@ -212,6 +212,25 @@ static int write_telemetry(call_state *st, tg_db *db, tg_errcode code, const cha
                     NULL);
 }
 
+int tg_call_log_task_end(tg_db *db, const char *principal_id, const char *tool,
+                         const char *task_id, const char *level, const char *why) {
+  char id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
+  if (tg_uuid7(id) < 0) return TG_E_IO;
+  tg_now_iso(now);
+  _cleanup_free_ char *step = NULL, *meta = NULL;
+  _cleanup_json_ json_t *meta_json =
+      json_pack("{s:s,s:s,s:b}", "surface", tg_surface_name(TG_SURFACE_MCP), "taskId", task_id,
+                "taskEnd", 1);
+  if (asprintf(&step, "tool:%s", tool ? tool : "?") < 0) step = NULL;
+  if (!step || !meta_json || !(meta = json_dumps(meta_json, JSON_COMPACT))) return TG_E_NOMEM;
+  return tg_db_exec(db,
+                    "INSERT INTO agent_run_logs (id, tenant_id, run_id, principal_id, step,"
+                    " level, message, metadata, created_at)"
+                    " SELECT $1, tenant_id, NULL, id, $2, $3, $4, $5, $6 FROM principals"
+                    " WHERE id = $7",
+                    json_pack("[sssssss]", id, step, level, why, meta, now, principal_id), NULL);
+}
+
 /* Refusals and failures keep their telemetry row in a transaction of their own, after any
  * rollback: the rollback must not erase the evidence. A refused call is no run of its own (it
  * never started); a call that ran and failed records its run as failed, or as cancelled when

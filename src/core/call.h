@@ -98,6 +98,13 @@ int tg_activity(tg_call_ctx *cx, const char *action_type, json_t *scope, const c
  * after-commit step whose work may not be done after all would take back. */
 json_t *tg_activity_ids(const tg_call_ctx *cx);
 
+/* Writes on db (in the caller's transaction) the telemetry row of an MCP task that ended
+ * with no call of it running: cancelled or unanswered while it waited for its client's input,
+ * cut by the server's stop, or failed as its server died. tool may be NULL (not known);
+ * level is "INFO", "WARN" or "ERROR"; why says how it ended. */
+int tg_call_log_task_end(tg_db *db, const char *principal_id, const char *tool,
+                         const char *task_id, const char *level, const char *why);
+
 /* The tools principal may call on surface, as the tool list offered to it (seed 000 §4):
  * each passes the same surface, status, permission and policy gates as tg_call. Returns a
  * new array of {name, canonicalName, description, effect, risk, inputSchema, outputSchema}

@@ -51,6 +51,7 @@ typedef struct task {
   bool heard_cancel; /* its handler learnt of cancel: a failure is then its giving up */
   bool stopped;  /* cancelled by the server's stop, not by its client */
   bool unanswered; /* cancelled as its input did not come in time */
+  bool ended_waiting; /* ended as it waited for input: no call of it ran to audit its end */
   bool read;     /* the client read how it ended, or need not: it cancelled it */
   bool writing;  /* a thread writes its end to the database now */
   /* status is what clients see: terminal only once the database keeps how it ended, so
@@ -532,6 +533,7 @@ static bool await_input_locked(task *k) {
   }
   if (json_object_size(k->pending) || k->cancel) {
     k->unanswered = !k->cancel;
+    k->ended_waiting = true;
     end_as_locked(k, CANCELLED);
     return false;
   }
@@ -546,6 +548,9 @@ typedef struct ending {
   char principal[TG_UUID_LEN + 1];
   json_t *shown; /* its DetailedTask; NULL when it could not be made */
   int64_t at;
+  /* The audit of an end no call of the task wrote (tg_call_log_task_end), with its tool
+   * (NULL: not known) and level; why is NULL for an end a call's own row tells of. */
+  const char *tool, *level, *why;
 } ending;
 
 /* How k ends, to be kept (release shown); with the store's lock. */
@@ -553,6 +558,13 @@ static ending ending_locked(const task *k) {
   ending e = {.shown = task_json_locked(k, k->ends_as, true), .at = k->ends_at};
   memcpy(e.id, k->id, sizeof e.id);
   memcpy(e.principal, k->principal, sizeof e.principal);
+  if (k->ended_waiting) {
+    e.tool = k->tool->name;
+    e.level = k->stopped || k->unanswered ? "WARN" : "INFO";
+    e.why = k->stopped      ? "cancelled: " STOPPED_MESSAGE
+            : k->unanswered ? "cancelled: " UNANSWERED_MESSAGE
+                            : "cancelled: its client cancelled it as it waited for input";
+  }
   return e;
 }
 
@@ -571,13 +583,16 @@ static int keep_ending(void *arg, tg_db *db) {
   int r = tg_db_exec(db, "DELETE FROM mcp_tasks WHERE ended_at < $1", json_pack("[s]", expired),
                      NULL);
   /* A row written again as its commit was told failed late may be there already: it holds
-   * the same. */
+   * the same, and its audit row was written with it. */
+  int64_t kept_now = 0;
   if (r == 0)
     r = tg_db_exec(db,
                    "INSERT INTO mcp_tasks (id, principal_id, task, ended_at) VALUES ($1, $2, $3, $4) "
                    "ON CONFLICT (id) DO NOTHING",
-                   json_pack("[s,s,O,s]", e->id, e->principal, e->shown, at), NULL);
+                   json_pack("[s,s,O,s]", e->id, e->principal, e->shown, at), &kept_now);
   if (r == 0) r = forget_running(db, e->id);
+  if (r == 0 && kept_now && e->why)
+    r = tg_call_log_task_end(db, e->principal, e->tool, e->id, e->level, e->why);
   return r;
 }
 
@@ -739,7 +754,7 @@ static int bury_runner(void *arg, tg_db *db) {
   size_t i;
   json_t *row;
   json_array_foreach(r < 0 ? NULL : rows, i, row) {
-    ending e = {.at = tg_now_ms()};
+    ending e = {.at = tg_now_ms(), .level = "ERROR", .why = "failed: " RUNNER_GONE_MESSAGE};
     char at[TG_ISO_LEN + 1];
     tg_iso8601(e.at, at);
     snprintf(e.id, sizeof e.id, "%s", tg_json_str(row, "id"));

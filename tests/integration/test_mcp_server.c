@@ -1128,6 +1128,17 @@ static char *park_confirm(world *w, const char *filename, json_t **parked) {
 }
 
 /* Cancels task id and waits until it is cancelled. */
+/* The audit rows of task id's end that no call of it wrote, at level, saying what begins
+ * with why. */
+static long end_rows(world *w, const char *id, const char *level, const char *why) {
+  return fixture_count_where(w->f,
+                             "SELECT COUNT(*) AS n FROM agent_run_logs"
+                             " WHERE json_extract(metadata, '$.taskId') = $1"
+                             " AND json_extract(metadata, '$.taskEnd') AND level = $2"
+                             " AND substr(message, 1, length($3)) = $3",
+                             json_pack("[sss]", id, level, why));
+}
+
 static void cancel_task(world *w, const char *id) {
   assert_ack(task_action_as(w, w->agent, "tasks/cancel", id, NULL));
   json_decref(await_task(w, id, "cancelled"));
@@ -1519,10 +1530,14 @@ static void test_task_cancel(void **state) {
   assert_string_equal(str(res, "status"), "cancelled");
   assert_null(json_object_get(res, "result"));
   json_decref(res);
+  /* Its call's own row tells of its end: no other. */
+  assert_int_equal(end_rows(w, id, "INFO", ""), 0);
   free(id);
-  /* One waiting for input ends as soon as its thread has written so. */
+  /* One waiting for input ends as soon as its thread has written so, audited as such: no
+   * call of it ran to tell. */
   id = park_confirm(w, "b.txt", NULL);
   cancel_task(w, id);
+  assert_int_equal(end_rows(w, id, "INFO", "cancelled: its client cancelled it"), 1);
   free(id);
   /* One left running ends with the server (teardown): it is cancelled, and waited for. */
   free(start_task(w, "slow_compute", "{\"seconds\":60}"));
@@ -2464,10 +2479,11 @@ static void test_task_of_a_gone_server(void **state) {
   struct timespec long_ago[2] = {{.tv_sec = time(NULL) - 120}, {.tv_sec = time(NULL) - 120}};
   assert_int_equal(utimensat(AT_FDCWD, unborn_path, long_ago, 0), 0);
   char *being_born_path = leave_runner_file(w, "77777777777777777777777777777777", ".new");
-  /* Asked for, a task is written as failed... */
+  /* Asked for, a task is written as failed, and audited so... */
   json_t *got = get_task(w, id_a);
   assert_failed_as_gone(got, id_a);
   json_decref(got);
+  assert_int_equal(end_rows(w, id_a, "ERROR", "failed: The server running the task stopped"), 1);
   assert_true(kept_row(w, id_a));
   assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 4);
   assert_ack(task_action_as(w, w->agent, "tasks/cancel", id_a, NULL)); /* it ended */
@@ -3098,6 +3114,7 @@ static void test_stop_cancels_a_task_waiting_for_input_at_once(void **state) {
   json_t *got = await_task(w, parked, "cancelled");
   assert_string_equal(str(got, "statusMessage"), "The server stopped before the task ended");
   json_decref(got);
+  assert_int_equal(end_rows(w, parked, "WARN", "cancelled: The server stopped"), 1);
   got = get_task(w, working);
   assert_string_equal(str(got, "status"), "working");
   json_decref(got);
