@@ -212,15 +212,15 @@ static int write_telemetry(call_state *st, tg_db *db, tg_errcode code, const cha
                     NULL);
 }
 
-int tg_call_log_task_end(tg_db *db, const char *principal_id, const char *tool,
-                         const char *task_id, const char *level, const char *why) {
+int tg_call_log_end(tg_db *db, const char *principal_id, const char *tool, const char *task_id,
+                    const char *level, const char *why) {
   char id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
   if (tg_uuid7(id) < 0) return TG_E_IO;
   tg_now_iso(now);
   _cleanup_free_ char *step = NULL, *meta = NULL;
-  _cleanup_json_ json_t *meta_json =
-      json_pack("{s:s,s:s,s:b}", "surface", tg_surface_name(TG_SURFACE_MCP), "taskId", task_id,
-                "taskEnd", 1);
+  _cleanup_json_ json_t *meta_json = json_pack("{s:s,s:b,s:s*}", "surface",
+                                               tg_surface_name(TG_SURFACE_MCP), "end", 1,
+                                               "taskId", task_id);
   if (asprintf(&step, "tool:%s", tool ? tool : "?") < 0) step = NULL;
   if (!step || !meta_json || !(meta = json_dumps(meta_json, JSON_COMPACT))) return TG_E_NOMEM;
   return tg_db_exec(db,

@@ -98,12 +98,14 @@ int tg_activity(tg_call_ctx *cx, const char *action_type, json_t *scope, const c
  * after-commit step whose work may not be done after all would take back. */
 json_t *tg_activity_ids(const tg_call_ctx *cx);
 
-/* Writes on db (in the caller's transaction) the telemetry row of an MCP task that ended
- * with no call of it running: cancelled or unanswered while it waited for its client's input,
- * cut by the server's stop, or failed as its server died. tool may be NULL (not known);
- * level is "INFO", "WARN" or "ERROR"; why says how it ended. */
-int tg_call_log_task_end(tg_db *db, const char *principal_id, const char *tool,
-                         const char *task_id, const char *level, const char *why);
+/* Writes on db (in the caller's transaction) the telemetry row of an MCP request or task
+ * whose end no call of it was running to tell of: a task cancelled or unanswered while it
+ * waited for its client's input, cut by the server's stop, or failed as its server died; a
+ * 2025 request whose client failed an input request between its rounds. tool may be NULL
+ * (not known), task_id NULL (no task); level is "INFO", "WARN" or "ERROR"; why says how it
+ * ended. */
+int tg_call_log_end(tg_db *db, const char *principal_id, const char *tool, const char *task_id,
+                    const char *level, const char *why);
 
 /* The tools principal may call on surface, as the tool list offered to it (seed 000 §4):
  * each passes the same surface, status, permission and policy gates as tg_call. Returns a

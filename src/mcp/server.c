@@ -748,6 +748,24 @@ static int channel_ask(void *self, const char *method, json_t *params, json_t **
   return result ? TG_OK : TG_E_TOOL;
 }
 
+/* A 2025 request refused between its rounds (status, from next_round: a JSON-RPC code, with
+ * the message rpc_fail kept) ends with no round running to tell of it: its own audit row
+ * says so. Returns status. */
+static int audit_unrun_end(cx *c, const tg_tool *tool, int status) {
+  if (status == TG_E_NOMEM) return status;
+  tg_db *db = c->req->env->db;
+  _cleanup_free_ char *why = NULL;
+  if (asprintf(&why, "failed: %s", c->err_message) < 0) why = NULL;
+  int r = why ? tg_db_begin(db) : TG_E_NOMEM;
+  if (r == TG_OK) r = tg_call_log_end(db, c->req->principal_id, tool->name, NULL, "WARN", why);
+  if (r == TG_OK) r = tg_db_commit(db);
+  if (r < 0) {
+    tg_db_rollback(db);
+    tg_log(TG_LOG_WARN, "mcp: the audit of a request refused between its rounds was not written");
+  }
+  return status;
+}
+
 /* Rounds a 2025 request may go through its client's answers (see next_round). */
 #define LEGACY_INPUT_ROUNDS 16
 
@@ -957,7 +975,7 @@ static int m_tools_call(cx *c, json_t *params, json_t **ret) {
       held_state = kept ? strdup(kept) : NULL;
       rr = kept && !held_state ? TG_E_NOMEM : next_round(c, &ch, res.value, rounds, &answers);
       tg_call_result_done(&res);
-      if (rr) return rr;
+      if (rr) return audit_unrun_end(c, tool, rr);
       channel.input_responses = answers;
       channel.request_state = held_state;
       channel.progress_token = NULL; /* a round's progress starts anew: a token's must rise */

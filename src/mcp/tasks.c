@@ -548,7 +548,7 @@ typedef struct ending {
   char principal[TG_UUID_LEN + 1];
   json_t *shown; /* its DetailedTask; NULL when it could not be made */
   int64_t at;
-  /* The audit of an end no call of the task wrote (tg_call_log_task_end), with its tool
+  /* The audit of an end no call of the task wrote (tg_call_log_end), with its tool
    * (NULL: not known) and level; why is NULL for an end a call's own row tells of. */
   const char *tool, *level, *why;
 } ending;
@@ -592,7 +592,7 @@ static int keep_ending(void *arg, tg_db *db) {
                    json_pack("[s,s,O,s]", e->id, e->principal, e->shown, at), &kept_now);
   if (r == 0) r = forget_running(db, e->id);
   if (r == 0 && kept_now && e->why)
-    r = tg_call_log_task_end(db, e->principal, e->tool, e->id, e->level, e->why);
+    r = tg_call_log_end(db, e->principal, e->tool, e->id, e->level, e->why);
   return r;
 }
 

@@ -650,6 +650,15 @@ static long elicitation_calls_audited(world *w, const char *level) {
   return calls_audited(w, "test.input_required.result_elicitation", level);
 }
 
+/* The rows of its requests refused between rounds as the client's answer failed. */
+static long elicitation_ends_audited(world *w) {
+  return fixture_count_where(w->f,
+                             "SELECT COUNT(*) AS n FROM agent_run_logs WHERE level = 'WARN'"
+                             " AND json_extract(metadata, '$.end') AND step = $1"
+                             " AND message LIKE 'failed: The client answered%'",
+                             json_pack("[s]", "tool:test.input_required.result_elicitation"));
+}
+
 /* Elicitation in the mode the client declared: an empty object is form mode alone, so a
  * client declaring url mode alone gets -32021 naming form mode. The call refused so failed
  * before it committed, and its audit says so. */
@@ -952,10 +961,12 @@ static void test_input_requests_asked_on_2025(void **state) {
   json_decref(r);
   assert_int_equal(json_array_size(w->sent), 5);
   /* An answer that does not fit what was asked, or an error, fails the request, naming the
-   * input; and the round that asked stays audited, the one after never ran. */
+   * input; and the round that asked stays audited, the one after never ran: the request's
+   * end has a row of its own. */
   json_decref(w->answer);
   w->answer = json_pack("{s:s,s:{s:i}}", "action", "accept", "content", "name", 5);
   rounds = elicitation_calls_audited(w, "INFO");
+  long ends = elicitation_ends_audited(w);
   r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"tools/call\",\"params\":{"
                   "\"name\":\"test_input_required_result_elicitation\"}}", NULL, NULL);
   assert_int_equal(error_code(r), TG_RPC_INTERNAL_ERROR);
@@ -971,6 +982,7 @@ static void test_input_requests_asked_on_2025(void **state) {
   assert_int_equal(json_integer_value(json_object_get(json_object_get(data, "error"), "code")),
                    -32601);
   json_decref(r);
+  assert_int_equal(elicitation_ends_audited(w), ends + 2);
   /* What the client did not declare it can answer is not asked: -32021 naming it. */
   size_t asked = json_array_size(w->sent);
   r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"tools/call\",\"params\":{"
@@ -1134,7 +1146,7 @@ static long end_rows(world *w, const char *id, const char *level, const char *wh
   return fixture_count_where(w->f,
                              "SELECT COUNT(*) AS n FROM agent_run_logs"
                              " WHERE json_extract(metadata, '$.taskId') = $1"
-                             " AND json_extract(metadata, '$.taskEnd') AND level = $2"
+                             " AND json_extract(metadata, '$.end') AND level = $2"
                              " AND substr(message, 1, length($3)) = $3",
                              json_pack("[sss]", id, level, why));
 }
