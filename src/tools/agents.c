@@ -187,22 +187,7 @@ static int file_edit(tg_call_ctx *cx, json_t *args, json_t **ret) {
   if (r == TG_OK && strcmp(name, "agent.yml") == 0) r = check_yaml(cx, body, len);
   if (r < 0) return r;
 
-  _cleanup_json_ json_t *agent = NULL;
-  r = tg_db_query_row(cx->db, "SELECT id, slug, content_hash FROM agents WHERE id = $1",
-                      json_pack("[s]", p->subject_id), &agent);
-  if (r < 0) return r;
-  if (!agent) return TG_E_NOTFOUND;
   const char *agent_id = p->subject_id, *slug = p->name;
-  const char *stored = json_string_value(json_object_get(agent, "content_hash"));
-  const char *current = stored ? stored : "";
-  const char *expected = tg_json_str(args, "expectedHash");
-  if (expected && strcmp(expected, current) != 0)
-    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
-                   json_pack("{s:s,s:s,s:s}", "reason", "hash_mismatch", "expectedHash", expected,
-                             "currentHash", current),
-                   "The agent's files changed since hash %.64s; the current hash is %s.", expected,
-                   current);
-
   home h;
   r = agent_home(cx, p->scope_type, p->scope_id, slug, &h);
   if (r < 0) return r;
@@ -214,6 +199,22 @@ static int file_edit(tg_call_ctx *cx, json_t *args, json_t **ret) {
     if (r == TG_OK) r = tg_repo_tip(cx, &repo, repo.default_branch, tip);
     if (r < 0) return r;
   }
+  /* Read once the repository is taken: taking it may give up an edit a crash left pending,
+   * and take its hash back. */
+  _cleanup_json_ json_t *agent = NULL;
+  r = tg_db_query_row(cx->db, "SELECT id, slug, content_hash FROM agents WHERE id = $1",
+                      json_pack("[s]", agent_id), &agent);
+  if (r < 0) return r;
+  if (!agent) return TG_E_NOTFOUND;
+  const char *stored = json_string_value(json_object_get(agent, "content_hash"));
+  const char *current = stored ? stored : "";
+  const char *expected = tg_json_str(args, "expectedHash");
+  if (expected && strcmp(expected, current) != 0)
+    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
+                   json_pack("{s:s,s:s,s:s}", "reason", "hash_mismatch", "expectedHash", expected,
+                             "currentHash", current),
+                   "The agent's files changed since hash %.64s; the current hash is %s.", expected,
+                   current);
   _cleanup_bodies_ bodies b = {0};
   r = read_bodies(cx, agent_id, &h, &repo, tip, &b);
   if (r < 0) return r;

@@ -113,8 +113,10 @@ static int take_back(tg_db *db, const char *move_id, const char *text) {
 }
 
 /* Marks move id applied, or abandoned with its take_back (see take_back), on db, unless it
- * is marked already: the first decision stands, and what it takes back is taken once. */
-static int mark_move(tg_db *db, const char *id, bool applied, const char *take_back_text) {
+ * is marked already: the first decision stands, and what it takes back is taken once.
+ * *marked (may be NULL): whether this marked it. */
+static int mark_move(tg_db *db, const char *id, bool applied, const char *take_back_text,
+                     bool *marked_now) {
   char now[TG_ISO_LEN + 1];
   tg_now_iso(now);
   int64_t marked = 0;
@@ -124,6 +126,7 @@ static int mark_move(tg_db *db, const char *id, bool applied, const char *take_b
                              : "UPDATE repo_ref_moves SET abandoned_at = $2 WHERE id = $1"
                                " AND applied_at IS NULL AND abandoned_at IS NULL",
                      json_pack("[ss]", id, now), &marked);
+  if (marked_now) *marked_now = marked > 0;
   return r == TG_OK && marked && !applied ? take_back(db, id, take_back_text) : r;
 }
 
@@ -134,6 +137,7 @@ typedef struct publish_step {
   char repo_id[TG_UUID_LEN + 1];
   char label[96];
   char *take_back; /* as recorded with the move (NULL: nothing) */
+  bool given_up;   /* made by the call, yet given up first by another use (see conclude) */
 } publish_step;
 
 static void publish_step_free(void *arg) {
@@ -183,7 +187,7 @@ static int finish_moves(tg_db *read_db, tg_db *mark_db, tg_git *git, const char 
       applied = r == TG_OK;
       if (r == TG_E_CONSTRAINT) r = tg_git_contains(git, branch, new_sha, &applied);
     }
-    if (r == TG_OK) r = mark_move(mark_db, id, applied, tg_json_str(row, "take_back"));
+    if (r == TG_OK) r = mark_move(mark_db, id, applied, tg_json_str(row, "take_back"), NULL);
   }
   if (r < 0) tg_log(TG_LOG_WARN, "repo %s: the recorded moves could not be finished", label);
   return r;
@@ -205,7 +209,16 @@ static int conclude(tg_call_ctx *cx, publish_step *p, bool finish, bool *applied
     /* A lock met past this move leaves it decided all the same. */
     r = asked < 0 ? asked : r == TG_E_LOCKED && !*applied ? TG_E_LOCKED : TG_OK;
   }
-  if (r == TG_OK) r = mark_move(cx->db, move->id, *applied, p->take_back);
+  bool marked = false;
+  if (r == TG_OK) r = mark_move(cx->db, move->id, *applied, p->take_back, &marked);
+  /* Made, but not marked so: another use of the repository found the branch elsewhere and
+   * gave the move up (taking back what the call wrote) before the branch came back to the
+   * value this call's compare-and-swap expected. The give-up stands. */
+  _cleanup_json_ json_t *row = NULL;
+  if (r == TG_OK && *applied && !marked)
+    r = tg_db_query_row(cx->db, "SELECT id FROM repo_ref_moves WHERE id = $1"
+                        " AND abandoned_at IS NOT NULL", json_pack("[s]", move->id), &row);
+  p->given_up = row != NULL;
   if (r == TG_OK) r = tg_db_commit(cx->db);
   if (r < 0) tg_db_rollback(cx->db);
   return r;
@@ -242,6 +255,14 @@ static int publish_after_commit(tg_call_ctx *cx, void *arg) {
   if (r == TG_E_LOCKED) {
     moved = r;
     r = conclude(cx, p, false, &applied);
+  }
+  if (r == TG_OK && p->given_up) {
+    /* Its branch holds a commit whose move was given up: moved back, unless moved on. */
+    if (!*move->old_sha || tg_git_move(p->git, move->branch, move->new_sha, move->old_sha,
+                                       "toolgate: take back a move given up", 0) < 0)
+      tg_log(TG_LOG_ERROR, "repo %s: branch %s holds commit %.12s, whose move was given up, "
+             "and could not be moved back", p->label, move->branch, move->new_sha);
+    return unpublished(cx, p, "concurrent_write", "was moved by another writer while this call ran");
   }
   if (r < 0 && applied) {
     /* The branch holds the move either way: a mark that fails is made by the next use. */
@@ -816,9 +837,17 @@ static int find_pr(tg_call_ctx *cx, json_t *args, json_t **ret, tg_scope_repo *r
   if (!*ret)
     return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s,s:I}", "repo", label, "number", number),
                    "No pull request #%lld in %s.", (long long)number, label);
-  return tg_repo_acquire(cx, json_string_value(json_object_get(*ret, "scope_type")),
-                         json_string_value(json_object_get(*ret, "scope_id")),
-                         json_string_value(json_object_get(*ret, "name")), repo);
+  r = tg_repo_acquire(cx, json_string_value(json_object_get(*ret, "scope_type")),
+                      json_string_value(json_object_get(*ret, "scope_id")),
+                      json_string_value(json_object_get(*ret, "name")), repo);
+  if (r < 0) return r;
+  /* Read again once the repository is taken: taking it may give up a move a crash left
+   * pending, and take back what its call wrote (an opening closed, a merge reopened). */
+  json_decref(*ret);
+  *ret = NULL;
+  r = tg_db_query_row(cx->db, sql, json_pack("[ssI]", cx->principal->tenant_id, label, number),
+                      ret);
+  return r == TG_OK && !*ret ? TG_E_NOTFOUND : r;
 }
 
 static int pr_show(tg_call_ctx *cx, json_t *args, json_t **ret) {

@@ -1100,6 +1100,103 @@ static void test_take_back_that_fails_is_passed_over(void **state) {
   }
 }
 
+/* Moves main of dir to a commit of its own, as a program outside toolgate would. */
+static void move_main_outside(const char *dir) {
+  assert_int_equal(sh("git -C %s update-ref refs/heads/main $(git -C %s commit-tree main^{tree} -p main"
+                      " -m outside)", dir, dir), 0);
+}
+
+/* What a call reads of what taking the repository may take back, it reads after: an edit's
+ * current hash, once an edit a crash left pending is given up, is the one taken back to. */
+static void test_edit_reads_the_hash_taken_back(void **state) {
+  world *w = *state;
+  _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
+  json_t *v = expect(w, w->worker, "editAgentFile", "{\"name\":\"SOUL.md\",\"body\":\"v1\\n\"}",
+                     NULL, "");
+  char kept[65];
+  snprintf(kept, sizeof kept, "%s", json_string_value(json_object_get(v, "newHash")));
+  json_decref(v);
+  tg_call_test_die_after_commit = true;
+  json_decref(expect(w, w->worker, "editAgentFile", "{\"name\":\"SOUL.md\",\"body\":\"v2\\n\"}",
+                     NULL, ""));
+  tg_call_test_die_after_commit = false;
+  move_main_outside(dir);
+  char args[200];
+  snprintf(args, sizeof args, "{\"name\":\"AGENTS.md\",\"body\":\"x\\n\",\"expectedHash\":\"%s\"}",
+           kept);
+  json_decref(expect(w, w->worker, "editAgentFile", args, NULL, ""));
+  char sql[300];
+  snprintf(sql, sizeof sql,
+           "SELECT COUNT(*) AS n FROM activity_log WHERE action_type = 'AGENT_FILE_EDITED'"
+           " AND json_extract(details, '$.prevHash') = '%s' AND json_extract(details, '$.name') = 'AGENTS.md'",
+           kept);
+  assert_int_equal(count(w, sql), 1);
+}
+
+/* A pull request whose opening a crash left pending, given up as the merge takes the
+ * repository (another program made its branch), is not open: the merge is refused and moves
+ * nothing. (The refusal rolls the give-up back with it; the next use that succeeds makes it,
+ * closing the pull request.) */
+static void test_merge_reads_the_state_taken_back(void **state) {
+  world *w = *state;
+  _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
+  tg_call_test_die_after_commit = true;
+  json_t *v = expect(w, w->worker, "openPullRequest",
+                     "{\"files\":[{\"path\":\"feat.md\",\"content\":\"f\",\"mode\":\"add\"}],"
+                     "\"branchName\":\"taken-back\",\"title\":\"Taken back\",\"body\":\"\"}",
+                     NULL, "");
+  tg_call_test_die_after_commit = false;
+  json_int_t number = json_integer_value(json_object_get(v, "prNumber"));
+  json_decref(v);
+  assert_int_equal(sh("git -C %s update-ref refs/heads/taken-back $(git -C %s commit-tree main^{tree}"
+                      " -p main -m outside) ''", dir, dir), 0);
+  _cleanup_free_ char *before = tip_of(dir);
+  char args[100];
+  snprintf(args, sizeof args, "{\"repo\":\"work:site/data\",\"number\":%lld}", (long long)number);
+  v = expect_api(w, "repo.pr.merge", args, "precondition_failed");
+  assert_string_equal(reason_of(v), "not_open");
+  json_decref(v);
+  _cleanup_free_ char *after = tip_of(dir);
+  assert_string_equal(before, after);
+  json_decref(expect_api(w, "repo.repository.list", "{}", "")); /* uses the repository */
+  snprintf(args, sizeof args,
+           "SELECT COUNT(*) AS n FROM pull_requests WHERE number = %lld AND state = 'closed'",
+           (long long)number);
+  assert_int_equal(count(w, args), 1);
+}
+
+/* tg_git_test_before_move: another use of the repository gives up the call's move (it saw
+ * the branch elsewhere) before the branch comes back to the value the call expects. */
+static void give_up_before_move(const char *repo_path, const char *branch) {
+  (void)repo_path;
+  (void)branch;
+  tg_db *other = tg_test_db_open(hooked->f->dir);
+  assert_int_equal(tg_db_exec(other, "UPDATE repo_ref_moves SET abandoned_at = 'now'"
+                                     " WHERE applied_at IS NULL AND abandoned_at IS NULL",
+                              NULL, NULL),
+                   0);
+  tg_db_close(other);
+}
+
+/* A move given up by another use before this call's compare-and-swap succeeded (the branch
+ * went away and came back) stays given up: the call fails, and its branch is moved back. */
+static void test_move_given_up_first_is_moved_back(void **state) {
+  world *w = *state;
+  _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
+  _cleanup_free_ char *before = tip_of(dir);
+  hooked = w;
+  tg_git_test_before_move = give_up_before_move;
+  json_t *v = expect(w, w->worker, "commitToRepo",
+                     "{\"files\":[{\"path\":\"aba.md\",\"content\":\"a\",\"mode\":\"add\"}],"
+                     "\"commitMessage\":\"aba\"}",
+                     NULL, "precondition_failed");
+  tg_git_test_before_move = NULL;
+  assert_string_equal(reason_of(v), "concurrent_write");
+  json_decref(v);
+  _cleanup_free_ char *after = tip_of(dir);
+  assert_string_equal(before, after);
+}
+
 int main(void) {
   if (system("git --version >/dev/null 2>&1") != 0) {
     puts("the git program is needed to check the repositories");
@@ -1118,6 +1215,9 @@ int main(void) {
       cmocka_unit_test(test_changes_outside_stand), cmocka_unit_test(test_pending_move_already_built_on),
       cmocka_unit_test(test_pending_move_given_up_takes_back),
       cmocka_unit_test(test_take_back_that_fails_is_passed_over),
+      cmocka_unit_test(test_edit_reads_the_hash_taken_back),
+      cmocka_unit_test(test_merge_reads_the_state_taken_back),
+      cmocka_unit_test(test_move_given_up_first_is_moved_back),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
