@@ -159,9 +159,9 @@ static void publish_step_free(void *arg) {
  * still holds its old value is made; one whose branch went elsewhere is marked abandoned
  * (that writer's value stands). Moves of calls of one shared transaction build on each other
  * (tg_repo_tip), so each is made after those before it. A branch locked by another git writer
- * stops it at once (TG_E_LOCKED), the rest left recorded: it runs under the database's write
- * lock, so that one use of the repository at a time makes or gives up a move, and never
- * waits there. The branch is read before asking whether it holds the commit: the move's own
+ * leaves its moves recorded, those of other branches still finished, and the answer is then
+ * TG_E_LOCKED: it runs under the database's write lock, so that one use of the repository at
+ * a time makes or gives up a move, and never waits there. The branch is read before asking whether it holds the commit: the move's own
  * call may make it in between, and a branch only moves forward past a move once made. */
 static int finish_moves(tg_db *read_db, tg_db *mark_db, tg_git *git, const char *repo_id,
                         const char *label) {
@@ -171,11 +171,14 @@ static int finish_moves(tg_db *read_db, tg_db *mark_db, tg_git *git, const char 
                       " WHERE repo_id = $1"
                       " AND applied_at IS NULL AND abandoned_at IS NULL ORDER BY seq",
                       json_pack("[s]", repo_id), &rows);
+  _cleanup_json_ json_t *locked = json_object(); /* branches met locked, as keys */
+  if (!locked) return TG_E_NOMEM;
   size_t i;
   json_t *row;
   json_array_foreach(rows, i, row) {
     if (r < 0) break;
     const char *id = tg_json_str(row, "id"), *branch = tg_json_str(row, "branch");
+    if (json_object_get(locked, branch)) continue; /* its later moves build on this one */
     const char *old_sha = tg_json_str(row, "old_sha"), *new_sha = tg_json_str(row, "new_sha");
     char tip[TG_GIT_SHA_LEN + 1] = "";
     if ((r = tg_git_tip(git, branch, tip)) == TG_E_NOTFOUND) r = TG_OK;
@@ -183,14 +186,17 @@ static int finish_moves(tg_db *read_db, tg_db *mark_db, tg_git *git, const char 
     if (r == TG_OK) r = tg_git_contains(git, branch, new_sha, &applied);
     if (r == TG_OK && !applied && strcmp(tip, old_sha ? old_sha : "") == 0) {
       r = tg_git_move(git, branch, old_sha, new_sha, "toolgate: finish a recorded move", 0);
-      if (r == TG_E_LOCKED) return r;
+      if (r == TG_E_LOCKED) {
+        r = json_object_set_new(locked, branch, json_true()) < 0 ? TG_E_NOMEM : TG_OK;
+        continue;
+      }
       applied = r == TG_OK;
       if (r == TG_E_CONSTRAINT) r = tg_git_contains(git, branch, new_sha, &applied);
     }
     if (r == TG_OK) r = mark_move(mark_db, id, applied, tg_json_str(row, "take_back"), NULL);
   }
   if (r < 0) tg_log(TG_LOG_WARN, "repo %s: the recorded moves could not be finished", label);
-  return r;
+  return r == TG_OK && json_object_size(locked) ? TG_E_LOCKED : r;
 }
 
 /* After the call's commit, in a transaction of its own (which waits its turn behind other

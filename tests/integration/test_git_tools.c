@@ -1197,6 +1197,36 @@ static void test_move_given_up_first_is_moved_back(void **state) {
   assert_string_equal(before, after);
 }
 
+/* A branch another git writer keeps locked holds back its own recorded moves only: those of
+ * the repository's other branches are finished by the next use. */
+static void test_locked_branch_holds_back_only_its_moves(void **state) {
+  world *w = *state;
+  _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
+  tg_call_test_die_after_commit = true;
+  json_decref(expect(w, w->worker, "openPullRequest",
+                     "{\"files\":[{\"path\":\"held.md\",\"content\":\"h\",\"mode\":\"add\"}],"
+                     "\"branchName\":\"held-back\",\"title\":\"Held\",\"body\":\"\"}",
+                     NULL, ""));
+  assert_int_equal(sh("touch %s/refs/heads/held-back.lock", dir), 0);
+  json_decref(expect(w, w->worker, "commitToRepo",
+                     "{\"files\":[{\"path\":\"free.md\",\"content\":\"f\",\"mode\":\"add\"}],"
+                     "\"commitMessage\":\"free\"}",
+                     NULL, ""));
+  tg_call_test_die_after_commit = false;
+  move_main_outside(dir);
+  json_decref(expect_api(w, "repo.repository.list", "{}", "")); /* uses the repository */
+  static const char pending_on[] = "SELECT COUNT(*) AS n FROM repo_ref_moves WHERE branch = '%s'"
+                                   " AND applied_at IS NULL AND abandoned_at IS NULL";
+  char sql[200];
+  snprintf(sql, sizeof sql, pending_on, "main");
+  assert_int_equal(count(w, sql), 0);
+  snprintf(sql, sizeof sql, pending_on, "held-back");
+  assert_int_equal(count(w, sql), 1);
+  assert_int_equal(sh("rm %s/refs/heads/held-back.lock", dir), 0);
+  json_decref(expect_api(w, "repo.repository.list", "{}", ""));
+  assert_int_equal(count(w, sql), 0);
+}
+
 int main(void) {
   if (system("git --version >/dev/null 2>&1") != 0) {
     puts("the git program is needed to check the repositories");
@@ -1218,6 +1248,7 @@ int main(void) {
       cmocka_unit_test(test_edit_reads_the_hash_taken_back),
       cmocka_unit_test(test_merge_reads_the_state_taken_back),
       cmocka_unit_test(test_move_given_up_first_is_moved_back),
+      cmocka_unit_test(test_locked_branch_holds_back_only_its_moves),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
