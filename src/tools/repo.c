@@ -159,12 +159,13 @@ static void publish_step_free(void *arg) {
  * still holds its old value is made; one whose branch went elsewhere is marked abandoned
  * (that writer's value stands). Moves of calls of one shared transaction build on each other
  * (tg_repo_tip), so each is made after those before it. A branch locked by another git writer
- * leaves its moves recorded, those of other branches still finished, and the answer is then
- * TG_E_LOCKED: it runs under the database's write lock, so that one use of the repository at
- * a time makes or gives up a move, and never waits there. The branch is read before asking whether it holds the commit: the move's own
+ * leaves its moves recorded, those of other branches still finished; the answer is
+ * TG_E_LOCKED when that branch is own_branch (NULL: none is waited for). It runs under the
+ * database's write lock, so that one use of the repository at a time makes or gives up a
+ * move, and never waits there. The branch is read before asking whether it holds the commit: the move's own
  * call may make it in between, and a branch only moves forward past a move once made. */
 static int finish_moves(tg_db *read_db, tg_db *mark_db, tg_git *git, const char *repo_id,
-                        const char *label) {
+                        const char *label, const char *own_branch) {
   _cleanup_json_ json_t *rows = NULL;
   int r = tg_db_query(read_db,
                       "SELECT id, branch, old_sha, new_sha, take_back FROM repo_ref_moves"
@@ -196,7 +197,7 @@ static int finish_moves(tg_db *read_db, tg_db *mark_db, tg_git *git, const char 
     if (r == TG_OK) r = mark_move(mark_db, id, applied, tg_json_str(row, "take_back"), NULL);
   }
   if (r < 0) tg_log(TG_LOG_WARN, "repo %s: the recorded moves could not be finished", label);
-  return r == TG_OK && json_object_size(locked) ? TG_E_LOCKED : r;
+  return r == TG_OK && own_branch && json_object_get(locked, own_branch) ? TG_E_LOCKED : r;
 }
 
 /* After the call's commit, in a transaction of its own (which waits its turn behind other
@@ -209,7 +210,7 @@ static int conclude(tg_call_ctx *cx, publish_step *p, bool finish, bool *applied
   const tg_repo_move *move = &p->move;
   int r = tg_db_begin(cx->db);
   if (r == TG_OK && !*applied && finish)
-    r = finish_moves(cx->db, cx->db, p->git, p->repo_id, p->label);
+    r = finish_moves(cx->db, cx->db, p->git, p->repo_id, p->label, move->branch);
   if ((r == TG_OK || r == TG_E_LOCKED) && !*applied) {
     int asked = tg_git_contains(p->git, move->branch, move->new_sha, applied);
     /* A lock met past this move leaves it decided all the same. */
@@ -336,8 +337,7 @@ int tg_repo_publish(tg_call_ctx *cx, tg_scope_repo *repo, const tg_repo_move *mo
  * in a transaction shared with this one (tg_db_batch) may still roll back. */
 static int settle(tg_call_ctx *cx, tg_scope_repo *repo) {
   /* A locked branch leaves the moves to their own calls, which wait for it. */
-  int r = finish_moves(cx->env->db, cx->db, repo->git, repo->id, repo->label);
-  return r == TG_E_LOCKED ? TG_OK : r;
+  return finish_moves(cx->env->db, cx->db, repo->git, repo->id, repo->label, NULL);
 }
 
 int tg_repo_tip(tg_call_ctx *cx, tg_scope_repo *repo, const char *branch,

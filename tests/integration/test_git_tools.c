@@ -1197,6 +1197,12 @@ static void test_move_given_up_first_is_moved_back(void **state) {
   assert_string_equal(before, after);
 }
 
+/* tg_git_test_before_move: another program moves main before the first move of main. */
+static void move_main_before_first_move(const char *repo_path, const char *branch) {
+  (void)repo_path;
+  if (strcmp(branch, "main") == 0 && ++moves_seen == 1) move_main_outside(hooked_dir);
+}
+
 /* A branch another git writer keeps locked holds back its own recorded moves only: those of
  * the repository's other branches are finished by the next use. */
 static void test_locked_branch_holds_back_only_its_moves(void **state) {
@@ -1222,6 +1228,19 @@ static void test_locked_branch_holds_back_only_its_moves(void **state) {
   assert_int_equal(count(w, sql), 0);
   snprintf(sql, sizeof sql, pending_on, "held-back");
   assert_int_equal(count(w, sql), 1);
+  /* Nor does it hold back a call on another branch, which another program moved as it ran:
+   * told so at once, not that a branch stayed locked. */
+  hooked = w;
+  snprintf(hooked_dir, sizeof hooked_dir, "%s", dir);
+  moves_seen = 0;
+  tg_git_test_before_move = move_main_before_first_move;
+  json_t *v = expect(w, w->worker, "commitToRepo",
+                     "{\"files\":[{\"path\":\"raced.md\",\"content\":\"r\",\"mode\":\"add\"}],"
+                     "\"commitMessage\":\"raced\"}",
+                     NULL, "precondition_failed");
+  tg_git_test_before_move = NULL;
+  assert_string_equal(reason_of(v), "concurrent_write");
+  json_decref(v);
   assert_int_equal(sh("rm %s/refs/heads/held-back.lock", dir), 0);
   json_decref(expect_api(w, "repo.repository.list", "{}", ""));
   assert_int_equal(count(w, sql), 0);
