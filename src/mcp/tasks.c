@@ -52,6 +52,9 @@ typedef struct task {
   bool stopped;  /* cancelled by the server's stop, not by its client */
   bool unanswered; /* cancelled as its input did not come in time */
   bool ended_waiting; /* ended as it waited for input: no call of it ran to audit its end */
+  /* Observers that watch it and were not told its end yet: it stays in memory for them,
+   * which find what they watch there only. */
+  unsigned unseen_by;
   bool read;     /* the client read how it ended, or need not: it cancelled it */
   bool writing;  /* a thread writes its end to the database now */
   /* status is what clients see: terminal only once the database keeps how it ended, so
@@ -93,6 +96,7 @@ struct tg_mcp_task_observer {
   struct {
     char id[TASK_ID_LEN + 1];
     uint64_t seen; /* the task's seq when it was last delivered */
+    bool told_end; /* its end was delivered (see task.unseen_by) */
   } watched[TG_MCP_MAX_TASKS]; /* a principal holds no more */
   /* Named tasks this server does not hold, ended as the database keeps them: told once. */
   size_t n_ended;
@@ -1091,8 +1095,8 @@ static int make_room_locked(tg_mcp_tasks *t, const char *principal, long kept,
     if (strcmp(k->principal, principal) == 0) {
       held++;
       running += k->running && !terminal(k->ends_as); /* not one writing how it ended */
-      if (may_go(k) && (!oldest || k->read > oldest->read ||
-                        (k->read == oldest->read && k->seq < oldest->seq)))
+      if (may_go(k) && !k->unseen_by &&
+          (!oldest || k->read > oldest->read || (k->read == oldest->read && k->seq < oldest->seq)))
         oldest = k;
     }
     p = &k->next;
@@ -1330,7 +1334,10 @@ static void publish_to(tg_mcp_task_observer *o) {
   pthread_mutex_lock(&t->lock);
   for (size_t i = 0; i < n; i++) {
     task *k = news[i].ended ? find_locked(t, o->principal, o->watched[news[i].at].id) : NULL;
-    if (k && k->seq == news[i].seq) k->read = true;
+    if (!k || k->seq != news[i].seq) continue;
+    k->read = true;
+    if (!o->watched[news[i].at].told_end) k->unseen_by--;
+    o->watched[news[i].at].told_end = true;
   }
   pthread_mutex_unlock(&t->lock);
 }
@@ -1369,12 +1376,14 @@ int tg_mcp_tasks_observer_new(tg_mcp_tasks *t, tg_db *db, const char *principal_
   pthread_mutex_lock(&t->lock);
   json_array_foreach(ids, i, value) {
     const char *id = json_string_value(value);
-    if (!id || names(named, id) || !find_locked(t, principal_id, id)) continue;
+    task *k = id && !names(named, id) ? find_locked(t, principal_id, id) : NULL;
+    if (!k) continue;
     if (o->n == TG_MCP_MAX_TASKS) break; /* cannot be: a principal holds no more */
     if (json_array_append_new(named, json_string(id)) < 0) {
       r = TG_E_NOMEM;
       break;
     }
+    k->unseen_by++;
     snprintf(o->watched[o->n++].id, sizeof o->watched[0].id, "%s", id);
   }
   pthread_mutex_unlock(&t->lock);
@@ -1432,6 +1441,12 @@ void tg_mcp_tasks_observer_free(tg_mcp_task_observer *o) {
       break;
     }
   pthread_mutex_unlock(&t->observing);
+  pthread_mutex_lock(&t->lock);
+  for (size_t i = 0; i < o->n; i++) {
+    task *k = o->watched[i].told_end ? NULL : find_locked(t, o->principal, o->watched[i].id);
+    if (k) k->unseen_by--;
+  }
+  pthread_mutex_unlock(&t->lock);
   for (size_t i = 0; i < o->n_ended; i++) json_decref(o->ended[i]);
   free(o);
 }

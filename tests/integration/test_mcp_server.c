@@ -43,6 +43,7 @@ typedef struct feed {
   pthread_mutex_t lock;
   pthread_cond_t more;
   json_t *got;
+  bool refuses_tasks; /* its client cannot take a task's notification now */
 } feed;
 
 typedef struct world {
@@ -1159,6 +1160,11 @@ static void cancel_task(world *w, const char *id) {
 static int feed_send(void *self, json_t *msg) {
   feed *f = self;
   pthread_mutex_lock(&f->lock);
+  if (f->refuses_tasks && strcmp(str(msg, "method"), "notifications/tasks") == 0) {
+    pthread_mutex_unlock(&f->lock);
+    json_decref(msg);
+    return TG_E_IO;
+  }
   int r = json_array_append_new(f->got, msg);
   pthread_cond_broadcast(&f->more);
   pthread_mutex_unlock(&f->lock);
@@ -1862,6 +1868,32 @@ static void test_task_holding_limits(void **state) {
   await_ended(base + TG_MCP_MAX_TASKS + 3);
   tg_mcp_tasks_test_ended = NULL;
   for (int i = 0; i < TG_MCP_MAX_TASKS; i++) free(ids[i]);
+}
+
+/* An ended task a listen stream watches, and could not be told of yet, stays in memory, where
+ * the stream finds what it watches: others make room in its place, and the stream is told
+ * once it can take it. */
+static void test_a_listen_keeps_what_it_was_not_told(void **state) {
+  world *w = *state;
+  int base = count_ends();
+  char *watched = start_task(w, "protocol_error_job", "{}");
+  await_ended(base + 1);
+  feed *f = &w->listens[0].feed;
+  f->refuses_tasks = true;
+  char *filter = filter_of(watched);
+  json_t *acked;
+  listen_as(w, w->agent, 0, 12, filter, &acked);
+  free(filter);
+  for (int i = 1; i < TG_MCP_MAX_TASKS + 2; i++) { /* past the bound: some leave memory */
+    free(start_task(w, "protocol_error_job", "{}"));
+    await_ended(base + i + 1);
+  }
+  f->refuses_tasks = false;
+  free(start_task(w, "protocol_error_job", "{}")); /* a change: the stream is told again */
+  told(f, 1, 12, "failed");
+  await_ended(base + TG_MCP_MAX_TASKS + 3);
+  tg_mcp_tasks_test_ended = NULL;
+  free(watched);
 }
 
 /* A task its client cancelled makes room once it ended, read or not: the client may drop it
@@ -4104,6 +4136,7 @@ int main(void) {
       T(test_task_kept_limit),
       T(test_listen_leaves_out_what_the_database_cannot_tell),
       T(test_task_holding_limits),
+      T(test_a_listen_keeps_what_it_was_not_told),
       T(test_cancelled_tasks_make_room),
       T(test_task_unkept_stays),
       T(test_task_outlives_its_server),
