@@ -287,21 +287,34 @@ static int internal(call_state *st, tg_call_result *ret, const char *what, int s
 
 bool tg_call_test_die_after_commit;
 
-int tg_call_after(tg_call_ctx *cx, tg_after_fn fn, void *arg, void (*free_arg)(void *)) {
+static int add_step(tg_call_ctx *cx, tg_after_fn fn, void *arg, void (*free_arg)(void *),
+                    bool on_failure) {
   if (cx->n_after == TG_AFTER_MAX) {
     if (free_arg) free_arg(arg);
     return TG_E_NOMEM;
   }
-  cx->after[cx->n_after++] = (struct tg_call_after_step){fn, arg, free_arg};
+  cx->after[cx->n_after++] = (struct tg_call_after_step){fn, arg, free_arg, on_failure};
   return TG_OK;
 }
 
-/* Runs the after-commit steps (run = false: only frees them); the first failure stops the rest. */
-static int finish_after(tg_call_ctx *cx, bool run) {
+int tg_call_after(tg_call_ctx *cx, tg_after_fn fn, void *arg, void (*free_arg)(void *)) {
+  return add_step(cx, fn, arg, free_arg, false);
+}
+
+int tg_call_on_failure(tg_call_ctx *cx, tg_after_fn fn, void *arg, void (*free_arg)(void *)) {
+  return add_step(cx, fn, arg, free_arg, true);
+}
+
+/* Runs the steps for how the call's transaction ended (committed: the after-commit ones,
+ * the first failure stopping the rest; else the on-failure ones), and frees them all. */
+static int finish_after(tg_call_ctx *cx, bool committed) {
   int r = TG_OK;
   for (size_t i = 0; i < cx->n_after; i++) {
     struct tg_call_after_step *step = &cx->after[i];
-    if (run && r == TG_OK && !tg_call_test_die_after_commit) r = step->fn(cx, step->arg);
+    bool runs = step->on_failure != committed && !tg_call_test_die_after_commit;
+    if (runs && committed && r == TG_OK) r = step->fn(cx, step->arg);
+    if (runs && !committed && step->fn(cx, step->arg) < 0)
+      tg_log(TG_LOG_WARN, "call to %s: a step after its rollback failed", cx->tool->name);
     if (step->free_arg) step->free_arg(step->arg);
   }
   cx->n_after = 0;

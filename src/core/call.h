@@ -71,7 +71,8 @@ struct tg_call_ctx {
     tg_after_fn fn;
     void *arg;
     void (*free_arg)(void *);
-  } after[TG_AFTER_MAX]; /* registered by tg_call_after */
+    bool on_failure; /* tg_call_on_failure's */
+  } after[TG_AFTER_MAX]; /* registered by tg_call_after and tg_call_on_failure */
   size_t n_after;
 };
 
@@ -81,6 +82,11 @@ struct tg_call_ctx {
  * that failure; the call's telemetry gets a row for it, and the step undoes or marks what the
  * committed transaction recorded. TG_E_NOMEM (arg freed) when TG_AFTER_MAX are registered. */
 int tg_call_after(tg_call_ctx *cx, tg_after_fn fn, void *arg, void (*free_arg)(void *));
+/* Registers fn(cx, arg) to run when the call's transaction rolls back instead (the handler,
+ * a gate at the write or the commit failed), once it has, outside any transaction, on
+ * cx->env->db: to make lasting what the handler found done regardless of its call (a
+ * failure there is logged, not answered). free_arg and TG_E_NOMEM as tg_call_after. */
+int tg_call_on_failure(tg_call_ctx *cx, tg_after_fn fn, void *arg, void (*free_arg)(void *));
 
 /* Tests: drop the after-commit steps, as a process killed right after the commit would. */
 extern bool tg_call_test_die_after_commit;

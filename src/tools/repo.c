@@ -340,6 +340,64 @@ static int settle(tg_call_ctx *cx, tg_scope_repo *repo) {
   return finish_moves(cx->env->db, cx->db, repo->git, repo->id, repo->label, NULL);
 }
 
+/* What settling a repository decided, made lasting when the call that settled it fails: its
+ * rollback would take the decisions back, though its answer may have told of them (a pull
+ * request given up is not open), and a later use could then decide otherwise. */
+typedef struct settled {
+  char repo_id[TG_UUID_LEN + 1];
+  char label[96];
+  char default_branch[TG_GIT_BRANCH_MAX + 1];
+  char *path;
+} settled;
+
+static void settled_free(void *arg) {
+  settled *s = arg;
+  free(s->path);
+  free(s);
+}
+
+static int settle_after_failure(tg_call_ctx *cx, void *arg) {
+  const settled *s = arg;
+  tg_db *db = cx->env->db;
+  tg_git *git = NULL;
+  int r = tg_git_open(s->path, s->default_branch, &git);
+  if (r == TG_OK) r = tg_db_begin(db);
+  if (r == TG_OK) r = finish_moves(db, db, git, s->repo_id, s->label, NULL);
+  if (r == TG_OK) r = tg_db_commit(db);
+  if (r < 0) tg_db_rollback(db);
+  tg_git_close(git);
+  return r;
+}
+
+/* path (stolen): the repository's folder. */
+static int keep_settled(tg_call_ctx *cx, const tg_scope_repo *repo, char *path) {
+  settled *s = calloc(1, sizeof *s);
+  if (!s) {
+    free(path);
+    return TG_E_NOMEM;
+  }
+  s->path = path;
+  snprintf(s->repo_id, sizeof s->repo_id, "%s", repo->id);
+  snprintf(s->label, sizeof s->label, "%s", repo->label);
+  snprintf(s->default_branch, sizeof s->default_branch, "%s", repo->default_branch);
+  return tg_call_on_failure(cx, settle_after_failure, s, settled_free);
+}
+
+/* A calling agent whose creation settling gave up (archived, see createSubAgent) acts no
+ * more: the status gate ran before. */
+static int still_active(tg_call_ctx *cx) {
+  if (cx->principal->kind != TG_PRINCIPAL_AGENT) return TG_OK;
+  _cleanup_json_ json_t *row = NULL;
+  int r = tg_db_query_row(cx->db, "SELECT status FROM agents WHERE id = $1",
+                          json_pack("[s]", cx->principal->subject_id), &row);
+  if (r < 0) return r;
+  const char *status = tg_json_str(row, "status");
+  if (status && strcmp(status, "active") == 0) return TG_OK;
+  return tg_fail(cx, TG_ERR_PERMISSION_DENIED,
+                 json_pack("{s:s,s:s?}", "reason", "agent_not_active", "status", status),
+                 "Agent %s is %s, not active.", cx->principal->name, status ? status : "gone");
+}
+
 int tg_repo_tip(tg_call_ctx *cx, tg_scope_repo *repo, const char *branch,
                 char sha[TG_GIT_SHA_LEN + 1]) {
   _cleanup_json_ json_t *row = NULL;
@@ -423,12 +481,15 @@ int tg_repo_acquire(tg_call_ctx *cx, const char *kind, const char *owner_id, con
              slug, ret->name);
     snprintf(ret->default_branch, sizeof ret->default_branch, "main");
   }
-  _cleanup_free_ char *abs = NULL;
+  char *abs = NULL;
   if (asprintf(&abs, "%s/%s", cx->env->data_dir ? cx->env->data_dir : ".", ret->rel_path) < 0)
     return TG_E_NOMEM;
   r = tg_git_open(abs, ret->default_branch, &ret->git);
-  if (r == TG_OK) r = row ? settle(cx, ret) : initialize(cx, ret, tenant_id);
-  return r;
+  if (r == TG_OK && !row) r = initialize(cx, ret, tenant_id);
+  if (r == TG_OK && row) r = settle(cx, ret);
+  if (r == TG_OK && row) r = keep_settled(cx, ret, TAKE_PTR(abs));
+  free(abs);
+  return r == TG_OK && row ? still_active(cx) : r;
 }
 
 void tg_repo_release(tg_scope_repo *repo) {

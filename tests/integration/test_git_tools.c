@@ -1134,9 +1134,9 @@ static void test_edit_reads_the_hash_taken_back(void **state) {
 }
 
 /* A pull request whose opening a crash left pending, given up as the merge takes the
- * repository (another program made its branch), is not open: the merge is refused and moves
- * nothing. (The refusal rolls the give-up back with it; the next use that succeeds makes it,
- * closing the pull request.) */
+ * repository (another program made its branch), is not open: the merge is refused, moves
+ * nothing, and what it found given up stays so (the pull request closed), though the
+ * refusal rolls back its transaction. */
 static void test_merge_reads_the_state_taken_back(void **state) {
   world *w = *state;
   _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
@@ -1158,11 +1158,41 @@ static void test_merge_reads_the_state_taken_back(void **state) {
   json_decref(v);
   _cleanup_free_ char *after = tip_of(dir);
   assert_string_equal(before, after);
-  json_decref(expect_api(w, "repo.repository.list", "{}", "")); /* uses the repository */
   snprintf(args, sizeof args,
            "SELECT COUNT(*) AS n FROM pull_requests WHERE number = %lld AND state = 'closed'",
            (long long)number);
   assert_int_equal(count(w, args), 1);
+}
+
+/* An agent whose creation a crash left pending, given up as its own call takes the
+ * repository (archived), does not act: the call is refused, nothing published, and the
+ * agent stays archived. */
+static void test_agent_given_up_does_not_act(void **state) {
+  world *w = *state;
+  _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
+  tg_call_test_die_after_commit = true;
+  json_decref(expect(w, w->worker, "createSubAgent",
+                     "{\"name\":\"Given Up\",\"capabilities\":\"x\",\"scope\":\"work\","
+                     "\"heartbeatCadence\":\"manual\"}",
+                     NULL, ""));
+  tg_call_test_die_after_commit = false;
+  json_decref(expect_api(w, "admin.agent.start", "{\"agentSlug\":\"given-up\"}", ""));
+  json_decref(expect_api(w, "admin.grant.add",
+                         "{\"agentSlug\":\"given-up\",\"permission\":\"canCommitToRepo\"}", ""));
+  char kid[TG_UUID_LEN + 1];
+  assert_int_equal(tg_principal_lookup(w->f->db, w->f->tenant_id, TG_PRINCIPAL_AGENT, "given-up", kid), 0);
+  move_main_outside(dir);
+  _cleanup_free_ char *before = tip_of(dir);
+  json_t *v = expect(w, kid, "commitToRepo",
+                     "{\"files\":[{\"path\":\"kid.md\",\"content\":\"k\",\"mode\":\"add\"}],"
+                     "\"commitMessage\":\"kid\"}",
+                     NULL, "permission_denied");
+  assert_string_equal(reason_of(v), "agent_not_active");
+  json_decref(v);
+  _cleanup_free_ char *after = tip_of(dir);
+  assert_string_equal(before, after);
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM agents WHERE slug = 'given-up'"
+                            " AND status = 'archived'"), 1);
 }
 
 /* tg_git_test_before_move: another use of the repository gives up the call's move (it saw
@@ -1267,6 +1297,7 @@ int main(void) {
       cmocka_unit_test(test_edit_reads_the_hash_taken_back),
       cmocka_unit_test(test_merge_reads_the_state_taken_back),
       cmocka_unit_test(test_move_given_up_first_is_moved_back),
+      cmocka_unit_test(test_agent_given_up_does_not_act),
       cmocka_unit_test(test_locked_branch_holds_back_only_its_moves),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
