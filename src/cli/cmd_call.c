@@ -83,8 +83,10 @@ int cmd_call(cli *c, int argc, char **argv) {
   if (!req.surface) {
     /* A token's holder may be an agent: its surface is an agent's, not the operators'. */
     tg_principal *p = NULL;
-    if (tg_principal_load(c->db, principal, &p) < 0) {
-      fprintf(stderr, "toolgate: cannot load the caller: %s\n", tg_db_errmsg(c->db));
+    int r = tg_principal_load(c->db, principal, &p);
+    if (r < 0) {
+      fprintf(stderr, "toolgate: %s\n",
+              r == TG_E_NOTFOUND ? "the caller is gone" : tg_db_errmsg(c->db));
       return CLI_FAILED;
     }
     req.surface = p->kind == TG_PRINCIPAL_AGENT ? TG_SURFACE_AGENT : TG_SURFACE_API;

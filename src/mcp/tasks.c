@@ -51,7 +51,8 @@ typedef struct task {
   bool heard_cancel; /* its handler learnt of cancel: a failure is then its giving up */
   bool stopped;  /* cancelled by the server's stop, not by its client */
   bool unanswered; /* cancelled as its input did not come in time */
-  bool ended_waiting; /* ended as it waited for input: no call of it ran to audit its end */
+  bool ended_waiting; /* ended as it waited for (or asked for) input: no call of it ran to
+                       * audit its end */
   /* Observers that watch it and were not told its end yet: it stays in memory for them,
    * which find what they watch there only. */
   unsigned unseen_by;
@@ -506,6 +507,7 @@ static bool settle_locked(task *k, int status, tg_call_result *res, json_t *resu
   bool gave_up = k->cancel && (!result || asks || (status != TG_OK && k->heard_cancel));
   bool parked = false;
   if (gave_up) {
+    k->ended_waiting = asks; /* the round's row says ok: the end has a row of its own */
     end_as_locked(k, CANCELLED);
   } else if (refusal) {
     fail_locked(k, refusal);
