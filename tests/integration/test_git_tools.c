@@ -130,6 +130,15 @@ static long count(world *w, const char *sql) {
   return n;
 }
 
+/* The worker's call of tool that commits, as a process killed right after the commit would
+ * leave it (its branch not moved); returns its answer, which must be ok. */
+static json_t *crash_after_commit(world *w, const char *tool, const char *args) {
+  tg_call_test_die_after_commit = true;
+  json_t *v = expect(w, w->worker, tool, args, NULL, "");
+  tg_call_test_die_after_commit = false;
+  return v;
+}
+
 static void test_commit_to_repo(void **state) {
   world *w = *state;
   json_t *v = expect(w, w->worker, "commitToRepo",
@@ -682,11 +691,8 @@ static void test_failure_between_steps(void **state) {
   /* The process dies between step 2 and step 3: the move is recorded, the branch has not
    * moved. The next use of the repository finishes the move. */
   _cleanup_free_ char *before = tip_of(dir);
-  tg_call_test_die_after_commit = true;
-  json_decref(expect(w, w->worker, "commitToRepo",
-                     "{\"files\":[{\"path\":\"late.md\",\"content\":\"l\",\"mode\":\"add\"}],\"commitMessage\":\"late\"}",
-                     NULL, ""));
-  tg_call_test_die_after_commit = false;
+  json_decref(crash_after_commit(w, "commitToRepo",
+                                 "{\"files\":[{\"path\":\"late.md\",\"content\":\"l\",\"mode\":\"add\"}],\"commitMessage\":\"late\"}"));
   _cleanup_free_ char *stalled = tip_of(dir);
   assert_string_equal(stalled, before);
   json_decref(expect_api(w, "repo.repository.list", "{}", "")); /* uses the repository */
@@ -879,6 +885,24 @@ static char hooked_dir[512]; /* its repository */
 static char given_up[41];    /* the commit whose move it gives up */
 static int moves_seen;
 
+/* The worker's commitToRepo adding path, with hook as tg_git_test_before_move (working on w
+ * and dir): expects precondition_failed, and returns the answer. */
+static json_t *commit_hooked(world *w, const char *dir,
+                             void (*hook)(const char *repo_path, const char *branch),
+                             const char *path) {
+  hooked = w;
+  snprintf(hooked_dir, sizeof hooked_dir, "%s", dir);
+  moves_seen = 0;
+  tg_git_test_before_move = hook;
+  char args[200];
+  snprintf(args, sizeof args,
+           "{\"files\":[{\"path\":\"%s\",\"content\":\"x\",\"mode\":\"add\"}],"
+           "\"commitMessage\":\"%s\"}", path, path);
+  json_t *v = expect(w, w->worker, "commitToRepo", args, NULL, "precondition_failed");
+  tg_git_test_before_move = NULL;
+  return v;
+}
+
 /* tg_git_test_before_move: lets the first move meet the lock; before the second, removes the
  * lock and gives up the move of given_up, as that commit's own call would. */
 static void before_second_move(const char *repo_path, const char *branch) {
@@ -900,25 +924,14 @@ static void test_built_on_a_commit_given_up(void **state) {
   json_decref(expect_api(w, "repo.repository.list", "{}", ""));
   _cleanup_free_ char *before = tip_of(dir);
   /* Its transaction committed, its move still to make (its step has not run yet). */
-  tg_call_test_die_after_commit = true;
-  json_t *first = expect(w, w->worker, "commitToRepo",
-                         "{\"files\":[{\"path\":\"base.md\",\"content\":\"b\",\"mode\":\"add\"}],"
-                         "\"commitMessage\":\"base\"}",
-                         NULL, "");
-  tg_call_test_die_after_commit = false;
+  json_t *first = crash_after_commit(w, "commitToRepo",
+                                     "{\"files\":[{\"path\":\"base.md\",\"content\":\"b\",\"mode\":\"add\"}],"
+                                     "\"commitMessage\":\"base\"}");
   snprintf(given_up, sizeof given_up, "%s", json_string_value(json_object_get(first, "sha")));
   json_decref(first);
   /* The branch locked as the next call takes the repository: it builds on the first. */
   assert_int_equal(sh("touch %s/refs/heads/main.lock", dir), 0);
-  hooked = w;
-  snprintf(hooked_dir, sizeof hooked_dir, "%s", dir);
-  moves_seen = 0;
-  tg_git_test_before_move = before_second_move;
-  json_t *v = expect(w, w->worker, "commitToRepo",
-                     "{\"files\":[{\"path\":\"on-base.md\",\"content\":\"o\",\"mode\":\"add\"}],"
-                     "\"commitMessage\":\"on base\"}",
-                     NULL, "precondition_failed");
-  tg_git_test_before_move = NULL;
+  json_t *v = commit_hooked(w, dir, before_second_move, "on-base.md");
   assert_int_equal(moves_seen, 2);
   assert_string_equal(reason_of(v), "base_abandoned");
   json_decref(v);
@@ -932,10 +945,7 @@ static void test_built_on_a_commit_given_up(void **state) {
 static void test_edit_while_another_is_in_flight(void **state) {
   world *w = *state;
   _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
-  tg_call_test_die_after_commit = true;
-  json_decref(expect(w, w->worker, "editAgentFile", "{\"name\":\"HEARTBEAT.md\",\"body\":\"one\"}",
-                     NULL, ""));
-  tg_call_test_die_after_commit = false;
+  json_decref(crash_after_commit(w, "editAgentFile", "{\"name\":\"HEARTBEAT.md\",\"body\":\"one\"}"));
   /* Locked, the branch keeps that edit unpublished as the next takes the repository. */
   assert_int_equal(sh("touch %s/refs/heads/main.lock", dir), 0);
   json_t *v = expect(w, w->worker, "editAgentFile", "{\"name\":\"HEARTBEAT.md\",\"body\":\"two\"}",
@@ -1007,12 +1017,9 @@ static void test_pending_move_already_built_on(void **state) {
   world *w = *state;
   _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
   _cleanup_free_ char *before = tip_of(dir);
-  tg_call_test_die_after_commit = true;
-  json_decref(expect(w, w->worker, "commitToRepo",
-                     "{\"files\":[{\"path\":\"kept.md\",\"content\":\"k\",\"mode\":\"add\"}],"
-                     "\"commitMessage\":\"kept\"}",
-                     NULL, ""));
-  tg_call_test_die_after_commit = false;
+  json_decref(crash_after_commit(w, "commitToRepo",
+                                 "{\"files\":[{\"path\":\"kept.md\",\"content\":\"k\",\"mode\":\"add\"}],"
+                                 "\"commitMessage\":\"kept\"}"));
   _cleanup_json_ json_t *row = NULL;
   assert_int_equal(tg_db_query_row(w->f->db,
                                    "SELECT id, new_sha FROM repo_ref_moves"
@@ -1047,10 +1054,8 @@ static void test_pending_move_given_up_takes_back(void **state) {
   _cleanup_json_ json_t *hash_before = NULL;
   assert_int_equal(tg_db_query_row(w->f->db, hash_sql, NULL, &hash_before), 0);
   long edits = count(w, edits_sql);
-  tg_call_test_die_after_commit = true;
-  _cleanup_json_ json_t *v = expect(w, w->worker, "editAgentFile",
-                                    "{\"name\":\"SOUL.md\",\"body\":\"# Lost\\n\"}", NULL, "");
-  tg_call_test_die_after_commit = false;
+  _cleanup_json_ json_t *v =
+      crash_after_commit(w, "editAgentFile", "{\"name\":\"SOUL.md\",\"body\":\"# Lost\\n\"}");
   _cleanup_json_ json_t *hash_dead = NULL;
   assert_int_equal(tg_db_query_row(w->f->db, hash_sql, NULL, &hash_dead), 0);
   assert_string_equal(json_string_value(json_object_get(hash_dead, "content_hash")),
@@ -1080,13 +1085,11 @@ static void test_take_back_that_fails_is_passed_over(void **state) {
       "{\"undo\":\"UPDATE no_such_table SET x = 1\",\"params\":[],\"activity\":[]}",
       "not JSON"};
   for (size_t i = 0; i < 2; i++) {
-    tg_call_test_die_after_commit = true;
     char args[200];
     snprintf(args, sizeof args,
              "{\"files\":[{\"path\":\"broken%zu.md\",\"content\":\"b\",\"mode\":\"add\"}],"
              "\"commitMessage\":\"broken\"}", i);
-    json_decref(expect(w, w->worker, "commitToRepo", args, NULL, ""));
-    tg_call_test_die_after_commit = false;
+    json_decref(crash_after_commit(w, "commitToRepo", args));
     assert_int_equal(tg_db_exec(w->f->db,
                                 "UPDATE repo_ref_moves SET take_back = $1"
                                 " WHERE applied_at IS NULL AND abandoned_at IS NULL",
@@ -1116,10 +1119,7 @@ static void test_edit_reads_the_hash_taken_back(void **state) {
   char kept[65];
   snprintf(kept, sizeof kept, "%s", json_string_value(json_object_get(v, "newHash")));
   json_decref(v);
-  tg_call_test_die_after_commit = true;
-  json_decref(expect(w, w->worker, "editAgentFile", "{\"name\":\"SOUL.md\",\"body\":\"v2\\n\"}",
-                     NULL, ""));
-  tg_call_test_die_after_commit = false;
+  json_decref(crash_after_commit(w, "editAgentFile", "{\"name\":\"SOUL.md\",\"body\":\"v2\\n\"}"));
   move_main_outside(dir);
   char args[200];
   snprintf(args, sizeof args, "{\"name\":\"AGENTS.md\",\"body\":\"x\\n\",\"expectedHash\":\"%s\"}",
@@ -1140,12 +1140,9 @@ static void test_edit_reads_the_hash_taken_back(void **state) {
 static void test_merge_reads_the_state_taken_back(void **state) {
   world *w = *state;
   _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
-  tg_call_test_die_after_commit = true;
-  json_t *v = expect(w, w->worker, "openPullRequest",
-                     "{\"files\":[{\"path\":\"feat.md\",\"content\":\"f\",\"mode\":\"add\"}],"
-                     "\"branchName\":\"taken-back\",\"title\":\"Taken back\",\"body\":\"\"}",
-                     NULL, "");
-  tg_call_test_die_after_commit = false;
+  json_t *v = crash_after_commit(w, "openPullRequest",
+                                 "{\"files\":[{\"path\":\"feat.md\",\"content\":\"f\",\"mode\":\"add\"}],"
+                                 "\"branchName\":\"taken-back\",\"title\":\"Taken back\",\"body\":\"\"}");
   json_int_t number = json_integer_value(json_object_get(v, "prNumber"));
   json_decref(v);
   assert_int_equal(sh("git -C %s update-ref refs/heads/taken-back $(git -C %s commit-tree main^{tree}"
@@ -1170,12 +1167,9 @@ static void test_merge_reads_the_state_taken_back(void **state) {
 static void test_agent_given_up_does_not_act(void **state) {
   world *w = *state;
   _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
-  tg_call_test_die_after_commit = true;
-  json_decref(expect(w, w->worker, "createSubAgent",
-                     "{\"name\":\"Given Up\",\"capabilities\":\"x\",\"scope\":\"work\","
-                     "\"heartbeatCadence\":\"manual\"}",
-                     NULL, ""));
-  tg_call_test_die_after_commit = false;
+  json_decref(crash_after_commit(w, "createSubAgent",
+                                 "{\"name\":\"Given Up\",\"capabilities\":\"x\",\"scope\":\"work\","
+                                 "\"heartbeatCadence\":\"manual\"}"));
   json_decref(expect_api(w, "admin.agent.start", "{\"agentSlug\":\"given-up\"}", ""));
   json_decref(expect_api(w, "admin.grant.add",
                          "{\"agentSlug\":\"given-up\",\"permission\":\"canCommitToRepo\"}", ""));
@@ -1214,13 +1208,7 @@ static void test_move_given_up_first_is_moved_back(void **state) {
   world *w = *state;
   _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
   _cleanup_free_ char *before = tip_of(dir);
-  hooked = w;
-  tg_git_test_before_move = give_up_before_move;
-  json_t *v = expect(w, w->worker, "commitToRepo",
-                     "{\"files\":[{\"path\":\"aba.md\",\"content\":\"a\",\"mode\":\"add\"}],"
-                     "\"commitMessage\":\"aba\"}",
-                     NULL, "precondition_failed");
-  tg_git_test_before_move = NULL;
+  json_t *v = commit_hooked(w, dir, give_up_before_move, "aba.md");
   assert_string_equal(reason_of(v), "concurrent_write");
   json_decref(v);
   _cleanup_free_ char *after = tip_of(dir);
@@ -1238,17 +1226,13 @@ static void move_main_before_first_move(const char *repo_path, const char *branc
 static void test_locked_branch_holds_back_only_its_moves(void **state) {
   world *w = *state;
   _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
-  tg_call_test_die_after_commit = true;
-  json_decref(expect(w, w->worker, "openPullRequest",
-                     "{\"files\":[{\"path\":\"held.md\",\"content\":\"h\",\"mode\":\"add\"}],"
-                     "\"branchName\":\"held-back\",\"title\":\"Held\",\"body\":\"\"}",
-                     NULL, ""));
+  json_decref(crash_after_commit(w, "openPullRequest",
+                                 "{\"files\":[{\"path\":\"held.md\",\"content\":\"h\",\"mode\":\"add\"}],"
+                                 "\"branchName\":\"held-back\",\"title\":\"Held\",\"body\":\"\"}"));
   assert_int_equal(sh("touch %s/refs/heads/held-back.lock", dir), 0);
-  json_decref(expect(w, w->worker, "commitToRepo",
-                     "{\"files\":[{\"path\":\"free.md\",\"content\":\"f\",\"mode\":\"add\"}],"
-                     "\"commitMessage\":\"free\"}",
-                     NULL, ""));
-  tg_call_test_die_after_commit = false;
+  json_decref(crash_after_commit(w, "commitToRepo",
+                                 "{\"files\":[{\"path\":\"free.md\",\"content\":\"f\",\"mode\":\"add\"}],"
+                                 "\"commitMessage\":\"free\"}"));
   move_main_outside(dir);
   json_decref(expect_api(w, "repo.repository.list", "{}", "")); /* uses the repository */
   static const char pending_on[] = "SELECT COUNT(*) AS n FROM repo_ref_moves WHERE branch = '%s'"
@@ -1260,15 +1244,7 @@ static void test_locked_branch_holds_back_only_its_moves(void **state) {
   assert_int_equal(count(w, sql), 1);
   /* Nor does it hold back a call on another branch, which another program moved as it ran:
    * told so at once, not that a branch stayed locked. */
-  hooked = w;
-  snprintf(hooked_dir, sizeof hooked_dir, "%s", dir);
-  moves_seen = 0;
-  tg_git_test_before_move = move_main_before_first_move;
-  json_t *v = expect(w, w->worker, "commitToRepo",
-                     "{\"files\":[{\"path\":\"raced.md\",\"content\":\"r\",\"mode\":\"add\"}],"
-                     "\"commitMessage\":\"raced\"}",
-                     NULL, "precondition_failed");
-  tg_git_test_before_move = NULL;
+  json_t *v = commit_hooked(w, dir, move_main_before_first_move, "raced.md");
   assert_string_equal(reason_of(v), "concurrent_write");
   json_decref(v);
   assert_int_equal(sh("rm %s/refs/heads/held-back.lock", dir), 0);
