@@ -397,6 +397,23 @@ static int still_allowed(write_job *job, tg_db *db) {
   return TG_E_TOOL;
 }
 
+int tg_call_recheck(tg_call_ctx *cx) {
+  tg_principal *fresh = NULL;
+  int r = tg_principal_load(cx->db, cx->principal->id, &fresh);
+  if (r == TG_E_NOTFOUND)
+    return tg_fail(cx, TG_ERR_PERMISSION_DENIED, NULL, "Unknown caller.");
+  if (r < 0) return r;
+  tg_gate_input in = {.env = cx->env, .principal = fresh, .tool = cx->tool,
+                      .surface = cx->surface, .listing = true};
+  tg_refusal refusal = {0};
+  r = tg_gates_run(&in, &refusal, NULL);
+  tg_principal_free(fresh);
+  if (r == 1)
+    r = tg_fail(cx, refusal.code, TAKE_PTR(refusal.details), "%s", refusal.message);
+  tg_refusal_done(&refusal);
+  return r;
+}
+
 /* A call cancelled (by its client, a stopping server or a revoked token) by the time its
  * write is queued for commit fails here, so that what a handler that never looked wrote is
  * rolled back: no one is left to be told it happened. The shared commit may come a little

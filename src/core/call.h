@@ -88,6 +88,12 @@ int tg_call_after(tg_call_ctx *cx, tg_after_fn fn, void *arg, void (*free_arg)(v
  * failure there is logged, not answered). free_arg and TG_E_NOMEM as tg_call_after. */
 int tg_call_on_failure(tg_call_ctx *cx, tg_after_fn fn, void *arg, void (*free_arg)(void *));
 
+/* Decides again, on cx->db (in the call's transaction), whether the caller may call the tool,
+ * after the handler changed what its standing is read from (taking a repository may archive
+ * an agent whose creation was given up): the gates that decide what a principal is offered,
+ * on the principal loaded afresh. TG_OK, or the refusal as the call's failure (TG_E_TOOL). */
+int tg_call_recheck(tg_call_ctx *cx);
+
 /* Tests: drop the after-commit steps, as a process killed right after the commit would. */
 extern bool tg_call_test_die_after_commit;
 

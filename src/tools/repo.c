@@ -383,21 +383,6 @@ static int keep_settled(tg_call_ctx *cx, const tg_scope_repo *repo, char *path) 
   return tg_call_on_failure(cx, settle_after_failure, s, settled_free);
 }
 
-/* A calling agent whose creation settling gave up (archived, see createSubAgent) acts no
- * more: the status gate ran before. */
-static int still_active(tg_call_ctx *cx) {
-  if (cx->principal->kind != TG_PRINCIPAL_AGENT) return TG_OK;
-  _cleanup_json_ json_t *row = NULL;
-  int r = tg_db_query_row(cx->db, "SELECT status FROM agents WHERE id = $1",
-                          json_pack("[s]", cx->principal->subject_id), &row);
-  if (r < 0) return r;
-  const char *status = tg_json_str(row, "status");
-  if (status && strcmp(status, "active") == 0) return TG_OK;
-  return tg_fail(cx, TG_ERR_PERMISSION_DENIED,
-                 json_pack("{s:s,s:s?}", "reason", "agent_not_active", "status", status),
-                 "Agent %s is %s, not active.", cx->principal->name, status ? status : "gone");
-}
-
 int tg_repo_tip(tg_call_ctx *cx, tg_scope_repo *repo, const char *branch,
                 char sha[TG_GIT_SHA_LEN + 1]) {
   _cleanup_json_ json_t *row = NULL;
@@ -489,7 +474,8 @@ int tg_repo_acquire(tg_call_ctx *cx, const char *kind, const char *owner_id, con
   if (r == TG_OK && row) r = settle(cx, ret);
   if (r == TG_OK && row) r = keep_settled(cx, ret, TAKE_PTR(abs));
   free(abs);
-  return r == TG_OK && row ? still_active(cx) : r;
+  /* Settling may have given up the calling agent's own creation (archived): decided again. */
+  return r == TG_OK && row ? tg_call_recheck(cx) : r;
 }
 
 void tg_repo_release(tg_scope_repo *repo) {
