@@ -177,7 +177,8 @@ bool tg_client_answer_reads(const char *method, const json_t *params, const json
     /* Content comes only with accept: what a user declined never reaches the tool (an empty
      * one, which a lenient client may send, says nothing). */
     if (is_one_of(action, "decline", "cancel", NULL))
-      return !content || json_is_null(content) || (json_is_object(content) && !json_object_size(content));
+      return !content || json_is_null(content) ||
+             (json_is_object(content) && !json_object_size(content));
     return action && strcmp(action, "accept") == 0 &&
            (!content || (json_is_object(content) && elicited_content(content))) &&
            fits_requested(params, content);

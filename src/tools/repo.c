@@ -162,8 +162,9 @@ static void publish_step_free(void *arg) {
  * leaves its moves recorded, those of other branches still finished; the answer is
  * TG_E_LOCKED when that branch is own_branch (NULL: none is waited for). It runs under the
  * database's write lock, so that one use of the repository at a time makes or gives up a
- * move, and never waits there. The branch is read before asking whether it holds the commit: the move's own
- * call may make it in between, and a branch only moves forward past a move once made. */
+ * move, and never waits there. The branch is read before asking whether it holds the
+ * commit: the move's own call may make it in between, and a branch only moves forward past a
+ * move once made. */
 static int finish_moves(tg_db *read_db, tg_db *mark_db, tg_git *git, const char *repo_id,
                         const char *label, const char *own_branch) {
   _cleanup_json_ json_t *rows = NULL;
@@ -242,6 +243,10 @@ static int unpublished(tg_call_ctx *cx, const publish_step *p, const char *reaso
                  p->label, why, move->new_sha);
 }
 
+static int moved_elsewhere(tg_call_ctx *cx, const publish_step *p) {
+  return unpublished(cx, p, "concurrent_write", "was moved by another writer while this call ran");
+}
+
 static int publish_after_commit(tg_call_ctx *cx, void *arg) {
   publish_step *p = arg;
   const tg_repo_move *move = &p->move;
@@ -269,7 +274,7 @@ static int publish_after_commit(tg_call_ctx *cx, void *arg) {
                                        "toolgate: take back a move given up", 0) < 0)
       tg_log(TG_LOG_ERROR, "repo %s: branch %s holds commit %.12s, whose move was given up, "
              "and could not be moved back", p->label, move->branch, move->new_sha);
-    return unpublished(cx, p, "concurrent_write", "was moved by another writer while this call ran");
+    return moved_elsewhere(cx, p);
   }
   if (r < 0 && applied) {
     /* The branch holds the move either way: a mark that fails is made by the next use. */
@@ -302,7 +307,7 @@ static int publish_after_commit(tg_call_ctx *cx, void *arg) {
     return unpublished(cx, p, "base_abandoned",
                        "did not take the commit this one was built on (another call's, "
                        "itself not published)");
-  return unpublished(cx, p, "concurrent_write", "was moved by another writer while this call ran");
+  return moved_elsewhere(cx, p);
 }
 
 int tg_repo_publish(tg_call_ctx *cx, tg_scope_repo *repo, const tg_repo_move *move,
