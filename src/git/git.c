@@ -287,6 +287,33 @@ int tg_git_commit(tg_git *g, const char *parent_sha, const tg_git_change *change
   return r;
 }
 
+/* Runs a ref change until it is not refused for the ref's lock file, or wait_ms has passed:
+ * another writer holds the lock file for the moment it moves the ref. */
+typedef int ref_change_fn(tg_git *g, const char *ref, void *arg);
+static int change_ref(tg_git *g, const char *ref, ref_change_fn *change, void *arg, int wait_ms) {
+  int e;
+  for (int waited = 0;; waited += MOVE_LOCKED_WAIT_MS) {
+    e = change(g, ref, arg);
+    if (e != GIT_ELOCKED || waited >= wait_ms) return e;
+    nanosleep(&(struct timespec){0, MOVE_LOCKED_WAIT_MS * 1000000L}, NULL);
+  }
+}
+
+typedef struct move_change {
+  const git_oid *old_id, *new_id;
+  const char *why;
+} move_change;
+
+static int move_ref(tg_git *g, const char *ref, void *arg) {
+  const move_change *m = arg;
+  git_reference *out = NULL;
+  int e = m->old_id ? tg_git2.git_reference_create_matching(&out, g->repo, ref, m->new_id, 1,
+                                                            m->old_id, m->why)
+                    : tg_git2.git_reference_create(&out, g->repo, ref, m->new_id, 0, m->why);
+  tg_git2.git_reference_free(out);
+  return e;
+}
+
 int tg_git_move(tg_git *g, const char *branch, const char *old_sha, const char *new_sha,
                 const char *why, int wait_ms) {
   char ref[TG_GIT_BRANCH_MAX + 16];
@@ -295,21 +322,35 @@ int tg_git_move(tg_git *g, const char *branch, const char *old_sha, const char *
       (old_sha && parse_sha(old_sha, &old_id) < 0))
     return TG_E_INVAL;
   if (tg_git_test_before_move) tg_git_test_before_move(g->path, branch);
-  int e;
-  /* Another writer holds the ref's lock file for the moment it moves it: wait for it. */
-  for (int waited = 0;; waited += MOVE_LOCKED_WAIT_MS) {
-    git_reference *out = NULL;
-    e = old_sha
-            ? tg_git2.git_reference_create_matching(&out, g->repo, ref, &new_id, 1, &old_id, why)
-            : tg_git2.git_reference_create(&out, g->repo, ref, &new_id, 0, why);
-    tg_git2.git_reference_free(out);
-    if (e != GIT_ELOCKED || waited >= wait_ms) break;
-    nanosleep(&(struct timespec){0, MOVE_LOCKED_WAIT_MS * 1000000L}, NULL);
-  }
+  move_change m = {old_sha ? &old_id : NULL, &new_id, why};
+  int e = change_ref(g, ref, move_ref, &m, wait_ms);
   if (e == GIT_EMODIFIED || e == GIT_EEXISTS || (old_sha && e == GIT_ENOTFOUND))
     return TG_E_CONSTRAINT;
   if (e == GIT_ELOCKED) return TG_E_LOCKED;
   return e < 0 ? tg_libgit2_fail("move branch") : TG_OK;
+}
+
+/* git_reference_delete refuses (GIT_EMODIFIED) a ref moved since it was looked up. */
+static int delete_ref(tg_git *g, const char *ref, void *arg) {
+  const git_oid *at = arg;
+  git_reference *found = NULL;
+  int e = tg_git2.git_reference_lookup(&found, g->repo, ref);
+  const git_oid *target = e == 0 ? tg_git2.git_reference_target(found) : NULL;
+  if (e == 0) e = target && tg_git2.git_oid_equal(target, at) ? tg_git2.git_reference_delete(found)
+                                                               : GIT_EMODIFIED;
+  tg_git2.git_reference_free(found);
+  return e;
+}
+
+int tg_git_remove(tg_git *g, const char *branch, const char *old_sha, int wait_ms) {
+  char ref[TG_GIT_BRANCH_MAX + 16];
+  git_oid old_id;
+  if (branch_ref(branch, ref, sizeof ref) < 0 || parse_sha(old_sha, &old_id) < 0)
+    return TG_E_INVAL;
+  int e = change_ref(g, ref, delete_ref, &old_id, wait_ms);
+  if (e == GIT_EMODIFIED || e == GIT_ENOTFOUND) return TG_E_CONSTRAINT;
+  if (e == GIT_ELOCKED) return TG_E_LOCKED;
+  return e < 0 ? tg_libgit2_fail("delete branch") : TG_OK;
 }
 
 int tg_git_contains(tg_git *g, const char *branch, const char *sha, bool *yes) {

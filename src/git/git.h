@@ -72,6 +72,10 @@ int tg_git_commit(tg_git *g, const char *parent_sha, const tg_git_change *change
 int tg_git_move(tg_git *g, const char *branch, const char *old_sha, const char *new_sha,
                 const char *why, int wait_ms);
 
+/* Deletes branch if it still points at old_sha: TG_E_CONSTRAINT when it does not (another
+ * writer moved or deleted it), TG_E_LOCKED as tg_git_move. */
+int tg_git_remove(tg_git *g, const char *branch, const char *old_sha, int wait_ms);
+
 /* Whether branch's tip is commit sha or has it in its history (false: no such branch). */
 int tg_git_contains(tg_git *g, const char *branch, const char *sha, bool *yes);
 

@@ -16,7 +16,8 @@
   X(git_index_has_conflicts) X(git_index_write_tree_to) X(git_libgit2_init) \
   X(git_merge_commits) X(git_oid_equal) X(git_oid_fromstr) \
   X(git_oid_tostr) X(git_reference_create) X(git_reference_create_matching) \
-  X(git_reference_free) X(git_reference_name_is_valid) X(git_reference_name_to_id) \
+  X(git_reference_delete) X(git_reference_free) X(git_reference_lookup) \
+  X(git_reference_name_is_valid) X(git_reference_name_to_id) X(git_reference_target) \
   X(git_repository_free) X(git_repository_init_ext) X(git_repository_init_options_init) \
   X(git_repository_open_bare) X(git_signature_free) X(git_signature_now) \
   X(git_tree_create_updated) X(git_tree_entry_bypath) X(git_tree_entry_filemode) \

@@ -401,8 +401,48 @@ int tg_repo_tip(tg_call_ctx *cx, tg_scope_repo *repo, const char *branch,
   return TG_OK;
 }
 
-/* The first commit of a new repository, so that branches can start from the default one. */
-static int initialize(tg_call_ctx *cx, tg_scope_repo *repo, const char *tenant_id) {
+/* A new repository's first commit, whose move its call made before its transaction. */
+typedef struct initial {
+  char *path;
+  char tenant_id[TG_UUID_LEN + 1], owner_id[TG_UUID_LEN + 1];
+  const char *name; /* static: "mission", "data" or "website" */
+  char branch[TG_GIT_BRANCH_MAX + 1], sha[TG_GIT_SHA_LEN + 1];
+} initial;
+
+static void initial_free(void *arg) {
+  initial *i = arg;
+  free(i->path);
+  free(i);
+}
+
+/* After the call failed: its first commit is taken off the branch, unless a use since has
+ * adopted it (its repository row stands). In a write transaction, so that no use is adopting
+ * it meanwhile (and so without waiting for a lock file); the repository's folder and objects
+ * stay, unreferenced. */
+static int take_back_initial(tg_call_ctx *cx, void *arg) {
+  const initial *i = arg;
+  tg_db *db = cx->env->db;
+  _cleanup_json_ json_t *row = NULL;
+  tg_git *git = NULL;
+  int r = tg_db_begin(db);
+  if (r < 0) return r;
+  r = tg_db_query_row(db,
+                      "SELECT id FROM repos WHERE tenant_id = $1 AND scope_id = $2 AND name = $3",
+                      json_pack("[sss]", i->tenant_id, i->owner_id, i->name), &row);
+  if (r == TG_OK && !row) r = tg_git_open(i->path, i->branch, &git);
+  if (r == TG_OK && !row) r = tg_git_remove(git, i->branch, i->sha, 0);
+  if (r == TG_E_CONSTRAINT)
+    tg_log(TG_LOG_WARN, "repo: %s moved on from its first commit, which a failed call made; "
+                        "left as it is", i->path);
+  tg_db_rollback(db);
+  tg_git_close(git);
+  return r;
+}
+
+/* The first commit of a new repository, so that branches can start from the default one.
+ * path (stolen): the repository's folder. */
+static int initialize(tg_call_ctx *cx, tg_scope_repo *repo, const char *tenant_id, char *path) {
+  _cleanup_free_ char *owned_path = path;
   char now[TG_ISO_LEN + 1];
   tg_now_iso(now);
   int r = tg_db_exec(cx->db,
@@ -423,11 +463,20 @@ static int initialize(tg_call_ctx *cx, tg_scope_repo *repo, const char *tenant_i
   r = tg_git_commit(repo->git, NULL, NULL, 0, "toolgate", "toolgate@toolgate.invalid", message,
                     move.new_sha, &problem);
   if (r == TG_OK) r = record(cx, repo, &move, true);
-  /* The one move made before the commit, so that the call can build on the branch: should
-   * the transaction roll back, the next use adopts the branch as above. */
+  /* The one move made before the commit, so that the call can build on the branch: a call
+   * that then fails takes it back; after a crash, the next use adopts the branch as above. */
   if (r == TG_OK)
     r = tg_git_move(repo->git, move.branch, NULL, move.new_sha, "toolgate: initialize", 0);
-  return r;
+  if (r < 0) return r;
+  initial *i = calloc(1, sizeof *i);
+  if (!i) return TG_E_NOMEM;
+  i->path = TAKE_PTR(owned_path);
+  snprintf(i->tenant_id, sizeof i->tenant_id, "%s", tenant_id);
+  snprintf(i->owner_id, sizeof i->owner_id, "%s", repo->owner_id);
+  i->name = repo->name;
+  snprintf(i->branch, sizeof i->branch, "%s", move.branch);
+  snprintf(i->sha, sizeof i->sha, "%s", move.new_sha);
+  return tg_call_on_failure(cx, take_back_initial, i, initial_free);
 }
 
 int tg_repo_acquire(tg_call_ctx *cx, const char *kind, const char *owner_id, const char *name,
@@ -475,7 +524,7 @@ int tg_repo_acquire(tg_call_ctx *cx, const char *kind, const char *owner_id, con
   if (asprintf(&abs, "%s/%s", cx->env->data_dir ? cx->env->data_dir : ".", ret->rel_path) < 0)
     return TG_E_NOMEM;
   r = tg_git_open(abs, ret->default_branch, &ret->git);
-  if (r == TG_OK && !row) r = initialize(cx, ret, tenant_id);
+  if (r == TG_OK && !row) r = initialize(cx, ret, tenant_id, TAKE_PTR(abs));
   if (r == TG_OK && row) r = settle(cx, ret);
   if (r == TG_OK && row) r = keep_settled(cx, ret, TAKE_PTR(abs));
   free(abs);

@@ -1215,6 +1215,38 @@ static void test_move_given_up_first_is_moved_back(void **state) {
   assert_string_equal(before, after);
 }
 
+/* A new repository's first commit is moved onto its branch before the call's transaction;
+ * a call that then fails takes it back: no branch points at a commit no row records. */
+static void test_failed_first_use_leaves_no_branch(void **state) {
+  world *w = *state;
+  owner_call(w->f, "work.work.create", "{\"slug\":\"fresh\",\"missionSlug\":\"m1\"}");
+  char agent[TG_UUID_LEN + 1];
+  fixture_agent(w->f, "{\"slug\":\"fresher\",\"scope\":\"work:fresh\"," GRANTS "}", agent);
+  _cleanup_free_ char *dir = repo_dir(w, "works/fresh/data");
+  static const struct { const char *tool, *args, *code; } failing[] = {
+      {"commitToRepo",
+       "{\"files\":[{\"path\":\"a.md\",\"content\":\"a\",\"mode\":\"add\"}],"
+       "\"commitMessage\":\"m\",\"branch\":\"nope\"}",
+       "not_found"},
+      {"editAgentFile",
+       "{\"name\":\"SOUL.md\",\"body\":\"hi\",\"expectedHash\":"
+       "\"0000000000000000000000000000000000000000000000000000000000000000\"}",
+       "precondition_failed"},
+  };
+  for (size_t i = 0; i < 2; i++) {
+    json_decref(expect(w, agent, failing[i].tool, failing[i].args, NULL, failing[i].code));
+    _cleanup_free_ char *refs = out("git --git-dir=%s for-each-ref", dir);
+    if (*refs) fail_msg("%s failed but left %s", failing[i].tool, refs);
+    assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM repos WHERE path LIKE '%/fresh/data.git'"), 0);
+  }
+  json_decref(expect(w, agent, "commitToRepo",
+                     "{\"files\":[{\"path\":\"a.md\",\"content\":\"a\",\"mode\":\"add\"}],"
+                     "\"commitMessage\":\"m\"}",
+                     NULL, ""));
+  _cleanup_free_ char *commits = out("git --git-dir=%s rev-list --count main", dir);
+  assert_string_equal(commits, "2\n");
+}
+
 /* tg_git_test_before_move: another program moves main before the first move of main. */
 static void move_main_before_first_move(const char *repo_path, const char *branch) {
   (void)repo_path;
@@ -1275,6 +1307,7 @@ int main(void) {
       cmocka_unit_test(test_move_given_up_first_is_moved_back),
       cmocka_unit_test(test_agent_given_up_does_not_act),
       cmocka_unit_test(test_locked_branch_holds_back_only_its_moves),
+      cmocka_unit_test(test_failed_first_use_leaves_no_branch),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
