@@ -2821,8 +2821,9 @@ static enum MHD_Result handle_get(server *s, struct MHD_Connection *conn, tg_db 
   _cleanup_free_ char *sid = NULL, *last = NULL;
   if (!header_value(conn, "Mcp-Session-Id", &sid) || !header_value(conn, "Last-Event-ID", &last))
     return MHD_NO;
-  /* Without a session there is no stream to offer: 2026-07-28 is POST only. */
-  if (!sid) return queue(conn, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, NULL);
+  /* Without a session there is no stream to offer (2026-07-28 is POST only): what is left of
+   * this route is POST. */
+  if (!sid) return respond(conn, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, NULL, "POST");
   if (!rq->takes_events)
     return queue_rpc_error(conn, MHD_HTTP_NOT_ACCEPTABLE, TG_RPC_INVALID_REQUEST,
                            "Accept must include text/event-stream");

@@ -3463,9 +3463,11 @@ static void test_http_get_stream_and_resumption(void **state) {
   res = http_exchange(port, "POST", padded, NULL, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}");
   assert_status(res, "202");
   free(res);
-  /* No session, no GET stream (2026-07-28 is POST only); a GET must accept SSE. */
+  /* No session, no GET stream (2026-07-28 is POST only): what is left is POST; a GET must
+   * accept SSE. */
   res = http_exchange(port, "GET", NULL, NULL, NULL);
   assert_status(res, "405");
+  assert_non_null(strcasestr(res, "Allow: POST\r\n"));
   free(res);
   char get_json[128];
   snprintf(get_json, sizeof get_json, "Accept: application/json\r\nMcp-Session-Id: %s\r\n", sid);
@@ -3843,8 +3845,8 @@ static void test_http_a_loopback_address_names_its_server(void **state) {
 }
 
 /* A request's path is taken as sent: no percent-encoding is another name for /mcp or /healthz
- * (an encoded NUL would end the name early), and nothing runs. /healthz answers HEAD too,
- * without a body. */
+ * (an encoded NUL would end the name early), and nothing runs. /healthz answers any Host, and
+ * HEAD too, without a body. */
 static void test_http_paths_are_taken_as_sent(void **state) {
   world *w = *state;
   unsigned port = 0;
@@ -3857,17 +3859,25 @@ static void test_http_paths_are_taken_as_sent(void **state) {
     free(res);
   }
   assert_int_equal(fixture_count(w->f, "agent_runs"), runs);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-  static const char head[] = "HEAD /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
-  assert_int_equal(write(fd, head, sizeof head - 1), (ssize_t)(sizeof head - 1));
-  char *res = http_read(fd, NULL);
-  close(fd);
-  assert_status(res, "200");
-  assert_string_equal(strstr(res, "\r\n\r\n"), "\r\n\r\n");
-  free(res);
+  /* A balancer's probe names the address it reached: /healthz answers any Host. */
+  static const struct { const char *request, *body; } probes[] = {
+      {"HEAD /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", ""},
+      {"GET /healthz HTTP/1.1\r\nHost: 10.1.2.3:7878\r\nConnection: close\r\n\r\n",
+       "{\"status\":\"ok\"}"},
+  };
+  for (size_t i = 0; i < 2; i++) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    size_t n = strlen(probes[i].request);
+    assert_int_equal(write(fd, probes[i].request, n), (ssize_t)n);
+    char *res = http_read(fd, NULL);
+    close(fd);
+    assert_status(res, "200");
+    assert_string_equal(strstr(res, "\r\n\r\n") + 4, probes[i].body);
+    free(res);
+  }
   tg_http_stop(h);
 }
 
