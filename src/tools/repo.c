@@ -269,9 +269,12 @@ static int publish_after_commit(tg_call_ctx *cx, void *arg) {
     r = conclude(cx, p, false, &applied);
   }
   if (r == TG_OK && p->given_up) {
-    /* Its branch holds a commit whose move was given up: moved back, unless moved on. */
-    if (!*move->old_sha || tg_git_move(p->git, move->branch, move->new_sha, move->old_sha,
-                                       "toolgate: take back a move given up", 0) < 0)
+    /* Its branch holds a commit whose move was given up: moved back (a branch the call
+     * created, deleted), unless moved on. */
+    int back = *move->old_sha ? tg_git_move(p->git, move->branch, move->new_sha, move->old_sha,
+                                            "toolgate: take back a move given up", 0)
+                              : tg_git_remove(p->git, move->branch, move->new_sha, 0);
+    if (back < 0)
       tg_log(TG_LOG_ERROR, "repo %s: branch %s holds commit %.12s, whose move was given up, "
              "and could not be moved back", p->label, move->branch, move->new_sha);
     return moved_elsewhere(cx, p);

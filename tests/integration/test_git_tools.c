@@ -1215,6 +1215,22 @@ static void test_move_given_up_first_is_moved_back(void **state) {
   assert_string_equal(before, after);
 }
 
+/* So is a branch the call created: it is deleted. */
+static void test_branch_given_up_first_is_deleted(void **state) {
+  world *w = *state;
+  _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
+  hooked = w;
+  tg_git_test_before_move = give_up_before_move;
+  json_t *v = expect(w, w->worker, "openPullRequest",
+                     "{\"files\":[{\"path\":\"aba-pr.md\",\"content\":\"x\",\"mode\":\"add\"}],"
+                     "\"branchName\":\"aba-pr\",\"title\":\"t\",\"body\":\"\"}",
+                     NULL, "precondition_failed");
+  tg_git_test_before_move = NULL;
+  assert_string_equal(reason_of(v), "concurrent_write");
+  json_decref(v);
+  assert_int_not_equal(sh("git --git-dir=%s rev-parse -q --verify refs/heads/aba-pr >/dev/null", dir), 0);
+}
+
 /* A new repository's first commit is moved onto its branch before the call's transaction;
  * a call that then fails takes it back: no branch points at a commit no row records. */
 static void test_failed_first_use_leaves_no_branch(void **state) {
@@ -1305,6 +1321,7 @@ int main(void) {
       cmocka_unit_test(test_edit_reads_the_hash_taken_back),
       cmocka_unit_test(test_merge_reads_the_state_taken_back),
       cmocka_unit_test(test_move_given_up_first_is_moved_back),
+      cmocka_unit_test(test_branch_given_up_first_is_deleted),
       cmocka_unit_test(test_agent_given_up_does_not_act),
       cmocka_unit_test(test_locked_branch_holds_back_only_its_moves),
       cmocka_unit_test(test_failed_first_use_leaves_no_branch),
