@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/gates.h"
+#include "domain/secret_scan.h"
 #include "util/clock.h"
 #include "util/cleanup.h"
 #include "util/ids.h"
@@ -31,6 +32,7 @@ typedef struct call_state {
    * the outcome. */
   char *step;        /* "tool:NAME" */
   char *args_text;   /* the arguments, truncated, as JSON */
+  bool withheld;     /* they held a secret: so may an error message that names one */
   char *called_text; /* the name the caller used, truncated, as a JSON string */
 } call_state;
 
@@ -155,6 +157,25 @@ static const char *level_of(tg_errcode code) {
   return "WARN";
 }
 
+/* Arguments that hold a secret (the body of an edit refused for it, say) are withheld from
+ * the telemetry row, lest the secret outlive its call there: as much of them as a row keeps
+ * is scanned, and a margin past it for a secret that the cut would halve. Arguments that
+ * cannot be scanned (past the scan's bound on backtracking) are withheld too. */
+#define ARGS_SCAN_MARGIN 1024
+static json_t *logged_args(json_t *args, bool *withheld) {
+  _cleanup_free_ char *text = tg_json_text(args);
+  if (!text) return NULL;
+  size_t len = strlen(text);
+  tg_secret_hit hit = {0};
+  int r = tg_secret_scan(text, len < TG_ARGS_LOG_MAX + ARGS_SCAN_MARGIN
+                                   ? len : TG_ARGS_LOG_MAX + ARGS_SCAN_MARGIN, &hit);
+  if (r == TG_E_NOMEM) return NULL;
+  if (r == 0) return tg_json_truncate(args, TG_ARGS_LOG_MAX);
+  *withheld = true;
+  return json_pack("{s:s,s:s?,s:I}", "withheld", r == 1 ? "secret" : "unscanned", "rule",
+                   hit.rule, "bytes", (json_int_t)len);
+}
+
 /* The parts of the telemetry row that do not depend on the outcome; once per call. */
 static int prepare_telemetry(call_state *st) {
   if (st->step) return TG_OK;
@@ -166,7 +187,7 @@ static int prepare_telemetry(call_state *st) {
     called_len = 1;
     called = json_string(name);
   }
-  _cleanup_json_ json_t *args = tg_json_truncate(st->args, TG_ARGS_LOG_MAX);
+  _cleanup_json_ json_t *args = logged_args(st->args, &st->withheld);
   if (!called || !args) return TG_E_NOMEM;
   if (st->tool ? asprintf(&st->step, "tool:%s", st->tool->name) < 0
                : asprintf(&st->step, "tool:%.*s", (int)called_len, name) < 0) {
@@ -190,8 +211,9 @@ static int write_telemetry(call_state *st, tg_db *db, tg_errcode code, const cha
   tg_now_iso(now);
   double ms = (double)(tg_monotonic_ns() - st->started_ns) / 1e6;
   _cleanup_free_ char *line = NULL;
-  if (asprintf(&line, "%s%s%.200s", code ? tg_errcode_name(code) : "ok", code ? ": " : "",
-               code ? message : "") < 0)
+  bool told = code && !st->withheld;
+  if (asprintf(&line, "%s%s%.200s", code ? tg_errcode_name(code) : "ok", told ? ": " : "",
+               told ? message : "") < 0)
     return TG_E_NOMEM;
   _cleanup_free_ char *meta = NULL;
   const char *task = st->req->task_id;

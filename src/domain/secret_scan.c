@@ -26,6 +26,7 @@ typedef struct rule {
 
 static rule rules[RULES_MAX];
 static size_t n_rules;
+static uint32_t most_captures; /* of any rule: the room a scan's match data needs */
 static int load_status = TG_OK;
 static pthread_once_t loaded = PTHREAD_ONCE_INIT;
 
@@ -47,6 +48,12 @@ static int parse_line(char *line) {
            (size_t)offset, err);
     return TG_E_INVAL;
   }
+  /* Compiled to machine code where PCRE2 can (the interpreter otherwise): every call's
+   * arguments pass the scan on their way to the telemetry row. */
+  pcre2_jit_compile(r->code, PCRE2_JIT_COMPLETE);
+  uint32_t captures = 0;
+  pcre2_pattern_info(r->code, PCRE2_INFO_CAPTURECOUNT, &captures);
+  if (captures > most_captures) most_captures = captures;
   n_rules++;
   return TG_OK;
 }
@@ -88,27 +95,40 @@ static double entropy(const char *s, size_t len) {
   return bits;
 }
 
-/* *at: the offset of rule r's first acceptable match in text, or -1. */
-static int first_match(const rule *r, const char *text, size_t len, long *at) {
-  pcre2_match_data *md = pcre2_match_data_create_from_pattern(r->code, NULL);
-  pcre2_match_context *mc = pcre2_match_context_create(NULL);
-  if (!md || !mc) {
-    pcre2_match_data_free(md);
-    pcre2_match_context_free(mc);
+/* What one scan matches with, made once for all its rules. */
+typedef struct matcher {
+  pcre2_match_data *md;
+  pcre2_match_context *mc;
+} matcher;
+
+static void matcher_done(matcher *m) {
+  pcre2_match_data_free(m->md);
+  pcre2_match_context_free(m->mc);
+}
+
+static int matcher_init(matcher *m) {
+  m->md = pcre2_match_data_create(most_captures + 1, NULL);
+  m->mc = pcre2_match_context_create(NULL);
+  if (!m->md || !m->mc) {
+    matcher_done(m);
     return TG_E_NOMEM;
   }
-  pcre2_set_match_limit(mc, MATCH_LIMIT);
-  int status = TG_OK;
+  pcre2_set_match_limit(m->mc, MATCH_LIMIT);
+  return TG_OK;
+}
+
+/* *at: the offset of rule r's first acceptable match in text, or -1. */
+static int first_match(const rule *r, const matcher *m, const char *text, size_t len, long *at) {
   *at = -1;
   size_t start = 0;
   while (start <= len) {
-    int rc = pcre2_match(r->code, (PCRE2_SPTR)text, len, start, 0, md, mc);
+    int rc = pcre2_match(r->code, (PCRE2_SPTR)text, len, start, 0, m->md, m->mc);
+    /* The machine code's stack is small: what it cannot hold, the interpreter matches. */
+    if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
+      rc = pcre2_match(r->code, (PCRE2_SPTR)text, len, start, PCRE2_NO_JIT, m->md, m->mc);
     if (rc == PCRE2_ERROR_NOMATCH) break;
-    if (rc < 0) {
-      status = rc == PCRE2_ERROR_NOMEMORY ? TG_E_NOMEM : TG_E_TOO_LARGE;
-      break;
-    }
-    PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+    if (rc < 0) return rc == PCRE2_ERROR_NOMEMORY ? TG_E_NOMEM : TG_E_TOO_LARGE;
+    PCRE2_SIZE *ov = pcre2_get_ovector_pointer(m->md);
     if (r->min_entropy <= 0 ||
         (rc > 1 && ov[2] != PCRE2_UNSET &&
          entropy(text + ov[2], ov[3] - ov[2]) >= r->min_entropy)) {
@@ -117,9 +137,7 @@ static int first_match(const rule *r, const char *text, size_t len, long *at) {
     }
     start = ov[1] > ov[0] ? ov[1] : ov[0] + 1;
   }
-  pcre2_match_data_free(md);
-  pcre2_match_context_free(mc);
-  return status;
+  return TG_OK;
 }
 
 /* Appends the UTF-8 sequence of code point cp to out. */
@@ -155,13 +173,15 @@ static char *working_copy(const char *text, size_t len, size_t *ret_len) {
 }
 
 int tg_secret_rule_matches(size_t i, const char *text, size_t len, bool *yes) {
+  *yes = false;
   if (i >= tg_secret_rule_count()) return TG_E_INVAL;
+  matcher m = {0};
   size_t wlen;
-  char *work = working_copy(text, len, &wlen);
-  if (!work) return TG_E_NOMEM;
-  long at;
-  int r = first_match(&rules[i], work, wlen, &at);
+  char *work = matcher_init(&m) == TG_OK ? working_copy(text, len, &wlen) : NULL;
+  long at = -1;
+  int r = work ? first_match(&rules[i], &m, work, wlen, &at) : TG_E_NOMEM;
   free(work);
+  matcher_done(&m);
   *yes = r == TG_OK && at >= 0;
   return r;
 }
@@ -169,24 +189,21 @@ int tg_secret_rule_matches(size_t i, const char *text, size_t len, bool *yes) {
 int tg_secret_scan(const char *text, size_t len, tg_secret_hit *hit) {
   int r = ensure_loaded();
   if (r < 0) return r;
+  matcher m = {0};
   size_t wlen;
-  char *work = working_copy(text, len, &wlen);
-  if (!work) return TG_E_NOMEM;
-  for (size_t i = 0; i < n_rules; i++) {
-    long at;
-    r = first_match(&rules[i], work, wlen, &at);
-    if (r < 0) {
-      free(work);
-      return r;
-    }
-    if (at < 0) continue;
+  char *work = matcher_init(&m) == TG_OK ? working_copy(text, len, &wlen) : NULL;
+  long at = -1;
+  r = work ? TG_OK : TG_E_NOMEM;
+  for (size_t i = 0; r == TG_OK && i < n_rules; i++) {
+    r = first_match(&rules[i], &m, work, wlen, &at);
+    if (r < 0 || at < 0) continue;
     hit->rule = rules[i].name;
     hit->line = 1;
     for (long k = 0; k < at; k++)
       if (work[k] == '\n') hit->line++;
-    free(work);
-    return 1;
+    r = 1;
   }
   free(work);
-  return 0;
+  matcher_done(&m);
+  return r;
 }

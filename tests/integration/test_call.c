@@ -468,6 +468,44 @@ static void test_telemetry_truncates_arguments(void **state) {
   assert_true(strlen(text) <= TG_ARGS_LOG_MAX);
 }
 
+/* A secret in the arguments does not outlive its call in the telemetry row: the arguments
+ * are withheld, also when the secret straddles where the row would cut them, and so is a
+ * refusal's message, which may name an argument. */
+static void test_telemetry_withholds_secrets(void **state) {
+  world *w = *state;
+  static const char token[] = "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB";
+  char pad[TG_ARGS_LOG_MAX];
+  memset(pad, 'x', sizeof pad);
+  for (int i = 0; i < 3; i++) {
+    char args[TG_ARGS_LOG_MAX + 200];
+    int padding = i == 1 ? TG_ARGS_LOG_MAX - 20 : 0; /* the token across the cut */
+    snprintf(args, sizeof args, "{\"note\":\"%.*s %s\"}", padding, pad, token);
+    tg_call_result res;
+    if (i < 2) assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.item.write", args, NULL, &res), 0);
+    else expect_refusal(w, w->reader, TG_SURFACE_AGENT, "writeItem", args, NULL, "permission_denied", &res);
+    tg_call_result_done(&res);
+    _cleanup_json_ json_t *log = last_log(w->f);
+    json_t *logged = json_object_get(json_object_get(log, "metadata"), "args");
+    assert_string_equal(json_string_value(json_object_get(logged, "withheld")), "secret");
+    assert_string_equal(json_string_value(json_object_get(logged, "rule")), "github_pat_classic");
+    assert_int_equal(json_integer_value(json_object_get(logged, "bytes")), strlen(args));
+    assert_string_equal(json_string_value(json_object_get(log, "message")),
+                        i < 2 ? "ok" : "permission_denied");
+    _cleanup_free_ char *row = json_dumps(log, 0);
+    assert_null(strstr(row, "ghp_"));
+  }
+  /* Past the margin, a secret is cut away unread. */
+  char args[3 * TG_ARGS_LOG_MAX];
+  snprintf(args, sizeof args, "{\"note\":\"%.*s%.*s%.*s %s\"}", TG_ARGS_LOG_MAX, pad,
+           TG_ARGS_LOG_MAX, pad, TG_ARGS_LOG_MAX / 2, pad, token);
+  tg_call_result res;
+  assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.item.write", args, NULL, &res), 0);
+  tg_call_result_done(&res);
+  _cleanup_json_ json_t *log = last_log(w->f);
+  json_t *logged = json_object_get(json_object_get(log, "metadata"), "args");
+  assert_true(json_is_true(json_object_get(logged, "truncated")));
+}
+
 static void test_budget_stops_writes_not_reads(void **state) {
   world *w = *state;
   assert_int_equal(tg_db_exec(w->f->db,
@@ -954,6 +992,7 @@ int main(void) {
       T(test_dry_run_writes_nothing),
       T(test_calls_attach_to_runs),
       T(test_telemetry_truncates_arguments),
+      T(test_telemetry_withholds_secrets),
       T(test_budget_stops_writes_not_reads),
       T(test_tool_list_follows_the_gates),
       T(test_tool_list_key_follows_the_list),
