@@ -451,6 +451,15 @@ static void test_calls_attach_to_runs(void **state) {
   tg_call_result_done(&res);
 }
 
+/* The writer writes an item with args; returns the arguments its telemetry row logged. */
+static json_t *logged_write(world *w, const char *args) {
+  tg_call_result res;
+  assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.item.write", args, NULL, &res), 0);
+  tg_call_result_done(&res);
+  _cleanup_json_ json_t *log = last_log(w->f);
+  return json_incref(json_object_get(json_object_get(log, "metadata"), "args"));
+}
+
 static void test_telemetry_truncates_arguments(void **state) {
   world *w = *state;
   char args[5200];
@@ -458,11 +467,7 @@ static void test_telemetry_truncates_arguments(void **state) {
   strcpy(args, "{\"note\":\"");
   memset(args + strlen(args), 'x', 4900);
   strcat(args, "\"}");
-  tg_call_result res;
-  assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.item.write", args, NULL, &res), 0);
-  tg_call_result_done(&res);
-  _cleanup_json_ json_t *log = last_log(w->f);
-  json_t *logged = json_object_get(json_object_get(log, "metadata"), "args");
+  _cleanup_json_ json_t *logged = logged_write(w, args);
   assert_true(json_is_true(json_object_get(logged, "truncated")));
   _cleanup_free_ char *text = json_dumps(logged, JSON_COMPACT);
   assert_true(strlen(text) <= TG_ARGS_LOG_MAX);
@@ -498,11 +503,7 @@ static void test_telemetry_withholds_secrets(void **state) {
   char args[3 * TG_ARGS_LOG_MAX];
   snprintf(args, sizeof args, "{\"note\":\"%.*s%.*s%.*s %s\"}", TG_ARGS_LOG_MAX, pad,
            TG_ARGS_LOG_MAX, pad, TG_ARGS_LOG_MAX / 2, pad, token);
-  tg_call_result res;
-  assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.item.write", args, NULL, &res), 0);
-  tg_call_result_done(&res);
-  _cleanup_json_ json_t *log = last_log(w->f);
-  json_t *logged = json_object_get(json_object_get(log, "metadata"), "args");
+  _cleanup_json_ json_t *logged = logged_write(w, args);
   assert_true(json_is_true(json_object_get(logged, "truncated")));
 }
 

@@ -130,6 +130,22 @@ static long count(world *w, const char *sql) {
   return n;
 }
 
+/* The worker's openPullRequest on a new branch, with hook as tg_git_test_before_move: it
+ * must fail concurrent_write. */
+static void pr_fails_concurrent_write(world *w, void (*hook)(const char *repo_path, const char *branch),
+                                      const char *branch) {
+  char args[256];
+  snprintf(args, sizeof args,
+           "{\"branchName\":\"%s\",\"title\":\"t\",\"body\":\"b\","
+           "\"files\":[{\"path\":\"%s.md\",\"content\":\"p\",\"mode\":\"add\"}]}",
+           branch, branch);
+  tg_git_test_before_move = hook;
+  json_t *v = expect(w, w->worker, "openPullRequest", args, NULL, "precondition_failed");
+  tg_git_test_before_move = NULL;
+  assert_string_equal(reason_of(v), "concurrent_write");
+  json_decref(v);
+}
+
 /* The worker's call of tool that commits, as a process killed right after the commit would
  * leave it (its branch not moved); returns its answer, which must be ok. */
 static json_t *crash_after_commit(world *w, const char *tool, const char *args) {
@@ -756,14 +772,7 @@ static void test_concurrent_writer(void **state) {
 
   /* A pull request whose branch another writer created first is closed, not left open. */
   race_branch = "race-pr";
-  tg_git_test_before_move = move_branch_away;
-  v = expect(w, w->worker, "openPullRequest",
-             "{\"branchName\":\"race-pr\",\"title\":\"Race\",\"body\":\"b\","
-             "\"files\":[{\"path\":\"pr.md\",\"content\":\"p\",\"mode\":\"add\"}]}",
-             NULL, "precondition_failed");
-  tg_git_test_before_move = NULL;
-  assert_string_equal(reason_of(v), "concurrent_write");
-  json_decref(v);
+  pr_fails_concurrent_write(w, move_branch_away, "race-pr");
   assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM pull_requests WHERE head_branch = 'race-pr'"
                             " AND state = 'closed'"), 1);
   assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM pull_requests WHERE head_branch = 'race-pr'"
@@ -1220,14 +1229,7 @@ static void test_branch_given_up_first_is_deleted(void **state) {
   world *w = *state;
   _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
   hooked = w;
-  tg_git_test_before_move = give_up_before_move;
-  json_t *v = expect(w, w->worker, "openPullRequest",
-                     "{\"files\":[{\"path\":\"aba-pr.md\",\"content\":\"x\",\"mode\":\"add\"}],"
-                     "\"branchName\":\"aba-pr\",\"title\":\"t\",\"body\":\"\"}",
-                     NULL, "precondition_failed");
-  tg_git_test_before_move = NULL;
-  assert_string_equal(reason_of(v), "concurrent_write");
-  json_decref(v);
+  pr_fails_concurrent_write(w, give_up_before_move, "aba-pr");
   assert_int_not_equal(sh("git --git-dir=%s rev-parse -q --verify refs/heads/aba-pr >/dev/null", dir), 0);
 }
 
