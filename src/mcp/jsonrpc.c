@@ -374,7 +374,8 @@ static int classify(json_t *root, tg_rpc_msg *msg, json_t **ret_error) {
     /* null (or none) only on an error response: the peer could not read the id it answers */
     why = "id must be a string or an integer";
   } else if (method) {
-    if (!json_is_string(method) || json_string_length(method) == 0) why = "method must be a string";
+    if (!json_is_string(method) || json_string_length(method) == 0)
+      why = "method must be a non-empty string";
     else if (params && !json_is_object(params) && !json_is_array(params))
       why = "params must be an object";
     else if (result || error) why = "a request carries no result or error";

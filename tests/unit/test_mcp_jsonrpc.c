@@ -103,6 +103,7 @@ static void test_shape_errors(void **state) {
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":null,\"result\":{}}", TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1.5,\"method\":\"ping\"}", TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":7}", TG_RPC_INVALID_REQUEST);
+  fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\"}", TG_RPC_INVALID_REQUEST);
   /* Positional params are JSON-RPC's, but no MCP method takes them. */
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":[1]}", TG_RPC_INVALID_PARAMS);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":\"a\"}", TG_RPC_INVALID_REQUEST);
