@@ -22,6 +22,7 @@ typedef struct rule {
   char name[RULE_NAME_MAX];
   double min_entropy; /* 0: no check */
   pcre2_code *code;
+  bool jit; /* compiled to machine code too */
 } rule;
 
 static rule rules[RULES_MAX];
@@ -50,7 +51,7 @@ static int parse_line(char *line) {
   }
   /* Compiled to machine code where PCRE2 can (the interpreter otherwise): every call's
    * arguments pass the scan on their way to the telemetry row. */
-  pcre2_jit_compile(r->code, PCRE2_JIT_COMPLETE);
+  r->jit = pcre2_jit_compile(r->code, PCRE2_JIT_COMPLETE) == 0;
   uint32_t captures = 0;
   pcre2_pattern_info(r->code, PCRE2_INFO_CAPTURECOUNT, &captures);
   if (captures > most_captures) most_captures = captures;
@@ -122,7 +123,9 @@ static int first_match(const rule *r, const matcher *m, const char *text, size_t
   *at = -1;
   size_t start = 0;
   while (start <= len) {
-    int rc = pcre2_match(r->code, (PCRE2_SPTR)text, len, start, 0, m->md, m->mc);
+    /* The machine code's own entry skips the interpreter's checks of its arguments. */
+    int rc = r->jit ? pcre2_jit_match(r->code, (PCRE2_SPTR)text, len, start, 0, m->md, m->mc)
+                    : pcre2_match(r->code, (PCRE2_SPTR)text, len, start, 0, m->md, m->mc);
     /* The machine code's stack is small: what it cannot hold, the interpreter matches. */
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
       rc = pcre2_match(r->code, (PCRE2_SPTR)text, len, start, PCRE2_NO_JIT, m->md, m->mc);
