@@ -311,9 +311,16 @@ bool tg_call_test_die_after_commit;
 
 static int add_step(tg_call_ctx *cx, tg_after_fn fn, void *arg, void (*free_arg)(void *),
                     bool on_failure) {
-  if (cx->n_after == TG_AFTER_MAX) {
-    if (free_arg) free_arg(arg);
-    return TG_E_NOMEM;
+  if (cx->n_after == cx->after_room) {
+    /* A step a repository the call takes (a listing takes every one): no fixed number. */
+    size_t room = cx->after_room ? 2 * cx->after_room : 4;
+    struct tg_call_after_step *grown = realloc(cx->after, room * sizeof *grown);
+    if (!grown) {
+      if (free_arg) free_arg(arg);
+      return TG_E_NOMEM;
+    }
+    cx->after = grown;
+    cx->after_room = room;
   }
   cx->after[cx->n_after++] = (struct tg_call_after_step){fn, arg, free_arg, on_failure};
   return TG_OK;
@@ -339,7 +346,9 @@ static int finish_after(tg_call_ctx *cx, bool committed) {
       tg_log(TG_LOG_WARN, "call to %s: a step after its rollback failed", cx->tool->name);
     if (step->free_arg) step->free_arg(step->arg);
   }
-  cx->n_after = 0;
+  free(cx->after);
+  cx->after = NULL;
+  cx->n_after = cx->after_room = 0;
   return r;
 }
 

@@ -51,7 +51,6 @@ typedef struct tg_call_result {
 int tg_call(const tg_env *env, const tg_call_request *req, tg_call_result *ret);
 void tg_call_result_done(tg_call_result *ret);
 
-#define TG_AFTER_MAX 4 /* after-commit steps of one call */
 typedef int (*tg_after_fn)(tg_call_ctx *cx, void *arg);
 
 /* The context a handler receives. */
@@ -72,15 +71,15 @@ struct tg_call_ctx {
     void *arg;
     void (*free_arg)(void *);
     bool on_failure; /* tg_call_on_failure's */
-  } after[TG_AFTER_MAX]; /* registered by tg_call_after and tg_call_on_failure */
-  size_t n_after;
+  } *after; /* registered by tg_call_after and tg_call_on_failure */
+  size_t n_after, after_room;
 };
 
 /* Registers fn(cx, arg) to run once the call's transaction has committed, outside any
  * transaction (never when it rolls back), in the order registered; free_arg(arg) runs in
  * every case. A step that fails (tg_fail, or a TG_E_* status) turns the call's answer into
  * that failure; the call's telemetry gets a row for it, and the step undoes or marks what the
- * committed transaction recorded. TG_E_NOMEM (arg freed) when TG_AFTER_MAX are registered. */
+ * committed transaction recorded. TG_E_NOMEM (arg freed) when there is no room for it. */
 int tg_call_after(tg_call_ctx *cx, tg_after_fn fn, void *arg, void (*free_arg)(void *));
 /* Registers fn(cx, arg) to run when the call's transaction rolls back instead (the handler,
  * a gate at the write or the commit failed), once it has, outside any transaction, on
