@@ -32,7 +32,7 @@ typedef struct call_state {
    * the outcome. */
   char *step;        /* "tool:NAME" */
   char *args_text;   /* the arguments, truncated, as JSON */
-  bool withheld;     /* they held a secret: so may an error message that names one */
+  bool withheld;     /* they held a secret (or could not be scanned for one) */
   char *called_text; /* the name the caller used, truncated, as a JSON string */
 } call_state;
 
@@ -157,23 +157,67 @@ static const char *level_of(tg_errcode code) {
   return "WARN";
 }
 
+/* The arguments as the secret scan reads them (scan_view): as much of them as a row keeps
+ * and a margin for a secret that the cut would halve. */
+#define ARGS_SCAN_BYTES (2 * TG_ARGS_LOG_MAX)
+typedef struct view {
+  char text[ARGS_SCAN_BYTES];
+  size_t len;
+} view;
+
+static void view_put(view *v, const char *text, size_t len) {
+  size_t n = len < sizeof v->text - v->len ? len : sizeof v->text - v->len;
+  memcpy(v->text + v->len, text, n);
+  v->len += n;
+}
+
+/* A member as KEY=VALUE, each string on a line of its own, decoded (a token after a newline
+ * or a quote starts a word there, as it does in the text the tool received). */
+static void scan_view(json_t *value, view *v) {
+  const char *key;
+  json_t *member;
+  size_t i;
+  if (json_is_string(value)) {
+    view_put(v, json_string_value(value), json_string_length(value));
+    view_put(v, "\n", 1);
+  } else if (json_is_object(value)) {
+    json_object_foreach(value, key, member) {
+      if (v->len == sizeof v->text) return;
+      view_put(v, key, strlen(key));
+      view_put(v, "=", 1);
+      if (!json_is_string(member)) view_put(v, "\n", 1);
+      scan_view(member, v);
+    }
+  } else if (json_is_array(value)) {
+    json_array_foreach(value, i, member) {
+      if (v->len == sizeof v->text) return;
+      scan_view(member, v);
+    }
+  }
+}
+
+/* Whether text, or as much of it as bytes, holds a secret; one that cannot be scanned (past
+ * the scan's bound on backtracking, or no rules) counts as one. hit names the rule. */
+static bool holds_secret(const char *text, size_t bytes, tg_secret_hit *hit) {
+  *hit = (tg_secret_hit){0};
+  return tg_secret_scan(text, bytes, hit) != 0;
+}
+
 /* Arguments that hold a secret (the body of an edit refused for it, say) are withheld from
- * the telemetry row, lest the secret outlive its call there: as much of them as a row keeps
- * is scanned, and a margin past it for a secret that the cut would halve. Arguments that
- * cannot be scanned (past the scan's bound on backtracking) are withheld too. */
-#define ARGS_SCAN_MARGIN 1024
+ * the telemetry row, lest the secret outlive its call there. */
 static json_t *logged_args(json_t *args, bool *withheld) {
+  view v;
+  v.len = 0;
+  scan_view(args, &v);
+  tg_secret_hit hit;
+  *withheld = holds_secret(v.text, v.len, &hit);
+  if (!*withheld) return tg_json_truncate(args, TG_ARGS_LOG_MAX);
   _cleanup_free_ char *text = tg_json_text(args);
   if (!text) return NULL;
-  size_t len = strlen(text);
-  tg_secret_hit hit = {0};
-  int r = tg_secret_scan(text, len < TG_ARGS_LOG_MAX + ARGS_SCAN_MARGIN
-                                   ? len : TG_ARGS_LOG_MAX + ARGS_SCAN_MARGIN, &hit);
-  if (r == TG_E_NOMEM) return NULL;
-  if (r == 0) return tg_json_truncate(args, TG_ARGS_LOG_MAX);
-  *withheld = true;
-  return json_pack("{s:s,s:s?,s:I}", "withheld", r == 1 ? "secret" : "unscanned", "rule",
-                   hit.rule, "bytes", (json_int_t)len);
+  json_int_t bytes = (json_int_t)strlen(text);
+  return hit.rule
+             ? json_pack("{s:s,s:s,s:I}", "withheld", "secret", "rule", hit.rule, "bytes", bytes)
+             : json_pack("{s:s,s:I}", "withheld", "unscanned", "bytes", bytes);
 }
 
 /* The parts of the telemetry row that do not depend on the outcome; once per call. */
@@ -211,7 +255,7 @@ static int write_telemetry(call_state *st, tg_db *db, tg_errcode code, const cha
   tg_now_iso(now);
   double ms = (double)(tg_monotonic_ns() - st->started_ns) / 1e6;
   _cleanup_free_ char *line = NULL;
-  bool told = code && !st->withheld;
+  bool told = code && message;
   if (asprintf(&line, "%s%s%.200s", code ? tg_errcode_name(code) : "ok", told ? ": " : "",
                told ? message : "") < 0)
     return TG_E_NOMEM;
@@ -263,6 +307,12 @@ static void record_failure(call_state *st, tg_errcode code, const char *message,
   if (!ran && !st->req->run_id) *st->run_id = '\0'; /* no run of its own was written */
   const tg_client_channel *ch = st->req->client;
   bool cancelled = ch && ch->cancel_heard && ch->cancel_heard(ch->self);
+  /* Scanned before the write lock is taken, which every writer waits for. A message may name
+   * an argument (a branch, a slug): it is kept only where no secret was seen. */
+  tg_secret_hit hit;
+  if (prepare_telemetry(st) < 0 || st->withheld ||
+      (message && holds_secret(message, strlen(message), &hit)))
+    message = NULL;
   int r = tg_db_begin(db);
   if (r == TG_OK && ran && !st->run_written)
     r = open_own_run(st, db, cancelled ? "cancelled" : "failed");

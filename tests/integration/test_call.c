@@ -27,6 +27,12 @@ static int item_write(tg_call_ctx *cx, json_t *args, json_t **ret) {
   if (fail && strcmp(fail, "tool") == 0)
     return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, json_pack("{s:s}", "why", "asked"),
                    "Failing as asked.");
+  if (fail && strcmp(fail, "echo") == 0) { /* a message that names an argument */
+    const char *note = json_string_value(json_object_get(args, "note"));
+    size_t len = strlen(note);
+    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, NULL, "No item ending %s.",
+                   note + (len > 60 ? len - 60 : 0));
+  }
   if (fail && strcmp(fail, "internal") == 0) return TG_E_DB;
   if (fail && strcmp(fail, "db") == 0) {
     tg_db_fail_after(cx->db, 1);
@@ -49,7 +55,7 @@ static const char kit_spec[] =
     "\"permissions\":[\"tasks.assign\"],"
     "\"inputSchema\":{\"type\":\"object\",\"required\":[\"note\"],\"properties\":{"
     "\"note\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":5000},"
-    "\"fail\":{\"enum\":[\"tool\",\"internal\",\"output\",\"db\"]}}},"
+    "\"fail\":{\"enum\":[\"tool\",\"echo\",\"internal\",\"output\",\"db\"]}}},"
     "\"outputSchema\":{\"type\":\"object\",\"required\":[\"ok\"],\"properties\":{\"ok\":{\"type\":\"boolean\"}}}},"
     "{\"name\":\"test.item.once\",\"description\":\"Writes a mission row, once a run.\","
     "\"surfaces\":[\"agent\"],\"effect\":\"write\",\"risk\":\"low\",\"permissions\":[],\"maxPerRun\":1,"
@@ -454,7 +460,8 @@ static void test_calls_attach_to_runs(void **state) {
 /* The writer writes an item with args; returns the arguments its telemetry row logged. */
 static json_t *logged_write(world *w, const char *args) {
   tg_call_result res;
-  assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.item.write", args, NULL, &res), 0);
+  assert_int_equal(
+      fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.item.write", args, NULL, &res), 0);
   tg_call_result_done(&res);
   _cleanup_json_ json_t *log = last_log(w->f);
   return json_incref(json_object_get(json_object_get(log, "metadata"), "args"));
@@ -474,37 +481,62 @@ static void test_telemetry_truncates_arguments(void **state) {
 }
 
 /* A secret in the arguments does not outlive its call in the telemetry row: the arguments
- * are withheld, also when the secret straddles where the row would cut them, and so is a
- * refusal's message, which may name an argument. */
+ * are withheld, as the tool would read them (after a newline, a tab or a quote), also when
+ * the secret straddles where the row would cut them; so is a refusal's message then, and one
+ * that names a secret past what was scanned. */
 static void test_telemetry_withholds_secrets(void **state) {
   world *w = *state;
   static const char token[] = "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB";
   char pad[TG_ARGS_LOG_MAX];
   memset(pad, 'x', sizeof pad);
-  for (int i = 0; i < 3; i++) {
-    char args[TG_ARGS_LOG_MAX + 200];
-    int padding = i == 1 ? TG_ARGS_LOG_MAX - 20 : 0; /* the token across the cut */
-    snprintf(args, sizeof args, "{\"note\":\"%.*s %s\"}", padding, pad, token);
-    tg_call_result res;
-    if (i < 2) assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.item.write", args, NULL, &res), 0);
-    else expect_refusal(w, w->reader, TG_SURFACE_AGENT, "writeItem", args, NULL, "permission_denied", &res);
-    tg_call_result_done(&res);
-    _cleanup_json_ json_t *log = last_log(w->f);
-    json_t *logged = json_object_get(json_object_get(log, "metadata"), "args");
-    assert_string_equal(json_string_value(json_object_get(logged, "withheld")), "secret");
-    assert_string_equal(json_string_value(json_object_get(logged, "rule")), "github_pat_classic");
-    assert_int_equal(json_integer_value(json_object_get(logged, "bytes")), strlen(args));
-    assert_string_equal(json_string_value(json_object_get(log, "message")),
-                        i < 2 ? "ok" : "permission_denied");
-    _cleanup_free_ char *row = json_dumps(log, 0);
-    assert_null(strstr(row, "ghp_"));
-  }
-  /* Past the margin, a secret is cut away unread. */
+  static const struct { const char *before, *secret, *rule; } cases[] = {
+      {" ", token, "github_pat_classic"},
+      {"# creds\\n", token, "github_pat_classic"},
+      {"key:\\t", "AKIAABCDEFGHIJKLMNOP", "aws_access_key"},
+      {" API_KEY=\\\"", "Zq8vL2mN4pR7sT9wX1yB3cD5\\\"", "high_entropy_assignment"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+    for (int i = 0; i < 3; i++) {
+      char args[TG_ARGS_LOG_MAX + 200];
+      int padding = i == 1 ? TG_ARGS_LOG_MAX - 20 : 0; /* the secret across the cut */
+      snprintf(args, sizeof args, "{\"note\":\"%.*s%s%s\"}", padding, pad, cases[c].before,
+               cases[c].secret);
+      tg_call_result res;
+      if (i < 2)
+        assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.item.write", args,
+                                      NULL, &res),
+                         0);
+      else
+        expect_refusal(w, w->reader, TG_SURFACE_AGENT, "writeItem", args, NULL,
+                       "permission_denied", &res);
+      tg_call_result_done(&res);
+      _cleanup_json_ json_t *log = last_log(w->f);
+      json_t *logged = json_object_get(json_object_get(log, "metadata"), "args");
+      const char *withheld = json_string_value(json_object_get(logged, "withheld"));
+      if (!withheld || strcmp(withheld, "secret") != 0)
+        fail_msg("case %zu.%d logged %s", c, i, json_dumps(logged, 0));
+      assert_string_equal(json_string_value(json_object_get(logged, "rule")), cases[c].rule);
+      assert_int_equal(json_integer_value(json_object_get(logged, "bytes")), strlen(args));
+      assert_string_equal(json_string_value(json_object_get(log, "message")),
+                          i < 2 ? "ok" : "permission_denied");
+    }
+  /* Past the margin, a secret is cut away unread; a message that names it is left out. */
   char args[3 * TG_ARGS_LOG_MAX];
-  snprintf(args, sizeof args, "{\"note\":\"%.*s%.*s%.*s %s\"}", TG_ARGS_LOG_MAX, pad,
-           TG_ARGS_LOG_MAX, pad, TG_ARGS_LOG_MAX / 2, pad, token);
-  _cleanup_json_ json_t *logged = logged_write(w, args);
+  snprintf(args, sizeof args, "{\"note\":\"%.*s%.*s%.*s %s\",\"fail\":\"echo\"}",
+           TG_ARGS_LOG_MAX, pad, TG_ARGS_LOG_MAX, pad, TG_ARGS_LOG_MAX / 2, pad, token);
+  tg_call_result res;
+  assert_int_equal(
+      fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.item.write", args, NULL, &res),
+      TG_E_TOOL);
+  _cleanup_free_ char *told = json_dumps(res.value, 0);
+  assert_non_null(strstr(told, "ghp_")); /* the caller is told */
+  tg_call_result_done(&res);
+  _cleanup_json_ json_t *log = last_log(w->f);
+  json_t *logged = json_object_get(json_object_get(log, "metadata"), "args");
   assert_true(json_is_true(json_object_get(logged, "truncated")));
+  assert_string_equal(json_string_value(json_object_get(log, "message")), "precondition_failed");
+  _cleanup_free_ char *row = json_dumps(log, 0);
+  assert_null(strstr(row, "ghp_"));
 }
 
 static void test_budget_stops_writes_not_reads(void **state) {

@@ -132,7 +132,8 @@ static long count(world *w, const char *sql) {
 
 /* The worker's openPullRequest on a new branch, with hook as tg_git_test_before_move: it
  * must fail concurrent_write. */
-static void pr_fails_concurrent_write(world *w, void (*hook)(const char *repo_path, const char *branch),
+static void pr_fails_concurrent_write(world *w,
+                                      void (*hook)(const char *repo_path, const char *branch),
                                       const char *branch) {
   char args[256];
   snprintf(args, sizeof args,
@@ -1243,7 +1244,8 @@ static void test_branch_given_up_first_is_deleted(void **state) {
   _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
   hooked = w;
   pr_fails_concurrent_write(w, give_up_before_move, "aba-pr");
-  assert_int_not_equal(sh("git --git-dir=%s rev-parse -q --verify refs/heads/aba-pr >/dev/null", dir), 0);
+  assert_int_not_equal(
+      sh("git --git-dir=%s rev-parse -q --verify refs/heads/aba-pr >/dev/null", dir), 0);
 }
 
 /* A new repository's first commit is moved onto its branch before the call's transaction;
@@ -1268,7 +1270,8 @@ static void test_failed_first_use_leaves_no_branch(void **state) {
     json_decref(expect(w, agent, failing[i].tool, failing[i].args, NULL, failing[i].code));
     _cleanup_free_ char *refs = out("git --git-dir=%s for-each-ref", dir);
     if (*refs) fail_msg("%s failed but left %s", failing[i].tool, refs);
-    assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM repos WHERE path LIKE '%/fresh/data.git'"), 0);
+    assert_int_equal(
+        count(w, "SELECT COUNT(*) AS n FROM repos WHERE path LIKE '%/fresh/data.git'"), 0);
   }
   json_decref(expect(w, agent, "commitToRepo",
                      "{\"files\":[{\"path\":\"a.md\",\"content\":\"a\",\"mode\":\"add\"}],"
