@@ -291,6 +291,7 @@ int tg_git_commit(tg_git *g, const char *parent_sha, const tg_git_change *change
  * another writer holds the lock file for the moment it moves the ref. */
 typedef int ref_change_fn(tg_git *g, const char *ref, void *arg);
 static int change_ref(tg_git *g, const char *ref, ref_change_fn *change, void *arg, int wait_ms) {
+  if (tg_git_test_before_move) tg_git_test_before_move(g->path, ref + strlen("refs/heads/"));
   int e;
   for (int waited = 0;; waited += MOVE_LOCKED_WAIT_MS) {
     e = change(g, ref, arg);
@@ -321,7 +322,6 @@ int tg_git_move(tg_git *g, const char *branch, const char *old_sha, const char *
   if (branch_ref(branch, ref, sizeof ref) < 0 || parse_sha(new_sha, &new_id) < 0 ||
       (old_sha && parse_sha(old_sha, &old_id) < 0))
     return TG_E_INVAL;
-  if (tg_git_test_before_move) tg_git_test_before_move(g->path, branch);
   move_change m = {old_sha ? &old_id : NULL, &new_id, why};
   int e = change_ref(g, ref, move_ref, &m, wait_ms);
   if (e == GIT_EMODIFIED || e == GIT_EEXISTS || (old_sha && e == GIT_ENOTFOUND))

@@ -92,6 +92,6 @@ int tg_git_merge(tg_git *g, const char *base_sha, const char *head_sha, const ch
                  const char *email, const char *message, char sha[TG_GIT_SHA_LEN + 1],
                  bool *fast_forward, bool *up_to_date, json_t **conflicts);
 
-/* Test hook: called just before a branch moves, so a test can play a concurrent writer.
- * NULL in production. */
+/* Test hook: called just before a branch moves or is deleted, so a test can play a
+ * concurrent writer. NULL in production. */
 extern void (*tg_git_test_before_move)(const char *repo_path, const char *branch);

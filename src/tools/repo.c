@@ -406,9 +406,8 @@ int tg_repo_tip(tg_call_ctx *cx, tg_scope_repo *repo, const char *branch,
 
 /* A new repository's first commit, whose move its call made before its transaction. */
 typedef struct initial {
-  char *path;
-  char tenant_id[TG_UUID_LEN + 1], owner_id[TG_UUID_LEN + 1];
-  const char *name; /* static: "mission", "data" or "website" */
+  char *path; /* the folder */
+  char tenant_id[TG_UUID_LEN + 1], rel_path[sizeof ((tg_scope_repo *)0)->rel_path];
   char branch[TG_GIT_BRANCH_MAX + 1], sha[TG_GIT_SHA_LEN + 1];
 } initial;
 
@@ -429,9 +428,8 @@ static int take_back_initial(tg_call_ctx *cx, void *arg) {
   tg_git *git = NULL;
   int r = tg_db_begin(db);
   if (r < 0) return r;
-  r = tg_db_query_row(db,
-                      "SELECT id FROM repos WHERE tenant_id = $1 AND scope_id = $2 AND name = $3",
-                      json_pack("[sss]", i->tenant_id, i->owner_id, i->name), &row);
+  r = tg_db_query_row(db, "SELECT id FROM repos WHERE tenant_id = $1 AND path = $2",
+                      json_pack("[ss]", i->tenant_id, i->rel_path), &row);
   if (r == TG_OK && !row) r = tg_git_open(i->path, i->branch, &git);
   if (r == TG_OK && !row) r = tg_git_remove(git, i->branch, i->sha, 0);
   if (r == TG_E_CONSTRAINT)
@@ -475,8 +473,7 @@ static int initialize(tg_call_ctx *cx, tg_scope_repo *repo, const char *tenant_i
   if (!i) return TG_E_NOMEM;
   i->path = TAKE_PTR(owned_path);
   snprintf(i->tenant_id, sizeof i->tenant_id, "%s", tenant_id);
-  snprintf(i->owner_id, sizeof i->owner_id, "%s", repo->owner_id);
-  i->name = repo->name;
+  snprintf(i->rel_path, sizeof i->rel_path, "%s", repo->rel_path);
   snprintf(i->branch, sizeof i->branch, "%s", move.branch);
   snprintf(i->sha, sizeof i->sha, "%s", move.new_sha);
   return tg_call_on_failure(cx, take_back_initial, i, initial_free);

@@ -1248,8 +1248,16 @@ static void test_branch_given_up_first_is_deleted(void **state) {
       sh("git --git-dir=%s rev-parse -q --verify refs/heads/aba-pr >/dev/null", dir), 0);
 }
 
+/* tg_git_test_before_move: another writer builds on main before its second change there (a
+ * failed call's take-back of its first commit). */
+static void move_main_before_take_back(const char *repo_path, const char *branch) {
+  (void)repo_path;
+  if (strcmp(branch, "main") == 0 && ++moves_seen == 2) move_main_outside(hooked_dir);
+}
+
 /* A new repository's first commit is moved onto its branch before the call's transaction;
- * a call that then fails takes it back: no branch points at a commit no row records. */
+ * a call that then fails takes it back: no branch points at a commit no row records. Unless
+ * another writer built on it meanwhile: then the branch stays. */
 static void test_failed_first_use_leaves_no_branch(void **state) {
   world *w = *state;
   owner_call(w->f, "work.work.create", "{\"slug\":\"fresh\",\"missionSlug\":\"m1\"}");
@@ -1279,6 +1287,18 @@ static void test_failed_first_use_leaves_no_branch(void **state) {
                      NULL, ""));
   _cleanup_free_ char *commits = out("git --git-dir=%s rev-list --count main", dir);
   assert_string_equal(commits, "2\n");
+
+  owner_call(w->f, "work.work.create", "{\"slug\":\"fresh2\",\"missionSlug\":\"m1\"}");
+  fixture_agent(w->f, "{\"slug\":\"fresher2\",\"scope\":\"work:fresh2\"," GRANTS "}", agent);
+  _cleanup_free_ char *dir2 = repo_dir(w, "works/fresh2/data");
+  snprintf(hooked_dir, sizeof hooked_dir, "%s", dir2);
+  moves_seen = 0;
+  tg_git_test_before_move = move_main_before_take_back;
+  json_decref(expect(w, agent, failing[0].tool, failing[0].args, NULL, failing[0].code));
+  tg_git_test_before_move = NULL;
+  assert_int_equal(moves_seen, 2);
+  _cleanup_free_ char *history = out("git --git-dir=%s log --format=%%s main", dir2);
+  assert_string_equal(history, "outside\nInitialize work:fresh2/data\n");
 }
 
 /* tg_git_test_before_move: another program moves main before the first move of main. */
