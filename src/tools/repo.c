@@ -432,9 +432,12 @@ static int take_back_initial(tg_call_ctx *cx, void *arg) {
                       json_pack("[ss]", i->tenant_id, i->rel_path), &row);
   if (r == TG_OK && !row) r = tg_git_open(i->path, i->branch, &git);
   if (r == TG_OK && !row) r = tg_git_remove(git, i->branch, i->sha, 0);
-  if (r == TG_E_CONSTRAINT)
-    tg_log(TG_LOG_WARN, "repo: %s moved on from its first commit, which a failed call made; "
-                        "left as it is", i->path);
+  /* Another writer's value stands: no failure of this step. */
+  if (r == TG_E_CONSTRAINT) {
+    tg_log(TG_LOG_INFO, "repo: branch %s of %s moved on from (or left) the first commit a "
+                        "failed call made; left as it is", i->branch, i->path);
+    r = TG_OK;
+  }
   tg_db_rollback(db);
   tg_git_close(git);
   return r;
