@@ -1248,11 +1248,14 @@ static void test_branch_given_up_first_is_deleted(void **state) {
       sh("git --git-dir=%s rev-parse -q --verify refs/heads/aba-pr >/dev/null", dir), 0);
 }
 
-/* tg_git_test_before_move: another writer builds on main before its second change there (a
- * failed call's take-back of its first commit). */
-static void move_main_before_take_back(const char *repo_path, const char *branch) {
+static int move_main_at; /* which change of main move_main_before_change comes before */
+
+/* tg_git_test_before_move: another writer builds on main before its change number
+ * move_main_at (counted in moves_seen). */
+static void move_main_before_change(const char *repo_path, const char *branch) {
   (void)repo_path;
-  if (strcmp(branch, "main") == 0 && ++moves_seen == 2) move_main_outside(hooked_dir);
+  if (strcmp(branch, "main") == 0 && ++moves_seen == move_main_at)
+    move_main_outside(hooked_dir);
 }
 
 /* A new repository's first commit is moved onto its branch before the call's transaction;
@@ -1293,7 +1296,8 @@ static void test_failed_first_use_leaves_no_branch(void **state) {
   _cleanup_free_ char *dir2 = repo_dir(w, "works/fresh2/data");
   snprintf(hooked_dir, sizeof hooked_dir, "%s", dir2);
   moves_seen = 0;
-  tg_git_test_before_move = move_main_before_take_back;
+  move_main_at = 2; /* the take-back of the failed call's first commit */
+  tg_git_test_before_move = move_main_before_change;
   json_decref(expect(w, agent, failing[0].tool, failing[0].args, NULL, failing[0].code));
   tg_git_test_before_move = NULL;
   assert_int_equal(moves_seen, 2);
@@ -1301,11 +1305,6 @@ static void test_failed_first_use_leaves_no_branch(void **state) {
   assert_string_equal(history, "outside\nInitialize work:fresh2/data\n");
 }
 
-/* tg_git_test_before_move: another program moves main before the first move of main. */
-static void move_main_before_first_move(const char *repo_path, const char *branch) {
-  (void)repo_path;
-  if (strcmp(branch, "main") == 0 && ++moves_seen == 1) move_main_outside(hooked_dir);
-}
 
 /* A branch another git writer keeps locked holds back its own recorded moves only: those of
  * the repository's other branches are finished by the next use. */
@@ -1330,7 +1329,8 @@ static void test_locked_branch_holds_back_only_its_moves(void **state) {
   assert_int_equal(count(w, sql), 1);
   /* Nor does it hold back a call on another branch, which another program moved as it ran:
    * told so at once, not that a branch stayed locked. */
-  json_t *v = commit_hooked(w, dir, move_main_before_first_move, "raced.md");
+  move_main_at = 1;
+  json_t *v = commit_hooked(w, dir, move_main_before_change, "raced.md");
   assert_string_equal(reason_of(v), "concurrent_write");
   json_decref(v);
   assert_int_equal(sh("rm %s/refs/heads/held-back.lock", dir), 0);
