@@ -448,6 +448,50 @@ static bool not_json(const json_error_t *e) {
          why != json_error_stack_overflow && why != json_error_out_of_memory && !lone_surrogate;
 }
 
+/* Whether the integer of digits (n of them, no sign) is past what jansson holds (int64). */
+static bool past_int64(const char *digits, size_t n, bool negative) {
+  static const char max[] = "9223372036854775807", min[] = "9223372036854775808";
+  size_t width = sizeof max - 1;
+  return n > width || (n == width && memcmp(digits, negative ? min : max, width) > 0);
+}
+
+/* JSON bounds no integer, and a JavaScript client writes numbers below 1e21 in digits
+ * (JSON.stringify(1e19)), but jansson reads past 64 bits only reals: the text is read again
+ * with a fraction given to each integer past 64 bits (an id so widened is no valid id). NULL
+ * when it still cannot be read, or none was widened. */
+static json_t *load_widened(const char *buf, size_t len, size_t flags) {
+  /* Each integer widened has 19 digits at least, and gains two bytes. */
+  _cleanup_free_ char *out = malloc(len + 2 * (len / 19 + 1));
+  if (!out) return NULL;
+  size_t o = 0, widened = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < len;) {
+    char ch = buf[i];
+    if (in_string || (ch != '-' && !isdigit((unsigned char)ch)) ||
+        (i > 0 && scalar_byte(buf[i - 1]))) {
+      if (in_string) {
+        in_string = escaped || ch != '"';
+        escaped = !escaped && ch == '\\';
+      } else {
+        in_string = ch == '"';
+      }
+      out[o++] = buf[i++];
+      continue;
+    }
+    size_t start = i, digits = i + (ch == '-');
+    for (i = digits; i < len && isdigit((unsigned char)buf[i]);) i++;
+    memcpy(out + o, buf + start, i - start);
+    o += i - start;
+    bool integer = i == len || (buf[i] != '.' && buf[i] != 'e' && buf[i] != 'E');
+    if (integer && past_int64(buf + digits, i - digits, ch == '-')) {
+      memcpy(out + o, ".0", 2);
+      o += 2;
+      widened++;
+    }
+  }
+  return widened ? json_loadb(out, o, flags, NULL) : NULL;
+}
+
 static int parse_error(const json_error_t *e, json_t **ret_error) {
   return fail(NULL, TG_RPC_PARSE_ERROR, "Parse error",
               json_pack("{s:s,s:i}", "reason", e->text, "position", e->position), ret_error);
@@ -498,9 +542,11 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
   json_error_t jerr;
   /* Any JSON value: one that is no object is valid JSON, yet no message (-32600). */
   json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+  if (!root && json_error_code(&jerr) == json_error_numeric_overflow)
+    root = load_widened(buf, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY);
   if (!root) {
-    /* JSON that says too much (a number past what a double or 64 bits hold, a key given
-     * twice) is read, yet no message: -32600. Only JSON that cannot be read is -32700; past
+    /* JSON that says too much (a number past what a double holds, a key given twice) is
+     * read, yet no message: -32600. Only JSON that cannot be read is -32700; past
      * a key given twice, jansson reads on once told to take it. */
     enum json_error_code why = json_error_code(&jerr);
     if (why == json_error_duplicate_key) {

@@ -119,7 +119,8 @@ static void test_shape_errors(void **state) {
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1}", TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{},\"error\":{\"code\":1}}", TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":\"x\"}}", TG_RPC_INVALID_REQUEST);
-  /* Read, yet too much for a message: a key twice, numbers past a double or 64 bits. */
+  /* Read, yet too much for a message: a key twice, an id past 64 bits, a number past a
+   * double. */
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"id\":2,\"method\":\"ping\"}", TG_RPC_INVALID_REQUEST);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":99999999999999999999,\"method\":\"ping\"}",
              TG_RPC_INVALID_REQUEST);
@@ -140,6 +141,39 @@ static void test_shape_errors(void **state) {
 #undef WITH_NUL
   for (size_t i = 0; i < sizeof with_nul / sizeof *with_nul; i++)
     json_decref(decode_fails(with_nul[i].text, with_nul[i].len, TG_RPC_PARSE_ERROR));
+}
+
+/* An integer past 64 bits, as JavaScript writes numbers below 1e21, is read as the real it
+ * names; one within 64 bits stays an integer, digits in a string stay as they are, and an id
+ * past 64 bits is still refused (a real is no id). */
+static void test_integers_past_64_bits(void **state) {
+  (void)state;
+  static const char text[] =
+      "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"x\",\"params\":{\"big\":10000000000000000000,"
+      "\"low\":-9223372036854775809,\"max\":9223372036854775807,\"min\":-9223372036854775808,"
+      "\"s\":\"\\\"12345678901234567890123\",\"r\":[1.5e3,99999999999999999999e1]}}";
+  tg_rpc_msg msg;
+  json_t *err = NULL;
+  assert_int_equal(tg_rpc_decode(text, strlen(text), &msg, &err), 0);
+  assert_null(err);
+  json_t *big = json_object_get(msg.params, "big"), *low = json_object_get(msg.params, "low");
+  assert_true(json_is_real(big));
+  assert_true(json_real_value(big) == 1e19);
+  assert_true(json_is_real(low));
+  assert_true(json_real_value(low) == -9223372036854775809.0);
+  assert_true(json_integer_value(json_object_get(msg.params, "max")) == INT64_MAX);
+  assert_true(json_integer_value(json_object_get(msg.params, "min")) == INT64_MIN);
+  assert_string_equal(json_string_value(json_object_get(msg.params, "s")),
+                      "\"12345678901234567890123");
+  assert_true(json_real_value(json_array_get(json_object_get(msg.params, "r"), 1)) == 1e21);
+  assert_int_equal(json_integer_value(msg.id), 3);
+  tg_rpc_msg_done(&msg);
+  fails_with("{\"jsonrpc\":\"2.0\",\"id\":99999999999999999999,\"method\":\"ping\"}",
+             TG_RPC_INVALID_REQUEST);
+  /* Widened, a key given twice is still told. */
+  fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{\"a\":1,"
+             "\"b\":10000000000000000000,\"a\":2}}",
+             TG_RPC_INVALID_REQUEST);
 }
 
 static void test_error_echoes_readable_id(void **state) {
@@ -590,6 +624,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_kinds),
       cmocka_unit_test(test_shape_errors),
+      cmocka_unit_test(test_integers_past_64_bits),
       cmocka_unit_test(test_error_echoes_readable_id),
       cmocka_unit_test(test_limits),
       cmocka_unit_test(test_values_bounded),
