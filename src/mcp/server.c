@@ -920,9 +920,6 @@ static int m_tools_call(cx *c, json_t *params, json_t **ret) {
   if (json_is_null(args)) args = NULL;
   json_t *meta = json_object_get(params, "_meta");
   json_t *progress_token = json_object_get(meta, "progressToken");
-  if (progress_token && !json_is_string(progress_token) && !json_is_number(progress_token))
-    return rpc_fail(c, TG_RPC_INVALID_PARAMS, "_meta.progressToken must be a string or a number",
-                    NULL);
   const state_subject subject = {"tools/call", name, args};
   _cleanup_json_ json_t *round = NULL;
   int rr = read_round(c, params, &subject, &round);
@@ -1622,7 +1619,8 @@ static int check_legacy(cx *c, tg_mcp_reply *reply) {
                     "initialize opens a 2025-11-25 session; MCP-Protocol-Version names another",
                     NULL, 400, reply);
   else if (modern_header)
-    r = reply_error(msg, TG_RPC_INVALID_PARAMS, "A 2026-07-28 request needs params._meta",
+    r = reply_error(msg, TG_RPC_INVALID_PARAMS,
+                    "A 2026-07-28 request names its protocol version in params._meta",
                     json_pack("{s:[s,s]}", "required", META_VERSION, META_CAPS), 400, reply);
   else if (h && h->protocol_version && !tg_mcp_legacy_supported(h->protocol_version))
     r = reply_error(msg, TG_RPC_INVALID_REQUEST, "Unsupported MCP-Protocol-Version", NULL, 400,
@@ -1651,7 +1649,8 @@ static int check_pinned(cx *c, tg_mcp_reply *reply) {
   /* The discover probe too: what it would say supported, this connection does not take. */
   if (c->modern && s->era == TG_MCP_ERA_LEGACY)
     r = reply_error(msg, TG_RPC_UNSUPPORTED_VERSION,
-                    "This connection speaks the 2025 protocol: it began without params._meta",
+                    "This connection speaks the 2025 protocol, chosen by a request without "
+                    "params._meta before",
                     json_pack("{s:[s],s:s}", "supported", s->version[0] ? s->version : TG_MCP_LEGACY_VERSION,
                               "requested", TG_MCP_MODERN_VERSION),
                     400, reply);
@@ -1668,7 +1667,8 @@ static int check_pinned(cx *c, tg_mcp_reply *reply) {
                     400, reply);
   else if (!c->modern && s->era == TG_MCP_ERA_MODERN)
     r = reply_error(msg, TG_RPC_INVALID_PARAMS,
-                    "This connection speaks 2026-07-28: a request needs params._meta",
+                    "This connection speaks 2026-07-28: a request names its protocol version in "
+                    "params._meta",
                     json_pack("{s:[s,s]}", "required", META_VERSION, META_CAPS), 400, reply);
   else
     return 0;
@@ -1749,6 +1749,13 @@ static int reply_of(cx *c, const method *m, int r, json_t *result, tg_mcp_reply 
   return reply->text ? 0 : TG_E_NOMEM;
 }
 
+/* A request's progress token is a string or a number (MCP's ProgressToken), whatever its
+ * method, though only tools/call sends progress. */
+static bool progress_token_valid(const json_t *params) {
+  json_t *token = json_object_get(json_object_get(params, "_meta"), "progressToken");
+  return !token || json_is_string(token) || json_is_number(token);
+}
+
 int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_rpc_msg *msg,
                   tg_mcp_reply *reply) {
   if (msg->kind == TG_RPC_BATCH) return tg_mcp_handle_batch(srv, req, msg, NULL, NULL, reply);
@@ -1781,6 +1788,9 @@ int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_
   /* Not begun before its transport gave up on every answer: said so, as a client may retry. */
   if (req->abandoned && atomic_load(req->abandoned))
     r = rpc_fail(&c, TG_RPC_INTERNAL_ERROR, "The server is stopping", NULL);
+  else if (!progress_token_valid(msg->params))
+    r = rpc_fail(&c, TG_RPC_INVALID_PARAMS, "_meta.progressToken must be a string or a number",
+                 NULL);
   else
     r = m->fn(&c, msg->params, &result);
   r = reply_of(&c, m, r, result, reply);

@@ -848,6 +848,18 @@ static void test_progress_and_logging(void **state) {
     assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
     json_decref(r);
   }
+  /* So on any method, though only tools/call sends progress. */
+  static const char *const other_methods[] = {"tools/list", "ping", "prompts/list"};
+  for (size_t i = 0; i < sizeof other_methods / sizeof other_methods[0]; i++) {
+    char text[200];
+    snprintf(text, sizeof text,
+             "{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"%s\",\"params\":{\"_meta\":"
+             "{\"progressToken\":{\"x\":1}}}}",
+             other_methods[i]);
+    r = send_msg(w, text, NULL, NULL);
+    assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+    json_decref(r);
+  }
   assert_int_equal(json_array_size(w->sent), 0);
   assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs);
   /* No log level set: no log messages. */
