@@ -1599,7 +1599,8 @@ static void run_call(worker *w, tg_db *db) {
     tg_env env = server_env(s, db);
     tg_mcp_io io = {.self = w, .send = worker_send, .ask = w->sess ? worker_ask : NULL,
                     .close_stream = worker_close_stream};
-    tg_mcp_request req = {.env = &env, .principal_id = w->principal, .session = &w->scratch,
+    tg_mcp_request req = {.env = &env, .principal_id = w->principal,
+                          .token_hash = w->token_hash, .session = &w->scratch,
                           .headers = &w->headers, .io = &io, .inflight = w->inflight,
                           .abandoned = &s->past_grace,
                           .watch = w->sess ? w->sess->watch : NULL};
@@ -1752,6 +1753,7 @@ typedef struct opened {
   session *x;
   listener *l;
   stream *call;
+  bool tasks; /* the tasks the token started */
   char hash[TG_TOKEN_HASH_LEN + 1];
 } opened;
 
@@ -1764,9 +1766,17 @@ static int by_hash(const void *a, const void *b) {
  * stops) and its stateless calls (cancelled, as when their client leaves). Each request is
  * checked as it comes; these live on past that, so the sweeper looks. */
 static void end_revoked(server *s, tg_db *db) {
+  _cleanup_json_ json_t *task_tokens = tg_mcp_tasks_token_hashes(s->mcp.tasks);
   pthread_mutex_lock(&s->lock);
-  size_t cap = s->n_sessions + s->n_listeners + s->n_token_calls, n = 0;
+  size_t cap = s->n_sessions + s->n_listeners + s->n_token_calls + json_array_size(task_tokens),
+         n = 0;
   opened *all = cap ? malloc(cap * sizeof *all) : NULL;
+  size_t i;
+  json_t *hash;
+  json_array_foreach(all ? task_tokens : NULL, i, hash) {
+    all[n] = (opened){.tasks = true};
+    snprintf(all[n++].hash, sizeof all->hash, "%s", json_string_value(hash));
+  }
   for (session *x = s->sessions; all && x; x = x->next) {
     if (!x->token_hash[0]) continue;
     x->refs++;
@@ -1791,10 +1801,14 @@ static void end_revoked(server *s, tg_db *db) {
   /* Each token looked up once: the sessions and streams of one token side by side. */
   if (n) qsort(all, n, sizeof *all, by_hash);
   bool revoked = false;
-  for (size_t i = 0; i < n; i++) {
+  for (i = 0; i < n; i++) {
     char id[TG_UUID_LEN + 1];
     if (i == 0 || strcmp(all[i].hash, all[i - 1].hash) != 0)
       revoked = tg_principal_by_token_hash(db, all[i].hash, NULL, id) == TG_E_NOTFOUND;
+    if (all[i].tasks) {
+      if (revoked) tg_mcp_tasks_end_token(s->mcp.tasks, all[i].hash);
+      continue;
+    }
     if (all[i].call) {
       if (revoked) {
         pthread_mutex_lock(&all[i].call->lock);
@@ -2653,8 +2667,8 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   }
   tg_mcp_io io = {.self = w, .send = worker_send};
   int fd = connection_fd(conn);
-  tg_mcp_request req = {.env = &env, .principal_id = principal, .session = &w->scratch,
-                        .headers = &w->headers, .io = sse_call ? &io : NULL,
+  tg_mcp_request req = {.env = &env, .principal_id = principal, .token_hash = w->token_hash,
+                        .session = &w->scratch, .headers = &w->headers, .io = sse_call ? &io : NULL,
                         .inflight = w->sess ? w->sess->inflight : w->st ? w->st->inflight : NULL,
                         .abandoned = &s->past_grace,
                         /* Without a session, a client cancels by going away. */

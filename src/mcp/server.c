@@ -888,7 +888,8 @@ static int tasks_required(cx *c) {
 static int start_task(cx *c, call_channel *ch, const tg_tool *tool, json_t *args,
                       json_t *responses, const char *state, json_t **task, int *status,
                       tg_call_result *res) {
-  tg_mcp_task_call call = {.principal_id = c->req->principal_id, .tool = tool, .args = args,
+  tg_mcp_task_call call = {.principal_id = c->req->principal_id,
+                           .token_hash = c->req->token_hash, .tool = tool, .args = args,
                            .capabilities = c->caps, .input_responses = responses,
                            .request_state = state, .cancelled = channel_cancelled,
                            .check_result = channel_check_result, .arg = ch,

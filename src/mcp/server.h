@@ -94,6 +94,9 @@ void tg_mcp_server_done(tg_mcp_server *srv);
 typedef struct tg_mcp_request {
   const tg_env *env;        /* this thread's registry and connection */
   const char *principal_id; /* who calls */
+  /* Of the token the request came with (NULL or "": none), for what outlives the request
+   * (a task) to end with the token. */
+  const char *token_hash;
   tg_mcp_session *session;  /* never NULL; a scratch one for stateless HTTP requests */
   const tg_mcp_headers *headers; /* NULL on stdio */
   const tg_mcp_io *io;

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/principal.h"
 #include "mcp/jsonrpc.h"
 #include "mcp/server.h"
 #include "util/cleanup.h"
@@ -40,6 +41,7 @@ typedef struct task {
   tg_mcp_tasks *store;
   char id[TASK_ID_LEN + 1]; /* the id is all a client needs to reach the task */
   char principal[TG_UUID_LEN + 1];
+  char token_hash[TG_TOKEN_HASH_LEN + 1]; /* of the token that started it; "": none */
   const tg_tool *tool;
   json_t *args, *caps; /* what its rounds run with, dropped once it ended */
   tg_db *db; /* the thread's, opened by the starter */
@@ -50,6 +52,7 @@ typedef struct task {
   bool cancel;
   bool heard_cancel; /* its handler learnt of cancel: a failure is then its giving up */
   bool stopped;  /* cancelled by the server's stop, not by its client */
+  bool revoked;  /* cancelled as the token that started it was revoked */
   bool unanswered; /* cancelled as its input did not come in time */
   bool ended_waiting; /* ended as it waited for (or asked for) input: no call of it ran to
                        * audit its end */
@@ -569,6 +572,7 @@ static ending ending_locked(const task *k) {
     e.level = k->stopped || k->unanswered ? "WARN" : "INFO";
     e.why = k->stopped      ? "cancelled: " STOPPED_MESSAGE
             : k->unanswered ? "cancelled: " UNANSWERED_MESSAGE
+            : k->revoked    ? "cancelled: the token that started it was revoked"
                             : "cancelled: its client cancelled it as it waited for input";
   }
   return e;
@@ -1133,6 +1137,7 @@ static int new_task(tg_mcp_tasks *t, const tg_mcp_task_call *call, task **ret) {
   k->created = k->updated = tg_now_ms();
   k->touched = tg_monotonic_ms();
   snprintf(k->principal, sizeof k->principal, "%s", call->principal_id);
+  snprintf(k->token_hash, sizeof k->token_hash, "%s", call->token_hash ? call->token_hash : "");
   k->args = call->args ? json_deep_copy(call->args) : NULL;
   k->caps = call->capabilities ? json_deep_copy(call->capabilities) : json_object();
   k->answers = call->input_responses ? json_deep_copy(call->input_responses) : NULL;
@@ -1297,6 +1302,38 @@ int tg_mcp_tasks_cancel(tg_mcp_tasks *t, tg_db *db, const char *principal_id, co
   }
   unlock_publishing(t);
   return k ? 0 : not_here(t, db, principal_id, id, NULL); /* ended: nothing to stop */
+}
+
+json_t *tg_mcp_tasks_token_hashes(tg_mcp_tasks *t) {
+  json_t *hashes = json_object();
+  pthread_mutex_lock(&t->lock);
+  for (task *k = t->list; hashes && k; k = k->next)
+    if (k->token_hash[0] && !terminal(k->ends_as) &&
+        json_object_set_new(hashes, k->token_hash, json_true()) < 0) {
+      json_decref(hashes);
+      hashes = NULL;
+    }
+  pthread_mutex_unlock(&t->lock);
+  json_t *list = hashes ? json_array() : NULL;
+  const char *hash;
+  json_t *unused;
+  json_object_foreach(list ? hashes : NULL, hash, unused) {
+    if (json_array_append_new(list, json_string(hash)) < 0) {
+      json_decref(list);
+      list = NULL;
+      break;
+    }
+  }
+  json_decref(hashes);
+  return list;
+}
+
+void tg_mcp_tasks_end_token(tg_mcp_tasks *t, const char *hash) {
+  pthread_mutex_lock(&t->lock);
+  for (task *k = t->list; k; k = k->next)
+    if (strcmp(k->token_hash, hash) == 0 && !terminal(k->ends_as)) k->cancel = k->revoked = true;
+  pthread_cond_broadcast(&t->changed);
+  unlock_publishing(t);
 }
 
 /* ---- observers ---- */

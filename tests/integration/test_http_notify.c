@@ -35,6 +35,8 @@
 #include "http/server.h"
 #include "tools/conformance.h"
 #include "tools/providers.h"
+#include "util/ids.h"
+#include "util/json.h"
 #include "util/status.h"
 
 #define HANG_GUARD_S 30 /* a wait this long means the server hung: not a timing check */
@@ -2305,6 +2307,61 @@ static void test_a_stop_gives_tasks_at_work_its_grace(void **state) {
                    1);
 }
 
+/* The status of task id, read with the token w acts as. */
+static char *task_status(world *w, const char *id) {
+  char body[512], headers[256];
+  snprintf(body, sizeof body,
+           "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tasks/get\",\"params\":{\"taskId\":"
+           "\"%s\",\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+           "\"io.modelcontextprotocol/clientCapabilities\":{\"extensions\":{"
+           "\"io.modelcontextprotocol/tasks\":{}}}}}}",
+           id);
+  snprintf(headers, sizeof headers, MODERN_HEADERS("tasks/get") "\nMcp-Name: %s", id);
+  char *got = request(w, "POST", NULL, headers, body, 200);
+  json_t *answer = json_loads(got, 0, NULL);
+  free(got);
+  const char *read = tg_json_str(json_object_get(answer, "result"), "status");
+  assert_non_null(read);
+  char *status = strdup(read);
+  json_decref(answer);
+  return status;
+}
+
+/* A revoked token ends the tasks it started (cancelled, as tasks/cancel would, which the
+ * agent's other tokens still read); those another token of the agent started run on. */
+static void test_a_revoked_token_ends_its_tasks(void **state) {
+  world *w = *state;
+  static const char headers[] = STATELESS_ROUTE("slow_compute");
+  char ids[2][64];
+  for (int i = 0; i < 2; i++) {
+    w->token = w->tokens[i ? 3 : 0];
+    char *got = request(w, "POST", NULL, headers, TASK_CALL("1", "{\"seconds\":600}"), 200);
+    json_t *answer = json_loads(got, 0, NULL);
+    snprintf(ids[i], sizeof ids[i], "%s", tg_json_str(json_object_get(answer, "result"), "taskId"));
+    json_decref(answer);
+    free(got);
+  }
+  char hash[TG_TOKEN_HASH_LEN + 1];
+  assert_int_equal(tg_sha256_hex(w->tokens[0], strlen(w->tokens[0]), hash), 0);
+  assert_int_equal(tg_db_exec(w->f->db,
+                              "UPDATE api_tokens SET revoked_at = 'now' WHERE token_hash = $1",
+                              json_pack("[s]", hash), NULL),
+                   0);
+  w->token = w->tokens[3];
+  char *status = NULL;
+  for (int waited = 0; waited < HANG_GUARD_S * 10; waited++) {
+    free(status);
+    status = task_status(w, ids[0]);
+    if (strcmp(status, "working") != 0) break;
+    usleep(100 * 1000);
+  }
+  assert_string_equal(status, "cancelled");
+  free(status);
+  status = task_status(w, ids[1]);
+  assert_string_equal(status, "working");
+  free(status);
+}
+
 /* A session on a server started again with replay_keep_ms of keep, and the number of a
  * stream of its that delivered a call's answer. */
 static unsigned kept_answer(world *w, long long keep, char sid[64]) {
@@ -2666,6 +2723,7 @@ int main(void) {
       T(test_a_stop_answers_a_queued_call),
       T(test_a_session_request_reusing_an_id_being_cancelled),
       T(test_a_stop_gives_tasks_at_work_its_grace),
+      T(test_a_revoked_token_ends_its_tasks),
       T(test_a_value_like_an_input_request_is_content),
       T(test_a_question_past_those_waiting_is_to_retry),
       T(test_a_slow_reader_is_cut_off),
