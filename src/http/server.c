@@ -1471,10 +1471,12 @@ static bool deliver_answer(server *s, session *x, const tg_rpc_msg *msg) {
       at = i;
       matched++;
     }
-  bool found = matched == 1;
+  /* A copy of its own: jansson's counts order no free after another thread's reads. */
+  json_t *response = matched == 1 ? json_deep_copy(msg->root) : NULL;
+  bool found = response != NULL;
   if (found) {
     json_decref(x->asks[at].response);
-    x->asks[at].response = json_incref(msg->root);
+    x->asks[at].response = response;
   }
   pthread_cond_broadcast(&s->answered);
   pthread_mutex_unlock(&s->lock);
@@ -1521,12 +1523,15 @@ static int deliver_batched_answer(void *arg, tg_rpc_msg *element) {
 /* A request works on a copy of its session's state. Requests of one session may run at
  * once, so only what a request changed is written back: the whole state after the
  * initialize that opened the session, else the log level and the initialized flag. */
-static void state_load(server *s, session *x, tg_mcp_session *out, int *loaded_level) {
+static bool state_load(server *s, session *x, tg_mcp_session *out, int *loaded_level) {
   pthread_mutex_lock(&s->lock);
   *out = x->state;
-  json_incref(out->client_capabilities);
+  /* A copy of its own, as requests of the session free theirs on their threads (see
+   * deliver_answer). */
+  out->client_capabilities = json_deep_copy(x->state.client_capabilities);
   pthread_mutex_unlock(&s->lock);
   *loaded_level = out->log_level;
+  return out->client_capabilities || !x->state.client_capabilities;
 }
 
 static void state_store(server *s, session *x, tg_mcp_session *in, bool opened, int loaded_level) {
@@ -2583,7 +2588,10 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
       result = queue_refusal(conn, MHD_HTTP_NOT_FOUND, &w->msg, "Session not found");
       goto done;
     }
-    state_load(s, w->sess, &w->scratch, &w->loaded_level);
+    if (!state_load(s, w->sess, &w->scratch, &w->loaded_level)) {
+      result = queue(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, NULL, NULL);
+      goto done;
+    }
     if (tg_mcp_reuses_id_in_flight(w->sess->inflight, NULL, &w->msg)) {
       result = queue_refusal(conn, MHD_HTTP_BAD_REQUEST, &w->msg, TG_MCP_INFLIGHT_REUSED_ID);
       goto done;
