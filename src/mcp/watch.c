@@ -159,7 +159,10 @@ int tg_mcp_watch_subscribe(tg_mcp_watch *w, json_t *id, json_t *filter, tg_mcp_t
   json_t *ack = r == TG_OK ? tagged("notifications/subscriptions/acknowledged",
                                     json_pack("{s:o}", "notifications", honoured), id)
                            : NULL;
-  if (r == TG_OK && !ack) r = TG_E_NOMEM;
+  /* The subscription's own id: the request's is freed on its thread, and jansson's counts
+   * order no free after another thread's reads. */
+  json_t *own_id = r == TG_OK ? json_deep_copy(id) : NULL;
+  if (r == TG_OK && (!ack || !own_id)) r = TG_E_NOMEM;
   if (r == TG_OK) {
     pthread_mutex_lock(&w->lock);
     r = w->ended                                ? TG_E_NOTFOUND
@@ -172,7 +175,8 @@ int tg_mcp_watch_subscribe(tg_mcp_watch *w, json_t *id, json_t *filter, tg_mcp_t
     }
     if (r == TG_OK) {
       start_listening_locked(w);
-      sub.id = json_incref(id);
+      sub.id = own_id;
+      own_id = NULL;
       w->subs[w->n_subs++] = sub;
     }
     pthread_mutex_unlock(&w->lock);
@@ -181,6 +185,7 @@ int tg_mcp_watch_subscribe(tg_mcp_watch *w, json_t *id, json_t *filter, tg_mcp_t
   else if (r < 0) tg_mcp_tasks_observer_free(sub.tasks);
   pthread_mutex_unlock(&w->subscribing);
   json_decref(ack);
+  json_decref(own_id);
   return r;
 }
 
