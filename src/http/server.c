@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <malloc.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <poll.h>
@@ -53,6 +54,8 @@
 /* A request whose body took longer than this to arrive has its token checked again once it
  * has: one revoked meanwhile is refused, as running calls are cancelled (end_revoked). */
 #define TOKEN_RECHECK_MS 1000
+/* A body this large or larger has what malloc keeps trimmed once it is done (on_completed). */
+#define TRIM_AFTER_BYTES (1u * 1024u * 1024u)
 
 typedef struct stream stream;
 typedef struct worker worker;
@@ -3171,11 +3174,15 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   if (!rq) return;
   peer *p = peer_of(conn);
   if (p) request_done_once(s, &p->answering);
+  /* The message a large body was read as took many small blocks, which malloc keeps once
+   * freed: a burst of them would hold hundreds of megabytes for good. */
+  bool large = rq->len + rq->dropped >= TRIM_AFTER_BYTES;
   free(rq->body);
   free(rq->past);
   free(rq);
   *con_cls = NULL;
   atomic_fetch_sub(&s->answering_now, 1);
+  if (large) malloc_trim(0);
 }
 
 /* Each connection has its own thread and its own database connection, and is known to the
