@@ -99,6 +99,7 @@ typedef struct held_share {
   char principal[TG_UUID_LEN + 1];
   atomic_size_t held; /* all their output */
   atomic_size_t kept; /* of which delivered, kept for resumption */
+  atomic_size_t taking; /* their request bodies held (see TG_HTTP_MAX_TAKING_BYTES) */
   unsigned refs; /* one a stream, a JSON answer or a request; under the server's shares_lock */
   /* Under shares_lock (see TG_HTTP_MAX_REQUESTS_PER_PRINCIPAL): its requests answered, and
    * its calls on the pool (waiting in line or running, whether or not a connection still
@@ -168,15 +169,18 @@ struct server {
    * deliver. A stream that delivered nothing for replay_keep_ms keeps nothing. */
   atomic_size_t held, kept;
   size_t held_max;
+  atomic_size_t taking; /* request bodies held, for all callers */
+  size_t taking_max;
   int64_t replay_keep_ms; /* past it, a stream that delivered nothing keeps nothing */
   pthread_mutex_t shares_lock; /* apart from lock: streams are released under it */
   held_share *shares;
   /* When a line a client can cause was last logged (monotonic ms; see tg_log_may): a bad token,
    * a body closed past its bound, every connection slot in use, slow senders cut off, a
    * session ended to make room, a batched response no request waits for, a stream still to
-   * deliver let go, a reply past the bounds on output, a call refused a place in line. */
+   * deliver let go, a reply past the bounds on output, a body past the bounds on bodies
+   * held, a call refused a place in line. */
   _Atomic int64_t refused_logged_ms, overlong_logged_ms, full_logged_ms, slow_logged_ms,
-      ended_logged_ms, stray_logged_ms, let_go_logged_ms, past_bounds_logged_ms,
+      ended_logged_ms, stray_logged_ms, let_go_logged_ms, past_bounds_logged_ms, busy_logged_ms,
       line_full_logged_ms;
   _Atomic unsigned slow_cut; /* slow clients cut off since the last line about them */
   /* libmicrohttpd's lines, limited as the others but kind by kind (see mhd_log). */
@@ -622,6 +626,27 @@ static void request_done(server *s, held_share *h, bool pool_call) {
   --*(pool_call ? &h->pool_calls : &h->requests);
   pthread_mutex_unlock(&s->shares_lock);
   share_put(s, h);
+}
+
+/* Whether n bytes more of a request body its caller (share h) sends pass the bounds on
+ * bodies held at once: *status then says whose (429: the caller's half, 503: the server's).
+ * Looked at, then counted (taking_count), as past_bounds does. */
+static bool taking_past(server *s, held_share *h, size_t n, unsigned *status) {
+  if (atomic_load(&h->taking) + n > s->taking_max / 2) *status = MHD_HTTP_TOO_MANY_REQUESTS;
+  else if (atomic_load(&s->taking) + n > s->taking_max) *status = MHD_HTTP_SERVICE_UNAVAILABLE;
+  else return false;
+  return true;
+}
+
+/* n bytes more (or, with less, fewer) of request bodies held for the caller of share h. */
+static void taking_count(server *s, held_share *h, size_t n, bool less) {
+  if (less) {
+    atomic_fetch_sub(&h->taking, n);
+    atomic_fetch_sub(&s->taking, n);
+  } else {
+    atomic_fetch_add(&h->taking, n);
+    atomic_fetch_add(&s->taking, n);
+  }
 }
 
 /* The request *counted counts (NULL: none) is done, once: *counted becomes NULL. */
@@ -1366,6 +1391,10 @@ typedef struct request {
   size_t len;
   size_t dropped; /* of a body past the bound: the bytes that came, none of them kept */
   tg_rpc_id_scan *past; /* of such a body, what its refusal may name */
+  /* Its caller's share (a reference) once its body comes, and the status refusing a body
+   * dropped as it passed the bounds on bodies held at once (0: none did). */
+  held_share *taker;
+  unsigned busy_status;
   bool takes_events;   /* Accept takes text/event-stream */
   bool prefers_events; /* Accept names it, no lower than JSON: a call's answer may stream */
   /* A header 2026-07-28 validates given more than once on a POST: the refusal (-32020)
@@ -2915,6 +2944,25 @@ static enum MHD_Result refuse_too_large(server *s, struct MHD_Connection *conn,
   return queue_json(conn, MHD_HTTP_CONTENT_TOO_LARGE, err, NULL);
 }
 
+/* A body dropped as it passed the bounds on bodies held at once (rq->busy_status says
+ * whose) is refused, naming its request when its text did. */
+static enum MHD_Result refuse_busy(server *s, struct MHD_Connection *conn, const request *rq) {
+  bool own = rq->busy_status == MHD_HTTP_TOO_MANY_REQUESTS;
+  if (tg_log_may(&s->busy_logged_ms))
+    tg_log(TG_LOG_WARN, "http: refused a request body past the bound on %s (%zu bytes; "
+           "logged once a minute at most)", own ? "one caller's bodies held at once"
+                                                : "the bodies held at once",
+           own ? s->taking_max / 2 : s->taking_max);
+  json_t *data = json_pack("{s:s,s:I}", "limit", own ? "callerBodyBytes" : "bodyBytes", "max",
+                           (json_int_t)(own ? s->taking_max / 2 : s->taking_max));
+  json_t *err = tg_rpc_scan_refusal(
+      rq->past, own ? TG_RPC_INVALID_REQUEST : TG_RPC_INTERNAL_ERROR,
+      own ? "Too many bytes of this caller's requests are held at once; wait for answers"
+          : "Too many bytes of requests are held at once; retry",
+      data);
+  return queue_json(conn, rq->busy_status, err, NULL);
+}
+
 /* libmicrohttpd reports what an operator should see (a thread it could not start, the
  * connection limit reached, a socket error), and also what a client does: it went away in
  * the middle of an answer, which is how SSE streams normally end, or of its request (debug
@@ -3104,15 +3152,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return MHD_YES;
   }
   if (*upload_size) {
-    /* A body past the bound is dropped as it comes, scanned for the id its refusal names,
-     * and refused once it ends (libmicrohttpd answers only then); one that goes on as long
-     * again past the bound (chunked: its length unsaid) has its connection closed instead. */
-    if (rq->past || rq->len + *upload_size > TG_RPC_MAX_BODY) {
+    /* A body past the bound, or past the bounds on bodies held at once, is dropped as it
+     * comes, scanned for the id its refusal names, and refused once it ends (libmicrohttpd
+     * answers only then); one that goes on as long again past the bound (chunked: its
+     * length unsaid) has its connection closed instead. */
+    if (!rq->taker && !(rq->taker = share_get(s, rq->principal))) return MHD_NO;
+    if (rq->past || rq->len + *upload_size > TG_RPC_MAX_BODY ||
+        taking_past(s, rq->taker, *upload_size, &rq->busy_status)) {
       if (!rq->past) {
         if (!(rq->past = malloc(sizeof *rq->past))) return MHD_NO;
         tg_rpc_id_scan_init(rq->past);
         tg_rpc_id_scan_feed(rq->past, rq->body, rq->len);
         rq->dropped = rq->len;
+        taking_count(s, rq->taker, rq->len, true);
         free(rq->body);
         rq->body = NULL;
         rq->len = 0;
@@ -3133,6 +3185,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     memcpy(grown + rq->len, upload_data, *upload_size);
     rq->body = grown;
     rq->len += *upload_size;
+    taking_count(s, rq->taker, *upload_size, false);
     rq->body[rq->len] = 0;
     *upload_size = 0;
     return MHD_YES;
@@ -3146,6 +3199,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     caller who = authenticate(s, conn, db, principal, rq->token_hash);
     if (who != CALLER_KNOWN) return refuse_caller(s, conn, who);
   }
+  if (rq->past && rq->busy_status) return refuse_busy(s, conn, rq);
   if (rq->past) return refuse_too_large(s, conn, rq, rq->past);
   if (strcmp(method, "POST") == 0) {
     if (!db) return queue_rpc_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, TG_RPC_INTERNAL_ERROR, "No database");
@@ -3177,6 +3231,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   /* The message a large body was read as took many small blocks, which malloc keeps once
    * freed: a burst of them would hold hundreds of megabytes for good. */
   bool large = rq->len + rq->dropped >= TRIM_AFTER_BYTES;
+  if (rq->taker) {
+    taking_count(s, rq->taker, rq->len, true);
+    share_put(s, rq->taker);
+  }
   free(rq->body);
   free(rq->past);
   free(rq);
@@ -3381,6 +3439,7 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   h->s.loopback = loopback;
   if (loopback) numeric_host(&addr, h->s.own_host);
   h->s.held_max = cfg->max_held_bytes ? cfg->max_held_bytes : TG_HTTP_MAX_HELD_BYTES;
+  h->s.taking_max = cfg->max_taking_bytes ? cfg->max_taking_bytes : TG_HTTP_MAX_TAKING_BYTES;
   h->s.replay_keep_ms = cfg->replay_keep_ms ? cfg->replay_keep_ms : TG_HTTP_REPLAY_KEEP_MS;
   pthread_mutex_init(&h->s.lock, NULL);
   pthread_mutex_init(&h->s.shares_lock, NULL);

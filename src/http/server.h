@@ -40,6 +40,10 @@
                                                         * half at most; delivered SSE output is
                                                         * kept for resumption up to half as much
                                                         * again */
+/* Request bodies taken in and held at once (read, and kept until their request is answered),
+ * for all clients; one caller's half at most. A body past it is read and dropped, and refused
+ * (503; 429 past the caller's half). */
+#define TG_HTTP_MAX_TAKING_BYTES (256u * 1024u * 1024u)
 /* How long a stopping server gives the requests it is answering (a call that may commit) to
  * be answered; past it, the calls still running are cancelled. */
 #define TG_HTTP_STOP_GRACE_MS (10LL * 1000)
@@ -65,6 +69,7 @@ typedef struct tg_http_config {
   const tg_registry *registry;
   tg_mcp_server server;
   size_t max_held_bytes; /* output held for all clients; 0: TG_HTTP_MAX_HELD_BYTES */
+  size_t max_taking_bytes; /* request bodies held for all clients; 0: TG_HTTP_MAX_TAKING_BYTES */
   long long replay_keep_ms; /* 0: TG_HTTP_REPLAY_KEEP_MS */
   long long session_idle_ms; /* 0: TG_HTTP_SESSION_IDLE_MS */
   unsigned idle_timeout_s; /* 0: TG_HTTP_IDLE_TIMEOUT_S */

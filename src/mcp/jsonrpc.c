@@ -428,11 +428,17 @@ static json_t *limit_data(const char *limit) {
   return json_pack("{s:s,s:I}", "limit", limit, "max", max);
 }
 
-json_t *tg_rpc_too_large(const tg_rpc_id_scan *scan) {
+json_t *tg_rpc_scan_refusal(const tg_rpc_id_scan *scan, int code, const char *message,
+                            json_t *data) {
   json_t *id = scan ? scanned_id(scan) : NULL;
-  json_t *error = tg_rpc_error(id, TG_RPC_INVALID_REQUEST, "Message too large", limit_data("size"));
+  json_t *error = tg_rpc_error(id, code, message, data);
   json_decref(id);
   return error;
+}
+
+json_t *tg_rpc_too_large(const tg_rpc_id_scan *scan) {
+  return tg_rpc_scan_refusal(scan, TG_RPC_INVALID_REQUEST, "Message too large",
+                             limit_data("size"));
 }
 
 /* Whether jansson's error e says the text is no JSON (-32700): not JSON that says too much (a

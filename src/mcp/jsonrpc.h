@@ -80,6 +80,9 @@ json_t *tg_rpc_response_id(const tg_rpc_id_scan *scan);
 /* The error refusing a message longer than TG_RPC_MAX_BODY, naming its request when scan
  * (NULL: none was read) found its id. NULL without memory. */
 json_t *tg_rpc_too_large(const tg_rpc_id_scan *scan);
+/* The same for a message refused unread for another reason (data: stolen, NULL). */
+json_t *tg_rpc_scan_refusal(const tg_rpc_id_scan *scan, int code, const char *message,
+                            json_t *data);
 /* Decodes one element of a batch (borrowed) as tg_rpc_decode decodes a message. */
 int tg_rpc_decode_element(json_t *element, tg_rpc_msg *msg, json_t **ret_error);
 void tg_rpc_msg_done(tg_rpc_msg *msg);

@@ -2609,6 +2609,79 @@ static void test_a_token_revoked_while_its_body_comes_is_refused(void **state) {
   assert_int_equal(fixture_count(w->f, "agent_run_logs"), audited);
 }
 
+/* A connection to port on which w->token's holder sends a call of test_simple_text, with
+ * request id id and pad bytes in its _meta: whole, or all but its last 100 bytes. */
+static int padded_call(world *w, unsigned port, const char *id, size_t pad, bool whole) {
+  char *body = NULL, *lines = modern_lines(w, "tools/call", "test_simple_text");
+  char *padding = malloc(pad + 1);
+  memset(padding, 'x', pad);
+  padding[pad] = 0;
+  assert_true(asprintf(&body,
+                       "{\"jsonrpc\":\"2.0\",\"id\":\"%s\",\"method\":\"tools/call\",\"params\":{"
+                       "\"name\":\"test_simple_text\",\"arguments\":{},\"_meta\":{"
+                       "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+                       "\"io.modelcontextprotocol/clientCapabilities\":{},\"pad\":\"%s\"}}}",
+                       id, padding) > 0);
+  free(padding);
+  int fd = connected(port);
+  char head[1024];
+  int n = snprintf(head, sizeof head, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%u\r\n%s"
+                   "Content-Length: %zu\r\n\r\n", port, lines, strlen(body));
+  free(lines);
+  size_t sent = strlen(body) - (whole ? 0 : 100);
+  assert_int_equal(send(fd, head, (size_t)n, MSG_NOSIGNAL), n);
+  assert_int_equal(send(fd, body, sent, MSG_NOSIGNAL), (ssize_t)sent);
+  free(body);
+  return fd;
+}
+
+/* Request bodies held at once are bounded: for all callers (503) and for one (429, past
+ * half the bound). A body past them is read and dropped, refused naming its request, and
+ * nothing runs; once the bodies held are answered, the same request is served. */
+static void test_request_bodies_held_at_once_are_bounded(void **state) {
+  world *w = *state;
+  w->cfg.max_taking_bytes = 64 * 1024;
+  unsigned port = restart(w);
+  /* Two callers each hold 28 KB of a body not whole yet: 56 KB of the 64. */
+  int held[2];
+  for (int i = 0; i < 2; i++) {
+    w->token = w->tokens[i];
+    held[i] = padded_call(w, port, "held", 28 * 1024, false);
+  }
+  usleep(300 * 1000); /* both bodies read so far, well before the next */
+  long audited = fixture_count(w->f, "agent_run_logs");
+  char answer[ANSWER_MAX];
+  w->token = w->tokens[2]; /* 12 KB more of a third caller's: past the server's bound */
+  int fd = padded_call(w, port, "past-all", 12 * 1024, true);
+  read_answer(fd, answer, sizeof answer);
+  close(fd);
+  if (strncmp(answer, "HTTP/1.1 503", 12) != 0) fail_msg("expected 503, got: %s", answer);
+  assert_non_null(strstr(answer, "\"id\":\"past-all\""));
+  assert_non_null(strstr(answer, "\"limit\":\"bodyBytes\""));
+  w->token = w->tokens[0]; /* 8 KB more of the first's: past its half (32 KB) */
+  fd = padded_call(w, port, "past-own", 8 * 1024, true);
+  read_answer(fd, answer, sizeof answer);
+  close(fd);
+  if (strncmp(answer, "HTTP/1.1 429", 12) != 0) fail_msg("expected 429, got: %s", answer);
+  assert_non_null(strstr(answer, "\"id\":\"past-own\""));
+  assert_non_null(strstr(answer, "\"limit\":\"callerBodyBytes\""));
+  assert_int_equal(fixture_count(w->f, "agent_run_logs"), audited);
+  close(held[0]);
+  close(held[1]);
+  /* Their bodies gone with their connections, the third caller's is served. */
+  w->token = w->tokens[2];
+  for (int tries = 0;; tries++) {
+    fd = padded_call(w, port, "served", 12 * 1024, true);
+    read_answer(fd, answer, sizeof answer);
+    close(fd);
+    if (strncmp(answer, "HTTP/1.1 200", 12) == 0) break;
+    if (tries > HANG_GUARD_S * 10) fail_msg("the bodies held were never let go: %s", answer);
+    usleep(100 * 1000);
+  }
+  assert_null(strstr(answer, "isError"));
+  assert_int_equal(fixture_count(w->f, "agent_run_logs"), audited + 1);
+}
+
 static void test_listen_streams_are_bounded_and_freed_when_closed(void **state) {
   world *w = *state;
   exchange *open[TG_HTTP_MAX_LISTENS_PER_PRINCIPAL];
@@ -2724,6 +2797,7 @@ int main(void) {
       T(test_a_session_request_reusing_an_id_being_cancelled),
       T(test_a_stop_gives_tasks_at_work_its_grace),
       T(test_a_revoked_token_ends_its_tasks),
+      T(test_request_bodies_held_at_once_are_bounded),
       T(test_a_value_like_an_input_request_is_content),
       T(test_a_question_past_those_waiting_is_to_retry),
       T(test_a_slow_reader_is_cut_off),
