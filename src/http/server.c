@@ -1491,9 +1491,13 @@ static int worker_ask(void *self, json_t *ask, json_t **ret) {
 }
 
 /* Hands a posted JSON-RPC response to the tool waiting for it; one answered already takes no
- * second. */
-static bool deliver_answer(server *s, session *x, const tg_rpc_msg *msg) {
+ * second. 1 when one took it, 0 when none waits for it, TG_E_NOMEM. */
+static int deliver_answer(server *s, session *x, const tg_rpc_msg *msg) {
   size_t at = MAX_ASKS, matched = 0;
+  /* A copy of its own: jansson's counts order no free after another thread's reads. Made
+   * before the lock, which every session's requests take. */
+  json_t *response = json_deep_copy(msg->root);
+  if (!response) return TG_E_NOMEM;
   pthread_mutex_lock(&s->lock);
   /* An error naming no request (its client could not read one) answers the question
    * waiting when only one does, as over stdio. */
@@ -1503,15 +1507,15 @@ static bool deliver_answer(server *s, session *x, const tg_rpc_msg *msg) {
       at = i;
       matched++;
     }
-  /* A copy of its own: jansson's counts order no free after another thread's reads. */
-  json_t *response = matched == 1 ? json_deep_copy(msg->root) : NULL;
-  bool found = response != NULL;
+  bool found = matched == 1;
   if (found) {
     json_decref(x->asks[at].response);
     x->asks[at].response = response;
+    response = NULL;
   }
   pthread_cond_broadcast(&s->answered);
   pthread_mutex_unlock(&s->lock);
+  json_decref(response);
   return found;
 }
 
@@ -1546,7 +1550,9 @@ typedef struct batch_target {
 static int deliver_batched_answer(void *arg, tg_rpc_msg *element) {
   batch_target *t = arg;
   if (element->kind != TG_RPC_RESPONSE) return 0;
-  if (!deliver_answer(t->srv, t->sess, element) && tg_log_may(&t->srv->stray_logged_ms))
+  int r = deliver_answer(t->srv, t->sess, element);
+  if (r < 0) return r;
+  if (r == 0 && tg_log_may(&t->srv->stray_logged_ms))
     tg_log(TG_LOG_WARN, "http: a batched response to no request waiting for one; dropped "
                         "(logged once a minute at most)");
   return 1;
@@ -2649,10 +2655,11 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
     goto done;
   }
   if (w->msg.kind == TG_RPC_RESPONSE) {
-    result = w->sess && deliver_answer(s, w->sess, &w->msg)
-                 ? queue(conn, MHD_HTTP_ACCEPTED, NULL, NULL, NULL)
-                 : queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
-                                   "No request is waiting for this response");
+    int delivered = w->sess ? deliver_answer(s, w->sess, &w->msg) : 0;
+    result = delivered > 0    ? queue(conn, MHD_HTTP_ACCEPTED, NULL, NULL, NULL)
+             : delivered == 0 ? queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
+                                                "No request is waiting for this response")
+                              : queue(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, NULL, NULL);
     goto done;
   }
   /* Tool calls (and a session's prompts) may talk back before their result when the client

@@ -461,15 +461,29 @@ static bool past_int64(const char *digits, size_t n, bool negative) {
   return n > width || (n == width && memcmp(digits, negative ? min : max, width) > 0);
 }
 
-/* JSON bounds no integer, and a JavaScript client writes numbers below 1e21 in digits
- * (JSON.stringify(1e19)), but jansson reads past 64 bits only reals: the text is read again
- * with a fraction given to each integer past 64 bits (an id so widened is no valid id). NULL
- * when it still cannot be read, or none was widened. */
-static json_t *load_widened(const char *buf, size_t len, size_t flags) {
+/* A message's text with a fraction given to each integer past 64 bits: JSON bounds no
+ * integer, and a JavaScript client writes numbers below 1e21 in digits (JSON.stringify(1e19)),
+ * but jansson reads past 64 bits only reals (an id so widened is no valid id). at: where in
+ * text each ".0" was put, n of them. */
+typedef struct widened_text {
+  char *text;
+  size_t len;
+  size_t *at, n;
+} widened_text;
+
+static void widened_done(widened_text *w) {
+  free(w->text);
+  free(w->at);
+}
+
+/* Widens buf into *w: false when no integer is past 64 bits, or without memory. */
+static bool widen(const char *buf, size_t len, widened_text *w) {
   /* Each integer widened has 19 digits at least, and gains two bytes. */
-  _cleanup_free_ char *out = malloc(len + 2 * (len / 19 + 1));
-  if (!out) return NULL;
-  size_t o = 0, widened = 0;
+  size_t most = len / 19 + 1;
+  w->text = malloc(len + 2 * most);
+  w->at = malloc(most * sizeof *w->at);
+  if (!w->text || !w->at) return false;
+  size_t o = 0;
   bool in_string = false, escaped = false;
   for (size_t i = 0; i < len;) {
     char ch = buf[i];
@@ -481,21 +495,31 @@ static json_t *load_widened(const char *buf, size_t len, size_t flags) {
       } else {
         in_string = ch == '"';
       }
-      out[o++] = buf[i++];
+      w->text[o++] = buf[i++];
       continue;
     }
     size_t start = i, digits = i + (ch == '-');
     for (i = digits; i < len && isdigit((unsigned char)buf[i]);) i++;
-    memcpy(out + o, buf + start, i - start);
+    memcpy(w->text + o, buf + start, i - start);
     o += i - start;
     bool integer = i == len || (buf[i] != '.' && buf[i] != 'e' && buf[i] != 'E');
     if (integer && past_int64(buf + digits, i - digits, ch == '-')) {
-      memcpy(out + o, ".0", 2);
+      w->at[w->n++] = o;
+      memcpy(w->text + o, ".0", 2);
       o += 2;
-      widened++;
     }
   }
-  return widened ? json_loadb(out, o, flags, NULL) : NULL;
+  w->len = o;
+  return w->n > 0;
+}
+
+/* Where in the text before it was widened a position in w's text is (one within a ".0": at
+ * its integer's end). */
+static int unwidened_position(const widened_text *w, int position) {
+  int shift = 0;
+  for (size_t i = 0; i < w->n && w->at[i] < (size_t)position; i++)
+    shift += position - (int)w->at[i] < 2 ? position - (int)w->at[i] : 2;
+  return position - shift;
 }
 
 static int parse_error(const json_error_t *e, json_t **ret_error) {
@@ -548,8 +572,13 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
   json_error_t jerr;
   /* Any JSON value: one that is no object is valid JSON, yet no message (-32600). */
   json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
-  if (!root && json_error_code(&jerr) == json_error_numeric_overflow)
-    root = load_widened(buf, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY);
+  /* Past an integer of more than 64 bits, the message is read, and told of, widened. */
+  __attribute__((cleanup(widened_done))) widened_text wide = {0};
+  if (!root && json_error_code(&jerr) == json_error_numeric_overflow && widen(buf, len, &wide)) {
+    buf = wide.text;
+    len = wide.len;
+    root = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+  }
   if (!root) {
     /* JSON that says too much (a number past what a double holds, a key given twice) is
      * read, yet no message: -32600. Only JSON that cannot be read is -32700; past
@@ -565,6 +594,7 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
         why = json_error_code(&rest);
       }
     }
+    if (wide.n) jerr.position = unwidened_position(&wide, jerr.position);
     /* A string holding \u0000 is JSON, but no string here: a C string would end there. */
     bool nul = why == json_error_null_character || why == json_error_null_byte_in_key;
     if (not_json(&jerr)) return parse_error(&jerr, ret_error);

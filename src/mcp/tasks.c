@@ -30,6 +30,7 @@
 #define RUNNER_GONE_MESSAGE "The server running the task stopped before it ended"
 #define STOPPED_MESSAGE "The server stopped before the task ended"
 #define UNANSWERED_MESSAGE "No answer to its input requests came in time"
+#define REVOKED_MESSAGE "The token that started the task was revoked"
 #define UNBORN_AFTER_S 60 /* a lock file not renamed into place by then was left by a crash */
 
 typedef enum task_status { WORKING, INPUT_REQUIRED, COMPLETED, FAILED, CANCELLED } task_status;
@@ -312,6 +313,7 @@ static json_t *task_json_locked(const task *k, task_status s, bool detailed) {
                         : s != CANCELLED ? NULL
                         : k->stopped    ? STOPPED_MESSAGE
                         : k->unanswered ? UNANSWERED_MESSAGE
+                        : k->revoked    ? REVOKED_MESSAGE
                                         : NULL;
   if (r == 0 && message) r = json_object_set_new(j, "statusMessage", json_string(message));
   if (r < 0) {
@@ -572,7 +574,7 @@ static ending ending_locked(const task *k) {
     e.level = k->stopped || k->unanswered ? "WARN" : "INFO";
     e.why = k->stopped      ? "cancelled: " STOPPED_MESSAGE
             : k->unanswered ? "cancelled: " UNANSWERED_MESSAGE
-            : k->revoked    ? "cancelled: the token that started it was revoked"
+            : k->revoked    ? "cancelled: " REVOKED_MESSAGE
                             : "cancelled: its client cancelled it as it waited for input";
   }
   return e;
@@ -1331,7 +1333,8 @@ json_t *tg_mcp_tasks_token_hashes(tg_mcp_tasks *t) {
 void tg_mcp_tasks_end_token(tg_mcp_tasks *t, const char *hash) {
   pthread_mutex_lock(&t->lock);
   for (task *k = t->list; k; k = k->next)
-    if (strcmp(k->token_hash, hash) == 0 && !terminal(k->ends_as)) k->cancel = k->revoked = true;
+    if (strcmp(k->token_hash, hash) == 0 && !terminal(k->ends_as) && !k->cancel)
+      k->cancel = k->revoked = true;
   pthread_cond_broadcast(&t->changed);
   unlock_publishing(t);
 }

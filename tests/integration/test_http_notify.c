@@ -2307,8 +2307,8 @@ static void test_a_stop_gives_tasks_at_work_its_grace(void **state) {
                    1);
 }
 
-/* The status of task id, read with the token w acts as. */
-static char *task_status(world *w, const char *id) {
+/* The DetailedTask of task id (a new reference), read with the token w acts as. */
+static json_t *task_read(world *w, const char *id) {
   char body[512], headers[256];
   snprintf(body, sizeof body,
            "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tasks/get\",\"params\":{\"taskId\":"
@@ -2320,11 +2320,10 @@ static char *task_status(world *w, const char *id) {
   char *got = request(w, "POST", NULL, headers, body, 200);
   json_t *answer = json_loads(got, 0, NULL);
   free(got);
-  const char *read = tg_json_str(json_object_get(answer, "result"), "status");
-  assert_non_null(read);
-  char *status = strdup(read);
+  json_t *task = json_incref(json_object_get(answer, "result"));
   json_decref(answer);
-  return status;
+  assert_non_null(tg_json_str(task, "status"));
+  return task;
 }
 
 /* A revoked token ends the tasks it started (cancelled, as tasks/cancel would, which the
@@ -2348,18 +2347,20 @@ static void test_a_revoked_token_ends_its_tasks(void **state) {
                               json_pack("[s]", hash), NULL),
                    0);
   w->token = w->tokens[3];
-  char *status = NULL;
+  json_t *task = NULL;
   for (int waited = 0; waited < HANG_GUARD_S * 10; waited++) {
-    free(status);
-    status = task_status(w, ids[0]);
-    if (strcmp(status, "working") != 0) break;
+    json_decref(task);
+    task = task_read(w, ids[0]);
+    if (strcmp(tg_json_str(task, "status"), "working") != 0) break;
     usleep(100 * 1000);
   }
-  assert_string_equal(status, "cancelled");
-  free(status);
-  status = task_status(w, ids[1]);
-  assert_string_equal(status, "working");
-  free(status);
+  assert_string_equal(tg_json_str(task, "status"), "cancelled");
+  assert_string_equal(tg_json_str(task, "statusMessage"),
+                      "The token that started the task was revoked");
+  json_decref(task);
+  task = task_read(w, ids[1]);
+  assert_string_equal(tg_json_str(task, "status"), "working");
+  json_decref(task);
 }
 
 /* A session on a server started again with replay_keep_ms of keep, and the number of a

@@ -170,10 +170,24 @@ static void test_integers_past_64_bits(void **state) {
   tg_rpc_msg_done(&msg);
   fails_with("{\"jsonrpc\":\"2.0\",\"id\":99999999999999999999,\"method\":\"ping\"}",
              TG_RPC_INVALID_REQUEST);
-  /* Widened, a key given twice is still told. */
-  fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{\"a\":1,"
-             "\"b\":10000000000000000000,\"a\":2}}",
-             TG_RPC_INVALID_REQUEST);
+  /* Widened, what else is wrong is told as it would be, where it is in the text sent: a key
+   * given twice, and text cut short (no JSON). */
+#define TWICE(b) "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{\"a\":1,\"b\":" b ",\"a\":2}}"
+  static const char twice[] = TWICE("10000000000000000000"), small[] = TWICE("1");
+  json_t *error = decode_fails(twice, strlen(twice), TG_RPC_INVALID_REQUEST);
+  json_t *small_error = decode_fails(small, strlen(small), TG_RPC_INVALID_REQUEST);
+  json_t *data = json_object_get(json_object_get(error, "error"), "data");
+  json_t *small_data = json_object_get(json_object_get(small_error, "error"), "data");
+  assert_string_equal(json_string_value(json_object_get(data, "reason")),
+                      json_string_value(json_object_get(small_data, "reason")));
+  assert_int_equal(json_integer_value(json_object_get(data, "position")),
+                   json_integer_value(json_object_get(small_data, "position")) +
+                       (json_int_t)(strlen(twice) - strlen(small)));
+  json_decref(error);
+  json_decref(small_error);
+#undef TWICE
+  fails_with("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{\"a\":99999999999999999999}",
+             TG_RPC_PARSE_ERROR);
 }
 
 static void test_error_echoes_readable_id(void **state) {
