@@ -845,7 +845,9 @@ static void stream_finish(stream *st, char *text, json_t *id, int status) {
     free(text);
   } else {
     st->final = text;
-    st->final_id = json_incref(id);
+    /* Copies, as the stream outlives the request's message on another thread (see
+     * deliver_answer); without memory, an error in place of the answer names no id. */
+    st->final_id = json_deep_copy(id);
     st->final_status = status;
   }
   st->done = true;
@@ -1023,8 +1025,8 @@ static bool cancellable_alone(stream *st, json_t *id) {
   if (tg_mcp_inflight_new(cancellation_heard, st->srv, &st->inflight) < 0 ||
       tg_mcp_inflight_begin(st->inflight, id) < 0)
     return false;
-  st->call_id = json_incref(id);
-  return true;
+  st->call_id = json_deep_copy(id); /* see stream_finish */
+  return st->call_id != NULL;
 }
 
 /* Whether the client closed the connection on socket fd (its own thread reads nothing

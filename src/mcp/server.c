@@ -886,13 +886,14 @@ static int tasks_required(cx *c) {
  * outcome in *status and *res when it ended without detaching. Returns 1 when no task may
  * start now and the tool can do without one: the caller runs it as a plain call. */
 static int start_task(cx *c, call_channel *ch, const tg_tool *tool, json_t *args,
-                      json_t *responses, const char *state, json_t **task, int *status,
-                      tg_call_result *res) {
+                      json_t *progress_token, json_t *responses, const char *state,
+                      json_t **task, int *status, tg_call_result *res) {
   tg_mcp_task_call call = {.principal_id = c->req->principal_id,
                            .token_hash = c->req->token_hash, .tool = tool, .args = args,
                            .capabilities = c->caps, .input_responses = responses,
                            .request_state = state, .cancelled = channel_cancelled,
-                           .check_result = channel_check_result, .arg = ch,
+                           .check_result = channel_check_result, .notify = channel_notify,
+                           .progress_token = progress_token, .log_level = c->log_level, .arg = ch,
                            .db = c->req->env->db};
   tg_mcp_task_start started;
   int r = tg_mcp_tasks_start(c->srv->tasks, &call, &started);
@@ -936,7 +937,9 @@ static int m_tools_call(cx *c, json_t *params, json_t **ret) {
   tg_call_result res;
   int r;
   json_t *task = NULL;
-  rr = may_detach ? start_task(c, &ch, tool, args, responses, state, &task, &r, &res) : 1;
+  rr = may_detach ? start_task(c, &ch, tool, args, progress_token, responses, state, &task, &r,
+                               &res)
+                   : 1;
   if (rr < 0) return rr;
   if (task) {
     *ret = task;

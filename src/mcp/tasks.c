@@ -83,6 +83,9 @@ typedef struct task {
    * call, while no client knows the task (tg_mcp_task_call). */
   json_t *refusal;
   int (*start_check)(void *arg, tg_call_ctx *cx, json_t *result);
+  int (*start_notify)(void *arg, const char *method, json_t *params);
+  json_t *start_progress_token; /* copies: the first round's channel outlives the request */
+  char *start_log_level;
   void *start_arg;
   /* The call ended before the handler detached: its outcome, which the starter takes. */
   bool ended;
@@ -172,6 +175,8 @@ static void task_free(task *k) {
   json_decref(k->result);
   json_decref(k->error);
   json_decref(k->refusal);
+  json_decref(k->start_progress_token);
+  free(k->start_log_level);
   free(k->status_message);
   tg_call_result_done(&k->res);
   if (k->db) tg_db_close(k->db);
@@ -375,6 +380,9 @@ static void tell_status(task *k, const char *message) {
 }
 
 static int task_notify(void *self, const char *method, json_t *params) {
+  task *k = self;
+  /* Before its handler detached, the call is its request's: what it tells goes there. */
+  if (!k->visible && k->start_notify) return k->start_notify(k->start_arg, method, params);
   /* A task has no request stream: the client learns of it through the task itself, and
    * of a list change, which is the server's news, as all do. */
   if (!tg_mcp_watch_touch(method) && strcmp(method, "notifications/progress") == 0)
@@ -968,10 +976,15 @@ static void *task_main(void *arg) {
   env.db = k->thread_db = k->db;
   k->db = NULL;
   for (;;) {
+    /* The first round, until its handler detaches, with its request's progress token and
+     * log level (see task_notify). */
+    bool first = !k->visible;
     tg_client_channel channel = {
         .self = k,
         .capabilities = k->caps,
-        .progress_token = t->progress_token,
+        .progress_token = first && k->start_progress_token ? k->start_progress_token
+                                                           : t->progress_token,
+        .log_level = first ? k->start_log_level : NULL,
         .input_responses = k->answers,
         .request_state = k->state,
         .notify = task_notify,
@@ -1145,9 +1158,14 @@ static int new_task(tg_mcp_tasks *t, const tg_mcp_task_call *call, task **ret) {
   k->answers = call->input_responses ? json_deep_copy(call->input_responses) : NULL;
   k->state = call->request_state ? strdup(call->request_state) : NULL;
   k->start_check = call->check_result;
+  k->start_notify = call->notify;
   k->start_arg = call->arg;
+  k->start_progress_token = call->progress_token ? json_deep_copy(call->progress_token) : NULL;
+  k->start_log_level = call->log_level ? strdup(call->log_level) : NULL;
   int r = (call->args && !k->args) || !k->caps || (call->input_responses && !k->answers) ||
-                  (call->request_state && !k->state)
+                  (call->request_state && !k->state) ||
+                  (call->progress_token && !k->start_progress_token) ||
+                  (call->log_level && !k->start_log_level)
               ? TG_E_NOMEM
           : !tg_random_bytes(bits, sizeof bits) ? TG_E_IO
                                                 : 0;

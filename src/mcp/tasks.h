@@ -60,10 +60,15 @@ typedef struct tg_mcp_task_call {
   json_t *capabilities;    /* the client's (borrowed): what the task may ask it for */
   json_t *input_responses; /* the first round's (borrowed), NULL */
   const char *request_state; /* the first round's, verified; NULL */
-  /* Whether the request that starts the call was cancelled: asked while it waits; and its
-   * check of a result (tg_client_channel.check_result) while no client knows the task. */
+  /* Whether the request that starts the call was cancelled: asked while it waits; and, while
+   * no client knows the task, its check of a result (tg_client_channel.check_result), and
+   * where the call's notifications go (tg_client_channel.notify), with the request's
+   * progress token and log level (borrowed, NULL: none), as for a call that is no task. */
   bool (*cancelled)(void *arg);
   int (*check_result)(void *arg, tg_call_ctx *cx, json_t *result);
+  int (*notify)(void *arg, const char *method, json_t *params);
+  json_t *progress_token;
+  const char *log_level;
   void *arg;
   /* The starter's connection, NULL: where the ends of the principal's tasks that could not
    * be written as they ended are written again, and where, at the server's first task, the

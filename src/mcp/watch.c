@@ -99,6 +99,7 @@ void tg_mcp_watch_legacy(tg_mcp_watch *w) {
 
 static json_t *tagged(const char *method, json_t *params, json_t *id) {
   json_t *meta = json_pack("{s:O}", TG_MCP_META_SUBSCRIPTION, id);
+  if (!params || !meta) json_decref(meta); /* set_new takes it, even when it fails */
   if (!params || !meta || json_object_set_new(params, "_meta", meta) < 0) {
     json_decref(params);
     return NULL;

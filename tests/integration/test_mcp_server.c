@@ -3123,6 +3123,77 @@ static void test_task_failure_after_cancel(void **state) {
   free(heeds);
 }
 
+/* Tells its progress and a log line, then ends without a task, or detaches (detach), tells
+ * more and ends as its task. */
+static int early_report(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  const tg_client_channel *ch = cx->client;
+  if (ch->progress_token)
+    ch->notify(ch->self, "notifications/progress",
+               json_pack("{s:O,s:i,s:s}", "progressToken", ch->progress_token, "progress", 1,
+                         "message", "before"));
+  if (ch->log_level)
+    ch->notify(ch->self, "notifications/message",
+               json_pack("{s:s,s:s}", "level", "info", "data", "told before"));
+  if (json_is_true(json_object_get(args, "detach"))) {
+    int r = ch->detach(ch->self);
+    if (r) return r;
+    ch->notify(ch->self, "notifications/progress",
+               json_pack("{s:O,s:i,s:s}", "progressToken", ch->progress_token, "progress", 2,
+                         "message", "after"));
+  }
+  *ret = json_pack("{s:b}", "done", 1);
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+static const char early_spec[] =
+    "{\"provider\":\"early\",\"tools\":[{\"name\":\"test.early.report\",\"description\":"
+    "\"Reports, then ends.\",\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\","
+    "\"permissions\":[],\"flags\":[\"interactive\"],\"taskSupport\":\"optional\","
+    "\"inputSchema\":{\"type\":\"object\",\"properties\":{\"detach\":{\"type\":\"boolean\"}}},"
+    "\"outputSchema\":{\"type\":\"object\"}}]}";
+
+/* A call that may become a task tells its request what it tells before its handler
+ * detaches (progress under the request's token, log lines at its level), as a call that is
+ * no task would; once a task, its progress is the task's status message, and its request
+ * hears nothing more. */
+static void test_task_tells_its_request_until_it_detaches(void **state) {
+  world *w = *state;
+  static const tg_handler_entry handlers[] = {{"test.early.report", early_report}};
+  static const tg_provider early = {.name = "early", .spec_json = early_spec,
+                                    .handlers = handlers, .n_handlers = 1};
+  tg_registry *reg = serve_only(w, &early);
+#define EARLY_CALL(args)                                                                   \
+  "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\",\"params\":{\"name\":"             \
+  "\"test_early_report\",\"arguments\":" args ",\"_meta\":{\"progressToken\":\"pt\","        \
+  "\"io.modelcontextprotocol/logLevel\":\"debug\","                                         \
+  "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","                             \
+  "\"io.modelcontextprotocol/clientCapabilities\":" TASKS_CAPS "}}}"
+  static const char *const calls[] = {EARLY_CALL("{}"), EARLY_CALL("{\"detach\":true}")};
+#undef EARLY_CALL
+  for (size_t i = 0; i < 2; i++) {
+    json_array_clear(w->sent);
+    json_t *reply = send_as(w, w->agent, calls[i], NULL, NULL);
+    json_t *res = json_incref(result_of(reply));
+    json_decref(reply);
+    assert_int_equal(json_array_size(w->sent), 2);
+    json_t *progress = json_object_get(json_array_get(w->sent, 0), "params");
+    assert_string_equal(str(progress, "progressToken"), "pt");
+    assert_string_equal(str(progress, "message"), "before");
+    assert_string_equal(str(json_array_get(w->sent, 1), "method"), "notifications/message");
+    if (i == 0) {
+      assert_true(json_is_true(json_object_get(json_object_get(res, "structuredContent"),
+                                               "done")));
+    } else {
+      assert_string_equal(str(res, "resultType"), "task");
+      json_t *got = await_task(w, str(res, "taskId"), "completed");
+      json_decref(got);
+      assert_int_equal(json_array_size(w->sent), 2);
+    }
+    json_decref(res);
+  }
+  serve_usual_tools(w, reg);
+}
+
 static void *stop_server(void *arg) {
   world *w = arg;
   tg_mcp_server_done(&w->srv);
@@ -4178,6 +4249,7 @@ int main(void) {
       T(test_task_stop_tells_only_its_cancels),
       T(test_stop_cancels_a_task_waiting_for_input_at_once),
       T(test_task_failure_after_cancel),
+      T(test_task_tells_its_request_until_it_detaches),
       T(test_task_notifications),
       T(test_task_notifications_follow_rounds),
       T(test_task_status_message),
