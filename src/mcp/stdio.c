@@ -279,20 +279,28 @@ static bool take_at_once(conn *c, tg_rpc_msg *msg, int *r) {
     tg_mcp_reply reply;
     *r = tg_mcp_handle(c->srv, c->req, msg, &reply);
   } else if (msg->kind == TG_RPC_RESPONSE) {
+    /* A copy of its own for the serving thread: a batch's element is freed by this one, and
+     * jansson's counts order no free after another thread's reads. */
+    json_t *answer = json_deep_copy(msg->root);
+    if (!answer) {
+      tg_rpc_msg_done(msg);
+      *r = TG_E_NOMEM;
+      return true;
+    }
     pthread_mutex_lock(&c->lock);
     /* An error naming no request (its client could not read one) answers the one question
      * waiting, if any: only one waits at a time here. */
     bool awaited = c->awaiting && !c->answer &&
                    (msg->id ? json_equal(msg->id, c->awaiting) : msg->error != NULL);
     if (awaited) {
-      c->answer = msg->root; /* handed over: only the serving thread counts its references */
-      msg->root = NULL;
+      c->answer = TAKE_PTR(answer);
     } else if (tg_log_may(&c->stray_logged_ms)) {
       tg_log(TG_LOG_WARN, "mcp: a response to no request waiting for one; dropped (logged once "
                           "a minute at most)");
     }
     pthread_cond_broadcast(&c->changed);
     pthread_mutex_unlock(&c->lock);
+    json_decref(answer);
   } else {
     return false;
   }
