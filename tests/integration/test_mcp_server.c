@@ -837,25 +837,18 @@ static void test_progress_and_logging(void **state) {
   /* A token is a string or a number: any other is refused before the call, which sends
    * nothing and writes no row. */
   long logs = fixture_count(w->f, "agent_run_logs");
-  static const char *const bad_tokens[] = {"null", "{\"x\":[1]}", "true", "[1]"};
-  for (size_t i = 0; i < sizeof bad_tokens / sizeof bad_tokens[0]; i++) {
+  static const struct {
+    const char *method, *token;
+  } refused[] = {{"tools/call", "null"}, {"tools/call", "{\"x\":[1]}"}, {"tools/call", "true"},
+                 {"tools/call", "[1]"},
+                 /* So on any method, though only tools/call sends progress. */
+                 {"tools/list", "{\"x\":1}"}, {"ping", "{\"x\":1}"}, {"prompts/list", "{}"}};
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
     char text[200];
     snprintf(text, sizeof text,
-             "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\",\"params\":{\"name\":"
+             "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"%s\",\"params\":{\"name\":"
              "\"test_tool_with_progress\",\"_meta\":{\"progressToken\":%s}}}",
-             bad_tokens[i]);
-    r = send_msg(w, text, NULL, NULL);
-    assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
-    json_decref(r);
-  }
-  /* So on any method, though only tools/call sends progress. */
-  static const char *const other_methods[] = {"tools/list", "ping", "prompts/list"};
-  for (size_t i = 0; i < sizeof other_methods / sizeof other_methods[0]; i++) {
-    char text[200];
-    snprintf(text, sizeof text,
-             "{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"%s\",\"params\":{\"_meta\":"
-             "{\"progressToken\":{\"x\":1}}}}",
-             other_methods[i]);
+             refused[i].method, refused[i].token);
     r = send_msg(w, text, NULL, NULL);
     assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
     json_decref(r);
