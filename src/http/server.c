@@ -1560,9 +1560,9 @@ static int deliver_batched_answer(void *arg, tg_rpc_msg *element) {
   return 1;
 }
 
-/* A request works on a copy of its session's state. Requests of one session may run at
- * once, so only what a request changed is written back: the whole state after the
- * initialize that opened the session, else the log level and the initialized flag. */
+/* A request works on a copy of its session's state (false without memory). Requests of one
+ * session may run at once, so only what a request changed is written back: the whole state
+ * after the initialize that opened the session, else the log level and the initialized flag. */
 static bool state_load(server *s, session *x, tg_mcp_session *out, int *loaded_level) {
   pthread_mutex_lock(&s->lock);
   *out = x->state;
