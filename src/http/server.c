@@ -1813,14 +1813,14 @@ static int by_hash(const void *a, const void *b) {
 static void end_revoked(server *s, tg_db *db) {
   _cleanup_json_ json_t *task_tokens = tg_mcp_tasks_token_hashes(s->mcp.tasks);
   pthread_mutex_lock(&s->lock);
-  size_t cap = s->n_sessions + s->n_listeners + s->n_token_calls + json_array_size(task_tokens),
+  size_t cap = s->n_sessions + s->n_listeners + s->n_token_calls + json_object_size(task_tokens),
          n = 0;
   opened *all = cap ? malloc(cap * sizeof *all) : NULL;
-  size_t i;
-  json_t *hash;
-  json_array_foreach(all ? task_tokens : NULL, i, hash) {
+  const char *hash;
+  json_t *unused;
+  json_object_foreach(all ? task_tokens : NULL, hash, unused) {
     all[n] = (opened){.tasks = true};
-    snprintf(all[n++].hash, sizeof all->hash, "%s", json_string_value(hash));
+    snprintf(all[n++].hash, sizeof all->hash, "%s", hash);
   }
   for (session *x = s->sessions; all && x; x = x->next) {
     if (!x->token_hash[0]) continue;
@@ -1846,7 +1846,7 @@ static void end_revoked(server *s, tg_db *db) {
   /* Each token looked up once: the sessions and streams of one token side by side. */
   if (n) qsort(all, n, sizeof *all, by_hash);
   bool revoked = false;
-  for (i = 0; i < n; i++) {
+  for (size_t i = 0; i < n; i++) {
     char id[TG_UUID_LEN + 1];
     if (i == 0 || strcmp(all[i].hash, all[i - 1].hash) != 0)
       revoked = tg_principal_by_token_hash(db, all[i].hash, NULL, id) == TG_E_NOTFOUND;

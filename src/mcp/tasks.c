@@ -1334,18 +1334,7 @@ json_t *tg_mcp_tasks_token_hashes(tg_mcp_tasks *t) {
       hashes = NULL;
     }
   pthread_mutex_unlock(&t->lock);
-  json_t *list = hashes ? json_array() : NULL;
-  const char *hash;
-  json_t *unused;
-  json_object_foreach(list ? hashes : NULL, hash, unused) {
-    if (json_array_append_new(list, json_string(hash)) < 0) {
-      json_decref(list);
-      list = NULL;
-      break;
-    }
-  }
-  json_decref(hashes);
-  return list;
+  return hashes;
 }
 
 void tg_mcp_tasks_end_token(tg_mcp_tasks *t, const char *hash) {

@@ -150,9 +150,9 @@ void tg_mcp_tasks_observer_free(tg_mcp_task_observer *o);
  * ended), TG_MCP_TASK_ELSEWHERE, TG_E_NOTFOUND, or the failure of db. */
 int tg_mcp_tasks_cancel(tg_mcp_tasks *t, tg_db *db, const char *principal_id, const char *id);
 
-/* The hashes of the tokens that started t's tasks not ended yet, each once (a new array of
- * strings; tasks started without a token are left out), for a transport to look whether
- * they were revoked; NULL when out of memory. */
+/* The hashes of the tokens that started t's tasks not ended yet, as the keys of a new object
+ * (tasks started without a token are left out), for a transport to look whether they were
+ * revoked; NULL when out of memory. */
 json_t *tg_mcp_tasks_token_hashes(tg_mcp_tasks *t);
 /* The token of hash was revoked: the tasks it started that have not ended are asked to stop,
  * as by tg_mcp_tasks_cancel, their principal's other tokens still reading how they ended. */
