@@ -1423,7 +1423,6 @@ struct worker {
   worker *prev_call, *next_call;
   tg_mcp_session scratch;
   bool opened;      /* this request is the initialize that opened sess */
-  int loaded_level; /* the session's log level when scratch was copied */
   char principal[TG_UUID_LEN + 1];
   tg_mcp_headers headers;
   char *header_copies[3];
@@ -1563,25 +1562,25 @@ static int deliver_batched_answer(void *arg, tg_rpc_msg *element) {
 /* A request works on a copy of its session's state (false without memory). Requests of one
  * session may run at once, so only what a request changed is written back: the whole state
  * after the initialize that opened the session, else the log level and the initialized flag. */
-static bool state_load(server *s, session *x, tg_mcp_session *out, int *loaded_level) {
+static bool state_load(server *s, session *x, tg_mcp_session *out) {
   pthread_mutex_lock(&s->lock);
   *out = x->state;
   /* A copy of its own, as requests of the session free theirs on their threads (see
    * deliver_answer). */
   out->client_capabilities = json_deep_copy(x->state.client_capabilities);
   pthread_mutex_unlock(&s->lock);
-  *loaded_level = out->log_level;
+  out->level_set = false;
   return out->client_capabilities || !x->state.client_capabilities;
 }
 
-static void state_store(server *s, session *x, tg_mcp_session *in, bool opened, int loaded_level) {
+static void state_store(server *s, session *x, tg_mcp_session *in, bool opened) {
   pthread_mutex_lock(&s->lock);
   if (opened) {
     json_decref(x->state.client_capabilities);
     x->state = *in;
     in->client_capabilities = NULL;
   } else {
-    if (in->log_level != loaded_level) x->state.log_level = in->log_level;
+    if (in->level_set) x->state.log_level = in->log_level;
     if (in->initialized) x->state.initialized = true;
   }
   pthread_mutex_unlock(&s->lock);
@@ -1654,7 +1653,7 @@ static void run_call(worker *w, tg_db *db) {
     if (handled) {
       final = reply.text;
       status = reply.http_status;
-      if (w->sess) state_store(s, w->sess, &w->scratch, w->opened, w->loaded_level);
+      if (w->sess) state_store(s, w->sess, &w->scratch, w->opened);
     }
   }
   /* Ends the exchange even without a message (a cancelled call gets none), so the client is
@@ -2628,7 +2627,7 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
       result = queue_refusal(conn, MHD_HTTP_NOT_FOUND, &w->msg, "Session not found");
       goto done;
     }
-    if (!state_load(s, w->sess, &w->scratch, &w->loaded_level)) {
+    if (!state_load(s, w->sess, &w->scratch)) {
       result = queue(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, NULL, NULL);
       goto done;
     }
@@ -2648,7 +2647,6 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
       goto done;
     }
     w->opened = true;
-    w->loaded_level = -1;
     new_sid = w->sess->id;
   }
   if (w->msg.kind == TG_RPC_BATCH && w->sess && tg_mcp_takes_batches(&w->scratch) &&
@@ -2744,7 +2742,7 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
                               "Out of memory");
     goto done;
   }
-  if (w->sess) state_store(s, w->sess, &w->scratch, w->opened, w->loaded_level);
+  if (w->sess) state_store(s, w->sess, &w->scratch, w->opened);
   /* What this message changed, and the baseline of a listen stream just acknowledged. */
   check_lists(s, db, principal, w->sess);
   /* A call cancelled as its token was revoked is told so, as the revoked token is. */

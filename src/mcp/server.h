@@ -34,6 +34,7 @@ typedef struct tg_mcp_session {
   char version[16];  /* legacy: the negotiated revision */
   bool initialized;  /* legacy: notifications/initialized arrived */
   int log_level;     /* legacy: index of the level set by logging/setLevel, -1: none */
+  bool level_set;    /* this request set log_level (what an HTTP session keeps of it) */
   json_t *client_capabilities; /* legacy: from initialize */
 } tg_mcp_session;
 
