@@ -2601,7 +2601,9 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   /* The dispatch checks a 2026-07-28 request's version (claim and header, in that
    * revision's order); any other message's header binds no less, and so does a
    * notification's claim. Before a session is looked for: a client naming a version not
-   * spoken here is told so, not to send initialize. */
+   * spoken here is told so, not to send initialize. A session's message may name another
+   * legacy revision than the one negotiated, as the reference server allows: the official
+   * suite sends 2025-03-26 on the 2025-11-25 sessions it opens. */
   int version_code;
   json_t *version_data;
   const char *version_refusal =
