@@ -185,8 +185,10 @@ static const char runs_usage[] =
     "usage: toolgate runs start --agent SLUG\n"
     "       toolgate runs end RUN_ID [--status completed|failed|cancelled]\n"
     "       toolgate runs list [--agent SLUG] [--limit N] [--json]\n"
-    "       toolgate runs show RUN_ID [--json]\n\n"
-    "A run groups an agent's calls; 'call --run RUN_ID' attaches a call to a running run.\n";
+    "       toolgate runs show RUN_ID [--json]\n"
+    "       toolgate runs calls --user NAME [--limit N] [--json]\n\n"
+    "A run groups an agent's calls; 'call --run RUN_ID' attaches a call to a running run.\n"
+    "A user's calls belong to no run: 'runs calls' lists them, newest first.\n";
 
 static int runs_start(cli *c, int argc, char **argv) {
   static const struct option options[] = {{"agent", required_argument, NULL, 'a'}, {0}};
@@ -264,15 +266,11 @@ static int runs_list(cli *c, int argc, char **argv) {
   return cli_operate(c, "admin.run.list", args, json, show_runs);
 }
 
-static void show_run(json_t *result) {
-  json_t *run = json_object_get(result, "run");
-  printf("run %s of %s: %s (%s)\n", json_string_value(json_object_get(run, "id")),
-         json_string_value(json_object_get(run, "agent")),
-         json_string_value(json_object_get(run, "status")),
-         json_string_value(json_object_get(run, "started_at")));
+/* One line per telemetry row: when, level, step, duration and message. */
+static void show_logs(json_t *logs) {
   size_t i;
   json_t *log;
-  json_array_foreach(json_object_get(result, "logs"), i, log) {
+  json_array_foreach(logs, i, log) {
     json_t *meta = json_object_get(log, "metadata");
     printf("  %s %-5s %-28s %8.3f ms  %s\n", json_string_value(json_object_get(log, "created_at")),
            json_string_value(json_object_get(log, "level")),
@@ -280,6 +278,40 @@ static void show_run(json_t *result) {
            json_number_value(json_object_get(meta, "durationMs")),
            json_string_value(json_object_get(log, "message")));
   }
+}
+
+static void show_run(json_t *result) {
+  json_t *run = json_object_get(result, "run");
+  printf("run %s of %s: %s (%s)\n", json_string_value(json_object_get(run, "id")),
+         json_string_value(json_object_get(run, "agent")),
+         json_string_value(json_object_get(run, "status")),
+         json_string_value(json_object_get(run, "started_at")));
+  show_logs(json_object_get(result, "logs"));
+}
+
+static void show_calls(json_t *result) {
+  show_logs(json_object_get(result, "calls"));
+  cli_more_note(result);
+}
+
+static int runs_calls(cli *c, int argc, char **argv) {
+  static const struct option options[] = {{"user", required_argument, NULL, 'u'},
+                                          {"limit", required_argument, NULL, 'l'},
+                                          {"json", no_argument, NULL, 'j'},
+                                          {0}};
+  _cleanup_json_ json_t *args = json_object();
+  bool json = false;
+  int opt;
+  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+    if (opt == 'u') json_object_set_new(args, "username", json_string(optarg));
+    else if (opt == 'j') json = true;
+    else if (opt != 'l') return cli_usage(runs_usage, "runs calls: bad option");
+    else if (!cli_limit_option(runs_usage, "runs calls", optarg, args)) return CLI_USAGE;
+  }
+  if (optind < argc) return cli_usage(runs_usage, "runs calls: unexpected '%s'", argv[optind]);
+  if (!json_object_get(args, "username"))
+    return cli_usage(runs_usage, "runs calls: --user is required");
+  return cli_operate(c, "admin.user.calls", json_incref(args), json, show_calls);
 }
 
 static int runs_show(cli *c, int argc, char **argv) {
@@ -302,8 +334,9 @@ int cmd_runs(cli *c, int argc, char **argv) {
   static const cli_command subs[] = {{"start", runs_start, NULL},
                                      {"end", runs_end, NULL},
                                      {"list", runs_list, NULL},
-                                     {"show", runs_show, NULL}};
-  return cli_dispatch(c, argc, argv, subs, 4, runs_usage);
+                                     {"show", runs_show, NULL},
+                                     {"calls", runs_calls, NULL}};
+  return cli_dispatch(c, argc, argv, subs, sizeof subs / sizeof subs[0], runs_usage);
 }
 
 static const char policy_usage[] =

@@ -223,7 +223,7 @@ static int grant_revoke(tg_call_ctx *cx, json_t *args, json_t **ret) {
 
 /* The principal args name by "username" or "agentSlug" in the caller's tenant, as a new row
  * {principal_id}, or a not_found failure (TG_E_TOOL); NULL (TG_OK) when they name neither. */
-static int token_holder(tg_call_ctx *cx, json_t *args, json_t **ret) {
+static int principal_named(tg_call_ctx *cx, json_t *args, json_t **ret) {
   *ret = NULL;
   const char *username = tg_json_str(args, "username"), *slug = tg_json_str(args, "agentSlug");
   if (slug) return tg_lookup_agent(cx, slug, ret);
@@ -238,7 +238,7 @@ static int token_holder(tg_call_ctx *cx, json_t *args, json_t **ret) {
 
 static int token_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
   _cleanup_json_ json_t *holder = NULL;
-  int r = token_holder(cx, args, &holder);
+  int r = principal_named(cx, args, &holder);
   if (r < 0) return r;
   const char *principal_id = json_string_value(json_object_get(holder, "principal_id"));
   char token[TG_TOKEN_LEN + 1], hash[65], id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
@@ -265,7 +265,7 @@ static int token_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
   json_int_t limit = json_integer_value(json_object_get(args, "limit"));
   if (!limit) limit = 100;
   _cleanup_json_ json_t *holder = NULL, *rows = NULL;
-  int r = token_holder(cx, args, &holder);
+  int r = principal_named(cx, args, &holder);
   if (r < 0) return r;
   const char *only = holder ? json_string_value(json_object_get(holder, "principal_id")) : NULL;
   r = tg_db_query(
@@ -457,6 +457,16 @@ static int run_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return *ret ? TG_OK : TG_E_NOMEM;
 }
 
+/* Telemetry rows keep their metadata as JSON text: shown as the object it is. */
+static void metadata_as_json(json_t *logs) {
+  size_t i;
+  json_t *row;
+  json_array_foreach(logs, i, row) {
+    json_t *meta = json_loads(json_string_value(json_object_get(row, "metadata")), 0, NULL);
+    if (meta) json_object_set_new(row, "metadata", meta);
+  }
+}
+
 static int run_show(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const char *id = tg_json_str(args, "runId");
   _cleanup_json_ json_t *run = NULL;
@@ -474,13 +484,29 @@ static int run_show(tg_call_ctx *cx, json_t *args, json_t **ret) {
                   " WHERE run_id = $1 ORDER BY created_at, id LIMIT $2",
                   json_pack("[si]", id, RUN_LOGS_MAX), &logs);
   if (r < 0) return r;
-  size_t i;
-  json_t *row;
-  json_array_foreach(logs, i, row) {
-    json_t *meta = json_loads(json_string_value(json_object_get(row, "metadata")), 0, NULL);
-    if (meta) json_object_set_new(row, "metadata", meta);
-  }
+  metadata_as_json(logs);
   *ret = json_pack("{s:O,s:o}", "run", run, "logs", logs);
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+static int user_calls(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  json_int_t limit = json_integer_value(json_object_get(args, "limit"));
+  if (!limit) limit = 20;
+  _cleanup_json_ json_t *user = NULL;
+  json_t *calls = NULL;
+  int r = principal_named(cx, args, &user);
+  if (r < 0) return r;
+  r = tg_db_query(cx->db,
+                  "SELECT id, step, level, message, metadata, created_at FROM agent_run_logs"
+                  " WHERE principal_id = $1 AND tenant_id = $2"
+                  " ORDER BY created_at DESC, id DESC LIMIT $3",
+                  json_pack("[OsI]", json_object_get(user, "principal_id"),
+                            cx->principal->tenant_id, limit + 1),
+                  &calls);
+  if (r < 0) return r;
+  bool truncated = tg_json_cut(calls, limit);
+  metadata_as_json(calls);
+  *ret = json_pack("{s:o,s:b}", "calls", calls, "truncated", truncated);
   return *ret ? TG_OK : TG_E_NOMEM;
 }
 
@@ -493,6 +519,7 @@ static const tg_handler_entry handlers[] = {
     {"admin.policy.set", policy_set},   {"admin.policy.list", policy_list},
     {"admin.workspace.set", workspace_set}, {"admin.run.start", run_start},     {"admin.run.end", run_end},
     {"admin.run.list", run_list},       {"admin.run.show", run_show},
+    {"admin.user.calls", user_calls},
 };
 
 const tg_provider tg_provider_admin = {

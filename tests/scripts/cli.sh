@@ -175,6 +175,16 @@ check "a message by token on stdio" 0 bash -c 'echo "{\"jsonrpc\":\"2.0\",\"id\"
 stdio_use=$(last_use)
 if [[ "$stdio_use" > "$later_use" ]]; then passes=$((passes + 1)); else failed "stdio wrote no use ($stdio_use after $later_use)"; fi
 check "call as the owner user" 0 "$tg" call admin.policy.list --user owner
+check "runs calls of a user" 0 "$tg" runs calls --user owner --limit 1 --json
+is "the user's last call, newest first" \
+  '.truncated and (.calls | length) == 1 and .calls[0].step == "tool:admin.policy.list"
+   and .calls[0].metadata.surface == "api"'
+check "runs calls of an unknown user" 1 "$tg" runs calls --user ghost
+is "unknown user named" '.error.code == "not_found" and .error.details.username == "ghost"'
+check "runs calls without --user" 2 "$tg" runs calls
+check "a user's calls need runs.read" 1 \
+  "$tg" call admin.user.calls --agent helper --surface api --args '{"username":"owner"}'
+is "runs.read missing" '.error.code == "permission_denied" and .error.details.missingPermission == "runs.read"'
 check "policy set" 0 "$tg" policy set agent.tool.list disabled
 check "disabled by policy" 1 "$tg" call agent.tool.list --agent demo
 is "policy envelope" '.error.details.reason == "disabled_by_policy"'
