@@ -43,8 +43,30 @@ bool cli_integer_option(const char *usage, const char *command, const char *opti
   return true;
 }
 
-bool cli_limit_option(const char *usage, const char *command, const char *value, json_t *args) {
-  return cli_integer_option(usage, command, "limit", "limit", value, args);
+int cli_parse_options(int argc, char **argv, const char *usage, const char *command,
+                      const cli_option_key *keys, size_t n_keys, json_t *args,
+                      const char **positional, bool *json) {
+  struct option options[16] = {{0}};
+  size_t n = 0;
+  for (; n < n_keys && n < 15; n++)
+    options[n] = (struct option){keys[n].option, required_argument, NULL, (int)n};
+  if (json && n < 15) options[n++] = (struct option){"json", no_argument, NULL, 'j'};
+  int opt;
+  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+    if (opt == 'j') {
+      *json = true;
+    } else if (opt >= 0 && (size_t)opt < n_keys && !keys[opt].integer) {
+      json_object_set_new(args, keys[opt].key, json_string(optarg));
+    } else if (opt >= 0 && (size_t)opt < n_keys) {
+      if (!cli_integer_option(usage, command, keys[opt].option, keys[opt].key, optarg, args))
+        return CLI_USAGE;
+    } else {
+      return cli_usage(usage, "%s: bad option", command);
+    }
+  }
+  if (optind < argc && positional && !*positional) *positional = argv[optind++];
+  if (optind < argc) return cli_usage(usage, "%s: unexpected '%s'", command, argv[optind]);
+  return CLI_OK;
 }
 
 bool cli_wants_help(int argc, char **argv, const char *usage) {

@@ -41,10 +41,22 @@ int cli_usage(const char *usage, const char *fmt, ...) __attribute__((format(pri
 /* Under a listing's rows: says there are more when the result is truncated. */
 void cli_more_note(json_t *result);
 /* --OPTION VALUE: an integer into args[key] (the tool's schema checks its range); false,
- * with the usage error printed, when VALUE is not one. cli_limit_option is --limit. */
+ * with the usage error printed, when VALUE is not one. */
 bool cli_integer_option(const char *usage, const char *command, const char *option,
                         const char *key, const char *value, json_t *args);
-bool cli_limit_option(const char *usage, const char *command, const char *value, json_t *args);
+
+/* One long option per tool argument: --option VALUE into args[key], an integer when integer. */
+typedef struct cli_option_key {
+  const char *option; /* "cap-cents" */
+  const char *key;    /* "capCents" */
+  bool integer;
+} cli_option_key;
+/* Parses the options of command (its argv) into args by keys (at most 15). A positional goes
+ * to *positional (at most one, when positional is not NULL); --json sets *json (taken only
+ * when json is not NULL). Returns CLI_OK or CLI_USAGE with the usage error printed. */
+int cli_parse_options(int argc, char **argv, const char *usage, const char *command,
+                      const cli_option_key *keys, size_t n_keys, json_t *args,
+                      const char **positional, bool *json);
 /* Whether argv holds --help or -h; prints usage to stdout when it does. */
 bool cli_wants_help(int argc, char **argv, const char *usage);
 

@@ -241,29 +241,12 @@ static void show_runs(json_t *result) {
 }
 
 static int runs_list(cli *c, int argc, char **argv) {
-  static const struct option options[] = {{"agent", required_argument, NULL, 'a'},
-                                          {"limit", required_argument, NULL, 'l'},
-                                          {"json", no_argument, NULL, 'j'},
-                                          {0}};
-  json_t *args = json_object();
+  static const cli_option_key keys[] = {{"agent", "agentSlug", false}, {"limit", "limit", true}};
+  _cleanup_json_ json_t *args = json_object();
   bool json = false;
-  int opt;
-  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
-    if (opt == 'a') json_object_set_new(args, "agentSlug", json_string(optarg));
-    else if (opt == 'j') json = true;
-    else if (opt != 'l') {
-      json_decref(args);
-      return cli_usage(runs_usage, "runs list: bad option");
-    } else if (!cli_limit_option(runs_usage, "runs list", optarg, args)) {
-      json_decref(args);
-      return CLI_USAGE;
-    }
-  }
-  if (optind < argc) {
-    json_decref(args);
-    return cli_usage(runs_usage, "runs list: unexpected '%s'", argv[optind]);
-  }
-  return cli_operate(c, "admin.run.list", args, json, show_runs);
+  int r = cli_parse_options(argc, argv, runs_usage, "runs list", keys, 2, args, NULL, &json);
+  if (r != CLI_OK) return r;
+  return cli_operate(c, "admin.run.list", json_incref(args), json, show_runs);
 }
 
 /* One line per telemetry row: when, level, step, duration and message. */
@@ -295,20 +278,11 @@ static void show_calls(json_t *result) {
 }
 
 static int runs_calls(cli *c, int argc, char **argv) {
-  static const struct option options[] = {{"user", required_argument, NULL, 'u'},
-                                          {"limit", required_argument, NULL, 'l'},
-                                          {"json", no_argument, NULL, 'j'},
-                                          {0}};
+  static const cli_option_key keys[] = {{"user", "username", false}, {"limit", "limit", true}};
   _cleanup_json_ json_t *args = json_object();
   bool json = false;
-  int opt;
-  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
-    if (opt == 'u') json_object_set_new(args, "username", json_string(optarg));
-    else if (opt == 'j') json = true;
-    else if (opt != 'l') return cli_usage(runs_usage, "runs calls: bad option");
-    else if (!cli_limit_option(runs_usage, "runs calls", optarg, args)) return CLI_USAGE;
-  }
-  if (optind < argc) return cli_usage(runs_usage, "runs calls: unexpected '%s'", argv[optind]);
+  int r = cli_parse_options(argc, argv, runs_usage, "runs calls", keys, 2, args, NULL, &json);
+  if (r != CLI_OK) return r;
   if (!json_object_get(args, "username"))
     return cli_usage(runs_usage, "runs calls: --user is required");
   return cli_operate(c, "admin.user.calls", json_incref(args), json, show_calls);

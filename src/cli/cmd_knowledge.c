@@ -146,18 +146,11 @@ static void show_activity(json_t *result) {
 
 int cmd_activity(cli *c, int argc, char **argv) {
   if (cli_wants_help(argc, argv, activity_usage)) return CLI_OK;
-  static const struct option options[] = {{"limit", required_argument, NULL, 'l'},
-                                          {"json", no_argument, NULL, 'j'},
-                                          {0}};
+  static const cli_option_key keys[] = {{"limit", "limit", true}};
   _cleanup_json_ json_t *args = json_object();
   bool json = false;
-  int opt;
   optind = 1;
-  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
-    if (opt == 'j') json = true;
-    else if (opt != 'l') return cli_usage(activity_usage, "activity: bad option");
-    else if (!cli_limit_option(activity_usage, "activity", optarg, args)) return CLI_USAGE;
-  }
-  if (optind < argc) return cli_usage(activity_usage, "activity: unexpected '%s'", argv[optind]);
+  int r = cli_parse_options(argc, argv, activity_usage, "activity", keys, 1, args, NULL, &json);
+  if (r != CLI_OK) return r;
   return cli_operate(c, "work.activity.list", TAKE_PTR(args), json, show_activity);
 }

@@ -28,19 +28,11 @@ static void show_repos(json_t *result) {
 }
 
 static int repos_list(cli *c, int argc, char **argv) {
-  static const struct option options[] = {{"limit", required_argument, NULL, 'l'},
-                                          {"json", no_argument, NULL, 'j'},
-                                          {0}};
+  static const cli_option_key keys[] = {{"limit", "limit", true}};
   _cleanup_json_ json_t *args = json_object();
   bool json = false;
-  int opt;
-  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
-    if (opt == 'l') {
-      if (!cli_limit_option(repos_usage, "repos list", optarg, args)) return CLI_USAGE;
-    } else if (opt == 'j') json = true;
-    else return cli_usage(repos_usage, "repos list: bad option");
-  }
-  if (optind < argc) return cli_usage(repos_usage, "repos list: unexpected '%s'", argv[optind]);
+  int r = cli_parse_options(argc, argv, repos_usage, "repos list", keys, 1, args, NULL, &json);
+  if (r != CLI_OK) return r;
   return cli_operate(c, "repo.repository.list", json_incref(args), json, show_repos);
 }
 
@@ -73,23 +65,12 @@ static void show_prs(json_t *result) {
 }
 
 static int prs_list(cli *c, int argc, char **argv) {
-  static const struct option options[] = {{"repo", required_argument, NULL, 'r'},
-                                          {"state", required_argument, NULL, 's'},
-                                          {"limit", required_argument, NULL, 'l'},
-                                          {"json", no_argument, NULL, 'j'},
-                                          {0}};
+  static const cli_option_key keys[] = {
+      {"repo", "repo", false}, {"state", "state", false}, {"limit", "limit", true}};
   _cleanup_json_ json_t *args = json_object();
   bool json = false;
-  int opt;
-  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
-    if (opt == 'r') json_object_set_new(args, "repo", json_string(optarg));
-    else if (opt == 's') json_object_set_new(args, "state", json_string(optarg));
-    else if (opt == 'l') {
-      if (!cli_limit_option(prs_usage, "prs list", optarg, args)) return CLI_USAGE;
-    } else if (opt == 'j') json = true;
-    else return cli_usage(prs_usage, "prs list: bad option");
-  }
-  if (optind < argc) return cli_usage(prs_usage, "prs list: unexpected '%s'", argv[optind]);
+  int r = cli_parse_options(argc, argv, prs_usage, "prs list", keys, 3, args, NULL, &json);
+  if (r != CLI_OK) return r;
   return cli_operate(c, "repo.pr.list", json_incref(args), json, show_prs);
 }
 

@@ -13,39 +13,6 @@ static const char *str(json_t *object, const char *key) {
   return s ? s : "-";
 }
 
-/* One long option per argument key; a letter per option for getopt. */
-typedef struct option_key {
-  const char *option; /* "cap-cents" */
-  const char *key;    /* "capCents" */
-  bool integer;
-} option_key;
-
-/* Parses argv's options into args by keys. Positionals go to *positional (at most one, when
- * positional is not NULL); --json sets *json. Returns CLI_OK or a usage error. */
-static int parse_options(int argc, char **argv, const option_key *keys, size_t n_keys,
-                         const char *usage, json_t *args, const char **positional, bool *json) {
-  struct option options[16] = {{0}};
-  size_t n = 0;
-  for (; n < n_keys; n++) options[n] = (struct option){keys[n].option, required_argument, NULL, (int)n};
-  if (json) options[n++] = (struct option){"json", no_argument, NULL, 'j'};
-  int opt;
-  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
-    if (opt == 'j') {
-      *json = true;
-    } else if (opt >= 0 && (size_t)opt < n_keys && !keys[opt].integer) {
-      json_object_set_new(args, keys[opt].key, json_string(optarg));
-    } else if (opt >= 0 && (size_t)opt < n_keys) {
-      if (!cli_integer_option(usage, argv[0], keys[opt].option, keys[opt].key, optarg, args))
-        return CLI_USAGE;
-    } else {
-      return cli_usage(usage, "%s: bad option", argv[0]);
-    }
-  }
-  if (optind < argc && positional && !*positional) *positional = argv[optind++];
-  if (optind < argc) return cli_usage(usage, "%s: unexpected '%s'", argv[0], argv[optind]);
-  return CLI_OK;
-}
-
 /* Checks that every key named is in args. */
 static int require(json_t *args, const char *usage, const char *cmd, const char *const *keys,
                    const char *const *options) {
@@ -60,12 +27,12 @@ static const char missions_usage[] =
     "A mission holds ideas and works; agents, tasks and spend are scoped to it.\n";
 
 static int missions_create(cli *c, int argc, char **argv) {
-  static const option_key keys[] = {{"slug", "slug", false},
+  static const cli_option_key keys[] = {{"slug", "slug", false},
                                     {"title", "title", false},
                                     {"description", "description", false},
                                     {"cap-cents", "capCents", true}};
   json_t *args = json_object();
-  int r = parse_options(argc, argv, keys, 4, missions_usage, args, NULL, NULL);
+  int r = cli_parse_options(argc, argv, missions_usage, "missions create", keys, 4, args, NULL, NULL);
   if (r == CLI_OK)
     r = require(args, missions_usage, "missions create", (const char *const[]){"slug", "title", NULL},
                 (const char *const[]){"slug", "title"});
@@ -96,7 +63,7 @@ static void show_missions(json_t *result) {
 static int missions_list(cli *c, int argc, char **argv) {
   bool json = false;
   json_t *args = json_object();
-  int r = parse_options(argc, argv, NULL, 0, missions_usage, args, NULL, &json);
+  int r = cli_parse_options(argc, argv, missions_usage, "missions list", NULL, 0, args, NULL, &json);
   if (r != CLI_OK) {
     json_decref(args);
     return r;
@@ -113,10 +80,12 @@ int cmd_missions(cli *c, int argc, char **argv) {
 /* ideas list and works list show one part of the mission list, so there is one query. */
 static int list_part(cli *c, int argc, char **argv, const char *usage, void (*show)(json_t *),
                      const char *part) {
-  static const option_key keys[] = {{"mission", "missionSlug", false}};
+  static const cli_option_key keys[] = {{"mission", "missionSlug", false}};
   bool json = false;
   json_t *args = json_object();
-  int r = parse_options(argc, argv, keys, 1, usage, args, NULL, &json);
+  char command[16];
+  snprintf(command, sizeof command, "%s list", part);
+  int r = cli_parse_options(argc, argv, usage, command, keys, 1, args, NULL, &json);
   if (r != CLI_OK) {
     json_decref(args);
     return r;
@@ -148,9 +117,9 @@ static const char ideas_usage[] =
     "An idea belongs to a mission; its slug is made from its title and printed.\n";
 
 static int ideas_create(cli *c, int argc, char **argv) {
-  static const option_key keys[] = {{"mission", "missionSlug", false}, {"title", "title", false}};
+  static const cli_option_key keys[] = {{"mission", "missionSlug", false}, {"title", "title", false}};
   json_t *args = json_object();
-  int r = parse_options(argc, argv, keys, 2, ideas_usage, args, NULL, NULL);
+  int r = cli_parse_options(argc, argv, ideas_usage, "ideas create", keys, 2, args, NULL, NULL);
   if (r == CLI_OK)
     r = require(args, ideas_usage, "ideas create", (const char *const[]){"missionSlug", "title", NULL},
                 (const char *const[]){"mission", "title"});
@@ -187,12 +156,12 @@ static const char works_usage[] =
     "A work belongs to a mission, and to one of its ideas when it was derived from it.\n";
 
 static int works_create(cli *c, int argc, char **argv) {
-  static const option_key keys[] = {{"slug", "slug", false},
+  static const cli_option_key keys[] = {{"slug", "slug", false},
                                     {"mission", "missionSlug", false},
                                     {"idea", "ideaSlug", false},
                                     {"title", "title", false}};
   json_t *args = json_object();
-  int r = parse_options(argc, argv, keys, 4, works_usage, args, NULL, NULL);
+  int r = cli_parse_options(argc, argv, works_usage, "works create", keys, 4, args, NULL, NULL);
   if (r == CLI_OK)
     r = require(args, works_usage, "works create", (const char *const[]){"slug", "missionSlug", NULL},
                 (const char *const[]){"slug", "mission"});
@@ -250,14 +219,14 @@ static void show_tasks(json_t *result) {
 }
 
 static int tasks_list(cli *c, int argc, char **argv) {
-  static const option_key keys[] = {{"status", "status", false},
+  static const cli_option_key keys[] = {{"status", "status", false},
                                     {"mission", "missionSlug", false},
                                     {"work", "workSlug", false},
                                     {"agent", "assigneeAgentSlug", false},
                                     {"limit", "limit", true}};
   bool json = false;
   json_t *args = json_object();
-  int r = parse_options(argc, argv, keys, 5, tasks_usage, args, NULL, &json);
+  int r = cli_parse_options(argc, argv, tasks_usage, "tasks list", keys, 5, args, NULL, &json);
   if (r != CLI_OK) {
     json_decref(args);
     return r;
@@ -297,7 +266,7 @@ static int tasks_show(cli *c, int argc, char **argv) {
   bool json = false;
   const char *slug = NULL;
   json_t *args = json_object();
-  int r = parse_options(argc, argv, NULL, 0, tasks_usage, args, &slug, &json);
+  int r = cli_parse_options(argc, argv, tasks_usage, "tasks show", NULL, 0, args, &slug, &json);
   if (r == CLI_OK && !slug) r = cli_usage(tasks_usage, "tasks show: give one task SLUG");
   if (r != CLI_OK) {
     json_decref(args);
@@ -309,14 +278,16 @@ static int tasks_show(cli *c, int argc, char **argv) {
 
 /* tasks assign and tasks approve: a task SLUG and one of --agent, --user. */
 static int task_person(cli *c, int argc, char **argv, const char *tool, bool role) {
-  static const option_key keys[] = {{"agent", "agentSlug", false},
+  static const cli_option_key keys[] = {{"agent", "agentSlug", false},
                                     {"user", "username", false},
                                     {"role", "role", false}};
   const char *slug = NULL;
   json_t *args = json_object();
-  int r = parse_options(argc, argv, keys, role ? 3 : 2, tasks_usage, args, &slug, NULL);
+  char command[16];
+  snprintf(command, sizeof command, "tasks %s", argv[0]);
+  int r = cli_parse_options(argc, argv, tasks_usage, command, keys, role ? 3 : 2, args, &slug, NULL);
   if (r == CLI_OK && (!slug || !json_object_get(args, "agentSlug") == !json_object_get(args, "username")))
-    r = cli_usage(tasks_usage, "%s: give a task SLUG and exactly one of --agent, --user", argv[0]);
+    r = cli_usage(tasks_usage, "%s: give a task SLUG and exactly one of --agent, --user", command);
   if (r != CLI_OK) {
     json_decref(args);
     return r;
