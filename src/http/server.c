@@ -1561,7 +1561,8 @@ static int deliver_batched_answer(void *arg, tg_rpc_msg *element) {
 
 /* A request works on a copy of its session's state (false without memory). Requests of one
  * session may run at once, so only what a request changed is written back: the whole state
- * after the initialize that opened the session, else the log level and the initialized flag. */
+ * after the initialize that opened the session, else the log level (the one set last) and the
+ * initialized flag. */
 static bool state_load(server *s, session *x, tg_mcp_session *out) {
   pthread_mutex_lock(&s->lock);
   *out = x->state;
@@ -1569,7 +1570,6 @@ static bool state_load(server *s, session *x, tg_mcp_session *out) {
    * deliver_answer). */
   out->client_capabilities = json_deep_copy(x->state.client_capabilities);
   pthread_mutex_unlock(&s->lock);
-  out->level_set = false;
   return out->client_capabilities || !x->state.client_capabilities;
 }
 
@@ -1580,7 +1580,10 @@ static void state_store(server *s, session *x, tg_mcp_session *in, bool opened) 
     x->state = *in;
     in->client_capabilities = NULL;
   } else {
-    if (in->level_set) x->state.log_level = in->log_level;
+    if (in->level_set_ns > x->state.level_set_ns) {
+      x->state.log_level = in->log_level;
+      x->state.level_set_ns = in->level_set_ns;
+    }
     if (in->initialized) x->state.initialized = true;
   }
   pthread_mutex_unlock(&s->lock);

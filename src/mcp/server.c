@@ -1277,7 +1277,7 @@ static int m_set_level(cx *c, json_t *params, json_t **ret) {
   int level = level_index(json_string_value(json_object_get(params, "level")));
   if (level < 0) return rpc_fail(c, TG_RPC_INVALID_PARAMS, "Unknown log level", NULL);
   c->req->session->log_level = level;
-  c->req->session->level_set = true;
+  c->req->session->level_set_ns = tg_monotonic_ns();
   return m_empty(c, params, ret);
 }
 

@@ -34,7 +34,9 @@ typedef struct tg_mcp_session {
   char version[16];  /* legacy: the negotiated revision */
   bool initialized;  /* legacy: notifications/initialized arrived */
   int log_level;     /* legacy: index of the level set by logging/setLevel, -1: none */
-  bool level_set;    /* this request set log_level (what an HTTP session keeps of it) */
+  /* When logging/setLevel last set log_level (monotonic ns; 0: never): of the requests of an
+   * HTTP session that each set it on a copy, the one that set it last is what stands. */
+  uint64_t level_set_ns;
   json_t *client_capabilities; /* legacy: from initialize */
 } tg_mcp_session;
 

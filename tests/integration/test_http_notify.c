@@ -1156,6 +1156,31 @@ static void test_a_session_is_asked_what_an_input_required_result_asks(void **st
   }
 }
 
+#define SET_LEVEL(id, level)                                                                \
+  "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"logging/setLevel\",\"params\":{\"level\":\"" \
+  level "\"}}"
+
+/* Requests of one session run at once, each on a copy of its state: the logging/setLevel
+ * sent last stands, though a request that set another level before it ends after it. */
+static void test_the_level_set_last_stands(void **state) {
+  world *w = *state;
+  char sid[64];
+  open_session_at(w, "2025-03-26", "{}", sid);
+  free(request(w, "POST", sid, NULL, SET_LEVEL(2, "info"), 200));
+  exchange *batch =
+      start(w, "POST", sid, NULL, "[" SET_LEVEL(3, "error") "," CALL(4, "test_wait_go") "]");
+  kit_wait(&kit_started); /* the batch set error and waits */
+  free(request(w, "POST", sid, NULL, SET_LEVEL(5, "debug"), 200));
+  kit_set(&kit_go);
+  await(batch, "\"went\"");
+  assert_int_equal(batch->status, 200);
+  finish(batch);
+  /* At debug the tool's info lines go out; at error they would not. */
+  char *got = request(w, "POST", sid, NULL, CALL(6, "test_tool_with_logging"), 200);
+  assert_non_null(strstr(got, "Tool execution started"));
+  free(got);
+}
+
 /* A notification, a response or a batch naming a version the server does not speak is
  * refused (400), as a request is; and a batch whose requests share an id is refused whole,
  * running none of them. */
@@ -2744,6 +2769,7 @@ int main(void) {
       T(test_a_session_is_asked_what_an_input_required_result_asks),
       T(test_batches_on_a_2025_03_26_session),
       T(test_what_a_session_may_not_send),
+      T(test_the_level_set_last_stands),
       T(test_a_modern_notification_names_a_version_it_speaks),
       T(test_an_older_session_gets_its_get_stream_unprimed),
       T(test_a_client_result_not_an_object_is_its_error),
