@@ -273,7 +273,9 @@ static void show_run(json_t *result) {
 }
 
 static void show_calls(json_t *result) {
-  show_logs(json_object_get(result, "calls"));
+  json_t *calls = json_object_get(result, "calls");
+  if (!json_array_size(calls)) puts("(no calls)");
+  show_logs(calls);
   cli_more_note(result);
 }
 

@@ -15,7 +15,7 @@ static const cli_command commands[] = {
     {"serve", cmd_serve, "serve MCP over Streamable HTTP"},
     {"agents", cmd_agents, "create, list, grant and revoke agents"},
     {"token", cmd_token, "create, list and revoke API tokens"},
-    {"runs", cmd_runs, "start, end, list and show agent runs"},
+    {"runs", cmd_runs, "start, end, list and show agent runs; list a user's calls"},
     {"policy", cmd_policy, "set and list the workspace tool policy"},
     {"workspace", cmd_workspace, "workspace settings (naming profile)"},
     {"schema", cmd_schema, "validate instances; run the JSON Schema test suite"},

@@ -175,8 +175,9 @@ check "a message by token on stdio" 0 bash -c 'echo "{\"jsonrpc\":\"2.0\",\"id\"
 stdio_use=$(last_use)
 if [[ "$stdio_use" > "$later_use" ]]; then passes=$((passes + 1)); else failed "stdio wrote no use ($stdio_use after $later_use)"; fi
 check "call as the owner user" 0 "$tg" call admin.policy.list --user owner
+check "an agent's call after it" 0 "$tg" call agent.tool.list --agent demo
 check "runs calls of a user" 0 "$tg" runs calls --user owner --limit 1 --json
-is "the user's last call, newest first" \
+is "the user's last call, newest first, not the agent's" \
   '.truncated and (.calls | length) == 1 and .calls[0].step == "tool:admin.policy.list"
    and .calls[0].metadata.surface == "api"'
 check "runs calls of an unknown user" 1 "$tg" runs calls --user ghost
