@@ -2175,11 +2175,13 @@ static bool header_value(struct MHD_Connection *conn, const char *name, char **r
 }
 
 #define MAX_PARAM_HEADERS 64
+#define MAX_PARAM_NAME 127 /* bytes of a Name */
 
 /* The Mcp-Param-{Name} headers of a request, keyed by lower-case Name. */
 typedef struct param_headers {
   json_t *params;
   bool too_many; /* more than MAX_PARAM_HEADERS names */
+  bool too_long; /* a Name past MAX_PARAM_NAME: cut, two could pass for one repeated */
   bool failed;   /* out of memory */
 } param_headers;
 
@@ -2190,9 +2192,13 @@ static enum MHD_Result collect_param(void *cls, enum MHD_ValueKind kind, const c
                                      const char *value) {
   param_headers *ph = cls;
   if (strncasecmp(key, "Mcp-Param-", 10) != 0 || !value) return MHD_YES;
-  char name[128];
+  char name[MAX_PARAM_NAME + 1];
+  if (strlen(key + 10) > MAX_PARAM_NAME) {
+    ph->too_long = true;
+    return MHD_NO;
+  }
   size_t i = 0;
-  for (const char *p = key + 10; *p && i + 1 < sizeof name; p++) name[i++] = (char)tolower((unsigned char)*p);
+  for (const char *p = key + 10; *p; p++) name[i++] = (char)tolower((unsigned char)*p);
   name[i] = 0;
   while (*value == ' ' || *value == '\t') value++;
   size_t len = strlen(value);
@@ -2592,6 +2598,12 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   if (ph.too_many) {
     result = queue_refusal(conn, MHD_HTTP_BAD_REQUEST, &w->msg,
                            "Too many Mcp-Param headers (at most 64 names)");
+    goto done;
+  }
+  if (ph.too_long) {
+    result = queue_refusal(conn, MHD_HTTP_BAD_REQUEST, &w->msg,
+                           "An Mcp-Param header's name is too long (at most 127 bytes after "
+                           "Mcp-Param-)");
     goto done;
   }
   w->headers = (tg_mcp_headers){w->header_copies[0], w->header_copies[1], w->header_copies[2],

@@ -3784,6 +3784,14 @@ static void test_http_repeated_headers(void **state) {
   assert_status(res, "400");
   assert_non_null(strstr(res, "Too many Mcp-Param headers"));
   free(res);
+  /* A name past 127 bytes is refused, not cut (two cut alike would pass for one repeated). */
+  char long_name[512] = ROUTED "Mcp-Param-";
+  memset(long_name + strlen(long_name), 'a', 128);
+  strcat(long_name, ": x\r\n");
+  res = http_exchange_as_is(port, "POST", long_name, call);
+  assert_status(res, "400");
+  assert_non_null(strstr(res, "name is too long"));
+  free(res);
   res = http_exchange_as_is(port, "POST", ROUTED "Mcp-Param-Region: eu\r\n", call);
   assert_status(res, "200");
   assert_non_null(strstr(res, "eu"));
