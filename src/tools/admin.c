@@ -498,7 +498,7 @@ static int user_calls(tg_call_ctx *cx, json_t *args, json_t **ret) {
   if (r < 0) return r;
   r = tg_db_query(cx->db,
                   "SELECT id, step, level, message, metadata, created_at FROM agent_run_logs"
-                  " WHERE principal_id = $1 AND tenant_id = $2"
+                  " WHERE principal_id = $1 AND run_id IS NULL AND tenant_id = $2"
                   " ORDER BY created_at DESC, id DESC LIMIT $3",
                   json_pack("[OsI]", json_object_get(user, "principal_id"),
                             cx->principal->tenant_id, limit + 1),
