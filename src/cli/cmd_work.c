@@ -28,11 +28,12 @@ static const char missions_usage[] =
 
 static int missions_create(cli *c, int argc, char **argv) {
   static const cli_option_key keys[] = {{"slug", "slug", false},
-                                    {"title", "title", false},
-                                    {"description", "description", false},
-                                    {"cap-cents", "capCents", true}};
+                                        {"title", "title", false},
+                                        {"description", "description", false},
+                                        {"cap-cents", "capCents", true}};
   json_t *args = json_object();
-  int r = cli_parse_options(argc, argv, missions_usage, "missions create", keys, 4, args, NULL, NULL);
+  int r =
+      cli_parse_options(argc, argv, missions_usage, "missions create", keys, 4, args, NULL, NULL);
   if (r == CLI_OK)
     r = require(args, missions_usage, "missions create", (const char *const[]){"slug", "title", NULL},
                 (const char *const[]){"slug", "title"});
@@ -63,7 +64,8 @@ static void show_missions(json_t *result) {
 static int missions_list(cli *c, int argc, char **argv) {
   bool json = false;
   json_t *args = json_object();
-  int r = cli_parse_options(argc, argv, missions_usage, "missions list", NULL, 0, args, NULL, &json);
+  int r =
+      cli_parse_options(argc, argv, missions_usage, "missions list", NULL, 0, args, NULL, &json);
   if (r != CLI_OK) {
     json_decref(args);
     return r;
@@ -117,7 +119,8 @@ static const char ideas_usage[] =
     "An idea belongs to a mission; its slug is made from its title and printed.\n";
 
 static int ideas_create(cli *c, int argc, char **argv) {
-  static const cli_option_key keys[] = {{"mission", "missionSlug", false}, {"title", "title", false}};
+  static const cli_option_key keys[] = {{"mission", "missionSlug", false},
+                                        {"title", "title", false}};
   json_t *args = json_object();
   int r = cli_parse_options(argc, argv, ideas_usage, "ideas create", keys, 2, args, NULL, NULL);
   if (r == CLI_OK)
@@ -157,9 +160,9 @@ static const char works_usage[] =
 
 static int works_create(cli *c, int argc, char **argv) {
   static const cli_option_key keys[] = {{"slug", "slug", false},
-                                    {"mission", "missionSlug", false},
-                                    {"idea", "ideaSlug", false},
-                                    {"title", "title", false}};
+                                        {"mission", "missionSlug", false},
+                                        {"idea", "ideaSlug", false},
+                                        {"title", "title", false}};
   json_t *args = json_object();
   int r = cli_parse_options(argc, argv, works_usage, "works create", keys, 4, args, NULL, NULL);
   if (r == CLI_OK)
@@ -220,10 +223,10 @@ static void show_tasks(json_t *result) {
 
 static int tasks_list(cli *c, int argc, char **argv) {
   static const cli_option_key keys[] = {{"status", "status", false},
-                                    {"mission", "missionSlug", false},
-                                    {"work", "workSlug", false},
-                                    {"agent", "assigneeAgentSlug", false},
-                                    {"limit", "limit", true}};
+                                        {"mission", "missionSlug", false},
+                                        {"work", "workSlug", false},
+                                        {"agent", "assigneeAgentSlug", false},
+                                        {"limit", "limit", true}};
   bool json = false;
   json_t *args = json_object();
   int r = cli_parse_options(argc, argv, tasks_usage, "tasks list", keys, 5, args, NULL, &json);
@@ -279,13 +282,14 @@ static int tasks_show(cli *c, int argc, char **argv) {
 /* tasks assign and tasks approve: a task SLUG and one of --agent, --user. */
 static int task_person(cli *c, int argc, char **argv, const char *tool, bool role) {
   static const cli_option_key keys[] = {{"agent", "agentSlug", false},
-                                    {"user", "username", false},
-                                    {"role", "role", false}};
+                                        {"user", "username", false},
+                                        {"role", "role", false}};
   const char *slug = NULL;
   json_t *args = json_object();
   char command[16];
   snprintf(command, sizeof command, "tasks %s", argv[0]);
-  int r = cli_parse_options(argc, argv, tasks_usage, command, keys, role ? 3 : 2, args, &slug, NULL);
+  int r =
+      cli_parse_options(argc, argv, tasks_usage, command, keys, role ? 3 : 2, args, &slug, NULL);
   if (r == CLI_OK && (!slug || !json_object_get(args, "agentSlug") == !json_object_get(args, "username")))
     r = cli_usage(tasks_usage, "%s: give a task SLUG and exactly one of --agent, --user", command);
   if (r != CLI_OK) {
