@@ -21,10 +21,14 @@
 #define DEFAULT_LISTEN "127.0.0.1:7878"
 
 static const char mcp_usage[] =
-    "usage: toolgate mcp (--agent SLUG | --token TOKEN) [--conformance-fixtures]\n\n"
+    "usage: toolgate mcp (--agent SLUG | --token TOKEN) [--run RUN_ID]\n"
+    "                    [--conformance-fixtures]\n\n"
     "Serves MCP (2026-07-28 and 2025-11-25) over stdio: newline-delimited JSON-RPC on\n"
     "stdin and stdout, logs on stderr. Every tool call is made as the agent, or as the\n"
     "holder of the API token, through the same gate as every other surface.\n"
+    "  --run RUN_ID            attach every call to this running run of the agent ('runs\n"
+    "                          start'), so that per-run caps bind; without it, each call is\n"
+    "                          its own run. A call once the run ended is refused.\n"
     "  --conformance-fixtures  also serve the fixtures of the official conformance suite\n";
 
 static const char serve_usage[] =
@@ -90,15 +94,17 @@ int cmd_mcp(cli *c, int argc, char **argv) {
   quiet_sigpipe();
   static const struct option options[] = {{"agent", required_argument, NULL, 'a'},
                                           {"token", required_argument, NULL, 't'},
+                                          {"run", required_argument, NULL, 'r'},
                                           {"conformance-fixtures", no_argument, NULL, 'f'},
                                           {0}};
-  const char *agent = NULL;
+  const char *agent = NULL, *run = NULL;
   bool fixtures = false;
   int opt;
   while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
     switch (opt) {
     case 'a': agent = optarg; break;
     case 't': c->token = optarg; break;
+    case 'r': run = optarg; break;
     case 'f': fixtures = true; break;
     default: return cli_usage(mcp_usage, "mcp: bad option");
     }
@@ -112,11 +118,14 @@ int cmd_mcp(cli *c, int argc, char **argv) {
     fprintf(stderr, "toolgate: no agent '%s' in this workspace\n", agent);
     return CLI_FAILED;
   }
-  tg_mcp_server srv = {.fixtures = fixtures, .name = "toolgate", .version = TG_MCP_SERVER_VERSION};
+  /* The run is checked by each call's gate, as 'call --run' is: a run that ends while the
+   * server serves refuses the calls after it. */
+  tg_mcp_server srv = {.fixtures = fixtures, .name = "toolgate", .version = TG_MCP_SERVER_VERSION,
+                       .run_id = run};
   char who[96];
   describe(c, principal, who, sizeof who);
-  tg_log(TG_LOG_INFO, "mcp: serving stdio as %s%s%s", who, c->token ? " (by token)" : "",
-         fixtures ? " with the conformance fixtures" : "");
+  tg_log(TG_LOG_INFO, "mcp: serving stdio as %s%s%s%s%.64s", who, c->token ? " (by token)" : "",
+         fixtures ? " with the conformance fixtures" : "", run ? ", in run " : "", run ? run : "");
   /* SIGINT and SIGTERM (a client's way to end a server slow to exit) stop serving, so that
    * what runs is cancelled and audited instead of cut off. Blocked before any thread starts,
    * so that only the descriptor hears them. */

@@ -80,6 +80,9 @@ typedef struct tg_mcp_server {
   /* The workspace's key sealing 2026-07-28 requestStates (tg_mcp_server_prepare), the
    * same for every server on it: 64 hex digits. */
   char state_key[65];
+  /* An agent's stdio server started in a run (toolgate mcp --run): every call, a task's
+   * rounds too, attaches to it, so that its per-run caps bind; NULL: each call its own run. */
+  const char *run_id;
 } tg_mcp_server;
 
 static inline int64_t tg_mcp_ask_timeout_ms(const tg_mcp_server *srv) {

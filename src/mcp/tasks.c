@@ -43,6 +43,7 @@ typedef struct task {
   char id[TASK_ID_LEN + 1]; /* the id is all a client needs to reach the task */
   char principal[TG_UUID_LEN + 1];
   char token_hash[TG_TOKEN_HASH_LEN + 1]; /* of the token that started it; "": none */
+  char *run_id; /* the running run its rounds attach to; NULL: each its own */
   const tg_tool *tool;
   json_t *args, *caps; /* what its rounds run with, dropped once it ended */
   tg_db *db; /* the thread's, opened by the starter */
@@ -177,6 +178,7 @@ static void task_free(task *k) {
   json_decref(k->refusal);
   json_decref(k->start_progress_token);
   free(k->start_log_level);
+  free(k->run_id);
   free(k->status_message);
   tg_call_result_done(&k->res);
   if (k->db) tg_db_close(k->db);
@@ -995,7 +997,7 @@ static void *task_main(void *arg) {
     };
     tg_call_request call = {.principal_id = k->principal, .surface = TG_SURFACE_MCP,
                             .tool = k->tool->name, .args = k->args, .client = &channel,
-                            .task_id = k->id};
+                            .task_id = k->id, .run_id = k->run_id};
     tg_call_result res;
     int r = tg_call(&env, &call, &res);
     /* Only this thread makes the task visible (the handler detaches on it). */
@@ -1162,10 +1164,11 @@ static int new_task(tg_mcp_tasks *t, const tg_mcp_task_call *call, task **ret) {
   k->start_arg = call->arg;
   k->start_progress_token = call->progress_token ? json_deep_copy(call->progress_token) : NULL;
   k->start_log_level = call->log_level ? strdup(call->log_level) : NULL;
+  k->run_id = call->run_id ? strdup(call->run_id) : NULL;
   int r = (call->args && !k->args) || !k->caps || (call->input_responses && !k->answers) ||
                   (call->request_state && !k->state) ||
                   (call->progress_token && !k->start_progress_token) ||
-                  (call->log_level && !k->start_log_level)
+                  (call->log_level && !k->start_log_level) || (call->run_id && !k->run_id)
               ? TG_E_NOMEM
           : !tg_random_bytes(bits, sizeof bits) ? TG_E_IO
                                                 : 0;

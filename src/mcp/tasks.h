@@ -55,6 +55,7 @@ void tg_mcp_tasks_cancel_left(tg_mcp_tasks *t);
 typedef struct tg_mcp_task_call {
   const char *principal_id;
   const char *token_hash; /* of the token the call came with; NULL or "": none */
+  const char *run_id;     /* the running run the task's rounds attach to; NULL: each its own */
   const tg_tool *tool;
   json_t *args;            /* borrowed, NULL: {} */
   json_t *capabilities;    /* the client's (borrowed): what the task may ask it for */

@@ -211,6 +211,29 @@ check "runs list of an unknown agent" 1 "$tg" runs list --agent nobody
 is "unknown agent named" '.error.code == "not_found" and .error.message == "No agent nobody in this workspace."'
 check "runs end" 0 "$tg" runs end "$run"
 check "call in an ended run" 1 "$tg" call agent.tool.list --agent demo --run "$run"
+# A stdio server started in a run attaches every call to it, as 'call --run' does.
+stdio_call='{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"agent_tool_list",'\
+'"arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'\
+'"io.modelcontextprotocol/clientCapabilities":{}}}}'
+check "runs start for a stdio server" 0 "$tg" runs start --agent demo
+stdio_run=$(cat "$dir/out")
+check "a stdio server in a run" 0 bash -c 'echo "$2" | "$0" mcp --agent demo --run "$1"' \
+  "$tg" "$stdio_run" "$stdio_call"
+is "its call answered" '.result.structuredContent.tools | length > 0'
+check "runs show of the stdio server's run" 0 "$tg" runs show "$stdio_run" --json
+is "the call is the run's" '(.logs | length) == 1 and .logs[0].step == "tool:agent.tool.list"
+  and .logs[0].metadata.surface == "mcp"'
+check "a stdio server in an unknown run" 0 bash -c 'echo "$1" | "$0" mcp --agent demo --run nope' \
+  "$tg" "$stdio_call"
+is "its call refused" '.result.structuredContent.error.code == "not_found"
+  and .result.structuredContent.error.details.runId == "nope"'
+check "runs end of it" 0 "$tg" runs end "$stdio_run"
+check "a stdio server in an ended run" 0 bash -c 'echo "$2" | "$0" mcp --agent demo --run "$1"' \
+  "$tg" "$stdio_run" "$stdio_call"
+is "its call refused once the run ended" \
+  '.result.structuredContent.error.code == "precondition_failed"'
+check "the ended run kept its one call" 0 "$tg" runs show "$stdio_run" --json
+is "no row for the refused call in the run" '(.logs | length) == 1'
 check "runs list bad limit" 2 "$tg" runs list --limit x
 
 for cmd in "" init migrate tools call agents token runs policy workspace schema; do
