@@ -1425,7 +1425,7 @@ struct worker {
   bool opened;      /* this request is the initialize that opened sess */
   char principal[TG_UUID_LEN + 1];
   tg_mcp_headers headers;
-  char *header_copies[3];
+  char *header_copies[4]; /* MCP-Protocol-Version, Mcp-Method, Mcp-Name, Toolgate-Run */
   json_t *params; /* Mcp-Param-* headers */
   tg_rpc_msg msg;
 };
@@ -1611,7 +1611,7 @@ static void worker_free(worker *w) {
   }
   tg_rpc_msg_done(&w->msg);
   json_decref(w->params);
-  for (size_t i = 0; i < 3; i++) free(w->header_copies[i]);
+  for (size_t i = 0; i < 4; i++) free(w->header_copies[i]);
   tg_mcp_session_done(&w->scratch);
   session_put(w->srv, w->sess);
   if (w->st) stream_release(w->st);
@@ -1648,7 +1648,8 @@ static void run_call(worker *w, tg_db *db) {
                     .close_stream = worker_close_stream};
     tg_mcp_request req = {.env = &env, .principal_id = w->principal,
                           .token_hash = w->token_hash, .session = &w->scratch,
-                          .headers = &w->headers, .io = &io, .inflight = w->inflight,
+                          .headers = &w->headers, .run_id = w->header_copies[3], .io = &io,
+                          .inflight = w->inflight,
                           .abandoned = &s->past_grace,
                           .watch = w->sess ? w->sess->watch : NULL};
     tg_mcp_reply reply;
@@ -2230,7 +2231,7 @@ static enum MHD_Result collect_param(void *cls, enum MHD_ValueKind kind, const c
 static const char *const singletons[] = {
     "Host",           "Authorization",     "Origin",         "Content-Type",
     "Content-Length", "Transfer-Encoding", "Mcp-Session-Id", "Last-Event-ID",
-    "MCP-Protocol-Version", "Mcp-Method", "Mcp-Name"};
+    "MCP-Protocol-Version", "Mcp-Method", "Mcp-Name", "Toolgate-Run"};
 #define N_SINGLETONS (sizeof singletons / sizeof singletons[0])
 
 typedef struct singleton_count {
@@ -2585,7 +2586,8 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   w->params = json_object();
   if (!w->params || !header_value(conn, "MCP-Protocol-Version", &w->header_copies[0]) ||
       !header_value(conn, "Mcp-Method", &w->header_copies[1]) ||
-      !header_value(conn, "Mcp-Name", &w->header_copies[2])) {
+      !header_value(conn, "Mcp-Name", &w->header_copies[2]) ||
+      !header_value(conn, "Toolgate-Run", &w->header_copies[3])) {
     result = MHD_NO;
     goto done;
   }
@@ -2732,7 +2734,8 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   tg_mcp_io io = {.self = w, .send = worker_send};
   int fd = connection_fd(conn);
   tg_mcp_request req = {.env = &env, .principal_id = principal, .token_hash = w->token_hash,
-                        .session = &w->scratch, .headers = &w->headers, .io = sse_call ? &io : NULL,
+                        .session = &w->scratch, .headers = &w->headers,
+                        .run_id = w->header_copies[3], .io = sse_call ? &io : NULL,
                         .inflight = w->sess ? w->sess->inflight : w->st ? w->st->inflight : NULL,
                         .abandoned = &s->past_grace,
                         /* Without a session, a client cancels by going away. */

@@ -889,7 +889,7 @@ static int start_task(cx *c, call_channel *ch, const tg_tool *tool, json_t *args
                       json_t *progress_token, json_t *responses, const char *state,
                       json_t **task, int *status, tg_call_result *res) {
   tg_mcp_task_call call = {.principal_id = c->req->principal_id,
-                           .token_hash = c->req->token_hash, .run_id = c->srv->run_id,
+                           .token_hash = c->req->token_hash, .run_id = c->req->run_id,
                            .tool = tool, .args = args,
                            .capabilities = c->caps, .input_responses = responses,
                            .request_state = state, .cancelled = channel_cancelled,
@@ -965,7 +965,7 @@ static int m_tools_call(cx *c, json_t *params, json_t **ret) {
     };
     tg_call_request call = {.principal_id = c->req->principal_id, .surface = TG_SURFACE_MCP,
                             .tool = name, .args = args, .client = &channel,
-                            .run_id = c->srv->run_id};
+                            .run_id = c->req->run_id};
     r = tg_call(c->req->env, &call, &res);
     /* Each round a call of its own, audited as any. */
     _cleanup_json_ json_t *answers = NULL;

@@ -80,8 +80,7 @@ typedef struct tg_mcp_server {
   /* The workspace's key sealing 2026-07-28 requestStates (tg_mcp_server_prepare), the
    * same for every server on it: 64 hex digits. */
   char state_key[65];
-  /* An agent's stdio server started in a run (toolgate mcp --run): every call, a task's
-   * rounds too, attaches to it, so that its per-run caps bind; NULL: each call its own run. */
+  /* A stdio server's run (toolgate mcp --run): its requests' tg_mcp_request.run_id. */
   const char *run_id;
 } tg_mcp_server;
 
@@ -105,6 +104,9 @@ typedef struct tg_mcp_request {
   const char *token_hash;
   tg_mcp_session *session;  /* never NULL; a scratch one for stateless HTTP requests */
   const tg_mcp_headers *headers; /* NULL on stdio */
+  /* The agent's running run the request's calls attach to, a task's rounds too, so that its
+   * per-run caps bind (stdio --run, HTTP's Toolgate-Run header); NULL: each call its own. */
+  const char *run_id;
   const tg_mcp_io *io;
   /* The connection's or session's requests in flight, which notifications/cancelled
    * reaches; NULL: requests cannot be cancelled. */

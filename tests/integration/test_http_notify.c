@@ -1181,6 +1181,58 @@ static void test_the_level_set_last_stands(void **state) {
   free(got);
 }
 
+/* A new run of agent slug, started by the owner, into run. */
+static void run_started(world *w, const char *slug, char run[TG_UUID_LEN + 1]) {
+  char args[64];
+  snprintf(args, sizeof args, "{\"agentSlug\":\"%s\"}", slug);
+  tg_call_result res;
+  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.run.start", args, NULL,
+                                &res),
+                   0);
+  snprintf(run, TG_UUID_LEN + 1, "%s", json_string_value(json_object_get(res.value, "runId")));
+  tg_call_result_done(&res);
+}
+
+static long calls_in_run(world *w, const char *run) {
+  return fixture_count_where(w->f, "SELECT COUNT(*) AS n FROM agent_run_logs WHERE run_id = $1",
+                             json_pack("[s]", run));
+}
+
+/* A request naming a run (Toolgate-Run) puts its call in it, as 'call --run' does, on both
+ * revisions; a run of another agent, or one that ended, refuses the call and takes no row. */
+static void test_a_request_names_its_run(void **state) {
+  world *w = *state;
+  char run[TG_UUID_LEN + 1], foreign[TG_UUID_LEN + 1], headers[256];
+  run_started(w, "bot", run);
+  run_started(w, "bot2", foreign);
+  long runs = fixture_count(w->f, "agent_runs");
+  snprintf(headers, sizeof headers, STATELESS_ROUTE("test_simple_text") "\nToolgate-Run: %s", run);
+  free(request(w, "POST", NULL, headers, STATELESS_CALL("1", "test_simple_text", "{}"), 200));
+  char sid[64];
+  open_session(w, "{}", sid);
+  char session_header[64];
+  snprintf(session_header, sizeof session_header, "Toolgate-Run: %s", run);
+  free(request(w, "POST", sid, session_header, CALL(2, "test_simple_text"), 200));
+  assert_int_equal(calls_in_run(w, run), 2);
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs); /* no run of their own */
+  snprintf(session_header, sizeof session_header, "Toolgate-Run: %s", foreign);
+  char *got = request(w, "POST", sid, session_header, CALL(3, "test_simple_text"), 200);
+  assert_non_null(strstr(got, "No run"));
+  free(got);
+  assert_int_equal(calls_in_run(w, foreign), 0);
+  tg_call_result res;
+  char args[96];
+  snprintf(args, sizeof args, "{\"runId\":\"%s\"}", run);
+  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.run.end", args, NULL,
+                                &res),
+                   0);
+  tg_call_result_done(&res);
+  got = request(w, "POST", NULL, headers, STATELESS_CALL("4", "test_simple_text", "{}"), 200);
+  assert_non_null(strstr(got, "not running"));
+  free(got);
+  assert_int_equal(calls_in_run(w, run), 2);
+}
+
 /* A notification, a response or a batch naming a version the server does not speak is
  * refused (400), as a request is; and a batch whose requests share an id is refused whole,
  * running none of them. */
@@ -2770,6 +2822,7 @@ int main(void) {
       T(test_batches_on_a_2025_03_26_session),
       T(test_what_a_session_may_not_send),
       T(test_the_level_set_last_stands),
+      T(test_a_request_names_its_run),
       T(test_a_modern_notification_names_a_version_it_speaks),
       T(test_an_older_session_gets_its_get_stream_unprimed),
       T(test_a_client_result_not_an_object_is_its_error),
