@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "util/cleanup.h"
+#include "util/ids.h"
 #include "util/status.h"
 
 /* A gate answers 0 (pass), 1 (refuse, filling the refusal) or negative TG_E_*. */
@@ -119,6 +120,13 @@ static int gate_run(const tg_gate_input *in, tg_refusal *out) {
   if (in->principal->kind != TG_PRINCIPAL_AGENT)
     return refuse(out, TG_ERR_VALIDATION_FAILED, json_pack("{s:s}", "reason", "run_for_user"),
                   "Only agents' calls belong to runs.");
+  /* A run id is a UUID: anything else names no run, and is not echoed back whole (a header
+   * or a command line gives it). */
+  size_t len = strlen(in->run_id);
+  if (len == 0 || len > TG_UUID_LEN)
+    return refuse(out, TG_ERR_VALIDATION_FAILED,
+                  json_pack("{s:s,s:i}", "reason", "bad_run_id", "maxLength", TG_UUID_LEN),
+                  "A run id is 1 to %d characters long.", TG_UUID_LEN);
   _cleanup_json_ json_t *row = NULL;
   int r = tg_db_query_row(in->db,
                           "SELECT status FROM agent_runs WHERE id = $1 AND agent_id = $2",

@@ -211,6 +211,9 @@ check "runs list of an unknown agent" 1 "$tg" runs list --agent nobody
 is "unknown agent named" '.error.code == "not_found" and .error.message == "No agent nobody in this workspace."'
 check "runs end" 0 "$tg" runs end "$run"
 check "call in an ended run" 1 "$tg" call agent.tool.list --agent demo --run "$run"
+check "call in a run of a too long id" 1 "$tg" call agent.tool.list --agent demo --run "$run-x"
+is "too long a run id refused, not echoed" '.error.code == "validation_failed"
+  and .error.details.reason == "bad_run_id" and (tostring | contains("-x") | not)'
 # A stdio server started in a run attaches every call to it, as 'call --run' does.
 stdio_call='{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"agent_tool_list",'\
 '"arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'\
