@@ -47,10 +47,11 @@ int cli_parse_options(int argc, char **argv, const char *usage, const char *comm
                       const cli_option_key *keys, size_t n_keys, json_t *args,
                       const char **positional, bool *json) {
   struct option options[16] = {{0}};
+  if (n_keys > 14) return cli_usage(NULL, "%s: more options than the parser takes", command);
   size_t n = 0;
-  for (; n < n_keys && n < 15; n++)
+  for (; n < n_keys; n++)
     options[n] = (struct option){keys[n].option, required_argument, NULL, (int)n};
-  if (json && n < 15) options[n++] = (struct option){"json", no_argument, NULL, 'j'};
+  if (json) options[n++] = (struct option){"json", no_argument, NULL, 'j'};
   int opt;
   while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
     if (opt == 'j') {

@@ -51,7 +51,7 @@ typedef struct cli_option_key {
   const char *key;    /* "capCents" */
   bool integer;
 } cli_option_key;
-/* Parses the options of command (its argv) into args by keys (at most 15). A positional goes
+/* Parses the options of command (its argv) into args by keys (at most 14). A positional goes
  * to *positional (at most one, when positional is not NULL); --json sets *json (taken only
  * when json is not NULL). Returns CLI_OK or CLI_USAGE with the usage error printed. */
 int cli_parse_options(int argc, char **argv, const char *usage, const char *command,
