@@ -87,6 +87,7 @@ int cmd_agents(cli *c, int argc, char **argv);
 int cmd_token(cli *c, int argc, char **argv);
 int cmd_runs(cli *c, int argc, char **argv);
 int cmd_policy(cli *c, int argc, char **argv);
+int cmd_approvals(cli *c, int argc, char **argv);
 int cmd_workspace(cli *c, int argc, char **argv);
 int cmd_schema(cli *c, int argc, char **argv);
 int cmd_mcp(cli *c, int argc, char **argv); /* cmd_mcp.c */

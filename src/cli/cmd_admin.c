@@ -349,6 +349,79 @@ int cmd_policy(cli *c, int argc, char **argv) {
   return cli_dispatch(c, argc, argv, subs, 2, policy_usage);
 }
 
+static const char approvals_usage[] =
+    "usage: toolgate approvals list [--status pending|approved|denied|used|expired|all]\n"
+    "                               [--limit N] [--json]\n"
+    "       toolgate approvals approve APPROVAL_ID [--note TEXT] [--json]\n"
+    "       toolgate approvals deny APPROVAL_ID [--note TEXT] [--json]\n\n"
+    "A tool whose policy is 'approval' runs only on an approval of the very call (its caller,\n"
+    "tool and arguments). A held call is refused with details.approvalId; once approved, the\n"
+    "caller's next call with the same arguments within the hour runs, once. A denied call is\n"
+    "refused for the hour. Requests wait 24 hours for a decision.\n";
+
+static void show_approvals(json_t *result) {
+  json_t *rows = json_object_get(result, "approvals");
+  if (!json_array_size(rows)) puts("(no approval requests)");
+  size_t i;
+  json_t *a;
+  json_array_foreach(rows, i, a) {
+    _cleanup_free_ char *args = json_dumps(json_object_get(a, "args"), JSON_COMPACT);
+    printf("%s %-8s %s %s by %s: %s %.200s\n", json_string_value(json_object_get(a, "id")),
+           json_string_value(json_object_get(a, "status")),
+           json_string_value(json_object_get(a, "created_at")),
+           json_string_value(json_object_get(a, "caller_kind")),
+           json_string_value(json_object_get(a, "caller")),
+           json_string_value(json_object_get(a, "tool")), args ? args : "");
+  }
+  cli_more_note(result);
+}
+
+static int approvals_list(cli *c, int argc, char **argv) {
+  static const cli_option_key keys[] = {{"status", "status", false}, {"limit", "limit", true}};
+  _cleanup_json_ json_t *args = json_object();
+  bool json = false;
+  int r = cli_parse_options(argc, argv, approvals_usage, "approvals list", keys, 2, args, NULL,
+                            &json);
+  if (r != CLI_OK) return r;
+  return cli_operate(c, "admin.approval.list", json_incref(args), json, show_approvals);
+}
+
+static void show_decision(json_t *result) {
+  printf("%s %s: %s, until %s\n", json_string_value(json_object_get(result, "approvalId")),
+         json_string_value(json_object_get(result, "tool")),
+         json_string_value(json_object_get(result, "status")),
+         json_string_value(json_object_get(result, "expiresAt")));
+}
+
+static int approvals_decide(cli *c, int argc, char **argv, const char *decision) {
+  static const cli_option_key keys[] = {{"note", "note", false}};
+  _cleanup_json_ json_t *args = json_pack("{s:s}", "decision", decision);
+  const char *id = NULL;
+  bool json = false;
+  char command[32];
+  snprintf(command, sizeof command, "approvals %s", argv[0]);
+  int r = cli_parse_options(argc, argv, approvals_usage, command, keys, 1, args, &id, &json);
+  if (r != CLI_OK) return r;
+  if (!id) return cli_usage(approvals_usage, "%s: give one APPROVAL_ID", command);
+  json_object_set_new(args, "approvalId", json_string(id));
+  return cli_operate(c, "agent.approval.resolve", json_incref(args), json, show_decision);
+}
+
+static int approvals_approve(cli *c, int argc, char **argv) {
+  return approvals_decide(c, argc, argv, "approve");
+}
+
+static int approvals_deny(cli *c, int argc, char **argv) {
+  return approvals_decide(c, argc, argv, "deny");
+}
+
+int cmd_approvals(cli *c, int argc, char **argv) {
+  static const cli_command subs[] = {{"list", approvals_list, NULL},
+                                     {"approve", approvals_approve, NULL},
+                                     {"deny", approvals_deny, NULL}};
+  return cli_dispatch(c, argc, argv, subs, 3, approvals_usage);
+}
+
 static const char workspace_usage[] =
     "usage: toolgate workspace set --naming canonical|catalog\n\n"
     "canonical: agents are offered model-facing names (work_task_create); catalog: exactly the\n"

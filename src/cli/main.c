@@ -17,6 +17,7 @@ static const cli_command commands[] = {
     {"token", cmd_token, "create, list and revoke API tokens"},
     {"runs", cmd_runs, "start, end, list and show agent runs; list a user's calls"},
     {"policy", cmd_policy, "set and list the workspace tool policy"},
+    {"approvals", cmd_approvals, "list, approve and deny calls held for approval"},
     {"workspace", cmd_workspace, "workspace settings (naming profile)"},
     {"schema", cmd_schema, "validate instances; run the JSON Schema test suite"},
     {"missions", cmd_missions, "create and list missions"},
@@ -38,7 +39,7 @@ static void usage(FILE *out) {
           "global options:\n"
           "  --data DIR      where the database lives (env TOOLGATE_DATA, default ./data)\n"
           "  --tenant SLUG   the workspace (default: the only one)\n\n"
-          "Operator commands (agents, token, runs, policy) act as the workspace owner, through\n"
+          "Operator commands (agents, token, runs, policy, approvals) act as the workspace owner, through\n"
           "the same gate as every tool call.\n\n"
           "commands:\n");
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/approval.h"
 #include "core/gates.h"
 #include "domain/secret_scan.h"
 #include "util/clock.h"
@@ -34,6 +35,7 @@ typedef struct call_state {
   char *args_text;   /* the arguments, truncated, as JSON */
   bool withheld;     /* they held a secret (or could not be scanned for one) */
   char *called_text; /* the name the caller used, truncated, as a JSON string */
+  tg_refusal *approval; /* the approval gate's refusal, when its record opens a request */
 } call_state;
 
 static void call_state_done(call_state *st) {
@@ -297,6 +299,26 @@ int tg_call_log_end(tg_db *db, const char *principal_id, const char *tool, const
                     json_pack("[sssssss]", id, step, level, why, meta, now, principal_id), NULL);
 }
 
+/* A call the approval gate held, with no request for it yet, opens one with its refusal's
+ * record; the answer names it once that commits. A caller with too many waiting gets none,
+ * and is told so in the refusal that st->approval is (answered after this). */
+static int open_approval(call_state *st, tg_db *db, char id[TG_UUID_LEN + 1]) {
+  char digest[65];
+  int r = tg_approval_digest(st->tool, st->args, digest);
+  if (r == TG_OK && (r = prepare_telemetry(st)) == TG_OK)
+    r = tg_approval_open(db, st->principal, st->tool->name, digest, st->args_text,
+                         *st->run_id ? st->run_id : NULL, id);
+  if (r != TG_E_TOO_LARGE) return r;
+  *id = '\0';
+  tg_refusal *refusal = st->approval;
+  snprintf(refusal->message, sizeof refusal->message,
+           "%d calls of this caller already wait for an approval: no more is asked for until"
+           " some are decided.", TG_APPROVAL_PENDING_MAX);
+  _cleanup_json_ json_t *why = json_pack("{s:s,s:i}", "reason", "too_many_waiting", "max",
+                                         TG_APPROVAL_PENDING_MAX);
+  return why && json_object_update(refusal->details, why) == 0 ? TG_OK : TG_E_NOMEM;
+}
+
 /* Refusals and failures keep their telemetry row in a transaction of their own, after any
  * rollback: the rollback must not erase the evidence. A refused call is no run of its own (it
  * never started); a call that ran and failed records its run as failed, or as cancelled when
@@ -313,7 +335,9 @@ static void record_failure(call_state *st, tg_errcode code, const char *message,
   if (prepare_telemetry(st) < 0 || st->withheld ||
       (message && holds_secret(message, strlen(message), &hit)))
     message = NULL;
+  char approval_id[TG_UUID_LEN + 1] = "";
   int r = tg_db_begin(db);
+  if (r == TG_OK && st->approval) r = open_approval(st, db, approval_id);
   if (r == TG_OK && ran && !st->run_written)
     r = open_own_run(st, db, cancelled ? "cancelled" : "failed");
   else if (r == TG_OK && ran) /* committed, then an after-commit step failed */
@@ -321,6 +345,8 @@ static void record_failure(call_state *st, tg_errcode code, const char *message,
                    json_pack("[s]", st->run_id), NULL);
   if (r == TG_OK) r = write_telemetry(st, db, code, message, 0);
   if (r == TG_OK) r = tg_db_commit(db);
+  if (r == TG_OK && *approval_id)
+    json_object_set_new(st->approval->details, "approvalId", json_string(approval_id));
   if (r < 0) {
     tg_db_rollback(db);
     tg_log(TG_LOG_ERROR, "telemetry of a failed call to %s was not written: %s",
@@ -506,6 +532,16 @@ static int unless_cancelled(tg_call_ctx *cx) {
                  "The call was cancelled before what it did was written");
 }
 
+/* The approval the gate found (and found again in this transaction) is used by this call:
+ * undone with it when it fails. */
+static int use_approval(call_state *st, tg_db *db) {
+  char digest[65];
+  int r = tg_approval_digest(st->tool, st->args, digest);
+  return r < 0 ? r
+               : tg_approval_use(db, st->principal->id, st->tool->name, digest,
+                                 *st->run_id ? st->run_id : NULL);
+}
+
 static int write_call(void *arg, tg_db *db) {
   write_job *job = arg;
   int r = still_allowed(job, db);
@@ -515,6 +551,7 @@ static int write_call(void *arg, tg_db *db) {
   cx->db = db;
   cx->principal = st->principal; /* the one decided on last (still_allowed) */
   r = open_own_run(st, db, "completed");
+  if (r == TG_OK && tg_approval_needed(st->principal, st->tool)) r = use_approval(st, db);
   if (r == TG_OK && !job->ran) {
     job->ran = true;
     r = run_handler(st, cx, job->result);
@@ -562,7 +599,12 @@ static int decide(call_state *st, bool kept, tg_refusal *refusal, json_t *trace,
 static int refused(call_state *st, tg_call_result *ret, tg_refusal *refusal) {
   const char *run = st->req->run_id && strcmp(refusal->gate, "run") != 0 ? st->req->run_id : "";
   snprintf(st->run_id, sizeof st->run_id, "%s", run);
-  return reject(st, ret, refusal->code, refusal->message, TAKE_PTR(refusal->details));
+  if (strcmp(refusal->gate, "approval") == 0 && refusal->code == TG_ERR_PRECONDITION_FAILED &&
+      !json_object_get(refusal->details, "approvalId"))
+    st->approval = refusal;
+  /* record_failure may change the refusal (open_approval) before it is answered. */
+  if (!st->req->dry_run) record_failure(st, refusal->code, refusal->message, false);
+  return answer(ret, refusal->code, refusal->message, TAKE_PTR(refusal->details));
 }
 
 /* The handler, its activity rows, the run and the telemetry row: one transaction; then the

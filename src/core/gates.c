@@ -4,8 +4,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/approval.h"
 #include "util/cleanup.h"
 #include "util/ids.h"
+#include "util/json.h"
 #include "util/status.h"
 
 /* A gate answers 0 (pass), 1 (refuse, filling the refusal) or negative TG_E_*. */
@@ -106,12 +108,7 @@ static int gate_policy(const tg_gate_input *in, tg_refusal *out) {
                   json_pack("{s:s,s:s}", "reason", "high_risk_default_deny", "risk", "high"),
                   "Tool %s is high risk and the workspace tool policy has not enabled it.",
                   in->tool->name);
-  /* Approvals are not built yet: a tool that needs one cannot run, but stays offered. */
-  if (mode && strcmp(mode, "approval") == 0 && !in->listing)
-    return refuse(out, TG_ERR_PRECONDITION_FAILED,
-                  json_pack("{s:s}", "reason", "approval_required"),
-                  "Tool %s needs an approval before it runs.", in->tool->name);
-  return 0;
+  return 0; /* a tool held for approval is offered: the approval gate holds its calls */
 }
 
 /* A call attached to a run must name a running run of the calling agent. */
@@ -203,6 +200,33 @@ static int gate_arguments(const tg_gate_input *in, tg_refusal *out) {
                 json_string_value(json_object_get(first, "message")));
 }
 
+/* A call of a tool the policy holds for approval runs on an approval of this very call (its
+ * caller, tool and arguments) that is still good, and uses it (call.c). Without one the
+ * refusal names the request, which the refused call's record opens when there is none. */
+static int gate_approval(const tg_gate_input *in, tg_refusal *out) {
+  if (!tg_approval_needed(in->principal, in->tool)) return 0;
+  char digest[65];
+  _cleanup_json_ json_t *row = NULL;
+  int r = tg_approval_digest(in->tool, in->args, digest);
+  if (r == TG_OK) r = tg_approval_find(in->db, in->principal->id, in->tool->name, digest, &row);
+  if (r < 0) return r;
+  const char *status = tg_json_str(row, "status");
+  if (status && strcmp(status, "approved") == 0) return 0;
+  if (status && strcmp(status, "denied") == 0)
+    return refuse(out, TG_ERR_PERMISSION_DENIED,
+                  json_pack("{s:s,s:O,s:O,s:O*}", "reason", "approval_denied", "approvalId",
+                            json_object_get(row, "id"), "until", json_object_get(row, "expires_at"),
+                            "note", json_object_get(row, "note")),
+                  "This call to %s was denied; the same call is refused until %s.",
+                  in->tool->name, tg_json_str(row, "expires_at"));
+  return refuse(out, TG_ERR_PRECONDITION_FAILED,
+                json_pack("{s:s,s:O*}", "reason", "approval_required", "approvalId",
+                          json_object_get(row, "id")),
+                "%s is held for approval: this call waits for one (details.approvalId); call again"
+                " with the same arguments once it is approved.",
+                in->tool->name);
+}
+
 /* AT_WRITE: the gates that read rows other calls write; tg_gates_recheck runs them again in
  * the call's own write transaction, where no other call can move those rows. */
 enum { FOR_LISTING = 1, FOR_CALL = 2, AT_WRITE = 4 };
@@ -222,6 +246,7 @@ static const struct {
     {"run_cap", gate_run_cap, FOR_CALL | AT_WRITE},
     {"budget", gate_budget, FOR_CALL | AT_WRITE},
     {"arguments", gate_arguments, FOR_CALL},
+    {"approval", gate_approval, FOR_CALL | AT_WRITE},
 };
 
 static int run_gates(const tg_gate_input *in, unsigned phase, tg_refusal *refusal, json_t *trace) {

@@ -17,10 +17,10 @@ const size_t tg_agent_flags_count = sizeof tg_agent_flags / sizeof tg_agent_flag
 /* What a user's role grants. Owners and admins hold every permission. */
 static const char *const member_permissions[] = {
     "agents.read", "runs.read", "runs.manage", "policy.read", "tasks.assign", "tasks.read",
-    "missions.read", "kb.read", "skills.read", NULL};
-static const char *const viewer_permissions[] = {"agents.read", "runs.read",     "policy.read",
-                                                 "tasks.read",  "missions.read", "kb.read",
-                                                 "skills.read", NULL};
+    "missions.read", "kb.read", "skills.read", "approvals.read", NULL};
+static const char *const viewer_permissions[] = {
+    "agents.read", "runs.read", "policy.read", "tasks.read", "missions.read", "kb.read",
+    "skills.read", "approvals.read", NULL};
 
 static bool role_grants(const char *role, const char *permission) {
   if (!role) return false;

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/approval.h"
 #include "core/call.h"
 #include "tools/agent_rows.h"
 #include "tools/lookup.h"
@@ -510,6 +511,80 @@ static int user_calls(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return *ret ? TG_OK : TG_E_NOMEM;
 }
 
+/* Approves or denies a pending approval request. No one decides a request of their own: an
+ * agent granted approvals.resolve cannot let itself through. */
+static int approval_resolve(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  const char *id = tg_json_str(args, "approvalId");
+  const char *decision = tg_json_str(args, "decision");
+  bool approve = strcmp(decision, "approve") == 0;
+  _cleanup_json_ json_t *request = NULL, *decided = NULL;
+  int r = tg_approval_get(cx->db, cx->principal->tenant_id, id, &request);
+  if (r < 0) return r;
+  if (!request)
+    return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "approvalId", id),
+                   "No approval request %.64s.", id);
+  if (strcmp(tg_json_str(request, "principal_id"), cx->principal->id) == 0)
+    return tg_fail(cx, TG_ERR_PERMISSION_DENIED,
+                   json_pack("{s:s,s:s}", "reason", "own_request", "approvalId", id),
+                   "No one decides an approval request of their own.");
+  const char *status = tg_json_str(request, "status");
+  if (strcmp(status, "pending") == 0 && !json_integer_value(json_object_get(request, "live")))
+    status = "expired";
+  if (strcmp(status, "pending") != 0)
+    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
+                   json_pack("{s:s,s:s}", "approvalId", id, "status", status),
+                   "Approval request %s is %s, not pending.", id, status);
+  r = tg_approval_decide(cx->db, id, cx->principal->id, approve, tg_json_str(args, "note"));
+  if (r == TG_OK) r = tg_approval_get(cx->db, cx->principal->tenant_id, id, &decided);
+  if (r < 0) return r;
+  const char *tool = tg_json_str(request, "tool_name");
+  char summary[200];
+  snprintf(summary, sizeof summary, "Call to %.128s %s", tool, approve ? "approved" : "denied");
+  r = tg_activity(cx, "APPROVAL_RESOLVED", NULL, summary,
+                  json_pack("{s:s,s:s,s:s}", "approvalId", id, "tool", tool, "decision",
+                            decision));
+  if (r < 0) return r;
+  *ret = json_pack("{s:s,s:O,s:s,s:O}", "approvalId", id, "status",
+                   json_object_get(decided, "status"), "tool", tool, "expiresAt",
+                   json_object_get(decided, "expires_at"));
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
+/* Approval requests with their caller's name, newest first; arguments shown as the object
+ * they are. A pending request past its time shows as expired. */
+static int approval_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  json_int_t limit = json_integer_value(json_object_get(args, "limit"));
+  if (!limit) limit = 20;
+  const char *status = tg_json_str(args, "status") ? tg_json_str(args, "status") : "pending";
+  char now[TG_ISO_LEN + 1];
+  tg_now_iso(now);
+  json_t *rows = NULL;
+  int r = tg_db_query(
+      cx->db,
+      "SELECT * FROM (SELECT q.id, COALESCE(a.slug, u.username) AS caller, p.kind AS caller_kind,"
+      " q.tool_name AS tool, q.args, q.run_id,"
+      " CASE WHEN q.status IN ('pending', 'approved', 'denied') AND q.expires_at <= $1"
+      " THEN 'expired' ELSE q.status END AS status, q.created_at, q.expires_at,"
+      " (SELECT COALESCE(da.slug, du.username) FROM principals d"
+      " LEFT JOIN agents da ON da.principal_id = d.id LEFT JOIN users du ON du.principal_id = d.id"
+      " WHERE d.id = q.decided_by) AS decided_by, q.decided_at, q.note, q.used_at"
+      " FROM approval_requests q JOIN principals p ON p.id = q.principal_id"
+      " LEFT JOIN agents a ON a.principal_id = p.id LEFT JOIN users u ON u.principal_id = p.id"
+      " WHERE q.tenant_id = $2) WHERE $3 = 'all' OR status = $3"
+      " ORDER BY created_at DESC, id DESC LIMIT $4",
+      json_pack("[sssI]", now, cx->principal->tenant_id, status, limit + 1), &rows);
+  if (r < 0) return r;
+  bool truncated = tg_json_cut(rows, limit);
+  size_t i;
+  json_t *row;
+  json_array_foreach(rows, i, row) {
+    json_t *shown = json_loads(tg_json_str(row, "args"), 0, NULL);
+    if (shown) json_object_set_new(row, "args", shown);
+  }
+  *ret = json_pack("{s:o,s:b}", "approvals", rows, "truncated", truncated);
+  return *ret ? TG_OK : TG_E_NOMEM;
+}
+
 static const tg_handler_entry handlers[] = {
     {"agent.tool.list", tool_list},     {"admin.agent.tools", agent_tools},
     {"admin.agent.create", agent_create},
@@ -519,7 +594,8 @@ static const tg_handler_entry handlers[] = {
     {"admin.policy.set", policy_set},   {"admin.policy.list", policy_list},
     {"admin.workspace.set", workspace_set}, {"admin.run.start", run_start},     {"admin.run.end", run_end},
     {"admin.run.list", run_list},       {"admin.run.show", run_show},
-    {"admin.user.calls", user_calls},
+    {"admin.user.calls", user_calls},   {"agent.approval.resolve", approval_resolve},
+    {"admin.approval.list", approval_list},
 };
 
 const tg_provider tg_provider_admin = {

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/approval.h"
 #include "fixture.h"
 #include "util/cleanup.h"
 #include "util/status.h"
@@ -324,10 +325,6 @@ static void test_policy_gates(void **state) {
                  "permission_denied", &res);
   assert_string_equal(json_string_value(json_object_get(details(&res), "reason")), "disabled_by_policy");
   tg_call_result_done(&res);
-  set_policy(w, "test.read.echo", "approval");
-  expect_refusal(w, w->reader, TG_SURFACE_AGENT, "test.read.echo", "{\"text\":\"x\"}", NULL,
-                 "precondition_failed", &res);
-  tg_call_result_done(&res);
   set_policy(w, "test.read.echo", "default");
   assert_int_equal(fixture_call(w->f, w->reader, TG_SURFACE_AGENT, "test.read.echo", "{\"text\":\"x\"}",
                                 NULL, &res),
@@ -348,6 +345,167 @@ static void test_policy_gates(void **state) {
   assert_int_equal(fixture_count_where(w->f, "SELECT COUNT(*) AS n FROM tool_policies WHERE tool_name = $1",
                                        json_pack("[s]", "admin.policy.set")),
                    0);
+}
+
+static bool listed(json_t *tools, const char *name) {
+  size_t i;
+  json_t *t;
+  json_array_foreach(tools, i, t) {
+    if (strcmp(json_string_value(json_object_get(t, "name")), name) == 0) return true;
+  }
+  return false;
+}
+
+/* A held call: refused with the request it opened (or found), and nothing else written but
+ * the request and the refusal's telemetry row. Returns the request's id (malloc'd). */
+static char *held_call(world *w, const char *principal, const char *args, bool opens) {
+  static const char *const unmoved[] = {"missions", "activity_log", "agent_runs"};
+  long counts[3];
+  for (size_t i = 0; i < 3; i++) counts[i] = fixture_count(w->f, unmoved[i]);
+  long logs = fixture_count(w->f, "agent_run_logs");
+  long requests = fixture_count(w->f, "approval_requests");
+  tg_call_result res;
+  assert_int_equal(fixture_call(w->f, principal, TG_SURFACE_AGENT, "test.item.write", args, NULL,
+                                &res),
+                   TG_E_TOOL);
+  assert_string_equal(fixture_code(&res), "precondition_failed");
+  assert_string_equal(json_string_value(json_object_get(details(&res), "reason")),
+                      "approval_required");
+  char *id = strdup(json_string_value(json_object_get(details(&res), "approvalId")));
+  tg_call_result_done(&res);
+  assert_int_equal(fixture_count(w->f, "approval_requests"), requests + (opens ? 1 : 0));
+  assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs + 1);
+  for (size_t i = 0; i < 3; i++) assert_int_equal(fixture_count(w->f, unmoved[i]), counts[i]);
+  assert_int_equal(fixture_count_where(w->f,
+                                       "SELECT COUNT(*) AS n FROM approval_requests WHERE id = $1"
+                                       " AND status = 'pending' AND principal_id = $2",
+                                       json_pack("[ss]", id, principal)),
+                   1);
+  return id;
+}
+
+static json_t *resolve(world *w, const char *decider, const char *id, const char *decision,
+                       const char *code) {
+  char args[200];
+  snprintf(args, sizeof args, "{\"approvalId\":\"%s\",\"decision\":\"%s\"}", id, decision);
+  tg_call_result res;
+  int r = fixture_call(w->f, decider, TG_SURFACE_API, "agent.approval.resolve", args, NULL, &res);
+  assert_int_equal(r, *code ? TG_E_TOOL : 0);
+  assert_string_equal(fixture_code(&res), code);
+  json_t *value = json_incref(res.value);
+  tg_call_result_done(&res);
+  return value;
+}
+
+static const char *request_status(world *w, const char *id) {
+  static char status[16];
+  _cleanup_json_ json_t *row = NULL;
+  assert_int_equal(tg_db_query_row(w->f->db, "SELECT status FROM approval_requests WHERE id = $1",
+                                   json_pack("[s]", id), &row),
+                   0);
+  snprintf(status, sizeof status, "%s", json_string_value(json_object_get(row, "status")));
+  return status;
+}
+
+/* The policy's "approval" mode: a call runs on an approval of that very call (caller, tool,
+ * arguments), decided by someone else, and uses it once. */
+static void test_approval_holds_the_very_call(void **state) {
+  world *w = *state;
+  char other[TG_UUID_LEN + 1];
+  fixture_agent(w->f, "{\"slug\":\"other\",\"grants\":[\"canAssignTasks\"]}", other);
+  set_policy(w, "test.item.write", "approval");
+  /* Still offered: it can run once approved. */
+  _cleanup_json_ json_t *offered = fixture_offered(w->f, w->writer, TG_SURFACE_AGENT);
+  assert_true(listed(offered, "test_item_write"));
+  const char *args = "{\"note\":\"held\"}";
+  _cleanup_free_ char *id = held_call(w, w->writer, args, true);
+  /* Asked again: the same request. Another caller's same call: a request of its own. */
+  _cleanup_free_ char *again = held_call(w, w->writer, args, false);
+  assert_string_equal(id, again);
+  _cleanup_free_ char *others = held_call(w, other, args, true);
+  assert_string_not_equal(id, others);
+
+  /* No one decides without approvals.resolve, nor a request of their own; nothing moves. */
+  json_decref(resolve(w, w->writer, id, "approve", "permission_denied"));
+  tg_call_result res;
+  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.grant.add",
+                                "{\"agentSlug\":\"writer\",\"permission\":\"approvals.resolve\"}",
+                                NULL, &res),
+                   0);
+  tg_call_result_done(&res);
+  _cleanup_json_ json_t *own = resolve(w, w->writer, id, "approve", "permission_denied");
+  assert_string_equal(json_string_value(json_object_get(
+                          json_object_get(json_object_get(own, "error"), "details"), "reason")),
+                      "own_request");
+  assert_string_equal(request_status(w, id), "pending");
+  json_decref(resolve(w, w->writer, "no-such-request", "approve", "not_found"));
+
+  /* Approved by the owner: the other caller's request and other arguments stay held. */
+  _cleanup_json_ json_t *approved = resolve(w, w->f->owner, id, "approve", "");
+  assert_string_equal(json_string_value(json_object_get(approved, "status")), "approved");
+  json_decref(resolve(w, w->f->owner, id, "deny", "precondition_failed"));
+  free(held_call(w, other, args, false));
+  free(held_call(w, w->writer, "{\"note\":\"held\",\"fail\":\"output\"}", true));
+
+  /* A run that fails keeps the approval; the one that succeeds uses it, once. */
+  assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.item.write",
+                                "{\"note\":\"held\",\"fail\":\"tool\"}", NULL, &res),
+                   TG_E_TOOL);
+  assert_string_equal(fixture_code(&res), "precondition_failed");
+  tg_call_result_done(&res);
+  long missions = fixture_count(w->f, "missions");
+  assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.item.write", args, NULL,
+                                &res),
+                   0);
+  tg_call_result_done(&res);
+  assert_int_equal(fixture_count(w->f, "missions"), missions + 1);
+  assert_string_equal(request_status(w, id), "used");
+  assert_int_equal(fixture_count_where(w->f,
+                                       "SELECT COUNT(*) AS n FROM approval_requests WHERE id = $1"
+                                       " AND run_id IS NOT NULL AND used_at IS NOT NULL",
+                                       json_pack("[s]", id)),
+                   1);
+  _cleanup_free_ char *next = held_call(w, w->writer, args, true);
+  assert_string_not_equal(id, next);
+
+  /* Denied: the same call is refused as denied, and asks for nothing new. */
+  json_decref(resolve(w, w->f->owner, next, "deny", ""));
+  _cleanup_free_ char *before = fixture_snapshot(w->f, "agent_run_logs");
+  assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.item.write", args, NULL,
+                                &res),
+                   TG_E_TOOL);
+  assert_string_equal(fixture_code(&res), "permission_denied");
+  assert_string_equal(json_string_value(json_object_get(details(&res), "reason")),
+                      "approval_denied");
+  tg_call_result_done(&res);
+  _cleanup_free_ char *after = fixture_snapshot(w->f, "agent_run_logs");
+  assert_string_equal(before, after);
+  set_policy(w, "test.item.write", "default");
+}
+
+/* A caller cannot fill the table with requests: past the bound it is told so, and none opens. */
+static void test_approval_requests_are_bounded(void **state) {
+  world *w = *state;
+  char asker[TG_UUID_LEN + 1];
+  fixture_agent(w->f, "{\"slug\":\"asker\",\"grants\":[\"canAssignTasks\"]}", asker);
+  set_policy(w, "test.item.write", "approval");
+  for (int i = 0; i < TG_APPROVAL_PENDING_MAX; i++) {
+    char args[40];
+    snprintf(args, sizeof args, "{\"note\":\"n%d\"}", i);
+    free(held_call(w, asker, args, true));
+  }
+  long requests = fixture_count(w->f, "approval_requests");
+  tg_call_result res;
+  assert_int_equal(fixture_call(w->f, asker, TG_SURFACE_AGENT, "test.item.write",
+                                "{\"note\":\"one more\"}", NULL, &res),
+                   TG_E_TOOL);
+  assert_string_equal(fixture_code(&res), "precondition_failed");
+  assert_string_equal(json_string_value(json_object_get(details(&res), "reason")),
+                      "too_many_waiting");
+  assert_null(json_object_get(details(&res), "approvalId"));
+  tg_call_result_done(&res);
+  assert_int_equal(fixture_count(w->f, "approval_requests"), requests);
+  set_policy(w, "test.item.write", "default");
 }
 
 static void test_invalid_arguments_name_every_violation(void **state) {
@@ -411,7 +569,7 @@ static void test_dry_run_writes_nothing(void **state) {
   tg_call_result res;
   assert_int_equal(tg_call(&w->f->env, &req, &res), 0);
   assert_true(json_is_true(json_object_get(res.value, "allowed")));
-  assert_int_equal(json_array_size(json_object_get(res.value, "gates")), 10);
+  assert_int_equal(json_array_size(json_object_get(res.value, "gates")), 11);
   tg_call_result_done(&res);
   req.principal_id = w->reader;
   assert_int_equal(tg_call(&w->f->env, &req, &res), TG_E_TOOL);
@@ -555,15 +713,6 @@ static void test_budget_stops_writes_not_reads(void **state) {
   tg_call_result_done(&res);
   assert_int_equal(fixture_call(w->f, agent, TG_SURFACE_AGENT, "echoText", "{\"text\":\"a\"}", NULL, &res), 0);
   tg_call_result_done(&res);
-}
-
-static bool listed(json_t *tools, const char *name) {
-  size_t i;
-  json_t *t;
-  json_array_foreach(tools, i, t) {
-    if (strcmp(json_string_value(json_object_get(t, "name")), name) == 0) return true;
-  }
-  return false;
 }
 
 static void test_tool_list_follows_the_gates(void **state) {
@@ -1020,6 +1169,8 @@ int main(void) {
       T(test_wrong_surface_is_denied),
       T(test_inactive_agent_is_denied),
       T(test_policy_gates),
+      T(test_approval_holds_the_very_call),
+      T(test_approval_requests_are_bounded),
       T(test_invalid_arguments_name_every_violation),
       T(test_failures_roll_back),
       T(test_dry_run_writes_nothing),

@@ -38,7 +38,7 @@ check "call with broken JSON" 2 "$tg" call agent.tool.list --agent demo --args '
 check "call without a caller" 2 "$tg" call agent.tool.list
 check "call as an unknown agent" 1 "$tg" call agent.tool.list --agent ghost
 check "dry run" 0 "$tg" call agent.tool.list --agent demo --dry-run
-is "dry run" '.allowed == true and (.gates | map(.gate)) == ["run","surface","caller","status","naming","permissions","policy","run_cap","budget","arguments"]'
+is "dry run" '.allowed == true and (.gates | map(.gate)) == ["run","surface","caller","status","naming","permissions","policy","run_cap","budget","arguments","approval"]'
 check "dry run refused" 1 "$tg" call admin.run.list --agent demo --surface api --dry-run
 is "refused dry run" '.allowed == false and .error.error.details.missingPermission == "runs.read"'
 
@@ -191,6 +191,50 @@ check "disabled by policy" 1 "$tg" call agent.tool.list --agent demo
 is "policy envelope" '.error.details.reason == "disabled_by_policy"'
 check "policy back to default" 0 "$tg" policy set agent_tool_list default
 check "policy list" 0 "$tg" policy list
+# A tool held for approval: the call asks, someone else decides, the very call runs once.
+held='{"title":"Held"}'
+check "policy set approval" 0 "$tg" policy set work.task.create approval
+check "a held call" 1 "$tg" call work.task.create --agent demo --args "$held"
+is "refused with its request" '.error.code == "precondition_failed"
+  and .error.details.reason == "approval_required" and (.error.details.approvalId | length) == 36'
+approval=$(jq -r .error.details.approvalId "$dir/out")
+check "approvals list" 0 "$tg" approvals list --json
+is "the request with its caller and arguments" ".approvals | length == 1 and .[0].id == \"$approval\"
+  and .[0].caller == \"demo\" and .[0].args.title == \"Held\" and .[0].status == \"pending\""
+check "approvals list text" 0 "$tg" approvals list
+has "one line a request" "^$approval pending .* agent by demo: work.task.create"
+held_call='{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"work_task_create",'\
+'"arguments":{"title":"Held"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'\
+'"io.modelcontextprotocol/clientCapabilities":{}}}}'
+check "the same call over MCP" 0 bash -c 'echo "$1" | "$0" mcp --agent demo' "$tg" "$held_call"
+is "waits for the same request" ".result.isError
+  and .result.structuredContent.error.details.approvalId == \"$approval\""
+check "no task while it waits" 0 "$tg" tasks list --json
+is "no task" '.tasks | map(select(.title == "Held")) | length == 0'
+check "an agent cannot approve" 1 "$tg" call agent.approval.resolve --agent demo --surface api \
+  --args "{\"approvalId\":\"$approval\",\"decision\":\"approve\"}"
+is "approvals.resolve missing" '.error.details.missingPermission == "approvals.resolve"'
+check "approvals approve" 0 "$tg" approvals approve "$approval" --note "looks fine"
+has "approved for the hour" "^$approval work.task.create: approved, until "
+check "approvals approve twice" 1 "$tg" approvals approve "$approval"
+is "no longer pending" '.error.code == "precondition_failed" and .error.details.status == "approved"'
+check "the approved call runs" 0 "$tg" call work.task.create --agent demo --args "$held"
+is "its task" '.slug | startswith("T-")'
+check "once" 1 "$tg" call work.task.create --agent demo --args "$held"
+second=$(jq -r .error.details.approvalId "$dir/out")
+check "approvals deny" 0 "$tg" approvals deny "$second" --json
+is "denied" '.status == "denied"'
+check "the denied call" 1 "$tg" call work.task.create --agent demo --args "$held"
+is "refused as denied" '.error.code == "permission_denied" and .error.details.reason == "approval_denied"'
+check "approvals list --status all" 0 "$tg" approvals list --status all --json
+is "one used, one denied, one task" "(.approvals | map(.status)) == [\"denied\", \"used\"]
+  and .approvals[1].decided_by == \"owner\" and .approvals[1].note == \"looks fine\""
+check "approvals approve unknown" 1 "$tg" approvals approve nope
+is "unknown request" '.error.code == "not_found"'
+check "approvals approve without an id" 2 "$tg" approvals approve
+check "approvals list bad status" 1 "$tg" approvals list --status nope
+is "bad status" '.error.code == "validation_failed"'
+check "policy back from approval" 0 "$tg" policy set work.task.create default
 
 check "workspace set --naming catalog" 0 "$tg" workspace set --naming catalog
 check "catalog profile offers only seed names" 0 "$tg" tools list --agent demo --json
@@ -239,7 +283,7 @@ check "the ended run kept its one call" 0 "$tg" runs show "$stdio_run" --json
 is "no row for the refused call in the run" '(.logs | length) == 1'
 check "runs list bad limit" 2 "$tg" runs list --limit x
 
-for cmd in "" init migrate tools call agents token runs policy workspace schema; do
+for cmd in "" init migrate tools call agents token runs policy approvals workspace schema; do
   check "--help of '$cmd'" 0 "$tg" $cmd --help
   has "--help of '$cmd' prints usage" 'usage: toolgate'
 done
