@@ -51,11 +51,9 @@ static int gate_caller(const tg_gate_input *in, tg_refusal *out) {
                 "Only an agent may call %s: it acts on the calling agent's own.", in->tool->name);
 }
 
-/* Only an active agent acts: drafts wait for a person to start them, paused and archived
- * agents must not resume by themselves. */
 static int gate_status(const tg_gate_input *in, tg_refusal *out) {
   const tg_principal *p = in->principal;
-  if (p->kind != TG_PRINCIPAL_AGENT || strcmp(p->status, "active") == 0) return 0;
+  if (tg_principal_acts(p)) return 0;
   return refuse(out, TG_ERR_PERMISSION_DENIED,
                 json_pack("{s:s,s:s}", "reason", "agent_not_active", "status", p->status),
                 "Agent %s is %s, not active.", p->name, p->status);

@@ -37,6 +37,10 @@ bool tg_principal_can(const tg_principal *p, const char *permission) {
   return json_object_get(p->grants, permission) != NULL || role_grants(p->role, permission);
 }
 
+bool tg_principal_acts(const tg_principal *p) {
+  return p->kind != TG_PRINCIPAL_AGENT || strcmp(p->status, "active") == 0;
+}
+
 static void copy_id(char out[TG_UUID_LEN + 1], json_t *row, const char *key) {
   const char *v = json_string_value(json_object_get(row, key));
   snprintf(out, TG_UUID_LEN + 1, "%s", v ? v : "");

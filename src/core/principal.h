@@ -48,6 +48,9 @@ int tg_auth_epoch(tg_db *db, int64_t *ret);
 
 /* Whether p holds permission, by an explicit grant or (users) by its role. */
 bool tg_principal_can(const tg_principal *p, const char *permission);
+/* Whether p acts at all: a user does, an agent only while active (drafts wait for a person
+ * to start them; paused and archived agents must not resume by themselves). */
+bool tg_principal_acts(const tg_principal *p);
 
 /* The tenant with slug, or the only tenant when slug is NULL. TG_E_NOTFOUND when there is
  * none; TG_E_INVAL when slug is NULL and there are several. Writes its id into out. */

@@ -1020,12 +1020,34 @@ static bool string_values(json_t *o) {
 }
 
 /* The resources, prompts and completions are the conformance fixtures': their methods are
- * served only with them (see find_method). */
+ * served only with them (see find_method), and only to whom tools are: an agent that is not
+ * active is offered none (lists are empty), and asking for one is refused. */
+static int fixtures_offered(cx *c, bool *offered) {
+  tg_principal *p = NULL;
+  int r = load_principal(c, &p);
+  if (r) return r;
+  *offered = tg_principal_acts(p);
+  tg_principal_free(p);
+  return 0;
+}
+
+/* 0 when the caller is offered the fixtures, else its JSON-RPC error (code: a not found's). */
+static int fixtures_refused(cx *c, int code) {
+  bool offered;
+  int r = fixtures_offered(c, &offered);
+  if (r || offered) return r;
+  return rpc_fail(c, code, "This agent is not active: it is offered no resources or prompts",
+                  json_pack("{s:s}", "reason", "agent_not_active"));
+}
+
 static int fixture_list(cx *c, json_t *params, json_t *(*source)(void), const char *key,
                         json_t **ret) {
-  json_t *all = source();
+  bool offered;
+  int r = fixtures_offered(c, &offered);
+  if (r) return r;
+  json_t *all = offered ? source() : json_array();
   if (!all) return TG_E_NOMEM;
-  int r = paginate(c, params, all, key, ret);
+  r = paginate(c, params, all, key, ret);
   json_decref(all);
   return r;
 }
@@ -1047,11 +1069,12 @@ static int m_prompts_list(cx *c, json_t *params, json_t **ret) {
 static int resource_of(cx *c, json_t *params, json_t **contents) {
   const char *uri = json_string_value(json_object_get(params, "uri"));
   if (!uri) return rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.uri must be a string", NULL);
-  int r = tg_conformance_resource_read(uri, contents);
-  if (r == TG_E_NOTFOUND)
-    /* 2026-07-28 moved "not found" to -32602; 2025-11-25 clients expect -32002. */
-    return rpc_fail(c, c->modern ? TG_RPC_INVALID_PARAMS : TG_RPC_RESOURCE_NOT_FOUND,
-                    "Resource not found", named("uri", uri));
+  /* 2026-07-28 moved "not found" to -32602; 2025-11-25 clients expect -32002. */
+  int not_found = c->modern ? TG_RPC_INVALID_PARAMS : TG_RPC_RESOURCE_NOT_FOUND;
+  int r = fixtures_refused(c, not_found);
+  if (r) return r;
+  r = tg_conformance_resource_read(uri, contents);
+  if (r == TG_E_NOTFOUND) return rpc_fail(c, not_found, "Resource not found", named("uri", uri));
   return r;
 }
 
@@ -1092,7 +1115,8 @@ static int m_prompts_get(cx *c, json_t *params, json_t **ret) {
                     NULL);
   const state_subject subject = {"prompts/get", name, args};
   _cleanup_json_ json_t *round = NULL;
-  int r = read_round(c, params, &subject, &round);
+  int r = fixtures_refused(c, TG_RPC_INVALID_PARAMS);
+  if (r == 0) r = read_round(c, params, &subject, &round);
   if (r) return r;
   json_t *responses = json_object_get(round, "answers");
   json_t *result = NULL;
@@ -1135,7 +1159,9 @@ static int m_complete(cx *c, json_t *params, json_t **ret) {
     return rpc_fail(c, TG_RPC_INVALID_PARAMS,
                     "params.context must be an object, its arguments an object of strings", NULL);
   json_t *values = NULL;
-  int r = tg_conformance_complete(ref, arg_name, value, &values);
+  int r = fixtures_refused(c, TG_RPC_INVALID_PARAMS);
+  if (r) return r;
+  r = tg_conformance_complete(ref, arg_name, value, &values);
   const char *by = json_object_get(ref, "name") ? "name" : "uri";
   const char *named_as = json_string_value(json_object_get(ref, by));
   if (r == TG_E_NOTFOUND)

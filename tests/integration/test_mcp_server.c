@@ -588,6 +588,51 @@ static void test_subscriptions_name_resources_that_exist(void **state) {
   }
 }
 
+/* An agent that is not active is offered no fixture, as it is offered no tool: its lists are
+ * empty and asking for one is refused; once active, it has them all. */
+static void test_inactive_agent_is_offered_no_fixtures(void **state) {
+  world *w = *state;
+  char idle[TG_UUID_LEN + 1];
+  fixture_agent(w->f, "{\"slug\":\"idle\",\"status\":\"draft\"}", idle);
+  static const char *const lists[][2] = {{"tools/list", "tools"},
+                                         {"resources/list", "resources"},
+                                         {"resources/templates/list", "resourceTemplates"},
+                                         {"prompts/list", "prompts"}};
+  static const char *const asks[] = {
+      "\"method\":\"resources/read\",\"params\":{\"uri\":\"test://static-text\"",
+      "\"method\":\"prompts/get\",\"params\":{\"name\":\"test_simple_prompt\"",
+      "\"method\":\"completion/complete\",\"params\":{\"ref\":{\"type\":\"ref/prompt\","
+      "\"name\":\"test_prompt_with_arguments\"},\"argument\":{\"name\":\"arg1\",\"value\":\"\"}"};
+  for (int active = 0; active < 2; active++) {
+    char text[400];
+    for (size_t i = 0; i < sizeof lists / sizeof *lists; i++) {
+      snprintf(text, sizeof text,
+               "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"%s\",\"params\":{" MODERN_META "}}",
+               lists[i][0]);
+      json_t *r = send_as(w, idle, text, NULL, NULL);
+      size_t n = json_array_size(json_object_get(result_of(r), lists[i][1]));
+      if (active) assert_true(n > 0);
+      else assert_int_equal(n, 0);
+      json_decref(r);
+    }
+    for (size_t i = 0; i < sizeof asks / sizeof *asks; i++) {
+      snprintf(text, sizeof text, "{\"jsonrpc\":\"2.0\",\"id\":1,%s," MODERN_META "}}", asks[i]);
+      json_t *r = send_as(w, idle, text, NULL, NULL);
+      if (active) {
+        result_of(r);
+      } else {
+        assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+        json_t *data = json_object_get(json_object_get(r, "error"), "data");
+        assert_string_equal(json_string_value(json_object_get(data, "reason")), "agent_not_active");
+      }
+      json_decref(r);
+    }
+    assert_int_equal(tg_db_exec(w->f->db, "UPDATE agents SET status = 'active' WHERE slug = 'idle'",
+                                NULL, NULL),
+                     0);
+  }
+}
+
 /* A cursor is taken only as the server writes it: decimal, no sign, space or leading zero. */
 static void test_cursors_only_as_written(void **state) {
   world *w = *state;
@@ -4194,6 +4239,7 @@ int main(void) {
       T(test_tools_call_through_the_gate),
       T(test_modern_ladder),
       T(test_subscriptions_name_resources_that_exist),
+      T(test_inactive_agent_is_offered_no_fixtures),
       T(test_cursors_only_as_written),
       T(test_header_values_a_client_must_encode),
       T(test_elicitation_in_the_mode_declared),
