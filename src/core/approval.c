@@ -19,12 +19,14 @@ bool tg_approval_needed(const tg_principal *p, const tg_tool *tool) {
   return mode && strcmp(mode, "approval") == 0;
 }
 
-int tg_approval_digest(const tg_tool *tool, json_t *args, char out[65]) {
+int tg_approval_subject(const tg_tool *tool, json_t *args, char **text, char digest[65]) {
   /* Sorted keys: the same arguments sent in another order are the same call. */
-  _cleanup_free_ char *text = json_dumps(args, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+  _cleanup_free_ char *canonical = json_dumps(args, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
   _cleanup_free_ char *subject = NULL;
-  if (!text || asprintf(&subject, "%s\n%s", tool->name, text) < 0) return TG_E_NOMEM;
-  return tg_sha256_hex(subject, strlen(subject), out);
+  if (!canonical || asprintf(&subject, "%s\n%s", tool->name, canonical) < 0) return TG_E_NOMEM;
+  int r = tg_sha256_hex(subject, strlen(subject), digest);
+  if (r == TG_OK && text) *text = TAKE_PTR(canonical);
+  return r;
 }
 
 int tg_approval_find(tg_db *db, const char *principal_id, const char *tool, const char *digest,
@@ -55,10 +57,12 @@ int tg_approval_open(tg_db *db, const tg_principal *p, const char *tool, const c
                         " AND tool_name = $2 AND args_digest = $3"
                         " AND status IN ('pending', 'approved', 'denied')) AS id,"
                         " (SELECT COUNT(*) FROM approval_requests WHERE principal_id = $1"
-                        " AND status = 'pending') AS waiting",
+                        " AND status = 'pending'"
+                        " AND status IN ('pending', 'approved', 'denied')) AS waiting",
                         json_pack("[sss]", p->id, tool, digest), &live);
   if (r < 0) return r;
-  /* Asked again while it waits, or decided since the snapshot the gate read: that request. */
+  /* Asked again while it waits, or decided since the snapshot the gate read: that request.
+   * (The status terms repeated let SQLite use the index of live requests.) */
   if (tg_json_str(live, "id")) {
     snprintf(id, TG_UUID_LEN + 1, "%s", tg_json_str(live, "id"));
     return TG_OK;
@@ -75,17 +79,16 @@ int tg_approval_open(tg_db *db, const tg_principal *p, const char *tool, const c
                     NULL);
 }
 
-int tg_approval_use(tg_db *db, const char *principal_id, const char *tool, const char *digest,
-                    const char *run_id) {
+int tg_approval_use(tg_db *db, const char *principal_id, const char *tool, const char *digest) {
   char now[TG_ISO_LEN + 1];
   tg_now_iso(now);
   int64_t changes = 0;
+  /* No look at its time: the gate found it good in this transaction, a moment ago. */
   int r = tg_db_exec(db,
-                     "UPDATE approval_requests SET status = 'used', used_at = $1,"
-                     " run_id = COALESCE($2, run_id) WHERE principal_id = $3 AND tool_name = $4"
-                     " AND args_digest = $5 AND status = 'approved' AND expires_at > $1",
-                     json_pack("[ss?sss]", now, run_id, principal_id, tool, digest), &changes);
-  /* The approval gate found it in this very transaction. */
+                     "UPDATE approval_requests SET status = 'used', used_at = $1"
+                     " WHERE principal_id = $2 AND tool_name = $3 AND args_digest = $4"
+                     " AND status = 'approved' AND status IN ('pending', 'approved', 'denied')",
+                     json_pack("[ssss]", now, principal_id, tool, digest), &changes);
   return r < 0 ? r : changes == 1 ? TG_OK : TG_E_NOTFOUND;
 }
 

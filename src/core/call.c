@@ -35,7 +35,9 @@ typedef struct call_state {
   char *args_text;   /* the arguments, truncated, as JSON */
   bool withheld;     /* they held a secret (or could not be scanned for one) */
   char *called_text; /* the name the caller used, truncated, as a JSON string */
-  tg_refusal *approval; /* the approval gate's refusal, when its record opens a request */
+  tg_refusal *approval;   /* the approval gate's refusal, when its record opens a request */
+  char *approval_text;    /* what the request shows its approver (tg_approval_subject) */
+  char approval_digest[65]; /* the call's approval digest once made, else "" */
 } call_state;
 
 static void call_state_done(call_state *st) {
@@ -43,6 +45,7 @@ static void call_state_done(call_state *st) {
   free(st->step);
   free(st->args_text);
   free(st->called_text);
+  free(st->approval_text);
 }
 
 int tg_fail(tg_call_ctx *cx, tg_errcode code, json_t *details, const char *fmt, ...) {
@@ -159,16 +162,17 @@ static const char *level_of(tg_errcode code) {
   return "WARN";
 }
 
-/* The arguments as the secret scan reads them (scan_view): as much of them as a row keeps
- * and a margin for a secret that the cut would halve. */
+/* The arguments as the secret scan reads them (scan_view), as much as cap bytes: for a
+ * telemetry row, as much of them as it keeps and a margin for a secret that the cut would
+ * halve. */
 #define ARGS_SCAN_BYTES (2 * TG_ARGS_LOG_MAX)
 typedef struct view {
-  char text[ARGS_SCAN_BYTES];
-  size_t len;
+  char *text;
+  size_t len, cap;
 } view;
 
 static void view_put(view *v, const char *text, size_t len) {
-  size_t n = len < sizeof v->text - v->len ? len : sizeof v->text - v->len;
+  size_t n = len < v->cap - v->len ? len : v->cap - v->len;
   memcpy(v->text + v->len, text, n);
   v->len += n;
 }
@@ -184,7 +188,7 @@ static void scan_view(json_t *value, view *v) {
     view_put(v, "\n", 1);
   } else if (json_is_object(value)) {
     json_object_foreach(value, key, member) {
-      if (v->len == sizeof v->text) return;
+      if (v->len == v->cap) return;
       view_put(v, key, strlen(key));
       view_put(v, "=", 1);
       if (!json_is_string(member)) view_put(v, "\n", 1);
@@ -192,7 +196,7 @@ static void scan_view(json_t *value, view *v) {
     }
   } else if (json_is_array(value)) {
     json_array_foreach(value, i, member) {
-      if (v->len == sizeof v->text) return;
+      if (v->len == v->cap) return;
       scan_view(member, v);
     }
   }
@@ -208,8 +212,8 @@ static bool holds_secret(const char *text, size_t bytes, tg_secret_hit *hit) {
 /* Arguments that hold a secret (the body of an edit refused for it, say) are withheld from
  * the telemetry row, lest the secret outlive its call there. */
 static json_t *logged_args(json_t *args, bool *withheld) {
-  view v;
-  v.len = 0;
+  char scanned[ARGS_SCAN_BYTES];
+  view v = {.text = scanned, .cap = sizeof scanned};
   scan_view(args, &v);
   tg_secret_hit hit;
   *withheld = holds_secret(v.text, v.len, &hit);
@@ -299,24 +303,73 @@ int tg_call_log_end(tg_db *db, const char *principal_id, const char *tool, const
                     json_pack("[sssssss]", id, step, level, why, meta, now, principal_id), NULL);
 }
 
-/* A call the approval gate held, with no request for it yet, opens one with its refusal's
- * record; the answer names it once that commits. A caller with too many waiting gets none,
- * and is told so in the refusal that st->approval is (answered after this). */
-static int open_approval(call_state *st, tg_db *db, char id[TG_UUID_LEN + 1]) {
-  char digest[65];
-  int r = tg_approval_digest(st->tool, st->args, digest);
-  if (r == TG_OK && (r = prepare_telemetry(st)) == TG_OK)
-    r = tg_approval_open(db, st->principal, st->tool->name, digest, st->args_text,
-                         *st->run_id ? st->run_id : NULL, id);
-  if (r != TG_E_TOO_LARGE) return r;
-  *id = '\0';
+/* The digest of this call's approval, made once; NULL without memory. */
+static const char *approval_digest(call_state *st) {
+  if (!*st->approval_digest &&
+      tg_approval_subject(st->tool, st->args, NULL, st->approval_digest) < 0)
+    return NULL;
+  return st->approval_digest;
+}
+
+/* Changes the approval gate's refusal st->approval (answered after) to say why it asks for
+ * nothing. details is stolen. */
+static void approval_refused(call_state *st, json_t *details, const char *message) {
   tg_refusal *refusal = st->approval;
-  snprintf(refusal->message, sizeof refusal->message,
-           "%d calls of this caller already wait for an approval: no more is asked for until"
-           " some are decided.", TG_APPROVAL_PENDING_MAX);
-  _cleanup_json_ json_t *why = json_pack("{s:s,s:i}", "reason", "too_many_waiting", "max",
-                                         TG_APPROVAL_PENDING_MAX);
-  return why && json_object_update(refusal->details, why) == 0 ? TG_OK : TG_E_NOMEM;
+  snprintf(refusal->message, sizeof refusal->message, "%s", message);
+  if (details) json_object_update(refusal->details, details);
+  json_decref(details);
+  st->approval = NULL;
+}
+
+/* Whether the held call can be shown to an approver whole: its arguments fit what a request
+ * keeps, and hold nothing that looks like a secret (a request keeps them whole, so they are
+ * scanned whole). Else the refusal says so, and no request opens. */
+static bool approval_reviewable(call_state *st) {
+  char *text = NULL;
+  if (tg_approval_subject(st->tool, st->args, &text, st->approval_digest) < 0) {
+    approval_refused(st, NULL, "The call could not be put to an approver (out of memory).");
+    return false;
+  }
+  st->approval_text = text;
+  size_t len = strlen(text);
+  _cleanup_free_ char *scanned = len < TG_APPROVAL_ARGS_MAX ? malloc(len + 1) : NULL;
+  view v = {.text = scanned, .cap = len + 1};
+  tg_secret_hit hit = {0};
+  if (scanned) scan_view(st->args, &v);
+  if (scanned && !holds_secret(v.text, v.len, &hit)) return true;
+  const char *why = len >= TG_APPROVAL_ARGS_MAX ? "too_large" : scanned ? "secret" : "no_memory";
+  approval_refused(st,
+                   json_pack("{s:s,s:s,s:s*,s:i}", "reason", "not_reviewable", "why", why, "rule",
+                             hit.rule, "maxBytes", TG_APPROVAL_ARGS_MAX),
+                   "This call is held for approval, but an approver cannot be shown its arguments"
+                   " (past 64 KiB, or holding what looks like a secret): it cannot be approved.");
+  return false;
+}
+
+/* In the transaction of a held call's refusal: opens its request (in a savepoint of its own,
+ * so that a failure loses only the request, never the refusal's telemetry row). */
+static int open_approval(call_state *st, tg_db *db, char id[TG_UUID_LEN + 1]) {
+  int r = tg_db_exec(db, "SAVEPOINT approval", NULL, NULL);
+  if (r < 0) return r;
+  int opened = tg_approval_open(db, st->principal, st->tool->name, st->approval_digest,
+                                st->approval_text, *st->run_id ? st->run_id : NULL, id);
+  if (opened < 0) {
+    *id = '\0';
+    r = tg_db_exec(db, "ROLLBACK TO approval", NULL, NULL);
+  }
+  if (r == TG_OK) r = tg_db_exec(db, "RELEASE approval", NULL, NULL);
+  if (opened == TG_E_TOO_LARGE) {
+    char message[160];
+    snprintf(message, sizeof message,
+             "%d calls of this caller already wait for an approval: no more is asked for until"
+             " some are decided.", TG_APPROVAL_PENDING_MAX);
+    approval_refused(st, json_pack("{s:s,s:i}", "reason", "too_many_waiting", "max",
+                                   TG_APPROVAL_PENDING_MAX), message);
+  } else if (opened < 0) {
+    tg_log(TG_LOG_ERROR, "call to %s: its approval request was not opened: %s", st->tool->name,
+           tg_status_text(opened));
+  }
+  return r;
 }
 
 /* Refusals and failures keep their telemetry row in a transaction of their own, after any
@@ -336,8 +389,9 @@ static void record_failure(call_state *st, tg_errcode code, const char *message,
       (message && holds_secret(message, strlen(message), &hit)))
     message = NULL;
   char approval_id[TG_UUID_LEN + 1] = "";
+  bool opens = st->approval && approval_reviewable(st);
   int r = tg_db_begin(db);
-  if (r == TG_OK && st->approval) r = open_approval(st, db, approval_id);
+  if (r == TG_OK && opens) r = open_approval(st, db, approval_id);
   if (r == TG_OK && ran && !st->run_written)
     r = open_own_run(st, db, cancelled ? "cancelled" : "failed");
   else if (r == TG_OK && ran) /* committed, then an after-commit step failed */
@@ -345,7 +399,7 @@ static void record_failure(call_state *st, tg_errcode code, const char *message,
                    json_pack("[s]", st->run_id), NULL);
   if (r == TG_OK) r = write_telemetry(st, db, code, message, 0);
   if (r == TG_OK) r = tg_db_commit(db);
-  if (r == TG_OK && *approval_id)
+  if (r == TG_OK && *approval_id && st->approval)
     json_object_set_new(st->approval->details, "approvalId", json_string(approval_id));
   if (r < 0) {
     tg_db_rollback(db);
@@ -487,7 +541,8 @@ static int still_allowed(write_job *job, tg_db *db) {
   int r = tg_auth_epoch(db, &epoch);
   if (r < 0) return r;
   tg_gate_input in = {.env = st->env, .db = db, .principal = st->principal, .tool = st->tool,
-                      .surface = st->req->surface, .args = st->args, .run_id = st->req->run_id};
+                      .surface = st->req->surface, .args = st->args, .run_id = st->req->run_id,
+                      .approval_digest = *st->approval_digest ? st->approval_digest : NULL};
   if (epoch == st->principal->epoch) {
     r = tg_gates_recheck(&in, &job->refusal);
   } else {
@@ -532,14 +587,14 @@ static int unless_cancelled(tg_call_ctx *cx) {
                  "The call was cancelled before what it did was written");
 }
 
-/* The approval the gate found (and found again in this transaction) is used by this call:
- * undone with it when it fails. */
-static int use_approval(call_state *st, tg_db *db) {
-  char digest[65];
-  int r = tg_approval_digest(st->tool, st->args, digest);
-  return r < 0 ? r
-               : tg_approval_use(db, st->principal->id, st->tool->name, digest,
-                                 *st->run_id ? st->run_id : NULL);
+/* The approval the gate found (and found again in this transaction) is used by the call that
+ * ends: undone with it when it fails, left for the next round when the handler asks its
+ * client for input (a call may take several rounds, each its own tg_call). */
+static int use_approval(call_state *st, tg_db *db, json_t *result) {
+  if (!tg_approval_needed(st->principal, st->tool) || tg_client_asks_input(st->tool, result))
+    return TG_OK;
+  const char *digest = approval_digest(st);
+  return digest ? tg_approval_use(db, st->principal->id, st->tool->name, digest) : TG_E_NOMEM;
 }
 
 static int write_call(void *arg, tg_db *db) {
@@ -551,11 +606,11 @@ static int write_call(void *arg, tg_db *db) {
   cx->db = db;
   cx->principal = st->principal; /* the one decided on last (still_allowed) */
   r = open_own_run(st, db, "completed");
-  if (r == TG_OK && tg_approval_needed(st->principal, st->tool)) r = use_approval(st, db);
   if (r == TG_OK && !job->ran) {
     job->ran = true;
     r = run_handler(st, cx, job->result);
   }
+  if (r == TG_OK) r = use_approval(st, db, *job->result);
   if (r == TG_OK) r = unless_cancelled(cx);
   if (r == TG_OK) r = write_activity(cx);
   if (r == TG_OK) r = write_telemetry(st, db, TG_ERR_NONE, NULL, cx->cost_cents);
@@ -633,6 +688,9 @@ static int execute(call_state *st, tg_call_result *ret) {
   cx.run_id = *st->run_id ? st->run_id : NULL;
   if (prepare_telemetry(st) < 0) return internal(st, ret, "no telemetry row", TG_E_NOMEM, false);
 
+  /* Made before the write lock is taken, which the approval gate runs under again. */
+  if (tg_approval_needed(st->principal, st->tool) && !approval_digest(st))
+    return internal(st, ret, "no approval digest", TG_E_NOMEM, false);
   json_t *result = NULL;
   int r = interactive ? run_interactive(st, &cx, &result) : TG_OK;
   write_job job = {.st = st, .cx = &cx, .result = &result, .ran = interactive};

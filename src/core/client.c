@@ -5,7 +5,13 @@
 #include <string.h>
 
 #include "core/schema.h"
+#include "core/tool.h"
 #include "util/status.h"
+
+bool tg_client_asks_input(const tg_tool *tool, json_t *result) {
+  const char *type = json_string_value(json_object_get(result, "resultType"));
+  return tool && (tool->flags & TG_TOOL_MCP_CONTENT) && type && strcmp(type, "input_required") == 0;
+}
 
 /* The capability a request to the client needs, or NULL for a method no client declares. */
 static const char *capability_of(const char *method) {

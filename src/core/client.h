@@ -7,6 +7,12 @@
 #include <stdbool.h>
 
 typedef struct tg_call_ctx tg_call_ctx; /* core/call.h */
+struct tg_tool;                         /* core/tool.h */
+
+/* Whether a result of tool asks its client for input (an InputRequiredResult): only a tool
+ * whose result is the MCP result as it is (TG_TOOL_MCP_CONTENT) can ask; another's value is
+ * content, whatever it holds. */
+bool tg_client_asks_input(const struct tg_tool *tool, json_t *result);
 
 /* What a surface offers a handler for the duration of one call. */
 typedef struct tg_client_channel {

@@ -203,9 +203,11 @@ static int gate_arguments(const tg_gate_input *in, tg_refusal *out) {
  * refusal names the request, which the refused call's record opens when there is none. */
 static int gate_approval(const tg_gate_input *in, tg_refusal *out) {
   if (!tg_approval_needed(in->principal, in->tool)) return 0;
-  char digest[65];
+  char made[65];
+  const char *digest = in->approval_digest;
   _cleanup_json_ json_t *row = NULL;
-  int r = tg_approval_digest(in->tool, in->args, digest);
+  int r = digest ? TG_OK : tg_approval_subject(in->tool, in->args, NULL, made);
+  if (!digest) digest = made;
   if (r == TG_OK) r = tg_approval_find(in->db, in->principal->id, in->tool->name, digest, &row);
   if (r < 0) return r;
   const char *status = tg_json_str(row, "status");
@@ -220,8 +222,8 @@ static int gate_approval(const tg_gate_input *in, tg_refusal *out) {
   return refuse(out, TG_ERR_PRECONDITION_FAILED,
                 json_pack("{s:s,s:O*}", "reason", "approval_required", "approvalId",
                           json_object_get(row, "id")),
-                "%s is held for approval: this call waits for one (details.approvalId); call again"
-                " with the same arguments once it is approved.",
+                "%s is held for approval: this call waits for one; call again with the same"
+                " arguments once it is approved (details.approvalId names the request).",
                 in->tool->name);
 }
 

@@ -21,6 +21,7 @@ typedef struct tg_gate_input {
   tg_surface surface;
   json_t *args;       /* NULL when listing */
   const char *run_id; /* NULL when listing or not given */
+  const char *approval_digest; /* the call's (tg_approval_subject), when made already */
   bool listing;       /* deciding what to offer rather than whether to run */
 } tg_gate_input;
 

@@ -628,11 +628,6 @@ bool tg_mcp_is_input_required(json_t *result) {
   return type && strcmp(type, "input_required") == 0;
 }
 
-/* Whether a call of tool returned an InputRequiredResult: only a tool whose result is the MCP
- * result as it is can ask for input (another's value is content, whatever it holds). */
-static bool input_required_of(const tg_tool *tool, json_t *value) {
-  return content_passthrough(tool) && tg_mcp_is_input_required(value);
-}
 
 /* ---- tools/call ---- */
 
@@ -651,7 +646,7 @@ typedef struct call_channel {
  * request is answered with the JSON-RPC error that says why. */
 static int channel_check_result(void *self, tg_call_ctx *call, json_t *result) {
   call_channel *ch = self;
-  if (!input_required_of(call->tool, result)) return TG_OK;
+  if (!tg_client_asks_input(call->tool, result)) return TG_OK;
   int code;
   const char *message;
   json_t *data;
@@ -971,7 +966,7 @@ static int m_tools_call(cx *c, json_t *params, json_t **ret) {
     _cleanup_json_ json_t *answers = NULL;
     _cleanup_free_ char *held_state = NULL;
     for (unsigned rounds = 0;
-         r == TG_OK && asks_inputs(c, tool) && input_required_of(tool, res.value); rounds++) {
+         r == TG_OK && asks_inputs(c, tool) && tg_client_asks_input(tool, res.value); rounds++) {
       json_decref(answers);
       free(held_state);
       const char *kept = json_string_value(json_object_get(res.value, "requestState"));

@@ -511,12 +511,15 @@ static int user_calls(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return *ret ? TG_OK : TG_E_NOMEM;
 }
 
-/* Approves or denies a pending approval request. No one decides a request of their own: an
- * agent granted approvals.resolve cannot let itself through. */
+/* Approves or denies a pending approval request. A person decides, never an agent (two agents
+ * granted approvals.resolve could let each other through), nor anyone a request of their own. */
 static int approval_resolve(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const char *id = tg_json_str(args, "approvalId");
   const char *decision = tg_json_str(args, "decision");
   bool approve = strcmp(decision, "approve") == 0;
+  if (cx->principal->kind == TG_PRINCIPAL_AGENT)
+    return tg_fail(cx, TG_ERR_PERMISSION_DENIED, json_pack("{s:s}", "reason", "people_only"),
+                   "Only a person approves or denies a call, whatever an agent's grants.");
   _cleanup_json_ json_t *request = NULL, *decided = NULL;
   int r = tg_approval_get(cx->db, cx->principal->tenant_id, id, &request);
   if (r < 0) return r;
@@ -530,11 +533,16 @@ static int approval_resolve(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const char *status = tg_json_str(request, "status");
   if (strcmp(status, "pending") == 0 && !json_integer_value(json_object_get(request, "live")))
     status = "expired";
-  if (strcmp(status, "pending") != 0)
+  /* Its time may pass between the read and the decision: expired then too. */
+  r = strcmp(status, "pending") == 0
+          ? tg_approval_decide(cx->db, id, cx->principal->id, approve, tg_json_str(args, "note"))
+          : TG_E_NOTFOUND;
+  if (r == TG_E_NOTFOUND)
     return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
-                   json_pack("{s:s,s:s}", "approvalId", id, "status", status),
-                   "Approval request %s is %s, not pending.", id, status);
-  r = tg_approval_decide(cx->db, id, cx->principal->id, approve, tg_json_str(args, "note"));
+                   json_pack("{s:s,s:s}", "approvalId", id, "status",
+                             strcmp(status, "pending") == 0 ? "expired" : status),
+                   "Approval request %s is %s, not pending.", id,
+                   strcmp(status, "pending") == 0 ? "expired" : status);
   if (r == TG_OK) r = tg_approval_get(cx->db, cx->principal->tenant_id, id, &decided);
   if (r < 0) return r;
   const char *tool = tg_json_str(request, "tool_name");

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "core/approval.h"
+#include "core/principal.h"
 #include "fixture.h"
 #include "util/cleanup.h"
 #include "util/status.h"
@@ -425,34 +426,79 @@ static void test_approval_holds_the_very_call(void **state) {
   _cleanup_free_ char *others = held_call(w, other, args, true);
   assert_string_not_equal(id, others);
 
-  /* No one decides without approvals.resolve, nor a request of their own; nothing moves. */
+  /* The same arguments in another order are the same call. */
+  _cleanup_free_ char *ordered = held_call(w, w->writer, "{\"note\":\"held\",\"fail\":\"output\"}", true);
+  _cleanup_free_ char *reordered = held_call(w, w->writer, "{\"fail\":\"output\",\"note\":\"held\"}", false);
+  assert_string_equal(ordered, reordered);
+
+  /* No one decides without approvals.resolve; no agent whatever its grants; no one a request
+   * of their own; no one of another workspace. Nothing moves. */
   json_decref(resolve(w, w->writer, id, "approve", "permission_denied"));
   tg_call_result res;
   assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.grant.add",
-                                "{\"agentSlug\":\"writer\",\"permission\":\"approvals.resolve\"}",
+                                "{\"agentSlug\":\"other\",\"permission\":\"approvals.resolve\"}",
                                 NULL, &res),
                    0);
   tg_call_result_done(&res);
-  _cleanup_json_ json_t *own = resolve(w, w->writer, id, "approve", "permission_denied");
+  _cleanup_json_ json_t *by_agent = resolve(w, other, id, "approve", "permission_denied");
+  assert_string_equal(json_string_value(json_object_get(
+                          json_object_get(json_object_get(by_agent, "error"), "details"), "reason")),
+                      "people_only");
+  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "test.item.write",
+                                "{\"note\":\"owner's\"}", NULL, &res),
+                   TG_E_TOOL);
+  _cleanup_free_ char *owners = strdup(json_string_value(json_object_get(details(&res), "approvalId")));
+  tg_call_result_done(&res);
+  _cleanup_json_ json_t *own = resolve(w, w->f->owner, owners, "approve", "permission_denied");
   assert_string_equal(json_string_value(json_object_get(
                           json_object_get(json_object_get(own, "error"), "details"), "reason")),
                       "own_request");
+  char tenant2[TG_UUID_LEN + 1], owner2[TG_UUID_LEN + 1];
+  assert_int_equal(tg_tenant_create(w->f->db, "elsewhere", "owner2", tenant2, owner2), 0);
+  json_decref(resolve(w, owner2, id, "approve", "not_found"));
   assert_string_equal(request_status(w, id), "pending");
-  json_decref(resolve(w, w->writer, "no-such-request", "approve", "not_found"));
+  assert_string_equal(request_status(w, owners), "pending");
+  json_decref(resolve(w, w->f->owner, "no-such-request", "approve", "not_found"));
+
+  /* A request past its time gives way to a new one, and can no longer be decided. */
+  assert_int_equal(tg_db_exec(w->f->db,
+                              "UPDATE approval_requests SET expires_at = '2000-01-01T00:00:00.000Z'"
+                              " WHERE id = $1",
+                              json_pack("[s]", others), NULL),
+                   0);
+  _cleanup_json_ json_t *late = resolve(w, w->f->owner, others, "approve", "precondition_failed");
+  assert_string_equal(json_string_value(json_object_get(
+                          json_object_get(json_object_get(late, "error"), "details"), "status")),
+                      "expired");
+  _cleanup_free_ char *renewed = held_call(w, other, args, true);
+  assert_string_not_equal(renewed, others);
+  assert_string_equal(request_status(w, others), "expired");
+  /* So does an approval not used in its time. */
+  json_decref(resolve(w, w->f->owner, renewed, "approve", ""));
+  assert_int_equal(tg_db_exec(w->f->db,
+                              "UPDATE approval_requests SET expires_at = '2000-01-01T00:00:00.000Z'"
+                              " WHERE id = $1",
+                              json_pack("[s]", renewed), NULL),
+                   0);
+  _cleanup_free_ char *after_lapse = held_call(w, other, args, true);
+  assert_string_equal(request_status(w, renewed), "expired");
+  (void)after_lapse;
 
   /* Approved by the owner: the other caller's request and other arguments stay held. */
   _cleanup_json_ json_t *approved = resolve(w, w->f->owner, id, "approve", "");
   assert_string_equal(json_string_value(json_object_get(approved, "status")), "approved");
   json_decref(resolve(w, w->f->owner, id, "deny", "precondition_failed"));
   free(held_call(w, other, args, false));
-  free(held_call(w, w->writer, "{\"note\":\"held\",\"fail\":\"output\"}", true));
+  free(held_call(w, w->writer, "{\"note\":\"held\",\"fail\":\"output\"}", false));
 
   /* A run that fails keeps the approval; the one that succeeds uses it, once. */
+  json_decref(resolve(w, w->f->owner, ordered, "approve", ""));
   assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.item.write",
-                                "{\"note\":\"held\",\"fail\":\"tool\"}", NULL, &res),
+                                "{\"note\":\"held\",\"fail\":\"output\"}", NULL, &res),
                    TG_E_TOOL);
-  assert_string_equal(fixture_code(&res), "precondition_failed");
+  assert_string_equal(fixture_code(&res), "internal_error");
   tg_call_result_done(&res);
+  assert_string_equal(request_status(w, ordered), "approved");
   long missions = fixture_count(w->f, "missions");
   assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.item.write", args, NULL,
                                 &res),
@@ -462,7 +508,7 @@ static void test_approval_holds_the_very_call(void **state) {
   assert_string_equal(request_status(w, id), "used");
   assert_int_equal(fixture_count_where(w->f,
                                        "SELECT COUNT(*) AS n FROM approval_requests WHERE id = $1"
-                                       " AND run_id IS NOT NULL AND used_at IS NOT NULL",
+                                       " AND used_at IS NOT NULL",
                                        json_pack("[s]", id)),
                    1);
   _cleanup_free_ char *next = held_call(w, w->writer, args, true);
@@ -495,10 +541,12 @@ static void test_approval_requests_are_bounded(void **state) {
     free(held_call(w, asker, args, true));
   }
   long requests = fixture_count(w->f, "approval_requests");
+  long logs = fixture_count(w->f, "agent_run_logs");
   tg_call_result res;
   assert_int_equal(fixture_call(w->f, asker, TG_SURFACE_AGENT, "test.item.write",
                                 "{\"note\":\"one more\"}", NULL, &res),
                    TG_E_TOOL);
+  assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs + 1);
   assert_string_equal(fixture_code(&res), "precondition_failed");
   assert_string_equal(json_string_value(json_object_get(details(&res), "reason")),
                       "too_many_waiting");
@@ -506,6 +554,41 @@ static void test_approval_requests_are_bounded(void **state) {
   tg_call_result_done(&res);
   assert_int_equal(fixture_count(w->f, "approval_requests"), requests);
   set_policy(w, "test.item.write", "default");
+}
+
+/* A call an approver could not be shown whole (its arguments past what a request keeps, or
+ * holding what looks like a secret, anywhere in them) is refused, and put to no one. */
+static void test_unreviewable_calls_are_not_put_to_approvers(void **state) {
+  world *w = *state;
+  set_policy(w, "test.read.echo", "approval");
+  size_t big = TG_APPROVAL_ARGS_MAX + 10;
+  char *args = malloc(big + 100);
+  assert_non_null(args);
+  char *text = malloc(big + 1);
+  memset(text, 'x', big);
+  text[big] = '\0';
+  static const char secret[] = " ghp_0123456789abcdefghijklmnopqrstuvwxyzAB";
+  for (int i = 0; i < 2; i++) {
+    if (i == 0) snprintf(args, big + 100, "{\"text\":\"%s\"}", text);
+    else snprintf(args, big + 100, "{\"text\":\"%.*s%s\"}", 20000, text, secret);
+    long requests = fixture_count(w->f, "approval_requests");
+    long logs = fixture_count(w->f, "agent_run_logs");
+    tg_call_result res;
+    assert_int_equal(fixture_call(w->f, w->reader, TG_SURFACE_AGENT, "test.read.echo", args, NULL,
+                                  &res),
+                     TG_E_TOOL);
+    assert_string_equal(fixture_code(&res), "precondition_failed");
+    json_t *d = details(&res);
+    assert_string_equal(json_string_value(json_object_get(d, "reason")), "not_reviewable");
+    assert_string_equal(json_string_value(json_object_get(d, "why")), i ? "secret" : "too_large");
+    assert_null(json_object_get(d, "approvalId"));
+    tg_call_result_done(&res);
+    assert_int_equal(fixture_count(w->f, "approval_requests"), requests);
+    assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs + 1);
+  }
+  free(text);
+  free(args);
+  set_policy(w, "test.read.echo", "default");
 }
 
 static void test_invalid_arguments_name_every_violation(void **state) {
@@ -1171,6 +1254,7 @@ int main(void) {
       T(test_policy_gates),
       T(test_approval_holds_the_very_call),
       T(test_approval_requests_are_bounded),
+      T(test_unreviewable_calls_are_not_put_to_approvers),
       T(test_invalid_arguments_name_every_violation),
       T(test_failures_roll_back),
       T(test_dry_run_writes_nothing),

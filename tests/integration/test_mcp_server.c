@@ -601,8 +601,8 @@ static void test_inactive_agent_is_offered_no_fixtures(void **state) {
   static const char *const asks[] = {
       "\"method\":\"resources/read\",\"params\":{\"uri\":\"test://static-text\"",
       "\"method\":\"prompts/get\",\"params\":{\"name\":\"test_simple_prompt\"",
-      "\"method\":\"completion/complete\",\"params\":{\"ref\":{\"type\":\"ref/prompt\","
-      "\"name\":\"test_prompt_with_arguments\"},\"argument\":{\"name\":\"arg1\",\"value\":\"\"}"};
+      ("\"method\":\"completion/complete\",\"params\":{\"ref\":{\"type\":\"ref/prompt\","
+       "\"name\":\"test_prompt_with_arguments\"},\"argument\":{\"name\":\"arg1\",\"value\":\"\"}")};
   for (int active = 0; active < 2; active++) {
     char text[400];
     for (size_t i = 0; i < sizeof lists / sizeof *lists; i++) {
@@ -2165,6 +2165,45 @@ static bool multi_input_goes_on(world *w, const char *args, const char *sealed) 
   json_decref(again);
   return served;
 }
+/* A call held for approval that takes rounds of input runs on one approval: the rounds that
+ * ask leave it, the one that ends uses it. */
+static void test_an_approval_lasts_a_call_of_many_rounds(void **state) {
+  world *w = *state;
+  static const char call[] = "\"name\":\"multi_input\",\"arguments\":{\"rounds\":1}";
+  tg_call_result res;
+  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.policy.set",
+                                "{\"tool\":\"test.task.multi_input\",\"mode\":\"approval\"}",
+                                NULL, &res),
+                   0);
+  tg_call_result_done(&res);
+  json_t *r = request_as(w, w->agent, ELICITS, "tools/call", call, NULL);
+  json_t *refusal = json_object_get(result_of(r), "structuredContent");
+  char *id = strdup(json_string_value(
+      json_object_get(json_object_get(json_object_get(refusal, "error"), "details"), "approvalId")));
+  json_decref(r);
+  char *args = NULL;
+  assert_true(asprintf(&args, "{\"approvalId\":\"%s\",\"decision\":\"approve\"}", id) > 0);
+  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "agent.approval.resolve", args,
+                                NULL, &res),
+                   0);
+  tg_call_result_done(&res);
+  free(args);
+  static const char status_of[] = "SELECT COUNT(*) AS n FROM approval_requests WHERE id = $1"
+                                  " AND status = $2";
+  r = request_as(w, w->agent, ELICITS, "tools/call", call, NULL);
+  assert_string_equal(str(result_of(r), "resultType"), "input_required");
+  assert_int_equal(fixture_count_where(w->f, status_of, json_pack("[ss]", id, "approved")), 1);
+  char *members = retry_members(call, result_of(r), ANSWERS);
+  json_decref(r);
+  r = request_as(w, w->agent, ELICITS, "tools/call", members, NULL);
+  free(members);
+  const char *text = str(json_array_get(json_object_get(result_of(r), "content"), 0), "text");
+  assert_string_equal(text, "Received both answers");
+  json_decref(r);
+  assert_int_equal(fixture_count_where(w->f, status_of, json_pack("[ss]", id, "used")), 1);
+  free(id);
+}
+
 #undef ANSWERS
 #undef ELICITS
 
@@ -4240,6 +4279,7 @@ int main(void) {
       T(test_modern_ladder),
       T(test_subscriptions_name_resources_that_exist),
       T(test_inactive_agent_is_offered_no_fixtures),
+      T(test_an_approval_lasts_a_call_of_many_rounds),
       T(test_cursors_only_as_written),
       T(test_header_values_a_client_must_encode),
       T(test_elicitation_in_the_mode_declared),
