@@ -352,6 +352,7 @@ int cmd_policy(cli *c, int argc, char **argv) {
 static const char approvals_usage[] =
     "usage: toolgate approvals list [--status pending|approved|denied|used|expired|all]\n"
     "                               [--limit N] [--json]\n"
+    "       toolgate approvals show APPROVAL_ID [--json]\n"
     "       toolgate approvals approve APPROVAL_ID [--note TEXT] [--json]\n"
     "       toolgate approvals deny APPROVAL_ID [--note TEXT] [--json]\n\n"
     "A tool whose policy is 'approval' runs only on an approval of the very call (its caller,\n"
@@ -386,6 +387,32 @@ static int approvals_list(cli *c, int argc, char **argv) {
   return cli_operate(c, "admin.approval.list", json_incref(args), json, show_approvals);
 }
 
+/* One request whole: what an approver decides on. */
+static void show_approval(json_t *result) {
+  json_t *a = json_array_get(json_object_get(result, "approvals"), 0);
+  static const char *const fields[] = {"id", "status", "tool", "caller", "caller_kind",
+                                       "created_at", "expires_at", "decided_by", "decided_at",
+                                       "note", "used_at", "run_id"};
+  for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) {
+    const char *value = json_string_value(json_object_get(a, fields[i]));
+    if (value) printf("%-12s %s\n", fields[i], value);
+  }
+  puts("arguments:");
+  cli_print_json(json_object_get(a, "args"));
+}
+
+static int approvals_show(cli *c, int argc, char **argv) {
+  _cleanup_json_ json_t *args = json_object();
+  const char *id = NULL;
+  bool json = false;
+  int r = cli_parse_options(argc, argv, approvals_usage, "approvals show", NULL, 0, args, &id,
+                            &json);
+  if (r != CLI_OK) return r;
+  if (!id) return cli_usage(approvals_usage, "approvals show: give one APPROVAL_ID");
+  json_object_set_new(args, "approvalId", json_string(id));
+  return cli_operate(c, "admin.approval.list", json_incref(args), json, show_approval);
+}
+
 static void show_decision(json_t *result) {
   printf("%s %s: %s, until %s\n", json_string_value(json_object_get(result, "approvalId")),
          json_string_value(json_object_get(result, "tool")),
@@ -417,9 +444,10 @@ static int approvals_deny(cli *c, int argc, char **argv) {
 
 int cmd_approvals(cli *c, int argc, char **argv) {
   static const cli_command subs[] = {{"list", approvals_list, NULL},
+                                     {"show", approvals_show, NULL},
                                      {"approve", approvals_approve, NULL},
                                      {"deny", approvals_deny, NULL}};
-  return cli_dispatch(c, argc, argv, subs, 3, approvals_usage);
+  return cli_dispatch(c, argc, argv, subs, 4, approvals_usage);
 }
 
 static const char workspace_usage[] =

@@ -558,12 +558,15 @@ static int approval_resolve(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return *ret ? TG_OK : TG_E_NOMEM;
 }
 
-/* Approval requests with their caller's name, newest first; arguments shown as the object
- * they are. A pending request past its time shows as expired. */
+/* Approval requests with their caller's name, newest first (or the one named); arguments
+ * shown as the object they are. A request past its time shows as expired. */
 static int approval_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
   json_int_t limit = json_integer_value(json_object_get(args, "limit"));
   if (!limit) limit = 20;
-  const char *status = tg_json_str(args, "status") ? tg_json_str(args, "status") : "pending";
+  const char *id = tg_json_str(args, "approvalId");
+  const char *status = tg_json_str(args, "status") ? tg_json_str(args, "status")
+                       : id                        ? "all"
+                                                   : "pending";
   char now[TG_ISO_LEN + 1];
   tg_now_iso(now);
   json_t *rows = NULL;
@@ -578,10 +581,15 @@ static int approval_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
       " WHERE d.id = q.decided_by) AS decided_by, q.decided_at, q.note, q.used_at"
       " FROM approval_requests q JOIN principals p ON p.id = q.principal_id"
       " LEFT JOIN agents a ON a.principal_id = p.id LEFT JOIN users u ON u.principal_id = p.id"
-      " WHERE q.tenant_id = $2) WHERE $3 = 'all' OR status = $3"
+      " WHERE q.tenant_id = $2 AND ($5 IS NULL OR q.id = $5)) WHERE $3 = 'all' OR status = $3"
       " ORDER BY created_at DESC, id DESC LIMIT $4",
-      json_pack("[sssI]", now, cx->principal->tenant_id, status, limit + 1), &rows);
+      json_pack("[sssIs?]", now, cx->principal->tenant_id, status, limit + 1, id), &rows);
   if (r < 0) return r;
+  if (id && !json_array_size(rows)) {
+    json_decref(rows);
+    return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "approvalId", id),
+                   "No approval request %.64s.", id);
+  }
   bool truncated = tg_json_cut(rows, limit);
   size_t i;
   json_t *row;

@@ -203,6 +203,10 @@ is "the request with its caller and arguments" ".approvals | length == 1 and .[0
   and .[0].caller == \"demo\" and .[0].args.title == \"Held\" and .[0].status == \"pending\""
 check "approvals list text" 0 "$tg" approvals list
 has "one line a request" "^$approval pending .* agent by demo: work.task.create"
+check "approvals show" 0 "$tg" approvals show "$approval"
+has "the arguments whole" '"title": "Held"'
+check "approvals show of an unknown request" 1 "$tg" approvals show nope
+is "unknown request shown" '.error.code == "not_found" and .error.details.approvalId == "nope"'
 held_call='{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"work_task_create",'\
 '"arguments":{"title":"Held"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'\
 '"io.modelcontextprotocol/clientCapabilities":{}}}}'
