@@ -27,8 +27,9 @@ static const char mcp_usage[] =
     "stdin and stdout, logs on stderr. Every tool call is made as the agent, or as the\n"
     "holder of the API token, through the same gate as every other surface.\n"
     "  --run RUN_ID            attach every call to this running run of the agent ('runs\n"
-    "                          start'), so that per-run caps bind; without it, each call is\n"
-    "                          its own run. A call once the run ended is refused.\n"
+    "                          start'). Without it, an agent's server is a run of its own\n"
+    "                          (trigger mcp), ended when the server stops. Either way per-run\n"
+    "                          caps bind, and a call once the run ended is refused.\n"
     "  --conformance-fixtures  also serve the fixtures of the official conformance suite\n";
 
 static const char serve_usage[] =
@@ -80,6 +81,45 @@ static void describe(cli *c, const char *principal_id, char *who, size_t size) {
   tg_principal_free(p);
 }
 
+/* The message of a failed operator call's envelope, for the log. */
+static const char *envelope_message(json_t *envelope) {
+  const char *m = json_string_value(json_object_get(json_object_get(envelope, "error"), "message"));
+  return m ? m : "out of memory";
+}
+
+/* Without --run, an agent's stdio server is one run (its client's session): its calls are the
+ * run's, so that per-run caps bind for the session, and the run ends with the server. One
+ * cut off (SIGKILL, a crash) stays running until an operator ends it. A user's calls belong
+ * to no run. Made as operator calls, which print nothing here: stdout is the client's. */
+static int open_session_run(cli *c, const char *principal_id, char run[TG_UUID_LEN + 1]) {
+  *run = '\0';
+  tg_principal *p = NULL;
+  if (tg_principal_load(c->db, principal_id, &p) < 0) {
+    fprintf(stderr, "toolgate: the caller could not be loaded\n");
+    return CLI_FAILED;
+  }
+  int r = CLI_OK;
+  if (p->kind == TG_PRINCIPAL_AGENT) {
+    _cleanup_json_ json_t *args = json_pack("{s:s,s:s}", "agentSlug", p->name, "trigger", "mcp");
+    _cleanup_json_ json_t *result = NULL;
+    r = args ? cli_operator_try(c, "admin.run.start", args, &result) : CLI_FAILED;
+    if (r == CLI_OK)
+      snprintf(run, TG_UUID_LEN + 1, "%s", json_string_value(json_object_get(result, "runId")));
+    else
+      fprintf(stderr, "toolgate: the server's run could not start: %s\n", envelope_message(result));
+  }
+  tg_principal_free(p);
+  return r;
+}
+
+static void end_session_run(cli *c, const char *run, bool failed) {
+  _cleanup_json_ json_t *args =
+      json_pack("{s:s,s:s}", "runId", run, "status", failed ? "failed" : "completed");
+  _cleanup_json_ json_t *result = NULL;
+  if (!args || cli_operator_try(c, "admin.run.end", args, &result) != CLI_OK)
+    tg_log(TG_LOG_WARN, "mcp: run %s was not ended: %s", run, envelope_message(result));
+}
+
 static void ignore_signal(int sig) { (void)sig; }
 
 /* A client that closed the server's output or its log is an error to report (EPIPE), or a
@@ -119,14 +159,17 @@ int cmd_mcp(cli *c, int argc, char **argv) {
     fprintf(stderr, "toolgate: no agent '%s' in this workspace\n", agent);
     return CLI_FAILED;
   }
+  char session_run[TG_UUID_LEN + 1] = "";
+  if (!run && open_session_run(c, principal, session_run) != CLI_OK) return CLI_FAILED;
   /* The run is checked by each call's gate, as 'call --run' is: a run that ends while the
    * server serves refuses the calls after it. */
   tg_mcp_server srv = {.fixtures = fixtures, .name = "toolgate", .version = TG_MCP_SERVER_VERSION,
-                       .run_id = run};
+                       .run_id = run ? run : *session_run ? session_run : NULL};
   char who[96];
   describe(c, principal, who, sizeof who);
   tg_log(TG_LOG_INFO, "mcp: serving stdio as %s%s%s%s%.64s", who, c->token ? " (by token)" : "",
-         fixtures ? " with the conformance fixtures" : "", run ? ", in run " : "", run ? run : "");
+         fixtures ? " with the conformance fixtures" : "", srv.run_id ? ", in run " : "",
+         srv.run_id ? srv.run_id : "");
   /* SIGINT and SIGTERM (a client's way to end a server slow to exit) stop serving, so that
    * what runs is cancelled and audited instead of cut off. Blocked before any thread starts,
    * so that only the descriptor hears them. */
@@ -142,6 +185,8 @@ int cmd_mcp(cli *c, int argc, char **argv) {
   }
   int r = tg_mcp_stdio_serve(&srv, &c->env, principal, c->token, stdin, stdout, stop_fd);
   if (stop_fd >= 0) close(stop_fd);
+  /* A client that closed the output just left; the server failed only on its own faults. */
+  if (*session_run) end_session_run(c, session_run, r < 0 && r != TG_E_IO && r != TG_E_NOTFOUND);
   if (r < 0)
     tg_log(TG_LOG_ERROR, "mcp: stopped: %s",
            r == TG_E_NOMEM      ? "out of memory"

@@ -404,8 +404,9 @@ static int run_start(tg_call_ctx *cx, json_t *args, json_t **ret) {
   tg_now_iso(now);
   r = tg_db_exec(cx->db,
                  "INSERT INTO agent_runs (id, tenant_id, agent_id, status, trigger, started_at)"
-                 " VALUES ($1, $2, $3, 'running', 'manual', $4)",
-                 json_pack("[ssOs]", id, cx->principal->tenant_id, json_object_get(agent, "id"), now),
+                 " VALUES ($1, $2, $3, 'running', COALESCE($5, 'manual'), $4)",
+                 json_pack("[ssOss?]", id, cx->principal->tenant_id, json_object_get(agent, "id"),
+                           now, tg_json_str(args, "trigger")),
                  NULL);
   if (r < 0) return r;
   *ret = json_pack("{s:s}", "runId", id);

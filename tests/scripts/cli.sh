@@ -286,6 +286,12 @@ is "its call refused once the run ended" \
 check "the ended run kept its one call" 0 "$tg" runs show "$stdio_run" --json
 is "no row for the refused call in the run" '(.logs | length) == 1'
 check "runs list bad limit" 2 "$tg" runs list --limit x
+# Without --run, an agent's stdio server is a run of its own, ended when the server stops.
+check "a stdio server in a run of its own" 0 bash -c 'printf "%s\n%s\n" "$1" "${1/\"id\":1/\"id\":2}" |
+  "$0" mcp --agent demo' "$tg" "$stdio_call"
+check "runs list after it" 0 "$tg" runs list --agent demo --limit 1 --json
+is "one run of mcp for both calls, ended" '.runs[0].calls == 2 and .runs[0].status == "completed"
+  and .runs[0].trigger == "mcp"'
 
 for cmd in "" init migrate tools call agents token runs policy approvals workspace schema; do
   check "--help of '$cmd'" 0 "$tg" $cmd --help
