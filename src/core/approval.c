@@ -79,17 +79,22 @@ int tg_approval_open(tg_db *db, const tg_principal *p, const char *tool, const c
                     NULL);
 }
 
-int tg_approval_use(tg_db *db, const char *principal_id, const char *tool, const char *digest) {
+int tg_approval_use(tg_db *db, const char *principal_id, const char *tool, const char *digest,
+                    char id[TG_UUID_LEN + 1]) {
   char now[TG_ISO_LEN + 1];
   tg_now_iso(now);
-  int64_t changes = 0;
+  _cleanup_json_ json_t *used = NULL;
   /* No look at its time: the gate found it good in this transaction, a moment ago. */
-  int r = tg_db_exec(db,
-                     "UPDATE approval_requests SET status = 'used', used_at = $1"
-                     " WHERE principal_id = $2 AND tool_name = $3 AND args_digest = $4"
-                     " AND status = 'approved' AND status IN ('pending', 'approved', 'denied')",
-                     json_pack("[ssss]", now, principal_id, tool, digest), &changes);
-  return r < 0 ? r : changes == 1 ? TG_OK : TG_E_NOTFOUND;
+  int r = tg_db_query_row(db,
+                          "UPDATE approval_requests SET status = 'used', used_at = $1"
+                          " WHERE principal_id = $2 AND tool_name = $3 AND args_digest = $4"
+                          " AND status = 'approved' AND status IN ('pending', 'approved', 'denied')"
+                          " RETURNING id",
+                          json_pack("[ssss]", now, principal_id, tool, digest), &used);
+  if (r < 0) return r;
+  if (!used) return TG_E_NOTFOUND;
+  snprintf(id, TG_UUID_LEN + 1, "%s", tg_json_str(used, "id"));
+  return TG_OK;
 }
 
 int tg_approval_get(tg_db *db, const char *tenant_id, const char *id, json_t **row) {

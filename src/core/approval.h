@@ -34,8 +34,9 @@ int tg_approval_open(tg_db *db, const tg_principal *p, const char *tool, const c
                      const char *args_text, const char *run_id, char id[TG_UUID_LEN + 1]);
 
 /* In the transaction of the call it allows (where the approval gate found it): marks the
- * approval of this call used. */
-int tg_approval_use(tg_db *db, const char *principal_id, const char *tool, const char *digest);
+ * approval of this call used, and puts its id in id. */
+int tg_approval_use(tg_db *db, const char *principal_id, const char *tool, const char *digest,
+                    char id[TG_UUID_LEN + 1]);
 
 /* The request id of tenant_id, with whether it is past its time ("live": 0 or 1), in *row;
  * NULL when there is none. */

@@ -38,6 +38,7 @@ typedef struct call_state {
   tg_refusal *approval;   /* the approval gate's refusal, when its record opens a request */
   char *approval_text;    /* what the request shows its approver (tg_approval_subject) */
   char approval_digest[65]; /* the call's approval digest once made, else "" */
+  char approval_used[TG_UUID_LEN + 1]; /* the approval the call ran on, else "" */
 } call_state;
 
 static void call_state_done(call_state *st) {
@@ -267,13 +268,15 @@ static int write_telemetry(call_state *st, tg_db *db, tg_errcode code, const cha
     return TG_E_NOMEM;
   _cleanup_free_ char *meta = NULL;
   const char *task = st->req->task_id;
+  const char *approval = *st->approval_used ? st->approval_used : NULL;
   if (asprintf(&meta,
                "{\"args\":%s,\"durationMs\":%.3f,\"costCents\":%lld,\"surface\":\"%s\","
-               "\"calledAs\":%s%s%s%s%s%s%s}",
+               "\"calledAs\":%s%s%s%s%s%s%s%s%s%s}",
                st->args_text, ms, (long long)cost_cents, tg_surface_name(st->req->surface),
                st->called_text, code ? ",\"code\":\"" : "", code ? tg_errcode_name(code) : "",
                code ? "\"" : "", task ? ",\"taskId\":\"" : "", task ? task : "",
-               task ? "\"" : "") < 0)
+               task ? "\"" : "", approval ? ",\"approvalId\":\"" : "", approval ? approval : "",
+               approval ? "\"" : "") < 0)
     return TG_E_NOMEM;
   return tg_db_exec(db,
                     "INSERT INTO agent_run_logs (id, tenant_id, run_id, principal_id, step,"
@@ -594,7 +597,8 @@ static int use_approval(call_state *st, tg_db *db, json_t *result) {
   if (!tg_approval_needed(st->principal, st->tool) || tg_client_asks_input(st->tool, result))
     return TG_OK;
   const char *digest = approval_digest(st);
-  return digest ? tg_approval_use(db, st->principal->id, st->tool->name, digest) : TG_E_NOMEM;
+  return digest ? tg_approval_use(db, st->principal->id, st->tool->name, digest, st->approval_used)
+                : TG_E_NOMEM;
 }
 
 static int write_call(void *arg, tg_db *db) {
@@ -695,6 +699,7 @@ static int execute(call_state *st, tg_call_result *ret) {
   int r = interactive ? run_interactive(st, &cx, &result) : TG_OK;
   write_job job = {.st = st, .cx = &cx, .result = &result, .ran = interactive};
   if (r == TG_OK) r = tg_db_batch(db, write_call, &job);
+  if (r != TG_OK) *st->approval_used = '\0'; /* its use rolled back with the call */
   tg_principal_free(job.replaced);
   if (job.refused || job.caller_gone) {
     finish_after(&cx, false);

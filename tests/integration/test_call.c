@@ -499,6 +499,8 @@ static void test_approval_holds_the_very_call(void **state) {
   assert_string_equal(fixture_code(&res), "internal_error");
   tg_call_result_done(&res);
   assert_string_equal(request_status(w, ordered), "approved");
+  _cleanup_json_ json_t *failed = last_log(w->f);
+  assert_null(json_object_get(json_object_get(failed, "metadata"), "approvalId"));
   long missions = fixture_count(w->f, "missions");
   assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.item.write", args, NULL,
                                 &res),
@@ -506,6 +508,10 @@ static void test_approval_holds_the_very_call(void **state) {
   tg_call_result_done(&res);
   assert_int_equal(fixture_count(w->f, "missions"), missions + 1);
   assert_string_equal(request_status(w, id), "used");
+  _cleanup_json_ json_t *ran = last_log(w->f); /* the call names the approval it ran on */
+  assert_string_equal(json_string_value(json_object_get(json_object_get(ran, "metadata"),
+                                                        "approvalId")),
+                      id);
   assert_int_equal(fixture_count_where(w->f,
                                        "SELECT COUNT(*) AS n FROM approval_requests WHERE id = $1"
                                        " AND used_at IS NOT NULL",
