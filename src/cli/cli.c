@@ -149,9 +149,8 @@ void cli_close(cli *c) {
   c->db = NULL;
 }
 
-int cli_operator_try(cli *c, const char *tool, json_t *args, json_t **ret) {
+int cli_operator_call(cli *c, const char *tool, json_t *args, json_t **ret) {
   char principal[TG_UUID_LEN + 1];
-  *ret = NULL;
   if (tg_principal_owner(c->db, c->tenant_id, principal) < 0) {
     fprintf(stderr, "toolgate: the workspace has no owner\n");
     return CLI_FAILED;
@@ -159,19 +158,14 @@ int cli_operator_try(cli *c, const char *tool, json_t *args, json_t **ret) {
   tg_call_request req = {.principal_id = principal, .surface = TG_SURFACE_API, .tool = tool,
                          .args = args};
   tg_call_result res;
-  int r = tg_call(&c->env, &req, &res) == TG_OK ? CLI_OK : CLI_FAILED;
-  *ret = TAKE_PTR(res.value);
+  if (tg_call(&c->env, &req, &res) == TG_OK) {
+    *ret = TAKE_PTR(res.value);
+    tg_call_result_done(&res);
+    return CLI_OK;
+  }
+  cli_print_json(res.value);
   tg_call_result_done(&res);
-  return r;
-}
-
-int cli_operator_call(cli *c, const char *tool, json_t *args, json_t **ret) {
-  int r = cli_operator_try(c, tool, args, ret);
-  if (r == CLI_OK || !*ret) return r;
-  cli_print_json(*ret);
-  json_decref(*ret);
-  *ret = NULL;
-  return r;
+  return CLI_FAILED;
 }
 
 int cli_operate(cli *c, const char *tool, json_t *args, bool json, void (*show)(json_t *)) {
@@ -241,13 +235,12 @@ int cli_token_principal(cli *c, char id[TG_UUID_LEN + 1]) {
     fprintf(stderr, "toolgate: the token is unknown or revoked\n");
     return CLI_FAILED;
   }
+  if (!c->tenant) return CLI_OK;
   tg_principal *p = NULL;
   if (tg_principal_load(c->db, id, &p) < 0) {
     fprintf(stderr, "toolgate: database error: %s\n", tg_db_errmsg(c->db));
     return CLI_FAILED;
   }
-  /* A token names its workspace: without --tenant, the command acts in it. */
-  if (!c->tenant) snprintf(c->tenant_id, sizeof c->tenant_id, "%s", p->tenant_id);
   bool same = strcmp(p->tenant_id, c->tenant_id) == 0;
   tg_principal_free(p);
   if (!same) fprintf(stderr, "toolgate: the token belongs to another workspace than '%s'\n", c->tenant);

@@ -30,8 +30,7 @@ typedef struct cli_command {
 /* Opens the database (it must exist unless create), migrates it, builds the registry and
  * finds the workspace (unless c->token names it). Prints why on failure. */
 int cli_open(cli *c, bool create);
-/* The principal c->token names, in the workspace --tenant names if any; without --tenant, the
- * command acts in the token's (c->tenant_id). Prints why not. */
+/* The principal c->token names, in the workspace --tenant names if any. Prints why not. */
 int cli_token_principal(cli *c, char id[TG_UUID_LEN + 1]);
 void cli_close(cli *c);
 /* Builds only the registry (commands that need no database). */
@@ -65,8 +64,6 @@ bool cli_wants_help(int argc, char **argv, const char *usage);
 /* Runs tool through tg_call as the operator on the api surface. On success returns CLI_OK
  * with the result in *ret; on failure prints the envelope on stdout, returns CLI_FAILED. */
 int cli_operator_call(cli *c, const char *tool, json_t *args, json_t **ret);
-/* The same, printing nothing: on failure, *ret is the envelope (NULL when there is none). */
-int cli_operator_try(cli *c, const char *tool, json_t *args, json_t **ret);
 
 /* Opens the workspace, calls tool as the owner with args (stolen), prints the result as
  * indented JSON, or with show when json is false and show is given. */

@@ -10,11 +10,13 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "core/run.h"
 #include "http/server.h"
 #include "mcp/stdio.h"
 #include "tools/conformance.h"
 #include "tools/providers.h"
 #include "util/cleanup.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/status.h"
 
@@ -27,9 +29,9 @@ static const char mcp_usage[] =
     "stdin and stdout, logs on stderr. Every tool call is made as the agent, or as the\n"
     "holder of the API token, through the same gate as every other surface.\n"
     "  --run RUN_ID            attach every call to this running run of the agent ('runs\n"
-    "                          start'). Without it, an agent's server is a run of its own\n"
-    "                          (trigger mcp), ended when the server stops. Either way per-run\n"
-    "                          caps bind, and a call once the run ended is refused.\n"
+    "                          start'). Without it, an active agent's server is a run of its\n"
+    "                          own (trigger mcp), ended when the server stops. Either way\n"
+    "                          per-run caps bind, and a call once the run ended is refused.\n"
     "  --conformance-fixtures  also serve the fixtures of the official conformance suite\n";
 
 static const char serve_usage[] =
@@ -81,43 +83,53 @@ static void describe(cli *c, const char *principal_id, char *who, size_t size) {
   tg_principal_free(p);
 }
 
-/* The message of a failed operator call's envelope, for the log. */
-static const char *envelope_message(json_t *envelope) {
-  const char *m = json_string_value(json_object_get(json_object_get(envelope, "error"), "message"));
-  return m ? m : "out of memory";
+/* A run's row, written in a transaction of its own (tg_db_batch). */
+typedef struct session_run {
+  const tg_principal *agent;
+  char id[TG_UUID_LEN + 1];
+  const char *status; /* how it ends */
+} session_run;
+
+static int insert_run(void *arg, tg_db *db) {
+  session_run *run = arg;
+  char now[TG_ISO_LEN + 1];
+  tg_now_iso(now);
+  return tg_run_insert(db, run->id, run->agent->tenant_id, run->agent->subject_id, "running",
+                       "mcp", now, NULL);
 }
 
-/* Without --run, an agent's stdio server is one run (its client's session): its calls are the
- * run's, so that per-run caps bind for the session, and the run ends with the server. One
- * cut off (SIGKILL, a crash) stays running until an operator ends it. A user's calls belong
- * to no run. Made as operator calls, which print nothing here: stdout is the client's. */
-static int open_session_run(cli *c, const char *principal_id, char run[TG_UUID_LEN + 1]) {
-  *run = '\0';
+static int end_run(void *arg, tg_db *db) {
+  session_run *run = arg;
+  return tg_run_end(db, run->id, run->status);
+}
+
+/* Without --run, an active agent's stdio server is one run (its client's session): its calls
+ * are the run's, so that per-run caps bind for the session, and the run ends with the server.
+ * One cut off (SIGKILL, a crash) stays running until an operator ends it. The server writes
+ * it itself, not through the operator's tools, which the workspace policy could hold. A
+ * user's calls belong to no run; an agent that is not active is offered no tools. */
+static int open_session_run(cli *c, const char *principal_id, session_run *run) {
   tg_principal *p = NULL;
-  if (tg_principal_load(c->db, principal_id, &p) < 0) {
-    fprintf(stderr, "toolgate: the caller could not be loaded\n");
-    return CLI_FAILED;
-  }
-  int r = CLI_OK;
-  if (p->kind == TG_PRINCIPAL_AGENT) {
-    _cleanup_json_ json_t *args = json_pack("{s:s,s:s}", "agentSlug", p->name, "trigger", "mcp");
-    _cleanup_json_ json_t *result = NULL;
-    r = args ? cli_operator_try(c, "admin.run.start", args, &result) : CLI_FAILED;
-    if (r == CLI_OK)
-      snprintf(run, TG_UUID_LEN + 1, "%s", json_string_value(json_object_get(result, "runId")));
-    else
-      fprintf(stderr, "toolgate: the server's run could not start: %s\n", envelope_message(result));
+  int r = tg_principal_load(c->db, principal_id, &p);
+  if (r == TG_OK && p->kind == TG_PRINCIPAL_AGENT && tg_principal_acts(p)) {
+    run->agent = p;
+    r = tg_uuid7(run->id) < 0 ? TG_E_IO : tg_db_batch(c->db, insert_run, run);
+    run->agent = NULL;
+    if (r < 0) *run->id = '\0';
   }
   tg_principal_free(p);
-  return r;
+  if (r < 0)
+    fprintf(stderr, "toolgate: the server's run could not start: %s\n", tg_db_errmsg(c->db));
+  return r < 0 ? CLI_FAILED : CLI_OK;
 }
 
-static void end_session_run(cli *c, const char *run, bool failed) {
-  _cleanup_json_ json_t *args =
-      json_pack("{s:s,s:s}", "runId", run, "status", failed ? "failed" : "completed");
-  _cleanup_json_ json_t *result = NULL;
-  if (!args || cli_operator_try(c, "admin.run.end", args, &result) != CLI_OK)
-    tg_log(TG_LOG_WARN, "mcp: run %s was not ended: %s", run, envelope_message(result));
+static void end_session_run(cli *c, session_run *run, bool failed) {
+  run->status = failed ? "failed" : "completed";
+  int r = tg_db_batch(c->db, end_run, run);
+  if (r == TG_E_NOTFOUND)
+    tg_log(TG_LOG_INFO, "mcp: run %s had been ended already", run->id);
+  else if (r < 0)
+    tg_log(TG_LOG_WARN, "mcp: run %s was not ended: %s", run->id, tg_db_errmsg(c->db));
 }
 
 static void ignore_signal(int sig) { (void)sig; }
@@ -159,34 +171,37 @@ int cmd_mcp(cli *c, int argc, char **argv) {
     fprintf(stderr, "toolgate: no agent '%s' in this workspace\n", agent);
     return CLI_FAILED;
   }
-  char session_run[TG_UUID_LEN + 1] = "";
-  if (!run && open_session_run(c, principal, session_run) != CLI_OK) return CLI_FAILED;
+  session_run session = {.id = ""};
+  if (!run && open_session_run(c, principal, &session) != CLI_OK) return CLI_FAILED;
   /* The run is checked by each call's gate, as 'call --run' is: a run that ends while the
    * server serves refuses the calls after it. */
   tg_mcp_server srv = {.fixtures = fixtures, .name = "toolgate", .version = TG_MCP_SERVER_VERSION,
-                       .run_id = run ? run : *session_run ? session_run : NULL};
+                       .run_id = run ? run : *session.id ? session.id : NULL};
   char who[96];
   describe(c, principal, who, sizeof who);
   tg_log(TG_LOG_INFO, "mcp: serving stdio as %s%s%s%s%.64s", who, c->token ? " (by token)" : "",
          fixtures ? " with the conformance fixtures" : "", srv.run_id ? ", in run " : "",
          srv.run_id ? srv.run_id : "");
-  /* SIGINT and SIGTERM (a client's way to end a server slow to exit) stop serving, so that
-   * what runs is cancelled and audited instead of cut off. Blocked before any thread starts,
-   * so that only the descriptor hears them. */
+  /* SIGINT and SIGTERM (a client's way to end a server slow to exit), and SIGHUP (its
+   * terminal closed), stop serving, so that what runs is cancelled and audited, and the run
+   * ended, instead of cut off. Blocked before any thread starts, so that only the descriptor
+   * hears them. */
   sigset_t stop;
   sigemptyset(&stop);
   sigaddset(&stop, SIGINT);
   sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop, NULL);
   int stop_fd = signalfd(-1, &stop, SFD_CLOEXEC);
   if (stop_fd < 0) {
     pthread_sigmask(SIG_UNBLOCK, &stop, NULL); /* then they end the process, as before */
-    tg_log(TG_LOG_WARN, "mcp: SIGINT and SIGTERM will end the server at once: %s", strerror(errno));
+    tg_log(TG_LOG_WARN, "mcp: SIGINT, SIGTERM and SIGHUP will end the server at once: %s",
+           strerror(errno));
   }
   int r = tg_mcp_stdio_serve(&srv, &c->env, principal, c->token, stdin, stdout, stop_fd);
   if (stop_fd >= 0) close(stop_fd);
   /* A client that closed the output just left; the server failed only on its own faults. */
-  if (*session_run) end_session_run(c, session_run, r < 0 && r != TG_E_IO && r != TG_E_NOTFOUND);
+  if (*session.id) end_session_run(c, &session, r < 0 && r != TG_E_IO && r != TG_E_NOTFOUND);
   if (r < 0)
     tg_log(TG_LOG_ERROR, "mcp: stopped: %s",
            r == TG_E_NOMEM      ? "out of memory"

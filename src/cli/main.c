@@ -17,7 +17,7 @@ static const cli_command commands[] = {
     {"token", cmd_token, "create, list and revoke API tokens"},
     {"runs", cmd_runs, "start, end, list and show agent runs; list a user's calls"},
     {"policy", cmd_policy, "set and list the workspace tool policy"},
-    {"approvals", cmd_approvals, "list, approve and deny calls held for approval"},
+    {"approvals", cmd_approvals, "list, show, approve and deny calls held for approval"},
     {"workspace", cmd_workspace, "workspace settings (naming profile)"},
     {"schema", cmd_schema, "validate instances; run the JSON Schema test suite"},
     {"missions", cmd_missions, "create and list missions"},

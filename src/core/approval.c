@@ -12,7 +12,9 @@
 #include "util/status.h"
 
 /* Stored times compare as text: they are all ISO-8601 UTC of one width. */
-static void iso_from_now(int64_t ms, char out[TG_ISO_LEN + 1]) { tg_iso8601(tg_now_ms() + ms, out); }
+static void iso_from_now(int64_t ms, char out[TG_ISO_LEN + 1]) {
+  tg_iso8601(tg_now_ms() + ms, out);
+}
 
 bool tg_approval_needed(const tg_principal *p, const tg_tool *tool) {
   const char *mode = json_string_value(json_object_get(p->policies, tool->name));
@@ -21,7 +23,8 @@ bool tg_approval_needed(const tg_principal *p, const tg_tool *tool) {
 
 int tg_approval_subject(const tg_tool *tool, json_t *args, char **text, char digest[65]) {
   /* Sorted keys: the same arguments sent in another order are the same call. */
-  _cleanup_free_ char *canonical = json_dumps(args, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+  _cleanup_free_ char *canonical =
+      json_dumps(args, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
   _cleanup_free_ char *subject = NULL;
   if (!canonical || asprintf(&subject, "%s\n%s", tool->name, canonical) < 0) return TG_E_NOMEM;
   int r = tg_sha256_hex(subject, strlen(subject), digest);

@@ -8,6 +8,7 @@
 
 #include "core/approval.h"
 #include "core/gates.h"
+#include "core/run.h"
 #include "domain/secret_scan.h"
 #include "util/clock.h"
 #include "util/cleanup.h"
@@ -149,12 +150,8 @@ static int open_own_run(call_state *st, tg_db *db, const char *status) {
   char started[TG_ISO_LEN + 1], now[TG_ISO_LEN + 1];
   tg_iso8601(now_ms - (int64_t)((tg_monotonic_ns() - st->started_ns) / 1000000), started);
   tg_iso8601(now_ms, now);
-  return tg_db_exec(db,
-                    "INSERT INTO agent_runs (id, tenant_id, agent_id, status, trigger, started_at,"
-                    " ended_at) VALUES ($1, $2, $3, $4, 'call', $5, $6)",
-                    json_pack("[ssssss]", st->run_id, st->principal->tenant_id,
-                              st->principal->subject_id, status, started, now),
-                    NULL);
+  return tg_run_insert(db, st->run_id, st->principal->tenant_id, st->principal->subject_id,
+                       status, "call", started, now);
 }
 
 static const char *level_of(tg_errcode code) {

@@ -6,6 +6,7 @@
 
 #include "core/approval.h"
 #include "core/call.h"
+#include "core/run.h"
 #include "tools/agent_rows.h"
 #include "tools/lookup.h"
 #include "tools/providers.h"
@@ -402,12 +403,8 @@ static int run_start(tg_call_ctx *cx, json_t *args, json_t **ret) {
   char id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
   if (tg_uuid7(id) < 0) return TG_E_IO;
   tg_now_iso(now);
-  r = tg_db_exec(cx->db,
-                 "INSERT INTO agent_runs (id, tenant_id, agent_id, status, trigger, started_at)"
-                 " VALUES ($1, $2, $3, 'running', COALESCE($5, 'manual'), $4)",
-                 json_pack("[ssOss?]", id, cx->principal->tenant_id, json_object_get(agent, "id"),
-                           now, tg_json_str(args, "trigger")),
-                 NULL);
+  r = tg_run_insert(cx->db, id, cx->principal->tenant_id, tg_json_str(agent, "id"), "running",
+                    "manual", now, NULL);
   if (r < 0) return r;
   *ret = json_pack("{s:s}", "runId", id);
   return *ret ? TG_OK : TG_E_NOMEM;
@@ -426,10 +423,7 @@ static int run_end(tg_call_ctx *cx, json_t *args, json_t **ret) {
     return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
                    json_pack("{s:s,s:O}", "runId", id, "status", json_object_get(run, "status")),
                    "Run %.64s has already ended.", id);
-  char now[TG_ISO_LEN + 1];
-  tg_now_iso(now);
-  r = tg_db_exec(cx->db, "UPDATE agent_runs SET status = $1, ended_at = $2 WHERE id = $3",
-                 json_pack("[sss]", status, now, id), NULL);
+  r = tg_run_end(cx->db, id, status); /* running, as read in this transaction */
   if (r < 0) return r;
   *ret = json_pack("{s:s,s:s}", "runId", id, "status", status);
   return *ret ? TG_OK : TG_E_NOMEM;
@@ -560,7 +554,8 @@ static int approval_resolve(tg_call_ctx *cx, json_t *args, json_t **ret) {
 }
 
 /* Approval requests with their caller's name, newest first (or the one named); arguments
- * shown as the object they are. A request past its time shows as expired. */
+ * shown as the object they are. A request past its time shows as expired. An agent (granted
+ * approvals.read) sees only its own: it decides none, and others' arguments are not its. */
 static int approval_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
   json_int_t limit = json_integer_value(json_object_get(args, "limit"));
   if (!limit) limit = 20;
@@ -582,14 +577,19 @@ static int approval_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
       " WHERE d.id = q.decided_by) AS decided_by, q.decided_at, q.note, q.used_at"
       " FROM approval_requests q JOIN principals p ON p.id = q.principal_id"
       " LEFT JOIN agents a ON a.principal_id = p.id LEFT JOIN users u ON u.principal_id = p.id"
-      " WHERE q.tenant_id = $2 AND ($5 IS NULL OR q.id = $5)) WHERE $3 = 'all' OR status = $3"
-      " ORDER BY created_at DESC, id DESC LIMIT $4",
-      json_pack("[sssIs?]", now, cx->principal->tenant_id, status, limit + 1, id), &rows);
+      " WHERE q.tenant_id = $2 AND ($5 IS NULL OR q.id = $5)"
+      " AND ($6 IS NULL OR q.principal_id = $6))"
+      " WHERE $3 = 'all' OR status = $3 ORDER BY created_at DESC, id DESC LIMIT $4",
+      json_pack("[sssIs?s?]", now, cx->principal->tenant_id, status, limit + 1, id,
+                cx->principal->kind == TG_PRINCIPAL_AGENT ? cx->principal->id : NULL),
+      &rows);
   if (r < 0) return r;
   if (id && !json_array_size(rows)) {
     json_decref(rows);
-    return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "approvalId", id),
-                   "No approval request %.64s.", id);
+    return tg_fail(cx, TG_ERR_NOT_FOUND,
+                   json_pack("{s:s,s:s}", "approvalId", id, "status", status),
+                   "No approval request %.64s%s%s.", id, strcmp(status, "all") ? " that is " : "",
+                   strcmp(status, "all") ? status : "");
   }
   bool truncated = tg_json_cut(rows, limit);
   size_t i;

@@ -460,6 +460,21 @@ static void test_approval_holds_the_very_call(void **state) {
   assert_string_equal(request_status(w, owners), "pending");
   json_decref(resolve(w, w->f->owner, "no-such-request", "approve", "not_found"));
 
+  /* An agent reading requests sees its own only. */
+  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.grant.add",
+                                "{\"agentSlug\":\"other\",\"permission\":\"approvals.read\"}",
+                                NULL, &res),
+                   0);
+  tg_call_result_done(&res);
+  assert_int_equal(fixture_call(w->f, other, TG_SURFACE_API, "admin.approval.list",
+                                "{\"status\":\"all\"}", NULL, &res),
+                   0);
+  json_t *seen = json_object_get(res.value, "approvals");
+  assert_int_equal(json_array_size(seen), 1);
+  assert_string_equal(json_string_value(json_object_get(json_array_get(seen, 0), "caller")),
+                      "other");
+  tg_call_result_done(&res);
+
   /* A request past its time gives way to a new one, and can no longer be decided. */
   assert_int_equal(tg_db_exec(w->f->db,
                               "UPDATE approval_requests SET expires_at = '2000-01-01T00:00:00.000Z'"

@@ -10,6 +10,7 @@ says "told there is no database" 'no database in .*/hollow: run .toolgate init -
 check "left empty" 0 test ! -s "$dir/hollow/toolgate.db"
 check "init --demo" 0 "$tg" init --demo
 has "init prints the token" 'owner API token \(shown once, keep it\): tg_'
+owner_token=$(grep -o 'tg_[A-Za-z0-9_-]*' "$dir/out" | head -1)
 check "init twice" 1 "$tg" init --demo
 check "migrate" 0 "$tg" migrate
 has "migrate is idempotent" 'applied 0 migrations'
@@ -286,12 +287,34 @@ is "its call refused once the run ended" \
 check "the ended run kept its one call" 0 "$tg" runs show "$stdio_run" --json
 is "no row for the refused call in the run" '(.logs | length) == 1'
 check "runs list bad limit" 2 "$tg" runs list --limit x
-# Without --run, an agent's stdio server is a run of its own, ended when the server stops.
+# Without --run, an active agent's stdio server is a run of its own, ended when the server
+# stops: a per-run cap (one editAgentFile a run) binds for the session. The server writes the
+# run itself, so an operator tool held by the policy does not stop it.
+check "policy holds admin.run.start" 0 "$tg" policy set admin.run.start disabled
+edit_call='{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"agent_file_edit",'\
+'"arguments":{"name":"SOUL.md","body":"Calm."},"_meta":{"io.modelcontextprotocol/protocolVersion":'\
+'"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}'
 check "a stdio server in a run of its own" 0 bash -c 'printf "%s\n%s\n" "$1" "${1/\"id\":1/\"id\":2}" |
-  "$0" mcp --agent demo' "$tg" "$stdio_call"
+  "$0" mcp --agent demo' "$tg" "$edit_call"
+are "its second edit refused by the cap of its run" '(.[0].result.isError | not)
+  and .[1].result.structuredContent.error.details.reason == "per_run_cap"'
 check "runs list after it" 0 "$tg" runs list --agent demo --limit 1 --json
 is "one run of mcp for both calls, ended" '.runs[0].calls == 2 and .runs[0].status == "completed"
   and .runs[0].trigger == "mcp"'
+check "policy back" 0 "$tg" policy set admin.run.start default
+# By an agent's token too; a user's calls and a draft agent's get no run.
+check "token for the stdio run" 0 "$tg" token create --agent demo
+check "a stdio server by an agent's token" 0 bash -c 'echo "$1" | "$0" mcp --token "$2"' \
+  "$tg" "$stdio_call" "$(jq -r .token "$dir/out")"
+check "runs list after the token's server" 0 "$tg" runs list --agent demo --limit 1 --json
+is "its run" '.runs[0].calls == 1 and .runs[0].trigger == "mcp"'
+check "a stdio server by the owner's token" 0 bash -c 'echo "$1" | "$0" mcp --token "$2"' \
+  "$tg" "$stdio_call" "$owner_token"
+is "served" '.result.structuredContent.tools | length > 0'
+check "a stdio server of a draft agent" 0 bash -c 'echo "$1" | "$0" mcp --agent drafty' \
+  "$tg" "$stdio_call"
+check "runs list of the draft agent" 0 "$tg" runs list --agent drafty --json
+is "no run for it" '.runs == []'
 
 for cmd in "" init migrate tools call agents token runs policy approvals workspace schema; do
   check "--help of '$cmd'" 0 "$tg" $cmd --help

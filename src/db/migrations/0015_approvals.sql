@@ -1,14 +1,14 @@
 -- A call held by the workspace tool policy for an approval (mode 'approval') asks for one:
--- a row bound to its caller, its tool and a digest of its exact arguments. A person (or a
--- principal granted approvals.resolve) approves or denies it; the caller's next call with the
--- same arguments uses an approval once, in that call's own transaction.
+-- a row bound to its caller, its tool and a digest of its exact arguments. A person granted
+-- approvals.resolve, other than the caller, approves or denies it; the caller's next call with
+-- the same arguments uses an approval once, in that call's own transaction.
 CREATE TABLE approval_requests (
   id           TEXT PRIMARY KEY,
   tenant_id    TEXT NOT NULL REFERENCES tenants (id),
   principal_id TEXT NOT NULL REFERENCES principals (id),
   tool_name    TEXT NOT NULL,
   args_digest  TEXT NOT NULL,
-  args         TEXT NOT NULL, -- as the telemetry row keeps them: truncated, secrets withheld
+  args         TEXT NOT NULL, -- whole, canonical JSON: what the approver is shown
   run_id       TEXT,
   status       TEXT NOT NULL CHECK (status IN ('pending', 'approved', 'denied', 'used', 'expired')),
   created_at   TEXT NOT NULL,

@@ -31,6 +31,9 @@ says() { # says DESCRIPTION PATTERN: the last command's stderr matches PATTERN
 is() { # is DESCRIPTION JQ_FILTER: the last command's stdout satisfies the filter
   if jq -e "$2" "$dir/out" >/dev/null 2>&1; then passes=$((passes + 1)); else failed "$1: not $2"; fi
 }
+are() { # are DESCRIPTION JQ_FILTER: the last command's stdout, its JSON values in one array, satisfies the filter
+  if jq -se "$2" "$dir/out" >/dev/null 2>&1; then passes=$((passes + 1)); else failed "$1: not $2"; fi
+}
 finish() { # prints the closing line; the script's status
   echo "$passes passed, $fails failed"
   [ "$fails" -eq 0 ]
