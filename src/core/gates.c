@@ -42,13 +42,19 @@ static int gate_surface(const tg_gate_input *in, tg_refusal *out) {
                 tg_surface_name(in->surface));
 }
 
-/* A tool that acts on its calling agent's own is no user's to call, whatever the user's
- * grants: it is not listed, and a call is refused before its handler. */
+/* A tool that acts on its calling agent's own is no user's to call, and one only a person may
+ * call (deciding an approval) no agent's, whatever the grants: it is not listed, and a call is
+ * refused before its handler. */
 static int gate_caller(const tg_gate_input *in, tg_refusal *out) {
-  if (!(in->tool->flags & TG_TOOL_AGENTS_ONLY) || in->principal->kind == TG_PRINCIPAL_AGENT)
-    return 0;
-  return refuse(out, TG_ERR_PERMISSION_DENIED, json_pack("{s:s}", "reason", "agents_only"),
-                "Only an agent may call %s: it acts on the calling agent's own.", in->tool->name);
+  bool agent = in->principal->kind == TG_PRINCIPAL_AGENT;
+  if ((in->tool->flags & TG_TOOL_AGENTS_ONLY) && !agent)
+    return refuse(out, TG_ERR_PERMISSION_DENIED, json_pack("{s:s}", "reason", "agents_only"),
+                  "Only an agent may call %s: it acts on the calling agent's own.",
+                  in->tool->name);
+  if ((in->tool->flags & TG_TOOL_PEOPLE_ONLY) && agent)
+    return refuse(out, TG_ERR_PERMISSION_DENIED, json_pack("{s:s}", "reason", "people_only"),
+                  "Only a person may call %s, whatever an agent's grants.", in->tool->name);
+  return 0;
 }
 
 static int gate_status(const tg_gate_input *in, tg_refusal *out) {

@@ -96,7 +96,7 @@ static int build_tool(tg_tool *tool, json_t *decl, const tg_provider *provider, 
   static const char *const effects[] = {"read", "write", "propose"};
   static const char *const risks[] = {"low", "medium", "high"};
   static const char *const flags[] = {"idempotent", "destructive", "open_world", "mcp_content",
-                                      "interactive", "agents_only"};
+                                      "interactive", "agents_only", "people_only"};
   static const char *const task_support[] = {"optional", "required"};
 
   tool->spec = json_incref(decl);

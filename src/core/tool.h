@@ -32,6 +32,9 @@ typedef enum tg_tool_flag {
   /* What the tool acts on is the calling agent's own (its files): no user may call it, so
    * none is offered it. */
   TG_TOOL_AGENTS_ONLY = 1u << 5,
+  /* Only a person may call it (deciding an approval): no agent, whatever its grants, so none
+   * is offered it. */
+  TG_TOOL_PEOPLE_ONLY = 1u << 6,
 } tg_tool_flag;
 
 /* Whether a call may become an MCP task (the client polls for its result): never, when the

@@ -506,15 +506,13 @@ static int user_calls(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return *ret ? TG_OK : TG_E_NOMEM;
 }
 
-/* Approves or denies a pending approval request. A person decides, never an agent (two agents
- * granted approvals.resolve could let each other through), nor anyone a request of their own. */
+/* Approves or denies a pending approval request. A person decides (the tool is people_only:
+ * two agents granted approvals.resolve could let each other through), and never a request of
+ * their own. */
 static int approval_resolve(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const char *id = tg_json_str(args, "approvalId");
   const char *decision = tg_json_str(args, "decision");
   bool approve = strcmp(decision, "approve") == 0;
-  if (cx->principal->kind == TG_PRINCIPAL_AGENT)
-    return tg_fail(cx, TG_ERR_PERMISSION_DENIED, json_pack("{s:s}", "reason", "people_only"),
-                   "Only a person approves or denies a call, whatever an agent's grants.");
   _cleanup_json_ json_t *request = NULL, *decided = NULL;
   int r = tg_approval_get(cx->db, cx->principal->tenant_id, id, &request);
   if (r < 0) return r;

@@ -218,7 +218,7 @@ check "no task while it waits" 0 "$tg" tasks list --json
 is "no task" '.tasks | map(select(.title == "Held")) | length == 0'
 check "an agent cannot approve" 1 "$tg" call agent.approval.resolve --agent demo --surface api \
   --args "{\"approvalId\":\"$approval\",\"decision\":\"approve\"}"
-is "approvals.resolve missing" '.error.details.missingPermission == "approvals.resolve"'
+is "no agent decides" '.error.code == "permission_denied" and .error.details.reason == "people_only"'
 check "approvals approve" 0 "$tg" approvals approve "$approval" --note "looks fine"
 has "approved for the hour" "^$approval work.task.create: approved, until "
 check "approvals approve twice" 1 "$tg" approvals approve "$approval"
