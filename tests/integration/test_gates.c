@@ -76,6 +76,23 @@ static char *refs_snapshot(const char *dir) {
   return text;
 }
 
+/* A member user, who holds no grant of its own (bootstrap writes: toolgate has no user tool
+ * yet); its principal id in id. */
+static void member_user(fixture *f, char id[TG_UUID_LEN + 1]) {
+  snprintf(id, TG_UUID_LEN + 1, "00000000-0000-7000-8000-00000000a11d");
+  assert_int_equal(tg_db_exec(f->db,
+                              "INSERT INTO principals (id, tenant_id, kind, created_at)"
+                              " VALUES ($1, $2, 'user', 'now')",
+                              json_pack("[ss]", id, f->tenant_id), NULL),
+                   0);
+  assert_int_equal(tg_db_exec(f->db,
+                              "INSERT INTO users (id, tenant_id, principal_id, username, role,"
+                              " created_at) VALUES ('00000000-0000-7000-8000-00000000a11c', $1, $2,"
+                              " 'member', 'member', 'now')",
+                              json_pack("[ss]", f->tenant_id, id), NULL),
+                   0);
+}
+
 static tg_surface first_surface(const tg_tool *t) {
   for (unsigned bit = TG_SURFACE_AGENT; bit <= TG_SURFACE_API; bit <<= 1)
     if (t->surfaces & bit) return (tg_surface)bit;
@@ -84,8 +101,9 @@ static tg_surface first_surface(const tg_tool *t) {
 
 static void test_every_gated_tool_refuses_without_its_grant(void **state) {
   fixture *f = fixture_new(NULL);
-  char agent[TG_UUID_LEN + 1];
+  char agent[TG_UUID_LEN + 1], member[TG_UUID_LEN + 1];
   fixture_agent(f, "{\"slug\":\"probe\"}", agent);
+  member_user(f, member); /* the caller of tools no agent may call: its role lacks their grants */
   _cleanup_json_ json_t *perms = all_permissions(f->registry);
   const char *perm;
   json_t *v;
@@ -134,7 +152,9 @@ static void test_every_gated_tool_refuses_without_its_grant(void **state) {
       _cleanup_free_ char *refs_before = refs_snapshot(f->dir);
       long logs = fixture_count(f, "agent_run_logs");
       tg_call_result res;
-      assert_int_equal(fixture_call(f, agent, first_surface(t), t->name, args_for(t), NULL, &res), TG_E_TOOL);
+      const char *caller = t->flags & TG_TOOL_PEOPLE_ONLY ? member : agent;
+      assert_int_equal(fixture_call(f, caller, first_surface(t), t->name, args_for(t), NULL, &res),
+                       TG_E_TOOL);
       json_t *error = json_object_get(res.value, "error");
       if (strcmp(json_string_value(json_object_get(error, "code")), "permission_denied") != 0)
         fail_msg("%s without %s answered %s", t->name, t->permissions[k],
@@ -163,6 +183,40 @@ static bool offered(json_t *tools, const char *name) {
   json_array_foreach(tools, i, tool)
     if (strcmp(json_string_value(json_object_get(tool, "canonicalName")), name) == 0) return true;
   return false;
+}
+
+/* A tool only a person may call is no agent's: an agent granted every permission is not
+ * offered it and is refused it, with nothing written; the owner is offered it. */
+static void test_people_only_tools_refuse_agents(void **state) {
+  fixture *f = fixture_new(NULL);
+  char agent[TG_UUID_LEN + 1];
+  fixture_agent(f, "{\"slug\":\"probe\"}", agent);
+  _cleanup_json_ json_t *perms = all_permissions(f->registry);
+  const char *perm;
+  json_t *v;
+  json_object_foreach(perms, perm, v) grant(f, "probe", perm, true);
+  int checked = 0;
+  for (size_t i = 0; i < tg_registry_count(f->registry); i++) {
+    const tg_tool *t = tg_registry_at(f->registry, i);
+    if (!(t->flags & TG_TOOL_PEOPLE_ONLY)) continue;
+    tg_surface surface = first_surface(t);
+    _cleanup_json_ json_t *for_owner = fixture_offered(f, f->owner, surface);
+    _cleanup_json_ json_t *for_agent = fixture_offered(f, agent, surface);
+    assert_true(offered(for_owner, t->name));
+    assert_false(offered(for_agent, t->name));
+    _cleanup_free_ char *before = fixture_snapshot(f, "agent_run_logs");
+    tg_call_result res;
+    assert_int_equal(fixture_call(f, agent, surface, t->name, args_for(t), NULL, &res), TG_E_TOOL);
+    assert_string_equal(fixture_code(&res), "permission_denied");
+    json_t *details = json_object_get(json_object_get(res.value, "error"), "details");
+    assert_string_equal(json_string_value(json_object_get(details, "reason")), "people_only");
+    tg_call_result_done(&res);
+    _cleanup_free_ char *after = fixture_snapshot(f, "agent_run_logs");
+    assert_string_equal(before, after);
+    checked++;
+  }
+  assert_true(checked > 0);
+  fixture_free(f);
 }
 
 /* A tool that acts on its calling agent's own is no user's: the owner, whose role holds
@@ -203,6 +257,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_gated_tool_refuses_without_its_grant),
       cmocka_unit_test(test_agents_only_tools_refuse_users),
+      cmocka_unit_test(test_people_only_tools_refuse_agents),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
