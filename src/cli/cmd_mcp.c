@@ -18,6 +18,7 @@
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/process_tag.h"
 #include "util/status.h"
 
 #define DEFAULT_LISTEN "127.0.0.1:7878"
@@ -87,7 +88,8 @@ static void describe(cli *c, const char *principal_id, char *who, size_t size) {
 typedef struct session_run {
   const tg_principal *agent;
   char id[TG_UUID_LEN + 1];
-  const char *status; /* how it ends */
+  char holder[TG_PROCESS_TAG_LEN]; /* this server */
+  const char *status;              /* how it ends */
 } session_run;
 
 static int insert_run(void *arg, tg_db *db) {
@@ -95,7 +97,21 @@ static int insert_run(void *arg, tg_db *db) {
   char now[TG_ISO_LEN + 1];
   tg_now_iso(now);
   return tg_run_insert(db, run->id, run->agent->tenant_id, run->agent->subject_id, "running",
-                       "mcp", now, NULL);
+                       "mcp", now, NULL, run->holder);
+}
+
+static int end_orphans(void *arg, tg_db *db) { return tg_run_end_orphans(db, arg); }
+
+/* The runs of stdio servers cut off on this machine (SIGKILL, a crash, a reboot) would stay
+ * running: each server ends those it finds as it starts. */
+static void end_orphan_runs(cli *c) {
+  int ended = 0;
+  if (tg_db_batch(c->db, end_orphans, &ended) < 0)
+    tg_log(TG_LOG_WARN, "mcp: the runs of stdio servers gone were not ended: %s",
+           tg_db_errmsg(c->db));
+  else if (ended)
+    tg_log(TG_LOG_INFO, "mcp: ended %d run%s of stdio servers gone (killed or crashed) as failed",
+           ended, ended == 1 ? "" : "s");
 }
 
 static int end_run(void *arg, tg_db *db) {
@@ -105,21 +121,26 @@ static int end_run(void *arg, tg_db *db) {
 
 /* Without --run, an active agent's stdio server is one run (its client's session): its calls
  * are the run's, so that per-run caps bind for the session, and the run ends with the server.
- * One cut off (SIGKILL, a crash) stays running until an operator ends it. The server writes
- * it itself, not through the operator's tools, which the workspace policy could hold. A
- * user's calls belong to no run; an agent that is not active is offered no tools. */
+ * One cut off (SIGKILL, a crash) is ended by the next server on the machine, which its row's
+ * holder lets tell it from a live one. The server writes it itself, not through the
+ * operator's tools, which the workspace policy could hold. A user's calls belong to no run;
+ * an agent that is not active is offered no tools. */
 static int open_session_run(cli *c, const char *principal_id, session_run *run) {
   tg_principal *p = NULL;
+  const char *why = NULL;
   int r = tg_principal_load(c->db, principal_id, &p);
   if (r == TG_OK && p->kind == TG_PRINCIPAL_AGENT && tg_principal_acts(p)) {
     run->agent = p;
-    r = tg_uuid7(run->id) < 0 ? TG_E_IO : tg_db_batch(c->db, insert_run, run);
+    if (tg_uuid7(run->id) < 0) why = "the system gives no randomness";
+    else if (tg_process_tag(run->holder) < 0) why = "/proc does not tell who this process is";
+    r = why ? TG_E_IO : tg_db_batch(c->db, insert_run, run);
     run->agent = NULL;
     if (r < 0) *run->id = '\0';
   }
   tg_principal_free(p);
   if (r < 0)
-    fprintf(stderr, "toolgate: the server's run could not start: %s\n", tg_db_errmsg(c->db));
+    fprintf(stderr, "toolgate: the server's run could not start: %s\n",
+            why ? why : tg_db_errmsg(c->db));
   return r < 0 ? CLI_FAILED : CLI_OK;
 }
 
@@ -171,6 +192,7 @@ int cmd_mcp(cli *c, int argc, char **argv) {
     fprintf(stderr, "toolgate: no agent '%s' in this workspace\n", agent);
     return CLI_FAILED;
   }
+  end_orphan_runs(c);
   session_run session = {.id = ""};
   if (!run && open_session_run(c, principal, &session) != CLI_OK) return CLI_FAILED;
   /* The run is checked by each call's gate, as 'call --run' is: a run that ends while the

@@ -151,7 +151,7 @@ static int open_own_run(call_state *st, tg_db *db, const char *status) {
   tg_iso8601(now_ms - (int64_t)((tg_monotonic_ns() - st->started_ns) / 1000000), started);
   tg_iso8601(now_ms, now);
   return tg_run_insert(db, st->run_id, st->principal->tenant_id, st->principal->subject_id,
-                       status, "call", started, now);
+                       status, "call", started, now, NULL);
 }
 
 static const char *level_of(tg_errcode code) {

@@ -1,16 +1,17 @@
 #include "core/run.h"
 
 #include "util/clock.h"
+#include "util/process_tag.h"
 #include "util/status.h"
 
 int tg_run_insert(tg_db *db, const char *id, const char *tenant_id, const char *agent_id,
                   const char *status, const char *trigger, const char *started_at,
-                  const char *ended_at) {
+                  const char *ended_at, const char *holder) {
   return tg_db_exec(db,
                     "INSERT INTO agent_runs (id, tenant_id, agent_id, status, trigger, started_at,"
-                    " ended_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                    json_pack("[sssssss?]", id, tenant_id, agent_id, status, trigger, started_at,
-                              ended_at),
+                    " ended_at, holder) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                    json_pack("[sssssss?s?]", id, tenant_id, agent_id, status, trigger,
+                              started_at, ended_at, holder),
                     NULL);
 }
 
@@ -23,4 +24,24 @@ int tg_run_end(tg_db *db, const char *id, const char *status) {
                      " AND status = 'running'",
                      json_pack("[sss]", status, now, id), &changes);
   return r < 0 ? r : changes == 1 ? TG_OK : TG_E_NOTFOUND;
+}
+
+int tg_run_end_orphans(tg_db *db, int *ret_ended) {
+  *ret_ended = 0;
+  json_t *held = NULL;
+  int r = tg_db_query(db,
+                      "SELECT id, holder FROM agent_runs"
+                      " WHERE status = 'running' AND holder IS NOT NULL",
+                      NULL, &held);
+  size_t i;
+  json_t *run;
+  json_array_foreach(held, i, run) {
+    if (r < 0) break;
+    if (!tg_process_tag_gone(json_string_value(json_object_get(run, "holder")))) continue;
+    r = tg_run_end(db, json_string_value(json_object_get(run, "id")), "failed");
+    if (r == TG_OK) ++*ret_ended;
+    else if (r == TG_E_NOTFOUND) r = TG_OK; /* another server ended it first */
+  }
+  json_decref(held);
+  return r < 0 ? r : TG_OK;
 }

@@ -404,7 +404,7 @@ static int run_start(tg_call_ctx *cx, json_t *args, json_t **ret) {
   if (tg_uuid7(id) < 0) return TG_E_IO;
   tg_now_iso(now);
   r = tg_run_insert(cx->db, id, cx->principal->tenant_id, tg_json_str(agent, "id"), "running",
-                    "manual", now, NULL);
+                    "manual", now, NULL, NULL);
   if (r < 0) return r;
   *ret = json_pack("{s:s}", "runId", id);
   return *ret ? TG_OK : TG_E_NOMEM;

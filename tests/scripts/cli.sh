@@ -302,6 +302,39 @@ check "runs list after it" 0 "$tg" runs list --agent demo --limit 1 --json
 is "one run of mcp for both calls, ended" '.runs[0].calls == 2 and .runs[0].status == "completed"
   and .runs[0].trigger == "mcp"'
 check "policy back" 0 "$tg" policy set admin.run.start default
+# A stdio server killed (SIGKILL) leaves its run running; the next server on the machine ends
+# it failed, and leaves the run of a server still serving alone.
+serve_held() { # serve_held NAME: a stdio server of demo, its input open on fd 7 (NAME 'a') or 8
+  mkfifo "$dir/$1.in"
+  if [ "$1" = a ]; then exec 7<>"$dir/$1.in"; else exec 8<>"$dir/$1.in"; fi
+  "$tg" mcp --agent demo <"$dir/$1.in" >/dev/null 2>"$dir/$1.err" 7>&- 8>&- & # holds no writer
+  held_pid=$!
+  for _ in $(seq 100); do grep -q 'serving stdio' "$dir/$1.err" && break; sleep 0.1; done
+  held_run=$("$tg" runs list --agent demo --limit 1 --json | jq -r '.runs[0].id')
+}
+serve_held a
+killed_pid=$held_pid killed_run=$held_run
+check "a stdio server killed" 0 kill -KILL "$killed_pid"
+{ wait "$killed_pid"; } 2>/dev/null || true # without its "Killed" line
+exec 7>&-
+check "runs show of its run" 0 "$tg" runs show "$killed_run" --json
+is "left running" '.run.status == "running" and .run.trigger == "mcp" and .run.ended_at == null'
+serve_held b
+check "the next server's run" 0 "$tg" runs show "$held_run" --json
+is "is running" '.run.status == "running"'
+check "its log" 0 cat "$dir/b.err"
+has "says it ended the killed server's run" 'ended 1 run of stdio servers gone'
+check "runs show of the killed server's run" 0 "$tg" runs show "$killed_run" --json
+is "ended failed" '.run.status == "failed" and .run.ended_at != null'
+check "a server beside the one serving" 0 bash -c 'echo "$1" | "$0" mcp --agent demo' \
+  "$tg" "$stdio_call"
+if grep -q 'ended .* run' "$dir/err"; then failed "it ended no run"; else passes=$((passes + 1)); fi
+check "runs show of the serving one's run" 0 "$tg" runs show "$held_run" --json
+is "still running" '.run.status == "running" and .run.ended_at == null'
+exec 8>&-
+wait "$held_pid"
+check "runs show once its input closed" 0 "$tg" runs show "$held_run" --json
+is "ended completed" '.run.status == "completed"'
 # By an agent's token too; a user's calls and a draft agent's get no run.
 check "token for the stdio run" 0 "$tg" token create --agent demo
 check "a stdio server by an agent's token" 0 bash -c 'echo "$1" | "$0" mcp --token "$2"' \

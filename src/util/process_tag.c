@@ -1,0 +1,88 @@
+#include "util/process_tag.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util/status.h"
+
+typedef struct process_id {
+  char machine[64]; /* "-" when the machine has no id: then no reboot is told */
+  char boot[64];
+  unsigned long long pid_ns;
+  int pid;
+  unsigned long long start; /* clock ticks after boot */
+} process_id;
+
+/* The first line of path, without its newline, into out[size]; false when there is none. */
+static bool read_line(const char *path, char *out, size_t size) {
+  FILE *f = fopen(path, "re");
+  if (!f) return false;
+  bool ok = fgets(out, (int)size, f) != NULL;
+  fclose(f);
+  if (!ok) return false;
+  out[strcspn(out, "\n")] = '\0';
+  return *out != '\0' && !strchr(out, ' ');
+}
+
+/* The state letter and start time of the process whose stat file is path (proc(5)). */
+static bool read_stat(const char *path, char *state, unsigned long long *start) {
+  char buf[1024];
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  /* Field 2, the command's name in parentheses, can hold spaces and parentheses itself. */
+  const char *p = strrchr(buf, ')');
+  if (!p || p[1] != ' ' || !p[2]) return false;
+  p += 2; /* field 3, the state */
+  *state = *p;
+  for (int field = 3; field < 22; field++) { /* to field 22, the start time */
+    p = strchr(p, ' ');
+    if (!p) return false;
+    p++;
+  }
+  return sscanf(p, "%llu", start) == 1;
+}
+
+static bool self(process_id *id) {
+  char ns[64], state;
+  ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+  if (n <= 0) return false;
+  ns[n] = '\0';
+  if (!read_line("/etc/machine-id", id->machine, sizeof id->machine))
+    snprintf(id->machine, sizeof id->machine, "-");
+  id->pid = (int)getpid();
+  return read_line("/proc/sys/kernel/random/boot_id", id->boot, sizeof id->boot) &&
+         sscanf(ns, "pid:[%llu]", &id->pid_ns) == 1 &&
+         read_stat("/proc/self/stat", &state, &id->start);
+}
+
+int tg_process_tag(char out[TG_PROCESS_TAG_LEN]) {
+  process_id id;
+  if (!self(&id)) return TG_E_IO;
+  snprintf(out, TG_PROCESS_TAG_LEN, "m=%s b=%s ns=%llu pid=%d t=%llu", id.machine, id.boot,
+           id.pid_ns, id.pid, id.start);
+  return TG_OK;
+}
+
+bool tg_process_tag_gone(const char *tag) {
+  process_id it, me;
+  if (!tag || sscanf(tag, "m=%63s b=%63s ns=%llu pid=%d t=%llu", it.machine, it.boot,
+                     &it.pid_ns, &it.pid, &it.start) != 5 || it.pid <= 0 || !self(&me))
+    return false;
+  if (strcmp(it.boot, me.boot) != 0)
+    return strcmp(it.machine, "-") != 0 && strcmp(it.machine, me.machine) == 0;
+  if (it.pid_ns != me.pid_ns) return false; /* its pids are not ours to read */
+  if (kill(it.pid, 0) < 0 && errno == ESRCH) return true; /* a pid of another user's is EPERM */
+  char path[32], state;
+  unsigned long long start;
+  snprintf(path, sizeof path, "/proc/%d/stat", it.pid);
+  if (!read_stat(path, &state, &start)) return false; /* hidden from us (hidepid): unknown */
+  return start != it.start || state == 'Z' || state == 'X';
+}

@@ -1,0 +1,17 @@
+/* A process named in words that outlive it: the machine, its boot, the pid namespace, the pid
+ * and the pid's start time. A run a stdio server holds is tagged with its server, so that the
+ * next server on the machine can tell a holder gone (killed, crashed, or from before a reboot)
+ * from one alive, whose run must stay open. */
+#pragma once
+#include <stdbool.h>
+
+#define TG_PROCESS_TAG_LEN 192
+
+/* This process's tag into out. Returns 0, or TG_E_IO when /proc cannot tell. */
+int tg_process_tag(char out[TG_PROCESS_TAG_LEN]);
+
+/* True only when the process tag names is surely gone: on this machine before its last boot,
+ * or on this boot and in this pid namespace with no such process left (none, another process
+ * on the pid since, or a zombie). False for one alive, on another machine or namespace, and
+ * for what is no tag. */
+bool tg_process_tag_gone(const char *tag);
