@@ -551,6 +551,18 @@ static int approval_resolve(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return *ret ? TG_OK : TG_E_NOMEM;
 }
 
+/* Which rows of approval_requests (q) have each status asked for, $1 being now: a request past
+ * its time, though its row still says pending, approved or denied, is expired. Each names
+ * the status ($3), as every parameter must be named. */
+static const char *approval_status_clause(const char *status) {
+  if (strcmp(status, "all") == 0) return "$3 = 'all'";
+  if (strcmp(status, "used") == 0) return "q.status = $3";
+  if (strcmp(status, "expired") == 0)
+    return "(q.status = $3 OR (q.status IN ('pending', 'approved', 'denied')"
+           " AND q.expires_at <= $1))";
+  return "q.status = $3 AND q.expires_at > $1";
+}
+
 /* Approval requests with their caller's name, newest first (or the one named); arguments
  * shown as the object they are. A request past its time shows as expired. An agent (granted
  * approvals.read) sees only its own: it decides none, and others' arguments are not its. */
@@ -561,12 +573,11 @@ static int approval_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const char *status = tg_json_str(args, "status") ? tg_json_str(args, "status")
                        : id                        ? "all"
                                                    : "pending";
-  char now[TG_ISO_LEN + 1];
+  char now[TG_ISO_LEN + 1], sql[2048];
   tg_now_iso(now);
-  json_t *rows = NULL;
-  int r = tg_db_query(
-      cx->db,
-      "SELECT * FROM (SELECT q.id, COALESCE(a.slug, u.username) AS caller, p.kind AS caller_kind,"
+  snprintf(
+      sql, sizeof sql,
+      "SELECT q.id, COALESCE(a.slug, u.username) AS caller, p.kind AS caller_kind,"
       " q.tool_name AS tool, q.args, q.run_id,"
       " CASE WHEN q.status IN ('pending', 'approved', 'denied') AND q.expires_at <= $1"
       " THEN 'expired' ELSE q.status END AS status, q.created_at, q.expires_at,"
@@ -575,9 +586,12 @@ static int approval_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
       " WHERE d.id = q.decided_by) AS decided_by, q.decided_at, q.note, q.used_at"
       " FROM approval_requests q JOIN principals p ON p.id = q.principal_id"
       " LEFT JOIN agents a ON a.principal_id = p.id LEFT JOIN users u ON u.principal_id = p.id"
-      " WHERE q.tenant_id = $2 AND ($5 IS NULL OR q.id = $5)"
-      " AND ($6 IS NULL OR q.principal_id = $6))"
-      " WHERE $3 = 'all' OR status = $3 ORDER BY created_at DESC, id DESC LIMIT $4",
+      " WHERE q.tenant_id = $2 AND %s AND ($5 IS NULL OR q.id = $5)"
+      " AND ($6 IS NULL OR q.principal_id = $6) ORDER BY q.created_at DESC, q.id DESC LIMIT $4",
+      approval_status_clause(status));
+  json_t *rows = NULL;
+  int r = tg_db_query(
+      cx->db, sql,
       json_pack("[sssIs?s?]", now, cx->principal->tenant_id, status, limit + 1, id,
                 cx->principal->kind == TG_PRINCIPAL_AGENT ? cx->principal->id : NULL),
       &rows);

@@ -550,6 +550,64 @@ static void test_approval_holds_the_very_call(void **state) {
   set_policy(w, "test.item.write", "default");
 }
 
+/* The ids of the requests of status the owner lists (newest first), as "id,id,". */
+static void listed_requests(world *w, const char *status, char *out, size_t size) {
+  char args[64];
+  snprintf(args, sizeof args, "{\"status\":\"%s\",\"limit\":100}", status);
+  tg_call_result res;
+  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.approval.list", args,
+                                NULL, &res),
+                   0);
+  *out = '\0';
+  size_t i, used = 0;
+  json_t *row;
+  json_array_foreach(json_object_get(res.value, "approvals"), i, row) {
+    const char *shown = json_string_value(json_object_get(row, "status"));
+    if (strcmp(status, "all") != 0) assert_string_equal(shown, status);
+    used += (size_t)snprintf(out + used, size - used, "%s,",
+                             json_string_value(json_object_get(row, "id")));
+    assert_true(used < size);
+  }
+  tg_call_result_done(&res);
+}
+
+/* Asked for a status, the list finds the requests that have it now: one past its time, though
+ * its row still says pending or approved, is expired, and only expired. */
+static void test_approval_list_by_status(void **state) {
+  world *w = *state;
+  set_policy(w, "test.item.write", "approval");
+  char *ids[4];
+  for (int i = 0; i < 4; i++) {
+    char args[32];
+    snprintf(args, sizeof args, "{\"note\":\"n%d\"}", i);
+    ids[i] = held_call(w, w->writer, args, true);
+  }
+  json_decref(resolve(w, w->f->owner, ids[2], "approve", ""));
+  json_decref(resolve(w, w->f->owner, ids[3], "approve", ""));
+  assert_int_equal(tg_db_exec(w->f->db,
+                              "UPDATE approval_requests SET expires_at = '2000-01-01T00:00:00.000Z'"
+                              " WHERE id IN ($1, $2)",
+                              json_pack("[ss]", ids[1], ids[3]), NULL),
+                   0);
+  char got[1024], want[1024];
+  listed_requests(w, "pending", got, sizeof got);
+  snprintf(want, sizeof want, "%s,", ids[0]);
+  assert_string_equal(got, want);
+  listed_requests(w, "approved", got, sizeof got);
+  snprintf(want, sizeof want, "%s,", ids[2]);
+  assert_string_equal(got, want);
+  listed_requests(w, "expired", got, sizeof got);
+  snprintf(want, sizeof want, "%s,%s,", ids[3], ids[1]);
+  assert_string_equal(got, want);
+  listed_requests(w, "denied", got, sizeof got);
+  assert_string_equal(got, "");
+  listed_requests(w, "all", got, sizeof got);
+  snprintf(want, sizeof want, "%s,%s,%s,%s,", ids[3], ids[2], ids[1], ids[0]);
+  assert_string_equal(got, want);
+  for (int i = 0; i < 4; i++) free(ids[i]);
+  set_policy(w, "test.item.write", "default");
+}
+
 /* A caller cannot fill the table with requests: past the bound it is told so, and none opens. */
 static void test_approval_requests_are_bounded(void **state) {
   world *w = *state;
@@ -1275,6 +1333,7 @@ int main(void) {
       T(test_policy_gates),
       T(test_approval_holds_the_very_call),
       T(test_approval_requests_are_bounded),
+      T(test_approval_list_by_status),
       T(test_unreviewable_calls_are_not_put_to_approvers),
       T(test_invalid_arguments_name_every_violation),
       T(test_failures_roll_back),
