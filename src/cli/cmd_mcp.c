@@ -103,7 +103,7 @@ static int insert_run(void *arg, tg_db *db) {
 static int end_orphans(void *arg, tg_db *db) { return tg_run_end_orphans(db, arg); }
 
 /* The runs of stdio servers cut off on this machine (SIGKILL, a crash, a reboot) would stay
- * running: each server ends those it finds as it starts. */
+ * running: each server, stdio or HTTP, ends those it finds as it starts. */
 static void end_orphan_runs(cli *c) {
   int ended = 0;
   if (tg_db_batch(c->db, end_orphans, &ended) < 0)
@@ -293,6 +293,7 @@ int cmd_serve(cli *c, int argc, char **argv) {
   /* Links (a pull request's) name this server unless TOOLGATE_PUBLIC_URL names another. */
   cfg.public_url = getenv("TOOLGATE_PUBLIC_URL");
   cfg.registry = c->registry;
+  end_orphan_runs(c);
   /* Every server thread opens its own connection: the start-up one would only sit idle. */
   tg_db_close(c->db);
   c->db = c->env.db = NULL;

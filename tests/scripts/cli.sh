@@ -304,9 +304,9 @@ is "one run of mcp for both calls, ended" '.runs[0].calls == 2 and .runs[0].stat
 check "policy back" 0 "$tg" policy set admin.run.start default
 # A stdio server killed (SIGKILL) leaves its run running; the next server on the machine ends
 # it failed, and leaves the run of a server still serving alone.
-serve_held() { # serve_held NAME: a stdio server of demo, its input open on fd 7 (NAME 'a') or 8
+serve_held() { # serve_held NAME: a stdio server of demo, its input open on fd 8 (NAME 'b') or 7
   mkfifo "$dir/$1.in"
-  if [ "$1" = a ]; then exec 7<>"$dir/$1.in"; else exec 8<>"$dir/$1.in"; fi
+  if [ "$1" = b ]; then exec 8<>"$dir/$1.in"; else exec 7<>"$dir/$1.in"; fi
   "$tg" mcp --agent demo <"$dir/$1.in" >/dev/null 2>"$dir/$1.err" 7>&- 8>&- & # holds no writer
   held_pid=$!
   for _ in $(seq 100); do grep -q 'serving stdio' "$dir/$1.err" && break; sleep 0.1; done
@@ -335,6 +335,21 @@ exec 8>&-
 wait "$held_pid"
 check "runs show once its input closed" 0 "$tg" runs show "$held_run" --json
 is "ended completed" '.run.status == "completed"'
+# An HTTP server ends them too as it starts.
+serve_held c
+killed_pid=$held_pid killed_run=$held_run
+check "another stdio server killed" 0 kill -KILL "$killed_pid"
+{ wait "$killed_pid"; } 2>/dev/null || true
+exec 7>&-
+"$tg" serve --no-auth --listen 127.0.0.1:0 2>"$dir/reaper.log" &
+reaper=$!
+[ -n "$(port_of "$dir/reaper.log")" ] || failed "the HTTP server did not start"
+check "runs show once an HTTP server started" 0 "$tg" runs show "$killed_run" --json
+is "the killed server's run ended failed" '.run.status == "failed" and .run.ended_at != null'
+kill -TERM "$reaper"
+check "the HTTP server stops" 0 wait "$reaper"
+check "the HTTP server's log" 0 cat "$dir/reaper.log"
+has "says it ended the run" 'ended 1 run of stdio servers gone'
 # By an agent's token too; a user's calls and a draft agent's get no run.
 check "token for the stdio run" 0 "$tg" token create --agent demo
 check "a stdio server by an agent's token" 0 bash -c 'echo "$1" | "$0" mcp --token "$2"' \
