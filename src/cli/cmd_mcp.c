@@ -88,7 +88,7 @@ static void describe(cli *c, const char *principal_id, char *who, size_t size) {
 typedef struct session_run {
   const tg_principal *agent;
   char id[TG_UUID_LEN + 1];
-  char holder[TG_PROCESS_TAG_LEN]; /* this server */
+  char holder[TG_PROCESS_TAG_LEN]; /* this server; "" when /proc cannot tell */
   const char *status;              /* how it ends */
 } session_run;
 
@@ -97,7 +97,7 @@ static int insert_run(void *arg, tg_db *db) {
   char now[TG_ISO_LEN + 1];
   tg_now_iso(now);
   return tg_run_insert(db, run->id, run->agent->tenant_id, run->agent->subject_id, "running",
-                       "mcp", now, NULL, run->holder);
+                       "mcp", now, NULL, *run->holder ? run->holder : NULL);
 }
 
 static int end_orphans(void *arg, tg_db *db) { return tg_run_end_orphans(db, arg); }
@@ -107,10 +107,10 @@ static int end_orphans(void *arg, tg_db *db) { return tg_run_end_orphans(db, arg
 static void end_orphan_runs(cli *c) {
   int ended = 0;
   if (tg_db_batch(c->db, end_orphans, &ended) < 0)
-    tg_log(TG_LOG_WARN, "mcp: the runs of stdio servers gone were not ended: %s",
+    tg_log(TG_LOG_WARN, "runs: the runs of stdio servers gone were not ended: %s",
            tg_db_errmsg(c->db));
   else if (ended)
-    tg_log(TG_LOG_INFO, "mcp: ended %d run%s of stdio servers gone (killed or crashed) as failed",
+    tg_log(TG_LOG_INFO, "runs: ended %d run%s of stdio servers gone (killed or crashed) as failed",
            ended, ended == 1 ? "" : "s");
 }
 
@@ -131,8 +131,12 @@ static int open_session_run(cli *c, const char *principal_id, session_run *run) 
   int r = tg_principal_load(c->db, principal_id, &p);
   if (r == TG_OK && p->kind == TG_PRINCIPAL_AGENT && tg_principal_acts(p)) {
     run->agent = p;
+    if (tg_process_tag(run->holder) < 0) {
+      *run->holder = '\0';
+      tg_log(TG_LOG_WARN, "mcp: /proc does not tell who this process is: if it is killed, its "
+             "run stays running until an operator ends it (toolgate runs end)");
+    }
     if (tg_uuid7(run->id) < 0) why = "the system gives no randomness";
-    else if (tg_process_tag(run->holder) < 0) why = "/proc does not tell who this process is";
     r = why ? TG_E_IO : tg_db_batch(c->db, insert_run, run);
     run->agent = NULL;
     if (r < 0) *run->id = '\0';

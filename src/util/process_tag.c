@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -13,9 +14,13 @@ typedef struct process_id {
   char machine[64]; /* "-" when the machine has no id: then no reboot is told */
   char boot[64];
   unsigned long long pid_ns;
+  unsigned long long time_ns; /* 0 before Linux 5.6, which has none */
   int pid;
-  unsigned long long start; /* clock ticks after boot */
+  unsigned long long start; /* clock ticks after boot, as its time namespace counts them */
 } process_id;
+
+#define TAG_FORMAT "m=%s b=%s ns=%llu tns=%llu pid=%d t=%llu"
+#define TAG_SCAN "m=%63s b=%63s ns=%llu tns=%llu pid=%d t=%llu"
 
 /* The first line of path, without its newline, into out[size]; false when there is none. */
 static bool read_line(const char *path, char *out, size_t size) {
@@ -50,35 +55,51 @@ static bool read_stat(const char *path, char *state, unsigned long long *start) 
   return sscanf(p, "%llu", start) == 1;
 }
 
-static bool self(process_id *id) {
-  char ns[64], state;
-  ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+/* The inode of namespace link path ("pid:[4026531836]"), of kind; false when unreadable. */
+static bool namespace_of(const char *path, const char *kind, unsigned long long *ret) {
+  char link[64], format[32];
+  ssize_t n = readlink(path, link, sizeof link - 1);
   if (n <= 0) return false;
-  ns[n] = '\0';
+  link[n] = '\0';
+  snprintf(format, sizeof format, "%s:[%%llu]", kind);
+  return sscanf(link, format, ret) == 1;
+}
+
+static bool self(process_id *id) {
+  char own[16], state;
+  id->pid = (int)getpid();
+  /* /proc names the pids of the namespace it was mounted from, which need not be ours
+   * (unshare --pid without --mount-proc): then it cannot tell of our pids. */
+  ssize_t n = readlink("/proc/self", own, sizeof own - 1);
+  if (n <= 0) return false;
+  own[n] = '\0';
+  if (atoi(own) != id->pid) return false;
   if (!read_line("/etc/machine-id", id->machine, sizeof id->machine))
     snprintf(id->machine, sizeof id->machine, "-");
-  id->pid = (int)getpid();
+  if (!namespace_of("/proc/self/ns/time", "time", &id->time_ns)) id->time_ns = 0;
   return read_line("/proc/sys/kernel/random/boot_id", id->boot, sizeof id->boot) &&
-         sscanf(ns, "pid:[%llu]", &id->pid_ns) == 1 &&
+         namespace_of("/proc/self/ns/pid", "pid", &id->pid_ns) &&
          read_stat("/proc/self/stat", &state, &id->start);
 }
 
 int tg_process_tag(char out[TG_PROCESS_TAG_LEN]) {
   process_id id;
   if (!self(&id)) return TG_E_IO;
-  snprintf(out, TG_PROCESS_TAG_LEN, "m=%s b=%s ns=%llu pid=%d t=%llu", id.machine, id.boot,
-           id.pid_ns, id.pid, id.start);
-  return TG_OK;
+  int n = snprintf(out, TG_PROCESS_TAG_LEN, TAG_FORMAT, id.machine, id.boot, id.pid_ns,
+                   id.time_ns, id.pid, id.start);
+  return n > 0 && n < TG_PROCESS_TAG_LEN ? TG_OK : TG_E_IO;
 }
 
 bool tg_process_tag_gone(const char *tag) {
   process_id it, me;
-  if (!tag || sscanf(tag, "m=%63s b=%63s ns=%llu pid=%d t=%llu", it.machine, it.boot,
-                     &it.pid_ns, &it.pid, &it.start) != 5 || it.pid <= 0 || !self(&me))
+  if (!tag || sscanf(tag, TAG_SCAN, it.machine, it.boot, &it.pid_ns, &it.time_ns, &it.pid,
+                     &it.start) != 6 || it.pid <= 0 || !self(&me))
     return false;
   if (strcmp(it.boot, me.boot) != 0)
     return strcmp(it.machine, "-") != 0 && strcmp(it.machine, me.machine) == 0;
   if (it.pid_ns != me.pid_ns) return false; /* its pids are not ours to read */
+  /* A start time is read shifted by the reader's boot-time offset: only ours compare. */
+  if (it.time_ns != me.time_ns) return false;
   if (kill(it.pid, 0) < 0 && errno == ESRCH) return true; /* a pid of another user's is EPERM */
   char path[32], state;
   unsigned long long start;

@@ -572,39 +572,54 @@ static void listed_requests(world *w, const char *status, char *out, size_t size
 }
 
 /* Asked for a status, the list finds the requests that have it now: one past its time, though
- * its row still says pending or approved, is expired, and only expired. */
+ * its row still says pending, approved or denied, is expired, and only expired; one used is
+ * used whatever its time. */
 static void test_approval_list_by_status(void **state) {
   world *w = *state;
   set_policy(w, "test.item.write", "approval");
-  char *ids[4];
-  for (int i = 0; i < 4; i++) {
+  enum { PENDING, LAPSED, APPROVED, APPROVAL_LAPSED, DENIAL_LAPSED, USED, EXPIRED, N };
+  char *ids[N];
+  for (int i = 0; i < N; i++) {
     char args[32];
     snprintf(args, sizeof args, "{\"note\":\"n%d\"}", i);
     ids[i] = held_call(w, w->writer, args, true);
   }
-  json_decref(resolve(w, w->f->owner, ids[2], "approve", ""));
-  json_decref(resolve(w, w->f->owner, ids[3], "approve", ""));
-  assert_int_equal(tg_db_exec(w->f->db,
-                              "UPDATE approval_requests SET expires_at = '2000-01-01T00:00:00.000Z'"
-                              " WHERE id IN ($1, $2)",
-                              json_pack("[ss]", ids[1], ids[3]), NULL),
+  json_decref(resolve(w, w->f->owner, ids[APPROVED], "approve", ""));
+  json_decref(resolve(w, w->f->owner, ids[APPROVAL_LAPSED], "approve", ""));
+  json_decref(resolve(w, w->f->owner, ids[DENIAL_LAPSED], "deny", ""));
+  static const char past[] = "'2000-01-01T00:00:00.000Z'";
+  char sql[300];
+  snprintf(sql, sizeof sql,
+           "UPDATE approval_requests SET expires_at = %s, status = CASE WHEN id = $4 THEN"
+           " 'used' WHEN id = $5 THEN 'expired' ELSE status END WHERE id IN ($1, $2, $3, $4, $5)",
+           past);
+  assert_int_equal(tg_db_exec(w->f->db, sql,
+                              json_pack("[sssss]", ids[LAPSED], ids[APPROVAL_LAPSED],
+                                        ids[DENIAL_LAPSED], ids[USED], ids[EXPIRED]),
+                              NULL),
                    0);
   char got[1024], want[1024];
   listed_requests(w, "pending", got, sizeof got);
-  snprintf(want, sizeof want, "%s,", ids[0]);
+  snprintf(want, sizeof want, "%s,", ids[PENDING]);
   assert_string_equal(got, want);
   listed_requests(w, "approved", got, sizeof got);
-  snprintf(want, sizeof want, "%s,", ids[2]);
-  assert_string_equal(got, want);
-  listed_requests(w, "expired", got, sizeof got);
-  snprintf(want, sizeof want, "%s,%s,", ids[3], ids[1]);
+  snprintf(want, sizeof want, "%s,", ids[APPROVED]);
   assert_string_equal(got, want);
   listed_requests(w, "denied", got, sizeof got);
   assert_string_equal(got, "");
-  listed_requests(w, "all", got, sizeof got);
-  snprintf(want, sizeof want, "%s,%s,%s,%s,", ids[3], ids[2], ids[1], ids[0]);
+  listed_requests(w, "used", got, sizeof got);
+  snprintf(want, sizeof want, "%s,", ids[USED]);
   assert_string_equal(got, want);
-  for (int i = 0; i < 4; i++) free(ids[i]);
+  listed_requests(w, "expired", got, sizeof got);
+  snprintf(want, sizeof want, "%s,%s,%s,%s,", ids[EXPIRED], ids[DENIAL_LAPSED],
+           ids[APPROVAL_LAPSED], ids[LAPSED]);
+  assert_string_equal(got, want);
+  listed_requests(w, "all", got, sizeof got);
+  int used = 0;
+  for (int i = N - 1; i >= 0; i--)
+    used += snprintf(want + used, sizeof want - (size_t)used, "%s,", ids[i]);
+  assert_string_equal(got, want);
+  for (int i = 0; i < N; i++) free(ids[i]);
   set_policy(w, "test.item.write", "default");
 }
 

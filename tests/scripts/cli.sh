@@ -310,6 +310,7 @@ serve_held() { # serve_held NAME: a stdio server of demo, its input open on fd 8
   "$tg" mcp --agent demo <"$dir/$1.in" >/dev/null 2>"$dir/$1.err" 7>&- 8>&- & # holds no writer
   held_pid=$!
   for _ in $(seq 100); do grep -q 'serving stdio' "$dir/$1.err" && break; sleep 0.1; done
+  grep -q 'serving stdio' "$dir/$1.err" || failed "the stdio server $1 did not start"
   held_run=$("$tg" runs list --agent demo --limit 1 --json | jq -r '.runs[0].id')
 }
 serve_held a

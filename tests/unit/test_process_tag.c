@@ -5,7 +5,9 @@
 
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,24 +15,41 @@
 
 typedef struct tag_parts {
   char machine[64], boot[64];
-  unsigned long long pid_ns, start;
+  unsigned long long pid_ns, time_ns, start;
   int pid;
 } tag_parts;
 
 static tag_parts parts_of(const char *tag) {
   tag_parts p;
-  assert_int_equal(sscanf(tag, "m=%63s b=%63s ns=%llu pid=%d t=%llu", p.machine, p.boot,
-                          &p.pid_ns, &p.pid, &p.start),
-                   5);
+  assert_int_equal(sscanf(tag, "m=%63s b=%63s ns=%llu tns=%llu pid=%d t=%llu", p.machine,
+                          p.boot, &p.pid_ns, &p.time_ns, &p.pid, &p.start),
+                   6);
   return p;
 }
 
 static void format(const tag_parts *p, char out[TG_PROCESS_TAG_LEN]) {
-  snprintf(out, TG_PROCESS_TAG_LEN, "m=%s b=%s ns=%llu pid=%d t=%llu", p->machine, p->boot,
-           p->pid_ns, p->pid, p->start);
+  snprintf(out, TG_PROCESS_TAG_LEN, "m=%s b=%s ns=%llu tns=%llu pid=%d t=%llu", p->machine,
+           p->boot, p->pid_ns, p->time_ns, p->pid, p->start);
 }
 
-/* A child that sends its tag and waits for its pipe to close, or for a signal. */
+/* Field 22 (the start time) of /proc/PID/stat, counted from the end of field 2, the name in
+ * parentheses, without the code under test. */
+static unsigned long long start_of(pid_t pid) {
+  char path[32], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  char *rest = strrchr(buf, ')') + 2, *save = NULL, *field = strtok_r(rest, " ", &save);
+  for (int i = 3; i < 22; i++) field = strtok_r(NULL, " ", &save);
+  assert_non_null(field);
+  return strtoull(field, NULL, 10);
+}
+
+/* A child, named with parentheses and spaces as a command may be, that sends its tag and
+ * waits for its pipe to close, or for a signal. */
 static pid_t child_with_tag(char tag[TG_PROCESS_TAG_LEN], int *hold_fd) {
   int to_parent[2], to_child[2];
   assert_int_equal(pipe(to_parent), 0);
@@ -40,6 +59,7 @@ static pid_t child_with_tag(char tag[TG_PROCESS_TAG_LEN], int *hold_fd) {
   if (pid == 0) {
     close(to_parent[0]);
     close(to_child[1]); /* else its own write end keeps its read from ending */
+    prctl(PR_SET_NAME, "a) b (c) 1 2");
     char mine[TG_PROCESS_TAG_LEN] = "";
     tg_process_tag(mine);
     ssize_t w = write(to_parent[1], mine, sizeof mine);
@@ -68,6 +88,7 @@ static void test_a_child_is_alive_then_gone(void **state) {
   int hold;
   pid_t pid = child_with_tag(tag, &hold);
   assert_int_equal(parts_of(tag).pid, pid);
+  assert_true(parts_of(tag).start == start_of(pid));
   assert_false(tg_process_tag_gone(tag));
   close(hold); /* it exits, not yet waited for: a zombie */
   for (int i = 0; i < 500 && !tg_process_tag_gone(tag); i++) usleep(10000);
@@ -113,11 +134,18 @@ static void test_other_boots_machines_and_namespaces(void **state) {
   snprintf(p.machine, sizeof p.machine, "-");
   format(&p, tag);
   assert_false(tg_process_tag_gone(tag));
-  /* Another pid namespace: its pid is not one of ours, though ours is gone. */
+  /* Another pid namespace: its pid is not one of ours, though ours is gone. Another time
+   * namespace: its start time is not counted as we read it. */
   p = dead;
   p.pid_ns += 1;
   format(&p, tag);
   assert_false(tg_process_tag_gone(tag));
+  p = dead;
+  p.time_ns += 1;
+  format(&p, tag);
+  assert_false(tg_process_tag_gone(tag));
+  format(&dead, tag);
+  assert_true(tg_process_tag_gone(tag));
 }
 
 static void test_what_is_no_tag_is_not_gone(void **state) {

@@ -3,7 +3,8 @@
 set -euo pipefail
 tg=${TG_BINARY:?set by ctest}
 dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+# A script cut short stops the servers it left in the background (its own jobs, by pid).
+trap 'jobs -p | xargs -r kill 2>/dev/null; rm -rf "$dir"' EXIT
 export TOOLGATE_DATA=$dir/data
 passes=0
 fails=0
