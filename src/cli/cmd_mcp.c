@@ -42,7 +42,8 @@ static const char serve_usage[] =
     "Requests authenticate with 'Authorization: Bearer TOKEN' (toolgate token create), each\n"
     "acting in its token's workspace; with the global --tenant, only that workspace's tokens\n"
     "are taken. A request with 'Toolgate-Run: RUN_ID' attaches its calls to that running run\n"
-    "of the agent, as 'mcp --run' does.\n"
+    "of the agent, as 'mcp --run' does. Without it, an active agent's 2025-11-25 session is\n"
+    "a run of its own (trigger mcp), ended with the session; a 2026-07-28 call is one.\n"
     "  --listen HOST:PORT      where to listen (default " DEFAULT_LISTEN ")\n"
     "  --no-auth               loopback only: every request acts as --agent SLUG, or as the\n"
     "                          workspace owner\n"
@@ -84,33 +85,22 @@ static void describe(cli *c, const char *principal_id, char *who, size_t size) {
   tg_principal_free(p);
 }
 
-/* A run's row, written in a transaction of its own (tg_db_batch). */
+/* The run of an agent's stdio server, and how it ends. */
 typedef struct session_run {
-  const tg_principal *agent;
   char id[TG_UUID_LEN + 1];
-  char holder[TG_PROCESS_TAG_LEN]; /* this server; "" when /proc cannot tell */
-  const char *status;              /* how it ends */
+  const char *status;
 } session_run;
-
-static int insert_run(void *arg, tg_db *db) {
-  session_run *run = arg;
-  char now[TG_ISO_LEN + 1];
-  tg_now_iso(now);
-  return tg_run_insert(db, run->id, run->agent->tenant_id, run->agent->subject_id, "running",
-                       "mcp", now, NULL, *run->holder ? run->holder : NULL);
-}
 
 static int end_orphans(void *arg, tg_db *db) { return tg_run_end_orphans(db, arg); }
 
-/* The runs of stdio servers cut off on this machine (SIGKILL, a crash, a reboot) would stay
+/* The runs of servers cut off on this machine (SIGKILL, a crash, a reboot) would stay
  * running: each server, stdio or HTTP, ends those it finds as it starts. */
 static void end_orphan_runs(cli *c) {
   int ended = 0;
   if (tg_db_batch(c->db, end_orphans, &ended) < 0)
-    tg_log(TG_LOG_WARN, "runs: the runs of stdio servers gone were not ended: %s",
-           tg_db_errmsg(c->db));
+    tg_log(TG_LOG_WARN, "runs: the runs of servers gone were not ended: %s", tg_db_errmsg(c->db));
   else if (ended)
-    tg_log(TG_LOG_INFO, "runs: ended %d run%s of stdio servers gone (killed or crashed) as failed",
+    tg_log(TG_LOG_INFO, "runs: ended %d run%s of servers gone (killed or crashed) as failed",
            ended, ended == 1 ? "" : "s");
 }
 
@@ -119,33 +109,23 @@ static int end_run(void *arg, tg_db *db) {
   return tg_run_end(db, run->id, run->status);
 }
 
-/* Without --run, an active agent's stdio server is one run (its client's session): its calls
- * are the run's, so that per-run caps bind for the session, and the run ends with the server.
- * One cut off (SIGKILL, a crash) is ended by the next server on the machine, which its row's
- * holder lets tell it from a live one. The server writes it itself, not through the
- * operator's tools, which the workspace policy could hold. A user's calls belong to no run;
- * an agent that is not active is offered no tools. */
+/* Without --run, an active agent's stdio server is one run (its client's session), which
+ * ends with the server. One cut off (SIGKILL, a crash) is ended by the next server on the
+ * machine, which its row's holder lets tell it from a live one. The server writes it itself,
+ * not through the operator's tools, which the workspace policy could hold. */
 static int open_session_run(cli *c, const char *principal_id, session_run *run) {
-  tg_principal *p = NULL;
-  const char *why = NULL;
-  int r = tg_principal_load(c->db, principal_id, &p);
-  if (r == TG_OK && p->kind == TG_PRINCIPAL_AGENT && tg_principal_acts(p)) {
-    run->agent = p;
-    if (tg_process_tag(run->holder) < 0) {
-      *run->holder = '\0';
-      tg_log(TG_LOG_WARN, "mcp: /proc does not tell who this process is: if it is killed, its "
-             "run stays running until an operator ends it (toolgate runs end)");
-    }
-    if (tg_uuid7(run->id) < 0) why = "the system gives no randomness";
-    r = why ? TG_E_IO : tg_db_batch(c->db, insert_run, run);
-    run->agent = NULL;
-    if (r < 0) *run->id = '\0';
+  char holder[TG_PROCESS_TAG_LEN];
+  if (tg_process_tag(holder) < 0) {
+    *holder = '\0';
+    tg_log(TG_LOG_WARN, "mcp: /proc does not tell who this process is: if it is killed, an "
+           "agent's run of it stays running until an operator ends it (toolgate runs end)");
   }
-  tg_principal_free(p);
-  if (r < 0)
-    fprintf(stderr, "toolgate: the server's run could not start: %s\n",
-            why ? why : tg_db_errmsg(c->db));
-  return r < 0 ? CLI_FAILED : CLI_OK;
+  const char *why = NULL;
+  if (tg_run_open_session(c->db, principal_id, *holder ? holder : NULL, run->id, &why) < 0) {
+    fprintf(stderr, "toolgate: the server's run could not start: %s\n", why);
+    return CLI_FAILED;
+  }
+  return CLI_OK;
 }
 
 static void end_session_run(cli *c, session_run *run, bool failed) {

@@ -1,5 +1,6 @@
 #include "core/run.h"
 
+#include "core/principal.h"
 #include "util/clock.h"
 #include "util/process_tag.h"
 #include "util/status.h"
@@ -13,6 +14,39 @@ int tg_run_insert(tg_db *db, const char *id, const char *tenant_id, const char *
                     json_pack("[sssssss?s?]", id, tenant_id, agent_id, status, trigger,
                               started_at, ended_at, holder),
                     NULL);
+}
+
+typedef struct session_run {
+  const tg_principal *agent;
+  const char *id, *holder;
+} session_run;
+
+static int insert_session_run(void *arg, tg_db *db) {
+  const session_run *run = arg;
+  char now[TG_ISO_LEN + 1];
+  tg_now_iso(now);
+  return tg_run_insert(db, run->id, run->agent->tenant_id, run->agent->subject_id, "running",
+                       "mcp", now, NULL, run->holder);
+}
+
+int tg_run_open_session(tg_db *db, const char *principal_id, const char *holder,
+                        char run_id[TG_UUID_LEN + 1], const char **why) {
+  *run_id = '\0';
+  tg_principal *p = NULL;
+  int r = tg_principal_load(db, principal_id, &p);
+  if (r == TG_OK && p->kind == TG_PRINCIPAL_AGENT && tg_principal_acts(p)) {
+    r = tg_uuid7(run_id) < 0 ? TG_E_IO
+                             : tg_db_batch(db, insert_session_run,
+                                           &(session_run){.agent = p, .id = run_id,
+                                                          .holder = holder});
+    if (r < 0) *run_id = '\0';
+  }
+  tg_principal_free(p);
+  if (r < 0)
+    *why = r == TG_E_IO         ? "the system gives no randomness"
+           : r == TG_E_NOTFOUND ? "its principal is gone"
+                                : tg_db_errmsg(db);
+  return r;
 }
 
 int tg_run_end(tg_db *db, const char *id, const char *status) {

@@ -23,12 +23,14 @@
 
 #include "core/principal.h"
 #include "core/registry.h"
+#include "core/run.h"
 #include "core/token_use.h"
 #include "http/media.h"
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/ids.h"
 #include "util/log.h"
+#include "util/process_tag.h"
 #include "util/status.h"
 
 #define SESSION_ID_BYTES 16
@@ -69,6 +71,15 @@ typedef struct ask_slot {
   json_t *response;
 } ask_slot;
 
+/* The run of an active agent's session (tg_run_open_session), ended once the session is
+ * released, after its last call: queued then for a thread with a database connection
+ * (end_session_runs). */
+typedef struct session_run {
+  char id[TG_UUID_LEN + 1];
+  const char *status; /* how it ends */
+  struct session_run *next;
+} session_run;
+
 typedef struct session {
   server *srv;
   char id[2 * SESSION_ID_BYTES + 1];
@@ -79,6 +90,7 @@ typedef struct session {
                  * keep it, they do not use it */
   bool dead;
   bool revoked; /* ended as its token was revoked (end_revoked) */
+  session_run *run; /* NULL: its calls are runs of their own (an agent's) or of none (a user's) */
   int64_t last_used; /* monotonic (ms) */
   uint64_t use_order; /* of the server's session uses: the least recently used, though several
                        * fall in one millisecond */
@@ -150,6 +162,10 @@ struct server {
   uint64_t session_uses; /* counts the uses of sessions (session.use_order) */
   session *sessions;
   size_t n_sessions;
+  session_run *runs_to_end; /* of the sessions released */
+  /* This process, which holds the runs of its sessions: a server that finds it gone ends
+   * them (tg_run_end_orphans); "" when /proc cannot tell. */
+  char holder[TG_PROCESS_TAG_LEN];
   listener *listeners; /* the open subscriptions/listen streams */
   size_t n_listeners;
   /* The stateless calls of a token (tools/call), waiting in line or running, on the pool or
@@ -178,10 +194,11 @@ struct server {
    * a body closed past its bound, every connection slot in use, slow senders cut off, a
    * session ended to make room, a batched response no request waits for, a stream still to
    * deliver let go, a reply past the bounds on output, a body past the bounds on bodies
-   * held, a call refused a place in line. */
+   * held, a call refused a place in line, a session's run the database would not start or
+   * end. */
   _Atomic int64_t refused_logged_ms, overlong_logged_ms, full_logged_ms, slow_logged_ms,
       ended_logged_ms, stray_logged_ms, let_go_logged_ms, past_bounds_logged_ms, busy_logged_ms,
-      line_full_logged_ms;
+      line_full_logged_ms, runs_logged_ms;
   _Atomic unsigned slow_cut; /* slow clients cut off since the last line about them */
   /* libmicrohttpd's lines, limited as the others but kind by kind (see mhd_log). */
   pthread_mutex_t mhd_lines_lock;
@@ -316,6 +333,11 @@ static int stream_text(stream *st, char *text);
 
 static void session_release_locked(server *s, session *x) {
   if (--x->refs > 0) return;
+  if (x->run) {
+    x->run->status = x->revoked ? "cancelled" : "completed";
+    x->run->next = s->runs_to_end;
+    s->runs_to_end = x->run;
+  }
   for (size_t i = 0; i < MAX_ASKS; i++) {
     json_decref(x->asks[i].id);
     json_decref(x->asks[i].response);
@@ -463,6 +485,62 @@ static bool session_admit(server *s, session *x) {
   }
   pthread_mutex_unlock(&s->lock);
   return room;
+}
+
+/* An active agent's session is a run, opened once its initialize succeeded and it has its
+ * place; false (logged, the session ended) when it cannot be. */
+static bool session_run_open(server *s, tg_db *db, session *x) {
+  session_run *run = calloc(1, sizeof *run);
+  const char *why = "out of memory";
+  bool opened = run && tg_run_open_session(db, x->principal, *s->holder ? s->holder : NULL,
+                                           run->id, &why) == TG_OK;
+  if (!opened && tg_log_may(&s->runs_logged_ms))
+    tg_log(TG_LOG_ERROR, "http: a session's run could not start, so neither did the session: "
+           "%s (logged once a minute at most)", why);
+  pthread_mutex_lock(&s->lock);
+  if (opened && *run->id) {
+    x->run = run;
+    run = NULL;
+  }
+  if (!opened && !x->dead) session_end_locked(s, x);
+  pthread_mutex_unlock(&s->lock);
+  free(run);
+  return opened;
+}
+
+static int end_run(void *arg, tg_db *db) {
+  session_run *run = arg;
+  return tg_run_end(db, run->id, run->status);
+}
+
+/* Ends the runs of the sessions released: a run an operator ended first stays as it is; one
+ * the database does not end now (logged) is tried again at the next sweep. */
+static void end_session_runs(server *s, tg_db *db) {
+  pthread_mutex_lock(&s->lock);
+  session_run *todo = s->runs_to_end, *again = NULL;
+  s->runs_to_end = NULL;
+  pthread_mutex_unlock(&s->lock);
+  while (todo) {
+    session_run *run = todo;
+    todo = run->next;
+    int r = tg_db_batch(db, end_run, run);
+    if (r == TG_OK || r == TG_E_NOTFOUND) {
+      free(run);
+      continue;
+    }
+    if (tg_log_may(&s->runs_logged_ms))
+      tg_log(TG_LOG_WARN, "http: the run %s of a session ended is still running: %s (logged "
+             "once a minute at most)", run->id, tg_db_errmsg(db));
+    run->next = again;
+    again = run;
+  }
+  if (!again) return;
+  pthread_mutex_lock(&s->lock);
+  session_run **tail = &again;
+  while (*tail) tail = &(*tail)->next;
+  *tail = s->runs_to_end;
+  s->runs_to_end = again;
+  pthread_mutex_unlock(&s->lock);
 }
 
 /* The live session with id, with a reference; NULL unless principal opened it with the token
@@ -1432,6 +1510,14 @@ struct worker {
 
 static int worker_send(void *self, json_t *msg) { return stream_event(((worker *)self)->st, msg); }
 
+/* The run a request's calls belong to: the one its Toolgate-Run header names, else its
+ * session's; NULL: each call is one of its own. */
+static const char *request_run(const worker *w) {
+  return w->header_copies[3] ? w->header_copies[3]
+         : w->sess && w->sess->run ? w->sess->run->id
+                                   : NULL;
+}
+
 /* A call asks for its stream to be closed before its result (SEP-1699 polling): the client
  * resumes it with Last-Event-ID. Only a session's streams can be resumed, by clients of the
  * revisions that expect it; elsewhere the result goes out as usual. */
@@ -1648,7 +1734,7 @@ static void run_call(worker *w, tg_db *db) {
                     .close_stream = worker_close_stream};
     tg_mcp_request req = {.env = &env, .principal_id = w->principal,
                           .token_hash = w->token_hash, .session = &w->scratch,
-                          .headers = &w->headers, .run_id = w->header_copies[3], .io = &io,
+                          .headers = &w->headers, .run_id = request_run(w), .io = &io,
                           .inflight = w->inflight,
                           .abandoned = &s->past_grace,
                           .watch = w->sess ? w->sess->watch : NULL};
@@ -1929,6 +2015,7 @@ static void *sweeper_main(void *arg) {
     }
     pthread_mutex_unlock(&s->lock);
     if (thread_db(s, &db)) {
+      end_session_runs(s, db);
       end_revoked(s, db);
       check_lists(s, db, NULL, NULL);
     }
@@ -2735,7 +2822,7 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   int fd = connection_fd(conn);
   tg_mcp_request req = {.env = &env, .principal_id = principal, .token_hash = w->token_hash,
                         .session = &w->scratch, .headers = &w->headers,
-                        .run_id = w->header_copies[3], .io = sse_call ? &io : NULL,
+                        .run_id = request_run(w), .io = sse_call ? &io : NULL,
                         .inflight = w->sess ? w->sess->inflight : w->st ? w->st->inflight : NULL,
                         .abandoned = &s->past_grace,
                         /* Without a session, a client cancels by going away. */
@@ -2755,6 +2842,11 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
     free(reply.text);
     result = queue_refusal(conn, MHD_HTTP_TOO_MANY_REQUESTS, &w->msg,
                            "Too many sessions in use; end one (DELETE) and retry");
+    goto done;
+  } else if (opens && !session_run_open(s, db, w->sess)) {
+    free(reply.text);
+    result = queue_refusal_as(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, &w->msg, TG_RPC_INTERNAL_ERROR,
+                              "The session's run could not start");
     goto done;
   }
   if (hr < 0) {
@@ -2780,7 +2872,8 @@ done:
   return result;
 }
 
-static enum MHD_Result handle_delete(server *s, struct MHD_Connection *conn, const request *rq) {
+static enum MHD_Result handle_delete(server *s, struct MHD_Connection *conn, tg_db *db,
+                                     const request *rq) {
   _cleanup_free_ char *sid = NULL;
   if (!header_value(conn, "Mcp-Session-Id", &sid)) return MHD_NO;
   if (!sid)
@@ -2793,6 +2886,8 @@ static enum MHD_Result handle_delete(server *s, struct MHD_Connection *conn, con
   session_release_locked(s, x);
   pthread_mutex_unlock(&s->lock);
   drop_cancelled_in_line(s);
+  /* Its run ends now unless calls of it still run: then as the last ends, at the next sweep. */
+  if (db) end_session_runs(s, db);
   return queue(conn, MHD_HTTP_OK, NULL, NULL, NULL);
 }
 
@@ -3242,7 +3337,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   if (revision && !tg_mcp_legacy_supported(revision))
     return queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
                            "Unsupported MCP-Protocol-Version");
-  if (strcmp(method, "DELETE") == 0) return handle_delete(s, conn, rq);
+  if (strcmp(method, "DELETE") == 0) return handle_delete(s, conn, db, rq);
   if (strcmp(method, "GET") == 0) return handle_get(s, conn, db, rq);
   return queue(conn, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, NULL);
 }
@@ -3468,6 +3563,12 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   h->s.held_max = cfg->max_held_bytes ? cfg->max_held_bytes : TG_HTTP_MAX_HELD_BYTES;
   h->s.taking_max = cfg->max_taking_bytes ? cfg->max_taking_bytes : TG_HTTP_MAX_TAKING_BYTES;
   h->s.replay_keep_ms = cfg->replay_keep_ms ? cfg->replay_keep_ms : TG_HTTP_REPLAY_KEEP_MS;
+  if (tg_process_tag(h->s.holder) < 0) {
+    *h->s.holder = '\0';
+    tg_log(TG_LOG_WARN, "serve: /proc does not tell who this process is: if it is killed, the "
+           "runs of agents' sessions stay running until an operator ends them (toolgate runs "
+           "end)");
+  }
   pthread_mutex_init(&h->s.lock, NULL);
   pthread_mutex_init(&h->s.shares_lock, NULL);
   pthread_mutex_init(&h->s.peers_lock, NULL);
@@ -3590,6 +3691,20 @@ static void end_work(server *s) {
     tg_log(TG_LOG_WARN, "serve: some had not ended a moment later: their connections are closed");
 }
 
+/* The runs of the sessions the stop ended, once nothing of them runs. One the database does
+ * not end (logged) is left running, to the next server's start: it ends it as failed. */
+static void end_runs_left(server *s) {
+  tg_db *db = NULL;
+  if (s->runs_to_end && thread_db(s, &db)) end_session_runs(s, db);
+  tg_db_close(db);
+  for (session_run *run = s->runs_to_end, *next; run; run = next) {
+    next = run->next;
+    tg_log(TG_LOG_WARN, "http: the run %s of a session stays running until the next server "
+           "starts", run->id);
+    free(run);
+  }
+}
+
 void tg_http_stop(tg_http *h) {
   if (!h) return;
   server *s = &h->s;
@@ -3618,6 +3733,7 @@ void tg_http_stop(tg_http *h) {
   pthread_mutex_unlock(&s->lock);
   for (unsigned i = 0; i < s->n_pool; i++) pthread_join(s->pool[i], NULL);
   if (s->sweeper_started) pthread_join(s->sweeper, NULL);
+  end_runs_left(s);
   tell_held_back_mhd_lines(s, true);
   while (s->n_spare_dbs) tg_db_close(s->spare_dbs[--s->n_spare_dbs]);
   free(s->pool);

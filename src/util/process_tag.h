@@ -1,7 +1,8 @@
 /* A process named in words that outlive it: the machine, its boot, the pid and time
- * namespaces, the pid and the pid's start time. A run a stdio server holds is tagged with its
- * server, so that the next server on the machine can tell a holder gone (killed, crashed, or
- * from before a reboot) from one alive, whose run must stay open. */
+ * namespaces, the pid and the pid's start time. A run a server holds (its stdio session's, or
+ * an HTTP session's) is tagged with the server, so that the next server on the machine can
+ * tell a holder gone (killed, crashed, or from before a reboot) from one alive, whose run
+ * must stay open. */
 #pragma once
 #include <stdbool.h>
 

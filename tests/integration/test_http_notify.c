@@ -37,6 +37,7 @@
 #include "tools/providers.h"
 #include "util/ids.h"
 #include "util/json.h"
+#include "util/process_tag.h"
 #include "util/status.h"
 
 #define HANG_GUARD_S 30 /* a wait this long means the server hung: not a timing check */
@@ -215,6 +216,14 @@ static int says_input_required(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return *ret ? 0 : TG_E_NOMEM;
 }
 
+/* Writes one activity row. */
+static int act_once(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  (void)args;
+  int r = tg_activity(cx, "TEST_ONCE", NULL, "once a run", NULL);
+  if (r == 0 && !(*ret = json_object())) r = TG_E_NOMEM;
+  return r;
+}
+
 static const char kit_spec[] =
     "{\"provider\":\"kit\",\"tools\":["
     "{\"name\":\"test.wait.cancel\",\"description\":\"Waits until its call is cancelled.\","
@@ -243,15 +252,20 @@ static const char kit_spec[] =
     "\"inputSchema\":{\"type\":\"object\"},\"outputSchema\":{\"type\":\"object\"}},"
     "{\"name\":\"test.says.input_required\",\"description\":\"Answers a look-alike.\","
     "\"surfaces\":[\"mcp\"],\"effect\":\"read\",\"risk\":\"low\",\"permissions\":[],"
-    "\"inputSchema\":{\"type\":\"object\"},\"outputSchema\":{\"type\":\"object\"}}]}";
+    "\"inputSchema\":{\"type\":\"object\"},\"outputSchema\":{\"type\":\"object\"}},"
+    "{\"name\":\"test.act.once\",\"description\":\"Writes a row, once a run.\","
+    "\"surfaces\":[\"mcp\"],\"effect\":\"write\",\"risk\":\"low\",\"permissions\":[],"
+    "\"maxPerRun\":1,\"inputSchema\":{\"type\":\"object\"},"
+    "\"outputSchema\":{\"type\":\"object\"}}]}";
 static const tg_handler_entry kit_handlers[] = {{"test.wait.cancel", wait_cancel},
                                                 {"test.wait.here", wait_cancel},
                                                 {"test.note.close", note_then_close},
                                                 {"test.note.overflow", note_then_overflow},
                                                 {"test.wait.go", wait_go},
-                                                {"test.says.input_required", says_input_required}};
+                                                {"test.says.input_required", says_input_required},
+                                                {"test.act.once", act_once}};
 static const tg_provider kit = {.name = "kit", .spec_json = kit_spec, .handlers = kit_handlers,
-                                .n_handlers = 6};
+                                .n_handlers = 7};
 
 /* ---- the server ---- */
 
@@ -1198,6 +1212,151 @@ static long calls_in_run(world *w, const char *run) {
                              json_pack("[s]", run));
 }
 
+/* The run of the session agent slug opened last (its newest of trigger mcp), which is
+ * running and held by this process. */
+static void session_run(world *w, const char *slug, char run[TG_UUID_LEN + 1]) {
+  json_t *row = NULL;
+  assert_int_equal(tg_db_query_row(w->f->db,
+                                   "SELECT r.id, r.status, r.holder FROM agent_runs r JOIN agents a"
+                                   " ON a.id = r.agent_id WHERE a.slug = $1 AND r.trigger = 'mcp'"
+                                   " ORDER BY r.id DESC LIMIT 1",
+                                   json_pack("[s]", slug), &row),
+                   0);
+  assert_string_equal(json_string_value(json_object_get(row, "status")), "running");
+  char holder[TG_PROCESS_TAG_LEN];
+  assert_int_equal(tg_process_tag(holder), 0);
+  assert_string_equal(json_string_value(json_object_get(row, "holder")), holder);
+  snprintf(run, TG_UUID_LEN + 1, "%s", json_string_value(json_object_get(row, "id")));
+  json_decref(row);
+}
+
+static const char *run_status(world *w, const char *run, json_t **row) {
+  assert_int_equal(tg_db_query_row(w->f->db,
+                                   "SELECT status, ended_at FROM agent_runs WHERE id = $1",
+                                   json_pack("[s]", run), row),
+                   0);
+  return json_string_value(json_object_get(*row, "status"));
+}
+
+/* How run ended: its status (an end time is checked). */
+static void assert_run_ended(world *w, const char *run, const char *status) {
+  json_t *row = NULL;
+  assert_string_equal(run_status(w, run, &row), status);
+  assert_true(json_is_string(json_object_get(row, "ended_at")));
+  json_decref(row);
+}
+
+/* An agent's 2025-11-25 session is one run (trigger mcp) held by this process: its calls are
+ * the run's, while a 2026-07-28 call is still one of its own. The run ends with the session,
+ * completed when its client ends it. */
+static void test_a_session_is_one_run(void **state) {
+  world *w = *state;
+  long runs = fixture_count(w->f, "agent_runs");
+  char sid[64], run[TG_UUID_LEN + 1];
+  open_session(w, "{}", sid);
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs + 1);
+  session_run(w, "bot", run);
+  free(request(w, "POST", sid, NULL, CALL(2, "test_simple_text"), 200));
+  free(request(w, "POST", sid, NULL, CALL(3, "test_simple_text"), 200));
+  assert_int_equal(calls_in_run(w, run), 2);
+  free(request(w, "POST", NULL, STATELESS_ROUTE("test_simple_text"),
+               STATELESS_CALL("4", "test_simple_text", "{}"), 200));
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs + 2);
+  assert_int_equal(calls_in_run(w, run), 2);
+  free(request(w, "DELETE", sid, NULL, NULL, 200));
+  assert_run_ended(w, run, "completed");
+}
+
+/* A per-run cap binds for a session: a tool allowed once a run succeeds once in it, and its
+ * second call is refused, writing nothing but its telemetry row; the next session may call
+ * it again. */
+static void test_a_session_run_caps_its_calls(void **state) {
+  world *w = *state;
+  char sid[64], next[64];
+  open_session(w, "{}", sid);
+  long acts = fixture_count(w->f, "activity_log");
+  char *got = request(w, "POST", sid, NULL, CALL(2, "test_act_once"), 200);
+  assert_null(strstr(got, "\"isError\":true"));
+  free(got);
+  assert_int_equal(fixture_count(w->f, "activity_log"), acts + 1);
+  long logs = fixture_count(w->f, "agent_run_logs");
+  char *before = fixture_snapshot(w->f, "agent_run_logs");
+  got = request(w, "POST", sid, NULL, CALL(3, "test_act_once"), 200);
+  assert_non_null(strstr(got, "\"isError\":true"));
+  assert_non_null(strstr(got, "per_run_cap"));
+  free(got);
+  char *after = fixture_snapshot(w->f, "agent_run_logs");
+  assert_string_equal(before, after);
+  free(before);
+  free(after);
+  assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs + 1);
+  open_session(w, "{}", next);
+  got = request(w, "POST", next, NULL, CALL(4, "test_act_once"), 200);
+  assert_null(strstr(got, "\"isError\":true"));
+  free(got);
+  assert_int_equal(fixture_count(w->f, "activity_log"), acts + 2);
+}
+
+static void revoke_tokens_of(world *w, const char *principal);
+
+/* A session's run ends when the session does, after its last call: idle (completed), the
+ * server stopping (completed), its token revoked (cancelled). A run an operator ended first
+ * stays as they ended it, and the session's calls are refused. */
+static void test_a_session_run_ends_with_its_session(void **state) {
+  world *w = *state;
+  w->cfg.session_idle_ms = 1000;
+  restart(w);
+  char idle[64], idle_run[TG_UUID_LEN + 1];
+  open_session(w, "{}", idle);
+  session_run(w, "bot", idle_run);
+  /* Dropped at a sweep past its idle time, its run ended at the sweep after. */
+  json_t *row = NULL;
+  for (int i = 0; i < HANG_GUARD_S * 10 && strcmp(run_status(w, idle_run, &row), "running") == 0;
+       i++) {
+    json_decref(row);
+    usleep(100 * 1000);
+  }
+  json_decref(row);
+  assert_run_ended(w, idle_run, "completed");
+  free(request(w, "POST", idle, NULL, PING, 404));
+  w->cfg.session_idle_ms = 0;
+  restart(w);
+
+  char ended[64], ended_run[TG_UUID_LEN + 1], args[96];
+  open_session(w, "{}", ended);
+  session_run(w, "bot", ended_run);
+  snprintf(args, sizeof args, "{\"runId\":\"%s\"}", ended_run);
+  tg_call_result res;
+  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.run.end", args, NULL,
+                                &res),
+                   0);
+  tg_call_result_done(&res);
+  char *got = request(w, "POST", ended, NULL, CALL(2, "test_simple_text"), 200);
+  assert_non_null(strstr(got, "not running"));
+  free(got);
+  free(request(w, "DELETE", ended, NULL, NULL, 200));
+  assert_run_ended(w, ended_run, "completed"); /* as the operator's end left it */
+
+  char stopped[64], stopped_run[TG_UUID_LEN + 1];
+  open_session(w, "{}", stopped);
+  session_run(w, "bot", stopped_run);
+  restart(w);
+  assert_run_ended(w, stopped_run, "completed");
+
+  char revoked[64], revoked_run[TG_UUID_LEN + 1];
+  open_session(w, "{}", revoked);
+  session_run(w, "bot", revoked_run);
+  revoke_tokens_of(w, w->agent);
+  for (int i = 0; i < HANG_GUARD_S * 10 &&
+                  strcmp(run_status(w, revoked_run, &row), "running") == 0;
+       i++) {
+    json_decref(row);
+    usleep(100 * 1000);
+  }
+  json_decref(row);
+  assert_run_ended(w, revoked_run, "cancelled");
+}
+
 /* A request naming a run (Toolgate-Run) puts its call in it, as 'call --run' does, on both
  * revisions; a run of another agent, or one that ended, refuses the call and takes no row. */
 static void test_a_request_names_its_run(void **state) {
@@ -1205,11 +1364,11 @@ static void test_a_request_names_its_run(void **state) {
   char run[TG_UUID_LEN + 1], foreign[TG_UUID_LEN + 1], headers[256];
   run_started(w, "bot", run);
   run_started(w, "bot2", foreign);
+  char sid[64];
+  open_session(w, "{}", sid); /* a run of its own, which the header takes the place of */
   long runs = fixture_count(w->f, "agent_runs");
   snprintf(headers, sizeof headers, STATELESS_ROUTE("test_simple_text") "\nToolgate-Run: %s", run);
   free(request(w, "POST", NULL, headers, STATELESS_CALL("1", "test_simple_text", "{}"), 200));
-  char sid[64];
-  open_session(w, "{}", sid);
   char session_header[64];
   snprintf(session_header, sizeof session_header, "Toolgate-Run: %s", run);
   free(request(w, "POST", sid, session_header, CALL(2, "test_simple_text"), 200));
@@ -1347,12 +1506,12 @@ static void test_batches_on_a_2025_03_26_session(void **state) {
   await(call, "\"id\":\"call-1\"");
   assert_non_null(strstr(call->got, "hello"));
   finish(call);
-  long runs = fixture_count(w->f, "agent_runs");
+  long calls = fixture_count(w->f, "agent_run_logs");
   got = request(w, "POST", sid, NULL, "[" CALL(2, "test_simple_text") "," PING "]", 200);
   assert_non_null(strstr(got, "[{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":"));
   assert_non_null(strstr(got, "},{\"jsonrpc\":\"2.0\",\"id\":99,\"result\":{}}]"));
   free(got);
-  assert_int_equal(fixture_count(w->f, "agent_runs"), runs + 1);
+  assert_int_equal(fixture_count(w->f, "agent_run_logs"), calls + 1);
   /* Its answer is JSON, which cannot carry the server's requests: a tool cannot ask. */
   got = request(w, "POST", sid, NULL, "[" CALL_WITH("5", "test_sampling", "{\"prompt\":\"hi\"}") "]",
                 200);
@@ -1372,7 +1531,7 @@ static void test_batches_on_a_2025_03_26_session(void **state) {
   char *logged = fixture_log_end(log);
   assert_int_equal(fixture_occurrences(logged, "a batched response to no request"), 1);
   free(logged);
-  runs = fixture_count(w->f, "agent_runs");
+  calls = fixture_count(w->f, "agent_run_logs");
   /* A header a single request would be refused for refuses the whole batch. */
   got = request(w, "POST", sid, "MCP-Protocol-Version: 1999-01-01",
                 "[" CALL(6, "test_simple_text") "]", 400);
@@ -1389,7 +1548,7 @@ static void test_batches_on_a_2025_03_26_session(void **state) {
   got = request(w, "POST", NULL, NULL, "[" CALL(4, "test_simple_text") "]", 400);
   assert_non_null(strstr(got, "[{\"jsonrpc\":\"2.0\",\"id\":4,\"error\":{\"code\":-32600"));
   free(got);
-  assert_int_equal(fixture_count(w->f, "agent_runs"), runs); /* neither ran */
+  assert_int_equal(fixture_count(w->f, "agent_run_logs"), calls); /* neither ran */
 }
 
 /* Resumes stream no of session sid after its event, reads it until it ends, having seen
@@ -2823,6 +2982,9 @@ int main(void) {
       T(test_what_a_session_may_not_send),
       T(test_the_level_set_last_stands),
       T(test_a_request_names_its_run),
+      T(test_a_session_is_one_run),
+      T(test_a_session_run_caps_its_calls),
+      T(test_a_session_run_ends_with_its_session),
       T(test_a_modern_notification_names_a_version_it_speaks),
       T(test_an_older_session_gets_its_get_stream_unprimed),
       T(test_a_client_result_not_an_object_is_its_error),

@@ -324,7 +324,7 @@ serve_held b
 check "the next server's run" 0 "$tg" runs show "$held_run" --json
 is "is running" '.run.status == "running"'
 check "its log" 0 cat "$dir/b.err"
-has "says it ended the killed server's run" 'ended 1 run of stdio servers gone'
+has "says it ended the killed server's run" 'ended 1 run of servers gone'
 check "runs show of the killed server's run" 0 "$tg" runs show "$killed_run" --json
 is "ended failed" '.run.status == "failed" and .run.ended_at != null'
 check "a server beside the one serving" 0 bash -c 'echo "$1" | "$0" mcp --agent demo' \
@@ -350,7 +350,41 @@ is "the killed server's run ended failed" '.run.status == "failed" and .run.ende
 kill -TERM "$reaper"
 check "the HTTP server stops" 0 wait "$reaper"
 check "the HTTP server's log" 0 cat "$dir/reaper.log"
-has "says it ended the run" 'ended 1 run of stdio servers gone'
+has "says it ended the run" 'ended 1 run of servers gone'
+# An agent's 2025-11-25 session over HTTP is a run too: a server killed leaves it running, and
+# the next server ends it failed. A user's session is none.
+http_session() { # http_session PORT: opens a 2025-11-25 session, says its HTTP status
+  curl -s -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' \
+    -H 'Accept: application/json, text/event-stream' "http://127.0.0.1:$1/mcp" \
+    -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}'
+}
+"$tg" serve --no-auth --agent demo --listen 127.0.0.1:0 2>"$dir/session.log" &
+session_server=$!
+port=$(port_of "$dir/session.log")
+check "a session of demo over HTTP" 0 http_session "$port"
+has "opened" '^200$'
+check "runs list after it" 0 "$tg" runs list --agent demo --limit 1 --json
+is "its run, running" '.runs[0].status == "running" and .runs[0].trigger == "mcp"
+  and .runs[0].calls == 0'
+killed_run=$(jq -r '.runs[0].id' "$dir/out")
+# Killed and waited for in one block: its "Killed" line goes where the block's stderr does.
+{ kill -KILL "$session_server" && { wait "$session_server" || true; }; } 2>/dev/null ||
+  failed "the HTTP server could not be killed"
+"$tg" serve --no-auth --listen 127.0.0.1:0 2>"$dir/owner.log" &
+owner_server=$!
+port=$(port_of "$dir/owner.log")
+check "runs show once the next HTTP server started" 0 "$tg" runs show "$killed_run" --json
+is "the killed server's session run ended failed" '.run.status == "failed"'
+check "runs of the workspace before a user's session" 0 "$tg" runs list --json
+runs_before=$(jq '.runs | length' "$dir/out")
+check "a session of the owner over HTTP" 0 http_session "$port"
+has "opened" '^200$'
+check "runs of the workspace after it" 0 "$tg" runs list --json
+is "no run for it" ".runs | length == $runs_before"
+kill -TERM "$owner_server"
+check "the owner's HTTP server stops" 0 wait "$owner_server"
+check "its log" 0 cat "$dir/owner.log"
+has "says it ended the run" 'ended 1 run of servers gone'
 # By an agent's token too; a user's calls and a draft agent's get no run.
 check "token for the stdio run" 0 "$tg" token create --agent demo
 check "a stdio server by an agent's token" 0 bash -c 'echo "$1" | "$0" mcp --token "$2"' \
