@@ -182,7 +182,8 @@ int cmd_mcp(cli *c, int argc, char **argv) {
   /* The run is checked by each call's gate, as 'call --run' is: a run that ends while the
    * server serves refuses the calls after it. */
   tg_mcp_server srv = {.fixtures = fixtures, .name = "toolgate", .version = TG_MCP_SERVER_VERSION,
-                       .run_id = run ? run : *session.id ? session.id : NULL};
+                       .run_id = run ? run : *session.id ? session.id : NULL,
+                       .run_held = !run && *session.id};
   char who[96];
   describe(c, principal, who, sizeof who);
   tg_log(TG_LOG_INFO, "mcp: serving stdio as %s%s%s%s%.64s", who, c->token ? " (by token)" : "",

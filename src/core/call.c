@@ -631,8 +631,11 @@ static int decide(call_state *st, bool kept, tg_refusal *refusal, json_t *trace,
   bool snapshot = tg_db_snapshot(db);
   int r = kept ? tg_principal_load_kept(db, id, &st->principal)
                : tg_principal_load(db, id, &st->principal);
+  bool first_in_write = st->req->run_held && !st->req->dry_run && st->tool &&
+                        !(st->tool->flags & TG_TOOL_INTERACTIVE);
   tg_gate_input in = {.env = st->env, .db = db, .principal = st->principal, .tool = st->tool,
-                      .surface = st->req->surface, .args = st->args, .run_id = st->req->run_id};
+                      .surface = st->req->surface, .args = st->args, .run_id = st->req->run_id,
+                      .run_read_later = first_in_write};
   if (r == TG_OK && st->tool) *gates = tg_gates_run(&in, refusal, trace);
   if (r == TG_OK && kept && *gates == 1) {
     tg_principal *fresh = NULL;

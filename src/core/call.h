@@ -33,6 +33,10 @@ typedef struct tg_call_request {
   const char *tool;   /* canonical, model-facing or alias name */
   json_t *args;       /* borrowed; NULL means {} */
   const char *run_id; /* agents: attach to this running run; NULL: the call is its own run */
+  /* run_id is the caller's session's run, which its server opened for it: whether it still
+   * runs is read in the call's write transaction alone, not before (unless the handler runs
+   * before it, asking its client, or for a dry run), so that a call reads nothing first. */
+  bool run_held;
   bool dry_run;       /* run every gate, not the handler; write nothing */
   const tg_client_channel *client; /* the way back to the client, or NULL */
   const char *task_id; /* the MCP task this call is a round of, recorded in its audit row

@@ -21,6 +21,7 @@ typedef struct tg_gate_input {
   tg_surface surface;
   json_t *args;       /* NULL when listing */
   const char *run_id; /* NULL when listing or not given */
+  bool run_read_later; /* whether run_id still runs is read in the write transaction */
   const char *approval_digest; /* the call's (tg_approval_subject), when made already */
   bool listing;       /* deciding what to offer rather than whether to run */
 } tg_gate_input;

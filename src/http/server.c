@@ -1511,11 +1511,10 @@ struct worker {
 static int worker_send(void *self, json_t *msg) { return stream_event(((worker *)self)->st, msg); }
 
 /* The run a request's calls belong to: the one its Toolgate-Run header names, else its
- * session's; NULL: each call is one of its own. */
-static const char *request_run(const worker *w) {
-  return w->header_copies[3] ? w->header_copies[3]
-         : w->sess && w->sess->run ? w->sess->run->id
-                                   : NULL;
+ * session's (*held); NULL: each call is one of its own. */
+static const char *request_run(const worker *w, bool *held) {
+  *held = !w->header_copies[3] && w->sess && w->sess->run;
+  return w->header_copies[3] ? w->header_copies[3] : *held ? w->sess->run->id : NULL;
 }
 
 /* A call asks for its stream to be closed before its result (SEP-1699 polling): the client
@@ -1734,10 +1733,11 @@ static void run_call(worker *w, tg_db *db) {
                     .close_stream = worker_close_stream};
     tg_mcp_request req = {.env = &env, .principal_id = w->principal,
                           .token_hash = w->token_hash, .session = &w->scratch,
-                          .headers = &w->headers, .run_id = request_run(w), .io = &io,
+                          .headers = &w->headers, .io = &io,
                           .inflight = w->inflight,
                           .abandoned = &s->past_grace,
                           .watch = w->sess ? w->sess->watch : NULL};
+    req.run_id = request_run(w, &req.run_held);
     tg_mcp_reply reply;
     handled = tg_mcp_handle(&s->mcp, &req, &w->msg, &reply) == 0;
     if (handled) {
@@ -2822,12 +2822,13 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   int fd = connection_fd(conn);
   tg_mcp_request req = {.env = &env, .principal_id = principal, .token_hash = w->token_hash,
                         .session = &w->scratch, .headers = &w->headers,
-                        .run_id = request_run(w), .io = sse_call ? &io : NULL,
+                        .io = sse_call ? &io : NULL,
                         .inflight = w->sess ? w->sess->inflight : w->st ? w->st->inflight : NULL,
                         .abandoned = &s->past_grace,
                         /* Without a session, a client cancels by going away. */
                         .gone = w->sess ? NULL : connection_gone, .gone_arg = &fd,
                         .watch = l ? l->watch : w->sess ? w->sess->watch : NULL};
+  req.run_id = request_run(w, &req.run_held);
   tg_mcp_reply reply;
   int hr = tg_mcp_handle(&s->mcp, &req, &w->msg, &reply);
   if (listed) tg_mcp_inflight_end(w->st->inflight, w->msg.id); /* what cancellable_alone began */

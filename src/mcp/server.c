@@ -960,7 +960,7 @@ static int m_tools_call(cx *c, json_t *params, json_t **ret) {
     };
     tg_call_request call = {.principal_id = c->req->principal_id, .surface = TG_SURFACE_MCP,
                             .tool = name, .args = args, .client = &channel,
-                            .run_id = c->req->run_id};
+                            .run_id = c->req->run_id, .run_held = c->req->run_held};
     r = tg_call(c->req->env, &call, &res);
     /* Each round a call of its own, audited as any. */
     _cleanup_json_ json_t *answers = NULL;

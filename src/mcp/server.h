@@ -80,8 +80,10 @@ typedef struct tg_mcp_server {
   /* The workspace's key sealing 2026-07-28 requestStates (tg_mcp_server_prepare), the
    * same for every server on it: 64 hex digits. */
   char state_key[65];
-  /* A stdio server's run (toolgate mcp --run): its requests' tg_mcp_request.run_id. */
+  /* A stdio server's run (toolgate mcp --run, or its session's): its requests'
+   * tg_mcp_request.run_id, and run_held. */
   const char *run_id;
+  bool run_held;
 } tg_mcp_server;
 
 static inline int64_t tg_mcp_ask_timeout_ms(const tg_mcp_server *srv) {
@@ -107,6 +109,7 @@ typedef struct tg_mcp_request {
   /* The agent's running run the request's calls attach to, a task's rounds too, so that its
    * per-run caps bind (stdio --run, HTTP's Toolgate-Run header); NULL: each call its own. */
   const char *run_id;
+  bool run_held; /* run_id is the session's, which its server opened (tg_call_request) */
   const tg_mcp_io *io;
   /* The connection's or session's requests in flight, which notifications/cancelled
    * reaches; NULL: requests cannot be cancelled. */

@@ -692,7 +692,8 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   tg_mcp_session_init(&session);
   tg_mcp_io io = {.self = &c, .send = io_send, .ask = io_ask};
   tg_mcp_request req = {.env = env, .principal_id = principal_id, .session = &session,
-                        .run_id = srv->run_id, .io = &io, .abandoned = &c.revoked};
+                        .run_id = srv->run_id, .run_held = srv->run_held, .io = &io,
+                        .abandoned = &c.revoked};
   c.req = &req;
   int r = c.chunk && c.line && c.queue && c.sizes ? tg_mcp_server_prepare(&served, env)
                                                   : TG_E_NOMEM;
