@@ -198,7 +198,7 @@ struct server {
    * end. */
   _Atomic int64_t refused_logged_ms, overlong_logged_ms, full_logged_ms, slow_logged_ms,
       ended_logged_ms, stray_logged_ms, let_go_logged_ms, past_bounds_logged_ms, busy_logged_ms,
-      line_full_logged_ms, runs_logged_ms;
+      line_full_logged_ms, run_opens_logged_ms, run_ends_logged_ms;
   _Atomic unsigned slow_cut; /* slow clients cut off since the last line about them */
   /* libmicrohttpd's lines, limited as the others but kind by kind (see mhd_log). */
   pthread_mutex_t mhd_lines_lock;
@@ -488,13 +488,18 @@ static bool session_admit(server *s, session *x) {
 }
 
 /* An active agent's session is a run, opened once its initialize succeeded and it has its
- * place; false (logged, the session ended) when it cannot be. */
+ * place (none for a session ended meanwhile: its token revoked, the server stopping); false
+ * (logged, the session ended) when it cannot be. */
 static bool session_run_open(server *s, tg_db *db, session *x) {
+  pthread_mutex_lock(&s->lock);
+  bool dead = x->dead;
+  pthread_mutex_unlock(&s->lock);
+  if (dead) return true;
   session_run *run = calloc(1, sizeof *run);
   const char *why = "out of memory";
   bool opened = run && tg_run_open_session(db, x->principal, *s->holder ? s->holder : NULL,
                                            run->id, &why) == TG_OK;
-  if (!opened && tg_log_may(&s->runs_logged_ms))
+  if (!opened && tg_log_may(&s->run_opens_logged_ms))
     tg_log(TG_LOG_ERROR, "http: a session's run could not start, so neither did the session: "
            "%s (logged once a minute at most)", why);
   pthread_mutex_lock(&s->lock);
@@ -508,38 +513,39 @@ static bool session_run_open(server *s, tg_db *db, session *x) {
   return opened;
 }
 
-static int end_run(void *arg, tg_db *db) {
-  session_run *run = arg;
-  return tg_run_end(db, run->id, run->status);
+/* Ends every run of the list; one an operator ended first stays as it is. */
+static int end_runs(void *arg, tg_db *db) {
+  for (session_run *run = arg; run; run = run->next) {
+    int r = tg_run_end(db, run->id, run->status);
+    if (r < 0 && r != TG_E_NOTFOUND) return r;
+  }
+  return TG_OK;
 }
 
-/* Ends the runs of the sessions released: a run an operator ended first stays as it is; one
- * the database does not end now (logged) is tried again at the next sweep. */
+/* Ends the runs of the sessions released, in one transaction, so that a database another
+ * process keeps busy holds its caller (the sweep, a DELETE) once at most; when it does not
+ * end them (logged), they are tried again at the next sweep. */
 static void end_session_runs(server *s, tg_db *db) {
   pthread_mutex_lock(&s->lock);
-  session_run *todo = s->runs_to_end, *again = NULL;
+  session_run *todo = s->runs_to_end;
   s->runs_to_end = NULL;
   pthread_mutex_unlock(&s->lock);
-  while (todo) {
-    session_run *run = todo;
-    todo = run->next;
-    int r = tg_db_batch(db, end_run, run);
-    if (r == TG_OK || r == TG_E_NOTFOUND) {
-      free(run);
-      continue;
+  if (!todo) return;
+  if (tg_db_batch(db, end_runs, todo) == TG_OK) {
+    for (session_run *next; todo; todo = next) {
+      next = todo->next;
+      free(todo);
     }
-    if (tg_log_may(&s->runs_logged_ms))
-      tg_log(TG_LOG_WARN, "http: the run %s of a session ended is still running: %s (logged "
-             "once a minute at most)", run->id, tg_db_errmsg(db));
-    run->next = again;
-    again = run;
+    return;
   }
-  if (!again) return;
+  if (tg_log_may(&s->run_ends_logged_ms))
+    tg_log(TG_LOG_WARN, "http: the runs of sessions ended are still running: %s (logged once "
+           "a minute at most)", tg_db_errmsg(db));
   pthread_mutex_lock(&s->lock);
-  session_run **tail = &again;
+  session_run **tail = &todo;
   while (*tail) tail = &(*tail)->next;
   *tail = s->runs_to_end;
-  s->runs_to_end = again;
+  s->runs_to_end = todo;
   pthread_mutex_unlock(&s->lock);
 }
 
@@ -2015,7 +2021,6 @@ static void *sweeper_main(void *arg) {
     }
     pthread_mutex_unlock(&s->lock);
     if (thread_db(s, &db)) {
-      end_session_runs(s, db);
       end_revoked(s, db);
       check_lists(s, db, NULL, NULL);
     }
@@ -2025,6 +2030,11 @@ static void *sweeper_main(void *arg) {
     pthread_mutex_lock(&s->lock);
     forget_stale_output_locked(s);
     drop_idle_locked(s);
+    pthread_mutex_unlock(&s->lock);
+    /* The runs of the sessions this sweep ended, or that a DELETE left to it (may wait for
+     * a writer). */
+    if (db) end_session_runs(s, db);
+    pthread_mutex_lock(&s->lock);
     next = tg_monotonic_ms() + TG_HTTP_CHECK_MS;
   }
   pthread_mutex_unlock(&s->lock);
@@ -2887,7 +2897,8 @@ static enum MHD_Result handle_delete(server *s, struct MHD_Connection *conn, tg_
   session_release_locked(s, x);
   pthread_mutex_unlock(&s->lock);
   drop_cancelled_in_line(s);
-  /* Its run ends now unless calls of it still run: then as the last ends, at the next sweep. */
+  /* Its run ends now, unless calls of it still run or the sweep looks at it: then the sweep
+   * ends it, at the end of the next at the latest. */
   if (db) end_session_runs(s, db);
   return queue(conn, MHD_HTTP_OK, NULL, NULL, NULL);
 }

@@ -1238,11 +1238,18 @@ static const char *run_status(world *w, const char *run, json_t **row) {
   return json_string_value(json_object_get(*row, "status"));
 }
 
-/* How run ended: its status (an end time is checked). */
-static void assert_run_ended(world *w, const char *run, const char *status) {
+/* Waits until run ended (a sweep may end it, within seconds), and checks how: its status,
+ * and an end time (*ended_at, when given: its text, malloc'd). */
+static void assert_run_ended(world *w, const char *run, const char *status, char **ended_at) {
   json_t *row = NULL;
-  assert_string_equal(run_status(w, run, &row), status);
+  for (int i = 0; i < HANG_GUARD_S * 10 && strcmp(run_status(w, run, &row), "running") == 0;
+       i++) {
+    json_decref(row);
+    usleep(100 * 1000);
+  }
+  assert_string_equal(json_string_value(json_object_get(row, "status")), status);
   assert_true(json_is_string(json_object_get(row, "ended_at")));
+  if (ended_at) *ended_at = strdup(json_string_value(json_object_get(row, "ended_at")));
   json_decref(row);
 }
 
@@ -1264,12 +1271,39 @@ static void test_a_session_is_one_run(void **state) {
   assert_int_equal(fixture_count(w->f, "agent_runs"), runs + 2);
   assert_int_equal(calls_in_run(w, run), 2);
   free(request(w, "DELETE", sid, NULL, NULL, 200));
-  assert_run_ended(w, run, "completed");
+  assert_run_ended(w, run, "completed", NULL);
+}
+
+/* A session whose run cannot start does not start either: its initialize gets a 500 and no
+ * session id. */
+static void test_a_session_without_its_run_is_refused(void **state) {
+  world *w = *state;
+  assert_int_equal(tg_db_exec(w->f->db,
+                              "CREATE TRIGGER no_session_runs BEFORE INSERT ON agent_runs"
+                              " WHEN NEW.trigger = 'mcp' BEGIN SELECT RAISE(ABORT, 'refused');"
+                              " END",
+                              NULL, NULL),
+                   0);
+  long runs = fixture_count(w->f, "agent_runs");
+  exchange *ex = start(w, "POST", NULL, NULL,
+                       "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
+                       "\"protocolVersion\":\"2025-11-25\",\"capabilities\":{}}}");
+  await(ex, NULL);
+  assert_int_equal(ex->status, 500);
+  assert_non_null(strstr(ex->got, "\"code\":-32603"));
+  assert_non_null(strstr(ex->got, "The session's run could not start"));
+  assert_string_equal(ex->sid, "");
+  finish(ex);
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs);
+  assert_int_equal(tg_db_exec(w->f->db, "DROP TRIGGER no_session_runs", NULL, NULL), 0);
+  char sid[64];
+  open_session(w, "{}", sid);
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs + 1);
 }
 
 /* A per-run cap binds for a session: a tool allowed once a run succeeds once in it, and its
- * second call is refused, writing nothing but its telemetry row; the next session may call
- * it again. */
+ * second call is refused, writing nothing but its telemetry row (the tool writes activity
+ * rows; a run is a row too); the next session may call it again. */
 static void test_a_session_run_caps_its_calls(void **state) {
   world *w = *state;
   char sid[64], next[64];
@@ -1279,16 +1313,13 @@ static void test_a_session_run_caps_its_calls(void **state) {
   assert_null(strstr(got, "\"isError\":true"));
   free(got);
   assert_int_equal(fixture_count(w->f, "activity_log"), acts + 1);
-  long logs = fixture_count(w->f, "agent_run_logs");
-  char *before = fixture_snapshot(w->f, "agent_run_logs");
+  long logs = fixture_count(w->f, "agent_run_logs"), runs = fixture_count(w->f, "agent_runs");
   got = request(w, "POST", sid, NULL, CALL(3, "test_act_once"), 200);
   assert_non_null(strstr(got, "\"isError\":true"));
   assert_non_null(strstr(got, "per_run_cap"));
   free(got);
-  char *after = fixture_snapshot(w->f, "agent_run_logs");
-  assert_string_equal(before, after);
-  free(before);
-  free(after);
+  assert_int_equal(fixture_count(w->f, "activity_log"), acts + 1);
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs);
   assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs + 1);
   open_session(w, "{}", next);
   got = request(w, "POST", next, NULL, CALL(4, "test_act_once"), 200);
@@ -1309,15 +1340,8 @@ static void test_a_session_run_ends_with_its_session(void **state) {
   char idle[64], idle_run[TG_UUID_LEN + 1];
   open_session(w, "{}", idle);
   session_run(w, "bot", idle_run);
-  /* Dropped at a sweep past its idle time, its run ended at the sweep after. */
-  json_t *row = NULL;
-  for (int i = 0; i < HANG_GUARD_S * 10 && strcmp(run_status(w, idle_run, &row), "running") == 0;
-       i++) {
-    json_decref(row);
-    usleep(100 * 1000);
-  }
-  json_decref(row);
-  assert_run_ended(w, idle_run, "completed");
+  /* Dropped, and its run ended, at a sweep past its idle time. */
+  assert_run_ended(w, idle_run, "completed", NULL);
   free(request(w, "POST", idle, NULL, PING, 404));
   w->cfg.session_idle_ms = 0;
   restart(w);
@@ -1325,36 +1349,36 @@ static void test_a_session_run_ends_with_its_session(void **state) {
   char ended[64], ended_run[TG_UUID_LEN + 1], args[96];
   open_session(w, "{}", ended);
   session_run(w, "bot", ended_run);
-  snprintf(args, sizeof args, "{\"runId\":\"%s\"}", ended_run);
+  snprintf(args, sizeof args, "{\"runId\":\"%s\",\"status\":\"failed\"}", ended_run);
   tg_call_result res;
   assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.run.end", args, NULL,
                                 &res),
                    0);
   tg_call_result_done(&res);
+  char *ended_at = NULL, *still = NULL;
+  assert_run_ended(w, ended_run, "failed", &ended_at);
   char *got = request(w, "POST", ended, NULL, CALL(2, "test_simple_text"), 200);
   assert_non_null(strstr(got, "not running"));
   free(got);
   free(request(w, "DELETE", ended, NULL, NULL, 200));
-  assert_run_ended(w, ended_run, "completed"); /* as the operator's end left it */
+  assert_run_ended(w, ended_run, "failed", &still); /* as the operator's end left it */
+  assert_string_equal(still, ended_at);
+  free(ended_at);
+  free(still);
 
   char stopped[64], stopped_run[TG_UUID_LEN + 1];
   open_session(w, "{}", stopped);
   session_run(w, "bot", stopped_run);
-  restart(w);
-  assert_run_ended(w, stopped_run, "completed");
+  restart(w); /* it ends them before it returns */
+  json_t *row = NULL;
+  assert_string_equal(run_status(w, stopped_run, &row), "completed");
+  json_decref(row);
 
   char revoked[64], revoked_run[TG_UUID_LEN + 1];
   open_session(w, "{}", revoked);
   session_run(w, "bot", revoked_run);
   revoke_tokens_of(w, w->agent);
-  for (int i = 0; i < HANG_GUARD_S * 10 &&
-                  strcmp(run_status(w, revoked_run, &row), "running") == 0;
-       i++) {
-    json_decref(row);
-    usleep(100 * 1000);
-  }
-  json_decref(row);
-  assert_run_ended(w, revoked_run, "cancelled");
+  assert_run_ended(w, revoked_run, "cancelled", NULL);
 }
 
 /* A request naming a run (Toolgate-Run) puts its call in it, as 'call --run' does, on both
@@ -2984,6 +3008,7 @@ int main(void) {
       T(test_a_request_names_its_run),
       T(test_a_session_is_one_run),
       T(test_a_session_run_caps_its_calls),
+      T(test_a_session_without_its_run_is_refused),
       T(test_a_session_run_ends_with_its_session),
       T(test_a_modern_notification_names_a_version_it_speaks),
       T(test_an_older_session_gets_its_get_stream_unprimed),
