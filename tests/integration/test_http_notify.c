@@ -1274,6 +1274,30 @@ static void test_a_session_is_one_run(void **state) {
   assert_run_ended(w, run, "completed", NULL);
 }
 
+/* A session ended (DELETE) while a call of it runs keeps its run running until that call
+ * ended, cancelled, in it; then the sweep ends the run. */
+static void test_a_session_run_outlives_its_session_until_its_last_call(void **state) {
+  world *w = *state;
+  char sid[64], run[TG_UUID_LEN + 1];
+  pthread_mutex_lock(&kit_lock);
+  kit_hold = true;
+  pthread_mutex_unlock(&kit_lock);
+  exchange *call = session_call_waiting(w, sid);
+  session_run(w, "bot", run);
+  free(request(w, "DELETE", sid, NULL, NULL, 200));
+  kit_wait(&kit_cancelled);
+  json_t *row = NULL;
+  assert_string_equal(run_status(w, run, &row), "running"); /* the call holds it */
+  json_decref(row);
+  pthread_mutex_lock(&kit_lock);
+  kit_hold = false;
+  pthread_mutex_unlock(&kit_lock);
+  await(call, NULL);
+  finish(call);
+  assert_run_ended(w, run, "completed", NULL);
+  assert_int_equal(calls_in_run(w, run), 1);
+}
+
 /* A session whose run cannot start does not start either: its initialize gets a 500 and no
  * session id. */
 static void test_a_session_without_its_run_is_refused(void **state) {
@@ -3009,6 +3033,7 @@ int main(void) {
       T(test_a_session_is_one_run),
       T(test_a_session_run_caps_its_calls),
       T(test_a_session_without_its_run_is_refused),
+      T(test_a_session_run_outlives_its_session_until_its_last_call),
       T(test_a_session_run_ends_with_its_session),
       T(test_a_modern_notification_names_a_version_it_speaks),
       T(test_an_older_session_gets_its_get_stream_unprimed),
