@@ -637,24 +637,31 @@ static int decide(call_state *st, bool kept, tg_refusal *refusal, json_t *trace,
                       .surface = st->req->surface, .args = st->args, .run_id = st->req->run_id,
                       .run_read_later = first_in_write};
   if (r == TG_OK && st->tool) *gates = tg_gates_run(&in, refusal, trace);
+  /* A refusal is decided on what the gates read, the held run too: else another gate's
+   * refusal could be recorded in a run that ended, or ask for an approval there. */
+  bool again = *gates == 1 && in.run_read_later;
+  in.run_read_later = false;
   if (r == TG_OK && kept && *gates == 1) {
     tg_principal *fresh = NULL;
     r = tg_principal_load(db, id, &fresh);
     if (r == TG_OK && fresh != st->principal) {
       tg_principal_free(st->principal);
       in.principal = st->principal = fresh;
-      tg_refusal_done(refusal);
-      *gates = tg_gates_run(&in, refusal, trace);
+      again = true;
     } else {
       tg_principal_free(fresh);
     }
+  }
+  if (r == TG_OK && again) {
+    tg_refusal_done(refusal);
+    *gates = tg_gates_run(&in, refusal, trace);
   }
   tg_db_snapshot_end(db, snapshot);
   return r;
 }
 
-/* Answers a gate's refusal. The run gate runs first, so any other refusal names a run of
- * this agent. */
+/* Answers a gate's refusal. The run gate runs first, so any other refusal names a running
+ * run of this agent. */
 static int refused(call_state *st, tg_call_result *ret, tg_refusal *refusal) {
   const char *run = st->req->run_id && strcmp(refusal->gate, "run") != 0 ? st->req->run_id : "";
   snprintf(st->run_id, sizeof st->run_id, "%s", run);

@@ -523,29 +523,35 @@ static int end_runs(void *arg, tg_db *db) {
 }
 
 /* Ends the runs of the sessions released, in one transaction, so that a database another
- * process keeps busy holds its caller (the sweep, a DELETE) once at most; when it does not
- * end them (logged), they are tried again at the next sweep. */
+ * process keeps busy holds its caller (the sweep, a DELETE) once at most. When that fails
+ * otherwise, each is ended alone, so that one the database refuses holds back no other.
+ * Those not ended (logged) are tried again at the next sweep. */
 static void end_session_runs(server *s, tg_db *db) {
   pthread_mutex_lock(&s->lock);
-  session_run *todo = s->runs_to_end;
+  session_run *todo = s->runs_to_end, *again = NULL;
   s->runs_to_end = NULL;
   pthread_mutex_unlock(&s->lock);
   if (!todo) return;
-  if (tg_db_batch(db, end_runs, todo) == TG_OK) {
-    for (session_run *next; todo; todo = next) {
-      next = todo->next;
-      free(todo);
+  int r = tg_db_batch(db, end_runs, todo);
+  for (session_run *run = todo, *next; run; run = next) {
+    next = run->next;
+    run->next = NULL;
+    if (r == TG_OK || (r != TG_E_BUSY && tg_db_batch(db, end_runs, run) == TG_OK)) {
+      free(run);
+      continue;
     }
-    return;
+    run->next = again;
+    again = run;
   }
+  if (!again) return;
   if (tg_log_may(&s->run_ends_logged_ms))
     tg_log(TG_LOG_WARN, "http: the runs of sessions ended are still running: %s (logged once "
            "a minute at most)", tg_db_errmsg(db));
   pthread_mutex_lock(&s->lock);
-  session_run **tail = &todo;
+  session_run **tail = &again;
   while (*tail) tail = &(*tail)->next;
   *tail = s->runs_to_end;
-  s->runs_to_end = todo;
+  s->runs_to_end = again;
   pthread_mutex_unlock(&s->lock);
 }
 

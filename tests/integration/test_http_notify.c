@@ -1298,6 +1298,31 @@ static void test_a_session_run_outlives_its_session_until_its_last_call(void **s
   assert_int_equal(calls_in_run(w, run), 1);
 }
 
+/* A run the database refuses to end stays running, tried again at each sweep, and holds
+ * back the end of no other session's run. */
+static void test_a_run_not_ended_holds_back_no_other(void **state) {
+  world *w = *state;
+  char stuck[64], stuck_run[TG_UUID_LEN + 1], other[64], other_run[TG_UUID_LEN + 1];
+  char sql[256];
+  open_session(w, "{}", stuck);
+  session_run(w, "bot", stuck_run);
+  open_session(w, "{}", other);
+  session_run(w, "bot", other_run);
+  snprintf(sql, sizeof sql,
+           "CREATE TRIGGER keep_running BEFORE UPDATE ON agent_runs WHEN OLD.id = '%s'"
+           " BEGIN SELECT RAISE(ABORT, 'kept running'); END",
+           stuck_run);
+  assert_int_equal(tg_db_exec(w->f->db, sql, NULL, NULL), 0);
+  free(request(w, "DELETE", stuck, NULL, NULL, 200));
+  free(request(w, "DELETE", other, NULL, NULL, 200));
+  assert_run_ended(w, other_run, "completed", NULL);
+  json_t *row = NULL;
+  assert_string_equal(run_status(w, stuck_run, &row), "running");
+  json_decref(row);
+  assert_int_equal(tg_db_exec(w->f->db, "DROP TRIGGER keep_running", NULL, NULL), 0);
+  assert_run_ended(w, stuck_run, "completed", NULL);
+}
+
 /* A session whose run cannot start does not start either: its initialize gets a 500 and no
  * session id. */
 static void test_a_session_without_its_run_is_refused(void **state) {
@@ -1384,6 +1409,11 @@ static void test_a_session_run_ends_with_its_session(void **state) {
   char *got = request(w, "POST", ended, NULL, CALL(2, "test_simple_text"), 200);
   assert_non_null(strstr(got, "not running"));
   free(got);
+  /* Refused for its run, not its arguments: a refusal is no row of a run that ended. */
+  got = request(w, "POST", ended, NULL, CALL_WITH("3", "greet", "{}"), 200);
+  assert_non_null(strstr(got, "not running"));
+  free(got);
+  assert_int_equal(calls_in_run(w, ended_run), 0);
   free(request(w, "DELETE", ended, NULL, NULL, 200));
   assert_run_ended(w, ended_run, "failed", &still); /* as the operator's end left it */
   assert_string_equal(still, ended_at);
@@ -3033,6 +3063,7 @@ int main(void) {
       T(test_a_session_is_one_run),
       T(test_a_session_run_caps_its_calls),
       T(test_a_session_without_its_run_is_refused),
+      T(test_a_run_not_ended_holds_back_no_other),
       T(test_a_session_run_outlives_its_session_until_its_last_call),
       T(test_a_session_run_ends_with_its_session),
       T(test_a_modern_notification_names_a_version_it_speaks),
