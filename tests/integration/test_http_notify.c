@@ -996,6 +996,15 @@ static exchange *session_call_waiting(world *w, char sid[64]) {
   return call;
 }
 
+/* Lets a call of test_wait_cancel held once cancelled (kit_hold) end, and waits for it. */
+static void let_held_call_end(exchange *call) {
+  pthread_mutex_lock(&kit_lock);
+  kit_hold = false;
+  pthread_mutex_unlock(&kit_lock);
+  await(call, NULL);
+  finish(call);
+}
+
 /* A request whose id names one of its session still served, or cancelled and still ending,
  * is refused, not taken for that one and left unanswered; once that one ended, the id is
  * free. */
@@ -1013,11 +1022,7 @@ static void test_a_session_request_reusing_an_id_being_cancelled(void **state) {
   assert_non_null(strstr(got, "still being served or cancelled"));
   assert_non_null(strstr(got, "\"id\":7"));
   free(got);
-  pthread_mutex_lock(&kit_lock);
-  kit_hold = false;
-  pthread_mutex_unlock(&kit_lock);
-  await(call, NULL);
-  finish(call);
+  let_held_call_end(call);
   for (int i = 0;; i++) { /* the call's entry goes as its worker ends, after its stream */
     exchange *ping = start(w, "POST", sid, NULL, "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"ping\"}");
     await(ping, NULL);
@@ -1279,9 +1284,7 @@ static void test_a_session_is_one_run(void **state) {
 static void test_a_session_run_outlives_its_session_until_its_last_call(void **state) {
   world *w = *state;
   char sid[64], run[TG_UUID_LEN + 1];
-  pthread_mutex_lock(&kit_lock);
   kit_hold = true;
-  pthread_mutex_unlock(&kit_lock);
   exchange *call = session_call_waiting(w, sid);
   session_run(w, "bot", run);
   free(request(w, "DELETE", sid, NULL, NULL, 200));
@@ -1289,11 +1292,7 @@ static void test_a_session_run_outlives_its_session_until_its_last_call(void **s
   json_t *row = NULL;
   assert_string_equal(run_status(w, run, &row), "running"); /* the call holds it */
   json_decref(row);
-  pthread_mutex_lock(&kit_lock);
-  kit_hold = false;
-  pthread_mutex_unlock(&kit_lock);
-  await(call, NULL);
-  finish(call);
+  let_held_call_end(call);
   assert_run_ended(w, run, "completed", NULL);
   assert_int_equal(calls_in_run(w, run), 1);
 }
