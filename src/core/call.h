@@ -34,8 +34,8 @@ typedef struct tg_call_request {
   json_t *args;       /* borrowed; NULL means {} */
   const char *run_id; /* agents: attach to this running run; NULL: the call is its own run */
   /* run_id is the caller's session's run, which its server opened for it: whether it still
-   * runs is read in the call's write transaction alone, not before (unless the handler runs
-   * before it, asking its client, or for a dry run), so that a call reads nothing first. */
+   * runs is read in the call's write transaction (and to decide a refusal), not before,
+   * unless the handler runs before that transaction (it asks its client) or for a dry run. */
   bool run_held;
   bool dry_run;       /* run every gate, not the handler; write nothing */
   const tg_client_channel *client; /* the way back to the client, or NULL */
