@@ -1212,6 +1212,17 @@ static void run_started(world *w, const char *slug, char run[TG_UUID_LEN + 1]) {
   tg_call_result_done(&res);
 }
 
+/* The workspace's owner ends run with status (admin.run.end). */
+static void run_ended(world *w, const char *run, const char *status) {
+  char args[128];
+  snprintf(args, sizeof args, "{\"runId\":\"%s\",\"status\":\"%s\"}", run, status);
+  tg_call_result res;
+  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.run.end", args, NULL,
+                                &res),
+                   0);
+  tg_call_result_done(&res);
+}
+
 static long calls_in_run(world *w, const char *run) {
   return fixture_count_where(w->f, "SELECT COUNT(*) AS n FROM agent_run_logs WHERE run_id = $1",
                              json_pack("[s]", run));
@@ -1394,15 +1405,10 @@ static void test_a_session_run_ends_with_its_session(void **state) {
   w->cfg.session_idle_ms = 0;
   restart(w);
 
-  char ended[64], ended_run[TG_UUID_LEN + 1], args[96];
+  char ended[64], ended_run[TG_UUID_LEN + 1];
   open_session(w, "{}", ended);
   session_run(w, "bot", ended_run);
-  snprintf(args, sizeof args, "{\"runId\":\"%s\",\"status\":\"failed\"}", ended_run);
-  tg_call_result res;
-  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.run.end", args, NULL,
-                                &res),
-                   0);
-  tg_call_result_done(&res);
+  run_ended(w, ended_run, "failed");
   char *ended_at = NULL, *still = NULL;
   assert_run_ended(w, ended_run, "failed", &ended_at);
   char *got = request(w, "POST", ended, NULL, CALL(2, "test_simple_text"), 200);
@@ -1456,13 +1462,7 @@ static void test_a_request_names_its_run(void **state) {
   assert_non_null(strstr(got, "No run"));
   free(got);
   assert_int_equal(calls_in_run(w, foreign), 0);
-  tg_call_result res;
-  char args[96];
-  snprintf(args, sizeof args, "{\"runId\":\"%s\"}", run);
-  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.run.end", args, NULL,
-                                &res),
-                   0);
-  tg_call_result_done(&res);
+  run_ended(w, run, "completed");
   got = request(w, "POST", NULL, headers, STATELESS_CALL("4", "test_simple_text", "{}"), 200);
   assert_non_null(strstr(got, "not running"));
   free(got);
