@@ -1,0 +1,115 @@
+/* Reading a request's headers: joined lists, Mcp-Param-* parameters, headers that may
+ * come once, and those 2026-07-28 validates. */
+
+#define _GNU_SOURCE
+#include "http/internal.h"
+
+#include <ctype.h>
+#include <string.h>
+
+#include "util/cleanup.h"
+
+#define MAX_PARAM_HEADERS 64
+#define MAX_PARAM_NAME 127 /* bytes of a Name */
+
+/* The lines of one header, each trimmed, joined into one list as RFC 9110 §5.3 reads a
+ * repeated list header (Accept); headers that may not repeat never get here twice (see
+ * singletons). */
+typedef struct joined {
+  const char *name;
+  char *text; /* NULL while there is none */
+  size_t len;
+  bool failed; /* out of memory */
+} joined;
+
+static enum MHD_Result join_lines(void *cls, enum MHD_ValueKind kind, const char *key,
+                                  const char *value) {
+  joined *j = cls;
+  if (strcasecmp(key, j->name) != 0 || !value) return MHD_YES;
+  while (*value == ' ' || *value == '\t') value++; /* optional whitespace (RFC 9110 §5.5) */
+  size_t n = strlen(value);
+  while (n && (value[n - 1] == ' ' || value[n - 1] == '\t')) n--;
+  char *grown = realloc(j->text, j->len + n + 3);
+  if (!grown) {
+    j->failed = true;
+    return MHD_NO;
+  }
+  if (j->text) {
+    memcpy(grown + j->len, ", ", 2);
+    j->len += 2;
+  }
+  memcpy(grown + j->len, value, n);
+  j->len += n;
+  grown[j->len] = '\0';
+  j->text = grown;
+  return MHD_YES;
+}
+
+/* Header name's lines joined (*ret malloc'd, NULL when the request has none); false when out
+ * of memory. */
+bool http_header_value(struct MHD_Connection *conn, const char *name, char **ret) {
+  joined j = {.name = name};
+  MHD_get_connection_values(conn, MHD_HEADER_KIND, join_lines, &j);
+  if (j.failed) free(j.text);
+  *ret = j.failed ? NULL : j.text;
+  return !j.failed;
+}
+
+/* Collects one Mcp-Param header; a repeated one is the list of its lines, as a repeated
+ * list header is (RFC 9110 §5.3), so it mirrors no argument. Its bytes are kept as sent: the
+ * dispatch refuses what a client must encode. */
+enum MHD_Result http_collect_param(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value) {
+  param_headers *ph = cls;
+  if (strncasecmp(key, "Mcp-Param-", 10) != 0 || !value) return MHD_YES;
+  char name[MAX_PARAM_NAME + 1];
+  if (strlen(key + 10) > MAX_PARAM_NAME) {
+    ph->too_long = true;
+    return MHD_NO;
+  }
+  size_t i = 0;
+  for (const char *p = key + 10; *p; p++) name[i++] = (char)tolower((unsigned char)*p);
+  name[i] = 0;
+  while (*value == ' ' || *value == '\t') value++;
+  size_t len = strlen(value);
+  while (len && (value[len - 1] == ' ' || value[len - 1] == '\t')) len--;
+  json_t *seen = json_object_get(ph->params, name);
+  if (!seen && json_object_size(ph->params) >= MAX_PARAM_HEADERS) {
+    ph->too_many = true;
+    return MHD_NO;
+  }
+  size_t before = seen ? json_string_length(seen) + 2 : 0;
+  _cleanup_free_ char *text = malloc(before + len + 1);
+  if (text && seen) {
+    memcpy(text, json_string_value(seen), before - 2);
+    memcpy(text + before - 2, ", ", 2);
+  }
+  if (text) memcpy(text + before, value, len);
+  json_t *v = text ? json_stringn_nocheck(text, before + len) : NULL;
+  if (!v || json_object_set_new(ph->params, name, v) < 0) {
+    ph->failed = true;
+    return MHD_NO;
+  }
+  return MHD_YES;
+}
+
+const char *const http_singletons[] = {
+    "Host",           "Authorization",     "Origin",         "Content-Type",
+    "Content-Length", "Transfer-Encoding", "Mcp-Session-Id", "Last-Event-ID",
+    "MCP-Protocol-Version", "Mcp-Method", "Mcp-Name", "Toolgate-Run"};
+
+enum MHD_Result http_count_singleton(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value) {
+  singleton_count *c = cls;
+  for (size_t i = 0; i < HTTP_N_SINGLETONS; i++)
+    if (strcasecmp(key, http_singletons[i]) == 0) c->seen[i]++;
+  return MHD_YES;
+}
+
+/* Whether 2026-07-28 validates header name on a request naming revision: its fault is then
+ * that revision's (-32020), not HTTP's. The routing headers are its own. */
+bool http_validated_by_2026(const char *name, const char *revision) {
+  return strcasecmp(name, "Mcp-Method") == 0 || strcasecmp(name, "Mcp-Name") == 0 ||
+         (strcasecmp(name, "MCP-Protocol-Version") == 0 && revision &&
+          strcmp(revision, TG_MCP_MODERN_VERSION) == 0);
+}

@@ -1,0 +1,129 @@
+/* 2026-07-28 subscriptions/listen streams. A listen request's answer stays open as its
+ * subscription: a watch of its own sends the acknowledgement and then the list changes on
+ * it. It ends when the client closes it, or with the server, which first sends the listen
+ * result. */
+
+#define _GNU_SOURCE
+#include "http/internal.h"
+
+#include <string.h>
+
+#include "util/cleanup.h"
+#include "util/clock.h"
+
+static int listener_send(void *self, json_t *msg) { return http_stream_event(self, msg); }
+
+void http_listener_put(listener *l) {
+  server *s = l->srv;
+  pthread_mutex_lock(&s->lock);
+  bool last = --l->refs == 0;
+  pthread_mutex_unlock(&s->lock);
+  if (!last) return;
+  tg_mcp_watch_free(l->watch);
+  http_stream_release(l->st);
+  free(l);
+}
+
+/* Takes l out of the registry, once, with the registry's reference. */
+void http_listener_unlink(listener *l) {
+  server *s = l->srv;
+  bool found = false;
+  pthread_mutex_lock(&s->lock);
+  for (listener **p = &s->listeners; *p; p = &(*p)->next) {
+    if (*p != l) continue;
+    *p = l->next;
+    s->n_listeners--;
+    found = true;
+    break;
+  }
+  pthread_mutex_unlock(&s->lock);
+  if (found) http_listener_put(l);
+}
+
+/* The client closed the listen stream: the subscription ends with it. */
+void http_listener_closed(void *arg) {
+  http_listener_unlink(arg);
+  http_listener_put(arg); /* the answer's reference */
+}
+
+/* Registers a listen stream of principal, within the bounds, with a reference for the caller
+ * (http_listener_serve passes it to the answer); NULL with *status and *why when it cannot. */
+listener *http_listener_open(server *s, const char *principal, const char *token_hash,
+                             unsigned *status, const char **why) {
+  listener *l = calloc(1, sizeof *l);
+  stream *st = http_stream_new(s, 0, principal);
+  *status = MHD_HTTP_INTERNAL_SERVER_ERROR;
+  *why = "Out of memory";
+  if (l && st && tg_mcp_watch_new(listener_send, st, &l->watch) == 0) {
+    l->srv = s;
+    l->st = st;
+    l->refs = 2; /* the registry's and the caller's */
+    snprintf(l->principal, sizeof l->principal, "%s", principal);
+    snprintf(l->token_hash, sizeof l->token_hash, "%s", token_hash);
+    pthread_mutex_lock(&s->lock);
+    size_t mine = 0;
+    for (listener *o = s->listeners; o; o = o->next) mine += strcmp(o->principal, principal) == 0;
+    *status = s->closing ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_TOO_MANY_REQUESTS;
+    *why = s->closing                              ? "The server is stopping"
+           : s->n_listeners >= TG_HTTP_MAX_LISTENS ? "Too many open subscriptions/listen streams"
+           : mine >= TG_HTTP_MAX_LISTENS_PER_PRINCIPAL
+               ? "Too many open subscriptions/listen streams of this caller"
+               : NULL;
+    if (!*why) {
+      l->next = s->listeners;
+      s->listeners = l;
+      s->n_listeners++;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (!*why) return l;
+  }
+  if (l) tg_mcp_watch_free(l->watch);
+  if (st) http_stream_release(st);
+  free(l);
+  return NULL;
+}
+
+/* The listen request was acknowledged: its answer stays open as the subscription, holding
+ * the caller's reference. */
+enum MHD_Result http_listener_serve(struct MHD_Connection *conn, listener *l) {
+  stream *st = l->st;
+  pthread_mutex_lock(&st->lock);
+  st->streaming = true;
+  st->reading = true;
+  st->on_close = http_listener_closed;
+  st->close_arg = l;
+  st->refs++;
+  unsigned id = st->reader;
+  pthread_mutex_unlock(&st->lock);
+  return http_queue_stream(conn, st, NULL, id);
+}
+
+/* The server stops: every listen stream gets its result and ends, and its connection has a
+ * moment to deliver that before the daemon closes it. */
+void http_listeners_end(server *s) {
+  _cleanup_json_ json_t *meta = tg_mcp_result_meta(&s->mcp);
+  stream *ended[TG_HTTP_MAX_LISTENS];
+  size_t n = 0;
+  for (;;) {
+    pthread_mutex_lock(&s->lock);
+    s->closing = true; /* from now on, the registry only shrinks */
+    listener *l = s->listeners;
+    if (l) l->refs++;
+    pthread_mutex_unlock(&s->lock);
+    if (!l) break;
+    tg_mcp_watch_end(l->watch, meta);
+    http_stream_end(l->st);
+    http_stream_ref(l->st);
+    ended[n++] = l->st;
+    http_listener_unlink(l);
+    http_listener_put(l);
+  }
+  int64_t deadline = tg_monotonic_ms() + DRAIN_MS;
+  for (size_t i = 0; i < n; i++) {
+    pthread_mutex_lock(&ended[i]->lock);
+    for (int64_t left; ended[i]->reading && (left = deadline - tg_monotonic_ms()) > 0;)
+      tg_timed_wait(&ended[i]->ready, &ended[i]->lock, left);
+    pthread_mutex_unlock(&ended[i]->lock);
+    http_stream_release(ended[i]);
+  }
+}

@@ -1,0 +1,287 @@
+/* Legacy (2025-11-25) sessions: their table, admission and reaping, and the run of an
+ * active agent's session. */
+
+#define _GNU_SOURCE
+#include "http/internal.h"
+
+#include <string.h>
+
+#include "core/run.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/status.h"
+
+void http_session_release_locked(server *s, session *x) {
+  if (--x->refs > 0) return;
+  if (x->run) {
+    x->run->status = x->revoked ? "cancelled" : "completed";
+    x->run->next = s->runs_to_end;
+    s->runs_to_end = x->run;
+  }
+  for (size_t i = 0; i < MAX_ASKS; i++) {
+    json_decref(x->asks[i].id);
+    json_decref(x->asks[i].response);
+  }
+  for (size_t i = 0; i < TG_HTTP_KEPT_STREAMS; i++)
+    if (x->kept[i]) http_stream_release(x->kept[i]);
+  if (x->standalone) http_stream_release(x->standalone);
+  tg_mcp_session_done(&x->state);
+  /* Nobody else holds the session, so nobody uses these; freeing them takes no lock. */
+  tg_mcp_watch_free(x->watch);
+  tg_mcp_inflight_free(x->inflight);
+  free(x);
+}
+
+/* The session's list changes go to its GET stream; without one they are dropped. */
+static int session_send(void *self, json_t *msg) {
+  session *x = self;
+  char *text = tg_rpc_encode(msg); /* before the server's lock, which every request takes */
+  json_decref(msg);
+  if (!text) return TG_E_NOMEM;
+  pthread_mutex_lock(&x->srv->lock);
+  int r = TG_OK;
+  if (x->standalone) r = http_stream_text(x->standalone, text);
+  else free(text);
+  pthread_mutex_unlock(&x->srv->lock);
+  return r;
+}
+
+/* A request was cancelled (a session's, or a stateless call whose client left or whose token
+ * was revoked): a tool waiting for its client looks again, and a call waiting in line for a
+ * pool thread leaves the line at once. */
+void http_cancellation_heard(void *arg) {
+  server *s = arg;
+  pthread_mutex_lock(&s->lock);
+  s->cancellations++;
+  pthread_cond_broadcast(&s->answered);
+  pthread_mutex_unlock(&s->lock);
+  http_drop_cancelled_in_line(s);
+}
+
+void http_session_unlink_locked(server *s, session *x) {
+  for (session **p = &s->sessions; *p; p = &(*p)->next) {
+    if (*p != x) continue;
+    *p = x->next;
+    s->n_sessions--;
+    x->dead = true;
+    pthread_cond_broadcast(&s->answered);
+    /* The GET stream ends with its session; the client's reconnection then gets a 404. */
+    if (x->standalone) http_stream_end(x->standalone);
+    http_session_release_locked(s, x);
+    return;
+  }
+}
+
+/* Ends x for its client (DELETE, or its token revoked): its requests, running or waiting for
+ * a thread, are cancelled, since nobody waits for their answers any more (the caller, once
+ * it let go of the lock, takes those waiting off the line: http_drop_cancelled_in_line). (A
+ * server that stops lets them run: its clients did not go away.) */
+void http_session_end_locked(server *s, session *x) {
+  tg_mcp_inflight_cancel_all(x->inflight);
+  s->cancellations++;
+  http_session_unlink_locked(s, x);
+}
+
+/* Whether a client reads x's GET stream: it then uses x, if only to listen. */
+static bool listening_locked(session *x) {
+  if (!x->standalone) return false;
+  pthread_mutex_lock(&x->standalone->lock);
+  bool reading = x->standalone->reading;
+  pthread_mutex_unlock(&x->standalone->lock);
+  return reading;
+}
+
+/* A session neither in use nor listening (its refs but the table's are looks of the sweeper). */
+static bool unused_locked(session *x) {
+  return x->refs - x->checking == 1 && !listening_locked(x);
+}
+
+/* Whether x, unused, was last used over idle_ms ago: by a request, or by a connection that
+ * read one of its streams (a client reconnecting as its GET stream ended is not idle). */
+static bool idle_locked(session *x, int64_t now, int64_t idle_ms) {
+  if (!unused_locked(x)) return false;
+  int64_t last = x->last_used;
+  for (size_t i = 0; i <= TG_HTTP_KEPT_STREAMS; i++) {
+    stream *st = i < TG_HTTP_KEPT_STREAMS ? x->kept[i] : x->standalone;
+    if (!st) continue;
+    pthread_mutex_lock(&st->lock);
+    bool reading = st->reading;
+    if (st->read_until > last) last = st->read_until;
+    pthread_mutex_unlock(&st->lock);
+    if (reading) return false;
+  }
+  return now - last > idle_ms;
+}
+
+/* Drops the sessions unused for TG_HTTP_SESSION_IDLE_MS: the sweeper's look (a server that
+ * only 2026-07-28 clients use opens none), and before a new session makes room. */
+void http_drop_idle_locked(server *s) {
+  int64_t now = tg_monotonic_ms();
+  int64_t idle_ms = s->cfg->session_idle_ms ? s->cfg->session_idle_ms : TG_HTTP_SESSION_IDLE_MS;
+  for (session *x = s->sessions, *next; x; x = next) {
+    next = x->next;
+    if (idle_locked(x, now, idle_ms)) http_session_unlink_locked(s, x);
+  }
+}
+
+/* Makes room for a session of principal: drops idle sessions, then, when principal holds its
+ * share or the table is full, the least recently used session not in use (principal's own
+ * when it is principal's share that is full). False when every candidate is in use. */
+static bool reap_locked(server *s, const char *principal) {
+  http_drop_idle_locked(s);
+  session *oldest = NULL, *oldest_mine = NULL;
+  size_t mine = 0;
+  for (session *x = s->sessions; x; x = x->next) {
+    if (!unused_locked(x)) {
+      mine += strcmp(x->principal, principal) == 0;
+      continue;
+    }
+    bool own = strcmp(x->principal, principal) == 0;
+    mine += own;
+    if (!oldest || x->use_order < oldest->use_order) oldest = x;
+    if (own && (!oldest_mine || x->use_order < oldest_mine->use_order)) oldest_mine = x;
+  }
+  session *victim = mine >= TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL ? oldest_mine
+                    : s->n_sessions >= TG_HTTP_MAX_SESSIONS    ? oldest
+                                                               : NULL;
+  if (victim && tg_log_may(&s->ended_logged_ms))
+    tg_log(TG_LOG_INFO, "http: ended the least recently used session to make room (at most %d "
+           "sessions, %d a caller; logged once a minute at most)", TG_HTTP_MAX_SESSIONS,
+           TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL);
+  if (victim) http_session_unlink_locked(s, victim);
+  return victim ||
+         (mine < TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL && s->n_sessions < TG_HTTP_MAX_SESSIONS);
+}
+
+/* A new session of principal, held by the caller alone and not in the table yet (see
+ * http_session_admit); NULL when out of memory. */
+session *http_session_new(server *s, const char *principal, const char *token_hash) {
+  session *x = calloc(1, sizeof *x);
+  unsigned char raw[SESSION_ID_BYTES];
+  if (!x || !tg_random_bytes(raw, sizeof raw) ||
+      tg_mcp_inflight_new(http_cancellation_heard, s, &x->inflight) < 0 ||
+      tg_mcp_watch_new(session_send, x, &x->watch) < 0) {
+    if (x) tg_mcp_inflight_free(x->inflight);
+    free(x);
+    return NULL;
+  }
+  x->srv = s;
+  tg_hex(raw, sizeof raw, x->id);
+  snprintf(x->principal, sizeof x->principal, "%s", principal);
+  snprintf(x->token_hash, sizeof x->token_hash, "%s", token_hash);
+  tg_mcp_session_init(&x->state);
+  x->refs = 1;
+  return x;
+}
+
+/* Puts x, whose initialize succeeded, in the table (which takes a reference of its own),
+ * making room for it; false when no room can be made. Only then: a failed initialize must
+ * not push out another session. */
+bool http_session_admit(server *s, session *x) {
+  pthread_mutex_lock(&s->lock);
+  x->last_used = tg_monotonic_ms();
+  x->use_order = ++s->session_uses;
+  bool room = reap_locked(s, x->principal);
+  if (room) {
+    x->next = s->sessions;
+    s->sessions = x;
+    s->n_sessions++;
+    x->refs++;
+  }
+  pthread_mutex_unlock(&s->lock);
+  return room;
+}
+
+/* An active agent's session is a run, opened once its initialize succeeded and it has its
+ * place (none for a session ended meanwhile: its token revoked, the server stopping); false
+ * (logged, the session ended) when it cannot be. */
+bool http_session_run_open(server *s, tg_db *db, session *x) {
+  pthread_mutex_lock(&s->lock);
+  bool dead = x->dead;
+  pthread_mutex_unlock(&s->lock);
+  if (dead) return true;
+  session_run *run = calloc(1, sizeof *run);
+  const char *why = "out of memory";
+  bool opened = run && tg_run_open_session(db, x->principal, *s->holder ? s->holder : NULL,
+                                           run->id, &why) == TG_OK;
+  if (!opened && tg_log_may(&s->run_opens_logged_ms))
+    tg_log(TG_LOG_ERROR, "http: a session's run could not start, so neither did the session: "
+           "%s (logged once a minute at most)", why);
+  pthread_mutex_lock(&s->lock);
+  if (opened && *run->id) {
+    x->run = run;
+    run = NULL;
+  }
+  if (!opened && !x->dead) http_session_end_locked(s, x);
+  pthread_mutex_unlock(&s->lock);
+  free(run);
+  return opened;
+}
+
+/* Ends every run of the list; one an operator ended first stays as it is. */
+static int end_runs(void *arg, tg_db *db) {
+  for (session_run *run = arg; run; run = run->next) {
+    int r = tg_run_end(db, run->id, run->status);
+    if (r < 0 && r != TG_E_NOTFOUND) return r;
+  }
+  return TG_OK;
+}
+
+/* Ends the runs of the sessions released, in one transaction, so that a database another
+ * process keeps busy holds its caller (the sweep, a DELETE) once at most. When that fails
+ * otherwise, each is ended alone, so that one the database refuses holds back no other.
+ * Those not ended (logged) are tried again at the next sweep. */
+void http_end_session_runs(server *s, tg_db *db) {
+  pthread_mutex_lock(&s->lock);
+  session_run *todo = s->runs_to_end, *again = NULL;
+  s->runs_to_end = NULL;
+  pthread_mutex_unlock(&s->lock);
+  if (!todo) return;
+  int r = tg_db_batch(db, end_runs, todo);
+  for (session_run *run = todo, *next; run; run = next) {
+    next = run->next;
+    run->next = NULL;
+    if (r == TG_OK || (r != TG_E_BUSY && tg_db_batch(db, end_runs, run) == TG_OK)) {
+      free(run);
+      continue;
+    }
+    run->next = again;
+    again = run;
+  }
+  if (!again) return;
+  if (tg_log_may(&s->run_ends_logged_ms))
+    tg_log(TG_LOG_WARN, "http: the runs of sessions ended are still running: %s (logged once "
+           "a minute at most)", tg_db_errmsg(db));
+  pthread_mutex_lock(&s->lock);
+  session_run **tail = &again;
+  while (*tail) tail = &(*tail)->next;
+  *tail = s->runs_to_end;
+  s->runs_to_end = again;
+  pthread_mutex_unlock(&s->lock);
+}
+
+/* The live session with id, with a reference; NULL unless principal opened it with the token
+ * of token_hash (not merely another of its tokens), so that what a token opened ends with it,
+ * every stream of its sessions included. */
+session *http_session_find(server *s, const char *id, const char *principal,
+                           const char *token_hash) {
+  pthread_mutex_lock(&s->lock);
+  session *x = s->sessions;
+  while (x && strcmp(x->id, id) != 0) x = x->next;
+  if (x && (strcmp(x->principal, principal) != 0 || strcmp(x->token_hash, token_hash) != 0))
+    x = NULL;
+  if (x) {
+    x->refs++;
+    x->last_used = tg_monotonic_ms();
+    x->use_order = ++s->session_uses;
+  }
+  pthread_mutex_unlock(&s->lock);
+  return x;
+}
+
+void http_session_put(server *s, session *x) {
+  if (!x) return;
+  pthread_mutex_lock(&s->lock);
+  http_session_release_locked(s, x);
+  pthread_mutex_unlock(&s->lock);
+}

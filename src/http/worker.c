@@ -1,0 +1,386 @@
+/* One request's worker: its context for the MCP server (sending, asking the client,
+ * cancellation) and the pool of threads that runs tool calls. */
+
+#define _GNU_SOURCE
+#include "http/internal.h"
+
+#include <string.h>
+
+#include "util/cleanup.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/status.h"
+
+/* The close hook of a stateless call's stream: closing it is the call's cancellation. */
+void http_cancel_call(void *arg) {
+  stream *st = arg;
+  tg_mcp_inflight_cancel(st->inflight, st->call_id);
+}
+
+/* Whether a call was cancelled as its token was revoked, as its session (x) or its stream
+ * (st, a stateless call's) says. */
+bool http_revoked_call(server *s, session *x, stream *st) {
+  pthread_mutex_t *lock = x ? &s->lock : &st->lock;
+  pthread_mutex_lock(lock);
+  bool revoked = x ? x->revoked : st->revoked;
+  pthread_mutex_unlock(lock);
+  return revoked;
+}
+
+/* Makes st, a stateless call's stream, carry the cancellation of the call with id (see
+ * http_cancel_call), from now on. false without memory (st's release frees what was made). */
+bool http_cancellable_alone(stream *st, json_t *id) {
+  if (tg_mcp_inflight_new(http_cancellation_heard, st->srv, &st->inflight) < 0 ||
+      tg_mcp_inflight_begin(st->inflight, id) < 0)
+    return false;
+  st->call_id = json_deep_copy(id); /* see http_stream_finish */
+  return st->call_id != NULL;
+}
+
+int http_worker_send(void *self, json_t *msg) {
+  return http_stream_event(((worker *)self)->st, msg);
+}
+
+/* The run a request's calls belong to: the one its Toolgate-Run header names, else its
+ * session's (*held); NULL: each call is one of its own. */
+const char *http_request_run(const worker *w, bool *held) {
+  *held = !w->header_copies[3] && w->sess && w->sess->run;
+  return w->header_copies[3] ? w->header_copies[3] : *held ? w->sess->run->id : NULL;
+}
+
+/* A call asks for its stream to be closed before its result (SEP-1699 polling): the client
+ * resumes it with Last-Event-ID. Only a session's streams can be resumed, by clients of the
+ * revisions that expect it; elsewhere the result goes out as usual. */
+static int worker_close_stream(void *self) {
+  worker *w = self;
+  if (w->sess && strcmp(w->scratch.version, POLLING_VERSION) >= 0) http_stream_poll(w->st);
+  return TG_OK;
+}
+
+/* Sends a request on the call's stream and waits for the client to POST the response. */
+static int worker_ask(void *self, json_t *ask, json_t **ret) {
+  worker *w = self;
+  server *s = w->srv;
+  json_t *id = json_incref(json_object_get(ask, "id"));
+  pthread_mutex_lock(&s->lock);
+  ask_slot *slot = NULL;
+  for (size_t i = 0; i < MAX_ASKS && !slot; i++)
+    if (!w->sess->asks[i].id) slot = &w->sess->asks[i];
+  if (slot) slot->id = id;
+  pthread_mutex_unlock(&s->lock);
+  if (!slot) {
+    json_decref(id);
+    json_decref(ask);
+    return TG_E_TOO_LARGE;
+  }
+  _cleanup_json_ json_t *asked = json_incref(ask); /* to withdraw it if the call stops waiting */
+  int r = http_stream_event(w->st, ask);
+  bool sent = r == 0, timed_out = false;
+  int64_t deadline = tg_monotonic_ms() + tg_mcp_ask_timeout_ms(&s->mcp);
+  pthread_mutex_lock(&s->lock);
+  while (r == 0 && !slot->response && !w->sess->dead) {
+    /* A cancellation is looked for outside the server's lock; the count tells whether one
+     * came meanwhile, so that the wait below cannot miss it. */
+    unsigned long seen = s->cancellations;
+    pthread_mutex_unlock(&s->lock);
+    bool cancelled = tg_mcp_inflight_cancelled(w->inflight, w->msg.id);
+    pthread_mutex_lock(&s->lock);
+    int64_t left = deadline - tg_monotonic_ms();
+    if (cancelled) {
+      r = TG_E_IO;
+    } else if (seen == s->cancellations && !slot->response && !w->sess->dead &&
+               (left <= 0 || tg_timed_wait(&s->answered, &s->lock, left))) {
+      r = TG_E_IO;
+      timed_out = true;
+    }
+  }
+  if (r == 0 && !slot->response) r = TG_E_IO;
+  bool withdraw = sent && r != 0 && !w->sess->dead;
+  if (r == 0) *ret = slot->response;
+  else json_decref(slot->response);
+  slot->response = NULL;
+  json_decref(slot->id);
+  slot->id = NULL;
+  pthread_mutex_unlock(&s->lock);
+  /* The call fails anyway: a withdrawal that cannot go out changes nothing. */
+  if (withdraw) http_stream_event(w->st, tg_mcp_withdrawal(asked, timed_out));
+  return r;
+}
+
+/* Hands a posted JSON-RPC response to the tool waiting for it; one answered already takes no
+ * second. 1 when one took it, 0 when none waits for it, TG_E_NOMEM. */
+int http_deliver_answer(server *s, session *x, const tg_rpc_msg *msg) {
+  size_t at = MAX_ASKS, matched = 0;
+  /* A copy of its own: jansson's counts order no free after another thread's reads. Made
+   * before the lock, which every session's requests take. */
+  json_t *response = json_deep_copy(msg->root);
+  if (!response) return TG_E_NOMEM;
+  pthread_mutex_lock(&s->lock);
+  /* An error naming no request (its client could not read one) answers the question
+   * waiting when only one does, as over stdio. */
+  for (size_t i = 0; i < MAX_ASKS; i++)
+    if (x->asks[i].id && !x->asks[i].response &&
+        (msg->id ? json_equal(x->asks[i].id, msg->id) : msg->error != NULL)) {
+      at = i;
+      matched++;
+    }
+  bool found = matched == 1;
+  if (found) {
+    json_decref(x->asks[at].response);
+    x->asks[at].response = response;
+    response = NULL;
+  }
+  pthread_cond_broadcast(&s->answered);
+  pthread_mutex_unlock(&s->lock);
+  json_decref(response);
+  return found;
+}
+
+/* A posted body that could not be decoded or was too large (refused with refusal; scan: its
+ * text scanned) that meant to answer a question of the session it names: that question gets
+ * an error for it, so that its call fails at once instead of waiting out its time. */
+void http_answer_unreadable(server *s, struct MHD_Connection *conn, const request *rq,
+                            const tg_rpc_id_scan *scan, const json_t *refusal) {
+  _cleanup_json_ json_t *id = tg_rpc_response_id(scan);
+  const char *sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Mcp-Session-Id");
+  session *x = id && sid ? http_session_find(s, sid, rq->principal, rq->token_hash) : NULL;
+  if (!x) return;
+  _cleanup_json_ json_t *answer = tg_mcp_unreadable_answer(id, refusal);
+  tg_rpc_msg msg;
+  json_t *ignored = NULL;
+  if (answer && tg_rpc_decode_element(answer, &msg, &ignored) == 0) {
+    http_deliver_answer(s, x, &msg);
+    tg_rpc_msg_done(&msg);
+  }
+  json_decref(ignored);
+  http_session_put(s, x);
+}
+
+/* Takes a response out of a batch (tg_rpc_batch_take) to the tool waiting for it. One that no
+ * tool waits for is dropped: a batch has no answer of its own to refuse it with. */
+int http_deliver_batched_answer(void *arg, tg_rpc_msg *element) {
+  batch_target *t = arg;
+  if (element->kind != TG_RPC_RESPONSE) return 0;
+  int r = http_deliver_answer(t->srv, t->sess, element);
+  if (r < 0) return r;
+  if (r == 0 && tg_log_may(&t->srv->stray_logged_ms))
+    tg_log(TG_LOG_WARN, "http: a batched response to no request waiting for one; dropped "
+                        "(logged once a minute at most)");
+  return 1;
+}
+
+/* A request works on a copy of its session's state (false without memory). Requests of one
+ * session may run at once, so only what a request changed is written back: the whole state
+ * after the initialize that opened the session, else the log level (the one set last) and the
+ * initialized flag. */
+bool http_state_load(server *s, session *x, tg_mcp_session *out) {
+  pthread_mutex_lock(&s->lock);
+  *out = x->state;
+  /* A copy of its own, as requests of the session free theirs on their threads (see
+   * http_deliver_answer). */
+  out->client_capabilities = json_deep_copy(x->state.client_capabilities);
+  pthread_mutex_unlock(&s->lock);
+  return out->client_capabilities || !x->state.client_capabilities;
+}
+
+void http_state_store(server *s, session *x, tg_mcp_session *in, bool opened) {
+  pthread_mutex_lock(&s->lock);
+  if (opened) {
+    json_decref(x->state.client_capabilities);
+    x->state = *in;
+    in->client_capabilities = NULL;
+  } else {
+    if (in->level_set_ns > x->state.level_set_ns) {
+      x->state.log_level = in->log_level;
+      x->state.level_set_ns = in->level_set_ns;
+    }
+    if (in->initialized) x->state.initialized = true;
+  }
+  pthread_mutex_unlock(&s->lock);
+}
+
+/* Lists w, a stateless call of a token, for end_revoked (http_worker_free takes it off). */
+void http_list_token_call_locked(server *s, worker *w) {
+  if (w->sess || !w->token_hash[0]) return;
+  w->listed = true;
+  w->next_call = s->token_calls;
+  if (s->token_calls) s->token_calls->prev_call = w;
+  s->token_calls = w;
+  s->n_token_calls++;
+}
+
+void http_worker_free(worker *w) {
+  server *s = w->srv;
+  if (w->listed) {
+    pthread_mutex_lock(&s->lock);
+    if (w->prev_call) w->prev_call->next_call = w->next_call;
+    else s->token_calls = w->next_call;
+    if (w->next_call) w->next_call->prev_call = w->prev_call;
+    s->n_token_calls--;
+    pthread_mutex_unlock(&s->lock);
+  }
+  tg_rpc_msg_done(&w->msg);
+  json_decref(w->params);
+  for (size_t i = 0; i < 4; i++) free(w->header_copies[i]);
+  tg_mcp_session_done(&w->scratch);
+  http_session_put(w->srv, w->sess);
+  if (w->st) http_stream_release(w->st);
+  if (w->caller) http_request_done(w->srv, w->caller, true);
+  free(w);
+}
+
+/* Ends the answer of w's call, cancelled: with no message, but for a call cancelled as its
+ * token was revoked whose answer has begun (an event stream), which ends with an error
+ * saying so: its client would wait otherwise for an answer that cannot come. (One not begun
+ * is refused as the revoked token is, 401.) */
+static void finish_cancelled(server *s, worker *w) {
+  char *text = NULL;
+  if (http_revoked_call(s, w->sess, w->st)) {
+    json_t *error = tg_rpc_error(w->msg.id, TG_RPC_INVALID_REQUEST,
+                                 "The token this call was made with was revoked: the call was "
+                                 "cancelled",
+                                 NULL);
+    text = error ? tg_rpc_encode(error) : NULL;
+    json_decref(error);
+  }
+  http_stream_finish(w->st, text, w->msg.id, 0);
+}
+
+/* Serves one queued call on a pool thread's connection (NULL when it could not be opened). */
+static void run_call(worker *w, tg_db *db) {
+  server *s = w->srv;
+  char *final = NULL;
+  int status = 500;
+  bool handled = false;
+  if (db) {
+    tg_env env = http_server_env(s, db);
+    tg_mcp_io io = {.self = w, .send = http_worker_send, .ask = w->sess ? worker_ask : NULL,
+                    .close_stream = worker_close_stream};
+    tg_mcp_request req = {.env = &env, .principal_id = w->principal,
+                          .token_hash = w->token_hash, .session = &w->scratch,
+                          .headers = &w->headers, .io = &io,
+                          .inflight = w->inflight,
+                          .abandoned = &s->past_grace,
+                          .watch = w->sess ? w->sess->watch : NULL};
+    req.run_id = http_request_run(w, &req.run_held);
+    tg_mcp_reply reply;
+    handled = tg_mcp_handle(&s->mcp, &req, &w->msg, &reply) == 0;
+    if (handled) {
+      final = reply.text;
+      status = reply.http_status;
+      if (w->sess) http_state_store(s, w->sess, &w->scratch, w->opened);
+    }
+  }
+  /* Ends the exchange even without a message (a cancelled call gets none), so the client is
+   * never left waiting. */
+  if (tg_mcp_inflight_end(w->inflight, w->msg.id)) {
+    free(final);
+    finish_cancelled(s, w);
+  } else {
+    if (!handled) {
+      _cleanup_json_ json_t *error =
+          tg_rpc_error(w->msg.id, TG_RPC_INTERNAL_ERROR, "Internal error", NULL);
+      final = error ? tg_rpc_encode(error) : NULL;
+    }
+    http_stream_finish(w->st, final, w->msg.id, status);
+  }
+  if (db) http_check_lists(s, db, w->principal, w->sess);
+  http_worker_free(w);
+}
+
+/* How many calls wait in line for a pool thread. */
+unsigned http_queued_locked(server *s) {
+  unsigned n = 0;
+  for (worker *w = s->queue_head; w; w = w->next) n++;
+  return n;
+}
+
+/* Takes the calls cancelled while they wait in line for a pool thread off the line, and ends
+ * them without an answer: at once, not once a thread comes free. */
+void http_drop_cancelled_in_line(server *s) {
+  worker *dropped = NULL;
+  pthread_mutex_lock(&s->lock);
+  for (worker **at = &s->queue_head, *prev = NULL; *at;) {
+    worker *w = *at;
+    if (!tg_mcp_inflight_cancelled(w->inflight, w->msg.id)) {
+      prev = w;
+      at = &w->next;
+      continue;
+    }
+    *at = w->next;
+    if (s->queue_tail == w) s->queue_tail = prev;
+    w->next = dropped;
+    dropped = w;
+  }
+  pthread_mutex_unlock(&s->lock);
+  while (dropped) {
+    worker *w = dropped;
+    dropped = w->next;
+    tg_mcp_inflight_end(w->inflight, w->msg.id);
+    finish_cancelled(s, w);
+    http_worker_free(w);
+  }
+}
+
+/* A pool or sweeper thread's connection, opened at its first use; NULL (logged) when it
+ * cannot be, and tried again at the next. */
+tg_db *http_thread_db(server *s, tg_db **db) {
+  char *why = NULL;
+  if (!*db && tg_db_open(s->cfg->data_dir, db, &why) < 0) {
+    tg_log(TG_LOG_ERROR, "http: cannot open the database: %s", why ? why : "out of memory");
+    free(why);
+    *db = NULL;
+  }
+  return *db;
+}
+
+/* The queued call to run next, taken off the queue into the free busy slot *slot: the first
+ * of those whose principal runs the fewest calls, fewer than busy_max (stopping: the first
+ * of all), so that a caller with fewer threads goes ahead of one holding more; NULL when
+ * none may run. */
+static worker *take_locked(server *s, unsigned *slot) {
+  worker *prev = NULL, *best = NULL, *best_prev = NULL;
+  unsigned fewest = 0;
+  for (worker *w = s->queue_head; w; prev = w, w = w->next) {
+    unsigned running = 0;
+    for (unsigned i = 0; i < s->n_busy; i++) {
+      running += strcmp(s->busy[i], w->principal) == 0;
+      if (!s->busy[i][0]) *slot = i; /* this thread's at least is free */
+    }
+    if (s->stopping) running = 0;
+    else if (running >= s->busy_max) continue;
+    if (best && running >= fewest) continue;
+    best = w;
+    best_prev = prev;
+    fewest = running;
+    if (!running) break; /* none goes ahead of it */
+  }
+  if (!best) return NULL;
+  if (best_prev) best_prev->next = best->next;
+  else s->queue_head = best->next;
+  if (s->queue_tail == best) s->queue_tail = best_prev;
+  memcpy(s->busy[*slot], best->principal, sizeof s->busy[0]);
+  return best;
+}
+
+/* A pool thread: serves queued calls until the pool stops and the queue is empty. */
+void *http_pool_main(void *arg) {
+  server *s = arg;
+  tg_db *db = NULL;
+  for (;;) {
+    unsigned slot = 0;
+    pthread_mutex_lock(&s->lock);
+    worker *w;
+    while (!(w = take_locked(s, &slot)) && !(s->stopping && !s->queue_head))
+      pthread_cond_wait(&s->queued, &s->lock);
+    pthread_mutex_unlock(&s->lock);
+    if (!w) break; /* stopping, and the queue is drained */
+    run_call(w, http_thread_db(s, &db));
+    pthread_mutex_lock(&s->lock);
+    s->busy[slot][0] = '\0';
+    pthread_cond_broadcast(&s->queued); /* a call held back for its principal may run */
+    pthread_mutex_unlock(&s->lock);
+  }
+  tg_db_close(db);
+  return NULL;
+}
