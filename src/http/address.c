@@ -8,6 +8,8 @@
 #include <ctype.h>
 #include <errno.h>
 #include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 

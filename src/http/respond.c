@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "http/internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "util/clock.h"

@@ -8,6 +8,8 @@
 #include <limits.h>
 #include <malloc.h>
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "http/media.h"

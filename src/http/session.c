@@ -4,6 +4,8 @@
 #define _GNU_SOURCE
 #include "http/internal.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/run.h"

@@ -10,6 +10,8 @@
 #define _GNU_SOURCE
 #include "http/internal.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "util/cleanup.h"
