@@ -5,6 +5,7 @@
 #include "mcp/internal.h"
 
 #include <ctype.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "util/cleanup.h"

@@ -4,6 +4,8 @@
 #define _GNU_SOURCE
 #include "mcp/internal.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "util/status.h"

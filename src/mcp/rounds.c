@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "mcp/internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "util/cleanup.h"

@@ -2,6 +2,8 @@
 #include "mcp/server.h"
 #include "mcp/internal.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "util/cleanup.h"
