@@ -275,13 +275,17 @@ static int write_telemetry(call_state *st, tg_db *db, tg_errcode code, const cha
                task ? "\"" : "", approval ? ",\"approvalId\":\"" : "", approval ? approval : "",
                approval ? "\"" : "") < 0)
     return TG_E_NOMEM;
-  return tg_db_exec(db,
-                    "INSERT INTO agent_run_logs (id, tenant_id, run_id, principal_id, step,"
-                    " level, message, metadata, created_at)"
-                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                    json_pack("[sss?ssssss]", id, p->tenant_id, *st->run_id ? st->run_id : NULL,
-                              p->id, st->step, level_of(code), line, meta, now),
-                    NULL);
+  r = tg_db_exec(db,
+                 "INSERT INTO agent_run_logs (id, tenant_id, run_id, principal_id, step,"
+                 " level, message, metadata, created_at)"
+                 " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                 json_pack("[sss?ssssss]", id, p->tenant_id, *st->run_id ? st->run_id : NULL,
+                           p->id, st->step, level_of(code), line, meta, now),
+                 NULL);
+  /* The count the run's cap reads (gate_run_cap), kept only for the tools that have one. */
+  if (r == TG_OK && code == TG_ERR_NONE && *st->run_id && st->tool && st->tool->max_per_run)
+    r = tg_run_count_success(db, st->run_id, st->tool->name);
+  return r;
 }
 
 int tg_call_log_end(tg_db *db, const char *principal_id, const char *tool, const char *task_id,

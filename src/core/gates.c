@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/approval.h"
+#include "core/run.h"
 #include "util/cleanup.h"
 #include "util/ids.h"
 #include "util/json.h"
@@ -149,16 +150,10 @@ static int gate_run(const tg_gate_input *in, tg_refusal *out) {
  * edit per run); refused calls do not count. */
 static int gate_run_cap(const tg_gate_input *in, tg_refusal *out) {
   if (!in->tool->max_per_run || !in->run_id) return 0;
-  char step[160];
-  snprintf(step, sizeof step, "tool:%s", in->tool->name);
-  _cleanup_json_ json_t *row = NULL;
-  int r = tg_db_query_row(in->db,
-                          "SELECT COUNT(*) AS n FROM agent_run_logs WHERE run_id = $1 AND step = $2"
-                          " AND level = 'INFO'",
-                          json_pack("[ss]", in->run_id, step), &row);
+  int64_t done = 0;
+  int r = tg_run_successes(in->db, in->run_id, in->tool->name, &done);
   if (r < 0) return r;
-  json_int_t done = json_integer_value(json_object_get(row, "n"));
-  if (done < (json_int_t)in->tool->max_per_run) return 0;
+  if (done < (int64_t)in->tool->max_per_run) return 0;
   return refuse(out, TG_ERR_PRECONDITION_FAILED,
                 json_pack("{s:s,s:s,s:i}", "reason", "per_run_cap", "runId", in->run_id,
                           "maxPerRun", (int)in->tool->max_per_run),

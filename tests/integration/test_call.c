@@ -1118,6 +1118,39 @@ static void test_caller_whose_subject_is_gone_is_unknown(void **state) {
   assert_string_equal(before, after);
 }
 
+/* A run's cap counts its successes in the run's own row: a capped tool succeeds once a run,
+ * its next call there is refused and writes nothing, and another run may call it again. */
+static void test_run_cap_counts_successes(void **state) {
+  world *w = *state;
+  tg_call_result res;
+  char runs[2][TG_UUID_LEN + 1];
+  for (size_t i = 0; i < 2; i++) {
+    assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.run.start",
+                                  "{\"agentSlug\":\"writer\"}", NULL, &res), 0);
+    snprintf(runs[i], sizeof runs[i], "%s", json_string_value(json_object_get(res.value, "runId")));
+    tg_call_result_done(&res);
+  }
+  long missions = fixture_count(w->f, "missions");
+  assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.item.once",
+                                "{\"note\":\"first\"}", runs[0], &res), 0);
+  tg_call_result_done(&res);
+  assert_int_equal(fixture_count(w->f, "missions"), missions + 1);
+  assert_int_equal(fixture_count_where(w->f,
+                                       "SELECT successes ->> '$.\"tool:test.item.once\"' AS n"
+                                       " FROM agent_runs WHERE id = $1",
+                                       json_pack("[s]", runs[0])),
+                   1);
+  assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.item.once",
+                                "{\"note\":\"second\"}", runs[0], &res), TG_E_TOOL);
+  assert_string_equal(json_string_value(json_object_get(details(&res), "reason")), "per_run_cap");
+  tg_call_result_done(&res);
+  assert_int_equal(fixture_count(w->f, "missions"), missions + 1);
+  assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.item.once",
+                                "{\"note\":\"other run\"}", runs[1], &res), 0);
+  tg_call_result_done(&res);
+  assert_int_equal(fixture_count(w->f, "missions"), missions + 2);
+}
+
 /* What another call writes between a call's gates and its write: tg_db_test_queued runs it
  * once, as the call queues its write. */
 static struct {
@@ -1141,11 +1174,9 @@ static void test_run_gates_hold_at_the_write(void **state) {
   struct {
     const char *sql, *reason;
   } moves[] = {
-      /* a call of the same run, done meanwhile */
-      {"INSERT INTO agent_run_logs (id, tenant_id, run_id, principal_id, step, level, message,"
-       " metadata, created_at) SELECT 'log-race', tenant_id, $1, principal_id,"
-       " 'tool:test.item.once', 'INFO', 'ok', '{}', 'now' FROM agents"
-       " WHERE id = (SELECT agent_id FROM agent_runs WHERE id = $1)", "per_run_cap"},
+      /* the count a call of the same run, done meanwhile, leaves */
+      {"UPDATE agent_runs SET successes = '{\"tool:test.item.once\":1}' WHERE id = $1",
+       "per_run_cap"},
       {"UPDATE agent_runs SET status = 'completed', ended_at = 'now' WHERE id = $1", NULL},
   };
   tg_db_test_queued = race_in;
@@ -1174,7 +1205,7 @@ static void test_run_gates_hold_at_the_write(void **state) {
                                          "SELECT COUNT(*) AS n FROM agent_run_logs"
                                          " WHERE run_id = $1 AND level = 'INFO'",
                                          json_pack("[s]", run)),
-                     i == 0);
+                     0);
     /* The refusal's own row names the run unless the run is what refused. */
     assert_int_equal(fixture_count_where(w->f,
                                          "SELECT COUNT(*) AS n FROM agent_run_logs"
@@ -1367,6 +1398,7 @@ int main(void) {
       T(test_kept_caller_gone_is_unknown),
       T(test_caller_whose_subject_is_gone_is_unknown),
       T(test_refusal_is_decided_on_current_grants),
+      T(test_run_cap_counts_successes),
       T(test_run_gates_hold_at_the_write),
       T(test_locked_database_is_told),
   };
