@@ -235,11 +235,15 @@ static bool blank(const char *s, size_t len) {
  * call fails at once instead of waiting out its time. After the refusal is written, so that
  * the client reads it before the call's answer. */
 static int refuse_unreadable(conn *c, const tg_rpc_id_scan *scan, json_t *refusal) {
-  _cleanup_json_ json_t *id = tg_rpc_response_id(scan);
+  json_t *id = tg_rpc_response_id(scan);
   json_t *answer = id ? tg_mcp_unreadable_answer(id, refusal) : NULL;
   int r = write_message(c, refusal);
   pthread_mutex_lock(&c->lock);
-  if (answer && c->awaiting && !c->answer && json_equal(id, c->awaiting)) {
+  bool awaited = answer && c->awaiting && !c->answer && json_equal(id, c->awaiting);
+  /* The answer holds id too: let go of it while the call's thread cannot have the answer
+   * yet. Jansson's reference counts alone do not order the two threads' uses of it. */
+  json_decref(id);
+  if (awaited) {
     c->answer = TAKE_PTR(answer);
     pthread_cond_broadcast(&c->changed);
   }
