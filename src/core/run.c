@@ -1,8 +1,5 @@
 #include "core/run.h"
 
-#include <stdio.h>
-#include <string.h>
-
 #include "core/principal.h"
 #include "util/cleanup.h"
 #include "util/clock.h"
@@ -64,34 +61,24 @@ int tg_run_end(tg_db *db, const char *id, const char *status) {
   return r < 0 ? r : changes == 1 ? TG_OK : TG_E_NOTFOUND;
 }
 
-#define SUCCESSES_PATH_MAX 192
-
-/* The JSON path of tool's count in agent_runs.successes; false for a name no path can hold
- * (too long, or quoting itself). */
-static bool successes_path(const char *tool, char path[SUCCESSES_PATH_MAX]) {
-  int n = snprintf(path, SUCCESSES_PATH_MAX, "$.\"tool:%s\"", tool);
-  return n > 0 && n < SUCCESSES_PATH_MAX && !strpbrk(tool, "\"\\");
-}
-
 int tg_run_successes(tg_db *db, const char *id, const char *tool, int64_t *ret_n) {
   *ret_n = 0;
-  char path[SUCCESSES_PATH_MAX];
-  if (!successes_path(tool, path)) return TG_E_INVAL;
   _cleanup_json_ json_t *row = NULL;
-  int r = tg_db_query_row(db, "SELECT successes ->> $2 AS n FROM agent_runs WHERE id = $1",
-                          json_pack("[ss]", id, path), &row);
+  int r = tg_db_query_row(db,
+                          "SELECT n FROM agent_run_successes"
+                          " WHERE run_id = $1 AND step = 'tool:' || $2",
+                          json_pack("[ss]", id, tool), &row);
   if (r < 0) return r;
   *ret_n = json_integer_value(json_object_get(row, "n"));
   return TG_OK;
 }
 
 int tg_run_count_success(tg_db *db, const char *id, const char *tool) {
-  char path[SUCCESSES_PATH_MAX];
-  if (!successes_path(tool, path)) return TG_E_INVAL;
   return tg_db_exec(db,
-                    "UPDATE agent_runs SET successes = json_set(coalesce(successes, '{}'), $2,"
-                    " coalesce(successes ->> $2, 0) + 1) WHERE id = $1",
-                    json_pack("[ss]", id, path), NULL);
+                    "INSERT INTO agent_run_successes (run_id, step, n)"
+                    " VALUES ($1, 'tool:' || $2, 1)"
+                    " ON CONFLICT (run_id, step) DO UPDATE SET n = agent_run_successes.n + 1",
+                    json_pack("[ss]", id, tool), NULL);
 }
 
 int tg_run_end_orphans(tg_db *db, int *ret_ended) {

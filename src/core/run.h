@@ -29,7 +29,7 @@ int tg_run_end(tg_db *db, const char *id, const char *status);
 int tg_run_end_orphans(tg_db *db, int *ret_ended);
 
 /* How many calls of tool succeeded in run id, as counted for tools that cap their successes
- * per run (maxPerRun): into *ret_n (0 for a run that is not there). */
+ * per run (maxPerRun): into *ret_n (0 when none did, or for a run that is not there). */
 int tg_run_successes(tg_db *db, const char *id, const char *tool, int64_t *ret_n);
 
 /* Counts a success of tool in run id, in the caller's transaction. */

@@ -1136,8 +1136,8 @@ static void test_run_cap_counts_successes(void **state) {
   tg_call_result_done(&res);
   assert_int_equal(fixture_count(w->f, "missions"), missions + 1);
   assert_int_equal(fixture_count_where(w->f,
-                                       "SELECT successes ->> '$.\"tool:test.item.once\"' AS n"
-                                       " FROM agent_runs WHERE id = $1",
+                                       "SELECT n FROM agent_run_successes"
+                                       " WHERE run_id = $1 AND step = 'tool:test.item.once'",
                                        json_pack("[s]", runs[0])),
                    1);
   assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.item.once",
@@ -1175,7 +1175,7 @@ static void test_run_gates_hold_at_the_write(void **state) {
     const char *sql, *reason;
   } moves[] = {
       /* the count a call of the same run, done meanwhile, leaves */
-      {"UPDATE agent_runs SET successes = '{\"tool:test.item.once\":1}' WHERE id = $1",
+      {"INSERT INTO agent_run_successes (run_id, step, n) VALUES ($1, 'tool:test.item.once', 1)",
        "per_run_cap"},
       {"UPDATE agent_runs SET status = 'completed', ended_at = 'now' WHERE id = $1", NULL},
   };
