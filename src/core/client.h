@@ -35,7 +35,8 @@ typedef struct tg_client_channel {
    * stolen. Returns 0, TG_E_TOOL with *ret the client's error object (or one made here
    * when its result does not answer the request, tg_client_answer_reads, with that result as
    * data.result), TG_E_INVAL without
-   * sending anything when the client did not declare it can answer (tg_client_can),
+   * sending anything when the client did not declare it can answer (tg_client_can) or
+   * may not be asked yet (a 2025-11-25 session before its notifications/initialized),
    * TG_E_IO when no answer came (the client went away, or did not answer in the time the
    * transport waits, or the server is stopping; also when the client cancelled the call
    * while it waited: see cancelled), TG_E_TOO_LARGE when it cannot go out now (too many

@@ -72,8 +72,11 @@ static int channel_ask(void *self, const char *method, json_t *params, json_t **
     json_decref(params);
     return TG_E_IO;
   }
-  /* Never a request the client did not declare it can answer. */
-  if (!tg_client_can(ch->c->caps, method, params)) {
+  /* Never a request the client did not declare it can answer, nor one to a 2025 session
+   * before its notifications/initialized (only pings and logging may go before). */
+  const tg_mcp_session *session = ch->c->req->session;
+  bool handshaking = !ch->c->modern && session->version[0] && !session->initialized;
+  if (handshaking || !tg_client_can(ch->c->caps, method, params)) {
     json_decref(params);
     return TG_E_INVAL;
   }
@@ -149,6 +152,12 @@ static int ask_failed(cx *c, int status, const char *key, json_t *error) {
                         "answers, or too much output waits for it to read; retry later",
                         json_pack("{s:s}", "key", key));
   if (status == TG_E_NOMEM) return status;
+  /* The client declared it can answer (mcp_next_round checked): it did not say initialized. */
+  if (status == TG_E_INVAL)
+    return mcp_rpc_fail(c, TG_RPC_INVALID_REQUEST,
+                        "An input request cannot go to the client before its "
+                        "notifications/initialized",
+                        json_pack("{s:s}", "key", key));
   return mcp_rpc_fail(c, TG_RPC_INTERNAL_ERROR,
                       "The client did not answer an input request: it went away, did not answer "
                       "in time, or the request was cancelled or the server is stopping",

@@ -594,15 +594,17 @@ static int check_legacy(cx *c, tg_mcp_reply *reply) {
 static int check_pinned(cx *c, tg_mcp_reply *reply) {
   const tg_rpc_msg *msg = c->msg;
   const tg_mcp_session *s = c->req->session;
+  json_t *claimed = json_object_get(meta_of(msg), META_VERSION);
   int r;
-  /* The discover probe too: what it would say supported, this connection does not take. */
-  if (c->modern && s->era == TG_MCP_ERA_LEGACY)
+  /* The discover probe too: what it would say supported, this connection does not take. A
+   * claim without a version is malformed, which check_modern says. */
+  if (c->modern && s->era == TG_MCP_ERA_LEGACY && json_is_string(claimed))
     r = reply_error(
         msg, TG_RPC_UNSUPPORTED_VERSION,
         "This connection speaks the 2025 protocol, chosen by a request without "
         "params._meta before",
-        json_pack("{s:[s],s:s}", "supported", s->version[0] ? s->version : TG_MCP_LEGACY_VERSION,
-                  "requested", TG_MCP_MODERN_VERSION),
+        json_pack("{s:[s],s:O}", "supported", s->version[0] ? s->version : TG_MCP_LEGACY_VERSION,
+                  "requested", claimed),
         400, reply);
   else if (!c->modern && s->era == TG_MCP_ERA_MODERN && strcmp(msg->method, "initialize") == 0 &&
            !json_is_string(json_object_get(msg->params, "protocolVersion")))

@@ -126,6 +126,9 @@ static int ask_client(tg_call_ctx *cx, const char *method, json_t *params, json_
                    "The client cannot answer %s on this connection", method);
   }
   int r = ch->ask(ch->self, method, params, ret);
+  if (r == TG_E_INVAL)
+    return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, NULL,
+                   "The client may not be asked %s yet: its session is not initialized", method);
   if (r == TG_E_TOOL)
     return tg_fail(cx, TG_ERR_PROVIDER_ERROR, json_pack("{s:o}", "clientError", *ret),
                    "The client refused %s, or its answer does not fit it", method);

@@ -279,6 +279,7 @@ static long asked_rows(world *w) {
 static void test_cancelled_call_gets_no_answer_and_writes_nothing(void **state) {
   world *w = *state;
   json_decref(handle(w, INITIALIZE, NULL));
+  assert_null(handle(w, INITIALIZED, NULL));
   long asked = asked_rows(w);
   long logs = fixture_count(w->f, "agent_run_logs");
   w->cancel_msg = json_loads(CANCEL(2), 0, NULL);

@@ -37,6 +37,7 @@
 #define INITIALIZE(id, version, caps)                                                       \
   "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"" \
   version "\",\"capabilities\":" caps "}}"
+#define INITIALIZED "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}"
 
 /* What a subscriptions/listen stream receives, from whichever thread tells it. */
 typedef struct feed {
@@ -141,6 +142,13 @@ static json_t *send_as(world *w, const char *principal, const char *text,
 
 static json_t *send_msg(world *w, const char *text, const tg_mcp_headers *headers, int *status) {
   return send_as(w, w->agent, text, headers, status);
+}
+
+/* A 2025 client's handshake: initialize (its text), then notifications/initialized, before
+ * which no request of the server's may go to it. */
+static void handshake(world *w, const char *initialize) {
+  json_decref(send_msg(w, initialize, NULL, NULL));
+  assert_null(send_msg(w, INITIALIZED, NULL, NULL));
 }
 
 static int error_code(json_t *reply) {
@@ -815,8 +823,22 @@ static void test_stdio_pinned_to_2025(void **state) {
   supported = json_object_get(json_object_get(json_object_get(r, "error"), "data"), "supported");
   assert_string_equal(json_string_value(json_array_get(supported, 0)), "2025-06-18");
   json_decref(r);
+  /* What it refuses is the version the request claimed, as sent; a claim without one is
+   * malformed. */
+  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/list\",\"params\":{\"_meta\":{"
+               "\"io.modelcontextprotocol/protocolVersion\":\"2099-01-01\","
+               "\"io.modelcontextprotocol/clientCapabilities\":{}}}}", NULL, NULL);
+  assert_int_equal(error_code(r), TG_RPC_UNSUPPORTED_VERSION);
+  json_t *data = json_object_get(json_object_get(r, "error"), "data");
+  assert_string_equal(json_string_value(json_object_get(data, "requested")), "2099-01-01");
+  json_decref(r);
+  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/list\",\"params\":{\"_meta\":{"
+               "\"io.modelcontextprotocol/protocolVersion\":7,"
+               "\"io.modelcontextprotocol/clientCapabilities\":{}}}}", NULL, NULL);
+  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+  json_decref(r);
   assert_int_equal(w->session.era, TG_MCP_ERA_LEGACY);
-  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/list\"}", NULL, NULL);
+  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"tools/list\"}", NULL, NULL);
   assert_non_null(json_object_get(result_of(r), "tools"));
   json_decref(r);
 }
@@ -914,12 +936,21 @@ static void test_progress_and_logging(void **state) {
 
 static void test_elicitation_asks_the_client(void **state) {
   world *w = *state;
-  json_t *r = send_msg(w,
-                       INITIALIZE(1, "2025-11-25", "{\"elicitation\":{}}"),
-                       NULL, NULL);
-  json_decref(r);
+  json_decref(send_msg(w, INITIALIZE(1, "2025-11-25", "{\"elicitation\":{}}"), NULL, NULL));
   w->answer = json_pack("{s:s,s:{s:s,s:s}}", "action", "accept", "content", "username", "ada",
                         "email", "ada@example.com");
+  /* Nothing is asked of a client before its notifications/initialized: the tool fails. */
+  static const char ask[] =
+      "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":"
+      "\"test_elicitation\",\"arguments\":{\"message\":\"who?\"}}}";
+  json_t *r = send_msg(w, ask, NULL, NULL);
+  assert_true(json_is_true(json_object_get(result_of(r), "isError")));
+  assert_string_equal(json_string_value(json_object_get(json_object_get(json_object_get(
+                          result_of(r), "structuredContent"), "error"), "code")),
+                      "precondition_failed");
+  assert_int_equal(json_array_size(w->sent), 0);
+  json_decref(r);
+  assert_null(send_msg(w, INITIALIZED, NULL, NULL));
   r = send_msg(w,
                "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":"
                "\"test_elicitation\",\"arguments\":{\"message\":\"who?\"}}}",
@@ -976,9 +1007,16 @@ static void test_input_requests_asked_on_2025(void **state) {
                        NULL, NULL));
   w->answer = json_pack("{s:s,s:{s:s,s:s}}", "action", "accept", "content", "name", "ada",
                         "color", "green");
+  static const char call[] = "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{"
+                             "\"name\":\"test_input_required_result_elicitation\"}}";
+  /* Before the client's notifications/initialized, what the round asks cannot go to it. */
+  json_t *r = send_msg(w, call, NULL, NULL);
+  assert_int_equal(error_code(r), TG_RPC_INVALID_REQUEST);
+  assert_int_equal(json_array_size(w->sent), 0);
+  json_decref(r);
+  assert_null(send_msg(w, INITIALIZED, NULL, NULL));
   long rounds = elicitation_calls_audited(w, "INFO");
-  json_t *r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{"
-                          "\"name\":\"test_input_required_result_elicitation\"}}", NULL, NULL);
+  r = send_msg(w, call, NULL, NULL);
   assert_string_equal(first_text(r), "Hello, ada!");
   json_decref(r);
   assert_int_equal(json_array_size(w->sent), 1);
@@ -2411,7 +2449,7 @@ static void test_fixture_rounds_answered_in_parts(void **state) {
  * itself, and the answer given in the request never reaches the tool. */
 static void test_answers_sent_on_2025_are_no_answers(void **state) {
   world *w = *state;
-  json_decref(send_msg(w, INITIALIZE(1, "2025-11-25", "{\"elicitation\":{}}"), NULL, NULL));
+  handshake(w, INITIALIZE(1, "2025-11-25", "{\"elicitation\":{}}"));
   w->answer = json_pack("{s:s,s:{s:s}}", "action", "accept", "content", "name", "Ada");
   json_t *r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{"
                           "\"name\":\"test_input_required_result_elicitation\",\"inputResponses\":{"
@@ -3068,7 +3106,7 @@ static void test_which_tools_have_their_input_asked_on_2025(void **state) {
   static const tg_provider asking = {.name = "asking", .spec_json = asking_spec,
                                      .handlers = handlers, .n_handlers = 3};
   tg_registry *reg = serve_only(w, &asking);
-  json_decref(send_msg(w, INITIALIZE(1, "2025-11-25", "{\"elicitation\":{}}"), NULL, NULL));
+  handshake(w, INITIALIZE(1, "2025-11-25", "{\"elicitation\":{}}"));
   w->answer = json_pack("{s:s,s:{}}", "action", "accept", "content");
   json_t *r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{"
                           "\"name\":\"test_ask_anyway\"}}", NULL, NULL);
@@ -3116,7 +3154,7 @@ static void test_a_url_elicitation_asked_on_2025_names_itself(void **state) {
       .handlers = handlers,
       .n_handlers = 1};
   tg_registry *reg = serve_only(w, &visiting);
-  json_decref(send_msg(w, INITIALIZE(1, "2025-11-25", "{\"elicitation\":{\"url\":{}}}"), NULL, NULL));
+  handshake(w, INITIALIZE(1, "2025-11-25", "{\"elicitation\":{\"url\":{}}}"));
   w->answer = json_pack("{s:s}", "action", "accept");
   json_t *r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{"
                           "\"name\":\"test_ask_visit\"}}", NULL, NULL);
