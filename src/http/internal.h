@@ -432,6 +432,9 @@ size_t http_event_start_locked(const stream *st, size_t at);
 void http_drop_delivered_locked(stream *st, size_t keep);
 void http_compact_locked(stream *st);
 int http_prime_locked(stream *st);
+/* Primes st (http_prime_locked) unless anything went on it yet: a call's first event, for a
+ * stream that was not primed as it began (a call that runs on its connection's thread). */
+int http_prime_first(stream *st);
 void http_stream_poll(stream *st);
 void http_stream_detach(stream *st, unsigned reader_id);
 enum MHD_Result http_queue_sse(struct MHD_Connection *conn, struct MHD_Response *res,

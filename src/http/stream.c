@@ -407,6 +407,13 @@ int http_prime_locked(stream *st) {
   return append_locked(st, priming, (size_t)n, false);
 }
 
+int http_prime_first(stream *st) {
+  pthread_mutex_lock(&st->lock);
+  int r = st->reader_primed || st->next_event || st->len ? 0 : http_prime_locked(st);
+  pthread_mutex_unlock(&st->lock);
+  return r;
+}
+
 /* The reconnection delay in a block of its own, which dispatches no event, written into out
  * (size bytes, at least 32). It goes out where an answer ends for polling after events,
  * never into a stream: Last-Event-ID counts the events of a stream. */

@@ -39,7 +39,14 @@ bool http_cancellable_alone(stream *st, json_t *id) {
 }
 
 int http_worker_send(void *self, json_t *msg) {
-  return http_stream_event(((worker *)self)->st, msg);
+  worker *w = self;
+  /* On a session of a revision whose clients resume streams, every call stream begins with
+   * its priming event: those on the pool as they begin, the others at their first event. */
+  if (w->sess && strcmp(w->scratch.version, POLLING_VERSION) >= 0 && http_prime_first(w->st) < 0) {
+    json_decref(msg);
+    return TG_E_NOMEM;
+  }
+  return http_stream_event(w->st, msg);
 }
 
 /* The run a request's calls belong to: the one its Toolgate-Run header names, else its

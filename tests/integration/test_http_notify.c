@@ -1564,6 +1564,34 @@ static void test_an_older_session_gets_its_get_stream_unprimed(void **state) {
   finish(get);
 }
 
+/* A session's call that runs on its connection's thread begins its event stream with the
+ * priming event too, at its first event, as the calls on the pool do as they begin; one that
+ * sends no event is answered in JSON. An older revision's client gets no priming. */
+static void test_a_call_on_its_connection_primes_its_stream(void **state) {
+  world *w = *state;
+  static const char progress[] =
+      "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\",\"params\":{"
+      "\"name\":\"test_tool_with_progress\",\"_meta\":{\"progressToken\":1}}}";
+  char sid[64];
+  open_session(w, "{}", sid);
+  char *got = request(w, "POST", sid, NULL, progress, 200);
+  unsigned no = 0;
+  int used = 0;
+  assert_int_equal(sscanf(got, "id: %u-0\nretry: 500\ndata: \n\nid: %*u-1\n%n", &no, &used), 1);
+  assert_true(used > 0);
+  assert_non_null(strstr(got + used, "notifications/progress"));
+  free(got);
+  got = request(w, "POST", sid, NULL, CALL(8, "test_simple_text"), 200);
+  assert_int_equal(got[0], '{');
+  free(got);
+  open_session_at(w, "2025-06-18", "{}", sid);
+  got = request(w, "POST", sid, NULL, progress, 200);
+  assert_int_equal(strncmp(got, "id: ", 4), 0);
+  assert_null(strstr(got, "data: \n\n"));
+  assert_non_null(strstr(got, "notifications/progress"));
+  free(got);
+}
+
 /* A 2025-03-26 session takes JSON-RPC batches: one JSON answer holds the replies, and a
  * response in a batch reaches the call waiting for it. Without a session, or on a later
  * revision, each request in a batch is refused and nothing in it runs. */
@@ -1768,7 +1796,10 @@ static void test_a_reply_too_large_for_its_stream_becomes_the_next_event(void **
   free(logged);
   unsigned no = 0, second = 0;
   int used = 0;
-  assert_int_equal(sscanf(got, "id: %u-1\nevent: message\ndata: %*[^\n]\n\n%n", &no, &used), 1);
+  /* Its priming event, the message, then the error in place of the reply. */
+  assert_int_equal(sscanf(got, "id: %u-0\nretry: 500\ndata: \n\nid: %*u-1\nevent: message\n"
+                               "data: %*[^\n]\n\n%n", &no, &used), 1);
+  assert_true(used > 0);
   assert_non_null(strstr(got, "before the answer"));
   assert_int_equal(sscanf(got + used, "id: %*u-%u\n", &second), 1);
   assert_int_equal(second, 2);
@@ -3067,6 +3098,7 @@ int main(void) {
       T(test_a_session_run_ends_with_its_session),
       T(test_a_modern_notification_names_a_version_it_speaks),
       T(test_an_older_session_gets_its_get_stream_unprimed),
+      T(test_a_call_on_its_connection_primes_its_stream),
       T(test_a_client_result_not_an_object_is_its_error),
       T(test_an_error_naming_no_request_answers_the_one_question),
       T(test_an_unreadable_answer_fails_its_question),

@@ -397,7 +397,7 @@ test('a deleted session answers 404', async () => {
 
 test('SDK client resumes a call stream with Last-Event-ID', async () => {
   // The progress fixture streams events with ids; a second request for the same call,
-  // carrying the first event's id as its resumption token, is a GET with Last-Event-ID
+  // carrying the first progress event's id as its resumption token, is a GET with Last-Event-ID
   // whose replay must bring the rest of the stream and the result.
   const { child, url: fixturesUrl } = await serve(['--no-auth', '--agent', 'demo', '--conformance-fixtures']);
   const client = new Client({ name: 'toolgate-interop', version: '1.0.0' });
@@ -418,12 +418,14 @@ test('SDK client resumes a call stream with Last-Event-ID', async () => {
       onresumptiontoken: (t) => tokens.push(t),
     });
     assert.deepEqual(progress, [0, 50, 100]);
-    assert.equal(tokens.length, 4, `one id per event: ${tokens}`);
+    // One id per event: the priming event (no data), three progress notifications, the result.
+    assert.equal(tokens.length, 5, `one id per event: ${tokens}`);
+    assert.match(tokens[0], /-0$/, 'the stream begins with its priming event');
     delivered.length = 0;
     const resumed = await client.request(
       { method: 'tools/call', params: { name: 'test_tool_with_progress', arguments: {} } },
       CallToolResultSchema,
-      { resumptionToken: tokens[0] },
+      { resumptionToken: tokens[1] },
     );
     assert.deepEqual(resumed.content, first.content);
     const replayed = delivered.filter((m) => m.method === 'notifications/progress').map((m) => m.params.progress);
