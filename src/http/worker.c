@@ -65,6 +65,16 @@ static int worker_close_stream(void *self) {
   return TG_OK;
 }
 
+/* The session's state as it stands, not the copy the call took as it came (the client's
+ * notifications/initialized may have come since). */
+static bool worker_initialized(void *self) {
+  worker *w = self;
+  pthread_mutex_lock(&w->srv->lock);
+  bool initialized = w->sess->state.initialized;
+  pthread_mutex_unlock(&w->srv->lock);
+  return initialized;
+}
+
 /* Sends a request on the call's stream and waits for the client to POST the response. */
 static int worker_ask(void *self, json_t *ask, json_t **ret) {
   worker *w = self;
@@ -263,7 +273,8 @@ static void run_call(worker *w, tg_db *db) {
   if (db) {
     tg_env env = http_server_env(s, db);
     tg_mcp_io io = {.self = w, .send = http_worker_send, .ask = w->sess ? worker_ask : NULL,
-                    .close_stream = worker_close_stream};
+                    .close_stream = worker_close_stream,
+                    .initialized = w->sess ? worker_initialized : NULL};
     tg_mcp_request req = {.env = &env, .principal_id = w->principal,
                           .token_hash = w->token_hash, .session = &w->scratch,
                           .headers = &w->headers, .io = &io,

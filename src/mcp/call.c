@@ -75,7 +75,8 @@ static int channel_ask(void *self, const char *method, json_t *params, json_t **
   /* Never a request the client did not declare it can answer, nor one to a 2025 session
    * before its notifications/initialized (only pings and logging may go before). */
   const tg_mcp_session *session = ch->c->req->session;
-  bool handshaking = !ch->c->modern && session->version[0] && !session->initialized;
+  bool handshaking = session->version[0] && !session->initialized &&
+                     !(io->initialized && io->initialized(io->self));
   if (handshaking || !tg_client_can(ch->c->caps, method, params)) {
     json_decref(params);
     return TG_E_INVAL;

@@ -597,7 +597,7 @@ static int check_pinned(cx *c, tg_mcp_reply *reply) {
   json_t *claimed = json_object_get(meta_of(msg), META_VERSION);
   int r;
   /* The discover probe too: what it would say supported, this connection does not take. A
-   * claim without a version is malformed, which check_modern says. */
+   * claim whose version is no string is malformed, which check_modern says. */
   if (c->modern && s->era == TG_MCP_ERA_LEGACY && json_is_string(claimed))
     r = reply_error(
         msg, TG_RPC_UNSUPPORTED_VERSION,

@@ -62,6 +62,10 @@ typedef struct tg_mcp_io {
   /* Ends the request's response stream before its reply, which the client fetches when it
    * resumes the stream (SSE polling). NULL when the transport cannot. */
   int (*close_stream)(void *self);
+  /* Whether the client's notifications/initialized came, as its session stands now, for a
+   * request working on a copy of the session's state taken before (NULL: the request's
+   * session says). */
+  bool (*initialized)(void *self);
 } tg_mcp_io;
 
 typedef struct tg_mcp_server {

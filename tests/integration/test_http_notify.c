@@ -973,6 +973,31 @@ static exchange *asking_call(world *w, const char *sid) {
   return call;
 }
 
+/* Nothing is asked of a client before its notifications/initialized: the call fails with
+ * the tool's refusal, and its stream carries no question. Once it came, the call asks. */
+static void test_no_question_before_the_client_said_initialized(void **state) {
+  world *w = *state;
+  exchange *ex = start(w, "POST", NULL, NULL,
+                       "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
+                       "\"protocolVersion\":\"2025-11-25\",\"capabilities\":{\"sampling\":{}}}}");
+  await(ex, NULL);
+  assert_int_equal(ex->status, 200);
+  char sid[64];
+  snprintf(sid, sizeof sid, "%s", ex->sid);
+  finish(ex);
+  char *got = request(w, "POST", sid, NULL,
+                      CALL_WITH("\"call-1\"", "test_sampling", "{\"prompt\":\"hi\"}"), 200);
+  assert_non_null(strstr(got, "precondition_failed"));
+  assert_null(strstr(got, "\"method\":\"sampling/createMessage\""));
+  free(got);
+  free(request(w, "POST", sid, NULL, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}",
+               202));
+  exchange *call = asking_call(w, sid);
+  free(request(w, "POST", sid, NULL, CANCEL("\"call-1\""), 202));
+  await(call, NULL);
+  finish(call);
+}
+
 static void test_cancellation_ends_a_wait_for_sampling_without_an_answer(void **state) {
   world *w = *state;
   char sid[64];
@@ -3099,6 +3124,7 @@ int main(void) {
       T(test_a_modern_notification_names_a_version_it_speaks),
       T(test_an_older_session_gets_its_get_stream_unprimed),
       T(test_a_call_on_its_connection_primes_its_stream),
+      T(test_no_question_before_the_client_said_initialized),
       T(test_a_client_result_not_an_object_is_its_error),
       T(test_an_error_naming_no_request_answers_the_one_question),
       T(test_an_unreadable_answer_fails_its_question),

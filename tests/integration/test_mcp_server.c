@@ -55,6 +55,9 @@ typedef struct world {
   json_t *sent;   /* messages the server sent during requests */
   json_t *answer; /* what the fake client answers to a server request */
   json_t *answer_error; /* or, when set, the error it answers with */
+  /* What the transport says of the client's notifications/initialized as the session stands
+   * now (its request works on a copy taken before, as an HTTP session's does). */
+  bool initialized_since;
   tg_mcp_watch *watch; /* what requests listen on (one of listens'); NULL: nothing */
   struct {
     feed feed;
@@ -76,6 +79,8 @@ static int capture_ask(void *self, json_t *request, json_t **ret) {
                    w->answer_error ? w->answer_error : w->answer);
   return TG_OK;
 }
+
+static bool capture_initialized(void *self) { return ((world *)self)->initialized_since; }
 
 /* A server for w's workspace, as a new process would start it. */
 static void start_server(world *w) {
@@ -127,7 +132,8 @@ static json_t *send_as(world *w, const char *principal, const char *text,
   tg_rpc_msg msg;
   json_t *err = NULL;
   assert_int_equal(tg_rpc_decode(text, strlen(text), &msg, &err), 0);
-  tg_mcp_io io = {.self = w, .send = capture_send, .ask = capture_ask};
+  tg_mcp_io io = {.self = w, .send = capture_send, .ask = capture_ask,
+                  .initialized = capture_initialized};
   tg_mcp_request req = {.env = &w->f->env, .principal_id = principal, .session = &w->session,
                         .headers = headers, .io = &io, .watch = w->watch};
   tg_mcp_reply reply;
@@ -950,6 +956,14 @@ static void test_elicitation_asks_the_client(void **state) {
                       "precondition_failed");
   assert_int_equal(json_array_size(w->sent), 0);
   json_decref(r);
+  /* The session as it stands now has it, where the request's copy does not: it is asked. */
+  w->initialized_since = true;
+  r = send_msg(w, ask, NULL, NULL);
+  assert_null(json_object_get(result_of(r), "isError"));
+  assert_int_equal(json_array_size(w->sent), 1);
+  json_decref(r);
+  json_array_clear(w->sent);
+  w->initialized_since = false;
   assert_null(send_msg(w, INITIALIZED, NULL, NULL));
   r = send_msg(w,
                "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":"
