@@ -239,6 +239,7 @@ struct stream {
   size_t cut_at;
   bool cut_primed; /* the answer cut is the priming event alone, which gives the delay */
   bool reader_primed; /* the connection reading st reads it from its priming event */
+  bool primed;        /* st began with its priming event (kept when delivered and dropped) */
   /* A sessionless stream's, run once when its client goes away. */
   void (*on_close)(void *arg);
   void *close_arg;

@@ -402,14 +402,14 @@ int http_prime_locked(stream *st) {
   char priming[64];
   int n = snprintf(priming, sizeof priming, "id: %u-0\nretry: %d\ndata: \n\n", st->no, RETRY_MS);
   st->first = 0;
-  st->reader_primed = true; /* a resumption starts after it */
+  st->reader_primed = st->primed = true; /* a resumption starts after it */
   /* Unbounded: a few bytes a stream, and without them a client could not resume. */
   return append_locked(st, priming, (size_t)n, false);
 }
 
 int http_prime_first(stream *st) {
   pthread_mutex_lock(&st->lock);
-  int r = st->reader_primed || st->next_event || st->len ? 0 : http_prime_locked(st);
+  int r = st->primed || st->next_event || st->len ? 0 : http_prime_locked(st);
   pthread_mutex_unlock(&st->lock);
   return r;
 }
