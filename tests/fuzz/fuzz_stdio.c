@@ -10,7 +10,8 @@
  * can know: a line that begins with ANSWER_MARK is an answer to the next of them, the rest of
  * the line spliced after its id ("@{...}" goes out as {"id":ID,...}; anything else as it is).
  * Such a line is written once the server asked something not answered yet, or answered the
- * request written before it (it asked nothing), or stopped; the lines go out one at a time. */
+ * request written before it (it asked nothing), or stopped, or the input's time to wait is
+ * spent; the lines go out one at a time. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
@@ -46,7 +47,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 #define ANSWER_MARK '@'
-#define ASK_WAIT_MS 1000 /* at most, for the server to ask or answer before an answer goes */
+#define ASK_WAIT_MS 1000 /* an input's waits for the server to ask or answer, in all */
 #define MAX_ASKED 64      /* questions of the server remembered, not answered yet */
 
 /* What the server wrote, drained from its pipe on a thread so that it never blocks, and what
@@ -106,9 +107,8 @@ static void *drain(void *arg) {
 
 /* The id of the next question of the server not answered (the caller frees it), once there
  * is one; NULL when the server answered the request last written (last: its id as JSON text,
- * NULL when it wrote none) or stopped first, or the wait is over. */
-static char *next_question(output *o, const char *last) {
-  int64_t deadline = tg_monotonic_ms() + ASK_WAIT_MS;
+ * NULL when it wrote none) or stopped first, or the monotonic clock reached deadline. */
+static char *next_question(output *o, const char *last, int64_t deadline) {
   char *id = NULL;
   pthread_mutex_lock(&o->lock);
   while (!o->n_asked && !o->ended && last && !json_object_get(o->answered, last) &&
@@ -133,12 +133,13 @@ static void write_all(int fd, const char *bytes, size_t len) {
 /* Writes the input's lines to fd one at a time, answering the server's questions. */
 static void feed(int fd, const uint8_t *data, size_t size, output *o) {
   char *last = NULL; /* the id of the last request written, as JSON text */
+  int64_t deadline = tg_monotonic_ms() + ASK_WAIT_MS;
   for (size_t off = 0; off < size;) {
     const uint8_t *nl = memchr(data + off, '\n', size - off);
     size_t len = nl ? (size_t)(nl - (data + off)) + 1 : size - off;
     const char *line = (const char *)data + off;
     off += len;
-    char *id = len && line[0] == ANSWER_MARK ? next_question(o, last) : NULL;
+    char *id = len && line[0] == ANSWER_MARK ? next_question(o, last, deadline) : NULL;
     if (id && len > 1 && line[1] == '{') {
       write_all(fd, "{\"id\":", 6);
       write_all(fd, id, strlen(id));
