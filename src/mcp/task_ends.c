@@ -7,8 +7,6 @@
 #include "util/log.h"
 #include "util/status.h"
 
-/* ---- how a task ended, kept in the database ---- */
-
 /* How k ends, to be kept (release shown); with the store's lock. */
 static ending ending_locked(const task *k) {
   ending e = {.shown = mcp_task_json_locked(k, k->ends_as, true), .at = k->ends_at};
@@ -44,8 +42,8 @@ int mcp_tasks_keep_ending(void *arg, tg_db *db) {
   int64_t kept_now = 0;
   if (r == 0)
     r = tg_db_exec(db,
-                   "INSERT INTO mcp_tasks (id, principal_id, task, ended_at) VALUES ($1, $2, $3, $4) "
-                   "ON CONFLICT (id) DO NOTHING",
+                   "INSERT INTO mcp_tasks (id, principal_id, task, ended_at)"
+                   " VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING",
                    json_pack("[s,s,O,s]", e->id, e->principal, e->shown, at), &kept_now);
   if (r == 0) r = mcp_tasks_forget_running(db, e->id);
   if (r == 0 && kept_now && e->why)
@@ -68,12 +66,12 @@ bool mcp_task_end_unwritten(const task *k) {
   return mcp_task_terminal(k->ends_as) && !mcp_task_terminal(k->status) && !k->writing;
 }
 
-/* Writes on db how the n (at most TG_MCP_MAX_TASKS) tasks ks end (each mcp_task_end_unwritten), then
- * shows those written ended: no client sees an end the database does not keep, so none
- * changes after, whatever becomes of this server. One not written shows working (it asks
- * nothing more), and is written again as its principal reads it or starts a task, and at
- * stop. With the store's lock, released meanwhile (no task of ks may go: none ended). Returns
- * whether the database was found locked past its busy timeout. */
+/* Writes on db how the n (at most TG_MCP_MAX_TASKS) tasks ks end (each
+ * mcp_task_end_unwritten), then shows those written ended: no client sees an end the
+ * database does not keep, so none changes after, whatever becomes of this server. One not
+ * written shows working (it asks nothing more), and is written again as its principal reads
+ * it or starts a task, and at stop. With the store's lock, released meanwhile (no task of ks
+ * may go: none ended). Returns whether the database was found locked past its busy timeout. */
 bool mcp_tasks_keep_ends_locked(tg_mcp_tasks *t, tg_db *db, task *const *ks, size_t n) {
   ending ends[TG_MCP_MAX_TASKS];
   bool written[TG_MCP_MAX_TASKS];

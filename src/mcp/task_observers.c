@@ -9,8 +9,6 @@
 #include "util/log.h"
 #include "util/status.h"
 
-/* ---- observers ---- */
-
 /* Tells o of those of its tasks that changed since it last heard; with t->observing held
  * (which guards o's seen). What could not be delivered is told at the next publish. */
 static void publish_to(tg_mcp_task_observer *o) {
@@ -45,7 +43,8 @@ static void publish_to(tg_mcp_task_observer *o) {
   /* The client learnt how those ended, as from tasks/get. */
   pthread_mutex_lock(&t->lock);
   for (size_t i = 0; i < n; i++) {
-    task *k = news[i].ended ? mcp_tasks_find_locked(t, o->principal, o->watched[news[i].at].id) : NULL;
+    const char *id = o->watched[news[i].at].id;
+    task *k = news[i].ended ? mcp_tasks_find_locked(t, o->principal, id) : NULL;
     if (!k || k->seq != news[i].seq) continue;
     k->read = true;
     if (!o->watched[news[i].at].told_end) k->unseen_by--;
@@ -100,7 +99,8 @@ int tg_mcp_tasks_observer_new(tg_mcp_tasks *t, tg_db *db, const char *principal_
   }
   pthread_mutex_unlock(&t->lock);
   /* The others, outside the store's lock (the database is read, and may be written: see
-   * mcp_tasks_not_here): those that ended. One the database cannot tell of is left out, as unknown. */
+   * mcp_tasks_not_here): those that ended. One the database cannot tell of is left out, as
+   * unknown. */
   json_array_foreach(r == 0 ? ids : NULL, i, value) {
     const char *id = json_string_value(value);
     if (!id || names(named, id) || o->n + o->n_ended == TG_MCP_MAX_TASKS) continue;
@@ -155,7 +155,8 @@ void tg_mcp_tasks_observer_free(tg_mcp_task_observer *o) {
   pthread_mutex_unlock(&t->observing);
   pthread_mutex_lock(&t->lock);
   for (size_t i = 0; i < o->n; i++) {
-    task *k = o->watched[i].told_end ? NULL : mcp_tasks_find_locked(t, o->principal, o->watched[i].id);
+    const char *id = o->watched[i].id;
+    task *k = o->watched[i].told_end ? NULL : mcp_tasks_find_locked(t, o->principal, id);
     if (k) k->unseen_by--;
   }
   pthread_mutex_unlock(&t->lock);

@@ -20,13 +20,12 @@
 #include "util/log.h"
 #include "util/status.h"
 
-/* In the data directory: a lock file for each server that runs tasks (see "runners"). */
+/* In the data directory: a lock file for each server that runs tasks (see below). */
 #define RUNNERS_DIR "task-runners"
 #define RUNNER_GONE_MESSAGE "The server running the task stopped before it ended"
 #define UNBORN_AFTER_S 60 /* a lock file not renamed into place by then was left by a crash */
 
-/* ---- runners: the server that runs a task ----
- * A server that runs tasks holds an exclusive lock on RUNNERS_DIR/<runner>.lock in the data
+/* A server that runs tasks holds an exclusive lock on RUNNERS_DIR/<runner>.lock in the data
  * directory for as long as it lives: the kernel lets go of it when the process ends, however
  * it ends. Each task it runs has a row in mcp_running_tasks naming it, written before the
  * client learns the task's id and deleted with the write of how the task ended. A row whose
@@ -127,7 +126,8 @@ static int bury_runner(void *arg, tg_db *db) {
                             tg_rpc_error_object(TG_RPC_INTERNAL_ERROR, RUNNER_GONE_MESSAGE, NULL));
     e.shown = shown;
     if (shown) json_object_del(shown, "inputRequests"); /* it asks no more */
-    r = shown && end && json_object_update(shown, end) == 0 ? mcp_tasks_keep_ending(&e, db) : TG_E_NOMEM;
+    r = shown && end && json_object_update(shown, end) == 0 ? mcp_tasks_keep_ending(&e, db)
+                                                            : TG_E_NOMEM;
     json_decref(end);
     json_decref(shown);
     if (r < 0) break;
@@ -270,10 +270,10 @@ void mcp_tasks_leave_runners(tg_mcp_tasks *t) {
 /* principal's task id, which this server does not hold, as the database has it: 0 when it
  * ended (a new DetailedTask in *ret unless ret is NULL), also when its runner is gone (it is
  * then written as failed); TG_MCP_TASK_ELSEWHERE when another server runs it (*ret: the task
- * as it began or last changed status); TG_E_NOTFOUND when there is none, or its time to live is over; or the
- * failure of db. */
+ * as it began or last changed status); TG_E_NOTFOUND when there is none, or its time to live
+ * is over; or the failure of db. */
 int mcp_tasks_not_here(tg_mcp_tasks *t, tg_db *db, const char *principal, const char *id,
-                    json_t **ret) {
+                       json_t **ret) {
   if (strlen(id) != TASK_ID_LEN) return TG_E_NOTFOUND; /* no task's: not looked for */
   /* The running row first: how the task ended is written in the transaction that deletes
    * it, so a task missing from one is in the other. */

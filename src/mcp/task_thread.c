@@ -92,7 +92,7 @@ static int task_detach(void *self) {
     return r;
   }
   /* Its row first: the client may poll another server, or this one may crash (see
-   * "runners"). A cancel that comes meanwhile reaches the task once it is one. */
+   * task_runners.c). A cancel that comes meanwhile reaches the task once it is one. */
   int r = t->runner_fd >= 0 ? TG_OK : mcp_tasks_take_runner_lock(t);
   task_row b = {.k = k, .shown = r == TG_OK ? mcp_task_json_locked(k, k->status, true) : NULL};
   pthread_mutex_unlock(&t->lock);
@@ -144,7 +144,8 @@ static bool task_cancel_heard(void *self) {
 
 /* ---- the task's thread ---- */
 
-/* Decides how k ends (s terminal): clients see it once it is written (see mcp_tasks_keep_ends_locked). */
+/* Decides how k ends (s terminal): clients see it once it is written (see
+ * mcp_tasks_keep_ends_locked). */
 static void end_as_locked(task *k, task_status s) { k->ends_as = s; }
 
 static void fail_locked(task *k, json_t *error) {

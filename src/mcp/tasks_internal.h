@@ -1,7 +1,7 @@
 /* Private to the files of src/mcp that keep MCP tasks: tasks.c (the store: a task's record,
  * starting, reading, answering and cancelling tasks), task_thread.c (the task's thread and what
  * its handler sees), task_ends.c (how a task ended, kept in the database), task_runners.c (the
- * server that runs a task, and tasks another server runs or ran) and task_observers.c (who
+ * servers that run tasks, and tasks another server runs or ran) and task_observers.c (who
  * hears of tasks as they change). Functions named *_locked are called with the store's lock. */
 #pragma once
 
