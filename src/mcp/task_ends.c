@@ -28,6 +28,8 @@ int mcp_tasks_forget_running(tg_db *db, const char *id) {
   return tg_db_exec(db, "DELETE FROM mcp_running_tasks WHERE id = $1", json_pack("[s]", id), NULL);
 }
 
+/* Writes the ending arg (its row in mcp_tasks, the running row deleted, the audit row of an
+ * end no call wrote): the job of tg_db_batch. */
 int mcp_tasks_keep_ending(void *arg, tg_db *db) {
   const ending *e = arg;
   char at[TG_ISO_LEN + 1], expired[TG_ISO_LEN + 1];

@@ -149,6 +149,7 @@ void mcp_task_stamp_locked(task *k) {
   t->unpublished = true;
 }
 
+/* k's status is now s (stamped; its inputs dropped once it ended). */
 void mcp_task_touch_locked(task *k, task_status s) {
   if (k->status != s) {
     free(k->status_message); /* it told of the status before */

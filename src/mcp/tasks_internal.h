@@ -2,7 +2,8 @@
  * starting, reading, answering and cancelling tasks), task_thread.c (the task's thread and what
  * its handler sees), task_ends.c (how a task ended, kept in the database), task_runners.c (the
  * servers that run tasks, and tasks another server runs or ran) and task_observers.c (who
- * hears of tasks as they change). Functions named *_locked are called with the store's lock. */
+ * hears of tasks as they change). Functions named *_locked are called with the store's lock;
+ * each is described where it is defined. */
 #pragma once
 
 #include <jansson.h>
@@ -125,25 +126,18 @@ static inline bool mcp_task_terminal(task_status s) {
   return s == COMPLETED || s == FAILED || s == CANCELLED;
 }
 
-/* tasks.c */
+/* ---- tasks.c ---- */
 void mcp_task_free(task *k);
-/* Records that k changed: for its lastUpdatedAt, its expiry, eviction and its observers. */
 void mcp_task_stamp_locked(task *k);
-/* k's status is now s (stamped; its inputs dropped once it ended). */
 void mcp_task_touch_locked(task *k, task_status s);
-/* Unlocks the store; then observers hear of what changed while it was held. */
 void mcp_tasks_unlock_publishing(tg_mcp_tasks *t);
-/* k's DetailedTask (detailed) or CreateTaskResult in status s (a new object, NULL when out of
- * memory). */
 json_t *mcp_task_json_locked(const task *k, task_status s, bool detailed);
-/* principal's visible task id, or NULL. */
 task *mcp_tasks_find_locked(tg_mcp_tasks *t, const char *principal, const char *id);
 
-/* task_thread.c */
-/* Gives the task its database connection and its thread. */
+/* ---- task_thread.c ---- */
 int mcp_task_launch(tg_mcp_tasks *t, task *k);
 
-/* task_ends.c */
+/* ---- task_ends.c ---- */
 typedef struct ending {
   char id[TASK_ID_LEN + 1];
   char principal[TG_UUID_LEN + 1];
@@ -153,32 +147,19 @@ typedef struct ending {
    * (NULL: not known) and level; why is NULL for an end a call's own row tells of. */
   const char *tool, *level, *why;
 } ending;
-/* Writes e (its row in mcp_tasks, the running row deleted, the audit row of an end no call
- * wrote): the job of tg_db_batch. */
 int mcp_tasks_keep_ending(void *arg, tg_db *db);
-/* Whether k's end is decided and waits to be written, by none yet. */
 bool mcp_task_end_unwritten(const task *k);
-/* Writes on db how the n tasks ks end, then shows those written ended; the lock is released
- * meanwhile. Returns whether the database was found locked past its busy timeout. */
 bool mcp_tasks_keep_ends_locked(tg_mcp_tasks *t, tg_db *db, task *const *ks, size_t n);
-/* Deletes the running row of task id. */
 int mcp_tasks_forget_running(tg_db *db, const char *id);
-/* The task a row holds (a new reference), or NULL when it is unreadable. */
 json_t *mcp_task_of_row(const json_t *row);
-/* How principal's task id ended, as kept on db; TG_E_NOTFOUND when it is not kept there. */
 int mcp_tasks_kept(tg_db *db, const char *principal, const char *id, json_t **ret);
 
-/* task_runners.c */
-/* Makes this server a runner (its lock file taken). */
+/* ---- task_runners.c ---- */
 int mcp_tasks_take_runner_lock(tg_mcp_tasks *t);
-/* At this server's first task, the tasks of runners that are gone are written as failed. */
 void mcp_tasks_sweep_once(tg_mcp_tasks *t, tg_db *db);
-/* At stop: the ends not written yet are written again, then this server's lock goes. */
 void mcp_tasks_leave_runners(tg_mcp_tasks *t);
-/* principal's task id, which this server does not hold, as the database has it. */
 int mcp_tasks_not_here(tg_mcp_tasks *t, tg_db *db, const char *principal, const char *id,
                        json_t **ret);
 
-/* task_observers.c */
-/* Tells the observers of principal (empty: of all) what changed. */
+/* ---- task_observers.c ---- */
 void mcp_tasks_publish(tg_mcp_tasks *t, const char *principal);
