@@ -687,7 +687,8 @@ static int reply_of(cx *c, const method *m, int r, json_t *result, tg_mcp_reply 
     r = mcp_rpc_fail(c, TG_RPC_INTERNAL_ERROR, "Internal error", NULL);
   }
   if (r < 0) {
-    int status = c->modern ? http_status_of(r) : (r == TG_RPC_MISSING_CAPABILITY ? 400 : 200);
+    /* 2025 revisions answer a request's JSON-RPC error in a 200, whatever its code. */
+    int status = c->modern ? http_status_of(r) : 200;
     return reply_error(msg, r, c->err_message, c->err_data, status, reply);
   }
   if (c->modern && decorate_modern(c->srv, m, result) < 0) return TG_E_NOMEM;
