@@ -695,9 +695,9 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   tg_mcp_session session;
   tg_mcp_session_init(&session);
   tg_mcp_io io = {.self = &c, .send = io_send, .ask = io_ask};
-  tg_mcp_request req = {.env = env, .principal_id = principal_id, .session = &session,
-                        .run_id = srv->run_id, .run_held = srv->run_held, .io = &io,
-                        .abandoned = &c.revoked};
+  tg_mcp_request req = {.env = env, .principal_id = principal_id, .token_hash = c.token_hash,
+                        .session = &session, .run_id = srv->run_id, .run_held = srv->run_held,
+                        .io = &io, .abandoned = &c.revoked};
   c.req = &req;
   int r = c.chunk && c.line && c.queue && c.sizes ? tg_mcp_server_prepare(&served, env)
                                                   : TG_E_NOMEM;
@@ -735,6 +735,8 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   for (size_t i = 0; i < c.queued; i++)
     if (r == TG_E_NOTFOUND) refuse_unstanding(&c, &c.queue[i], r);
     else tg_rpc_msg_done(&c.queue[i]);
+  /* Revoked, the token's tasks end saying so, as over HTTP. */
+  if (r == TG_E_NOTFOUND) tg_mcp_tasks_end_token(served.tasks, c.token_hash);
   unsigned working = r == TG_E_NOTFOUND ? 0 : await_tasks(&c);
   if (working)
     tg_log(TG_LOG_WARN, "mcp: %u tasks still at work as serving ends are cancelled", working);

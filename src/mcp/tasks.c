@@ -401,14 +401,18 @@ int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_tas
   }
   ret->task = mcp_task_json_locked(k, k->status, false);
   /* Cancelled as it detached, or no answer to tell of it: no client will learn of the task,
-   * which stops and may go. */
+   * which stops and may go. A cancellation from now on is the answer's (see
+   * tg_mcp_handle). */
   if (!ret->task || (call->cancelled && call->cancelled(call->arg))) {
     k->cancel = k->read = true;
     pthread_cond_broadcast(&t->changed);
   }
   pthread_mutex_unlock(&t->lock);
+  if (ret->task && tg_mcp_tasks_test_started) tg_mcp_tasks_test_started();
   return ret->task ? 0 : TG_E_NOMEM;
 }
+
+void (*tg_mcp_tasks_test_started)(void);
 
 int tg_mcp_tasks_get(tg_mcp_tasks *t, tg_db *db, const char *principal_id, const char *id,
                      json_t **ret) {

@@ -113,6 +113,9 @@ int tg_mcp_tasks_get(tg_mcp_tasks *t, tg_db *db, const char *principal_id, const
  * the failure of db. */
 int tg_mcp_tasks_update(tg_mcp_tasks *t, tg_db *db, const char *principal_id, const char *id,
                         json_t *responses, const char **wrong);
+/* Tests: called by tg_mcp_tasks_start as it returns a task to its starter (NULL: nothing
+ * is called). */
+extern void (*tg_mcp_tasks_test_started)(void);
 /* Tests: called each time a task's thread has ended (NULL: nothing is called). */
 extern void (*_Atomic tg_mcp_tasks_test_ended)(void); /* atomic: set while tasks run */
 /* Tests: how far ahead of the clock tasks expire from memory by (0: not at all). */

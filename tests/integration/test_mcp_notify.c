@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 
 #include "fixture.h"
 #include "mcp/stdio.h"
+#include "mcp/tasks.h"
 #include "tools/conformance.h"
 #include "util/cleanup.h"
 #include "util/clock.h"
@@ -67,20 +69,26 @@ static int ask_write(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return TG_OK;
 }
 
-/* What a call of test.cancelled.detach does: its request (number DETACH_ID) is cancelled in
- * the table the test names, in the instant before the handler detaches, as a client's
- * cancellation may cross the task's creation; then it waits to hear of it. */
+/* What a call of test.cancelled.detach does: unless the test cancels it later, its request
+ * (number DETACH_ID) is cancelled in the table the test names, in the instant before the
+ * handler detaches, as a client's cancellation may cross the task's creation; then it waits
+ * to hear of it. */
 #define DETACH_ID 7
 static tg_mcp_inflight *cancelling;
+static bool cancel_later;
 static pthread_mutex_t detach_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t detach_ended = PTHREAD_COND_INITIALIZER;
 static enum { RUNNING, HEARD, NEVER_HEARD } detach_outcome;
 
-static int cancelled_as_it_detaches(tg_call_ctx *cx, json_t *args, json_t **ret) {
-  const tg_client_channel *ch = cx->client;
+static void cancel_detached(void) {
   json_t *id = json_integer(DETACH_ID);
   tg_mcp_inflight_cancel(cancelling, id);
   json_decref(id);
+}
+
+static int cancelled_as_it_detaches(tg_call_ctx *cx, json_t *args, json_t **ret) {
+  const tg_client_channel *ch = cx->client;
+  if (!cancel_later) cancel_detached();
   /* TG_E_IO when the request's cancellation was seen first: then it never was a task. */
   int r = ch->detach(ch->self);
   int64_t deadline = tg_monotonic_ms() + HANG_GUARD_MS;
@@ -367,24 +375,70 @@ static void test_call_cancelled_while_queued_is_not_served(void **state) {
 
 /* A request cancelled just as its handler makes it a task gets no answer, and the task,
  * which no client can know of, hears of the cancellation and ends. */
-static void test_task_cancelled_as_it_detaches(void **state) {
-  world *w = *state;
-  cancelling = w->inflight;
-  detach_outcome = RUNNING;
-  assert_null(handle(w,
-                     "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\"," /* DETACH_ID */
-                     "\"params\":{\"name\":\"test_cancelled_detach\",\"_meta\":{"
-                     "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
-                     "\"io.modelcontextprotocol/clientCapabilities\":{\"extensions\":"
-                     "{\"io.modelcontextprotocol/tasks\":{}}}}}}",
-                     NULL));
+#define DETACHING_CALL                                                                    \
+  "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\"," /* DETACH_ID */                    \
+  "\"params\":{\"name\":\"test_cancelled_detach\",\"_meta\":{"                                 \
+  "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","                                 \
+  "\"io.modelcontextprotocol/clientCapabilities\":{\"extensions\":"                              \
+  "{\"io.modelcontextprotocol/tasks\":{}}}}}}"
+
+/* How the call of test.cancelled.detach ended: whether its handler heard it was cancelled. */
+static int detached_outcome(void) {
   int64_t deadline = tg_monotonic_ms() + HANG_GUARD_MS + 5000;
   pthread_mutex_lock(&detach_lock);
   for (int64_t left; detach_outcome == RUNNING && (left = deadline - tg_monotonic_ms()) > 0;)
     tg_timed_wait(&detach_ended, &detach_lock, left);
   int outcome = detach_outcome;
   pthread_mutex_unlock(&detach_lock);
-  assert_int_equal(outcome, HEARD);
+  return outcome;
+}
+
+static void test_task_cancelled_as_it_detaches(void **state) {
+  world *w = *state;
+  cancelling = w->inflight;
+  cancel_later = false;
+  detach_outcome = RUNNING;
+  assert_null(handle(w, DETACHING_CALL, NULL));
+  assert_int_equal(detached_outcome(), HEARD);
+}
+
+/* A request cancelled once its task was made, past what the task's start looks at, gets no
+ * answer either: the task, which no client can know of, is cancelled and ends. */
+static void test_task_cancelled_once_made(void **state) {
+  world *w = *state;
+  cancelling = w->inflight;
+  cancel_later = true;
+  detach_outcome = RUNNING;
+  tg_mcp_tasks_test_started = cancel_detached;
+  assert_null(handle(w, DETACHING_CALL, NULL));
+  tg_mcp_tasks_test_started = NULL;
+  assert_int_equal(detached_outcome(), HEARD);
+}
+
+/* The same for a client that went away once its task was made (a stateless HTTP call whose
+ * connection closed): its answer, naming the task, goes nowhere. */
+static atomic_bool went_away;
+static void go_away(void) { atomic_store(&went_away, true); }
+static bool client_gone(void *arg) {
+  (void)arg;
+  return atomic_load(&went_away);
+}
+
+static void test_task_of_a_client_gone_once_made(void **state) {
+  world *w = *state;
+  cancelling = w->inflight;
+  cancel_later = true;
+  detach_outcome = RUNNING;
+  atomic_store(&went_away, false);
+  w->req.gone = client_gone;
+  tg_mcp_tasks_test_started = go_away;
+  json_t *r = handle(w, DETACHING_CALL, NULL);
+  tg_mcp_tasks_test_started = NULL;
+  assert_string_equal(json_string_value(json_object_get(json_object_get(r, "result"),
+                                                        "resultType")),
+                      "task");
+  json_decref(r);
+  assert_int_equal(detached_outcome(), HEARD);
 }
 
 static void test_list_changed_follows_the_database(void **state) {
@@ -1085,6 +1139,31 @@ static void test_stdio_ends_with_its_token(void **state) {
   expect_answer(s, 3);
   revoke_token(w, id);
   assert_int_equal(await_stdio_end(s), TG_E_NOTFOUND);
+  free(token);
+}
+
+/* A task at work when the server's token is revoked ends saying so, as over HTTP. */
+static void test_stdio_revoked_token_ends_its_task(void **state) {
+  world *w = *state;
+  char id[TG_UUID_LEN + 1];
+  char *token = agent_token(w, id);
+  stdio_run *s = stdio_start_with(w, token);
+  stdio_send(s, SLOW_TASK("600"));
+  json_t *started = stdio_next(s);
+  assert_string_equal(json_string_value(json_object_get(json_object_get(started, "result"),
+                                                        "resultType")),
+                      "task");
+  json_decref(started);
+  revoke_token(w, id);
+  stdio_send(s, PING(2));
+  json_decref(stdio_next(s)); /* refused */
+  assert_int_equal(await_stdio_end(s), TG_E_NOTFOUND);
+  assert_int_equal(fixture_count_where(w->f, "SELECT COUNT(*) AS n FROM mcp_tasks WHERE "
+                                             "json_extract(task, '$.status') = 'cancelled' AND "
+                                             "json_extract(task, '$.statusMessage') = "
+                                             "'The token that started the task was revoked'",
+                                       NULL),
+                   1);
   free(token);
 }
 
@@ -1824,6 +1903,8 @@ int main(void) {
       KIT(test_an_ask_the_client_did_not_declare_is_not_sent),
       KIT(test_call_cancelled_while_queued_is_not_served),
       KIT(test_task_cancelled_as_it_detaches),
+      KIT(test_task_cancelled_once_made),
+      KIT(test_task_of_a_client_gone_once_made),
       KIT(test_list_changed_follows_the_database),
       KIT(test_list_changed_sent_again_until_it_goes_out),
       KIT(test_owed_change_not_sent_to_a_new_listener),
@@ -1853,6 +1934,7 @@ int main(void) {
       KIT(test_stdio_unreadable_answer_fails_the_question),
       KIT(test_stdio_revoked_token_cancels_the_call),
       FIXTURES(test_stdio_end_gives_a_task_at_work_its_grace),
+      FIXTURES(test_stdio_revoked_token_ends_its_task),
       FIXTURES(test_stdio_end_tells_a_listen_how_its_task_ended),
       KIT(test_stdio_token_unchecked_goes_on),
       KIT(test_stdio_ping_during_a_call_checks_the_token),
