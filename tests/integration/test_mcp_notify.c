@@ -1142,6 +1142,15 @@ static void test_stdio_ends_with_its_token(void **state) {
   free(token);
 }
 
+/* The next message from s answers a call by making it a task. */
+static void expect_task_started(stdio_run *s) {
+  json_t *started = stdio_next(s);
+  assert_string_equal(json_string_value(json_object_get(json_object_get(started, "result"),
+                                                        "resultType")),
+                      "task");
+  json_decref(started);
+}
+
 /* A task at work when the server's token is revoked ends saying so, as over HTTP. */
 static void test_stdio_revoked_token_ends_its_task(void **state) {
   world *w = *state;
@@ -1149,11 +1158,7 @@ static void test_stdio_revoked_token_ends_its_task(void **state) {
   char *token = agent_token(w, id);
   stdio_run *s = stdio_start_with(w, token);
   stdio_send(s, SLOW_TASK("600"));
-  json_t *started = stdio_next(s);
-  assert_string_equal(json_string_value(json_object_get(json_object_get(started, "result"),
-                                                        "resultType")),
-                      "task");
-  json_decref(started);
+  expect_task_started(s);
   revoke_token(w, id);
   stdio_send(s, PING(2));
   json_decref(stdio_next(s)); /* refused */
@@ -1845,11 +1850,7 @@ static void test_stdio_end_gives_a_task_at_work_its_grace(void **state) {
   world *w = *state;
   stdio_run *s = stdio_start(w);
   stdio_send(s, SLOW_TASK("1"));
-  json_t *started = stdio_next(s);
-  assert_string_equal(json_string_value(json_object_get(json_object_get(started, "result"),
-                                                        "resultType")),
-                      "task");
-  json_decref(started);
+  expect_task_started(s);
   stdio_stop(s);
   assert_int_equal(fixture_count_where(w->f, "SELECT COUNT(*) AS n FROM mcp_tasks WHERE "
                                              "json_extract(task, '$.status') = 'completed'",
