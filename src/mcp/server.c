@@ -663,12 +663,15 @@ static void notification(const tg_mcp_request *req, const tg_rpc_msg *msg) {
    * Unknown notifications are ignored. */
 }
 
-/* A task that result (borrowed; of a request served) created stops: its request's answer,
- * which names it, reaches no client, who could then never read or cancel it. */
-static void stop_untold_task(cx *c, json_t *result) {
+/* The task that result (borrowed; of a request served) created, if any, stops when the answer
+ * naming it reaches no client (the request was cancelled, or its client went away), who could
+ * then never read or cancel it. Whether the client went away is asked of tasks alone: it
+ * costs the transport a look at its connection. */
+static void stop_untold_task(cx *c, json_t *result, bool cancelled) {
   const char *type = tg_json_str(result, "resultType");
   const char *id = tg_json_str(result, "taskId");
-  if (c->srv->tasks && type && strcmp(type, "task") == 0 && id)
+  if (!c->srv->tasks || !type || strcmp(type, "task") != 0 || !id) return;
+  if (cancelled || (c->req->gone && c->req->gone(c->req->gone_arg)))
     tg_mcp_tasks_cancel(c->srv->tasks, c->req->env->db, c->req->principal_id, id);
 }
 
@@ -679,11 +682,11 @@ static int reply_of(cx *c, const method *m, int r, json_t *result, tg_mcp_reply 
     /* Cancelled: the client expects no answer. A listen request cancelled as it subscribed
      * ends its subscription here (the cancellation found none yet). */
     if (c->subscribed && c->req->watch) tg_mcp_watch_unsubscribe(c->req->watch, msg->id);
-    if (r == 0) stop_untold_task(c, result);
+    if (r == 0) stop_untold_task(c, result, true);
     json_decref(c->err_data);
     return 0;
   }
-  if (r == 0 && c->req->gone && c->req->gone(c->req->gone_arg)) stop_untold_task(c, result);
+  if (r == 0) stop_untold_task(c, result, false);
   if (r == TG_E_NOMEM) {
     json_decref(c->err_data);
     return r;

@@ -401,8 +401,8 @@ int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_tas
   }
   ret->task = mcp_task_json_locked(k, k->status, false);
   /* Cancelled as it detached, or no answer to tell of it: no client will learn of the task,
-   * which stops and may go. A cancellation from now on is the answer's (see
-   * tg_mcp_handle). */
+   * which stops and may go. A cancellation from now on is its answer's to see
+   * (stop_untold_task in server.c). */
   if (!ret->task || (call->cancelled && call->cancelled(call->arg))) {
     k->cancel = k->read = true;
     pthread_cond_broadcast(&t->changed);

@@ -375,6 +375,14 @@ static void test_call_cancelled_while_queued_is_not_served(void **state) {
 
 /* A request cancelled just as its handler makes it a task gets no answer, and the task,
  * which no client can know of, hears of the cancellation and ends. */
+/* reply (stolen) answers a call by making it a task. */
+static void assert_task_started(json_t *reply) {
+  assert_string_equal(json_string_value(json_object_get(json_object_get(reply, "result"),
+                                                        "resultType")),
+                      "task");
+  json_decref(reply);
+}
+
 #define DETACHING_CALL                                                                    \
   "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\"," /* DETACH_ID */                    \
   "\"params\":{\"name\":\"test_cancelled_detach\",\"_meta\":{"                                 \
@@ -434,10 +442,7 @@ static void test_task_of_a_client_gone_once_made(void **state) {
   tg_mcp_tasks_test_started = go_away;
   json_t *r = handle(w, DETACHING_CALL, NULL);
   tg_mcp_tasks_test_started = NULL;
-  assert_string_equal(json_string_value(json_object_get(json_object_get(r, "result"),
-                                                        "resultType")),
-                      "task");
-  json_decref(r);
+  assert_task_started(r);
   assert_int_equal(detached_outcome(), HEARD);
 }
 
@@ -1143,13 +1148,7 @@ static void test_stdio_ends_with_its_token(void **state) {
 }
 
 /* The next message from s answers a call by making it a task. */
-static void expect_task_started(stdio_run *s) {
-  json_t *started = stdio_next(s);
-  assert_string_equal(json_string_value(json_object_get(json_object_get(started, "result"),
-                                                        "resultType")),
-                      "task");
-  json_decref(started);
-}
+static void expect_task_started(stdio_run *s) { assert_task_started(stdio_next(s)); }
 
 /* A task at work when the server's token is revoked ends saying so, as over HTTP. */
 static void test_stdio_revoked_token_ends_its_task(void **state) {
