@@ -37,6 +37,20 @@ peer *http_peer_of(struct MHD_Connection *conn) {
   return info ? info->socket_context : NULL;
 }
 
+/* The database connection of p's requests (NULL: p is none), taken on their own thread at the
+ * first that needs one: a spare one a closed connection left, else a new one. Opening may
+ * wait on a busy database, which must not hold up the thread accepting every connection. */
+tg_db *http_peer_db(peer *p) {
+  if (!p) return NULL;
+  server *s = p->srv;
+  if (!p->db) {
+    pthread_mutex_lock(&s->peers_lock);
+    if (s->n_spare_dbs) p->db = s->spare_dbs[--s->n_spare_dbs];
+    pthread_mutex_unlock(&s->peers_lock);
+  }
+  return http_thread_db(s, &p->db);
+}
+
 unsigned http_idle_timeout_s(const server *s) {
   return s->cfg->idle_timeout_s ? s->cfg->idle_timeout_s : (unsigned)TG_HTTP_IDLE_TIMEOUT_S;
 }

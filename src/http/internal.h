@@ -352,6 +352,7 @@ bool http_connection_gone(void *arg);
 bool http_client_gone(int fd);
 int http_connection_fd(struct MHD_Connection *conn);
 peer *http_peer_of(struct MHD_Connection *conn);
+tg_db *http_peer_db(peer *p);
 unsigned http_idle_timeout_s(const server *s);
 int64_t http_slow_limit_ms(const server *s, size_t bytes);
 void http_set_due_by(struct MHD_Connection *conn, int64_t due_by);
@@ -405,6 +406,8 @@ void http_end_session_runs(server *s, tg_db *db);
 session *http_session_find(server *s, const char *id, const char *principal,
                            const char *token_hash);
 void http_session_put(server *s, session *x);
+/* Whether x (NULL: no session) was ended: deleted, reaped, or its token revoked. */
+bool http_session_ended(server *s, session *x);
 
 /* ---- stream.c ---- */
 

@@ -171,6 +171,13 @@ static void keep_stream_locked(server *s, session *x, stream *st) {
   *slot = st;
 }
 
+/* The answer to a GET or DELETE naming a session that is gone, or not the caller's, and to a
+ * request its session's end left unanswered (it names none: the request was cancelled). */
+static enum MHD_Result session_not_found(struct MHD_Connection *conn) {
+  return http_queue_rpc_error(conn, MHD_HTTP_NOT_FOUND, TG_RPC_INVALID_REQUEST,
+                              "Session not found");
+}
+
 /* Gives back a place start_call kept in the line for a call that did not join it. */
 static enum MHD_Result forgo_place(server *s, enum MHD_Result r) {
   pthread_mutex_lock(&s->lock);
@@ -216,9 +223,13 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
   /* Cancellable from now on: a cancellation while the call waits for a thread is kept. */
   bool held = st && (x ? tg_mcp_inflight_begin(x->inflight, w->msg.id) == 0
                        : http_cancellable_alone(st, w->msg.id));
-  if (!held) {
+  /* Once the request is held, a session that ended meanwhile cancelled it (or its end came
+   * first, and it begins cancelled): it is not queued, nor its stream primed. */
+  bool found_ended = held && http_session_ended(s, x);
+  if (found_ended) tg_mcp_inflight_end(x->inflight, w->msg.id);
+  if (!held || found_ended) {
     if (st) http_stream_release(st);
-    return forgo_place(s, MHD_NO);
+    return forgo_place(s, found_ended ? session_not_found(conn) : MHD_NO);
   }
   tg_mcp_inflight *inflight = x ? x->inflight : st->inflight;
   st->refs = 2; /* the worker's and this connection's */
@@ -277,12 +288,15 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
     st->final = NULL;
     pthread_mutex_unlock(&st->lock);
     bool revoked = !final && http_revoked_call(s, x, st);
+    bool ended = !final && !revoked && status == 0 && http_session_ended(s, x);
     /* Without a message, the request was cancelled (status 0: by its token's revocation, told
-     * as the revoked token is), or its error could not be built. */
+     * as the revoked token is, or by its session's end, told as one naming the ended session
+     * is), or its error could not be built. */
     enum MHD_Result r =
         final         ? http_queue_reply(s, conn, st->share->principal, (unsigned)status, final,
                                          st->final_id, NULL, session_id)
         : revoked     ? refuse_caller(s, conn, CALLER_BAD_TOKEN)
+        : ended       ? session_not_found(conn)
         : status == 0 ? http_queue_unanswered(conn, true, session_id) /* a call */
                       : http_queue(conn, (unsigned)status, NULL, NULL, session_id);
     http_stream_release(st);
@@ -470,6 +484,8 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
       result = http_queue_refusal(conn, MHD_HTTP_NOT_FOUND, &w->msg, "Session not found");
       goto done;
     }
+    void (*found)(const char *) = tg_http_test_session_found;
+    if (found) found(sid);
     if (!http_state_load(s, w->sess, &w->scratch)) {
       result = http_queue(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, NULL, NULL);
       goto done;
@@ -584,7 +600,8 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
     result = http_queue_refusal(conn, MHD_HTTP_TOO_MANY_REQUESTS, &w->msg,
                                 "Too many sessions in use; end one (DELETE) and retry");
     goto done;
-  } else if (opens && !http_session_run_open(s, db, w->sess)) {
+  } else if (opens && !w->header_copies[3] && !http_session_run_open(s, db, w->sess)) {
+    /* (A session whose initialize names a run, Toolgate-Run, opens none of its own.) */
     free(reply.text);
     result = http_queue_refusal_as(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, &w->msg,
                                    TG_RPC_INTERNAL_ERROR, "The session's run could not start");
@@ -598,10 +615,14 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   if (w->sess) http_state_store(s, w->sess, &w->scratch, w->opened);
   /* What this message changed, and the baseline of a listen stream just acknowledged. */
   http_check_lists(s, db, principal, w->sess);
-  /* A call cancelled as its token was revoked is told so, as the revoked token is. */
+  /* A call cancelled as its token was revoked is told so, as the revoked token is; a message
+   * its session's end left unanswered (it may have come after, and not run), as one naming
+   * the ended session is. */
   bool revoked = !reply.text && (w->sess || listed) && http_revoked_call(s, w->sess, w->st);
+  bool ended = !reply.text && !revoked && http_session_ended(s, w->sess);
   result = l         ? http_listener_serve(conn, l)
            : revoked ? refuse_caller(s, conn, CALLER_BAD_TOKEN)
+           : ended   ? session_not_found(conn)
            : reply.text && w->st && w->st->len
                ? queue_events(s, conn, w->sess, w->st, reply.text, w->msg.id, new_sid)
            : reply.text
@@ -611,12 +632,6 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
 done:
   http_worker_free(w);
   return result;
-}
-
-/* The answer to a GET or DELETE naming a session that is gone, or not the caller's. */
-static enum MHD_Result session_not_found(struct MHD_Connection *conn) {
-  return http_queue_rpc_error(conn, MHD_HTTP_NOT_FOUND, TG_RPC_INVALID_REQUEST,
-                              "Session not found");
 }
 
 static enum MHD_Result handle_delete(server *s, struct MHD_Connection *conn, tg_db *db,
@@ -969,8 +984,7 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
     return http_queue_rpc_error(conn, MHD_HTTP_FORBIDDEN, TG_RPC_INVALID_REQUEST,
                                 "Forbidden origin or host");
   peer *p = http_peer_of(conn);
-  caller who = authenticate(s, conn, p ? p->db : NULL, rq->principal,
-                            rq->token_hash);
+  caller who = authenticate(s, conn, http_peer_db(p), rq->principal, rq->token_hash);
   if (who != CALLER_KNOWN) return refuse_caller(s, conn, who);
   rq->checked_ms = tg_monotonic_ms();
   bool full = false;
@@ -1068,7 +1082,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   /* The request is whole: it is answered now. */
   peer *p = http_peer_of(conn);
   if (p) atomic_store(&p->due_by, 0);
-  tg_db *db = p ? p->db : NULL;
+  tg_db *db = http_peer_db(p);
   if (tg_monotonic_ms() - rq->checked_ms > TOKEN_RECHECK_MS) {
     char principal[TG_UUID_LEN + 1];
     caller who = authenticate(s, conn, db, principal, rq->token_hash);
@@ -1120,24 +1134,15 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   if (large) malloc_trim(0);
 }
 
-/* Each connection has its own thread and its own database connection, and is known to the
- * sweeper (cut_slow_clients) until it closes, before its socket does. */
+/* Each connection has its own thread and its own database connection (http_peer_db), and is
+ * known to the sweeper (cut_slow_clients) until it closes, before its socket does. */
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode code) {
   server *s = cls;
   peer *p = *socket_context;
   if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-    char *why = NULL;
     if (!(p = calloc(1, sizeof *p))) return; /* no context: its requests get a 503 */
     p->srv = s;
-    pthread_mutex_lock(&s->peers_lock);
-    if (s->n_spare_dbs) p->db = s->spare_dbs[--s->n_spare_dbs];
-    pthread_mutex_unlock(&s->peers_lock);
-    if (!p->db && tg_db_open(s->cfg->data_dir, &p->db, &why) < 0) {
-      tg_log(TG_LOG_ERROR, "http: cannot open the database: %s", why ? why : "out of memory");
-      free(why);
-      p->db = NULL;
-    }
     p->fd = http_connection_fd(conn);
     atomic_store(&p->due_by, tg_monotonic_ms() + http_slow_limit_ms(s, 0));
     pthread_mutex_lock(&s->peers_lock);

@@ -53,6 +53,8 @@
 /* Tests: called by the sweep looking for revoked tokens, once it holds the sessions it looks
  * at and before it looks. */
 extern void (*_Atomic tg_http_test_looking)(void); /* atomic: set by a test thread */
+/* Tests: called with the id of the session a POST names, once it found it live. */
+extern void (*_Atomic tg_http_test_session_found)(const char *id);
 
 typedef struct tg_http_config {
   const char *listen; /* HOST:PORT or [V6]:PORT; port 0 picks a free one */

@@ -198,10 +198,7 @@ bool http_session_admit(server *s, session *x) {
  * place (none for a session ended meanwhile: its token revoked, the server stopping); false
  * (logged, the session ended) when it cannot be. */
 bool http_session_run_open(server *s, tg_db *db, session *x) {
-  pthread_mutex_lock(&s->lock);
-  bool dead = x->dead;
-  pthread_mutex_unlock(&s->lock);
-  if (dead) return true;
+  if (http_session_ended(s, x)) return true;
   session_run *run = calloc(1, sizeof *run);
   const char *why = "out of memory";
   bool opened = run && tg_run_open_session(db, x->principal, *s->holder ? s->holder : NULL,
@@ -280,6 +277,17 @@ session *http_session_find(server *s, const char *id, const char *principal,
   pthread_mutex_unlock(&s->lock);
   return x;
 }
+
+bool http_session_ended(server *s, session *x) {
+  if (!x) return false;
+  pthread_mutex_lock(&s->lock);
+  bool dead = x->dead;
+  pthread_mutex_unlock(&s->lock);
+  return dead;
+}
+
+/* Tests: see server.h. */
+void (*_Atomic tg_http_test_session_found)(const char *id);
 
 void http_session_put(server *s, session *x) {
   if (!x) return;

@@ -341,8 +341,8 @@ void http_drop_cancelled_in_line(server *s) {
   }
 }
 
-/* A pool or sweeper thread's connection, opened at its first use; NULL (logged) when it
- * cannot be, and tried again at the next. */
+/* A pool, sweeper or client connection's thread's database connection, opened at its first
+ * use; NULL (logged) when it cannot be, and tried again at the next. */
 tg_db *http_thread_db(server *s, tg_db **db) {
   char *why = NULL;
   if (!*db && tg_db_open(s->cfg->data_dir, db, &why) < 0) {

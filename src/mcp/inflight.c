@@ -17,6 +17,7 @@ struct tg_mcp_inflight {
   size_t n, cap;
   void (*wake)(void *arg);
   void *arg;
+  bool closed; /* every request begun from now on starts cancelled (cancel_all) */
 };
 
 int tg_mcp_inflight_new(void (*wake)(void *arg), void *arg, tg_mcp_inflight **ret) {
@@ -43,7 +44,7 @@ int tg_mcp_inflight_begin(tg_mcp_inflight *t, json_t *id) {
   int r = TG_OK;
   pthread_mutex_lock(&t->lock);
   size_t same = find_locked(t, id);
-  bool cancelled = same < t->n && t->entries[same].cancelled;
+  bool cancelled = t->closed || (same < t->n && t->entries[same].cancelled);
   if (t->n == t->cap) {
     size_t cap = t->cap ? 2 * t->cap : 4;
     entry *grown = realloc(t->entries, cap * sizeof *grown);
@@ -97,6 +98,7 @@ bool tg_mcp_inflight_cancel(tg_mcp_inflight *t, json_t *id) {
 void tg_mcp_inflight_cancel_all(tg_mcp_inflight *t) {
   pthread_mutex_lock(&t->lock);
   for (size_t i = 0; i < t->n; i++) t->entries[i].cancelled = true;
+  t->closed = true;
   pthread_mutex_unlock(&t->lock);
 }
 

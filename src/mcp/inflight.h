@@ -22,7 +22,8 @@ bool tg_mcp_inflight_end(tg_mcp_inflight *t, json_t *id);
 /* Marks the request id cancelled; false when no such request is being served (unknown or
  * already answered: the cancellation is then ignored). */
 bool tg_mcp_inflight_cancel(tg_mcp_inflight *t, json_t *id);
-/* Marks every request in t cancelled (their client is gone), waking no one: for a caller that
+/* Marks every request in t cancelled (their client is gone), and every one begun after, which
+ * a transport may have read before and registers only now; wakes no one: for a caller that
  * holds what the wake function would take, and wakes the waiters itself. */
 void tg_mcp_inflight_cancel_all(tg_mcp_inflight *t);
 bool tg_mcp_inflight_cancelled(tg_mcp_inflight *t, json_t *id);

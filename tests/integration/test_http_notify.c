@@ -10,6 +10,7 @@
 #include <curl/curl.h>
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <malloc.h>
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
@@ -22,6 +23,7 @@
 #endif
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -495,14 +497,16 @@ static unsigned restart(world *w) {
   return port;
 }
 
-/* initialize at version (with client capabilities caps) and notifications/initialized. */
-static void open_session_at(world *w, const char *version, const char *caps, char sid[64]) {
+/* initialize at version (with client capabilities caps, and the headers extra) and
+ * notifications/initialized. */
+static void open_session_with(world *w, const char *version, const char *caps, const char *extra,
+                              char sid[64]) {
   char body[256], agreed[64];
   snprintf(body, sizeof body,
            "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
            "\"protocolVersion\":\"%s\",\"capabilities\":%s}}",
            version, caps);
-  exchange *ex = start(w, "POST", NULL, NULL, body);
+  exchange *ex = start(w, "POST", NULL, extra, body);
   await(ex, NULL);
   if (ex->status != 200) fail_msg("initialize got %ld: %s", ex->status, ex->got);
   snprintf(agreed, sizeof agreed, "\"protocolVersion\":\"%s\"", version);
@@ -512,6 +516,10 @@ static void open_session_at(world *w, const char *version, const char *caps, cha
   finish(ex);
   free(request(w, "POST", sid, NULL, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}",
                202));
+}
+
+static void open_session_at(world *w, const char *version, const char *caps, char sid[64]) {
+  open_session_with(w, version, caps, NULL, sid);
 }
 
 static void open_session(world *w, const char *caps, char sid[64]) {
@@ -1072,6 +1080,42 @@ static void test_ending_a_session_cancels_its_calls(void **state) {
   finish(call);
 }
 
+/* The server of a test that ends a session as a POST finds it (end_found_session), and the
+ * status of that DELETE. */
+static world *ending_world;
+static long ending_status;
+
+static void end_found_session(const char *sid) {
+  tg_http_test_session_found = NULL;
+  exchange *end = start(ending_world, "DELETE", sid, NULL, NULL);
+  ending_status = wait_for(end, NULL) ? end->status : -1;
+  finish(end);
+}
+
+/* A message whose session was ended (DELETE) after the POST found it and before its request
+ * was registered, so that the end's cancellation missed it, is not served: it is answered as
+ * one naming the ended session is, and its tool never runs, on the connection's thread and on
+ * the pool alike. Nothing is written. */
+static void test_a_call_its_session_ended_first_does_not_run(void **state) {
+  world *w = *state;
+  ending_world = w;
+  long acts = fixture_count(w->f, "activity_log"), logs = fixture_count(w->f, "agent_run_logs");
+  static const char *const calls[] = {CALL(7, "test_act_once"), CALL(8, "test_wait_cancel")};
+  for (size_t i = 0; i < 2; i++) {
+    char sid[64];
+    open_session(w, "{}", sid);
+    ending_status = 0;
+    tg_http_test_session_found = end_found_session;
+    char *got = request(w, "POST", sid, NULL, calls[i], 404);
+    assert_int_equal(ending_status, 200);
+    assert_non_null(strstr(got, "Session not found"));
+    free(got);
+  }
+  assert_int_equal(kit_starts, 0);
+  assert_int_equal(fixture_count(w->f, "activity_log"), acts);
+  assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs);
+}
+
 /* A POST holding a request is answered with JSON or an event stream, even when the request
  * was cancelled: an event stream with no event (the priming alone, on 2025-11-25), and 202
  * only for notifications alone. */
@@ -1482,6 +1526,12 @@ static void test_a_request_names_its_run(void **state) {
   free(request(w, "POST", sid, session_header, CALL(2, "test_simple_text"), 200));
   assert_int_equal(calls_in_run(w, run), 2);
   assert_int_equal(fixture_count(w->f, "agent_runs"), runs); /* no run of their own */
+  /* A session whose initialize names the run opens none of its own. */
+  char named[64];
+  open_session_with(w, "2025-11-25", "{}", session_header, named);
+  free(request(w, "POST", named, session_header, CALL(5, "test_simple_text"), 200));
+  assert_int_equal(calls_in_run(w, run), 3);
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs);
   snprintf(session_header, sizeof session_header, "Toolgate-Run: %s", foreign);
   char *got = request(w, "POST", sid, session_header, CALL(3, "test_simple_text"), 200);
   assert_non_null(strstr(got, "No run"));
@@ -1491,7 +1541,7 @@ static void test_a_request_names_its_run(void **state) {
   got = request(w, "POST", NULL, headers, STATELESS_CALL("4", "test_simple_text", "{}"), 200);
   assert_non_null(strstr(got, "not running"));
   free(got);
-  assert_int_equal(calls_in_run(w, run), 2);
+  assert_int_equal(calls_in_run(w, run), 3);
 }
 
 /* A notification, a response or a batch naming a version the server does not speak is
@@ -2820,6 +2870,64 @@ static int open_fds(void) {
   return n;
 }
 
+/* The descriptors this process holds on the test's database (its file, WAL and index). */
+static int database_fds(world *w) {
+  char db_path[PATH_MAX];
+  snprintf(db_path, sizeof db_path, "%s/toolgate.db", w->f->dir);
+  int n = 0;
+  DIR *d = opendir("/proc/self/fd");
+  assert_non_null(d);
+  for (struct dirent *e; (e = readdir(d));) {
+    char link[300], target[PATH_MAX];
+    snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+    ssize_t len = readlink(link, target, sizeof target - 1);
+    n += len > 0 && strncmp(target, db_path, strlen(db_path)) == 0;
+  }
+  closedir(d);
+  return n;
+}
+
+static atomic_bool swept;
+static void note_sweep(void) { atomic_store(&swept, true); }
+
+static size_t discard(char *data, size_t size, size_t n, void *arg) {
+  (void)data;
+  (void)arg;
+  return size * n;
+}
+
+/* A client connection opens the database at its first request that needs it, on its own
+ * thread, not as libmicrohttpd's accepting thread takes the connection (where a busy database
+ * would hold up every new client): a probe of /healthz opens none. */
+static void test_healthz_opens_no_database(void **state) {
+  world *w = *state;
+  restart(w); /* no spare database connection left by an earlier client */
+  atomic_store(&swept, false);
+  tg_http_test_looking = note_sweep; /* the sweeper has its connection once it looks */
+  for (int i = 0; !atomic_load(&swept); i++) {
+    if (i == HANG_GUARD_S * 100) fail_msg("the sweeper never looked");
+    usleep(10 * 1000);
+  }
+  tg_http_test_looking = NULL;
+  int before = database_fds(w);
+  char url[80];
+  snprintf(url, sizeof url, "%.*shealthz", (int)(strrchr(w->url, '/') - w->url + 1), w->url);
+  CURL *probe = curl_easy_init();
+  curl_easy_setopt(probe, CURLOPT_URL, url);
+  curl_easy_setopt(probe, CURLOPT_WRITEFUNCTION, discard);
+  assert_int_equal(curl_easy_perform(probe), CURLE_OK);
+  long status = 0;
+  curl_easy_getinfo(probe, CURLINFO_RESPONSE_CODE, &status);
+  assert_int_equal(status, 200);
+  assert_int_equal(database_fds(w), before);
+  curl_easy_cleanup(probe);
+  /* An MCP request does open one. */
+  free(request(w, "POST", NULL, MODERN_HEADERS("server/discover"),
+               "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\",\"params\":{"
+               MODERN_META "}}", 200));
+  assert_true(database_fds(w) > before);
+}
+
 /* [::] is IPv6 alone, so 0.0.0.0 on the same port is a server apart; a busy port is refused
  * and leaves no descriptor open; a listen address that is none is refused. */
 static void test_listen_addresses(void **state) {
@@ -3129,6 +3237,7 @@ int main(void) {
       T(test_an_error_naming_no_request_answers_the_one_question),
       T(test_an_unreadable_answer_fails_its_question),
       T(test_ending_a_session_cancels_its_calls),
+      T(test_a_call_its_session_ended_first_does_not_run),
       T(test_a_cancelled_request_gets_an_empty_event_stream),
       T(test_bearer_tokens_empty_unknown_or_padded),
       T(test_a_session_belongs_to_its_token),
@@ -3167,6 +3276,7 @@ int main(void) {
       T(test_dropped_output_gives_its_room_back),
       T(test_priming_passes_the_bounds),
       T(test_listen_addresses),
+      T(test_healthz_opens_no_database),
       T(test_idle_connections_are_closed),
       T(test_idle_sessions_end_on_their_own),
       T(test_a_slow_sender_is_cut_off),
