@@ -56,7 +56,8 @@ typedef struct session {
   int refs;
   int checking; /* of refs, those a list check or the look for revoked tokens holds: they
                  * keep it, they do not use it */
-  bool dead;
+  bool dead;    /* out of the table: ended, reaped, or the server stopped */
+  bool ended;   /* ended by its client (http_session_end_locked): its requests do not run */
   bool revoked; /* ended as its token was revoked (end_revoked) */
   session_run *run; /* NULL: its calls are runs of their own (an agent's) or of none (a user's) */
   int64_t last_used; /* monotonic (ms) */
@@ -406,7 +407,8 @@ void http_end_session_runs(server *s, tg_db *db);
 session *http_session_find(server *s, const char *id, const char *principal,
                            const char *token_hash);
 void http_session_put(server *s, session *x);
-/* Whether x (NULL: no session) was ended: deleted, reaped, or its token revoked. */
+/* Whether x (NULL: no session) was ended for its client: deleted, its token revoked, or its
+ * run refused. (A server that stops lets its sessions' requests run.) */
 bool http_session_ended(server *s, session *x);
 
 /* ---- stream.c ---- */

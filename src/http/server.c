@@ -229,7 +229,12 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
   if (found_ended) tg_mcp_inflight_end(x->inflight, w->msg.id);
   if (!held || found_ended) {
     if (st) http_stream_release(st);
-    return forgo_place(s, found_ended ? session_not_found(conn) : MHD_NO);
+    /* Told as the other answers of an ended session are (handle_post): a revoked token's
+     * as the revoked token is. */
+    enum MHD_Result r = !found_ended                   ? MHD_NO
+                        : http_revoked_call(s, x, NULL) ? refuse_caller(s, conn, CALLER_BAD_TOKEN)
+                                                        : session_not_found(conn);
+    return forgo_place(s, r);
   }
   tg_mcp_inflight *inflight = x ? x->inflight : st->inflight;
   st->refs = 2; /* the worker's and this connection's */

@@ -81,6 +81,7 @@ void http_session_unlink_locked(server *s, session *x) {
 void http_session_end_locked(server *s, session *x) {
   tg_mcp_inflight_cancel_all(x->inflight);
   s->cancellations++;
+  x->ended = true;
   http_session_unlink_locked(s, x);
 }
 
@@ -198,7 +199,10 @@ bool http_session_admit(server *s, session *x) {
  * place (none for a session ended meanwhile: its token revoked, the server stopping); false
  * (logged, the session ended) when it cannot be. */
 bool http_session_run_open(server *s, tg_db *db, session *x) {
-  if (http_session_ended(s, x)) return true;
+  pthread_mutex_lock(&s->lock);
+  bool dead = x->dead;
+  pthread_mutex_unlock(&s->lock);
+  if (dead) return true;
   session_run *run = calloc(1, sizeof *run);
   const char *why = "out of memory";
   bool opened = run && tg_run_open_session(db, x->principal, *s->holder ? s->holder : NULL,
@@ -281,9 +285,9 @@ session *http_session_find(server *s, const char *id, const char *principal,
 bool http_session_ended(server *s, session *x) {
   if (!x) return false;
   pthread_mutex_lock(&s->lock);
-  bool dead = x->dead;
+  bool ended = x->ended;
   pthread_mutex_unlock(&s->lock);
-  return dead;
+  return ended;
 }
 
 /* Tests: see server.h. */

@@ -258,6 +258,10 @@ static const char kit_spec[] =
     "{\"name\":\"test.act.once\",\"description\":\"Writes a row, once a run.\","
     "\"surfaces\":[\"mcp\"],\"effect\":\"write\",\"risk\":\"low\",\"permissions\":[],"
     "\"maxPerRun\":1,\"inputSchema\":{\"type\":\"object\"},"
+    "\"outputSchema\":{\"type\":\"object\"}},"
+    "{\"name\":\"test.act.pooled\",\"description\":\"Writes a row, on a pool thread.\","
+    "\"surfaces\":[\"mcp\"],\"effect\":\"write\",\"risk\":\"low\",\"permissions\":[],"
+    "\"flags\":[\"interactive\"],\"inputSchema\":{\"type\":\"object\"},"
     "\"outputSchema\":{\"type\":\"object\"}}]}";
 static const tg_handler_entry kit_handlers[] = {{"test.wait.cancel", wait_cancel},
                                                 {"test.wait.here", wait_cancel},
@@ -265,9 +269,10 @@ static const tg_handler_entry kit_handlers[] = {{"test.wait.cancel", wait_cancel
                                                 {"test.note.overflow", note_then_overflow},
                                                 {"test.wait.go", wait_go},
                                                 {"test.says.input_required", says_input_required},
-                                                {"test.act.once", act_once}};
+                                                {"test.act.once", act_once},
+                                                {"test.act.pooled", act_once}};
 static const tg_provider kit = {.name = "kit", .spec_json = kit_spec, .handlers = kit_handlers,
-                                .n_handlers = 7};
+                                .n_handlers = sizeof kit_handlers / sizeof *kit_handlers};
 
 /* ---- the server ---- */
 
@@ -1080,40 +1085,98 @@ static void test_ending_a_session_cancels_its_calls(void **state) {
   finish(call);
 }
 
-/* The server of a test that ends a session as a POST finds it (end_found_session), and the
- * status of that DELETE. */
+/* The server of a test that ends a session as a POST finds it (end_found_session: by a
+ * DELETE, whose status it notes, or by revoking the token that opened it). */
 static world *ending_world;
+static bool ending_by_revocation;
 static long ending_status;
+
+static atomic_int sweeps_seen;
+static void count_sweep(void) { atomic_fetch_add(&sweeps_seen, 1); }
+
+static void revoke_token(world *w, const char *token);
+static void revoke_tokens_of(world *w, const char *principal);
 
 static void end_found_session(const char *sid) {
   tg_http_test_session_found = NULL;
-  exchange *end = start(ending_world, "DELETE", sid, NULL, NULL);
-  ending_status = wait_for(end, NULL) ? end->status : -1;
-  finish(end);
+  if (!ending_by_revocation) {
+    exchange *end = start(ending_world, "DELETE", sid, NULL, NULL);
+    ending_status = wait_for(end, NULL) ? end->status : -1;
+    finish(end);
+    return;
+  }
+  revoke_token(ending_world, ending_world->token);
+  /* The first sweep to look from now on sees the token revoked and ends the session; once a
+   * second looks, the first is done. */
+  atomic_store(&sweeps_seen, 0);
+  tg_http_test_looking = count_sweep;
+  for (int i = 0; atomic_load(&sweeps_seen) < 2 && i < HANG_GUARD_S * 100; i++) usleep(10 * 1000);
+  tg_http_test_looking = NULL;
+  ending_status = atomic_load(&sweeps_seen) >= 2 ? 200 : -1;
 }
 
-/* A message whose session was ended (DELETE) after the POST found it and before its request
- * was registered, so that the end's cancellation missed it, is not served: it is answered as
- * one naming the ended session is, and its tool never runs, on the connection's thread and on
+/* A message whose session was ended (DELETE, or its token revoked) after the POST found it
+ * and before its request was registered, so that the end's cancellation missed it, is not
+ * served: it is answered as one naming the ended session is (401 for the revoked token, as
+ * a request bearing it now is), and its tool never runs, on the connection's thread and on
  * the pool alike. Nothing is written. */
 static void test_a_call_its_session_ended_first_does_not_run(void **state) {
   world *w = *state;
   ending_world = w;
   long acts = fixture_count(w->f, "activity_log"), logs = fixture_count(w->f, "agent_run_logs");
-  static const char *const calls[] = {CALL(7, "test_act_once"), CALL(8, "test_wait_cancel")};
-  for (size_t i = 0; i < 2; i++) {
+  static const char *const calls[] = {CALL(7, "test_act_once"), CALL(8, "test_act_pooled")};
+  for (size_t i = 0; i < 4; i++) {
     char sid[64];
+    ending_by_revocation = i >= 2; /* one token of the two "bot" has, then the other */
+    w->token = w->tokens[i == 3 ? 3 : 0];
     open_session(w, "{}", sid);
     ending_status = 0;
     tg_http_test_session_found = end_found_session;
-    char *got = request(w, "POST", sid, NULL, calls[i], 404);
+    char *got = request(w, "POST", sid, NULL, calls[i % 2], ending_by_revocation ? 401 : 404);
     assert_int_equal(ending_status, 200);
-    assert_non_null(strstr(got, "Session not found"));
+    assert_non_null(strstr(got, ending_by_revocation ? "A valid Bearer token" : "Session not found"));
     free(got);
   }
-  assert_int_equal(kit_starts, 0);
   assert_int_equal(fixture_count(w->f, "activity_log"), acts);
   assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs);
+}
+
+/* The server of a test that begins to stop as a POST finds its session (stop_found_session),
+ * and the GET stream of that session, which ends as the stop lets the session go. */
+static pthread_t found_stopper;
+static exchange *found_get;
+
+static void *stop_server(void *h);
+
+static void stop_found_session(const char *sid) {
+  (void)sid;
+  tg_http_test_session_found = NULL;
+  tg_http *h = ending_world->h;
+  ending_world->h = NULL; /* the stopper's now */
+  if (pthread_create(&found_stopper, NULL, stop_server, h) == 0) wait_for(found_get, NULL);
+}
+
+/* A stopping server lets its sessions' requests run, as their clients did not go away: one
+ * that found its session as the stop let the session go too. A call bound for the pool runs
+ * and commits; a notification is taken (202). */
+static void test_a_request_found_as_the_server_stops_is_served(void **state) {
+  world *w = *state;
+  ending_world = w;
+  long acts = fixture_count(w->f, "activity_log");
+  static const char *const messages[] = {CALL(7, "test_act_pooled"), CANCEL("9")};
+  for (size_t i = 0; i < 2; i++) {
+    char sid[64];
+    found_get = open_listening_session(w, sid);
+    tg_http_test_session_found = stop_found_session;
+    char *got = request(w, "POST", sid, NULL, messages[i], i == 0 ? 200 : 202);
+    if (i == 0) assert_non_null(strstr(got, "\"result\""));
+    free(got);
+    pthread_join(found_stopper, NULL);
+    await(found_get, NULL);
+    finish(found_get);
+    restart(w);
+  }
+  assert_int_equal(fixture_count(w->f, "activity_log"), acts + 1);
 }
 
 /* A POST holding a request is answered with JSON or an event stream, even when the request
@@ -1455,8 +1518,6 @@ static void test_a_session_run_caps_its_calls(void **state) {
   free(got);
   assert_int_equal(fixture_count(w->f, "activity_log"), acts + 2);
 }
-
-static void revoke_tokens_of(world *w, const char *principal);
 
 /* A session's run ends when the session does, after its last call: idle (completed), the
  * server stopping (completed), its token revoked (cancelled). A run an operator ended first
@@ -2759,12 +2820,7 @@ static void test_a_revoked_token_ends_its_tasks(void **state) {
     json_decref(answer);
     free(got);
   }
-  char hash[TG_TOKEN_HASH_LEN + 1];
-  assert_int_equal(tg_sha256_hex(w->tokens[0], strlen(w->tokens[0]), hash), 0);
-  assert_int_equal(tg_db_exec(w->f->db,
-                              "UPDATE api_tokens SET revoked_at = 'now' WHERE token_hash = $1",
-                              json_pack("[s]", hash), NULL),
-                   0);
+  revoke_token(w, w->tokens[0]);
   w->token = w->tokens[3];
   json_t *task = NULL;
   for (int waited = 0; waited < HANG_GUARD_S * 10; waited++) {
@@ -2971,6 +3027,16 @@ static void test_listen_stream_gets_ack_then_changes(void **state) {
 }
 
 /* Revokes every token of principal, as another process would: in the database alone. */
+/* Revokes one token, as another process would. */
+static void revoke_token(world *w, const char *token) {
+  char hash[TG_TOKEN_HASH_LEN + 1];
+  assert_int_equal(tg_sha256_hex(token, strlen(token), hash), 0);
+  assert_int_equal(tg_db_exec(w->f->db,
+                              "UPDATE api_tokens SET revoked_at = 'now' WHERE token_hash = $1",
+                              json_pack("[s]", hash), NULL),
+                   0);
+}
+
 static void revoke_tokens_of(world *w, const char *principal) {
   assert_int_equal(tg_db_exec(w->f->db,
                               "UPDATE api_tokens SET revoked_at = 'now' WHERE principal_id = $1",
@@ -3238,6 +3304,7 @@ int main(void) {
       T(test_an_unreadable_answer_fails_its_question),
       T(test_ending_a_session_cancels_its_calls),
       T(test_a_call_its_session_ended_first_does_not_run),
+      T(test_a_request_found_as_the_server_stops_is_served),
       T(test_a_cancelled_request_gets_an_empty_event_stream),
       T(test_bearer_tokens_empty_unknown_or_padded),
       T(test_a_session_belongs_to_its_token),
