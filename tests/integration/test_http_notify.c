@@ -329,6 +329,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   world *w = *state;
+  tg_http_test_session_found = NULL; /* a failed test's hook that never came */
   pthread_mutex_lock(&kit_lock); /* tools still waiting on the test (one failed) end now */
   kit_hold = false;
   pthread_mutex_unlock(&kit_lock);
@@ -3026,8 +3027,7 @@ static void test_listen_stream_gets_ack_then_changes(void **state) {
   finish(listen);
 }
 
-/* Revokes every token of principal, as another process would: in the database alone. */
-/* Revokes one token, as another process would. */
+/* Revokes one token, as another process would: in the database alone. */
 static void revoke_token(world *w, const char *token) {
   char hash[TG_TOKEN_HASH_LEN + 1];
   assert_int_equal(tg_sha256_hex(token, strlen(token), hash), 0);
@@ -3037,6 +3037,7 @@ static void revoke_token(world *w, const char *token) {
                    0);
 }
 
+/* Revokes every token of principal, as revoke_token does. */
 static void revoke_tokens_of(world *w, const char *principal) {
   assert_int_equal(tg_db_exec(w->f->db,
                               "UPDATE api_tokens SET revoked_at = 'now' WHERE principal_id = $1",
