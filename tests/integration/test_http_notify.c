@@ -82,6 +82,7 @@ static bool kit_started, kit_cancelled, kit_go;
 static bool kit_hold; /* set: test_wait_cancel, once cancelled, ends only as it is cleared */
 static int kit_running; /* calls of the tool waiting now */
 static int kit_starts;  /* calls of the tool that began waiting */
+static int kit_acts;    /* calls of the tools that write a row (act_once) that began */
 static char kit_last[64]; /* the name of the caller whose call began waiting last */
 
 static void kit_set(bool *flag) {
@@ -218,9 +219,12 @@ static int says_input_required(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return *ret ? 0 : TG_E_NOMEM;
 }
 
-/* Writes one activity row. */
+/* Writes one activity row; counts the calls that began (kit_acts). */
 static int act_once(tg_call_ctx *cx, json_t *args, json_t **ret) {
   (void)args;
+  pthread_mutex_lock(&kit_lock);
+  kit_acts++;
+  pthread_mutex_unlock(&kit_lock);
   int r = tg_activity(cx, "TEST_ONCE", NULL, "once a run", NULL);
   if (r == 0 && !(*ret = json_object())) r = TG_E_NOMEM;
   return r;
@@ -322,7 +326,7 @@ static int setup(void **state) {
   assert_int_equal(tg_http_start(&w->cfg, &w->h, &port), 0);
   snprintf(w->url, sizeof w->url, "http://127.0.0.1:%u/mcp", port);
   kit_started = kit_cancelled = kit_go = kit_hold = false;
-  kit_running = kit_starts = 0;
+  kit_running = kit_starts = kit_acts = 0;
   *state = w;
   return 0;
 }
@@ -1135,9 +1139,11 @@ static void test_a_call_its_session_ended_first_does_not_run(void **state) {
     tg_http_test_session_found = end_found_session;
     char *got = request(w, "POST", sid, NULL, calls[i % 2], ending_by_revocation ? 401 : 404);
     assert_int_equal(ending_status, 200);
-    assert_non_null(strstr(got, ending_by_revocation ? "A valid Bearer token" : "Session not found"));
+    assert_non_null(
+        strstr(got, ending_by_revocation ? "A valid Bearer token" : "Session not found"));
     free(got);
   }
+  assert_int_equal(kit_acts, 0);
   assert_int_equal(fixture_count(w->f, "activity_log"), acts);
   assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs);
 }
@@ -1177,6 +1183,7 @@ static void test_a_request_found_as_the_server_stops_is_served(void **state) {
     finish(found_get);
     restart(w);
   }
+  assert_int_equal(kit_acts, 1);
   assert_int_equal(fixture_count(w->f, "activity_log"), acts + 1);
 }
 
