@@ -134,8 +134,8 @@ int tg_token_uses_write(tg_token_uses *u, tg_db *db, bool all) {
   for (size_t i = 0; todo && i < SLOTS; i++) {
     use *e = &u->slots[i];
     if (!e->taken || !due(e, mono, flush)) continue;
+    todo[n++] = *e; /* with the try before this one */
     e->tried = mono;
-    todo[n++] = *e;
   }
   pthread_mutex_unlock(&u->lock);
   if (!n) {
@@ -144,21 +144,24 @@ int tg_token_uses_write(tg_token_uses *u, tg_db *db, bool all) {
   }
   /* Never waiting for another writer, but as the server stops (its last chance). */
   int r = all ? tg_db_begin(db) : tg_db_try_begin(db);
+  /* Another writer (a call, another process) holds the lock: no fault, and a minute would
+   * leave the use unseen for long; the next write tries again. */
+  bool locked = r == TG_E_BUSY && !all;
   for (size_t i = 0; r == TG_OK && i < n; i++) r = write_use(db, todo[i].hash, todo[i].used_ms);
   r = r == TG_OK ? tg_db_commit(db) : r;
-  if (r < 0) {
+  if (r < 0 && !locked)
     tg_log(TG_LOG_WARN, "auth: could not record when %zu token(s) were last used%s: %s", n,
            all ? " before the server stopped" : ", tried again in a minute", tg_db_errmsg(db));
-    tg_db_rollback(db);
-  } else {
-    pthread_mutex_lock(&u->lock);
-    for (size_t i = 0; i < n; i++) {
-      use *e = slot_of(u, todo[i].hash);
-      if (e->taken) e->written_ms = todo[i].used_ms;
-    }
-    if (flush) forget_written_locked(u, mono, true);
-    pthread_mutex_unlock(&u->lock);
+  if (r < 0) tg_db_rollback(db);
+  pthread_mutex_lock(&u->lock);
+  for (size_t i = 0; i < n; i++) {
+    use *e = slot_of(u, todo[i].hash);
+    if (!e->taken) continue;
+    if (r == TG_OK) e->written_ms = todo[i].used_ms;
+    else if (locked) e->tried = todo[i].tried;
   }
+  if (r == TG_OK && flush) forget_written_locked(u, mono, true);
+  pthread_mutex_unlock(&u->lock);
   free(todo);
   return r;
 }

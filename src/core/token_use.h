@@ -23,7 +23,8 @@ void tg_token_uses_free(tg_token_uses *u);
 bool tg_token_used(tg_token_uses *u, const char hash[TG_TOKEN_HASH_LEN + 1]);
 /* Writes the last use of each token due (all: of each not written yet, as its server
  * stops), in one transaction, without waiting for another writer (but with all). On failure
- * (logged) they are tried again a minute later. */
+ * (logged) they are tried again a minute later; while another writer holds the lock, at the
+ * next write. */
 int tg_token_uses_write(tg_token_uses *u, tg_db *db, bool all);
 /* Tests: added to the monotonic clock the minute is measured by. */
 extern _Atomic int64_t tg_token_uses_test_later_ms;

@@ -1,6 +1,7 @@
 /* A token's last use (core/token_use.c): written when first due, then at most once a minute
- * unless its server stops; a failed write tried again a minute later; never written over a
- * later one; bounded in memory, with room made again a minute on. */
+ * unless its server stops; a failed write tried again a minute later, one another writer
+ * held off at the next; never written over a later one; bounded in memory, with room made
+ * again a minute on. */
 #include "support.h"
 
 #include <jansson.h>
@@ -103,6 +104,25 @@ static void test_a_failed_write_is_tried_again_a_minute_later(void **state) {
   tg_token_uses_free(u);
 }
 
+/* A write put off by another writer's lock (a call, another process) is no fault: the use
+ * is due again at once, and the next write records it. */
+static void test_a_write_another_writer_held_off_is_tried_at_the_next(void **state) {
+  fixture *f = *state;
+  tg_token_uses *u = tg_token_uses_new();
+  char at[TG_ISO_LEN + 1];
+  tg_db *other = tg_test_db_open(f->t->dir);
+  assert_int_equal(tg_db_begin(other), 0);
+  assert_true(tg_token_used(u, f->hash));
+  assert_int_equal(tg_token_uses_write(u, f->t->db, false), TG_E_BUSY);
+  assert_true(tg_token_used(u, f->hash));
+  assert_int_equal(tg_db_rollback(other), 0);
+  tg_db_close(other);
+  assert_int_equal(tg_token_uses_write(u, f->t->db, false), 0);
+  last_use(f, at);
+  assert_int_equal(strlen(at), TG_ISO_LEN);
+  tg_token_uses_free(u);
+}
+
 /* A use written elsewhere (another server, a CLI call) later than the one held stands. */
 static void test_a_later_use_stands(void **state) {
   fixture *f = *state;
@@ -148,6 +168,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_first_use_at_once_then_at_the_stop, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_failed_write_is_tried_again_a_minute_later, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_a_write_another_writer_held_off_is_tried_at_the_next,
+                                      setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_later_use_stands, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bounded, setup, teardown),
   };
