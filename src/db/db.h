@@ -44,6 +44,9 @@ typedef int (*tg_db_job_fn)(void *arg, tg_db *db);
 int tg_db_batch(tg_db *db, tg_db_job_fn fn, void *arg);
 /* Tests: called by tg_db_batch once its job is queued, before it runs or waits. */
 extern void (*tg_db_test_queued)(void);
+/* How long no commit must come, after the log grew past a checkpoint, before it is truncated
+ * on disk (10 s; a test shortens it). */
+extern _Atomic long long tg_db_shrink_idle_ms;
 
 /* While on, every statement that would write fails (TG_E_DB): for code that must only read. */
 int tg_db_read_only(tg_db *db, bool on);

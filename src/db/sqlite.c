@@ -30,7 +30,10 @@ enum {
    * 64 connections 20 -> 14 ms against 1000) for a log of at most 64 MB. */
   CHECKPOINT_PAGES = 4000,
   RESTART_PAGES = 4 * CHECKPOINT_PAGES, /* a log this long is restarted, waiting for readers */
+  TRUNCATE_BUSY_MS = 100, /* see truncate_log */
 };
+
+_Atomic long long tg_db_shrink_idle_ms = 10000;
 
 /* What the connections of this process to one database file share.
  * Writers queue on a mutex, woken when the lock is free, instead of polling SQLite's lock
@@ -41,7 +44,8 @@ enum {
  * every writer queued behind it) waits for two fsyncs; and while readers keep it from
  * finishing (always, under load) it sorts the whole log again at every commit as the log
  * grows. Here one checkpoint is asked for per CHECKPOINT_PAGES new pages, and a log that
- * still reaches RESTART_PAGES is restarted. */
+ * still reaches RESTART_PAGES is restarted. A restarted log keeps its size on disk, so once
+ * commits stop after a checkpoint, the log is truncated (tg_db_shrink_idle_ms). */
 typedef struct shared_file {
   struct shared_file *next;
   dev_t dev;
@@ -55,6 +59,7 @@ typedef struct shared_file {
   bool running, stop;
   int checkpoint_at; /* log pages at which the next checkpoint is asked for */
   int due;           /* log pages of the checkpoint asked for; 0: none */
+  unsigned long commits; /* seen by the log's hook: the checkpoint thread's sign of idleness */
   /* tg_db_batch: the jobs waiting for a transaction, and whether a thread leads one. */
   pthread_mutex_t jobs_lock;
   struct batch_job *jobs, *jobs_tail;
@@ -700,9 +705,23 @@ static void checkpoint(shared_file *f, sqlite3 *conn, int pages) {
   pthread_mutex_unlock(&f->write);
 }
 
+/* Empties the log once every page in it is in the database file, so that a burst of writes
+ * does not leave its high mark on disk. It holds this process's writers meanwhile, so it
+ * waits for readers and other processes only briefly: false when they kept it from
+ * finishing, to be tried again after the next idle spell. */
+static bool truncate_log(shared_file *f, sqlite3 *conn) {
+  pthread_mutex_lock(&f->write);
+  sqlite3_busy_timeout(conn, TRUNCATE_BUSY_MS);
+  int rc = sqlite3_wal_checkpoint_v2(conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+  sqlite3_busy_timeout(conn, BUSY_TIMEOUT_MS);
+  pthread_mutex_unlock(&f->write);
+  return rc == SQLITE_OK;
+}
+
 /* The checkpoint thread: its own connection, one checkpoint per request, until the last
  * connection of the process to the file closes. A checkpoint that cannot finish (readers)
- * is simply asked for again later. */
+ * is simply asked for again later. After one, the log is truncated when no commit came
+ * for tg_db_shrink_idle_ms (tried again after each such spell until it is). */
 static void *checkpointer_main(void *arg) {
   shared_file *f = arg;
   sqlite3 *conn = NULL;
@@ -713,15 +732,27 @@ static void *checkpointer_main(void *arg) {
     sqlite3_busy_timeout(conn, BUSY_TIMEOUT_MS);
     sqlite3_exec(conn, "PRAGMA schema_version", NULL, NULL, NULL);
   }
+  bool grown = false; /* checkpointed since the log was last truncated */
   pthread_mutex_lock(&f->lock);
   for (;;) {
-    while (!f->due && !f->stop) pthread_cond_wait(&f->wake, &f->lock);
+    while (!f->due && !f->stop) {
+      unsigned long seen = f->commits;
+      if (!grown) {
+        pthread_cond_wait(&f->wake, &f->lock);
+      } else if (tg_timed_wait(&f->wake, &f->lock, tg_db_shrink_idle_ms) &&
+                 f->commits == seen && !f->due && !f->stop) {
+        pthread_mutex_unlock(&f->lock);
+        grown = !(conn && truncate_log(f, conn));
+        pthread_mutex_lock(&f->lock);
+      }
+    }
     if (f->stop) break;
     int pages = f->due;
     f->due = 0;
     pthread_mutex_unlock(&f->lock);
-    checkpoint(f, conn, pages);
+    if (conn) checkpoint(f, conn, pages);
     pthread_mutex_lock(&f->lock);
+    grown = true;
   }
   pthread_mutex_unlock(&f->lock);
   sqlite3_close(conn);
@@ -734,6 +765,7 @@ static int wal_hook(void *arg, sqlite3 *conn, const char *schema, int pages) {
   shared_file *f = arg;
   bool here = false;
   pthread_mutex_lock(&f->lock);
+  f->commits++;
   if (pages < f->checkpoint_at - CHECKPOINT_PAGES) /* the log restarted */
     f->checkpoint_at = CHECKPOINT_PAGES;
   if (pages >= f->checkpoint_at) {

@@ -7,10 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 
 #include "db/db.h"
+#include "util/clock.h"
 #include "util/embed.h"
 #include "util/status.h"
 
@@ -508,6 +510,35 @@ static void test_try_begin(void **state) {
   assert_int_equal(tg_db_rollback(f->db), 0);
 }
 
+/* The log's size on disk, in bytes (0 when it is empty or not there). */
+static long long log_size(const char *dir) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/toolgate.db-wal", dir);
+  struct stat st;
+  return stat(path, &st) == 0 ? (long long)st.st_size : 0;
+}
+
+/* A burst that grows the log past a checkpoint leaves it on disk only until commits stop:
+ * then it is truncated, and what was written stays. */
+static void test_log_truncated_after_a_burst(void **state) {
+  fixture *f = *state;
+  tg_db_shrink_idle_ms = 50;
+  exec_expect(f->db, 0, "CREATE TABLE scratch (b BLOB)", NULL);
+  /* 24 MB: more than a checkpoint's 16 MB of log pages. */
+  for (int i = 0; i < 24; i++)
+    exec_expect(f->db, 0, "INSERT INTO scratch VALUES (randomblob(1000000))", NULL);
+  assert_true(log_size(f->dir) > 16 * 1000 * 1000);
+  /* A hang guard, not a timing check: the log goes once the checkpoint thread sees no commit
+   * for 50 ms. */
+  int64_t give_up = tg_monotonic_ms() + 60000;
+  while (log_size(f->dir) > 0 && tg_monotonic_ms() < give_up) usleep(10000);
+  tg_db_shrink_idle_ms = 10000;
+  assert_int_equal(log_size(f->dir), 0);
+  assert_int_equal(tg_test_integer(f->db, "SELECT COUNT(*) FROM scratch"), 24);
+  exec_expect(f->db, 0, "INSERT INTO scratch VALUES (1)", NULL);
+  assert_true(log_size(f->dir) > 0);
+}
+
 /* More distinct statements than the cache holds, and a schema change under a cached one. */
 static void test_statement_cache(void **state) {
   fixture *f = *state;
@@ -602,6 +633,7 @@ int main(void) {
       T(test_busy),
       T(test_try_begin),
       T(test_statement_cache),
+      T(test_log_truncated_after_a_burst),
       T(test_json_nomem),
       cmocka_unit_test_setup_teardown(test_json_nomem_migrate, setup_fresh, teardown),
   };
