@@ -26,9 +26,10 @@
 static const char mcp_usage[] =
     "usage: toolgate mcp (--agent SLUG | --token TOKEN) [--run RUN_ID]\n"
     "                    [--conformance-fixtures]\n\n"
-    "Serves MCP (2026-07-28 and 2025-11-25) over stdio: newline-delimited JSON-RPC on\n"
-    "stdin and stdout, logs on stderr. Every tool call is made as the agent, or as the\n"
-    "holder of the API token, through the same gate as every other surface.\n"
+    "Serves MCP 2026-07-28 and, to a client that opens with initialize, 2025-11-25 (or\n"
+    "2025-06-18, 2025-03-26, 2024-11-05) over stdio: newline-delimited JSON-RPC on stdin\n"
+    "and stdout, logs on stderr. Every tool call is made as the agent, or as the holder of\n"
+    "the API token, through the same gate as every other surface.\n"
     "  --run RUN_ID            attach every call to this running run of the agent ('runs\n"
     "                          start'). Without it, an active agent's server is a run of its\n"
     "                          own (trigger mcp), ended when the server stops. Either way\n"
