@@ -742,7 +742,7 @@ static void *checkpointer_main(void *arg) {
       } else if (tg_timed_wait(&f->wake, &f->lock, tg_db_shrink_idle_ms) &&
                  f->commits == seen && !f->due && !f->stop) {
         pthread_mutex_unlock(&f->lock);
-        grown = !(conn && truncate_log(f, conn));
+        grown = !truncate_log(f, conn);
         pthread_mutex_lock(&f->lock);
       }
     }
@@ -752,7 +752,7 @@ static void *checkpointer_main(void *arg) {
     pthread_mutex_unlock(&f->lock);
     if (conn) checkpoint(f, conn, pages);
     pthread_mutex_lock(&f->lock);
-    grown = true;
+    grown = conn != NULL;
   }
   pthread_mutex_unlock(&f->lock);
   sqlite3_close(conn);
