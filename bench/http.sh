@@ -11,7 +11,8 @@
 # connection each (what accepting one costs each side). Then it prints both
 # sides, each server's CPU time per request (from /proc, over the run), the ratio (none when
 # a side had errors), idle RSS
-# (after start, before load) and peak RSS (VmHWM), and stops both by PID.
+# (after start, before load), peak RSS (VmHWM) and RSS 13 s after the load, and stops both
+# by PID.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -99,6 +100,13 @@ for mix in $loads; do
 done
 tg_peak="$(rss "$tg_pid" VmHWM)"
 peer_peak="$(rss "$peer_pid" VmHWM)"
+# Resting: toolgate closes what a burst of clients left, and gives its memory back, after 10 s
+# without a request (TG_HTTP_REST_AFTER_MS) and its next sweep (2 s).
+rest_s=13
+echo "bench/http.sh: both quiet for ${rest_s}s ..." >&2
+sleep "$rest_s"
+tg_rested="$(rss "$tg_pid" VmRSS)"
+peer_rested="$(rss "$peer_pid" VmRSS)"
 
 field() { sed -n "s/.*\b$2=\([^ ]*\).*/\1/p" <<<"$1"; }
 cell() { printf '%7s  %s/%s/%s  %s  %s' "$(field "$1" rps)" "$(field "$1" p50_ms)" "$(field "$1" p90_ms)" "$(field "$1" p99_ms)" "$(field "$1" errors)" "$2"; }
@@ -129,6 +137,8 @@ for mix in $loads; do
   done
 done
 echo
-printf 'RSS (MiB)  idle: toolgate %.1f, TS SDK %.1f;  peak (VmHWM): toolgate %.1f, TS SDK %.1f\n' \
-  "$(awk -v k="$tg_idle" 'BEGIN{print k/1024}')" "$(awk -v k="$peer_idle" 'BEGIN{print k/1024}')" \
-  "$(awk -v k="$tg_peak" 'BEGIN{print k/1024}')" "$(awk -v k="$peer_peak" 'BEGIN{print k/1024}')"
+mib() { awk -v k="$1" 'BEGIN{print k/1024}'; }
+printf 'RSS (MiB)  idle: toolgate %.1f, TS SDK %.1f;  peak (VmHWM): toolgate %.1f, TS SDK %.1f;  ' \
+  "$(mib "$tg_idle")" "$(mib "$peer_idle")" "$(mib "$tg_peak")" "$(mib "$peer_peak")"
+printf '%s s after the load: toolgate %.1f, TS SDK %.1f\n' "$rest_s" \
+  "$(mib "$tg_rested")" "$(mib "$peer_rested")"

@@ -145,6 +145,7 @@ struct server {
   _Atomic bool quiescing;       /* tg_http_stop began: every new request gets a 503 */
   _Atomic bool past_grace;      /* and its grace is over: every request counts as cancelled */
   _Atomic unsigned answering_now; /* requests begun and not completed, for the stop to wait */
+  _Atomic int64_t last_request_ms; /* when a request last began or completed (monotonic) */
   /* Output in the buffers of its streams and of JSON answers not sent yet. What is not
    * delivered yet is bounded by held_max, so that clients that never read what their calls
    * say cannot exhaust memory, and a caller's by half of it, so that one caller cannot leave
@@ -178,9 +179,10 @@ struct server {
   peer *peers;
   unsigned n_peers;
   /* Database connections of closed client connections, for the next ones: opening one reads
-   * the whole schema again, which took about a third of a new connection's cost. */
+   * the whole schema again, which took about a third of a new connection's cost. Closed once
+   * the server rests (see rest_when_quiet). */
   tg_db *spare_dbs[SPARE_DBS];
-  unsigned n_spare_dbs;
+  unsigned n_spare_dbs, spare_dbs_closed;
   /* The worker pool: a fixed set of threads, each with its own database connection for its
    * whole life, taking tool calls from a queue of at most max_queued_calls (see start_call). */
   pthread_t *pool;

@@ -1035,6 +1035,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!(rq = calloc(1, sizeof *rq))) return MHD_NO;
     *con_cls = rq;
     atomic_fetch_add(&s->answering_now, 1);
+    atomic_store(&s->last_request_ms, tg_monotonic_ms());
     if (atomic_load(&s->quiescing)) {
       rq->answered = true;
       return refuse_while_stopping(conn);
@@ -1136,6 +1137,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   free(rq);
   *con_cls = NULL;
   atomic_fetch_sub(&s->answering_now, 1);
+  atomic_store(&s->last_request_ms, tg_monotonic_ms());
   if (large) malloc_trim(0);
 }
 
@@ -1306,6 +1308,13 @@ void tg_http_load(tg_http *h, unsigned *answering, unsigned *queued) {
   pthread_mutex_lock(&h->s.lock);
   *queued = http_queued_locked(&h->s);
   pthread_mutex_unlock(&h->s.lock);
+}
+
+void tg_http_spare_dbs(tg_http *h, unsigned *kept, unsigned *closed) {
+  pthread_mutex_lock(&h->s.peers_lock);
+  *kept = h->s.n_spare_dbs;
+  *closed = h->s.spare_dbs_closed;
+  pthread_mutex_unlock(&h->s.peers_lock);
 }
 
 /* The requests being answered, and the calls on the pool (queued, or running on after their

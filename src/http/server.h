@@ -32,6 +32,10 @@
  * send a request cannot hold the connection slots for long. */
 #define TG_HTTP_IDLE_TIMEOUT_S 30
 #define TG_HTTP_CHECK_MS (2LL * 1000)          /* list checks while no message arrives */
+/* Without a request begun or completed this long, the server closes the database connections
+ * that closed client connections left for the next ones, and gives the memory freed back to
+ * the system: a burst of clients does not keep its high mark. */
+#define TG_HTTP_REST_AFTER_MS (10LL * 1000)
 #define TG_HTTP_MAX_LISTENS 64                 /* subscriptions/listen streams open at once */
 #define TG_HTTP_MAX_LISTENS_PER_PRINCIPAL 8
 #define TG_HTTP_MAX_STREAM_BYTES (16u * 1024u * 1024u) /* unread SSE output kept for one client */
@@ -75,6 +79,7 @@ typedef struct tg_http_config {
   long long replay_keep_ms; /* 0: TG_HTTP_REPLAY_KEEP_MS */
   long long session_idle_ms; /* 0: TG_HTTP_SESSION_IDLE_MS */
   unsigned idle_timeout_s; /* 0: TG_HTTP_IDLE_TIMEOUT_S */
+  long long rest_after_ms; /* 0: TG_HTTP_REST_AFTER_MS */
   unsigned max_requests_per_principal; /* 0: TG_HTTP_MAX_REQUESTS_PER_PRINCIPAL */
   unsigned max_queued_calls; /* 0: TG_HTTP_MAX_QUEUED_CALLS */
   long long stop_grace_ms; /* 0: TG_HTTP_STOP_GRACE_MS */
@@ -93,6 +98,9 @@ int tg_http_add_connection(tg_http *h, int fd);
 /* For tests: the requests being answered now (begun, not completed), and the calls waiting
  * for a pool thread. */
 void tg_http_load(tg_http *h, unsigned *answering, unsigned *queued);
+/* For tests: the database connections closed client connections left for the next ones
+ * (kept), and how many such the server closed as it rested (see TG_HTTP_REST_AFTER_MS). */
+void tg_http_spare_dbs(tg_http *h, unsigned *kept, unsigned *closed);
 /* Stops listening, ends every session, gives the requests being answered and the calls on
  * the pool their grace (stop_grace_ms), then cancels those left; frees h. */
 void tg_http_stop(tg_http *h);

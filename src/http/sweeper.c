@@ -1,9 +1,10 @@
-/* The sweeper thread: list changes, revoked tokens, idle sessions, stale output and slow
- * clients, every TG_HTTP_CHECK_MS. */
+/* The sweeper thread: list changes, revoked tokens, idle sessions, stale output, slow clients
+ * and the rest of a quiet server, every TG_HTTP_CHECK_MS. */
 
 #define _GNU_SOURCE
 #include "http/internal.h"
 
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,10 +210,32 @@ static void cut_slow_clients(server *s) {
     atomic_fetch_add(&s->slow_cut, cut); /* told in the next line */
 }
 
+/* Once no request began or completed for rest_after_ms, closes the spare database connections
+ * and gives the memory freed back to the system (malloc keeps what the threads of closed
+ * connections freed): once a quiet spell, and again when connections closed since left
+ * theirs. rested: the last request's time at the last rest. */
+static void rest_when_quiet(server *s, int64_t *rested) {
+  int64_t last = atomic_load(&s->last_request_ms);
+  long long after = s->cfg->rest_after_ms ? s->cfg->rest_after_ms : TG_HTTP_REST_AFTER_MS;
+  if (tg_monotonic_ms() - last < after) return;
+  tg_db *spare[SPARE_DBS];
+  pthread_mutex_lock(&s->peers_lock);
+  unsigned n = s->n_spare_dbs;
+  memcpy(spare, s->spare_dbs, n * sizeof *spare);
+  s->n_spare_dbs = 0;
+  s->spare_dbs_closed += n;
+  pthread_mutex_unlock(&s->peers_lock);
+  for (unsigned i = 0; i < n; i++) tg_db_close(spare[i]);
+  if (n == 0 && last == *rested) return;
+  *rested = last;
+  malloc_trim(0);
+}
+
 /* Each sweep is timed from the end of the last: one longer than the period does not pile up. */
 void *http_sweeper_main(void *arg) {
   server *s = arg;
   tg_db *db = NULL;
+  int64_t rested = 0;
   pthread_mutex_lock(&s->lock);
   int64_t next = tg_monotonic_ms() + TG_HTTP_CHECK_MS;
   while (!s->stopping) {
@@ -227,6 +250,7 @@ void *http_sweeper_main(void *arg) {
       http_check_lists(s, db, NULL, NULL);
     }
     cut_slow_clients(s);
+    rest_when_quiet(s, &rested);
     http_tell_held_back_mhd_lines(s, false);
     if (db) tg_token_uses_write(s->token_uses, db, false); /* may wait for a writer: last */
     pthread_mutex_lock(&s->lock);

@@ -2908,6 +2908,50 @@ static void test_dropped_output_gives_its_room_back(void **state) {
   }
 }
 
+/* A stateless call of test_simple_text, on a connection of its own that closes after it. */
+static void simple_call_alone(world *w) {
+  char *got = request(w, "POST", NULL, STATELESS_ROUTE("test_simple_text"),
+                      STATELESS_CALL("4", "test_simple_text", "{}"), 200);
+  assert_non_null(strstr(got, "\"result\""));
+  assert_null(strstr(got, "\"isError\":true"));
+  free(got);
+}
+
+/* Waits until the server keeps at least kept spare database connections and has closed at
+ * least closed as it rested. */
+static void await_spare_dbs(world *w, unsigned kept, unsigned closed) {
+  for (int i = 0;; i++) {
+    unsigned k = 0, c = 0;
+    tg_http_spare_dbs(w->h, &k, &c);
+    if (k >= kept && c >= closed) return;
+    if (i == HANG_GUARD_S * 100)
+      fail_msg("%u spare database connections kept, %u closed resting", k, c);
+    usleep(10 * 1000);
+  }
+}
+
+/* The database connection of a closed client connection is kept for the next one while
+ * requests come, and closed once none came for rest_after_ms; the next connection opens its
+ * own again and is served as the first was. */
+static void test_a_quiet_server_closes_its_spare_databases(void **state) {
+  world *w = *state;
+  w->cfg.rest_after_ms = 3600LL * 1000;
+  restart(w);
+  simple_call_alone(w);
+  await_spare_dbs(w, 1, 0);
+  unsigned kept = 0, closed = 0;
+  tg_http_spare_dbs(w->h, &kept, &closed);
+  assert_int_equal(closed, 0);
+
+  w->cfg.rest_after_ms = 100;
+  restart(w);
+  simple_call_alone(w);
+  await_spare_dbs(w, 0, 1);
+  simple_call_alone(w);
+  await_spare_dbs(w, 0, 2);
+  w->cfg.rest_after_ms = 0;
+}
+
 /* A stream's priming event goes out whatever the bounds: it is a few bytes, and a client
  * could not resume the stream without it. So do small JSON answers, one a connection. */
 static void test_priming_passes_the_bounds(void **state) {
@@ -3349,6 +3393,7 @@ int main(void) {
       T(test_undelivered_json_answers_count_for_their_caller),
       T(test_kept_output_goes_after_a_while),
       T(test_dropped_output_gives_its_room_back),
+      T(test_a_quiet_server_closes_its_spare_databases),
       T(test_priming_passes_the_bounds),
       T(test_listen_addresses),
       T(test_healthz_opens_no_database),
