@@ -2949,7 +2949,6 @@ static void test_a_quiet_server_closes_its_spare_databases(void **state) {
   await_spare_dbs(w, 0, 1);
   simple_call_alone(w);
   await_spare_dbs(w, 0, 2);
-  w->cfg.rest_after_ms = 0;
 }
 
 /* A stream's priming event goes out whatever the bounds: it is a few bytes, and a client
