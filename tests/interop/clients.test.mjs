@@ -46,8 +46,17 @@ before(async () => {
   ({ child: server, url } = await serve([]));
 });
 
-after(() => {
-  server?.kill('SIGTERM');
+// Stops a server and waits for it: stopping, it still writes to the workspace's files (its
+// last commits and checkpoint), which could put a file back in a directory being removed.
+async function stop(child) {
+  if (!child || child.exitCode !== null || child.signalCode !== null) return;
+  const stopped = new Promise((resolve) => child.once('exit', resolve));
+  child.kill('SIGTERM');
+  await stopped;
+}
+
+after(async () => {
+  await stop(server);
   rmSync(data, { recursive: true, force: true });
 });
 
@@ -106,7 +115,7 @@ test('a pull request opened over HTTP links to the server it was opened on', asy
     assert.match(opened.structuredContent.prUrl, new RegExp(`^http://127\\.0\\.0\\.1:${port}/.+/pulls/1$`));
   } finally {
     await client.close();
-    child.kill('SIGTERM');
+    await stop(child);
   }
 });
 
@@ -230,7 +239,7 @@ test('SDK client over HTTP cancels a call waiting for sampling: the call gets no
     assert.ok((await client.listTools()).tools.length > 0);
   } finally {
     await client.close();
-    child.kill('SIGTERM');
+    await stop(child);
   }
 });
 
@@ -432,7 +441,7 @@ test('SDK client resumes a call stream with Last-Event-ID', async () => {
     assert.deepEqual(replayed, [50, 100], 'the replay starts after the given event');
   } finally {
     await client.close();
-    child.kill('SIGTERM');
+    await stop(child);
   }
 });
 
