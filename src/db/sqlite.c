@@ -39,13 +39,14 @@ _Atomic long long tg_db_shrink_idle_ms = 10000;
  * Writers queue on a mutex, woken when the lock is free, instead of polling SQLite's lock
  * with sleeps of up to 100 ms (its busy handler); other processes still meet SQLite's lock
  * and the busy timeout.
- * Checkpoints run on a thread of their own, started at the first one: SQLite's own
+ * Checkpoints run on a thread of their own, started at the first commit: SQLite's own
  * auto-checkpoint runs inside the commit that crosses CHECKPOINT_PAGES, so that call (and
  * every writer queued behind it) waits for two fsyncs; and while readers keep it from
  * finishing (always, under load) it sorts the whole log again at every commit as the log
  * grows. Here one checkpoint is asked for per CHECKPOINT_PAGES new pages, and a log that
- * still reaches RESTART_PAGES is restarted. A restarted log keeps its size on disk, so once
- * commits stop after a checkpoint, the log is truncated (tg_db_shrink_idle_ms). */
+ * still reaches RESTART_PAGES is restarted. A restarted log keeps its size on disk, and one
+ * never checkpointed stays until the last connection closes, so once commits stop, the log
+ * is truncated (tg_db_shrink_idle_ms). */
 typedef struct shared_file {
   struct shared_file *next;
   dev_t dev;
@@ -60,6 +61,7 @@ typedef struct shared_file {
   int checkpoint_at; /* log pages at which the next checkpoint is asked for */
   int due;           /* log pages of the checkpoint asked for; 0: none */
   unsigned long commits; /* seen by the log's hook: the checkpoint thread's sign of idleness */
+  unsigned long truncated_at; /* commits when the log was last truncated */
   /* tg_db_batch: the jobs waiting for a transaction, and whether a thread leads one. */
   pthread_mutex_t jobs_lock;
   struct batch_job *jobs, *jobs_tail;
@@ -720,7 +722,7 @@ static bool truncate_log(shared_file *f, sqlite3 *conn) {
 
 /* The checkpoint thread: its own connection, one checkpoint per request, until the last
  * connection of the process to the file closes. A checkpoint that cannot finish (readers)
- * is simply asked for again later. After one, the log is truncated when no commit came
+ * is simply asked for again later. After commits, the log is truncated when no commit came
  * for tg_db_shrink_idle_ms (tried again after each such spell until it is). */
 static void *checkpointer_main(void *arg) {
   shared_file *f = arg;
@@ -732,18 +734,18 @@ static void *checkpointer_main(void *arg) {
     sqlite3_busy_timeout(conn, BUSY_TIMEOUT_MS);
     sqlite3_exec(conn, "PRAGMA schema_version", NULL, NULL, NULL);
   }
-  bool grown = false; /* checkpointed since the log was last truncated */
   pthread_mutex_lock(&f->lock);
   for (;;) {
     while (!f->due && !f->stop) {
       unsigned long seen = f->commits;
-      if (!grown) {
+      if (!conn || seen == f->truncated_at) {
         pthread_cond_wait(&f->wake, &f->lock);
       } else if (tg_timed_wait(&f->wake, &f->lock, tg_db_shrink_idle_ms) &&
                  f->commits == seen && !f->due && !f->stop) {
         pthread_mutex_unlock(&f->lock);
-        grown = !truncate_log(f, conn);
+        bool truncated = truncate_log(f, conn);
         pthread_mutex_lock(&f->lock);
+        if (truncated) f->truncated_at = seen;
       }
     }
     if (f->stop) break;
@@ -752,27 +754,26 @@ static void *checkpointer_main(void *arg) {
     pthread_mutex_unlock(&f->lock);
     if (conn) checkpoint(f, conn, pages);
     pthread_mutex_lock(&f->lock);
-    grown = conn != NULL;
   }
   pthread_mutex_unlock(&f->lock);
   sqlite3_close(conn);
   return NULL;
 }
 
-/* Runs after each commit, with the log's size in pages: asks for a checkpoint (see
+/* Runs after each commit, with the log's size in pages: starts the checkpoint thread, wakes
+ * it at the first commit since the log was truncated and asks it for a checkpoint (see
  * shared_file); without a thread, the committing connection checkpoints itself. */
 static int wal_hook(void *arg, sqlite3 *conn, const char *schema, int pages) {
   shared_file *f = arg;
   bool here = false;
   pthread_mutex_lock(&f->lock);
-  f->commits++;
+  if (!f->running) f->running = pthread_create(&f->checkpointer, NULL, checkpointer_main, f) == 0;
+  if (++f->commits == f->truncated_at + 1) pthread_cond_signal(&f->wake);
   if (pages < f->checkpoint_at - CHECKPOINT_PAGES) /* the log restarted */
     f->checkpoint_at = CHECKPOINT_PAGES;
   if (pages >= f->checkpoint_at) {
     f->checkpoint_at = pages + CHECKPOINT_PAGES;
     f->due = pages;
-    if (!f->running)
-      f->running = pthread_create(&f->checkpointer, NULL, checkpointer_main, f) == 0;
     here = !f->running;
     pthread_cond_signal(&f->wake);
   }

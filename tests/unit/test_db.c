@@ -545,6 +545,23 @@ static void test_log_truncated_after_a_burst(void **state) {
   assert_true(log_size(f->dir) > 0);
 }
 
+/* A log never checkpointed (a few commits, far from a checkpoint's 16 MB) is truncated too
+ * once commits stop, not kept until the last connection closes; what was written stays. */
+static void test_small_log_truncated_once_commits_stop(void **state) {
+  fixture *f = *state;
+  long long idle_ms = tg_db_shrink_idle_ms;
+  tg_db_shrink_idle_ms = 50;
+  exec_expect(f->db, 0, "CREATE TABLE scratch (b BLOB)", NULL);
+  exec_expect(f->db, 0, "INSERT INTO scratch VALUES (randomblob(100000))", NULL);
+  assert_true(log_size(f->dir) > 0);
+  /* A hang guard, not a timing check (see test_log_truncated_after_a_burst). */
+  int64_t give_up = tg_monotonic_ms() + 60000;
+  while (log_size(f->dir) > 0 && tg_monotonic_ms() < give_up) usleep(10000);
+  tg_db_shrink_idle_ms = idle_ms;
+  assert_int_equal(log_size(f->dir), 0);
+  assert_int_equal(tg_test_integer(f->db, "SELECT COUNT(*) FROM scratch"), 1);
+}
+
 /* More distinct statements than the cache holds, and a schema change under a cached one. */
 static void test_statement_cache(void **state) {
   fixture *f = *state;
@@ -640,6 +657,7 @@ int main(void) {
       T(test_try_begin),
       T(test_statement_cache),
       T(test_log_truncated_after_a_burst),
+      T(test_small_log_truncated_once_commits_stop),
       T(test_json_nomem),
       cmocka_unit_test_setup_teardown(test_json_nomem_migrate, setup_fresh, teardown),
   };
