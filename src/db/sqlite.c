@@ -6,6 +6,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <signal.h>
 #include <sqlite3.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -760,6 +761,18 @@ static void *checkpointer_main(void *arg) {
   return NULL;
 }
 
+/* Starts f's checkpoint thread with every signal blocked: it may start before the process
+ * blocks the signals a thread of its own waits for (toolgate mcp commits its run first), and
+ * a signal the kernel gave it would take its default action, ending the process. */
+static bool start_checkpointer(shared_file *f) {
+  sigset_t all, was;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &was);
+  bool started = pthread_create(&f->checkpointer, NULL, checkpointer_main, f) == 0;
+  pthread_sigmask(SIG_SETMASK, &was, NULL);
+  return started;
+}
+
 /* Runs after each commit, with the log's size in pages: starts the checkpoint thread, wakes
  * it at the first commit since the log was truncated and asks it for a checkpoint (see
  * shared_file); without a thread, the committing connection checkpoints itself. */
@@ -767,7 +780,7 @@ static int wal_hook(void *arg, sqlite3 *conn, const char *schema, int pages) {
   shared_file *f = arg;
   bool here = false;
   pthread_mutex_lock(&f->lock);
-  if (!f->running) f->running = pthread_create(&f->checkpointer, NULL, checkpointer_main, f) == 0;
+  if (!f->running) f->running = start_checkpointer(f);
   if (++f->commits == f->truncated_at + 1) pthread_cond_signal(&f->wake);
   if (pages < f->checkpoint_at - CHECKPOINT_PAGES) /* the log restarted */
     f->checkpoint_at = CHECKPOINT_PAGES;
