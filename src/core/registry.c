@@ -18,6 +18,7 @@ struct tg_registry {
   const tg_tool **slots;
   const char **keys;
   size_t capacity;
+  tg_schema_store *schemas; /* the nodes of every tool's compiled schemas */
 };
 
 static int failf(char **reterr, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -82,16 +83,17 @@ static json_t *default_closed(json_t *schema) {
   return copy;
 }
 
-static int compile_schema(const tg_tool *tool, const char *which, json_t *schema,
-                          tg_schema **ret, char **reterr) {
+static int compile_schema(tg_registry *reg, const tg_tool *tool, const char *which,
+                          json_t *schema, tg_schema **ret, char **reterr) {
   _cleanup_free_ char *why = NULL;
-  int r = tg_schema_compile(schema, NULL, ret, &why);
+  int r = tg_schema_compile(schema, &(tg_schema_options){.store = reg->schemas}, ret, &why);
   if (r < 0) return failf(reterr, "tool %s: %s does not compile: %s", tool->name, which,
                           why ? why : "out of memory");
   return TG_OK;
 }
 
-static int build_tool(tg_tool *tool, json_t *decl, const tg_provider *provider, char **reterr) {
+static int build_tool(tg_registry *reg, tg_tool *tool, json_t *decl, const tg_provider *provider,
+                      char **reterr) {
   static const char *const surfaces[] = {"agent", "mcp", "api"};
   static const char *const effects[] = {"read", "write", "propose"};
   static const char *const risks[] = {"low", "medium", "high"};
@@ -126,9 +128,9 @@ static int build_tool(tg_tool *tool, json_t *decl, const tg_provider *provider, 
   tool->input_schema = default_closed(json_object_get(decl, "inputSchema"));
   tool->output_schema = json_incref(json_object_get(decl, "outputSchema"));
   if (!tool->input_schema) return TG_E_NOMEM;
-  int r = compile_schema(tool, "inputSchema", tool->input_schema, &tool->input, reterr);
+  int r = compile_schema(reg, tool, "inputSchema", tool->input_schema, &tool->input, reterr);
   if (r < 0) return r;
-  r = compile_schema(tool, "outputSchema", tool->output_schema, &tool->output, reterr);
+  r = compile_schema(reg, tool, "outputSchema", tool->output_schema, &tool->output, reterr);
   if (r < 0) return r;
 
   for (size_t i = 0; i < provider->n_handlers; i++)
@@ -233,7 +235,8 @@ int tg_registry_new(const tg_provider *const *providers, size_t n_providers,
     reg->tools = calloc(reg->n_tools ? reg->n_tools : 1, sizeof *reg->tools);
     reg->slots = calloc(reg->capacity, sizeof *reg->slots);
     reg->keys = calloc(reg->capacity, sizeof *reg->keys);
-    if (!reg->tools || !reg->slots || !reg->keys) r = TG_E_NOMEM;
+    reg->schemas = tg_schema_store_new();
+    if (!reg->tools || !reg->slots || !reg->keys || !reg->schemas) r = TG_E_NOMEM;
   }
   size_t n = 0;
   for (size_t p = 0; r == TG_OK && p < n_providers; p++) {
@@ -242,7 +245,7 @@ int tg_registry_new(const tg_provider *const *providers, size_t n_providers,
     json_array_foreach(json_object_get(json_array_get(specs, p), "tools"), i, decl) {
       tg_tool *tool = &reg->tools[n];
       tool->id = (unsigned)n++;
-      r = build_tool(tool, decl, providers[p], reterr);
+      r = build_tool(reg, tool, decl, providers[p], reterr);
       if (r == TG_OK) r = index_name(reg, tool->name, tool, reterr);
       if (r == TG_OK) r = index_name(reg, tool->model_name, tool, reterr);
       if (r == TG_OK && tool->alias) r = index_name(reg, tool->alias, tool, reterr);
@@ -271,6 +274,7 @@ void tg_registry_free(tg_registry *reg) {
     tg_schema_free(t->input);
     tg_schema_free(t->output);
   }
+  tg_schema_store_free(reg->schemas); /* after the schemas whose nodes it holds */
   free(reg->tools);
   free(reg->slots);
   free(reg->keys);

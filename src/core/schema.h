@@ -10,10 +10,20 @@
 
 typedef struct tg_schema tg_schema; /* immutable once compiled; validation is thread-safe */
 
+/* Where schemas that are freed together keep their compiled nodes: one store for many, so
+ * that each small schema does not hold a block of its own rounded up (a catalog compiles
+ * hundreds at start-up). Compile into a store from one thread at a time; free it after every
+ * schema compiled into it. What a failed compile took stays in it until then. */
+typedef struct tg_schema_store tg_schema_store;
+
+tg_schema_store *tg_schema_store_new(void); /* NULL without memory */
+void tg_schema_store_free(tg_schema_store *store);
+
 typedef struct tg_schema_options {
   /* Optional object mapping an absolute URI to a schema document (borrowed). A $ref to a
    * URI that is neither inside the compiled schema nor here fails compilation. */
   json_t *documents;
+  tg_schema_store *store; /* NULL: the schema keeps its nodes itself */
 } tg_schema_options;
 
 /* Compiles schema (borrowed; the compiled form keeps its own references). opts may be NULL.

@@ -144,7 +144,7 @@ static struct cres *new_resource(struct compiler *c, const char *uri, size_t len
   struct cres *r = schema_arena_alloc(&c->tmp, sizeof(*r));
   if (!r) return NULL;
   r->uri = schema_arena_strndup(&c->tmp, uri, len);
-  r->rt = schema_arena_alloc(&c->s->arena, sizeof(*r->rt));
+  r->rt = schema_arena_alloc(c->s->arena, sizeof(*r->rt));
   if (!r->uri || !r->rt) return NULL;
   r->vocab = vocab;
   r->next = c->resources;
@@ -266,7 +266,7 @@ static int walk(struct compiler *c, struct cdoc *doc, json_t *j, struct cres *re
     c->capnodes = cap;
   }
   struct cnode *cn = schema_arena_alloc(&c->tmp, sizeof(*cn));
-  struct schema_node *node = schema_arena_alloc(&c->s->arena, sizeof(*node));
+  struct schema_node *node = schema_arena_alloc(c->s->arena, sizeof(*node));
   if (!cn || !node) return nomem(c);
   *cn = tmp_loc;
   cn->node = node;
@@ -541,7 +541,7 @@ static int schema_list(struct compiler *c, const struct cnode *cn, const char *k
   if (!json_is_array(v) || !json_array_size(v))
     return fail(c, TG_E_INVAL, cn, kw, "must be a non-empty array of schemas");
   *n = json_array_size(v);
-  *out = schema_arena_alloc(&c->s->arena, *n * sizeof(**out));
+  *out = schema_arena_alloc(c->s->arena, *n * sizeof(**out));
   if (!*out) return nomem(c);
   for (size_t i = 0; i < *n; i++) {
     struct json_key jk = {json_array_get(v, i), cn->doc};
@@ -578,7 +578,7 @@ static int get_strings(struct compiler *c, const struct cnode *cn, const char *k
                        const json_t *v, struct schema_str **out, size_t *n) {
   if (!json_is_array(v)) return fail(c, TG_E_INVAL, cn, kw, "must be an array of strings");
   *n = json_array_size(v);
-  *out = schema_arena_alloc(&c->s->arena, *n * sizeof(**out) + 1);
+  *out = schema_arena_alloc(c->s->arena, *n * sizeof(**out) + 1);
   if (!*out) return nomem(c);
   for (size_t i = 0; i < *n; i++) {
     const json_t *s = json_array_get(v, i);
@@ -611,7 +611,7 @@ static int compile_regex(struct compiler *c, const struct cnode *cn, const char 
   }
   /* Without JIT the interpreter runs the same pattern, only slower. */
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
-  struct schema_pattern *p = schema_arena_alloc(&c->s->arena, sizeof(*p));
+  struct schema_pattern *p = schema_arena_alloc(c->s->arena, sizeof(*p));
   if (!p) {
     pcre2_code_free(code);
     return nomem(c);
@@ -646,7 +646,7 @@ static int compile_properties(struct compiler *c, const struct cnode *cn, json_t
   struct schema_node *node = cn->node;
   if (!json_is_object(v)) return fail(c, TG_E_INVAL, cn, "properties", "must be an object");
   node->nprops = json_object_size(v);
-  node->props = schema_arena_alloc(&c->s->arena, node->nprops * sizeof(*node->props) + 1);
+  node->props = schema_arena_alloc(c->s->arena, node->nprops * sizeof(*node->props) + 1);
   if (!node->props) return nomem(c);
   size_t i = 0;
   for (void *it = json_object_iter(v); it; it = json_object_iter_next(v, it), i++) {
@@ -661,7 +661,7 @@ static int compile_properties(struct compiler *c, const struct cnode *cn, json_t
   if (node->nprops <= 8) return TG_OK;
   size_t cap = 16;
   while (cap < node->nprops * 2) cap *= 2;
-  node->prop_index = schema_arena_alloc(&c->s->arena, cap * sizeof(*node->prop_index));
+  node->prop_index = schema_arena_alloc(c->s->arena, cap * sizeof(*node->prop_index));
   if (!node->prop_index) return nomem(c);
   node->prop_mask = (uint32_t)(cap - 1);
   for (size_t k = 0; k < node->nprops; k++) {
@@ -764,8 +764,8 @@ static int compile_keyword(struct compiler *c, struct cnode *cn, const char *kw,
     case K_DEP_REQUIRED: {
       if (!json_is_object(v)) return fail(c, TG_E_INVAL, cn, kw, "must be an object");
       node->ndep_required = json_object_size(v);
-      node->dep_required = schema_arena_alloc(&c->s->arena, node->ndep_required *
-                                                                sizeof(*node->dep_required) + 1);
+      node->dep_required = schema_arena_alloc(c->s->arena, node->ndep_required *
+                                                               sizeof(*node->dep_required) + 1);
       if (!node->dep_required) return nomem(c);
       size_t i = 0;
       for (void *it = json_object_iter(v); it; it = json_object_iter_next(v, it), i++) {
@@ -809,8 +809,8 @@ static int compile_keyword(struct compiler *c, struct cnode *cn, const char *kw,
     case K_DEP_SCHEMAS: {
       if (!json_is_object(v)) return fail(c, TG_E_INVAL, cn, kw, "must be an object");
       node->ndep_schemas = json_object_size(v);
-      node->dep_schemas = schema_arena_alloc(&c->s->arena, node->ndep_schemas *
-                                                               sizeof(*node->dep_schemas) + 1);
+      node->dep_schemas = schema_arena_alloc(c->s->arena, node->ndep_schemas *
+                                                              sizeof(*node->dep_schemas) + 1);
       if (!node->dep_schemas) return nomem(c);
       size_t i = 0;
       for (void *it = json_object_iter(v); it; it = json_object_iter_next(v, it), i++) {
@@ -825,7 +825,7 @@ static int compile_keyword(struct compiler *c, struct cnode *cn, const char *kw,
       if (!json_is_object(v)) return fail(c, TG_E_INVAL, cn, kw, "must be an object");
       node->npatprops = json_object_size(v);
       node->patprops =
-          schema_arena_alloc(&c->s->arena, node->npatprops * sizeof(*node->patprops) + 1);
+          schema_arena_alloc(c->s->arena, node->npatprops * sizeof(*node->patprops) + 1);
       if (!node->patprops) return nomem(c);
       size_t i = 0;
       for (void *it = json_object_iter(v); it; it = json_object_iter_next(v, it), i++) {
@@ -862,7 +862,7 @@ static int compile_node(struct compiler *c, struct cnode *cn) {
 static int finish_resources(struct compiler *c) {
   for (struct cres *r = c->resources; r; r = r->next) {
     if (!r->ndyn) continue;
-    struct schema_dynanchor *dyn = schema_arena_alloc(&c->s->arena, r->ndyn * sizeof(*dyn));
+    struct schema_dynanchor *dyn = schema_arena_alloc(c->s->arena, r->ndyn * sizeof(*dyn));
     if (!dyn) return nomem(c);
     size_t i = 0;
     for (const struct dynlink *l = r->dyn; l; l = l->next, i++)
@@ -894,6 +894,10 @@ static int compile_all(struct compiler *c, json_t *schema) {
   return finish_resources(c);
 }
 
+struct tg_schema_store {
+  struct schema_arena nodes;
+};
+
 int tg_schema_compile(json_t *schema, const tg_schema_options *opts, tg_schema **ret,
                       char **reterr) {
   *ret = NULL;
@@ -905,6 +909,7 @@ int tg_schema_compile(json_t *schema, const tg_schema_options *opts, tg_schema *
   }
   tg_schema *s = calloc(1, sizeof(*s));
   if (!s) return TG_E_NOMEM;
+  s->arena = opts && opts->store ? &opts->store->nodes : &s->own;
   struct compiler c = {.s = s, .documents = documents};
   c.by_uri.keys = c.by_json.keys = c.anchor_ids.keys = &c.tmp;
   int rc = compile_all(&c, schema);
@@ -932,6 +937,14 @@ void tg_schema_free(tg_schema *schema) {
   pcre2_match_context_free(schema->match_ctx);
   for (size_t i = 0; i < schema->ndocs; i++) json_decref(schema->docs[i]);
   free(schema->docs);
-  schema_arena_free(&schema->arena);
+  schema_arena_free(&schema->own);
   free(schema);
+}
+
+tg_schema_store *tg_schema_store_new(void) { return calloc(1, sizeof(tg_schema_store)); }
+
+void tg_schema_store_free(tg_schema_store *store) {
+  if (!store) return;
+  schema_arena_free(&store->nodes);
+  free(store);
 }

@@ -166,7 +166,8 @@ char *schema_arena_strndup(struct schema_arena *a, const char *s, size_t len);
 void schema_arena_free(struct schema_arena *a);
 
 struct tg_schema {
-  struct schema_arena arena;
+  struct schema_arena own;    /* its nodes, unless a store holds them */
+  struct schema_arena *arena; /* where its nodes are: &own or a store's */
   const struct schema_node *root;
   struct schema_pattern *patterns;
   pcre2_match_context *match_ctx;
