@@ -71,16 +71,15 @@ static size_t enum_index(const char *value, const char *const *names, size_t n_n
   return 0;
 }
 
-/* Unknown argument names are refused unless the spec says otherwise (DESIGN.md §3). */
+/* Unknown argument names are refused unless the spec says otherwise (DESIGN.md §3). The
+ * declaration's own schema is closed, not a copy: the registry owns the declaration, and
+ * nothing reads its schema but through the tool. */
 static json_t *default_closed(json_t *schema) {
-  json_t *copy = json_deep_copy(schema);
-  if (copy && !json_object_get(copy, "additionalProperties") &&
-      !json_object_get(copy, "unevaluatedProperties") &&
-      json_object_set_new(copy, "additionalProperties", json_false()) < 0) {
-    json_decref(copy);
+  if (!json_object_get(schema, "additionalProperties") &&
+      !json_object_get(schema, "unevaluatedProperties") &&
+      json_object_set_new(schema, "additionalProperties", json_false()) < 0)
     return NULL;
-  }
-  return copy;
+  return json_incref(schema);
 }
 
 static int compile_schema(tg_registry *reg, const tg_tool *tool, const char *which,
