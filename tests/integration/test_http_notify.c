@@ -3083,9 +3083,9 @@ static void test_listen_stream_gets_ack_then_changes(void **state) {
   finish(listen);
 }
 
-/* Revokes one token, as another process would: in the database alone. */
-/* Revokes token as an operator would; negative when the database would not. It fails no
- * test: the server's threads call it too (end_found_session). */
+/* Revokes one token, as another process would: in the database alone. Negative when the
+ * database would not; it fails no test, since the server's threads call it too
+ * (end_found_session). */
 static int try_revoke_token(world *w, const char *token) {
   char hash[TG_TOKEN_HASH_LEN + 1];
   int r = tg_sha256_hex(token, strlen(token), hash);
@@ -3095,6 +3095,7 @@ static int try_revoke_token(world *w, const char *token) {
   return r;
 }
 
+/* As try_revoke_token, on the test's thread: the test fails when the database would not. */
 static void revoke_token(world *w, const char *token) {
   assert_int_equal(try_revoke_token(w, token), 0);
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/schema.h"
+#include "core/schema_internal.h" /* where a compiled schema's nodes are */
 #include "util/status.h"
 
 /* The schema JSON is released right away: the compiled form must keep what it needs. */
@@ -333,9 +334,9 @@ static void test_documents_and_dynamic_refs(void **state) {
   tg_schema_free(s);
 }
 
-/* Schemas compiled into one store keep their nodes there: freeing one leaves the others whole
- * (the sanitizer build would see a read of freed nodes), a failed compile leaves the store
- * usable, and the store goes last. */
+/* Schemas compiled into one store keep their nodes there, none in blocks of their own: freeing
+ * one leaves the others whole (the sanitizer build would see a read of freed nodes), a failed
+ * compile leaves the store usable, and the store goes last. */
 static void test_schemas_share_a_store(void **state) {
   (void)state;
   tg_schema_store *store = tg_schema_store_new();
@@ -356,6 +357,12 @@ static void test_schemas_share_a_store(void **state) {
   free(err);
   json_decref(bad);
   tg_schema *flag = compile_opts("{\"const\": true}", &in_store);
+  tg_schema *alone = compile("{\"const\": true}");
+  assert_non_null(alone->own.head);
+  assert_null(named->own.head);
+  assert_null(counts->own.head);
+  assert_null(flag->own.head);
+  tg_schema_free(alone);
   tg_schema_free(named);
   assert_true(valid(counts, "[1, 2]"));
   assert_false(valid(counts, "[1, 0]"));
