@@ -99,9 +99,19 @@ const char *const http_singletons[] = {
     "Content-Length", "Transfer-Encoding", "Mcp-Session-Id", "Last-Event-ID",
     "MCP-Protocol-Version", "Mcp-Method", "Mcp-Name", "Toolgate-Run"};
 
+/* Whether name is a token (RFC 9110 §5.1, §5.6.2): libmicrohttpd keeps a name it splits at
+ * the colon as it came, spaces and all. */
+static bool is_token(const char *name) {
+  if (!*name) return false;
+  for (const char *p = name; *p; p++)
+    if (!isalnum((unsigned char)*p) && !strchr("!#$%&'*+-.^_`|~", *p)) return false;
+  return true;
+}
+
 enum MHD_Result http_count_singleton(void *cls, enum MHD_ValueKind kind, const char *key,
                                      const char *value) {
   singleton_count *c = cls;
+  if (!is_token(key)) c->bad_name = true;
   for (size_t i = 0; i < HTTP_N_SINGLETONS; i++)
     if (strcasecmp(key, http_singletons[i]) == 0) c->seen[i]++;
   return MHD_YES;

@@ -325,6 +325,7 @@ extern const char *const http_singletons[HTTP_N_SINGLETONS];
 
 typedef struct singleton_count {
   unsigned seen[HTTP_N_SINGLETONS];
+  bool bad_name; /* a header whose name is not a token, as "Content-Length :" */
 } singleton_count;
 
 /* A session a batch of it is delivered to. */
@@ -387,6 +388,8 @@ enum MHD_Result http_queue_json(struct MHD_Connection *conn, unsigned status, js
                                 const char *session_id);
 enum MHD_Result http_queue_rpc_error(struct MHD_Connection *conn, unsigned status, int code,
                                      const char *message);
+enum MHD_Result http_queue_closing_error(struct MHD_Connection *conn, unsigned status, int code,
+                                         const char *message);
 enum MHD_Result http_queue_refusal_with(struct MHD_Connection *conn, unsigned status,
                                         const tg_rpc_msg *msg, int code, const char *message,
                                         json_t *data);

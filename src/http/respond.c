@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/cleanup.h"
 #include "util/clock.h"
 
 /* A JSON answer this small goes out uncounted, whatever the bounds on output: one a
@@ -168,6 +169,21 @@ enum MHD_Result http_queue_json(struct MHD_Connection *conn, unsigned status, js
 enum MHD_Result http_queue_rpc_error(struct MHD_Connection *conn, unsigned status, int code,
                                      const char *message) {
   return http_queue_json(conn, status, tg_rpc_error(NULL, code, message, NULL), NULL);
+}
+
+/* An error after which the connection closes: nothing more is read from it. */
+enum MHD_Result http_queue_closing_error(struct MHD_Connection *conn, unsigned status, int code,
+                                         const char *message) {
+  _cleanup_json_ json_t *error = tg_rpc_error(NULL, code, message, NULL);
+  char *text = error ? tg_rpc_encode(error) : NULL;
+  struct MHD_Response *res =
+      text ? MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE) : NULL;
+  if (!res) {
+    free(text);
+    return MHD_NO;
+  }
+  MHD_add_response_header(res, "Connection", "close");
+  return http_respond_with(conn, status, res, "application/json", NULL, NULL);
 }
 
 /* The -32600 error refusing msg: with its id when it is a request, so that it answers that

@@ -809,18 +809,8 @@ static _Thread_local bool closing_on_purpose;
 
 /* A request that came after the server began to stop: 503, and the connection closes. */
 static enum MHD_Result refuse_while_stopping(struct MHD_Connection *conn) {
-  _cleanup_json_ json_t *error =
-      tg_rpc_error(NULL, TG_RPC_INTERNAL_ERROR, "The server is stopping", NULL);
-  char *text = error ? tg_rpc_encode(error) : NULL;
-  struct MHD_Response *res = text ? MHD_create_response_from_buffer(
-                                        strlen(text), text, MHD_RESPMEM_MUST_FREE)
-                                  : NULL;
-  if (!res) {
-    free(text);
-    return MHD_NO;
-  }
-  MHD_add_response_header(res, "Connection", "close");
-  return http_respond_with(conn, MHD_HTTP_SERVICE_UNAVAILABLE, res, "application/json", NULL, NULL);
+  return http_queue_closing_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, TG_RPC_INTERNAL_ERROR,
+                                  "The server is stopping");
 }
 
 /* A body past the bound (scan: what it names; NULL: unread) is refused with 413, or, read,
@@ -921,6 +911,13 @@ static bool encoded(struct MHD_Connection *conn) {
 static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char *target,
                              const char *method, const char *version, request *rq) {
   rq->answered = true;
+  singleton_count once = {0};
+  MHD_get_connection_values(conn, MHD_HEADER_KIND, http_count_singleton, &once);
+  /* "Content-Length : 5" is no length to libmicrohttpd, which then reads the body as the next
+   * request, whatever the route: it is refused (RFC 9112 §5.1), and what follows left unread. */
+  if (once.bad_name)
+    return http_queue_closing_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
+                                    "A header's name is not a token");
   /* RFC 9112 §3.2: an HTTP/1.1 request without Host is a 400 (and would pass the Host check
    * against DNS rebinding below). */
   if (strcmp(version, MHD_HTTP_VERSION_1_1) == 0 &&
@@ -942,8 +939,6 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
   if (strcmp(url, "/mcp") != 0)
     return http_queue_rpc_error(conn, MHD_HTTP_NOT_FOUND, TG_RPC_INVALID_REQUEST,
                                 "Not found: MCP is served at /mcp");
-  singleton_count once = {0};
-  MHD_get_connection_values(conn, MHD_HEADER_KIND, http_count_singleton, &once);
   /* A header 2026-07-28 validates fails as that revision's (-32020): on a POST, once its
    * body names the request's id, after every other check. The others fail as HTTP's, at
    * once. */

@@ -663,30 +663,29 @@ static void notification(const tg_mcp_request *req, const tg_rpc_msg *msg) {
    * Unknown notifications are ignored. */
 }
 
-/* The task that result (borrowed; of a request served) created, if any, stops when the answer
- * naming it reaches no client (the request was cancelled, or its client went away), who could
- * then never read or cancel it. Whether the client went away is asked of tasks alone: it
- * costs the transport a look at its connection. */
-static void stop_untold_task(cx *c, json_t *result, bool cancelled) {
+/* The task that result (borrowed; of a request cancelled) created, if any, stops: its client,
+ * told nothing, could never read or cancel it. */
+static void stop_untold_task(cx *c, json_t *result) {
   const char *type = tg_json_str(result, "resultType");
   const char *id = tg_json_str(result, "taskId");
-  if (!c->srv->tasks || !type || strcmp(type, "task") != 0 || !id) return;
-  if (cancelled || (c->req->gone && c->req->gone(c->req->gone_arg)))
+  if (c->srv->tasks && type && strcmp(type, "task") == 0 && id)
     tg_mcp_tasks_cancel(c->srv->tasks, c->req->env->db, c->req->principal_id, id);
 }
 
 /* The reply to a request method m served with status r and result (borrowed). */
 static int reply_of(cx *c, const method *m, int r, json_t *result, tg_mcp_reply *reply) {
   const tg_rpc_msg *msg = c->msg;
-  if (c->req->inflight && tg_mcp_inflight_end(c->req->inflight, msg->id)) {
+  /* A client without a session cancels by going away, also when it only half-closes: a look
+   * at its connection. */
+  if ((c->req->inflight && tg_mcp_inflight_end(c->req->inflight, msg->id)) ||
+      (c->req->gone && c->req->gone(c->req->gone_arg))) {
     /* Cancelled: the client expects no answer. A listen request cancelled as it subscribed
      * ends its subscription here (the cancellation found none yet). */
     if (c->subscribed && c->req->watch) tg_mcp_watch_unsubscribe(c->req->watch, msg->id);
-    if (r == 0) stop_untold_task(c, result, true);
+    if (r == 0) stop_untold_task(c, result);
     json_decref(c->err_data);
     return 0;
   }
-  if (r == 0) stop_untold_task(c, result, false);
   if (r == TG_E_NOMEM) {
     json_decref(c->err_data);
     return r;

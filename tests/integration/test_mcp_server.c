@@ -4171,9 +4171,8 @@ static bool http_write(int fd, const char *text, size_t n) {
   return true;
 }
 
-/* A POST of server/discover with this Content-Type and these headers, its body (if any) sent
- * apart: the socket. */
-static int http_post_head(unsigned port, const char *type, const char *headers) {
+/* A socket connected to the server on port, that fails a read that hangs. */
+static int http_connect(unsigned port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   assert_true(fd >= 0);
   struct timeval guard = {.tv_sec = HANG_GUARD_S};
@@ -4181,6 +4180,29 @@ static int http_post_head(unsigned port, const char *type, const char *headers) 
   struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
+  return fd;
+}
+
+/* The whole text of a 2026-07-28 POST calling tool with arguments (JSON text), malloc'd. */
+static char *modern_call_text(unsigned port, const char *tool, const char *arguments) {
+  char *body = NULL, *text = NULL;
+  assert_true(asprintf(&body,
+                       "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":"
+                       "{\"name\":\"%s\",\"arguments\":%s," MODERN_META "}}",
+                       tool, arguments) > 0);
+  assert_true(asprintf(&text,
+                       "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%u\r\nAccept: application/json, "
+                       "text/event-stream\r\nContent-Type: application/json\r\n" HTTP_MODERN
+                       "Mcp-Method: tools/call\r\nMcp-Name: %s\r\nContent-Length: %zu\r\n\r\n%s",
+                       port, tool, strlen(body), body) > 0);
+  free(body);
+  return text;
+}
+
+/* A POST of server/discover with this Content-Type and these headers, its body (if any) sent
+ * apart: the socket. */
+static int http_post_head(unsigned port, const char *type, const char *headers) {
+  int fd = http_connect(port);
   char head[512];
   int n = snprintf(head, sizeof head,
                    "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%u\r\nAccept: application/json, "
@@ -4272,6 +4294,86 @@ static void test_http_body_past_the_bound(void **state) {
                             "\"params\":{" MODERN_META "}}");
   assert_status(res, "200");
   free(res);
+  tg_http_stop(h);
+}
+
+/* A header whose name is not a token ("Content-Length :") is refused with 400 and its
+ * connection closed: libmicrohttpd reads no length from it, so the body would otherwise be
+ * read as a request of its own (request smuggling). The call hidden in the body never runs. */
+static void test_http_header_name_not_token(void **state) {
+  world *w = *state;
+  unsigned port = 0;
+  tg_http *h = http_start(w, &port);
+  char *hidden = modern_call_text(port, "test_simple_text", "{}");
+  long before = calls_audited(w, "test.simple.text", "INFO");
+  static const char *const names[] = {"Content-Length :", "Content-Length\t:"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    char length[64];
+    snprintf(length, sizeof length, "%s %zu\r\n", names[i], strlen(hidden));
+    int fd = http_post_head(port, "application/json", length);
+    assert_true(http_write(fd, hidden, strlen(hidden)));
+    char *res = http_read(fd, NULL); /* to the end: the server closes the connection */
+    assert_status(res, "400");
+    assert_non_null(strstr(res, "A header's name is not a token"));
+    assert_non_null(strstr(res, "Connection: close\r\n"));
+    assert_null(strstr(res + 1, "HTTP/1.1 ")); /* one answer, not two */
+    free(res);
+    close(fd);
+  }
+  assert_int_equal(calls_audited(w, "test.simple.text", "INFO"), before);
+  /* A name of bytes past ASCII is no token either (it was once taken for a failure to
+   * allocate, and the connection closed without an answer). */
+  int fd = http_post_head(port, "application/json",
+                          "Mcp-Param-\xd5\xd5: x\r\nContent-Length: 2\r\n");
+  assert_true(http_write(fd, "{}", 2));
+  char *res = http_read(fd, NULL);
+  assert_status(res, "400");
+  assert_non_null(strstr(res, "A header's name is not a token"));
+  free(res);
+  close(fd);
+  /* Sent on its own, the hidden call runs and is counted: the checks above could tell. */
+  fd = http_connect(port);
+  assert_true(http_write(fd, hidden, strlen(hidden)));
+  res = http_read(fd, "This is a simple text response");
+  assert_status(res, "200");
+  free(res);
+  close(fd);
+  assert_int_equal(calls_audited(w, "test.simple.text", "INFO"), before + 1);
+  free(hidden);
+  tg_http_stop(h);
+}
+
+/* On 2026-07-28 HTTP a client cancels by going away, also by only half-closing its
+ * connection after its request: it is told nothing (an event stream that ends without an
+ * event), and what the call did is not written. */
+static void test_http_half_close_cancels(void **state) {
+  world *w = *state;
+  fixture_agent(w->f, "{\"slug\":\"writer\",\"grants\":[\"canAssignTasks\"]}", w->agent);
+  unsigned port = 0;
+  tg_http *h = http_start(w, &port);
+  char *call = modern_call_text(port, "work_task_create", "{\"title\":\"half-closed\"}");
+  long tasks = fixture_count(w->f, "tasks");
+  int fd = http_connect(port);
+  /* Held back (MSG_MORE) until the shutdown sends it with the end of the stream: the server
+   * reads the request and its end together, whatever the timing. */
+  assert_int_equal(send(fd, call, strlen(call), MSG_MORE), (ssize_t)strlen(call));
+  assert_int_equal(shutdown(fd, SHUT_WR), 0);
+  char *res = http_read(fd, NULL);
+  assert_status(res, "200");
+  assert_non_null(strstr(res, "Content-Type: text/event-stream\r\n"));
+  assert_null(strstr(res, "\"jsonrpc\"")); /* no result, no error */
+  free(res);
+  close(fd);
+  assert_int_equal(fixture_count(w->f, "tasks"), tasks);
+  /* Read to its end, the same call writes its task: the count could tell. */
+  fd = http_connect(port);
+  assert_true(http_write(fd, call, strlen(call)));
+  res = http_read(fd, "\"result\"");
+  assert_status(res, "200");
+  free(res);
+  close(fd);
+  assert_int_equal(fixture_count(w->f, "tasks"), tasks + 1);
+  free(call);
   tg_http_stop(h);
 }
 
@@ -4404,6 +4506,8 @@ int main(void) {
       T(test_http_paths_are_taken_as_sent),
       T(test_http_malformed_requests_are_logged_once),
       T(test_http_body_past_the_bound),
+      T(test_http_header_name_not_token),
+      T(test_http_half_close_cancels),
       T(test_http_task_notifications),
       T(test_listen_after_the_end),
   };
