@@ -388,8 +388,6 @@ enum MHD_Result http_queue_json(struct MHD_Connection *conn, unsigned status, js
                                 const char *session_id);
 enum MHD_Result http_queue_rpc_error(struct MHD_Connection *conn, unsigned status, int code,
                                      const char *message);
-enum MHD_Result http_queue_closing_error(struct MHD_Connection *conn, unsigned status, int code,
-                                         const char *message);
 enum MHD_Result http_queue_refusal_with(struct MHD_Connection *conn, unsigned status,
                                         const tg_rpc_msg *msg, int code, const char *message,
                                         json_t *data);

@@ -809,8 +809,8 @@ static _Thread_local bool closing_on_purpose;
 
 /* A request that came after the server began to stop: 503, and the connection closes. */
 static enum MHD_Result refuse_while_stopping(struct MHD_Connection *conn) {
-  return http_queue_closing_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, TG_RPC_INTERNAL_ERROR,
-                                  "The server is stopping");
+  return http_queue_rpc_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, TG_RPC_INTERNAL_ERROR,
+                              "The server is stopping");
 }
 
 /* A body past the bound (scan: what it names; NULL: unread) is refused with 413, or, read,
@@ -913,11 +913,12 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
   rq->answered = true;
   singleton_count once = {0};
   MHD_get_connection_values(conn, MHD_HEADER_KIND, http_count_singleton, &once);
-  /* "Content-Length : 5" is no length to libmicrohttpd, which then reads the body as the next
-   * request, whatever the route: it is refused (RFC 9112 §5.1), and what follows left unread. */
+  /* "Content-Length : 5" is no length to libmicrohttpd, which would read the body as the next
+   * request, whatever the route: it is refused (RFC 9112 §5.1), and what follows left unread
+   * (as after any error: http_respond_with). */
   if (once.bad_name)
-    return http_queue_closing_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
-                                    "A header's name is not a token");
+    return http_queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
+                                "A header's name is not a token");
   /* RFC 9112 §3.2: an HTTP/1.1 request without Host is a 400 (and would pass the Host check
    * against DNS rebinding below). */
   if (strcmp(version, MHD_HTTP_VERSION_1_1) == 0 &&
@@ -966,6 +967,10 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
   if (length && coding)
     return http_queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
                                 "Content-Length and Transfer-Encoding are given together");
+  /* RFC 9112 §6.1: an HTTP/1.0 message's Transfer-Encoding is faulty framing. */
+  if (coding && strcmp(version, MHD_HTTP_VERSION_1_0) == 0)
+    return http_queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
+                                "Transfer-Encoding is not HTTP/1.0's");
   if (coding && strcasecmp(coding, "chunked") != 0)
     return http_queue_rpc_error(conn, MHD_HTTP_NOT_IMPLEMENTED, TG_RPC_INVALID_REQUEST,
                                 "Transfer-Encoding other than chunked is not supported");

@@ -4297,43 +4297,70 @@ static void test_http_body_past_the_bound(void **state) {
   tg_http_stop(h);
 }
 
-/* A header whose name is not a token ("Content-Length :") is refused with 400 and its
- * connection closed: libmicrohttpd reads no length from it, so the body would otherwise be
- * read as a request of its own (request smuggling). The call hidden in the body never runs. */
-static void test_http_header_name_not_token(void **state) {
+/* A request whose body the HTTP library frames otherwise than a proxy in front may, with a
+ * complete request as its body: the answer is an error, the connection closes after it, and
+ * the request hidden in the body never runs (request smuggling). A header whose name is not a
+ * token ("Content-Length :") is refused as such; libmicrohttpd joins a folded line to the
+ * header's name, and ends the headers at a line with no name, so those two requests have no
+ * body to it, which fails them; an HTTP/1.0 request's Transfer-Encoding is faulty framing. */
+static void test_http_misframed_requests_run_nothing(void **state) {
   world *w = *state;
   unsigned port = 0;
   tg_http *h = http_start(w, &port);
   char *hidden = modern_call_text(port, "test_simple_text", "{}");
+  size_t n = strlen(hidden);
   long before = calls_audited(w, "test.simple.text", "INFO");
-  static const char *const names[] = {"Content-Length :", "Content-Length\t:"};
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+  static const struct {
+    const char *length, *says; /* the line naming the body's length (%zu: its bytes) */
+  } misframed[] = {
+      {"Content-Length : %zu\r\n", "A header's name is not a token"},
+      {"Content-Length\t: %zu\r\n", "A header's name is not a token"},
+      {"Content-Length:\r\n %zu\r\n", "Parse error"},
+      {": x\r\nContent-Length: %zu\r\n", "Parse error"},
+  };
+  for (size_t i = 0; i < sizeof misframed / sizeof misframed[0]; i++) {
     char length[64];
-    snprintf(length, sizeof length, "%s %zu\r\n", names[i], strlen(hidden));
+    snprintf(length, sizeof length, misframed[i].length, n);
     int fd = http_post_head(port, "application/json", length);
-    assert_true(http_write(fd, hidden, strlen(hidden)));
+    assert_true(http_write(fd, hidden, n));
     char *res = http_read(fd, NULL); /* to the end: the server closes the connection */
     assert_status(res, "400");
-    assert_non_null(strstr(res, "A header's name is not a token"));
+    assert_non_null(strstr(res, misframed[i].says));
     assert_non_null(strstr(res, "Connection: close\r\n"));
     assert_null(strstr(res + 1, "HTTP/1.1 ")); /* one answer, not two */
     free(res);
     close(fd);
   }
+  char *chunked = NULL;
+  assert_true(asprintf(&chunked,
+                       "POST /mcp HTTP/1.0\r\nHost: 127.0.0.1:%u\r\nConnection: keep-alive\r\n"
+                       "Content-Type: application/json\r\nAccept: application/json, "
+                       "text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n%zx\r\n%s\r\n"
+                       "0\r\n\r\n%s",
+                       port, n, hidden, hidden) > 0);
+  int fd = http_connect(port);
+  assert_true(http_write(fd, chunked, strlen(chunked)));
+  char *res = http_read(fd, NULL);
+  assert_non_null(strstr(res, "400 Bad Request"));
+  assert_non_null(strstr(res, "Transfer-Encoding is not HTTP/1.0's"));
+  assert_null(strstr(res, "simple text response")); /* the hidden call's answer */
+  free(res);
+  close(fd);
+  free(chunked);
   assert_int_equal(calls_audited(w, "test.simple.text", "INFO"), before);
   /* A name of bytes past ASCII is no token either (it was once taken for a failure to
    * allocate, and the connection closed without an answer). */
-  int fd = http_post_head(port, "application/json",
-                          "Mcp-Param-\xd5\xd5: x\r\nContent-Length: 2\r\n");
+  fd = http_post_head(port, "application/json",
+                      "Mcp-Param-\xd5\xd5: x\r\nContent-Length: 2\r\n");
   assert_true(http_write(fd, "{}", 2));
-  char *res = http_read(fd, NULL);
+  res = http_read(fd, NULL);
   assert_status(res, "400");
   assert_non_null(strstr(res, "A header's name is not a token"));
   free(res);
   close(fd);
   /* Sent on its own, the hidden call runs and is counted: the checks above could tell. */
   fd = http_connect(port);
-  assert_true(http_write(fd, hidden, strlen(hidden)));
+  assert_true(http_write(fd, hidden, n));
   res = http_read(fd, "This is a simple text response");
   assert_status(res, "200");
   free(res);
@@ -4506,7 +4533,7 @@ int main(void) {
       T(test_http_paths_are_taken_as_sent),
       T(test_http_malformed_requests_are_logged_once),
       T(test_http_body_past_the_bound),
-      T(test_http_header_name_not_token),
+      T(test_http_misframed_requests_run_nothing),
       T(test_http_half_close_cancels),
       T(test_http_task_notifications),
       T(test_listen_after_the_end),
