@@ -103,15 +103,26 @@ const char *const http_singletons[] = {
  * the colon as it came, spaces and all. */
 static bool is_token(const char *name) {
   if (!*name) return false;
-  for (const char *p = name; *p; p++)
-    if (!isalnum((unsigned char)*p) && !strchr("!#$%&'*+-.^_`|~", *p)) return false;
+  for (const char *p = name; *p; p++) {
+    bool alnum = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9');
+    if (!alnum && !strchr("!#$%&'*+-.^_`|~", *p)) return false;
+  }
   return true;
+}
+
+/* Whether a header's value holds a control character but a tab (RFC 9110 §5.5): a bare CR,
+ * which libmicrohttpd keeps, could be read as a line's end by whatever reads it next. */
+static bool has_control(const char *value) {
+  for (const unsigned char *p = (const unsigned char *)value; *p; p++)
+    if ((*p < 0x20 && *p != '\t') || *p == 0x7f) return true;
+  return false;
 }
 
 enum MHD_Result http_count_singleton(void *cls, enum MHD_ValueKind kind, const char *key,
                                      const char *value) {
   singleton_count *c = cls;
   if (!is_token(key)) c->bad_name = true;
+  if (value && has_control(value)) c->bad_value = true;
   for (size_t i = 0; i < HTTP_N_SINGLETONS; i++)
     if (strcasecmp(key, http_singletons[i]) == 0) c->seen[i]++;
   return MHD_YES;

@@ -326,6 +326,7 @@ extern const char *const http_singletons[HTTP_N_SINGLETONS];
 typedef struct singleton_count {
   unsigned seen[HTTP_N_SINGLETONS];
   bool bad_name; /* a header whose name is not a token, as "Content-Length :" */
+  bool bad_value; /* a header whose value holds a control character but a tab */
 } singleton_count;
 
 /* A session a batch of it is delivered to. */

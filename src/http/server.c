@@ -919,6 +919,9 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
   if (once.bad_name)
     return http_queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
                                 "A header's name is not a token");
+  if (once.bad_value)
+    return http_queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
+                                "A header's value holds a control character");
   /* RFC 9112 §3.2: an HTTP/1.1 request without Host is a 400 (and would pass the Host check
    * against DNS rebinding below). */
   if (strcmp(version, MHD_HTTP_VERSION_1_1) == 0 &&
