@@ -118,10 +118,23 @@ static bool has_control(const char *value) {
   return false;
 }
 
+/* Whether name runs on from a header that frames the body: libmicrohttpd joins a folded line
+ * to the header's name, so that "Content-Length:" followed by the line " 5" comes as a header
+ * "Content-Length5" and frames no body, on any method. */
+static bool runs_on_from_framing(const char *name) {
+  static const char *const framing[] = {"Content-Length", "Transfer-Encoding"};
+  for (size_t i = 0; i < sizeof framing / sizeof framing[0]; i++) {
+    size_t n = strlen(framing[i]);
+    if (strncasecmp(name, framing[i], n) == 0 && name[n]) return true;
+  }
+  return false;
+}
+
 enum MHD_Result http_count_singleton(void *cls, enum MHD_ValueKind kind, const char *key,
                                      const char *value) {
   singleton_count *c = cls;
   if (!is_token(key)) c->bad_name = true;
+  if (runs_on_from_framing(key)) c->framing_runs_on = true;
   if (value && has_control(value)) c->bad_value = true;
   for (size_t i = 0; i < HTTP_N_SINGLETONS; i++)
     if (strcasecmp(key, http_singletons[i]) == 0) c->seen[i]++;

@@ -327,6 +327,7 @@ typedef struct singleton_count {
   unsigned seen[HTTP_N_SINGLETONS];
   bool bad_name; /* a header whose name is not a token, as "Content-Length :" */
   bool bad_value; /* a header whose value holds a control character but a tab */
+  bool framing_runs_on; /* a name that begins as a framing header's, as a folded line's does */
 } singleton_count;
 
 /* A session a batch of it is delivered to. */

@@ -49,10 +49,10 @@ enum MHD_Result http_respond_with(struct MHD_Connection *conn, unsigned status,
   if (status == MHD_HTTP_UNSUPPORTED_MEDIA_TYPE)
     MHD_add_response_header(res, "Accept-Encoding", "identity");
   /* Nothing more is read from a connection after an error. Debian 12's libmicrohttpd frames
-   * some requests otherwise than a proxy in front may: it joins a folded header line
-   * (obs-fold) to the header's name, so "Content-Length:\r\n 5" names no length, and ends the
-   * headers at a line with no name (": x"). A body it did not see then fails the request, and
-   * must not be read after it as a request of its own. */
+   * some requests otherwise than a proxy in front may: it ends the headers at a line with no
+   * name (": x"), so that a POST's body may go unseen; the POST then fails, and its body must
+   * not be read after it as a request of its own. (A folded framing header is refused: see
+   * admit.) */
   if (status >= 400) MHD_add_response_header(res, "Connection", "close");
   enum MHD_Result r = MHD_queue_response(conn, status, res);
   MHD_destroy_response(res);

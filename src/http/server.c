@@ -922,6 +922,10 @@ static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char 
   if (once.bad_value)
     return http_queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
                                 "A header's value holds a control character");
+  if (once.framing_runs_on)
+    return http_queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
+                                "A header's name runs on from Content-Length or "
+                                "Transfer-Encoding (a folded line?)");
   /* RFC 9112 §3.2: an HTTP/1.1 request without Host is a 400 (and would pass the Host check
    * against DNS rebinding below). */
   if (strcmp(version, MHD_HTTP_VERSION_1_1) == 0 &&
