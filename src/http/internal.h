@@ -275,6 +275,7 @@ typedef struct request {
    * dropped as it passed the bounds on bodies held at once (0: none did). */
   held_share *taker;
   unsigned busy_status;
+  size_t decoded; /* counted with its body: what its message holds decoded beyond its bytes */
   bool takes_events;   /* Accept takes text/event-stream */
   bool prefers_events; /* Accept names it, no lower than JSON: a call's answer may stream */
   /* A header 2026-07-28 validates given more than once on a POST: the refusal (-32020)

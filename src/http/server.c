@@ -388,6 +388,40 @@ static json_t *media_refusal(json_t *err, const char *why) {
   return refusal;
 }
 
+/* A body dropped as it passed the bounds on bodies held at once (rq->busy_status says
+ * whose), or one held decoded that would pass them (msg), is refused, naming its request when
+ * its text did. */
+static enum MHD_Result refuse_busy(server *s, struct MHD_Connection *conn, const request *rq,
+                                   const tg_rpc_msg *msg) {
+  bool own = rq->busy_status == MHD_HTTP_TOO_MANY_REQUESTS;
+  if (tg_log_may(&s->busy_logged_ms))
+    tg_log(TG_LOG_WARN, "http: refused a request body past the bound on %s (%zu bytes; "
+           "logged once a minute at most)", own ? "one caller's bodies held at once"
+                                                : "the bodies held at once",
+           own ? s->taking_max / 2 : s->taking_max);
+  json_t *data = json_pack("{s:s,s:I}", "limit", own ? "callerBodyBytes" : "bodyBytes", "max",
+                           (json_int_t)(own ? s->taking_max / 2 : s->taking_max));
+  int code = own ? TG_RPC_INVALID_REQUEST : TG_RPC_INTERNAL_ERROR;
+  const char *message = own ? "Too many bytes of this caller's requests are held at once; "
+                              "wait for answers"
+                            : "Too many bytes of requests are held at once; retry";
+  if (msg) return http_queue_refusal_with(conn, rq->busy_status, msg, code, message, data);
+  return http_queue_json(conn, rq->busy_status, tg_rpc_scan_refusal(rq->past, code, message, data),
+                         NULL);
+}
+
+/* A message's values take more than its text's bytes once decoded (the two bytes of "{}"
+ * become a table): the excess is counted with its body against the bounds on bodies held at
+ * once, until it is answered. False (rq->busy_status set) when it would pass them. */
+static bool take_decoded(server *s, request *rq, const tg_rpc_msg *msg) {
+  size_t more = msg->held > rq->len ? msg->held - rq->len : 0;
+  if (!rq->taker || !more) return true;
+  if (http_taking_past(s, rq->taker, more, &rq->busy_status)) return false;
+  http_taking_count(s, rq->taker, more, false);
+  rq->decoded = more;
+  return true;
+}
+
 static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db *db,
                                    const char *principal, request *rq) {
   _cleanup_free_ char *sid = NULL;
@@ -414,6 +448,10 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
                                                    : MHD_HTTP_BAD_REQUEST, err, NULL);
   }
   enum MHD_Result result;
+  if (!take_decoded(s, rq, &w->msg)) {
+    result = refuse_busy(s, conn, rq, &w->msg);
+    goto done;
+  }
   if (rq->refused_media) {
     result = http_queue_refusal(conn, rq->refused_media_status, &w->msg, rq->refused_media);
     goto done;
@@ -826,25 +864,6 @@ static enum MHD_Result refuse_too_large(server *s, struct MHD_Connection *conn,
   return http_queue_json(conn, MHD_HTTP_CONTENT_TOO_LARGE, err, NULL);
 }
 
-/* A body dropped as it passed the bounds on bodies held at once (rq->busy_status says
- * whose) is refused, naming its request when its text did. */
-static enum MHD_Result refuse_busy(server *s, struct MHD_Connection *conn, const request *rq) {
-  bool own = rq->busy_status == MHD_HTTP_TOO_MANY_REQUESTS;
-  if (tg_log_may(&s->busy_logged_ms))
-    tg_log(TG_LOG_WARN, "http: refused a request body past the bound on %s (%zu bytes; "
-           "logged once a minute at most)", own ? "one caller's bodies held at once"
-                                                : "the bodies held at once",
-           own ? s->taking_max / 2 : s->taking_max);
-  json_t *data = json_pack("{s:s,s:I}", "limit", own ? "callerBodyBytes" : "bodyBytes", "max",
-                           (json_int_t)(own ? s->taking_max / 2 : s->taking_max));
-  json_t *err = tg_rpc_scan_refusal(
-      rq->past, own ? TG_RPC_INVALID_REQUEST : TG_RPC_INTERNAL_ERROR,
-      own ? "Too many bytes of this caller's requests are held at once; wait for answers"
-          : "Too many bytes of requests are held at once; retry",
-      data);
-  return http_queue_json(conn, rq->busy_status, err, NULL);
-}
-
 /* libmicrohttpd reports what an operator should see (a thread it could not start, the
  * connection limit reached, a socket error), and also what a client does: it went away in
  * the middle of an answer, which is how SSE streams normally end, or of its request (debug
@@ -1101,7 +1120,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     caller who = authenticate(s, conn, db, principal, rq->token_hash);
     if (who != CALLER_KNOWN) return refuse_caller(s, conn, who);
   }
-  if (rq->past && rq->busy_status) return refuse_busy(s, conn, rq);
+  if (rq->past && rq->busy_status) return refuse_busy(s, conn, rq, NULL);
   if (rq->past) return refuse_too_large(s, conn, rq, rq->past);
   if (strcmp(method, "POST") == 0) {
     if (!db)
@@ -1136,7 +1155,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
    * freed: a burst of them would hold hundreds of megabytes for good. */
   bool large = rq->len + rq->dropped >= TRIM_AFTER_BYTES;
   if (rq->taker) {
-    http_taking_count(s, rq->taker, rq->len, true);
+    http_taking_count(s, rq->taker, rq->len + rq->decoded, true);
     http_share_put(s, rq->taker);
   }
   free(rq->body);

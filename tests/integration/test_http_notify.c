@@ -3218,17 +3218,25 @@ static void test_a_token_revoked_while_its_body_comes_is_refused(void **state) {
 }
 
 /* A connection to port on which w->token's holder sends a call of test_simple_text, with
- * request id id and pad bytes in its _meta: whole, or all but its last 100 bytes. */
-static int padded_call(world *w, unsigned port, const char *id, size_t pad, bool whole) {
+ * request id id and pad bytes in its _meta, a string, or with tables an array of empty
+ * objects ("{}," each): whole, or all but its last 100 bytes. */
+static int padded_call(world *w, unsigned port, const char *id, size_t pad, bool tables,
+                       bool whole) {
   char *body = NULL, *lines = modern_lines(w, "tools/call", "test_simple_text");
-  char *padding = malloc(pad + 1);
-  memset(padding, 'x', pad);
-  padding[pad] = 0;
+  char *padding = malloc(pad + 4);
+  size_t len = 0;
+  padding[len++] = tables ? '[' : '"';
+  for (; tables && len + 3 < pad; len += 3) memcpy(padding + len, "{},", 3);
+  if (!tables) memset(padding + len, 'x', pad);
+  len += tables ? 0 : pad;
+  memcpy(padding + len, tables ? "{}]" : "\"", tables ? 3 : 1);
+  len += tables ? 3 : 1;
+  padding[len] = 0;
   assert_true(asprintf(&body,
                        "{\"jsonrpc\":\"2.0\",\"id\":\"%s\",\"method\":\"tools/call\",\"params\":{"
                        "\"name\":\"test_simple_text\",\"arguments\":{},\"_meta\":{"
                        "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
-                       "\"io.modelcontextprotocol/clientCapabilities\":{},\"pad\":\"%s\"}}}",
+                       "\"io.modelcontextprotocol/clientCapabilities\":{},\"pad\":%s}}}",
                        id, padding) > 0);
   free(padding);
   int fd = connected(port);
@@ -3254,20 +3262,20 @@ static void test_request_bodies_held_at_once_are_bounded(void **state) {
   int held[2];
   for (int i = 0; i < 2; i++) {
     w->token = w->tokens[i];
-    held[i] = padded_call(w, port, "held", 28 * 1024, false);
+    held[i] = padded_call(w, port, "held", 28 * 1024, false, false);
   }
   usleep(300 * 1000); /* both bodies read so far, well before the next */
   long audited = fixture_count(w->f, "agent_run_logs");
   char answer[ANSWER_MAX];
   w->token = w->tokens[2]; /* 12 KB more of a third caller's: past the server's bound */
-  int fd = padded_call(w, port, "past-all", 12 * 1024, true);
+  int fd = padded_call(w, port, "past-all", 12 * 1024, false, true);
   read_answer(fd, answer, sizeof answer);
   close(fd);
   if (strncmp(answer, "HTTP/1.1 503", 12) != 0) fail_msg("expected 503, got: %s", answer);
   assert_non_null(strstr(answer, "\"id\":\"past-all\""));
   assert_non_null(strstr(answer, "\"limit\":\"bodyBytes\""));
   w->token = w->tokens[0]; /* 8 KB more of the first's: past its half (32 KB) */
-  fd = padded_call(w, port, "past-own", 8 * 1024, true);
+  fd = padded_call(w, port, "past-own", 8 * 1024, false, true);
   read_answer(fd, answer, sizeof answer);
   close(fd);
   if (strncmp(answer, "HTTP/1.1 429", 12) != 0) fail_msg("expected 429, got: %s", answer);
@@ -3279,13 +3287,37 @@ static void test_request_bodies_held_at_once_are_bounded(void **state) {
   /* Their bodies gone with their connections, the third caller's is served. */
   w->token = w->tokens[2];
   for (int tries = 0;; tries++) {
-    fd = padded_call(w, port, "served", 12 * 1024, true);
+    fd = padded_call(w, port, "served", 12 * 1024, false, true);
     read_answer(fd, answer, sizeof answer);
     close(fd);
     if (strncmp(answer, "HTTP/1.1 200", 12) == 0) break;
     if (tries > HANG_GUARD_S * 10) fail_msg("the bodies held were never let go: %s", answer);
     usleep(100 * 1000);
   }
+  assert_null(strstr(answer, "isError"));
+  assert_int_equal(fixture_count(w->f, "agent_run_logs"), audited + 1);
+}
+
+/* A body is counted as it is held decoded: 3 KB of empty objects take a table each, past
+ * one caller's half of the bound (32 KB of 64), so the call is refused naming its request,
+ * and nothing runs; as many bytes of a string are served. */
+static void test_request_bodies_count_as_decoded(void **state) {
+  world *w = *state;
+  w->cfg.max_taking_bytes = 64 * 1024;
+  unsigned port = restart(w);
+  long audited = fixture_count(w->f, "agent_run_logs");
+  char answer[ANSWER_MAX];
+  int fd = padded_call(w, port, "tables", 3 * 1024, true, true);
+  read_answer(fd, answer, sizeof answer);
+  close(fd);
+  if (strncmp(answer, "HTTP/1.1 429", 12) != 0) fail_msg("expected 429, got: %s", answer);
+  assert_non_null(strstr(answer, "\"id\":\"tables\""));
+  assert_non_null(strstr(answer, "\"limit\":\"callerBodyBytes\""));
+  assert_int_equal(fixture_count(w->f, "agent_run_logs"), audited);
+  fd = padded_call(w, port, "string", 3 * 1024, false, true);
+  read_answer(fd, answer, sizeof answer);
+  close(fd);
+  if (strncmp(answer, "HTTP/1.1 200", 12) != 0) fail_msg("expected 200, got: %s", answer);
   assert_null(strstr(answer, "isError"));
   assert_int_equal(fixture_count(w->f, "agent_run_logs"), audited + 1);
 }
@@ -3420,6 +3452,7 @@ int main(void) {
       T(test_a_stop_gives_tasks_at_work_its_grace),
       T(test_a_revoked_token_ends_its_tasks),
       T(test_request_bodies_held_at_once_are_bounded),
+      T(test_request_bodies_count_as_decoded),
       T(test_a_value_like_an_input_request_is_content),
       T(test_a_question_past_those_waiting_is_to_retry),
       T(test_a_slow_reader_is_cut_off),
