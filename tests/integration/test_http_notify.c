@@ -3251,6 +3251,22 @@ static int padded_call(world *w, unsigned port, const char *id, size_t pad, bool
   return fd;
 }
 
+/* Sends padded_call's call, which must be refused with status (429 or 503) past the bound
+ * limit names, naming its request. */
+static void expect_bodies_refused(world *w, unsigned port, const char *id, size_t pad,
+                                  bool tables, const char *status, const char *limit) {
+  char answer[ANSWER_MAX], named[64];
+  int fd = padded_call(w, port, id, pad, tables, true);
+  read_answer(fd, answer, sizeof answer);
+  close(fd);
+  if (strncmp(answer, "HTTP/1.1 ", 9) != 0 || strncmp(answer + 9, status, 3) != 0)
+    fail_msg("expected %s, got: %s", status, answer);
+  snprintf(named, sizeof named, "\"id\":\"%s\"", id);
+  assert_non_null(strstr(answer, named));
+  snprintf(named, sizeof named, "\"limit\":\"%s\"", limit);
+  assert_non_null(strstr(answer, named));
+}
+
 /* Request bodies held at once are bounded: for all callers (503) and for one (429, past
  * half the bound). A body past them is read and dropped, refused naming its request, and
  * nothing runs; once the bodies held are answered, the same request is served. */
@@ -3266,28 +3282,18 @@ static void test_request_bodies_held_at_once_are_bounded(void **state) {
   }
   usleep(300 * 1000); /* both bodies read so far, well before the next */
   long audited = fixture_count(w->f, "agent_run_logs");
-  char answer[ANSWER_MAX];
   w->token = w->tokens[2]; /* 12 KB more of a third caller's: past the server's bound */
-  int fd = padded_call(w, port, "past-all", 12 * 1024, false, true);
-  read_answer(fd, answer, sizeof answer);
-  close(fd);
-  if (strncmp(answer, "HTTP/1.1 503", 12) != 0) fail_msg("expected 503, got: %s", answer);
-  assert_non_null(strstr(answer, "\"id\":\"past-all\""));
-  assert_non_null(strstr(answer, "\"limit\":\"bodyBytes\""));
+  expect_bodies_refused(w, port, "past-all", 12 * 1024, false, "503", "bodyBytes");
   w->token = w->tokens[0]; /* 8 KB more of the first's: past its half (32 KB) */
-  fd = padded_call(w, port, "past-own", 8 * 1024, false, true);
-  read_answer(fd, answer, sizeof answer);
-  close(fd);
-  if (strncmp(answer, "HTTP/1.1 429", 12) != 0) fail_msg("expected 429, got: %s", answer);
-  assert_non_null(strstr(answer, "\"id\":\"past-own\""));
-  assert_non_null(strstr(answer, "\"limit\":\"callerBodyBytes\""));
+  expect_bodies_refused(w, port, "past-own", 8 * 1024, false, "429", "callerBodyBytes");
   assert_int_equal(fixture_count(w->f, "agent_run_logs"), audited);
   close(held[0]);
   close(held[1]);
   /* Their bodies gone with their connections, the third caller's is served. */
   w->token = w->tokens[2];
+  char answer[ANSWER_MAX];
   for (int tries = 0;; tries++) {
-    fd = padded_call(w, port, "served", 12 * 1024, false, true);
+    int fd = padded_call(w, port, "served", 12 * 1024, false, true);
     read_answer(fd, answer, sizeof answer);
     close(fd);
     if (strncmp(answer, "HTTP/1.1 200", 12) == 0) break;
@@ -3306,15 +3312,10 @@ static void test_request_bodies_count_as_decoded(void **state) {
   w->cfg.max_taking_bytes = 64 * 1024;
   unsigned port = restart(w);
   long audited = fixture_count(w->f, "agent_run_logs");
-  char answer[ANSWER_MAX];
-  int fd = padded_call(w, port, "tables", 3 * 1024, true, true);
-  read_answer(fd, answer, sizeof answer);
-  close(fd);
-  if (strncmp(answer, "HTTP/1.1 429", 12) != 0) fail_msg("expected 429, got: %s", answer);
-  assert_non_null(strstr(answer, "\"id\":\"tables\""));
-  assert_non_null(strstr(answer, "\"limit\":\"callerBodyBytes\""));
+  expect_bodies_refused(w, port, "tables", 3 * 1024, true, "429", "callerBodyBytes");
   assert_int_equal(fixture_count(w->f, "agent_run_logs"), audited);
-  fd = padded_call(w, port, "string", 3 * 1024, false, true);
+  char answer[ANSWER_MAX];
+  int fd = padded_call(w, port, "string", 3 * 1024, false, true);
   read_answer(fd, answer, sizeof answer);
   close(fd);
   if (strncmp(answer, "HTTP/1.1 200", 12) != 0) fail_msg("expected 200, got: %s", answer);
