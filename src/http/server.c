@@ -389,10 +389,10 @@ static json_t *media_refusal(json_t *err, const char *why) {
 }
 
 /* A body dropped as it passed the bounds on bodies held at once (rq->busy_status says
- * whose), or one held decoded that would pass them (msg), is refused, naming its request when
- * its text did. */
+ * whose), or one that would pass them decoded, is refused, naming its request when its text
+ * did (scan). */
 static enum MHD_Result refuse_busy(server *s, struct MHD_Connection *conn, const request *rq,
-                                   const tg_rpc_msg *msg) {
+                                   const tg_rpc_id_scan *scan) {
   bool own = rq->busy_status == MHD_HTTP_TOO_MANY_REQUESTS;
   if (tg_log_may(&s->busy_logged_ms))
     tg_log(TG_LOG_WARN, "http: refused a request body past the bound on %s (%zu bytes; "
@@ -405,16 +405,17 @@ static enum MHD_Result refuse_busy(server *s, struct MHD_Connection *conn, const
   const char *message = own ? "Too many bytes of this caller's requests are held at once; "
                               "wait for answers"
                             : "Too many bytes of requests are held at once; retry";
-  if (msg) return http_queue_refusal_with(conn, rq->busy_status, msg, code, message, data);
-  return http_queue_json(conn, rq->busy_status, tg_rpc_scan_refusal(rq->past, code, message, data),
+  return http_queue_json(conn, rq->busy_status, tg_rpc_scan_refusal(scan, code, message, data),
                          NULL);
 }
 
 /* A message's values take more than its text's bytes once decoded (the two bytes of "{}"
  * become a table): the excess is counted with its body against the bounds on bodies held at
- * once, until it is answered. False (rq->busy_status set) when it would pass them. */
-static bool take_decoded(server *s, request *rq, const tg_rpc_msg *msg) {
-  size_t more = msg->held > rq->len ? msg->held - rq->len : 0;
+ * once, before it is decoded and until it is answered. False (rq->busy_status set) when it
+ * would pass them. */
+static bool take_decoded(server *s, request *rq) {
+  size_t held = tg_rpc_reckon(rq->body ? rq->body : "", rq->len);
+  size_t more = held > rq->len ? held - rq->len : 0;
   if (!rq->taker || !more) return true;
   if (http_taking_past(s, rq->taker, more, &rq->busy_status)) return false;
   http_taking_count(s, rq->taker, more, false);
@@ -432,6 +433,13 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   snprintf(w->principal, sizeof w->principal, "%s", principal);
   snprintf(w->token_hash, sizeof w->token_hash, "%s", rq->token_hash);
   tg_mcp_session_init(&w->scratch);
+  if (!take_decoded(s, rq)) {
+    free(w);
+    tg_rpc_id_scan scan;
+    tg_rpc_id_scan_init(&scan);
+    tg_rpc_id_scan_feed(&scan, rq->body, rq->len);
+    return refuse_busy(s, conn, rq, &scan);
+  }
   json_t *err = NULL;
   int dr = tg_rpc_decode(rq->body ? rq->body : "", rq->len, &w->msg, &err);
   if (dr != 0 && err && !rq->refused_media) {
@@ -448,10 +456,6 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
                                                    : MHD_HTTP_BAD_REQUEST, err, NULL);
   }
   enum MHD_Result result;
-  if (!take_decoded(s, rq, &w->msg)) {
-    result = refuse_busy(s, conn, rq, &w->msg);
-    goto done;
-  }
   if (rq->refused_media) {
     result = http_queue_refusal(conn, rq->refused_media_status, &w->msg, rq->refused_media);
     goto done;
@@ -1120,7 +1124,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     caller who = authenticate(s, conn, db, principal, rq->token_hash);
     if (who != CALLER_KNOWN) return refuse_caller(s, conn, who);
   }
-  if (rq->past && rq->busy_status) return refuse_busy(s, conn, rq, NULL);
+  if (rq->past && rq->busy_status) return refuse_busy(s, conn, rq, rq->past);
   if (rq->past) return refuse_too_large(s, conn, rq, rq->past);
   if (strcmp(method, "POST") == 0) {
     if (!db)

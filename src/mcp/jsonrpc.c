@@ -527,6 +527,8 @@ static int parse_error(const json_error_t *e, json_t **ret_error) {
               json_pack("{s:s,s:i}", "reason", e->text, "position", e->position), ret_error);
 }
 
+size_t tg_rpc_reckon(const char *buf, size_t len) { return scan_limits(buf, len).held; }
+
 int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_error) {
   memset(msg, 0, sizeof *msg);
   *ret_error = NULL;

@@ -57,6 +57,9 @@ typedef struct tg_rpc_msg {
  * TG_RPC_MAX_BATCH messages) gets, in *ret_error, the array of its requests' refusals, as
  * tg_rpc_refuse_batch gives. */
 int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_error);
+/* What a message's text of len bytes will hold decoded (tg_rpc_msg.held), reckoned without
+ * decoding it: a transport bounding what it holds counts it first. */
+size_t tg_rpc_reckon(const char *buf, size_t len);
 /* A scan of a message's text, fed piece by piece, for the id an error refusing it may name:
  * for text not kept whole (a message past TG_RPC_MAX_BODY), wherever its id comes. */
 typedef struct tg_rpc_id_scan {
