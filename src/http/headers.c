@@ -1,5 +1,5 @@
 /* Reading a request's headers: joined lists, Mcp-Param-* parameters, headers that may
- * come once, and those 2026-07-28 validates. */
+ * come once, malformed names and values, and those 2026-07-28 validates. */
 
 #define _GNU_SOURCE
 #include "http/internal.h"
@@ -130,9 +130,9 @@ static bool runs_on_from_framing(const char *name) {
   return false;
 }
 
-enum MHD_Result http_count_singleton(void *cls, enum MHD_ValueKind kind, const char *key,
-                                     const char *value) {
-  singleton_count *c = cls;
+enum MHD_Result http_see_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                const char *value) {
+  headers_seen *c = cls;
   if (!is_token(key)) c->bad_name = true;
   if (runs_on_from_framing(key)) c->framing_runs_on = true;
   if (value && has_control(value)) c->bad_value = true;

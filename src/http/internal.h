@@ -324,12 +324,14 @@ typedef struct param_headers {
 #define HTTP_N_SINGLETONS 12
 extern const char *const http_singletons[HTTP_N_SINGLETONS];
 
-typedef struct singleton_count {
+/* What http_see_header saw of a request's headers: how often each singleton came, and
+ * whether any is malformed. */
+typedef struct headers_seen {
   unsigned seen[HTTP_N_SINGLETONS];
   bool bad_name; /* a header whose name is not a token, as "Content-Length :" */
   bool bad_value; /* a header whose value holds a control character but a tab */
   bool framing_runs_on; /* a name that begins as a framing header's, as a folded line's does */
-} singleton_count;
+} headers_seen;
 
 /* A session a batch of it is delivered to. */
 typedef struct batch_target {
@@ -369,8 +371,8 @@ void http_set_due_by(struct MHD_Connection *conn, int64_t due_by);
 bool http_header_value(struct MHD_Connection *conn, const char *name, char **ret);
 enum MHD_Result http_collect_param(void *cls, enum MHD_ValueKind kind, const char *key,
                                    const char *value);
-enum MHD_Result http_count_singleton(void *cls, enum MHD_ValueKind kind, const char *key,
-                                     const char *value);
+enum MHD_Result http_see_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                const char *value);
 bool http_validated_by_2026(const char *name, const char *revision);
 
 /* ---- respond.c ---- */

@@ -423,8 +423,19 @@ static bool take_decoded(server *s, request *rq) {
   return true;
 }
 
+/* The ids rq's body names, as an error refusing it may name them. */
+static void scan_body(const request *rq, tg_rpc_id_scan *scan) {
+  tg_rpc_id_scan_init(scan);
+  tg_rpc_id_scan_feed(scan, rq->body ? rq->body : "", rq->len);
+}
+
 static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db *db,
                                    const char *principal, request *rq) {
+  tg_rpc_id_scan scan;
+  if (!take_decoded(s, rq)) {
+    scan_body(rq, &scan);
+    return refuse_busy(s, conn, rq, &scan);
+  }
   _cleanup_free_ char *sid = NULL;
   if (!http_header_value(conn, "Mcp-Session-Id", &sid)) return MHD_NO;
   worker *w = calloc(1, sizeof *w);
@@ -433,19 +444,10 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
   snprintf(w->principal, sizeof w->principal, "%s", principal);
   snprintf(w->token_hash, sizeof w->token_hash, "%s", rq->token_hash);
   tg_mcp_session_init(&w->scratch);
-  if (!take_decoded(s, rq)) {
-    free(w);
-    tg_rpc_id_scan scan;
-    tg_rpc_id_scan_init(&scan);
-    tg_rpc_id_scan_feed(&scan, rq->body, rq->len);
-    return refuse_busy(s, conn, rq, &scan);
-  }
   json_t *err = NULL;
   int dr = tg_rpc_decode(rq->body ? rq->body : "", rq->len, &w->msg, &err);
   if (dr != 0 && err && !rq->refused_media) {
-    tg_rpc_id_scan scan;
-    tg_rpc_id_scan_init(&scan);
-    tg_rpc_id_scan_feed(&scan, rq->body ? rq->body : "", rq->len);
+    scan_body(rq, &scan);
     http_answer_unreadable(s, conn, rq, &scan, err);
   }
   if (dr != 0 && rq->refused_media && err) err = media_refusal(err, rq->refused_media);
@@ -934,8 +936,8 @@ static bool encoded(struct MHD_Connection *conn) {
 static enum MHD_Result admit(server *s, struct MHD_Connection *conn, const char *target,
                              const char *method, const char *version, request *rq) {
   rq->answered = true;
-  singleton_count once = {0};
-  MHD_get_connection_values(conn, MHD_HEADER_KIND, http_count_singleton, &once);
+  headers_seen once = {0};
+  MHD_get_connection_values(conn, MHD_HEADER_KIND, http_see_header, &once);
   /* "Content-Length : 5" is no length to libmicrohttpd, which would read the body as the next
    * request, whatever the route: it is refused (RFC 9112 §5.1), and what follows left unread
    * (as after any error: http_respond_with). */

@@ -3224,14 +3224,16 @@ static int padded_call(world *w, unsigned port, const char *id, size_t pad, bool
                        bool whole) {
   char *body = NULL, *lines = modern_lines(w, "tools/call", "test_simple_text");
   char *padding = malloc(pad + 4);
-  size_t len = 0;
-  padding[len++] = tables ? '[' : '"';
-  for (; tables && len + 3 < pad; len += 3) memcpy(padding + len, "{},", 3);
-  if (!tables) memset(padding + len, 'x', pad);
-  len += tables ? 0 : pad;
-  memcpy(padding + len, tables ? "{}]" : "\"", tables ? 3 : 1);
-  len += tables ? 3 : 1;
-  padding[len] = 0;
+  size_t len = 1;
+  if (tables) {
+    padding[0] = '[';
+    for (; len + 3 < pad; len += 3) memcpy(padding + len, "{},", 3);
+    memcpy(padding + len, "{}]", 4);
+  } else {
+    padding[0] = '"';
+    memset(padding + len, 'x', pad);
+    memcpy(padding + len + pad, "\"", 2);
+  }
   assert_true(asprintf(&body,
                        "{\"jsonrpc\":\"2.0\",\"id\":\"%s\",\"method\":\"tools/call\",\"params\":{"
                        "\"name\":\"test_simple_text\",\"arguments\":{},\"_meta\":{"
