@@ -147,9 +147,20 @@ static int gate_run(const tg_gate_input *in, tg_refusal *out) {
 }
 
 /* A tool declaring maxPerRun may succeed that many times in one run (e.g. one agent-file
- * edit per run); refused calls do not count. */
+ * edit per run); refused calls do not count. Over MCP the client makes an agent's runs (its
+ * session, its stdio server), and an agent's call that names none is a run of its own: the
+ * cap would never count a second call, so such a call is refused until it names a run. */
 static int gate_run_cap(const tg_gate_input *in, tg_refusal *out) {
-  if (!in->tool->max_per_run || !in->run_id) return 0;
+  if (!in->tool->max_per_run) return 0;
+  if (!in->run_id) {
+    if (in->surface != TG_SURFACE_MCP || in->principal->kind != TG_PRINCIPAL_AGENT) return 0;
+    return refuse(out, TG_ERR_PRECONDITION_FAILED,
+                  json_pack("{s:s,s:i}", "reason", "run_required", "maxPerRun",
+                            (int)in->tool->max_per_run),
+                  "%s is capped at %u call%s a run, and this call is in no run: start one "
+                  "(toolgate runs start) and name it (header Toolgate-Run, or mcp --run).",
+                  in->tool->name, in->tool->max_per_run, in->tool->max_per_run == 1 ? "" : "s");
+  }
   int64_t done = 0;
   int r = tg_run_successes(in->db, in->run_id, in->tool->name, &done);
   if (r < 0) return r;

@@ -1533,6 +1533,34 @@ static void test_a_session_run_caps_its_calls(void **state) {
   assert_int_equal(fixture_count(w->f, "activity_log"), acts + 2);
 }
 
+/* An agent's stateless call names no run, and would be a run of its own, which a per-run cap
+ * could never count: a tool capped per run refuses it, writing nothing but its telemetry row.
+ * Named in a run, the call succeeds once there, and the cap binds. */
+static void test_a_call_in_no_run_may_not_call_a_capped_tool(void **state) {
+  world *w = *state;
+  long acts = fixture_count(w->f, "activity_log"), runs = fixture_count(w->f, "agent_runs");
+  long logs = fixture_count(w->f, "agent_run_logs");
+  char *got = request(w, "POST", NULL, STATELESS_ROUTE("test_act_once"),
+                      STATELESS_CALL("1", "test_act_once", "{}"), 200);
+  assert_non_null(strstr(got, "\"isError\":true"));
+  assert_non_null(strstr(got, "run_required"));
+  free(got);
+  assert_int_equal(fixture_count(w->f, "activity_log"), acts);
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs);
+  assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs + 1);
+  char run[TG_UUID_LEN + 1], headers[256];
+  run_started(w, "bot", run);
+  snprintf(headers, sizeof headers, STATELESS_ROUTE("test_act_once") "\nToolgate-Run: %s", run);
+  got = request(w, "POST", NULL, headers, STATELESS_CALL("2", "test_act_once", "{}"), 200);
+  assert_null(strstr(got, "\"isError\":true"));
+  free(got);
+  got = request(w, "POST", NULL, headers, STATELESS_CALL("3", "test_act_once", "{}"), 200);
+  assert_non_null(strstr(got, "per_run_cap"));
+  free(got);
+  assert_int_equal(fixture_count(w->f, "activity_log"), acts + 1);
+  assert_int_equal(calls_in_run(w, run), 2);
+}
+
 /* A session's run ends when the session does, after its last call: idle (completed), the
  * server stopping (completed), its token revoked (cancelled). A run an operator ended first
  * stays as they ended it, and the session's calls are refused. */
@@ -3390,6 +3418,7 @@ int main(void) {
       T(test_a_request_names_its_run),
       T(test_a_session_is_one_run),
       T(test_a_session_run_caps_its_calls),
+      T(test_a_call_in_no_run_may_not_call_a_capped_tool),
       T(test_a_session_without_its_run_is_refused),
       T(test_a_run_not_ended_holds_back_no_other),
       T(test_a_session_run_outlives_its_session_until_its_last_call),
