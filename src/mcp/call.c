@@ -117,9 +117,9 @@ static int channel_ask(void *self, const char *method, json_t *params, json_t **
   return result ? TG_OK : TG_E_TOOL;
 }
 
-/* A 2025 request refused between its rounds (status, from mcp_next_round: a JSON-RPC code, with
- * the message mcp_rpc_fail kept) ends with no round running to tell of it: its own audit row
- * says so. Returns status. */
+/* A request refused between its rounds (status, from mcp_next_round or mcp_read_round: a
+ * JSON-RPC code, with the message mcp_rpc_fail kept) ends with no round running to tell of
+ * it: its own audit row says so. Returns status. */
 static int audit_unrun_end(cx *c, const tg_tool *tool, int status) {
   if (status == TG_E_NOMEM) return status;
   tg_db *db = c->req->env->db;
@@ -302,12 +302,14 @@ int mcp_tools_call(cx *c, json_t *params, json_t **ret) {
   json_t *meta = json_object_get(params, "_meta");
   json_t *progress_token = json_object_get(meta, "progressToken");
   const state_subject subject = {"tools/call", name, args};
+  const tg_tool *tool = tg_registry_find(c->req->env->registry, name);
   _cleanup_json_ json_t *round = NULL;
   int rr = mcp_read_round(c, params, &subject, &round);
-  if (rr) return rr;
+  /* A 2026-07-28 retry refused for what it came back with (a forged or foreign state,
+   * answers to nothing asked) is refused between rounds too. */
+  if (rr) return tool ? audit_unrun_end(c, tool, rr) : rr;
   json_t *responses = json_object_get(round, "answers");
   const char *state = tg_json_str(round, "state");
-  const tg_tool *tool = tg_registry_find(c->req->env->registry, name);
   /* The server alone decides whether a call becomes a task; a legacy "task" param is
    * ignored. */
   bool may_detach = tool && tool->task_support != TG_TASK_FORBIDDEN && mcp_takes_tasks(c);

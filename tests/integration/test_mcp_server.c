@@ -710,13 +710,21 @@ static long elicitation_calls_audited(world *w, const char *level) {
   return calls_audited(w, "test.input_required.result_elicitation", level);
 }
 
-/* The rows of its requests refused between rounds as the client's answer failed. */
-static long elicitation_ends_audited(world *w) {
+/* The rows of tool's requests refused between rounds, with a message like why. */
+static long ends_audited(world *w, const char *tool, const char *why) {
+  char step[128];
+  snprintf(step, sizeof step, "tool:%s", tool);
   return fixture_count_where(w->f,
                              "SELECT COUNT(*) AS n FROM agent_run_logs WHERE level = 'WARN'"
                              " AND json_extract(metadata, '$.end') AND step = $1"
-                             " AND message LIKE 'failed: The client answered%'",
-                             json_pack("[s]", "tool:test.input_required.result_elicitation"));
+                             " AND message LIKE $2",
+                             json_pack("[ss]", step, why));
+}
+
+/* Those of the elicitation tool's requests refused as the client's answer failed. */
+static long elicitation_ends_audited(world *w) {
+  return ends_audited(w, "test.input_required.result_elicitation",
+                      "failed: The client answered%");
 }
 
 /* Elicitation in the mode the client declared: an empty object is form mode alone, so a
@@ -2200,8 +2208,11 @@ static char *multi_input_state(world *w) {
 }
 
 /* Its next round, with arguments args and the state sealed: whether it was served (else it
- * was refused for its state). */
+ * was refused for its state, and audited so). */
 static bool multi_input_goes_on(world *w, const char *args, const char *sealed) {
+  static const char tool[] = "test.task.multi_input",
+                    refused[] = "failed: Invalid or expired requestState";
+  long refusals = ends_audited(w, tool, refused);
   char *members = NULL;
   assert_true(asprintf(&members,
                        "\"name\":\"multi_input\",\"arguments\":%s,\"requestState\":%s,"
@@ -2218,6 +2229,7 @@ static bool multi_input_goes_on(world *w, const char *args, const char *sealed) 
     assert_string_equal(error_message(again), "Invalid or expired requestState");
   }
   json_decref(again);
+  assert_int_equal(ends_audited(w, tool, refused), refusals + !served);
   return served;
 }
 /* A call held for approval that takes rounds of input runs on one approval: the rounds that
@@ -2263,7 +2275,7 @@ static void test_an_approval_lasts_a_call_of_many_rounds(void **state) {
 #undef ELICITS
 
 /* A requestState is sealed to its call: sent back with other arguments, it is refused before
- * any handler runs; with the same ones, it carries the round on. */
+ * any handler runs, and audited so; with the same ones, it carries the round on. */
 static void test_request_state_is_bound_to_the_arguments(void **state) {
   world *w = *state;
   char *sealed = multi_input_state(w);
@@ -2349,7 +2361,7 @@ static void test_request_state_outlives_its_server(void **state) {
 
 /* A stateless retry's answers are checked against what its round asked, which the sealed
  * state carries: an answer that does not answer its request is refused before any handler
- * runs; answers to what was not asked are ignored, whatever they hold. Answers that come
+ * runs, and audited so; answers to what was not asked are ignored, whatever they hold. Answers that come
  * without a state (given before they were asked) must each read as an answer the client can
  * give; the handler judges what they answer. On 2025 revisions the fields are ignored: the
  * server asks the client itself. */
@@ -2377,7 +2389,10 @@ static void test_stateless_answers_are_checked_against_what_was_asked(void **sta
     json_decref(r);
   }
   assert_int_equal(elicitation_calls_audited(w, "INFO"), served);
-  assert_int_equal(elicitation_calls_audited(w, "WARN"), refused);
+  assert_int_equal(elicitation_calls_audited(w, "WARN"), refused + 4);
+  assert_int_equal(ends_audited(w, "test.input_required.result_elicitation",
+                                "failed: An input response does not answer its request"),
+                   4);
   char *members = retry_members(
       call, result_of(first),
       "{\"user_name\":{\"action\":\"accept\",\"content\":{\"name\":\"Ada\"}},\"other\":5}");
