@@ -113,7 +113,9 @@ static int worker_ask(void *self, json_t *ask, json_t **ret) {
     }
   }
   if (r == 0 && !slot->response) r = TG_E_IO;
-  bool withdraw = sent && r != 0 && !w->sess->dead;
+  /* Withdrawn as well when the session ended (its token revoked, the server stopping): the
+   * question's stream may still carry it, and the client stops showing it. */
+  bool withdraw = sent && r != 0;
   if (r == 0) *ret = slot->response;
   else json_decref(slot->response);
   slot->response = NULL;

@@ -3199,6 +3199,22 @@ static void test_a_revoked_call_whose_answer_began_is_told(void **state) {
   finish(call);
 }
 
+/* A call waiting for its client's answer when its token is revoked withdraws its question
+ * before its stream tells of the token, so that the client stops showing it. */
+static void test_a_revoked_call_withdraws_its_question(void **state) {
+  world *w = *state;
+  char sid[64];
+  open_session(w, "{\"sampling\":{}}", sid);
+  exchange *call = asking_call(w, sid);
+  revoke_tokens_of(w, w->agent);
+  await(call, NULL);
+  const char *withdrawn = strstr(call->got, "\"method\":\"notifications/cancelled\"");
+  assert_non_null(withdrawn);
+  assert_non_null(strstr(withdrawn, "The call no longer waits for it"));
+  assert_non_null(strstr(withdrawn, "was revoked"));
+  finish(call);
+}
+
 /* A session is the token's that opened it: another token of the same agent cannot use it
  * (404, as for an unknown session), so that revoking a token ends every stream on its
  * sessions. */
@@ -3497,6 +3513,7 @@ int main(void) {
       T(test_listen_stream_gets_ack_then_changes),
       T(test_a_revoked_token_ends_its_streams),
       T(test_a_revoked_call_whose_answer_began_is_told),
+      T(test_a_revoked_call_withdraws_its_question),
       T(test_listen_streams_are_bounded_and_freed_when_closed),
       T(test_closing_a_call_stream_cancels_the_call),
       T(test_stopping_ends_listen_streams_with_their_result),
