@@ -31,9 +31,10 @@ static const char mcp_usage[] =
     "and stdout, logs on stderr. Every tool call is made as the agent, or as the holder of\n"
     "the API token, through the same gate as every other surface.\n"
     "  --run RUN_ID            attach every call to this running run of the agent ('runs\n"
-    "                          start'). Without it, an active agent's server is a run of its\n"
-    "                          own (trigger mcp), ended when the server stops. Either way\n"
-    "                          per-run caps bind, and a call once the run ended is refused.\n"
+    "                          start'; one not running stops the server). Without it, an\n"
+    "                          active agent's server is a run of its own (trigger mcp),\n"
+    "                          ended when the server stops. Either way per-run caps bind,\n"
+    "                          and a call once the run ended is refused.\n"
     "  --conformance-fixtures  also serve the fixtures of the official conformance suite\n";
 
 static const char serve_usage[] =
@@ -111,6 +112,30 @@ static int end_run(void *arg, tg_db *db) {
   return tg_run_end(db, run->id, run->status);
 }
 
+/* The run given with --run: a running run of the agent, else every call of the server would
+ * be refused (the gate checks it again at each call, as the run may end meanwhile). */
+static int check_given_run(cli *c, const char *principal_id, const char *run) {
+  tg_principal *p = NULL;
+  char status[16] = "";
+  int r = tg_principal_load(c->db, principal_id, &p);
+  bool agent = r == TG_OK && p->kind == TG_PRINCIPAL_AGENT;
+  if (agent) r = tg_run_status(c->db, run, p->subject_id, status);
+  tg_principal_free(p);
+  if (r < 0) {
+    fprintf(stderr, "toolgate: the run could not be read: %s\n", tg_db_errmsg(c->db));
+    return CLI_FAILED;
+  }
+  if (!agent)
+    fprintf(stderr, "toolgate: --run: only agents' calls belong to runs\n");
+  else if (!*status)
+    fprintf(stderr, "toolgate: --run: no run %.64s of this agent\n", run);
+  else if (strcmp(status, "running") != 0)
+    fprintf(stderr, "toolgate: --run: run %.64s is %s, not running\n", run, status);
+  else
+    return CLI_OK;
+  return CLI_FAILED;
+}
+
 /* Without --run, an active agent's stdio server is one run (its client's session), which
  * ends with the server. One cut off (SIGKILL, a crash) is ended by the next server on the
  * machine, which its row's holder lets tell it from a live one. The server writes it itself,
@@ -180,7 +205,9 @@ int cmd_mcp(cli *c, int argc, char **argv) {
   }
   end_orphan_runs(c);
   session_run session = {.id = ""};
-  if (!run && open_session_run(c, principal, &session) != CLI_OK) return CLI_FAILED;
+  if (run ? check_given_run(c, principal, run) != CLI_OK
+          : open_session_run(c, principal, &session) != CLI_OK)
+    return CLI_FAILED;
   /* The run is checked by each call's gate, as 'call --run' is: a run that ends while the
    * server serves refuses the calls after it. */
   tg_mcp_server srv = {.fixtures = fixtures, .name = "toolgate", .version = TG_MCP_SERVER_VERSION,

@@ -275,17 +275,18 @@ is "its call answered" '.result.structuredContent.tools | length > 0'
 check "runs show of the stdio server's run" 0 "$tg" runs show "$stdio_run" --json
 is "the call is the run's" '(.logs | length) == 1 and .logs[0].step == "tool:agent.tool.list"
   and .logs[0].metadata.surface == "mcp"'
-check "a stdio server in an unknown run" 0 bash -c 'echo "$1" | "$0" mcp --agent demo --run nope' \
+# A run that would refuse every call stops the server before it serves.
+check "a stdio server in an unknown run" 1 bash -c 'echo "$1" | "$0" mcp --agent demo --run nope' \
   "$tg" "$stdio_call"
-is "its call refused" '.result.structuredContent.error.code == "not_found"
-  and .result.structuredContent.error.details.runId == "nope"'
+says "the run named" '--run: no run nope of this agent'
 check "runs end of it" 0 "$tg" runs end "$stdio_run"
-check "a stdio server in an ended run" 0 bash -c 'echo "$2" | "$0" mcp --agent demo --run "$1"' \
+check "a stdio server in an ended run" 1 bash -c 'echo "$2" | "$0" mcp --agent demo --run "$1"' \
   "$tg" "$stdio_run" "$stdio_call"
-is "its call refused once the run ended" \
-  '.result.structuredContent.error.code == "precondition_failed"'
+says "the run ended" "is completed, not running"
+check "a user's stdio server in a run" 1 "$tg" mcp --token "$owner_token" --run "$stdio_run"
+says "runs are agents'" "only agents' calls belong to runs"
 check "the ended run kept its one call" 0 "$tg" runs show "$stdio_run" --json
-is "no row for the refused call in the run" '(.logs | length) == 1'
+is "no row for the servers refused" '(.logs | length) == 1'
 check "runs list bad limit" 2 "$tg" runs list --limit x
 # Without --run, an active agent's stdio server is a run of its own, ended when the server
 # stops: a per-run cap (one editAgentFile a run) binds for the session. The server writes the
