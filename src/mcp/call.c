@@ -313,7 +313,9 @@ int mcp_tools_call(cx *c, json_t *params, json_t **ret) {
   /* The server alone decides whether a call becomes a task; a legacy "task" param is
    * ignored. */
   bool may_detach = tool && tool->task_support != TG_TASK_FORBIDDEN && mcp_takes_tasks(c);
-  if (tool && tool->task_support == TG_TASK_REQUIRED && !may_detach) return mcp_tasks_required(c);
+  /* Refused before its first round, as it would be between two. */
+  if (tool && tool->task_support == TG_TASK_REQUIRED && !may_detach)
+    return audit_unrun_end(c, tool, mcp_tasks_required(c));
   call_channel ch = {.c = c};
   tg_call_result res;
   int r = TG_OK; /* start_task sets it when it ran the call, else tg_call does */

@@ -1724,12 +1724,16 @@ static void test_a_task_asking_what_its_client_cannot_give_fails(void **state) {
                    1);
 }
 
+/* A task-only tool called by a client without tasks is refused, and audited so. */
 static void test_tasks_need_the_extension(void **state) {
   world *w = *state;
   int status = 0;
   json_t *r = request_as(w, w->agent, "{}", "tools/call", "\"name\":\"failing_job\",\"arguments\":{}", &status);
   assert_int_equal(error_code(r), TG_RPC_MISSING_CAPABILITY);
   assert_int_equal(status, 400);
+  assert_int_equal(ends_audited(w, "test.task.failing_job",
+                                "failed: Missing required client capability"),
+                   1);
   json_t *data = json_object_get(json_object_get(r, "error"), "data");
   assert_non_null(json_object_get(json_object_get(json_object_get(data, "requiredCapabilities"), "extensions"),
                                   "io.modelcontextprotocol/tasks"));
