@@ -155,7 +155,7 @@ static int gate_run_cap(const tg_gate_input *in, tg_refusal *out) {
                   json_pack("{s:s,s:i}", "reason", "run_required", "maxPerRun",
                             (int)in->tool->max_per_run),
                   "%s is capped at %u call%s a run, and this call is in no run: start one "
-                  "(toolgate runs start) and name it (header Toolgate-Run, or mcp --run).",
+                  "(toolgate runs start) and name it (header Toolgate-Run, option --run).",
                   in->tool->name, in->tool->max_per_run, in->tool->max_per_run == 1 ? "" : "s");
   }
   int64_t done = 0;
