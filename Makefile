@@ -6,6 +6,10 @@ JOBS       ?= $(shell nproc)
 SAN_CC     ?= $(shell command -v clang >/dev/null 2>&1 && echo clang || echo cc)
 SAN_FUZZ   := $(if $(filter clang,$(SAN_CC)),ON,OFF)
 TOOLGATE   := $(BUILD)/toolgate --data $(DATA)
+# The shared test data (the JSON Schema test suite and meta-schemas); empty: the build's own
+# setting, ../shared/testdata next to the checkout unless configured otherwise.
+TESTDATA   ?=
+TESTDATA_SET := $(if $(TESTDATA),-DTG_TESTDATA_DIR=$(abspath $(TESTDATA)))
 
 .PHONY: all deps build build-san run test test-fast bench docs clean
 
@@ -21,9 +25,11 @@ $(BUILD_SAN)/CMakeCache.txt:
 	CC=$(SAN_CC) cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=Debug -DTG_SANITIZE=ON -DTG_FUZZ=$(SAN_FUZZ)
 
 build: deps $(BUILD)/CMakeCache.txt
+	$(if $(TESTDATA_SET),cmake -S . -B $(BUILD) $(TESTDATA_SET))
 	cmake --build $(BUILD) -j $(JOBS)
 
 build-san: deps $(BUILD_SAN)/CMakeCache.txt
+	$(if $(TESTDATA_SET),cmake -S . -B $(BUILD_SAN) $(TESTDATA_SET))
 	cmake --build $(BUILD_SAN) -j $(JOBS)
 
 # Sets up a demo workspace on first use (printing the owner's token once), then serves MCP

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "db/db.h"
@@ -31,6 +32,10 @@ void tg_test_rmtree(const char *path) {
 const char *tg_test_testdata(void) {
   const char *dir = getenv("TG_TESTDATA");
   if (!dir || !*dir) fail_msg("TG_TESTDATA is not set (ctest sets it)");
+  struct stat st;
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+    fail_msg("the shared test data is not at %s: make test reads it from ../shared/testdata "
+             "next to the checkout, or from DIR with make test TESTDATA=DIR", dir);
   return dir;
 }
 

@@ -250,28 +250,29 @@ static int json_file_filter(const struct dirent *e) {
 
 static int run_suite(struct run *r, const char *suite_dir) {
   const tg_schema_suite_options *o = r->opts;
-  _cleanup_free_ char *remotes = NULL, *metas = NULL;
-  if ((!o->remotes_dir && asprintf(&remotes, "%s/../remotes", suite_dir) < 0) ||
-      (!o->metaschema_dir &&
-       asprintf(&metas, "%s/../../json-schema-2020-12-metaschema", suite_dir) < 0))
-    return TG_E_NOMEM;
-  /* A copied suite folder has neither beside it: the message says how to name them. */
-  int rc = load_tree(o->remotes_dir ? o->remotes_dir : remotes, "", REMOTES_BASE, false, r->docs,
-                     r->out, 0,
-                     remotes ? " (name the suite's remotes folder with --remotes DIR)" : "");
-  if (rc >= 0)
-    rc = load_tree(o->metaschema_dir ? o->metaschema_dir : metas, "", METASCHEMA_BASE, true,
-                   r->docs, r->out, 0,
-                   metas ? " (name the 2020-12 meta-schemas' folder with --metaschemas DIR)" : "");
-  if (rc >= 0 && o->exclusions_path) rc = read_exclusions(o->exclusions_path, &r->excl, r->out);
-  if (rc < 0) return rc;
-
+  /* The suite's own folder first: when it is missing, that is what the message names. */
   struct dirent **files;
   int n = scandir(suite_dir, &files, json_file_filter, alphasort);
   if (n < 0) {
     say(r->out, "cannot read %s: %s\n", suite_dir, strerror(errno));
     return TG_E_IO;
   }
+  _cleanup_free_ char *remotes = NULL, *metas = NULL;
+  int rc = (!o->remotes_dir && asprintf(&remotes, "%s/../remotes", suite_dir) < 0) ||
+                   (!o->metaschema_dir &&
+                    asprintf(&metas, "%s/../../json-schema-2020-12-metaschema", suite_dir) < 0)
+               ? TG_E_NOMEM
+               : 0;
+  /* A copied suite folder has neither beside it: the message says how to name them. */
+  if (rc >= 0)
+    rc = load_tree(o->remotes_dir ? o->remotes_dir : remotes, "", REMOTES_BASE, false, r->docs,
+                   r->out, 0,
+                   remotes ? " (name the suite's remotes folder with --remotes DIR)" : "");
+  if (rc >= 0)
+    rc = load_tree(o->metaschema_dir ? o->metaschema_dir : metas, "", METASCHEMA_BASE, true,
+                   r->docs, r->out, 0,
+                   metas ? " (name the 2020-12 meta-schemas' folder with --metaschemas DIR)" : "");
+  if (rc >= 0 && o->exclusions_path) rc = read_exclusions(o->exclusions_path, &r->excl, r->out);
   for (int i = 0; i < n; i++) {
     if (rc >= 0) rc = run_file(r, suite_dir, files[i]->d_name);
     free(files[i]);
