@@ -17,6 +17,7 @@
 #include "tools/providers.h"
 #include "util/cleanup.h"
 #include "util/clock.h"
+#include "util/json.h"
 #include "util/log.h"
 #include "util/process_tag.h"
 #include "util/status.h"
@@ -113,27 +114,21 @@ static int end_run(void *arg, tg_db *db) {
 }
 
 /* The run given with --run: a running run of the agent, else every call of the server would
- * be refused (the gate checks it again at each call, as the run may end meanwhile). */
+ * be refused. Asked of the call path's own run gate (a dry run, which writes nothing; the
+ * gate comes first, so any tool asks it), which checks it again at each call. */
 static int check_given_run(cli *c, const char *principal_id, const char *run) {
-  tg_principal *p = NULL;
-  char status[16] = "";
-  int r = tg_principal_load(c->db, principal_id, &p);
-  bool agent = r == TG_OK && p->kind == TG_PRINCIPAL_AGENT;
-  if (agent) r = tg_run_status(c->db, run, p->subject_id, status);
-  tg_principal_free(p);
-  if (r < 0) {
-    fprintf(stderr, "toolgate: the run could not be read: %s\n", tg_db_errmsg(c->db));
-    return CLI_FAILED;
-  }
-  if (!agent)
-    fprintf(stderr, "toolgate: --run: only agents' calls belong to runs\n");
-  else if (!*status)
-    fprintf(stderr, "toolgate: --run: no run %.64s of this agent\n", run);
-  else if (strcmp(status, "running") != 0)
-    fprintf(stderr, "toolgate: --run: run %.64s is %s, not running\n", run, status);
-  else
-    return CLI_OK;
-  return CLI_FAILED;
+  tg_call_request req = {.principal_id = principal_id, .surface = TG_SURFACE_MCP,
+                         .tool = "agent.tool.list", .run_id = run, .dry_run = true};
+  tg_call_result res;
+  tg_call(&c->env, &req, &res);
+  json_t *first = json_array_get(res.gates, 0);
+  bool refused = !first || (strcmp(tg_json_str(first, "gate"), "run") == 0 &&
+                            !json_is_true(json_object_get(first, "ok")));
+  if (refused)
+    fprintf(stderr, "toolgate: --run: %s\n",
+            first ? tg_json_str(first, "detail") : "the run could not be checked");
+  tg_call_result_done(&res);
+  return refused ? CLI_FAILED : CLI_OK;
 }
 
 /* Without --run, an active agent's stdio server is one run (its client's session), which

@@ -130,12 +130,15 @@ static int gate_run(const tg_gate_input *in, tg_refusal *out) {
                   json_pack("{s:s,s:i}", "reason", "bad_run_id", "maxLength", TG_UUID_LEN),
                   "A run id is 1 to %d characters long.", TG_UUID_LEN);
   if (in->run_read_later) return 0;
-  char status[16];
-  int r = tg_run_status(in->db, in->run_id, in->principal->subject_id, status);
+  _cleanup_json_ json_t *row = NULL;
+  int r = tg_db_query_row(in->db,
+                          "SELECT status FROM agent_runs WHERE id = $1 AND agent_id = $2",
+                          json_pack("[ss]", in->run_id, in->principal->subject_id), &row);
   if (r < 0) return r;
-  if (!*status)
+  if (!row)
     return refuse(out, TG_ERR_NOT_FOUND, json_pack("{s:s}", "runId", in->run_id),
                   "No run %.64s of this agent.", in->run_id);
+  const char *status = json_string_value(json_object_get(row, "status"));
   if (strcmp(status, "running") != 0)
     return refuse(out, TG_ERR_PRECONDITION_FAILED,
                   json_pack("{s:s,s:s}", "runId", in->run_id, "status", status),

@@ -61,16 +61,6 @@ int tg_run_end(tg_db *db, const char *id, const char *status) {
   return r < 0 ? r : changes == 1 ? TG_OK : TG_E_NOTFOUND;
 }
 
-int tg_run_status(tg_db *db, const char *id, const char *agent_id, char status[16]) {
-  *status = '\0';
-  _cleanup_json_ json_t *row = NULL;
-  int r = tg_db_query_row(db, "SELECT status FROM agent_runs WHERE id = $1 AND agent_id = $2",
-                          json_pack("[ss]", id, agent_id), &row);
-  if (r < 0) return r;
-  if (row) snprintf(status, 16, "%s", json_string_value(json_object_get(row, "status")));
-  return TG_OK;
-}
-
 int tg_run_successes(tg_db *db, const char *id, const char *tool, int64_t *ret_n) {
   *ret_n = 0;
   _cleanup_json_ json_t *row = NULL;

@@ -20,10 +20,6 @@ int tg_run_insert(tg_db *db, const char *id, const char *tenant_id, const char *
 int tg_run_open_session(tg_db *db, const char *principal_id, const char *holder,
                         char run_id[TG_UUID_LEN + 1], const char **why);
 
-/* The status of run id of agent_id (agents.id), "running" or how it ended, into status; ""
- * when that agent has no such run. */
-int tg_run_status(tg_db *db, const char *id, const char *agent_id, char status[16]);
-
 /* Ends the running run id now with status (completed, failed, cancelled). TG_E_NOTFOUND when
  * it is not running. */
 int tg_run_end(tg_db *db, const char *id, const char *status);

@@ -258,11 +258,11 @@ static int run_suite(struct run *r, const char *suite_dir) {
     return TG_E_IO;
   }
   _cleanup_free_ char *remotes = NULL, *metas = NULL;
-  int rc = (!o->remotes_dir && asprintf(&remotes, "%s/../remotes", suite_dir) < 0) ||
-                   (!o->metaschema_dir &&
-                    asprintf(&metas, "%s/../../json-schema-2020-12-metaschema", suite_dir) < 0)
-               ? TG_E_NOMEM
-               : 0;
+  int rc = 0;
+  if ((!o->remotes_dir && asprintf(&remotes, "%s/../remotes", suite_dir) < 0) ||
+      (!o->metaschema_dir &&
+       asprintf(&metas, "%s/../../json-schema-2020-12-metaschema", suite_dir) < 0))
+    rc = TG_E_NOMEM;
   /* A copied suite folder has neither beside it: the message says how to name them. */
   if (rc >= 0)
     rc = load_tree(o->remotes_dir ? o->remotes_dir : remotes, "", REMOTES_BASE, false, r->docs,

@@ -2365,10 +2365,10 @@ static void test_request_state_outlives_its_server(void **state) {
 
 /* A stateless retry's answers are checked against what its round asked, which the sealed
  * state carries: an answer that does not answer its request is refused before any handler
- * runs, and audited so; answers to what was not asked are ignored, whatever they hold. Answers that come
- * without a state (given before they were asked) must each read as an answer the client can
- * give; the handler judges what they answer. On 2025 revisions the fields are ignored: the
- * server asks the client itself. */
+ * runs, and audited so; answers to what was not asked are ignored, whatever they hold.
+ * Answers that come without a state (given before they were asked) must each read as an
+ * answer the client can give; the handler judges what they answer. On 2025 revisions the
+ * fields are ignored: the server asks the client itself. */
 static void test_stateless_answers_are_checked_against_what_was_asked(void **state) {
   world *w = *state;
   static const char call[] = "\"name\":\"test_input_required_result_elicitation\"";

@@ -278,13 +278,13 @@ is "the call is the run's" '(.logs | length) == 1 and .logs[0].step == "tool:age
 # A run that would refuse every call stops the server before it serves.
 check "a stdio server in an unknown run" 1 bash -c 'echo "$1" | "$0" mcp --agent demo --run nope' \
   "$tg" "$stdio_call"
-says "the run named" '--run: no run nope of this agent'
+says "the run named" '--run: No run nope of this agent'
 check "runs end of it" 0 "$tg" runs end "$stdio_run"
 check "a stdio server in an ended run" 1 bash -c 'echo "$2" | "$0" mcp --agent demo --run "$1"' \
   "$tg" "$stdio_run" "$stdio_call"
 says "the run ended" "is completed, not running"
 check "a user's stdio server in a run" 1 "$tg" mcp --token "$owner_token" --run "$stdio_run"
-says "runs are agents'" "only agents' calls belong to runs"
+says "runs are agents'" "--run: Only agents' calls belong to runs"
 check "the ended run kept its one call" 0 "$tg" runs show "$stdio_run" --json
 is "no row for the servers refused" '(.logs | length) == 1'
 check "runs list bad limit" 2 "$tg" runs list --limit x
