@@ -163,7 +163,10 @@ int mcp_complete(cx *c, json_t *params, json_t **ret) {
   int r = fixtures_refused(c, TG_RPC_INVALID_PARAMS);
   if (r) return r;
   r = tg_conformance_complete(ref, arg_name, value, &values);
-  const char *by = json_object_get(ref, "name") ? "name" : "uri";
+  /* The refusal names what the ref names, else its type. */
+  const char *by = json_object_get(ref, "name")  ? "name"
+                   : json_object_get(ref, "uri") ? "uri"
+                                                 : "type";
   const char *named_as = json_string_value(json_object_get(ref, by));
   if (r == TG_E_NOTFOUND)
     return mcp_rpc_fail(c, TG_RPC_INVALID_PARAMS, "ref names no prompt or resource template",

@@ -900,6 +900,17 @@ static void test_completion(void **state) {
     }
     json_decref(r);
   }
+  /* A ref of no known type is named by its type. */
+  json_t *r = send_msg(w,
+                       "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"completion/complete\","
+                       "\"params\":{\"ref\":{\"type\":\"ref/bogus\"},"
+                       "\"argument\":{\"value\":\"t\",\"name\":\"a\"}," MODERN_META "}}",
+                       NULL, NULL);
+  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+  json_t *data = json_object_get(json_object_get(r, "error"), "data");
+  assert_string_equal(json_string_value(json_object_get(data, "type")), "ref/bogus");
+  assert_null(json_object_get(data, "uri"));
+  json_decref(r);
 }
 
 static void test_progress_and_logging(void **state) {
