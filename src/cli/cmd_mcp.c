@@ -33,9 +33,10 @@ static const char mcp_usage[] =
     "the API token, through the same gate as every other surface.\n"
     "  --run RUN_ID            attach every call to this running run of the agent ('runs\n"
     "                          start'; one not running stops the server). Without it, an\n"
-    "                          active agent's server is a run of its own (trigger mcp),\n"
-    "                          ended when the server stops. Either way per-run caps bind,\n"
-    "                          and a call once the run ended is refused.\n"
+    "                          agent's server is a run of its own (trigger mcp; opened\n"
+    "                          once the agent is active), ended when the server stops.\n"
+    "                          Either way per-run caps bind, and a call once the run\n"
+    "                          ended is refused.\n"
     "  --conformance-fixtures  also serve the fixtures of the official conformance suite\n";
 
 static const char serve_usage[] =
@@ -45,9 +46,10 @@ static const char serve_usage[] =
     "Requests authenticate with 'Authorization: Bearer TOKEN' (toolgate token create), each\n"
     "acting in its token's workspace; with the global --tenant, only that workspace's tokens\n"
     "are taken. A request with 'Toolgate-Run: RUN_ID' attaches its calls to that running run\n"
-    "of the agent, as 'mcp --run' does. Without it, an active agent's 2025-11-25 session is\n"
-    "a run of its own (trigger mcp), ended with the session; a 2026-07-28 call is one, and\n"
-    "may not call a tool capped per run (editAgentFile) unless it names a run.\n"
+    "of the agent, as 'mcp --run' does. Without it, an agent's 2025-11-25 session is a run\n"
+    "of its own (trigger mcp; opened once the agent is active), ended with the session; a\n"
+    "2026-07-28 call is one, and may not call a tool capped per run (editAgentFile) unless\n"
+    "it names a run.\n"
     "  --listen HOST:PORT      where to listen (default " DEFAULT_LISTEN ")\n"
     "  --no-auth               loopback only: every request acts as --agent SLUG, or as the\n"
     "                          workspace owner\n"
@@ -92,6 +94,8 @@ static void describe(cli *c, const char *principal_id, char *who, size_t size) {
 /* The run of an agent's stdio server, and how it ends. */
 typedef struct session_run {
   char id[TG_UUID_LEN + 1];
+  char holder[TG_PROCESS_TAG_LEN]; /* this process ("" when /proc cannot tell) */
+  bool later; /* its agent is not active yet: the server opens it (tg_mcp_server.run_later) */
   const char *status;
 } session_run;
 
@@ -136,14 +140,14 @@ static int check_given_run(cli *c, const char *principal_id, const char *run) {
  * machine, which its row's holder lets tell it from a live one. The server writes it itself,
  * not through the operator's tools, which the workspace policy could hold. */
 static int open_session_run(cli *c, const char *principal_id, session_run *run) {
-  char holder[TG_PROCESS_TAG_LEN];
-  if (tg_process_tag(holder) < 0) {
-    *holder = '\0';
+  if (tg_process_tag(run->holder) < 0) {
+    *run->holder = '\0';
     tg_log(TG_LOG_WARN, "mcp: /proc does not tell who this process is: if it is killed, an "
            "agent's run of it stays running until an operator ends it (toolgate runs end)");
   }
   const char *why = NULL;
-  if (tg_run_open_session(c->db, principal_id, *holder ? holder : NULL, run->id, &why) < 0) {
+  if (tg_run_open_session(c->db, principal_id, *run->holder ? run->holder : NULL, run->id,
+                          &run->later, &why) < 0) {
     fprintf(stderr, "toolgate: the server's run could not start: %s\n", why);
     return CLI_FAILED;
   }
@@ -207,7 +211,9 @@ int cmd_mcp(cli *c, int argc, char **argv) {
    * server serves refuses the calls after it. */
   tg_mcp_server srv = {.fixtures = fixtures, .name = "toolgate", .version = TG_MCP_SERVER_VERSION,
                        .run_id = run ? run : *session.id ? session.id : NULL,
-                       .run_held = !run && *session.id};
+                       .run_held = !run && *session.id,
+                       .run_later = session.later ? session.id : NULL,
+                       .run_holder = *session.holder ? session.holder : NULL};
   char who[96];
   describe(c, principal, who, sizeof who);
   tg_log(TG_LOG_INFO, "mcp: serving stdio as %s%s%s%s%.64s", who, c->token ? " (by token)" : "",

@@ -31,11 +31,13 @@ static int insert_session_run(void *arg, tg_db *db) {
 }
 
 int tg_run_open_session(tg_db *db, const char *principal_id, const char *holder,
-                        char run_id[TG_UUID_LEN + 1], const char **why) {
+                        char run_id[TG_UUID_LEN + 1], bool *later, const char **why) {
   *run_id = '\0';
   tg_principal *p = NULL;
   int r = tg_principal_load(db, principal_id, &p);
-  if (r == TG_OK && p->kind == TG_PRINCIPAL_AGENT && tg_principal_acts(p)) {
+  bool agent = r == TG_OK && p->kind == TG_PRINCIPAL_AGENT;
+  *later = agent && !tg_principal_acts(p);
+  if (agent && !*later) {
     r = tg_uuid7(run_id) < 0 ? TG_E_IO
                              : tg_db_batch(db, insert_session_run,
                                            &(session_run){.agent = p, .id = run_id,

@@ -60,6 +60,7 @@ typedef struct session {
   bool ended;   /* ended by its client (http_session_end_locked): its requests do not run */
   bool revoked; /* ended as its token was revoked (end_revoked) */
   session_run *run; /* NULL: its calls are runs of their own (an agent's) or of none (a user's) */
+  bool run_later;    /* its agent did not act yet when it opened: see http_session_run */
   int64_t last_used; /* monotonic (ms) */
   uint64_t use_order; /* of the server's session uses: the least recently used, though several
                        * fall in one millisecond */
@@ -132,6 +133,7 @@ struct server {
   session *sessions;
   size_t n_sessions;
   session_run *runs_to_end; /* of the sessions released */
+  pthread_mutex_t late_runs_lock; /* held while a session opens its run late (one at a time) */
   /* This process, which holds the runs of its sessions: a server that finds it gone ends
    * them (tg_run_end_orphans); "" when /proc cannot tell. */
   char holder[TG_PROCESS_TAG_LEN];
@@ -411,6 +413,7 @@ void http_drop_idle_locked(server *s);
 session *http_session_new(server *s, const char *principal, const char *token_hash);
 bool http_session_admit(server *s, session *x);
 bool http_session_run_open(server *s, tg_db *db, session *x);
+const char *http_session_run(server *s, tg_db *db, session *x);
 void http_end_session_runs(server *s, tg_db *db);
 session *http_session_find(server *s, const char *id, const char *principal,
                            const char *token_hash);
@@ -472,7 +475,7 @@ int http_worker_send(void *self, json_t *msg);
 void http_cancel_call(void *arg);
 bool http_revoked_call(server *s, session *x, stream *st);
 bool http_cancellable_alone(stream *st, json_t *id);
-const char *http_request_run(const worker *w, bool *held);
+const char *http_request_run(const worker *w, tg_db *db, bool *held);
 int http_deliver_answer(server *s, session *x, const tg_rpc_msg *msg);
 void http_answer_unreadable(server *s, struct MHD_Connection *conn, const request *rq,
                             const tg_rpc_id_scan *scan, const json_t *refusal);

@@ -632,7 +632,7 @@ static enum MHD_Result handle_post(server *s, struct MHD_Connection *conn, tg_db
                         /* Without a session, a client cancels by going away. */
                         .gone = w->sess ? NULL : http_connection_gone, .gone_arg = &fd,
                         .watch = l ? l->watch : w->sess ? w->sess->watch : NULL};
-  req.run_id = http_request_run(w, &req.run_held);
+  req.run_id = http_request_run(w, db, &req.run_held);
   tg_mcp_reply reply;
   int hr = tg_mcp_handle(&s->mcp, &req, &w->msg, &reply);
   if (listed)
@@ -1257,6 +1257,7 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
            "end)");
   }
   pthread_mutex_init(&h->s.lock, NULL);
+  pthread_mutex_init(&h->s.late_runs_lock, NULL);
   pthread_mutex_init(&h->s.shares_lock, NULL);
   pthread_mutex_init(&h->s.peers_lock, NULL);
   pthread_mutex_init(&h->s.mhd_lines_lock, NULL);
@@ -1433,6 +1434,7 @@ void tg_http_stop(tg_http *h) {
   free(s->pool);
   free(s->busy);
   pthread_mutex_destroy(&s->lock);
+  pthread_mutex_destroy(&s->late_runs_lock);
   pthread_mutex_destroy(&s->shares_lock);
   pthread_mutex_destroy(&s->peers_lock);
   pthread_mutex_destroy(&s->mhd_lines_lock);

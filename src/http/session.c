@@ -195,30 +195,68 @@ bool http_session_admit(server *s, session *x) {
   return room;
 }
 
-/* An active agent's session is a run, opened once its initialize succeeded and it has its
- * place (none for a session ended meanwhile: its token revoked, the server stopping); false
- * (logged, the session ended) when it cannot be. */
-bool http_session_run_open(server *s, tg_db *db, session *x) {
+/* Opens x's run (tg_run_open_session) unless x ended meanwhile: false, with *why, when it
+ * cannot be. */
+static bool open_run(server *s, tg_db *db, session *x, const char **why) {
   pthread_mutex_lock(&s->lock);
   bool dead = x->dead;
   pthread_mutex_unlock(&s->lock);
   if (dead) return true;
   session_run *run = calloc(1, sizeof *run);
-  const char *why = "out of memory";
+  bool later = false;
+  *why = "out of memory";
   bool opened = run && tg_run_open_session(db, x->principal, *s->holder ? s->holder : NULL,
-                                           run->id, &why) == TG_OK;
-  if (!opened && tg_log_may(&s->run_opens_logged_ms))
-    tg_log(TG_LOG_ERROR, "http: a session's run could not start, so neither did the session: "
-           "%s (logged once a minute at most)", why);
+                                           run->id, &later, why) == TG_OK;
   pthread_mutex_lock(&s->lock);
+  if (opened) x->run_later = later;
   if (opened && *run->id) {
     x->run = run;
     run = NULL;
   }
-  if (!opened && !x->dead) http_session_end_locked(s, x);
   pthread_mutex_unlock(&s->lock);
   free(run);
   return opened;
+}
+
+/* An active agent's session is a run, opened once its initialize succeeded and it has its
+ * place (none for a session ended meanwhile: its token revoked, the server stopping); false
+ * (logged, the session ended) when it cannot be. */
+bool http_session_run_open(server *s, tg_db *db, session *x) {
+  const char *why;
+  bool opened = open_run(s, db, x, &why);
+  if (opened) return true;
+  if (tg_log_may(&s->run_opens_logged_ms))
+    tg_log(TG_LOG_ERROR, "http: a session's run could not start, so neither did the session: "
+           "%s (logged once a minute at most)", why);
+  pthread_mutex_lock(&s->lock);
+  if (!x->dead) http_session_end_locked(s, x);
+  pthread_mutex_unlock(&s->lock);
+  return false;
+}
+
+/* The id of x's run, or NULL when it has none. A session opened while its agent was not
+ * active (draft, paused) opens it at its first request once the agent is, through db (one
+ * request at a time, so that it opens one); one that cannot start is logged, its request
+ * served in no run (where a tool capped per run refuses it), and the next tries again. */
+const char *http_session_run(server *s, tg_db *db, session *x) {
+  pthread_mutex_lock(&s->lock);
+  session_run *run = x->run;
+  bool later = x->run_later;
+  pthread_mutex_unlock(&s->lock);
+  if (run || !later || !db) return run ? run->id : NULL;
+  pthread_mutex_lock(&s->late_runs_lock);
+  pthread_mutex_lock(&s->lock);
+  later = !x->run && x->run_later; /* another request may have opened it meanwhile */
+  pthread_mutex_unlock(&s->lock);
+  const char *why;
+  if (later && !open_run(s, db, x, &why) && tg_log_may(&s->run_opens_logged_ms))
+    tg_log(TG_LOG_ERROR, "http: a session's run could not start, so its request was served in "
+           "no run: %s (logged once a minute at most)", why);
+  pthread_mutex_unlock(&s->late_runs_lock);
+  pthread_mutex_lock(&s->lock);
+  run = x->run;
+  pthread_mutex_unlock(&s->lock);
+  return run ? run->id : NULL;
 }
 
 /* Ends every run of the list; one an operator ended first stays as it is. */

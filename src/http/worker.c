@@ -50,10 +50,12 @@ int http_worker_send(void *self, json_t *msg) {
 }
 
 /* The run a request's calls belong to: the one its Toolgate-Run header names, else its
- * session's (*held); NULL: each call is one of its own. */
-const char *http_request_run(const worker *w, bool *held) {
-  *held = !w->header_copies[3] && w->sess && w->sess->run;
-  return w->header_copies[3] ? w->header_copies[3] : *held ? w->sess->run->id : NULL;
+ * session's (*held, http_session_run, through db); NULL: each call is one of its own. */
+const char *http_request_run(const worker *w, tg_db *db, bool *held) {
+  const char *run = w->header_copies[3] ? NULL : w->sess ? http_session_run(w->srv, db, w->sess)
+                                                         : NULL;
+  *held = run != NULL;
+  return w->header_copies[3] ? w->header_copies[3] : run;
 }
 
 /* A call asks for its stream to be closed before its result (SEP-1699 polling): the client
@@ -283,7 +285,7 @@ static void run_call(worker *w, tg_db *db) {
                           .inflight = w->inflight,
                           .abandoned = &s->past_grace,
                           .watch = w->sess ? w->sess->watch : NULL};
-    req.run_id = http_request_run(w, &req.run_held);
+    req.run_id = http_request_run(w, db, &req.run_held);
     tg_mcp_reply reply;
     handled = tg_mcp_handle(&s->mcp, &req, &w->msg, &reply) == 0;
     if (handled) {

@@ -88,6 +88,12 @@ typedef struct tg_mcp_server {
    * tg_mcp_request.run_id, and run_held. */
   const char *run_id;
   bool run_held;
+  /* A stdio server whose agent was not active as it started (tg_run_open_session's later):
+   * its run opens at its first request once the agent is, held by run_holder (NULL: none),
+   * into this buffer of TG_UUID_LEN + 1 bytes ("" until then), whose owner ends it as it
+   * would a run it opened itself. NULL: it opens none. */
+  char *run_later;
+  const char *run_holder;
 } tg_mcp_server;
 
 static inline int64_t tg_mcp_ask_timeout_ms(const tg_mcp_server *srv) {

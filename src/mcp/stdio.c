@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/principal.h"
+#include "core/run.h"
 #include "core/token_use.h"
 #include "util/cleanup.h"
 #include "util/clock.h"
@@ -677,6 +678,26 @@ static unsigned await_tasks(conn *c) {
   }
 }
 
+/* Opens the run of a server whose agent was not active as it started, if it is now
+ * (tg_mcp_server.run_later), for req's calls: whether to ask again at the next request. One
+ * that cannot start is logged, and the request served in no run (where a tool capped per run
+ * refuses it). */
+static bool open_late_run(const tg_mcp_server *srv, tg_mcp_request *req) {
+  bool later = false;
+  const char *why = NULL;
+  if (tg_run_open_session(req->env->db, req->principal_id, srv->run_holder, srv->run_later,
+                          &later, &why) < 0) {
+    tg_log(TG_LOG_ERROR, "mcp: the server's run could not start, so a request was served in no "
+           "run: %s", why);
+    return true;
+  }
+  if (*srv->run_later) {
+    req->run_id = srv->run_later;
+    req->run_held = true;
+  }
+  return later;
+}
+
 int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *principal_id,
                        const char *token, FILE *in, FILE *out, int stop_fd) {
   /* One process, one client: every list change can reach it. */
@@ -714,6 +735,7 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   if (r == 0 && stop_fd >= 0 && !watching) r = TG_E_NOMEM;
   bool reading = r == 0 && pthread_create(&reader, NULL, reader_main, &c) == 0;
   if (r == 0 && !reading) r = TG_E_NOMEM;
+  bool run_later = srv->run_later != NULL;
   for (tg_rpc_msg msg; r == 0 && next_queued(&c, &msg, &r);) {
     if (atomic_load(&c.interrupted)) { /* cancelled: not served, not answered */
       tg_mcp_leave_requests(req.inflight, &msg);
@@ -721,6 +743,7 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
       continue;
     }
     int stands = token_stands(&c);
+    if (stands == TG_OK && run_later) run_later = open_late_run(srv, &req);
     r = stands == TG_OK ? serve_one(&c, &msg) : refuse_unstanding(&c, &msg, stands);
     if (r == 0 && stands == TG_OK) r = check_lists(&c);
     if (stands == TG_OK) note_token_use(&c); /* after the answer, which it never holds up */

@@ -1533,6 +1533,40 @@ static void test_a_session_run_caps_its_calls(void **state) {
   assert_int_equal(fixture_count(w->f, "activity_log"), acts + 2);
 }
 
+/* A session opened while its agent was not active opens no run then. Once the agent is
+ * started, the session's next request opens its run: a per-run cap binds in it, and it ends
+ * with the session. */
+static void test_a_session_opened_before_its_agent_acts_opens_its_run_once_it_does(
+    void **state) {
+  world *w = *state;
+  assert_int_equal(
+      tg_db_exec(w->f->db, "UPDATE agents SET status = 'paused' WHERE slug = 'bot'", NULL, NULL),
+      0);
+  long runs = fixture_count(w->f, "agent_runs"), acts = fixture_count(w->f, "activity_log");
+  char sid[64], run[TG_UUID_LEN + 1];
+  open_session(w, "{}", sid);
+  char *got = request(w, "POST", sid, NULL, CALL(2, "test_act_once"), 200);
+  assert_non_null(strstr(got, "\"isError\":true"));
+  free(got);
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs);
+  assert_int_equal(
+      tg_db_exec(w->f->db, "UPDATE agents SET status = 'active' WHERE slug = 'bot'", NULL, NULL),
+      0);
+  got = request(w, "POST", sid, NULL, CALL(3, "test_act_once"), 200);
+  assert_null(strstr(got, "\"isError\":true"));
+  free(got);
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs + 1);
+  session_run(w, "bot", run);
+  got = request(w, "POST", sid, NULL, CALL(4, "test_act_once"), 200);
+  assert_non_null(strstr(got, "per_run_cap"));
+  free(got);
+  assert_int_equal(fixture_count(w->f, "activity_log"), acts + 1);
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs + 1);
+  assert_int_equal(calls_in_run(w, run), 2);
+  free(request(w, "DELETE", sid, NULL, NULL, 200));
+  assert_run_ended(w, run, "completed", NULL);
+}
+
 /* An agent's stateless call names no run, and would be a run of its own, which a per-run cap
  * could never count: a tool capped per run refuses it, writing nothing but its telemetry row.
  * Named in a run, the call succeeds once there, and the cap binds. */
@@ -3434,6 +3468,7 @@ int main(void) {
       T(test_a_request_names_its_run),
       T(test_a_session_is_one_run),
       T(test_a_session_run_caps_its_calls),
+      T(test_a_session_opened_before_its_agent_acts_opens_its_run_once_it_does),
       T(test_a_call_in_no_run_may_not_call_a_capped_tool),
       T(test_a_session_without_its_run_is_refused),
       T(test_a_run_not_ended_holds_back_no_other),

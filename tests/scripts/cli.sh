@@ -399,6 +399,32 @@ check "a stdio server of a draft agent" 0 bash -c 'echo "$1" | "$0" mcp --agent 
   "$tg" "$stdio_call"
 check "runs list of the draft agent" 0 "$tg" runs list --agent drafty --json
 is "no run for it" '.runs == []'
+# Started while the server serves, the agent's next request opens the server's run, which
+# ends with the server.
+mkfifo "$dir/late.in"
+exec 6<>"$dir/late.in"
+"$tg" mcp --agent drafty <"$dir/late.in" >"$dir/late.out" 2>"$dir/late.err" 6>&- &
+late_pid=$!
+answered() { # answered N: waits for the late server's Nth answer
+  for _ in $(seq 100); do [ "$(wc -l <"$dir/late.out")" -ge "$1" ] && return; sleep 0.1; done
+  failed "the late server gave no answer $1"
+}
+echo "$stdio_call" >&6
+answered 1
+check "runs list of the draft agent serving" 0 "$tg" runs list --agent drafty --json
+is "no run for it yet" '.runs == []'
+check "agents start drafty" 0 "$tg" agents start drafty
+echo "${stdio_call/\"id\":1/\"id\":2}" >&6
+answered 2
+exec 6>&-
+check "the late server ends" 0 wait "$late_pid"
+check "its answers" 0 cat "$dir/late.out"
+are "refused as a draft, served once started" '(.[0].result.isError == true)
+  and .[0].result.structuredContent.error.details.reason == "agent_not_active"
+  and (.[1].result.isError | not)'
+check "runs list of the started agent" 0 "$tg" runs list --agent drafty --json
+is "one run of mcp for its call, ended" '(.runs | length) == 1 and .runs[0].calls == 1
+  and .runs[0].status == "completed" and .runs[0].trigger == "mcp"'
 
 for cmd in "" init migrate tools call agents token runs policy approvals workspace schema; do
   check "--help of '$cmd'" 0 "$tg" $cmd --help
