@@ -276,15 +276,18 @@ static int start_task(cx *c, call_channel *ch, const tg_tool *tool, json_t *args
   tg_mcp_task_start started;
   int r = tg_mcp_tasks_start(c->srv->tasks, &call, &started);
   if (r == TG_E_TOO_LARGE && tool->task_support == TG_TASK_OPTIONAL) return 1;
+  /* Refused before its first round, as a tool that needs a task is without tasks. */
   if (r == TG_E_TOO_LARGE)
-    return mcp_rpc_fail(
-        c, TG_RPC_INTERNAL_ERROR,
-        strcmp(started.limit, "held") == 0
-            ? "Too many tasks held: read how ended ones ended, or let them expire"
-        : strcmp(started.limit, "kept") == 0
-            ? "Too many ended tasks kept: wait for the oldest to pass their time to live"
-            : "Too many tasks running: wait for some to end",
-        json_pack("{s:s,s:i}", "limit", started.limit, "max", started.max));
+    return audit_unrun_end(
+        c, tool,
+        mcp_rpc_fail(c, TG_RPC_INTERNAL_ERROR,
+                     strcmp(started.limit, "held") == 0
+                         ? "Too many tasks held: read how ended ones ended, or let them expire"
+                     : strcmp(started.limit, "kept") == 0
+                         ? "Too many ended tasks kept: wait for the oldest to pass their time "
+                           "to live"
+                         : "Too many tasks running: wait for some to end",
+                     json_pack("{s:s,s:i}", "limit", started.limit, "max", started.max)));
   if (r < 0) return r;
   *task = started.task;
   *status = started.status;

@@ -1848,14 +1848,17 @@ static char *park_task_as(world *w, const char *principal) {
   return id;
 }
 
-/* Asserts that principal may not start failing_job (which needs a task), for limit. */
+/* Asserts that principal may not start failing_job (which needs a task), for limit, and
+ * that the refusal is audited. */
 static void assert_refused(world *w, const char *principal, const char *limit, int max) {
+  long ends = ends_audited(w, "test.task.failing_job", "failed: Too many %");
   json_t *r = request_as(w, principal, TASKS_CAPS, "tools/call", "\"name\":\"failing_job\",\"arguments\":{}", NULL);
   assert_int_equal(error_code(r), TG_RPC_INTERNAL_ERROR);
   json_t *data = json_object_get(json_object_get(r, "error"), "data");
   assert_string_equal(str(data, "limit"), limit);
   assert_int_equal(json_integer_value(json_object_get(data, "max")), max);
   json_decref(r);
+  assert_int_equal(ends_audited(w, "test.task.failing_job", "failed: Too many %"), ends + 1);
 }
 
 /* Asserts that a tool that may do without a task runs as a plain call for principal. */
