@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "http/media.h"
 #include "util/cleanup.h"
 
 #define MAX_PARAM_HEADERS 64
@@ -27,9 +28,8 @@ static enum MHD_Result join_lines(void *cls, enum MHD_ValueKind kind, const char
                                   const char *value) {
   joined *j = cls;
   if (strcasecmp(key, j->name) != 0 || !value) return MHD_YES;
-  while (*value == ' ' || *value == '\t') value++; /* optional whitespace (RFC 9110 §5.5) */
-  size_t n = strlen(value);
-  while (n && (value[n - 1] == ' ' || value[n - 1] == '\t')) n--;
+  size_t n;
+  value = tg_http_field_value(value, &n);
   char *grown = realloc(j->text, j->len + n + 3);
   if (!grown) {
     j->failed = true;
@@ -71,9 +71,8 @@ enum MHD_Result http_collect_param(void *cls, enum MHD_ValueKind kind, const cha
   size_t i = 0;
   for (const char *p = key + 10; *p; p++) name[i++] = (char)tolower((unsigned char)*p);
   name[i] = 0;
-  while (*value == ' ' || *value == '\t') value++;
-  size_t len = strlen(value);
-  while (len && (value[len - 1] == ' ' || value[len - 1] == '\t')) len--;
+  size_t len;
+  value = tg_http_field_value(value, &len);
   json_t *seen = json_object_get(ph->params, name);
   if (!seen && json_object_size(ph->params) >= MAX_PARAM_HEADERS) {
     ph->too_many = true;

@@ -13,6 +13,13 @@ static void trim(const char **p, const char **end) {
   while (*end > *p && space((*end)[-1])) (*end)--;
 }
 
+const char *tg_http_field_value(const char *value, size_t *len) {
+  const char *end = value + strlen(value);
+  trim(&value, &end);
+  *len = (size_t)(end - value);
+  return value;
+}
+
 /* The first sep in [p, end) outside a quoted string (RFC 9110 §5.6.4), or end. */
 static const char *next_sep(const char *p, const char *end, char sep) {
   for (bool quoted = false; p < end; p++) {

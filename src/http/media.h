@@ -1,7 +1,12 @@
-/* Media types in request headers: what an Accept header takes (RFC 9110 §12.5.1) and whether
- * a Content-Type is JSON. */
+/* Reading request header values: a field's value without the whitespace around it, what an
+ * Accept header takes (RFC 9110 §12.5.1) and whether a Content-Type is JSON. */
 #pragma once
 #include <stdbool.h>
+#include <stddef.h>
+
+/* Where value, a header field's value, begins without its optional whitespace (RFC 9110
+ * §5.5), and in *len how long it is without the whitespace that ends it. */
+const char *tg_http_field_value(const char *value, size_t *len);
 
 /* How an Accept header takes one media type. */
 typedef struct tg_accept {

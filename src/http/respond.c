@@ -176,10 +176,9 @@ enum MHD_Result http_queue_rpc_error(struct MHD_Connection *conn, unsigned statu
   return http_queue_json(conn, status, tg_rpc_error(NULL, code, message, NULL), NULL);
 }
 
-/* The -32600 error refusing msg: with its id when it is a request, so that it answers that
- * request; a client's response or notification has no answer of its own to name (no id).
- * Each request of a batch gets its own. */
-/* data (stolen, may be NULL) is the error's. */
+/* The error (code, message, data: stolen, may be NULL) refusing msg: with its id when it is
+ * a request, so that it answers that request; a client's response or notification has no
+ * answer of its own to name (no id). Each request of a batch gets its own. */
 enum MHD_Result http_queue_refusal_with(struct MHD_Connection *conn, unsigned status,
                                         const tg_rpc_msg *msg, int code, const char *message,
                                         json_t *data) {

@@ -97,11 +97,8 @@ static caller authenticate(server *s, struct MHD_Connection *conn, tg_db *db,
   if (!auth || strncasecmp(auth, "Bearer", 6) != 0 || (auth[6] && auth[6] != ' '))
     return CALLER_NO_TOKEN;
   if (strlen(auth) > 512) return CALLER_BAD_TOKEN;
-  const char *token = auth + 6;
-  while (*token == ' ' || *token == '\t') token++;
-  /* A field value ends before its trailing whitespace (RFC 9110 §5.5). */
-  size_t len = strlen(token);
-  while (len && (token[len - 1] == ' ' || token[len - 1] == '\t')) len--;
+  size_t len;
+  const char *token = tg_http_field_value(auth + 6, &len);
   if (!len) return CALLER_EMPTY_TOKEN;
   int r = db && tg_sha256_hex(token, len, hash) == 0
               ? tg_principal_by_token_hash(db, hash, s->cfg->tenant_id, out)
@@ -882,12 +879,12 @@ __attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char 
   char line[MHD_LINE_MAX];
   vsnprintf(line, sizeof line, fmt, ap);
   line[strcspn(line, "\n")] = '\0';
-  bool http_client_gone = strstr(line, "no longer available") || strstr(line, "Connection reset") ||
+  bool client_gone = strstr(line, "no longer available") || strstr(line, "Connection reset") ||
                      strstr(line, "closed by remote peer") || strstr(line, "closed by remote side");
   /* A connection closed on purpose (said already) is no "internal error". */
   bool told = closing_on_purpose;
   closing_on_purpose = false;
-  if (http_client_gone || told) {
+  if (client_gone || told) {
     tg_log(TG_LOG_DEBUG, "http: %s", line);
   } else {
     unsigned more = 0;
@@ -1243,7 +1240,7 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   }
   h->listen_fd = fd;
   h->s.cfg = cfg;
-  h->s.mcp = cfg->server;
+  h->s.mcp = tg_mcp_server_copy(&cfg->server);
   h->s.mcp.list_changes = true;
   h->s.loopback = loopback;
   if (loopback) http_numeric_host(&addr, h->s.own_host);

@@ -174,12 +174,12 @@ static json_t *legacy_params(const char *method, json_t *params) {
       json_object_get(params, "elicitationId"))
     return json_incref(params);
   char id[TG_UUID_LEN + 1];
-  json_t *mcp_named = tg_uuid7(id) == 0 ? json_copy(params) : NULL;
-  if (mcp_named && json_object_set_new(mcp_named, "elicitationId", json_string(id)) < 0) {
-    json_decref(mcp_named);
+  json_t *copy = tg_uuid7(id) == 0 ? json_copy(params) : NULL;
+  if (copy && json_object_set_new(copy, "elicitationId", json_string(id)) < 0) {
+    json_decref(copy);
     return NULL;
   }
-  return mcp_named;
+  return copy;
 }
 
 /* 2025 revisions have no InputRequiredResult: what one (result) asks goes to the client as

@@ -21,8 +21,8 @@ typedef struct scanned {
 } scanned;
 
 static bool scalar_byte(char ch) {
-  return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || ch == '-' || ch == '+' || ch == '.' ||
-         ch == 'E';
+  return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || ch == '-' || ch == '+' ||
+         ch == '.' || ch == 'E';
 }
 
 /* One pass over the raw text before jansson sees it, so that nesting, string sizes and the
@@ -387,7 +387,8 @@ static int classify(json_t *root, tg_rpc_msg *msg, json_t **ret_error) {
     why = "a message needs a method or an id";
   } else if (!!result == !!error) {
     why = "a response carries exactly one of result and error";
-  } else if (error && (!json_is_object(error) || !json_is_integer(json_object_get(error, "code")))) {
+  } else if (error &&
+             (!json_is_object(error) || !json_is_integer(json_object_get(error, "code")))) {
     why = "error must be an object with an integer code";
   }
   if (why || code) {

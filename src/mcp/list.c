@@ -80,12 +80,12 @@ static json_t *listed_output_schema(const tg_tool *tool, json_t *envelope) {
   json_t *own = json_copy(tool->output_schema); /* shallow: its subschemas are shared */
   if (own && !json_object_get(own, "$id")) {
     char *id = NULL;
-    bool mcp_named = asprintf(&id, "urn:toolgate:output:%s", tool->name) >= 0;
-    if (!mcp_named || json_object_set_new(own, "$id", json_string(id)) < 0) {
+    bool have_id = asprintf(&id, "urn:toolgate:output:%s", tool->name) >= 0;
+    if (!have_id || json_object_set_new(own, "$id", json_string(id)) < 0) {
       json_decref(own);
       own = NULL;
     }
-    if (mcp_named) free(id);
+    if (have_id) free(id);
   }
   return json_pack("{s:s,s:[o,O]}", "type", "object", "anyOf", own, envelope);
 }

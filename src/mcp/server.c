@@ -144,10 +144,6 @@ static int workspace_key(const tg_env *env, const char *name, char key[65]) {
 int tg_mcp_server_prepare(tg_mcp_server *srv, const tg_env *env) {
   const tg_registry *reg = env->registry;
   size_t n = tg_registry_count(reg);
-  /* What srv may hold from a copy of another server is not its own. */
-  srv->n_entries = 0;
-  srv->tasks = NULL;
-  srv->entries = NULL;
   int r = workspace_key(env, "mcp.request_state", srv->state_key);
   if (r < 0) return r;
   srv->entries = calloc(n ? n : 1, sizeof *srv->entries);
@@ -169,6 +165,14 @@ int tg_mcp_server_prepare(tg_mcp_server *srv, const tg_env *env) {
     srv->entries[tool->id] = text;
   }
   return 0;
+}
+
+tg_mcp_server tg_mcp_server_copy(const tg_mcp_server *srv) {
+  tg_mcp_server copy = *srv;
+  copy.entries = NULL;
+  copy.n_entries = 0;
+  copy.tasks = NULL;
+  return copy;
 }
 
 void tg_mcp_server_done(tg_mcp_server *srv) {
@@ -571,9 +575,6 @@ static int check_legacy(cx *c, tg_mcp_reply *reply) {
     r = reply_error(msg, TG_RPC_INVALID_PARAMS,
                     "A 2026-07-28 request names its protocol version in params._meta",
                     json_pack("{s:[s,s]}", "required", META_VERSION, META_CAPS), 400, reply);
-  else if (h && h->protocol_version && !tg_mcp_legacy_supported(h->protocol_version))
-    r = reply_error(msg, TG_RPC_INVALID_REQUEST, "Unsupported MCP-Protocol-Version", NULL, 400,
-                    reply);
   else if (strcmp(msg->method, "server/discover") == 0)
     r = reply_error(msg, TG_RPC_INVALID_PARAMS, "server/discover needs params._meta",
                     json_pack("{s:[s,s]}", "required", META_VERSION, META_CAPS), 400, reply);
@@ -886,15 +887,11 @@ int tg_mcp_handle_batch(const tg_mcp_server *srv, const tg_mcp_request *req,
                         const tg_rpc_msg *batch, tg_mcp_serving_fn *serving, void *arg,
                         tg_mcp_reply *reply) {
   memset(reply, 0, sizeof *reply);
-  /* The headers are the whole POST's: one that a single request would be refused for
-   * refuses the batch, before any of it runs; so does a request of it that claims
-   * 2026-07-28, lest the others run without it. */
-  const char *version = req->headers ? req->headers->protocol_version : NULL;
+  /* A request of it that claims 2026-07-28 refuses the batch, before any of it runs, lest
+   * the others run without it. */
   const char *why = NULL;
   if (!tg_mcp_takes_batches(req->session))
     why = "Batches are served on 2025-03-26 sessions only";
-  else if (version && !tg_mcp_legacy_supported(version))
-    why = "Unsupported MCP-Protocol-Version";
   else if (batch_claims_modern(batch))
     why = "A 2026-07-28 request cannot be part of a batch";
   if (why) {

@@ -18,7 +18,7 @@
 #define TG_MCP_MODERN_VERSION "2026-07-28"
 #define TG_MCP_LEGACY_VERSION "2025-11-25"
 #define TG_MCP_SERVER_VERSION "0.1.0"
-#define TG_MCP_PAGE_SIZE 100 /* entries of one tools/list page */
+#define TG_MCP_PAGE_SIZE 100 /* entries of one page of a list (tools, prompts, resources) */
 /* How long a tool waits for the client to answer its request (sampling, elicitation): the
  * call's transaction stays open meanwhile. */
 #define TG_MCP_ASK_TIMEOUT_MS (60LL * 1000)
@@ -104,9 +104,14 @@ static inline int64_t tg_mcp_ask_timeout_ms(const tg_mcp_server *srv) {
  * needs, reads the workspace's state key (made if it has none; through env's connection, or
  * one of its own without), and opens its tasks, which run against env (its database
  * connection aside); undone by tg_mcp_server_done (which cancels the running tasks and waits
- * for them). Returns 0, TG_E_DB or TG_E_NOMEM. */
+ * for them), which may also follow a failure. srv holds nothing prepared before (see
+ * tg_mcp_server_copy). Returns 0, TG_E_DB or TG_E_NOMEM. */
 int tg_mcp_server_prepare(tg_mcp_server *srv, const tg_env *env);
 void tg_mcp_server_done(tg_mcp_server *srv);
+
+/* srv's settings, without what it prepared (which stays its own): a transport's copy to
+ * prepare and serve with, which its tg_mcp_server_done may undo from the start. */
+tg_mcp_server tg_mcp_server_copy(const tg_mcp_server *srv);
 
 typedef struct tg_mcp_request {
   const tg_env *env;        /* this thread's registry and connection */
@@ -171,8 +176,10 @@ json_t *tg_mcp_withdrawal(const json_t *ask, bool timed_out);
  * the call that asked fails at once instead of waiting out its time. NULL without memory. */
 json_t *tg_mcp_unreadable_answer(json_t *id, const json_t *refusal);
 
-/* Serves msg (a batch as tg_mcp_handle_batch does). Returns 0 with *reply filled (the caller
- * frees reply->text), or TG_E_NOMEM. */
+/* Serves msg (a batch as tg_mcp_handle_batch does). A transport with headers has refused
+ * first what tg_mcp_version_refusal refuses (a request that claims 2026-07-28 aside, whose
+ * version is checked here). Returns 0 with *reply filled (the caller frees reply->text), or
+ * TG_E_NOMEM. */
 int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_rpc_msg *msg,
                   tg_mcp_reply *reply);
 

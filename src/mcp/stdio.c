@@ -126,7 +126,8 @@ static int write_message(conn *c, json_t *msg) {
 }
 
 /* Announces the principal's list changes to the client, if it listens. A failure to compute
- * them is logged and tried again at the next check; only a dead output ends the connection. */
+ * them is logged and tried again at the next check; only a dead output, or no memory to
+ * announce them, ends the connection. */
 static int check_lists(conn *c) {
   int r = tg_mcp_watch_check(c->req->watch, c->req->env, c->req->principal_id);
   if (r == TG_E_IO || r == TG_E_NOMEM) return r;
@@ -649,6 +650,12 @@ static bool next_queued(conn *c, tg_rpc_msg *ret, int *status) {
 
 /* ---- the watcher of the signal to stop ---- */
 
+/* Tells the reader, through its pipe, to end. */
+static void stop_reader(conn *c) {
+  if (write(c->stop[1], "", 1) != 1)
+    tg_log(TG_LOG_WARN, "mcp: the reader could not be told to stop");
+}
+
 /* Waits for the signal to stop (c->told_to_stop) or for the end of serving (watch_end):
  * told to stop, it cancels what was read and not answered, and ends the reader, which may
  * have ended already (serving then goes on with the tasks' grace, which it also ends). */
@@ -663,7 +670,7 @@ static void *watcher_main(void *arg) {
   atomic_store(&c->interrupted, true);
   tg_mcp_inflight_cancel_all(c->req->inflight);
   wake(c);
-  if (write(c->stop[1], "", 1) != 1) tg_log(TG_LOG_WARN, "mcp: the reader could not be told to stop");
+  stop_reader(c);
   return NULL;
 }
 
@@ -701,7 +708,7 @@ static bool open_late_run(const tg_mcp_server *srv, tg_mcp_request *req) {
 int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *principal_id,
                        const char *token, FILE *in, FILE *out, int stop_fd) {
   /* One process, one client: every list change can reach it. */
-  tg_mcp_server served = *srv;
+  tg_mcp_server served = tg_mcp_server_copy(srv);
   served.list_changes = true;
   fflush(out); /* written through its descriptor from now on */
   conn c = {.in = fileno(in), .out = fileno(out), .stop = {-1, -1}, .watch_end = {-1, -1},
@@ -749,7 +756,7 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
     if (stands == TG_OK) note_token_use(&c); /* after the answer, which it never holds up */
   }
   if (reading) {
-    if (write(c.stop[1], "", 1) != 1) tg_log(TG_LOG_WARN, "mcp: the reader could not be told to stop");
+    stop_reader(&c);
     pthread_join(reader, NULL);
   }
   tg_db_close(c.reader_db);
@@ -773,7 +780,8 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   }
   json_decref(meta);
   if (watching) {
-    if (write(c.watch_end[1], "", 1) != 1) tg_log(TG_LOG_WARN, "mcp: the watcher could not be told to end");
+    if (write(c.watch_end[1], "", 1) != 1)
+      tg_log(TG_LOG_WARN, "mcp: the watcher could not be told to end");
     pthread_join(watcher, NULL);
   }
   for (int i = 0; i < 2; i++) {

@@ -258,7 +258,8 @@ int tg_mcp_watch_end(tg_mcp_watch *w, json_t *meta) {
 /* SHA-256 of the tool list principal_id is offered on MCP (tg_tools_usable_key), built
  * again only when the authorization epoch moved (see check_serialized): a change of grants
  * or policy that leaves the list as it was is no change of it. */
-static int tools_fingerprint(const tg_env *env, const char *principal_id, unsigned char fp[FP_LEN]) {
+static int tools_fingerprint(const tg_env *env, const char *principal_id,
+                             unsigned char fp[FP_LEN]) {
   tg_principal *p = NULL;
   int r = tg_principal_load(env->db, principal_id, &p);
   if (r < 0) return r;

@@ -44,9 +44,9 @@ bool tg_mcp_watch_holds(tg_mcp_watch *w, json_t *id);
  * compare with. */
 bool tg_mcp_watch_unchecked(tg_mcp_watch *w);
 /* The server ends every subscription of w (it is stopping), and w takes no more: each
- * listen request gets its result, {"resultType":"complete"} with meta (what every result's _meta carries:
- * tg_mcp_result_meta) and the subscription id in _meta. Returns 0, TG_E_NOMEM or the first
- * failure of send. */
+ * listen request gets its result, {"resultType":"complete"} with meta (what every result's
+ * _meta carries: tg_mcp_result_meta) and the subscription id in _meta. Returns 0,
+ * TG_E_NOMEM or the first failure of send. */
 int tg_mcp_watch_end(tg_mcp_watch *w, json_t *meta);
 
 /* Reads again what decides principal_id's lists and announces what changed since the previous

@@ -3,6 +3,7 @@
 #include "support.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "http/media.h"
 
@@ -82,10 +83,25 @@ static void test_json_content_type(void **state) {
   assert_false(tg_http_is_json(NULL));
 }
 
+/* A field's value is read without the spaces and tabs around it, and only those. */
+static void test_field_value(void **state) {
+  static const struct {
+    const char *value, *kept;
+  } cases[] = {{"", ""},        {" \t ", ""},         {"abc", "abc"},         {" \tabc\t ", "abc"},
+               {"a b", "a b"}, {"\t a\tb \t", "a\tb"}, {"\rabc\n", "\rabc\n"}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    size_t len;
+    const char *at = tg_http_field_value(cases[i].value, &len);
+    if (len != strlen(cases[i].kept) || strncmp(at, cases[i].kept, len) != 0)
+      fail_msg("case %zu: '%.*s', expected '%s'", i, (int)len, at, cases[i].kept);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_accept),
       cmocka_unit_test(test_json_content_type),
+      cmocka_unit_test(test_field_value),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
