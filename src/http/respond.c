@@ -176,17 +176,12 @@ enum MHD_Result http_queue_rpc_error(struct MHD_Connection *conn, unsigned statu
   return http_queue_json(conn, status, tg_rpc_error(NULL, code, message, NULL), NULL);
 }
 
-/* The error (code, message, data: stolen, may be NULL) refusing msg: with its id when it is
- * a request, so that it answers that request; a client's response or notification has no
- * answer of its own to name (no id). Each request of a batch gets its own. */
+/* The error (code, message, data: stolen, may be NULL) refusing msg (tg_rpc_refusal), with
+ * status. */
 enum MHD_Result http_queue_refusal_with(struct MHD_Connection *conn, unsigned status,
                                         const tg_rpc_msg *msg, int code, const char *message,
                                         json_t *data) {
-  json_t *id = msg->kind == TG_RPC_REQUEST ? msg->id : NULL;
-  return http_queue_json(conn, status,
-                         msg->kind == TG_RPC_BATCH ? tg_rpc_refuse_batch(msg, code, message, data)
-                                              : tg_rpc_error(id, code, message, data),
-                         NULL);
+  return http_queue_json(conn, status, tg_rpc_refusal(msg, code, message, data), NULL);
 }
 
 enum MHD_Result http_queue_refusal_as(struct MHD_Connection *conn, unsigned status,

@@ -654,6 +654,12 @@ json_t *tg_rpc_refuse_batch(const tg_rpc_msg *batch, int code, const char *why, 
   return refusals(batch->root, code, why, data);
 }
 
+json_t *tg_rpc_refusal(const tg_rpc_msg *msg, int code, const char *why, json_t *data) {
+  return msg->kind == TG_RPC_BATCH
+             ? tg_rpc_refuse_batch(msg, code, why, data)
+             : tg_rpc_error(msg->kind == TG_RPC_REQUEST ? msg->id : NULL, code, why, data);
+}
+
 int tg_rpc_batch_take(tg_rpc_msg *batch, int (*take)(void *arg, tg_rpc_msg *element),
                       void *arg) {
   json_t *rest = json_array();

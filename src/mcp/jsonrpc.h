@@ -101,6 +101,10 @@ int tg_rpc_batch_take(tg_rpc_msg *batch, int (*take)(void *arg, tg_rpc_msg *elem
  * stolen, may be NULL) of each request in it, so that no client waits for one, or one error
  * naming no request when it holds none. NULL when out of memory. */
 json_t *tg_rpc_refuse_batch(const tg_rpc_msg *batch, int code, const char *why, json_t *data);
+/* The error (code, why, data: stolen, may be NULL) refusing msg: a request's names its id, a
+ * batch's is tg_rpc_refuse_batch's, and a client's notification or response gets one naming
+ * no request (it has no answer of its own). NULL when out of memory. */
+json_t *tg_rpc_refusal(const tg_rpc_msg *msg, int code, const char *why, json_t *data);
 
 /* {"jsonrpc":"2.0","id":id,"result":result}; result is stolen. NULL when out of memory. */
 json_t *tg_rpc_result(json_t *id, json_t *result);

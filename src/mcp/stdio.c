@@ -333,10 +333,8 @@ static int take_element_at_once(void *arg, tg_rpc_msg *element) {
 /* The error refusing msg (code, why, data: stolen, may be NULL): a request's, or one naming
  * each request in a batch; NULL for a notification, and for a batch of them alone. */
 static json_t *refusal_of(const tg_rpc_msg *msg, int code, const char *why, json_t *data) {
-  if (msg->kind == TG_RPC_REQUEST) return tg_rpc_error(msg->id, code, why, data);
-  json_t *refusal = msg->kind == TG_RPC_BATCH ? tg_rpc_refuse_batch(msg, code, why, data) : NULL;
-  if (msg->kind != TG_RPC_BATCH) json_decref(data);
-  if (json_is_array(refusal)) return refusal;
+  json_t *refusal = tg_rpc_refusal(msg, code, why, data);
+  if (msg->kind == TG_RPC_REQUEST || json_is_array(refusal)) return refusal;
   json_decref(refusal); /* one naming no request */
   return NULL;
 }

@@ -634,6 +634,35 @@ static void test_result_with_encoded_member(void **state) {
   json_decref(id);
 }
 
+/* A refusal answers a request by its id, each request of a batch by its own, and a
+ * notification with an error naming no request. */
+static void test_refusal(void **state) {
+  static const struct {
+    const char *text;
+    bool batch;  /* an array of errors */
+    long id;     /* of the (first) error; 0: none */
+  } cases[] = {{"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"x\"}", false, 7},
+               {"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/x\"}", false, 0},
+               {"[{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"x\"}]", true, 3}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    tg_rpc_msg msg;
+    json_t *err = NULL;
+    assert_int_equal(tg_rpc_decode(cases[i].text, strlen(cases[i].text), &msg, &err), 0);
+    json_t *refusal =
+        tg_rpc_refusal(&msg, TG_RPC_INVALID_REQUEST, "no", json_pack("{s:i}", "n", 1));
+    assert_int_equal(json_is_array(refusal), cases[i].batch);
+    json_t *first = cases[i].batch ? json_array_get(refusal, 0) : refusal;
+    json_t *error = json_object_get(first, "error");
+    assert_int_equal(json_integer_value(json_object_get(error, "code")), TG_RPC_INVALID_REQUEST);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(error, "data"), "n")), 1);
+    json_t *id = json_object_get(first, "id");
+    if (cases[i].id) assert_int_equal(json_integer_value(id), cases[i].id);
+    else assert_null(id);
+    json_decref(refusal);
+    tg_rpc_msg_done(&msg);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_kinds),
@@ -645,6 +674,7 @@ int main(void) {
       cmocka_unit_test(test_batches),
       cmocka_unit_test(test_builders),
       cmocka_unit_test(test_result_with_encoded_member),
+      cmocka_unit_test(test_refusal),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
