@@ -61,6 +61,8 @@ typedef struct session {
   bool revoked; /* ended as its token was revoked (end_revoked) */
   session_run *run; /* NULL: its calls are runs of their own (an agent's) or of none (a user's) */
   bool run_later;    /* its agent did not act yet when it opened: see http_session_run */
+  unsigned run_tries; /* its late openings tried (under the server's lock) */
+  pthread_mutex_t run_opening; /* held while it opens its run late: one request at a time */
   int64_t last_used; /* monotonic (ms) */
   uint64_t use_order; /* of the server's session uses: the least recently used, though several
                        * fall in one millisecond */
@@ -133,7 +135,6 @@ struct server {
   session *sessions;
   size_t n_sessions;
   session_run *runs_to_end; /* of the sessions released */
-  pthread_mutex_t late_runs_lock; /* held while a session opens its run late (one at a time) */
   /* This process, which holds the runs of its sessions: a server that finds it gone ends
    * them (tg_run_end_orphans); "" when /proc cannot tell. */
   char holder[TG_PROCESS_TAG_LEN];

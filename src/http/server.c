@@ -1254,7 +1254,6 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
            "end)");
   }
   pthread_mutex_init(&h->s.lock, NULL);
-  pthread_mutex_init(&h->s.late_runs_lock, NULL);
   pthread_mutex_init(&h->s.shares_lock, NULL);
   pthread_mutex_init(&h->s.peers_lock, NULL);
   pthread_mutex_init(&h->s.mhd_lines_lock, NULL);
@@ -1431,7 +1430,6 @@ void tg_http_stop(tg_http *h) {
   free(s->pool);
   free(s->busy);
   pthread_mutex_destroy(&s->lock);
-  pthread_mutex_destroy(&s->late_runs_lock);
   pthread_mutex_destroy(&s->shares_lock);
   pthread_mutex_destroy(&s->peers_lock);
   pthread_mutex_destroy(&s->mhd_lines_lock);

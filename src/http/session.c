@@ -31,6 +31,7 @@ void http_session_release_locked(server *s, session *x) {
   /* Nobody else holds the session, so nobody uses these; freeing them takes no lock. */
   tg_mcp_watch_free(x->watch);
   tg_mcp_inflight_free(x->inflight);
+  pthread_mutex_destroy(&x->run_opening);
   free(x);
 }
 
@@ -169,6 +170,7 @@ session *http_session_new(server *s, const char *principal, const char *token_ha
     return NULL;
   }
   x->srv = s;
+  pthread_mutex_init(&x->run_opening, NULL);
   tg_hex(raw, sizeof raw, x->id);
   snprintf(x->principal, sizeof x->principal, "%s", principal);
   snprintf(x->token_hash, sizeof x->token_hash, "%s", token_hash);
@@ -195,8 +197,18 @@ bool http_session_admit(server *s, session *x) {
   return room;
 }
 
+/* Ends every run of the list; one an operator ended first stays as it is. */
+static int end_runs(void *arg, tg_db *db) {
+  for (session_run *run = arg; run; run = run->next) {
+    int r = tg_run_end(db, run->id, run->status);
+    if (r < 0 && r != TG_E_NOTFOUND) return r;
+  }
+  return TG_OK;
+}
+
 /* Opens x's run (tg_run_open_session) unless x ended meanwhile: false, with *why, when it
- * cannot be. */
+ * cannot be. One that opens as x ends is ended at once (queued for the sweep when the
+ * database refuses it), so that no run of an ended session is left running. */
 static bool open_run(server *s, tg_db *db, session *x, const char **why) {
   pthread_mutex_lock(&s->lock);
   bool dead = x->dead;
@@ -209,11 +221,20 @@ static bool open_run(server *s, tg_db *db, session *x, const char **why) {
                                            run->id, &later, why) == TG_OK;
   pthread_mutex_lock(&s->lock);
   if (opened) x->run_later = later;
-  if (opened && *run->id) {
+  dead = x->dead;
+  if (opened && *run->id && !dead) {
     x->run = run;
     run = NULL;
   }
+  if (run && *run->id) run->status = x->revoked ? "cancelled" : "completed";
   pthread_mutex_unlock(&s->lock);
+  if (opened && run && *run->id && tg_db_batch(db, end_runs, run) < 0) {
+    pthread_mutex_lock(&s->lock);
+    run->next = s->runs_to_end;
+    s->runs_to_end = run;
+    pthread_mutex_unlock(&s->lock);
+    run = NULL;
+  }
   free(run);
   return opened;
 }
@@ -235,37 +256,32 @@ bool http_session_run_open(server *s, tg_db *db, session *x) {
 }
 
 /* The id of x's run, or NULL when it has none. A session opened while its agent was not
- * active (draft, paused) opens it at its first request once the agent is, through db (one
- * request at a time, so that it opens one); one that cannot start is logged, its request
- * served in no run (where a tool capped per run refuses it), and the next tries again. */
+ * active (draft, paused) opens it at its first request once the agent is, through db: one
+ * request of the session at a time, and one try for the requests that waited on it, so that
+ * it opens one, and a database that refuses it holds each of them once at most. One that
+ * cannot start is logged, its requests served in no run (where a tool capped per run refuses
+ * them), and the next tries again. */
 const char *http_session_run(server *s, tg_db *db, session *x) {
   pthread_mutex_lock(&s->lock);
   session_run *run = x->run;
   bool later = x->run_later;
+  unsigned tries = x->run_tries;
   pthread_mutex_unlock(&s->lock);
   if (run || !later || !db) return run ? run->id : NULL;
-  pthread_mutex_lock(&s->late_runs_lock);
+  pthread_mutex_lock(&x->run_opening);
   pthread_mutex_lock(&s->lock);
-  later = !x->run && x->run_later; /* another request may have opened it meanwhile */
+  bool due = !x->run && x->run_later && x->run_tries == tries; /* none tried meanwhile */
+  if (due) x->run_tries++;
   pthread_mutex_unlock(&s->lock);
   const char *why;
-  if (later && !open_run(s, db, x, &why) && tg_log_may(&s->run_opens_logged_ms))
+  if (due && !open_run(s, db, x, &why) && tg_log_may(&s->run_opens_logged_ms))
     tg_log(TG_LOG_ERROR, "http: a session's run could not start, so its request was served in "
            "no run: %s (logged once a minute at most)", why);
-  pthread_mutex_unlock(&s->late_runs_lock);
+  pthread_mutex_unlock(&x->run_opening);
   pthread_mutex_lock(&s->lock);
   run = x->run;
   pthread_mutex_unlock(&s->lock);
   return run ? run->id : NULL;
-}
-
-/* Ends every run of the list; one an operator ended first stays as it is. */
-static int end_runs(void *arg, tg_db *db) {
-  for (session_run *run = arg; run; run = run->next) {
-    int r = tg_run_end(db, run->id, run->status);
-    if (r < 0 && r != TG_E_NOTFOUND) return r;
-  }
-  return TG_OK;
 }
 
 /* Ends the runs of the sessions released, in one transaction, so that a database another

@@ -58,8 +58,8 @@ typedef struct conn {
   bool ended;       /* the reader stopped: end of input, or the failure in status */
   int status;
   /* When the lines the client can cause were last logged (see tg_log_may): a response no
-   * request waits for, a message dropped for the full queue. */
-  _Atomic int64_t stray_logged_ms, dropped_logged_ms;
+   * request waits for, a message dropped for the full queue, a late run that did not start. */
+  _Atomic int64_t stray_logged_ms, dropped_logged_ms, run_logged_ms;
   /* The reader found the token revoked while a request was served: the request's
    * abandoned flag, so that the call fails before it commits, and its client gets its
    * outcome. */
@@ -687,13 +687,15 @@ static unsigned await_tasks(conn *c) {
  * (tg_mcp_server.run_later), for req's calls: whether to ask again at the next request. One
  * that cannot start is logged, and the request served in no run (where a tool capped per run
  * refuses it). */
-static bool open_late_run(const tg_mcp_server *srv, tg_mcp_request *req) {
+static bool open_late_run(conn *c, tg_mcp_request *req) {
+  const tg_mcp_server *srv = c->srv;
   bool later = false;
   const char *why = NULL;
   if (tg_run_open_session(req->env->db, req->principal_id, srv->run_holder, srv->run_later,
                           &later, &why) < 0) {
-    tg_log(TG_LOG_ERROR, "mcp: the server's run could not start, so a request was served in no "
-           "run: %s", why);
+    if (tg_log_may(&c->run_logged_ms))
+      tg_log(TG_LOG_ERROR, "mcp: the server's run could not start, so a request was served in "
+             "no run: %s (logged once a minute at most)", why);
     return true;
   }
   if (*srv->run_later) {
@@ -748,7 +750,7 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
       continue;
     }
     int stands = token_stands(&c);
-    if (stands == TG_OK && run_later) run_later = open_late_run(srv, &req);
+    if (stands == TG_OK && run_later) run_later = open_late_run(&c, &req);
     r = stands == TG_OK ? serve_one(&c, &msg) : refuse_unstanding(&c, &msg, stands);
     if (r == 0 && stands == TG_OK) r = check_lists(&c);
     if (stands == TG_OK) note_token_use(&c); /* after the answer, which it never holds up */

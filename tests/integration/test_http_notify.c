@@ -1534,8 +1534,8 @@ static void test_a_session_run_caps_its_calls(void **state) {
 }
 
 /* A session opened while its agent was not active opens no run then. Once the agent is
- * started, the session's next request opens its run: a per-run cap binds in it, and it ends
- * with the session. */
+ * started, the session's next requests (here, four at once) open one run: a per-run cap binds
+ * in it, and it ends with the session. */
 static void test_a_session_opened_before_its_agent_acts_opens_its_run_once_it_does(
     void **state) {
   world *w = *state;
@@ -1552,17 +1552,26 @@ static void test_a_session_opened_before_its_agent_acts_opens_its_run_once_it_do
   assert_int_equal(
       tg_db_exec(w->f->db, "UPDATE agents SET status = 'active' WHERE slug = 'bot'", NULL, NULL),
       0);
-  got = request(w, "POST", sid, NULL, CALL(3, "test_act_once"), 200);
-  assert_null(strstr(got, "\"isError\":true"));
-  free(got);
-  assert_int_equal(fixture_count(w->f, "agent_runs"), runs + 1);
-  session_run(w, "bot", run);
-  got = request(w, "POST", sid, NULL, CALL(4, "test_act_once"), 200);
-  assert_non_null(strstr(got, "per_run_cap"));
-  free(got);
+  exchange *calls[4];
+  for (int i = 0; i < 4; i++) {
+    char body[160];
+    snprintf(body, sizeof body, CALL_WITH("%d", "test_act_once", "{}"), 3 + i);
+    calls[i] = start(w, "POST", sid, NULL, body);
+  }
+  int served = 0, capped = 0;
+  for (int i = 0; i < 4; i++) {
+    await(calls[i], NULL);
+    assert_int_equal(calls[i]->status, 200);
+    served += strstr(calls[i]->got, "\"isError\":true") == NULL;
+    capped += strstr(calls[i]->got, "per_run_cap") != NULL;
+    finish(calls[i]);
+  }
+  assert_int_equal(served, 1);
+  assert_int_equal(capped, 3);
   assert_int_equal(fixture_count(w->f, "activity_log"), acts + 1);
   assert_int_equal(fixture_count(w->f, "agent_runs"), runs + 1);
-  assert_int_equal(calls_in_run(w, run), 2);
+  session_run(w, "bot", run);
+  assert_int_equal(calls_in_run(w, run), 4);
   free(request(w, "DELETE", sid, NULL, NULL, 200));
   assert_run_ended(w, run, "completed", NULL);
 }
