@@ -57,6 +57,7 @@ listener *http_listener_open(server *s, const char *principal, const char *token
   *status = MHD_HTTP_INTERNAL_SERVER_ERROR;
   *why = "Out of memory";
   if (l && st && tg_mcp_watch_new(listener_send, st, &l->watch) == 0) {
+    if (s->mcp.fixtures) tg_mcp_watch_prompts(l->watch);
     l->srv = s;
     l->st = st;
     l->refs = 2; /* the registry's and the caller's */

@@ -170,6 +170,7 @@ session *http_session_new(server *s, const char *principal, const char *token_ha
     return NULL;
   }
   x->srv = s;
+  if (s->mcp.fixtures) tg_mcp_watch_prompts(x->watch);
   pthread_mutex_init(&x->run_opening, NULL);
   tg_hex(raw, sizeof raw, x->id);
   snprintf(x->principal, sizeof x->principal, "%s", principal);

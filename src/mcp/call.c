@@ -31,7 +31,7 @@ static int channel_check_result(void *self, tg_call_ctx *call, json_t *result) {
 static int channel_notify(void *self, const char *method, json_t *params) {
   call_channel *ch = self;
   const tg_mcp_io *io = ch->c->req->io;
-  if (tg_mcp_watch_touch(method)) {
+  if (tg_mcp_watch_touch(method, ch->c->req->principal_id)) {
     json_decref(params);
     return TG_OK;
   }

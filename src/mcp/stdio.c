@@ -734,6 +734,7 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
     r = TG_E_NOMEM;
   if (r == 0) r = tg_mcp_inflight_new(wake, &c, &req.inflight);
   if (r == 0) r = tg_mcp_watch_new(io_send, &c, &req.watch);
+  if (r == 0 && served.fixtures) tg_mcp_watch_prompts(req.watch);
   /* Not for a tool's children. */
   if (r == 0 && (pipe2(c.stop, O_CLOEXEC) != 0 || pipe2(c.watch_end, O_CLOEXEC) != 0))
     r = TG_E_IO;

@@ -69,8 +69,8 @@ static int task_notify(void *self, const char *method, json_t *params) {
   /* Before its handler detached, the call is its request's: what it tells goes there. */
   if (!k->visible && k->start_notify) return k->start_notify(k->start_arg, method, params);
   /* A task has no request stream: the client learns of it through the task itself, and
-   * of a list change, which is the server's news, as all do. */
-  if (!tg_mcp_watch_touch(method) && strcmp(method, "notifications/progress") == 0)
+   * of a list change through the watches checked for its principal. */
+  if (!tg_mcp_watch_touch(method, k->principal) && strcmp(method, "notifications/progress") == 0)
     tell_status(self, tg_json_str(params, "message"));
   json_decref(params);
   return TG_OK;

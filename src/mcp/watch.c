@@ -22,8 +22,18 @@ static const struct {
     [LIST_PROMPTS] = {"notifications/prompts/list_changed", "promptsListChanged"},
 };
 
-/* Changes made outside the database, counted per list for the whole process. */
-static unsigned long touches[N_LISTS];
+/* Changes made outside the database (the conformance fixtures' triggers), per list, as the
+ * touch clock's value at the latest, for each of the TOUCHERS principals that made one last,
+ * so that they reach that principal's watches alone. A principal whose record was let go
+ * for another's reads none, which its watches take for one more change. */
+#define TOUCHERS 64
+static pthread_mutex_t touches_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned long touch_clock;
+static struct toucher {
+  char principal[TG_UUID_LEN + 1];
+  unsigned long at[N_LISTS];
+  unsigned long last; /* the clock at its latest change */
+} touchers[TOUCHERS];
 
 typedef struct subscription {
   json_t *id;
@@ -50,6 +60,8 @@ struct tg_mcp_watch {
   bool have_baseline;
   unsigned char tools_fp[FP_LEN];
   int64_t tools_epoch; /* the authorization epoch tools_fp was computed at */
+  bool prompts;        /* its server offers prompts, to principals that act */
+  bool acts;           /* whether the principal acted at the previous check */
   unsigned long touches_seen[N_LISTS];
   /* A change of the list that could not be announced to everyone (a stream full, no
    * memory): each check announces it again until it goes out. */
@@ -88,6 +100,12 @@ static void start_listening_locked(tg_mcp_watch *w) {
   if (listening_locked(w)) return;
   w->have_baseline = false;
   memset(w->owed, 0, sizeof w->owed);
+}
+
+void tg_mcp_watch_prompts(tg_mcp_watch *w) {
+  pthread_mutex_lock(&w->lock);
+  w->prompts = true;
+  pthread_mutex_unlock(&w->lock);
 }
 
 void tg_mcp_watch_legacy(tg_mcp_watch *w) {
@@ -255,14 +273,16 @@ int tg_mcp_watch_end(tg_mcp_watch *w, json_t *meta) {
   return r;
 }
 
-/* SHA-256 of the tool list principal_id is offered on MCP (tg_tools_usable_key), built
- * again only when the authorization epoch moved (see check_serialized): a change of grants
- * or policy that leaves the list as it was is no change of it. */
+/* SHA-256 of the tool list principal_id is offered on MCP (tg_tools_usable_key), and
+ * whether the principal acts (*acts: prompts are offered to those alone), built again only
+ * when the authorization epoch moved (see check_serialized): a change of grants or policy
+ * that leaves the list as it was is no change of it. */
 static int tools_fingerprint(const tg_env *env, const char *principal_id,
-                             unsigned char fp[FP_LEN]) {
+                             unsigned char fp[FP_LEN], bool *acts) {
   tg_principal *p = NULL;
   int r = tg_principal_load(env->db, principal_id, &p);
   if (r < 0) return r;
+  *acts = tg_principal_acts(p);
   char *text = NULL;
   r = tg_tools_usable_key(env, p, TG_SURFACE_MCP, &text);
   tg_principal_free(p);
@@ -287,11 +307,21 @@ static int announce_locked(tg_mcp_watch *w, size_t list) {
   return r;
 }
 
+/* The changes principal_id made outside the database (see touchers), list by list. */
+static void touches_of(const char *principal_id, unsigned long at[N_LISTS]) {
+  memset(at, 0, N_LISTS * sizeof *at);
+  pthread_mutex_lock(&touches_lock);
+  for (size_t i = 0; i < TOUCHERS; i++)
+    if (strcmp(touchers[i].principal, principal_id) == 0)
+      memcpy(at, touchers[i].at, N_LISTS * sizeof *at);
+  pthread_mutex_unlock(&touches_lock);
+}
+
 /* tg_mcp_watch_check with w->checking held. */
 static int check_serialized(tg_mcp_watch *w, const tg_env *env, const char *principal_id) {
   unsigned char fp[FP_LEN];
   pthread_mutex_lock(&w->lock);
-  bool listening = listening_locked(w), known = w->have_baseline;
+  bool listening = listening_locked(w), known = w->have_baseline, acts = w->acts;
   int64_t known_epoch = w->tools_epoch;
   memcpy(fp, w->tools_fp, FP_LEN);
   pthread_mutex_unlock(&w->lock);
@@ -301,19 +331,22 @@ static int check_serialized(tg_mcp_watch *w, const tg_env *env, const char *prin
    * read first, so a change in between is caught by the next check. */
   int64_t epoch = 0;
   int r = tg_auth_epoch(env->db, &epoch);
-  if (r == TG_OK && !(known && epoch == known_epoch)) r = tools_fingerprint(env, principal_id, fp);
+  if (r == TG_OK && !(known && epoch == known_epoch))
+    r = tools_fingerprint(env, principal_id, fp, &acts);
   if (r < 0) return r;
   unsigned long seen[N_LISTS];
-  for (size_t i = 0; i < N_LISTS; i++) seen[i] = __atomic_load_n(&touches[i], __ATOMIC_RELAXED);
+  touches_of(principal_id, seen);
   pthread_mutex_lock(&w->lock);
   bool changed[N_LISTS] = {false};
   if (w->have_baseline) {
     for (size_t i = 0; i < N_LISTS; i++) changed[i] = seen[i] != w->touches_seen[i] || w->owed[i];
     changed[LIST_TOOLS] |= memcmp(fp, w->tools_fp, FP_LEN) != 0;
+    changed[LIST_PROMPTS] |= w->prompts && acts != w->acts;
   }
   w->have_baseline = true;
   memcpy(w->tools_fp, fp, FP_LEN);
   w->tools_epoch = epoch;
+  w->acts = acts;
   memcpy(w->touches_seen, seen, sizeof seen);
   for (size_t i = 0; i < N_LISTS; i++) {
     if (!changed[i]) continue;
@@ -348,11 +381,23 @@ void tg_mcp_watch_owe(tg_mcp_watch *w, unsigned lists_owed) {
   pthread_mutex_unlock(&w->lock);
 }
 
-bool tg_mcp_watch_touch(const char *method) {
-  for (size_t i = 0; i < N_LISTS; i++) {
-    if (strcmp(method, lists[i].method) != 0) continue;
-    __atomic_add_fetch(&touches[i], 1, __ATOMIC_RELAXED);
-    return true;
+bool tg_mcp_watch_touch(const char *method, const char *principal_id) {
+  size_t list = 0;
+  while (list < N_LISTS && strcmp(method, lists[list].method) != 0) list++;
+  if (list == N_LISTS) return false;
+  pthread_mutex_lock(&touches_lock);
+  /* The principal's record, else the one changed least recently (a free one first). */
+  struct toucher *t = NULL, *oldest = &touchers[0];
+  for (size_t i = 0; i < TOUCHERS && !t; i++) {
+    if (strcmp(touchers[i].principal, principal_id) == 0) t = &touchers[i];
+    else if (touchers[i].last < oldest->last) oldest = &touchers[i];
   }
-  return false;
+  if (!t) {
+    t = oldest;
+    memset(t, 0, sizeof *t);
+    snprintf(t->principal, sizeof t->principal, "%s", principal_id);
+  }
+  t->at[list] = t->last = ++touch_clock;
+  pthread_mutex_unlock(&touches_lock);
+  return true;
 }

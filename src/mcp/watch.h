@@ -25,6 +25,9 @@ typedef struct tg_mcp_watch tg_mcp_watch;
 int tg_mcp_watch_new(int (*send)(void *self, json_t *msg), void *self, tg_mcp_watch **ret);
 void tg_mcp_watch_free(tg_mcp_watch *w);
 
+/* w's server offers prompts (the conformance fixtures), to principals that act: their
+ * list changes as the principal comes to act or stops. */
+void tg_mcp_watch_prompts(tg_mcp_watch *w);
 /* A legacy client finished initializing: every later change is announced to it. */
 void tg_mcp_watch_legacy(tg_mcp_watch *w);
 /* subscriptions/listen with request id and filter: sends the acknowledgement naming the
@@ -64,7 +67,8 @@ unsigned tg_mcp_watch_lists_in(const char *text, size_t len);
  * check. */
 void tg_mcp_watch_owe(tg_mcp_watch *w, unsigned lists);
 
-/* Records that a list changed outside the database (the conformance trigger tools): every
- * watch of this process announces it at its next check. False when method is not the
- * list_changed notification of a list watched here. */
-bool tg_mcp_watch_touch(const char *method);
+/* Records that a list of principal_id changed outside the database (the conformance
+ * trigger tools): every watch of this process checked for principal_id announces it at its
+ * next check. False when method is not the list_changed notification of a list watched
+ * here. */
+bool tg_mcp_watch_touch(const char *method, const char *principal_id);

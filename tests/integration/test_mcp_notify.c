@@ -554,7 +554,7 @@ static void test_listen_acknowledges_filters_and_ends(void **state) {
   assert_string_equal(json_string_value(subscription_of(json_array_get(w->sent, 1))), "s1");
   /* Cancelling the listen request ends the subscription, without an answer. */
   assert_null(handle(w, CANCEL("s1"), NULL));
-  assert_true(tg_mcp_watch_touch("notifications/prompts/list_changed"));
+  assert_true(tg_mcp_watch_touch("notifications/prompts/list_changed", w->agent));
   assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
   assert_int_equal(json_array_size(w->sent), 2);
 }
@@ -587,6 +587,47 @@ static void test_listen_cancelled_as_it_subscribes(void **state) {
                      NULL));
   assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
   assert_int_equal(json_array_size(w->sent), 1); /* the acknowledgement alone */
+}
+
+/* A list changed outside the database (a trigger tool) is announced to the watches of the
+ * principal that changed it, not to another's. */
+static void test_a_touch_reaches_its_principal_alone(void **state) {
+  world *w = *state;
+  tg_mcp_watch_legacy(w->watch);
+  assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0); /* the baseline */
+  assert_true(tg_mcp_watch_touch("notifications/tools/list_changed", w->f->owner));
+  assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
+  assert_int_equal(json_array_size(w->sent), 0);
+  assert_true(tg_mcp_watch_touch("notifications/prompts/list_changed", w->agent));
+  assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
+  assert_int_equal(json_array_size(w->sent), 1);
+  assert_string_equal(method_at(w->sent, 0), "notifications/prompts/list_changed");
+}
+
+/* Prompts are offered to principals that act: a watch of a server that offers them
+ * announces that they changed as its agent is paused or started; one of a server without
+ * prompts announces its tools alone. */
+static void test_prompts_change_as_their_principal_acts(void **state) {
+  world *w = *state;
+  static const char *const set[] = {"UPDATE agents SET status = 'paused' WHERE slug = 'bot'",
+                                    "UPDATE agents SET status = 'active' WHERE slug = 'bot'"};
+  tg_mcp_watch_legacy(w->watch);
+  assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0); /* the baseline */
+  assert_int_equal(tg_db_exec(w->f->db, set[0], NULL, NULL), 0);
+  assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
+  assert_int_equal(json_array_size(w->sent), 1);
+  assert_string_equal(method_at(w->sent, 0), "notifications/tools/list_changed");
+  tg_mcp_watch_prompts(w->watch);
+  assert_int_equal(tg_db_exec(w->f->db, set[1], NULL, NULL), 0);
+  assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
+  assert_int_equal(json_array_size(w->sent), 3);
+  assert_string_equal(method_at(w->sent, 1), "notifications/tools/list_changed");
+  assert_string_equal(method_at(w->sent, 2), "notifications/prompts/list_changed");
+  /* A change of grants that leaves it acting changes no prompt. */
+  fixture_revoke_elsewhere(w->f, "bot", "tasks.assign");
+  assert_int_equal(tg_mcp_watch_check(w->watch, &w->f->env, w->agent), 0);
+  assert_int_equal(json_array_size(w->sent), 4);
+  assert_string_equal(method_at(w->sent, 3), "notifications/tools/list_changed");
 }
 
 static void test_no_list_changes_without_a_watch(void **state) {
@@ -1424,7 +1465,7 @@ static void test_stdio_cancel_behind_a_full_queue(void **state) {
    * after this ping takes the baseline). */
   stdio_send(s, PING(99));
   expect_answer(s, 99);
-  assert_true(tg_mcp_watch_touch("notifications/tools/list_changed"));
+  assert_true(tg_mcp_watch_touch("notifications/tools/list_changed", w->agent));
   expect_list_changed(s);
   stdio_stop(s);
 }
@@ -1444,7 +1485,7 @@ static void test_stdio_full_queue_drops_a_padded_handshake(void **state) {
   drain_queue(s);
   stdio_send(s, PING(99));
   expect_answer(s, 99);
-  assert_true(tg_mcp_watch_touch("notifications/tools/list_changed"));
+  assert_true(tg_mcp_watch_touch("notifications/tools/list_changed", w->agent));
   /* The check after this ping would announce the change, before the next ping's answer. */
   stdio_send(s, PING(100));
   expect_answer(s, 100);
@@ -1514,7 +1555,7 @@ static void test_stdio_announces_a_revoked_grant(void **state) {
   expect_answer(s, 2);
   /* Seen by the check after that request or by an idle one: either way, once it is
    * announced no check is running and the connection waits for input. */
-  assert_true(tg_mcp_watch_touch("notifications/tools/list_changed"));
+  assert_true(tg_mcp_watch_touch("notifications/tools/list_changed", w->agent));
   expect_list_changed(s);
   /* So a change made now by another connection can only be found by an idle check. */
   fixture_revoke_elsewhere(w->f, "bot", "tasks.assign");
@@ -1909,6 +1950,8 @@ int main(void) {
       KIT(test_owed_change_not_sent_to_a_new_listener),
       FIXTURES(test_listen_acknowledges_filters_and_ends),
       FIXTURES(test_listen_cancelled_as_it_subscribes),
+      FIXTURES(test_a_touch_reaches_its_principal_alone),
+      FIXTURES(test_prompts_change_as_their_principal_acts),
       FIXTURES(test_no_list_changes_without_a_watch),
       KIT(test_batch_served_on_2025_03_26),
       KIT(test_batch_refused_past_2025_03_26),
