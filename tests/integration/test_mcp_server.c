@@ -161,6 +161,10 @@ static int error_code(json_t *reply) {
   return (int)json_integer_value(json_object_get(json_object_get(reply, "error"), "code"));
 }
 
+static json_t *error_data(json_t *reply) {
+  return json_object_get(json_object_get(reply, "error"), "data");
+}
+
 static json_t *result_of(json_t *reply) {
   json_t *r = json_object_get(reply, "result");
   if (!r) fail_msg("expected a result, got %s", json_dumps(reply, JSON_COMPACT));
@@ -465,7 +469,7 @@ static void test_tools_call_through_the_gate(void **state) {
                "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"no_such_tool\"}}",
                NULL, NULL);
   assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
-  json_t *data = json_object_get(json_object_get(r, "error"), "data");
+  json_t *data = error_data(r);
   assert_string_equal(json_string_value(json_object_get(data, "name")), "no_such_tool");
   assert_null(json_object_get(data, "truncated"));
   json_decref(r);
@@ -477,7 +481,7 @@ static void test_tools_call_through_the_gate(void **state) {
   snprintf(long_call + n, sizeof long_call - (size_t)n, "\"}}");
   r = send_msg(w, long_call, NULL, NULL);
   assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
-  data = json_object_get(json_object_get(r, "error"), "data");
+  data = error_data(r);
   assert_int_equal(strlen(json_string_value(json_object_get(data, "name"))), 255);
   assert_true(json_is_true(json_object_get(data, "truncated")));
   json_decref(r);
@@ -487,7 +491,7 @@ static void test_tools_call_through_the_gate(void **state) {
   snprintf(long_call + n, sizeof long_call - (size_t)n, "\"}");
   r = send_msg(w, long_call, NULL, NULL);
   assert_int_equal(error_code(r), TG_RPC_METHOD_NOT_FOUND);
-  data = json_object_get(json_object_get(r, "error"), "data");
+  data = error_data(r);
   assert_int_equal(strlen(json_string_value(json_object_get(data, "method"))), 256);
   assert_true(json_is_true(json_object_get(data, "truncated")));
   json_decref(r);
@@ -523,7 +527,7 @@ static void test_modern_ladder(void **state) {
                NULL, &status);
   assert_int_equal(error_code(r), TG_RPC_UNSUPPORTED_VERSION);
   assert_int_equal(status, 400);
-  assert_string_equal(json_string_value(json_object_get(json_object_get(json_object_get(r, "error"), "data"), "requested")), "v999.0.0");
+  assert_string_equal(json_string_value(json_object_get(error_data(r), "requested")), "v999.0.0");
   json_decref(r);
   tg_mcp_headers mismatch = {.protocol_version = "2026-07-28", .method = "server/discover"};
   r = send_msg(w,
@@ -578,7 +582,7 @@ static void test_modern_ladder(void **state) {
                "\"test://nope\"," MODERN_META "}}",
                NULL, &status);
   assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
-  assert_string_equal(json_string_value(json_object_get(json_object_get(json_object_get(r, "error"), "data"), "uri")), "test://nope");
+  assert_string_equal(json_string_value(json_object_get(error_data(r), "uri")), "test://nope");
   json_decref(r);
 }
 
@@ -636,7 +640,7 @@ static void test_inactive_agent_is_offered_no_fixtures(void **state) {
         result_of(r);
       } else {
         assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
-        json_t *data = json_object_get(json_object_get(r, "error"), "data");
+        json_t *data = error_data(r);
         assert_string_equal(json_string_value(json_object_get(data, "reason")), "agent_not_active");
       }
       json_decref(r);
@@ -743,7 +747,7 @@ static void test_elicitation_in_the_mode_declared(void **state) {
   json_t *r = send_msg(w, text, NULL, &status);
   assert_int_equal(error_code(r), TG_RPC_MISSING_CAPABILITY);
   assert_int_equal(status, 400);
-  json_t *need = json_object_get(json_object_get(json_object_get(r, "error"), "data"),
+  json_t *need = json_object_get(error_data(r),
                                  "requiredCapabilities");
   json_t *form = json_pack("{s:{s:{}}}", "elicitation", "form");
   assert_true(json_equal(need, form));
@@ -796,7 +800,7 @@ static void test_stdio_pinning(void **state) {
                INITIALIZE(3, "2025-11-25", "{}"),
                NULL, NULL);
   assert_int_equal(error_code(r), TG_RPC_UNSUPPORTED_VERSION);
-  json_t *data = json_object_get(json_object_get(r, "error"), "data");
+  json_t *data = error_data(r);
   assert_string_equal(json_string_value(json_array_get(json_object_get(data, "supported"), 0)),
                       "2026-07-28");
   assert_string_equal(json_string_value(json_object_get(data, "requested")), "2025-11-25");
@@ -829,12 +833,12 @@ static void test_stdio_pinned_to_2025(void **state) {
   assert_int_equal(w->session.era, TG_MCP_ERA_LEGACY);
   r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\",\"params\":{" MODERN_META "}}", NULL, NULL);
   assert_int_equal(error_code(r), TG_RPC_UNSUPPORTED_VERSION);
-  json_t *supported = json_object_get(json_object_get(json_object_get(r, "error"), "data"), "supported");
+  json_t *supported = json_object_get(error_data(r), "supported");
   assert_string_equal(json_string_value(json_array_get(supported, 0)), "2025-06-18");
   json_decref(r);
   r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"server/discover\",\"params\":{" MODERN_META "}}", NULL, NULL);
   assert_int_equal(error_code(r), TG_RPC_UNSUPPORTED_VERSION);
-  supported = json_object_get(json_object_get(json_object_get(r, "error"), "data"), "supported");
+  supported = json_object_get(error_data(r), "supported");
   assert_string_equal(json_string_value(json_array_get(supported, 0)), "2025-06-18");
   json_decref(r);
   /* What it refuses is the version the request claimed, as sent; a claim without one is
@@ -843,7 +847,7 @@ static void test_stdio_pinned_to_2025(void **state) {
                "\"io.modelcontextprotocol/protocolVersion\":\"2099-01-01\","
                "\"io.modelcontextprotocol/clientCapabilities\":{}}}}", NULL, NULL);
   assert_int_equal(error_code(r), TG_RPC_UNSUPPORTED_VERSION);
-  json_t *data = json_object_get(json_object_get(r, "error"), "data");
+  json_t *data = error_data(r);
   assert_string_equal(json_string_value(json_object_get(data, "requested")), "2099-01-01");
   json_decref(r);
   r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/list\",\"params\":{\"_meta\":{"
@@ -907,7 +911,7 @@ static void test_completion(void **state) {
                        "\"argument\":{\"value\":\"t\",\"name\":\"a\"}," MODERN_META "}}",
                        NULL, NULL);
   assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
-  json_t *data = json_object_get(json_object_get(r, "error"), "data");
+  json_t *data = error_data(r);
   assert_string_equal(json_string_value(json_object_get(data, "type")), "ref/bogus");
   assert_null(json_object_get(data, "uri"));
   json_decref(r);
@@ -1092,7 +1096,7 @@ static void test_input_requests_asked_on_2025(void **state) {
   r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"tools/call\",\"params\":{"
                   "\"name\":\"test_input_required_result_elicitation\"}}", NULL, NULL);
   assert_int_equal(error_code(r), TG_RPC_INTERNAL_ERROR);
-  json_t *data = json_object_get(json_object_get(r, "error"), "data");
+  json_t *data = error_data(r);
   assert_string_equal(json_string_value(json_object_get(data, "key")), "user_name");
   json_decref(r);
   assert_int_equal(elicitation_calls_audited(w, "INFO"), rounds + 1);
@@ -1100,7 +1104,7 @@ static void test_input_requests_asked_on_2025(void **state) {
   r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{"
                   "\"name\":\"test_input_required_result_elicitation\"}}", NULL, NULL);
   assert_int_equal(error_code(r), TG_RPC_INTERNAL_ERROR);
-  data = json_object_get(json_object_get(r, "error"), "data");
+  data = error_data(r);
   assert_int_equal(json_integer_value(json_object_get(json_object_get(data, "error"), "code")),
                    -32601);
   json_decref(r);
@@ -1745,7 +1749,7 @@ static void test_tasks_need_the_extension(void **state) {
   assert_int_equal(ends_audited(w, "test.task.failing_job",
                                 "failed: Missing required client capability"),
                    1);
-  json_t *data = json_object_get(json_object_get(r, "error"), "data");
+  json_t *data = error_data(r);
   assert_non_null(json_object_get(json_object_get(json_object_get(data, "requiredCapabilities"), "extensions"),
                                   "io.modelcontextprotocol/tasks"));
   json_decref(r);
@@ -1854,7 +1858,7 @@ static void assert_refused(world *w, const char *principal, const char *limit, i
   long ends = ends_audited(w, "test.task.failing_job", "failed: Too many %");
   json_t *r = request_as(w, principal, TASKS_CAPS, "tools/call", "\"name\":\"failing_job\",\"arguments\":{}", NULL);
   assert_int_equal(error_code(r), TG_RPC_INTERNAL_ERROR);
-  json_t *data = json_object_get(json_object_get(r, "error"), "data");
+  json_t *data = error_data(r);
   assert_string_equal(str(data, "limit"), limit);
   assert_int_equal(json_integer_value(json_object_get(data, "max")), max);
   json_decref(r);
@@ -2402,7 +2406,7 @@ static void test_stateless_answers_are_checked_against_what_was_asked(void **sta
     if (error_code(r) != TG_RPC_INVALID_PARAMS)
       fail_msg("%s: %s", misfits[i], json_dumps(r, JSON_COMPACT));
     assert_string_equal(error_message(r), "An input response does not answer its request");
-    assert_string_equal(str(json_object_get(json_object_get(r, "error"), "data"), "key"),
+    assert_string_equal(str(error_data(r), "key"),
                         "user_name");
     json_decref(r);
   }
@@ -3173,7 +3177,7 @@ static void test_which_tools_have_their_input_asked_on_2025(void **state) {
   r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\",\"params\":{"
                   "\"name\":\"test_ask_forever\"}}", NULL, NULL);
   assert_int_equal(error_code(r), TG_RPC_INTERNAL_ERROR);
-  json_t *data = json_object_get(json_object_get(r, "error"), "data");
+  json_t *data = error_data(r);
   assert_int_equal(json_integer_value(json_object_get(data, "max")), 16);
   json_decref(r);
   assert_int_equal(json_array_size(w->sent), 16);
@@ -3248,7 +3252,7 @@ static void test_a_state_too_large_to_come_back_fails_the_call(void **state) {
   json_t *r = request_as(w, w->agent, "{\"elicitation\":{}}", "tools/call",
                          "\"name\":\"test_ask_large\"", NULL);
   assert_int_equal(error_code(r), TG_RPC_INTERNAL_ERROR);
-  json_t *data = json_object_get(json_object_get(r, "error"), "data");
+  json_t *data = error_data(r);
   assert_int_equal(json_integer_value(json_object_get(data, "max")), 65536);
   json_decref(r);
   assert_int_equal(calls_audited(w, "test.ask.large", "INFO"), 0);
@@ -3591,7 +3595,7 @@ static void test_task_notifications_refused(void **state) {
   strcat(many, "]}");
   r = request_as(w, w->agent, TASKS_CAPS, "subscriptions/listen", many, NULL);
   assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
-  json_t *data = json_object_get(json_object_get(r, "error"), "data");
+  json_t *data = error_data(r);
   assert_int_equal(json_integer_value(json_object_get(data, "max")), TG_MCP_MAX_TASKS);
   json_decref(r);
   assert_int_equal(feed_count(f), 0); /* no subscription began */
