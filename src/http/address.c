@@ -148,23 +148,33 @@ void http_numeric_host(const struct sockaddr_storage *addr, char out[INET6_ADDRS
   snprintf(out, INET6_ADDRSTRLEN + 3, v6 ? "[%s]" : "%s", text);
 }
 
-/* How people reach this server, for links: cfg's public_url, else http://HOST:PORT with the
- * host of --listen (this machine's name for a wildcard address; its address as numbers for a
- * loopback one named otherwise than usual, the only other name its Host check takes) and the
- * port it listens on, both from addr, the address it listens on. */
-char *http_own_url(const server *s, const struct sockaddr_storage *addr) {
+/* How people reach this server, for links, into *url: cfg's public_url, else
+ * http://HOST:PORT with the host of --listen (this machine's name for a wildcard address; its
+ * address as numbers for a loopback one named otherwise than usual, the only other name its
+ * Host check takes) and the port it listens on, both from addr, the address it listens on.
+ * Returns TG_OK, TG_E_NOMEM, or TG_E_IO (logged) when the machine's name cannot be read. */
+int http_own_url(const server *s, const struct sockaddr_storage *addr, char **url) {
   const tg_http_config *cfg = s->cfg;
-  if (cfg->public_url && *cfg->public_url) return strdup(cfg->public_url);
+  *url = NULL;
+  if (cfg->public_url && *cfg->public_url)
+    return (*url = strdup(cfg->public_url)) ? TG_OK : TG_E_NOMEM;
   size_t hlen = (size_t)(strrchr(cfg->listen, ':') - cfg->listen);
   char host[256];
   if (wildcard(addr)) {
-    if (gethostname(host, sizeof host) < 0) return NULL;
+    if (gethostname(host, sizeof host) < 0) {
+      tg_log(TG_LOG_ERROR, "serve: this machine's name, for the server's own URL, cannot be "
+             "read: %s (TOOLGATE_PUBLIC_URL gives the URL instead)", strerror(errno));
+      return TG_E_IO;
+    }
     host[sizeof host - 1] = '\0';
   } else if (s->loopback && !loopback_host(cfg->listen, hlen)) {
     snprintf(host, sizeof host, "%s", s->own_host);
   } else {
     snprintf(host, sizeof host, "%.*s", (int)hlen, cfg->listen);
   }
-  char *url = NULL;
-  return asprintf(&url, "http://%s:%u", host, http_port_of(addr)) < 0 ? NULL : url;
+  if (asprintf(url, "http://%s:%u", host, http_port_of(addr)) < 0) {
+    *url = NULL;
+    return TG_E_NOMEM;
+  }
+  return TG_OK;
 }

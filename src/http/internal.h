@@ -356,7 +356,7 @@ int http_listen_on(const char *listen_arg, struct sockaddr_storage *addr);
 unsigned http_port_of(const struct sockaddr_storage *addr);
 bool http_same_file(int a, int b);
 void http_numeric_host(const struct sockaddr_storage *addr, char out[INET6_ADDRSTRLEN + 3]);
-char *http_own_url(const server *s, const struct sockaddr_storage *addr);
+int http_own_url(const server *s, const struct sockaddr_storage *addr, char **url);
 
 /* ---- connection.c ---- */
 

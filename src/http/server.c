@@ -1260,9 +1260,11 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   pthread_cond_init(&h->s.answered, NULL);
   pthread_cond_init(&h->s.queued, NULL);
   pthread_cond_init(&h->s.sweep_stop, NULL);
-  if (!(h->s.public_url = http_own_url(&h->s, &addr)) || !(h->s.token_uses = tg_token_uses_new())) {
+  int own = http_own_url(&h->s, &addr, &h->s.public_url);
+  if (own == TG_OK && !(h->s.token_uses = tg_token_uses_new())) own = TG_E_NOMEM;
+  if (own < 0) {
     tg_http_stop(h);
-    return TG_E_NOMEM;
+    return own;
   }
   tg_env base = http_server_env(&h->s, NULL);
   int prepared = tg_mcp_server_prepare(&h->s.mcp, &base); /* logs what it cannot read */
