@@ -716,6 +716,12 @@ static int reply_of(cx *c, const method *m, int r, json_t *result, tg_mcp_reply 
   return reply->text ? 0 : TG_E_NOMEM;
 }
 
+/* A request's _meta, when it has one, is an object (MCP's RequestParams). */
+static bool meta_valid(const json_t *params) {
+  json_t *meta = json_object_get(params, "_meta");
+  return !meta || json_is_object(meta);
+}
+
 /* A request's progress token is a string or a number (MCP's ProgressToken), whatever its
  * method, though only tools/call sends progress. */
 static bool progress_token_valid(const json_t *params) {
@@ -755,6 +761,8 @@ int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_
   /* Not begun before its transport gave up on every answer: said so, as a client may retry. */
   if (req->abandoned && atomic_load(req->abandoned))
     r = mcp_rpc_fail(&c, TG_RPC_INTERNAL_ERROR, "The server is stopping", NULL);
+  else if (!meta_valid(msg->params))
+    r = mcp_rpc_fail(&c, TG_RPC_INVALID_PARAMS, "params._meta must be an object", NULL);
   else if (!progress_token_valid(msg->params))
     r = mcp_rpc_fail(&c, TG_RPC_INVALID_PARAMS, "_meta.progressToken must be a string or a number",
                      NULL);

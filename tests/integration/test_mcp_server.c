@@ -949,6 +949,20 @@ static void test_progress_and_logging(void **state) {
     assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
     json_decref(r);
   }
+  /* So is a _meta that is no object. */
+  static const char *const metas[] = {"\"x\"", "[1]", "null", "1"};
+  for (size_t i = 0; i < sizeof metas / sizeof metas[0]; i++) {
+    char text[200];
+    snprintf(text, sizeof text,
+             "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\",\"params\":{\"name\":"
+             "\"test_tool_with_progress\",\"_meta\":%s}}",
+             metas[i]);
+    r = send_msg(w, text, NULL, NULL);
+    assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(r, "error"), "message")),
+                        "params._meta must be an object");
+    json_decref(r);
+  }
   assert_int_equal(json_array_size(w->sent), 0);
   assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs);
   /* No log level set: no log messages. */
