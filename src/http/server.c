@@ -880,7 +880,8 @@ __attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char 
   vsnprintf(line, sizeof line, fmt, ap);
   line[strcspn(line, "\n")] = '\0';
   bool client_gone = strstr(line, "no longer available") || strstr(line, "Connection reset") ||
-                     strstr(line, "closed by remote peer") || strstr(line, "closed by remote side");
+                     strstr(line, "closed by remote peer") ||
+                     strstr(line, "closed by remote side");
   /* A connection closed on purpose (said already) is no "internal error". */
   bool told = closing_on_purpose;
   closing_on_purpose = false;

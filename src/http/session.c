@@ -220,16 +220,18 @@ static bool open_run(server *s, tg_db *db, session *x, const char **why) {
   *why = "out of memory";
   bool opened = run && tg_run_open_session(db, x->principal, *s->holder ? s->holder : NULL,
                                            run->id, &later, why) == TG_OK;
+  bool orphan = false; /* opened as x ended */
   pthread_mutex_lock(&s->lock);
   if (opened) x->run_later = later;
-  dead = x->dead;
-  if (opened && *run->id && !dead) {
+  if (opened && *run->id && !x->dead) {
     x->run = run;
     run = NULL;
+  } else if (opened && *run->id) {
+    run->status = x->revoked ? "cancelled" : "completed";
+    orphan = true;
   }
-  if (run && *run->id) run->status = x->revoked ? "cancelled" : "completed";
   pthread_mutex_unlock(&s->lock);
-  if (opened && run && *run->id && tg_db_batch(db, end_runs, run) < 0) {
+  if (orphan && tg_db_batch(db, end_runs, run) < 0) {
     pthread_mutex_lock(&s->lock);
     run->next = s->runs_to_end;
     s->runs_to_end = run;

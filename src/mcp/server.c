@@ -716,17 +716,16 @@ static int reply_of(cx *c, const method *m, int r, json_t *result, tg_mcp_reply 
   return reply->text ? 0 : TG_E_NOMEM;
 }
 
-/* A request's _meta, when it has one, is an object (MCP's RequestParams). */
-static bool meta_valid(const json_t *params) {
-  json_t *meta = json_object_get(params, "_meta");
-  return !meta || json_is_object(meta);
-}
-
-/* A request's progress token is a string or a number (MCP's ProgressToken), whatever its
+/* Why a request's _meta is refused, or NULL: when it has one, it is an object (MCP's
+ * RequestParams), whose progress token is a string or a number (ProgressToken), whatever the
  * method, though only tools/call sends progress. */
-static bool progress_token_valid(const json_t *params) {
-  json_t *token = json_object_get(json_object_get(params, "_meta"), "progressToken");
-  return !token || json_is_string(token) || json_is_number(token);
+static const char *meta_refusal(const json_t *params) {
+  json_t *meta = json_object_get(params, "_meta");
+  json_t *token = json_object_get(meta, "progressToken");
+  if (meta && !json_is_object(meta)) return "params._meta must be an object";
+  if (token && !json_is_string(token) && !json_is_number(token))
+    return "_meta.progressToken must be a string or a number";
+  return NULL;
 }
 
 int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_rpc_msg *msg,
@@ -759,13 +758,11 @@ int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_
     return 0;
   }
   /* Not begun before its transport gave up on every answer: said so, as a client may retry. */
+  const char *refused;
   if (req->abandoned && atomic_load(req->abandoned))
     r = mcp_rpc_fail(&c, TG_RPC_INTERNAL_ERROR, "The server is stopping", NULL);
-  else if (!meta_valid(msg->params))
-    r = mcp_rpc_fail(&c, TG_RPC_INVALID_PARAMS, "params._meta must be an object", NULL);
-  else if (!progress_token_valid(msg->params))
-    r = mcp_rpc_fail(&c, TG_RPC_INVALID_PARAMS, "_meta.progressToken must be a string or a number",
-                     NULL);
+  else if ((refused = meta_refusal(msg->params)))
+    r = mcp_rpc_fail(&c, TG_RPC_INVALID_PARAMS, refused, NULL);
   else
     r = m->fn(&c, msg->params, &result);
   r = reply_of(&c, m, r, result, reply);
