@@ -6,6 +6,7 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -173,7 +174,7 @@ struct server {
       ended_logged_ms, stray_logged_ms, let_go_logged_ms, past_bounds_logged_ms, busy_logged_ms,
       line_full_logged_ms, run_opens_logged_ms, run_ends_logged_ms;
   _Atomic unsigned slow_cut; /* slow clients cut off since the last line about them */
-  /* libmicrohttpd's lines, limited as the others but kind by kind (see mhd_log). */
+  /* libmicrohttpd's lines, limited as the others but kind by kind (see http_mhd_log). */
   pthread_mutex_t mhd_lines_lock;
   mhd_line mhd_lines[MHD_LINE_KINDS];
   /* The open connections, for the sweeper to close those too slow to send a request or to take
@@ -187,7 +188,8 @@ struct server {
   tg_db *spare_dbs[SPARE_DBS];
   unsigned n_spare_dbs, spare_dbs_closed;
   /* The worker pool: a fixed set of threads, each with its own database connection for its
-   * whole life, taking tool calls from a queue of at most max_queued_calls (see start_call). */
+   * whole life, taking tool calls from a queue of at most max_queued_calls (see start_call,
+   * post.c). */
   pthread_t *pool;
   unsigned n_pool;
   /* Whose call each pool thread runs ("" when none); a principal runs at most busy_max at
@@ -292,8 +294,8 @@ typedef struct request {
 struct worker {
   server *srv;
   worker *next; /* in the pool's queue */
-  /* Its caller's share, counting the call among its calls on the pool (see start_call); NULL
-   * without authentication. */
+  /* Its caller's share, counting the call among its calls on the pool (see start_call,
+   * post.c); NULL without authentication. */
   held_share *caller;
   stream *st;
   session *sess; /* NULL for stateless requests */
@@ -323,7 +325,7 @@ typedef struct param_headers {
 /* Headers a request may carry once: only a list may repeat (RFC 9110 §5.3), and two Host
  * lines are a 400 (RFC 9112 §3.2). Read as their first line, a repeated one could let a
  * proxy and this server act on different values. Transfer-Encoding is a list, but the only
- * one taken is "chunked" alone (see admit): on two lines, it is refused too. */
+ * one taken is "chunked" alone (see http_admit): on two lines, it is refused too. */
 #define HTTP_N_SINGLETONS 12
 extern const char *const http_singletons[HTTP_N_SINGLETONS];
 
@@ -336,6 +338,15 @@ typedef struct headers_seen {
   bool framing_runs_on; /* a name that begins as a framing header's, as a folded line's does */
 } headers_seen;
 
+/* What a request's Authorization header came to. */
+typedef enum caller {
+  CALLER_KNOWN,
+  CALLER_NO_TOKEN,
+  CALLER_EMPTY_TOKEN, /* "Bearer" alone: often a client's token variable left unset */
+  CALLER_BAD_TOKEN,
+  CALLER_UNCHECKED
+} caller;
+
 /* A session a batch of it is delivered to. */
 typedef struct batch_target {
   server *srv;
@@ -345,7 +356,46 @@ typedef struct batch_target {
 /* ---- server.c ---- */
 
 tg_env http_server_env(const server *s, tg_db *db);
+
+/* ---- admit.c ---- */
+
+enum MHD_Result http_admit(server *s, struct MHD_Connection *conn, const char *target,
+                           const char *method, const char *version, request *rq);
+
+/* ---- auth.c ---- */
+
+caller http_authenticate(server *s, struct MHD_Connection *conn, tg_db *db,
+                         char out[TG_UUID_LEN + 1], char hash[TG_TOKEN_HASH_LEN + 1]);
+enum MHD_Result http_refuse_caller(server *s, struct MHD_Connection *conn, caller who);
+
+/* ---- body.c ---- */
+
+enum MHD_Result http_body_take(server *s, request *rq, const char *data, size_t *size);
+json_t *http_media_refusal(json_t *err, const char *why);
+enum MHD_Result http_refuse_busy(server *s, struct MHD_Connection *conn, const request *rq,
+                                 const tg_rpc_id_scan *scan);
+bool http_take_decoded(server *s, request *rq);
+void http_scan_body(const request *rq, tg_rpc_id_scan *scan);
+enum MHD_Result http_refuse_too_large(server *s, struct MHD_Connection *conn,
+                                      const request *rq, const tg_rpc_id_scan *scan);
+
+/* ---- mhd_log.c ---- */
+
+void http_close_on_purpose(void);
+__attribute__((format(printf, 2, 0))) void http_mhd_log(void *cls, const char *fmt, va_list ap);
 void http_tell_held_back_mhd_lines(server *s, bool force);
+
+/* ---- post.c ---- */
+
+enum MHD_Result http_handle_post(server *s, struct MHD_Connection *conn, tg_db *db,
+                                 request *rq);
+
+/* ---- session_routes.c ---- */
+
+enum MHD_Result http_handle_delete(server *s, struct MHD_Connection *conn, tg_db *db,
+                                   const request *rq);
+enum MHD_Result http_handle_get(server *s, struct MHD_Connection *conn, tg_db *db,
+                                const request *rq);
 
 /* ---- address.c ---- */
 
@@ -387,6 +437,7 @@ enum MHD_Result http_respond(struct MHD_Connection *conn, unsigned status, const
                              const char *body, const char *session_id, const char *allow);
 enum MHD_Result http_queue(struct MHD_Connection *conn, unsigned status, const char *type,
                            const char *body, const char *session_id);
+enum MHD_Result http_session_not_found(struct MHD_Connection *conn);
 enum MHD_Result http_queue_unanswered(struct MHD_Connection *conn, bool holds_request,
                                       const char *session_id);
 enum MHD_Result http_queue_reply(server *s, struct MHD_Connection *conn, const char *principal,

@@ -66,6 +66,13 @@ enum MHD_Result http_queue(struct MHD_Connection *conn, unsigned status, const c
                       status == MHD_HTTP_METHOD_NOT_ALLOWED ? "GET, POST, DELETE" : NULL);
 }
 
+/* The answer to a GET or DELETE naming a session that is gone, or not the caller's, and to a
+ * request its session's end left unanswered (it names none: the request was cancelled). */
+enum MHD_Result http_session_not_found(struct MHD_Connection *conn) {
+  return http_queue_rpc_error(conn, MHD_HTTP_NOT_FOUND, TG_RPC_INVALID_REQUEST,
+                              "Session not found");
+}
+
 /* The answer to a POST that gets no message: 202 when it holds notifications and responses
  * only. A request gets no answer once cancelled, but a POST holding one must be answered
  * with JSON or an event stream: one that ends with no event. */

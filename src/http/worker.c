@@ -19,8 +19,9 @@ void http_cancel_call(void *arg) {
 }
 
 /* Whether a call was cancelled as its token was revoked, as its session (x) or its stream
- * (st, a stateless call's) says. */
+ * (st, a stateless call's) says; false with neither. */
 bool http_revoked_call(server *s, session *x, stream *st) {
+  if (!x && !st) return false;
   pthread_mutex_t *lock = x ? &s->lock : &st->lock;
   pthread_mutex_lock(lock);
   bool revoked = x ? x->revoked : st->revoked;
