@@ -14,6 +14,7 @@
 
 #include "core/token_use.h"
 #include "http/server.h"
+#include "mcp/ask.h"
 #include "mcp/inflight.h"
 #include "mcp/jsonrpc.h"
 #include "mcp/watch.h"
@@ -34,11 +35,6 @@ typedef struct worker worker;
 typedef struct listener listener;
 
 typedef struct server server;
-
-typedef struct ask_slot {
-  json_t *id; /* the request id we sent; NULL: free */
-  json_t *response;
-} ask_slot;
 
 /* The run of an active agent's session (tg_run_open_session), ended once the session is
  * released, after its last call: queued then for a thread with a database connection
@@ -70,7 +66,8 @@ typedef struct session {
   tg_mcp_session state; /* guarded by the server's lock */
   tg_mcp_inflight *inflight; /* its requests, which notifications/cancelled reaches */
   tg_mcp_watch *watch;       /* its list changes, sent on its GET stream */
-  ask_slot asks[MAX_ASKS];
+  tg_mcp_question asks[MAX_ASKS];
+  tg_mcp_questions questions; /* asks, under the server's lock */
   /* SSE streams, numbered per session so that an event id "STREAM-EVENT" names its stream. */
   unsigned next_stream;
   stream *kept[TG_HTTP_KEPT_STREAMS]; /* POST streams a client may resume, each with a reference */
@@ -130,8 +127,8 @@ struct server {
   char own_host[INET6_ADDRSTRLEN + 3];
   char *public_url; /* cfg->public_url, or this server's own address */
   pthread_mutex_t lock;
-  pthread_cond_t answered; /* an ask slot received its response, or a request was cancelled */
-  unsigned long cancellations; /* so that a tool waiting for its client misses none */
+  /* A session's question was answered, a session ended, or a request was cancelled. */
+  pthread_cond_t answered;
   uint64_t session_uses; /* counts the uses of sessions (session.use_order) */
   session *sessions;
   size_t n_sessions;
@@ -528,7 +525,6 @@ void http_cancel_call(void *arg);
 bool http_revoked_call(server *s, session *x, stream *st);
 bool http_cancellable_alone(stream *st, json_t *id);
 const char *http_request_run(const worker *w, tg_db *db, bool *held);
-int http_deliver_answer(server *s, session *x, const tg_rpc_msg *msg);
 void http_answer_unreadable(server *s, struct MHD_Connection *conn, const request *rq,
                             const tg_rpc_id_scan *scan, const json_t *refusal);
 int http_deliver_batched_answer(void *arg, tg_rpc_msg *element);

@@ -495,7 +495,7 @@ enum MHD_Result http_handle_post(server *s, struct MHD_Connection *conn, tg_db *
     goto done;
   }
   if (w->msg.kind == TG_RPC_RESPONSE) {
-    int delivered = w->sess ? http_deliver_answer(s, w->sess, &w->msg) : 0;
+    int delivered = w->sess ? tg_mcp_answer(&w->sess->questions, &w->msg) : 0;
     result =
         delivered > 0    ? http_queue(conn, MHD_HTTP_ACCEPTED, NULL, NULL, NULL)
         : delivered == 0 ? http_queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,

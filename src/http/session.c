@@ -55,7 +55,6 @@ static int session_send(void *self, json_t *msg) {
 void http_cancellation_heard(void *arg) {
   server *s = arg;
   pthread_mutex_lock(&s->lock);
-  s->cancellations++;
   pthread_cond_broadcast(&s->answered);
   pthread_mutex_unlock(&s->lock);
   http_drop_cancelled_in_line(s);
@@ -81,7 +80,6 @@ void http_session_unlink_locked(server *s, session *x) {
  * server that stops lets them run: its clients did not go away.) */
 void http_session_end_locked(server *s, session *x) {
   tg_mcp_inflight_cancel_all(x->inflight);
-  s->cancellations++;
   x->ended = true;
   http_session_unlink_locked(s, x);
 }
@@ -170,6 +168,8 @@ session *http_session_new(server *s, const char *principal, const char *token_ha
     return NULL;
   }
   x->srv = s;
+  x->questions = (tg_mcp_questions){.lock = &s->lock, .changed = &s->answered, .at = x->asks,
+                                    .n = MAX_ASKS};
   if (s->mcp.fixtures) tg_mcp_watch_prompts(x->watch);
   pthread_mutex_init(&x->run_opening, NULL);
   tg_hex(raw, sizeof raw, x->id);

@@ -297,7 +297,7 @@ void http_stream_finish(stream *st, char *text, json_t *id, int status) {
   } else {
     st->final = text;
     /* Copies, as the stream outlives the request's message on another thread (see
-     * http_deliver_answer); without memory, an error in place of the answer names no id. */
+     * tg_mcp_answer); without memory, an error in place of the answer names no id. */
     st->final_id = json_deep_copy(id);
     st->final_status = status;
   }

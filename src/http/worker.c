@@ -78,85 +78,25 @@ static bool worker_initialized(void *self) {
   return initialized;
 }
 
-/* Sends a request on the call's stream and waits for the client to POST the response. */
-static int worker_ask(void *self, json_t *ask, json_t **ret) {
+/* Whether the call's session ended: its client can answer no more. */
+static bool session_dead_locked(void *self) {
   worker *w = self;
-  server *s = w->srv;
-  json_t *id = json_incref(json_object_get(ask, "id"));
-  pthread_mutex_lock(&s->lock);
-  ask_slot *slot = NULL;
-  for (size_t i = 0; i < MAX_ASKS && !slot; i++)
-    if (!w->sess->asks[i].id) slot = &w->sess->asks[i];
-  if (slot) slot->id = id;
-  pthread_mutex_unlock(&s->lock);
-  if (!slot) {
-    json_decref(id);
-    json_decref(ask);
-    return TG_E_TOO_LARGE;
-  }
-  _cleanup_json_ json_t *asked = json_incref(ask); /* to withdraw it if the call stops waiting */
-  int r = http_stream_event(w->st, ask);
-  bool sent = r == 0, timed_out = false;
-  int64_t deadline = tg_monotonic_ms() + tg_mcp_ask_timeout_ms(&s->mcp);
-  pthread_mutex_lock(&s->lock);
-  while (r == 0 && !slot->response && !w->sess->dead) {
-    /* A cancellation is looked for outside the server's lock; the count tells whether one
-     * came meanwhile, so that the wait below cannot miss it. */
-    unsigned long seen = s->cancellations;
-    pthread_mutex_unlock(&s->lock);
-    bool cancelled = tg_mcp_inflight_cancelled(w->inflight, w->msg.id);
-    pthread_mutex_lock(&s->lock);
-    int64_t left = deadline - tg_monotonic_ms();
-    if (cancelled) {
-      r = TG_E_IO;
-    } else if (seen == s->cancellations && !slot->response && !w->sess->dead &&
-               (left <= 0 || tg_timed_wait(&s->answered, &s->lock, left))) {
-      r = TG_E_IO;
-      timed_out = true;
-    }
-  }
-  if (r == 0 && !slot->response) r = TG_E_IO;
-  /* Withdrawn as well when the session ended (its token revoked, the server stopping): the
-   * question's stream may still carry it, and the client stops showing it. */
-  bool withdraw = sent && r != 0;
-  if (r == 0) *ret = slot->response;
-  else json_decref(slot->response);
-  slot->response = NULL;
-  json_decref(slot->id);
-  slot->id = NULL;
-  pthread_mutex_unlock(&s->lock);
-  /* The call fails anyway: a withdrawal that cannot go out changes nothing. */
-  if (withdraw) http_stream_event(w->st, tg_mcp_withdrawal(asked, timed_out));
-  return r;
+  return w->sess->dead;
 }
 
-/* Hands a posted JSON-RPC response to the tool waiting for it; one answered already takes no
- * second. 1 when one took it, 0 when none waits for it, TG_E_NOMEM. */
-int http_deliver_answer(server *s, session *x, const tg_rpc_msg *msg) {
-  size_t at = MAX_ASKS, matched = 0;
-  /* A copy of its own: jansson's counts order no free after another thread's reads. Made
-   * before the lock, which every session's requests take. */
-  json_t *response = json_deep_copy(msg->root);
-  if (!response) return TG_E_NOMEM;
-  pthread_mutex_lock(&s->lock);
-  /* An error naming no request (its client could not read one) answers the question
-   * waiting when only one does, as over stdio. */
-  for (size_t i = 0; i < MAX_ASKS; i++)
-    if (x->asks[i].id && !x->asks[i].response &&
-        (msg->id ? json_equal(x->asks[i].id, msg->id) : msg->error != NULL)) {
-      at = i;
-      matched++;
-    }
-  bool found = matched == 1;
-  if (found) {
-    json_decref(x->asks[at].response);
-    x->asks[at].response = response;
-    response = NULL;
-  }
-  pthread_cond_broadcast(&s->answered);
-  pthread_mutex_unlock(&s->lock);
-  json_decref(response);
-  return found;
+static int send_on_stream(void *self, json_t *msg) {
+  worker *w = self;
+  return http_stream_event(w->st, msg);
+}
+
+/* Sends a request on the call's stream and waits for the client to POST the response, as
+ * tg_mcp_ask does. */
+static int worker_ask(void *self, json_t *ask, json_t **ret) {
+  worker *w = self;
+  tg_mcp_asker asker = {.self = w, .send = send_on_stream, .gone_locked = session_dead_locked,
+                        .inflight = w->inflight, .call_id = w->msg.id,
+                        .timeout_ms = tg_mcp_ask_timeout_ms(&w->srv->mcp)};
+  return tg_mcp_ask(&w->sess->questions, &asker, ask, ret);
 }
 
 /* A posted body that could not be decoded or was too large (refused with refusal; scan: its
@@ -168,14 +108,7 @@ void http_answer_unreadable(server *s, struct MHD_Connection *conn, const reques
   const char *sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Mcp-Session-Id");
   session *x = id && sid ? http_session_find(s, sid, rq->principal, rq->token_hash) : NULL;
   if (!x) return;
-  _cleanup_json_ json_t *answer = tg_mcp_unreadable_answer(id, refusal);
-  tg_rpc_msg msg;
-  json_t *ignored = NULL;
-  if (answer && tg_rpc_decode_element(answer, &msg, &ignored) == 0) {
-    http_deliver_answer(s, x, &msg);
-    tg_rpc_msg_done(&msg);
-  }
-  json_decref(ignored);
+  tg_mcp_answer_unreadable(&x->questions, id, refusal);
   http_session_put(s, x);
 }
 
@@ -184,7 +117,7 @@ void http_answer_unreadable(server *s, struct MHD_Connection *conn, const reques
 int http_deliver_batched_answer(void *arg, tg_rpc_msg *element) {
   batch_target *t = arg;
   if (element->kind != TG_RPC_RESPONSE) return 0;
-  int r = http_deliver_answer(t->srv, t->sess, element);
+  int r = tg_mcp_answer(&t->sess->questions, element);
   if (r < 0) return r;
   if (r == 0 && tg_log_may(&t->srv->stray_logged_ms))
     tg_log(TG_LOG_WARN, "http: a batched response to no request waiting for one; dropped "
@@ -200,7 +133,7 @@ bool http_state_load(server *s, session *x, tg_mcp_session *out) {
   pthread_mutex_lock(&s->lock);
   *out = x->state;
   /* A copy of its own, as requests of the session free theirs on their threads (see
-   * http_deliver_answer). */
+   * tg_mcp_answer). */
   out->client_capabilities = json_deep_copy(x->state.client_capabilities);
   pthread_mutex_unlock(&s->lock);
   return out->client_capabilities || !x->state.client_capabilities;

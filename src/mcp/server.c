@@ -635,18 +635,6 @@ json_t *tg_mcp_cancel_target(const tg_rpc_msg *msg) {
   return json_is_string(id) || json_is_integer(id) ? id : NULL;
 }
 
-json_t *tg_mcp_withdrawal(const json_t *ask, bool timed_out) {
-  return tg_rpc_notification(
-      "notifications/cancelled",
-      json_pack("{s:O,s:s}", "requestId", json_object_get(ask, "id"), "reason",
-                timed_out ? "No answer came in time" : "The call no longer waits for it"));
-}
-
-json_t *tg_mcp_unreadable_answer(json_t *id, const json_t *refusal) {
-  return tg_rpc_error(id, TG_RPC_INVALID_REQUEST, "The client's answer could not be read",
-                      json_pack("{s:O*}", "refusal", json_object_get(refusal, "error")));
-}
-
 static void notification(const tg_mcp_request *req, const tg_rpc_msg *msg) {
   json_t *cancelled = tg_mcp_cancel_target(msg);
   /* Of a session that initialized: not of a stdio connection that speaks 2026-07-28 or has

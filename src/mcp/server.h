@@ -166,16 +166,6 @@ const char *tg_mcp_version_refusal(const tg_rpc_msg *msg, const char *header_ver
 /* The requestId a notifications/cancelled names (borrowed), or NULL for any other message. */
 json_t *tg_mcp_cancel_target(const tg_rpc_msg *msg);
 
-/* The notifications/cancelled that withdraws ask, the server's request to the client that a
- * call stopped waiting for (timed_out: its time ran out), so that the client does not go on
- * showing it. NULL when out of memory. */
-json_t *tg_mcp_withdrawal(const json_t *ask, bool timed_out);
-
-/* The response that stands, for the question id waiting on it, for the client's answer that
- * could not be decoded (refusal: the error its decoding gave, borrowed): an error, so that
- * the call that asked fails at once instead of waiting out its time. NULL without memory. */
-json_t *tg_mcp_unreadable_answer(json_t *id, const json_t *refusal);
-
 /* Serves msg (a batch as tg_mcp_handle_batch does). A transport with headers has refused
  * first what tg_mcp_version_refusal refuses (a request that claims 2026-07-28 aside, whose
  * version is checked here). Returns 0 with *reply filled (the caller frees reply->text), or

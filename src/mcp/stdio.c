@@ -14,6 +14,7 @@
 #include "core/principal.h"
 #include "core/run.h"
 #include "core/token_use.h"
+#include "mcp/ask.h"
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -53,8 +54,8 @@ typedef struct conn {
   size_t queued, queued_bytes;
   bool busy; /* the serving thread holds a message that may take long (see may_take_long) */
   bool takes_batches; /* the session takes JSON-RPC batches, as the serving thread last saw */
-  json_t *awaiting; /* the id of the server's request a call waits on, or NULL */
-  json_t *answer;   /* its response, once read */
+  tg_mcp_question ask; /* the server's request a call waits on (one at a time), in asks */
+  tg_mcp_questions asks;
   bool ended;       /* the reader stopped: end of input, or the failure in status */
   int status;
   /* When the lines the client can cause were last logged (see tg_log_may): a response no
@@ -237,20 +238,12 @@ static bool blank(const char *s, size_t len) {
  * call fails at once instead of waiting out its time. After the refusal is written, so that
  * the client reads it before the call's answer. */
 static int refuse_unreadable(conn *c, const tg_rpc_id_scan *scan, json_t *refusal) {
-  json_t *id = tg_rpc_response_id(scan);
-  json_t *answer = id ? tg_mcp_unreadable_answer(id, refusal) : NULL;
+  _cleanup_json_ json_t *id = tg_rpc_response_id(scan);
+  /* Kept past the write, which lets go of it. */
+  _cleanup_json_ json_t *kept = json_incref(refusal);
   int r = write_message(c, refusal);
-  pthread_mutex_lock(&c->lock);
-  bool awaited = answer && c->awaiting && !c->answer && json_equal(id, c->awaiting);
-  /* The answer holds id too: let go of it while the call's thread cannot have the answer
-   * yet. Jansson's reference counts alone do not order the two threads' uses of it. */
-  json_decref(id);
-  if (awaited) {
-    c->answer = TAKE_PTR(answer);
-    pthread_cond_broadcast(&c->changed);
-  }
-  pthread_mutex_unlock(&c->lock);
-  json_decref(answer);
+  if (id && tg_mcp_answer_unreadable(&c->asks, id, kept) == TG_E_NOMEM && r == 0)
+    r = TG_E_NOMEM;
   return r;
 }
 
@@ -285,28 +278,11 @@ static bool take_at_once(conn *c, tg_rpc_msg *msg, int *r) {
     tg_mcp_reply reply;
     *r = tg_mcp_handle(c->srv, c->req, msg, &reply);
   } else if (msg->kind == TG_RPC_RESPONSE) {
-    /* A copy of its own for the serving thread: a batch's element is freed by this one, and
-     * jansson's counts order no free after another thread's reads. */
-    json_t *answer = json_deep_copy(msg->root);
-    if (!answer) {
-      tg_rpc_msg_done(msg);
-      *r = TG_E_NOMEM;
-      return true;
-    }
-    pthread_mutex_lock(&c->lock);
-    /* An error naming no request (its client could not read one) answers the one question
-     * waiting, if any: only one waits at a time here. */
-    bool awaited = c->awaiting && !c->answer &&
-                   (msg->id ? json_equal(msg->id, c->awaiting) : msg->error != NULL);
-    if (awaited) {
-      c->answer = TAKE_PTR(answer);
-    } else if (tg_log_may(&c->stray_logged_ms)) {
+    int taken = tg_mcp_answer(&c->asks, msg);
+    if (taken < 0) *r = taken;
+    else if (!taken && tg_log_may(&c->stray_logged_ms))
       tg_log(TG_LOG_WARN, "mcp: a response to no request waiting for one; dropped (logged once "
                           "a minute at most)");
-    }
-    pthread_cond_broadcast(&c->changed);
-    pthread_mutex_unlock(&c->lock);
-    json_decref(answer);
   } else {
     return false;
   }
@@ -559,42 +535,22 @@ static int serve_one(conn *c, tg_rpc_msg *msg) {
   return r;
 }
 
+/* Whether the client can answer no more: its input ended, or its token was revoked. */
+static bool answers_no_more_locked(void *self) {
+  conn *c = self;
+  return c->ended || atomic_load(&c->revoked);
+}
+
+static int send_to_client(void *self, json_t *msg) { return write_message(self, msg); }
+
 /* Sends request to the client and waits for its response (the reader answers pings
- * meanwhile). Ends with TG_E_IO when the call is cancelled, the input ends or the server's
- * ask timeout passes; the request is then withdrawn. */
+ * meanwhile), as tg_mcp_ask does. */
 static int io_ask(void *self, json_t *request, json_t **ret) {
   conn *c = self;
-  pthread_mutex_lock(&c->lock);
-  c->awaiting = json_incref(json_object_get(request, "id"));
-  pthread_mutex_unlock(&c->lock);
-  /* Kept to withdraw it if the call stops waiting. */
-  _cleanup_json_ json_t *asked = json_incref(request);
-  int r = write_message(c, request);
-  bool sent = r == 0;
-  int64_t timeout = tg_mcp_ask_timeout_ms(c->srv);
-  int64_t deadline = tg_monotonic_ms() + timeout;
-  bool timed_out = false;
-  pthread_mutex_lock(&c->lock);
-  for (int64_t left; r == 0 && !c->answer;) {
-    if (c->ended || atomic_load(&c->revoked) ||
-        tg_mcp_inflight_cancelled(c->req->inflight, c->serving)) {
-      r = TG_E_IO;
-    } else if ((left = deadline - tg_monotonic_ms()) <= 0) {
-      tg_log(TG_LOG_WARN, "mcp: the client did not answer within %lld ms", (long long)timeout);
-      r = TG_E_IO;
-      timed_out = true;
-    } else {
-      tg_timed_wait(&c->changed, &c->lock, left);
-    }
-  }
-  bool withdraw = sent && r != 0 && !c->ended;
-  if (r == 0) *ret = c->answer;
-  else json_decref(c->answer);
-  json_decref(c->awaiting);
-  c->awaiting = c->answer = NULL;
-  pthread_mutex_unlock(&c->lock);
-  if (withdraw) write_message(c, tg_mcp_withdrawal(asked, timed_out)); /* the call fails anyway */
-  return r;
+  tg_mcp_asker asker = {.self = c, .send = send_to_client, .gone_locked = answers_no_more_locked,
+                        .inflight = c->req->inflight, .call_id = c->serving,
+                        .timeout_ms = tg_mcp_ask_timeout_ms(c->srv)};
+  return tg_mcp_ask(&c->asks, &asker, request, ret);
 }
 
 /* Refuses msg (released), the message that found the token no longer standing (r). Returns
@@ -720,6 +676,7 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   pthread_mutex_init(&c.writing, NULL);
   pthread_mutex_init(&c.lock, NULL);
   pthread_cond_init(&c.changed, NULL);
+  c.asks = (tg_mcp_questions){.lock = &c.lock, .changed = &c.changed, .at = &c.ask, .n = 1};
   tg_mcp_session session;
   tg_mcp_session_init(&session);
   tg_mcp_io io = {.self = &c, .send = io_send, .ask = io_ask};
