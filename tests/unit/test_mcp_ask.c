@@ -88,13 +88,18 @@ static int teardown(void **state) {
   return 0;
 }
 
+/* How the call call_id asks on t, waiting timeout_ms at most: by default long enough for
+ * any answer, so that a call that should have stopped waiting ends with the wrong outcome,
+ * not a hang. */
+static tg_mcp_asker asker_of(transport *t, json_t *call_id, int64_t timeout_ms) {
+  return (tg_mcp_asker){.self = t, .send = send_msg, .gone_locked = gone_locked,
+                        .inflight = t->inflight, .call_id = call_id,
+                        .timeout_ms = timeout_ms ? timeout_ms : 10000};
+}
+
 static void *ask_thread(void *arg) {
   call *c = arg;
-  tg_mcp_asker asker = {.self = c->t, .send = send_msg, .gone_locked = gone_locked,
-                        .inflight = c->t->inflight, .call_id = c->call_id,
-                        /* Long enough for any answer; a call that should have stopped
-                         * waiting before then ends with the wrong outcome, not a hang. */
-                        .timeout_ms = c->timeout_ms ? c->timeout_ms : 10000};
+  tg_mcp_asker asker = asker_of(c->t, c->call_id, c->timeout_ms);
   c->r = tg_mcp_ask(&c->t->questions, &asker, c->request, &c->response);
   return NULL;
 }
@@ -236,8 +241,7 @@ static void test_places_are_bounded(void **state) {
   start(&a, t, 1, 1, 0);
   start(&b, t, 2, 2, 0);
   await_sent(t, 2);
-  tg_mcp_asker asker = {.self = t, .send = send_msg, .gone_locked = gone_locked,
-                        .inflight = t->inflight, .call_id = NULL, .timeout_ms = 1000};
+  tg_mcp_asker asker = asker_of(t, NULL, 1000);
   json_t *response = NULL;
   assert_int_equal(tg_mcp_ask(&t->questions, &asker, json_pack("{s:i}", "id", 3), &response),
                    TG_E_TOO_LARGE);
