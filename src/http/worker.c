@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "util/cleanup.h"
-#include "util/clock.h"
 #include "util/log.h"
 #include "util/status.h"
 

@@ -242,8 +242,8 @@ static int refuse_unreadable(conn *c, const tg_rpc_id_scan *scan, json_t *refusa
   /* Kept past the write, which lets go of it. */
   _cleanup_json_ json_t *kept = json_incref(refusal);
   int r = write_message(c, refusal);
-  if (id && tg_mcp_answer_unreadable(&c->asks, id, kept) == TG_E_NOMEM && r == 0)
-    r = TG_E_NOMEM;
+  /* Without memory for it, the question waits out its time, as for no answer. */
+  if (id) tg_mcp_answer_unreadable(&c->asks, id, kept);
   return r;
 }
 
