@@ -9,12 +9,14 @@
 
 #include "util/log.h"
 
-/* Takes the next *size bytes of rq's body (data), and sets *size to 0. A body past the bound,
- * or past the bounds on bodies held at once, is dropped as it comes, scanned for the id its
- * refusal names, and refused once it ends (libmicrohttpd answers only then); one that goes
- * on as long again past the bound (chunked: its length unsaid) has its connection closed
- * instead (MHD_NO, as without memory). */
-enum MHD_Result http_body_take(server *s, request *rq, const char *data, size_t *size) {
+/* Takes the next *size bytes of rq's body (data), sent on conn, and sets *size to 0. A body
+ * past the bound, or past the bounds on bodies held at once, is dropped as it comes, scanned
+ * for the id its refusal names, and refused once it ends (libmicrohttpd answers only then);
+ * one that goes on as long again past the bound (chunked: its length unsaid) has its
+ * connection closed instead (MHD_NO, as without memory), and the question it names, if any,
+ * fails as for any answer too large to read. */
+enum MHD_Result http_body_take(server *s, struct MHD_Connection *conn, request *rq,
+                               const char *data, size_t *size) {
   if (!rq->taker && !(rq->taker = http_share_get(s, rq->principal))) return MHD_NO;
   if (rq->past || rq->len + *size > TG_RPC_MAX_BODY ||
       http_taking_past(s, rq->taker, *size, &rq->busy_status)) {
@@ -32,6 +34,9 @@ enum MHD_Result http_body_take(server *s, request *rq, const char *data, size_t 
     rq->dropped += *size;
     *size = 0;
     if (rq->dropped <= 2ull * TG_RPC_MAX_BODY) return MHD_YES;
+    json_t *err = rq->refused_media ? NULL : tg_rpc_too_large(rq->past);
+    if (err) http_answer_unreadable(s, conn, rq, rq->past, err);
+    json_decref(err);
     if (tg_log_may(&s->overlong_logged_ms))
       tg_log(TG_LOG_WARN, "http: closed a connection whose body went on past twice the bound "
                           "on a message's size (%u bytes; logged once a minute at most)",

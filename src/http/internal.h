@@ -367,7 +367,8 @@ enum MHD_Result http_refuse_caller(server *s, struct MHD_Connection *conn, calle
 
 /* ---- body.c ---- */
 
-enum MHD_Result http_body_take(server *s, request *rq, const char *data, size_t *size);
+enum MHD_Result http_body_take(server *s, struct MHD_Connection *conn, request *rq,
+                               const char *data, size_t *size);
 json_t *http_media_refusal(json_t *err, const char *why);
 enum MHD_Result http_refuse_busy(server *s, struct MHD_Connection *conn, const request *rq,
                                  const tg_rpc_id_scan *scan);

@@ -53,7 +53,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     *upload_size = 0;
     return MHD_YES;
   }
-  if (*upload_size) return http_body_take(s, rq, upload_data, upload_size);
+  if (*upload_size) return http_body_take(s, conn, rq, upload_data, upload_size);
   /* The request is whole: it is answered now. */
   peer *p = http_peer_of(conn);
   if (p) atomic_store(&p->due_by, 0);

@@ -100,12 +100,17 @@ static int worker_ask(void *self, json_t *ask, json_t **ret) {
 
 /* A posted body that could not be decoded or was too large (refused with refusal; scan: its
  * text scanned) that meant to answer a question of the session it names: that question gets
- * an error for it, so that its call fails at once instead of waiting out its time. */
+ * an error for it, so that its call fails at once instead of waiting out its time. Not one
+ * sent as 2026-07-28 traffic, whose session id is ignored, as a readable answer's is. */
 void http_answer_unreadable(server *s, struct MHD_Connection *conn, const request *rq,
                             const tg_rpc_id_scan *scan, const json_t *refusal) {
   _cleanup_json_ json_t *id = tg_rpc_response_id(scan);
-  const char *sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Mcp-Session-Id");
-  session *x = id && sid ? http_session_find(s, sid, rq->principal, rq->token_hash) : NULL;
+  _cleanup_free_ char *sid = NULL, *revision = NULL;
+  if (!id || !http_header_value(conn, "Mcp-Session-Id", &sid) ||
+      !http_header_value(conn, "MCP-Protocol-Version", &revision) ||
+      (revision && strcmp(revision, TG_MCP_MODERN_VERSION) == 0))
+    return;
+  session *x = sid ? http_session_find(s, sid, rq->principal, rq->token_hash) : NULL;
   if (!x) return;
   tg_mcp_answer_unreadable(&x->questions, id, refusal);
   http_session_put(s, x);

@@ -14,17 +14,27 @@ static json_t *withdrawal(const json_t *ask, bool timed_out) {
                 timed_out ? "No answer came in time" : "The call no longer waits for it"));
 }
 
+/* Whether the call can wait no more: its client can answer no more, or it was cancelled. */
+static bool stopped_locked(const tg_mcp_asker *asker) {
+  /* Looked for under the lock, which the cancellation's wake takes to broadcast changed:
+   * one that comes after this look finds the wait that follows. */
+  return asker->gone_locked(asker->self) ||
+         tg_mcp_inflight_cancelled(asker->inflight, asker->call_id);
+}
+
 int tg_mcp_ask(tg_mcp_questions *asks, const tg_mcp_asker *asker, json_t *request,
                json_t **ret) {
   pthread_mutex_lock(asks->lock);
+  /* No question goes to a client known to be gone, or for a call no longer waiting. */
+  bool stopped = stopped_locked(asker);
   tg_mcp_question *slot = NULL;
-  for (size_t i = 0; i < asks->n && !slot; i++)
+  for (size_t i = 0; i < asks->n && !slot && !stopped; i++)
     if (!asks->at[i].id) slot = &asks->at[i];
   if (slot) slot->id = json_incref(json_object_get(request, "id"));
   pthread_mutex_unlock(asks->lock);
   if (!slot) {
     json_decref(request);
-    return TG_E_TOO_LARGE;
+    return stopped ? TG_E_IO : TG_E_TOO_LARGE;
   }
   _cleanup_json_ json_t *asked = json_incref(request); /* to withdraw it */
   int r = asker->send(asker->self, request);
@@ -32,10 +42,7 @@ int tg_mcp_ask(tg_mcp_questions *asks, const tg_mcp_asker *asker, json_t *reques
   int64_t deadline = tg_monotonic_ms() + asker->timeout_ms;
   pthread_mutex_lock(asks->lock);
   for (int64_t left; r == 0 && !slot->response;) {
-    /* Looked for under the lock, which the cancellation's wake takes to broadcast changed:
-     * one that comes after this look finds the wait below. */
-    if (asker->gone_locked(asker->self) ||
-        tg_mcp_inflight_cancelled(asker->inflight, asker->call_id)) {
+    if (stopped_locked(asker)) {
       r = TG_E_IO;
     } else if ((left = deadline - tg_monotonic_ms()) <= 0) {
       r = TG_E_IO;

@@ -38,9 +38,10 @@ typedef struct tg_mcp_asker {
 } tg_mcp_asker;
 
 /* Sends request (stolen) in a free place of asks and waits for the response (*ret, a new
- * reference). TG_E_TOO_LARGE when every place waits already; TG_E_IO when it could not be
- * sent, the call was cancelled, the client went or timeout_ms passed: a request sent is then
- * withdrawn (notifications/cancelled), so that the client stops showing it. */
+ * reference). TG_E_TOO_LARGE when every place waits already; TG_E_IO when the client can
+ * answer no more or the call was cancelled (before: nothing is sent), or when it could not be
+ * sent or timeout_ms passed: a request sent is then withdrawn (notifications/cancelled), so
+ * that the client stops showing it. */
 int tg_mcp_ask(tg_mcp_questions *asks, const tg_mcp_asker *asker, json_t *request,
                json_t **ret);
 

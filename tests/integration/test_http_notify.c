@@ -1236,6 +1236,50 @@ static json_int_t asked_id(const char *got, const char *method) {
   return id;
 }
 
+/* A chunked body: head, then padding up to total bytes. */
+typedef struct chunked_body {
+  const char *head;
+  size_t sent, total;
+} chunked_body;
+
+static size_t read_chunked(char *buf, size_t size, size_t n, void *arg) {
+  chunked_body *b = arg;
+  size_t head = strlen(b->head), give = size * n;
+  if (b->sent < head) {
+    give = give < head - b->sent ? give : head - b->sent;
+    memcpy(buf, b->head + b->sent, give);
+  } else {
+    give = give < b->total - b->sent ? give : b->total - b->sent;
+    memset(buf, 'x', give);
+  }
+  b->sent += give;
+  return give;
+}
+
+/* POSTs on session sid, in chunks, head and then padding up to total bytes; how curl ended. */
+static CURLcode post_chunked(world *w, const char *sid, const char *head, size_t total) {
+  CURL *curl = curl_easy_init();
+  char auth[256], session_line[128];
+  snprintf(auth, sizeof auth, "Authorization: Bearer %s", w->token);
+  snprintf(session_line, sizeof session_line, "Mcp-Session-Id: %s", sid);
+  struct curl_slist *headers = curl_slist_append(NULL, "Transfer-Encoding: chunked");
+  headers = curl_slist_append(headers, "Content-Type: application/json");
+  headers = curl_slist_append(headers, "Accept: application/json, text/event-stream");
+  headers = curl_slist_append(headers, auth);
+  headers = curl_slist_append(headers, session_line);
+  chunked_body body = {.head = head, .total = total};
+  curl_easy_setopt(curl, CURLOPT_URL, w->url);
+  curl_easy_setopt(curl, CURLOPT_POST, 1L);
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(curl, CURLOPT_READFUNCTION, read_chunked);
+  curl_easy_setopt(curl, CURLOPT_READDATA, &body);
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  CURLcode r = curl_easy_perform(curl);
+  curl_slist_free_all(headers);
+  curl_easy_cleanup(curl);
+  return r;
+}
+
 /* Opens a session and a call that asks it for sampling; posts, as the answer, what format
  * makes of the question's id (its one %lld, if any), which the POST's status must be; and
  * waits for the call's answer. The call's exchange, to finish. */
@@ -1289,6 +1333,43 @@ static void test_an_unreadable_answer_fails_its_question(void **state) {
   call = asking_call_answered(*state, format, 413);
   free(format);
   assert_non_null(strstr(call->got, "The client's answer could not be read"));
+  finish(call);
+  /* And one sent in chunks that goes on past twice the bound, whose connection is closed
+   * before it ends: the question it names fails then, not a minute later. */
+  world *w = *state;
+  char sid[64];
+  open_session(w, "{\"sampling\":{}}", sid);
+  call = asking_call(w, sid);
+  char head[96];
+  snprintf(head, sizeof head, "{\"jsonrpc\":\"2.0\",\"id\":%lld,\"result\":{\"pad\":\"",
+           (long long)asked_id(call->got, "sampling/createMessage"));
+  assert_int_not_equal(post_chunked(w, sid, head, 3ull * TG_RPC_MAX_BODY), CURLE_OK);
+  await(call, "\"id\":\"call-1\"");
+  assert_non_null(strstr(call->got, "The client's answer could not be read"));
+  finish(call);
+}
+
+/* An answer that cannot be read, sent as 2026-07-28 traffic, answers no question of the
+ * session it names, as a readable one would not: that traffic has no session. */
+static void test_an_unreadable_answer_of_2026_answers_no_question(void **state) {
+  world *w = *state;
+  char sid[64];
+  open_session(w, "{\"sampling\":{}}", sid);
+  exchange *call = asking_call(w, sid);
+  long long id = (long long)asked_id(call->got, "sampling/createMessage");
+  char *answer = NULL;
+  assert_true(asprintf(&answer, "{\"jsonrpc\":\"2.0\",\"id\":%lld,\"result\":{", id) > 0);
+  free(request(w, "POST", sid, "MCP-Protocol-Version: 2026-07-28", answer, 400));
+  free(answer);
+  assert_true(asprintf(&answer,
+                       "{\"jsonrpc\":\"2.0\",\"id\":%lld,\"result\":{\"role\":\"assistant\","
+                       "\"content\":{\"type\":\"text\",\"text\":\"hello\"},\"model\":\"m\"}}",
+                       id) > 0);
+  free(request(w, "POST", sid, NULL, answer, 202)); /* the question still waited */
+  free(answer);
+  await(call, "\"id\":\"call-1\"");
+  assert_null(strstr(call->got, "could not be read"));
+  assert_null(strstr(call->got, "\"isError\":true"));
   finish(call);
 }
 
@@ -3490,6 +3571,7 @@ int main(void) {
       T(test_a_client_result_not_an_object_is_its_error),
       T(test_an_error_naming_no_request_answers_the_one_question),
       T(test_an_unreadable_answer_fails_its_question),
+      T(test_an_unreadable_answer_of_2026_answers_no_question),
       T(test_ending_a_session_cancels_its_calls),
       T(test_a_call_its_session_ended_first_does_not_run),
       T(test_a_request_found_as_the_server_stops_is_served),

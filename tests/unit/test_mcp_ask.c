@@ -1,7 +1,8 @@
 /* Questions a call puts to its client (mcp/ask.c), as both transports use them: an answer
  * reaches the question it names, or, an error naming none, the one question waiting; a
  * question answered takes no second answer; places are bounded; a question no one waits for
- * any more (cancelled, client gone, time out) is withdrawn once sent, and only then. */
+ * any more (cancelled, client gone, time out) is withdrawn once sent, and only then; none goes
+ * to a client gone or for a call cancelled. */
 #include "support.h"
 
 #include <jansson.h>
@@ -297,6 +298,25 @@ static void test_a_question_not_sent_is_not_withdrawn(void **state) {
   assert_int_equal(t->sends, 1); /* the question alone: no withdrawal followed */
 }
 
+static void test_no_question_goes_to_a_client_gone_or_for_a_call_cancelled(void **state) {
+  transport *t = *state;
+  t->gone = true;
+  call a;
+  start(&a, t, 1, 1, 0);
+  finish(&a);
+  assert_int_equal(a.r, TG_E_IO);
+  t->gone = false;
+  call b;
+  _cleanup_json_ json_t *call_id = json_integer(2);
+  assert_int_equal(tg_mcp_inflight_begin(t->inflight, call_id), 0);
+  assert_true(tg_mcp_inflight_cancel(t->inflight, call_id));
+  start(&b, t, 2, 2, 0); /* begun again: it stands cancelled */
+  finish(&b);
+  tg_mcp_inflight_end(t->inflight, call_id);
+  assert_int_equal(b.r, TG_E_IO);
+  assert_int_equal(t->sends, 0); /* neither asked, nor withdrew */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_an_answer_reaches_the_question_it_names, setup,
@@ -312,6 +332,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_a_question_not_sent_is_not_withdrawn, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(
+          test_no_question_goes_to_a_client_gone_or_for_a_call_cancelled, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
