@@ -824,6 +824,11 @@ bool tg_mcp_takes_batches(const tg_mcp_session *s) {
   return strcmp(s->version, "2025-03-26") == 0;
 }
 
+json_t *tg_mcp_unbatched_refusal(const tg_rpc_msg *batch) {
+  return tg_rpc_refuse_batch(batch, TG_RPC_INVALID_REQUEST,
+                             "Batches are served on 2025-03-26 sessions only", NULL);
+}
+
 /* The reply text (encoded, stolen) to request id of a batch, as it goes into the batch's
  * answer, which holds *used bytes of at most max: a reply past the bound is replaced by an
  * error naming its request. NULL when out of memory. */
@@ -882,13 +887,12 @@ int tg_mcp_handle_batch(const tg_mcp_server *srv, const tg_mcp_request *req,
   memset(reply, 0, sizeof *reply);
   /* A request of it that claims 2026-07-28 refuses the batch, before any of it runs, lest
    * the others run without it. */
-  const char *why = NULL;
-  if (!tg_mcp_takes_batches(req->session))
-    why = "Batches are served on 2025-03-26 sessions only";
-  else if (batch_claims_modern(batch))
-    why = "A 2026-07-28 request cannot be part of a batch";
-  if (why) {
-    _cleanup_json_ json_t *refusal = tg_rpc_refuse_batch(batch, TG_RPC_INVALID_REQUEST, why, NULL);
+  bool unbatched = !tg_mcp_takes_batches(req->session);
+  if (unbatched || batch_claims_modern(batch)) {
+    _cleanup_json_ json_t *refusal =
+        unbatched ? tg_mcp_unbatched_refusal(batch)
+                  : tg_rpc_refuse_batch(batch, TG_RPC_INVALID_REQUEST,
+                                        "A 2026-07-28 request cannot be part of a batch", NULL);
     reply->text = refusal ? tg_rpc_encode(refusal) : NULL;
     reply->error = true;
     reply->http_status = 400;

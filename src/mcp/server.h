@@ -189,6 +189,8 @@ bool tg_mcp_holds_request(const tg_rpc_msg *msg);
 
 /* Whether session s takes JSON-RPC batches: one that negotiated 2025-03-26 does. */
 bool tg_mcp_takes_batches(const tg_mcp_session *s);
+/* The refusal of batch on a session that takes none (NULL without memory). */
+json_t *tg_mcp_unbatched_refusal(const tg_rpc_msg *batch);
 
 /* Told of each request of a batch as it starts being served (its id) and as it ends (NULL). */
 typedef void tg_mcp_serving_fn(void *arg, json_t *id);

@@ -54,6 +54,7 @@ typedef struct conn {
   size_t queued, queued_bytes;
   bool busy; /* the serving thread holds a message that may take long (see may_take_long) */
   bool takes_batches; /* the session takes JSON-RPC batches, as the serving thread last saw */
+  bool negotiated;    /* its revision is negotiated (initialize), never to change: the same */
   tg_mcp_question ask; /* the server's request a call waits on (one at a time), in asks */
   tg_mcp_questions asks;
   bool ended;       /* the reader stopped: end of input, or the failure in status */
@@ -384,7 +385,8 @@ static bool long_queued(const conn *c) {
  * is served at once; the response a call waits for goes to it; so do those in a batch (but a
  * cancellation of a request of the same batch), when the session takes batches as far as the
  * reader knows (else they wait with the rest of the batch, which is served or refused in its
- * turn, as the session then stands). Requests are entered in flight as they are queued, so
+ * turn, as the session then stands; or it is refused at once, once the session negotiated a
+ * revision that takes none). Requests are entered in flight as they are queued, so
  * that a cancellation finds them before they are served. When the queue is full (in
  * messages, or in bytes: one message always fits an empty queue) a request is refused and a
  * notification dropped: the reader never stops reading, so that a cancellation or a response
@@ -398,7 +400,7 @@ static int take(conn *c, tg_rpc_msg *msg) {
   }
   if (take_at_once(c, msg, &r)) return r;
   pthread_mutex_lock(&c->lock);
-  bool takes_batches = c->takes_batches;
+  bool takes_batches = c->takes_batches, negotiated = c->negotiated;
   pthread_mutex_unlock(&c->lock);
   if (msg->kind == TG_RPC_BATCH && takes_batches &&
       ((r = tg_rpc_batch_take(msg, take_element_at_once, &(batch_read){c, msg})) < 0 ||
@@ -408,6 +410,13 @@ static int take(conn *c, tg_rpc_msg *msg) {
   }
   if (tg_mcp_reuses_id_in_flight(c->req->inflight, c->req->watch, msg)) {
     r = write_message(c, refusal_of(msg, TG_RPC_INVALID_REQUEST, TG_MCP_INFLIGHT_REUSED_ID, NULL));
+    tg_rpc_msg_done(msg);
+    return r;
+  }
+  /* A batch on a session whose revision takes none is refused at once, as it would be in its
+   * turn, rather than behind a call that may wait a minute on its client. */
+  if (msg->kind == TG_RPC_BATCH && negotiated && !takes_batches) {
+    r = write_message(c, tg_mcp_unbatched_refusal(msg));
     tg_rpc_msg_done(msg);
     return r;
   }
@@ -517,6 +526,7 @@ static int serve_one(conn *c, tg_rpc_msg *msg) {
    * waits its turn, to be followed by the list check the serving thread makes. */
   pthread_mutex_lock(&c->lock);
   c->takes_batches = tg_mcp_takes_batches(c->req->session);
+  c->negotiated = c->req->session->version[0] != '\0';
   c->busy = false;
   c->era = c->req->session->era;
   /* Not chosen yet (a server/discover served chooses none), a request queued may choose. */

@@ -1422,6 +1422,21 @@ static void test_stdio_ping_answered_while_a_call_runs(void **state) {
   stdio_stop(s);
 }
 
+/* A batch on a connection whose negotiated revision takes none is refused at once, not behind
+ * a call that runs: in its turn, nothing of it would run either (answers to the server's
+ * questions included). */
+static void test_stdio_batch_refused_at_once_behind_a_running_call(void **state) {
+  stdio_run *s = start_running_call(*state); /* a 2025-11-25 session */
+  stdio_send(s, "[" PING(3) "," LIST(4) "]");
+  json_t *refused = expect_batch_answer(s, (json_int_t[]){3, 4}, 2);
+  assert_int_equal(error_code(json_array_get(refused, 1), NULL), TG_RPC_INVALID_REQUEST);
+  json_decref(refused);
+  stdio_send(s, CANCEL(2)); /* the call still ran: it waited for this */
+  stdio_send(s, PING(5));
+  expect_answer(s, 5);
+  stdio_stop(s);
+}
+
 enum { FIRST = 100, QUEUED = TG_MCP_STDIO_QUEUE_MAX, SENT = QUEUED + 6 };
 
 /* A connection (opened by initialize) whose queue is full behind a running call (call 2): of
@@ -1984,6 +1999,7 @@ int main(void) {
       KIT(test_stdio_call_gives_up_on_a_silent_client),
       KIT(test_stdio_cancel_reaches_a_running_call),
       KIT(test_stdio_ping_answered_while_a_call_runs),
+      KIT(test_stdio_batch_refused_at_once_behind_a_running_call),
       KIT(test_stdio_cancel_behind_a_full_queue),
       KIT(test_stdio_batch_refused_behind_a_full_queue),
       KIT(test_stdio_full_queue_drops_a_padded_handshake),
