@@ -54,7 +54,7 @@ typedef struct conn {
   size_t queued, queued_bytes;
   bool busy; /* the serving thread holds a message that may take long (see may_take_long) */
   bool takes_batches; /* the session takes JSON-RPC batches, as the serving thread last saw */
-  bool negotiated;    /* its revision is negotiated (initialize), never to change: the same */
+  bool negotiated;    /* the session negotiated its revision, for good; as the same saw */
   tg_mcp_question ask; /* the server's request a call waits on (one at a time), in asks */
   tg_mcp_questions asks;
   bool ended;       /* the reader stopped: end of input, or the failure in status */

@@ -138,6 +138,11 @@ static int answer(transport *t, const char *text) {
   return r;
 }
 
+/* The code of the error a response carries (0: none). */
+static json_int_t error_code(const json_t *response) {
+  return json_integer_value(json_object_get(json_object_get(response, "error"), "code"));
+}
+
 /* The reason of the withdrawal sent at index i, of the question of id. */
 static const char *withdrawn(transport *t, size_t i, int id) {
   json_t *msg = json_array_get(t->sent, i);
@@ -211,9 +216,7 @@ static void test_an_error_naming_no_request_answers_the_one_question_waiting(voi
   assert_int_equal(answer(t, unnamed), 1); /* one waits: it is this one's */
   finish(&c);
   assert_int_equal(c.r, 0);
-  assert_int_equal(json_integer_value(json_object_get(json_object_get(c.response, "error"),
-                                                      "code")),
-                   -32700);
+  assert_int_equal(error_code(c.response), -32700);
   json_decref(c.response);
 }
 
@@ -228,10 +231,9 @@ static void test_an_answer_that_could_not_be_read_fails_its_question(void **stat
   assert_int_equal(tg_mcp_answer_unreadable(&t->questions, id, refusal), 1);
   finish(&a);
   assert_int_equal(a.r, 0);
-  json_t *error = json_object_get(a.response, "error");
-  assert_int_equal(json_integer_value(json_object_get(error, "code")), -32600);
-  assert_int_equal(json_integer_value(json_object_get(
-                       json_object_get(json_object_get(error, "data"), "refusal"), "code")),
+  assert_int_equal(error_code(a.response), -32600);
+  json_t *data = json_object_get(json_object_get(a.response, "error"), "data");
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(data, "refusal"), "code")),
                    -32700);
   json_decref(a.response);
 }
