@@ -68,6 +68,9 @@ typedef struct session {
   tg_mcp_watch *watch;       /* its list changes, sent on its GET stream */
   tg_mcp_question asks[MAX_ASKS];
   tg_mcp_questions questions; /* asks, under the server's lock */
+  /* One of its questions was answered, it ended, or one of its requests was cancelled: its
+   * questions (only theirs) look again. */
+  pthread_cond_t answered;
   /* SSE streams, numbered per session so that an event id "STREAM-EVENT" names its stream. */
   unsigned next_stream;
   stream *kept[TG_HTTP_KEPT_STREAMS]; /* POST streams a client may resume, each with a reference */
@@ -127,8 +130,6 @@ struct server {
   char own_host[INET6_ADDRSTRLEN + 3];
   char *public_url; /* cfg->public_url, or this server's own address */
   pthread_mutex_t lock;
-  /* A session's question was answered, a session ended, or a request was cancelled. */
-  pthread_cond_t answered;
   uint64_t session_uses; /* counts the uses of sessions (session.use_order) */
   session *sessions;
   size_t n_sessions;
@@ -456,7 +457,6 @@ enum MHD_Result http_queue_refusal(struct MHD_Connection *conn, unsigned status,
 /* ---- session.c ---- */
 
 void http_session_release_locked(server *s, session *x);
-void http_cancellation_heard(void *arg);
 void http_session_unlink_locked(server *s, session *x);
 void http_session_end_locked(server *s, session *x);
 void http_drop_idle_locked(server *s);

@@ -88,12 +88,12 @@ static enum MHD_Result answer_pool_call(server *s, struct MHD_Connection *conn, 
     st->final = NULL;
     pthread_mutex_unlock(&st->lock);
     /* Without a message, the request was cancelled (status 0), or its error could not be
-     * built. */
+     * built (which a revoked token's refusal overrides, as it would have cancelled it). */
     enum MHD_Result r = MHD_NO;
     if (final)
       r = http_queue_reply(s, conn, st->share->principal, (unsigned)status, final, st->final_id,
                            NULL, NULL);
-    else if (status != 0)
+    else if (status != 0 && !http_revoked_call(s, x, st))
       r = http_queue(conn, (unsigned)status, NULL, NULL, NULL);
     else if (!refuse_cancelled(s, conn, x, st, &r))
       r = http_queue_unanswered(conn, true, NULL); /* a call */

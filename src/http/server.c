@@ -197,7 +197,6 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   pthread_mutex_init(&h->s.shares_lock, NULL);
   pthread_mutex_init(&h->s.peers_lock, NULL);
   pthread_mutex_init(&h->s.mhd_lines_lock, NULL);
-  pthread_cond_init(&h->s.answered, NULL);
   pthread_cond_init(&h->s.queued, NULL);
   pthread_cond_init(&h->s.sweep_stop, NULL);
   int own = http_own_url(&h->s, &addr, &h->s.public_url);
@@ -375,7 +374,6 @@ void tg_http_stop(tg_http *h) {
   pthread_mutex_destroy(&s->shares_lock);
   pthread_mutex_destroy(&s->peers_lock);
   pthread_mutex_destroy(&s->mhd_lines_lock);
-  pthread_cond_destroy(&s->answered);
   pthread_cond_destroy(&s->queued);
   pthread_cond_destroy(&s->sweep_stop);
   tg_mcp_server_done(&s->mcp);

@@ -32,6 +32,7 @@ void http_session_release_locked(server *s, session *x) {
   tg_mcp_watch_free(x->watch);
   tg_mcp_inflight_free(x->inflight);
   pthread_mutex_destroy(&x->run_opening);
+  pthread_cond_destroy(&x->answered);
   free(x);
 }
 
@@ -49,15 +50,14 @@ static int session_send(void *self, json_t *msg) {
   return r;
 }
 
-/* A request was cancelled (a session's, or a stateless call whose client left or whose token
- * was revoked): a tool waiting for its client looks again, and a call waiting in line for a
- * pool thread leaves the line at once. */
-void http_cancellation_heard(void *arg) {
-  server *s = arg;
-  pthread_mutex_lock(&s->lock);
-  pthread_cond_broadcast(&s->answered);
-  pthread_mutex_unlock(&s->lock);
-  http_drop_cancelled_in_line(s);
+/* A request of session x was cancelled: a tool of x waiting for its client looks again, and
+ * a call waiting in line for a pool thread leaves the line at once. */
+static void session_cancellation_heard(void *arg) {
+  session *x = arg;
+  pthread_mutex_lock(&x->srv->lock);
+  pthread_cond_broadcast(&x->answered);
+  pthread_mutex_unlock(&x->srv->lock);
+  http_drop_cancelled_in_line(x->srv);
 }
 
 void http_session_unlink_locked(server *s, session *x) {
@@ -66,7 +66,7 @@ void http_session_unlink_locked(server *s, session *x) {
     *p = x->next;
     s->n_sessions--;
     x->dead = true;
-    pthread_cond_broadcast(&s->answered);
+    pthread_cond_broadcast(&x->answered);
     /* The GET stream ends with its session; the client's reconnection then gets a 404. */
     if (x->standalone) http_stream_end(x->standalone);
     http_session_release_locked(s, x);
@@ -161,14 +161,15 @@ session *http_session_new(server *s, const char *principal, const char *token_ha
   session *x = calloc(1, sizeof *x);
   unsigned char raw[SESSION_ID_BYTES];
   if (!x || !tg_random_bytes(raw, sizeof raw) ||
-      tg_mcp_inflight_new(http_cancellation_heard, s, &x->inflight) < 0 ||
+      tg_mcp_inflight_new(session_cancellation_heard, x, &x->inflight) < 0 ||
       tg_mcp_watch_new(session_send, x, &x->watch) < 0) {
     if (x) tg_mcp_inflight_free(x->inflight);
     free(x);
     return NULL;
   }
   x->srv = s;
-  x->questions = (tg_mcp_questions){.lock = &s->lock, .changed = &s->answered, .at = x->asks,
+  pthread_cond_init(&x->answered, NULL);
+  x->questions = (tg_mcp_questions){.lock = &s->lock, .changed = &x->answered, .at = x->asks,
                                     .n = MAX_ASKS};
   if (s->mcp.fixtures) tg_mcp_watch_prompts(x->watch);
   pthread_mutex_init(&x->run_opening, NULL);

@@ -28,10 +28,15 @@ bool http_revoked_call(server *s, session *x, stream *st) {
   return revoked;
 }
 
+/* A stateless call was cancelled (its client left, or its token was revoked): waiting in line
+ * for a pool thread, it leaves the line at once. (It asks its client nothing: only a session's
+ * calls do.) */
+static void stateless_cancellation_heard(void *arg) { http_drop_cancelled_in_line(arg); }
+
 /* Makes st, a stateless call's stream, carry the cancellation of the call with id (see
  * http_cancel_call), from now on. false without memory (st's release frees what was made). */
 bool http_cancellable_alone(stream *st, json_t *id) {
-  if (tg_mcp_inflight_new(http_cancellation_heard, st->srv, &st->inflight) < 0 ||
+  if (tg_mcp_inflight_new(stateless_cancellation_heard, st->srv, &st->inflight) < 0 ||
       tg_mcp_inflight_begin(st->inflight, id) < 0)
     return false;
   st->call_id = json_deep_copy(id); /* see http_stream_finish */
