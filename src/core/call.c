@@ -288,8 +288,8 @@ static int write_telemetry(call_state *st, tg_db *db, tg_errcode code, const cha
   return r;
 }
 
-int tg_call_log_end(tg_db *db, const char *principal_id, const char *tool, const char *task_id,
-                    const char *level, const char *why) {
+int tg_call_log_end(tg_db *db, const char *principal_id, const char *tool, const char *run_id,
+                    const char *task_id, const char *level, const char *why) {
   char id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
   if (tg_uuid7(id) < 0) return TG_E_IO;
   tg_now_iso(now);
@@ -302,9 +302,13 @@ int tg_call_log_end(tg_db *db, const char *principal_id, const char *tool, const
   return tg_db_exec(db,
                     "INSERT INTO agent_run_logs (id, tenant_id, run_id, principal_id, step,"
                     " level, message, metadata, created_at)"
-                    " SELECT $1, tenant_id, NULL, id, $2, $3, $4, $5, $6 FROM principals"
-                    " WHERE id = $7",
-                    json_pack("[sssssss]", id, step, level, why, meta, now, principal_id), NULL);
+                    " SELECT $1, p.tenant_id, (SELECT r.id FROM agent_runs r JOIN agents a"
+                    "  ON a.id = r.agent_id WHERE r.id = $2 AND a.principal_id = p.id"
+                    "  AND r.status = 'running'), p.id, $3, $4, $5, $6, $7 FROM principals p"
+                    " WHERE p.id = $8",
+                    json_pack("[ss?ssssss]", id, run_id, step, level, why, meta, now,
+                              principal_id),
+                    NULL);
 }
 
 /* The digest of this call's approval, made once; NULL without memory. */

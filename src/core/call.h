@@ -117,10 +117,11 @@ json_t *tg_activity_ids(const tg_call_ctx *cx);
  * whose end no call of it was running to tell of: a task cancelled or unanswered while it
  * waited for its client's input, cut by the server's stop, or failed as its server died; a
  * 2025 request whose client failed an input request between its rounds. tool may be NULL
- * (not known), task_id NULL (no task); level is "INFO", "WARN" or "ERROR"; why says how it
- * ended. */
-int tg_call_log_end(tg_db *db, const char *principal_id, const char *tool, const char *task_id,
-                    const char *level, const char *why);
+ * (not known); run_id, the run the request named (NULL: none), is kept only when it names a
+ * running run of principal's, as the run gate lets a call attach to (the client gave it);
+ * task_id may be NULL (no task); level is "INFO", "WARN" or "ERROR"; why says how it ended. */
+int tg_call_log_end(tg_db *db, const char *principal_id, const char *tool, const char *run_id,
+                    const char *task_id, const char *level, const char *why);
 
 /* The tools principal may call on surface, as the tool list offered to it (seed 000 §4):
  * each passes the same surface, status, permission and policy gates as tg_call. Returns a

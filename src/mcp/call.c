@@ -126,7 +126,8 @@ static int audit_unrun_end(cx *c, const tg_tool *tool, int status) {
   _cleanup_free_ char *why = NULL;
   if (asprintf(&why, "failed: %s", c->err_message) < 0) why = NULL;
   int r = why ? tg_db_begin(db) : TG_E_NOMEM;
-  if (r == TG_OK) r = tg_call_log_end(db, c->req->principal_id, tool->name, NULL, "WARN", why);
+  if (r == TG_OK) r = tg_call_log_end(db, c->req->principal_id, tool->name, c->req->run_id, NULL,
+                                        "WARN", why);
   if (r == TG_OK) r = tg_db_commit(db);
   if (r < 0) {
     tg_db_rollback(db);

@@ -14,6 +14,7 @@ static ending ending_locked(const task *k) {
   memcpy(e.principal, k->principal, sizeof e.principal);
   if (k->ended_waiting) {
     e.tool = k->tool->name;
+    e.run_id = k->run_id;
     e.level = k->stopped || k->unanswered ? "WARN" : "INFO";
     e.why = k->stopped      ? "cancelled: " STOPPED_MESSAGE
             : k->unanswered ? "cancelled: " UNANSWERED_MESSAGE
@@ -49,7 +50,7 @@ int mcp_tasks_keep_ending(void *arg, tg_db *db) {
                    json_pack("[s,s,O,s]", e->id, e->principal, e->shown, at), &kept_now);
   if (r == 0) r = mcp_tasks_forget_running(db, e->id);
   if (r == 0 && kept_now && e->why)
-    r = tg_call_log_end(db, e->principal, e->tool, e->id, e->level, e->why);
+    r = tg_call_log_end(db, e->principal, e->tool, e->run_id, e->id, e->level, e->why);
   return r;
 }
 

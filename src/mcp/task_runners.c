@@ -104,12 +104,16 @@ static runner_state runner_state_of(const tg_mcp_tasks *t, const char *runner) {
 /* Writes how each running task of the runner arg ended: failed, as its server is gone. */
 static int bury_runner(void *arg, tg_db *db) {
   _cleanup_json_ json_t *rows = NULL;
-  int r = tg_db_query(db, "SELECT id, principal_id, task FROM mcp_running_tasks WHERE runner = $1",
+  int r = tg_db_query(db,
+                      "SELECT id, principal_id, task, tool, run_id FROM mcp_running_tasks"
+                      " WHERE runner = $1",
                       json_pack("[s]", (const char *)arg), &rows);
   size_t i;
   json_t *row;
   json_array_foreach(r < 0 ? NULL : rows, i, row) {
-    ending e = {.at = tg_now_ms(), .level = "ERROR", .why = "failed: " RUNNER_GONE_MESSAGE};
+    ending e = {.at = tg_now_ms(), .tool = tg_json_str(row, "tool"),
+                .run_id = tg_json_str(row, "run_id"), .level = "ERROR",
+                .why = "failed: " RUNNER_GONE_MESSAGE};
     char at[TG_ISO_LEN + 1];
     tg_iso8601(e.at, at);
     snprintf(e.id, sizeof e.id, "%s", tg_json_str(row, "id"));

@@ -25,10 +25,10 @@ typedef struct task_row {
 static int keep_beginning(void *arg, tg_db *db) {
   const task_row *b = arg;
   return tg_db_exec(db,
-                    "INSERT INTO mcp_running_tasks (id, principal_id, task, runner) "
-                    "VALUES ($1, $2, $3, $4)",
-                    json_pack("[s,s,O,s]", b->k->id, b->k->principal, b->shown,
-                              b->k->store->runner),
+                    "INSERT INTO mcp_running_tasks (id, principal_id, task, runner, tool, run_id)"
+                    " VALUES ($1, $2, $3, $4, $5, $6)",
+                    json_pack("[s,s,O,s,s,s?]", b->k->id, b->k->principal, b->shown,
+                              b->k->store->runner, b->k->tool->name, b->k->run_id),
                     NULL);
 }
 

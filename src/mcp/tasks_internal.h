@@ -144,8 +144,9 @@ typedef struct ending {
   json_t *shown; /* its DetailedTask; NULL when it could not be made */
   int64_t at;
   /* The audit of an end no call of the task wrote (tg_call_log_end), with its tool
-   * (NULL: not known) and level; why is NULL for an end a call's own row tells of. */
-  const char *tool, *level, *why;
+   * (NULL: not known), the run its rounds attached to (NULL: none or not known) and level;
+   * why is NULL for an end a call's own row tells of. */
+  const char *tool, *run_id, *level, *why;
 } ending;
 int mcp_tasks_keep_ending(void *arg, tg_db *db);
 bool mcp_task_end_unwritten(const task *k);

@@ -55,6 +55,7 @@ typedef struct world {
   json_t *sent;   /* messages the server sent during requests */
   json_t *answer; /* what the fake client answers to a server request */
   json_t *answer_error; /* or, when set, the error it answers with */
+  const char *run_id;   /* the run requests attach to, as a transport gives it; NULL: none */
   /* What the transport says of the client's notifications/initialized as the session stands
    * now (its request works on a copy taken before, as an HTTP session's does). */
   bool initialized_since;
@@ -135,7 +136,8 @@ static json_t *send_as(world *w, const char *principal, const char *text,
   tg_mcp_io io = {.self = w, .send = capture_send, .ask = capture_ask,
                   .initialized = capture_initialized};
   tg_mcp_request req = {.env = &w->f->env, .principal_id = principal, .session = &w->session,
-                        .headers = headers, .io = &io, .watch = w->watch};
+                        .headers = headers, .io = &io, .watch = w->watch,
+                        .run_id = w->run_id};
   tg_mcp_reply reply;
   assert_int_equal(tg_mcp_handle(&w->srv, &req, &msg, &reply), 0);
   if (status) *status = reply.http_status;
@@ -731,6 +733,47 @@ static long elicitation_ends_audited(world *w) {
                       "failed: The client answered%");
 }
 
+/* Starts a run of the agent slug (its id in run). */
+static void start_run(world *w, const char *slug, char run[TG_UUID_LEN + 1]) {
+  char args[64];
+  snprintf(args, sizeof args, "{\"agentSlug\":\"%s\"}", slug);
+  tg_call_result res;
+  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.run.start", args, NULL,
+                                &res),
+                   0);
+  snprintf(run, TG_UUID_LEN + 1, "%s", json_string_value(json_object_get(res.value, "runId")));
+  tg_call_result_done(&res);
+}
+
+/* Starts a run of w's agent (its id in run), which w's requests attach to from now on. */
+static void attach_to_a_new_run(world *w, char run[TG_UUID_LEN + 1]) {
+  start_run(w, "bot", run);
+  w->run_id = run;
+}
+
+/* A request of a run refused between its rounds is audited in that run, as its rounds are:
+ * the run's log tells all the request did. */
+static void test_a_refusal_between_rounds_is_audited_in_its_run(void **state) {
+  world *w = *state;
+  char run[TG_UUID_LEN + 1];
+  attach_to_a_new_run(w, run);
+  handshake(w, INITIALIZE(1, "2025-11-25", "{\"elicitation\":{}}"));
+  /* An answer that does not fit what the first round asked fails the request before the
+   * second. */
+  w->answer = json_pack("{s:s,s:{s:i}}", "action", "accept", "content", "name", 5);
+  json_t *r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{"
+                          "\"name\":\"test_input_required_result_elicitation\"}}",
+                       NULL, NULL);
+  assert_int_equal(error_code(r), TG_RPC_INTERNAL_ERROR);
+  json_decref(r);
+  assert_int_equal(elicitation_ends_audited(w), 1);
+  static const char in_run[] = "SELECT COUNT(*) AS n FROM agent_run_logs WHERE run_id = $1"
+                               " AND step = 'tool:test.input_required.result_elicitation'"
+                               " AND level = $2";
+  assert_int_equal(fixture_count_where(w->f, in_run, json_pack("[ss]", run, "INFO")), 1);
+  assert_int_equal(fixture_count_where(w->f, in_run, json_pack("[ss]", run, "WARN")), 1);
+}
+
 /* Elicitation in the mode the client declared: an empty object is form mode alone, so a
  * client declaring url mode alone gets -32021 naming form mode. The call refused so failed
  * before it committed, and its audit says so. */
@@ -1282,7 +1325,6 @@ static char *park_confirm(world *w, const char *filename, json_t **parked) {
   return id;
 }
 
-/* Cancels task id and waits until it is cancelled. */
 /* The audit rows of task id's end that no call of it wrote, at level, saying what begins
  * with why. */
 static long end_rows(world *w, const char *id, const char *level, const char *why) {
@@ -1294,6 +1336,7 @@ static long end_rows(world *w, const char *id, const char *level, const char *wh
                              json_pack("[sss]", id, level, why));
 }
 
+/* Cancels task id and waits until it is cancelled. */
 static void cancel_task(world *w, const char *id) {
   assert_ack(task_action_as(w, w->agent, "tasks/cancel", id, NULL));
   json_decref(await_task(w, id, "cancelled"));
@@ -1701,6 +1744,29 @@ static void test_task_cancel(void **state) {
   free(id);
   /* One left running ends with the server (teardown): it is cancelled, and waited for. */
   free(start_task(w, "slow_compute", "{\"seconds\":60}"));
+}
+
+/* The end of a task of a run that no call of it told of is audited in that run. Its running
+ * row names the run and the tool, for the server that ends it if this one is gone. */
+static void test_a_task_end_is_audited_in_its_run(void **state) {
+  world *w = *state;
+  char run[TG_UUID_LEN + 1];
+  attach_to_a_new_run(w, run);
+  char *id = park_confirm(w, "c.txt", NULL);
+  assert_int_equal(fixture_count_where(w->f,
+                                       "SELECT COUNT(*) AS n FROM mcp_running_tasks WHERE id = $1"
+                                       " AND run_id = $2 AND tool = 'test.task.confirm_delete'",
+                                       json_pack("[ss]", id, run)),
+                   1);
+  cancel_task(w, id);
+  assert_int_equal(end_rows(w, id, "INFO", "cancelled: its client cancelled it"), 1);
+  assert_int_equal(fixture_count_where(w->f,
+                                       "SELECT COUNT(*) AS n FROM agent_run_logs WHERE run_id = $1"
+                                       " AND json_extract(metadata, '$.taskId') = $2"
+                                       " AND json_extract(metadata, '$.end')",
+                                       json_pack("[ss]", run, id)),
+                   1);
+  free(id);
 }
 
 static void test_task_failures(void **state) {
@@ -2227,6 +2293,40 @@ static const char *error_message(json_t *reply) {
   "\"confirm\":{\"action\":\"accept\",\"content\":{\"confirm\":true}},"                    \
   "\"more\":{\"action\":\"accept\",\"content\":{\"more\":\"no\"}}}"
 
+/* A request refused before its first round names, as its run, one its agent's calls cannot
+ * attach to (another agent's; none; one ended): audited still, in no run, as a call refused
+ * by the run gate is; and never in the other agent's run. */
+static void test_a_refusal_naming_no_run_of_its_agent_is_audited_in_none(void **state) {
+  world *w = *state;
+  char other[TG_UUID_LEN + 1], theirs[TG_UUID_LEN + 1], finished[TG_UUID_LEN + 1];
+  fixture_agent(w->f, "{\"slug\":\"bot2\"}", other);
+  start_run(w, "bot2", theirs);
+  start_run(w, "bot", finished);
+  assert_int_equal(tg_db_exec(w->f->db, "UPDATE agent_runs SET status = 'completed' WHERE id = $1",
+                              json_pack("[s]", finished), NULL),
+                   0);
+  static const char tool[] = "test.input_required.result_elicitation",
+                    refused[] = "failed: Invalid or expired requestState";
+  const char *const runs[] = {theirs, "0190a000-0000-7000-8000-000000000000", finished};
+  for (size_t i = 0; i < 3; i++) {
+    w->run_id = runs[i];
+    long refusals = ends_audited(w, tool, refused);
+    json_t *r = request_as(w, w->agent, ELICITS, "tools/call",
+                           "\"name\":\"test_input_required_result_elicitation\","
+                           "\"requestState\":\"forged\",\"inputResponses\":" ANSWERS,
+                           NULL);
+    assert_string_equal(error_message(r), "Invalid or expired requestState");
+    json_decref(r);
+    assert_int_equal(ends_audited(w, tool, refused), refusals + 1);
+  }
+  assert_int_equal(fixture_count_where(w->f,
+                                       "SELECT COUNT(*) AS n FROM agent_run_logs"
+                                       " WHERE json_extract(metadata, '$.end')"
+                                       " AND run_id IS NOT NULL",
+                                       NULL),
+                   0);
+}
+
 /* The rounds of multi_input asking twice, for a client without tasks, up to the second: its
  * sealed requestState, JSON-quoted (malloc'd). */
 static char *multi_input_state(world *w) {
@@ -2695,6 +2795,14 @@ static void test_task_of_a_gone_server(void **state) {
   const char *id_a = "a0000000000000000000000000000000", *id_b = "b0000000000000000000000000000000",
              *id_c = "c0000000000000000000000000000000";
   leave_running(w, id_a, w->agent, no_file);
+  /* It names its tool and its run, which its audit row names too. */
+  char run[TG_UUID_LEN + 1];
+  start_run(w, "bot", run);
+  assert_int_equal(tg_db_exec(w->f->db,
+                              "UPDATE mcp_running_tasks SET tool = 'test.task.slow_compute',"
+                              " run_id = $2 WHERE id = $1",
+                              json_pack("[ss]", id_a, run), NULL),
+                   0);
   leave_running(w, id_b, other, unlocked);
   leave_running(w, id_c, w->agent, unlocked);
   /* One that waited for input when its server went. */
@@ -2723,6 +2831,12 @@ static void test_task_of_a_gone_server(void **state) {
   assert_failed_as_gone(got, id_a);
   json_decref(got);
   assert_int_equal(end_rows(w, id_a, "ERROR", "failed: The server running the task stopped"), 1);
+  assert_int_equal(fixture_count_where(w->f,
+                                       "SELECT COUNT(*) AS n FROM agent_run_logs WHERE run_id = $1"
+                                       " AND step = 'tool:test.task.slow_compute'"
+                                       " AND json_extract(metadata, '$.taskId') = $2",
+                                       json_pack("[ss]", run, id_a)),
+                   1);
   assert_true(kept_row(w, id_a));
   assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 4);
   assert_ack(task_action_as(w, w->agent, "tasks/cancel", id_a, NULL)); /* it ended */
@@ -4547,6 +4661,8 @@ int main(void) {
       T(test_an_approval_lasts_a_call_of_many_rounds),
       T(test_cursors_only_as_written),
       T(test_header_values_a_client_must_encode),
+      T(test_a_refusal_between_rounds_is_audited_in_its_run),
+      T(test_a_refusal_naming_no_run_of_its_agent_is_audited_in_none),
       T(test_elicitation_in_the_mode_declared),
       T(test_stdio_pinning),
       T(test_stdio_pinned_to_2025),
@@ -4566,6 +4682,7 @@ int main(void) {
       T(test_task_runs_and_is_audited),
       T(test_task_input_rounds),
       T(test_task_cancel),
+      T(test_a_task_end_is_audited_in_its_run),
       T(test_task_failures),
       T(test_tasks_need_the_extension),
       T(test_a_task_asking_what_its_client_cannot_give_fails),
