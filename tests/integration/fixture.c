@@ -69,6 +69,18 @@ void fixture_agent(fixture *f, const char *args, char principal[TG_UUID_LEN + 1]
   tg_call_result_done(&res);
 }
 
+void fixture_run_start(fixture *f, const char *slug, char run[TG_UUID_LEN + 1]) {
+  json_t *args = json_pack("{s:s}", "agentSlug", slug);
+  char *text = json_dumps(args, JSON_COMPACT);
+  tg_call_result res;
+  assert_int_equal(fixture_call(f, f->owner, TG_SURFACE_API, "admin.run.start", text, NULL, &res),
+                   0);
+  snprintf(run, TG_UUID_LEN + 1, "%s", json_string_value(json_object_get(res.value, "runId")));
+  tg_call_result_done(&res);
+  free(text);
+  json_decref(args);
+}
+
 void fixture_revoke_elsewhere(fixture *f, const char *agent_slug, const char *permission) {
   tg_db *db = tg_test_db_open(f->dir);
   tg_env env = f->env;

@@ -33,6 +33,8 @@ void fixture_revoke_elsewhere(fixture *f, const char *agent_slug, const char *pe
 /* Creates an agent through admin.agent.create as the owner (args JSON text, "slug" needed)
  * and returns its principal id (static buffer per call site: copy it). */
 void fixture_agent(fixture *f, const char *args, char principal[TG_UUID_LEN + 1]);
+/* Starts a run of the agent slug through admin.run.start as the owner; its id in run. */
+void fixture_run_start(fixture *f, const char *slug, char run[TG_UUID_LEN + 1]);
 
 /* Rows of table, and a text snapshot of every table but the excluded one (NULL: none). */
 long fixture_count(fixture *f, const char *table);

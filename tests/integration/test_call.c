@@ -763,12 +763,8 @@ static void test_dry_run_writes_nothing(void **state) {
 static void test_calls_attach_to_runs(void **state) {
   world *w = *state;
   tg_call_result res;
-  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.run.start",
-                                "{\"agentSlug\":\"writer\"}", NULL, &res),
-                   0);
   char run[TG_UUID_LEN + 1];
-  snprintf(run, sizeof run, "%s", json_string_value(json_object_get(res.value, "runId")));
-  tg_call_result_done(&res);
+  fixture_run_start(w->f, "writer", run);
   for (int i = 0; i < 2; i++) {
     assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "echoText", "{\"text\":\"a\"}", run, &res), 0);
     tg_call_result_done(&res);
@@ -1124,12 +1120,7 @@ static void test_run_cap_counts_successes(void **state) {
   world *w = *state;
   tg_call_result res;
   char runs[2][TG_UUID_LEN + 1];
-  for (size_t i = 0; i < 2; i++) {
-    assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.run.start",
-                                  "{\"agentSlug\":\"writer\"}", NULL, &res), 0);
-    snprintf(runs[i], sizeof runs[i], "%s", json_string_value(json_object_get(res.value, "runId")));
-    tg_call_result_done(&res);
-  }
+  for (size_t i = 0; i < 2; i++) fixture_run_start(w->f, "writer", runs[i]);
   long missions = fixture_count(w->f, "missions");
   assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "test.item.once",
                                 "{\"note\":\"first\"}", runs[0], &res), 0);
@@ -1181,11 +1172,8 @@ static void test_run_gates_hold_at_the_write(void **state) {
   };
   tg_db_test_queued = race_in;
   for (size_t i = 0; i < sizeof moves / sizeof moves[0]; i++) {
-    assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.run.start",
-                                  "{\"agentSlug\":\"writer\"}", NULL, &res), 0);
     char run[TG_UUID_LEN + 1];
-    snprintf(run, sizeof run, "%s", json_string_value(json_object_get(res.value, "runId")));
-    tg_call_result_done(&res);
+    fixture_run_start(w->f, "writer", run);
     long missions = fixture_count(w->f, "missions");
     race.f = w->f;
     race.sql = moves[i].sql;

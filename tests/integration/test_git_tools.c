@@ -434,12 +434,8 @@ static void test_edit_agent_file(void **state) {
   json_decref(big);
 
   /* one edit per run: a failed attempt does not count, the second success is refused */
-  tg_call_result res;
-  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.run.start",
-                                "{\"agentSlug\":\"worker\"}", NULL, &res), 0);
   char run[TG_UUID_LEN + 1];
-  snprintf(run, sizeof run, "%s", json_string_value(json_object_get(res.value, "runId")));
-  tg_call_result_done(&res);
+  fixture_run_start(w->f, "worker", run);
   json_decref(expect(w, w->worker, "editAgentFile", "{\"name\":\"agent.yml\",\"body\":\"[\"}", run, "validation_failed"));
   json_decref(expect(w, w->worker, "editAgentFile", "{\"name\":\"HEARTBEAT.md\",\"body\":\"h\"}", run, ""));
   /* the handler knows the run its call belongs to */

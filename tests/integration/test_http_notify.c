@@ -1427,18 +1427,6 @@ static void test_the_level_set_last_stands(void **state) {
   free(got);
 }
 
-/* A new run of agent slug, started by the owner, into run. */
-static void run_started(world *w, const char *slug, char run[TG_UUID_LEN + 1]) {
-  char args[64];
-  snprintf(args, sizeof args, "{\"agentSlug\":\"%s\"}", slug);
-  tg_call_result res;
-  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.run.start", args, NULL,
-                                &res),
-                   0);
-  snprintf(run, TG_UUID_LEN + 1, "%s", json_string_value(json_object_get(res.value, "runId")));
-  tg_call_result_done(&res);
-}
-
 /* The workspace's owner ends run with status (admin.run.end). */
 static void run_ended(world *w, const char *run, const char *status) {
   char args[128];
@@ -1673,7 +1661,7 @@ static void test_a_call_in_no_run_may_not_call_a_capped_tool(void **state) {
   assert_int_equal(fixture_count(w->f, "agent_runs"), runs);
   assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs + 1);
   char run[TG_UUID_LEN + 1], headers[256];
-  run_started(w, "bot", run);
+  fixture_run_start(w->f, "bot", run);
   snprintf(headers, sizeof headers, STATELESS_ROUTE("test_act_once") "\nToolgate-Run: %s", run);
   got = request(w, "POST", NULL, headers, STATELESS_CALL("2", "test_act_once", "{}"), 200);
   assert_null(strstr(got, "\"isError\":true"));
@@ -1741,8 +1729,8 @@ static void test_a_session_run_ends_with_its_session(void **state) {
 static void test_a_request_names_its_run(void **state) {
   world *w = *state;
   char run[TG_UUID_LEN + 1], foreign[TG_UUID_LEN + 1], headers[256];
-  run_started(w, "bot", run);
-  run_started(w, "bot2", foreign);
+  fixture_run_start(w->f, "bot", run);
+  fixture_run_start(w->f, "bot2", foreign);
   char sid[64];
   open_session(w, "{}", sid); /* a run of its own, which the header takes the place of */
   long runs = fixture_count(w->f, "agent_runs");

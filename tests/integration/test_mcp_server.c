@@ -733,21 +733,9 @@ static long elicitation_ends_audited(world *w) {
                       "failed: The client answered%");
 }
 
-/* Starts a run of the agent slug (its id in run). */
-static void start_run(world *w, const char *slug, char run[TG_UUID_LEN + 1]) {
-  char args[64];
-  snprintf(args, sizeof args, "{\"agentSlug\":\"%s\"}", slug);
-  tg_call_result res;
-  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.run.start", args, NULL,
-                                &res),
-                   0);
-  snprintf(run, TG_UUID_LEN + 1, "%s", json_string_value(json_object_get(res.value, "runId")));
-  tg_call_result_done(&res);
-}
-
 /* Starts a run of w's agent (its id in run), which w's requests attach to from now on. */
 static void attach_to_a_new_run(world *w, char run[TG_UUID_LEN + 1]) {
-  start_run(w, "bot", run);
+  fixture_run_start(w->f, "bot", run);
   w->run_id = run;
 }
 
@@ -1336,6 +1324,16 @@ static long end_rows(world *w, const char *id, const char *level, const char *wh
                              json_pack("[sss]", id, level, why));
 }
 
+/* The audit rows of task id's end that no call of it wrote, of tool, in run. */
+static long end_rows_in_run(world *w, const char *id, const char *tool, const char *run) {
+  return fixture_count_where(w->f,
+                             "SELECT COUNT(*) AS n FROM agent_run_logs"
+                             " WHERE json_extract(metadata, '$.taskId') = $1"
+                             " AND json_extract(metadata, '$.end') AND step = 'tool:' || $2"
+                             " AND run_id = $3",
+                             json_pack("[sss]", id, tool, run));
+}
+
 /* Cancels task id and waits until it is cancelled. */
 static void cancel_task(world *w, const char *id) {
   assert_ack(task_action_as(w, w->agent, "tasks/cancel", id, NULL));
@@ -1760,12 +1758,7 @@ static void test_a_task_end_is_audited_in_its_run(void **state) {
                    1);
   cancel_task(w, id);
   assert_int_equal(end_rows(w, id, "INFO", "cancelled: its client cancelled it"), 1);
-  assert_int_equal(fixture_count_where(w->f,
-                                       "SELECT COUNT(*) AS n FROM agent_run_logs WHERE run_id = $1"
-                                       " AND json_extract(metadata, '$.taskId') = $2"
-                                       " AND json_extract(metadata, '$.end')",
-                                       json_pack("[ss]", run, id)),
-                   1);
+  assert_int_equal(end_rows_in_run(w, id, "test.task.confirm_delete", run), 1);
   free(id);
 }
 
@@ -2300,8 +2293,8 @@ static void test_a_refusal_naming_no_run_of_its_agent_is_audited_in_none(void **
   world *w = *state;
   char other[TG_UUID_LEN + 1], theirs[TG_UUID_LEN + 1], finished[TG_UUID_LEN + 1];
   fixture_agent(w->f, "{\"slug\":\"bot2\"}", other);
-  start_run(w, "bot2", theirs);
-  start_run(w, "bot", finished);
+  fixture_run_start(w->f, "bot2", theirs);
+  fixture_run_start(w->f, "bot", finished);
   assert_int_equal(tg_db_exec(w->f->db, "UPDATE agent_runs SET status = 'completed' WHERE id = $1",
                               json_pack("[s]", finished), NULL),
                    0);
@@ -2797,7 +2790,7 @@ static void test_task_of_a_gone_server(void **state) {
   leave_running(w, id_a, w->agent, no_file);
   /* It names its tool and its run, which its audit row names too. */
   char run[TG_UUID_LEN + 1];
-  start_run(w, "bot", run);
+  fixture_run_start(w->f, "bot", run);
   assert_int_equal(tg_db_exec(w->f->db,
                               "UPDATE mcp_running_tasks SET tool = 'test.task.slow_compute',"
                               " run_id = $2 WHERE id = $1",
@@ -2831,12 +2824,7 @@ static void test_task_of_a_gone_server(void **state) {
   assert_failed_as_gone(got, id_a);
   json_decref(got);
   assert_int_equal(end_rows(w, id_a, "ERROR", "failed: The server running the task stopped"), 1);
-  assert_int_equal(fixture_count_where(w->f,
-                                       "SELECT COUNT(*) AS n FROM agent_run_logs WHERE run_id = $1"
-                                       " AND step = 'tool:test.task.slow_compute'"
-                                       " AND json_extract(metadata, '$.taskId') = $2",
-                                       json_pack("[ss]", run, id_a)),
-                   1);
+  assert_int_equal(end_rows_in_run(w, id_a, "test.task.slow_compute", run), 1);
   assert_true(kept_row(w, id_a));
   assert_int_equal(fixture_count(w->f, "mcp_running_tasks"), 4);
   assert_ack(task_action_as(w, w->agent, "tasks/cancel", id_a, NULL)); /* it ended */
