@@ -298,6 +298,7 @@ struct worker {
   stream *st;
   session *sess; /* NULL for stateless requests */
   tg_mcp_inflight *inflight; /* the session's, or the stream's of a stateless call */
+  int fd; /* the socket of the connection waiting for a stateless call's first output */
   /* Of a stateless call made with a token: the token's hash, and its place among the
    * server's token_calls (listed: in it). */
   char token_hash[TG_TOKEN_HASH_LEN + 1];

@@ -187,7 +187,7 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
   }
   w->st = st;
   w->inflight = inflight;
-  int fd = http_connection_fd(conn);
+  int fd = w->fd = http_connection_fd(conn);
   bool resumes = x && strcmp(w->scratch.version, POLLING_VERSION) >= 0;
   size_t primed_len = 0;
   /* w belongs to the pool once queued: what this thread needs of it is taken first. */

@@ -211,6 +211,19 @@ static void finish_cancelled(server *s, worker *w) {
   http_stream_finish(w->st, text, w->msg.id, 0);
 }
 
+/* Whether the client of w, a stateless call, went away, which cancels it. Its connection's
+ * close says so, but that connection looks at its socket only once a second while it waits
+ * for the call's first output: until then (its socket is its own, held open by that wait),
+ * the socket is looked at here too. A call that became a task within that second is then
+ * known cancelled at once, and the task stops: its client never learnt its id. */
+static bool stateless_client_gone(void *arg) {
+  const worker *w = arg;
+  pthread_mutex_lock(&w->st->lock);
+  bool gone = w->st->closed || (w->st->len == 0 && !w->st->done && http_client_gone(w->fd));
+  pthread_mutex_unlock(&w->st->lock);
+  return gone;
+}
+
 /* Serves one queued call on a pool thread's connection (NULL when it could not be opened). */
 static void run_call(worker *w, tg_db *db) {
   server *s = w->srv;
@@ -227,6 +240,7 @@ static void run_call(worker *w, tg_db *db) {
                           .headers = &w->headers, .io = &io,
                           .inflight = w->inflight,
                           .abandoned = &s->past_grace,
+                          .gone = w->sess ? NULL : stateless_client_gone, .gone_arg = w,
                           .watch = w->sess ? w->sess->watch : NULL};
     req.run_id = http_request_run(w, db, &req.run_held);
     tg_mcp_reply reply;

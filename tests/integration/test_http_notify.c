@@ -2941,6 +2941,31 @@ static void test_a_stop_gives_tasks_at_work_its_grace(void **state) {
                    1);
 }
 
+/* A stateless call of a task tool on the pool whose client left before its answer (here,
+ * before it was even served: a half-close) leaves no task running: the call is cancelled,
+ * or the task it became stops, since its client never learnt the task's id. Else nothing
+ * could read or cancel it, and it would hold one of its principal's places for tasks as
+ * long as it ran. */
+static void test_a_task_call_whose_client_left_leaves_no_task(void **state) {
+  world *w = *state;
+  unsigned port = 0;
+  assert_int_equal(sscanf(w->url, "http://127.0.0.1:%u/", &port), 1);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct timeval guard = {.tv_sec = HANG_GUARD_S};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &guard, sizeof guard);
+  char *lines = modern_lines(w, "tools/call", "slow_compute");
+  fixture_http_send(fd, port, "POST", lines, TASK_CALL("8", "{\"seconds\":600}"));
+  free(lines);
+  assert_int_equal(shutdown(fd, SHUT_WR), 0);
+  char answer[ANSWER_MAX];
+  assert_true(recv(fd, answer, sizeof answer, 0) > 0); /* served */
+  for (int i = 0; fixture_count(w->f, "mcp_running_tasks") != 0; i++) {
+    if (i == HANG_GUARD_S * 100) fail_msg("a task its client was never told of still runs");
+    usleep(10 * 1000);
+  }
+  close(fd);
+}
+
 /* The DetailedTask of task id (a new reference), read with the token w acts as. */
 static json_t *task_read(world *w, const char *id) {
   char body[512], headers[256];
@@ -3613,6 +3638,7 @@ int main(void) {
       T(test_a_session_request_reusing_an_id_being_cancelled),
       T(test_a_stop_gives_tasks_at_work_its_grace),
       T(test_a_revoked_token_ends_its_tasks),
+      T(test_a_task_call_whose_client_left_leaves_no_task),
       T(test_request_bodies_held_at_once_are_bounded),
       T(test_request_bodies_count_as_decoded),
       T(test_a_value_like_an_input_request_is_content),
