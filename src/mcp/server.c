@@ -15,6 +15,7 @@
 #define META_VERSION "io.modelcontextprotocol/protocolVersion"
 #define META_CAPS "io.modelcontextprotocol/clientCapabilities"
 #define META_LOG "io.modelcontextprotocol/logLevel"
+#define META_INFO "io.modelcontextprotocol/clientInfo"
 #define META_SERVER "io.modelcontextprotocol/serverInfo"
 
 enum { ERA_LEGACY = 1, ERA_MODERN = 2, ERA_BOTH = 3 };
@@ -515,6 +516,11 @@ static int check_modern(cx *c, tg_mcp_reply *reply) {
     r = reply_error(msg, TG_RPC_INVALID_PARAMS,
                     "Invalid request _meta: a client capability that must be an object is not",
                     json_pack("{s:s}", "invalid", META_CAPS), 400, reply);
+  /* Optional, and not read, but an Implementation when given, as initialize's clientInfo. */
+  else if (json_object_get(meta, META_INFO) && !json_is_object(json_object_get(meta, META_INFO)))
+    r = reply_error(msg, TG_RPC_INVALID_PARAMS,
+                    "Invalid request _meta: clientInfo must be an object",
+                    json_pack("{s:s}", "invalid", META_INFO), 400, reply);
   else if (h && header_differs(h->protocol_version, json_string_value(version)))
     r = reply_error(msg, TG_RPC_HEADER_MISMATCH, "MCP-Protocol-Version does not match _meta",
                     NULL, 400, reply);

@@ -508,9 +508,12 @@ static void test_modern_ladder(void **state) {
   world *w = *state;
   int status = 0;
   /* A malformed envelope: no clientCapabilities, or capabilities in the wrong shape (not
-   * capabilities left undeclared, which a tool needing them would answer with -32021). */
+   * capabilities left undeclared, which a tool needing them would answer with -32021), or a
+   * clientInfo that is no Implementation object. */
   static const char *const malformed[] = {
-      "", ",\"io.modelcontextprotocol/clientCapabilities\":{\"sampling\":true}"};
+      "", ",\"io.modelcontextprotocol/clientCapabilities\":{\"sampling\":true}",
+      ",\"io.modelcontextprotocol/clientCapabilities\":{},"
+      "\"io.modelcontextprotocol/clientInfo\":\"garbage\""};
   for (size_t i = 0; i < sizeof malformed / sizeof malformed[0]; i++) {
     char text[256];
     snprintf(text, sizeof text,
