@@ -512,8 +512,8 @@ static void test_modern_ladder(void **state) {
    * clientInfo that is no Implementation object. */
   static const char *const malformed[] = {
       "", ",\"io.modelcontextprotocol/clientCapabilities\":{\"sampling\":true}",
-      ",\"io.modelcontextprotocol/clientCapabilities\":{},"
-      "\"io.modelcontextprotocol/clientInfo\":\"garbage\""};
+      (",\"io.modelcontextprotocol/clientCapabilities\":{},"
+       "\"io.modelcontextprotocol/clientInfo\":\"garbage\"")};
   for (size_t i = 0; i < sizeof malformed / sizeof malformed[0]; i++) {
     char text[256];
     snprintf(text, sizeof text,
