@@ -508,6 +508,7 @@ static int check_modern(cx *c, tg_mcp_reply *reply) {
   json_t *version = json_object_get(meta, META_VERSION);
   json_t *caps = json_object_get(meta, META_CAPS);
   json_t *level = json_object_get(meta, META_LOG);
+  json_t *info = json_object_get(meta, META_INFO);
   int r;
   if (!json_is_string(version) || !json_is_object(caps))
     r = reply_error(msg, TG_RPC_INVALID_PARAMS, "Invalid request _meta",
@@ -516,8 +517,8 @@ static int check_modern(cx *c, tg_mcp_reply *reply) {
     r = reply_error(msg, TG_RPC_INVALID_PARAMS,
                     "Invalid request _meta: a client capability that must be an object is not",
                     json_pack("{s:s}", "invalid", META_CAPS), 400, reply);
-  /* Optional, and not read, but an Implementation when given, as initialize's clientInfo. */
-  else if (json_object_get(meta, META_INFO) && !json_is_object(json_object_get(meta, META_INFO)))
+  /* Optional and not read, but an object when given, as initialize's clientInfo. */
+  else if (info && !json_is_object(info))
     r = reply_error(msg, TG_RPC_INVALID_PARAMS,
                     "Invalid request _meta: clientInfo must be an object",
                     json_pack("{s:s}", "invalid", META_INFO), 400, reply);
