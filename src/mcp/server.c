@@ -225,6 +225,14 @@ json_t *tg_mcp_result_meta(const tg_mcp_server *srv) {
   return json_pack("{s:o}", META_SERVER, server_info(srv));
 }
 
+/* Whether a client's Implementation (initialize's clientInfo, a 2026-07-28 request's _meta
+ * clientInfo), when given, is malformed: MCP's Implementation is an object naming the client
+ * and its version. Nothing reads it, but what comes in the wrong shape is refused. */
+static bool client_info_malformed(const json_t *info) {
+  return info && (!json_is_object(info) || !json_is_string(json_object_get(info, "name")) ||
+                  !json_is_string(json_object_get(info, "version")));
+}
+
 static int m_initialize(cx *c, json_t *params, json_t **ret) {
   tg_mcp_session *s = c->req->session;
   const char *asked = json_string_value(json_object_get(params, "protocolVersion"));
@@ -240,9 +248,12 @@ static int m_initialize(cx *c, json_t *params, json_t **ret) {
   const char *version = tg_mcp_legacy_supported(asked) ? asked : TG_MCP_LEGACY_VERSION;
   json_t *caps = json_object_get(params, "capabilities");
   json_t *info = json_object_get(params, "clientInfo");
-  if ((caps && !json_is_object(caps)) || (info && !json_is_object(info)))
+  if (caps && !json_is_object(caps))
+    return mcp_rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.capabilities must be an object", NULL);
+  if (client_info_malformed(info))
     return mcp_rpc_fail(c, TG_RPC_INVALID_PARAMS,
-                        "params.capabilities and params.clientInfo must be objects", NULL);
+                        "params.clientInfo must be an object with a string name and version",
+                        NULL);
   /* Kept for the session's life: only what is read of them. */
   json_t *kept = tg_client_capabilities_read(caps);
   if (!kept) return TG_E_NOMEM;
@@ -455,6 +466,12 @@ static int decorate_modern(const tg_mcp_server *srv, const method *m, json_t *re
   return 0;
 }
 
+/* The data of a refused version: the one version this side speaks, and the one asked for
+ * (a JSON value, as the request gave it). */
+static json_t *versions_data(const char *supported, json_t *requested) {
+  return json_pack("{s:[s],s:O}", "supported", supported, "requested", requested);
+}
+
 static bool header_differs(const char *header, const char *body) {
   return header && (!body || strcmp(header, body) != 0);
 }
@@ -468,7 +485,8 @@ const char *tg_mcp_version_refusal(const tg_rpc_msg *msg, const char *header_ver
                   strcmp(header_version, TG_MCP_MODERN_VERSION) == 0;
     return spoken ? NULL : "Unsupported MCP-Protocol-Version";
   }
-  const char *claimed = json_string_value(json_object_get(meta_of(msg), META_VERSION));
+  json_t *version = json_object_get(meta_of(msg), META_VERSION);
+  const char *claimed = json_string_value(version);
   *code = TG_RPC_INVALID_PARAMS; /* as a request's envelope */
   if (!claimed) return "Invalid request _meta: its protocol version must be a string";
   *code = TG_RPC_HEADER_MISMATCH;
@@ -476,7 +494,7 @@ const char *tg_mcp_version_refusal(const tg_rpc_msg *msg, const char *header_ver
     return "MCP-Protocol-Version does not match _meta";
   *code = TG_RPC_UNSUPPORTED_VERSION;
   if (strcmp(claimed, TG_MCP_MODERN_VERSION) == 0) return NULL;
-  *data = json_pack("{s:[s],s:s}", "supported", TG_MCP_MODERN_VERSION, "requested", claimed);
+  *data = versions_data(TG_MCP_MODERN_VERSION, version);
   return "Unsupported protocol version";
 }
 
@@ -499,6 +517,19 @@ static bool name_matches(const tg_rpc_msg *msg, const char *header) {
   return body && mcp_header_value(header, &value) && strcmp(value, body) == 0;
 }
 
+/* Why a request's _meta is refused, or NULL: when it has one, it is an object (MCP's
+ * RequestParams), whose progress token is a string or a number (ProgressToken), whatever the
+ * method, though only tools/call sends progress. A 2026-07-28 request's is refused with its
+ * envelope (a 400), a 2025 one's as its method would fail (in a 200). */
+static const char *meta_refusal(const json_t *params) {
+  json_t *meta = json_object_get(params, "_meta");
+  json_t *token = json_object_get(meta, "progressToken");
+  if (meta && !json_is_object(meta)) return "params._meta must be an object";
+  if (token && !json_is_string(token) && !json_is_number(token))
+    return "_meta.progressToken must be a string or a number";
+  return NULL;
+}
+
 /* The 2026-07-28 envelope and header checks, in the order the reference SDK applies them.
  * Returns 0 to serve, or an error reply already filled (returns 1), or TG_E_NOMEM. */
 static int check_modern(cx *c, tg_mcp_reply *reply) {
@@ -509,6 +540,7 @@ static int check_modern(cx *c, tg_mcp_reply *reply) {
   json_t *caps = json_object_get(meta, META_CAPS);
   json_t *level = json_object_get(meta, META_LOG);
   json_t *info = json_object_get(meta, META_INFO);
+  const char *refused;
   int r;
   if (!json_is_string(version) || !json_is_object(caps))
     r = reply_error(msg, TG_RPC_INVALID_PARAMS, "Invalid request _meta",
@@ -517,11 +549,14 @@ static int check_modern(cx *c, tg_mcp_reply *reply) {
     r = reply_error(msg, TG_RPC_INVALID_PARAMS,
                     "Invalid request _meta: a client capability that must be an object is not",
                     json_pack("{s:s}", "invalid", META_CAPS), 400, reply);
-  /* Optional and not read, but an object when given, as initialize's clientInfo. */
-  else if (info && !json_is_object(info))
+  else if (client_info_malformed(info))
     r = reply_error(msg, TG_RPC_INVALID_PARAMS,
-                    "Invalid request _meta: clientInfo must be an object",
+                    "Invalid request _meta: clientInfo must be an object with a string name "
+                    "and version",
                     json_pack("{s:s}", "invalid", META_INFO), 400, reply);
+  /* The envelope's, as its other members: refused before it is served, with a 400. */
+  else if ((refused = meta_refusal(msg->params)))
+    r = reply_error(msg, TG_RPC_INVALID_PARAMS, refused, NULL, 400, reply);
   else if (h && header_differs(h->protocol_version, json_string_value(version)))
     r = reply_error(msg, TG_RPC_HEADER_MISMATCH, "MCP-Protocol-Version does not match _meta",
                     NULL, 400, reply);
@@ -530,9 +565,7 @@ static int check_modern(cx *c, tg_mcp_reply *reply) {
                     400, reply);
   else if (strcmp(json_string_value(version), TG_MCP_MODERN_VERSION) != 0)
     r = reply_error(msg, TG_RPC_UNSUPPORTED_VERSION, "Unsupported protocol version",
-                    json_pack("{s:[s],s:O}", "supported", TG_MCP_MODERN_VERSION, "requested",
-                              version),
-                    400, reply);
+                    versions_data(TG_MCP_MODERN_VERSION, version), 400, reply);
   else
     goto headers;
   return r < 0 ? r : 1;
@@ -611,9 +644,7 @@ static int check_pinned(cx *c, tg_mcp_reply *reply) {
         msg, TG_RPC_UNSUPPORTED_VERSION,
         "This connection speaks the 2025 protocol, chosen by a request without "
         "params._meta before",
-        json_pack("{s:[s],s:O}", "supported", s->version[0] ? s->version : TG_MCP_LEGACY_VERSION,
-                  "requested", claimed),
-        400, reply);
+        versions_data(s->version[0] ? s->version : TG_MCP_LEGACY_VERSION, claimed), 400, reply);
   else if (!c->modern && s->era == TG_MCP_ERA_MODERN && strcmp(msg->method, "initialize") == 0 &&
            !json_is_string(json_object_get(msg->params, "protocolVersion")))
     r = reply_error(msg, TG_RPC_INVALID_PARAMS, "params.protocolVersion must be a string", NULL,
@@ -622,8 +653,8 @@ static int check_pinned(cx *c, tg_mcp_reply *reply) {
     r = reply_error(msg, TG_RPC_UNSUPPORTED_VERSION,
                     "This connection speaks 2026-07-28, which has no initialize: send each "
                     "request with params._meta",
-                    json_pack("{s:[s],s:O}", "supported", TG_MCP_MODERN_VERSION, "requested",
-                              json_object_get(msg->params, "protocolVersion")),
+                    versions_data(TG_MCP_MODERN_VERSION,
+                                  json_object_get(msg->params, "protocolVersion")),
                     400, reply);
   else if (!c->modern && s->era == TG_MCP_ERA_MODERN)
     r = reply_error(msg, TG_RPC_INVALID_PARAMS,
@@ -709,18 +740,6 @@ static int reply_of(cx *c, const method *m, int r, json_t *result, tg_mcp_reply 
     reply->text = message ? tg_rpc_encode(message) : NULL;
   }
   return reply->text ? 0 : TG_E_NOMEM;
-}
-
-/* Why a request's _meta is refused, or NULL: when it has one, it is an object (MCP's
- * RequestParams), whose progress token is a string or a number (ProgressToken), whatever the
- * method, though only tools/call sends progress. */
-static const char *meta_refusal(const json_t *params) {
-  json_t *meta = json_object_get(params, "_meta");
-  json_t *token = json_object_get(meta, "progressToken");
-  if (meta && !json_is_object(meta)) return "params._meta must be an object";
-  if (token && !json_is_string(token) && !json_is_number(token))
-    return "_meta.progressToken must be a string or a number";
-  return NULL;
 }
 
 int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_rpc_msg *msg,

@@ -509,13 +509,16 @@ static void test_modern_ladder(void **state) {
   int status = 0;
   /* A malformed envelope: no clientCapabilities, or capabilities in the wrong shape (not
    * capabilities left undeclared, which a tool needing them would answer with -32021), or a
-   * clientInfo that is no Implementation object. */
+   * clientInfo that is no Implementation object, or a progress token neither a string nor a
+   * number. */
+#define CAPS ",\"io.modelcontextprotocol/clientCapabilities\":{}"
+#define INFO ",\"io.modelcontextprotocol/clientInfo\":"
   static const char *const malformed[] = {
       "", ",\"io.modelcontextprotocol/clientCapabilities\":{\"sampling\":true}",
-      (",\"io.modelcontextprotocol/clientCapabilities\":{},"
-       "\"io.modelcontextprotocol/clientInfo\":\"garbage\"")};
+      CAPS INFO "\"garbage\"", CAPS INFO "{\"name\":5,\"version\":\"1\"}",
+      CAPS INFO "{\"name\":\"c\"}", CAPS ",\"progressToken\":[1]"};
   for (size_t i = 0; i < sizeof malformed / sizeof malformed[0]; i++) {
-    char text[256];
+    char text[320];
     snprintf(text, sizeof text,
              "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\",\"params\":{\"_meta\":{"
              "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"%s}}}",
@@ -525,7 +528,18 @@ static void test_modern_ladder(void **state) {
     assert_int_equal(status, 400);
     json_decref(r);
   }
+  /* A whole Implementation and a numeric progress token are served. */
   json_t *r = send_msg(w,
+                       "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\",\"params\":{"
+                       "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"" CAPS
+                       INFO "{\"name\":\"c\",\"version\":\"1\"},\"progressToken\":7}}}",
+                       NULL, &status);
+  assert_non_null(result_of(r));
+  assert_int_equal(status, 200);
+  json_decref(r);
+#undef CAPS
+#undef INFO
+  r = send_msg(w,
                "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"server/discover\",\"params\":{\"_meta\":{"
                "\"io.modelcontextprotocol/protocolVersion\":\"v999.0.0\","
                "\"io.modelcontextprotocol/clientCapabilities\":{}}}}",
@@ -1481,7 +1495,8 @@ static void test_only_what_is_served_is_declared(void **state) {
   }
 }
 
-/* initialize takes its capabilities and clientInfo as objects, or refuses to open the
+/* initialize takes its capabilities as an object and its clientInfo as an Implementation (a
+ * name and a version), or refuses to open the
  * session; the session keeps of the capabilities only what is read of them; discover gives
  * the same instructions. */
 static void test_initialize_checks_its_params(void **state) {
@@ -1490,8 +1505,10 @@ static void test_initialize_checks_its_params(void **state) {
       INITIALIZE(1, "2025-11-25", "\"x\""),
       "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
       "\"2025-11-25\",\"capabilities\":{},\"clientInfo\":5}}",
+      "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+      "\"2025-11-25\",\"capabilities\":{},\"clientInfo\":{\"name\":\"c\",\"version\":1}}}",
   };
-  for (size_t i = 0; i < 2; i++) {
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     json_t *r = send_msg(w, bad[i], NULL, NULL);
     assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
     json_decref(r);
