@@ -384,11 +384,13 @@ void tg_http_stop(tg_http *h) {
 }
 
 int tg_http_serve(const tg_http_config *cfg) {
-  /* Threads inherit this mask, so only sigwait below sees the stop signals. */
+  /* Threads inherit this mask, so only sigwait below sees the stop signals. SIGHUP too: the
+   * terminal it was started from closing stops it with the grace of a stop, not at once. */
   sigset_t stop;
   sigemptyset(&stop);
   sigaddset(&stop, SIGINT);
   sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop, NULL);
   tg_http *h = NULL;
   unsigned port = 0;

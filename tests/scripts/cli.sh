@@ -148,7 +148,8 @@ check "serving on, its log closed" 0 curl -sf "http://127.0.0.1:$port/healthz"
 kill -TERM "$quiet" 2>/dev/null || true
 check "ended as told" 0 wait "$quiet"
 # A token's last use: written by the server's sweep within seconds of its first, and the
-# last minute's once more as it stops; a message served on stdio is one too.
+# last minute's once more as it stops, also on SIGHUP (its terminal closing), which stops it
+# as SIGTERM does; a message served on stdio is one too.
 check "token for uses" 0 "$tg" token create --agent demo
 use_token=$(jq -r .token "$dir/out")
 last_use() { "$tg" token list --agent demo --json | jq -r --arg p "${use_token:0:11}" '.tokens[] | select(.prefix == $p) | .lastUsedAt'; }
@@ -168,8 +169,8 @@ for _ in $(seq 100); do first_use=$(last_use); [ "$first_use" != null ] && break
 if [ "$first_use" != null ]; then passes=$((passes + 1)); else failed "the server wrote no use of the token"; fi
 sleep 0.01
 check "another request by token" 0 ping_by_token
-kill -TERM "$uses" 2>/dev/null || true
-check "the server stops" 0 wait "$uses"
+kill -HUP "$uses" 2>/dev/null || true
+check "the server stops on SIGHUP" 0 wait "$uses"
 later_use=$(last_use)
 if [[ "$later_use" > "$first_use" ]]; then passes=$((passes + 1)); else failed "the last use ($later_use) was not written at the stop (first $first_use)"; fi
 check "a message by token on stdio" 0 bash -c 'echo "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\",\"params\":{\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{}}}}" | "$0" mcp --token "$1"' "$tg" "$use_token"
