@@ -78,7 +78,8 @@ json_t *http_media_refusal(json_t *err, const char *why) {
 
 /* A body dropped as it passed the bounds on bodies held at once (rq->busy_status says
  * whose), or one that would pass them decoded, is refused, naming its request when its text
- * did (scan). */
+ * did (scan); with the refusal of its Accept or Content-Type first (rq's), as a body within
+ * the bounds would be. */
 enum MHD_Result http_refuse_busy(server *s, struct MHD_Connection *conn, const request *rq,
                                  const tg_rpc_id_scan *scan) {
   bool own = rq->busy_status == MHD_HTTP_TOO_MANY_REQUESTS;
@@ -93,8 +94,11 @@ enum MHD_Result http_refuse_busy(server *s, struct MHD_Connection *conn, const r
   const char *message = own ? "Too many bytes of this caller's requests are held at once; "
                               "wait for answers"
                             : "Too many bytes of requests are held at once; retry";
-  return http_queue_json(conn, rq->busy_status, tg_rpc_scan_refusal(scan, code, message, data),
-                         NULL);
+  json_t *refusal = tg_rpc_scan_refusal(scan, code, message, data);
+  if (rq->refused_media)
+    return http_queue_json(conn, rq->refused_media_status,
+                           http_media_refusal(refusal, rq->refused_media), NULL);
+  return http_queue_json(conn, rq->busy_status, refusal, NULL);
 }
 
 /* A message's values take more than its text's bytes once decoded (the two bytes of "{}"

@@ -47,7 +47,7 @@ int http_worker_send(void *self, json_t *msg) {
   worker *w = self;
   /* On a session of a revision whose clients resume streams, every call stream begins with
    * its priming event: those on the pool as they begin, the others at their first event. */
-  if (w->sess && strcmp(w->scratch.version, POLLING_VERSION) >= 0 && http_prime_first(w->st) < 0) {
+  if (w->sess && http_resumes_streams(w->scratch.version) && http_prime_first(w->st) < 0) {
     json_decref(msg);
     return TG_E_NOMEM;
   }
@@ -68,7 +68,7 @@ const char *http_request_run(const worker *w, tg_db *db, bool *held) {
  * revisions that expect it; elsewhere the result goes out as usual. */
 static int worker_close_stream(void *self) {
   worker *w = self;
-  if (w->sess && strcmp(w->scratch.version, POLLING_VERSION) >= 0) http_stream_poll(w->st);
+  if (w->sess && http_resumes_streams(w->scratch.version)) http_stream_poll(w->st);
   return TG_OK;
 }
 
@@ -252,8 +252,9 @@ static void run_call(worker *w, tg_db *db) {
     }
   }
   /* Ends the exchange even without a message (a cancelled call gets none), so the client is
-   * never left waiting. */
-  if (tg_mcp_inflight_end(w->inflight, w->msg.id)) {
+   * never left waiting. A request handled with no reply was cancelled too: the dispatch
+   * found it so (its client gone, or its cancellation heard) and took its entry. */
+  if (tg_mcp_inflight_end(w->inflight, w->msg.id) || (handled && !final)) {
     free(final);
     finish_cancelled(s, w);
   } else {
