@@ -254,17 +254,21 @@ static int m_initialize(cx *c, json_t *params, json_t **ret) {
     return mcp_rpc_fail(c, TG_RPC_INVALID_PARAMS,
                         "params.clientInfo must be an object with a string name and version",
                         NULL);
-  /* Kept for the session's life: only what is read of them. */
+  /* Kept for the session's life: only what is read of them. The session changes only once
+   * nothing can fail any more, so that an initialize failing for memory may be sent again. */
   json_t *kept = tg_client_capabilities_read(caps);
-  if (!kept) return TG_E_NOMEM;
+  *ret = json_pack("{s:s,s:o,s:o,s:s}", "protocolVersion", version, "capabilities",
+                   capabilities(c->srv, false), "serverInfo", server_info(c->srv), "instructions",
+                   INSTRUCTIONS);
+  if (!kept || !*ret) {
+    json_decref(kept);
+    return TG_E_NOMEM; /* the dispatch drops *ret */
+  }
   json_decref(s->client_capabilities);
   s->client_capabilities = kept;
   s->era = TG_MCP_ERA_LEGACY;
   snprintf(s->version, sizeof s->version, "%s", version);
-  *ret = json_pack("{s:s,s:o,s:o,s:s}", "protocolVersion", version, "capabilities",
-                   capabilities(c->srv, false), "serverInfo", server_info(c->srv), "instructions",
-                   INSTRUCTIONS);
-  return *ret ? 0 : TG_E_NOMEM;
+  return 0;
 }
 
 static int m_discover(cx *c, json_t *params, json_t **ret) {
@@ -466,6 +470,11 @@ static int decorate_modern(const tg_mcp_server *srv, const method *m, json_t *re
   return 0;
 }
 
+/* The data of a refusal of a request without the 2026-07-28 envelope it needs: its keys. */
+static json_t *required_meta(void) {
+  return json_pack("{s:[s,s]}", "required", META_VERSION, META_CAPS);
+}
+
 /* The data of a refused version: the one version this side speaks, and the one asked for
  * (a JSON value, as the request gave it). */
 static json_t *versions_data(const char *supported, json_t *requested) {
@@ -543,8 +552,8 @@ static int check_modern(cx *c, tg_mcp_reply *reply) {
   const char *refused;
   int r;
   if (!json_is_string(version) || !json_is_object(caps))
-    r = reply_error(msg, TG_RPC_INVALID_PARAMS, "Invalid request _meta",
-                    json_pack("{s:[s,s]}", "required", META_VERSION, META_CAPS), 400, reply);
+    r = reply_error(msg, TG_RPC_INVALID_PARAMS, "Invalid request _meta", required_meta(), 400,
+                    reply);
   else if (tg_client_capabilities_malformed(caps))
     r = reply_error(msg, TG_RPC_INVALID_PARAMS,
                     "Invalid request _meta: a client capability that must be an object is not",
@@ -614,10 +623,10 @@ static int check_legacy(cx *c, tg_mcp_reply *reply) {
   else if (modern_header)
     r = reply_error(msg, TG_RPC_INVALID_PARAMS,
                     "A 2026-07-28 request names its protocol version in params._meta",
-                    json_pack("{s:[s,s]}", "required", META_VERSION, META_CAPS), 400, reply);
+                    required_meta(), 400, reply);
   else if (strcmp(msg->method, "server/discover") == 0)
     r = reply_error(msg, TG_RPC_INVALID_PARAMS, "server/discover needs params._meta",
-                    json_pack("{s:[s,s]}", "required", META_VERSION, META_CAPS), 400, reply);
+                    required_meta(), 400, reply);
   else if (!find_method(c->srv, msg->method, ERA_LEGACY))
     r = reply_error(msg, TG_RPC_METHOD_NOT_FOUND, "Method not found",
                     mcp_named("method", msg->method), 200, reply);
@@ -660,7 +669,7 @@ static int check_pinned(cx *c, tg_mcp_reply *reply) {
     r = reply_error(msg, TG_RPC_INVALID_PARAMS,
                     "This connection speaks 2026-07-28: a request names its protocol version in "
                     "params._meta",
-                    json_pack("{s:[s,s]}", "required", META_VERSION, META_CAPS), 400, reply);
+                    required_meta(), 400, reply);
   else
     return 0;
   return r < 0 ? r : 1;
@@ -775,7 +784,7 @@ int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_
   const char *refused;
   if (req->abandoned && atomic_load(req->abandoned))
     r = mcp_rpc_fail(&c, TG_RPC_INTERNAL_ERROR, "The server is stopping", NULL);
-  else if ((refused = meta_refusal(msg->params)))
+  else if (!c.modern && (refused = meta_refusal(msg->params))) /* else check_modern's */
     r = mcp_rpc_fail(&c, TG_RPC_INVALID_PARAMS, refused, NULL);
   else
     r = m->fn(&c, msg->params, &result);
