@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/token_use.h"
 #include "http/server.h"
@@ -25,8 +26,15 @@
 #define MAX_ASKS 16      /* server-to-client requests open per session */
 #define HANGUP_CHECK_MS 1000 /* how soon a client closing a stream is noticed */
 #define SPARE_DBS 16         /* database connections kept from closed client connections */
-#define DRAIN_MS 1000        /* how long a stopping server lets listen streams deliver their end */
+/* How long a stopping server lets listen streams deliver their end, and the calls cancelled
+ * past its grace end so. */
+#define DRAIN_MS 1000
 #define POLLING_VERSION "2025-11-25" /* the first revision whose clients resume call streams */
+
+/* Whether clients of a session of this revision resume its calls' streams (Last-Event-ID). */
+static inline bool http_resumes_streams(const char *version) {
+  return strcmp(version, POLLING_VERSION) >= 0;
+}
 
 typedef struct stream stream;
 
@@ -507,13 +515,12 @@ void http_stream_poll(stream *st);
 void http_stream_detach(stream *st, unsigned reader_id);
 enum MHD_Result http_queue_sse(struct MHD_Connection *conn, struct MHD_Response *res,
                                const char *session_id);
-enum MHD_Result http_queue_stream(struct MHD_Connection *conn, stream *st,
-                                  const char *session_id, unsigned id);
+enum MHD_Result http_queue_stream(struct MHD_Connection *conn, stream *st, unsigned id);
 
 /* ---- listener.c ---- */
 
 void http_listener_put(listener *l);
-void http_listener_unlink(listener *l);
+void http_listener_end(listener *l, json_t *meta);
 void http_listener_closed(void *arg);
 listener *http_listener_open(server *s, const char *principal, const char *token_hash,
                              unsigned *status, const char **why);

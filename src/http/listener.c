@@ -27,7 +27,7 @@ void http_listener_put(listener *l) {
 }
 
 /* Takes l out of the registry, once, with the registry's reference. */
-void http_listener_unlink(listener *l) {
+static void listener_unlink(listener *l) {
   server *s = l->srv;
   bool found = false;
   pthread_mutex_lock(&s->lock);
@@ -42,9 +42,17 @@ void http_listener_unlink(listener *l) {
   if (found) http_listener_put(l);
 }
 
+/* The server ends l's subscription: its result (with meta, borrowed) ends its stream, and l
+ * leaves the registry. */
+void http_listener_end(listener *l, json_t *meta) {
+  tg_mcp_watch_end(l->watch, meta);
+  http_stream_end(l->st);
+  listener_unlink(l);
+}
+
 /* The client closed the listen stream: the subscription ends with it. */
 void http_listener_closed(void *arg) {
-  http_listener_unlink(arg);
+  listener_unlink(arg);
   http_listener_put(arg); /* the answer's reference */
 }
 
@@ -98,7 +106,7 @@ enum MHD_Result http_listener_serve(struct MHD_Connection *conn, listener *l) {
   st->refs++;
   unsigned id = st->reader;
   pthread_mutex_unlock(&st->lock);
-  return http_queue_stream(conn, st, NULL, id);
+  return http_queue_stream(conn, st, id);
 }
 
 /* The server stops: every listen stream gets its result and ends, and its connection has a
@@ -114,11 +122,9 @@ void http_listeners_end(server *s) {
     if (l) l->refs++;
     pthread_mutex_unlock(&s->lock);
     if (!l) break;
-    tg_mcp_watch_end(l->watch, meta);
-    http_stream_end(l->st);
     http_stream_ref(l->st);
     ended[n++] = l->st;
-    http_listener_unlink(l);
+    http_listener_end(l, meta);
     http_listener_put(l);
   }
   int64_t deadline = tg_monotonic_ms() + DRAIN_MS;

@@ -128,7 +128,7 @@ static enum MHD_Result answer_pool_call(server *s, struct MHD_Connection *conn, 
     http_session_release_locked(s, x);
     pthread_mutex_unlock(&s->lock);
   }
-  return http_queue_stream(conn, st, NULL, reader_id);
+  return http_queue_stream(conn, st, reader_id);
 }
 
 
@@ -188,7 +188,7 @@ static enum MHD_Result start_call(server *s, struct MHD_Connection *conn, worker
   w->st = st;
   w->inflight = inflight;
   int fd = w->fd = http_connection_fd(conn);
-  bool resumes = x && strcmp(w->scratch.version, POLLING_VERSION) >= 0;
+  bool resumes = x && http_resumes_streams(w->scratch.version);
   size_t primed_len = 0;
   /* w belongs to the pool once queued: what this thread needs of it is taken first. */
   pthread_mutex_lock(&s->lock);
@@ -245,7 +245,7 @@ static enum MHD_Result queue_events(server *s, struct MHD_Connection *conn, sess
     keep_stream_locked(s, x, st);
     pthread_mutex_unlock(&s->lock);
   }
-  return http_queue_stream(conn, st, NULL, reader_id);
+  return http_queue_stream(conn, st, reader_id);
 }
 
 

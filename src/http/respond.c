@@ -1,5 +1,5 @@
 /* Queuing responses: plain, JSON and JSON-RPC errors, each counted against the bounds on
- * output held. */
+ * output held but the smallest (SMALL_ANSWER_BYTES). */
 
 #define _GNU_SOURCE
 #include "http/internal.h"

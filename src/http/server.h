@@ -3,8 +3,10 @@
  * Last-Event-ID resumption, SSE for tool calls, cancellation (notifications/cancelled on a
  * session, a closed stream on 2026-07-28) and list changes (a session's GET stream,
  * 2026-07-28 subscriptions/listen streams). One thread per connection (bounded), each with
- * its own database connection; tool calls and list checks run on a fixed pool of worker
- * threads, each with its own database connection for its whole life. */
+ * its own database connection, serves what it reads; calls that may wait on their clients
+ * (interactive tools, answered as SSE) run on a fixed pool of worker threads, each with its
+ * own database connection for its whole life, and a sweeper thread checks list changes and
+ * revoked tokens while no request comes. */
 #pragma once
 #include <stdbool.h>
 

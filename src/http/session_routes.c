@@ -113,7 +113,7 @@ static stream *standalone_locked(session *x, int fd, unsigned *status, const cha
   *why = "Out of memory";
   stream *st = http_stream_new(x->srv, x->next_stream + 1, x->principal);
   /* An older client may take the empty event for a message that does not parse. */
-  bool resumes = strcmp(x->state.version, POLLING_VERSION) >= 0;
+  bool resumes = http_resumes_streams(x->state.version);
   if (!st || (resumes && http_prime_locked(st) < 0)) {
     if (st) http_stream_release(st);
     return NULL;
@@ -168,7 +168,7 @@ enum MHD_Result http_handle_get(server *s, struct MHD_Connection *conn, tg_db *d
    * announces what changed since the session initialized or its last stream was checked. */
   if (st && !last && db) http_check_lists(s, db, principal, x);
   http_session_put(s, x);
-  if (st) return http_queue_stream(conn, st, NULL, reader_id);
+  if (st) return http_queue_stream(conn, st, reader_id);
   if (status != MHD_HTTP_METHOD_NOT_ALLOWED)
     return http_queue_rpc_error(conn, status, TG_RPC_INVALID_REQUEST, why);
   /* No other stream is offered on GET while one is open: POST and DELETE are left. */

@@ -1,9 +1,10 @@
 /* The output of calls: what each caller's answers hold (shares), and the SSE streams a
  * worker feeds and connections read, with their replay for Last-Event-ID.
  *
- * A tool call runs on a worker thread. Its connection waits for the first thing it says:
- * a final answer alone goes out as one JSON response with its own HTTP status (so a
- * -32021 is a 400); a notification or a request to the client first turns the answer into
+ * A call that may wait on its client runs on a worker thread (any other request, on its
+ * connection's thread, feeds a stream the same way). Its connection waits for the first
+ * thing it says: a final answer alone goes out as one JSON response with its own HTTP status
+ * (so a -32021 is a 400); a notification or a request to the client first turns the answer into
  * an SSE stream that carries everything that follows. A client closing a sessionless stream
  * (2026-07-28) cancels its call; a session's streams outlive their connection. */
 
@@ -566,8 +567,7 @@ enum MHD_Result http_queue_sse(struct MHD_Connection *conn, struct MHD_Response 
 /* Answers with st, just attached (reading set, as reader id, in the same hold of its lock:
  * a poll or a resumption in between must not be missed), as an SSE stream; takes over one
  * reference. */
-enum MHD_Result http_queue_stream(struct MHD_Connection *conn, stream *st,
-                                  const char *session_id, unsigned id) {
+enum MHD_Result http_queue_stream(struct MHD_Connection *conn, stream *st, unsigned id) {
   reader *rd = malloc(sizeof *rd);
   if (!rd) {
     http_stream_detach(st, id);
@@ -585,5 +585,5 @@ enum MHD_Result http_queue_stream(struct MHD_Connection *conn, stream *st,
     stream_free(rd);
     return MHD_NO;
   }
-  return http_queue_sse(conn, res, session_id);
+  return http_queue_sse(conn, res, NULL);
 }

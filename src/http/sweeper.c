@@ -165,10 +165,8 @@ static void end_revoked(server *s, tg_db *db) {
     if (all[i].l) {
       if (revoked) {
         json_t *meta = tg_mcp_result_meta(&s->mcp);
-        tg_mcp_watch_end(all[i].l->watch, meta);
+        http_listener_end(all[i].l, meta);
         json_decref(meta);
-        http_stream_end(all[i].l->st);
-        http_listener_unlink(all[i].l);
       }
       http_listener_put(all[i].l);
       continue;

@@ -26,7 +26,8 @@ typedef struct cx {
   size_t raw_len;
 } cx;
 
-/* Method results: 0, a JSON-RPC error code (set with mcp_rpc_fail), or TG_E_NOMEM. */
+/* Method results: 0, a JSON-RPC error code (set with mcp_rpc_fail), TG_E_NOMEM, or another
+ * TG_E_* status, answered as -32603. */
 typedef int (*method_fn)(cx *c, json_t *params, json_t **ret);
 
 /* What a sealed state is bound to besides its principal and expiry: the method, its target

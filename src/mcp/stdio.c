@@ -503,6 +503,7 @@ static void wake(void *arg) {
 
 /* ---- the serving thread ---- */
 
+/* A message to the client, from the dispatch, the watch or a question. */
 static int io_send(void *self, json_t *msg) { return write_message(self, msg); }
 
 /* The request the serving thread serves (id), or none (NULL). */
@@ -551,13 +552,12 @@ static bool answers_no_more_locked(void *self) {
   return c->ended || atomic_load(&c->revoked);
 }
 
-static int send_to_client(void *self, json_t *msg) { return write_message(self, msg); }
 
 /* Sends request to the client and waits for its response (the reader answers pings
  * meanwhile), as tg_mcp_ask does. */
 static int io_ask(void *self, json_t *request, json_t **ret) {
   conn *c = self;
-  tg_mcp_asker asker = {.self = c, .send = send_to_client, .gone_locked = answers_no_more_locked,
+  tg_mcp_asker asker = {.self = c, .send = io_send, .gone_locked = answers_no_more_locked,
                         .inflight = c->req->inflight, .call_id = c->serving,
                         .timeout_ms = tg_mcp_ask_timeout_ms(c->srv)};
   return tg_mcp_ask(&c->asks, &asker, request, ret);

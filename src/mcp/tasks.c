@@ -55,7 +55,7 @@ static void drop_inputs(task *k) {
   k->state = NULL;
 }
 
-void mcp_task_free(task *k) {
+static void task_free(task *k) {
   drop_inputs(k);
   json_decref(k->result);
   json_decref(k->error);
@@ -99,7 +99,7 @@ void tg_mcp_tasks_free(tg_mcp_tasks *t) {
   while (t->list) {
     task *k = t->list;
     t->list = k->next;
-    mcp_task_free(k);
+    task_free(k);
   }
   pthread_cond_destroy(&t->changed);
   pthread_mutex_destroy(&t->observing);
@@ -111,6 +111,13 @@ void tg_mcp_tasks_free(tg_mcp_tasks *t) {
 }
 
 /* Its thread runs a round of it, or writes its end: not waiting for input. */
+/* Tells k's thread to end it cancelled; its place may go once it ended, as a client that
+ * cancelled it need not read it. */
+static void cancel_locked(tg_mcp_tasks *t, task *k) {
+  k->cancel = k->read = true;
+  pthread_cond_broadcast(&t->changed);
+}
+
 static bool at_work(const task *k) { return k->running && !json_object_size(k->pending); }
 
 void tg_mcp_tasks_stopping(tg_mcp_tasks *t) {
@@ -281,7 +288,7 @@ static int make_room_locked(tg_mcp_tasks *t, const char *principal, long kept,
     task *k = *p;
     if (expired(k, now)) {
       *p = k->next;
-      mcp_task_free(k);
+      task_free(k);
       continue;
     }
     if (strcmp(k->principal, principal) == 0) {
@@ -309,7 +316,7 @@ static int make_room_locked(tg_mcp_tasks *t, const char *principal, long kept,
   if (ret->limit) return TG_E_TOO_LARGE;
   if (held < TG_MCP_MAX_TASKS) return 0;
   unlink_locked(t, oldest);
-  mcp_task_free(oldest);
+  task_free(oldest);
   return 0;
 }
 
@@ -342,7 +349,7 @@ static int new_task(tg_mcp_tasks *t, const tg_mcp_task_call *call, task **ret) {
           : !tg_random_bytes(bits, sizeof bits) ? TG_E_IO
                                                 : 0;
   if (r < 0) {
-    mcp_task_free(k);
+    task_free(k);
     return r;
   }
   tg_hex(bits, sizeof bits, k->id);
@@ -369,7 +376,7 @@ int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_tas
   }
   mcp_tasks_unlock_publishing(t); /* the ends written meanwhile */
   if (r < 0) {
-    mcp_task_free(k);
+    task_free(k);
     return r;
   }
   r = mcp_task_launch(t, k);
@@ -379,7 +386,7 @@ int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_tas
     t->running--;
     pthread_cond_broadcast(&t->changed);
     pthread_mutex_unlock(&t->lock);
-    mcp_task_free(k);
+    task_free(k);
     return r;
   }
   while (!k->visible && !k->ended) {
@@ -396,7 +403,7 @@ int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_tas
     ret->status = k->outcome;
     ret->res = k->res;
     memset(&k->res, 0, sizeof k->res);
-    mcp_task_free(k);
+    task_free(k);
     return 0;
   }
   ret->task = mcp_task_json_locked(k, k->status, false);
@@ -404,8 +411,7 @@ int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_tas
    * which stops and may go. A cancellation from now on is its answer's to see
    * (stop_untold_task in server.c). */
   if (!ret->task || (call->cancelled && call->cancelled(call->arg))) {
-    k->cancel = k->read = true;
-    pthread_cond_broadcast(&t->changed);
+    cancel_locked(t, k);
   }
   pthread_mutex_unlock(&t->lock);
   if (ret->task && tg_mcp_tasks_test_started) tg_mcp_tasks_test_started();
@@ -476,8 +482,7 @@ int tg_mcp_tasks_cancel(tg_mcp_tasks *t, tg_db *db, const char *principal_id, co
    * ended, read or not: a client may drop a task as it cancels it (the tasks text), and
    * 2026-07-28 has no tasks/list to find it again. */
   if (k && !mcp_task_terminal(k->ends_as)) {
-    k->cancel = k->read = true;
-    pthread_cond_broadcast(&t->changed);
+    cancel_locked(t, k);
   }
   mcp_tasks_unlock_publishing(t);
   return k ? 0 : mcp_tasks_not_here(t, db, principal_id, id, NULL); /* ended: nothing to stop */

@@ -127,7 +127,6 @@ static inline bool mcp_task_terminal(task_status s) {
 }
 
 /* ---- tasks.c ---- */
-void mcp_task_free(task *k);
 void mcp_task_stamp_locked(task *k);
 void mcp_task_touch_locked(task *k, task_status s);
 void mcp_tasks_unlock_publishing(tg_mcp_tasks *t);
