@@ -21,6 +21,7 @@
 #include "util/log.h"
 #include "util/process_tag.h"
 #include "util/status.h"
+#include "util/stop_signals.h"
 
 #define DEFAULT_LISTEN "127.0.0.1:7878"
 
@@ -224,10 +225,7 @@ int cmd_mcp(cli *c, int argc, char **argv) {
    * ended, instead of cut off. Blocked before any thread starts, so that only the descriptor
    * hears them. */
   sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGINT);
-  sigaddset(&stop, SIGTERM);
-  sigaddset(&stop, SIGHUP);
+  tg_stop_signals(&stop);
   pthread_sigmask(SIG_BLOCK, &stop, NULL);
   int stop_fd = signalfd(-1, &stop, SFD_CLOEXEC);
   if (stop_fd < 0) {

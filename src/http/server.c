@@ -14,6 +14,7 @@
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/status.h"
+#include "util/stop_signals.h"
 
 /* A request whose body took longer than this to arrive has its token checked again once it
  * has: one revoked meanwhile is refused, as running calls are cancelled (end_revoked). */
@@ -387,10 +388,7 @@ int tg_http_serve(const tg_http_config *cfg) {
   /* Threads inherit this mask, so only sigwait below sees the stop signals. SIGHUP too: the
    * terminal it was started from closing stops it with the grace of a stop, not at once. */
   sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGINT);
-  sigaddset(&stop, SIGTERM);
-  sigaddset(&stop, SIGHUP);
+  tg_stop_signals(&stop);
   pthread_sigmask(SIG_BLOCK, &stop, NULL);
   tg_http *h = NULL;
   unsigned port = 0;

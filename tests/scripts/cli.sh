@@ -173,6 +173,16 @@ kill -HUP "$uses" 2>/dev/null || true
 check "the server stops on SIGHUP" 0 wait "$uses"
 later_use=$(last_use)
 if [[ "$later_use" > "$first_use" ]]; then passes=$((passes + 1)); else failed "the last use ($later_use) was not written at the stop (first $first_use)"; fi
+# Started ignoring SIGHUP (nohup), it outlives its terminal: a hangup does not stop it, and
+# the SIGTERM after it does (a SIGHUP waited for would be heard first, being pending first).
+(trap '' HUP; exec "$tg" serve --listen 127.0.0.1:0 2>"$dir/nohup.log") &
+nohup_server=$!
+[ -n "$(port_of "$dir/nohup.log")" ] || failed "the server under nohup did not start"
+kill -HUP "$nohup_server" 2>/dev/null || true
+kill -TERM "$nohup_server" 2>/dev/null || true
+check "the server under nohup stops on SIGTERM" 0 wait "$nohup_server"
+cp "$dir/nohup.log" "$dir/err"
+says "a hangup ignored under nohup" 'stopping on signal 15'
 check "a message by token on stdio" 0 bash -c 'echo "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\",\"params\":{\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{}}}}" | "$0" mcp --token "$1"' "$tg" "$use_token"
 stdio_use=$(last_use)
 if [[ "$stdio_use" > "$later_use" ]]; then passes=$((passes + 1)); else failed "stdio wrote no use ($stdio_use after $later_use)"; fi
