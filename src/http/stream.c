@@ -1,8 +1,8 @@
 /* The output of calls: what each caller's answers hold (shares), and the SSE streams a
  * worker feeds and connections read, with their replay for Last-Event-ID.
  *
- * A call that may wait on its client runs on a worker thread (any other request, on its
- * connection's thread, feeds a stream the same way). Its connection waits for the first
+ * A call that may wait on its client runs on a worker thread (any other call that may
+ * stream, on its connection's thread, feeds a stream the same way). Its connection waits for the first
  * thing it says: a final answer alone goes out as one JSON response with its own HTTP status
  * (so a -32021 is a 400); a notification or a request to the client first turns the answer into
  * an SSE stream that carries everything that follows. A client closing a sessionless stream

@@ -92,8 +92,8 @@ void tg_rpc_msg_done(tg_rpc_msg *msg);
 
 /* Hands each message of batch (TG_RPC_BATCH) to take, in order; take returns 1 for one it
  * serves ahead of the others (and may move its root out), which leaves the batch, 0 for one
- * that stays, or a failure, which ends the walk and is returned (the elements taken before
- * it are out of the batch, and were served; the batch is for dropping). Elements that are no
+ * that stays, or a failure, which ends the walk and is returned (the batch still holds every
+ * element, those taken and served before it included: drop it). Elements that are no
  * message stay. The batch may be left empty. */
 int tg_rpc_batch_take(tg_rpc_msg *batch, int (*take)(void *arg, tg_rpc_msg *element),
                       void *arg);

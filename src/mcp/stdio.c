@@ -552,7 +552,6 @@ static bool answers_no_more_locked(void *self) {
   return c->ended || atomic_load(&c->revoked);
 }
 
-
 /* Sends request to the client and waits for its response (the reader answers pings
  * meanwhile), as tg_mcp_ask does. */
 static int io_ask(void *self, json_t *request, json_t **ret) {

@@ -110,7 +110,6 @@ void tg_mcp_tasks_free(tg_mcp_tasks *t) {
   free(t);
 }
 
-/* Its thread runs a round of it, or writes its end: not waiting for input. */
 /* Tells k's thread to end it cancelled; its place may go once it ended, as a client that
  * cancelled it need not read it. */
 static void cancel_locked(tg_mcp_tasks *t, task *k) {
@@ -118,6 +117,7 @@ static void cancel_locked(tg_mcp_tasks *t, task *k) {
   pthread_cond_broadcast(&t->changed);
 }
 
+/* Its thread runs a round of it, or writes its end: not waiting for input. */
 static bool at_work(const task *k) { return k->running && !json_object_size(k->pending); }
 
 void tg_mcp_tasks_stopping(tg_mcp_tasks *t) {
