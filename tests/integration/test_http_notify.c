@@ -2996,6 +2996,32 @@ static json_t *task_read(world *w, const char *id) {
   return task;
 }
 
+/* A listen stream that names a task hears of it over HTTP as over stdio: notifications/tasks
+ * with the task's status, to its end (the official suite's check of this is pending). */
+static void test_a_listen_stream_hears_how_its_task_ended(void **state) {
+  world *w = *state;
+  char *got = request(w, "POST", NULL, STATELESS_ROUTE("slow_compute"),
+                      TASK_CALL("1", "{\"seconds\":1}"), 200);
+  json_t *answer = json_loads(got, 0, NULL);
+  free(got);
+  char listen_body[640];
+  snprintf(listen_body, sizeof listen_body,
+           "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"subscriptions/listen\",\"params\":{"
+           "\"notifications\":{\"taskIds\":[\"%s\"]},\"_meta\":{"
+           "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+           "\"io.modelcontextprotocol/clientCapabilities\":{\"extensions\":{"
+           "\"io.modelcontextprotocol/tasks\":{}}}}}}",
+           tg_json_str(json_object_get(answer, "result"), "taskId"));
+  json_decref(answer);
+  exchange *listen = start(w, "POST", NULL, MODERN_HEADERS("subscriptions/listen"), listen_body);
+  await(listen, "notifications/subscriptions/acknowledged");
+  await(listen, "\"status\":\"completed\"");
+  const char *told = strstr(listen->got, "\"method\":\"notifications/tasks\"");
+  assert_non_null(told);
+  assert_true(told < strstr(listen->got, "\"status\":\"completed\""));
+  finish(listen);
+}
+
 /* A revoked token ends the tasks it started (cancelled, as tasks/cancel would, which the
  * agent's other tokens still read); those another token of the agent started run on. */
 static void test_a_revoked_token_ends_its_tasks(void **state) {
@@ -3659,6 +3685,7 @@ int main(void) {
       T(test_a_stop_gives_tasks_at_work_its_grace),
       T(test_a_revoked_token_ends_its_tasks),
       T(test_a_task_call_whose_client_left_leaves_no_task),
+      T(test_a_listen_stream_hears_how_its_task_ended),
       T(test_request_bodies_held_at_once_are_bounded),
       T(test_request_bodies_count_as_decoded),
       T(test_a_value_like_an_input_request_is_content),

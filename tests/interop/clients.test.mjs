@@ -60,6 +60,23 @@ after(async () => {
   rmSync(data, { recursive: true, force: true });
 });
 
+// A tool result's text content is its structured content, as JSON.
+function assertTextMirrorsStructured(result) {
+  assert.equal(result.content[0].type, 'text');
+  assert.deepEqual(JSON.parse(result.content[0].text), result.structuredContent);
+}
+
+// admin.agent.list called over MCP: refused with the error envelope, as a tool result.
+function assertRefusedBySurface(refused) {
+  assert.equal(refused.isError, true);
+  const { error } = refused.structuredContent;
+  assert.equal(error.code, 'permission_denied');
+  assert.equal(typeof error.message, 'string');
+  assert.ok(error.message.length > 0);
+  assert.equal(error.details.reason, 'surface');
+  assertTextMirrorsStructured(refused);
+}
+
 // The same checks over any transport: listing, a read call, a refused call.
 async function exercise(transport) {
   const client = new Client({ name: 'toolgate-interop', version: '1.0.0' });
@@ -75,13 +92,12 @@ async function exercise(transport) {
 
     const ok = await client.callTool({ name: 'agent_tool_list', arguments: {} });
     assert.notEqual(ok.isError, true);
-    assert.ok(Array.isArray(ok.structuredContent.tools));
-    assert.equal(ok.content[0].type, 'text');
+    assert.ok(ok.structuredContent.tools.some((t) => t.name === 'agent_tool_list'),
+      'the list tool lists itself');
+    assertTextMirrorsStructured(ok);
 
     const refused = await client.callTool({ name: 'admin.agent.list', arguments: {} });
-    assert.equal(refused.isError, true);
-    assert.equal(refused.structuredContent.error.code, 'permission_denied');
-    assert.equal(refused.structuredContent.error.details.reason, 'surface');
+    assertRefusedBySurface(refused);
 
     // A listed tool that fails: the SDK checks structuredContent against the listed
     // outputSchema even when isError is set, so the envelope must be valid against it.
@@ -453,10 +469,9 @@ test('MCP Inspector CLI over stdio', () => {
   const listed = run('--method', 'tools/list');
   assert.ok(listed.tools.some((t) => t.name === 'agent_tool_list'));
   const called = run('--method', 'tools/call', '--tool-name', 'agent_tool_list');
-  assert.ok(Array.isArray(called.structuredContent.tools));
-  const refused = run('--method', 'tools/call', '--tool-name', 'admin.agent.list');
-  assert.equal(refused.isError, true);
-  assert.equal(refused.structuredContent.error.code, 'permission_denied');
+  assert.ok(called.structuredContent.tools.some((t) => t.name === 'agent_tool_list'));
+  assertTextMirrorsStructured(called);
+  assertRefusedBySurface(run('--method', 'tools/call', '--tool-name', 'admin.agent.list'));
 });
 
 // `toolgate mcp` spoken to as newline-delimited JSON-RPC on 2026-07-28, by a client taking

@@ -1,23 +1,26 @@
 #!/usr/bin/env bash
 # Real MCP clients and the official conformance suite against the real toolgate binary.
-#   run.sh setup              install the pinned npm packages (npm ci) when they are missing
+#   run.sh setup              install the pinned npm packages (npm ci), unless installed from
+#                             the lock file as it is
 #   run.sh clients            SDK client (stdio, HTTP) and Inspector CLI tests (node:test)
 #   run.sh conformance-0.1    suite 0.1.16, every default and pending server scenario
 #   run.sh conformance-2025   suite 0.2.0-alpha.12, --requirements 2025-11-25
 #   run.sh conformance-2026   suite 0.2.0-alpha.12, --requirements 2026-07-28
 # Each conformance run starts `toolgate serve --no-auth --conformance-fixtures` on a free
 # loopback port in a fresh workspace, checks against expected-failures/<run>.yml (every
-# entry says why), then checks the scenarios the suite runs without scoring them the same
-# way (unscored-check.mjs), and stops the server by its PID.
+# entry says why), then checks every scenario the suite ran, scored or not, the same way,
+# skipped checks too, and that it ran as many as the pinned suite runs (unscored-check.mjs),
+# and stops the server by its PID.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
 mode=${1:?usage: run.sh setup|clients|conformance-0.1|conformance-2025|conformance-2026}
 
-install() { # install FOLDER: npm ci from the committed lock file
-  if [ ! -d "$1/node_modules" ]; then
+install() { # install FOLDER: npm ci from the committed lock file, unless installed from it
+  if ! cmp -s "$1/package-lock.json" "$1/node_modules/.installed-from-lock"; then
     echo "interop: npm ci in $1"
     (cd "$1" && npm ci --no-audit --no-fund --loglevel=error)
+    cp "$1/package-lock.json" "$1/node_modules/.installed-from-lock"
   fi
 }
 
@@ -58,23 +61,24 @@ done
 [ -n "$port" ] || { echo "interop: the server did not start" >&2; cat "$data/serve.log" >&2; exit 1; }
 url=http://127.0.0.1:$port/mcp
 
+# scenarios: how many the pinned suite runs, so that a run of fewer is not taken for a pass.
 case $mode in
 conformance-0.1)
   suite="$here/node_modules/@modelcontextprotocol/conformance/dist/index.js"
-  args=(--suite all) ;;
+  args=(--suite all) scenarios=32 ;;
 conformance-2025)
   suite="$here/next/node_modules/@modelcontextprotocol/conformance/dist/index.js"
-  args=(--requirements 2025-11-25) ;;
+  args=(--requirements 2025-11-25) scenarios=33 ;;
 conformance-2026)
   suite="$here/next/node_modules/@modelcontextprotocol/conformance/dist/index.js"
-  args=(--requirements 2026-07-28) ;;
+  args=(--requirements 2026-07-28) scenarios=50 ;;
 *) echo "interop: unknown mode $mode" >&2; exit 2 ;;
 esac
 baseline="$here/expected-failures/${mode#conformance-}.yml"
 set +e
 (cd "$data" && "$node22" "$suite" server --url "$url" "${args[@]}" --expected-failures "$baseline" -o "$data/results")
 status=$?
-[ "$status" -eq 0 ] && { "$node22" "$here/unscored-check.mjs" "$data/results" "$baseline" || status=1; }
+[ "$status" -eq 0 ] && { "$node22" "$here/unscored-check.mjs" "$data/results" "$baseline" "$scenarios" || status=1; }
 set -e
 # The server must stop cleanly too: under the sanitizers a leak or a fault fails the run.
 kill -TERM "$server"
