@@ -230,8 +230,8 @@ int cmd_mcp(cli *c, int argc, char **argv) {
   int stop_fd = signalfd(-1, &stop, SFD_CLOEXEC);
   if (stop_fd < 0) {
     pthread_sigmask(SIG_UNBLOCK, &stop, NULL); /* then they end the process, as before */
-    tg_log(TG_LOG_WARN, "mcp: SIGINT, SIGTERM and SIGHUP will end the server at once: %s",
-           strerror(errno));
+    tg_log(TG_LOG_WARN, "mcp: the stop signals (SIGINT, SIGTERM, SIGHUP) will end the server "
+           "at once: %s", strerror(errno));
   }
   int r = tg_mcp_stdio_serve(&srv, &c->env, principal, c->token, stdin, stdout, stop_fd);
   if (stop_fd >= 0) close(stop_fd);

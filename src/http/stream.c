@@ -2,11 +2,12 @@
  * worker feeds and connections read, with their replay for Last-Event-ID.
  *
  * A call that may wait on its client runs on a worker thread (any other call that may
- * stream, on its connection's thread, feeds a stream the same way). Its connection waits for the first
- * thing it says: a final answer alone goes out as one JSON response with its own HTTP status
- * (so a -32021 is a 400); a notification or a request to the client first turns the answer into
- * an SSE stream that carries everything that follows. A client closing a sessionless stream
- * (2026-07-28) cancels its call; a session's streams outlive their connection. */
+ * stream, on its connection's thread, feeds a stream the same way). Its connection waits for
+ * the first thing it says: a final answer alone goes out as one JSON response with its own
+ * HTTP status (so a -32021 is a 400); a notification or a request to the client first turns
+ * the answer into an SSE stream that carries everything that follows. A client closing a
+ * sessionless stream (2026-07-28) cancels its call; a session's streams outlive their
+ * connection. */
 
 #define _GNU_SOURCE
 #include "http/internal.h"

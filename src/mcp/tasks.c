@@ -410,9 +410,7 @@ int tg_mcp_tasks_start(tg_mcp_tasks *t, const tg_mcp_task_call *call, tg_mcp_tas
   /* Cancelled as it detached, or no answer to tell of it: no client will learn of the task,
    * which stops and may go. A cancellation from now on is its answer's to see
    * (stop_untold_task in server.c). */
-  if (!ret->task || (call->cancelled && call->cancelled(call->arg))) {
-    cancel_locked(t, k);
-  }
+  if (!ret->task || (call->cancelled && call->cancelled(call->arg))) cancel_locked(t, k);
   pthread_mutex_unlock(&t->lock);
   if (ret->task && tg_mcp_tasks_test_started) tg_mcp_tasks_test_started();
   return ret->task ? 0 : TG_E_NOMEM;
@@ -481,9 +479,7 @@ int tg_mcp_tasks_cancel(tg_mcp_tasks *t, tg_db *db, const char *principal_id, co
    * wrote so; running, once its handler gives up. Either way its place may go once it
    * ended, read or not: a client may drop a task as it cancels it (the tasks text), and
    * 2026-07-28 has no tasks/list to find it again. */
-  if (k && !mcp_task_terminal(k->ends_as)) {
-    cancel_locked(t, k);
-  }
+  if (k && !mcp_task_terminal(k->ends_as)) cancel_locked(t, k);
   mcp_tasks_unlock_publishing(t);
   return k ? 0 : mcp_tasks_not_here(t, db, principal_id, id, NULL); /* ended: nothing to stop */
 }

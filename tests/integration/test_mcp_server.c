@@ -1496,9 +1496,8 @@ static void test_only_what_is_served_is_declared(void **state) {
 }
 
 /* initialize takes its capabilities as an object and its clientInfo as an Implementation (a
- * name and a version), or refuses to open the
- * session; the session keeps of the capabilities only what is read of them; discover gives
- * the same instructions. */
+ * name and a version), or refuses to open the session; the session keeps of the capabilities
+ * only what is read of them; discover gives the same instructions. */
 static void test_initialize_checks_its_params(void **state) {
   world *w = *state;
   static const char *const bad[] = {

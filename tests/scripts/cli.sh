@@ -181,8 +181,7 @@ nohup_server=$!
 kill -HUP "$nohup_server" 2>/dev/null || true
 kill -TERM "$nohup_server" 2>/dev/null || true
 check "the server under nohup stops on SIGTERM" 0 wait "$nohup_server"
-cp "$dir/nohup.log" "$dir/err"
-says "a hangup ignored under nohup" 'stopping on signal 15'
+check "a hangup ignored under nohup" 0 grep -q 'stopping on signal 15' "$dir/nohup.log"
 check "a message by token on stdio" 0 bash -c 'echo "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\",\"params\":{\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{}}}}" | "$0" mcp --token "$1"' "$tg" "$use_token"
 stdio_use=$(last_use)
 if [[ "$stdio_use" > "$later_use" ]]; then passes=$((passes + 1)); else failed "stdio wrote no use ($stdio_use after $later_use)"; fi
