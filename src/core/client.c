@@ -137,14 +137,16 @@ static bool fits_requested(const json_t *params, json_t *content) {
   return fits;
 }
 
-/* A block of a sampled message's content (SamplingMessageContentBlock): its kind's members. */
-static bool sampled_block(const json_t *block) {
+/* A block of a sampled message's content (SamplingMessageContentBlock): its kind's members;
+ * a tool's use or result only when the request offered the model tools. */
+static bool sampled_block(const json_t *block, bool tools) {
   const char *type = json_string_value(json_object_get(block, "type"));
   if (!type) return false;
   if (strcmp(type, "text") == 0) return json_is_string(json_object_get(block, "text"));
   if (strcmp(type, "image") == 0 || strcmp(type, "audio") == 0)
     return json_is_string(json_object_get(block, "data")) &&
            json_is_string(json_object_get(block, "mimeType"));
+  if (!tools) return false;
   if (strcmp(type, "tool_use") == 0)
     return json_is_string(json_object_get(block, "id")) &&
            json_is_string(json_object_get(block, "name")) &&
@@ -154,16 +156,13 @@ static bool sampled_block(const json_t *block) {
          (!content || json_is_array(content));
 }
 
-/* A sampled message's content: one block, or an array of them when the request offered the
- * model tools; without tools, one block of text, an image or audio. */
+/* A sampled message's content: one block or an array of them (as 2025-11-25 has it). */
 static bool sampled_content(const json_t *params, const json_t *content) {
-  if (!json_object_get(params, "tools"))
-    return sampled_block(content) &&
-           is_one_of(json_string_value(json_object_get(content, "type")), "text", "image", "audio");
-  if (json_is_object(content)) return sampled_block(content);
+  bool tools = json_object_get(params, "tools") != NULL;
+  if (json_is_object(content)) return sampled_block(content, tools);
   size_t i;
   json_t *block;
-  json_array_foreach(content, i, block) if (!sampled_block(block)) return false;
+  json_array_foreach(content, i, block) if (!sampled_block(block, tools)) return false;
   return json_is_array(content);
 }
 

@@ -274,10 +274,22 @@ static int h_ir_elicitation(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return asprintf(&line, "Hello, %s!", name) < 0 ? TG_E_NOMEM : text_result(line, ret);
 }
 
+/* The text of a sampled message: its one block's, or its first text block's. */
+static const char *sampled_text(json_t *message) {
+  json_t *content = json_object_get(message, "content");
+  size_t i;
+  json_t *block;
+  json_array_foreach(content, i, block) {
+    const char *text = json_string_value(json_object_get(block, "text"));
+    if (text) return text;
+  }
+  return json_string_value(json_object_get(content, "text"));
+}
+
 static int h_ir_sampling(tg_call_ctx *cx, json_t *args, json_t **ret) {
   json_t *a = answer(cx, "capital_question");
   if (!a) return input_required(json_pack("{s:o}", "capital_question", sample("What is the capital of France?", 100)), NULL, ret);
-  const char *reply = json_string_value(json_object_get(json_object_get(a, "content"), "text"));
+  const char *reply = sampled_text(a);
   _cleanup_free_ char *line = NULL;
   return asprintf(&line, "The model answered: %s", reply ? reply : "(no text)") < 0 ? TG_E_NOMEM
                                                                                     : text_result(line, ret);

@@ -2625,6 +2625,34 @@ static void test_fixture_rounds_answered_in_parts(void **state) {
   json_decref(r);
 }
 
+/* A sampled message's content may be an array of blocks (as 2025-11-25 has it), of the kinds
+ * the request allows: a tool's use only when it offered the model tools. */
+static void test_a_sampled_message_may_come_in_blocks(void **state) {
+  world *w = *state;
+  static const char caps[] = "{\"sampling\":{}}";
+  static const char call[] = "\"name\":\"test_input_required_result_sampling\"";
+  json_t *first = request_as(w, w->agent, caps, "tools/call", call, NULL);
+  assert_string_equal(str(result_of(first), "resultType"), "input_required");
+  char *members = retry_members(
+      call, result_of(first),
+      "{\"capital_question\":{\"role\":\"assistant\",\"content\":[{\"type\":\"text\","
+      "\"text\":\"Paris\"},{\"type\":\"text\",\"text\":\"(a guess)\"}],\"model\":\"m\"}}");
+  json_t *r = request_as(w, w->agent, caps, "tools/call", members, NULL);
+  free(members);
+  assert_string_equal(first_text(r), "The model answered: Paris");
+  json_decref(r);
+  members = retry_members(
+      call, result_of(first),
+      "{\"capital_question\":{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\","
+      "\"id\":\"u\",\"name\":\"n\",\"input\":{}}],\"model\":\"m\"}}");
+  r = request_as(w, w->agent, caps, "tools/call", members, NULL);
+  free(members);
+  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+  assert_string_equal(str(error_data(r), "key"), "capital_question");
+  json_decref(r);
+  json_decref(first);
+}
+
 /* On 2025 revisions inputResponses and requestState are no fields: the server asks the client
  * itself, and the answer given in the request never reaches the tool. */
 static void test_answers_sent_on_2025_are_no_answers(void **state) {
@@ -4701,6 +4729,7 @@ int main(void) {
       T(test_stateless_answers_are_checked_against_what_was_asked),
       T(test_answers_sent_on_2025_are_no_answers),
       T(test_fixture_rounds_answered_in_parts),
+      T(test_a_sampled_message_may_come_in_blocks),
       T(test_task_running_limits),
       T(test_task_kept_limit),
       T(test_listen_leaves_out_what_the_database_cannot_tell),

@@ -126,8 +126,8 @@ static void test_answers(void **state) {
   assert_false(reads(roots, "{\"roots\":[{\"uri\":\"file://\"}]}"));
   assert_false(reads(roots, "{\"roots\":[{\"uri\":\"file:///a\",\"name\":5}]}"));
   assert_true(reads(sample, "{\"role\":\"assistant\",\"content\":{\"type\":\"text\",\"text\":\"t\"},\"model\":\"m\"}"));
-  /* With tools offered, the content may be blocks of any kind; without, one of text, an image
-   * or audio. */
+  /* The content is one block or an array of them; a tool's use or result only when the
+   * request offered tools. */
   static const char tools[] = "{\"messages\":[],\"maxTokens\":9,\"tools\":[]}";
   static const char blocks[] =
       "{\"role\":\"assistant\",\"content\":[{\"type\":\"image\",\"data\":\"AA==\",\"mimeType\":"
@@ -136,7 +136,12 @@ static void test_answers(void **state) {
   assert_true(reads_asked(sample, tools, blocks));
   assert_false(reads(sample, blocks));
   assert_true(reads_asked(sample, tools, "{\"role\":\"user\",\"content\":[],\"model\":\"m\"}"));
-  assert_false(reads(sample, "{\"role\":\"user\",\"content\":[],\"model\":\"m\"}"));
+  assert_true(reads(sample, "{\"role\":\"user\",\"content\":[],\"model\":\"m\"}"));
+  assert_true(reads(sample, "{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":"
+                            "\"t\"},{\"type\":\"audio\",\"data\":\"AA==\",\"mimeType\":\"a/b\"}],"
+                            "\"model\":\"m\"}"));
+  assert_false(reads(sample, "{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":"
+                             "\"t\"},{\"type\":\"tool_result\",\"toolUseId\":\"u\"}],\"model\":\"m\"}"));
   assert_false(reads(sample, "{\"role\":\"assistant\",\"content\":{\"type\":\"tool_use\",\"id\":"
                              "\"u\",\"name\":\"n\",\"input\":{}},\"model\":\"m\"}"));
   assert_true(reads(sample, "{\"role\":\"assistant\",\"content\":{\"type\":\"audio\",\"data\":"
