@@ -86,9 +86,6 @@ enum MHD_Result http_admit(server *s, struct MHD_Connection *conn, const char *t
                ? http_respond(conn, MHD_HTTP_OK, "application/json", "{\"status\":\"ok\"}", NULL,
                               NULL)
                : http_respond(conn, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, NULL, "GET, HEAD");
-  if (strcmp(url, "/mcp") != 0)
-    return http_queue_rpc_error(conn, MHD_HTTP_NOT_FOUND, TG_RPC_INVALID_REQUEST,
-                                "Not found: MCP is served at /mcp");
   /* A header 2026-07-28 validates fails as that revision's (-32020): on a POST, once its
    * body names the request's id, after every other check. The others fail as HTTP's, at
    * once. */
@@ -130,13 +127,19 @@ enum MHD_Result http_admit(server *s, struct MHD_Connection *conn, const char *t
   if (strcmp(method, "DELETE") == 0 && (coding || (length && strtoull(length, NULL, 10) > 0)))
     return http_queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
                                 "A DELETE takes no body");
-  /* DNS rebinding: a page elsewhere must not reach a server on this machine. */
+  /* DNS rebinding: a page elsewhere must not reach a server on this machine (the checks
+   * above concern the framing and the headers of any request, whatever its path). */
   _cleanup_free_ char *origin = NULL, *host = NULL;
   if (!http_header_value(conn, "Origin", &origin) || !http_header_value(conn, "Host", &host))
     return MHD_NO;
   if (!http_origin_ok(s, origin) || (s->loopback && !http_host_ok(s, authority ? authority : host)))
     return http_queue_rpc_error(conn, MHD_HTTP_FORBIDDEN, TG_RPC_INVALID_REQUEST,
                                 "Forbidden origin or host");
+  /* Only after that check: a page elsewhere learns nothing of this server, not even where it
+   * serves. */
+  if (strcmp(url, "/mcp") != 0)
+    return http_queue_rpc_error(conn, MHD_HTTP_NOT_FOUND, TG_RPC_INVALID_REQUEST,
+                                "Not found: MCP is served at /mcp");
   peer *p = http_peer_of(conn);
   caller who = http_authenticate(s, conn, http_peer_db(p), rq->principal, rq->token_hash);
   if (who != CALLER_KNOWN) return http_refuse_caller(s, conn, who);

@@ -4285,6 +4285,13 @@ static void test_http_paths_are_taken_as_sent(void **state) {
     char *res = http_call_at(INADDR_LOOPBACK, port, paths[i], "localhost", NULL);
     if (strncmp(res, "HTTP/1.1 404", 12) != 0) fail_msg("%s: %s", paths[i], res);
     free(res);
+    /* A page elsewhere learns not even that: the check against DNS rebinding comes first. */
+    res = http_call_at(INADDR_LOOPBACK, port, paths[i], "localhost", "http://evil.example");
+    if (strncmp(res, "HTTP/1.1 403", 12) != 0) fail_msg("%s: %s", paths[i], res);
+    free(res);
+    res = http_call_at(INADDR_LOOPBACK, port, paths[i], "evil.example", NULL);
+    if (strncmp(res, "HTTP/1.1 403", 12) != 0) fail_msg("%s: %s", paths[i], res);
+    free(res);
   }
   assert_int_equal(fixture_count(w->f, "agent_runs"), runs);
   /* A balancer's probe names the address it reached: /healthz answers any Host. */
