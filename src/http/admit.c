@@ -48,6 +48,29 @@ static bool encoded(struct MHD_Connection *conn) {
   return codings > 0;
 }
 
+/* Why a Transfer-Encoding list cannot frame a body (NULL for "chunked", the one list that
+ * libmicrohttpd reads as chunked), with the status: 400 when chunked is not its last coding or
+ * comes twice, as the body's length then cannot be read (RFC 9112 §6.1, §6.3); else 501. */
+static const char *coding_refusal(const char *list, unsigned *status) {
+  if (strcasecmp(list, "chunked") == 0) return NULL;
+  unsigned chunked = 0;
+  bool chunked_last = false;
+  for (const char *p = list; *p;) {
+    const char *end = p + strcspn(p, ","), *last = end;
+    while (p < end && (*p == ' ' || *p == '\t')) p++;
+    while (last > p && (last[-1] == ' ' || last[-1] == '\t')) last--;
+    if (last > p) { /* an empty element is none (RFC 9110 §5.6.1) */
+      chunked_last = last - p == 7 && strncasecmp(p, "chunked", 7) == 0;
+      chunked += chunked_last;
+    }
+    p = *end ? end + 1 : end;
+  }
+  bool framed = chunked_last && chunked == 1;
+  *status = framed ? MHD_HTTP_NOT_IMPLEMENTED : MHD_HTTP_BAD_REQUEST;
+  return framed ? "Transfer-Encoding other than chunked is not supported"
+                : "Transfer-Encoding must end with chunked, named once";
+}
+
 /* What a request's headers decide, before any of its body is read: the route, the origin and
  * the caller. Queues the refusal (rq->answered) or fills rq->principal. */
 enum MHD_Result http_admit(server *s, struct MHD_Connection *conn, const char *target,
@@ -117,9 +140,10 @@ enum MHD_Result http_admit(server *s, struct MHD_Connection *conn, const char *t
   if (coding && strcmp(version, MHD_HTTP_VERSION_1_0) == 0)
     return http_queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
                                 "Transfer-Encoding is not HTTP/1.0's");
-  if (coding && strcasecmp(coding, "chunked") != 0)
-    return http_queue_rpc_error(conn, MHD_HTTP_NOT_IMPLEMENTED, TG_RPC_INVALID_REQUEST,
-                                "Transfer-Encoding other than chunked is not supported");
+  unsigned coding_status = 0;
+  const char *coding_fault = coding ? coding_refusal(coding, &coding_status) : NULL;
+  if (coding_fault)
+    return http_queue_rpc_error(conn, coding_status, TG_RPC_INVALID_REQUEST, coding_fault);
   if (length && strtoull(length, NULL, 10) > 2ull * TG_RPC_MAX_BODY)
     return http_refuse_too_large(s, conn, NULL, NULL);
   /* A DELETE's body means nothing (RFC 9110 §9.3.5); refused, it holds nothing, so a DELETE

@@ -4439,7 +4439,7 @@ static bool http_send_chunks(int fd, size_t bytes) {
 /* A body past the bound on a message is refused: before it is read when its length is said
  * to go past twice the bound, else once it ends; a chunked one that goes on past twice the
  * bound has its connection closed without being read to its end. A coding other than chunked
- * is not read at all. */
+ * is not read at all, nor a list that does not end with chunked or names it twice. */
 static void test_http_body_past_the_bound(void **state) {
   world *w = *state;
   unsigned port = 0;
@@ -4452,6 +4452,9 @@ static void test_http_body_past_the_bound(void **state) {
     const char *headers, *status, *says;
   } refused[] = {
       {"Transfer-Encoding: gzip, chunked\r\n", "501", "Transfer-Encoding other than chunked"},
+      /* Chunked twice, or not last: the body's length cannot be read (RFC 9112 §6.3). */
+      {"Transfer-Encoding: chunked, chunked\r\n", "400", "end with chunked, named once"},
+      {"Transfer-Encoding: chunked, gzip\r\n", "400", "end with chunked, named once"},
       {"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", "400", "given together"},
       {past, "413", "Message too large"},
   };
