@@ -341,6 +341,20 @@ static bool refuse_headers(struct MHD_Connection *conn, const request *rq, worke
   return true;
 }
 
+/* Whether msg names initialize otherwise than as a request alone: as a notification, or in
+ * a batch, where 2025-03-26 forbids it. */
+static bool initializes_not_alone(const tg_rpc_msg *msg) {
+  if (msg->kind == TG_RPC_NOTIFICATION) return strcmp(msg->method, "initialize") == 0;
+  size_t i;
+  json_t *member;
+  if (msg->kind == TG_RPC_BATCH)
+    json_array_foreach(msg->root, i, member) {
+      const char *method = json_string_value(json_object_get(member, "method"));
+      if (method && strcmp(method, "initialize") == 0) return true;
+    }
+  return false;
+}
+
 /* Finds the legacy session w's message names (w->sess, its state in w->scratch), or opens
  * one for an initialize (w->opened); a 2026-07-28 message has none, and a session id it
  * carries is ignored. False, *result the refusal queued, when the message cannot be served
@@ -365,7 +379,10 @@ static bool find_session(server *s, struct MHD_Connection *conn, const request *
   }
   if (!sid) {
     *result = http_queue_refusal(conn, MHD_HTTP_BAD_REQUEST, &w->msg,
-                                 "Mcp-Session-Id is required; send initialize first");
+                                 initializes_not_alone(&w->msg)
+                                     ? "initialize opens a session only as a request of its "
+                                       "own, not as a notification nor in a batch"
+                                     : "Mcp-Session-Id is required; send initialize first");
     return false;
   }
   if (!(w->sess = http_session_find(s, sid, rq->principal, rq->token_hash))) {

@@ -969,7 +969,8 @@ static void test_a_response_without_a_session_is_refused(void **state) {
 }
 
 /* initialize on a live session is refused (a second session would leave the first to its
- * idle timeout); with an id no session has (a server restarted), it opens one. */
+ * idle timeout); with an id no session has (a server restarted), it opens one. In a batch or
+ * as a notification it opens none. */
 static void test_initialize_on_a_live_session_is_refused(void **state) {
   world *w = *state;
   static const char init[] = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
@@ -981,6 +982,17 @@ static void test_initialize_on_a_live_session_is_refused(void **state) {
   free(got);
   free(request(w, "POST", sid, NULL, PING, 200)); /* the session stands */
   free(request(w, "POST", "0123456789abcdef0123456789abcdef", NULL, init, 200));
+  /* Nor does one in a batch, or sent as a notification, open one: the refusal says why. */
+  static const char *const not_alone[] = {
+      "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
+      "\"protocolVersion\":\"2025-03-26\",\"capabilities\":{}}}]",
+      "{\"jsonrpc\":\"2.0\",\"method\":\"initialize\",\"params\":{"
+      "\"protocolVersion\":\"2025-11-25\",\"capabilities\":{}}}"};
+  for (size_t i = 0; i < 2; i++) {
+    got = request(w, "POST", NULL, NULL, not_alone[i], 400);
+    assert_non_null(strstr(got, "only as a request of its own"));
+    free(got);
+  }
 }
 
 /* Starts "call-1" of test_sampling on session sid and waits for the question it asks. */
