@@ -365,14 +365,8 @@ static bool find_session(server *s, struct MHD_Connection *conn, const request *
   if (modern) return true;
   _cleanup_free_ char *sid = NULL;
   if (!http_header_value(conn, "Mcp-Session-Id", &sid)) return false;
-  if (w->msg.kind == TG_RPC_REQUEST && strcmp(w->msg.method, "initialize") == 0) {
-    /* A second session would leave the first to its idle timeout; a stale id is no bar. */
-    if (sid && (w->sess = http_session_find(s, sid, rq->principal, rq->token_hash))) {
-      *result = http_queue_refusal(conn, MHD_HTTP_BAD_REQUEST, &w->msg,
-                                   "This session is initialized already: end it with DELETE, "
-                                   "or initialize without Mcp-Session-Id");
-      return false;
-    }
+  bool initialize = w->msg.kind == TG_RPC_REQUEST && strcmp(w->msg.method, "initialize") == 0;
+  if (initialize && !sid) {
     if (!(w->sess = http_session_new(s, w->principal, rq->token_hash))) return false;
     w->opened = true;
     return true;
@@ -385,8 +379,17 @@ static bool find_session(server *s, struct MHD_Connection *conn, const request *
                                      : "Mcp-Session-Id is required; send initialize first");
     return false;
   }
+  /* A dead session answers 404 to any request naming it, initialize too: the client then
+   * initializes without it. */
   if (!(w->sess = http_session_find(s, sid, rq->principal, rq->token_hash))) {
     *result = http_queue_refusal(conn, MHD_HTTP_NOT_FOUND, &w->msg, "Session not found");
+    return false;
+  }
+  /* A second session would leave the first to its idle timeout. */
+  if (initialize) {
+    *result = http_queue_refusal(conn, MHD_HTTP_BAD_REQUEST, &w->msg,
+                                 "This session is initialized already: end it with DELETE, "
+                                 "or initialize without Mcp-Session-Id");
     return false;
   }
   void (*found)(const char *) = tg_http_test_session_found;

@@ -969,8 +969,8 @@ static void test_a_response_without_a_session_is_refused(void **state) {
 }
 
 /* initialize on a live session is refused (a second session would leave the first to its
- * idle timeout); with an id no session has (a server restarted), it opens one. In a batch or
- * as a notification it opens none. */
+ * idle timeout), and on a dead one too, with its 404. In a batch or as a notification it opens
+ * none. */
 static void test_initialize_on_a_live_session_is_refused(void **state) {
   world *w = *state;
   static const char init[] = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
@@ -981,7 +981,11 @@ static void test_initialize_on_a_live_session_is_refused(void **state) {
   assert_non_null(strstr(got, "initialized already"));
   free(got);
   free(request(w, "POST", sid, NULL, PING, 200)); /* the session stands */
-  free(request(w, "POST", "0123456789abcdef0123456789abcdef", NULL, init, 200));
+  /* One naming a dead session gets 404, as any request naming it does (the client then
+   * initializes without it), and opens none. */
+  got = request(w, "POST", "0123456789abcdef0123456789abcdef", NULL, init, 404);
+  assert_non_null(strstr(got, "Session not found"));
+  free(got);
   /* Nor does one in a batch, or sent as a notification, open one: the refusal says why. */
   static const char *const not_alone[] = {
       "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
