@@ -56,6 +56,15 @@ bool http_header_value(struct MHD_Connection *conn, const char *name, char **ret
   return !j.failed;
 }
 
+bool http_session_id(struct MHD_Connection *conn, char **ret) {
+  if (!http_header_value(conn, "Mcp-Session-Id", ret)) return false;
+  if (*ret && !**ret) { /* what a client sends before it has an id names no session */
+    free(*ret);
+    *ret = NULL;
+  }
+  return true;
+}
+
 /* Collects one Mcp-Param header; a repeated one is the list of its lines, as a repeated
  * list header is (RFC 9110 §5.3), so it mirrors no argument. Its bytes are kept as sent: the
  * dispatch refuses what a client must encode. */

@@ -430,6 +430,9 @@ void http_set_due_by(struct MHD_Connection *conn, int64_t due_by);
 /* ---- headers.c ---- */
 
 bool http_header_value(struct MHD_Connection *conn, const char *name, char **ret);
+/* The Mcp-Session-Id a request names (*ret malloc'd; NULL when it names none, as an empty
+ * value does); false when out of memory. */
+bool http_session_id(struct MHD_Connection *conn, char **ret);
 enum MHD_Result http_collect_param(void *cls, enum MHD_ValueKind kind, const char *key,
                                    const char *value);
 enum MHD_Result http_see_header(void *cls, enum MHD_ValueKind kind, const char *key,

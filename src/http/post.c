@@ -364,7 +364,7 @@ static bool find_session(server *s, struct MHD_Connection *conn, const request *
   *result = MHD_NO;
   if (modern) return true;
   _cleanup_free_ char *sid = NULL;
-  if (!http_header_value(conn, "Mcp-Session-Id", &sid)) return false;
+  if (!http_session_id(conn, &sid)) return false;
   bool initialize = w->msg.kind == TG_RPC_REQUEST && strcmp(w->msg.method, "initialize") == 0;
   if (initialize && !sid) {
     if (!(w->sess = http_session_new(s, w->principal, rq->token_hash))) return false;

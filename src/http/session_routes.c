@@ -16,7 +16,7 @@
 enum MHD_Result http_handle_delete(server *s, struct MHD_Connection *conn, tg_db *db,
                                    const request *rq) {
   _cleanup_free_ char *sid = NULL;
-  if (!http_header_value(conn, "Mcp-Session-Id", &sid)) return MHD_NO;
+  if (!http_session_id(conn, &sid)) return MHD_NO;
   if (!sid)
     return http_queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
                                 "Mcp-Session-Id is required");
@@ -137,7 +137,7 @@ enum MHD_Result http_handle_get(server *s, struct MHD_Connection *conn, tg_db *d
                                 const request *rq) {
   const char *principal = rq->principal;
   _cleanup_free_ char *sid = NULL, *last = NULL;
-  if (!http_header_value(conn, "Mcp-Session-Id", &sid) ||
+  if (!http_session_id(conn, &sid) ||
       !http_header_value(conn, "Last-Event-ID", &last))
     return MHD_NO;
   /* Without a session there is no stream to offer (2026-07-28 is POST only): what is left of

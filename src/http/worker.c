@@ -111,7 +111,7 @@ void http_answer_unreadable(server *s, struct MHD_Connection *conn, const reques
                             const tg_rpc_id_scan *scan, const json_t *refusal) {
   _cleanup_json_ json_t *id = tg_rpc_response_id(scan);
   _cleanup_free_ char *sid = NULL, *revision = NULL;
-  if (!id || !http_header_value(conn, "Mcp-Session-Id", &sid) ||
+  if (!id || !http_session_id(conn, &sid) ||
       !http_header_value(conn, "MCP-Protocol-Version", &revision) ||
       (revision && strcmp(revision, TG_MCP_MODERN_VERSION) == 0))
     return;

@@ -997,6 +997,12 @@ static void test_initialize_on_a_live_session_is_refused(void **state) {
     assert_non_null(strstr(got, "only as a request of its own"));
     free(got);
   }
+  /* An empty Mcp-Session-Id ("Name;" to curl) names no session: an initialize sent with one
+   * opens a session, any other request is told to initialize. */
+  free(request(w, "POST", NULL, "Mcp-Session-Id;", init, 200));
+  got = request(w, "POST", NULL, "Mcp-Session-Id;", PING, 400);
+  assert_non_null(strstr(got, "send initialize first"));
+  free(got);
 }
 
 /* Starts "call-1" of test_sampling on session sid and waits for the question it asks. */
