@@ -49,26 +49,28 @@ static bool encoded(struct MHD_Connection *conn) {
 }
 
 /* Why a Transfer-Encoding list cannot frame a body (NULL for "chunked", the one list that
- * libmicrohttpd reads as chunked), with the status: 400 when chunked is not its last coding or
- * comes twice, as the body's length then cannot be read (RFC 9112 §6.1, §6.3); else 501. */
+ * libmicrohttpd reads as chunked), with the status: 501 when another coding comes before a
+ * last chunked, none of which is decoded here; else 400, as the body's length cannot be read
+ * (RFC 9112 §6.3: chunked not last, or twice; or, to libmicrohttpd, empty elements around it). */
 static const char *coding_refusal(const char *list, unsigned *status) {
   if (strcasecmp(list, "chunked") == 0) return NULL;
-  unsigned chunked = 0;
+  unsigned chunked = 0, others = 0;
   bool chunked_last = false;
   for (const char *p = list; *p;) {
     const char *end = p + strcspn(p, ","), *last = end;
     while (p < end && (*p == ' ' || *p == '\t')) p++;
     while (last > p && (last[-1] == ' ' || last[-1] == '\t')) last--;
-    if (last > p) { /* an empty element is none (RFC 9110 §5.6.1) */
+    if (last > p) {
       chunked_last = last - p == 7 && strncasecmp(p, "chunked", 7) == 0;
       chunked += chunked_last;
+      others += !chunked_last;
     }
     p = *end ? end + 1 : end;
   }
-  bool framed = chunked_last && chunked == 1;
-  *status = framed ? MHD_HTTP_NOT_IMPLEMENTED : MHD_HTTP_BAD_REQUEST;
-  return framed ? "Transfer-Encoding other than chunked is not supported"
-                : "Transfer-Encoding must end with chunked, named once";
+  bool decodable = chunked_last && chunked == 1 && others;
+  *status = decodable ? MHD_HTTP_NOT_IMPLEMENTED : MHD_HTTP_BAD_REQUEST;
+  return decodable ? "Transfer-Encoding other than chunked is not supported"
+                   : "Transfer-Encoding must be chunked alone";
 }
 
 /* What a request's headers decide, before any of its body is read: the route, the origin and

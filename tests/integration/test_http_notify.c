@@ -1003,6 +1003,10 @@ static void test_initialize_on_a_live_session_is_refused(void **state) {
   got = request(w, "POST", NULL, "Mcp-Session-Id;", PING, 400);
   assert_non_null(strstr(got, "send initialize first"));
   free(got);
+  free(request(w, "GET", NULL, "Mcp-Session-Id;", NULL, 405)); /* no session, no stream */
+  got = request(w, "DELETE", NULL, "Mcp-Session-Id;", NULL, 400);
+  assert_non_null(strstr(got, "Mcp-Session-Id is required"));
+  free(got);
 }
 
 /* Starts "call-1" of test_sampling on session sid and waits for the question it asks. */
