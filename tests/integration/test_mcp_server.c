@@ -4294,13 +4294,19 @@ static void test_http_paths_are_taken_as_sent(void **state) {
     free(res);
   }
   assert_int_equal(fixture_count(w->f, "agent_runs"), runs);
-  /* A balancer's probe names the address it reached: /healthz answers any Host. */
-  static const struct { const char *request, *body; } probes[] = {
-      {"HEAD /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", ""},
-      {"GET /healthz HTTP/1.1\r\nHost: 10.1.2.3:7878\r\nConnection: close\r\n\r\n",
+  /* A balancer's probe names the address it reached: /healthz answers any Host. A body
+   * framed two ways is refused on any path: what follows it must never be read as a request. */
+  static const struct { const char *request, *status, *body; } probes[] = {
+      {"HEAD /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", "200", ""},
+      {"GET /healthz HTTP/1.1\r\nHost: 10.1.2.3:7878\r\nConnection: close\r\n\r\n", "200",
        "{\"status\":\"ok\"}"},
+      {"POST /elsewhere HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n"
+       "Transfer-Encoding: chunked\r\n\r\n",
+       "400",
+       "{\"jsonrpc\":\"2.0\",\"error\":{\"code\":-32600,\"message\":\"Content-Length and "
+       "Transfer-Encoding are given together\"}}"},
   };
-  for (size_t i = 0; i < 2; i++) {
+  for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -4309,7 +4315,7 @@ static void test_http_paths_are_taken_as_sent(void **state) {
     assert_int_equal(write(fd, probes[i].request, n), (ssize_t)n);
     char *res = http_read(fd, NULL);
     close(fd);
-    assert_status(res, "200");
+    assert_status(res, probes[i].status);
     assert_string_equal(strstr(res, "\r\n\r\n") + 4, probes[i].body);
     free(res);
   }
