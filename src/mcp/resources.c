@@ -5,6 +5,7 @@
 
 #include "tools/conformance.h"
 #include "util/cleanup.h"
+#include "util/json.h"
 #include "util/status.h"
 
 /* Whether o is an object of strings, as prompt arguments are. */
@@ -79,7 +80,15 @@ static int resource_of(cx *c, json_t *params, json_t **contents) {
 int mcp_resources_read(cx *c, json_t *params, json_t **ret) {
   json_t *contents = NULL;
   int r = resource_of(c, params, &contents);
-  if (r != 0) return r;
+  /* No resource asks its client for input, so none has a state: a retry's fields are read as
+   * on any method that may ask (a state that does not open is refused), and answer nothing. */
+  const state_subject subject = {"resources/read", tg_json_str(params, "uri"), NULL};
+  _cleanup_json_ json_t *round = NULL;
+  if (r == 0) r = mcp_read_round(c, params, &subject, &round);
+  if (r != 0) {
+    json_decref(contents);
+    return r;
+  }
   *ret = json_pack("{s:o}", "contents", contents);
   return *ret ? 0 : TG_E_NOMEM;
 }

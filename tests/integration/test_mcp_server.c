@@ -2481,6 +2481,30 @@ static void test_a_state_of_another_form_is_refused(void **state) {
   free(sealed);
 }
 
+/* No resource asks its client for input, so no requestState is one the server sealed for a
+ * read: refused as on any method that may ask (one sealed for a tool call too). Without one,
+ * the read is served. */
+static void test_a_read_takes_no_state(void **state) {
+  world *w = *state;
+  char *sealed = multi_input_state(w);
+  const char *states[] = {"\"garbage\"", sealed};
+  for (size_t i = 0; i < 2; i++) {
+    char *members = NULL;
+    assert_true(asprintf(&members, "\"uri\":\"test://static-text\",\"requestState\":%s",
+                         states[i]) > 0);
+    json_t *r = request_as(w, w->agent, "{}", "resources/read", members, NULL);
+    free(members);
+    assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+    assert_string_equal(error_message(r), "Invalid or expired requestState");
+    json_decref(r);
+  }
+  json_t *r = request_as(w, w->agent, "{}", "resources/read", "\"uri\":\"test://static-text\"",
+                         NULL);
+  assert_non_null(json_object_get(result_of(r), "contents"));
+  json_decref(r);
+  free(sealed);
+}
+
 /* A requestState is sealed under the workspace's key, not one of its server's process: the
  * next server of the workspace (after a restart, or another beside it, which starts while a
  * writer holds the database: it only reads the key) carries the round on, and none does once
@@ -4745,6 +4769,7 @@ int main(void) {
       T(test_request_state_is_bound_to_the_arguments),
       T(test_request_state_outlives_its_server),
       T(test_a_state_of_another_form_is_refused),
+      T(test_a_read_takes_no_state),
       T(test_stateless_answers_are_checked_against_what_was_asked),
       T(test_answers_sent_on_2025_are_no_answers),
       T(test_fixture_rounds_answered_in_parts),
