@@ -4296,6 +4296,18 @@ static void test_http_a_loopback_address_names_its_server(void **state) {
   tg_http_stop(h);
 }
 
+/* A socket connected to the server on port, that fails a read that hangs. */
+static int http_connect(unsigned port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  struct timeval guard = {.tv_sec = HANG_GUARD_S};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &guard, sizeof guard);
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
+  return fd;
+}
+
 /* A request's path is taken as sent: no percent-encoding is another name for /mcp or /healthz
  * (an encoded NUL would end the name early), and nothing runs. /healthz answers any Host, and
  * HEAD too, without a body. */
@@ -4331,10 +4343,7 @@ static void test_http_paths_are_taken_as_sent(void **state) {
        "Transfer-Encoding are given together\"}}"},
   };
   for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    int fd = http_connect(port); /* the refused one's connection must close: no read hangs */
     size_t n = strlen(probes[i].request);
     assert_int_equal(write(fd, probes[i].request, n), (ssize_t)n);
     char *res = http_read(fd, NULL);
@@ -4411,18 +4420,6 @@ static bool http_write(int fd, const char *text, size_t n) {
     done += (size_t)k;
   }
   return true;
-}
-
-/* A socket connected to the server on port, that fails a read that hangs. */
-static int http_connect(unsigned port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  assert_true(fd >= 0);
-  struct timeval guard = {.tv_sec = HANG_GUARD_S};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &guard, sizeof guard);
-  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
-  return fd;
 }
 
 /* The whole text of a 2026-07-28 POST calling tool with arguments (JSON text), malloc'd. */
