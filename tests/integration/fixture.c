@@ -151,6 +151,17 @@ const char *fixture_code(const tg_call_result *res) {
   return code ? code : "";
 }
 
+int fixture_connect(unsigned port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  struct timeval guard = {.tv_sec = FIXTURE_HANG_GUARD_S};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &guard, sizeof guard);
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
+  return fd;
+}
+
 void fixture_http_send(int fd, unsigned port, const char *method, const char *headers,
                        const char *body) {
   struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),

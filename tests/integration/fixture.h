@@ -44,6 +44,13 @@ char *fixture_snapshot(fixture *f, const char *except_table);
 /* The wire code of an error envelope, or "" for a result. */
 const char *fixture_code(const tg_call_result *res);
 
+/* How long a test waits on the server before it takes it for hung: a guard, not a timing
+ * check. */
+#define FIXTURE_HANG_GUARD_S 30
+
+/* A socket connected to 127.0.0.1:port whose reads give up after FIXTURE_HANG_GUARD_S. */
+int fixture_connect(unsigned port);
+
 /* Connects fd, a TCP socket the caller set up (unless it is connected), to 127.0.0.1:port
  * and sends a request for /mcp on it: method, headers (whole lines, each ending in CRLF; ""
  * for none) and body (NULL: none). */

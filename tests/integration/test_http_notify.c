@@ -42,7 +42,7 @@
 #include "util/process_tag.h"
 #include "util/status.h"
 
-#define HANG_GUARD_S 30 /* a wait this long means the server hung: not a timing check */
+#define HANG_GUARD_S FIXTURE_HANG_GUARD_S
 #define MODERN_META                                                      \
   "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"," \
   "\"io.modelcontextprotocol/clientCapabilities\":{}}"
@@ -2273,17 +2273,6 @@ static void test_one_caller_has_a_share_of_the_requests_answered(void **state) {
   finish(gets[0]);
 }
 
-/* A socket connected to the server at port, whose reads give up after HANG_GUARD_S. */
-static int connected(unsigned port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct timeval guard = {.tv_sec = HANG_GUARD_S};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &guard, sizeof guard);
-  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
-  return fd;
-}
-
 /* Reads one answer with a Content-Length whole from fd into answer (size bytes at most, its
  * head included, NUL-terminated); the connection stays open. */
 static void read_answer(int fd, char *answer, size_t size) {
@@ -2347,7 +2336,7 @@ static void test_a_caller_at_its_bound_is_served_its_next_request_at_once(void *
   world *w = *state;
   w->cfg.max_requests_per_principal = 1;
   unsigned port = restart(w);
-  int fds[2] = {connected(port), connected(port)};
+  int fds[2] = {fixture_connect(port), fixture_connect(port)};
   for (int i = 0; i < 2000; i++) discovered_on(w, fds[i % 2], port);
   close(fds[0]);
   close(fds[1]);
@@ -2369,7 +2358,7 @@ static void test_a_caller_at_its_bound_is_served_its_next_request_after_a_stream
   world *w = *state;
   w->cfg.max_requests_per_principal = 1;
   unsigned port = restart(w);
-  int streamed = connected(port), other = connected(port);
+  int streamed = fixture_connect(port), other = fixture_connect(port);
   char *lines = modern_lines(w, "tools/call", "test_tool_with_progress");
   for (int i = 0; i < 500; i++) {
     char answer[ANSWER_MAX] = "";
@@ -2396,7 +2385,7 @@ static void test_a_caller_at_its_bound_is_served_its_next_request_after_a_large_
   world *w = *state;
   w->cfg.max_requests_per_principal = 1;
   unsigned port = restart(w);
-  int listed = connected(port), other = connected(port);
+  int listed = fixture_connect(port), other = fixture_connect(port);
   char *lines = modern_lines(w, "tools/list", NULL);
   size_t size = 1024 * 1024;
   char *answer = malloc(size);
@@ -2439,7 +2428,7 @@ static void test_a_slow_sender_is_cut_off(void **state) {
   world *w = *state;
   w->cfg.idle_timeout_s = 1;
   unsigned port = restart(w);
-  int fd = connected(port);
+  int fd = fixture_connect(port);
   discovered_on(w, fd, port); /* a whole request first: the next one is timed from its answer */
   trickle_until_closed(fd);
   free(request(w, "POST", NULL, MODERN_HEADERS("server/discover"),
@@ -2454,7 +2443,7 @@ static void test_idle_connections_are_closed(void **state) {
   world *w = *state;
   w->cfg.idle_timeout_s = 1;
   unsigned port = restart(w);
-  int fd = connected(port);
+  int fd = fixture_connect(port);
   char byte;
   assert_int_equal(read(fd, &byte, 1), 0); /* closed by the server, not by the guard */
   close(fd);
@@ -2794,7 +2783,7 @@ static void test_a_slow_reader_is_cut_off(void **state) {
   unsigned port = restart(w);
   slow_reader_gives_back_its_place(w, JSON_ONLY);
   fixture_log log = fixture_log_begin(w->f);
-  trickle_until_closed(connected(port));
+  trickle_until_closed(fixture_connect(port));
   char *text = fixture_log_end(log);
   assert_null(strstr(text, "http: closed "));
   free(text);
@@ -2821,7 +2810,7 @@ static void test_a_stopping_server_answers_its_calls(void **state) {
   world *w = *state;
   unsigned port = 0;
   assert_int_equal(sscanf(w->url, "http://127.0.0.1:%u/", &port), 1);
-  int fd = connected(port);
+  int fd = fixture_connect(port);
   char answer[ANSWER_MAX];
   discover_on(w, fd, port, answer);
   assert_int_equal(strncmp(answer, "HTTP/1.1 200", 12), 0);
@@ -2984,7 +2973,7 @@ static void test_a_task_call_whose_client_left_leaves_no_task(void **state) {
   world *w = *state;
   unsigned port = 0;
   assert_int_equal(sscanf(w->url, "http://127.0.0.1:%u/", &port), 1);
-  int fd = connected(port);
+  int fd = fixture_connect(port);
   char *lines = modern_lines(w, "tools/call", "slow_compute");
   fixture_http_send(fd, port, "POST", lines, TASK_CALL("8", "{\"seconds\":600}"));
   free(lines);
@@ -3439,7 +3428,7 @@ static void test_a_token_revoked_while_its_body_comes_is_refused(void **state) {
   unsigned port = 0;
   assert_int_equal(sscanf(w->url, "http://127.0.0.1:%u/", &port), 1);
   static const char body[] = STATELESS_CALL("7", "test_wait_cancel", "{}");
-  int fd = connected(port);
+  int fd = fixture_connect(port);
   char *lines = modern_lines(w, "tools/call", "test_wait_cancel"), head[1024];
   int n = snprintf(head, sizeof head,
                    "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%u\r\n%sContent-Length: %zu\r\n\r\n%.10s",
@@ -3487,7 +3476,7 @@ static int padded_call(world *w, unsigned port, const char *id, size_t pad, bool
                        "\"io.modelcontextprotocol/clientCapabilities\":{},\"pad\":%s}}}",
                        id, padding) > 0);
   free(padding);
-  int fd = connected(port);
+  int fd = fixture_connect(port);
   char head[1024];
   int n = snprintf(head, sizeof head, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%u\r\n%s"
                    "Content-Length: %zu\r\n\r\n", port, lines, strlen(body));

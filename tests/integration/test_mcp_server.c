@@ -1185,7 +1185,7 @@ static void test_input_requests_asked_on_2025(void **state) {
 
 /* ---- Streamable HTTP ---- */
 
-#define HANG_GUARD_S 30 /* a read that waits this long means the server hung: not a timing check */
+#define HANG_GUARD_S FIXTURE_HANG_GUARD_S
 
 /* Connects to the server and sends one request; returns the socket. */
 /* ---- tasks (io.modelcontextprotocol/tasks) ---- */
@@ -4296,18 +4296,6 @@ static void test_http_a_loopback_address_names_its_server(void **state) {
   tg_http_stop(h);
 }
 
-/* A socket connected to the server on port, that fails a read that hangs. */
-static int http_connect(unsigned port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  assert_true(fd >= 0);
-  struct timeval guard = {.tv_sec = HANG_GUARD_S};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &guard, sizeof guard);
-  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
-  return fd;
-}
-
 /* A request's path is taken as sent: no percent-encoding is another name for /mcp or /healthz
  * (an encoded NUL would end the name early), and nothing runs. /healthz answers any Host, and
  * HEAD too, without a body. */
@@ -4343,7 +4331,7 @@ static void test_http_paths_are_taken_as_sent(void **state) {
        "Transfer-Encoding are given together\"}}"},
   };
   for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
-    int fd = http_connect(port); /* the refused one's connection must close: no read hangs */
+    int fd = fixture_connect(port); /* the refused one's connection must close: no read hangs */
     size_t n = strlen(probes[i].request);
     assert_int_equal(write(fd, probes[i].request, n), (ssize_t)n);
     char *res = http_read(fd, NULL);
@@ -4441,7 +4429,7 @@ static char *modern_call_text(unsigned port, const char *tool, const char *argum
 /* A POST of server/discover with this Content-Type and these headers, its body (if any) sent
  * apart: the socket. */
 static int http_post_head(unsigned port, const char *type, const char *headers) {
-  int fd = http_connect(port);
+  int fd = fixture_connect(port);
   char head[512];
   int n = snprintf(head, sizeof head,
                    "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%u\r\nAccept: application/json, "
@@ -4584,7 +4572,7 @@ static void test_http_misframed_requests_run_nothing(void **state) {
                        "DELETE /mcp HTTP/1.1\r\nHost: 127.0.0.1:%u\r\nMcp-Session-Id: %s\r\n"
                        "Content-Length:\r\n %zu\r\n\r\n%s",
                        port, sid, n, hidden) > 0);
-  int fd = http_connect(port);
+  int fd = fixture_connect(port);
   assert_true(http_write(fd, deleting, strlen(deleting)));
   char *res = http_read(fd, NULL);
   assert_status(res, "400");
@@ -4600,7 +4588,7 @@ static void test_http_misframed_requests_run_nothing(void **state) {
                        "text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n%zx\r\n%s\r\n"
                        "0\r\n\r\n%s",
                        port, n, hidden, hidden) > 0);
-  fd = http_connect(port);
+  fd = fixture_connect(port);
   assert_true(http_write(fd, chunked, strlen(chunked)));
   res = http_read(fd, NULL);
   assert_non_null(strstr(res, "400 Bad Request"));
@@ -4629,7 +4617,7 @@ static void test_http_misframed_requests_run_nothing(void **state) {
     close(fd);
   }
   /* Sent on its own, the hidden call runs and is counted: the checks above could tell. */
-  fd = http_connect(port);
+  fd = fixture_connect(port);
   assert_true(http_write(fd, hidden, n));
   res = http_read(fd, "This is a simple text response");
   assert_status(res, "200");
@@ -4650,7 +4638,7 @@ static void test_http_half_close_cancels(void **state) {
   tg_http *h = http_start(w, &port);
   char *call = modern_call_text(port, "work_task_create", "{\"title\":\"half-closed\"}");
   long tasks = fixture_count(w->f, "tasks");
-  int fd = http_connect(port);
+  int fd = fixture_connect(port);
   /* Held back (MSG_MORE) until the shutdown sends it with the end of the stream: the server
    * reads the request and its end together, whatever the timing. */
   assert_int_equal(send(fd, call, strlen(call), MSG_MORE), (ssize_t)strlen(call));
@@ -4663,7 +4651,7 @@ static void test_http_half_close_cancels(void **state) {
   close(fd);
   assert_int_equal(fixture_count(w->f, "tasks"), tasks);
   /* Read to its end, the same call writes its task: the count could tell. */
-  fd = http_connect(port);
+  fd = fixture_connect(port);
   assert_true(http_write(fd, call, strlen(call)));
   res = http_read(fd, "\"result\"");
   assert_status(res, "200");
