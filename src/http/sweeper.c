@@ -1,5 +1,5 @@
-/* The sweeper thread: list changes, revoked tokens, idle sessions, stale output, slow clients
- * and the rest of a quiet server, every TG_HTTP_CHECK_MS. */
+/* The sweeper thread: list changes, revoked tokens, idle sessions, stale output, slow clients,
+ * expired tasks and the rest of a quiet server, every TG_HTTP_CHECK_MS. */
 
 #define _GNU_SOURCE
 #include "http/internal.h"
@@ -248,6 +248,7 @@ void *http_sweeper_main(void *arg) {
       http_check_lists(s, db, NULL, NULL);
     }
     cut_slow_clients(s);
+    tg_mcp_tasks_drop_expired(s->mcp.tasks);
     rest_when_quiet(s, &rested);
     http_tell_held_back_mhd_lines(s, false);
     if (db) tg_token_uses_write(s->token_uses, db, false); /* may wait for a writer: last */

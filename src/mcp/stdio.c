@@ -590,7 +590,8 @@ static bool next_queued(conn *c, tg_rpc_msg *ret, int *status) {
     if (c->queued || c->ended || atomic_load(&c->revoked)) break;
     pthread_mutex_unlock(&c->lock);
     /* Idle, it looks too: a revoked token ends the connection though no message comes, and
-     * one that cannot be checked hears of no change. */
+     * one that cannot be checked hears of no change. Expired tasks go. */
+    tg_mcp_tasks_drop_expired(c->srv->tasks);
     int stands = token_stands(c);
     *status = stands == TG_OK ? check_lists(c) : stands == TG_E_NOTFOUND ? stands : TG_OK;
     pthread_mutex_lock(&c->lock);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/client.h"
 #include "mcp/tasks_internal.h"
 #include "util/clock.h"
 #include "util/ids.h"
@@ -50,9 +51,11 @@ static void drop_inputs(task *k) {
   json_decref(k->pending);
   json_decref(k->keys);
   json_decref(k->answers);
+  json_decref(k->start_progress_token);
   free(k->state);
-  k->args = k->caps = k->pending = k->keys = k->answers = NULL;
-  k->state = NULL;
+  free(k->start_log_level);
+  k->args = k->caps = k->pending = k->keys = k->answers = k->start_progress_token = NULL;
+  k->state = k->start_log_level = NULL;
 }
 
 static void task_free(task *k) {
@@ -60,8 +63,6 @@ static void task_free(task *k) {
   json_decref(k->result);
   json_decref(k->error);
   json_decref(k->refusal);
-  json_decref(k->start_progress_token);
-  free(k->start_log_level);
   free(k->run_id);
   free(k->status_message);
   tg_call_result_done(&k->res);
@@ -234,6 +235,32 @@ static bool expired(const task *k, int64_t now) {
   return may_go(k) && now - k->touched > TG_MCP_TASK_TTL_MS;
 }
 
+void (*_Atomic tg_mcp_tasks_test_dropped)(unsigned n);
+
+static void drop_expired_locked(tg_mcp_tasks *t) {
+  int64_t now = expiry_clock();
+  unsigned n = 0;
+  for (task **p = &t->list; *p;) {
+    task *k = *p;
+    if (!expired(k, now)) {
+      p = &k->next;
+      continue;
+    }
+    *p = k->next;
+    task_free(k);
+    n++;
+  }
+  void (*dropped)(unsigned) = tg_mcp_tasks_test_dropped;
+  if (n && dropped) dropped(n);
+}
+
+void tg_mcp_tasks_drop_expired(tg_mcp_tasks *t) {
+  if (!t) return;
+  pthread_mutex_lock(&t->lock);
+  drop_expired_locked(t);
+  pthread_mutex_unlock(&t->lock);
+}
+
 /* principal's visible task id, or NULL. */
 task *mcp_tasks_find_locked(tg_mcp_tasks *t, const char *principal, const char *id) {
   int64_t now = expiry_clock();
@@ -281,16 +308,10 @@ static int count_kept(tg_db *db, const char *principal, long *n) {
  * Returns 0, or TG_E_TOO_LARGE with the limit that stops one more task in ret. */
 static int make_room_locked(tg_mcp_tasks *t, const char *principal, long kept,
                             tg_mcp_task_start *ret) {
-  int64_t now = expiry_clock();
+  drop_expired_locked(t);
   unsigned held = 0, running = 0;
   task *oldest = NULL;
-  for (task **p = &t->list; *p;) {
-    task *k = *p;
-    if (expired(k, now)) {
-      *p = k->next;
-      task_free(k);
-      continue;
-    }
+  for (task *k = t->list; k; k = k->next)
     if (strcmp(k->principal, principal) == 0) {
       held++;
       running += k->running && !mcp_task_terminal(k->ends_as); /* not one writing how it ended */
@@ -298,8 +319,6 @@ static int make_room_locked(tg_mcp_tasks *t, const char *principal, long kept,
           (!oldest || k->read > oldest->read || (k->read == oldest->read && k->seq < oldest->seq)))
         oldest = k;
     }
-    p = &k->next;
-  }
   if (t->running >= TG_MCP_MAX_RUNNING_TASKS) {
     ret->limit = "running";
     ret->max = TG_MCP_MAX_RUNNING_TASKS;
@@ -332,7 +351,7 @@ static int new_task(tg_mcp_tasks *t, const tg_mcp_task_call *call, task **ret) {
   snprintf(k->principal, sizeof k->principal, "%s", call->principal_id);
   snprintf(k->token_hash, sizeof k->token_hash, "%s", call->token_hash ? call->token_hash : "");
   k->args = call->args ? json_deep_copy(call->args) : NULL;
-  k->caps = call->capabilities ? json_deep_copy(call->capabilities) : json_object();
+  k->caps = tg_client_capabilities_read(call->capabilities); /* what is read of them alone */
   k->answers = call->input_responses ? json_deep_copy(call->input_responses) : NULL;
   k->state = call->request_state ? strdup(call->request_state) : NULL;
   k->start_check = call->check_result;

@@ -118,6 +118,8 @@ int tg_mcp_tasks_update(tg_mcp_tasks *t, tg_db *db, const char *principal_id, co
 extern void (*tg_mcp_tasks_test_started)(void);
 /* Tests: called each time a task's thread has ended (NULL: nothing is called). */
 extern void (*_Atomic tg_mcp_tasks_test_ended)(void); /* atomic: set while tasks run */
+/* Tests: called with how many expired tasks went from memory, when some did. */
+extern void (*_Atomic tg_mcp_tasks_test_dropped)(unsigned n); /* atomic: set while serving */
 /* Tests: how far ahead of the clock tasks expire from memory by (0: not at all). */
 extern _Atomic int64_t tg_mcp_tasks_test_later_ms;
 
@@ -161,3 +163,7 @@ json_t *tg_mcp_tasks_token_hashes(tg_mcp_tasks *t);
 /* The token of hash was revoked: the tasks it started that have not ended are asked to stop,
  * as by tg_mcp_tasks_cancel, their principal's other tokens still reading how they ended. */
 void tg_mcp_tasks_end_token(tg_mcp_tasks *t, const char *hash);
+/* Frees the tasks past their time to live (their ends are the database's to tell): a
+ * transport calls it now and then, so that a quiet server does not hold them until the next
+ * task starts. */
+void tg_mcp_tasks_drop_expired(tg_mcp_tasks *t);

@@ -4,12 +4,14 @@
 #include "support.h"
 
 #include <arpa/inet.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "mcp/tasks.h"
 #include "tools/providers.h"
 #include "util/cleanup.h"
 
@@ -160,6 +162,19 @@ int fixture_connect(unsigned port) {
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
   return fd;
+}
+
+static atomic_uint expired_dropped;
+static void count_expired_dropped(unsigned n) { atomic_fetch_add(&expired_dropped, n); }
+
+void fixture_await_expired_task_dropped(void) {
+  atomic_store(&expired_dropped, 0);
+  tg_mcp_tasks_test_dropped = count_expired_dropped;
+  tg_mcp_tasks_test_later_ms = TG_MCP_TASK_TTL_MS + 1;
+  for (int i = 0; !atomic_load(&expired_dropped) && i < FIXTURE_HANG_GUARD_S * 100; i++)
+    usleep(10 * 1000);
+  tg_mcp_tasks_test_dropped = NULL;
+  assert_int_equal(atomic_load(&expired_dropped), 1);
 }
 
 void fixture_http_send(int fd, unsigned port, const char *method, const char *headers,

@@ -51,6 +51,11 @@ const char *fixture_code(const tg_call_result *res);
 /* A socket connected to 127.0.0.1:port whose reads give up after FIXTURE_HANG_GUARD_S. */
 int fixture_connect(unsigned port);
 
+/* Moves the clock of the tasks' expiry past their time to live (the world's teardown moves
+ * it back) and waits until the server drops the one ended task it holds, though no task
+ * starts: as a quiet server would, within FIXTURE_HANG_GUARD_S. */
+void fixture_await_expired_task_dropped(void);
+
 /* Connects fd, a TCP socket the caller set up (unless it is connected), to 127.0.0.1:port
  * and sends a request for /mcp on it: method, headers (whole lines, each ending in CRLF; ""
  * for none) and body (NULL: none). */

@@ -334,6 +334,7 @@ static int setup(void **state) {
 static int teardown(void **state) {
   world *w = *state;
   tg_http_test_session_found = NULL; /* a failed test's hook that never came */
+  tg_mcp_tasks_test_later_ms = 0;     /* a failed test's clock of the tasks' expiry */
   pthread_mutex_lock(&kit_lock); /* tools still waiting on the test (one failed) end now */
   kit_hold = false;
   pthread_mutex_unlock(&kit_lock);
@@ -3037,6 +3038,28 @@ static void test_a_listen_stream_hears_how_its_task_ended(void **state) {
   finish(listen);
 }
 
+/* An ended task leaves memory once its time to live is over, though no other task starts
+ * to make room: the sweeper drops it (the database tells how it ended). */
+static void test_the_sweeper_drops_expired_tasks(void **state) {
+  world *w = *state;
+  char *got = request(w, "POST", NULL, STATELESS_ROUTE("slow_compute"),
+                      TASK_CALL("1", "{\"seconds\":1}"), 200);
+  json_t *answer = json_loads(got, 0, NULL);
+  free(got);
+  const char *id = tg_json_str(json_object_get(answer, "result"), "taskId");
+  assert_non_null(id);
+  json_t *task = NULL;
+  for (int i = 0; !task || strcmp(tg_json_str(task, "status"), "completed") != 0; i++) {
+    if (i == HANG_GUARD_S * 100) fail_msg("the task never ended");
+    json_decref(task);
+    usleep(10 * 1000);
+    task = task_read(w, id);
+  }
+  json_decref(task);
+  json_decref(answer);
+  fixture_await_expired_task_dropped();
+}
+
 /* A revoked token ends the tasks it started (cancelled, as tasks/cancel would, which the
  * agent's other tokens still read); those another token of the agent started run on. */
 static void test_a_revoked_token_ends_its_tasks(void **state) {
@@ -3701,6 +3724,7 @@ int main(void) {
       T(test_a_revoked_token_ends_its_tasks),
       T(test_a_task_call_whose_client_left_leaves_no_task),
       T(test_a_listen_stream_hears_how_its_task_ended),
+      T(test_the_sweeper_drops_expired_tasks),
       T(test_request_bodies_held_at_once_are_bounded),
       T(test_request_bodies_count_as_decoded),
       T(test_a_value_like_an_input_request_is_content),

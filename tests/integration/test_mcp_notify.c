@@ -256,6 +256,7 @@ static int setup_fixtures(void **state) {
 
 static int teardown(void **state) {
   world *w = *state;
+  tg_mcp_tasks_test_later_ms = 0; /* a failed test's clock of the tasks' expiry */
   tg_mcp_watch_free(w->watch);
   tg_mcp_inflight_free(w->inflight);
   tg_mcp_session_done(&w->session);
@@ -1912,6 +1913,23 @@ static void test_stdio_end_gives_a_task_at_work_its_grace(void **state) {
                    1);
 }
 
+/* An ended task leaves memory once its time to live is over, though no other task starts
+ * to make room: the connection drops it as it idles (the database tells how it ended). */
+static void test_stdio_idle_drops_expired_tasks(void **state) {
+  world *w = *state;
+  stdio_run *s = stdio_start(w);
+  stdio_send(s, SLOW_TASK("1"));
+  expect_task_started(s);
+  static const char ended[] = "SELECT COUNT(*) AS n FROM mcp_tasks WHERE "
+                              "json_extract(task, '$.status') = 'completed'";
+  for (int i = 0; fixture_count_where(w->f, ended, NULL) == 0; i++) {
+    if (i == HANG_GUARD_MS / 10) fail_msg("the task never ended");
+    usleep(10 * 1000);
+  }
+  fixture_await_expired_task_dropped();
+  stdio_stop(s);
+}
+
 /* The client closed its input while a task it listens to is still at work when the grace
  * ends: the task is cancelled, and the listen hears so before its result ends it. */
 static void test_stdio_end_tells_a_listen_how_its_task_ended(void **state) {
@@ -1993,6 +2011,7 @@ int main(void) {
       FIXTURES(test_stdio_end_gives_a_task_at_work_its_grace),
       FIXTURES(test_stdio_revoked_token_ends_its_task),
       FIXTURES(test_stdio_end_tells_a_listen_how_its_task_ended),
+      FIXTURES(test_stdio_idle_drops_expired_tasks),
       KIT(test_stdio_token_unchecked_goes_on),
       KIT(test_stdio_ping_during_a_call_checks_the_token),
       KIT(test_stdio_ping_right_behind_a_call),
