@@ -3012,14 +3012,35 @@ static json_t *task_read(world *w, const char *id) {
   return task;
 }
 
+/* Starts slow_compute as a task (body: a TASK_CALL) with the token w acts as: its id in id. */
+static void start_slow_task(world *w, const char *body, char id[64]) {
+  char *got = request(w, "POST", NULL, STATELESS_ROUTE("slow_compute"), body, 200);
+  json_t *answer = json_loads(got, 0, NULL);
+  free(got);
+  const char *task_id = tg_json_str(json_object_get(answer, "result"), "taskId");
+  assert_non_null(task_id);
+  snprintf(id, 64, "%s", task_id);
+  json_decref(answer);
+}
+
+/* The DetailedTask of task id (a new reference), once it no longer works. */
+static json_t *task_read_ended(world *w, const char *id) {
+  for (int waited = 0; waited < HANG_GUARD_S * 10; waited++) {
+    json_t *task = task_read(w, id);
+    if (strcmp(tg_json_str(task, "status"), "working") != 0) return task;
+    json_decref(task);
+    usleep(100 * 1000);
+  }
+  fail_msg("task %s still works", id);
+  return NULL;
+}
+
 /* A listen stream that names a task hears of it over HTTP as over stdio: notifications/tasks
  * with the task's status, to its end (the official suite's check of this is pending). */
 static void test_a_listen_stream_hears_how_its_task_ended(void **state) {
   world *w = *state;
-  char *got = request(w, "POST", NULL, STATELESS_ROUTE("slow_compute"),
-                      TASK_CALL("1", "{\"seconds\":1}"), 200);
-  json_t *answer = json_loads(got, 0, NULL);
-  free(got);
+  char id[64];
+  start_slow_task(w, TASK_CALL("1", "{\"seconds\":1}"), id);
   char listen_body[640];
   snprintf(listen_body, sizeof listen_body,
            "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"subscriptions/listen\",\"params\":{"
@@ -3027,8 +3048,7 @@ static void test_a_listen_stream_hears_how_its_task_ended(void **state) {
            "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
            "\"io.modelcontextprotocol/clientCapabilities\":{\"extensions\":{"
            "\"io.modelcontextprotocol/tasks\":{}}}}}}",
-           tg_json_str(json_object_get(answer, "result"), "taskId"));
-  json_decref(answer);
+           id);
   exchange *listen = start(w, "POST", NULL, MODERN_HEADERS("subscriptions/listen"), listen_body);
   await(listen, "notifications/subscriptions/acknowledged");
   await(listen, "\"status\":\"completed\"");
@@ -3042,21 +3062,11 @@ static void test_a_listen_stream_hears_how_its_task_ended(void **state) {
  * to make room: the sweeper drops it (the database tells how it ended). */
 static void test_the_sweeper_drops_expired_tasks(void **state) {
   world *w = *state;
-  char *got = request(w, "POST", NULL, STATELESS_ROUTE("slow_compute"),
-                      TASK_CALL("1", "{\"seconds\":1}"), 200);
-  json_t *answer = json_loads(got, 0, NULL);
-  free(got);
-  const char *id = tg_json_str(json_object_get(answer, "result"), "taskId");
-  assert_non_null(id);
-  json_t *task = NULL;
-  for (int i = 0; !task || strcmp(tg_json_str(task, "status"), "completed") != 0; i++) {
-    if (i == HANG_GUARD_S * 100) fail_msg("the task never ended");
-    json_decref(task);
-    usleep(10 * 1000);
-    task = task_read(w, id);
-  }
+  char id[64];
+  start_slow_task(w, TASK_CALL("1", "{\"seconds\":1}"), id);
+  json_t *task = task_read_ended(w, id);
+  assert_string_equal(tg_json_str(task, "status"), "completed");
   json_decref(task);
-  json_decref(answer);
   fixture_await_expired_task_dropped();
 }
 
@@ -3064,25 +3074,14 @@ static void test_the_sweeper_drops_expired_tasks(void **state) {
  * agent's other tokens still read); those another token of the agent started run on. */
 static void test_a_revoked_token_ends_its_tasks(void **state) {
   world *w = *state;
-  static const char headers[] = STATELESS_ROUTE("slow_compute");
   char ids[2][64];
   for (int i = 0; i < 2; i++) {
     w->token = w->tokens[i ? 3 : 0];
-    char *got = request(w, "POST", NULL, headers, TASK_CALL("1", "{\"seconds\":600}"), 200);
-    json_t *answer = json_loads(got, 0, NULL);
-    snprintf(ids[i], sizeof ids[i], "%s", tg_json_str(json_object_get(answer, "result"), "taskId"));
-    json_decref(answer);
-    free(got);
+    start_slow_task(w, TASK_CALL("1", "{\"seconds\":600}"), ids[i]);
   }
   revoke_token(w, w->tokens[0]);
   w->token = w->tokens[3];
-  json_t *task = NULL;
-  for (int waited = 0; waited < HANG_GUARD_S * 10; waited++) {
-    json_decref(task);
-    task = task_read(w, ids[0]);
-    if (strcmp(tg_json_str(task, "status"), "working") != 0) break;
-    usleep(100 * 1000);
-  }
+  json_t *task = task_read_ended(w, ids[0]);
   assert_string_equal(tg_json_str(task, "status"), "cancelled");
   assert_string_equal(tg_json_str(task, "statusMessage"),
                       "The token that started the task was revoked");
