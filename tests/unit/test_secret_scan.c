@@ -13,6 +13,8 @@ typedef struct example {
 } example;
 
 static const example examples[] = {
+    {"toolgate_token", "my key: t" "g_0123456789abcdefghijABCDEFGHIJ-_0123456789X",
+     "tg_0123456789abcdefghijABCDEFGHIJ-_0123456789XY is one too long"},
     {"generic", "auth: sk-" "abc123def456ghi", "a key-value store is simple"},
     {"aws_access_key", "id AK" "IAABCDEFGHIJKLMNOP here", "AKIA is a prefix: AKIAshort"},
     {"github_pat_classic", "gh" "p_0123456789abcdefghijABCDEFGHIJ012345", "ghp_short123"},
