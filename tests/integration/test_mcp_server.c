@@ -1187,7 +1187,6 @@ static void test_input_requests_asked_on_2025(void **state) {
 
 #define HANG_GUARD_S FIXTURE_HANG_GUARD_S
 
-/* Connects to the server and sends one request; returns the socket. */
 /* ---- tasks (io.modelcontextprotocol/tasks) ---- */
 
 #define TASKS_CAPS "{\"elicitation\":{},\"extensions\":{\"io.modelcontextprotocol/tasks\":{}}}"
