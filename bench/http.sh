@@ -59,7 +59,10 @@ hz="$(getconf CLK_TCK)"
 
 export TOOLGATE_DATA="$work/ws"
 "$build/toolgate" init --demo >/dev/null
-"$build/toolgate" serve --listen 127.0.0.1:0 --no-auth --agent demo --conformance-fixtures 2>"$work/tg.log" &
+# The peer limits no caller: toolgate's limit is set past what the load reaches (one caller,
+# every call), so that it still counts each call but refuses none.
+"$build/toolgate" serve --listen 127.0.0.1:0 --no-auth --agent demo --conformance-fixtures \
+  --rate-limit 1000000000/1 2>"$work/tg.log" &
 tg_pid=$!
 (cd "$peer" && exec "$peer_node" http-server.mjs --port 0) 2>"$work/peer.log" &
 peer_pid=$!

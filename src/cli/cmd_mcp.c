@@ -24,10 +24,17 @@
 #include "util/stop_signals.h"
 
 #define DEFAULT_LISTEN "127.0.0.1:7878"
+#define RATE_LIMIT_USAGE                                                                           \
+  "  --rate-limit CALLS/SECONDS\n"                                                                 \
+  "                          each caller may make CALLS tool calls, refused ones too, in\n"        \
+  "                          any SECONDS seconds (default " TG_RATE_LIMIT_DEFAULT                  \
+  "); a call past\n"                                                                               \
+  "                          that is refused (rate_limited, details.retryAfterMs).\n"              \
+  "                          'off': no limit\n"
 
 static const char mcp_usage[] =
     "usage: toolgate mcp (--agent SLUG | --token TOKEN) [--run RUN_ID]\n"
-    "                    [--conformance-fixtures]\n\n"
+    "                    [--rate-limit CALLS/SECONDS|off] [--conformance-fixtures]\n\n"
     "Serves MCP 2026-07-28 and, to a client that opens with initialize, 2025-11-25 (or\n"
     "2025-06-18, 2025-03-26, 2024-11-05) over stdio: newline-delimited JSON-RPC on stdin\n"
     "and stdout, logs on stderr. Every tool call is made as the agent, or as the holder of\n"
@@ -38,11 +45,13 @@ static const char mcp_usage[] =
     "                          once the agent is active), ended when the server stops.\n"
     "                          Either way per-run caps bind, and a call once the run\n"
     "                          ended is refused.\n"
+    RATE_LIMIT_USAGE
     "  --conformance-fixtures  also serve the fixtures of the official conformance suite\n";
 
 static const char serve_usage[] =
     "usage: toolgate serve [--listen HOST:PORT] [--no-auth [--agent SLUG]]\n"
-    "                      [--conformance-fixtures] [--threads N]\n\n"
+    "                      [--rate-limit CALLS/SECONDS|off] [--conformance-fixtures]\n"
+    "                      [--threads N]\n\n"
     "Serves MCP over Streamable HTTP on POST/GET/DELETE /mcp, and /healthz.\n"
     "Requests authenticate with 'Authorization: Bearer TOKEN' (toolgate token create), each\n"
     "acting in its token's workspace; with the global --tenant, only that workspace's tokens\n"
@@ -54,6 +63,7 @@ static const char serve_usage[] =
     "  --listen HOST:PORT      where to listen (default " DEFAULT_LISTEN ")\n"
     "  --no-auth               loopback only: every request acts as --agent SLUG, or as the\n"
     "                          workspace owner\n"
+    RATE_LIMIT_USAGE
     "  --conformance-fixtures  also serve the fixtures of the official conformance suite\n"
     "  --threads N             worker threads for calls of interactive tools, which stream\n"
     "                          as they run (default: twice the number of CPUs); other\n"
@@ -164,6 +174,24 @@ static void end_session_run(cli *c, session_run *run, bool failed) {
     tg_log(TG_LOG_WARN, "mcp: run %s was not ended: %s", run->id, tg_db_errmsg(c->db));
 }
 
+/* The limit --rate-limit names (text) in *limit: NULL for "off", which is logged loudly. */
+static int open_rate_limit(const char *text, const char *usage, const char *command,
+                           tg_rate_limit **limit) {
+  unsigned calls, seconds;
+  *limit = NULL;
+  if (tg_rate_limit_parse(text, &calls, &seconds) < 0)
+    return cli_usage(usage, "%s: --rate-limit takes CALLS/SECONDS (1 to %u calls in 1 to %u s) "
+                     "or off", command, TG_RATE_LIMIT_MAX_CALLS, TG_RATE_LIMIT_MAX_SECONDS);
+  if (!calls) {
+    tg_log(TG_LOG_WARN, "%s: --rate-limit off: a caller's tool calls are not limited", command);
+    return CLI_OK;
+  }
+  if (!(*limit = tg_rate_limit_new(calls, seconds))) return CLI_FAILED;
+  tg_log(TG_LOG_INFO, "%s: each caller may make %u tool call%s in %u s", command, calls,
+         calls == 1 ? "" : "s", seconds);
+  return CLI_OK;
+}
+
 static void ignore_signal(int sig) { (void)sig; }
 
 /* A client that closed the server's output or its log is an error to report (EPIPE), or a
@@ -180,9 +208,10 @@ int cmd_mcp(cli *c, int argc, char **argv) {
   static const struct option options[] = {{"agent", required_argument, NULL, 'a'},
                                           {"token", required_argument, NULL, 't'},
                                           {"run", required_argument, NULL, 'r'},
+                                          {"rate-limit", required_argument, NULL, 'R'},
                                           {"conformance-fixtures", no_argument, NULL, 'f'},
                                           {0}};
-  const char *agent = NULL, *run = NULL;
+  const char *agent = NULL, *run = NULL, *rate = TG_RATE_LIMIT_DEFAULT;
   bool fixtures = false;
   int opt;
   while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
@@ -190,12 +219,17 @@ int cmd_mcp(cli *c, int argc, char **argv) {
     case 'a': agent = optarg; break;
     case 't': c->token = optarg; break;
     case 'r': run = optarg; break;
+    case 'R': rate = optarg; break;
     case 'f': fixtures = true; break;
     default: return cli_usage(mcp_usage, "mcp: bad option");
     }
   }
   if (optind != argc) return cli_usage(mcp_usage, "mcp: unexpected argument '%s'", argv[optind]);
   if (!!agent + !!c->token != 1) return cli_usage(mcp_usage, "mcp: give exactly one of --agent, --token");
+  _cleanup_rate_limit_ tg_rate_limit *limit = NULL;
+  int usable = open_rate_limit(rate, mcp_usage, "mcp", &limit);
+  if (usable != CLI_OK) return usable;
+  c->env.rate_limit = limit;
   if (open_registry(c, fixtures) != CLI_OK || cli_open(c, false) != CLI_OK) return CLI_FAILED;
   char principal[TG_UUID_LEN + 1];
   if (c->token && cli_token_principal(c, principal) != CLI_OK) return CLI_FAILED;
@@ -254,16 +288,18 @@ int cmd_serve(cli *c, int argc, char **argv) {
                                           {"agent", required_argument, NULL, 'a'},
                                           {"conformance-fixtures", no_argument, NULL, 'f'},
                                           {"threads", required_argument, NULL, 'j'},
+                                          {"rate-limit", required_argument, NULL, 'R'},
                                           {0}};
   /* Tool calls mostly queue for the one write lock: a few workers per CPU keep it busy. */
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   tg_http_config cfg = {.listen = DEFAULT_LISTEN,
                         .threads = cpus > 0 ? (cpus < 128 ? 2 * (unsigned)cpus : 256) : 8};
-  const char *agent = NULL;
+  const char *agent = NULL, *rate = TG_RATE_LIMIT_DEFAULT;
   int opt;
   while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
     switch (opt) {
     case 'l': cfg.listen = optarg; break;
+    case 'R': rate = optarg; break;
     case 'n': cfg.no_auth = true; break;
     case 'a': agent = optarg; break;
     case 'f': cfg.server.fixtures = true; break;
@@ -279,6 +315,10 @@ int cmd_serve(cli *c, int argc, char **argv) {
   }
   if (optind != argc) return cli_usage(serve_usage, "serve: unexpected argument '%s'", argv[optind]);
   if (agent && !cfg.no_auth) return cli_usage(serve_usage, "serve: --agent goes with --no-auth");
+  _cleanup_rate_limit_ tg_rate_limit *limit = NULL;
+  int usable = open_rate_limit(rate, serve_usage, "serve", &limit);
+  if (usable != CLI_OK) return usable;
+  cfg.rate_limit = limit;
   c->any_tenant = !cfg.no_auth;
   if (open_registry(c, cfg.server.fixtures) != CLI_OK || cli_open(c, false) != CLI_OK)
     return CLI_FAILED;

@@ -40,6 +40,7 @@ typedef struct call_state {
   char *approval_text;    /* what the request shows its approver (tg_approval_subject) */
   char approval_digest[65]; /* the call's approval digest once made, else "" */
   char approval_used[TG_UUID_LEN + 1]; /* the approval the call ran on, else "" */
+  unsigned refusals; /* refused for its rate: the refusals its telemetry row stands for */
 } call_state;
 
 static void call_state_done(call_state *st) {
@@ -266,14 +267,16 @@ static int write_telemetry(call_state *st, tg_db *db, tg_errcode code, const cha
   _cleanup_free_ char *meta = NULL;
   const char *task = st->req->task_id;
   const char *approval = *st->approval_used ? st->approval_used : NULL;
+  char refusals[32] = "";
+  if (st->refusals) snprintf(refusals, sizeof refusals, ",\"refusals\":%u", st->refusals);
   if (asprintf(&meta,
                "{\"args\":%s,\"durationMs\":%.3f,\"costCents\":%lld,\"surface\":\"%s\","
-               "\"calledAs\":%s%s%s%s%s%s%s%s%s%s}",
+               "\"calledAs\":%s%s%s%s%s%s%s%s%s%s%s}",
                st->args_text, ms, (long long)cost_cents, tg_surface_name(st->req->surface),
                st->called_text, code ? ",\"code\":\"" : "", code ? tg_errcode_name(code) : "",
                code ? "\"" : "", task ? ",\"taskId\":\"" : "", task ? task : "",
                task ? "\"" : "", approval ? ",\"approvalId\":\"" : "", approval ? approval : "",
-               approval ? "\"" : "") < 0)
+               approval ? "\"" : "", refusals) < 0)
     return TG_E_NOMEM;
   r = tg_db_exec(db,
                  "INSERT INTO agent_run_logs (id, tenant_id, run_id, principal_id, step,"
@@ -420,6 +423,12 @@ static int answer(tg_call_result *ret, tg_errcode code, const char *message, jso
   ret->code = code;
   ret->value = tg_error_envelope(code, message, details);
   return TG_E_TOOL;
+}
+
+/* A caller that could not be loaded (status): none by that id, or the database failed. */
+static int unread_caller(tg_call_result *ret, int status) {
+  return status == TG_E_NOTFOUND ? answer(ret, TG_ERR_PERMISSION_DENIED, "Unknown caller.", NULL)
+                                 : answer(ret, TG_ERR_INTERNAL_ERROR, NULL, NULL);
 }
 
 /* Answers a refusal by a gate and writes its telemetry. details is stolen. */
@@ -719,8 +728,7 @@ static int execute(call_state *st, tg_call_result *ret) {
   if (job.refused || job.caller_gone) {
     finish_after(&cx, false);
     json_decref(result);
-    r = job.refused ? refused(st, ret, &job.refusal)
-                    : answer(ret, TG_ERR_PERMISSION_DENIED, "Unknown caller.", NULL);
+    r = job.refused ? refused(st, ret, &job.refusal) : unread_caller(ret, TG_E_NOTFOUND);
     tg_refusal_done(&job.refusal);
     return r;
   }
@@ -745,6 +753,29 @@ static int execute(call_state *st, tg_call_result *ret) {
   return internal(st, ret,
                   job.ran ? "handler or commit failed" : "the call could not be decided or written",
                   r, job.ran);
+}
+
+/* A call past its caller's rate (rate): refused before anything is read. Its telemetry row,
+ * when it gets one, is written for the caller loaded afresh, and names no run, which was not
+ * looked at. */
+static int rate_limited(call_state *st, tg_call_result *ret, const tg_rate_verdict *rate) {
+  char message[160];
+  snprintf(message, sizeof message,
+           "Too many calls: a caller may make %u in %u s; the next may go in %lld ms.",
+           rate->calls, rate->seconds, (long long)rate->retry_after_ms);
+  json_t *details = json_pack("{s:I,s:I,s:I}", "retryAfterMs", (json_int_t)rate->retry_after_ms,
+                              "limit", (json_int_t)rate->calls, "perSeconds",
+                              (json_int_t)rate->seconds);
+  if (rate->refusals) {
+    int r = tg_principal_load(st->env->db, st->req->principal_id, &st->principal);
+    if (r < 0) {
+      json_decref(details);
+      return unread_caller(ret, r);
+    }
+    st->refusals = rate->refusals;
+    record_failure(st, TG_ERR_RATE_LIMITED, message, false);
+  }
+  return answer(ret, TG_ERR_RATE_LIMITED, message, details);
 }
 
 static int dry_run_answer(call_state *st, tg_call_result *ret, int gates, tg_refusal *refusal,
@@ -776,10 +807,20 @@ int tg_call(const tg_env *env, const tg_call_request *req, tg_call_result *ret) 
    * dry run (it writes nothing), not an interactive tool (it asks its client before the
    * write), not an unknown tool (refused at once). */
   bool kept = !req->dry_run && st.tool && !(st.tool->flags & TG_TOOL_INTERACTIVE);
-  int r = decide(&st, kept, &refusal, trace, &gates);
-  if (r < 0)
-    r = r == TG_E_NOTFOUND ? answer(ret, TG_ERR_PERMISSION_DENIED, "Unknown caller.", NULL)
-                           : answer(ret, TG_ERR_INTERNAL_ERROR, NULL, NULL);
+  /* Every call counts against its caller's rate, before anything is read for it; a dry run
+   * writes nothing and is not counted. */
+  tg_rate_verdict rate = {.allowed = true};
+  int r = env->rate_limit && !req->dry_run
+              ? tg_rate_limit_take(env->rate_limit, req->principal_id, &rate)
+              : TG_OK;
+  if (r < 0) {
+    tg_log(TG_LOG_ERROR, "call to %.128s: its rate could not be counted: %s", req->tool,
+           tg_status_text(r));
+    r = answer(ret, TG_ERR_INTERNAL_ERROR, NULL, NULL);
+  } else if (!rate.allowed)
+    r = rate_limited(&st, ret, &rate);
+  else if ((r = decide(&st, kept, &refusal, trace, &gates)) < 0)
+    r = unread_caller(ret, r);
   else if (!st.tool)
     r = reject(&st, ret, TG_ERR_NOT_FOUND, "No tool by that name.",
                json_pack("{s:s%}", "tool", req->tool, tg_utf8_prefix(req->tool, CALLED_AS_MAX)));

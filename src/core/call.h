@@ -1,9 +1,10 @@
 /* tg_call: the one path every tool call takes, from every surface (DESIGN.md §1, §4).
- * In order: resolve the name → the run it belongs to → surface → the caller's status →
- * authorize against live grants → workspace policy and risk → per-run cap → budget →
- * arguments against the compiled schema →
+ * In order: the caller's rate (on a server) → resolve the name → the run it belongs to →
+ * surface → the caller's status → authorize against live grants → workspace policy and risk →
+ * per-run cap → budget → arguments against the compiled schema →
  * one transaction (handler, a last look for a cancellation, activity rows, telemetry row) →
- * result. Every refusal and failure is an error envelope and one telemetry row. */
+ * result. Every refusal and failure is an error envelope and one telemetry row, except that
+ * the refusals for a caller's rate get a row a second (core/rate_limit.h). */
 #pragma once
 #include <jansson.h>
 #include <stdbool.h>
@@ -12,6 +13,7 @@
 #include "core/client.h"
 #include "core/error.h"
 #include "core/principal.h"
+#include "core/rate_limit.h"
 #include "core/registry.h"
 #include "db/db.h"
 
@@ -25,6 +27,8 @@ typedef struct tg_env {
   tg_db *db;
   const char *data_dir;   /* the database and the repositories live here */
   const char *public_url; /* how people reach this server, for links (e.g. pull requests) */
+  tg_rate_limit *rate_limit; /* the server's limit on each caller's calls; NULL: none (the
+                              * CLI's own calls) */
 } tg_env;
 
 typedef struct tg_call_request {

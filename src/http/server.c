@@ -25,7 +25,7 @@
 /* What a call on one of this server's threads runs against. */
 tg_env http_server_env(const server *s, tg_db *db) {
   return (tg_env){.registry = s->cfg->registry, .db = db, .data_dir = s->cfg->data_dir,
-                  .public_url = s->public_url};
+                  .public_url = s->public_url, .rate_limit = s->cfg->rate_limit};
 }
 
 /* A request that came after the server began to stop: 503, and the connection closes. */

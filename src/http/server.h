@@ -75,6 +75,7 @@ typedef struct tg_http_config {
   const char *public_url; /* how people reach this server, for links; NULL or "": its own
                            * address (http://HOST:PORT of the socket it listens on) */
   const tg_registry *registry;
+  tg_rate_limit *rate_limit; /* on each caller's tool calls; NULL: none */
   tg_mcp_server server;
   size_t max_held_bytes; /* output held for all clients; 0: TG_HTTP_MAX_HELD_BYTES */
   size_t max_taking_bytes; /* request bodies held for all clients; 0: TG_HTTP_MAX_TAKING_BYTES */

@@ -376,7 +376,9 @@ int mcp_tools_call(cx *c, json_t *params, json_t **ret) {
     tg_call_result_done(&res);
     return mcp_rpc_fail(c, ch.refused_code, ch.refused_message, ch.refused_data);
   }
-  if (r == TG_E_TOOL && !tool) {
+  /* A name in no catalog is a protocol error; a call of one refused for its caller's rate
+   * is told so, as any call refused for it. */
+  if (r == TG_E_TOOL && !tool && res.code == TG_ERR_NOT_FOUND) {
     tg_call_result_done(&res);
     return mcp_rpc_fail(c, TG_RPC_INVALID_PARAMS, "Unknown tool", mcp_named("name", name));
   }

@@ -1012,6 +1012,55 @@ static void write_item(world *w, const char *principal, const char *note) {
   tg_call_result_done(&res);
 }
 
+static uint64_t frozen_clock(void) { return 42; }
+
+/* A caller past its server's rate is refused before anything is read for the call, and
+ * nothing but the refusal's row is written: one row a second, counting the refusals it
+ * stands for. Calls refused for other reasons count too; another caller's do not. */
+static void test_rate_limit_refuses_past_the_limit(void **state) {
+  world *w = *state;
+  tg_rate_limit *limit = tg_rate_limit_new(2, 3600);
+  assert_non_null(limit);
+  tg_rate_limit_set_clock(limit, frozen_clock);
+  w->f->env.rate_limit = limit;
+  write_item(w, w->writer, "r1");
+  write_item(w, w->writer, "r2");
+  tg_call_result res;
+  expect_refusal(w, w->writer, TG_SURFACE_AGENT, "writeItem", "{\"note\":\"r3\"}", NULL,
+                 "rate_limited", &res);
+  assert_int_equal(json_integer_value(json_object_get(details(&res), "retryAfterMs")), 1800000);
+  assert_int_equal(json_integer_value(json_object_get(details(&res), "limit")), 2);
+  assert_int_equal(json_integer_value(json_object_get(details(&res), "perSeconds")), 3600);
+  tg_call_result_done(&res);
+  _cleanup_json_ json_t *log = last_log(w->f);
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(log, "metadata"), "refusals")),
+                   1);
+  assert_true(json_is_null(json_object_get(log, "run_id")));
+  assert_int_equal(fixture_count(w->f, "missions"), 2);
+
+  /* The same second: refused again, and not a row written. */
+  _cleanup_free_ char *before = fixture_snapshot(w->f, NULL);
+  assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "no.such.tool", "{}", NULL, &res),
+                   TG_E_TOOL);
+  assert_string_equal(fixture_code(&res), "rate_limited");
+  tg_call_result_done(&res);
+  _cleanup_free_ char *after = fixture_snapshot(w->f, NULL);
+  assert_string_equal(before, after);
+
+  /* The reader's calls are counted apart: refused writeItem twice for want of its grant, it
+   * is refused its third call for its rate. */
+  for (int i = 0; i < 2; i++) {
+    expect_refusal(w, w->reader, TG_SURFACE_AGENT, "writeItem", "{\"note\":\"x\"}", NULL,
+                   "permission_denied", &res);
+    tg_call_result_done(&res);
+  }
+  expect_refusal(w, w->reader, TG_SURFACE_AGENT, "echoText", "{\"text\":\"hi\"}", NULL,
+                 "rate_limited", &res);
+  tg_call_result_done(&res);
+  w->f->env.rate_limit = NULL;
+  tg_rate_limit_free(limit);
+}
+
 /* A connection's kept principal is used without reading whether it stands: the call's write
  * finds it does not, and the call is decided again. */
 static void test_kept_principal_is_checked_where_the_call_writes(void **state) {
@@ -1389,6 +1438,7 @@ int main(void) {
       T(test_run_cap_counts_successes),
       T(test_run_gates_hold_at_the_write),
       T(test_locked_database_is_told),
+      T(test_rate_limit_refuses_past_the_limit),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -313,6 +313,42 @@ check "runs list after it" 0 "$tg" runs list --agent demo --limit 1 --json
 is "one run of mcp for both calls, ended" '.runs[0].calls == 2 and .runs[0].status == "completed"
   and .runs[0].trigger == "mcp"'
 check "policy back" 0 "$tg" policy set admin.run.start default
+# A server's rate limit: past it a call is refused with rate_limited, an unknown tool's too,
+# and the server goes on serving.
+unknown_call=${stdio_call/agent_tool_list/no_such_tool}
+printf '%s\n' "$stdio_call" "${stdio_call/\"id\":1/\"id\":2}" "${stdio_call/\"id\":1/\"id\":3}" \
+  "${unknown_call/\"id\":1/\"id\":4}" "${unknown_call/\"id\":1/\"id\":5}" >"$dir/limited.in"
+check "a stdio server limited to two calls an hour" 0 bash -c '"$0" mcp --agent demo \
+  --rate-limit 2/3600 <"$1"' "$tg" "$dir/limited.in"
+are "its third call and the unknown tool's refused" '(.[0].result.isError | not)
+  and (.[1].result.isError | not) and ([.[2:5][] | .result.isError
+  and .result.structuredContent.error.code == "rate_limited"
+  and .result.structuredContent.error.details.retryAfterMs > 0
+  and .result.structuredContent.error.details.limit == 2] | length == 3 and all)'
+says "the limit logged" 'each caller may make 2 tool calls in 3600 s'
+check "a stdio server unlimited" 0 bash -c '"$0" mcp --agent demo --rate-limit off <"$1"' \
+  "$tg" "$dir/limited.in"
+are "every call answered" '([.[0:3][] | .result.isError | not] | all)
+  and ([.[3:5][] | .error.code == -32602] | all)'
+says "no limit, loudly" 'warn: mcp: --rate-limit off'
+check "mcp with a bad rate limit" 2 "$tg" mcp --agent demo --rate-limit 0/60
+says "told what it takes" 'takes CALLS/SECONDS'
+check "serve with a bad rate limit" 2 "$tg" serve --rate-limit 10
+"$tg" serve --listen 127.0.0.1:0 --no-auth --agent demo --rate-limit 1/3600 2>"$dir/limited.log" &
+limited=$!
+port=$(port_of "$dir/limited.log")
+call_over_http() {
+  curl -s -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \
+    -H 'MCP-Protocol-Version: 2026-07-28' -H 'Mcp-Method: tools/call' \
+    -H 'Mcp-Name: agent_tool_list' "http://127.0.0.1:$port/mcp" -d "$stdio_call"
+}
+check "an HTTP server limited to a call an hour" 0 call_over_http
+is "its first call answered" '.result.isError | not'
+check "a second call to it" 0 call_over_http
+is "refused for its rate" '.result.structuredContent.error.code == "rate_limited"
+  and .result.structuredContent.error.details.perSeconds == 3600'
+kill -TERM "$limited" 2>/dev/null || true
+check "the limited server stops" 0 wait "$limited"
 # A stdio server killed (SIGKILL) leaves its run running; the next server on the machine ends
 # it failed, and leaves the run of a server still serving alone.
 serve_held() { # serve_held NAME: a stdio server of demo, its input open on fd 8 (NAME 'b') or 7
