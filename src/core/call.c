@@ -314,6 +314,24 @@ int tg_call_log_end(tg_db *db, const char *principal_id, const char *tool, const
                     NULL);
 }
 
+int tg_call_log_refusals(tg_db *db, const char *principal_id, unsigned refusals) {
+  char id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
+  if (tg_uuid7(id) < 0) return TG_E_IO;
+  tg_now_iso(now);
+  _cleanup_free_ char *message = NULL, *meta = NULL;
+  if (asprintf(&message, "rate_limited: %u call%s refused for the caller's rate, counted in no "
+               "row before", refusals, refusals == 1 ? "" : "s") < 0)
+    message = NULL;
+  if (asprintf(&meta, "{\"code\":\"rate_limited\",\"refusals\":%u}", refusals) < 0) meta = NULL;
+  if (!message || !meta) return TG_E_NOMEM;
+  return tg_db_exec(db,
+                    "INSERT INTO agent_run_logs (id, tenant_id, run_id, principal_id, step,"
+                    " level, message, metadata, created_at)"
+                    " SELECT $1, tenant_id, NULL, id, 'tool:?', 'WARN', $2, $3, $4"
+                    " FROM principals WHERE id = $5",
+                    json_pack("[sssss]", id, message, meta, now, principal_id), NULL);
+}
+
 /* The digest of this call's approval, made once; NULL without memory. */
 static const char *approval_digest(call_state *st) {
   if (!*st->approval_digest &&

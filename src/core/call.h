@@ -127,6 +127,11 @@ json_t *tg_activity_ids(const tg_call_ctx *cx);
 int tg_call_log_end(tg_db *db, const char *principal_id, const char *tool, const char *run_id,
                     const char *task_id, const char *level, const char *why);
 
+/* Writes on db (in the caller's transaction) the telemetry row counting refusals calls of
+ * principal_id refused for its rate that no row counted yet (core/rate_limit.h): step
+ * "tool:?", level WARN, code rate_limited, metadata.refusals. Nothing for a principal gone. */
+int tg_call_log_refusals(tg_db *db, const char *principal_id, unsigned refusals);
+
 /* The tools principal may call on surface, as the tool list offered to it (seed 000 §4):
  * each passes the same surface, status, permission and policy gates as tg_call. Returns a
  * new array of {name, canonicalName, description, effect, risk, inputSchema, outputSchema}

@@ -6,7 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/call.h"
+#include "db/db.h"
 #include "util/clock.h"
+#include "util/log.h"
 #include "util/status.h"
 
 #define CHAINS 1024 /* a power of two */
@@ -155,6 +158,78 @@ int tg_rate_limit_take(tg_rate_limit *limit, const char *principal_id, tg_rate_v
   }
   pthread_mutex_unlock(&limit->lock);
   return TG_OK;
+}
+
+/* A caller's refusals taken to be written. */
+typedef struct tally {
+  char *principal;
+  unsigned refusals;
+} tally;
+
+static bool owes_row(const caller *c, uint64_t now, bool all) {
+  return c->unrecorded && (all || now - c->row_ns >= TG_RATE_LIMIT_ROW_MS * NS_PER_MS);
+}
+
+/* Takes the refusals to write now from their callers, into a new array (*n of them). */
+static tally *take_tallies(tg_rate_limit *limit, bool all, size_t *n, bool *lost) {
+  uint64_t now = limit->clock_ns();
+  *n = 0;
+  *lost = false;
+  pthread_mutex_lock(&limit->lock);
+  tally *todo = limit->count ? calloc(limit->count, sizeof *todo) : NULL;
+  *lost = limit->count && !todo;
+  for (size_t i = 0; todo && i < CHAINS; i++)
+    for (caller *c = limit->chains[i]; c; c = c->next) {
+      if (!owes_row(c, now, all)) continue;
+      if (!(todo[*n].principal = strdup(c->principal))) {
+        *lost = true;
+        continue;
+      }
+      todo[(*n)++].refusals = c->unrecorded;
+      c->unrecorded = 0;
+      c->row_ns = now;
+    }
+  pthread_mutex_unlock(&limit->lock);
+  return todo;
+}
+
+/* Gives refusals that could not be written back to their callers, still counted if known. */
+static void give_back(tg_rate_limit *limit, const tally *todo, size_t n) {
+  pthread_mutex_lock(&limit->lock);
+  for (size_t i = 0; i < n; i++)
+    for (caller *c = *chain_of(limit, todo[i].principal); c; c = c->next)
+      if (strcmp(c->principal, todo[i].principal) == 0) {
+        unsigned room = UINT_MAX - c->unrecorded;
+        c->unrecorded += todo[i].refusals < room ? todo[i].refusals : room;
+        break;
+      }
+  pthread_mutex_unlock(&limit->lock);
+}
+
+int tg_rate_limit_write_refusals(tg_rate_limit *limit, tg_db *db, bool all) {
+  size_t n;
+  bool lost;
+  tally *todo = take_tallies(limit, all, &n, &lost);
+  int r = TG_OK;
+  if (n) {
+    r = all ? tg_db_begin(db) : tg_db_try_begin(db);
+    for (size_t i = 0; r == TG_OK && i < n; i++)
+      r = tg_call_log_refusals(db, todo[i].principal, todo[i].refusals);
+    r = r == TG_OK ? tg_db_commit(db) : r;
+    if (r < 0) {
+      tg_db_rollback(db);
+      /* Another writer holding the lock is no fault: the next look tries again. */
+      if (r != TG_E_BUSY || all)
+        tg_log(TG_LOG_WARN, "calls refused for their rate: the count of %zu caller(s) was not "
+               "written%s: %s", n,
+               all ? " before the server stopped" : ", tried again in a second", tg_db_errmsg(db));
+      give_back(limit, todo, n);
+    }
+  }
+  for (size_t i = 0; i < n; i++) free(todo[i].principal);
+  free(todo);
+  if (lost) tg_log(TG_LOG_WARN, "calls refused for their rate: no memory to write their count");
+  return r < 0 ? r : lost ? TG_E_NOMEM : TG_OK;
 }
 
 void tg_rate_limit_set_clock(tg_rate_limit *limit, uint64_t (*clock_ns)(void)) {

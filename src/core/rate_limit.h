@@ -15,10 +15,12 @@
  * holds nothing), else the one that called least recently. */
 #define TG_RATE_LIMIT_CALLERS 4096
 /* A caller's calls refused for its rate get a telemetry row at most this often; each row
- * counts the refusals since the one before it. */
+ * counts the refusals since the one before it (tg_rate_limit_write_refusals writes those that
+ * no later refusal came to write). */
 #define TG_RATE_LIMIT_ROW_MS 1000
 
 typedef struct tg_rate_limit tg_rate_limit;
+typedef struct tg_db tg_db;
 
 typedef struct tg_rate_verdict {
   bool allowed;
@@ -44,6 +46,14 @@ static inline void tg_rate_limit_freep(tg_rate_limit **limit) { tg_rate_limit_fr
 /* Counts a call of principal_id and says in *out whether it may go. TG_E_NOMEM when a caller
  * not counted yet has no room (the call must not go). */
 int tg_rate_limit_take(tg_rate_limit *limit, const char *principal_id, tg_rate_verdict *out);
+
+/* Writes the refusals no telemetry row counts yet (see tg_rate_verdict.refusals): of each
+ * caller whose last such row is TG_RATE_LIMIT_ROW_MS old, or of every caller when all (the
+ * server stopping), one row a caller (tg_call_log_refusals), in one transaction on db, not
+ * waiting for another writer unless all. A failure is logged (but for a writer holding the
+ * lock), and those refusals are left for a write a second later. So a server's periodic look writes the count of a caller's last second
+ * of refusals, which no later refusal of its may come to write. */
+int tg_rate_limit_write_refusals(tg_rate_limit *limit, tg_db *db, bool all);
 
 /* Tests: the clock the limit reads (monotonic nanoseconds; tg_monotonic_ns by default), and
  * how many callers it counts. */

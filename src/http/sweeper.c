@@ -251,6 +251,7 @@ void *http_sweeper_main(void *arg) {
     tg_mcp_tasks_drop_expired(s->mcp.tasks);
     rest_when_quiet(s, &rested);
     http_tell_held_back_mhd_lines(s, false);
+    if (db && s->cfg->rate_limit) tg_rate_limit_write_refusals(s->cfg->rate_limit, db, false);
     if (db) tg_token_uses_write(s->token_uses, db, false); /* may wait for a writer: last */
     pthread_mutex_lock(&s->lock);
     forget_stale_output_locked(s);
@@ -263,7 +264,10 @@ void *http_sweeper_main(void *arg) {
     next = tg_monotonic_ms() + TG_HTTP_CHECK_MS;
   }
   pthread_mutex_unlock(&s->lock);
-  if (http_thread_db(s, &db)) tg_token_uses_write(s->token_uses, db, true); /* the last minute's */
+  if (http_thread_db(s, &db)) { /* what is still to write: the last second's, the last minute's */
+    if (s->cfg->rate_limit) tg_rate_limit_write_refusals(s->cfg->rate_limit, db, true);
+    tg_token_uses_write(s->token_uses, db, true);
+  }
   tg_db_close(db);
   return NULL;
 }

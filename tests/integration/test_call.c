@@ -1012,16 +1012,19 @@ static void write_item(world *w, const char *principal, const char *note) {
   tg_call_result_done(&res);
 }
 
-static uint64_t frozen_clock(void) { return 42; }
+static uint64_t rate_clock_ns;
+static uint64_t rate_clock(void) { return rate_clock_ns; }
 
 /* A caller past its server's rate is refused before anything is read for the call, and
  * nothing but the refusal's row is written: one row a second, counting the refusals it
- * stands for. Calls refused for other reasons count too; another caller's do not. */
+ * stands for, and the count of the rest written apart. Calls refused for other reasons count
+ * too; another caller's do not. */
 static void test_rate_limit_refuses_past_the_limit(void **state) {
   world *w = *state;
   tg_rate_limit *limit = tg_rate_limit_new(2, 3600);
   assert_non_null(limit);
-  tg_rate_limit_set_clock(limit, frozen_clock);
+  rate_clock_ns = 42;
+  tg_rate_limit_set_clock(limit, rate_clock);
   w->f->env.rate_limit = limit;
   write_item(w, w->writer, "r1");
   write_item(w, w->writer, "r2");
@@ -1046,6 +1049,31 @@ static void test_rate_limit_refuses_past_the_limit(void **state) {
   tg_call_result_done(&res);
   _cleanup_free_ char *after = fixture_snapshot(w->f, NULL);
   assert_string_equal(before, after);
+
+  /* Its count is written once its second is over, or as the server stops; a write that
+   * fails leaves it for a second later. */
+  assert_int_equal(tg_rate_limit_write_refusals(limit, w->f->db, false), TG_OK);
+  _cleanup_free_ char *unwritten = fixture_snapshot(w->f, NULL);
+  assert_string_equal(before, unwritten);
+  rate_clock_ns += TG_RATE_LIMIT_ROW_MS * 1000000ull;
+  tg_db_fail_after(w->f->db, 1);
+  assert_true(tg_rate_limit_write_refusals(limit, w->f->db, false) < 0);
+  _cleanup_free_ char *failed = fixture_snapshot(w->f, NULL);
+  assert_string_equal(before, failed);
+  assert_int_equal(tg_rate_limit_write_refusals(limit, w->f->db, false), TG_OK);
+  _cleanup_free_ char *too_soon = fixture_snapshot(w->f, NULL);
+  assert_string_equal(before, too_soon);
+  rate_clock_ns += TG_RATE_LIMIT_ROW_MS * 1000000ull;
+  assert_int_equal(tg_rate_limit_write_refusals(limit, w->f->db, false), TG_OK);
+  _cleanup_json_ json_t *tally = last_log(w->f);
+  assert_string_equal(json_string_value(json_object_get(tally, "step")), "tool:?");
+  assert_string_equal(json_string_value(json_object_get(tally, "level")), "WARN");
+  json_t *counted = json_object_get(tally, "metadata");
+  assert_string_equal(json_string_value(json_object_get(counted, "code")), "rate_limited");
+  assert_int_equal(json_integer_value(json_object_get(counted, "refusals")), 1);
+  long logs = fixture_count(w->f, "agent_run_logs");
+  assert_int_equal(tg_rate_limit_write_refusals(limit, w->f->db, true), TG_OK);
+  assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs);
 
   /* The reader's calls are counted apart: refused writeItem twice for want of its grant, it
    * is refused its third call for its rate. */

@@ -318,14 +318,22 @@ check "policy back" 0 "$tg" policy set admin.run.start default
 unknown_call=${stdio_call/agent_tool_list/no_such_tool}
 printf '%s\n' "$stdio_call" "${stdio_call/\"id\":1/\"id\":2}" "${stdio_call/\"id\":1/\"id\":3}" \
   "${unknown_call/\"id\":1/\"id\":4}" "${unknown_call/\"id\":1/\"id\":5}" >"$dir/limited.in"
-check "a stdio server limited to two calls an hour" 0 bash -c '"$0" mcp --agent demo \
-  --rate-limit 2/3600 <"$1"' "$tg" "$dir/limited.in"
+check "a stdio server limited to two calls an hour" 0 bash -c '"$0" mcp --token "$2" \
+  --rate-limit 2/3600 <"$1"' "$tg" "$dir/limited.in" "$owner_token"
 are "its third call and the unknown tool's refused" '(.[0].result.isError | not)
   and (.[1].result.isError | not) and ([.[2:5][] | .result.isError
   and .result.structuredContent.error.code == "rate_limited"
   and .result.structuredContent.error.details.retryAfterMs > 0
   and .result.structuredContent.error.details.limit == 2] | length == 3 and all)'
 says "the limit logged" 'each caller may make 2 tool calls in 3600 s'
+# A refusal gets a row unless one did within the second; the count of those that did not is
+# written by the next row, the server's idle look or its stop, whichever comes first.
+refusals_of_owner() { # the number of calls refused for their rate, as the owner's rows count them
+  "$tg" runs calls --user owner --limit 100 --json |
+    jq '[.calls[] | select(.metadata.code == "rate_limited") | .metadata.refusals] | add'
+}
+check "the calls of the owner it acted as" 0 refusals_of_owner
+has "its three refusals counted" '^3$'
 check "a stdio server unlimited" 0 bash -c '"$0" mcp --agent demo --rate-limit off <"$1"' \
   "$tg" "$dir/limited.in"
 are "every call answered" '([.[0:3][] | .result.isError | not] | all)
@@ -334,7 +342,7 @@ says "no limit, loudly" 'warn: mcp: --rate-limit off'
 check "mcp with a bad rate limit" 2 "$tg" mcp --agent demo --rate-limit 0/60
 says "told what it takes" 'takes CALLS/SECONDS'
 check "serve with a bad rate limit" 2 "$tg" serve --rate-limit 10
-"$tg" serve --listen 127.0.0.1:0 --no-auth --agent demo --rate-limit 1/3600 2>"$dir/limited.log" &
+"$tg" serve --listen 127.0.0.1:0 --no-auth --rate-limit 1/3600 2>"$dir/limited.log" &
 limited=$!
 port=$(port_of "$dir/limited.log")
 call_over_http() {
@@ -347,8 +355,11 @@ is "its first call answered" '.result.isError | not'
 check "a second call to it" 0 call_over_http
 is "refused for its rate" '.result.structuredContent.error.code == "rate_limited"
   and .result.structuredContent.error.details.perSeconds == 3600'
+check "a third call to it" 0 call_over_http
 kill -TERM "$limited" 2>/dev/null || true
 check "the limited server stops" 0 wait "$limited"
+check "the owner's calls after it" 0 refusals_of_owner
+has "its two refusals counted too" '^5$'
 # A stdio server killed (SIGKILL) leaves its run running; the next server on the machine ends
 # it failed, and leaves the run of a server still serving alone.
 serve_held() { # serve_held NAME: a stdio server of demo, its input open on fd 8 (NAME 'b') or 7
