@@ -26,11 +26,10 @@
 #define DEFAULT_LISTEN "127.0.0.1:7878"
 #define RATE_LIMIT_USAGE                                                                           \
   "  --rate-limit CALLS/SECONDS\n"                                                                 \
-  "                          each caller may make CALLS tool calls, refused ones too, in\n"        \
-  "                          any SECONDS seconds (default " TG_RATE_LIMIT_DEFAULT                  \
-  "); a call past\n"                                                                               \
-  "                          that is refused (rate_limited, details.retryAfterMs).\n"              \
-  "                          'off': no limit\n"
+  "                          each caller has a bucket of CALLS tool calls refilled in\n"           \
+  "                          SECONDS (default " TG_RATE_LIMIT_DEFAULT "): a call counts\n"         \
+  "                          whatever refuses it; one past the bucket is refused\n"                \
+  "                          (rate_limited, details.retryAfterMs). 'off': no limit\n"
 
 static const char mcp_usage[] =
     "usage: toolgate mcp (--agent SLUG | --token TOKEN) [--run RUN_ID]\n"
@@ -187,8 +186,8 @@ static int open_rate_limit(const char *text, const char *usage, const char *comm
     return CLI_OK;
   }
   if (!(*limit = tg_rate_limit_new(calls, seconds))) return CLI_FAILED;
-  tg_log(TG_LOG_INFO, "%s: each caller may make %u tool call%s in %u s", command, calls,
-         calls == 1 ? "" : "s", seconds);
+  tg_log(TG_LOG_INFO, "%s: each caller has a bucket of %u tool call%s, refilled in %u s",
+         command, calls, calls == 1 ? "" : "s", seconds);
   return CLI_OK;
 }
 
@@ -229,7 +228,6 @@ int cmd_mcp(cli *c, int argc, char **argv) {
   _cleanup_rate_limit_ tg_rate_limit *limit = NULL;
   int usable = open_rate_limit(rate, mcp_usage, "mcp", &limit);
   if (usable != CLI_OK) return usable;
-  c->env.rate_limit = limit;
   if (open_registry(c, fixtures) != CLI_OK || cli_open(c, false) != CLI_OK) return CLI_FAILED;
   char principal[TG_UUID_LEN + 1];
   if (c->token && cli_token_principal(c, principal) != CLI_OK) return CLI_FAILED;
@@ -267,7 +265,9 @@ int cmd_mcp(cli *c, int argc, char **argv) {
     tg_log(TG_LOG_WARN, "mcp: the stop signals (SIGINT, SIGTERM, SIGHUP) will end the server "
            "at once: %s", strerror(errno));
   }
+  c->env.rate_limit = limit;
   int r = tg_mcp_stdio_serve(&srv, &c->env, principal, c->token, stdin, stdout, stop_fd);
+  c->env.rate_limit = NULL; /* freed as this returns */
   if (stop_fd >= 0) close(stop_fd);
   /* A client that closed the output just left; the server failed only on its own faults. */
   if (*session.id) end_session_run(c, &session, r < 0 && r != TG_E_IO && r != TG_E_NOTFOUND);

@@ -406,7 +406,7 @@ static int open_approval(call_state *st, tg_db *db, char id[TG_UUID_LEN + 1]) {
  * never started); a call that ran and failed records its run as failed, or as cancelled when
  * its handler learnt that its client (or a stopping server) cancelled it, so that an operator
  * tells the two apart. */
-static void record_failure(call_state *st, tg_errcode code, const char *message, bool ran) {
+static int record_failure(call_state *st, tg_errcode code, const char *message, bool ran) {
   tg_db *db = st->env->db;
   if (!ran && !st->req->run_id) *st->run_id = '\0'; /* no run of its own was written */
   const tg_client_channel *ch = st->req->client;
@@ -435,6 +435,7 @@ static void record_failure(call_state *st, tg_errcode code, const char *message,
     tg_log(TG_LOG_ERROR, "telemetry of a failed call to %s was not written: %s",
            st->tool ? st->tool->name : "an unknown tool", tg_db_errmsg(db));
   }
+  return r;
 }
 
 static int answer(tg_call_result *ret, tg_errcode code, const char *message, json_t *details) {
@@ -773,27 +774,49 @@ static int execute(call_state *st, tg_call_result *ret) {
                   r, job.ran);
 }
 
-/* A call past its caller's rate (rate): refused before anything is read. Its telemetry row,
- * when it gets one, is written for the caller loaded afresh, and names no run, which was not
- * looked at. */
+/* A call past its caller's rate (rate), refused before the gates read anything for it. Its
+ * telemetry row, when it gets one, is written for the caller loaded afresh, and names no
+ * run, which was not looked at; the refusals it would have counted go back to the count when
+ * it cannot be written. */
 static int rate_limited(call_state *st, tg_call_result *ret, const tg_rate_verdict *rate) {
   char message[160];
   snprintf(message, sizeof message,
-           "Too many calls: a caller may make %u in %u s; the next may go in %lld ms.",
-           rate->calls, rate->seconds, (long long)rate->retry_after_ms);
+           "Too many calls: a caller may make %u at once, then %u every %u s; the next may go "
+           "in %lld ms.", rate->calls, rate->calls, rate->seconds, (long long)rate->retry_after_ms);
   json_t *details = json_pack("{s:I,s:I,s:I}", "retryAfterMs", (json_int_t)rate->retry_after_ms,
                               "limit", (json_int_t)rate->calls, "perSeconds",
                               (json_int_t)rate->seconds);
   if (rate->refusals) {
     int r = tg_principal_load(st->env->db, st->req->principal_id, &st->principal);
-    if (r < 0) {
+    if (r == TG_E_NOTFOUND) {
       json_decref(details);
       return unread_caller(ret, r);
     }
     st->refusals = rate->refusals;
-    record_failure(st, TG_ERR_RATE_LIMITED, message, false);
+    if (r == TG_OK) r = record_failure(st, TG_ERR_RATE_LIMITED, message, false);
+    if (r < 0) tg_rate_limit_give_back(st->env->rate_limit, st->req->principal_id, rate->refusals);
   }
   return answer(ret, TG_ERR_RATE_LIMITED, message, details);
+}
+
+int tg_call_take_rate(const tg_env *env, const tg_call_request *req, tg_call_result *ret) {
+  *ret = (tg_call_result){0};
+  if (!env->rate_limit || req->dry_run || req->rate_counted) return TG_OK;
+  tg_rate_verdict rate;
+  int r = tg_rate_limit_take(env->rate_limit, req->principal_id, &rate);
+  if (r < 0) {
+    tg_log(TG_LOG_ERROR, "call to %.128s: its rate could not be counted: %s", req->tool,
+           tg_status_text(r));
+    return answer(ret, TG_ERR_INTERNAL_ERROR, NULL, NULL);
+  }
+  if (rate.allowed) return TG_OK;
+  _cleanup_json_ json_t *empty = json_object();
+  call_state st = {.env = env, .req = req, .args = req->args ? req->args : empty,
+                   .started_ns = tg_monotonic_ns(),
+                   .tool = tg_registry_find(env->registry, req->tool)};
+  r = st.args ? rate_limited(&st, ret, &rate) : answer(ret, TG_ERR_INTERNAL_ERROR, NULL, NULL);
+  call_state_done(&st);
+  return r;
 }
 
 static int dry_run_answer(call_state *st, tg_call_result *ret, int gates, tg_refusal *refusal,
@@ -811,7 +834,8 @@ static int dry_run_answer(call_state *st, tg_call_result *ret, int gates, tg_ref
 }
 
 int tg_call(const tg_env *env, const tg_call_request *req, tg_call_result *ret) {
-  *ret = (tg_call_result){0};
+  int r = tg_call_take_rate(env, req, ret);
+  if (r != TG_OK) return r;
   _cleanup_json_ json_t *empty = json_object();
   call_state st = {.env = env, .req = req, .args = req->args ? req->args : empty,
                    .started_ns = tg_monotonic_ns()};
@@ -825,19 +849,7 @@ int tg_call(const tg_env *env, const tg_call_request *req, tg_call_result *ret) 
    * dry run (it writes nothing), not an interactive tool (it asks its client before the
    * write), not an unknown tool (refused at once). */
   bool kept = !req->dry_run && st.tool && !(st.tool->flags & TG_TOOL_INTERACTIVE);
-  /* Every call counts against its caller's rate, before anything is read for it; a dry run
-   * writes nothing and is not counted. */
-  tg_rate_verdict rate = {.allowed = true};
-  int r = env->rate_limit && !req->dry_run
-              ? tg_rate_limit_take(env->rate_limit, req->principal_id, &rate)
-              : TG_OK;
-  if (r < 0) {
-    tg_log(TG_LOG_ERROR, "call to %.128s: its rate could not be counted: %s", req->tool,
-           tg_status_text(r));
-    r = answer(ret, TG_ERR_INTERNAL_ERROR, NULL, NULL);
-  } else if (!rate.allowed)
-    r = rate_limited(&st, ret, &rate);
-  else if ((r = decide(&st, kept, &refusal, trace, &gates)) < 0)
+  if ((r = decide(&st, kept, &refusal, trace, &gates)) < 0)
     r = unread_caller(ret, r);
   else if (!st.tool)
     r = reject(&st, ret, TG_ERR_NOT_FOUND, "No tool by that name.",

@@ -45,6 +45,7 @@ typedef struct tg_call_request {
   const tg_client_channel *client; /* the way back to the client, or NULL */
   const char *task_id; /* the MCP task this call is a round of, recorded in its audit row
                         * (hex digits), or NULL */
+  bool rate_counted;   /* the surface counted it against its caller's rate already */
 } tg_call_request;
 
 typedef struct tg_call_result {
@@ -58,6 +59,13 @@ typedef struct tg_call_result {
  * envelope. */
 int tg_call(const tg_env *env, const tg_call_request *req, tg_call_result *ret);
 void tg_call_result_done(tg_call_result *ret);
+
+/* What tg_call does first: counts the call against its caller's rate (env->rate_limit; not a
+ * dry run, nor one whose rate_counted says it was). TG_OK when it may go (ret empty); else
+ * TG_E_TOOL with ret filled as tg_call fills it (rate_limited; its telemetry row written when
+ * one is due). For a surface that may refuse a call before tg_call, so that such a call
+ * counts too: it then calls tg_call with rate_counted. */
+int tg_call_take_rate(const tg_env *env, const tg_call_request *req, tg_call_result *ret);
 
 typedef int (*tg_after_fn)(tg_call_ctx *cx, void *arg);
 

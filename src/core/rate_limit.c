@@ -28,20 +28,20 @@ typedef struct caller {
 
 struct tg_rate_limit {
   unsigned calls, seconds;
-  uint64_t interval_ns; /* between two calls at the sustained rate */
+  uint64_t interval_ns; /* between two calls at the sustained rate, rounded up */
   uint64_t burst_ns;    /* how far past now a bucket's full time may be for a call to go */
   uint64_t (*clock_ns)(void);
-  pthread_mutex_t lock;
+  pthread_mutex_t lock; /* held for memory work alone: never across the database */
   unsigned count;
   caller *chains[CHAINS];
 };
 
 static unsigned parse_number(const char *text, const char *end, unsigned max) {
-  unsigned long n = 0;
+  uint64_t n = 0;
   if (text == end || end - text > 10) return 0;
   for (const char *p = text; p < end; p++) {
     if (*p < '0' || *p > '9') return 0;
-    n = n * 10 + (unsigned)(*p - '0');
+    n = n * 10 + (uint64_t)(*p - '0');
   }
   return n <= max ? (unsigned)n : 0;
 }
@@ -63,9 +63,10 @@ tg_rate_limit *tg_rate_limit_new(unsigned calls, unsigned seconds) {
   if (!limit) return NULL;
   limit->calls = calls;
   limit->seconds = seconds;
+  /* Rounded up, the sustained rate never passes calls/seconds; a burst is calls exactly. */
   uint64_t window_ns = seconds * NS_PER_S;
-  limit->interval_ns = window_ns / calls;
-  limit->burst_ns = window_ns - limit->interval_ns;
+  limit->interval_ns = (window_ns + calls - 1) / calls;
+  limit->burst_ns = (calls - 1) * limit->interval_ns;
   limit->clock_ns = tg_monotonic_ns;
   pthread_mutex_init(&limit->lock, NULL);
   return limit;
@@ -89,45 +90,66 @@ static caller **chain_of(tg_rate_limit *limit, const char *principal_id) {
   return &limit->chains[h & (CHAINS - 1)];
 }
 
-/* Makes room for one more caller: forgets one whose bucket is full again and that owes no
- * refusal its row, else the one that called least recently. */
+static caller *known_caller(tg_rate_limit *limit, const char *principal_id) {
+  for (caller *c = *chain_of(limit, principal_id); c; c = c->next)
+    if (strcmp(c->principal, principal_id) == 0) return c;
+  return NULL;
+}
+
+/* Makes room for one more caller: forgets one that holds nothing (its bucket full again, no
+ * refusal owing a row), else the least recent of those that owe no row, else the least
+ * recent of all, whose count of refusals is then lost, and logged. */
 static void forget_one(tg_rate_limit *limit, uint64_t now) {
-  caller **oldest = NULL;
+  caller **clear = NULL, **any = NULL;
   for (size_t i = 0; i < CHAINS; i++)
     for (caller **at = &limit->chains[i]; *at; at = &(*at)->next) {
-      if ((*at)->full_ns <= now && !(*at)->unrecorded) {
-        oldest = at;
+      caller *c = *at;
+      if (!c->unrecorded && c->full_ns <= now) {
+        clear = at;
         goto found;
       }
-      if (!oldest || (*at)->last_ns < (*oldest)->last_ns) oldest = at;
+      if (!c->unrecorded && (!clear || c->last_ns < (*clear)->last_ns)) clear = at;
+      if (!any || c->last_ns < (*any)->last_ns) any = at;
     }
 found:;
-  caller *gone = *oldest;
-  *oldest = gone->next;
+  caller **at = clear ? clear : any, *gone = *at;
+  if (gone->unrecorded)
+    tg_log(TG_LOG_WARN, "calls refused for their rate: %u refusal(s) of a caller forgotten to "
+           "make room (every one of the %d callers counted owes a row) were not written",
+           gone->unrecorded, TG_RATE_LIMIT_CALLERS);
+  *at = gone->next;
   free(gone);
   limit->count--;
 }
 
 static caller *caller_of(tg_rate_limit *limit, const char *principal_id, uint64_t now) {
-  caller **chain = chain_of(limit, principal_id);
-  for (caller *c = *chain; c; c = c->next)
-    if (strcmp(c->principal, principal_id) == 0) return c;
+  caller *c = known_caller(limit, principal_id);
+  if (c) return c;
   size_t len = strlen(principal_id);
-  caller *c = calloc(1, sizeof *c + len + 1);
-  if (!c) return NULL;
+  if (!(c = calloc(1, sizeof *c + len + 1))) return NULL;
   memcpy(c->principal, principal_id, len + 1);
   if (limit->count == TG_RATE_LIMIT_CALLERS) forget_one(limit, now);
+  caller **chain = chain_of(limit, principal_id);
   c->next = *chain;
   *chain = c;
   limit->count++;
   return c;
 }
 
-/* A refused call gets a telemetry row unless one was written for this caller less than
- * TG_RATE_LIMIT_ROW_MS ago: a flood of refusals writes a row a second. */
+/* Whether a refusal of c's now gets a row: none did in the last TG_RATE_LIMIT_ROW_MS. */
+static bool row_due(const caller *c, uint64_t now) {
+  return !c->rowed || now - c->row_ns >= TG_RATE_LIMIT_ROW_MS * NS_PER_MS;
+}
+
+static void add_refusals(caller *c, unsigned n) {
+  unsigned room = UINT_MAX - c->unrecorded;
+  c->unrecorded += n < room ? n : room;
+}
+
+/* A refused call gets a telemetry row when due: a flood of refusals writes a row a second. */
 static unsigned refusals_to_record(caller *c, uint64_t now) {
-  if (c->rowed && now - c->row_ns < TG_RATE_LIMIT_ROW_MS * NS_PER_MS) {
-    if (c->unrecorded < UINT_MAX) c->unrecorded++;
+  if (!row_due(c, now)) {
+    add_refusals(c, 1);
     return 0;
   }
   unsigned refusals = c->unrecorded < UINT_MAX ? c->unrecorded + 1 : UINT_MAX;
@@ -139,8 +161,9 @@ static unsigned refusals_to_record(caller *c, uint64_t now) {
 
 int tg_rate_limit_take(tg_rate_limit *limit, const char *principal_id, tg_rate_verdict *out) {
   *out = (tg_rate_verdict){.allowed = true, .calls = limit->calls, .seconds = limit->seconds};
-  uint64_t now = limit->clock_ns();
   pthread_mutex_lock(&limit->lock);
+  /* Read under the lock: one caller's times never go back. */
+  uint64_t now = limit->clock_ns();
   caller *c = caller_of(limit, principal_id, now);
   if (!c) {
     pthread_mutex_unlock(&limit->lock);
@@ -160,29 +183,35 @@ int tg_rate_limit_take(tg_rate_limit *limit, const char *principal_id, tg_rate_v
   return TG_OK;
 }
 
+void tg_rate_limit_give_back(tg_rate_limit *limit, const char *principal_id, unsigned refusals) {
+  pthread_mutex_lock(&limit->lock);
+  caller *c = known_caller(limit, principal_id);
+  if (c) add_refusals(c, refusals);
+  pthread_mutex_unlock(&limit->lock);
+  if (!c)
+    tg_log(TG_LOG_WARN, "calls refused for their rate: %u refusal(s) of a caller forgotten "
+           "meanwhile were not written", refusals);
+}
+
 /* A caller's refusals taken to be written. */
 typedef struct tally {
   char *principal;
   unsigned refusals;
 } tally;
 
-static bool owes_row(const caller *c, uint64_t now, bool all) {
-  return c->unrecorded && (all || now - c->row_ns >= TG_RATE_LIMIT_ROW_MS * NS_PER_MS);
-}
-
-/* Takes the refusals to write now from their callers, into a new array (*n of them). */
-static tally *take_tallies(tg_rate_limit *limit, bool all, size_t *n, bool *lost) {
-  uint64_t now = limit->clock_ns();
+/* Takes the refusals to write now from their callers, into a new array (*n of them);
+ * *short_of_memory when some could not be taken (they stay for the next write). */
+static tally *take_tallies(tg_rate_limit *limit, bool all, size_t *n, bool *short_of_memory) {
   *n = 0;
-  *lost = false;
   pthread_mutex_lock(&limit->lock);
+  uint64_t now = limit->clock_ns();
   tally *todo = limit->count ? calloc(limit->count, sizeof *todo) : NULL;
-  *lost = limit->count && !todo;
+  *short_of_memory = limit->count && !todo;
   for (size_t i = 0; todo && i < CHAINS; i++)
     for (caller *c = limit->chains[i]; c; c = c->next) {
-      if (!owes_row(c, now, all)) continue;
+      if (!c->unrecorded || !(all || row_due(c, now))) continue;
       if (!(todo[*n].principal = strdup(c->principal))) {
-        *lost = true;
+        *short_of_memory = true;
         continue;
       }
       todo[(*n)++].refusals = c->unrecorded;
@@ -193,23 +222,10 @@ static tally *take_tallies(tg_rate_limit *limit, bool all, size_t *n, bool *lost
   return todo;
 }
 
-/* Gives refusals that could not be written back to their callers, still counted if known. */
-static void give_back(tg_rate_limit *limit, const tally *todo, size_t n) {
-  pthread_mutex_lock(&limit->lock);
-  for (size_t i = 0; i < n; i++)
-    for (caller *c = *chain_of(limit, todo[i].principal); c; c = c->next)
-      if (strcmp(c->principal, todo[i].principal) == 0) {
-        unsigned room = UINT_MAX - c->unrecorded;
-        c->unrecorded += todo[i].refusals < room ? todo[i].refusals : room;
-        break;
-      }
-  pthread_mutex_unlock(&limit->lock);
-}
-
 int tg_rate_limit_write_refusals(tg_rate_limit *limit, tg_db *db, bool all) {
   size_t n;
-  bool lost;
-  tally *todo = take_tallies(limit, all, &n, &lost);
+  bool short_of_memory;
+  tally *todo = take_tallies(limit, all, &n, &short_of_memory);
   int r = TG_OK;
   if (n) {
     r = all ? tg_db_begin(db) : tg_db_try_begin(db);
@@ -223,13 +239,15 @@ int tg_rate_limit_write_refusals(tg_rate_limit *limit, tg_db *db, bool all) {
         tg_log(TG_LOG_WARN, "calls refused for their rate: the count of %zu caller(s) was not "
                "written%s: %s", n,
                all ? " before the server stopped" : ", tried again in a second", tg_db_errmsg(db));
-      give_back(limit, todo, n);
+      for (size_t i = 0; i < n; i++)
+        tg_rate_limit_give_back(limit, todo[i].principal, todo[i].refusals);
     }
   }
   for (size_t i = 0; i < n; i++) free(todo[i].principal);
   free(todo);
-  if (lost) tg_log(TG_LOG_WARN, "calls refused for their rate: no memory to write their count");
-  return r < 0 ? r : lost ? TG_E_NOMEM : TG_OK;
+  if (short_of_memory)
+    tg_log(TG_LOG_WARN, "calls refused for their rate: no memory to write their count now");
+  return r < 0 ? r : short_of_memory ? TG_E_NOMEM : TG_OK;
 }
 
 void tg_rate_limit_set_clock(tg_rate_limit *limit, uint64_t (*clock_ns)(void)) {

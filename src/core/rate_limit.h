@@ -1,9 +1,10 @@
 /* The rate limit on a server's tool calls (DESIGN.md §4, the policy step; MCP's tools page:
- * servers must rate limit tool invocations). Each caller may make `calls` calls in any
- * `seconds` seconds, at once or spread out: a bucket of `calls` calls that refills at
- * calls/seconds a second (kept as the generic cell rate algorithm's one time stamp). Every call
- * counts, whatever becomes of it, so that a caller cannot flood the audit with refused calls.
- * Counted in the server's memory: each server process counts the calls made to it. */
+ * servers must rate limit tool invocations). Each caller has a bucket of `calls` calls that
+ * refills at calls/seconds a second (kept as the generic cell rate algorithm's one time
+ * stamp): a burst of `calls` goes at once, then calls go at the refill's pace. Every call
+ * counts, whatever then refuses it, so that a caller cannot flood the audit with refused
+ * calls; one refused for its rate takes nothing from the bucket. Counted in the server's
+ * memory: each server process counts the calls made to it. */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
@@ -11,8 +12,9 @@
 #define TG_RATE_LIMIT_DEFAULT "600/60"
 #define TG_RATE_LIMIT_MAX_CALLS 1000000000u
 #define TG_RATE_LIMIT_MAX_SECONDS 86400u
-/* Callers counted at once. Past it a caller whose bucket is full again is forgotten (it
- * holds nothing), else the one that called least recently. */
+/* Callers counted at once. Past it one that holds nothing (its bucket full again, no refusal
+ * owing a row) is forgotten, else the least recent of those owing no row, else the least
+ * recent (its count of refusals lost, and logged). */
 #define TG_RATE_LIMIT_CALLERS 4096
 /* A caller's calls refused for its rate get a telemetry row at most this often; each row
  * counts the refusals since the one before it (tg_rate_limit_write_refusals writes those that
@@ -51,9 +53,14 @@ int tg_rate_limit_take(tg_rate_limit *limit, const char *principal_id, tg_rate_v
  * caller whose last such row is TG_RATE_LIMIT_ROW_MS old, or of every caller when all (the
  * server stopping), one row a caller (tg_call_log_refusals), in one transaction on db, not
  * waiting for another writer unless all. A failure is logged (but for a writer holding the
- * lock), and those refusals are left for a write a second later. So a server's periodic look writes the count of a caller's last second
- * of refusals, which no later refusal of its may come to write. */
+ * lock), and those refusals are left for a write a second later. A server calls it every few
+ * seconds, and once more when nothing can call any more: so the count of a caller's last
+ * refusals, which no later refusal of its writes, is written too. */
 int tg_rate_limit_write_refusals(tg_rate_limit *limit, tg_db *db, bool all);
+
+/* Gives back to principal_id's count refusals whose row (tg_rate_verdict.refusals) could not
+ * be written, for the next write. Logged when the caller was forgotten meanwhile. */
+void tg_rate_limit_give_back(tg_rate_limit *limit, const char *principal_id, unsigned refusals);
 
 /* Tests: the clock the limit reads (monotonic nanoseconds; tg_monotonic_ns by default), and
  * how many callers it counts. */

@@ -324,11 +324,15 @@ static void end_work(server *s) {
     tg_log(TG_LOG_WARN, "serve: some had not ended a moment later: their connections are closed");
 }
 
-/* The runs of the sessions the stop ended, once nothing of them runs. One the database does
- * not end (logged) is left running, to the next server's start: it ends it as failed. */
-static void end_runs_left(server *s) {
+/* What is left to write once nothing can call any more: the count of the last calls refused
+ * for their rate, and the runs of the sessions the stop ended. A run the database does not
+ * end (logged) is left running, to the next server's start: it ends it as failed. */
+static void write_what_is_left(server *s) {
   tg_db *db = NULL;
-  if (s->runs_to_end && http_thread_db(s, &db)) http_end_session_runs(s, db);
+  if ((s->runs_to_end || s->cfg->rate_limit) && http_thread_db(s, &db)) {
+    if (s->cfg->rate_limit) tg_rate_limit_write_refusals(s->cfg->rate_limit, db, true);
+    if (s->runs_to_end) http_end_session_runs(s, db);
+  }
   tg_db_close(db);
   for (session_run *run = s->runs_to_end, *next; run; run = next) {
     next = run->next;
@@ -366,7 +370,7 @@ void tg_http_stop(tg_http *h) {
   pthread_mutex_unlock(&s->lock);
   for (unsigned i = 0; i < s->n_pool; i++) pthread_join(s->pool[i], NULL);
   if (s->sweeper_started) pthread_join(s->sweeper, NULL);
-  end_runs_left(s);
+  write_what_is_left(s);
   http_tell_held_back_mhd_lines(s, true);
   while (s->n_spare_dbs) tg_db_close(s->spare_dbs[--s->n_spare_dbs]);
   free(s->pool);

@@ -264,10 +264,7 @@ void *http_sweeper_main(void *arg) {
     next = tg_monotonic_ms() + TG_HTTP_CHECK_MS;
   }
   pthread_mutex_unlock(&s->lock);
-  if (http_thread_db(s, &db)) { /* what is still to write: the last second's, the last minute's */
-    if (s->cfg->rate_limit) tg_rate_limit_write_refusals(s->cfg->rate_limit, db, true);
-    tg_token_uses_write(s->token_uses, db, true);
-  }
+  if (http_thread_db(s, &db)) tg_token_uses_write(s->token_uses, db, true); /* the last minute's */
   tg_db_close(db);
   return NULL;
 }

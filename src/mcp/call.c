@@ -307,6 +307,17 @@ int mcp_tools_call(cx *c, json_t *params, json_t **ret) {
   json_t *progress_token = json_object_get(meta, "progressToken");
   const state_subject subject = {"tools/call", name, args};
   const tg_tool *tool = tg_registry_find(c->req->env->registry, name);
+  /* Counted before anything here may refuse it (its request state, a task-only tool), so
+   * that every call counts against its caller's rate; once: its rounds, a task's too, are
+   * answers to it. Past the rate, told so, a call of an unknown tool too. */
+  tg_call_request counted = {.principal_id = c->req->principal_id, .surface = TG_SURFACE_MCP,
+                             .tool = name, .args = args};
+  tg_call_result limited;
+  if (tg_call_take_rate(c->req->env, &counted, &limited) != TG_OK) {
+    *ret = limited.value ? tg_mcp_tool_result(tool, TG_E_TOOL, limited.value) : NULL;
+    tg_call_result_done(&limited);
+    return *ret ? 0 : TG_E_NOMEM;
+  }
   _cleanup_json_ json_t *round = NULL;
   int rr = mcp_read_round(c, params, &subject, &round);
   /* A 2026-07-28 retry refused for what it came back with (a forged or foreign state,
@@ -351,7 +362,8 @@ int mcp_tools_call(cx *c, json_t *params, json_t **ret) {
     };
     tg_call_request call = {.principal_id = c->req->principal_id, .surface = TG_SURFACE_MCP,
                             .tool = name, .args = args, .client = &channel,
-                            .run_id = c->req->run_id, .run_held = c->req->run_held};
+                            .run_id = c->req->run_id, .run_held = c->req->run_held,
+                            .rate_counted = true};
     r = tg_call(c->req->env, &call, &res);
     /* Each round a call of its own, audited as any. */
     _cleanup_json_ json_t *answers = NULL;
@@ -376,9 +388,7 @@ int mcp_tools_call(cx *c, json_t *params, json_t **ret) {
     tg_call_result_done(&res);
     return mcp_rpc_fail(c, ch.refused_code, ch.refused_message, ch.refused_data);
   }
-  /* A name in no catalog is a protocol error; a call of one refused for its caller's rate
-   * is told so, as any call refused for it. */
-  if (r == TG_E_TOOL && !tool && res.code == TG_ERR_NOT_FOUND) {
+  if (r == TG_E_TOOL && !tool) {
     tg_call_result_done(&res);
     return mcp_rpc_fail(c, TG_RPC_INVALID_PARAMS, "Unknown tool", mcp_named("name", name));
   }

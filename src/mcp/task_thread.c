@@ -282,9 +282,11 @@ static void *task_main(void *arg) {
         .cancel_heard = task_cancel_heard,
         .check_result = task_check_result,
     };
+    /* The request that started the task counted against its caller's rate (mcp_tools_call);
+     * its rounds are answers to it. */
     tg_call_request call = {.principal_id = k->principal, .surface = TG_SURFACE_MCP,
                             .tool = k->tool->name, .args = k->args, .client = &channel,
-                            .task_id = k->id, .run_id = k->run_id};
+                            .task_id = k->id, .run_id = k->run_id, .rate_counted = true};
     tg_call_result res;
     int r = tg_call(&env, &call, &res);
     /* Only this thread makes the task visible (the handler detaches on it). */

@@ -35,7 +35,7 @@ int tg_mcp_tasks_new(const tg_env *base, tg_mcp_tasks **ret) {
     return TG_E_NOMEM;
   }
   t->base = (tg_env){.registry = base->registry, .data_dir = t->data_dir,
-                     .public_url = t->public_url, .rate_limit = base->rate_limit};
+                     .public_url = t->public_url};
   t->runner_fd = -1;
   pthread_mutex_init(&t->lock, NULL);
   pthread_mutex_init(&t->observing, NULL);

@@ -1012,6 +1012,12 @@ static void write_item(world *w, const char *principal, const char *note) {
   tg_call_result_done(&res);
 }
 
+/* Fails unless every table is as the snapshot before says. */
+static void expect_unchanged(world *w, const char *before) {
+  _cleanup_free_ char *now = fixture_snapshot(w->f, NULL);
+  assert_string_equal(before, now);
+}
+
 static uint64_t rate_clock_ns;
 static uint64_t rate_clock(void) { return rate_clock_ns; }
 
@@ -1047,22 +1053,18 @@ static void test_rate_limit_refuses_past_the_limit(void **state) {
                    TG_E_TOOL);
   assert_string_equal(fixture_code(&res), "rate_limited");
   tg_call_result_done(&res);
-  _cleanup_free_ char *after = fixture_snapshot(w->f, NULL);
-  assert_string_equal(before, after);
+  expect_unchanged(w, before);
 
   /* Its count is written once its second is over, or as the server stops; a write that
    * fails leaves it for a second later. */
   assert_int_equal(tg_rate_limit_write_refusals(limit, w->f->db, false), TG_OK);
-  _cleanup_free_ char *unwritten = fixture_snapshot(w->f, NULL);
-  assert_string_equal(before, unwritten);
+  expect_unchanged(w, before);
   rate_clock_ns += TG_RATE_LIMIT_ROW_MS * 1000000ull;
   tg_db_fail_after(w->f->db, 1);
   assert_true(tg_rate_limit_write_refusals(limit, w->f->db, false) < 0);
-  _cleanup_free_ char *failed = fixture_snapshot(w->f, NULL);
-  assert_string_equal(before, failed);
+  expect_unchanged(w, before);
   assert_int_equal(tg_rate_limit_write_refusals(limit, w->f->db, false), TG_OK);
-  _cleanup_free_ char *too_soon = fixture_snapshot(w->f, NULL);
-  assert_string_equal(before, too_soon);
+  expect_unchanged(w, before);
   rate_clock_ns += TG_RATE_LIMIT_ROW_MS * 1000000ull;
   assert_int_equal(tg_rate_limit_write_refusals(limit, w->f->db, false), TG_OK);
   _cleanup_json_ json_t *tally = last_log(w->f);
@@ -1074,6 +1076,24 @@ static void test_rate_limit_refuses_past_the_limit(void **state) {
   long logs = fixture_count(w->f, "agent_run_logs");
   assert_int_equal(tg_rate_limit_write_refusals(limit, w->f->db, true), TG_OK);
   assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs);
+
+  /* A refusal whose row cannot be written is still refused for its rate, and counted in the
+   * next row. */
+  rate_clock_ns += TG_RATE_LIMIT_ROW_MS * 1000000ull;
+  tg_db_fail_after(w->f->db, 1);
+  assert_int_equal(fixture_call(w->f, w->writer, TG_SURFACE_AGENT, "writeItem", "{\"note\":\"r4\"}",
+                                NULL, &res),
+                   TG_E_TOOL);
+  assert_string_equal(fixture_code(&res), "rate_limited");
+  tg_call_result_done(&res);
+  tg_db_fail_after(w->f->db, 0);
+  assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs);
+  rate_clock_ns += TG_RATE_LIMIT_ROW_MS * 1000000ull;
+  assert_int_equal(tg_rate_limit_write_refusals(limit, w->f->db, false), TG_OK);
+  assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs + 1);
+  _cleanup_json_ json_t *kept = last_log(w->f);
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(kept, "metadata"), "refusals")),
+                   1);
 
   /* The reader's calls are counted apart: refused writeItem twice for want of its grant, it
    * is refused its third call for its rate. */

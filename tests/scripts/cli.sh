@@ -325,7 +325,7 @@ are "its third call and the unknown tool's refused" '(.[0].result.isError | not)
   and .result.structuredContent.error.code == "rate_limited"
   and .result.structuredContent.error.details.retryAfterMs > 0
   and .result.structuredContent.error.details.limit == 2] | length == 3 and all)'
-says "the limit logged" 'each caller may make 2 tool calls in 3600 s'
+says "the limit logged" 'each caller has a bucket of 2 tool calls, refilled in 3600 s'
 # A refusal gets a row unless one did within the second; the count of those that did not is
 # written by the next row, the server's idle look or its stop, whichever comes first.
 refusals_of_owner() { # the number of calls refused for their rate, as the owner's rows count them
@@ -334,6 +334,13 @@ refusals_of_owner() { # the number of calls refused for their rate, as the owner
 }
 check "the calls of the owner it acted as" 0 refusals_of_owner
 has "its three refusals counted" '^3$'
+# A call the MCP layer refuses before the call path (a request state that does not open)
+# counts too.
+forged_call=${stdio_call/\"arguments\":\{\}/\"arguments\":\{\},\"requestState\":\"forged\"}
+check "a forged state, then a call, a call an hour" 0 bash -c 'printf "%s\n%s\n" "$1" "$2" |
+  "$0" mcp --agent demo --rate-limit 1/3600' "$tg" "$forged_call" "${stdio_call/\"id\":1/\"id\":2}"
+are "the forged one refused as such, then the call for its rate" '(.[0].error.code == -32602)
+  and .[1].result.structuredContent.error.code == "rate_limited"'
 check "a stdio server unlimited" 0 bash -c '"$0" mcp --agent demo --rate-limit off <"$1"' \
   "$tg" "$dir/limited.in"
 are "every call answered" '([.[0:3][] | .result.isError | not] | all)

@@ -84,6 +84,34 @@ static void test_one_call_a_window(void **state) {
   tg_rate_limit_free(limit);
 }
 
+/* An interval that does not divide the window is rounded up: the sustained rate never
+ * passes the limit, and a burst is the limit exactly. */
+static void test_the_rate_never_passes_the_limit(void **state) {
+  (void)state;
+  tg_rate_limit *limit = limit_of(3, 1); /* a call every 333.33 ms */
+  for (int i = 0; i < 3; i++) assert_true(take(limit, "a").allowed);
+  tg_rate_verdict v = take(limit, "a");
+  assert_false(v.allowed);
+  assert_int_equal(v.retry_after_ms, 334);
+  now_ns += 333 * MS;
+  assert_false(take(limit, "a").allowed);
+  now_ns += 1 * MS;
+  assert_true(take(limit, "a").allowed);
+  tg_rate_limit_free(limit);
+  /* 999,999 calls a second: an interval of 1,000.001 ns. Rounded down, a burst would let
+   * 1,000,000 go. */
+  limit = limit_of(999999, 1);
+  unsigned went = 0;
+  while (take(limit, "b").allowed) went++;
+  assert_int_equal(went, 999999);
+  tg_rate_limit_free(limit);
+  limit = limit_of(2, 3); /* 1.5 s a call */
+  assert_true(take(limit, "c").allowed);
+  assert_true(take(limit, "c").allowed);
+  assert_int_equal(take(limit, "c").retry_after_ms, 1500);
+  tg_rate_limit_free(limit);
+}
+
 static void test_callers_do_not_share(void **state) {
   (void)state;
   tg_rate_limit *limit = limit_of(2, 60);
@@ -95,6 +123,17 @@ static void test_callers_do_not_share(void **state) {
   assert_false(take(limit, "b").allowed);
   assert_int_equal(tg_rate_limit_callers(limit), 2);
   tg_rate_limit_free(limit);
+}
+
+/* Callers caller-FIRST up to the last TG_RATE_LIMIT_CALLERS holds, each making a call 1 ms
+ * after the one before. */
+static void fill_callers(tg_rate_limit *limit, unsigned first) {
+  char who[32];
+  for (unsigned i = first; i < TG_RATE_LIMIT_CALLERS; i++) {
+    now_ns += 1 * MS;
+    snprintf(who, sizeof who, "caller-%u", i);
+    assert_true(take(limit, who).allowed);
+  }
 }
 
 /* The first refusal gets a row; those in the next second get none, and the next row, a
@@ -125,12 +164,9 @@ static void test_refusals_get_a_row_a_second(void **state) {
 static void test_callers_counted_are_bounded(void **state) {
   (void)state;
   tg_rate_limit *limit = limit_of(1, 10);
-  char who[32];
-  for (unsigned i = 0; i < TG_RATE_LIMIT_CALLERS; i++) {
-    snprintf(who, sizeof who, "caller-%u", i);
-    assert_true(take(limit, who).allowed);
-    now_ns += 1 * MS;
-  }
+  now_ns -= 1 * MS; /* caller-I calls at 1,000 + I ms */
+  fill_callers(limit, 0);
+  now_ns += 1 * MS;
   assert_int_equal(tg_rate_limit_callers(limit), TG_RATE_LIMIT_CALLERS);
   /* Every bucket is still refilling: the least recent caller, caller-0, is forgotten. */
   assert_true(take(limit, "newcomer").allowed);
@@ -150,14 +186,33 @@ static void test_callers_counted_are_bounded(void **state) {
   tg_rate_limit_free(limit);
 }
 
+/* With no caller holding nothing, the least recent of those owing no row goes, not the
+ * least recent of all, whose refusal still owes its row. */
+static void test_a_caller_owing_a_row_is_kept(void **state) {
+  (void)state;
+  tg_rate_limit *limit = limit_of(1, 3600);
+  assert_true(take(limit, "owing").allowed);
+  assert_int_equal(take(limit, "owing").refusals, 1);
+  assert_int_equal(take(limit, "owing").refusals, 0); /* owes its row */
+  fill_callers(limit, 1);
+  now_ns += 1 * MS;
+  assert_true(take(limit, "newcomer").allowed);
+  assert_int_equal(tg_rate_limit_callers(limit), TG_RATE_LIMIT_CALLERS);
+  assert_false(take(limit, "owing").allowed);
+  assert_true(take(limit, "caller-1").allowed); /* forgotten, so counted afresh */
+  tg_rate_limit_free(limit);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parse),
       cmocka_unit_test(test_a_burst_goes_then_the_refill_paces),
       cmocka_unit_test(test_one_call_a_window),
+      cmocka_unit_test(test_the_rate_never_passes_the_limit),
       cmocka_unit_test(test_callers_do_not_share),
       cmocka_unit_test(test_refusals_get_a_row_a_second),
       cmocka_unit_test(test_callers_counted_are_bounded),
+      cmocka_unit_test(test_a_caller_owing_a_row_is_kept),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
