@@ -314,7 +314,8 @@ int tg_call_log_end(tg_db *db, const char *principal_id, const char *tool, const
                     NULL);
 }
 
-int tg_call_log_refusals(tg_db *db, const char *principal_id, unsigned refusals) {
+/* The row of tg_call_write_rate_refusals for one caller, in the caller's transaction. */
+static int log_refusals(tg_db *db, const char *principal_id, unsigned refusals) {
   char id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
   if (tg_uuid7(id) < 0) return TG_E_IO;
   tg_now_iso(now);
@@ -330,6 +331,32 @@ int tg_call_log_refusals(tg_db *db, const char *principal_id, unsigned refusals)
                     " SELECT $1, tenant_id, NULL, id, 'tool:?', 'WARN', $2, $3, $4"
                     " FROM principals WHERE id = $5",
                     json_pack("[sssss]", id, message, meta, now, principal_id), NULL);
+}
+
+int tg_call_write_rate_refusals(tg_rate_limit *limit, tg_db *db, bool all) {
+  tg_rate_tally *todo;
+  size_t n;
+  int taken = tg_rate_limit_take_unwritten(limit, all, &todo, &n);
+  if (taken < 0) tg_log(TG_LOG_WARN, "calls refused for their rate: no memory to count some");
+  int r = TG_OK;
+  if (n) {
+    r = all ? tg_db_begin(db) : tg_db_try_begin(db);
+    for (size_t i = 0; r == TG_OK && i < n; i++)
+      r = log_refusals(db, todo[i].principal_id, todo[i].refusals);
+    r = r == TG_OK ? tg_db_commit(db) : r;
+  }
+  if (r < 0) {
+    tg_db_rollback(db);
+    /* Another writer holding the lock is no fault: the next look tries again. */
+    if (r != TG_E_BUSY || all)
+      tg_log(TG_LOG_WARN, "calls refused for their rate: the count of %zu caller(s) was not "
+             "written%s: %s", n, all ? " before the server stopped" : ", tried again later",
+             tg_db_errmsg(db));
+    for (size_t i = 0; i < n; i++)
+      tg_rate_limit_give_back(limit, todo[i].principal_id, todo[i].refusals);
+  }
+  tg_rate_tallies_free(todo, n);
+  return r < 0 ? r : taken;
 }
 
 /* The digest of this call's approval, made once; NULL without memory. */
@@ -788,13 +815,13 @@ static int rate_limited(call_state *st, tg_call_result *ret, const tg_rate_verdi
                               (json_int_t)rate->seconds);
   if (rate->refusals) {
     int r = tg_principal_load(st->env->db, st->req->principal_id, &st->principal);
-    if (r == TG_E_NOTFOUND) {
-      json_decref(details);
-      return unread_caller(ret, r);
-    }
     st->refusals = rate->refusals;
     if (r == TG_OK) r = record_failure(st, TG_ERR_RATE_LIMITED, message, false);
-    if (r < 0) tg_rate_limit_give_back(st->env->rate_limit, st->req->principal_id, rate->refusals);
+    if (r == TG_E_NOTFOUND) /* no caller to count them for */
+      tg_log(TG_LOG_WARN, "calls refused for their rate: %u refusal(s) of a caller gone were "
+             "not written", rate->refusals);
+    else if (r < 0)
+      tg_rate_limit_give_back(st->env->rate_limit, st->req->principal_id, rate->refusals);
   }
   return answer(ret, TG_ERR_RATE_LIMITED, message, details);
 }
@@ -810,11 +837,16 @@ int tg_call_take_rate(const tg_env *env, const tg_call_request *req, tg_call_res
     return answer(ret, TG_ERR_INTERNAL_ERROR, NULL, NULL);
   }
   if (rate.allowed) return TG_OK;
-  _cleanup_json_ json_t *empty = json_object();
+  _cleanup_json_ json_t *empty = req->args ? NULL : json_object();
   call_state st = {.env = env, .req = req, .args = req->args ? req->args : empty,
                    .started_ns = tg_monotonic_ns(),
                    .tool = tg_registry_find(env->registry, req->tool)};
-  r = st.args ? rate_limited(&st, ret, &rate) : answer(ret, TG_ERR_INTERNAL_ERROR, NULL, NULL);
+  if (st.args) {
+    r = rate_limited(&st, ret, &rate);
+  } else {
+    tg_rate_limit_give_back(env->rate_limit, req->principal_id, rate.refusals);
+    r = answer(ret, TG_ERR_INTERNAL_ERROR, NULL, NULL);
+  }
   call_state_done(&st);
   return r;
 }

@@ -135,10 +135,14 @@ json_t *tg_activity_ids(const tg_call_ctx *cx);
 int tg_call_log_end(tg_db *db, const char *principal_id, const char *tool, const char *run_id,
                     const char *task_id, const char *level, const char *why);
 
-/* Writes on db (in the caller's transaction) the telemetry row counting refusals calls of
- * principal_id refused for its rate that no row counted yet (core/rate_limit.h): step
- * "tool:?", level WARN, code rate_limited, metadata.refusals. Nothing for a principal gone. */
-int tg_call_log_refusals(tg_db *db, const char *principal_id, unsigned refusals);
+/* Writes the telemetry rows counting the calls refused for their callers' rate that no row
+ * counted yet (tg_rate_limit_take_unwritten: of callers whose last such row is a second old,
+ * or of all when all), one a caller (step "tool:?", level WARN, code rate_limited,
+ * metadata.refusals; none for a caller gone), in one transaction on db, waiting for another
+ * writer only when all (a server's last write, once nothing can call any more). What is not
+ * written goes back to the count, for the next write; a failure is logged unless another
+ * writer held the lock. A server calls it every few seconds, and once as it stops. */
+int tg_call_write_rate_refusals(tg_rate_limit *limit, tg_db *db, bool all);
 
 /* The tools principal may call on surface, as the tool list offered to it (seed 000 §4):
  * each passes the same surface, status, permission and policy gates as tg_call. Returns a

@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/call.h"
-#include "db/db.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/status.h"
@@ -18,10 +16,10 @@
 
 typedef struct caller {
   uint64_t full_ns;  /* when its bucket is full again (GCRA's theoretical arrival time) */
-  uint64_t last_ns;  /* its last call */
-  uint64_t row_ns;   /* its last refusal that got a telemetry row */
+  uint64_t row_ns;   /* when its refusals were last taken to a row (one of a refusal's, or one
+                      * of their count's, written or tried) */
   bool rowed;        /* whether row_ns is set */
-  unsigned unrecorded; /* refusals since that row that got none */
+  unsigned unrecorded; /* refusals since then that got none */
   struct caller *next;
   char principal[];
 } caller;
@@ -97,8 +95,9 @@ static caller *known_caller(tg_rate_limit *limit, const char *principal_id) {
 }
 
 /* Makes room for one more caller: forgets one that holds nothing (its bucket full again, no
- * refusal owing a row), else the least recent of those that owe no row, else the least
- * recent of all, whose count of refusals is then lost, and logged. */
+ * refusal owing a row), else of those owing no row the one whose bucket is fullest (forgotten,
+ * it gets a full one: the least credit so given), else the fullest of all, whose count of
+ * refusals is then lost, and logged. */
 static void forget_one(tg_rate_limit *limit, uint64_t now) {
   caller **clear = NULL, **any = NULL;
   for (size_t i = 0; i < CHAINS; i++)
@@ -108,8 +107,8 @@ static void forget_one(tg_rate_limit *limit, uint64_t now) {
         clear = at;
         goto found;
       }
-      if (!c->unrecorded && (!clear || c->last_ns < (*clear)->last_ns)) clear = at;
-      if (!any || c->last_ns < (*any)->last_ns) any = at;
+      if (!c->unrecorded && (!clear || c->full_ns < (*clear)->full_ns)) clear = at;
+      if (!any || c->full_ns < (*any)->full_ns) any = at;
     }
 found:;
   caller **at = clear ? clear : any, *gone = *at;
@@ -169,7 +168,6 @@ int tg_rate_limit_take(tg_rate_limit *limit, const char *principal_id, tg_rate_v
     pthread_mutex_unlock(&limit->lock);
     return TG_E_NOMEM;
   }
-  c->last_ns = now;
   uint64_t full = c->full_ns > now ? c->full_ns : now;
   if (full - now <= limit->burst_ns) {
     c->full_ns = full + limit->interval_ns;
@@ -193,61 +191,34 @@ void tg_rate_limit_give_back(tg_rate_limit *limit, const char *principal_id, uns
            "meanwhile were not written", refusals);
 }
 
-/* A caller's refusals taken to be written. */
-typedef struct tally {
-  char *principal;
-  unsigned refusals;
-} tally;
-
-/* Takes the refusals to write now from their callers, into a new array (*n of them);
- * *short_of_memory when some could not be taken (they stay for the next write). */
-static tally *take_tallies(tg_rate_limit *limit, bool all, size_t *n, bool *short_of_memory) {
+int tg_rate_limit_take_unwritten(tg_rate_limit *limit, bool all, tg_rate_tally **ret,
+                                 size_t *n) {
+  *ret = NULL;
   *n = 0;
   pthread_mutex_lock(&limit->lock);
   uint64_t now = limit->clock_ns();
-  tally *todo = limit->count ? calloc(limit->count, sizeof *todo) : NULL;
-  *short_of_memory = limit->count && !todo;
+  tg_rate_tally *todo = limit->count ? calloc(limit->count, sizeof *todo) : NULL;
+  bool short_of_memory = limit->count && !todo;
   for (size_t i = 0; todo && i < CHAINS; i++)
     for (caller *c = limit->chains[i]; c; c = c->next) {
       if (!c->unrecorded || !(all || row_due(c, now))) continue;
-      if (!(todo[*n].principal = strdup(c->principal))) {
-        *short_of_memory = true;
+      if (!(todo[*n].principal_id = strdup(c->principal))) {
+        short_of_memory = true;
         continue;
       }
       todo[(*n)++].refusals = c->unrecorded;
       c->unrecorded = 0;
+      c->rowed = true;
       c->row_ns = now;
     }
   pthread_mutex_unlock(&limit->lock);
-  return todo;
+  *ret = todo;
+  return short_of_memory ? TG_E_NOMEM : TG_OK;
 }
 
-int tg_rate_limit_write_refusals(tg_rate_limit *limit, tg_db *db, bool all) {
-  size_t n;
-  bool short_of_memory;
-  tally *todo = take_tallies(limit, all, &n, &short_of_memory);
-  int r = TG_OK;
-  if (n) {
-    r = all ? tg_db_begin(db) : tg_db_try_begin(db);
-    for (size_t i = 0; r == TG_OK && i < n; i++)
-      r = tg_call_log_refusals(db, todo[i].principal, todo[i].refusals);
-    r = r == TG_OK ? tg_db_commit(db) : r;
-    if (r < 0) {
-      tg_db_rollback(db);
-      /* Another writer holding the lock is no fault: the next look tries again. */
-      if (r != TG_E_BUSY || all)
-        tg_log(TG_LOG_WARN, "calls refused for their rate: the count of %zu caller(s) was not "
-               "written%s: %s", n,
-               all ? " before the server stopped" : ", tried again in a second", tg_db_errmsg(db));
-      for (size_t i = 0; i < n; i++)
-        tg_rate_limit_give_back(limit, todo[i].principal, todo[i].refusals);
-    }
-  }
-  for (size_t i = 0; i < n; i++) free(todo[i].principal);
-  free(todo);
-  if (short_of_memory)
-    tg_log(TG_LOG_WARN, "calls refused for their rate: no memory to write their count now");
-  return r < 0 ? r : short_of_memory ? TG_E_NOMEM : TG_OK;
+void tg_rate_tallies_free(tg_rate_tally *tallies, size_t n) {
+  for (size_t i = 0; i < n; i++) free(tallies[i].principal_id);
+  free(tallies);
 }
 
 void tg_rate_limit_set_clock(tg_rate_limit *limit, uint64_t (*clock_ns)(void)) {

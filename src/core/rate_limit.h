@@ -7,22 +7,22 @@
  * memory: each server process counts the calls made to it. */
 #pragma once
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define TG_RATE_LIMIT_DEFAULT "600/60"
 #define TG_RATE_LIMIT_MAX_CALLS 1000000000u
 #define TG_RATE_LIMIT_MAX_SECONDS 86400u
 /* Callers counted at once. Past it one that holds nothing (its bucket full again, no refusal
- * owing a row) is forgotten, else the least recent of those owing no row, else the least
- * recent (its count of refusals lost, and logged). */
+ * owing a row) is forgotten, else the one with the fullest bucket of those owing no row, else
+ * the one with the fullest bucket (its count of refusals lost, and logged). */
 #define TG_RATE_LIMIT_CALLERS 4096
 /* A caller's calls refused for its rate get a telemetry row at most this often; each row
- * counts the refusals since the one before it (tg_rate_limit_write_refusals writes those that
+ * counts the refusals since the one before it (tg_call_write_rate_refusals writes those that
  * no later refusal came to write). */
 #define TG_RATE_LIMIT_ROW_MS 1000
 
 typedef struct tg_rate_limit tg_rate_limit;
-typedef struct tg_db tg_db;
 
 typedef struct tg_rate_verdict {
   bool allowed;
@@ -49,14 +49,20 @@ static inline void tg_rate_limit_freep(tg_rate_limit **limit) { tg_rate_limit_fr
  * not counted yet has no room (the call must not go). */
 int tg_rate_limit_take(tg_rate_limit *limit, const char *principal_id, tg_rate_verdict *out);
 
-/* Writes the refusals no telemetry row counts yet (see tg_rate_verdict.refusals): of each
- * caller whose last such row is TG_RATE_LIMIT_ROW_MS old, or of every caller when all (the
- * server stopping), one row a caller (tg_call_log_refusals), in one transaction on db, not
- * waiting for another writer unless all. A failure is logged (but for a writer holding the
- * lock), and those refusals are left for a write a second later. A server calls it every few
- * seconds, and once more when nothing can call any more: so the count of a caller's last
- * refusals, which no later refusal of its writes, is written too. */
-int tg_rate_limit_write_refusals(tg_rate_limit *limit, tg_db *db, bool all);
+/* The refusals of one caller that no telemetry row counts yet. */
+typedef struct tg_rate_tally {
+  char *principal_id;
+  unsigned refusals;
+} tg_rate_tally;
+
+/* Takes the refusals no telemetry row counts yet (see tg_rate_verdict.refusals): of each
+ * caller whose last row is TG_RATE_LIMIT_ROW_MS old, or of every caller when all; into a new
+ * array *ret of *n (free it with tg_rate_tallies_free), each caller's count then being 0
+ * (tg_rate_limit_give_back returns what is not written). TG_E_NOMEM when some could not be
+ * taken: they stay for the next take. */
+int tg_rate_limit_take_unwritten(tg_rate_limit *limit, bool all, tg_rate_tally **ret,
+                                 size_t *n);
+void tg_rate_tallies_free(tg_rate_tally *tallies, size_t n);
 
 /* Gives back to principal_id's count refusals whose row (tg_rate_verdict.refusals) could not
  * be written, for the next write. Logged when the caller was forgotten meanwhile. */

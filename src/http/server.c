@@ -330,7 +330,7 @@ static void end_work(server *s) {
 static void write_what_is_left(server *s) {
   tg_db *db = NULL;
   if ((s->runs_to_end || s->cfg->rate_limit) && http_thread_db(s, &db)) {
-    if (s->cfg->rate_limit) tg_rate_limit_write_refusals(s->cfg->rate_limit, db, true);
+    if (s->cfg->rate_limit) tg_call_write_rate_refusals(s->cfg->rate_limit, db, true);
     if (s->runs_to_end) http_end_session_runs(s, db);
   }
   tg_db_close(db);

@@ -251,7 +251,7 @@ void *http_sweeper_main(void *arg) {
     tg_mcp_tasks_drop_expired(s->mcp.tasks);
     rest_when_quiet(s, &rested);
     http_tell_held_back_mhd_lines(s, false);
-    if (db && s->cfg->rate_limit) tg_rate_limit_write_refusals(s->cfg->rate_limit, db, false);
+    if (db && s->cfg->rate_limit) tg_call_write_rate_refusals(s->cfg->rate_limit, db, false);
     if (db) tg_token_uses_write(s->token_uses, db, false); /* may wait for a writer: last */
     pthread_mutex_lock(&s->lock);
     forget_stale_output_locked(s);

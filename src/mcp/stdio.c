@@ -594,7 +594,7 @@ static bool next_queued(conn *c, tg_rpc_msg *ret, int *status) {
      * second's calls refused for their rate is written. */
     tg_mcp_tasks_drop_expired(c->srv->tasks);
     const tg_env *env = c->req->env;
-    if (env->rate_limit) tg_rate_limit_write_refusals(env->rate_limit, env->db, false);
+    if (env->rate_limit) tg_call_write_rate_refusals(env->rate_limit, env->db, false);
     int stands = token_stands(c);
     *status = stands == TG_OK ? check_lists(c) : stands == TG_E_NOTFOUND ? stands : TG_OK;
     pthread_mutex_lock(&c->lock);
@@ -732,7 +732,7 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   }
   tg_db_close(c.reader_db);
   if (c.token_uses) tg_token_uses_write(c.token_uses, env->db, true); /* the last minute's */
-  if (env->rate_limit) tg_rate_limit_write_refusals(env->rate_limit, env->db, true);
+  if (env->rate_limit) tg_call_write_rate_refusals(env->rate_limit, env->db, true);
   /* What waited behind the message that found the token revoked is refused as that was. */
   for (size_t i = 0; i < c.queued; i++)
     if (r == TG_E_NOTFOUND) refuse_unstanding(&c, &c.queue[i], r);

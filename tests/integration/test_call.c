@@ -1057,16 +1057,16 @@ static void test_rate_limit_refuses_past_the_limit(void **state) {
 
   /* Its count is written once its second is over, or as the server stops; a write that
    * fails leaves it for a second later. */
-  assert_int_equal(tg_rate_limit_write_refusals(limit, w->f->db, false), TG_OK);
+  assert_int_equal(tg_call_write_rate_refusals(limit, w->f->db, false), TG_OK);
   expect_unchanged(w, before);
   rate_clock_ns += TG_RATE_LIMIT_ROW_MS * 1000000ull;
   tg_db_fail_after(w->f->db, 1);
-  assert_true(tg_rate_limit_write_refusals(limit, w->f->db, false) < 0);
+  assert_true(tg_call_write_rate_refusals(limit, w->f->db, false) < 0);
   expect_unchanged(w, before);
-  assert_int_equal(tg_rate_limit_write_refusals(limit, w->f->db, false), TG_OK);
+  assert_int_equal(tg_call_write_rate_refusals(limit, w->f->db, false), TG_OK);
   expect_unchanged(w, before);
   rate_clock_ns += TG_RATE_LIMIT_ROW_MS * 1000000ull;
-  assert_int_equal(tg_rate_limit_write_refusals(limit, w->f->db, false), TG_OK);
+  assert_int_equal(tg_call_write_rate_refusals(limit, w->f->db, false), TG_OK);
   _cleanup_json_ json_t *tally = last_log(w->f);
   assert_string_equal(json_string_value(json_object_get(tally, "step")), "tool:?");
   assert_string_equal(json_string_value(json_object_get(tally, "level")), "WARN");
@@ -1074,7 +1074,7 @@ static void test_rate_limit_refuses_past_the_limit(void **state) {
   assert_string_equal(json_string_value(json_object_get(counted, "code")), "rate_limited");
   assert_int_equal(json_integer_value(json_object_get(counted, "refusals")), 1);
   long logs = fixture_count(w->f, "agent_run_logs");
-  assert_int_equal(tg_rate_limit_write_refusals(limit, w->f->db, true), TG_OK);
+  assert_int_equal(tg_call_write_rate_refusals(limit, w->f->db, true), TG_OK);
   assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs);
 
   /* A refusal whose row cannot be written is still refused for its rate, and counted in the
@@ -1089,7 +1089,7 @@ static void test_rate_limit_refuses_past_the_limit(void **state) {
   tg_db_fail_after(w->f->db, 0);
   assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs);
   rate_clock_ns += TG_RATE_LIMIT_ROW_MS * 1000000ull;
-  assert_int_equal(tg_rate_limit_write_refusals(limit, w->f->db, false), TG_OK);
+  assert_int_equal(tg_call_write_rate_refusals(limit, w->f->db, false), TG_OK);
   assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs + 1);
   _cleanup_json_ json_t *kept = last_log(w->f);
   assert_int_equal(json_integer_value(json_object_get(json_object_get(kept, "metadata"), "refusals")),

@@ -159,8 +159,8 @@ static void test_refusals_get_a_row_a_second(void **state) {
 }
 
 /* Past TG_RATE_LIMIT_CALLERS callers, one that holds nothing (its bucket full again, no
- * refusal owed a row) is forgotten first; with none such, the one that called least
- * recently. */
+ * refusal owed a row) is forgotten first; with none such, the one whose bucket is fullest
+ * (here, of a call each, the one that called least recently). */
 static void test_callers_counted_are_bounded(void **state) {
   (void)state;
   tg_rate_limit *limit = limit_of(1, 10);
@@ -168,7 +168,7 @@ static void test_callers_counted_are_bounded(void **state) {
   fill_callers(limit, 0);
   now_ns += 1 * MS;
   assert_int_equal(tg_rate_limit_callers(limit), TG_RATE_LIMIT_CALLERS);
-  /* Every bucket is still refilling: the least recent caller, caller-0, is forgotten. */
+  /* Every bucket is still refilling: the fullest, caller-0's, is forgotten. */
   assert_true(take(limit, "newcomer").allowed);
   assert_int_equal(tg_rate_limit_callers(limit), TG_RATE_LIMIT_CALLERS);
   assert_true(take(limit, "caller-0").allowed); /* counted afresh; caller-1 forgotten */
@@ -186,8 +186,8 @@ static void test_callers_counted_are_bounded(void **state) {
   tg_rate_limit_free(limit);
 }
 
-/* With no caller holding nothing, the least recent of those owing no row goes, not the
- * least recent of all, whose refusal still owes its row. */
+/* With no caller holding nothing, the fullest bucket of those owing no row goes, not the
+ * fullest of all, whose refusal still owes its row. */
 static void test_a_caller_owing_a_row_is_kept(void **state) {
   (void)state;
   tg_rate_limit *limit = limit_of(1, 3600);
@@ -203,6 +203,21 @@ static void test_a_caller_owing_a_row_is_kept(void **state) {
   tg_rate_limit_free(limit);
 }
 
+/* Forgotten, a caller would get a full bucket: of those owing no row, the one whose bucket
+ * is fullest goes, not a caller that spent its own, though it called least recently. */
+static void test_the_fullest_bucket_is_forgotten(void **state) {
+  (void)state;
+  tg_rate_limit *limit = limit_of(2, 3600);
+  assert_true(take(limit, "spent").allowed);
+  assert_true(take(limit, "spent").allowed);
+  assert_int_equal(take(limit, "spent").refusals, 1); /* its row written: it owes none */
+  fill_callers(limit, 1);                             /* a call each, half a bucket left */
+  now_ns += 1 * MS;
+  assert_true(take(limit, "newcomer").allowed);
+  assert_false(take(limit, "spent").allowed);
+  tg_rate_limit_free(limit);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parse),
@@ -213,6 +228,7 @@ int main(void) {
       cmocka_unit_test(test_refusals_get_a_row_a_second),
       cmocka_unit_test(test_callers_counted_are_bounded),
       cmocka_unit_test(test_a_caller_owing_a_row_is_kept),
+      cmocka_unit_test(test_the_fullest_bucket_is_forgotten),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
