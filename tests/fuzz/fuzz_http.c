@@ -34,6 +34,7 @@ static char token[128];
 static void cleanup(void) {
   tg_http_stop(open_http);
   tg_http_stop(auth_http);
+  tg_rate_limit_free(auth_cfg.rate_limit);
   fuzz_workspace_close(&ws);
 }
 
@@ -64,8 +65,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   open_cfg = (tg_http_config){.listen = "127.0.0.1:0", .no_auth = true,
                               .no_auth_principal = ws.owner, .threads = 4, .data_dir = ws.dir,
                               .registry = ws.registry, .server = server};
+  /* The authenticating server limits its caller's rate, low enough that calls are both
+   * served and refused for it; the other limits none. */
   auth_cfg = (tg_http_config){.listen = "127.0.0.1:0", .threads = 4, .data_dir = ws.dir,
-                              .registry = ws.registry, .server = server};
+                              .registry = ws.registry, .server = server,
+                              .rate_limit = tg_rate_limit_new(64, 1)};
+  if (!auth_cfg.rate_limit) abort();
   unsigned port = 0;
   if (tg_http_start(&open_cfg, &open_http, &port) < 0 ||
       tg_http_start(&auth_cfg, &auth_http, &port) < 0)

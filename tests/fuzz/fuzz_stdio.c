@@ -1,7 +1,7 @@
 /* Fuzzes MCP over stdio: each input is what a client writes on the server's standard input,
  * fed through a pipe to the real serving loop of one connection (framing, the reader thread,
- * the queue, dispatch, tool calls, tasks and the conformance fixtures) as the workspace
- * owner, followed by end of input, after which serving must return. Everything the server
+ * the queue, dispatch, tool calls and their rate limit, tasks and the conformance fixtures)
+ * as the workspace owner, followed by end of input, after which serving must return. Everything the server
  * writes must be a line holding a JSON-RPC message or batch: its output is the protocol.
  * Crashes, leaks, sanitizer reports and output that is not JSON are the findings; a serve
  * that never returns is one too (libFuzzer's -timeout).
@@ -36,12 +36,18 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static fuzz_workspace ws;
+/* Kept across inputs, and low enough that calls are both served and refused for their rate. */
+static tg_rate_limit *rate_limit;
 
-static void cleanup(void) { fuzz_workspace_close(&ws); }
+static void cleanup(void) {
+  fuzz_workspace_close(&ws);
+  tg_rate_limit_free(rate_limit);
+}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   signal(SIGPIPE, SIG_IGN); /* a server that stopped reading: the input's writes fail */
   fuzz_workspace_open(&ws, "fuzz_stdio");
+  if (!(rate_limit = tg_rate_limit_new(50, 1))) abort();
   atexit(cleanup);
   return 0;
 }
@@ -201,7 +207,8 @@ typedef struct serving {
 
 static void *serve(void *arg) {
   serving *sv = arg;
-  tg_env env = {.registry = ws.registry, .db = ws.db, .data_dir = ws.dir};
+  tg_env env = {.registry = ws.registry, .db = ws.db, .data_dir = ws.dir,
+                .rate_limit = rate_limit};
   tg_mcp_server srv = {.fixtures = true, .name = "toolgate", .version = "fuzz"};
   sv->result = tg_mcp_stdio_serve(&srv, &env, ws.owner, NULL, sv->from, sv->to, -1);
   fclose(sv->from);
