@@ -291,17 +291,14 @@ static int write_telemetry(call_state *st, tg_db *db, tg_errcode code, const cha
   return r;
 }
 
-int tg_call_log_end(tg_db *db, const char *principal_id, const char *tool, const char *run_id,
-                    const char *task_id, const char *level, const char *why) {
+/* A telemetry row of principal_id's that no call of its writes (tg_call_log_end,
+ * tg_call_write_rate_refusals), in the caller's transaction: in run_id when that is a
+ * running run of principal_id's agent, else in none; nothing for a principal gone. */
+static int log_row(tg_db *db, const char *principal_id, const char *run_id, const char *step,
+                   const char *level, const char *message, const char *meta) {
   char id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
   if (tg_uuid7(id) < 0) return TG_E_IO;
   tg_now_iso(now);
-  _cleanup_free_ char *step = NULL, *meta = NULL;
-  _cleanup_json_ json_t *meta_json = json_pack("{s:s,s:b,s:s*}", "surface",
-                                               tg_surface_name(TG_SURFACE_MCP), "end", 1,
-                                               "taskId", task_id);
-  if (asprintf(&step, "tool:%s", tool ? tool : "?") < 0) step = NULL;
-  if (!step || !meta_json || !(meta = json_dumps(meta_json, JSON_COMPACT))) return TG_E_NOMEM;
   return tg_db_exec(db,
                     "INSERT INTO agent_run_logs (id, tenant_id, run_id, principal_id, step,"
                     " level, message, metadata, created_at)"
@@ -309,28 +306,31 @@ int tg_call_log_end(tg_db *db, const char *principal_id, const char *tool, const
                     "  ON a.id = r.agent_id WHERE r.id = $2 AND a.principal_id = p.id"
                     "  AND r.status = 'running'), p.id, $3, $4, $5, $6, $7 FROM principals p"
                     " WHERE p.id = $8",
-                    json_pack("[ss?ssssss]", id, run_id, step, level, why, meta, now,
+                    json_pack("[ss?ssssss]", id, run_id, step, level, message, meta, now,
                               principal_id),
                     NULL);
 }
 
+int tg_call_log_end(tg_db *db, const char *principal_id, const char *tool, const char *run_id,
+                    const char *task_id, const char *level, const char *why) {
+  _cleanup_free_ char *step = NULL, *meta = NULL;
+  _cleanup_json_ json_t *meta_json = json_pack("{s:s,s:b,s:s*}", "surface",
+                                               tg_surface_name(TG_SURFACE_MCP), "end", 1,
+                                               "taskId", task_id);
+  if (asprintf(&step, "tool:%s", tool ? tool : "?") < 0) step = NULL;
+  if (!step || !meta_json || !(meta = json_dumps(meta_json, JSON_COMPACT))) return TG_E_NOMEM;
+  return log_row(db, principal_id, run_id, step, level, why, meta);
+}
+
 /* The row of tg_call_write_rate_refusals for one caller, in the caller's transaction. */
 static int log_refusals(tg_db *db, const char *principal_id, unsigned refusals) {
-  char id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
-  if (tg_uuid7(id) < 0) return TG_E_IO;
-  tg_now_iso(now);
   _cleanup_free_ char *message = NULL, *meta = NULL;
   if (asprintf(&message, "rate_limited: %u call%s refused for the caller's rate, counted in no "
                "row before", refusals, refusals == 1 ? "" : "s") < 0)
     message = NULL;
   if (asprintf(&meta, "{\"code\":\"rate_limited\",\"refusals\":%u}", refusals) < 0) meta = NULL;
   if (!message || !meta) return TG_E_NOMEM;
-  return tg_db_exec(db,
-                    "INSERT INTO agent_run_logs (id, tenant_id, run_id, principal_id, step,"
-                    " level, message, metadata, created_at)"
-                    " SELECT $1, tenant_id, NULL, id, 'tool:?', 'WARN', $2, $3, $4"
-                    " FROM principals WHERE id = $5",
-                    json_pack("[sssss]", id, message, meta, now, principal_id), NULL);
+  return log_row(db, principal_id, NULL, "tool:?", "WARN", message, meta);
 }
 
 int tg_call_write_rate_refusals(tg_rate_limit *limit, tg_db *db, bool all) {
@@ -868,7 +868,7 @@ static int dry_run_answer(call_state *st, tg_call_result *ret, int gates, tg_ref
 int tg_call(const tg_env *env, const tg_call_request *req, tg_call_result *ret) {
   int r = tg_call_take_rate(env, req, ret);
   if (r != TG_OK) return r;
-  _cleanup_json_ json_t *empty = json_object();
+  _cleanup_json_ json_t *empty = req->args ? NULL : json_object();
   call_state st = {.env = env, .req = req, .args = req->args ? req->args : empty,
                    .started_ns = tg_monotonic_ns()};
   if (!st.args) return answer(ret, TG_ERR_INTERNAL_ERROR, NULL, NULL);

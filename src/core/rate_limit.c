@@ -16,10 +16,9 @@
 
 typedef struct caller {
   uint64_t full_ns;  /* when its bucket is full again (GCRA's theoretical arrival time) */
-  uint64_t row_ns;   /* when its refusals were last taken to a row (one of a refusal's, or one
-                      * of their count's, written or tried) */
-  bool rowed;        /* whether row_ns is set */
-  unsigned unrecorded; /* refusals since then that got none */
+  uint64_t row_due_ns; /* when its refusals may next be taken to a row (a refusal's own, or
+                        * one of their count) */
+  unsigned unrecorded; /* refusals taken to none yet */
   struct caller *next;
   char principal[];
 } caller;
@@ -135,27 +134,23 @@ static caller *caller_of(tg_rate_limit *limit, const char *principal_id, uint64_
   return c;
 }
 
-/* Whether a refusal of c's now gets a row: none did in the last TG_RATE_LIMIT_ROW_MS. */
-static bool row_due(const caller *c, uint64_t now) {
-  return !c->rowed || now - c->row_ns >= TG_RATE_LIMIT_ROW_MS * NS_PER_MS;
-}
-
 static void add_refusals(caller *c, unsigned n) {
   unsigned room = UINT_MAX - c->unrecorded;
   c->unrecorded += n < room ? n : room;
 }
 
+/* c's refusals not taken to a row yet, taken now: at most once every TG_RATE_LIMIT_ROW_MS. */
+static unsigned take_refusals(caller *c, uint64_t now) {
+  unsigned refusals = c->unrecorded;
+  c->unrecorded = 0;
+  c->row_due_ns = now + TG_RATE_LIMIT_ROW_MS * NS_PER_MS;
+  return refusals;
+}
+
 /* A refused call gets a telemetry row when due: a flood of refusals writes a row a second. */
 static unsigned refusals_to_record(caller *c, uint64_t now) {
-  if (!row_due(c, now)) {
-    add_refusals(c, 1);
-    return 0;
-  }
-  unsigned refusals = c->unrecorded < UINT_MAX ? c->unrecorded + 1 : UINT_MAX;
-  c->unrecorded = 0;
-  c->rowed = true;
-  c->row_ns = now;
-  return refusals;
+  add_refusals(c, 1);
+  return now >= c->row_due_ns ? take_refusals(c, now) : 0;
 }
 
 int tg_rate_limit_take(tg_rate_limit *limit, const char *principal_id, tg_rate_verdict *out) {
@@ -201,15 +196,12 @@ int tg_rate_limit_take_unwritten(tg_rate_limit *limit, bool all, tg_rate_tally *
   bool short_of_memory = limit->count && !todo;
   for (size_t i = 0; todo && i < CHAINS; i++)
     for (caller *c = limit->chains[i]; c; c = c->next) {
-      if (!c->unrecorded || !(all || row_due(c, now))) continue;
+      if (!c->unrecorded || !(all || now >= c->row_due_ns)) continue;
       if (!(todo[*n].principal_id = strdup(c->principal))) {
         short_of_memory = true;
         continue;
       }
-      todo[(*n)++].refusals = c->unrecorded;
-      c->unrecorded = 0;
-      c->rowed = true;
-      c->row_ns = now;
+      todo[(*n)++].refusals = take_refusals(c, now);
     }
   pthread_mutex_unlock(&limit->lock);
   *ret = todo;

@@ -1,8 +1,9 @@
 /* Fuzzes MCP over stdio: each input is what a client writes on the server's standard input,
  * fed through a pipe to the real serving loop of one connection (framing, the reader thread,
  * the queue, dispatch, tool calls and their rate limit, tasks and the conformance fixtures)
- * as the workspace owner, followed by end of input, after which serving must return. Everything the server
- * writes must be a line holding a JSON-RPC message or batch: its output is the protocol.
+ * as the workspace owner, followed by end of input, after which serving must return.
+ * Everything the server writes must be a line holding a JSON-RPC message or batch: its output
+ * is the protocol.
  * Crashes, leaks, sanitizer reports and output that is not JSON are the findings; a serve
  * that never returns is one too (libFuzzer's -timeout).
  *
