@@ -5,45 +5,27 @@
 #include "mcp/internal.h"
 
 #include <ctype.h>
+#include <gnutls/gnutls.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "util/cleanup.h"
 
-static int b64_digit(char ch) {
-  if (ch >= 'A' && ch <= 'Z') return ch - 'A';
-  if (ch >= 'a' && ch <= 'z') return ch - 'a' + 26;
-  if (ch >= '0' && ch <= '9') return ch - '0' + 52;
-  if (ch == '+') return 62;
-  if (ch == '/') return 63;
-  return -1;
-}
-
-/* Strict base64 (RFC 4648 alphabet, padded, no stray characters); NULL when malformed or
- * when the text holds a NUL byte. */
+/* Strict base64 (RFC 4648: its alphabet, padded, unused bits zero); NULL when malformed or
+ * when it decodes to a NUL byte. GnuTLS decodes strictly but skips white space, which a
+ * header value can hold, so the alphabet is checked first. */
 static char *b64_decode(const char *s, size_t n) {
-  if (n % 4) return NULL;
-  char *out = malloc(n / 4 * 3 + 1);
-  if (!out) return NULL;
-  size_t len = 0;
-  for (size_t i = 0; i < n; i += 4) {
-    bool last = i + 4 == n;
-    int pad = last ? (s[i + 3] == '=') + (s[i + 2] == '=' && s[i + 3] == '=') : 0;
-    int v[4] = {0};
-    for (int k = 0; k < 4 - pad; k++)
-      if ((v[k] = b64_digit(s[i + k])) < 0) goto bad;
-    unsigned bits =
-        (unsigned)v[0] << 18 | (unsigned)v[1] << 12 | (unsigned)v[2] << 6 | (unsigned)v[3];
-    out[len++] = (char)(bits >> 16);
-    if (pad < 2) out[len++] = (char)(bits >> 8 & 0xff);
-    if (pad < 1) out[len++] = (char)(bits & 0xff);
-  }
-  if (memchr(out, 0, len)) goto bad;
-  out[len] = 0;
-  return out;
-bad:
-  free(out);
-  return NULL;
+  static const char alphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=";
+  _cleanup_free_ char *text = strndup(s, n);
+  if (!text || strspn(text, alphabet) != n) return NULL;
+  gnutls_datum_t in = {(unsigned char *)text, (unsigned)n}, out = {0};
+  if (gnutls_base64_decode2(&in, &out) < 0) return NULL;
+  char *ret = !out.size                         ? strdup("")
+              : memchr(out.data, 0, out.size) ? NULL
+                                              : strndup((char *)out.data, out.size);
+  gnutls_free(out.data);
+  return ret;
 }
 
 /* A header value as the client meant it: the =?base64?...?= sentinel decoded, anything
