@@ -230,9 +230,17 @@ int cli_dispatch(cli *c, int argc, char **argv, const cli_command *subs, size_t 
   return cli_usage(usage, "%s: unknown subcommand '%s'", argv[0], argv[1]);
 }
 
+void cli_token_from_env(cli *c) {
+  const char *token = getenv("TOOLGATE_TOKEN");
+  if (!token || !*token) return;
+  c->token = token;
+  c->token_from_env = true;
+}
+
 int cli_token_principal(cli *c, char id[TG_UUID_LEN + 1]) {
   if (tg_principal_by_token(c->db, c->token, id) < 0) {
-    fprintf(stderr, "toolgate: the token is unknown or revoked\n");
+    fprintf(stderr, "toolgate: the token%s is unknown or revoked\n",
+            c->token_from_env ? " in TOOLGATE_TOKEN" : "");
     return CLI_FAILED;
   }
   if (!c->tenant) return CLI_OK;

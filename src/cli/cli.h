@@ -14,6 +14,7 @@ typedef struct cli {
   /* A command's --token: the token names the workspace, so none needs naming, and one named
    * must be the token's (cli_token_principal). */
   const char *token;
+  bool token_from_env; /* the token came from TOOLGATE_TOKEN (cli_token_from_env) */
   bool any_tenant; /* serve with authentication: each token acts in its own workspace */
   tg_db *db;
   tg_registry *registry;
@@ -30,6 +31,9 @@ typedef struct cli_command {
 /* Opens the database (it must exist unless create), migrates it, builds the registry and
  * finds the workspace (unless c->token names it). Prints why on failure. */
 int cli_open(cli *c, bool create);
+/* For a command given no caller: the token in TOOLGATE_TOKEN as its --token, if set and not
+ * empty. It keeps the token off the command line, which ps shows to every local user. */
+void cli_token_from_env(cli *c);
 /* The principal c->token names, in the workspace --tenant names if any. Prints why not. */
 int cli_token_principal(cli *c, char id[TG_UUID_LEN + 1]);
 void cli_close(cli *c);

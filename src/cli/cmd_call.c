@@ -16,7 +16,8 @@ static const char usage[] =
     "                     [--surface agent|mcp|api] [--run RUN_ID] [--dry-run]\n\n"
     "Calls TOOL (canonical, model-facing or alias name) through the gate. Prints the result\n"
     "JSON and exits 0; prints the error envelope JSON and exits 1 when the call is refused or\n"
-    "fails; exits 2 on a usage error.\n"
+    "fails; exits 2 on a usage error. Without --agent, --user or --token, the token is\n"
+    "taken from TOOLGATE_TOKEN, which keeps it out of ps.\n"
     "  --args JSON   the arguments object (default {})\n"
     "  --surface S   the surface the call comes from (default: agent for agents, api for users)\n"
     "  --run ID      attach the call to a running run of the agent (default: a run of its own)\n"
@@ -66,8 +67,10 @@ int cmd_call(cli *c, int argc, char **argv) {
     }
   }
   if (optind + 1 != argc) return cli_usage(usage, "call: name exactly one tool");
+  if (!agent && !user && !c->token) cli_token_from_env(c);
   if (!!agent + !!user + !!c->token != 1)
-    return cli_usage(usage, "call: give exactly one of --agent, --user, --token");
+    return cli_usage(usage,
+                     "call: give exactly one of --agent, --user, --token (or TOOLGATE_TOKEN)");
   req.tool = argv[optind];
   if (surface && !(req.surface = tg_surface_parse(surface)))
     return cli_usage(usage, "call: unknown surface '%s'", surface);

@@ -37,7 +37,8 @@ static const char mcp_usage[] =
     "Serves MCP 2026-07-28 and, to a client that opens with initialize, 2025-11-25 (or\n"
     "2025-06-18, 2025-03-26, 2024-11-05) over stdio: newline-delimited JSON-RPC on stdin\n"
     "and stdout, logs on stderr. Every tool call is made as the agent, or as the holder of\n"
-    "the API token, through the same gate as every other surface.\n"
+    "the API token, through the same gate as every other surface. Without --agent or\n"
+    "--token, the token is taken from TOOLGATE_TOKEN, which keeps it out of ps.\n"
     "  --run RUN_ID            attach every call to this running run of the agent ('runs\n"
     "                          start'; one not running stops the server). Without it, an\n"
     "                          agent's server is a run of its own (trigger mcp; opened\n"
@@ -224,7 +225,9 @@ int cmd_mcp(cli *c, int argc, char **argv) {
     }
   }
   if (optind != argc) return cli_usage(mcp_usage, "mcp: unexpected argument '%s'", argv[optind]);
-  if (!!agent + !!c->token != 1) return cli_usage(mcp_usage, "mcp: give exactly one of --agent, --token");
+  if (!agent && !c->token) cli_token_from_env(c);
+  if (!!agent + !!c->token != 1)
+    return cli_usage(mcp_usage, "mcp: give exactly one of --agent, --token (or TOOLGATE_TOKEN)");
   _cleanup_rate_limit_ tg_rate_limit *limit = NULL;
   int usable = open_rate_limit(rate, mcp_usage, "mcp", &limit);
   if (usable != CLI_OK) return usable;
@@ -249,7 +252,8 @@ int cmd_mcp(cli *c, int argc, char **argv) {
                        .run_holder = *session.holder ? session.holder : NULL};
   char who[96];
   describe(c, principal, who, sizeof who);
-  tg_log(TG_LOG_INFO, "mcp: serving stdio as %s%s%s%s%.64s", who, c->token ? " (by token)" : "",
+  const char *by = c->token_from_env ? " (by TOOLGATE_TOKEN)" : c->token ? " (by token)" : "";
+  tg_log(TG_LOG_INFO, "mcp: serving stdio as %s%s%s%s%.64s", who, by,
          fixtures ? " with the conformance fixtures" : "", srv.run_id ? ", in run " : "",
          srv.run_id ? srv.run_id : "");
   /* SIGINT and SIGTERM (a client's way to end a server slow to exit), and SIGHUP (its

@@ -143,6 +143,13 @@ test('SDK client over stdio (--token)', async () => {
   await exercise(new StdioClientTransport({ command: tg, args: ['mcp', '--token', token], env, stderr: 'ignore' }));
 });
 
+// The token in the server's environment, as a client configuration's "env" gives it.
+test('SDK client over stdio (TOOLGATE_TOKEN)', async () => {
+  await exercise(new StdioClientTransport({
+    command: tg, args: ['mcp'], env: { ...env, TOOLGATE_TOKEN: token }, stderr: 'ignore',
+  }));
+});
+
 // Connects client with transport as agent slug (holding tasks.assign), revokes the grant with
 // the CLI, another process, once ready() resolves, and expects notifications/tools/list_changed
 // while the connection is idle, then a list without the tool the grant allowed.

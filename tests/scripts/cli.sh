@@ -64,6 +64,14 @@ check "call by token" 0 "$tg" call agent.tool.list --token "$token"
 check "an agent's token on an api tool" 1 "$tg" call work.task.assign --token "$token" --args '{}'
 is "refused for its surface" '.error.details.reason == "surface" and .error.details.surface == "agent"'
 check "call by a bad token" 1 "$tg" call agent.tool.list --token tg_nope
+# TOOLGATE_TOKEN keeps the token off the command line; a caller named on it wins.
+check "call by TOOLGATE_TOKEN" 0 env TOOLGATE_TOKEN="$token" "$tg" call agent.tool.list
+is "as the token's holder" '.tools | map(.name) | index("agent_tool_list") != null'
+check "call by a bad TOOLGATE_TOKEN" 1 env TOOLGATE_TOKEN=tg_nope "$tg" call agent.tool.list
+says "the token in TOOLGATE_TOKEN named" 'the token in TOOLGATE_TOKEN is unknown or revoked'
+check "a caller named over TOOLGATE_TOKEN" 0 env TOOLGATE_TOKEN=tg_nope "$tg" call \
+  admin.policy.list --user owner
+check "an empty TOOLGATE_TOKEN names no caller" 2 env TOOLGATE_TOKEN= "$tg" call agent.tool.list
 check "token list" 0 "$tg" token list --agent helper --json
 is "token listed by id and prefix" ".tokens | length == 1 and .[0].prefix == \"${token:0:11}\" and .[0].holder == \"agent:helper\" and .[0].revokedAt == null"
 is "a call by token is its use" '.tokens[0].lastUsedAt | type == "string"'
@@ -84,6 +92,8 @@ check "token revoke unknown" 1 "$tg" token revoke no-such-token
 is "unknown token" '.error.code == "not_found"'
 check "mcp with a revoked token" 1 "$tg" mcp --token "$token"
 says "revoked token" 'the token is unknown or revoked'
+check "mcp with a revoked TOOLGATE_TOKEN" 1 env TOOLGATE_TOKEN="$token" "$tg" mcp
+says "revoked token in TOOLGATE_TOKEN" 'the token in TOOLGATE_TOKEN is unknown or revoked'
 check "agents create a draft" 0 "$tg" agents create --slug drafty --status draft
 check "mcp as a draft agent" 0 "$tg" mcp --agent drafty </dev/null
 says "a draft agent is offered no tools" 'agent drafty is draft: it is offered no tools'
@@ -184,6 +194,9 @@ check "the server under nohup stops on SIGTERM" 0 wait "$nohup_server"
 check "a hangup ignored under nohup" 0 grep -q 'stopping on signal 15' "$dir/nohup.log"
 check "a message by token on stdio" 0 bash -c 'echo "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\",\"params\":{\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{}}}}" | "$0" mcp --token "$1"' "$tg" "$use_token"
 stdio_use=$(last_use)
+check "a message by TOOLGATE_TOKEN on stdio" 0 bash -c 'echo "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{}}}}" | TOOLGATE_TOKEN="$1" "$0" mcp' "$tg" "$use_token"
+is "answered by TOOLGATE_TOKEN" '.id == 1 and (.result.tools | length) > 0'
+says "serving by TOOLGATE_TOKEN" 'serving stdio as .* \(by TOOLGATE_TOKEN\)'
 if [[ "$stdio_use" > "$later_use" ]]; then passes=$((passes + 1)); else failed "stdio wrote no use ($stdio_use after $later_use)"; fi
 check "call as the owner user" 0 "$tg" call admin.policy.list --user owner
 check "an agent's call after it" 0 "$tg" call agent.tool.list --agent demo
