@@ -429,17 +429,28 @@ static bool open_session(server *s, struct MHD_Connection *conn, tg_db *db, work
 static enum MHD_Result serve_here(server *s, struct MHD_Connection *conn, tg_db *db,
                                   worker *w, bool modern, bool sse_call) {
   const char *principal = w->principal;
+  tg_env env = http_server_env(s, db);
   /* A 2026-07-28 subscriptions/listen request gets a watch of its own, sending on its
-   * answer, which stays open as the subscription. */
+   * answer, which stays open as the subscription; one the dispatch would refuse is refused
+   * first, as the number of watches is bounded. */
   listener *l = NULL;
   if (modern && w->msg.kind == TG_RPC_REQUEST &&
       strcmp(w->msg.method, "subscriptions/listen") == 0) {
+    tg_mcp_request checked = {.env = &env, .principal_id = principal, .session = &w->scratch,
+                              .headers = &w->headers};
+    tg_mcp_reply refusal;
+    int r = tg_mcp_refusal(&s->mcp, &checked, &w->msg, &refusal);
+    if (r < 0)
+      return http_queue_refusal_as(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, &w->msg,
+                                   TG_RPC_INTERNAL_ERROR, "Out of memory");
+    if (r > 0)
+      return http_queue_reply(s, conn, principal, (unsigned)refusal.http_status, refusal.text,
+                              w->msg.id, NULL, NULL);
     unsigned status = 0;
     const char *why = NULL;
     if (!(l = http_listener_open(s, principal, w->token_hash, &status, &why)))
       return http_queue_refusal(conn, status, &w->msg, why);
   }
-  tg_env env = http_server_env(s, db);
   /* A stateless call of a token is listed for end_revoked, which cancels it through its
    * stream, one made for that when its answer is JSON. */
   bool listed = !w->sess && w->token_hash[0] && w->msg.kind == TG_RPC_REQUEST &&

@@ -293,10 +293,9 @@ static bool task_ids(json_t *ids) {
 
 /* 2026-07-28: the request stays open as the subscription, acknowledged and fed through the
  * watch; it is answered only when the server ends it, and never once cancelled. */
-static int m_listen(cx *c, json_t *params, json_t **ret) {
-  if (!c->req->watch)
-    return mcp_rpc_fail(c, TG_RPC_METHOD_NOT_FOUND, "Method not found",
-                        mcp_named("method", c->msg->method));
+/* Why a subscriptions/listen request's filter (params.notifications) is refused: its
+ * JSON-RPC code (mcp_rpc_fail), or 0 when it is not. */
+static int listen_filter_refusal(cx *c, json_t *params) {
   json_t *filter = json_object_get(params, "notifications");
   if (!json_is_object(filter))
     return mcp_rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.notifications must be an object", NULL);
@@ -308,6 +307,17 @@ static int m_listen(cx *c, json_t *params, json_t **ret) {
         c, TG_RPC_INVALID_PARAMS,
         "params.notifications.taskIds must be an array of at most data.max task ids",
         json_pack("{s:i}", "max", TG_MCP_MAX_TASKS));
+  return 0;
+}
+
+static int m_listen(cx *c, json_t *params, json_t **ret) {
+  if (!c->req->watch)
+    return mcp_rpc_fail(c, TG_RPC_METHOD_NOT_FOUND, "Method not found",
+                        mcp_named("method", c->msg->method));
+  int refused = listen_filter_refusal(c, params);
+  if (refused) return refused;
+  json_t *filter = json_object_get(params, "notifications");
+  json_t *ids = json_object_get(filter, "taskIds");
   /* Without the fixtures there is no prompt list to announce changes of. */
   _cleanup_json_ json_t *served = json_copy(filter);
   if (!served) return TG_E_NOMEM;
@@ -749,6 +759,17 @@ static int reply_of(cx *c, const method *m, int r, json_t *result, tg_mcp_reply 
     reply->text = message ? tg_rpc_encode(message) : NULL;
   }
   return reply->text ? 0 : TG_E_NOMEM;
+}
+
+int tg_mcp_refusal(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_rpc_msg *msg,
+                   tg_mcp_reply *reply) {
+  memset(reply, 0, sizeof *reply);
+  cx c = {.srv = srv, .req = req, .msg = msg, .modern = true};
+  int r = check_modern(&c, reply);
+  if (r != 0 || strcmp(msg->method, "subscriptions/listen") != 0) return r;
+  if (!(r = listen_filter_refusal(&c, msg->params))) return 0;
+  r = reply_error(msg, r, c.err_message, c.err_data, http_status_of(r), reply);
+  return r < 0 ? r : 1;
 }
 
 int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_rpc_msg *msg,

@@ -173,6 +173,15 @@ json_t *tg_mcp_cancel_target(const tg_rpc_msg *msg);
 int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_rpc_msg *msg,
                   tg_mcp_reply *reply);
 
+/* Whether tg_mcp_handle would refuse msg, a request claiming 2026-07-28 sent with headers,
+ * before serving it: for its envelope, headers or method, or, of subscriptions/listen, its
+ * filter. 1 with the refusal in *reply (the caller frees reply->text), 0 when it would not,
+ * or TG_E_NOMEM. For a transport that holds something bounded for a request before it is
+ * served (a listen stream): a bad request is told what is wrong with it, not that the
+ * bound is reached. */
+int tg_mcp_refusal(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_rpc_msg *msg,
+                   tg_mcp_reply *reply);
+
 /* Enters the requests of msg (itself, or those in a batch) in t, the table of requests in
  * flight (0, or TG_E_NOMEM with none entered), and takes them out again. */
 int tg_mcp_enter_requests(tg_mcp_inflight *t, const tg_rpc_msg *msg);

@@ -3599,6 +3599,17 @@ static void test_listen_streams_are_bounded_and_freed_when_closed(void **state) 
   char *refused = request(w, "POST", NULL, MODERN_HEADERS("subscriptions/listen"), LISTEN(1), 429);
   assert_non_null(strstr(refused, "Too many open subscriptions/listen streams"));
   free(refused);
+  /* At the bound, a request that would be refused anyway is told why, not that it is
+   * reached: a header that does not match, a filter that is none. */
+  refused = request(w, "POST", NULL, MODERN_HEADERS("tools/list"), LISTEN(1), 400);
+  assert_non_null(strstr(refused, "\"code\":-32020"));
+  free(refused);
+  refused = request(w, "POST", NULL, MODERN_HEADERS("subscriptions/listen"),
+                    "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"subscriptions/listen\","
+                    "\"params\":{\"notifications\":5," MODERN_META "}}",
+                    200);
+  assert_non_null(strstr(refused, "params.notifications must be an object"));
+  free(refused);
   /* Closing one frees its place, once the server notices. */
   finish(open[0]);
   exchange *again = NULL;
