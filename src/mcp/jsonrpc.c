@@ -25,6 +25,19 @@ static bool scalar_byte(char ch) {
          ch == '.' || ch == 'E';
 }
 
+/* A hex digit's value; 0 for any other byte (the parser refuses the escape). */
+static unsigned hex_value(char ch) {
+  if (ch >= '0' && ch <= '9') return (unsigned)(ch - '0');
+  if (ch >= 'a' && ch <= 'f') return (unsigned)(ch - 'a' + 10);
+  if (ch >= 'A' && ch <= 'F') return (unsigned)(ch - 'A' + 10);
+  return 0;
+}
+
+/* The UTF-8 bytes \uXXXX decodes to; half a surrogate pair counts half of the pair's 4. */
+static size_t utf8_bytes_of_escape(unsigned code) {
+  return code < 0x80 ? 1 : code < 0x800 || (code >= 0xd800 && code <= 0xdfff) ? 2 : 3;
+}
+
 /* One pass over the raw text before jansson sees it, so that nesting, string sizes and the
  * number of values are bounded by us, not by the parser's compile-time limits or by memory.
  * Malformed text passes through; the parser reports it. The whole text is scanned, so that a
@@ -33,16 +46,33 @@ static scanned scan_limits(const char *buf, size_t len) {
   scanned got = {.limit = NULL, .held = len};
   int depth = 0;
   bool in_string = false, escaped = false;
+  int hex_left = 0; /* of a \uXXXX escape */
+  unsigned code = 0;
   size_t string_len = 0, values = 0;
   for (size_t i = 0; i < len; i++) {
     char ch = buf[i];
     if (in_string) {
-      if (!escaped && ch == '"') {
-        in_string = false; /* the closing quote is no byte of the string */
-        continue;
+      /* A string's length is its bytes decoded, as UTF-8: a client that escapes what is
+       * not ASCII (Python's json does) is held to the same bound as one that does not. */
+      if (hex_left) {
+        code = code << 4 | hex_value(ch);
+        if (--hex_left == 0) string_len += utf8_bytes_of_escape(code);
+      } else if (escaped) {
+        escaped = false;
+        if (ch == 'u') {
+          hex_left = 4;
+          code = 0;
+        } else {
+          string_len++;
+        }
+      } else if (ch == '\\') {
+        escaped = true;
+      } else if (ch == '"') {
+        in_string = false;
+      } else {
+        string_len++;
       }
-      if (++string_len > TG_RPC_MAX_STRING && !got.limit) got.limit = "string length";
-      escaped = !escaped && ch == '\\';
+      if (string_len > TG_RPC_MAX_STRING && !got.limit) got.limit = "string length";
       continue;
     }
     if (ch == '"') {

@@ -8,7 +8,7 @@
 /* Limits on what a peer may send in one message. */
 #define TG_RPC_MAX_BODY (4u * 1024u * 1024u) /* bytes of one message */
 #define TG_RPC_MAX_DEPTH 64                  /* nesting of arrays and objects */
-#define TG_RPC_MAX_STRING (1024u * 1024u)    /* bytes of one string or key, as sent */
+#define TG_RPC_MAX_STRING (1024u * 1024u)    /* bytes of one string or key, decoded */
 #define TG_RPC_MAX_BATCH 100                 /* messages in one batch */
 /* Values (objects, arrays, strings and keys, numbers, literals) of one message: decoded, a
  * value of a few bytes as sent holds a hundred or more, so the body's bound alone would

@@ -436,14 +436,36 @@ static void test_limits(void **state) {
   assert_null(json_object_get(e, "id"));
   json_decref(e);
   free(response);
-  /* At the limit, as sent: MAX - 2 bytes and an escaped quote (its two bytes count; the
-   * string's own quotes do not). */
-  n -= 3;
+  /* At the limit, decoded: MAX - 1 bytes and an escaped quote (one byte decoded; the
+   * string's own quotes do not count). */
+  n -= 2;
   strcpy(s + n, "\\\"\"}");
   assert_int_equal(tg_rpc_decode(s, strlen(s), &msg, &err), 0);
-  assert_int_equal(json_string_length(json_object_get(msg.root, "method")), TG_RPC_MAX_STRING - 1);
+  assert_int_equal(json_string_length(json_object_get(msg.root, "method")), TG_RPC_MAX_STRING);
   tg_rpc_msg_done(&msg);
   free(s);
+  /* Escaped characters count as they decode, in UTF-8: MAX / 3 escapes of a 3-byte character
+   * (6 bytes each as sent), a 'b', then one more byte makes MAX + 1; a surrogate pair is 4. */
+  static const struct { const char *tail; bool taken; } escaped[] = {
+      {"b", true}, {"bb", false}, {"\\u00e9", false}, {"\\ud83d\\ude00", false}, {"", true}};
+  size_t thirds = TG_RPC_MAX_STRING / 3;
+  for (size_t i = 0; i < sizeof escaped / sizeof *escaped; i++) {
+    s = malloc(thirds * 6 + 128);
+    assert_non_null(s);
+    n = (size_t)sprintf(s, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"");
+    for (size_t k = 0; k < thirds; k++, n += 6) memcpy(s + n, "\\u4e2d", 6);
+    sprintf(s + n, "%s\"}", escaped[i].tail);
+    if (escaped[i].taken) {
+      assert_int_equal(tg_rpc_decode(s, strlen(s), &msg, &err), 0);
+      tg_rpc_msg_done(&msg);
+    } else {
+      e = decode_fails(s, strlen(s), TG_RPC_INVALID_REQUEST);
+      data = json_object_get(json_object_get(e, "error"), "data");
+      assert_string_equal(json_string_value(json_object_get(data, "limit")), "string length");
+      json_decref(e);
+    }
+    free(s);
+  }
   /* A body over the limit is refused before it is read, though it is a valid message: a
    * ping followed by spaces up to one byte past the limit. */
   s = malloc(TG_RPC_MAX_BODY + 1);
