@@ -291,12 +291,13 @@ static bool refuse_headers(struct MHD_Connection *conn, const request *rq, worke
     *result = http_queue_refusal(conn, rq->refused_media_status, &w->msg, rq->refused_media);
     return true;
   }
+  /* A fault of a header 2026-07-28 validates: -32020 is that revision's, a 2025 message
+   * gets JSON-RPC's own. */
+  int header_fault = tg_mcp_has_claim(&w->msg) ? TG_RPC_HEADER_MISMATCH : TG_RPC_INVALID_REQUEST;
   if (rq->repeated_mcp_header) {
     char why[96];
     snprintf(why, sizeof why, "The %s header is given more than once", rq->repeated_mcp_header);
-    /* -32020 is 2026-07-28's: a 2025 message gets JSON-RPC's own. */
-    int code = tg_mcp_has_claim(&w->msg) ? TG_RPC_HEADER_MISMATCH : TG_RPC_INVALID_REQUEST;
-    *result = http_queue_refusal_as(conn, MHD_HTTP_BAD_REQUEST, &w->msg, code, why);
+    *result = http_queue_refusal_as(conn, MHD_HTTP_BAD_REQUEST, &w->msg, header_fault, why);
     return true;
   }
   w->params = json_object();
@@ -309,10 +310,10 @@ static bool refuse_headers(struct MHD_Connection *conn, const request *rq, worke
   MHD_get_connection_values(conn, MHD_HEADER_KIND, http_collect_param, &ph);
   if (ph.failed) return true;
   if (ph.too_many || ph.too_long) {
-    *result = http_queue_refusal(conn, MHD_HTTP_BAD_REQUEST, &w->msg,
-                                 ph.too_many ? "Too many Mcp-Param headers (at most 64 names)"
-                                             : "An Mcp-Param header's name is too long (at most "
-                                               "127 bytes after Mcp-Param-)");
+    *result = http_queue_refusal_as(conn, MHD_HTTP_BAD_REQUEST, &w->msg, header_fault,
+                                    ph.too_many ? "Too many Mcp-Param headers (at most 64 names)"
+                                                : "An Mcp-Param header's name is too long (at "
+                                                  "most 127 bytes after Mcp-Param-)");
     return true;
   }
   w->headers = (tg_mcp_headers){w->header_copies[0], w->header_copies[1], w->header_copies[2],

@@ -4156,6 +4156,7 @@ static void test_http_repeated_headers(void **state) {
   char *res = http_exchange_as_is(port, "POST", many, call);
   assert_status(res, "400");
   assert_non_null(strstr(res, "Too many Mcp-Param headers"));
+  assert_non_null(strstr(res, "\"code\":-32020")); /* a fault of Mcp-Param headers */
   free(res);
   /* A name past 127 bytes is refused, not cut (two cut alike would pass for one repeated). */
   char long_name[512] = ROUTED "Mcp-Param-";
@@ -4164,6 +4165,7 @@ static void test_http_repeated_headers(void **state) {
   res = http_exchange_as_is(port, "POST", long_name, call);
   assert_status(res, "400");
   assert_non_null(strstr(res, "name is too long"));
+  assert_non_null(strstr(res, "\"code\":-32020"));
   free(res);
   res = http_exchange_as_is(port, "POST", ROUTED "Mcp-Param-Region: eu\r\n", call);
   assert_status(res, "200");
