@@ -2,6 +2,7 @@
 #include "mcp/server.h"
 #include "mcp/internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -546,6 +547,10 @@ static const char *meta_refusal(const json_t *params) {
   if (meta && !json_is_object(meta)) return "params._meta must be an object";
   if (token && !json_is_string(token) && !json_is_number(token))
     return "_meta.progressToken must be a string or a number";
+  /* An integer past 64 bits is read as a double: its progress would name another token. */
+  if (json_is_real(token) && fabs(json_real_value(token)) >= 0x1p63)
+    return "_meta.progressToken is a number past 64-bit integers, which could not be named "
+           "back as sent";
   return NULL;
 }
 

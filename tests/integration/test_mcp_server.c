@@ -984,6 +984,16 @@ static void test_progress_and_logging(void **state) {
   assert_int_equal(json_integer_value(json_object_get(last, "progress")), 100);
   assert_int_equal(json_integer_value(json_object_get(last, "progressToken")), 1);
   json_array_clear(w->sent);
+  /* The greatest 64-bit integer is named back as sent. */
+  r = send_msg(w,
+               "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":"
+               "\"test_tool_with_progress\",\"_meta\":{\"progressToken\":9223372036854775807}}}",
+               NULL, NULL);
+  assert_non_null(json_object_get(result_of(r), "content"));
+  json_decref(r);
+  last = json_object_get(json_array_get(w->sent, 2), "params");
+  assert_true(json_integer_value(json_object_get(last, "progressToken")) == INT64_MAX);
+  json_array_clear(w->sent);
   /* A token is a string or a number: any other is refused before the call, which sends
    * nothing and writes no row. */
   long logs = fixture_count(w->f, "agent_run_logs");
@@ -991,6 +1001,8 @@ static void test_progress_and_logging(void **state) {
     const char *method, *token;
   } refused[] = {{"tools/call", "null"}, {"tools/call", "{\"x\":[1]}"}, {"tools/call", "true"},
                  {"tools/call", "[1]"},
+                 /* Past 64 bits: read as a double, it could not be named back as sent. */
+                 {"tools/call", "18446744073709551617"}, {"tools/call", "-1e19"},
                  /* So on any method, though only tools/call sends progress. */
                  {"tools/list", "{\"x\":1}"}, {"ping", "{\"x\":1}"}, {"prompts/list", "{}"}};
   for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
