@@ -111,16 +111,19 @@ enum MHD_Result http_admit(server *s, struct MHD_Connection *conn, const char *t
                ? http_respond(conn, MHD_HTTP_OK, "application/json", "{\"status\":\"ok\"}", NULL,
                               NULL)
                : http_respond(conn, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, NULL, NULL, "GET, HEAD");
-  /* A header 2026-07-28 validates fails as that revision's (-32020): on a POST, once its
-   * body names the request's id, after every other check. The others fail as HTTP's, at
-   * once. */
+  /* A repeated header about the message fails on a POST once its body names the request's
+   * id, as 2026-07-28's (-32020) when that revision validates it. The others fail as HTTP's,
+   * at once. */
   const char *revision = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "MCP-Protocol-Version");
   bool post = strcmp(method, "POST") == 0;
   for (size_t i = 0; i < HTTP_N_SINGLETONS; i++) {
     if (once.seen[i] < 2) continue;
     bool mcp = http_validated_by_2026(http_singletons[i], revision);
-    if (mcp && post) {
-      if (!rq->repeated_mcp_header) rq->repeated_mcp_header = http_singletons[i];
+    if (post && http_about_the_message(http_singletons[i])) {
+      if (!rq->repeated_header) {
+        rq->repeated_header = http_singletons[i];
+        rq->repeated_by_2026 = mcp;
+      }
       continue;
     }
     char why[96];

@@ -149,6 +149,16 @@ enum MHD_Result http_see_header(void *cls, enum MHD_ValueKind kind, const char *
   return MHD_YES;
 }
 
+/* Whether header name is about the message a POST carries, not about how it is framed,
+ * sent or authenticated: a fault of it waits for the body, whose request id it names. */
+bool http_about_the_message(const char *name) {
+  static const char *const about[] = {"Mcp-Session-Id", "Last-Event-ID", "MCP-Protocol-Version",
+                                      "Mcp-Method", "Mcp-Name", "Toolgate-Run"};
+  for (size_t i = 0; i < sizeof about / sizeof *about; i++)
+    if (strcasecmp(name, about[i]) == 0) return true;
+  return false;
+}
+
 /* Whether 2026-07-28 validates header name on a request naming revision: its fault is then
  * that revision's (-32020), not HTTP's. The routing headers are its own. */
 bool http_validated_by_2026(const char *name, const char *revision) {

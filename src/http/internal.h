@@ -289,9 +289,10 @@ typedef struct request {
   size_t decoded; /* counted with its body: what its message holds decoded beyond its bytes */
   bool takes_events;   /* Accept takes text/event-stream */
   bool prefers_events; /* Accept names it, no lower than JSON: a call's answer may stream */
-  /* A header 2026-07-28 validates given more than once on a POST: the refusal (-32020)
-   * waits for the body, whose request id it names. NULL: none. */
-  const char *repeated_mcp_header;
+  /* A header about the message given more than once on a POST: the refusal waits for the
+   * body, whose request id it names; -32020 when 2026-07-28 validates it. NULL: none. */
+  const char *repeated_header;
+  bool repeated_by_2026;
   /* A POST refused for its Accept or Content-Type: the same (NULL: none), with its status. */
   const char *refused_media;
   unsigned refused_media_status;
@@ -437,6 +438,7 @@ enum MHD_Result http_collect_param(void *cls, enum MHD_ValueKind kind, const cha
                                    const char *value);
 enum MHD_Result http_see_header(void *cls, enum MHD_ValueKind kind, const char *key,
                                 const char *value);
+bool http_about_the_message(const char *name);
 bool http_validated_by_2026(const char *name, const char *revision);
 
 /* ---- respond.c ---- */

@@ -294,10 +294,12 @@ static bool refuse_headers(struct MHD_Connection *conn, const request *rq, worke
   /* A fault of a header 2026-07-28 validates: -32020 is that revision's, a 2025 message
    * gets JSON-RPC's own. */
   int header_fault = tg_mcp_has_claim(&w->msg) ? TG_RPC_HEADER_MISMATCH : TG_RPC_INVALID_REQUEST;
-  if (rq->repeated_mcp_header) {
+  if (rq->repeated_header) {
     char why[96];
-    snprintf(why, sizeof why, "The %s header is given more than once", rq->repeated_mcp_header);
-    *result = http_queue_refusal_as(conn, MHD_HTTP_BAD_REQUEST, &w->msg, header_fault, why);
+    snprintf(why, sizeof why, "The %s header is given more than once", rq->repeated_header);
+    *result = http_queue_refusal_as(conn, MHD_HTTP_BAD_REQUEST, &w->msg,
+                                    rq->repeated_by_2026 ? header_fault : TG_RPC_INVALID_REQUEST,
+                                    why);
     return true;
   }
   w->params = json_object();
