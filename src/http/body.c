@@ -34,7 +34,7 @@ enum MHD_Result http_body_take(server *s, struct MHD_Connection *conn, request *
     rq->dropped += *size;
     *size = 0;
     if (rq->dropped <= 2ull * TG_RPC_MAX_BODY) return MHD_YES;
-    json_t *err = rq->refused_media ? NULL : tg_rpc_too_large(rq->past);
+    json_t *err = tg_rpc_too_large(rq->past);
     if (err) http_answer_unreadable(s, conn, rq, rq->past, err);
     json_decref(err);
     if (tg_log_may(&s->overlong_logged_ms))
@@ -127,7 +127,7 @@ void http_scan_body(const request *rq, tg_rpc_id_scan *scan) {
 enum MHD_Result http_refuse_too_large(server *s, struct MHD_Connection *conn,
                                       const request *rq, const tg_rpc_id_scan *scan) {
   json_t *err = tg_rpc_too_large(scan);
-  if (err && rq && !rq->refused_media) http_answer_unreadable(s, conn, rq, scan, err);
+  if (err && rq) http_answer_unreadable(s, conn, rq, scan, err);
   if (rq && rq->refused_media)
     return http_queue_json(conn, rq->refused_media_status,
                            http_media_refusal(err, rq->refused_media), NULL);

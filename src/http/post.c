@@ -270,7 +270,7 @@ static worker *read_post(server *s, struct MHD_Connection *conn, request *rq,
   json_t *err = NULL;
   if (tg_rpc_decode(rq->body ? rq->body : "", rq->len, &w->msg, &err) == 0) return w;
   free(w);
-  if (err && !rq->refused_media) {
+  if (err) {
     http_scan_body(rq, &scan);
     http_answer_unreadable(s, conn, rq, &scan, err);
   }

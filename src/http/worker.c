@@ -106,9 +106,11 @@ static int worker_ask(void *self, json_t *ask, json_t **ret) {
 /* A posted body that could not be decoded or was too large (refused with refusal; scan: its
  * text scanned) that meant to answer a question of the session it names: that question gets
  * an error for it, so that its call fails at once instead of waiting out its time. Not one
- * sent as 2026-07-28 traffic, whose session id is ignored, as a readable answer's is. */
+ * sent as 2026-07-28 traffic, whose session id is ignored, as a readable answer's is, nor
+ * one refused for its headers (its media, a repeated header), as a readable answer is. */
 void http_answer_unreadable(server *s, struct MHD_Connection *conn, const request *rq,
                             const tg_rpc_id_scan *scan, const json_t *refusal) {
+  if (rq->refused_media || rq->repeated_header) return;
   _cleanup_json_ json_t *id = tg_rpc_response_id(scan);
   _cleanup_free_ char *sid = NULL, *revision = NULL;
   if (!id || !http_session_id(conn, &sid) ||

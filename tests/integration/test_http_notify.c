@@ -1377,27 +1377,32 @@ static void test_an_unreadable_answer_fails_its_question(void **state) {
 }
 
 /* An answer that cannot be read, sent as 2026-07-28 traffic, answers no question of the
- * session it names, as a readable one would not: that traffic has no session. */
+ * session it names, as a readable one would not: that traffic has no session. Nor does one
+ * refused for a header it repeats, as a readable one is. */
 static void test_an_unreadable_answer_of_2026_answers_no_question(void **state) {
   world *w = *state;
-  char sid[64];
-  open_session(w, "{\"sampling\":{}}", sid);
-  exchange *call = asking_call(w, sid);
-  long long id = (long long)asked_id(call->got, "sampling/createMessage");
-  char *answer = NULL;
-  assert_true(asprintf(&answer, "{\"jsonrpc\":\"2.0\",\"id\":%lld,\"result\":{", id) > 0);
-  free(request(w, "POST", sid, "MCP-Protocol-Version: 2026-07-28", answer, 400));
-  free(answer);
-  assert_true(asprintf(&answer,
-                       "{\"jsonrpc\":\"2.0\",\"id\":%lld,\"result\":{\"role\":\"assistant\","
-                       "\"content\":{\"type\":\"text\",\"text\":\"hello\"},\"model\":\"m\"}}",
-                       id) > 0);
-  free(request(w, "POST", sid, NULL, answer, 202)); /* the question still waited */
-  free(answer);
-  await(call, "\"id\":\"call-1\"");
-  assert_null(strstr(call->got, "could not be read"));
-  assert_null(strstr(call->got, "\"isError\":true"));
-  finish(call);
+  static const char *const headers[] = {"MCP-Protocol-Version: 2026-07-28",
+                                        "Toolgate-Run: a\nToolgate-Run: b"};
+  for (size_t i = 0; i < sizeof headers / sizeof *headers; i++) {
+    char sid[64];
+    open_session(w, "{\"sampling\":{}}", sid);
+    exchange *call = asking_call(w, sid);
+    long long id = (long long)asked_id(call->got, "sampling/createMessage");
+    char *answer = NULL;
+    assert_true(asprintf(&answer, "{\"jsonrpc\":\"2.0\",\"id\":%lld,\"result\":{", id) > 0);
+    free(request(w, "POST", sid, headers[i], answer, 400));
+    free(answer);
+    assert_true(asprintf(&answer,
+                         "{\"jsonrpc\":\"2.0\",\"id\":%lld,\"result\":{\"role\":\"assistant\","
+                         "\"content\":{\"type\":\"text\",\"text\":\"hello\"},\"model\":\"m\"}}",
+                         id) > 0);
+    free(request(w, "POST", sid, NULL, answer, 202)); /* the question still waited */
+    free(answer);
+    await(call, "\"id\":\"call-1\"");
+    if (strstr(call->got, "could not be read") || strstr(call->got, "\"isError\":true"))
+      fail_msg("with %s, the unreadable answer failed the question: %s", headers[i], call->got);
+    finish(call);
+  }
 }
 
 /* On a session, what an InputRequiredResult asks goes to the client on the request's stream,
