@@ -766,12 +766,22 @@ static int reply_of(cx *c, const method *m, int r, json_t *result, tg_mcp_reply 
   return reply->text ? 0 : TG_E_NOMEM;
 }
 
+/* What a request is refused for before it is served: its connection's era (stdio), then its
+ * own era's envelope, headers and method. 0 to serve, 1 with reply filled, or TG_E_NOMEM. */
+static int check_request(cx *c, tg_mcp_reply *reply) {
+  /* A stdio connection's era first: a request of the other era is told which this speaks,
+   * not that its method is unknown there. */
+  int r = c->req->headers ? 0 : check_pinned(c, reply);
+  if (r == 0) r = c->modern ? check_modern(c, reply) : check_legacy(c, reply);
+  return r;
+}
+
 int tg_mcp_refusal(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_rpc_msg *msg,
                    tg_mcp_reply *reply) {
   memset(reply, 0, sizeof *reply);
-  cx c = {.srv = srv, .req = req, .msg = msg, .modern = true};
-  int r = check_modern(&c, reply);
-  if (r != 0 || strcmp(msg->method, "subscriptions/listen") != 0) return r;
+  cx c = {.srv = srv, .req = req, .msg = msg, .modern = tg_mcp_has_claim(msg)};
+  int r = check_request(&c, reply);
+  if (r != 0 || !c.modern || strcmp(msg->method, "subscriptions/listen") != 0) return r;
   if (!(r = listen_filter_refusal(&c, msg->params))) return 0;
   r = reply_error(msg, r, c.err_message, c.err_data, http_status_of(r), reply);
   return r < 0 ? r : 1;
@@ -788,10 +798,7 @@ int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_
     return 0;
   }
   cx c = {.srv = srv, .req = req, .msg = msg, .modern = tg_mcp_has_claim(msg)};
-  /* A stdio connection's era first: a request of the other era is told which this speaks,
-   * not that its method is unknown there. */
-  int r = req->headers ? 0 : check_pinned(&c, reply);
-  if (r == 0) r = c.modern ? check_modern(&c, reply) : check_legacy(&c, reply);
+  int r = check_request(&c, reply);
   if (r != 0) return r < 0 ? r : 0;
   const method *m = find_method(srv, msg->method, c.modern ? ERA_MODERN : ERA_LEGACY);
   /* A ping pins nothing either: over stdio it may be answered ahead of its turn, where it

@@ -173,8 +173,8 @@ json_t *tg_mcp_cancel_target(const tg_rpc_msg *msg);
 int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_rpc_msg *msg,
                   tg_mcp_reply *reply);
 
-/* Whether tg_mcp_handle would refuse msg, a request claiming 2026-07-28 sent with headers,
- * before serving it: for its envelope, headers or method, or, of subscriptions/listen, its
+/* Whether tg_mcp_handle would refuse msg, a request sent with headers, before serving it:
+ * for its envelope, headers or method, or, of a 2026-07-28 subscriptions/listen, its
  * filter. 1 with the refusal in *reply (the caller frees reply->text), 0 when it would not,
  * or TG_E_NOMEM. For a transport that holds something bounded for a request before it is
  * served (a listen stream): a bad request is told what is wrong with it, not that the

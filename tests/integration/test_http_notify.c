@@ -3615,6 +3615,13 @@ static void test_listen_streams_are_bounded_and_freed_when_closed(void **state) 
                     200);
   assert_non_null(strstr(refused, "params.notifications must be an object"));
   free(refused);
+  /* One without _meta, its version in the header alone, as the dispatch tells it. */
+  refused = request(w, "POST", NULL, MODERN_HEADERS("subscriptions/listen"),
+                    "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"subscriptions/listen\","
+                    "\"params\":{\"notifications\":{}}}",
+                    400);
+  assert_non_null(strstr(refused, "A 2026-07-28 request names its protocol version in"));
+  free(refused);
   /* Closing one frees its place, once the server notices. */
   finish(open[0]);
   exchange *again = NULL;
