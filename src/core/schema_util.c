@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/schema_internal.h"
+#include "util/ids.h"
 #include "util/status.h"
 
 struct schema_arena_block {
@@ -287,19 +288,12 @@ char *schema_uri_resolve(const char *base, const char *ref) {
   return out;
 }
 
-static int hexval(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 size_t schema_percent_decode(char *s, size_t len) {
   size_t o = 0;
   for (size_t i = 0; i < len; i++) {
     int hi, lo;
-    if (s[i] == '%' && i + 2 < len && (hi = hexval(s[i + 1])) >= 0 &&
-        (lo = hexval(s[i + 2])) >= 0) {
+    if (s[i] == '%' && i + 2 < len && (hi = tg_hex_digit(s[i + 1])) >= 0 &&
+        (lo = tg_hex_digit(s[i + 2])) >= 0) {
       s[o++] = (char)(hi * 16 + lo);
       i += 2;
     } else {

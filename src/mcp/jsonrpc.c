@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "util/cleanup.h"
+#include "util/ids.h"
 #include "util/status.h"
 
 /* What decoded values are reckoned to hold (jansson's structures and malloc's overhead): an
@@ -23,14 +24,6 @@ typedef struct scanned {
 static bool scalar_byte(char ch) {
   return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || ch == '-' || ch == '+' ||
          ch == '.' || ch == 'E';
-}
-
-/* A hex digit's value; 0 for any other byte (the parser refuses the escape). */
-static unsigned hex_value(char ch) {
-  if (ch >= '0' && ch <= '9') return (unsigned)(ch - '0');
-  if (ch >= 'a' && ch <= 'f') return (unsigned)(ch - 'a' + 10);
-  if (ch >= 'A' && ch <= 'F') return (unsigned)(ch - 'A' + 10);
-  return 0;
 }
 
 /* The UTF-8 bytes \uXXXX decodes to; half a surrogate pair counts half of the pair's 4. */
@@ -55,7 +48,8 @@ static scanned scan_limits(const char *buf, size_t len) {
       /* A string's length is its bytes decoded, as UTF-8: a client that escapes what is
        * not ASCII (Python's json does) is held to the same bound as one that does not. */
       if (hex_left) {
-        code = code << 4 | hex_value(ch);
+        int digit = tg_hex_digit(ch); /* none: the parser refuses the escape */
+        code = code << 4 | (unsigned)(digit < 0 ? 0 : digit);
         if (--hex_left == 0) string_len += utf8_bytes_of_escape(code);
       } else if (escaped) {
         escaped = false;

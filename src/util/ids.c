@@ -46,6 +46,13 @@ static bool id_random_bytes(unsigned char *out, size_t n) {
   return true;
 }
 
+int tg_hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
 void tg_hex(const void *bytes, size_t n, char *out) {
   static const char digits[] = "0123456789abcdef";
   const unsigned char *b = bytes;

@@ -12,6 +12,8 @@ bool tg_random_bytes(void *out, size_t n);
 
 /* Lower-case hex of n bytes into out[2n + 1]. */
 void tg_hex(const void *bytes, size_t n, char *out);
+/* The value of a hex digit (either case), or -1 for any other character. */
+int tg_hex_digit(char c);
 
 /* Writes a UUIDv7 (time-ordered, RFC 9562) as 36 characters plus NUL into out[37].
  * Returns 0, or TG_E_IO when the system gives no randomness. */
