@@ -476,7 +476,6 @@ void http_session_end_locked(server *s, session *x);
 void http_drop_idle_locked(server *s);
 session *http_session_new(server *s, const char *principal, const char *token_hash);
 bool http_session_admit(server *s, session *x);
-bool http_session_run_open(server *s, tg_db *db, session *x);
 const char *http_session_run(server *s, tg_db *db, session *x);
 void http_end_session_runs(server *s, tg_db *db);
 session *http_session_find(server *s, const char *id, const char *principal,

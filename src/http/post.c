@@ -408,19 +408,16 @@ static bool find_session(server *s, struct MHD_Connection *conn, const request *
   return true;
 }
 
-/* Opens w's session, the one its initialize made, for good: admitted among the sessions,
- * with a run of its own unless the initialize named one (Toolgate-Run). False, *result the
- * refusal queued, when it cannot be. */
-static bool open_session(server *s, struct MHD_Connection *conn, tg_db *db, worker *w,
+/* Opens w's session, the one its initialize made, for good: admitted among the sessions. Its
+ * run opens at its first call (http_session_run), unless the initialize named one
+ * (Toolgate-Run): a session that calls nothing leaves no run. False, *result the refusal
+ * queued, when it cannot be. */
+static bool open_session(server *s, struct MHD_Connection *conn, worker *w,
                          enum MHD_Result *result) {
+  w->sess->run_later = !w->header_copies[3]; /* no other request knows it yet */
   if (!http_session_admit(s, w->sess)) {
     *result = http_queue_refusal(conn, MHD_HTTP_TOO_MANY_REQUESTS, &w->msg,
                                  "Too many sessions in use; end one (DELETE) and retry");
-    return false;
-  }
-  if (!w->header_copies[3] && !http_session_run_open(s, db, w->sess)) {
-    *result = http_queue_refusal_as(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, &w->msg,
-                                    TG_RPC_INTERNAL_ERROR, "The session's run could not start");
     return false;
   }
   return true;
@@ -492,7 +489,7 @@ static enum MHD_Result serve_here(server *s, struct MHD_Connection *conn, tg_db 
   /* An initialize that failed, even in-band (200 with a JSON-RPC error), opens no session. */
   bool opens = w->opened && hr >= 0 && reply.http_status == 200 && !reply.error;
   enum MHD_Result result;
-  if (opens && !open_session(s, conn, db, w, &result)) {
+  if (opens && !open_session(s, conn, w, &result)) {
     free(reply.text);
     return result;
   }

@@ -243,28 +243,13 @@ static bool open_run(server *s, tg_db *db, session *x, const char **why) {
   return opened;
 }
 
-/* An active agent's session is a run, opened once its initialize succeeded and it has its
- * place (none for a session ended meanwhile: its token revoked, the server stopping); false
- * (logged, the session ended) when it cannot be. */
-bool http_session_run_open(server *s, tg_db *db, session *x) {
-  const char *why;
-  bool opened = open_run(s, db, x, &why);
-  if (opened) return true;
-  if (tg_log_may(&s->run_opens_logged_ms))
-    tg_log(TG_LOG_ERROR, "http: a session's run could not start, so neither did the session: "
-           "%s (logged once a minute at most)", why);
-  pthread_mutex_lock(&s->lock);
-  if (!x->dead) http_session_end_locked(s, x);
-  pthread_mutex_unlock(&s->lock);
-  return false;
-}
-
-/* The id of x's run, or NULL when it has none. A session opened while its agent was not
- * active (draft, paused) opens it at its first request once the agent is, through db: one
- * request of the session at a time, and one try for the requests that waited on it, so that
- * it opens one, and a database that refuses it holds each of them once at most. One that
- * cannot start is logged, its requests served in no run (where a tool capped per run refuses
- * them), and the next tries again. */
+/* The id of x's run, or NULL when it has none. An agent's session opens it through db (NULL:
+ * only one opened already) at its first call, or, opened while its agent was not active
+ * (draft, paused), at its first call once the agent is: one request of the session at a
+ * time, and one try for the requests that waited on it, so that it opens one, and a database
+ * that refuses it holds each of them once at most. One that cannot start is logged, its
+ * requests served in no run (where a tool capped per run refuses them), and the next tries
+ * again. */
 const char *http_session_run(server *s, tg_db *db, session *x) {
   pthread_mutex_lock(&s->lock);
   session_run *run = x->run;

@@ -54,11 +54,26 @@ int http_worker_send(void *self, json_t *msg) {
   return http_stream_event(w->st, msg);
 }
 
+/* Whether msg is a tools/call, or a batch holding one. */
+static bool calls_a_tool(const tg_rpc_msg *msg) {
+  if (msg->kind != TG_RPC_BATCH) return msg->method && strcmp(msg->method, "tools/call") == 0;
+  size_t i;
+  json_t *element;
+  json_array_foreach(msg->root, i, element) {
+    const char *method = json_string_value(json_object_get(element, "method"));
+    if (method && strcmp(method, "tools/call") == 0) return true;
+  }
+  return false;
+}
+
 /* The run a request's calls belong to: the one its Toolgate-Run header names, else its
- * session's (*held, http_session_run, through db); NULL: each call is one of its own. */
+ * session's (*held, http_session_run, through db when it calls a tool: a session that calls
+ * none opens no run); NULL: each call is one of its own. */
 const char *http_request_run(const worker *w, tg_db *db, bool *held) {
-  const char *run = w->header_copies[3] ? NULL : w->sess ? http_session_run(w->srv, db, w->sess)
-                                                         : NULL;
+  const char *run = w->header_copies[3] ? NULL
+                    : w->sess ? http_session_run(w->srv, calls_a_tool(&w->msg) ? db : NULL,
+                                                 w->sess)
+                              : NULL;
   *held = run != NULL;
   return w->header_copies[3] ? w->header_copies[3] : run;
 }

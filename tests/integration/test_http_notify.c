@@ -1516,17 +1516,27 @@ static void assert_run_ended(world *w, const char *run, const char *status, char
   json_decref(row);
 }
 
-/* An agent's 2025-11-25 session is one run (trigger mcp) held by this process: its calls are
- * the run's, while a 2026-07-28 call is still one of its own. The run ends with the session,
- * completed when its client ends it. */
+/* An agent's 2025-11-25 session is one run (trigger mcp) held by this process, opened at its
+ * first call: its calls are the run's, while a 2026-07-28 call is still one of its own. The
+ * run ends with the session, completed when its client ends it. A session that calls no
+ * tool opens no run, however often its client opens one. */
 static void test_a_session_is_one_run(void **state) {
   world *w = *state;
   long runs = fixture_count(w->f, "agent_runs");
   char sid[64], run[TG_UUID_LEN + 1];
+  for (int i = 0; i < 3; i++) {
+    open_session(w, "{}", sid);
+    free(request(w, "POST", sid, NULL, PING, 200));
+    free(request(w, "POST", sid, NULL,
+                 "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}", 200));
+    free(request(w, "DELETE", sid, NULL, NULL, 200));
+  }
   open_session(w, "{}", sid);
+  free(request(w, "POST", sid, NULL, PING, 200));
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs);
+  free(request(w, "POST", sid, NULL, CALL(2, "test_simple_text"), 200));
   assert_int_equal(fixture_count(w->f, "agent_runs"), runs + 1);
   session_run(w, "bot", run);
-  free(request(w, "POST", sid, NULL, CALL(2, "test_simple_text"), 200));
   free(request(w, "POST", sid, NULL, CALL(3, "test_simple_text"), 200));
   assert_int_equal(calls_in_run(w, run), 2);
   free(request(w, "POST", NULL, STATELESS_ROUTE("test_simple_text"),
@@ -1535,6 +1545,14 @@ static void test_a_session_is_one_run(void **state) {
   assert_int_equal(calls_in_run(w, run), 2);
   free(request(w, "DELETE", sid, NULL, NULL, 200));
   assert_run_ended(w, run, "completed", NULL);
+  /* A batch (2025-03-26) holding a call opens it too. */
+  open_session_at(w, "2025-03-26", "{}", sid);
+  free(request(w, "POST", sid, NULL, "[" PING "]", 200));
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs + 2);
+  free(request(w, "POST", sid, NULL, "[" PING "," CALL(4, "test_simple_text") "]", 200));
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs + 3);
+  session_run(w, "bot", run);
+  assert_int_equal(calls_in_run(w, run), 1);
 }
 
 /* A session ended (DELETE) while a call of it runs keeps its run running until that call
@@ -1562,8 +1580,10 @@ static void test_a_run_not_ended_holds_back_no_other(void **state) {
   char stuck[64], stuck_run[TG_UUID_LEN + 1], other[64], other_run[TG_UUID_LEN + 1];
   char sql[256];
   open_session(w, "{}", stuck);
+  free(request(w, "POST", stuck, NULL, CALL(2, "test_simple_text"), 200));
   session_run(w, "bot", stuck_run);
   open_session(w, "{}", other);
+  free(request(w, "POST", other, NULL, CALL(2, "test_simple_text"), 200));
   session_run(w, "bot", other_run);
   snprintf(sql, sizeof sql,
            "CREATE TRIGGER keep_running BEFORE UPDATE ON agent_runs WHEN OLD.id = '%s'"
@@ -1580,9 +1600,9 @@ static void test_a_run_not_ended_holds_back_no_other(void **state) {
   assert_run_ended(w, stuck_run, "completed", NULL);
 }
 
-/* A session whose run cannot start does not start either: its initialize gets a 500 and no
- * session id. */
-static void test_a_session_without_its_run_is_refused(void **state) {
+/* A session whose run cannot start serves its call in no run (a run of its own, trigger
+ * call), where a tool capped per run refuses it; its next call tries again. */
+static void test_a_session_whose_run_cannot_start_serves_its_calls_in_none(void **state) {
   world *w = *state;
   assert_int_equal(tg_db_exec(w->f->db,
                               "CREATE TRIGGER no_session_runs BEFORE INSERT ON agent_runs"
@@ -1590,21 +1610,26 @@ static void test_a_session_without_its_run_is_refused(void **state) {
                               " END",
                               NULL, NULL),
                    0);
-  long runs = fixture_count(w->f, "agent_runs");
-  exchange *ex = start(w, "POST", NULL, NULL,
-                       "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
-                       "\"protocolVersion\":\"2025-11-25\",\"capabilities\":{}}}");
-  await(ex, NULL);
-  assert_int_equal(ex->status, 500);
-  assert_non_null(strstr(ex->got, "\"code\":-32603"));
-  assert_non_null(strstr(ex->got, "The session's run could not start"));
-  assert_string_equal(ex->sid, "");
-  finish(ex);
-  assert_int_equal(fixture_count(w->f, "agent_runs"), runs);
-  assert_int_equal(tg_db_exec(w->f->db, "DROP TRIGGER no_session_runs", NULL, NULL), 0);
-  char sid[64];
+  static const char own_runs[] = "SELECT COUNT(*) AS n FROM agent_runs WHERE trigger = 'call'"
+                                 " AND status = 'completed'";
+  long runs = fixture_count(w->f, "agent_runs"), acts = fixture_count(w->f, "activity_log");
+  long own = fixture_count_where(w->f, own_runs, NULL);
+  char sid[64], run[TG_UUID_LEN + 1];
   open_session(w, "{}", sid);
+  char *got = request(w, "POST", sid, NULL, CALL(2, "test_simple_text"), 200);
+  assert_null(strstr(got, "\"isError\":true"));
+  free(got);
+  got = request(w, "POST", sid, NULL, CALL(3, "test_act_once"), 200);
+  assert_non_null(strstr(got, "run_required"));
+  free(got);
+  assert_int_equal(fixture_count(w->f, "activity_log"), acts);
+  assert_int_equal(fixture_count_where(w->f, own_runs, NULL), own + 1);
   assert_int_equal(fixture_count(w->f, "agent_runs"), runs + 1);
+  assert_int_equal(tg_db_exec(w->f->db, "DROP TRIGGER no_session_runs", NULL, NULL), 0);
+  free(request(w, "POST", sid, NULL, CALL(4, "test_simple_text"), 200));
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs + 2);
+  session_run(w, "bot", run);
+  assert_int_equal(calls_in_run(w, run), 1);
 }
 
 /* A per-run cap binds for a session: a tool allowed once a run succeeds once in it, and its
@@ -1714,6 +1739,7 @@ static void test_a_session_run_ends_with_its_session(void **state) {
   restart(w);
   char idle[64], idle_run[TG_UUID_LEN + 1];
   open_session(w, "{}", idle);
+  free(request(w, "POST", idle, NULL, CALL(1, "test_simple_text"), 200));
   session_run(w, "bot", idle_run);
   /* Dropped, and its run ended, at a sweep past its idle time. */
   assert_run_ended(w, idle_run, "completed", NULL);
@@ -1723,6 +1749,7 @@ static void test_a_session_run_ends_with_its_session(void **state) {
 
   char ended[64], ended_run[TG_UUID_LEN + 1];
   open_session(w, "{}", ended);
+  free(request(w, "POST", ended, NULL, CALL(1, "test_simple_text"), 200));
   session_run(w, "bot", ended_run);
   run_ended(w, ended_run, "failed");
   char *ended_at = NULL, *still = NULL;
@@ -1734,7 +1761,7 @@ static void test_a_session_run_ends_with_its_session(void **state) {
   got = request(w, "POST", ended, NULL, CALL_WITH("3", "greet", "{}"), 200);
   assert_non_null(strstr(got, "not running"));
   free(got);
-  assert_int_equal(calls_in_run(w, ended_run), 0);
+  assert_int_equal(calls_in_run(w, ended_run), 1); /* its first call alone */
   free(request(w, "DELETE", ended, NULL, NULL, 200));
   assert_run_ended(w, ended_run, "failed", &still); /* as the operator's end left it */
   assert_string_equal(still, ended_at);
@@ -1743,6 +1770,7 @@ static void test_a_session_run_ends_with_its_session(void **state) {
 
   char stopped[64], stopped_run[TG_UUID_LEN + 1];
   open_session(w, "{}", stopped);
+  free(request(w, "POST", stopped, NULL, CALL(1, "test_simple_text"), 200));
   session_run(w, "bot", stopped_run);
   restart(w); /* it ends them before it returns */
   json_t *row = NULL;
@@ -1751,6 +1779,7 @@ static void test_a_session_run_ends_with_its_session(void **state) {
 
   char revoked[64], revoked_run[TG_UUID_LEN + 1];
   open_session(w, "{}", revoked);
+  free(request(w, "POST", revoked, NULL, CALL(1, "test_simple_text"), 200));
   session_run(w, "bot", revoked_run);
   revoke_tokens_of(w, w->agent);
   assert_run_ended(w, revoked_run, "cancelled", NULL);
@@ -1764,7 +1793,7 @@ static void test_a_request_names_its_run(void **state) {
   fixture_run_start(w->f, "bot", run);
   fixture_run_start(w->f, "bot2", foreign);
   char sid[64];
-  open_session(w, "{}", sid); /* a run of its own, which the header takes the place of */
+  open_session(w, "{}", sid); /* its calls naming the run open none of its own */
   long runs = fixture_count(w->f, "agent_runs");
   snprintf(headers, sizeof headers, STATELESS_ROUTE("test_simple_text") "\nToolgate-Run: %s", run);
   free(request(w, "POST", NULL, headers, STATELESS_CALL("1", "test_simple_text", "{}"), 200));
@@ -3679,7 +3708,7 @@ int main(void) {
       T(test_a_session_run_caps_its_calls),
       T(test_a_session_opened_before_its_agent_acts_opens_its_run_once_it_does),
       T(test_a_call_in_no_run_may_not_call_a_capped_tool),
-      T(test_a_session_without_its_run_is_refused),
+      T(test_a_session_whose_run_cannot_start_serves_its_calls_in_none),
       T(test_a_run_not_ended_holds_back_no_other),
       T(test_a_session_run_outlives_its_session_until_its_last_call),
       T(test_a_session_run_ends_with_its_session),

@@ -429,12 +429,24 @@ kill -TERM "$reaper"
 check "the HTTP server stops" 0 wait "$reaper"
 check "the HTTP server's log" 0 cat "$dir/reaper.log"
 has "says it ended the run" 'ended 1 run of servers gone'
-# An agent's 2025-11-25 session over HTTP is a run too: a server killed leaves it running, and
-# the next server ends it failed. A user's session is none.
-http_session() { # http_session PORT: opens a 2025-11-25 session, says its HTTP status
-  curl -s -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' \
-    -H 'Accept: application/json, text/event-stream' "http://127.0.0.1:$1/mcp" \
-    -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}'
+# An agent's 2025-11-25 session over HTTP is a run too, opened at its first call: a server
+# killed leaves it running, and the next server ends it failed. A user's session is none.
+http_post() { # http_post PORT [HEADER...] BODY: says the HTTP status, the headers in $dir/headers
+  local port=$1 args=()
+  shift
+  while [ $# -gt 1 ]; do args+=(-H "$1"); shift; done
+  curl -s -D "$dir/headers" -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' \
+    -H 'Accept: application/json, text/event-stream' "${args[@]}" "http://127.0.0.1:$port/mcp" \
+    -d "$1"
+}
+http_session() { # http_session PORT: opens a 2025-11-25 session and calls a tool in it
+  local sid
+  [ "$(http_post "$1" '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}')" = 200 ] ||
+    return 1
+  sid=$(tr -d '\r' < "$dir/headers" | sed -n 's/^[Mm]cp-[Ss]ession-[Ii]d: //p')
+  set -- "$1" "Mcp-Session-Id: $sid" 'MCP-Protocol-Version: 2025-11-25'
+  [ "$(http_post "$@" '{"jsonrpc":"2.0","method":"notifications/initialized"}')" = 202 ] &&
+    http_post "$@" '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"agent_tool_list","arguments":{}}}'
 }
 "$tg" serve --no-auth --agent demo --listen 127.0.0.1:0 2>"$dir/session.log" &
 session_server=$!
@@ -443,7 +455,7 @@ check "a session of demo over HTTP" 0 http_session "$port"
 has "opened" '^200$'
 check "runs list after it" 0 "$tg" runs list --agent demo --limit 1 --json
 is "its run, running" '.runs[0].status == "running" and .runs[0].trigger == "mcp"
-  and .runs[0].calls == 0'
+  and .runs[0].calls == 1'
 killed_run=$(jq -r '.runs[0].id' "$dir/out")
 # Killed and waited for in one block: its "Killed" line goes where the block's stderr does.
 { kill -KILL "$session_server" && { wait "$session_server" || true; }; } 2>/dev/null ||
