@@ -64,8 +64,10 @@ typedef struct session {
   bool dead;    /* out of the table: ended, reaped, or the server stopped */
   bool ended;   /* ended by its client (http_session_end_locked): its requests do not run */
   bool revoked; /* ended as its token was revoked (end_revoked) */
-  session_run *run; /* NULL: its calls are runs of their own (an agent's) or of none (a user's) */
-  bool run_later;    /* its agent did not act yet when it opened: see http_session_run */
+  /* NULL: its calls are runs of their own (an agent's, until its first call opens it; one
+   * whose initialize named a run) or of none (a user's) */
+  session_run *run;
+  bool run_later;     /* it opens its run at its next call: see http_session_run */
   unsigned run_tries; /* its late openings tried (under the server's lock) */
   pthread_mutex_t run_opening; /* held while it opens its run late: one request at a time */
   int64_t last_used; /* monotonic (ms) */
@@ -537,7 +539,7 @@ int http_worker_send(void *self, json_t *msg);
 void http_cancel_call(void *arg);
 bool http_revoked_call(server *s, session *x, stream *st);
 bool http_cancellable_alone(stream *st, json_t *id);
-const char *http_request_run(const worker *w, tg_db *db, bool *held);
+void http_request_run(const worker *w, tg_mcp_request *req);
 void http_answer_unreadable(server *s, struct MHD_Connection *conn, const request *rq,
                             const tg_rpc_id_scan *scan, const json_t *refusal);
 int http_deliver_batched_answer(void *arg, tg_rpc_msg *element);

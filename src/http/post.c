@@ -477,7 +477,7 @@ static enum MHD_Result serve_here(server *s, struct MHD_Connection *conn, tg_db 
                         /* Without a session, a client cancels by going away. */
                         .gone = w->sess ? NULL : http_connection_gone, .gone_arg = &fd,
                         .watch = l ? l->watch : w->sess ? w->sess->watch : NULL};
-  req.run_id = http_request_run(w, db, &req.run_held);
+  http_request_run(w, &req);
   tg_mcp_reply reply;
   int hr = tg_mcp_handle(&s->mcp, &req, &w->msg, &reply);
   if (listed)

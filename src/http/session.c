@@ -243,12 +243,12 @@ static bool open_run(server *s, tg_db *db, session *x, const char **why) {
   return opened;
 }
 
-/* The id of x's run, or NULL when it has none. An agent's session opens it through db (NULL:
- * only one opened already) at its first call, or, opened while its agent was not active
- * (draft, paused), at its first call once the agent is: one request of the session at a
- * time, and one try for the requests that waited on it, so that it opens one, and a database
- * that refuses it holds each of them once at most. One that cannot start is logged, its
- * requests served in no run (where a tool capped per run refuses them), and the next tries
+/* The id of x's run, for a call (tg_mcp_request.session_run), or NULL when it has none. An
+ * agent's session opens it through db at its first call, or, opened while its agent was not
+ * active (draft, paused), at its first call once the agent is: one call of the session at a
+ * time, and one try for the calls that waited on it, so that it opens one, and a database
+ * that refuses it holds each of them once at most. One that cannot start is logged, its calls
+ * served as runs of their own (where a tool capped per run refuses them), and the next tries
  * again. */
 const char *http_session_run(server *s, tg_db *db, session *x) {
   pthread_mutex_lock(&s->lock);
@@ -256,7 +256,7 @@ const char *http_session_run(server *s, tg_db *db, session *x) {
   bool later = x->run_later;
   unsigned tries = x->run_tries;
   pthread_mutex_unlock(&s->lock);
-  if (run || !later || !db) return run ? run->id : NULL;
+  if (run || !later) return run ? run->id : NULL;
   pthread_mutex_lock(&x->run_opening);
   pthread_mutex_lock(&s->lock);
   bool due = !x->run && x->run_later && x->run_tries == tries; /* none tried meanwhile */
@@ -264,8 +264,8 @@ const char *http_session_run(server *s, tg_db *db, session *x) {
   pthread_mutex_unlock(&s->lock);
   const char *why;
   if (due && !open_run(s, db, x, &why) && tg_log_may(&s->run_opens_logged_ms))
-    tg_log(TG_LOG_ERROR, "http: a session's run could not start, so its request was served in "
-           "no run: %s (logged once a minute at most)", why);
+    tg_log(TG_LOG_ERROR, "http: a session's run could not start, so its call was served as a "
+           "run of its own: %s (logged once a minute at most)", why);
   pthread_mutex_unlock(&x->run_opening);
   pthread_mutex_lock(&s->lock);
   run = x->run;

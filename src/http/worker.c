@@ -54,28 +54,19 @@ int http_worker_send(void *self, json_t *msg) {
   return http_stream_event(w->st, msg);
 }
 
-/* Whether msg is a tools/call, or a batch holding one. */
-static bool calls_a_tool(const tg_rpc_msg *msg) {
-  if (msg->kind != TG_RPC_BATCH) return msg->method && strcmp(msg->method, "tools/call") == 0;
-  size_t i;
-  json_t *element;
-  json_array_foreach(msg->root, i, element) {
-    const char *method = json_string_value(json_object_get(element, "method"));
-    if (method && strcmp(method, "tools/call") == 0) return true;
-  }
-  return false;
+static const char *run_of_session(void *x, tg_db *db) {
+  return http_session_run(((session *)x)->srv, db, x);
 }
 
-/* The run a request's calls belong to: the one its Toolgate-Run header names, else its
- * session's (*held, http_session_run, through db when it calls a tool: a session that calls
- * none opens no run); NULL: each call is one of its own. */
-const char *http_request_run(const worker *w, tg_db *db, bool *held) {
-  const char *run = w->header_copies[3] ? NULL
-                    : w->sess ? http_session_run(w->srv, calls_a_tool(&w->msg) ? db : NULL,
-                                                 w->sess)
-                              : NULL;
-  *held = run != NULL;
-  return w->header_copies[3] ? w->header_copies[3] : run;
+/* Where req's calls go: the run its Toolgate-Run header names, else its session's, opened at
+ * the session's first call; without either, each call is a run of its own. */
+void http_request_run(const worker *w, tg_mcp_request *req) {
+  if (w->header_copies[3]) {
+    req->run_id = w->header_copies[3];
+  } else if (w->sess) {
+    req->session_run = run_of_session;
+    req->session_run_arg = w->sess;
+  }
 }
 
 /* A call asks for its stream to be closed before its result (SEP-1699 polling): the client
@@ -259,7 +250,7 @@ static void run_call(worker *w, tg_db *db) {
                           .abandoned = &s->past_grace,
                           .gone = w->sess ? NULL : stateless_client_gone, .gone_arg = w,
                           .watch = w->sess ? w->sess->watch : NULL};
-    req.run_id = http_request_run(w, db, &req.run_held);
+    http_request_run(w, &req);
     tg_mcp_reply reply;
     handled = tg_mcp_handle(&s->mcp, &req, &w->msg, &reply) == 0;
     if (handled) {

@@ -126,7 +126,7 @@ static int audit_unrun_end(cx *c, const tg_tool *tool, int status) {
   _cleanup_free_ char *why = NULL;
   if (asprintf(&why, "failed: %s", c->err_message) < 0) why = NULL;
   int r = why ? tg_db_begin(db) : TG_E_NOMEM;
-  if (r == TG_OK) r = tg_call_log_end(db, c->req->principal_id, tool->name, c->req->run_id, NULL,
+  if (r == TG_OK) r = tg_call_log_end(db, c->req->principal_id, tool->name, c->run_id, NULL,
                                         "WARN", why);
   if (r == TG_OK) r = tg_db_commit(db);
   if (r < 0) {
@@ -267,7 +267,7 @@ static int start_task(cx *c, call_channel *ch, const tg_tool *tool, json_t *args
                       json_t *progress_token, json_t *responses, const char *state,
                       json_t **task, int *status, tg_call_result *res) {
   tg_mcp_task_call call = {.principal_id = c->req->principal_id,
-                           .token_hash = c->req->token_hash, .run_id = c->req->run_id,
+                           .token_hash = c->req->token_hash, .run_id = c->run_id,
                            .tool = tool, .args = args,
                            .capabilities = c->caps, .input_responses = responses,
                            .request_state = state, .cancelled = channel_cancelled,
@@ -318,6 +318,11 @@ int mcp_tools_call(cx *c, json_t *params, json_t **ret) {
     tg_call_result_done(&limited);
     return *ret ? 0 : TG_E_NOMEM;
   }
+  /* Only now: a session that makes no call its caller's rate allows opens no run. */
+  if (c->req->session_run) {
+    c->run_id = c->req->session_run(c->req->session_run_arg, c->req->env->db);
+    c->run_held = c->run_id != NULL;
+  }
   _cleanup_json_ json_t *round = NULL;
   int rr = mcp_read_round(c, params, &subject, &round);
   /* A 2026-07-28 retry refused for what it came back with (a forged or foreign state,
@@ -362,7 +367,7 @@ int mcp_tools_call(cx *c, json_t *params, json_t **ret) {
     };
     tg_call_request call = {.principal_id = c->req->principal_id, .surface = TG_SURFACE_MCP,
                             .tool = name, .args = args, .client = &channel,
-                            .run_id = c->req->run_id, .run_held = c->req->run_held,
+                            .run_id = c->run_id, .run_held = c->run_held,
                             .rate_counted = true};
     r = tg_call(c->req->env, &call, &res);
     /* Each round a call of its own, audited as any. */

@@ -14,6 +14,10 @@ typedef struct cx {
   const tg_mcp_request *req;
   const tg_rpc_msg *msg;
   bool modern;
+  /* The run a call attaches to: the request's (run_id, run_held), or its session's once the
+   * call opened it (session_run). */
+  const char *run_id;
+  bool run_held;
   json_t *caps;          /* borrowed client capabilities of this request */
   const char *log_level; /* lowest level to send, NULL: none */
   /* A JSON-RPC error a method answered with. */

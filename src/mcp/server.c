@@ -779,7 +779,8 @@ static int check_request(cx *c, tg_mcp_reply *reply) {
 int tg_mcp_refusal(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_rpc_msg *msg,
                    tg_mcp_reply *reply) {
   memset(reply, 0, sizeof *reply);
-  cx c = {.srv = srv, .req = req, .msg = msg, .modern = tg_mcp_has_claim(msg)};
+  cx c = {.srv = srv, .req = req, .msg = msg, .modern = tg_mcp_has_claim(msg),
+          .run_id = req->run_id, .run_held = req->run_held};
   int r = check_request(&c, reply);
   if (r != 0 || !c.modern || strcmp(msg->method, "subscriptions/listen") != 0) return r;
   if (!(r = listen_filter_refusal(&c, msg->params))) return 0;
@@ -797,7 +798,8 @@ int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_
     notification(req, msg);
     return 0;
   }
-  cx c = {.srv = srv, .req = req, .msg = msg, .modern = tg_mcp_has_claim(msg)};
+  cx c = {.srv = srv, .req = req, .msg = msg, .modern = tg_mcp_has_claim(msg),
+          .run_id = req->run_id, .run_held = req->run_held};
   int r = check_request(&c, reply);
   if (r != 0) return r < 0 ? r : 0;
   const method *m = find_method(srv, msg->method, c.modern ? ERA_MODERN : ERA_LEGACY);

@@ -125,6 +125,11 @@ typedef struct tg_mcp_request {
    * per-run caps bind (stdio --run, HTTP's Toolgate-Run header); NULL: each call its own. */
   const char *run_id;
   bool run_held; /* run_id is the session's, which its server opened (tg_call_request) */
+  /* The run of the request's session (HTTP's 2025-11-25 one), opened at its first call once
+   * that counts against its caller's rate, through the thread's connection: its id, held by
+   * the session's server, or NULL (each call its own). NULL: run_id is all there is. */
+  const char *(*session_run)(void *arg, tg_db *db);
+  void *session_run_arg;
   const tg_mcp_io *io;
   /* The connection's or session's requests in flight, which notifications/cancelled
    * reaches; NULL: requests cannot be cancelled. */

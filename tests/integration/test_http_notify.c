@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/rate_limit.h"
 #include "fixture.h"
 #include "http/server.h"
 #include "tools/conformance.h"
@@ -1555,6 +1556,36 @@ static void test_a_session_is_one_run(void **state) {
   assert_int_equal(calls_in_run(w, run), 1);
 }
 
+/* A session opens its run at its first call its caller's rate lets through, not before: a
+ * call refused before it counts (a notification, no tool named) or for its rate opens none. */
+static void test_a_session_opens_its_run_at_its_first_counted_call(void **state) {
+  world *w = *state;
+  tg_rate_limit *limit = tg_rate_limit_new(1, 3600);
+  assert_non_null(limit);
+  w->cfg.rate_limit = limit;
+  restart(w);
+  long runs = fixture_count(w->f, "agent_runs");
+  char sid[64], next[64];
+  open_session(w, "{}", sid);
+  free(request(w, "POST", sid, NULL, "{\"jsonrpc\":\"2.0\",\"method\":\"tools/call\"}", 202));
+  char *got = request(w, "POST", sid, NULL,
+                      "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{}}",
+                      200);
+  assert_non_null(strstr(got, "params.name must be a string"));
+  free(got);
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs);
+  free(request(w, "POST", sid, NULL, CALL(3, "test_simple_text"), 200));
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs + 1);
+  open_session(w, "{}", next);
+  got = request(w, "POST", next, NULL, CALL(2, "test_simple_text"), 200);
+  assert_non_null(strstr(got, "rate_limited"));
+  free(got);
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs + 1);
+  w->cfg.rate_limit = NULL;
+  restart(w);
+  tg_rate_limit_free(limit);
+}
+
 /* A session ended (DELETE) while a call of it runs keeps its run running until that call
  * ended, cancelled, in it; then the sweep ends the run. */
 static void test_a_session_run_outlives_its_session_until_its_last_call(void **state) {
@@ -1802,12 +1833,18 @@ static void test_a_request_names_its_run(void **state) {
   free(request(w, "POST", sid, session_header, CALL(2, "test_simple_text"), 200));
   assert_int_equal(calls_in_run(w, run), 2);
   assert_int_equal(fixture_count(w->f, "agent_runs"), runs); /* no run of their own */
-  /* A session whose initialize names the run opens none of its own. */
+  /* A session whose initialize names the run opens none of its own: its calls without the
+   * header are each a run of their own. */
+  static const char session_runs[] = "SELECT COUNT(*) AS n FROM agent_runs WHERE trigger = 'mcp'";
+  long opened = fixture_count_where(w->f, session_runs, NULL);
   char named[64];
   open_session_with(w, "2025-11-25", "{}", session_header, named);
   free(request(w, "POST", named, session_header, CALL(5, "test_simple_text"), 200));
   assert_int_equal(calls_in_run(w, run), 3);
   assert_int_equal(fixture_count(w->f, "agent_runs"), runs);
+  free(request(w, "POST", named, NULL, CALL(6, "test_simple_text"), 200));
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs + 1);
+  assert_int_equal(fixture_count_where(w->f, session_runs, NULL), opened);
   snprintf(session_header, sizeof session_header, "Toolgate-Run: %s", foreign);
   char *got = request(w, "POST", sid, session_header, CALL(3, "test_simple_text"), 200);
   assert_non_null(strstr(got, "No run"));
@@ -3705,6 +3742,7 @@ int main(void) {
       T(test_the_level_set_last_stands),
       T(test_a_request_names_its_run),
       T(test_a_session_is_one_run),
+      T(test_a_session_opens_its_run_at_its_first_counted_call),
       T(test_a_session_run_caps_its_calls),
       T(test_a_session_opened_before_its_agent_acts_opens_its_run_once_it_does),
       T(test_a_call_in_no_run_may_not_call_a_capped_tool),
