@@ -164,14 +164,27 @@ static size_t keep_escaped(void *cls, struct MHD_Connection *conn, char *text) {
   return strlen(text);
 }
 
-int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) {
-  struct sockaddr_storage addr = {0};
-  bool loopback = false;
-  if (http_parse_listen(cfg->listen, &addr, &loopback) < 0) return TG_E_INVAL;
-  if (cfg->no_auth && !loopback) {
+/* cfg's listen address, and whether it is on loopback (tg_http_check_listen). */
+static int listen_address(const tg_http_config *cfg, struct sockaddr_storage *addr,
+                          bool *loopback) {
+  if (http_parse_listen(cfg->listen, addr, loopback) < 0) return TG_E_INVAL;
+  if (cfg->no_auth && !*loopback) {
     tg_log(TG_LOG_ERROR, "serve: --no-auth is only allowed on a loopback address");
     return TG_E_INVAL;
   }
+  return TG_OK;
+}
+
+int tg_http_check_listen(const tg_http_config *cfg) {
+  struct sockaddr_storage addr;
+  bool loopback;
+  return listen_address(cfg, &addr, &loopback);
+}
+
+int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) {
+  struct sockaddr_storage addr = {0};
+  bool loopback = false;
+  if (listen_address(cfg, &addr, &loopback) < 0) return TG_E_INVAL;
   int fd = http_listen_on(cfg->listen, &addr);
   if (fd < 0) return TG_E_IO;
   tg_http *h = calloc(1, sizeof *h);

@@ -88,6 +88,10 @@ typedef struct tg_http_config {
   long long stop_grace_ms; /* 0: TG_HTTP_STOP_GRACE_MS */
 } tg_http_config;
 
+/* Whether cfg's listen is an address to serve on, and on loopback with no_auth: TG_E_INVAL
+ * (logged with the reason) when not, so that a command can refuse it before it starts. */
+int tg_http_check_listen(const tg_http_config *cfg);
+
 /* Serves until SIGINT or SIGTERM. Logs "listening on HOST:PORT" on stderr once ready.
  * Returns 0 after a clean stop, negative TG_E_* when it cannot start. */
 int tg_http_serve(const tg_http_config *cfg);

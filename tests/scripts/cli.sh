@@ -120,8 +120,13 @@ check "mcp told to stop while its output is full" 0 bash -c '
 says "the message cut short" 'the message being written is cut short'
 check "serve --no-auth as an unknown agent" 1 "$tg" serve --no-auth --agent ghost --listen 127.0.0.1:0
 says "unknown agent named" "no agent 'ghost' in this workspace"
-check "serve on a port past 65535" 1 "$tg" serve --listen 127.0.0.1:99999
+check "serve on a port past 65535" 2 "$tg" serve --listen 127.0.0.1:99999
 says "bad port" 'the port must be a number from 0 to 65535'
+check "refused before it starts: its reason alone" 0 test "$(wc -l <"$dir/err")" = 1
+check "serve without a port" 2 "$tg" serve --listen 127.0.0.1
+says "HOST:PORT wanted" 'cannot use --listen 127.0.0.1: give HOST:PORT'
+check "serve --no-auth off loopback" 2 "$tg" serve --no-auth --listen 0.0.0.0:0
+says "loopback only" 'only allowed on a loopback address'
 # A port another server holds: the error says how to pick another.
 # port_of LOG: the port a server logged it listens on, once it did (empty after 10 s).
 port_of() {
