@@ -319,7 +319,8 @@ int cmd_serve(cli *c, int argc, char **argv) {
   }
   if (optind != argc) return cli_usage(serve_usage, "serve: unexpected argument '%s'", argv[optind]);
   if (agent && !cfg.no_auth) return cli_usage(serve_usage, "serve: --agent goes with --no-auth");
-  if (tg_http_check_listen(&cfg) < 0) return CLI_USAGE; /* it said why */
+  int listens = tg_http_check_listen(&cfg); /* it says why not */
+  if (listens < 0) return listens == TG_E_INVAL ? CLI_USAGE : CLI_FAILED;
   _cleanup_rate_limit_ tg_rate_limit *limit = NULL;
   int usable = open_rate_limit(rate, serve_usage, "serve", &limit);
   if (usable != CLI_OK) return usable;

@@ -57,7 +57,8 @@ bool http_origin_ok(const server *s, const char *origin) {
 }
 
 /* listen as HOST:PORT (HOST in brackets for IPv6; PORT 0 lets the system pick): its address
- * and whether it is a loopback one. TG_E_INVAL, logged with the reason, when it is not one. */
+ * and whether it is a loopback one. TG_E_INVAL, logged with the reason, when it is not one;
+ * TG_E_IO when its host is no address and its name could not be resolved. */
 int http_parse_listen(const char *listen, struct sockaddr_storage *addr, bool *loopback) {
   const char *colon = strrchr(listen, ':');
   if (!colon || colon == listen || strlen(listen) > 300) {
@@ -81,10 +82,10 @@ int http_parse_listen(const char *listen, struct sockaddr_storage *addr, bool *l
   struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                            .ai_flags = AI_NUMERICSERV | AI_PASSIVE}, *res = NULL;
   int e = getaddrinfo(host, colon + 1, &hints, &res);
-  if (e != 0 || !res) {
+  if (e != 0 || !res) { /* a name not found, or no answer: not told apart here */
     tg_log(TG_LOG_ERROR, "serve: cannot use --listen %s: %s", listen,
            e ? gai_strerror(e) : "no address");
-    return TG_E_INVAL;
+    return TG_E_IO;
   }
   memcpy(addr, res->ai_addr, res->ai_addrlen);
   if (res->ai_family == AF_INET)

@@ -167,7 +167,8 @@ static size_t keep_escaped(void *cls, struct MHD_Connection *conn, char *text) {
 /* cfg's listen address, and whether it is on loopback (tg_http_check_listen). */
 static int listen_address(const tg_http_config *cfg, struct sockaddr_storage *addr,
                           bool *loopback) {
-  if (http_parse_listen(cfg->listen, addr, loopback) < 0) return TG_E_INVAL;
+  int r = http_parse_listen(cfg->listen, addr, loopback);
+  if (r < 0) return r;
   if (cfg->no_auth && !*loopback) {
     tg_log(TG_LOG_ERROR, "serve: --no-auth is only allowed on a loopback address");
     return TG_E_INVAL;
@@ -184,7 +185,8 @@ int tg_http_check_listen(const tg_http_config *cfg) {
 int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) {
   struct sockaddr_storage addr = {0};
   bool loopback = false;
-  if (listen_address(cfg, &addr, &loopback) < 0) return TG_E_INVAL;
+  int r = listen_address(cfg, &addr, &loopback);
+  if (r < 0) return r;
   int fd = http_listen_on(cfg->listen, &addr);
   if (fd < 0) return TG_E_IO;
   tg_http *h = calloc(1, sizeof *h);

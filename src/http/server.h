@@ -89,7 +89,8 @@ typedef struct tg_http_config {
 } tg_http_config;
 
 /* Whether cfg's listen is an address to serve on, and on loopback with no_auth: TG_E_INVAL
- * (logged with the reason) when not, so that a command can refuse it before it starts. */
+ * (logged with the reason) when not, so that a command can refuse it before it starts;
+ * TG_E_IO (logged) when its host name could not be resolved. */
 int tg_http_check_listen(const tg_http_config *cfg);
 
 /* Serves until SIGINT or SIGTERM. Logs "listening on HOST:PORT" on stderr once ready.

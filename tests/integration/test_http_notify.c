@@ -1554,6 +1554,15 @@ static void test_a_session_is_one_run(void **state) {
   assert_int_equal(fixture_count(w->f, "agent_runs"), runs + 3);
   session_run(w, "bot", run);
   assert_int_equal(calls_in_run(w, run), 1);
+  /* A call refused once counted (a task-only tool, which 2025-11-25 does not run) opens it,
+   * and its audit row is the run's. */
+  open_session(w, "{}", sid);
+  char *got = request(w, "POST", sid, NULL, CALL(5, "failing_job"), 200);
+  assert_non_null(strstr(got, "This tool runs only as a task"));
+  free(got);
+  assert_int_equal(fixture_count(w->f, "agent_runs"), runs + 4);
+  session_run(w, "bot", run);
+  assert_int_equal(calls_in_run(w, run), 1);
 }
 
 /* A session opens its run at its first call its caller's rate lets through, not before: a
