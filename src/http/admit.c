@@ -119,7 +119,7 @@ enum MHD_Result http_admit(server *s, struct MHD_Connection *conn, const char *t
   for (size_t i = 0; i < HTTP_N_SINGLETONS; i++) {
     if (once.seen[i] < 2) continue;
     bool mcp = http_validated_by_2026(http_singletons[i], revision);
-    if (post && http_about_the_message(http_singletons[i])) {
+    if (post && i >= HTTP_FIRST_ABOUT_THE_MESSAGE) {
       if (!rq->repeated_header) {
         rq->repeated_header = http_singletons[i];
         rq->repeated_by_2026 = mcp;

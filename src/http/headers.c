@@ -102,6 +102,8 @@ enum MHD_Result http_collect_param(void *cls, enum MHD_ValueKind kind, const cha
   return MHD_YES;
 }
 
+/* Framing, origin and authentication first, then what is about the message (from
+ * HTTP_FIRST_ABOUT_THE_MESSAGE). */
 const char *const http_singletons[] = {
     "Host",           "Authorization",     "Origin",         "Content-Type",
     "Content-Length", "Transfer-Encoding", "Mcp-Session-Id", "Last-Event-ID",
@@ -147,16 +149,6 @@ enum MHD_Result http_see_header(void *cls, enum MHD_ValueKind kind, const char *
   for (size_t i = 0; i < HTTP_N_SINGLETONS; i++)
     if (strcasecmp(key, http_singletons[i]) == 0) c->seen[i]++;
   return MHD_YES;
-}
-
-/* Whether header name is about the message a POST carries, not about how it is framed,
- * sent or authenticated: a fault of it waits for the body, whose request id it names. */
-bool http_about_the_message(const char *name) {
-  static const char *const about[] = {"Mcp-Session-Id", "Last-Event-ID", "MCP-Protocol-Version",
-                                      "Mcp-Method", "Mcp-Name", "Toolgate-Run"};
-  for (size_t i = 0; i < sizeof about / sizeof *about; i++)
-    if (strcasecmp(name, about[i]) == 0) return true;
-  return false;
 }
 
 /* Whether 2026-07-28 validates header name on a request naming revision: its fault is then

@@ -338,6 +338,9 @@ typedef struct param_headers {
  * one taken is "chunked" alone (see http_admit): on two lines, it is refused too. */
 #define HTTP_N_SINGLETONS 12
 extern const char *const http_singletons[HTTP_N_SINGLETONS];
+/* Those from this index on are about the message a POST carries, not about how it is framed,
+ * sent or authenticated: a fault of one waits for the body, whose request id it names. */
+#define HTTP_FIRST_ABOUT_THE_MESSAGE 6
 
 /* What http_see_header saw of a request's headers: how often each singleton came, and
  * whether any is malformed. */
@@ -440,7 +443,6 @@ enum MHD_Result http_collect_param(void *cls, enum MHD_ValueKind kind, const cha
                                    const char *value);
 enum MHD_Result http_see_header(void *cls, enum MHD_ValueKind kind, const char *key,
                                 const char *value);
-bool http_about_the_message(const char *name);
 bool http_validated_by_2026(const char *name, const char *revision);
 
 /* ---- respond.c ---- */

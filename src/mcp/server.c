@@ -766,6 +766,11 @@ static int reply_of(cx *c, const method *m, int r, json_t *result, tg_mcp_reply 
   return reply->text ? 0 : TG_E_NOMEM;
 }
 
+static cx request_cx(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_rpc_msg *msg) {
+  return (cx){.srv = srv, .req = req, .msg = msg, .modern = tg_mcp_has_claim(msg),
+              .run_id = req->run_id, .run_held = req->run_held};
+}
+
 /* What a request is refused for before it is served: its connection's era (stdio), then its
  * own era's envelope, headers and method. 0 to serve, 1 with reply filled, or TG_E_NOMEM. */
 static int check_request(cx *c, tg_mcp_reply *reply) {
@@ -779,8 +784,7 @@ static int check_request(cx *c, tg_mcp_reply *reply) {
 int tg_mcp_refusal(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_rpc_msg *msg,
                    tg_mcp_reply *reply) {
   memset(reply, 0, sizeof *reply);
-  cx c = {.srv = srv, .req = req, .msg = msg, .modern = tg_mcp_has_claim(msg),
-          .run_id = req->run_id, .run_held = req->run_held};
+  cx c = request_cx(srv, req, msg);
   int r = check_request(&c, reply);
   if (r != 0 || !c.modern || strcmp(msg->method, "subscriptions/listen") != 0) return r;
   if (!(r = listen_filter_refusal(&c, msg->params))) return 0;
@@ -798,8 +802,7 @@ int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_
     notification(req, msg);
     return 0;
   }
-  cx c = {.srv = srv, .req = req, .msg = msg, .modern = tg_mcp_has_claim(msg),
-          .run_id = req->run_id, .run_held = req->run_held};
+  cx c = request_cx(srv, req, msg);
   int r = check_request(&c, reply);
   if (r != 0) return r < 0 ? r : 0;
   const method *m = find_method(srv, msg->method, c.modern ? ERA_MODERN : ERA_LEGACY);
