@@ -42,7 +42,8 @@ static const char mcp_usage[] =
     "  --run RUN_ID            attach every call to this running run of the agent ('runs\n"
     "                          start'; one not running stops the server). Without it, an\n"
     "                          agent's server is a run of its own (trigger mcp; opened\n"
-    "                          once the agent is active), ended when the server stops.\n"
+    "                          at its first tool call once the agent is active), ended\n"
+    "                          when the server stops.\n"
     "                          Either way per-run caps bind, and a call once the run\n"
     "                          ended is refused.\n"
     RATE_LIMIT_USAGE
@@ -104,9 +105,8 @@ static void describe(cli *c, const char *principal_id, char *who, size_t size) {
 
 /* The run of an agent's stdio server, and how it ends. */
 typedef struct session_run {
-  char id[TG_UUID_LEN + 1];
+  char id[TG_UUID_LEN + 1]; /* "" until the server opens it (tg_mcp_server.own_run) */
   char holder[TG_PROCESS_TAG_LEN]; /* this process ("" when /proc cannot tell) */
-  bool later; /* its agent is not active yet: the server opens it (tg_mcp_server.run_later) */
   const char *status;
 } session_run;
 
@@ -146,23 +146,16 @@ static int check_given_run(cli *c, const char *principal_id, const char *run) {
   return refused ? CLI_FAILED : CLI_OK;
 }
 
-/* Without --run, an active agent's stdio server is one run (its client's session), which
- * ends with the server. One cut off (SIGKILL, a crash) is ended by the next server on the
- * machine, which its row's holder lets tell it from a live one. The server writes it itself,
- * not through the operator's tools, which the workspace policy could hold. */
-static int open_session_run(cli *c, const char *principal_id, session_run *run) {
-  if (tg_process_tag(run->holder) < 0) {
-    *run->holder = '\0';
-    tg_log(TG_LOG_WARN, "mcp: /proc does not tell who this process is: if it is killed, an "
-           "agent's run of it stays running until an operator ends it (toolgate runs end)");
-  }
-  const char *why = NULL;
-  if (tg_run_open_session(c->db, principal_id, *run->holder ? run->holder : NULL, run->id,
-                          &run->later, &why) < 0) {
-    fprintf(stderr, "toolgate: the server's run could not start: %s\n", why);
-    return CLI_FAILED;
-  }
-  return CLI_OK;
+/* Without --run, an agent's stdio server is one run (its client's session), which the
+ * server opens at its first call and which ends with the server. One cut off (SIGKILL, a
+ * crash) is ended by the next server on the machine, which its row's holder, this process,
+ * lets tell it from a live one. The server writes it itself, not through the operator's
+ * tools, which the workspace policy could hold. */
+static void tag_session_run(session_run *run) {
+  if (tg_process_tag(run->holder) == 0) return;
+  *run->holder = '\0';
+  tg_log(TG_LOG_WARN, "mcp: /proc does not tell who this process is: if it is killed, an "
+         "agent's run of it stays running until an operator ends it (toolgate runs end)");
 }
 
 static void end_session_run(cli *c, session_run *run, bool failed) {
@@ -240,15 +233,12 @@ int cmd_mcp(cli *c, int argc, char **argv) {
   }
   end_orphan_runs(c);
   session_run session = {.id = ""};
-  if (run ? check_given_run(c, principal, run) != CLI_OK
-          : open_session_run(c, principal, &session) != CLI_OK)
-    return CLI_FAILED;
+  if (run && check_given_run(c, principal, run) != CLI_OK) return CLI_FAILED;
+  if (!run) tag_session_run(&session);
   /* The run is checked by each call's gate, as 'call --run' is: a run that ends while the
    * server serves refuses the calls after it. */
   tg_mcp_server srv = {.fixtures = fixtures, .name = "toolgate", .version = TG_MCP_SERVER_VERSION,
-                       .run_id = run ? run : *session.id ? session.id : NULL,
-                       .run_held = !run && *session.id,
-                       .run_later = session.later ? session.id : NULL,
+                       .run_id = run, .own_run = run ? NULL : session.id,
                        .run_holder = *session.holder ? session.holder : NULL};
   char who[96];
   describe(c, principal, who, sizeof who);

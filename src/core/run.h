@@ -16,9 +16,9 @@ int tg_run_insert(tg_db *db, const char *id, const char *tenant_id, const char *
  * in a transaction of its own; its id into run_id, or "" when the principal is no active
  * agent: a user's calls belong to no run, and an agent that is not active is offered no
  * tools. *later tells an agent that is not active yet (draft, paused) from a user: its
- * session asks again at its next request (stdio) or call (HTTP), so that it opens its run
- * once the agent is started. The session's calls name it, so that per-run caps bind for the
- * session. On failure, *why says why (valid until db is used again). */
+ * session asks again at its next call, so that it opens its run once the agent is started.
+ * The session's calls name it, so that per-run caps bind for the session. On failure, *why
+ * says why (valid until db is used again). */
 int tg_run_open_session(tg_db *db, const char *principal_id, const char *holder,
                         char run_id[TG_UUID_LEN + 1], bool *later, const char **why);
 

@@ -14,8 +14,8 @@ typedef struct cx {
   const tg_mcp_request *req;
   const tg_rpc_msg *msg;
   bool modern;
-  /* The run a call attaches to: the request's (run_id, run_held), or its session's once the
-   * call opened it (session_run). */
+  /* The run a call attaches to: the request's (run_id), or its session's once the call
+   * opened it (session_run), which its server holds (run_held, tg_call_request). */
   const char *run_id;
   bool run_held;
   json_t *caps;          /* borrowed client capabilities of this request */

@@ -768,7 +768,7 @@ static int reply_of(cx *c, const method *m, int r, json_t *result, tg_mcp_reply 
 
 static cx request_cx(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_rpc_msg *msg) {
   return (cx){.srv = srv, .req = req, .msg = msg, .modern = tg_mcp_has_claim(msg),
-              .run_id = req->run_id, .run_held = req->run_held};
+              .run_id = req->run_id};
 }
 
 /* What a request is refused for before it is served: its connection's era (stdio), then its

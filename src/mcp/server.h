@@ -84,15 +84,14 @@ typedef struct tg_mcp_server {
   /* The workspace's key sealing 2026-07-28 requestStates (tg_mcp_server_prepare), the
    * same for every server on it: 64 hex digits. */
   char state_key[65];
-  /* A stdio server's run (toolgate mcp --run, or its session's): its requests'
-   * tg_mcp_request.run_id, and run_held. */
+  /* The run a stdio server's calls attach to (toolgate mcp --run): its requests'
+   * tg_mcp_request.run_id. */
   const char *run_id;
-  bool run_held;
-  /* A stdio server whose agent was not active as it started (tg_run_open_session's later):
-   * its run opens at its first request once the agent is, held by run_holder (NULL: none),
-   * into this buffer of TG_UUID_LEN + 1 bytes ("" until then), whose owner ends it as it
-   * would a run it opened itself. NULL: it opens none. */
-  char *run_later;
+  /* Without run_id, a stdio server's own run: an agent's server opens it at its first call
+   * that its caller's rate lets through (once the agent is active), held by run_holder
+   * (NULL: none), into this buffer of TG_UUID_LEN + 1 bytes ("" until then), whose owner
+   * ends it. NULL: it opens none. */
+  char *own_run;
   const char *run_holder;
 } tg_mcp_server;
 
@@ -124,10 +123,9 @@ typedef struct tg_mcp_request {
   /* The agent's running run the request's calls attach to, a task's rounds too, so that its
    * per-run caps bind (stdio --run, HTTP's Toolgate-Run header); NULL: each call its own. */
   const char *run_id;
-  bool run_held; /* run_id is the session's, which its server opened (tg_call_request) */
-  /* The run of the request's session (HTTP's 2025-11-25 one), opened at its first call once
-   * that counts against its caller's rate, through the thread's connection: its id, held by
-   * the session's server, or NULL (each call its own). NULL: run_id is all there is. */
+  /* The run of the request's session (a stdio server's own, HTTP's 2025-11-25 one), opened
+   * at its first call once that counts against its caller's rate: its id, held by the
+   * session's server, or NULL (each call its own). NULL: run_id is all there is. */
   const char *(*session_run)(void *arg, tg_db *db);
   void *session_run_arg;
   const tg_mcp_io *io;

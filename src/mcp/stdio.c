@@ -60,8 +60,9 @@ typedef struct conn {
   bool ended;       /* the reader stopped: end of input, or the failure in status */
   int status;
   /* When the lines the client can cause were last logged (see tg_log_may): a response no
-   * request waits for, a message dropped for the full queue, a late run that did not start. */
+   * request waits for, a message dropped for the full queue, a run that did not start. */
   _Atomic int64_t stray_logged_ms, dropped_logged_ms, run_logged_ms;
+  bool run_due; /* the server's own run may open at its next call (see own_run) */
   /* The reader found the token revoked while a request was served: the request's
    * abandoned flag, so that the call fails before it commits, and its client gets its
    * outcome. */
@@ -652,26 +653,29 @@ static unsigned await_tasks(conn *c) {
   }
 }
 
-/* Opens the run of a server whose agent was not active as it started, if it is now
- * (tg_mcp_server.run_later), for req's calls: whether to ask again at the next request. One
- * that cannot start is logged, and the request served in no run (where a tool capped per run
- * refuses it). */
-static bool open_late_run(conn *c, tg_mcp_request *req) {
+/* The server's own run, for a call (tg_mcp_request.session_run), or NULL when it has none. An
+ * agent's server opens it at its first call that its caller's rate lets through, as an HTTP
+ * session does, so that a client that starts the server only to look (claude mcp list)
+ * leaves no run; one whose agent is not active yet (draft, paused), at its first such call
+ * once the agent is. One that cannot start is logged, its call served as a run of its own
+ * (where a tool capped per run refuses it), and the next call tries again. Only the serving
+ * thread serves calls, so this needs no lock. */
+static const char *own_run(void *arg, tg_db *db) {
+  conn *c = arg;
   const tg_mcp_server *srv = c->srv;
-  bool later = false;
-  const char *why = NULL;
-  if (tg_run_open_session(req->env->db, req->principal_id, srv->run_holder, srv->run_later,
-                          &later, &why) < 0) {
-    if (tg_log_may(&c->run_logged_ms))
-      tg_log(TG_LOG_ERROR, "mcp: the server's run could not start, so a request was served in "
-             "no run: %s (logged once a minute at most)", why);
-    return true;
+  if (!*srv->own_run && c->run_due) {
+    const char *why = NULL;
+    if (tg_run_open_session(db, c->req->principal_id, srv->run_holder, srv->own_run,
+                            &c->run_due, &why) < 0) {
+      c->run_due = true;
+      if (tg_log_may(&c->run_logged_ms))
+        tg_log(TG_LOG_ERROR, "mcp: the server's run could not start, so a call was served as "
+               "a run of its own: %s (logged once a minute at most)", why);
+    } else if (*srv->own_run) {
+      tg_log(TG_LOG_INFO, "mcp: the server's calls are run %s", srv->own_run);
+    }
   }
-  if (*srv->run_later) {
-    req->run_id = srv->run_later;
-    req->run_held = true;
-  }
-  return later;
+  return *srv->own_run ? srv->own_run : NULL;
 }
 
 int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *principal_id,
@@ -685,7 +689,7 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
             .line = malloc(TG_RPC_MAX_BODY + 1),
             .queue = calloc(TG_MCP_STDIO_QUEUE_MAX + 1, sizeof(tg_rpc_msg)),
             .sizes = calloc(TG_MCP_STDIO_QUEUE_MAX + 1, sizeof(size_t)), .srv = &served,
-            .token = token, .told_to_stop = stop_fd};
+            .token = token, .told_to_stop = stop_fd, .run_due = srv->own_run != NULL};
   pthread_mutex_init(&c.writing, NULL);
   pthread_mutex_init(&c.lock, NULL);
   pthread_cond_init(&c.changed, NULL);
@@ -694,7 +698,8 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   tg_mcp_session_init(&session);
   tg_mcp_io io = {.self = &c, .send = io_send, .ask = io_ask};
   tg_mcp_request req = {.env = env, .principal_id = principal_id, .token_hash = c.token_hash,
-                        .session = &session, .run_id = srv->run_id, .run_held = srv->run_held,
+                        .session = &session, .run_id = srv->run_id,
+                        .session_run = srv->own_run ? own_run : NULL, .session_run_arg = &c,
                         .io = &io, .abandoned = &c.revoked};
   c.req = &req;
   int r = c.chunk && c.line && c.queue && c.sizes ? tg_mcp_server_prepare(&served, env)
@@ -713,7 +718,6 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   if (r == 0 && stop_fd >= 0 && !watching) r = TG_E_NOMEM;
   bool reading = r == 0 && pthread_create(&reader, NULL, reader_main, &c) == 0;
   if (r == 0 && !reading) r = TG_E_NOMEM;
-  bool run_later = srv->run_later != NULL;
   for (tg_rpc_msg msg; r == 0 && next_queued(&c, &msg, &r);) {
     if (atomic_load(&c.interrupted)) { /* cancelled: not served, not answered */
       tg_mcp_leave_requests(req.inflight, &msg);
@@ -721,7 +725,6 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
       continue;
     }
     int stands = token_stands(&c);
-    if (stands == TG_OK && run_later) run_later = open_late_run(&c, &req);
     r = stands == TG_OK ? serve_one(&c, &msg) : refuse_unstanding(&c, &msg, stands);
     if (r == 0 && stands == TG_OK) r = check_lists(&c);
     if (stands == TG_OK) note_token_use(&c); /* after the answer, which it never holds up */

@@ -39,6 +39,9 @@
 #define CANCEL(id) \
   "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":" #id "}}"
 #define PING(id) "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"ping\"}"
+#define CALL_TOOL_LIST(id)                                                                  \
+  "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"tools/call\",\"params\":{\"name\":" \
+  "\"agent_tool_list\",\"arguments\":{}}}"
 #define LIST(id) "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"tools/list\"}"
 #define AWAIT_CANCEL(id) \
   "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"tools/call\",\"params\":{\"name\":\"test_await_cancel\"}}"
@@ -1959,6 +1962,51 @@ static void test_stdio_end_tells_a_listen_how_its_task_ended(void **state) {
   assert_int_equal(stdio_join(s), 0);
 }
 
+static long mcp_runs(world *w) {
+  return fixture_count_where(w->f, "SELECT COUNT(*) AS n FROM agent_runs WHERE trigger = 'mcp'",
+                             NULL);
+}
+
+/* A stdio server's own run opens at its first tool call, so that a client that starts it to
+ * look (initialize, ping, tools/list) leaves no row; one that cannot start serves its call as
+ * a run of its own, and the next call tries again, then is the run's. */
+static void test_stdio_opens_its_run_at_its_first_call(void **state) {
+  world *w = *state;
+  char own[TG_UUID_LEN + 1] = "";
+  w->srv.own_run = own;
+  long runs = mcp_runs(w);
+  stdio_run *s = stdio_handshaken(w, NULL, INITIALIZE);
+  stdio_send(s, PING(2));
+  expect_answer(s, 2);
+  stdio_send(s, LIST(3));
+  expect_answer(s, 3);
+  assert_int_equal(mcp_runs(w), runs);
+  assert_int_equal(tg_db_exec(w->f->db,
+                              "CREATE TRIGGER no_mcp_runs BEFORE INSERT ON agent_runs"
+                              " WHEN NEW.trigger = 'mcp' BEGIN SELECT RAISE(ABORT, 'refused');"
+                              " END",
+                              NULL, NULL),
+                   0);
+  stdio_send(s, CALL_TOOL_LIST(4));
+  json_t *got = stdio_next(s);
+  assert_non_null(json_object_get(got, "result"));
+  assert_null(json_object_get(json_object_get(got, "result"), "isError"));
+  json_decref(got);
+  assert_int_equal(mcp_runs(w), runs);
+  assert_int_equal(tg_db_exec(w->f->db, "DROP TRIGGER no_mcp_runs", NULL, NULL), 0);
+  stdio_send(s, CALL_TOOL_LIST(5));
+  expect_answer(s, 5);
+  stdio_send(s, CALL_TOOL_LIST(6));
+  expect_answer(s, 6);
+  stdio_stop(s);
+  assert_int_equal(mcp_runs(w), runs + 1);
+  assert_int_equal(strlen(own), TG_UUID_LEN);
+  assert_int_equal(fixture_count_where(w->f,
+                                       "SELECT COUNT(*) AS n FROM agent_run_logs WHERE run_id = $1",
+                                       json_pack("[s]", own)),
+                   2);
+}
+
 int main(void) {
   /* A server that ended closed its input: writing to it then fails (EPIPE), as a test sees,
    * rather than ending the tests. */
@@ -2023,6 +2071,7 @@ int main(void) {
       KIT(test_stdio_end_of_input_answers_open_listens),
       KIT(test_stdio_queue_bounded_by_what_it_holds),
       KIT(test_stdio_announces_a_revoked_grant),
+      KIT(test_stdio_opens_its_run_at_its_first_call),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -316,9 +316,10 @@ says "runs are agents'" "--run: Only agents' calls belong to runs"
 check "the ended run kept its one call" 0 "$tg" runs show "$stdio_run" --json
 is "no row for the servers refused" '(.logs | length) == 1'
 check "runs list bad limit" 2 "$tg" runs list --limit x
-# Without --run, an active agent's stdio server is a run of its own, ended when the server
-# stops: a per-run cap (one editAgentFile a run) binds for the session. The server writes the
-# run itself, so an operator tool held by the policy does not stop it.
+# Without --run, an active agent's stdio server is a run of its own, opened at its first call
+# and ended when the server stops: a per-run cap (one editAgentFile a run) binds for the
+# session. The server writes the run itself, so an operator tool held by the policy does not
+# stop it.
 check "policy holds admin.run.start" 0 "$tg" policy set admin.run.start disabled
 edit_call='{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"agent_file_edit",'\
 '"arguments":{"name":"SOUL.md","body":"Calm."},"_meta":{"io.modelcontextprotocol/protocolVersion":'\
@@ -331,6 +332,19 @@ check "runs list after it" 0 "$tg" runs list --agent demo --limit 1 --json
 is "one run of mcp for both calls, ended" '.runs[0].calls == 2 and .runs[0].status == "completed"
   and .runs[0].trigger == "mcp"'
 check "policy back" 0 "$tg" policy set admin.run.start default
+# A client that starts the server only to look (claude mcp list: initialize, tools/list)
+# leaves no run.
+check "runs list before the look" 0 "$tg" runs list --agent demo --limit 1 --json
+newest_run=$(jq -r '.runs[0].id' "$dir/out")
+look='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",'\
+'"capabilities":{},"clientInfo":{"name":"t","version":"1"}}}'
+check "a stdio server asked for its tools only" 0 bash -c 'printf "%s\n%s\n%s\n" "$1" \
+  "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}" \
+  "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}" | "$0" mcp --agent demo' \
+  "$tg" "$look"
+are "its tools listed" '.[1].result.tools | length > 0'
+check "runs list after the look" 0 "$tg" runs list --agent demo --limit 1 --json
+is "no run for it" ".runs[0].id == \"$newest_run\""
 # A server's rate limit: past it a call is refused with rate_limited, an unknown tool's too,
 # and the server goes on serving.
 unknown_call=${stdio_call/agent_tool_list/no_such_tool}
@@ -387,14 +401,16 @@ check "the owner's calls after it" 0 refusals_of_owner
 has "its two refusals counted too" '^5$'
 # A stdio server killed (SIGKILL) leaves its run running; the next server on the machine ends
 # it failed, and leaves the run of a server still serving alone.
-serve_held() { # serve_held NAME: a stdio server of demo, its input open on fd 8 (NAME 'b') or 7
+serve_held() { # serve_held NAME: a stdio server of demo that made a call, so is in its run,
+  # its input open on fd 8 (NAME 'b') or 7
   mkfifo "$dir/$1.in"
   if [ "$1" = b ]; then exec 8<>"$dir/$1.in"; else exec 7<>"$dir/$1.in"; fi
   "$tg" mcp --agent demo <"$dir/$1.in" >/dev/null 2>"$dir/$1.err" 7>&- 8>&- & # holds no writer
   held_pid=$!
-  for _ in $(seq 100); do grep -q 'serving stdio' "$dir/$1.err" && break; sleep 0.1; done
-  grep -q 'serving stdio' "$dir/$1.err" || failed "the stdio server $1 did not start"
-  held_run=$("$tg" runs list --agent demo --limit 1 --json | jq -r '.runs[0].id')
+  echo "$stdio_call" >"$dir/$1.in"
+  for _ in $(seq 100); do grep -q 'calls are run' "$dir/$1.err" && break; sleep 0.1; done
+  held_run=$(sed -n 's/.*calls are run \([0-9a-f-]*\).*/\1/p' "$dir/$1.err")
+  [ -n "$held_run" ] || failed "the stdio server $1 opened no run"
 }
 serve_held a
 killed_pid=$held_pid killed_run=$held_run
