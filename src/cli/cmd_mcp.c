@@ -158,8 +158,13 @@ static void tag_session_run(session_run *run) {
          "agent's run of it stays running until an operator ends it (toolgate runs end)");
 }
 
-static void end_session_run(cli *c, session_run *run, bool failed) {
-  run->status = failed ? "failed" : "completed";
+/* Ends the server's run as its serving ended (served, tg_mcp_stdio_serve's outcome):
+ * cancelled once its token was revoked, as an HTTP session's; failed on a fault of its own;
+ * else completed (its client left, closing its input or output, or it was told to stop). */
+static void end_session_run(cli *c, session_run *run, int served) {
+  run->status = served == TG_E_NOTFOUND               ? "cancelled"
+                : served < 0 && served != TG_E_IO ? "failed"
+                                                  : "completed";
   int r = tg_db_batch(c->db, end_run, run);
   if (r == TG_E_NOTFOUND)
     tg_log(TG_LOG_INFO, "mcp: run %s had been ended already", run->id);
@@ -263,8 +268,7 @@ int cmd_mcp(cli *c, int argc, char **argv) {
   int r = tg_mcp_stdio_serve(&srv, &c->env, principal, c->token, stdin, stdout, stop_fd);
   c->env.rate_limit = NULL; /* freed as this returns */
   if (stop_fd >= 0) close(stop_fd);
-  /* A client that closed the output just left; the server failed only on its own faults. */
-  if (*session.id) end_session_run(c, &session, r < 0 && r != TG_E_IO && r != TG_E_NOTFOUND);
+  if (*session.id) end_session_run(c, &session, r);
   if (r < 0)
     tg_log(TG_LOG_ERROR, "mcp: stopped: %s",
            r == TG_E_NOMEM      ? "out of memory"

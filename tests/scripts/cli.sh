@@ -502,6 +502,26 @@ check "a stdio server by an agent's token" 0 bash -c 'echo "$1" | "$0" mcp --tok
   "$tg" "$stdio_call" "$(jq -r .token "$dir/out")"
 check "runs list after the token's server" 0 "$tg" runs list --agent demo --limit 1 --json
 is "its run" '.runs[0].calls == 1 and .runs[0].trigger == "mcp"'
+# One whose token is revoked as it serves stops, and its run ends cancelled, as an HTTP
+# session's does.
+check "a token to revoke" 0 "$tg" token create --agent demo
+mkfifo "$dir/revoked.in"
+exec 5<>"$dir/revoked.in"
+"$tg" mcp --token "$(jq -r .token "$dir/out")" <"$dir/revoked.in" >/dev/null \
+  2>"$dir/revoked.err" 5>&- &
+revoked_pid=$!
+revoked_token=$(jq -r .tokenId "$dir/out")
+echo "$stdio_call" >&5
+for _ in $(seq 100); do grep -q 'calls are run' "$dir/revoked.err" && break; sleep 0.1; done
+revoked_run=$(sed -n 's/.*calls are run \([0-9a-f-]*\).*/\1/p' "$dir/revoked.err")
+check "its token revoked" 0 "$tg" token revoke "$revoked_token"
+echo '{"jsonrpc":"2.0","id":2,"method":"ping"}' >&5
+check "the server of a revoked token stops" 1 wait "$revoked_pid"
+exec 5>&-
+check "its log" 0 cat "$dir/revoked.err"
+has "says why" 'stopped: its token was revoked'
+check "runs show of its run" 0 "$tg" runs show "$revoked_run" --json
+is "ended cancelled" '.run.status == "cancelled" and .run.ended_at != null'
 check "a stdio server by the owner's token" 0 bash -c 'echo "$1" | "$0" mcp --token "$2"' \
   "$tg" "$stdio_call" "$owner_token"
 is "served" '.result.structuredContent.tools | length > 0'
@@ -509,7 +529,7 @@ check "a stdio server of a draft agent" 0 bash -c 'echo "$1" | "$0" mcp --agent 
   "$tg" "$stdio_call"
 check "runs list of the draft agent" 0 "$tg" runs list --agent drafty --json
 is "no run for it" '.runs == []'
-# Started while the server serves, the agent's next request opens the server's run, which
+# Started while the server serves, the agent's next call opens the server's run, which
 # ends with the server.
 mkfifo "$dir/late.in"
 exec 6<>"$dir/late.in"
