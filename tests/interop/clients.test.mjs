@@ -473,10 +473,18 @@ test('MCP Inspector CLI over stdio', () => {
   // 1.0.3 finds its own package.json relative to the working folder, so it runs from there.
   const run = (...args) => JSON.parse(execFileSync(process.execPath, [cli, tg, 'mcp', '--agent', 'demo', ...args],
     { env, cwd: dirname(cli), stdio: ['ignore', 'pipe', 'ignore'] }));
+  const newestRun = () =>
+    JSON.parse(execFileSync(tg, ['runs', 'list', '--agent', 'demo', '--limit', '1', '--json'], { env })).runs[0];
+  const before = newestRun();
   const listed = run('--method', 'tools/list');
   assert.ok(listed.tools.some((t) => t.name === 'agent_tool_list'));
+  // A client that only looks (as `claude mcp list` does) leaves no run; one that calls, one.
+  assert.equal(newestRun()?.id, before?.id);
   const called = run('--method', 'tools/call', '--tool-name', 'agent_tool_list');
   assert.ok(called.structuredContent.tools.some((t) => t.name === 'agent_tool_list'));
+  const opened = newestRun();
+  assert.notEqual(opened.id, before?.id);
+  assert.deepEqual([opened.trigger, opened.status, opened.calls], ['mcp', 'completed', 1]);
   assertTextMirrorsStructured(called);
   assertRefusedBySurface(run('--method', 'tools/call', '--tool-name', 'admin.agent.list'));
 });
