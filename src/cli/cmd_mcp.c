@@ -43,9 +43,8 @@ static const char mcp_usage[] =
     "                          start'; one not running stops the server). Without it, an\n"
     "                          agent's server is a run of its own (trigger mcp; opened\n"
     "                          at its first tool call once the agent is active), ended\n"
-    "                          when the server stops.\n"
-    "                          Either way per-run caps bind, and a call once the run\n"
-    "                          ended is refused.\n"
+    "                          when the server stops. Either way per-run caps bind, and\n"
+    "                          a call once the run ended is refused.\n"
     RATE_LIMIT_USAGE
     "  --conformance-fixtures  also serve the fixtures of the official conformance suite\n";
 
