@@ -475,15 +475,15 @@ test('MCP Inspector CLI over stdio', () => {
     { env, cwd: dirname(cli), stdio: ['ignore', 'pipe', 'ignore'] }));
   const newestRun = () =>
     JSON.parse(execFileSync(tg, ['runs', 'list', '--agent', 'demo', '--limit', '1', '--json'], { env })).runs[0];
-  const before = newestRun();
+  const runBefore = newestRun();
   const listed = run('--method', 'tools/list');
   assert.ok(listed.tools.some((t) => t.name === 'agent_tool_list'));
   // A client that only looks (as `claude mcp list` does) leaves no run; one that calls, one.
-  assert.equal(newestRun()?.id, before?.id);
+  assert.equal(newestRun()?.id, runBefore?.id);
   const called = run('--method', 'tools/call', '--tool-name', 'agent_tool_list');
   assert.ok(called.structuredContent.tools.some((t) => t.name === 'agent_tool_list'));
   const opened = newestRun();
-  assert.notEqual(opened.id, before?.id);
+  assert.notEqual(opened.id, runBefore?.id);
   assert.deepEqual([opened.trigger, opened.status, opened.calls], ['mcp', 'completed', 1]);
   assertTextMirrorsStructured(called);
   assertRefusedBySurface(run('--method', 'tools/call', '--tool-name', 'admin.agent.list'));
