@@ -401,6 +401,10 @@ check "the owner's calls after it" 0 refusals_of_owner
 has "its two refusals counted too" '^5$'
 # A stdio server killed (SIGKILL) leaves its run running; the next server on the machine ends
 # it failed, and leaves the run of a server still serving alone.
+logged_run() { # logged_run LOG: the run a stdio server logs it opened, once it did ("" if not)
+  for _ in $(seq 100); do grep -q 'calls are run' "$1" && break; sleep 0.1; done
+  sed -n 's/.*calls are run \([0-9a-f-]*\).*/\1/p' "$1"
+}
 serve_held() { # serve_held NAME: a stdio server of demo that made a call, so is in its run,
   # its input open on fd 8 (NAME 'b') or 7
   mkfifo "$dir/$1.in"
@@ -408,8 +412,7 @@ serve_held() { # serve_held NAME: a stdio server of demo that made a call, so is
   "$tg" mcp --agent demo <"$dir/$1.in" >/dev/null 2>"$dir/$1.err" 7>&- 8>&- & # holds no writer
   held_pid=$!
   echo "$stdio_call" >"$dir/$1.in"
-  for _ in $(seq 100); do grep -q 'calls are run' "$dir/$1.err" && break; sleep 0.1; done
-  held_run=$(sed -n 's/.*calls are run \([0-9a-f-]*\).*/\1/p' "$dir/$1.err")
+  held_run=$(logged_run "$dir/$1.err")
   [ -n "$held_run" ] || failed "the stdio server $1 opened no run"
 }
 serve_held a
@@ -512,8 +515,7 @@ exec 5<>"$dir/revoked.in"
 revoked_pid=$!
 revoked_token=$(jq -r .tokenId "$dir/out")
 echo "$stdio_call" >&5
-for _ in $(seq 100); do grep -q 'calls are run' "$dir/revoked.err" && break; sleep 0.1; done
-revoked_run=$(sed -n 's/.*calls are run \([0-9a-f-]*\).*/\1/p' "$dir/revoked.err")
+revoked_run=$(logged_run "$dir/revoked.err")
 check "its token revoked" 0 "$tg" token revoke "$revoked_token"
 echo '{"jsonrpc":"2.0","id":2,"method":"ping"}' >&5
 check "the server of a revoked token stops" 1 wait "$revoked_pid"
