@@ -84,35 +84,34 @@ void http_session_end_locked(server *s, session *x) {
   http_session_unlink_locked(s, x);
 }
 
-/* Whether a client reads x's GET stream: it then uses x, if only to listen. */
-static bool listening_locked(session *x) {
-  if (!x->standalone) return false;
-  pthread_mutex_lock(&x->standalone->lock);
-  bool reading = x->standalone->reading;
-  pthread_mutex_unlock(&x->standalone->lock);
-  return reading;
-}
-
-/* A session neither in use nor listening (its refs but the table's are looks of the sweeper). */
-static bool unused_locked(session *x) {
-  return x->refs - x->checking == 1 && !listening_locked(x);
-}
-
-/* Whether x, unused, was last used over idle_ms ago: by a request, or by a connection that
- * read one of its streams (a client reconnecting as its GET stream ended is not idle). */
-static bool idle_locked(session *x, int64_t now, int64_t idle_ms) {
-  if (!unused_locked(x)) return false;
-  int64_t last = x->last_used;
+/* Whether a client reads one of x's streams (its GET stream, or one it resumed): it then
+ * uses x, if only to listen. Otherwise, *last (when given) becomes the later of itself and
+ * the time a connection last stopped reading one (a client reconnecting as its GET stream
+ * ended is not idle). */
+static bool read_now_locked(session *x, int64_t *last) {
   for (size_t i = 0; i <= TG_HTTP_KEPT_STREAMS; i++) {
     stream *st = i < TG_HTTP_KEPT_STREAMS ? x->kept[i] : x->standalone;
     if (!st) continue;
     pthread_mutex_lock(&st->lock);
     bool reading = st->reading;
-    if (st->read_until > last) last = st->read_until;
+    if (last && st->read_until > *last) *last = st->read_until;
     pthread_mutex_unlock(&st->lock);
-    if (reading) return false;
+    if (reading) return true;
   }
-  return now - last > idle_ms;
+  return false;
+}
+
+/* Whether a request holds x (its refs but the table's are looks of the sweeper). */
+static bool held_locked(const session *x) { return x->refs - x->checking > 1; }
+
+/* A session neither held nor read. */
+static bool unused_locked(session *x) { return !held_locked(x) && !read_now_locked(x, NULL); }
+
+/* Whether x, unused, was last used over idle_ms ago: by a request, or by a connection that
+ * read one of its streams. */
+static bool idle_locked(session *x, int64_t now, int64_t idle_ms) {
+  int64_t last = x->last_used;
+  return !held_locked(x) && !read_now_locked(x, &last) && now - last > idle_ms;
 }
 
 /* Drops the sessions unused for TG_HTTP_SESSION_IDLE_MS: the sweeper's look (a server that

@@ -2745,6 +2745,21 @@ static void test_sending_kept_output_again_leaves_the_room_for_new_output(void *
   for (int i = 0; i < 2; i++) close(fds[i]);
 }
 
+/* A session whose client reads a stream it resumed is in use, though it sends nothing, as one
+ * whose GET stream is read is: the principal's next session past its share makes room with
+ * another. */
+static void test_a_session_read_through_a_resumed_stream_is_kept(void **state) {
+  world *w = *state;
+  char resumed[64], sid[64];
+  open_session(w, "{}", resumed);
+  char *got = overflow_call(w, 0, resumed, 122880);
+  int fd = stalled_resumption(w, resumed, stream_no(got));
+  free(got);
+  for (int i = 0; i < TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL; i++) open_session(w, "{}", sid);
+  close(fd);
+  free(request(w, "POST", resumed, NULL, PING, 200));
+}
+
 /* The headers of a stateless tools/call of test_note_overflow, and its body with a text of
  * bytes (which the answer carries twice). */
 #define STATELESS_OVERFLOW                                                   \
@@ -3802,6 +3817,7 @@ int main(void) {
       T(test_output_held_is_bounded_and_kept_output_gives_way),
       T(test_resumption_past_what_went_out_keeps_within_the_bound),
       T(test_sending_kept_output_again_leaves_the_room_for_new_output),
+      T(test_a_session_read_through_a_resumed_stream_is_kept),
       T(test_output_undelivered_in_all_is_bounded),
       T(test_undelivered_json_answers_count_for_their_caller),
       T(test_kept_output_goes_after_a_while),
