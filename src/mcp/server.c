@@ -660,15 +660,23 @@ static int check_pinned(cx *c, tg_mcp_reply *reply) {
   const tg_rpc_msg *msg = c->msg;
   const tg_mcp_session *s = c->req->session;
   json_t *claimed = json_object_get(meta_of(msg), META_VERSION);
+  const char *legacy = s->version[0] ? s->version : TG_MCP_LEGACY_VERSION;
   int r;
+  /* A claim of the very version the connection speaks is no version it lacks: the claim is
+   * what is wrong, since no 2025 request makes one. */
+  if (c->modern && s->era == TG_MCP_ERA_LEGACY && json_is_string(claimed) &&
+      strcmp(json_string_value(claimed), legacy) == 0)
+    r = reply_error(msg, TG_RPC_INVALID_PARAMS,
+                    "This connection speaks the 2025 protocol, whose requests name no protocol "
+                    "version in params._meta: send it without",
+                    NULL, 400, reply);
   /* The discover probe too: what it would say supported, this connection does not take. A
    * claim whose version is no string is malformed, which check_modern says. */
-  if (c->modern && s->era == TG_MCP_ERA_LEGACY && json_is_string(claimed))
-    r = reply_error(
-        msg, TG_RPC_UNSUPPORTED_VERSION,
-        "This connection speaks the 2025 protocol, chosen by a request without "
-        "params._meta before",
-        versions_data(s->version[0] ? s->version : TG_MCP_LEGACY_VERSION, claimed), 400, reply);
+  else if (c->modern && s->era == TG_MCP_ERA_LEGACY && json_is_string(claimed))
+    r = reply_error(msg, TG_RPC_UNSUPPORTED_VERSION,
+                    "This connection speaks the 2025 protocol, chosen by a request without "
+                    "params._meta before",
+                    versions_data(legacy, claimed), 400, reply);
   else if (!c->modern && s->era == TG_MCP_ERA_MODERN && strcmp(msg->method, "initialize") == 0 &&
            !json_is_string(json_object_get(msg->params, "protocolVersion")))
     r = reply_error(msg, TG_RPC_INVALID_PARAMS, "params.protocolVersion must be a string", NULL,

@@ -167,6 +167,13 @@ static json_t *error_data(json_t *reply) {
   return json_object_get(json_object_get(reply, "error"), "data");
 }
 
+/* The error message of reply, which must be an error. */
+static const char *error_message(json_t *reply) {
+  const char *m = json_string_value(json_object_get(json_object_get(reply, "error"), "message"));
+  assert_non_null(m);
+  return m;
+}
+
 static json_t *result_of(json_t *reply) {
   json_t *r = json_object_get(reply, "result");
   if (!r) fail_msg("expected a result, got %s", json_dumps(reply, JSON_COMPACT));
@@ -903,6 +910,14 @@ static void test_stdio_pinned_to_2025(void **state) {
   assert_int_equal(error_code(r), TG_RPC_UNSUPPORTED_VERSION);
   json_t *data = error_data(r);
   assert_string_equal(json_string_value(json_object_get(data, "requested")), "2099-01-01");
+  json_decref(r);
+  /* A claim of the connection's own version is refused as malformed: refused as unsupported,
+   * it would list as supported the version it refused. */
+  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/list\",\"params\":{\"_meta\":{"
+               "\"io.modelcontextprotocol/protocolVersion\":\"2025-06-18\","
+               "\"io.modelcontextprotocol/clientCapabilities\":{}}}}", NULL, NULL);
+  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+  assert_non_null(strstr(error_message(r), "send it without"));
   json_decref(r);
   r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/list\",\"params\":{\"_meta\":{"
                "\"io.modelcontextprotocol/protocolVersion\":7,"
@@ -2307,13 +2322,6 @@ static int runner_files(world *w) {
   for (struct dirent *e; d && (e = readdir(d));) n += strstr(e->d_name, ".lock") != NULL;
   if (d) closedir(d);
   return n;
-}
-
-/* The error message of reply, which must be an error. */
-static const char *error_message(json_t *reply) {
-  const char *m = json_string_value(json_object_get(json_object_get(reply, "error"), "message"));
-  assert_non_null(m);
-  return m;
 }
 
 #define ELICITS "{\"elicitation\":{}}"
