@@ -251,6 +251,10 @@ static int m_initialize(cx *c, json_t *params, json_t **ret) {
   json_t *info = json_object_get(params, "clientInfo");
   if (caps && !json_is_object(caps))
     return mcp_rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.capabilities must be an object", NULL);
+  /* As a 2026-07-28 request's: one given as no object would read as not declared at all. */
+  if (caps && tg_client_capabilities_malformed(caps))
+    return mcp_rpc_fail(c, TG_RPC_INVALID_PARAMS,
+                        "params.capabilities: a capability that must be an object is not", NULL);
   if (client_info_malformed(info))
     return mcp_rpc_fail(c, TG_RPC_INVALID_PARAMS,
                         "params.clientInfo must be an object with a string name and version",

@@ -1527,13 +1527,17 @@ static void test_only_what_is_served_is_declared(void **state) {
   }
 }
 
-/* initialize takes its capabilities as an object and its clientInfo as an Implementation (a
- * name and a version), or refuses to open the session; the session keeps of the capabilities
- * only what is read of them; discover gives the same instructions. */
+/* initialize takes its capabilities as an object, each capability the schema makes an object
+ * one (as a 2026-07-28 request's _meta), and its clientInfo as an Implementation (a name and a
+ * version), or refuses to open the session; the session keeps of the capabilities only what is
+ * read of them; discover gives the same instructions. */
 static void test_initialize_checks_its_params(void **state) {
   world *w = *state;
   static const char *const bad[] = {
       INITIALIZE(1, "2025-11-25", "\"x\""),
+      INITIALIZE(1, "2025-11-25", "{\"elicitation\":true}"),
+      INITIALIZE(1, "2025-11-25", "{\"elicitation\":{\"url\":5}}"),
+      INITIALIZE(1, "2025-11-25", "{\"experimental\":{\"x\":[1,2,3]}}"),
       "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
       "\"2025-11-25\",\"capabilities\":{},\"clientInfo\":5}}",
       "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
@@ -1546,9 +1550,9 @@ static void test_initialize_checks_its_params(void **state) {
     assert_string_equal(w->session.version, "");
   }
   json_t *r = send_msg(w, INITIALIZE(1, "2025-11-25",
-                                     "{\"experimental\":{\"x\":[1,2,3]},\"elicitation\":{\"url\":{"
-                                     "\"a\":1},\"x\":5},\"sampling\":{\"tools\":{}},\"roots\":{"
-                                     "\"listChanged\":true},\"x\":{}}"),
+                                     "{\"experimental\":{\"x\":{\"y\":[1]}},\"elicitation\":{"
+                                     "\"url\":{\"a\":1},\"x\":5},\"sampling\":{\"tools\":{}},"
+                                     "\"roots\":{\"listChanged\":true},\"x\":{}}"),
                        NULL, NULL);
   assert_non_null(result_of(r));
   json_decref(r);
