@@ -38,25 +38,11 @@ static void cleanup(void) {
   fuzz_workspace_close(&ws);
 }
 
-/* The owner's call of tool with args (JSON text), through the call path; aborts unless it
- * runs. Answers its result, which the caller releases. */
-static json_t *owner_call(const char *tool, const char *args) {
-  tg_env env = {.registry = ws.registry, .db = ws.db, .data_dir = ws.dir};
-  json_t *parsed = json_loads(args, 0, NULL);
-  tg_call_request req = {.principal_id = ws.owner, .surface = TG_SURFACE_API, .tool = tool,
-                         .args = parsed};
-  tg_call_result res;
-  if (!parsed || tg_call(&env, &req, &res) < 0) abort();
-  json_t *value = json_incref(res.value);
-  tg_call_result_done(&res);
-  json_decref(parsed);
-  return value;
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   fuzz_workspace_open(&ws, "fuzz_http");
-  json_decref(owner_call("admin.agent.create", "{\"slug\":\"bot\",\"grants\":[\"canAssignTasks\"]}"));
-  json_t *made = owner_call("admin.token.create", "{\"agentSlug\":\"bot\"}");
+  json_decref(fuzz_owner_call(&ws, "admin.agent.create",
+                              "{\"slug\":\"bot\",\"grants\":[\"canAssignTasks\"]}"));
+  json_t *made = fuzz_owner_call(&ws, "admin.token.create", "{\"agentSlug\":\"bot\"}");
   const char *made_token = json_string_value(json_object_get(made, "token"));
   if (!made_token || strlen(made_token) >= sizeof token) abort();
   strcpy(token, made_token);

@@ -1,7 +1,9 @@
 /* Fuzzes MCP over stdio: each input is what a client writes on the server's standard input,
  * fed through a pipe to the real serving loop of one connection (framing, the reader thread,
- * the queue, dispatch, tool calls and their rate limit, tasks and the conformance fixtures)
- * as the workspace owner, followed by end of input, after which serving must return.
+ * the queue, dispatch, tool calls and their rate limit, tasks and the conformance fixtures),
+ * followed by end of input, after which serving must return. An input of even length is
+ * served as the workspace owner; one of odd length as an active agent, whose server opens its
+ * run at its first call that its rate lets through (ended once serving returned).
  * Everything the server writes must be a line holding a JSON-RPC message or batch: its output
  * is the protocol.
  * Crashes, leaks, sanitizer reports and output that is not JSON are the findings; a serve
@@ -23,6 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/run.h"
 #include "mcp/stdio.h"
 #include "util/cleanup.h"
 #include "util/clock.h"
@@ -37,6 +40,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static fuzz_workspace ws;
+static char agent[TG_UUID_LEN + 1]; /* an active agent's principal, holding every flag */
 /* Kept across inputs, and low enough that calls are both served and refused for their rate. */
 static tg_rate_limit *rate_limit;
 
@@ -48,6 +52,21 @@ static void cleanup(void) {
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   signal(SIGPIPE, SIG_IGN); /* a server that stopped reading: the input's writes fail */
   fuzz_workspace_open(&ws, "fuzz_stdio");
+  json_t *grants = json_array();
+  for (size_t i = 0; grants && i < tg_agent_flags_count; i++)
+    json_array_append_new(grants, json_string(tg_agent_flags[i].flag));
+  json_t *made_args = json_pack("{s:s,s:o*}", "slug", "fuzz", "grants", grants);
+  char *args = made_args ? json_dumps(made_args, 0) : NULL;
+  json_decref(made_args);
+  if (!args) abort();
+  json_decref(fuzz_owner_call(&ws, "admin.agent.create", args));
+  free(args);
+  /* A token's holder names the agent's principal. */
+  json_t *made = fuzz_owner_call(&ws, "admin.token.create", "{\"agentSlug\":\"fuzz\"}");
+  const char *principal = json_string_value(json_object_get(made, "principalId"));
+  if (!principal || strlen(principal) != TG_UUID_LEN) abort();
+  memcpy(agent, principal, sizeof agent);
+  json_decref(made);
   if (!(rate_limit = tg_rate_limit_new(50, 1))) abort();
   atexit(cleanup);
   return 0;
@@ -200,9 +219,12 @@ static void check_lines(const output *o) {
   }
 }
 
-/* One connection served, on a thread of its own while the input is written. */
+/* One connection served, on a thread of its own while the input is written, as principal;
+ * as an agent, with its own run ("" until opened). */
 typedef struct serving {
   FILE *from, *to;
+  const char *principal;
+  char *run;
   int result;
 } serving;
 
@@ -210,12 +232,14 @@ static void *serve(void *arg) {
   serving *sv = arg;
   tg_env env = {.registry = ws.registry, .db = ws.db, .data_dir = ws.dir,
                 .rate_limit = rate_limit};
-  tg_mcp_server srv = {.fixtures = true, .name = "toolgate", .version = "fuzz"};
-  sv->result = tg_mcp_stdio_serve(&srv, &env, ws.owner, NULL, sv->from, sv->to, -1);
+  tg_mcp_server srv = {.fixtures = true, .name = "toolgate", .version = "fuzz", .own_run = sv->run};
+  sv->result = tg_mcp_stdio_serve(&srv, &env, sv->principal, NULL, sv->from, sv->to, -1);
   fclose(sv->from);
   fclose(sv->to); /* the drainer then reads the end of the output */
   return NULL;
 }
+
+static int end_run(void *arg, tg_db *db) { return tg_run_end(db, arg, "completed"); }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > MAX_INPUT) return 0;
@@ -227,7 +251,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   pthread_cond_init(&o.changed, NULL);
   pthread_t drainer, server;
   if (pthread_create(&drainer, NULL, drain, &o) != 0) abort();
-  serving sv = {.from = fdopen(in[0], "r"), .to = fdopen(out[1], "w")};
+  char run[TG_UUID_LEN + 1] = "";
+  bool as_agent = size % 2;
+  serving sv = {.from = fdopen(in[0], "r"), .to = fdopen(out[1], "w"),
+                .principal = as_agent ? agent : ws.owner, .run = as_agent ? run : NULL};
   if (!sv.from || !sv.to) abort();
   if (pthread_create(&server, NULL, serve, &sv) != 0) abort();
   feed(in[1], data, size, &o);
@@ -236,6 +263,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   pthread_join(drainer, NULL);
   close(out[0]);
   if (sv.result < 0 && sv.result != TG_E_NOMEM) abort(); /* its output never failed */
+  if (*run && tg_db_batch(ws.db, end_run, run) < 0) abort();
   check_lines(&o);
   free(o.text);
   for (size_t i = 0; i < o.n_asked; i++) free(o.asked[i]);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/call.h"
 #include "tools/conformance.h"
 #include "tools/providers.h"
 
@@ -23,6 +24,19 @@ void fuzz_workspace_open(fuzz_workspace *w, const char *name) {
     fprintf(stderr, "%s: setup failed: %s\n", name, why ? why : "?");
     abort();
   }
+}
+
+json_t *fuzz_owner_call(fuzz_workspace *w, const char *tool, const char *args) {
+  tg_env env = {.registry = w->registry, .db = w->db, .data_dir = w->dir};
+  json_t *parsed = json_loads(args, 0, NULL);
+  tg_call_request req = {.principal_id = w->owner, .surface = TG_SURFACE_API, .tool = tool,
+                         .args = parsed};
+  tg_call_result res;
+  if (!parsed || tg_call(&env, &req, &res) < 0) abort();
+  json_t *value = json_incref(res.value);
+  tg_call_result_done(&res);
+  json_decref(parsed);
+  return value;
 }
 
 static int remove_one(const char *path, const struct stat *st, int type, struct FTW *ftw) {
