@@ -39,11 +39,14 @@ bool tg_client_can(const json_t *capabilities, const char *method, const json_t 
                                 json_object_size(declared) == 0;
 }
 
+/* The capabilities a server reads of its client's (elicitation first). */
+static const char *const read_caps[] = {"elicitation", "sampling", "roots"};
+#define N_READ_CAPS (sizeof read_caps / sizeof read_caps[0])
+
 json_t *tg_client_capabilities_read(const json_t *declared) {
   json_t *kept = json_object();
-  static const char *const caps[] = {"elicitation", "sampling", "roots"};
-  for (size_t i = 0; kept && i < sizeof caps / sizeof caps[0]; i++) {
-    json_t *cap = json_object_get(declared, caps[i]);
+  for (size_t i = 0; kept && i < N_READ_CAPS; i++) {
+    json_t *cap = json_object_get(declared, read_caps[i]);
     if (!json_is_object(cap)) continue;
     json_t *own = json_object();
     /* Of an elicitation, the modes it names (none: form alone). */
@@ -53,7 +56,7 @@ json_t *tg_client_capabilities_read(const json_t *declared) {
         json_decref(own);
         own = NULL;
       }
-    if (!own || json_object_set_new(kept, caps[i], own) < 0) {
+    if (!own || json_object_set_new(kept, read_caps[i], own) < 0) {
       json_decref(kept);
       kept = NULL;
     }
@@ -76,6 +79,10 @@ static bool all_objects(const json_t *map) {
   const json_t *value;
   json_object_foreach((json_t *)map, key, value) if (!json_is_object(value)) return false;
   return true;
+}
+
+bool tg_client_read_capabilities_malformed(const json_t *declared) {
+  return !objects_where_given(declared, read_caps, N_READ_CAPS);
 }
 
 bool tg_client_capabilities_malformed(const json_t *declared) {

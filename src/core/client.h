@@ -80,6 +80,9 @@ bool tg_client_can(const json_t *capabilities, const char *method, const json_t 
  * session keeps of them for its life, however much the client declared. NULL without
  * memory. */
 json_t *tg_client_capabilities_read(const json_t *declared);
+/* Whether declared capabilities (an object) give one of those read (roots, sampling,
+ * elicitation) as something other than an object, which would read as not declared. */
+bool tg_client_read_capabilities_malformed(const json_t *declared);
 /* Whether declared capabilities (an object) give something other than an object where the
  * protocol's ClientCapabilities has one: experimental and each of its entries, roots,
  * sampling (and its context and tools), elicitation (and its form and url), extensions and

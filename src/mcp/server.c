@@ -251,10 +251,12 @@ static int m_initialize(cx *c, json_t *params, json_t **ret) {
   json_t *info = json_object_get(params, "clientInfo");
   if (caps && !json_is_object(caps))
     return mcp_rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.capabilities must be an object", NULL);
-  /* As a 2026-07-28 request's: one given as no object would read as not declared at all. */
-  if (caps && tg_client_capabilities_malformed(caps))
+  /* One read given as no object would read as not declared at all. (The rest, never read,
+   * is taken as it comes, as clients of older SDKs may send it.) */
+  if (caps && tg_client_read_capabilities_malformed(caps))
     return mcp_rpc_fail(c, TG_RPC_INVALID_PARAMS,
-                        "params.capabilities: a capability that must be an object is not", NULL);
+                        "params.capabilities: roots, sampling and elicitation must be objects",
+                        NULL);
   if (client_info_malformed(info))
     return mcp_rpc_fail(c, TG_RPC_INVALID_PARAMS,
                         "params.clientInfo must be an object with a string name and version",
@@ -666,10 +668,11 @@ static int check_pinned(cx *c, tg_mcp_reply *reply) {
   json_t *claimed = json_object_get(meta_of(msg), META_VERSION);
   const char *legacy = s->version[0] ? s->version : TG_MCP_LEGACY_VERSION;
   int r;
-  /* A claim of the very version the connection speaks is no version it lacks: the claim is
-   * what is wrong, since no 2025 request makes one. */
+  /* A claim of the very version the connection speaks, on a method it serves, is no version
+   * it lacks: the claim is what is wrong, since no 2025 request makes one. */
   if (c->modern && s->era == TG_MCP_ERA_LEGACY && json_is_string(claimed) &&
-      strcmp(json_string_value(claimed), legacy) == 0)
+      strcmp(json_string_value(claimed), legacy) == 0 &&
+      find_method(c->srv, msg->method, ERA_LEGACY))
     r = reply_error(msg, TG_RPC_INVALID_PARAMS,
                     "This connection speaks the 2025 protocol, whose requests name no protocol "
                     "version in params._meta: send it without",

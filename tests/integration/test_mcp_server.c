@@ -919,6 +919,12 @@ static void test_stdio_pinned_to_2025(void **state) {
   assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
   assert_non_null(strstr(error_message(r), "send it without"));
   json_decref(r);
+  /* Not so on a method 2025 lacks, which no request without the claim reaches either. */
+  r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"server/discover\",\"params\":{"
+               "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2025-06-18\","
+               "\"io.modelcontextprotocol/clientCapabilities\":{}}}}", NULL, NULL);
+  assert_int_equal(error_code(r), TG_RPC_UNSUPPORTED_VERSION);
+  json_decref(r);
   r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/list\",\"params\":{\"_meta\":{"
                "\"io.modelcontextprotocol/protocolVersion\":7,"
                "\"io.modelcontextprotocol/clientCapabilities\":{}}}}", NULL, NULL);
@@ -1527,17 +1533,17 @@ static void test_only_what_is_served_is_declared(void **state) {
   }
 }
 
-/* initialize takes its capabilities as an object, each capability the schema makes an object
- * one (as a 2026-07-28 request's _meta), and its clientInfo as an Implementation (a name and a
- * version), or refuses to open the session; the session keeps of the capabilities only what is
- * read of them; discover gives the same instructions. */
+/* initialize takes its capabilities as an object, those it reads (roots, sampling,
+ * elicitation) as objects, and its clientInfo as an Implementation (a name and a version), or
+ * refuses to open the session; the session keeps of the capabilities only what is read of
+ * them; discover gives the same instructions. */
 static void test_initialize_checks_its_params(void **state) {
   world *w = *state;
   static const char *const bad[] = {
       INITIALIZE(1, "2025-11-25", "\"x\""),
       INITIALIZE(1, "2025-11-25", "{\"elicitation\":true}"),
-      INITIALIZE(1, "2025-11-25", "{\"elicitation\":{\"url\":5}}"),
-      INITIALIZE(1, "2025-11-25", "{\"experimental\":{\"x\":[1,2,3]}}"),
+      INITIALIZE(1, "2025-11-25", "{\"sampling\":[]}"),
+      INITIALIZE(1, "2025-11-25", "{\"roots\":\"x\"}"),
       "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
       "\"2025-11-25\",\"capabilities\":{},\"clientInfo\":5}}",
       "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
@@ -1550,9 +1556,9 @@ static void test_initialize_checks_its_params(void **state) {
     assert_string_equal(w->session.version, "");
   }
   json_t *r = send_msg(w, INITIALIZE(1, "2025-11-25",
-                                     "{\"experimental\":{\"x\":{\"y\":[1]}},\"elicitation\":{"
-                                     "\"url\":{\"a\":1},\"x\":5},\"sampling\":{\"tools\":{}},"
-                                     "\"roots\":{\"listChanged\":true},\"x\":{}}"),
+                                     "{\"experimental\":{\"x\":[1,2,3]},\"elicitation\":{\"url\":{"
+                                     "\"a\":1},\"x\":5},\"sampling\":{\"tools\":{}},\"roots\":{"
+                                     "\"listChanged\":true},\"x\":{}}"),
                        NULL, NULL);
   assert_non_null(result_of(r));
   json_decref(r);
