@@ -667,16 +667,20 @@ static int check_pinned(cx *c, tg_mcp_reply *reply) {
   const tg_mcp_session *s = c->req->session;
   json_t *claimed = json_object_get(meta_of(msg), META_VERSION);
   const char *legacy = s->version[0] ? s->version : TG_MCP_LEGACY_VERSION;
+  /* A claim of the very version the connection speaks is no version it lacks (which -32022
+   * would list as supported): the request is one of that version, whose requests make no
+   * claim, for a method it may not even have. */
+  bool own_claim = c->modern && s->era == TG_MCP_ERA_LEGACY && json_is_string(claimed) &&
+                   strcmp(json_string_value(claimed), legacy) == 0;
   int r;
-  /* A claim of the very version the connection speaks, on a method it serves, is no version
-   * it lacks: the claim is what is wrong, since no 2025 request makes one. */
-  if (c->modern && s->era == TG_MCP_ERA_LEGACY && json_is_string(claimed) &&
-      strcmp(json_string_value(claimed), legacy) == 0 &&
-      find_method(c->srv, msg->method, ERA_LEGACY))
+  if (own_claim && find_method(c->srv, msg->method, ERA_LEGACY))
     r = reply_error(msg, TG_RPC_INVALID_PARAMS,
                     "This connection speaks the 2025 protocol, whose requests name no protocol "
                     "version in params._meta: send it without",
                     NULL, 400, reply);
+  else if (own_claim)
+    r = reply_error(msg, TG_RPC_METHOD_NOT_FOUND, "Method not found",
+                    mcp_named("method", msg->method), 200, reply);
   /* The discover probe too: what it would say supported, this connection does not take. A
    * claim whose version is no string is malformed, which check_modern says. */
   else if (c->modern && s->era == TG_MCP_ERA_LEGACY && json_is_string(claimed))

@@ -919,11 +919,11 @@ static void test_stdio_pinned_to_2025(void **state) {
   assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
   assert_non_null(strstr(error_message(r), "send it without"));
   json_decref(r);
-  /* Not so on a method 2025 lacks, which no request without the claim reaches either. */
+  /* On a method 2025 lacks, the discover probe included, it is the method that is wrong. */
   r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"server/discover\",\"params\":{"
                "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2025-06-18\","
                "\"io.modelcontextprotocol/clientCapabilities\":{}}}}", NULL, NULL);
-  assert_int_equal(error_code(r), TG_RPC_UNSUPPORTED_VERSION);
+  assert_int_equal(error_code(r), TG_RPC_METHOD_NOT_FOUND);
   json_decref(r);
   r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/list\",\"params\":{\"_meta\":{"
                "\"io.modelcontextprotocol/protocolVersion\":7,"
