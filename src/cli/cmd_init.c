@@ -18,13 +18,11 @@ static const char init_usage[] =
 
 /* The demo agent, created through the gate as the new owner. */
 static int create_demo_agent(cli *c) {
-  json_t *grants = json_array();
-  for (size_t i = 0; i < tg_agent_flags_count; i++)
-    json_array_append_new(grants, json_string(tg_agent_flags[i].flag));
   _cleanup_json_ json_t *args = json_pack("{s:s,s:s,s:s,s:o}", "slug", "demo", "name",
-                                          "Demo agent", "scope", "tenant", "grants", grants);
+                                          "Demo agent", "scope", "tenant", "grants",
+                                          tg_agent_flags_all());
   _cleanup_json_ json_t *result = NULL;
-  return cli_operator_call(c, "admin.agent.create", args, &result);
+  return args ? cli_operator_call(c, "admin.agent.create", args, &result) : CLI_FAILED;
 }
 
 int cmd_init(cli *c, int argc, char **argv) {

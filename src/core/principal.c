@@ -14,6 +14,16 @@ const tg_permission_flag tg_agent_flags[] = {
 };
 const size_t tg_agent_flags_count = sizeof tg_agent_flags / sizeof tg_agent_flags[0];
 
+json_t *tg_agent_flags_all(void) {
+  json_t *flags = json_array();
+  for (size_t i = 0; flags && i < tg_agent_flags_count; i++)
+    if (json_array_append_new(flags, json_string(tg_agent_flags[i].flag)) < 0) {
+      json_decref(flags);
+      flags = NULL;
+    }
+  return flags;
+}
+
 /* What a user's role grants. Owners and admins hold every permission. */
 static const char *const member_permissions[] = {
     "agents.read", "runs.read", "runs.manage", "policy.read", "tasks.assign", "tasks.read",

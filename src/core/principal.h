@@ -74,6 +74,8 @@ typedef struct tg_permission_flag {
 } tg_permission_flag;
 extern const tg_permission_flag tg_agent_flags[];
 extern const size_t tg_agent_flags_count;
+/* Every flag's name, as grants holding them all: a new array, NULL without memory. */
+json_t *tg_agent_flags_all(void);
 
 /* The principal of the tenant's first owner. TG_E_NOTFOUND when it has none. */
 int tg_principal_owner(tg_db *db, const char *tenant_id, char out[TG_UUID_LEN + 1]);
