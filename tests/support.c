@@ -29,6 +29,26 @@ void tg_test_rmtree(const char *path) {
   if (path) nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+char *tg_test_shell_output(const char *fmt, ...) {
+  char *cmd = NULL, *text = NULL;
+  size_t size = 0;
+  va_list ap;
+  va_start(ap, fmt);
+  if (vasprintf(&cmd, fmt, ap) < 0) fail();
+  va_end(ap);
+  FILE *p = popen(cmd, "r");
+  if (!p) fail_msg("cannot run %s", cmd);
+  FILE *mem = open_memstream(&text, &size);
+  if (!mem) fail();
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) fwrite(buf, 1, n, mem);
+  fclose(mem);
+  pclose(p);
+  free(cmd);
+  return text;
+}
+
 const char *tg_test_testdata(void) {
   const char *dir = getenv("TG_TESTDATA");
   if (!dir || !*dir) fail_msg("TG_TESTDATA is not set (ctest sets it)");

@@ -32,5 +32,9 @@ long long tg_test_integer(tg_db *db, const char *sql);
 /* How many migrations the binary carries. */
 int tg_test_migrations(void);
 
+/* A shell command's whole stdout (malloc'd), whatever its exit status; fails the test when it
+ * cannot be run. */
+char *tg_test_shell_output(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Folder of the shared test data ($TG_TESTDATA), or fails the test. */
 const char *tg_test_testdata(void);

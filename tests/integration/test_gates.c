@@ -61,19 +61,9 @@ static const char *args_for(const tg_tool *t) {
 
 /* Every ref of every repository under dir, as text. */
 static char *refs_snapshot(const char *dir) {
-  char *cmd = NULL, *text = NULL;
-  size_t size = 0;
-  assert_true(asprintf(&cmd,
-                       "find %s/repos -name '*.git' -type d -prune 2>/dev/null | sort | while read d;"
-                       " do echo \"$d\"; git -C \"$d\" for-each-ref; done", dir) > 0);
-  FILE *p = popen(cmd, "r"), *mem = open_memstream(&text, &size);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) fwrite(buf, 1, n, mem);
-  fclose(mem);
-  pclose(p);
-  free(cmd);
-  return text;
+  return tg_test_shell_output(
+      "find %s/repos -name '*.git' -type d -prune 2>/dev/null | sort | while read d;"
+      " do echo \"$d\"; git -C \"$d\" for-each-ref; done", dir);
 }
 
 /* A member user, who holds no grant of its own (bootstrap writes: toolgate has no user tool

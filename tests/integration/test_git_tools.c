@@ -67,28 +67,6 @@ static int sh(const char *fmt, ...) {
   return WIFEXITED(r) ? WEXITSTATUS(r) : -1;
 }
 
-/* A shell command's whole stdout (malloc'd). */
-static char *out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *out(const char *fmt, ...) {
-  char *cmd = NULL;
-  va_list ap;
-  va_start(ap, fmt);
-  assert_true(vasprintf(&cmd, fmt, ap) > 0);
-  va_end(ap);
-  FILE *p = popen(cmd, "r");
-  assert_non_null(p);
-  char *text = NULL;
-  size_t size = 0;
-  FILE *mem = open_memstream(&text, &size);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) fwrite(buf, 1, n, mem);
-  fclose(mem);
-  pclose(p);
-  free(cmd);
-  return text;
-}
-
 static char *repo_dir(world *w, const char *rel) {
   char *dir = NULL;
   assert_true(asprintf(&dir, "%s/repos/acme/%s.git", w->f->dir, rel) > 0);
@@ -167,14 +145,15 @@ static void test_commit_to_repo(void **state) {
   assert_string_equal(json_string_value(json_object_get(v, "branch")), "main");
   _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
   assert_int_equal(sh("git -C %s fsck --strict --no-progress >/dev/null 2>&1", dir), 0);
-  _cleanup_free_ char *head = out("git -C %s rev-parse main", dir);
+  _cleanup_free_ char *head = tg_test_shell_output("git -C %s rev-parse main", dir);
   assert_int_equal(strncmp(head, sha, 40), 0);
-  _cleanup_free_ char *shown = out("git -C %s show --name-status --format=%%an%%n%%B main", dir);
+  _cleanup_free_ char *shown =
+      tg_test_shell_output("git -C %s show --name-status --format=%%an%%n%%B main", dir);
   assert_non_null(strstr(shown, "worker\nAdd docs"));
   assert_non_null(strstr(shown, "A\tdocs/a.md"));
   assert_non_null(strstr(shown, "A\titems/b.json"));
   assert_non_null(strstr(shown, "Toolgate-Tool: repo.commit.create"));
-  _cleanup_free_ char *n = out("git -C %s rev-list --count main", dir);
+  _cleanup_free_ char *n = tg_test_shell_output("git -C %s rev-list --count main", dir);
   assert_int_equal(atoi(n), 2); /* the repository's first commit and this one */
   assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM activity_log WHERE action_type = 'AGENT_COMMITTED_TO_REPO'"), 1);
   json_decref(v);
@@ -185,7 +164,7 @@ static void test_commit_to_repo(void **state) {
              "{\"path\":\"items/b.json\",\"mode\":\"delete\"}],\"commitMessage\":\"Edit\"}",
              NULL, "");
   json_decref(v);
-  _cleanup_free_ char *a = out("git -C %s show main:docs/a.md", dir);
+  _cleanup_free_ char *a = tg_test_shell_output("git -C %s show main:docs/a.md", dir);
   assert_string_equal(a, "beta\n");
   assert_int_not_equal(sh("git -C %s cat-file -e main:items/b.json 2>/dev/null", dir), 0);
 
@@ -204,7 +183,7 @@ static void test_commit_to_repo(void **state) {
       {"[{\"path\":\"\\u2025/x\",\"content\":\"x\",\"mode\":\"add\"}]", "bad_path"},
       {"[{\"path\":\"ok.md\",\"content\":\"x\\nuse gh" "p_0123456789abcdefghijABCDEFGHIJ012345\",\"mode\":\"add\"}]", "secret"},
   };
-  _cleanup_free_ char *before = out("git -C %s for-each-ref", dir);
+  _cleanup_free_ char *before = tg_test_shell_output("git -C %s for-each-ref", dir);
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char args[512];
     snprintf(args, sizeof args, "{\"files\":%s,\"commitMessage\":\"bad\"}", bad[i].files);
@@ -240,7 +219,7 @@ static void test_commit_to_repo(void **state) {
   assert_int_equal(json_integer_value(json_object_get(details, "line")), 3);
   json_decref(v);
   assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM pull_requests"), 0);
-  _cleanup_free_ char *after = out("git -C %s for-each-ref", dir);
+  _cleanup_free_ char *after = tg_test_shell_output("git -C %s for-each-ref", dir);
   assert_string_equal(before, after);
 
   /* no commit message, a bad branch name, a missing branch */
@@ -304,7 +283,7 @@ static void test_commit_scope_rules(void **state) {
   json_decref(v);
   /* and so are the folders on the way to them: a file in their place would block them all */
   _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
-  _cleanup_free_ char *before = out("git -C %s rev-parse main", dir);
+  _cleanup_free_ char *before = tg_test_shell_output("git -C %s rev-parse main", dir);
   const char *on_the_way[] = {".works/agents", ".works"};
   for (size_t i = 0; i < 2; i++) {
     snprintf(args, sizeof args,
@@ -314,7 +293,7 @@ static void test_commit_scope_rules(void **state) {
     assert_string_equal(reason_of(v), "agent_files");
     json_decref(v);
   }
-  _cleanup_free_ char *after = out("git -C %s rev-parse main", dir);
+  _cleanup_free_ char *after = tg_test_shell_output("git -C %s rev-parse main", dir);
   assert_string_equal(before, after);
   /* a tenant agent names its target; a mission agent reaches the works of its mission */
   snprintf(args, sizeof args, "{%s}", file);
@@ -377,9 +356,10 @@ static void test_edit_agent_file(void **state) {
   snprintf(hash1, sizeof hash1, "%s", json_string_value(json_object_get(v, "newHash")));
   json_decref(v);
   _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
-  _cleanup_free_ char *soul = out("git -C %s show main:.works/agents/worker/SOUL.md", dir);
+  _cleanup_free_ char *soul =
+      tg_test_shell_output("git -C %s show main:.works/agents/worker/SOUL.md", dir);
   assert_string_equal(soul, "# Worker\n");
-  _cleanup_free_ char *subject = out("git -C %s log -1 --format=%%s main", dir);
+  _cleanup_free_ char *subject = tg_test_shell_output("git -C %s log -1 --format=%%s main", dir);
   assert_string_equal(subject, "chore(agent/worker): self-edit\n");
   _cleanup_json_ json_t *agent = NULL;
   assert_int_equal(tg_db_query_row(w->f->db, "SELECT content_hash FROM agents WHERE slug = 'worker'", NULL, &agent), 0);
@@ -397,7 +377,7 @@ static void test_edit_agent_file(void **state) {
            "{\"name\":\"AGENTS.md\",\"body\":\"a\",\"expectedHash\":\"%s\",\"commitMessage\":\"docs: agents\"}",
            hash1);
   json_decref(expect(w, w->worker, "editAgentFile", args, NULL, ""));
-  _cleanup_free_ char *subject2 = out("git -C %s log -1 --format=%%s main", dir);
+  _cleanup_free_ char *subject2 = tg_test_shell_output("git -C %s log -1 --format=%%s main", dir);
   assert_string_equal(subject2, "docs: agents\n");
 
   /* the secret scan names the rule and the line, never the secret */
@@ -455,7 +435,8 @@ static void test_edit_agent_file(void **state) {
   /* a mission agent's files live in the mission repository */
   json_decref(expect(w, w->planner, "editAgentFile", "{\"name\":\"SOUL.md\",\"body\":\"plan\"}", NULL, ""));
   _cleanup_free_ char *mdir = repo_dir(w, "missions/m1/mission");
-  _cleanup_free_ char *plan = out("git -C %s show main:.works/agents/planner/SOUL.md", mdir);
+  _cleanup_free_ char *plan =
+      tg_test_shell_output("git -C %s show main:.works/agents/planner/SOUL.md", mdir);
   assert_string_equal(plan, "plan");
   assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM activity_log WHERE action_type = 'AGENT_FILE_EDITED'"), 6);
 }
@@ -518,16 +499,16 @@ static void test_pull_requests(void **state) {
   assert_false(json_is_true(json_object_get(v, "fastForward")));
   json_decref(v);
   _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
-  _cleanup_free_ char *parents = out("git -C %s log -1 --format=%%p main", dir);
+  _cleanup_free_ char *parents = tg_test_shell_output("git -C %s log -1 --format=%%p main", dir);
   assert_non_null(strchr(parents, ' ')); /* two parents */
   assert_int_equal(sh("git -C %s cat-file -e main:pr/one.md && git -C %s cat-file -e main:pr/two.md", dir, dir), 0);
   /* the third merges, the fourth then conflicts and changes nothing */
   json_decref(expect_api(w, "repo.pr.merge", "{\"repo\":\"work:site/data\",\"number\":3}", ""));
-  _cleanup_free_ char *before = out("git -C %s for-each-ref", dir);
+  _cleanup_free_ char *before = tg_test_shell_output("git -C %s for-each-ref", dir);
   v = expect_api(w, "repo.pr.merge", "{\"repo\":\"work:site/data\",\"number\":4}", "precondition_failed");
   assert_string_equal(reason_of(v), "conflict");
   json_decref(v);
-  _cleanup_free_ char *after = out("git -C %s for-each-ref", dir);
+  _cleanup_free_ char *after = tg_test_shell_output("git -C %s for-each-ref", dir);
   assert_string_equal(before, after);
   json_decref(expect_api(w, "repo.pr.close", "{\"repo\":\"work:site/data\",\"number\":4}", ""));
   v = expect_api(w, "repo.pr.merge", "{\"repo\":\"work:site/data\",\"number\":4}", "precondition_failed");
@@ -563,7 +544,8 @@ static void test_create_sub_agent(void **state) {
   assert_string_equal(json_string_value(json_object_get(row, "creator")), "worker");
   assert_int_equal(json_integer_value(json_object_get(row, "grants")), 0);
   _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
-  _cleanup_free_ char *files = out("git -C %s ls-tree --name-only main .works/agents/site-helper/", dir);
+  _cleanup_free_ char *files =
+      tg_test_shell_output("git -C %s ls-tree --name-only main .works/agents/site-helper/", dir);
   assert_string_equal(files, ".works/agents/site-helper/AGENTS.md\n.works/agents/site-helper/HEARTBEAT.md\n"
                              ".works/agents/site-helper/SOUL.md\n.works/agents/site-helper/TOOLS.md\n"
                              ".works/agents/site-helper/agent.yml\n");
@@ -636,7 +618,8 @@ static void test_create_sub_agent(void **state) {
  * is at the latest move the database holds for it (abandoned moves aside), and every
  * recorded commit exists. */
 static void assert_agree_on(world *w, const char *dir, const char *pattern) {
-  _cleanup_free_ char *refs = out("git -C %s for-each-ref --format='%%(refname:short) %%(objectname)' %s", dir, pattern);
+  _cleanup_free_ char *refs = tg_test_shell_output(
+      "git -C %s for-each-ref --format='%%(refname:short) %%(objectname)' %s", dir, pattern);
   char *save = NULL;
   for (char *line = strtok_r(refs, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
     char branch[128], sha[41], sql[768];
@@ -666,7 +649,7 @@ static void assert_agree_on(world *w, const char *dir, const char *pattern) {
 static void assert_agree(world *w, const char *dir) { assert_agree_on(w, dir, "refs/heads"); }
 
 static char *tip_of(const char *dir) {
-  char *sha = out("git -C %s rev-parse main", dir);
+  char *sha = tg_test_shell_output("git -C %s rev-parse main", dir);
   assert_true(strlen(sha) >= 40);
   sha[40] = '\0';
   return sha;
@@ -697,7 +680,7 @@ static void test_failure_between_steps(void **state) {
   }
   assert_int_equal(successes, 1);
   assert_int_equal(sh("git -C %s fsck --strict --no-progress >/dev/null 2>&1", dir), 0);
-  _cleanup_free_ char *tree = out("git -C %s ls-tree --name-only main atom/", dir);
+  _cleanup_free_ char *tree = tg_test_shell_output("git -C %s ls-tree --name-only main atom/", dir);
   assert_non_null(strstr(tree, "atom/"));
   assert_null(strchr(strchr(tree, '\n') + 1, '/')); /* exactly one atom file reached main */
 
@@ -712,7 +695,7 @@ static void test_failure_between_steps(void **state) {
   _cleanup_free_ char *finished = tip_of(dir);
   assert_string_not_equal(finished, before);
   assert_agree(w, dir);
-  _cleanup_free_ char *late = out("git -C %s show main:late.md", dir);
+  _cleanup_free_ char *late = tg_test_shell_output("git -C %s show main:late.md", dir);
   assert_string_equal(late, "l");
   assert_int_equal(sh("git -C %s fsck --strict --no-progress >/dev/null 2>&1", dir), 0);
 }
@@ -727,7 +710,7 @@ static void move_branch_away(const char *repo_path, const char *branch) {
 static void test_concurrent_writer(void **state) {
   world *w = *state;
   _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
-  _cleanup_free_ char *parent = out("git -C %s rev-parse main~1", dir);
+  _cleanup_free_ char *parent = tg_test_shell_output("git -C %s rev-parse main~1", dir);
   parent[40] = '\0';
   race_branch = "main";
   race_target = parent;
@@ -764,7 +747,7 @@ static void test_concurrent_writer(void **state) {
   json_decref(expect(w, w->worker, "commitToRepo",
                      "{\"files\":[{\"path\":\"after.md\",\"content\":\"a\",\"mode\":\"add\"}],\"commitMessage\":\"after\"}",
                      NULL, ""));
-  _cleanup_free_ char *next = out("git -C %s rev-parse main~1", dir);
+  _cleanup_free_ char *next = tg_test_shell_output("git -C %s rev-parse main~1", dir);
   assert_int_equal(strncmp(next, parent, 40), 0); /* built on the other writer's value */
 
   /* A pull request whose branch another writer created first is closed, not left open. */
@@ -774,7 +757,7 @@ static void test_concurrent_writer(void **state) {
                             " AND state = 'closed'"), 1);
   assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM pull_requests WHERE head_branch = 'race-pr'"
                             " AND state = 'open'"), 0);
-  _cleanup_free_ char *pr_tip = out("git -C %s rev-parse race-pr", dir);
+  _cleanup_free_ char *pr_tip = tg_test_shell_output("git -C %s rev-parse race-pr", dir);
   assert_int_equal(strncmp(pr_tip, parent, 40), 0);
   assert_int_equal(sh("git -C %s fsck --strict --no-progress >/dev/null 2>&1", dir), 0);
 }
@@ -846,9 +829,10 @@ static void test_calls_of_one_transaction_build_on_each_other(void **state) {
   tg_db_test_queued = NULL;
   for (int i = 0; i < N; i++)
     if (c[i].status != 0) fail_msg("commit %d: %s", i, c[i].code);
-  _cleanup_free_ char *n = out("git -C %s rev-list --count %s..main", dir, before);
+  _cleanup_free_ char *n = tg_test_shell_output("git -C %s rev-list --count %s..main", dir, before);
   assert_int_equal(atoi(n), N);
-  _cleanup_free_ char *tree = out("git -C %s ls-tree --name-only main batch/ | wc -l", dir);
+  _cleanup_free_ char *tree =
+      tg_test_shell_output("git -C %s ls-tree --name-only main batch/ | wc -l", dir);
   assert_int_equal(atoi(tree), N);
   assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM repo_ref_moves WHERE applied_at IS NULL"
                             " AND abandoned_at IS NULL"),
@@ -962,9 +946,11 @@ static void test_edit_while_another_is_in_flight(void **state) {
   /* Unlocked, the next takes the repository as the first edit's call would: it is published. */
   json_decref(expect(w, w->worker, "editAgentFile", "{\"name\":\"HEARTBEAT.md\",\"body\":\"three\"}",
                      NULL, ""));
-  _cleanup_free_ char *body = out("git -C %s show main:.works/agents/worker/HEARTBEAT.md", dir);
+  _cleanup_free_ char *body =
+      tg_test_shell_output("git -C %s show main:.works/agents/worker/HEARTBEAT.md", dir);
   assert_string_equal(body, "three");
-  _cleanup_free_ char *first = out("git -C %s show main~1:.works/agents/worker/HEARTBEAT.md", dir);
+  _cleanup_free_ char *first =
+      tg_test_shell_output("git -C %s show main~1:.works/agents/worker/HEARTBEAT.md", dir);
   assert_string_equal(first, "one");
   assert_agree_on(w, dir, "refs/heads/main");
 }
@@ -1018,7 +1004,7 @@ static void test_changes_outside_stand(void **state) {
                      "\"branchName\":\"outside/gone\",\"title\":\"Gone\",\"body\":\"\"}",
                      NULL, ""));
   assert_int_equal(sh("git -C %s update-ref -d refs/heads/outside/gone", dir), 0);
-  _cleanup_free_ char *reset = out("git -C %s rev-parse main~1", dir);
+  _cleanup_free_ char *reset = tg_test_shell_output("git -C %s rev-parse main~1", dir);
   reset[40] = '\0';
   assert_int_equal(sh("git -C %s update-ref refs/heads/main %s", dir, reset), 0);
   json_decref(expect_api(w, "repo.repository.list", "{}", "")); /* uses the repository */
@@ -1275,7 +1261,7 @@ static void test_failed_first_use_leaves_no_branch(void **state) {
   };
   for (size_t i = 0; i < 2; i++) {
     json_decref(expect(w, agent, failing[i].tool, failing[i].args, NULL, failing[i].code));
-    _cleanup_free_ char *refs = out("git --git-dir=%s for-each-ref", dir);
+    _cleanup_free_ char *refs = tg_test_shell_output("git --git-dir=%s for-each-ref", dir);
     if (*refs) fail_msg("%s failed but left %s", failing[i].tool, refs);
     assert_int_equal(
         count(w, "SELECT COUNT(*) AS n FROM repos WHERE path LIKE '%/fresh/data.git'"), 0);
@@ -1284,7 +1270,8 @@ static void test_failed_first_use_leaves_no_branch(void **state) {
                      "{\"files\":[{\"path\":\"a.md\",\"content\":\"a\",\"mode\":\"add\"}],"
                      "\"commitMessage\":\"m\"}",
                      NULL, ""));
-  _cleanup_free_ char *commits = out("git --git-dir=%s rev-list --count main", dir);
+  _cleanup_free_ char *commits =
+      tg_test_shell_output("git --git-dir=%s rev-list --count main", dir);
   assert_string_equal(commits, "2\n");
 
   owner_call(w->f, "work.work.create", "{\"slug\":\"fresh2\",\"missionSlug\":\"m1\"}");
@@ -1297,7 +1284,8 @@ static void test_failed_first_use_leaves_no_branch(void **state) {
   json_decref(expect(w, agent, failing[0].tool, failing[0].args, NULL, failing[0].code));
   tg_git_test_before_move = NULL;
   assert_int_equal(moves_seen, 2);
-  _cleanup_free_ char *history = out("git --git-dir=%s log --format=%%s main", dir2);
+  _cleanup_free_ char *history =
+      tg_test_shell_output("git --git-dir=%s log --format=%%s main", dir2);
   assert_string_equal(history, "outside\nInitialize work:fresh2/data\n");
 }
 
