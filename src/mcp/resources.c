@@ -29,13 +29,19 @@ static int fixtures_offered(cx *c, bool *offered) {
   return 0;
 }
 
-/* 0 when the caller is offered the fixtures, else its JSON-RPC error (code: a not found's). */
-static int fixtures_refused(cx *c, int code) {
+/* 0 when the caller is offered the fixtures, else its JSON-RPC error (code: a not found's),
+ * naming the resource asked for when one is (uri, or NULL). */
+static int fixtures_refused(cx *c, int code, const char *uri) {
   bool offered;
   int r = fixtures_offered(c, &offered);
   if (r || offered) return r;
+  json_t *data = uri ? mcp_named("uri", uri) : json_object();
+  if (!data || json_object_set_new(data, "reason", json_string("agent_not_active")) < 0) {
+    json_decref(data);
+    return TG_E_NOMEM;
+  }
   return mcp_rpc_fail(c, code, "This agent is not active: it is offered no resources or prompts",
-                      json_pack("{s:s}", "reason", "agent_not_active"));
+                      data);
 }
 
 static int fixture_list(cx *c, json_t *params, json_t *(*source)(void), const char *key,
@@ -50,6 +56,12 @@ static int fixture_list(cx *c, json_t *params, json_t *(*source)(void), const ch
   return r;
 }
 
+/* The code of "no such resource": 2026-07-28 moved it to -32602; 2025-11-25 clients expect
+ * -32002. */
+static int resource_not_found(cx *c) {
+  return c->modern ? TG_RPC_INVALID_PARAMS : TG_RPC_RESOURCE_NOT_FOUND;
+}
+
 int mcp_resources_list(cx *c, json_t *params, json_t **ret) {
   return fixture_list(c, params, tg_conformance_resources, "resources", ret);
 }
@@ -62,18 +74,24 @@ int mcp_prompts_list(cx *c, json_t *params, json_t **ret) {
   return fixture_list(c, params, tg_conformance_prompts, "prompts", ret);
 }
 
+/* params.uri, when the caller is offered resources, or NULL after the JSON-RPC error of a
+ * uri that is no string or of a caller offered none (*r: 0, or the error). */
+static const char *uri_asked(cx *c, json_t *params, int *r) {
+  const char *uri = json_string_value(json_object_get(params, "uri"));
+  if (!uri) *r = mcp_rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.uri must be a string", NULL);
+  else *r = fixtures_refused(c, resource_not_found(c), uri);
+  return *r ? NULL : uri;
+}
+
 /* The contents of the resource params.uri names, or the JSON-RPC error of a bad or unknown
  * one. */
 static int resource_of(cx *c, json_t *params, json_t **contents) {
-  const char *uri = json_string_value(json_object_get(params, "uri"));
-  if (!uri) return mcp_rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.uri must be a string", NULL);
-  /* 2026-07-28 moved "not found" to -32602; 2025-11-25 clients expect -32002. */
-  int not_found = c->modern ? TG_RPC_INVALID_PARAMS : TG_RPC_RESOURCE_NOT_FOUND;
-  int r = fixtures_refused(c, not_found);
-  if (r) return r;
+  int r;
+  const char *uri = uri_asked(c, params, &r);
+  if (!uri) return r;
   r = tg_conformance_resource_read(uri, contents);
   if (r == TG_E_NOTFOUND)
-    return mcp_rpc_fail(c, not_found, "Resource not found", mcp_named("uri", uri));
+    return mcp_rpc_fail(c, resource_not_found(c), "Resource not found", mcp_named("uri", uri));
   return r;
 }
 
@@ -104,10 +122,11 @@ int mcp_resources_subscribe(cx *c, json_t *params, json_t **ret) {
   return *ret ? 0 : TG_E_NOMEM;
 }
 
-/* Ending a subscription there is none of leaves none: nothing to refuse. */
+/* Ending a subscription there is none of leaves none: nothing to refuse but to a caller offered
+ * no resources, as subscribing is. */
 int mcp_resources_unsubscribe(cx *c, json_t *params, json_t **ret) {
-  if (!json_is_string(json_object_get(params, "uri")))
-    return mcp_rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.uri must be a string", NULL);
+  int r;
+  if (!uri_asked(c, params, &r)) return r;
   *ret = json_object();
   return *ret ? 0 : TG_E_NOMEM;
 }
@@ -122,7 +141,7 @@ int mcp_prompts_get(cx *c, json_t *params, json_t **ret) {
                         NULL);
   const state_subject subject = {"prompts/get", name, args};
   _cleanup_json_ json_t *round = NULL;
-  int r = fixtures_refused(c, TG_RPC_INVALID_PARAMS);
+  int r = fixtures_refused(c, TG_RPC_INVALID_PARAMS, NULL);
   if (r == 0) r = mcp_read_round(c, params, &subject, &round);
   if (r) return r;
   json_t *responses = json_object_get(round, "answers");
@@ -169,7 +188,7 @@ int mcp_complete(cx *c, json_t *params, json_t **ret) {
                         "params.context must be an object, its arguments an object of strings",
                         NULL);
   json_t *values = NULL;
-  int r = fixtures_refused(c, TG_RPC_INVALID_PARAMS);
+  int r = fixtures_refused(c, TG_RPC_INVALID_PARAMS, NULL);
   if (r) return r;
   r = tg_conformance_complete(ref, arg_name, value, &values);
   /* The refusal names what the ref names, else its type. */

@@ -635,6 +635,36 @@ json_t *tg_conformance_prompts(void) {
       "A prompt that asks the user for context first (SEP-2322)");
 }
 
+/* Whether p starts a percent-encoded octet: a '%' and two hex digits. */
+static bool pct_encoded(const char *p) {
+  return p[0] == '%' && isxdigit((unsigned char)p[1]) && isxdigit((unsigned char)p[2]);
+}
+
+/* An absolute URI as RFC 3986 writes one: a scheme, a colon, then only ASCII a URI may hold (no
+ * space, control, quote, angle bracket and the like, a '%' only before two hex digits), as MCP's
+ * schema asks of a resource's uri. */
+static bool absolute_uri(const char *uri) {
+  if (!isalpha((unsigned char)uri[0])) return false;
+  size_t scheme = strspn(uri, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+-.");
+  if (uri[scheme] != ':') return false;
+  for (const char *p = uri; *p; p++) {
+    unsigned char ch = (unsigned char)*p;
+    if (ch <= ' ' || ch >= 0x7f || strchr("\"<>\\^`{|}", ch) || (ch == '%' && !pct_encoded(p)))
+      return false;
+  }
+  return true;
+}
+
+/* Whether id[0..len) is what the template's {id} expands to (RFC 6570's simple expansion):
+ * unreserved characters and percent-encoded octets. */
+static bool template_id(const char *id, size_t len) {
+  for (size_t i = 0; i < len; i++) {
+    if (id[i] == '%' && i + 2 < len && pct_encoded(id + i)) i += 2;
+    else if (!isalnum((unsigned char)id[i]) && !strchr("-._~", id[i])) return false;
+  }
+  return true;
+}
+
 #define TEMPLATE_PREFIX "test://template/"
 #define TEMPLATE_SUFFIX "/data"
 #define TEMPLATE_ID_MAX 64
@@ -652,7 +682,7 @@ int tg_conformance_resource_read(const char *uri, json_t **ret) {
     size_t len = strlen(uri), pre = strlen(TEMPLATE_PREFIX), suf = strlen(TEMPLATE_SUFFIX);
     if (len <= pre + suf || len - pre - suf > TEMPLATE_ID_MAX ||
         strncmp(uri, TEMPLATE_PREFIX, pre) != 0 || strcmp(uri + len - suf, TEMPLATE_SUFFIX) != 0 ||
-        memchr(uri + pre, '/', len - pre - suf))
+        !template_id(uri + pre, len - pre - suf))
       return TG_E_NOTFOUND;
     char id[TEMPLATE_ID_MAX + 1];
     snprintf(id, sizeof id, "%.*s", (int)(len - pre - suf), uri + pre);
@@ -685,18 +715,6 @@ int tg_conformance_prompt_get(const char *name, json_t *args, json_t *responses,
   }
   *ret_result = json_pack("{s:o}", "messages", messages);
   return *ret_result ? TG_OK : TG_E_NOMEM;
-}
-
-/* An absolute URI as RFC 3986 writes one: a scheme, a colon, then no character a URI never
- * holds (space, controls, quotes, angle brackets and the like), as MCP's schema asks of an
- * embedded resource's uri. */
-static bool absolute_uri(const char *uri) {
-  if (!isalpha((unsigned char)uri[0])) return false;
-  size_t scheme = strspn(uri, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+-.");
-  if (uri[scheme] != ':') return false;
-  for (const unsigned char *p = (const unsigned char *)uri; *p; p++)
-    if (*p <= ' ' || *p == 0x7f || strchr("\"<>\\^`{|}", *p)) return false;
-  return true;
 }
 
 static int prompt_messages(const char *name, json_t *args, json_t *responses, json_t **ret,

@@ -167,6 +167,10 @@ static json_t *error_data(json_t *reply) {
   return json_object_get(json_object_get(reply, "error"), "data");
 }
 
+static const char *str(json_t *obj, const char *key) {
+  return json_string_value(json_object_get(obj, key));
+}
+
 /* The error message of reply, which must be an error. */
 static const char *error_message(json_t *reply) {
   const char *m = json_string_value(json_object_get(json_object_get(reply, "error"), "message"));
@@ -668,9 +672,26 @@ static void test_inactive_agent_is_offered_no_fixtures(void **state) {
         assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
         json_t *data = error_data(r);
         assert_string_equal(json_string_value(json_object_get(data, "reason")), "agent_not_active");
+        if (i == 0) assert_string_equal(str(data, "uri"), "test://static-text");
       }
       json_decref(r);
     }
+    /* Ending a subscription, which only a 2025 session may, is refused as subscribing is. */
+    tg_mcp_session_done(&w->session); /* a new connection */
+    json_decref(send_as(w, idle, INITIALIZE(2, "2025-11-25", "{}"), NULL, NULL));
+    json_t *r = send_as(w, idle,
+                        "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"resources/unsubscribe\","
+                        "\"params\":{\"uri\":\"test://static-text\"}}",
+                        NULL, NULL);
+    if (active) {
+      assert_int_equal(json_object_size(result_of(r)), 0);
+    } else {
+      assert_int_equal(error_code(r), TG_RPC_RESOURCE_NOT_FOUND);
+      assert_string_equal(str(error_data(r), "reason"), "agent_not_active");
+      assert_string_equal(str(error_data(r), "uri"), "test://static-text");
+    }
+    json_decref(r);
+    tg_mcp_session_done(&w->session);
     assert_int_equal(tg_db_exec(w->f->db, "UPDATE agents SET status = 'active' WHERE slug = 'idle'",
                                 NULL, NULL),
                      0);
@@ -1260,10 +1281,6 @@ static json_t *task_call(world *w, const char *method, const char *members) {
   return task_call_as(w, w->agent, method, members);
 }
 
-static const char *str(json_t *obj, const char *key) {
-  return json_string_value(json_object_get(obj, key));
-}
-
 /* Members of a request retrying a round of a call (call: its name and arguments): the
  * requestState the round's result gave, JSON-quoted, and answers (JSON text of the
  * inputResponses); malloc'd. */
@@ -1599,7 +1616,8 @@ static void test_an_embedded_resource_has_a_uri(void **state) {
     const char *uri;
     bool taken;
   } cases[] = {{"test://static-text", true}, {"file:///a%20b", true}, {"x", false},
-               {"test://a b", false}, {"1x:y", false}, {"", false}};
+               {"test://a b", false}, {"1x:y", false}, {"", false},
+               {"test://\u00e9", false}, {"test://a%2", false}, {"test://a%zz", false}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char *text = NULL;
     assert_true(asprintf(&text,
@@ -1611,6 +1629,36 @@ static void test_an_embedded_resource_has_a_uri(void **state) {
     free(text);
     if (cases[i].taken) assert_non_null(json_object_get(result_of(r), "messages"));
     else assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+    json_decref(r);
+  }
+}
+
+/* A template's resource is read only at a URI: its id is what the template's {id} expands to
+ * (unreserved characters and percent-encoded octets), which the answer's uri repeats. */
+static void test_a_template_resource_has_a_uri(void **state) {
+  world *w = *state;
+  static const struct {
+    const char *id;
+    bool found;
+  } cases[] = {{"123", true},        {"a-b.c_d~e", true}, {"%C3%A9", true}, {"\\\"<>", false},
+               {"a b", false},       {"\\u00e9", false}, {"%zz", false},   {"a%2", false},
+               {"a/b", false},       {"a?b", false},      {"", false}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *text = NULL;
+    assert_true(asprintf(&text,
+                         "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"resources/read\",\"params\":{"
+                         "\"uri\":\"test://template/%s/data\"," MODERN_META "}}",
+                         cases[i].id) > 0);
+    json_t *r = send_msg(w, text, NULL, NULL);
+    free(text);
+    if (cases[i].found) {
+      json_t *content = json_array_get(json_object_get(result_of(r), "contents"), 0);
+      char uri[128];
+      snprintf(uri, sizeof uri, "test://template/%s/data", cases[i].id);
+      assert_string_equal(str(content, "uri"), uri);
+    } else if (error_code(r) != TG_RPC_INVALID_PARAMS) {
+      fail_msg("the id '%s' was read", cases[i].id);
+    }
     json_decref(r);
   }
 }
@@ -4778,6 +4826,7 @@ int main(void) {
       T(test_initialize_checks_its_params),
       T(test_prompt_arguments_are_strings),
       T(test_an_embedded_resource_has_a_uri),
+      T(test_a_template_resource_has_a_uri),
       T(test_completion),
       T(test_progress_and_logging),
       T(test_elicitation_asks_the_client),
