@@ -85,9 +85,12 @@ static int level_index(const char *name) {
 json_t *tg_mcp_annotations(const tg_tool *tool) {
   bool read_only = tool->effect == TG_EFFECT_READ;
   /* A read never destroys; a write is destructive when its spec says so: it may delete,
-   * replace or end for good what exists (MCP: not only additive updates). Idempotence is the
-   * spec's word for reads too: a read may record each call (a skill's load does). */
-  bool destructive = !read_only && (tool->flags & TG_TOOL_DESTRUCTIVE);
+   * replace or end for good what exists (MCP: not only additive updates), and so is a write
+   * of high risk, which a client had best confirm as one (a proposal changes nothing yet).
+   * Idempotence is the spec's word for reads too: a read may record each call (a skill's load
+   * does). */
+  bool high_risk_write = tool->effect == TG_EFFECT_WRITE && tool->risk == TG_RISK_HIGH;
+  bool destructive = !read_only && ((tool->flags & TG_TOOL_DESTRUCTIVE) || high_risk_write);
   bool idempotent = tool->flags & TG_TOOL_IDEMPOTENT;
   bool open_world = tool->flags & TG_TOOL_OPEN_WORLD;
   return json_pack("{s:b,s:b,s:b,s:b}", "readOnlyHint", read_only, "destructiveHint",

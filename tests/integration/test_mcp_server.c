@@ -247,6 +247,14 @@ static void test_tools_list_per_principal(void **state) {
       fail_msg("%s: %s", hinted[i].tool, json_dumps(hints, 0));
     json_decref(hints);
   }
+  /* A write of high risk is destructive, flagged or not; a read or a proposal is not. */
+  for (tg_effect effect = TG_EFFECT_READ; effect <= TG_EFFECT_PROPOSE; effect++) {
+    const tg_tool risky = {.effect = effect, .risk = TG_RISK_HIGH};
+    json_t *hints = tg_mcp_annotations(&risky);
+    assert_int_equal(json_is_true(json_object_get(hints, "destructiveHint")),
+                     effect == TG_EFFECT_WRITE);
+    json_decref(hints);
+  }
   assert_non_null(json_object_get(list, "outputSchema"));
   /* api-only tools are not offered on MCP. */
   assert_null(find_tool(tools, "admin_agent_list"));
