@@ -148,7 +148,7 @@ else
   failed "serve on a busy port: the first server did not start"
 fi
 kill -TERM "$first" 2>/dev/null || true
-wait "$first" || true
+check "the server on the busy port stops" 0 wait "$first"
 # A log no one reads any more (its pipe closed once the port was read) is no death by
 # SIGPIPE: the line a bad token logs is dropped, and the server goes on.
 "$tg" serve --listen 127.0.0.1:0 2> >(grep -m1 -o 'listening on 127\.0\.0\.1:[0-9]*' >"$dir/port") &
