@@ -3,8 +3,9 @@ BUILD      ?= build
 BUILD_SAN  ?= build-san
 DATA       ?= data
 JOBS       ?= $(shell nproc)
+# Looked for when the sanitizer build is first configured, after `deps` has installed clang.
 SAN_CC     ?= $(shell command -v clang >/dev/null 2>&1 && echo clang || echo cc)
-SAN_FUZZ   := $(if $(filter clang,$(SAN_CC)),ON,OFF)
+SAN_FUZZ    = $(if $(filter clang,$(SAN_CC)),ON,OFF)
 TOOLGATE   := $(BUILD)/toolgate --data $(DATA)
 # The shared test data (the JSON Schema test suite and meta-schemas); empty: the build's own
 # setting, ../shared/testdata next to the checkout unless configured otherwise.
@@ -21,7 +22,7 @@ deps:
 $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-$(BUILD_SAN)/CMakeCache.txt:
+$(BUILD_SAN)/CMakeCache.txt: | deps
 	CC=$(SAN_CC) cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=Debug -DTG_SANITIZE=ON -DTG_FUZZ=$(SAN_FUZZ)
 
 build: deps $(BUILD)/CMakeCache.txt
@@ -42,7 +43,11 @@ run: build
 	$(TOOLGATE) serve --listen $(LISTEN)
 
 # Sanitizer build first, plain build last, so the output ends with ctest's summary line.
+# The fuzz runs need the libFuzzer targets, which only clang builds: no silent skip.
 test: build build-san
+	@test -x $(BUILD_SAN)/fuzz_jsonrpc || { echo "make test: $(BUILD_SAN) has no fuzz targets:" \
+	  "they need clang (make deps installs it); remove $(BUILD_SAN) to configure it again" >&2; \
+	  exit 1; }
 	cd $(BUILD_SAN) && ctest --output-on-failure -j $(JOBS)
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
