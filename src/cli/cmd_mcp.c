@@ -145,18 +145,6 @@ static int check_given_run(cli *c, const char *principal_id, const char *run) {
   return refused ? CLI_FAILED : CLI_OK;
 }
 
-/* Without --run, an agent's stdio server is one run (its client's session), which the
- * server opens at its first call and which ends with the server. One cut off (SIGKILL, a
- * crash) is ended by the next server on the machine, which its row's holder, this process,
- * lets tell it from a live one. The server writes it itself, not through the operator's
- * tools, which the workspace policy could hold. */
-static void tag_session_run(session_run *run) {
-  if (tg_process_tag(run->holder) == 0) return;
-  *run->holder = '\0';
-  tg_log(TG_LOG_WARN, "mcp: /proc does not tell who this process is: if it is killed, an "
-         "agent's run of it stays running until an operator ends it (toolgate runs end)");
-}
-
 /* Ends the server's run as its serving ended (served, tg_mcp_stdio_serve's outcome):
  * cancelled once its token was revoked, as an HTTP session's; failed on a fault of its own;
  * else completed (its client left, closing its input or output, or it was told to stop). */
@@ -238,7 +226,12 @@ int cmd_mcp(cli *c, int argc, char **argv) {
   end_orphan_runs(c);
   session_run session = {.id = ""};
   if (run && check_given_run(c, principal, run) != CLI_OK) return CLI_FAILED;
-  if (!run) tag_session_run(&session);
+  /* Without --run, an agent's stdio server is one run (its client's session), which the
+   * server opens at its first call and which ends with the server. One cut off (SIGKILL, a
+   * crash) is ended by the next server on the machine, which its row's holder, this process,
+   * lets tell it from a live one. The server writes it itself, not through the operator's
+   * tools, which the workspace policy could hold. */
+  if (!run) tg_process_tag_of_holder(session.holder, "mcp");
   /* The run is checked by each call's gate, as 'call --run' is: a run that ends while the
    * server serves refuses the calls after it. */
   tg_mcp_server srv = {.fixtures = fixtures, .name = "toolgate", .version = TG_MCP_SERVER_VERSION,
@@ -303,14 +296,16 @@ int cmd_serve(cli *c, int argc, char **argv) {
     case 'j': {
       char *end = NULL;
       long n = strtol(optarg, &end, 10);
-      if (*end || n < 1 || n > 256) return cli_usage(serve_usage, "serve: --threads takes 1 to 256");
+      if (*end || n < 1 || n > 256)
+        return cli_usage(serve_usage, "serve: --threads takes 1 to 256");
       cfg.threads = (unsigned)n;
       break;
     }
     default: return cli_usage(serve_usage, "serve: bad option");
     }
   }
-  if (optind != argc) return cli_usage(serve_usage, "serve: unexpected argument '%s'", argv[optind]);
+  if (optind != argc)
+    return cli_usage(serve_usage, "serve: unexpected argument '%s'", argv[optind]);
   if (agent && !cfg.no_auth) return cli_usage(serve_usage, "serve: --agent goes with --no-auth");
   int listens = tg_http_check_listen(&cfg); /* it says why not */
   if (listens < 0) return listens == TG_E_INVAL ? CLI_USAGE : CLI_FAILED;

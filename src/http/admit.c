@@ -73,6 +73,45 @@ static const char *coding_refusal(const char *list, unsigned *status) {
                    : "Transfer-Encoding must be chunked alone";
 }
 
+/* Why a body's framing (its Content-Length and Transfer-Encoding headers, or NULL) cannot be
+ * read (*status: 400, or 501 for a coding not supported), or NULL when it can. */
+static const char *framing_refusal(const char *length, const char *coding, const char *version,
+                                   unsigned *status) {
+  if (length && coding) return "Content-Length and Transfer-Encoding are given together";
+  /* RFC 9112 §6.1: an HTTP/1.0 message's Transfer-Encoding is faulty framing. */
+  if (coding && strcmp(version, MHD_HTTP_VERSION_1_0) == 0)
+    return "Transfer-Encoding is not HTTP/1.0's";
+  return coding ? coding_refusal(coding, status) : NULL;
+}
+
+/* Reads what a request's Accept, Content-Type and Content-Encoding say into rq: what answers
+ * it takes, and the refusal of a POST whose body or answer this server cannot have (sent once
+ * its body names the request's id). False when out of memory. */
+static bool read_media(struct MHD_Connection *conn, const char *method, request *rq) {
+  char *accept = NULL;
+  if (!http_header_value(conn, "Accept", &accept)) return false;
+  tg_accept json = tg_http_accepts(accept, "application/json");
+  tg_accept events = tg_http_accepts(accept, "text/event-stream");
+  free(accept);
+  rq->takes_events = events.quality > 0;
+  rq->prefers_events = events.named && events.quality >= json.quality;
+  if (strcmp(method, "POST") != 0) return true;
+  /* A POST's answer may be JSON or an event stream, at the server's choice: a client must
+   * take both. */
+  if (json.quality == 0 || events.quality == 0) {
+    rq->refused_media = "Accept must take application/json and text/event-stream";
+    rq->refused_media_status = MHD_HTTP_NOT_ACCEPTABLE;
+  } else if (!tg_http_is_json(MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                          "Content-Type"))) {
+    rq->refused_media = "Content-Type must be application/json";
+    rq->refused_media_status = MHD_HTTP_UNSUPPORTED_MEDIA_TYPE;
+  } else if (encoded(conn)) {
+    rq->refused_media = "Content-Encoding is not supported: send the body as it is";
+    rq->refused_media_status = MHD_HTTP_UNSUPPORTED_MEDIA_TYPE; /* RFC 9110 §15.5.16 */
+  }
+  return true;
+}
+
 /* What a request's headers decide, before any of its body is read: the route, the origin and
  * the caller. Queues the refusal (rq->answered) or fills rq->principal. */
 enum MHD_Result http_admit(server *s, struct MHD_Connection *conn, const char *target,
@@ -138,17 +177,10 @@ enum MHD_Result http_admit(server *s, struct MHD_Connection *conn, const char *t
    * http_body_take), so that its 413 arrives whole. */
   const char *length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
   const char *coding = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Transfer-Encoding");
-  if (length && coding)
-    return http_queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
-                                "Content-Length and Transfer-Encoding are given together");
-  /* RFC 9112 §6.1: an HTTP/1.0 message's Transfer-Encoding is faulty framing. */
-  if (coding && strcmp(version, MHD_HTTP_VERSION_1_0) == 0)
-    return http_queue_rpc_error(conn, MHD_HTTP_BAD_REQUEST, TG_RPC_INVALID_REQUEST,
-                                "Transfer-Encoding is not HTTP/1.0's");
-  unsigned coding_status = 0;
-  const char *coding_fault = coding ? coding_refusal(coding, &coding_status) : NULL;
-  if (coding_fault)
-    return http_queue_rpc_error(conn, coding_status, TG_RPC_INVALID_REQUEST, coding_fault);
+  unsigned framing_status = MHD_HTTP_BAD_REQUEST;
+  const char *framing_fault = framing_refusal(length, coding, version, &framing_status);
+  if (framing_fault)
+    return http_queue_rpc_error(conn, framing_status, TG_RPC_INVALID_REQUEST, framing_fault);
   if (length && strtoull(length, NULL, 10) > 2ull * TG_RPC_MAX_BODY)
     return http_refuse_too_large(s, conn, NULL, NULL);
   /* A DELETE's body means nothing (RFC 9110 §9.3.5); refused, it holds nothing, so a DELETE
@@ -183,26 +215,7 @@ enum MHD_Result http_admit(server *s, struct MHD_Connection *conn, const char *t
                                        "Too many requests of this caller are answered at once; "
                                        "end one (a stream) or wait")
                 : MHD_NO;
-  char *accept = NULL;
-  if (!http_header_value(conn, "Accept", &accept)) return MHD_NO;
-  tg_accept json = tg_http_accepts(accept, "application/json");
-  tg_accept events = tg_http_accepts(accept, "text/event-stream");
-  free(accept);
-  rq->takes_events = events.quality > 0;
-  rq->prefers_events = events.named && events.quality >= json.quality;
-  /* A POST's answer may be JSON or an event stream, at the server's choice: a client must
-   * take both. Its refusal waits for its body, whose request id it names. */
-  if (strcmp(method, "POST") == 0 && (json.quality == 0 || events.quality == 0)) {
-    rq->refused_media = "Accept must take application/json and text/event-stream";
-    rq->refused_media_status = MHD_HTTP_NOT_ACCEPTABLE;
-  } else if (strcmp(method, "POST") == 0 &&
-             !tg_http_is_json(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type"))) {
-    rq->refused_media = "Content-Type must be application/json";
-    rq->refused_media_status = MHD_HTTP_UNSUPPORTED_MEDIA_TYPE;
-  } else if (strcmp(method, "POST") == 0 && encoded(conn)) {
-    rq->refused_media = "Content-Encoding is not supported: send the body as it is";
-    rq->refused_media_status = MHD_HTTP_UNSUPPORTED_MEDIA_TYPE; /* RFC 9110 §15.5.16 */
-  }
+  if (!read_media(conn, method, rq)) return MHD_NO;
   rq->answered = false;
   return MHD_YES;
 }

@@ -51,13 +51,12 @@ enum MHD_Result http_refuse_caller(server *s, struct MHD_Connection *conn, calle
   if (who == CALLER_UNCHECKED)
     return http_queue_rpc_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, TG_RPC_INTERNAL_ERROR,
                                 "The token could not be checked; retry");
-  _cleanup_json_ json_t *error = tg_rpc_error(
+  _cleanup_free_ char *text = tg_rpc_error_text(
       NULL, TG_RPC_INVALID_REQUEST,
       who == CALLER_EMPTY_TOKEN
           ? "The Bearer token is empty; send one (toolgate token create makes one)"
           : "A valid Bearer token is required (toolgate token create makes one)",
       NULL);
-  _cleanup_free_ char *text = error ? tg_rpc_encode(error) : NULL;
   struct MHD_Response *res =
       text ? MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_COPY) : NULL;
   if (!res) return MHD_NO;

@@ -4,7 +4,6 @@
 #define _GNU_SOURCE
 #include "http/internal.h"
 
-#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,7 +11,6 @@
 #include "util/cleanup.h"
 
 #define MAX_PARAM_HEADERS 64
-#define MAX_PARAM_NAME 127 /* bytes of a Name */
 
 /* The lines of one header, each trimmed, joined into one list as RFC 9110 §5.3 reads a
  * repeated list header (Accept); headers that may not repeat never get here twice (see
@@ -72,14 +70,11 @@ enum MHD_Result http_collect_param(void *cls, enum MHD_ValueKind kind, const cha
                                    const char *value) {
   param_headers *ph = cls;
   if (strncasecmp(key, "Mcp-Param-", 10) != 0 || !value) return MHD_YES;
-  char name[MAX_PARAM_NAME + 1];
-  if (strlen(key + 10) > MAX_PARAM_NAME) {
+  char name[TG_MCP_PARAM_NAME_MAX + 1];
+  if (!tg_mcp_param_key(key + 10, name)) {
     ph->too_long = true;
     return MHD_NO;
   }
-  size_t i = 0;
-  for (const char *p = key + 10; *p; p++) name[i++] = (char)tolower((unsigned char)*p);
-  name[i] = 0;
   size_t len;
   value = tg_http_field_value(value, &len);
   json_t *seen = json_object_get(ph->params, name);

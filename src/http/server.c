@@ -203,12 +203,7 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   h->s.held_max = cfg->max_held_bytes ? cfg->max_held_bytes : TG_HTTP_MAX_HELD_BYTES;
   h->s.taking_max = cfg->max_taking_bytes ? cfg->max_taking_bytes : TG_HTTP_MAX_TAKING_BYTES;
   h->s.replay_keep_ms = cfg->replay_keep_ms ? cfg->replay_keep_ms : TG_HTTP_REPLAY_KEEP_MS;
-  if (tg_process_tag(h->s.holder) < 0) {
-    *h->s.holder = '\0';
-    tg_log(TG_LOG_WARN, "serve: /proc does not tell who this process is: if it is killed, the "
-           "runs of agents' sessions stay running until an operator ends them (toolgate runs "
-           "end)");
-  }
+  tg_process_tag_of_holder(h->s.holder, "serve");
   pthread_mutex_init(&h->s.lock, NULL);
   pthread_mutex_init(&h->s.shares_lock, NULL);
   pthread_mutex_init(&h->s.peers_lock, NULL);

@@ -172,7 +172,6 @@ enum MHD_Result http_handle_get(server *s, struct MHD_Connection *conn, tg_db *d
   if (status != MHD_HTTP_METHOD_NOT_ALLOWED)
     return http_queue_rpc_error(conn, status, TG_RPC_INVALID_REQUEST, why);
   /* No other stream is offered on GET while one is open: POST and DELETE are left. */
-  _cleanup_json_ json_t *error = tg_rpc_error(NULL, TG_RPC_INVALID_REQUEST, why, NULL);
-  _cleanup_free_ char *text = error ? tg_rpc_encode(error) : NULL;
+  _cleanup_free_ char *text = tg_rpc_error_text(NULL, TG_RPC_INVALID_REQUEST, why, NULL);
   return text ? http_respond(conn, status, "application/json", text, NULL, "POST, DELETE") : MHD_NO;
 }

@@ -209,12 +209,10 @@ void http_worker_free(worker *w) {
 static void finish_cancelled(server *s, worker *w) {
   char *text = NULL;
   if (http_revoked_call(s, w->sess, w->st)) {
-    json_t *error = tg_rpc_error(w->msg.id, TG_RPC_INVALID_REQUEST,
-                                 "The token this call was made with was revoked: the call was "
-                                 "cancelled",
-                                 NULL);
-    text = error ? tg_rpc_encode(error) : NULL;
-    json_decref(error);
+    text = tg_rpc_error_text(w->msg.id, TG_RPC_INVALID_REQUEST,
+                             "The token this call was made with was revoked: the call was "
+                             "cancelled",
+                             NULL);
   }
   http_stream_finish(w->st, text, w->msg.id, 0);
 }
@@ -266,11 +264,8 @@ static void run_call(worker *w, tg_db *db) {
     free(final);
     finish_cancelled(s, w);
   } else {
-    if (!handled) {
-      _cleanup_json_ json_t *error =
-          tg_rpc_error(w->msg.id, TG_RPC_INTERNAL_ERROR, "Internal error", NULL);
-      final = error ? tg_rpc_encode(error) : NULL;
-    }
+    if (!handled)
+      final = tg_rpc_error_text(w->msg.id, TG_RPC_INTERNAL_ERROR, "Internal error", NULL);
     http_stream_finish(w->st, final, w->msg.id, status);
   }
   if (db) http_check_lists(s, db, w->principal, w->sess);

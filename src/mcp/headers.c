@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "util/cleanup.h"
+#include "util/json.h"
 
 /* Strict base64 (RFC 4648: its alphabet, padded, unused bits zero); NULL when malformed or
  * when it decodes to a NUL byte. GnuTLS decodes strictly but skips white space, which a
@@ -56,6 +57,13 @@ static bool param_matches(const char *value, json_t *arg) {
   return false;
 }
 
+bool tg_mcp_param_key(const char *name, char key[TG_MCP_PARAM_NAME_MAX + 1]) {
+  size_t len = strlen(name);
+  if (len > TG_MCP_PARAM_NAME_MAX) return false;
+  for (size_t i = 0; i <= len; i++) key[i] = (char)tolower((unsigned char)name[i]);
+  return true;
+}
+
 /* Every argument the tool's schema marks x-mcp-header must arrive mirrored in its
  * Mcp-Param-{Name} header, and a header must mirror an argument. */
 bool mcp_params_match(const tg_registry *reg, const tg_rpc_msg *msg, json_t *headers) {
@@ -68,11 +76,9 @@ bool mcp_params_match(const tg_registry *reg, const tg_rpc_msg *msg, json_t *hea
   json_object_foreach(json_object_get(tool->input_schema, "properties"), prop, schema) {
     const char *name = json_string_value(json_object_get(schema, "x-mcp-header"));
     if (!name) continue;
-    char lower[128];
-    size_t i = 0;
-    for (; name[i] && i + 1 < sizeof lower; i++) lower[i] = (char)tolower((unsigned char)name[i]);
-    lower[i] = 0;
-    const char *raw = json_string_value(json_object_get(headers, lower));
+    /* A Name past the most comes in no header: the argument cannot be mirrored. */
+    char key[TG_MCP_PARAM_NAME_MAX + 1];
+    const char *raw = tg_mcp_param_key(name, key) ? tg_json_str(headers, key) : NULL;
     json_t *arg = json_object_get(args, prop);
     bool has_arg = arg && !json_is_null(arg);
     if (!raw && !has_arg) continue;

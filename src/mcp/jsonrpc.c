@@ -292,6 +292,11 @@ char *tg_rpc_encode(const json_t *message) {
   return json_dumps(message, JSON_COMPACT | JSON_ENCODE_ANY);
 }
 
+char *tg_rpc_error_text(json_t *id, int code, const char *message, json_t *data) {
+  _cleanup_json_ json_t *error = tg_rpc_error(id, code, message, data);
+  return error ? tg_rpc_encode(error) : NULL;
+}
+
 char *tg_rpc_encode_result_with(json_t *id, const json_t *result, const char *key,
                                 const char *raw, size_t raw_len) {
   _cleanup_free_ char *id_text = json_dumps(id, JSON_COMPACT | JSON_ENCODE_ANY);
@@ -552,6 +557,20 @@ static int parse_error(const json_error_t *e, json_t **ret_error) {
               json_pack("{s:s,s:i}", "reason", e->text, "position", e->position), ret_error);
 }
 
+/* The -32600 of text that was read (whole, or NULL) yet is refused as no message (why, data:
+ * stolen): one error for each request of a batch, else one naming the id a scan of buf finds. */
+static int refuse_read(json_t *whole, const char *buf, size_t len, const char *why,
+                       json_t *data, json_t **ret_error) {
+  if (json_is_array(whole) && json_array_size(whole)) {
+    *ret_error = refusals(whole, TG_RPC_INVALID_REQUEST, why, data);
+    return *ret_error ? TG_RPC_INVALID_REQUEST : TG_E_NOMEM;
+  }
+  json_t *id = id_in(buf, len);
+  int code = fail(id, TG_RPC_INVALID_REQUEST, why, data, ret_error);
+  json_decref(id);
+  return code;
+}
+
 size_t tg_rpc_reckon(const char *buf, size_t len) { return scan_limits(buf, len).held; }
 
 int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_error) {
@@ -582,17 +601,8 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
     json_t *whole = readable ? json_loadb(buf, len, JSON_DECODE_ANY, &jerr) : NULL;
     if (readable && !whole && not_json(&jerr))
       return parse_error(&jerr, ret_error);
-    static const char why[] = "Message exceeds a limit";
-    json_t *data = limit_data(scan.limit);
-    int code;
-    if (json_is_array(whole) && json_array_size(whole)) {
-      *ret_error = refusals(whole, TG_RPC_INVALID_REQUEST, why, data);
-      code = *ret_error ? TG_RPC_INVALID_REQUEST : TG_E_NOMEM;
-    } else {
-      json_t *id = id_in(buf, len);
-      code = fail(id, TG_RPC_INVALID_REQUEST, why, data, ret_error);
-      json_decref(id);
-    }
+    int code = refuse_read(whole, buf, len, "Message exceeds a limit",
+                           limit_data(scan.limit), ret_error);
     json_decref(whole);
     return code;
   }
@@ -632,15 +642,7 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
      * read taking \u0000, each of its requests. */
     size_t taking = JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES;
     json_t *batch = why == json_error_null_character ? json_loadb(buf, len, taking, NULL) : NULL;
-    int code;
-    if (json_is_array(batch) && json_array_size(batch)) {
-      *ret_error = refusals(batch, TG_RPC_INVALID_REQUEST, "Invalid Request", data);
-      code = *ret_error ? TG_RPC_INVALID_REQUEST : TG_E_NOMEM;
-    } else {
-      json_t *named = id_in(buf, len);
-      code = fail(named, TG_RPC_INVALID_REQUEST, "Invalid Request", data, ret_error);
-      json_decref(named);
-    }
+    int code = refuse_read(batch, buf, len, "Invalid Request", data, ret_error);
     json_decref(batch);
     return code;
   }

@@ -122,6 +122,9 @@ json_t *tg_rpc_request(json_int_t id, const char *method, json_t *params);
 /* Compact one-line text of a message (no embedded newlines), malloc'd; NULL when out of
  * memory. */
 char *tg_rpc_encode(const json_t *message);
+/* The text of tg_rpc_error(id, code, message, data) (data stolen), malloc'd; NULL when out of
+ * memory. */
+char *tg_rpc_error_text(json_t *id, int code, const char *message, json_t *data);
 /* The text of tg_rpc_result(id, result) whose result (an object, not stolen) has one more
  * member, key, with raw_len bytes of JSON text encoded beforehand (compact, one line): a
  * large, constant part of a result is encoded once instead of at every answer. key needs

@@ -301,8 +301,6 @@ static bool task_ids(json_t *ids) {
   return true;
 }
 
-/* 2026-07-28: the request stays open as the subscription, acknowledged and fed through the
- * watch; it is answered only when the server ends it, and never once cancelled. */
 /* Why a subscriptions/listen request's filter (params.notifications) is refused: its
  * JSON-RPC code (mcp_rpc_fail), or 0 when it is not. */
 static int listen_filter_refusal(cx *c, json_t *params) {
@@ -320,6 +318,8 @@ static int listen_filter_refusal(cx *c, json_t *params) {
   return 0;
 }
 
+/* 2026-07-28: the request stays open as the subscription, acknowledged and fed through the
+ * watch; it is answered only when the server ends it, and never once cancelled. */
 static int m_listen(cx *c, json_t *params, json_t **ret) {
   if (!c->req->watch)
     return mcp_rpc_fail(c, TG_RPC_METHOD_NOT_FOUND, "Method not found",
@@ -455,8 +455,7 @@ static int reply_error(const tg_rpc_msg *msg, int code, const char *message, jso
                        int http_status, tg_mcp_reply *reply) {
   reply->http_status = http_status;
   reply->error = true;
-  _cleanup_json_ json_t *error = tg_rpc_error(msg->id, code, message, data);
-  reply->text = error ? tg_rpc_encode(error) : NULL;
+  reply->text = tg_rpc_error_text(msg->id, code, message, data);
   return reply->text ? 0 : TG_E_NOMEM;
 }
 
@@ -938,11 +937,10 @@ static char *within_bound(char *text, json_t *id, size_t *used, size_t max) {
     return text;
   }
   free(text);
-  _cleanup_json_ json_t *error =
-      tg_rpc_error(id, TG_RPC_INTERNAL_ERROR,
-                   "The request was served, but its result is too large to send in this batch",
-                   json_pack("{s:I}", "maxBytes", (json_int_t)max));
-  char *instead = error ? tg_rpc_encode(error) : NULL;
+  char *instead = tg_rpc_error_text(
+      id, TG_RPC_INTERNAL_ERROR,
+      "The request was served, but its result is too large to send in this batch",
+      json_pack("{s:I}", "maxBytes", (json_int_t)max));
   if (instead) *used += strlen(instead) + 1; /* small: it passes the bound by little */
   return instead;
 }

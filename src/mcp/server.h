@@ -48,8 +48,14 @@ typedef struct tg_mcp_headers {
   const char *protocol_version;
   const char *method;
   const char *name;
-  json_t *params; /* Mcp-Param-{Name} values by lower-case Name (borrowed, may be NULL) */
+  json_t *params; /* Mcp-Param-{Name} values by tg_mcp_param_key (borrowed, may be NULL) */
 } tg_mcp_headers;
+
+/* Bytes of the Name of an Mcp-Param-{Name} header, at most. */
+#define TG_MCP_PARAM_NAME_MAX 127
+/* Into key, the key a header's Name and a schema's x-mcp-header meet by: the Name in lower
+ * case (header names are case-insensitive). False for a Name longer than the most. */
+bool tg_mcp_param_key(const char *name, char key[TG_MCP_PARAM_NAME_MAX + 1]);
 
 /* How a transport lets a request talk to the client before its reply. */
 typedef struct tg_mcp_io {

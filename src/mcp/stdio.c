@@ -109,16 +109,11 @@ static int send_line(conn *c, const char *line, size_t len) {
 static int write_text(conn *c, char *text) {
   if (!text) return TG_E_NOMEM;
   size_t len = strlen(text);
-  char *line = realloc(text, len + 1); /* its NUL becomes the newline */
-  if (!line) {
-    free(text);
-    return TG_E_NOMEM;
-  }
-  line[len] = '\n';
+  text[len] = '\n'; /* its NUL becomes the newline */
   pthread_mutex_lock(&c->writing);
-  int r = send_line(c, line, len + 1);
+  int r = send_line(c, text, len + 1);
   pthread_mutex_unlock(&c->writing);
-  free(line);
+  free(text);
   return r;
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util/log.h"
 #include "util/status.h"
 
 typedef struct process_id {
@@ -88,6 +89,13 @@ int tg_process_tag(char out[TG_PROCESS_TAG_LEN]) {
   int n = snprintf(out, TG_PROCESS_TAG_LEN, TAG_FORMAT, id.machine, id.boot, id.pid_ns,
                    id.time_ns, id.pid, id.start);
   return n > 0 && n < TG_PROCESS_TAG_LEN ? TG_OK : TG_E_IO;
+}
+
+void tg_process_tag_of_holder(char out[TG_PROCESS_TAG_LEN], const char *who) {
+  if (tg_process_tag(out) == TG_OK) return;
+  *out = '\0';
+  tg_log(TG_LOG_WARN, "%s: /proc does not tell who this process is: if it is killed, the runs "
+         "it holds stay running until an operator ends them (toolgate runs end)", who);
 }
 
 bool tg_process_tag_gone(const char *tag) {

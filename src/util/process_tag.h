@@ -12,6 +12,11 @@
  * mounted from another pid namespace). */
 int tg_process_tag(char out[TG_PROCESS_TAG_LEN]);
 
+/* The tag of a server that holds runs into out, or "" when /proc cannot tell, which is then
+ * logged as a warning of who (the server, "serve" or "mcp"): the runs it holds cannot be told
+ * from a live server's when it is killed, and stay running until an operator ends them. */
+void tg_process_tag_of_holder(char out[TG_PROCESS_TAG_LEN], const char *who);
+
 /* True only when the process tag names is surely gone: on this machine before its last boot,
  * or on this boot and in this pid namespace with no such process left (none, another process
  * on the pid since, or a zombie). False for one alive, on another machine or namespace, and
