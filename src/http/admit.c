@@ -77,6 +77,7 @@ static const char *coding_refusal(const char *list, unsigned *status) {
  * read (*status: 400, or 501 for a coding not supported), or NULL when it can. */
 static const char *framing_refusal(const char *length, const char *coding, const char *version,
                                    unsigned *status) {
+  *status = MHD_HTTP_BAD_REQUEST;
   if (length && coding) return "Content-Length and Transfer-Encoding are given together";
   /* RFC 9112 §6.1: an HTTP/1.0 message's Transfer-Encoding is faulty framing. */
   if (coding && strcmp(version, MHD_HTTP_VERSION_1_0) == 0)
@@ -177,7 +178,7 @@ enum MHD_Result http_admit(server *s, struct MHD_Connection *conn, const char *t
    * http_body_take), so that its 413 arrives whole. */
   const char *length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
   const char *coding = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Transfer-Encoding");
-  unsigned framing_status = MHD_HTTP_BAD_REQUEST;
+  unsigned framing_status;
   const char *framing_fault = framing_refusal(length, coding, version, &framing_status);
   if (framing_fault)
     return http_queue_rpc_error(conn, framing_status, TG_RPC_INVALID_REQUEST, framing_fault);

@@ -823,19 +823,17 @@ int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_
     notification(req, msg);
     return 0;
   }
-  if (req->inflight && tg_mcp_inflight_begin(req->inflight, msg->id) < 0) return TG_E_NOMEM;
-  /* Cancelled while it waited for a thread (the transport held its entry): not served, nor
-   * refused, as the client expects no answer. */
-  if (req->inflight && tg_mcp_inflight_cancelled(req->inflight, msg->id)) {
-    tg_mcp_inflight_end(req->inflight, msg->id);
-    return 0;
-  }
   cx c = request_cx(srv, req, msg);
   int r = check_request(&c, reply);
-  if (r != 0) {
-    if (req->inflight) tg_mcp_inflight_end(req->inflight, msg->id);
-    return r < 0 ? r : 0;
+  /* Refused before it is served: pinning its connection's era all the same, but unanswered
+   * when it was cancelled while it waited for a thread (the transport held its entry), as the
+   * client expects no answer. */
+  if (r == 1 && req->inflight && tg_mcp_inflight_cancelled(req->inflight, msg->id)) {
+    free(reply->text);
+    memset(reply, 0, sizeof *reply);
+    reply->http_status = 202;
   }
+  if (r != 0) return r < 0 ? r : 0;
   const method *m = find_method(srv, msg->method, c.modern ? ERA_MODERN : ERA_LEGACY);
   /* A ping pins nothing either: over stdio it may be answered ahead of its turn, where it
    * could not (see stdio.c). */
@@ -843,6 +841,12 @@ int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_
       strcmp(m->name, "ping") != 0 && !req->headers)
     req->session->era = TG_MCP_ERA_LEGACY;
   json_t *result = NULL;
+  if (req->inflight && tg_mcp_inflight_begin(req->inflight, msg->id) < 0) return TG_E_NOMEM;
+  /* Cancelled while it waited for a thread: not served. */
+  if (req->inflight && tg_mcp_inflight_cancelled(req->inflight, msg->id)) {
+    tg_mcp_inflight_end(req->inflight, msg->id);
+    return 0;
+  }
   /* Not begun before its transport gave up on every answer: said so, as a client may retry. */
   const char *refused;
   if (req->abandoned && atomic_load(req->abandoned))

@@ -386,6 +386,13 @@ static void test_call_cancelled_while_queued_is_not_served(void **state) {
   }
   assert_int_equal(json_array_size(w->sent), 0); /* the handler never asked */
   assert_int_equal(fixture_count(w->f, "agent_run_logs"), logs);
+  /* A request that claims 2026-07-28 pins its connection, whatever then becomes of it. */
+  tg_mcp_session_done(&w->session); /* a new connection */
+  assert_int_equal(tg_mcp_inflight_begin(w->inflight, id), 0);
+  assert_true(tg_mcp_inflight_cancel(w->inflight, id));
+  assert_null(handle(w, queued[2], NULL));
+  assert_true(tg_mcp_inflight_end(w->inflight, id));
+  assert_int_equal(w->session.era, TG_MCP_ERA_MODERN);
   json_decref(id);
 }
 

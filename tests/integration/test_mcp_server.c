@@ -762,6 +762,22 @@ static void test_header_values_a_client_must_encode(void **state) {
   }
 }
 
+/* A header's Name and a schema's x-mcp-header meet in lower case, up to 127 bytes; a longer
+ * Name has no key (HTTP refuses the header), so no shorter one stands in for it. */
+static void test_param_keys(void **state) {
+  (void)state;
+  char key[TG_MCP_PARAM_NAME_MAX + 1], name[TG_MCP_PARAM_NAME_MAX + 2];
+  assert_true(tg_mcp_param_key("Region", key));
+  assert_string_equal(key, "region");
+  memset(name, 'A', TG_MCP_PARAM_NAME_MAX);
+  name[TG_MCP_PARAM_NAME_MAX] = '\0';
+  assert_true(tg_mcp_param_key(name, key));
+  assert_int_equal(strspn(key, "a"), TG_MCP_PARAM_NAME_MAX);
+  name[TG_MCP_PARAM_NAME_MAX] = 'A';
+  name[TG_MCP_PARAM_NAME_MAX + 1] = '\0';
+  assert_false(tg_mcp_param_key(name, key));
+}
+
 /* The audit rows of calls of tool at level (INFO: those that succeeded). */
 static long calls_audited(world *w, const char *tool, const char *level) {
   char step[128];
@@ -4847,6 +4863,7 @@ int main(void) {
       T(test_prompt_arguments_are_strings),
       T(test_an_embedded_resource_has_a_uri),
       T(test_a_template_resource_has_a_uri),
+      T(test_param_keys),
       T(test_completion),
       T(test_progress_and_logging),
       T(test_elicitation_asks_the_client),
