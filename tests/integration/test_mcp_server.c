@@ -238,7 +238,8 @@ static void test_tools_list_per_principal(void **state) {
                 {"work.task.create", false, false, false},  {"work.task.comment", false, false, false},
                 {"agent.skill.load", true, false, false},   {"agent.skill.list", true, false, true},
                 {"agent.approval.resolve", false, true, false},
-                {"repo.pr.open", false, false, false},      {"repo.pr.close", false, true, false}};
+                {"repo.pr.open", false, false, false},      {"repo.pr.close", false, true, false},
+                {"repo.pr.merge", false, true, false},      {"admin.run.end", false, true, false}};
   for (size_t i = 0; i < sizeof hinted / sizeof hinted[0]; i++) {
     json_t *hints = tg_mcp_annotations(tg_registry_find(w->f->env.registry, hinted[i].tool));
     if (json_is_true(json_object_get(hints, "readOnlyHint")) != hinted[i].read ||
