@@ -296,6 +296,52 @@ static int start_task(cx *c, call_channel *ch, const tg_tool *tool, json_t *args
   return 0;
 }
 
+/* A call served in this request, not as a task: through tg_call, once and then again for each
+ * round of input its client answers (on 2025 revisions; each round a call of its own, audited as
+ * any). 0 with *status and *res its last round's, or the error of a round that failed between
+ * two (with *res done). */
+static int run_in_place(cx *c, call_channel *ch, const tg_tool *tool, const char *name,
+                        json_t *args, json_t *progress_token, json_t *responses,
+                        const char *state, int *status, tg_call_result *res) {
+  tg_client_channel channel = {
+      .self = ch,
+      .progress_token = progress_token,
+      .log_level = c->log_level,
+      .capabilities = c->caps,
+      .input_responses = responses,
+      .request_state = state,
+      .notify = channel_notify,
+      /* 2026-07-28 forbids server-to-client requests; legacy needs a transport that can. */
+      .ask = !c->modern && c->req->io && c->req->io->ask ? channel_ask : NULL,
+      .close_stream = c->req->io && c->req->io->close_stream ? channel_close_stream : NULL,
+      .cancelled = c->req->inflight || c->req->abandoned || c->req->gone ? channel_cancelled : NULL,
+      .cancel_heard = channel_cancel_heard,
+      .check_result = channel_check_result,
+  };
+  tg_call_request call = {.principal_id = c->req->principal_id, .surface = TG_SURFACE_MCP,
+                          .tool = name, .args = args, .client = &channel,
+                          .run_id = c->run_id, .run_held = c->run_held, .rate_counted = true};
+  *status = tg_call(c->req->env, &call, res);
+  _cleanup_json_ json_t *answers = NULL;
+  _cleanup_free_ char *held_state = NULL;
+  for (unsigned rounds = 0;
+       *status == TG_OK && mcp_asks_inputs(c, tool) && tg_client_asks_input(tool, res->value);
+       rounds++) {
+    json_decref(answers);
+    free(held_state);
+    const char *kept = json_string_value(json_object_get(res->value, "requestState"));
+    held_state = kept ? strdup(kept) : NULL;
+    int rr = kept && !held_state ? TG_E_NOMEM : mcp_next_round(c, ch, res->value, rounds, &answers);
+    tg_call_result_done(res);
+    if (rr) return audit_unrun_end(c, tool, rr);
+    channel.input_responses = answers;
+    channel.request_state = held_state;
+    channel.progress_token = NULL; /* a round's progress starts anew: a token's must rise */
+    *status = tg_call(c->req->env, &call, res);
+  }
+  return 0;
+}
+
 int mcp_tools_call(cx *c, json_t *params, json_t **ret) {
   const char *name = json_string_value(json_object_get(params, "name"));
   json_t *args = json_object_get(params, "arguments");
@@ -348,47 +394,9 @@ int mcp_tools_call(cx *c, json_t *params, json_t **ret) {
     *ret = task;
     return 0;
   }
-  if (rr == 1) {
-    tg_client_channel channel = {
-        .self = &ch,
-        .progress_token = progress_token,
-        .log_level = c->log_level,
-        .capabilities = c->caps,
-        .input_responses = responses,
-        .request_state = state,
-        .notify = channel_notify,
-        /* 2026-07-28 forbids server-to-client requests; legacy needs a transport that can. */
-        .ask = !c->modern && c->req->io && c->req->io->ask ? channel_ask : NULL,
-        .close_stream = c->req->io && c->req->io->close_stream ? channel_close_stream : NULL,
-        .cancelled =
-            c->req->inflight || c->req->abandoned || c->req->gone ? channel_cancelled : NULL,
-        .cancel_heard = channel_cancel_heard,
-        .check_result = channel_check_result,
-    };
-    tg_call_request call = {.principal_id = c->req->principal_id, .surface = TG_SURFACE_MCP,
-                            .tool = name, .args = args, .client = &channel,
-                            .run_id = c->run_id, .run_held = c->run_held,
-                            .rate_counted = true};
-    r = tg_call(c->req->env, &call, &res);
-    /* Each round a call of its own, audited as any. */
-    _cleanup_json_ json_t *answers = NULL;
-    _cleanup_free_ char *held_state = NULL;
-    for (unsigned rounds = 0;
-         r == TG_OK && mcp_asks_inputs(c, tool) && tg_client_asks_input(tool, res.value);
-         rounds++) {
-      json_decref(answers);
-      free(held_state);
-      const char *kept = json_string_value(json_object_get(res.value, "requestState"));
-      held_state = kept ? strdup(kept) : NULL;
-      rr = kept && !held_state ? TG_E_NOMEM : mcp_next_round(c, &ch, res.value, rounds, &answers);
-      tg_call_result_done(&res);
-      if (rr) return audit_unrun_end(c, tool, rr);
-      channel.input_responses = answers;
-      channel.request_state = held_state;
-      channel.progress_token = NULL; /* a round's progress starts anew: a token's must rise */
-      r = tg_call(c->req->env, &call, &res);
-    }
-  }
+  if (rr == 1 && (rr = run_in_place(c, &ch, tool, name, args, progress_token, responses, state,
+                                    &r, &res)) != 0)
+    return rr;
   if (ch.refused_code) {
     tg_call_result_done(&res);
     return mcp_rpc_fail(c, ch.refused_code, ch.refused_message, ch.refused_data);
