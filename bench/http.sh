@@ -8,11 +8,12 @@
 # sessions: tools/call only (the same tool and answer on both sides), then tools/list only
 # (not the same list: the table says how many tools each side lists), then ping (no tool and no
 # database: what the transport and the JSON-RPC layer cost each side), then ping on a new
-# connection each (what accepting one costs each side). Then it prints both
-# sides, each server's CPU time per request (from /proc, over the run), the ratio (none when
-# a side had errors), idle RSS
-# (after start, before load), peak RSS (VmHWM) and RSS 13 s after the load, and stops both
-# by PID.
+# connection each (what accepting one costs each side). The same loads go to a third server,
+# the floor (bench_http_floor): fixed answers and no other work, the most any server can show
+# beside this generator on this machine. Then it prints the three sides, each server's CPU
+# time per request (from /proc, over the run), the ratios to the SDK (none when a side had
+# errors), idle RSS (after start, before load), peak RSS (VmHWM) and RSS 13 s after the load,
+# and stops the servers by PID.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -21,8 +22,9 @@ if [ $# -ne 1 ]; then
   echo "usage: bench/http.sh BUILD_DIR   (or: make bench)" >&2
   exit 2
 fi
-if ! build="$(cd "$1" 2>/dev/null && pwd)" || [ ! -x "$build/bench_http_load" ] || [ ! -x "$build/toolgate" ]; then
-  echo "bench/http.sh: error: no toolgate or bench_http_load in '$1'; build first (make bench does)" >&2
+if ! build="$(cd "$1" 2>/dev/null && pwd)" || [ ! -x "$build/bench_http_load" ] ||
+  [ ! -x "$build/bench_http_floor" ] || [ ! -x "$build/toolgate" ]; then
+  echo "bench/http.sh: error: no toolgate, bench_http_load or bench_http_floor in '$1'; build first (make bench does)" >&2
   exit 1
 fi
 me=bench/http.sh
@@ -31,8 +33,9 @@ me=bench/http.sh
 work="$(mktemp -d)"
 tg_pid=""
 peer_pid=""
+floor_pid=""
 stop() {
-  for pid in $tg_pid $peer_pid; do
+  for pid in $tg_pid $peer_pid $floor_pid; do
     kill -TERM "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
   done
@@ -66,8 +69,11 @@ export TOOLGATE_DATA="$work/ws"
 tg_pid=$!
 (cd "$peer" && exec "$peer_node" http-server.mjs --port 0) 2>"$work/peer.log" &
 peer_pid=$!
+"$build/bench_http_floor" 2>"$work/floor.log" &
+floor_pid=$!
 tg_url="http://127.0.0.1:$(port "$work/tg.log" "$tg_pid")/mcp"
 peer_url="http://127.0.0.1:$(port "$work/peer.log" "$peer_pid")/mcp"
+floor_url="http://127.0.0.1:$(port "$work/floor.log" "$floor_pid")/mcp"
 sleep 1
 tg_idle="$(rss "$tg_pid" VmRSS)"
 peer_idle="$(rss "$peer_pid" VmRSS)"
@@ -87,9 +93,10 @@ done
 declare -A res cpu_per
 for mix in $loads; do
   for c in 1 8 64; do
-    for side in tg peer; do
+    for side in tg peer floor; do
       url="$tg_url" pid="$tg_pid"
       [ "$side" = peer ] && url="$peer_url" pid="$peer_pid"
+      [ "$side" = floor ] && url="$floor_url" pid="$floor_pid"
       echo "bench/http.sh: $side, $mix, $c connections, ${seconds}s ..." >&2
       before="$(ticks "$pid")"
       # shellcheck disable=SC2046
@@ -112,6 +119,11 @@ tg_rested="$(rss "$tg_pid" VmRSS)"
 peer_rested="$(rss "$peer_pid" VmRSS)"
 
 field() { sed -n "s/.*\b$2=\([^ ]*\).*/\1/p" <<<"$1"; }
+# ratio A B: A's rate over B's; none when either failed requests (its rate is not the same work).
+ratio() {
+  awk -v a="$(field "$1" rps)" -v b="$(field "$2" rps)" -v e="$(field "$1" errors)$(field "$2" errors)" \
+    'BEGIN { if (b > 0 && e == "00") printf "%.2fx", a / b; else print "n/a" }'
+}
 cell() { printf '%7s  %s/%s/%s  %s  %s' "$(field "$1" rps)" "$(field "$1" p50_ms)" "$(field "$1" p90_ms)" "$(field "$1" p99_ms)" "$(field "$1" errors)" "$2"; }
 cpu="$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
 echo "toolgate Streamable HTTP benchmark, $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
@@ -129,16 +141,18 @@ for mix in $loads; do
   else
     echo "tools/list (toolgate lists $(field "${res[tg.list.1]}" listed_tools) tools with their schemas, the TS SDK peer $(field "${res[peer.list.1]}" listed_tools))"
   fi
-  printf '%-5s | %-46s | %-46s | %s\n' conns "toolgate  req/s  p50/p90/p99 ms  errors  cpu" "TS SDK  req/s  p50/p90/p99 ms  errors  cpu" "req/s ratio"
+  printf '%-5s | %-46s | %-46s | %-12s | %-46s | %s\n' conns "toolgate  req/s  p50/p90/p99 ms  errors  cpu" \
+    "TS SDK  req/s  p50/p90/p99 ms  errors  cpu" "toolgate/SDK" "floor  req/s  p50/p90/p99 ms  errors  cpu" "floor/SDK"
   for c in 1 8 64; do
     t="${res[tg.$mix.$c]}"
     p="${res[peer.$mix.$c]}"
-    # No ratio of a side that failed requests: its rate is not the same work.
-    ratio="$(awk -v a="$(field "$t" rps)" -v b="$(field "$p" rps)" -v e="$(field "$t" errors)$(field "$p" errors)" \
-      'BEGIN { if (b > 0 && e == "00") printf "%.2fx", a / b; else print "n/a" }')"
-    printf '%-5s | %-46s | %-46s | %s\n' "$c" "$(cell "$t" "${cpu_per[tg.$mix.$c]}")" "$(cell "$p" "${cpu_per[peer.$mix.$c]}")" "$ratio"
+    f="${res[floor.$mix.$c]}"
+    printf '%-5s | %-46s | %-46s | %-12s | %-46s | %s\n' "$c" "$(cell "$t" "${cpu_per[tg.$mix.$c]}")" \
+      "$(cell "$p" "${cpu_per[peer.$mix.$c]}")" "$(ratio "$t" "$p")" "$(cell "$f" "${cpu_per[floor.$mix.$c]}")" "$(ratio "$f" "$p")"
   done
 done
+echo
+echo "20x the TS SDK's tools/call at 64 connections: $(awk -v b="$(field "${res[peer.call.64]}" rps)" 'BEGIN { printf "%.0f", 20 * b }') req/s; the floor's: $(field "${res[floor.call.64]}" rps) req/s"
 echo
 mib() { awk -v k="$1" 'BEGIN{print k/1024}'; }
 printf 'RSS (MiB)  idle: toolgate %.1f, TS SDK %.1f;  peak (VmHWM): toolgate %.1f, TS SDK %.1f;  ' \
