@@ -60,10 +60,20 @@ static void session_cancellation_heard(void *arg) {
   http_drop_cancelled_in_line(x->srv);
 }
 
+/* Where id's sessions are in the index by id: FNV-1a, since a client names any id. */
+static session **bucket_of(server *s, const char *id) {
+  uint32_t h = 2166136261u;
+  for (const unsigned char *c = (const unsigned char *)id; *c; c++) h = (h ^ *c) * 16777619u;
+  return &s->by_id[h % SESSION_BUCKETS];
+}
+
 void http_session_unlink_locked(server *s, session *x) {
   for (session **p = &s->sessions; *p; p = &(*p)->next) {
     if (*p != x) continue;
     *p = x->next;
+    session **in_bucket = bucket_of(s, x->id);
+    while (*in_bucket != x) in_bucket = &(*in_bucket)->next_in_bucket;
+    *in_bucket = x->next_in_bucket;
     s->n_sessions--;
     x->dead = true;
     pthread_cond_broadcast(&x->answered);
@@ -191,6 +201,9 @@ bool http_session_admit(server *s, session *x) {
   if (room) {
     x->next = s->sessions;
     s->sessions = x;
+    session **bucket = bucket_of(s, x->id);
+    x->next_in_bucket = *bucket;
+    *bucket = x;
     s->n_sessions++;
     x->refs++;
   }
@@ -311,8 +324,8 @@ void http_end_session_runs(server *s, tg_db *db) {
 session *http_session_find(server *s, const char *id, const char *principal,
                            const char *token_hash) {
   pthread_mutex_lock(&s->lock);
-  session *x = s->sessions;
-  while (x && strcmp(x->id, id) != 0) x = x->next;
+  session *x = *bucket_of(s, id);
+  while (x && strcmp(x->id, id) != 0) x = x->next_in_bucket;
   if (x && (strcmp(x->principal, principal) != 0 || strcmp(x->token_hash, token_hash) != 0))
     x = NULL;
   if (x) {

@@ -881,6 +881,18 @@ static void test_sessions_are_bounded_per_principal(void **state) {
   free(request(w, "POST", oldest, NULL, PING, 200));
 }
 
+/* Each session is found by its id among many, however they share the index's buckets, and
+ * one ended is no longer found while the others still are. */
+static void test_every_session_is_found_by_its_id(void **state) {
+  world *w = *state;
+  char sids[TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL][64];
+  for (int i = 0; i < TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL; i++) open_session(w, "{}", sids[i]);
+  for (int i = 0; i < TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL; i += 2)
+    free(request(w, "DELETE", sids[i], NULL, NULL, 200));
+  for (int i = 0; i < TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL; i++)
+    free(request(w, "POST", sids[i], NULL, PING, i % 2 ? 200 : 404));
+}
+
 /* The sweep looking for revoked tokens, held once it holds the sessions, until the test lets
  * it go. */
 static void hold_the_look(void) {
@@ -3809,6 +3821,7 @@ int main(void) {
       T(test_a_stateless_call_in_line_leaves_it_with_its_client),
       T(test_a_session_call_in_line_ends_at_once_with_its_session),
       T(test_sessions_are_bounded_per_principal),
+      T(test_every_session_is_found_by_its_id),
       T(test_sessions_make_room_while_the_sweep_looks),
       T(test_a_listening_session_is_kept),
       T(test_no_room_for_a_session_is_told_its_initialize),
