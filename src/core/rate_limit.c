@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "util/clock.h"
+#include "util/hash.h"
 #include "util/log.h"
 #include "util/status.h"
 
@@ -81,10 +82,7 @@ void tg_rate_limit_free(tg_rate_limit *limit) {
 }
 
 static caller **chain_of(tg_rate_limit *limit, const char *principal_id) {
-  uint32_t h = 2166136261u; /* FNV-1a */
-  for (const unsigned char *p = (const unsigned char *)principal_id; *p; p++)
-    h = (h ^ *p) * 16777619u;
-  return &limit->chains[h & (CHAINS - 1)];
+  return &limit->chains[tg_hash_text(principal_id) & (CHAINS - 1)];
 }
 
 static caller *known_caller(tg_rate_limit *limit, const char *principal_id) {

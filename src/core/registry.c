@@ -9,6 +9,7 @@
 
 #include "util/cleanup.h"
 #include "util/embed.h"
+#include "util/hash.h"
 #include "util/status.h"
 
 struct tg_registry {
@@ -30,15 +31,9 @@ static int failf(char **reterr, const char *fmt, ...) {
   return TG_E_INVAL;
 }
 
-static uint64_t hash_name(const char *s) {
-  uint64_t h = 1469598103934665603u; /* FNV-1a */
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211u;
-  return h;
-}
-
 static size_t slot_of(const tg_registry *reg, const char *name) {
   size_t mask = reg->capacity - 1;
-  size_t i = hash_name(name) & mask;
+  size_t i = tg_hash_text(name) & mask;
   while (reg->keys[i] && strcmp(reg->keys[i], name) != 0) i = (i + 1) & mask;
   return i;
 }

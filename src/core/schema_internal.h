@@ -193,9 +193,6 @@ void *schema_map_get(const struct schema_map *m, const void *key, size_t klen);
 int schema_map_put(struct schema_map *m, const void *key, size_t klen, void *value);
 void schema_map_free(struct schema_map *m);
 
-uint64_t schema_hash_bytes(const void *p, size_t len);
-uint32_t schema_prop_hash(const char *s, size_t len);
-
 /* RFC 3986 reference resolution of ref against the absolute URI base; the result has dot
  * segments removed and a lowercase scheme and host. malloc'd, NULL when out of memory. */
 char *schema_uri_resolve(const char *base, const char *ref);

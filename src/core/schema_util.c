@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/schema_internal.h"
+#include "util/hash.h"
 #include "util/ids.h"
 #include "util/status.h"
 
@@ -62,19 +63,6 @@ void schema_arena_free(struct schema_arena *a) {
   a->head = NULL;
 }
 
-uint64_t schema_hash_bytes(const void *p, size_t len) {
-  const unsigned char *s = p;
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < len; i++) h = (h ^ s[i]) * 0x100000001b3ull;
-  return h;
-}
-
-uint32_t schema_prop_hash(const char *s, size_t len) {
-  uint32_t h = 2166136261u;
-  for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)s[i]) * 16777619u;
-  return h;
-}
-
 static uint64_t mix64(uint64_t x) {
   x ^= x >> 30;
   x *= 0xbf58476d1ce4e5b9ull;
@@ -85,7 +73,7 @@ static uint64_t mix64(uint64_t x) {
 
 void *schema_map_get(const struct schema_map *m, const void *key, size_t klen) {
   if (!m->cap) return NULL;
-  uint64_t h = schema_hash_bytes(key, klen);
+  uint64_t h = tg_hash_bytes(key, klen);
   for (size_t i = h & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
     const struct schema_map_slot *s = &m->slots[i];
     if (!s->key) return NULL;
@@ -112,7 +100,7 @@ static int map_grow(struct schema_map *m) {
 
 int schema_map_put(struct schema_map *m, const void *key, size_t klen, void *value) {
   if ((m->len + 1) * 10 > m->cap * 7 && map_grow(m) < 0) return TG_E_NOMEM;
-  uint64_t h = schema_hash_bytes(key, klen);
+  uint64_t h = tg_hash_bytes(key, klen);
   size_t i = h & (m->cap - 1);
   for (; m->slots[i].key; i = (i + 1) & (m->cap - 1)) {
     const struct schema_map_slot *s = &m->slots[i];
@@ -446,7 +434,7 @@ static uint64_t json_hash_at(const json_t *v, unsigned depth) {
       return mix64(bits);
     }
     case JSON_STRING:
-      return mix64(schema_hash_bytes(json_string_value(v), json_string_length(v)) ^ 4);
+      return mix64(tg_hash_bytes(json_string_value(v), json_string_length(v)) ^ 4);
     case JSON_ARRAY: {
       uint64_t h = 5;
       for (size_t i = 0; i < json_array_size(v); i++)
@@ -458,7 +446,7 @@ static uint64_t json_hash_at(const json_t *v, unsigned depth) {
       uint64_t sum = 6;
       json_t *obj = (json_t *)v;
       for (void *it = json_object_iter(obj); it; it = json_object_iter_next(obj, it))
-        sum += mix64(schema_hash_bytes(json_object_iter_key(it), json_object_iter_key_len(it)) ^
+        sum += mix64(tg_hash_bytes(json_object_iter_key(it), json_object_iter_key_len(it)) ^
                      (json_hash_at(json_object_iter_value(it), depth + 1) * 0x9e3779b97f4a7c15ull));
       return mix64(sum);
     }

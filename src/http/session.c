@@ -10,6 +10,7 @@
 
 #include "core/run.h"
 #include "util/clock.h"
+#include "util/hash.h"
 #include "util/log.h"
 #include "util/status.h"
 
@@ -60,11 +61,9 @@ static void session_cancellation_heard(void *arg) {
   http_drop_cancelled_in_line(x->srv);
 }
 
-/* Where id's sessions are in the index by id: FNV-1a, since a client names any id. */
+/* Where id's sessions are in the index by id. */
 static session **bucket_of(server *s, const char *id) {
-  uint32_t h = 2166136261u;
-  for (const unsigned char *c = (const unsigned char *)id; *c; c++) h = (h ^ *c) * 16777619u;
-  return &s->by_id[h % SESSION_BUCKETS];
+  return &s->by_id[tg_hash_text(id) % SESSION_BUCKETS];
 }
 
 void http_session_unlink_locked(server *s, session *x) {
