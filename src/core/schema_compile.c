@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "core/schema_internal.h"
-#include "util/hash.h"
 #include "util/status.h"
 
 /* Base URI of a root schema without an absolute $id. */
@@ -654,7 +653,7 @@ static int compile_properties(struct compiler *c, const struct cnode *cn, json_t
     struct schema_prop *p = &node->props[i];
     p->name = json_object_iter_key(it);
     p->len = json_object_iter_key_len(it);
-    p->hash = (uint32_t)tg_hash_bytes(p->name, p->len);
+    p->hash = schema_prop_hash(p->name, p->len);
     int rc = subschema(c, cn, "properties", p->name, json_object_iter_value(it), &p->node);
     if (rc < 0) return rc;
   }

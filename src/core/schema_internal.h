@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "core/schema.h"
+#include "util/hash.h"
 
 /* Nested evaluations per validation; stops $ref loops that make no progress and bounds the
  * C stack whatever the instance or schema. */
@@ -192,6 +193,10 @@ void *schema_map_get(const struct schema_map *m, const void *key, size_t klen);
 /* Adds key unless present; returns 0 or TG_E_NOMEM. */
 int schema_map_put(struct schema_map *m, const void *key, size_t klen, void *value);
 void schema_map_free(struct schema_map *m);
+/* A property's hash in its schema's index (built and probed with it alone). */
+static inline uint32_t schema_prop_hash(const char *name, size_t len) {
+  return (uint32_t)tg_hash_bytes(name, len);
+}
 
 /* RFC 3986 reference resolution of ref against the absolute URI base; the result has dot
  * segments removed and a lowercase scheme and host. malloc'd, NULL when out of memory. */

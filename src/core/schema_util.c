@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "core/schema_internal.h"
-#include "util/hash.h"
 #include "util/ids.h"
 #include "util/status.h"
 

@@ -23,7 +23,6 @@
 #include <string.h>
 
 #include "core/schema_internal.h"
-#include "util/hash.h"
 
 /* A step of a JSON pointer: /kw (schema paths), then /key or /idx. */
 struct seg {
@@ -498,7 +497,7 @@ static const struct schema_prop *find_prop(const struct schema_node *n, const ch
     }
     return NULL;
   }
-  uint32_t h = (uint32_t)tg_hash_bytes(key, len);
+  uint32_t h = schema_prop_hash(key, len);
   for (uint32_t slot = h & n->prop_mask, k; (k = n->prop_index[slot]);
        slot = (slot + 1) & n->prop_mask) {
     const struct schema_prop *p = &n->props[k - 1];

@@ -23,7 +23,6 @@
 #include "util/process_tag.h"
 
 #define SESSION_ID_BYTES 16
-#define SESSION_BUCKETS 256 /* of the index of sessions by id: a few sessions each when full */
 #define MAX_ASKS 16      /* server-to-client requests open per session */
 #define HANGUP_CHECK_MS 1000 /* how soon a client closing a stream is noticed */
 #define SPARE_DBS 16         /* database connections kept from closed client connections */
@@ -147,7 +146,7 @@ struct server {
   size_t n_sessions;
   /* The same sessions by the hash of their id, so that a request finds its own without a
    * look at each of up to TG_HTTP_MAX_SESSIONS under this lock. */
-  session *by_id[SESSION_BUCKETS];
+  session *by_id[TG_HTTP_SESSION_BUCKETS];
   session_run *runs_to_end; /* of the sessions released */
   /* This process, which holds the runs of its sessions: a server that finds it gone ends
    * them (tg_run_end_orphans); "" when /proc cannot tell. */

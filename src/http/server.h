@@ -24,6 +24,9 @@
 #define TG_HTTP_MAX_QUEUED_CALLS 256
 #define TG_HTTP_MAX_SESSIONS 1024
 #define TG_HTTP_MAX_SESSIONS_PER_PRINCIPAL 64   /* a principal's share of them */
+/* The buckets of the index of sessions by id, a power of 2: a session's is the low bits of
+ * tg_hash_text of its id. */
+#define TG_HTTP_SESSION_BUCKETS 256
 /* A session's POST streams kept for its client to resume: past it, the oldest whose call
  * ended and whose output all went out gives its place (else the oldest of all). */
 #define TG_HTTP_KEPT_STREAMS 16

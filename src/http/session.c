@@ -61,9 +61,10 @@ static void session_cancellation_heard(void *arg) {
   http_drop_cancelled_in_line(x->srv);
 }
 
-/* Where id's sessions are in the index by id. */
+/* Where id's sessions are in the index by id. Hashed, not read as the hex it should be, since
+ * a client may name any id. */
 static session **bucket_of(server *s, const char *id) {
-  return &s->by_id[tg_hash_text(id) % SESSION_BUCKETS];
+  return &s->by_id[tg_hash_text(id) & (TG_HTTP_SESSION_BUCKETS - 1)];
 }
 
 void http_session_unlink_locked(server *s, session *x) {
