@@ -85,8 +85,9 @@ static bool answer(int fd, const char *head, const char *body, bool close_after)
                  "%d\r\n\r\n%s",
                  opens ? "Mcp-Session-Id: floor\r\n" : "", closing, json_len, json);
   }
-  /* An answer is far under a socket's buffer: one write sends it whole or the peer is gone. */
-  return n > 0 && (size_t)n < sizeof out && write(fd, out, (size_t)n) == n;
+  /* An answer is far under a socket's buffer, so one send takes it whole unless the client
+   * stopped reading or left: its connection is then closed (MSG_NOSIGNAL: no SIGPIPE). */
+  return n > 0 && (size_t)n < sizeof out && send(fd, out, (size_t)n, MSG_NOSIGNAL) == n;
 }
 
 /* Answers every whole request c holds. False: c is to be closed (unreadable, or asked to). */

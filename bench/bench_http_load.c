@@ -125,7 +125,7 @@ static bool dial(conn *c) {
   if (c->fd < 0) return false;
   int one = 1;
   setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+  struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
   if ((connect(c->fd, (const struct sockaddr *)&c->o->addr, sizeof c->o->addr) != 0 &&
        errno != EINPROGRESS) ||
       epoll_ctl(c->epoll, EPOLL_CTL_ADD, c->fd, &ev) != 0) {
@@ -303,7 +303,8 @@ static bool push(conn *c) {
   bool want_out = c->req_sent < c->req_len;
   if (want_out == c->watching_out) return true;
   c->watching_out = want_out;
-  struct epoll_event ev = {.events = EPOLLIN | (want_out ? EPOLLOUT : 0), .data.ptr = c};
+  struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | (want_out ? EPOLLOUT : 0),
+                           .data.ptr = c};
   return epoll_ctl(c->epoll, EPOLL_CTL_MOD, c->fd, &ev) == 0;
 }
 
@@ -439,10 +440,10 @@ static void broken(conn *c) {
   finish(c, false, now_ns());
 }
 
-/* Reads what arrived on c, known at woke_ns, and acts on a whole answer: its latency ends
- * at woke_ns, since what the loop did for other connections since then (checking their
- * answers) is the generator's time, not the server's. */
-static void readable(conn *c, int64_t woke_ns) {
+/* Reads what arrived on c, known at woke_ns (with the server's side closed: peer_closed),
+ * and acts on a whole answer: its latency ends at woke_ns, since what the loop did for other
+ * connections since then (checking their answers) is the generator's time, not the server's. */
+static void readable(conn *c, int64_t woke_ns, bool peer_closed) {
   bool ended = false; /* the server closed the connection, or it failed */
   for (;;) {
     if (c->cap - c->len < 16384) {
@@ -462,8 +463,10 @@ static void readable(conn *c, int64_t woke_ns) {
     c->len += (size_t)n;
     c->buf[c->len] = 0;
     /* A read that did not fill the room took what there was: the loop's wait (level-triggered)
-     * tells of anything after, without a read here that would find nothing. */
-    if ((size_t)n < room) break;
+     * tells of anything after, without a read here that would find nothing. Unless the server
+     * closed its side: then the end is read now, so that the next request goes on a new
+     * connection instead of failing on this one. */
+    if ((size_t)n < room && !peer_closed) break;
   }
   response r = {0};
   int parsed = parse_response(c, &r);
@@ -526,7 +529,8 @@ static void *run(void *arg) {
       conn *c = events[i].data.ptr;
       if (c->fd < 0) continue;
       if (events[i].events & EPOLLOUT && !push(c)) broken(c);
-      else if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) readable(c, woke_ns);
+      else if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP))
+        readable(c, woke_ns, events[i].events & (EPOLLRDHUP | EPOLLHUP));
       /* (a write that failed already handled the connection's end) */
     }
   }

@@ -24,7 +24,8 @@ if [ $# -ne 1 ]; then
 fi
 if ! build="$(cd "$1" 2>/dev/null && pwd)" || [ ! -x "$build/bench_http_load" ] ||
   [ ! -x "$build/bench_http_floor" ] || [ ! -x "$build/toolgate" ]; then
-  echo "bench/http.sh: error: no toolgate, bench_http_load or bench_http_floor in '$1'; build first (make bench does)" >&2
+  echo "bench/http.sh: error: no toolgate, bench_http_load or bench_http_floor in '$1';" \
+    "build first (make bench does)" >&2
   exit 1
 fi
 me=bench/http.sh
@@ -82,7 +83,8 @@ peer_idle="$(rss "$peer_pid" VmRSS)"
 loads="call list ping fresh"
 load_args() { if [ "$1" = fresh ]; then echo "--mix ping --fresh"; else echo "--mix $1"; fi; }
 
-# Untimed first: the peer's JIT compiles its hot paths in the first seconds of load.
+# Untimed first: the peer's JIT compiles its hot paths in the first seconds of load (the floor
+# has nothing to warm).
 for url in "$tg_url" "$peer_url"; do
   for mix in $loads; do
     # shellcheck disable=SC2046 # the load's options, split on purpose
@@ -113,7 +115,7 @@ peer_peak="$(rss "$peer_pid" VmHWM)"
 # Resting: toolgate closes what a burst of clients left, and gives its memory back, after 10 s
 # without a request (TG_HTTP_REST_AFTER_MS) and its next sweep (2 s).
 rest_s=13
-echo "bench/http.sh: both quiet for ${rest_s}s ..." >&2
+echo "bench/http.sh: the servers quiet for ${rest_s}s ..." >&2
 sleep "$rest_s"
 tg_rested="$(rss "$tg_pid" VmRSS)"
 peer_rested="$(rss "$peer_pid" VmRSS)"
@@ -121,7 +123,8 @@ peer_rested="$(rss "$peer_pid" VmRSS)"
 field() { sed -n "s/.*\b$2=\([^ ]*\).*/\1/p" <<<"$1"; }
 # ratio A B: A's rate over B's; none when either failed requests (its rate is not the same work).
 ratio() {
-  awk -v a="$(field "$1" rps)" -v b="$(field "$2" rps)" -v e="$(field "$1" errors)$(field "$2" errors)" \
+  awk -v a="$(field "$1" rps)" -v b="$(field "$2" rps)" \
+    -v e="$(field "$1" errors)$(field "$2" errors)" \
     'BEGIN { if (b > 0 && e == "00") printf "%.2fx", a / b; else print "n/a" }'
 }
 cell() { printf '%7s  %s/%s/%s  %s  %s' "$(field "$1" rps)" "$(field "$1" p50_ms)" "$(field "$1" p90_ms)" "$(field "$1" p99_ms)" "$(field "$1" errors)" "$2"; }
@@ -129,7 +132,9 @@ cpu="$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
 echo "toolgate Streamable HTTP benchmark, $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 echo "machine: $(nproc) cores, CPU: ${cpu:-unknown}, $(uname -sr); load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "peer: @modelcontextprotocol/sdk $("$peer_node" -p "require('$peer/node_modules/@modelcontextprotocol/sdk/package.json').version"), node $("$peer_node" --version)"
-echo "load: bench_http_load, 2025-11-25 sessions (ended with DELETE), ${seconds}s per run after a 1s warm-up of each load; cpu: the server's CPU time per request, in microseconds"
+echo "load: bench_http_load, 2025-11-25 sessions (ended with DELETE), ${seconds}s per run" \
+  "after a 1s warm-up of each load (but the floor's); cpu: the server's CPU time per request," \
+  "in microseconds"
 for mix in $loads; do
   echo
   if [ "$mix" = fresh ]; then
@@ -139,20 +144,29 @@ for mix in $loads; do
   elif [ "$mix" = ping ]; then
     echo "ping (no tool, no database: the transport and the JSON-RPC layer alone)"
   else
-    echo "tools/list (toolgate lists $(field "${res[tg.list.1]}" listed_tools) tools with their schemas, the TS SDK peer $(field "${res[peer.list.1]}" listed_tools))"
+    echo "tools/list (toolgate lists $(field "${res[tg.list.1]}" listed_tools) tools with their" \
+      "schemas, the TS SDK peer $(field "${res[peer.list.1]}" listed_tools)," \
+      "the floor $(field "${res[floor.list.1]}" listed_tools))"
   fi
-  printf '%-5s | %-46s | %-46s | %-12s | %-46s | %s\n' conns "toolgate  req/s  p50/p90/p99 ms  errors  cpu" \
-    "TS SDK  req/s  p50/p90/p99 ms  errors  cpu" "toolgate/SDK" "floor  req/s  p50/p90/p99 ms  errors  cpu" "floor/SDK"
+  row='%-5s | %-46s | %-46s | %-12s | %-46s | %s\n'
+  # shellcheck disable=SC2059 # the row's format, kept in one place
+  printf "$row" conns "toolgate  req/s  p50/p90/p99 ms  errors  cpu" \
+    "TS SDK  req/s  p50/p90/p99 ms  errors  cpu" "toolgate/SDK" \
+    "floor  req/s  p50/p90/p99 ms  errors  cpu" "floor/SDK"
   for c in 1 8 64; do
     t="${res[tg.$mix.$c]}"
     p="${res[peer.$mix.$c]}"
     f="${res[floor.$mix.$c]}"
-    printf '%-5s | %-46s | %-46s | %-12s | %-46s | %s\n' "$c" "$(cell "$t" "${cpu_per[tg.$mix.$c]}")" \
-      "$(cell "$p" "${cpu_per[peer.$mix.$c]}")" "$(ratio "$t" "$p")" "$(cell "$f" "${cpu_per[floor.$mix.$c]}")" "$(ratio "$f" "$p")"
+    # shellcheck disable=SC2059
+    printf "$row" "$c" "$(cell "$t" "${cpu_per[tg.$mix.$c]}")" \
+      "$(cell "$p" "${cpu_per[peer.$mix.$c]}")" "$(ratio "$t" "$p")" \
+      "$(cell "$f" "${cpu_per[floor.$mix.$c]}")" "$(ratio "$f" "$p")"
   done
 done
 echo
-echo "20x the TS SDK's tools/call at 64 connections: $(awk -v b="$(field "${res[peer.call.64]}" rps)" 'BEGIN { printf "%.0f", 20 * b }') req/s; the floor's: $(field "${res[floor.call.64]}" rps) req/s"
+twenty_x="$(awk -v b="$(field "${res[peer.call.64]}" rps)" 'BEGIN { printf "%.0f", 20 * b }')"
+echo "20x the TS SDK's tools/call at 64 connections: $twenty_x req/s;" \
+  "the floor's: $(field "${res[floor.call.64]}" rps) req/s"
 echo
 mib() { awk -v k="$1" 'BEGIN{print k/1024}'; }
 printf 'RSS (MiB)  idle: toolgate %.1f, TS SDK %.1f;  peak (VmHWM): toolgate %.1f, TS SDK %.1f;  ' \
