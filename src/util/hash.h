@@ -1,6 +1,6 @@
-/* The hash of the tables kept in memory (the registry, schemas' property indexes, the rate
- * limit's callers, the HTTP sessions): FNV-1a, 64 bits, for short keys. A table takes its low
- * bits. */
+/* The hash of the tables kept in memory (the registry; the schemas' maps, property indexes and
+ * value hashes; the rate limit's callers; the HTTP sessions): FNV-1a, 64 bits, for short keys.
+ * A table takes its low bits. */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
