@@ -252,11 +252,13 @@ static int m_initialize(cx *c, json_t *params, json_t **ret) {
   const char *version = tg_mcp_legacy_supported(asked) ? asked : TG_MCP_LEGACY_VERSION;
   json_t *caps = json_object_get(params, "capabilities");
   json_t *info = json_object_get(params, "clientInfo");
-  if (caps && !json_is_object(caps))
+  /* Required, as a 2026-07-28 request's clientCapabilities is: a client that declares none
+   * says so with {}. (clientInfo may be left out, as 2026-07-28 has servers take it.) */
+  if (!json_is_object(caps))
     return mcp_rpc_fail(c, TG_RPC_INVALID_PARAMS, "params.capabilities must be an object", NULL);
   /* One read given as no object would read as not declared at all. (The rest, never read,
    * is taken as it comes, as clients of older SDKs may send it.) */
-  if (caps && tg_client_read_capabilities_malformed(caps))
+  if (tg_client_read_capabilities_malformed(caps))
     return mcp_rpc_fail(c, TG_RPC_INVALID_PARAMS,
                         "params.capabilities: roots, sampling and elicitation must be objects",
                         NULL);

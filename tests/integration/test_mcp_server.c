@@ -1577,13 +1577,16 @@ static void test_only_what_is_served_is_declared(void **state) {
   }
 }
 
-/* initialize takes its capabilities as an object, those it reads (roots, sampling,
- * elicitation) as objects, and its clientInfo as an Implementation (a name and a version), or
- * refuses to open the session; the session keeps of the capabilities only what is read of
- * them; discover gives the same instructions. */
+/* initialize takes its capabilities as an object (required: {} declares none), those it reads
+ * (roots, sampling, elicitation) as objects, and its clientInfo, when given, as an
+ * Implementation (a name and a version), or refuses to open the session; the session keeps of the
+ * capabilities only what is read of them; discover gives the same instructions. */
 static void test_initialize_checks_its_params(void **state) {
   world *w = *state;
   static const char *const bad[] = {
+      "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+      "\"2025-11-25\",\"clientInfo\":{\"name\":\"c\",\"version\":\"1\"}}}",
+      INITIALIZE(1, "2025-11-25", "null"),
       INITIALIZE(1, "2025-11-25", "\"x\""),
       INITIALIZE(1, "2025-11-25", "{\"elicitation\":true}"),
       INITIALIZE(1, "2025-11-25", "{\"sampling\":[]}"),
