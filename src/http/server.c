@@ -182,6 +182,56 @@ int tg_http_check_listen(const tg_http_config *cfg) {
   return listen_address(cfg, &addr, &loopback);
 }
 
+/* Starts s's pool of threads (threads of them) and its sweeper: TG_OK, or the failure
+ * (logged). What started is stopped by tg_http_stop. */
+static int start_workers(server *s, unsigned threads) {
+  s->n_busy = threads;
+  s->busy_max = threads > 1 ? threads - 1 : 1;
+  if (!(s->pool = calloc(threads, sizeof *s->pool)) ||
+      !(s->busy = calloc(threads, sizeof *s->busy)))
+    return TG_E_NOMEM;
+  while (s->n_pool < threads && pthread_create(&s->pool[s->n_pool], NULL, http_pool_main, s) == 0)
+    s->n_pool++;
+  if (s->n_pool > 0)
+    s->sweeper_started = pthread_create(&s->sweeper, NULL, http_sweeper_main, s) == 0;
+  if (!s->sweeper_started) {
+    tg_log(TG_LOG_ERROR, "serve: cannot start worker threads: %s", strerror(errno));
+    return TG_E_IO;
+  }
+  return TG_OK;
+}
+
+/* Starts h's daemon, listening on fd (bound to addr), which stays ours: TG_OK, or TG_E_IO
+ * (logged). */
+static int start_daemon(tg_http *h, const struct sockaddr_storage *addr, int fd) {
+  const char *listen = h->s.cfg->listen;
+  /* ITC: a stopping server stops listening first (MHD_quiesce_daemon). */
+  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
+                   MHD_USE_ERROR_LOG | (addr->ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+  /* libmicrohttpd closes the socket it is given when it stops, and when it fails to start,
+   * on some paths only: it gets a copy, so that ours is closed once, by our caller. */
+  int given = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (given < 0) {
+    tg_log(TG_LOG_ERROR, "serve: cannot listen on %s: %s", listen, strerror(errno));
+    return TG_E_IO;
+  }
+  h->daemon = MHD_start_daemon(
+      /* The logger first: messages about the options that follow go through it too. */
+      flags, 0, NULL, NULL, on_request, &h->s, MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, &h->s,
+      MHD_OPTION_LISTEN_SOCKET, given, MHD_OPTION_CONNECTION_LIMIT,
+      (unsigned)TG_HTTP_MAX_CONNECTIONS, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+      /* On loopback every client has the same address: a share would only lower the limit. */
+      h->s.loopback ? 0u : (unsigned)TG_HTTP_MAX_CONNECTIONS_PER_ADDRESS,
+      MHD_OPTION_CONNECTION_TIMEOUT, http_idle_timeout_s(&h->s), MHD_OPTION_UNESCAPE_CALLBACK,
+      keep_escaped, NULL, MHD_OPTION_NOTIFY_COMPLETED, on_completed, &h->s,
+      MHD_OPTION_NOTIFY_CONNECTION, on_connection, &h->s, MHD_OPTION_END);
+  int why = errno;
+  if (h->daemon) return TG_OK;
+  if (http_same_file(fd, given)) close(given); /* still open: not closed by it */
+  tg_log(TG_LOG_ERROR, "serve: cannot listen on %s: %s", listen, strerror(why));
+  return TG_E_IO;
+}
+
 int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) {
   struct sockaddr_storage addr = {0};
   bool loopback = false;
@@ -210,67 +260,17 @@ int tg_http_start(const tg_http_config *cfg, tg_http **ret, unsigned *ret_port) 
   pthread_mutex_init(&h->s.mhd_lines_lock, NULL);
   pthread_cond_init(&h->s.queued, NULL);
   pthread_cond_init(&h->s.sweep_stop, NULL);
-  int own = http_own_url(&h->s, &addr, &h->s.public_url);
-  if (own == TG_OK && !(h->s.token_uses = tg_token_uses_new())) own = TG_E_NOMEM;
-  if (own < 0) {
-    tg_http_stop(h);
-    return own;
-  }
+  r = http_own_url(&h->s, &addr, &h->s.public_url);
+  if (r == TG_OK && !(h->s.token_uses = tg_token_uses_new())) r = TG_E_NOMEM;
   tg_env base = http_server_env(&h->s, NULL);
-  int prepared = tg_mcp_server_prepare(&h->s.mcp, &base); /* logs what it cannot read */
-  if (prepared < 0) {
-    tg_http_stop(h);
-    return prepared;
-  }
-  unsigned threads = cfg->threads ? cfg->threads : 1;
-  h->s.n_busy = threads;
-  h->s.busy_max = threads > 1 ? threads - 1 : 1;
-  if (!(h->s.pool = calloc(threads, sizeof *h->s.pool)) ||
-      !(h->s.busy = calloc(threads, sizeof *h->s.busy))) {
-    tg_http_stop(h);
-    return TG_E_NOMEM;
-  }
-  while (h->s.n_pool < threads &&
-         pthread_create(&h->s.pool[h->s.n_pool], NULL, http_pool_main, &h->s) == 0)
-    h->s.n_pool++;
-  if (h->s.n_pool > 0)
-    h->s.sweeper_started = pthread_create(&h->s.sweeper, NULL, http_sweeper_main, &h->s) == 0;
-  if (!h->s.sweeper_started) {
-    tg_log(TG_LOG_ERROR, "serve: cannot start worker threads: %s", strerror(errno));
-    tg_http_stop(h);
-    return TG_E_IO;
-  }
-  /* ITC: a stopping server stops listening first (MHD_quiesce_daemon). */
-  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
-                   MHD_USE_ERROR_LOG | (addr.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
-  /* libmicrohttpd closes the socket it is given when it stops, and when it fails to start,
-   * on some paths only: it gets a copy, so that ours is closed once, here. */
-  int given = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (given < 0) {
-    tg_log(TG_LOG_ERROR, "serve: cannot listen on %s: %s", cfg->listen, strerror(errno));
-    tg_http_stop(h);
-    return TG_E_IO;
-  }
-  h->daemon = MHD_start_daemon(
-      /* The logger first: messages about the options that follow go through it too. */
-      flags, 0, NULL, NULL, on_request, &h->s, MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, &h->s,
-      MHD_OPTION_LISTEN_SOCKET, given, MHD_OPTION_CONNECTION_LIMIT,
-      (unsigned)TG_HTTP_MAX_CONNECTIONS, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-      /* On loopback every client has the same address: a share would only lower the limit. */
-      h->s.loopback ? 0u : (unsigned)TG_HTTP_MAX_CONNECTIONS_PER_ADDRESS,
-      MHD_OPTION_CONNECTION_TIMEOUT,
-      http_idle_timeout_s(&h->s),
-      MHD_OPTION_UNESCAPE_CALLBACK, keep_escaped, NULL,
-      MHD_OPTION_NOTIFY_COMPLETED, on_completed, &h->s, MHD_OPTION_NOTIFY_CONNECTION,
-      on_connection, &h->s, MHD_OPTION_END);
-  int why = errno;
-  if (!h->daemon && http_same_file(fd, given)) close(given); /* still open: not closed by it */
+  if (r == TG_OK) r = tg_mcp_server_prepare(&h->s.mcp, &base); /* logs what it cannot read */
+  if (r == TG_OK) r = start_workers(&h->s, cfg->threads ? cfg->threads : 1);
+  if (r == TG_OK) r = start_daemon(h, &addr, fd);
   close(fd);
   h->listen_fd = -1;
-  if (!h->daemon) {
-    tg_log(TG_LOG_ERROR, "serve: cannot listen on %s: %s", cfg->listen, strerror(why));
+  if (r < 0) {
     tg_http_stop(h);
-    return TG_E_IO;
+    return r;
   }
   *ret_port = http_port_of(&addr);
   *ret = h;

@@ -573,6 +573,74 @@ static int refuse_read(json_t *whole, const char *buf, size_t len, const char *w
 
 size_t tg_rpc_reckon(const char *buf, size_t len) { return scan_limits(buf, len).held; }
 
+/* The refusal of text past one of the scan's limits (which one: limit). It is read once
+ * (jansson bounds its own depth), so that text that is no JSON is told so, and the requests of
+ * a batch are named; not when reading is what the bound on values spares. A message's id is
+ * found by a scan, which sees an id given twice. */
+static int refuse_past_limit(const char *buf, size_t len, const char *limit, json_t **ret_error) {
+  bool readable = strcmp(limit, "values") != 0;
+  json_error_t jerr;
+  json_t *whole = readable ? json_loadb(buf, len, JSON_DECODE_ANY, &jerr) : NULL;
+  if (readable && !whole && not_json(&jerr)) return parse_error(&jerr, ret_error);
+  int code = refuse_read(whole, buf, len, "Message exceeds a limit", limit_data(limit), ret_error);
+  json_decref(whole);
+  return code;
+}
+
+/* The refusal of text (buf, as read: wide says where it was widened) that jansson did not
+ * take, as jerr says. JSON that says too much (a number past what a double holds, a key given
+ * twice) is read, yet no message: -32600. Only JSON that cannot be read is -32700; past a key
+ * given twice, jansson reads on once told to take it. */
+static int refuse_untaken(const char *buf, size_t len, json_error_t jerr, const widened_text *wide,
+                          json_t **ret_error) {
+  enum json_error_code why = json_error_code(&jerr);
+  if (why == json_error_duplicate_key) {
+    json_error_t rest;
+    json_t *again = json_loadb(buf, len, JSON_DECODE_ANY, &rest);
+    if (again) {
+      json_decref(again);
+    } else {
+      jerr = rest;
+      why = json_error_code(&rest);
+    }
+  }
+  if (wide->n) jerr.position = unwidened_position(wide, jerr.position);
+  /* A string holding \u0000 is JSON, but no string here: a C string would end there. */
+  bool nul = why == json_error_null_character || why == json_error_null_byte_in_key;
+  if (not_json(&jerr)) return parse_error(&jerr, ret_error);
+  json_t *data = json_pack("{s:s,s:i}", "reason",
+                           nul ? "a string holds \\u0000, which is not taken" : jerr.text,
+                           "position", jerr.position);
+  /* Read, yet no message: its error names the request when a scan finds its id; a batch,
+   * read taking \u0000, each of its requests. */
+  size_t taking = JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES;
+  json_t *batch = why == json_error_null_character ? json_loadb(buf, len, taking, NULL) : NULL;
+  int code = refuse_read(batch, buf, len, "Invalid Request", data, ret_error);
+  json_decref(batch);
+  return code;
+}
+
+/* Takes a batch (root, stolen) into msg. An empty batch is one error, as JSON-RPC says; any
+ * other is served by its transport, element by element (tg_rpc_decode_element), or refused
+ * (tg_rpc_refuse_batch). */
+static int take_batch(json_t *root, size_t held, tg_rpc_msg *msg, json_t **ret_error) {
+  if (json_array_size(root) == 0) {
+    json_decref(root);
+    return fail(NULL, TG_RPC_INVALID_REQUEST, "Invalid Request",
+                json_pack("{s:s}", "reason", "a batch holds no message"), ret_error);
+  }
+  if (json_array_size(root) > TG_RPC_MAX_BATCH) {
+    *ret_error = refusals(root, TG_RPC_INVALID_REQUEST, "Too many messages in one batch",
+                          json_pack("{s:i}", "maxMessages", TG_RPC_MAX_BATCH));
+    json_decref(root);
+    return *ret_error ? TG_RPC_INVALID_REQUEST : TG_E_NOMEM;
+  }
+  msg->root = root;
+  msg->kind = TG_RPC_BATCH;
+  msg->held = held;
+  return 0;
+}
+
 int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_error) {
   memset(msg, 0, sizeof *msg);
   *ret_error = NULL;
@@ -592,20 +660,7 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
                           (json_int_t)(nul_byte - buf)),
                 ret_error);
   scanned scan = scan_limits(buf, len);
-  if (scan.limit) {
-    /* Read once (jansson bounds its own depth), so that text that is no JSON is told so, and
-     * the requests of a batch are named; not when reading is what the bound on values
-     * spares. A message's id is found by a scan, which sees an id given twice. */
-    bool readable = strcmp(scan.limit, "values") != 0;
-    json_error_t jerr;
-    json_t *whole = readable ? json_loadb(buf, len, JSON_DECODE_ANY, &jerr) : NULL;
-    if (readable && !whole && not_json(&jerr))
-      return parse_error(&jerr, ret_error);
-    int code = refuse_read(whole, buf, len, "Message exceeds a limit",
-                           limit_data(scan.limit), ret_error);
-    json_decref(whole);
-    return code;
-  }
+  if (scan.limit) return refuse_past_limit(buf, len, scan.limit, ret_error);
   json_error_t jerr;
   /* Any JSON value: one that is no object is valid JSON, yet no message (-32600). */
   json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
@@ -616,55 +671,8 @@ int tg_rpc_decode(const char *buf, size_t len, tg_rpc_msg *msg, json_t **ret_err
     len = wide.len;
     root = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
   }
-  if (!root) {
-    /* JSON that says too much (a number past what a double holds, a key given twice) is
-     * read, yet no message: -32600. Only JSON that cannot be read is -32700; past
-     * a key given twice, jansson reads on once told to take it. */
-    enum json_error_code why = json_error_code(&jerr);
-    if (why == json_error_duplicate_key) {
-      json_error_t rest;
-      json_t *again = json_loadb(buf, len, JSON_DECODE_ANY, &rest);
-      if (again) {
-        json_decref(again);
-      } else {
-        jerr = rest;
-        why = json_error_code(&rest);
-      }
-    }
-    if (wide.n) jerr.position = unwidened_position(&wide, jerr.position);
-    /* A string holding \u0000 is JSON, but no string here: a C string would end there. */
-    bool nul = why == json_error_null_character || why == json_error_null_byte_in_key;
-    if (not_json(&jerr)) return parse_error(&jerr, ret_error);
-    json_t *data = json_pack("{s:s,s:i}", "reason",
-                             nul ? "a string holds \\u0000, which is not taken" : jerr.text,
-                             "position", jerr.position);
-    /* Read, yet no message: its error names the request when a scan finds its id; a batch,
-     * read taking \u0000, each of its requests. */
-    size_t taking = JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES;
-    json_t *batch = why == json_error_null_character ? json_loadb(buf, len, taking, NULL) : NULL;
-    int code = refuse_read(batch, buf, len, "Invalid Request", data, ret_error);
-    json_decref(batch);
-    return code;
-  }
-  if (json_is_array(root)) {
-    /* An empty batch is one error, as JSON-RPC says; any other is served by its transport,
-     * element by element (tg_rpc_decode_element), or refused (tg_rpc_refuse_batch). */
-    if (json_array_size(root) == 0) {
-      json_decref(root);
-      return fail(NULL, TG_RPC_INVALID_REQUEST, "Invalid Request",
-                  json_pack("{s:s}", "reason", "a batch holds no message"), ret_error);
-    }
-    if (json_array_size(root) > TG_RPC_MAX_BATCH) {
-      *ret_error = refusals(root, TG_RPC_INVALID_REQUEST, "Too many messages in one batch",
-                            json_pack("{s:i}", "maxMessages", TG_RPC_MAX_BATCH));
-      json_decref(root);
-      return *ret_error ? TG_RPC_INVALID_REQUEST : TG_E_NOMEM;
-    }
-    msg->root = root;
-    msg->kind = TG_RPC_BATCH;
-    msg->held = scan.held;
-    return 0;
-  }
+  if (!root) return refuse_untaken(buf, len, jerr, &wide, ret_error);
+  if (json_is_array(root)) return take_batch(root, scan.held, msg, ret_error);
   int r = classify(root, msg, ret_error);
   if (r == 0) msg->held = scan.held;
   return r;

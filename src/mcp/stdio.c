@@ -673,6 +673,69 @@ static const char *own_run(void *arg, tg_db *db) {
   return *srv->own_run ? srv->own_run : NULL;
 }
 
+/* Serves the queued messages, in order, until the reader ended and the queue is empty, or
+ * serving fails: 0, or the failure (TG_E_NOTFOUND: the token was revoked). */
+static int serve_queue(conn *c) {
+  int r = 0;
+  for (tg_rpc_msg msg; r == 0 && next_queued(c, &msg, &r);) {
+    if (atomic_load(&c->interrupted)) { /* cancelled: not served, not answered */
+      tg_mcp_leave_requests(c->req->inflight, &msg);
+      tg_rpc_msg_done(&msg);
+      continue;
+    }
+    int stands = token_stands(c);
+    r = stands == TG_OK ? serve_one(c, &msg) : refuse_unstanding(c, &msg, stands);
+    if (r == 0 && stands == TG_OK) r = check_lists(c);
+    if (stands == TG_OK) note_token_use(c); /* after the answer, which it never holds up */
+  }
+  return r;
+}
+
+/* What is owed once no message is served any more, as serving ended (r): the counts not
+ * written yet, the refusal of what still waited, and the ends of tasks and subscriptions. */
+static void finish_serving(conn *c, int r) {
+  const tg_env *env = c->req->env;
+  tg_db_close(c->reader_db);
+  if (c->token_uses) tg_token_uses_write(c->token_uses, env->db, true); /* the last minute's */
+  if (env->rate_limit) tg_call_write_rate_refusals(env->rate_limit, env->db, true);
+  /* What waited behind the message that found the token revoked is refused as that was. */
+  for (size_t i = 0; i < c->queued; i++) {
+    if (r == TG_E_NOTFOUND) refuse_unstanding(c, &c->queue[i], r);
+    else tg_rpc_msg_done(&c->queue[i]);
+  }
+  /* Revoked, the token's tasks end saying so, as over HTTP. */
+  if (r == TG_E_NOTFOUND) tg_mcp_tasks_end_token(c->srv->tasks, c->token_hash);
+  unsigned working = r == TG_E_NOTFOUND ? 0 : await_tasks(c);
+  if (working)
+    tg_log(TG_LOG_WARN, "mcp: %u tasks still at work as serving ends are cancelled", working);
+  /* Open subscriptions end with their result, as a server that ends them owes, once the
+   * tasks they may follow said how they ended (those the grace did not see end, cancelled
+   * first); not when told to stop, which answers nothing more. */
+  tg_mcp_watch *watch = c->req->watch;
+  json_t *meta = watch && !atomic_load(&c->interrupted) ? tg_mcp_result_meta(c->srv) : NULL;
+  if (meta) {
+    tg_mcp_tasks_cancel_left(c->srv->tasks);
+    tg_mcp_watch_end(watch, meta);
+  }
+  json_decref(meta);
+}
+
+/* Frees what c holds of its own (its pipes, locks and buffers). */
+static void conn_release(conn *c) {
+  for (int i = 0; i < 2; i++) {
+    if (c->stop[i] >= 0) close(c->stop[i]);
+    if (c->watch_end[i] >= 0) close(c->watch_end[i]);
+  }
+  pthread_cond_destroy(&c->changed);
+  pthread_mutex_destroy(&c->lock);
+  pthread_mutex_destroy(&c->writing);
+  tg_token_uses_free(c->token_uses);
+  free(c->sizes);
+  free(c->queue);
+  free(c->line);
+  free(c->chunk);
+}
+
 int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *principal_id,
                        const char *token, FILE *in, FILE *out, int stop_fd) {
   /* One process, one client: every list change can reach it. */
@@ -713,62 +776,21 @@ int tg_mcp_stdio_serve(const tg_mcp_server *srv, const tg_env *env, const char *
   if (r == 0 && stop_fd >= 0 && !watching) r = TG_E_NOMEM;
   bool reading = r == 0 && pthread_create(&reader, NULL, reader_main, &c) == 0;
   if (r == 0 && !reading) r = TG_E_NOMEM;
-  for (tg_rpc_msg msg; r == 0 && next_queued(&c, &msg, &r);) {
-    if (atomic_load(&c.interrupted)) { /* cancelled: not served, not answered */
-      tg_mcp_leave_requests(req.inflight, &msg);
-      tg_rpc_msg_done(&msg);
-      continue;
-    }
-    int stands = token_stands(&c);
-    r = stands == TG_OK ? serve_one(&c, &msg) : refuse_unstanding(&c, &msg, stands);
-    if (r == 0 && stands == TG_OK) r = check_lists(&c);
-    if (stands == TG_OK) note_token_use(&c); /* after the answer, which it never holds up */
-  }
+  if (r == 0) r = serve_queue(&c);
   if (reading) {
     stop_reader(&c);
     pthread_join(reader, NULL);
   }
-  tg_db_close(c.reader_db);
-  if (c.token_uses) tg_token_uses_write(c.token_uses, env->db, true); /* the last minute's */
-  if (env->rate_limit) tg_call_write_rate_refusals(env->rate_limit, env->db, true);
-  /* What waited behind the message that found the token revoked is refused as that was. */
-  for (size_t i = 0; i < c.queued; i++)
-    if (r == TG_E_NOTFOUND) refuse_unstanding(&c, &c.queue[i], r);
-    else tg_rpc_msg_done(&c.queue[i]);
-  /* Revoked, the token's tasks end saying so, as over HTTP. */
-  if (r == TG_E_NOTFOUND) tg_mcp_tasks_end_token(served.tasks, c.token_hash);
-  unsigned working = r == TG_E_NOTFOUND ? 0 : await_tasks(&c);
-  if (working)
-    tg_log(TG_LOG_WARN, "mcp: %u tasks still at work as serving ends are cancelled", working);
-  /* Open subscriptions end with their result, as a server that ends them owes, once the
-   * tasks they may follow said how they ended (those the grace did not see end, cancelled
-   * first); not when told to stop, which answers nothing more. */
-  json_t *meta = req.watch && !atomic_load(&c.interrupted) ? tg_mcp_result_meta(&served) : NULL;
-  if (meta) {
-    tg_mcp_tasks_cancel_left(served.tasks);
-    tg_mcp_watch_end(req.watch, meta);
-  }
-  json_decref(meta);
+  finish_serving(&c, r);
   if (watching) {
     if (write(c.watch_end[1], "", 1) != 1)
       tg_log(TG_LOG_WARN, "mcp: the watcher could not be told to end");
     pthread_join(watcher, NULL);
   }
-  for (int i = 0; i < 2; i++) {
-    if (c.stop[i] >= 0) close(c.stop[i]);
-    if (c.watch_end[i] >= 0) close(c.watch_end[i]);
-  }
   tg_mcp_watch_free(req.watch);
   tg_mcp_inflight_free(req.inflight);
   tg_mcp_session_done(&session);
   tg_mcp_server_done(&served);
-  pthread_cond_destroy(&c.changed);
-  pthread_mutex_destroy(&c.lock);
-  pthread_mutex_destroy(&c.writing);
-  tg_token_uses_free(c.token_uses);
-  free(c.sizes);
-  free(c.queue);
-  free(c.line);
-  free(c.chunk);
+  conn_release(&c);
   return r < 0 && !(r == TG_E_IO && c.output_cut) ? r : 0;
 }
