@@ -57,6 +57,7 @@ int tg_fail(tg_call_ctx *cx, tg_errcode code, json_t *details, const char *fmt, 
   va_start(ap, fmt);
   if (vasprintf(&message, fmt, ap) < 0) message = NULL;
   va_end(ap);
+  if (message) tg_utf8_mend(message); /* it may quote foreign bytes, or halve a character */
   json_decref(cx->error);
   cx->error = tg_error_envelope(code, message, details);
   cx->code = code;
@@ -73,8 +74,13 @@ int tg_activity(tg_call_ctx *cx, const char *action_type, json_t *scope, const c
     json_decref(details);
     return TG_E_IO;
   }
-  json_t *row = json_pack("{s:s,s:s,s:s,s:o*,s:O*}", "id", id, "actionType", action_type,
-                          "summary", summary, "details", details, "scope", scope);
+  /* A summary cut to its buffer may end within a character. */
+  _cleanup_free_ char *text = strdup(summary);
+  if (text) tg_utf8_mend(text);
+  json_t *row = text ? json_pack("{s:s,s:s,s:s,s:o*,s:O*}", "id", id, "actionType", action_type,
+                                 "summary", text, "details", details, "scope", scope)
+                     : NULL;
+  if (!text) json_decref(details);
   if (!row || json_array_append_new(cx->activity, row) < 0) return TG_E_NOMEM;
   return TG_OK;
 }
@@ -261,8 +267,8 @@ static int write_telemetry(call_state *st, tg_db *db, tg_errcode code, const cha
   double ms = (double)(tg_monotonic_ns() - st->started_ns) / 1e6;
   _cleanup_free_ char *line = NULL;
   bool told = code && message;
-  if (asprintf(&line, "%s%s%.200s", code ? tg_errcode_name(code) : "ok", told ? ": " : "",
-               told ? message : "") < 0)
+  if (asprintf(&line, "%s%s%.*s", code ? tg_errcode_name(code) : "ok", told ? ": " : "",
+               TG_UTF8_CUT(told ? message : "", 200)) < 0)
     return TG_E_NOMEM;
   _cleanup_free_ char *meta = NULL;
   const char *task = st->req->task_id;

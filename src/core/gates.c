@@ -21,6 +21,7 @@ static int refuse(tg_refusal *out, tg_errcode code, json_t *details, const char 
   va_start(ap, fmt);
   vsnprintf(out->message, sizeof out->message, fmt, ap);
   va_end(ap);
+  tg_utf8_mend(out->message); /* it may quote foreign bytes, or halve a character */
   out->code = code;
   out->details = details;
   return 1;
@@ -116,19 +117,21 @@ static int gate_policy(const tg_gate_input *in, tg_refusal *out) {
   return 0; /* a tool held for approval is offered: the approval gate holds its calls */
 }
 
+#define RUN_ID_CHARS "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-"
+
 /* A call attached to a run must name a running run of the calling agent. */
 static int gate_run(const tg_gate_input *in, tg_refusal *out) {
   if (!in->run_id) return 0;
   if (in->principal->kind != TG_PRINCIPAL_AGENT)
     return refuse(out, TG_ERR_VALIDATION_FAILED, json_pack("{s:s}", "reason", "run_for_user"),
                   "Only agents' calls belong to runs.");
-  /* A run id is a UUID: anything else names no run, and is not echoed back whole (a header
-   * or a command line gives it). */
+  /* A run id is a UUID: anything else names no run, and is not echoed back (a header or a
+   * command line gives it, in bytes of any kind). */
   size_t len = strlen(in->run_id);
-  if (len == 0 || len > TG_UUID_LEN)
+  if (len == 0 || len > TG_UUID_LEN || strspn(in->run_id, RUN_ID_CHARS) != len)
     return refuse(out, TG_ERR_VALIDATION_FAILED,
                   json_pack("{s:s,s:i}", "reason", "bad_run_id", "maxLength", TG_UUID_LEN),
-                  "A run id is 1 to %d characters long.", TG_UUID_LEN);
+                  "A run id is 1 to %d letters, digits and dashes.", TG_UUID_LEN);
   if (in->run_read_later) return 0;
   _cleanup_json_ json_t *row = NULL;
   int r = tg_db_query_row(in->db,
@@ -137,12 +140,12 @@ static int gate_run(const tg_gate_input *in, tg_refusal *out) {
   if (r < 0) return r;
   if (!row)
     return refuse(out, TG_ERR_NOT_FOUND, json_pack("{s:s}", "runId", in->run_id),
-                  "No run %.64s of this agent.", in->run_id);
+                  "No run %s of this agent.", in->run_id);
   const char *status = json_string_value(json_object_get(row, "status"));
   if (strcmp(status, "running") != 0)
     return refuse(out, TG_ERR_PRECONDITION_FAILED,
                   json_pack("{s:s,s:s}", "runId", in->run_id, "status", status),
-                  "Run %.64s is %s, not running.", in->run_id, status);
+                  "Run %s is %s, not running.", in->run_id, status);
   return 0;
 }
 
@@ -206,9 +209,9 @@ static int gate_arguments(const tg_gate_input *in, tg_refusal *out) {
   json_t *first = json_array_get(violations, 0);
   const char *where = json_string_value(json_object_get(first, "instancePath"));
   return refuse(out, TG_ERR_VALIDATION_FAILED, json_pack("{s:o}", "violations", violations),
-                "Invalid arguments: %.80s%s%.120s", where && *where ? where : "",
+                "Invalid arguments: %.*s%s%.*s", TG_UTF8_CUT(where && *where ? where : "", 80),
                 where && *where ? ": " : "",
-                json_string_value(json_object_get(first, "message")));
+                TG_UTF8_CUT(json_string_value(json_object_get(first, "message")), 120));
 }
 
 /* A call of a tool the policy holds for approval runs on an approval of this very call (its

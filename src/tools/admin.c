@@ -34,8 +34,8 @@ static const char *known_permission(const tg_registry *reg, const char *name) {
 
 static int unknown_permission(tg_call_ctx *cx, const char *name) {
   return tg_fail(cx, TG_ERR_VALIDATION_FAILED, json_pack("{s:s}", "permission", name),
-                 "Unknown permission %.64s: grant a permission a tool declares or a seed-000 flag.",
-                 name);
+                 "Unknown permission %.*s: grant a permission a tool declares or a seed-000 flag.",
+                 TG_UTF8_CUT(name, 64));
 }
 
 static int tool_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
@@ -301,7 +301,7 @@ static int token_revoke(tg_call_ctx *cx, json_t *args, json_t **ret) {
   if (r < 0) return r;
   if (!row)
     return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "tokenId", id),
-                   "No token %.64s in this workspace.", id);
+                   "No token %.*s in this workspace.", TG_UTF8_CUT(id, 64));
   const char *revoked_at = json_string_value(json_object_get(row, "revoked_at"));
   if (revoked_at) {
     *ret = json_pack("{s:s,s:s,s:b}", "tokenId", id, "revokedAt", revoked_at, "changed", false);
@@ -325,7 +325,7 @@ static int policy_set(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const tg_tool *tool = tg_registry_find(cx->env->registry, tg_json_str(args, "tool"));
   if (!tool)
     return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "tool", tg_json_str(args, "tool")),
-                   "No tool %.128s.", tg_json_str(args, "tool"));
+                   "No tool %.*s.", TG_UTF8_CUT(tg_json_str(args, "tool"), 128));
   const char *mode = tg_json_str(args, "mode");
   /* This tool disabled (or held for an approval) could never be set back: no operator
    * could change any policy again. */
@@ -418,11 +418,12 @@ static int run_end(tg_call_ctx *cx, json_t *args, json_t **ret) {
                           json_pack("[ss]", id, cx->principal->tenant_id), &run);
   if (r < 0) return r;
   if (!run)
-    return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "runId", id), "No run %.64s.", id);
+    return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "runId", id), "No run %.*s.",
+                   TG_UTF8_CUT(id, 64));
   if (strcmp(json_string_value(json_object_get(run, "status")), "running") != 0)
     return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
                    json_pack("{s:s,s:O}", "runId", id, "status", json_object_get(run, "status")),
-                   "Run %.64s has already ended.", id);
+                   "Run %.*s has already ended.", TG_UTF8_CUT(id, 64));
   r = tg_run_end(cx->db, id, status); /* running, as read in this transaction */
   if (r < 0) return r;
   *ret = json_pack("{s:s,s:s}", "runId", id, "status", status);
@@ -473,7 +474,8 @@ static int run_show(tg_call_ctx *cx, json_t *args, json_t **ret) {
                           json_pack("[ss]", id, cx->principal->tenant_id), &run);
   if (r < 0) return r;
   if (!run)
-    return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "runId", id), "No run %.64s.", id);
+    return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "runId", id), "No run %.*s.",
+                   TG_UTF8_CUT(id, 64));
   json_t *logs = NULL;
   r = tg_db_query(cx->db,
                   "SELECT id, step, level, message, metadata, created_at FROM agent_run_logs"
@@ -518,7 +520,7 @@ static int approval_resolve(tg_call_ctx *cx, json_t *args, json_t **ret) {
   if (r < 0) return r;
   if (!request)
     return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "approvalId", id),
-                   "No approval request %.64s.", id);
+                   "No approval request %.*s.", TG_UTF8_CUT(id, 64));
   if (strcmp(tg_json_str(request, "principal_id"), cx->principal->id) == 0)
     return tg_fail(cx, TG_ERR_PERMISSION_DENIED,
                    json_pack("{s:s,s:s}", "reason", "own_request", "approvalId", id),
@@ -540,7 +542,8 @@ static int approval_resolve(tg_call_ctx *cx, json_t *args, json_t **ret) {
   if (r < 0) return r;
   const char *tool = tg_json_str(request, "tool_name");
   char summary[200];
-  snprintf(summary, sizeof summary, "Call to %.128s %s", tool, approve ? "approved" : "denied");
+  snprintf(summary, sizeof summary, "Call to %.*s %s", TG_UTF8_CUT(tool, 128),
+           approve ? "approved" : "denied");
   r = tg_activity(cx, "APPROVAL_RESOLVED", NULL, summary,
                   json_pack("{s:s,s:s,s:s}", "approvalId", id, "tool", tool, "decision",
                             decision));
@@ -598,10 +601,9 @@ static int approval_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
   if (r < 0) return r;
   if (id && !json_array_size(rows)) {
     json_decref(rows);
-    return tg_fail(cx, TG_ERR_NOT_FOUND,
-                   json_pack("{s:s,s:s}", "approvalId", id, "status", status),
-                   "No approval request %.64s%s%s.", id, strcmp(status, "all") ? " that is " : "",
-                   strcmp(status, "all") ? status : "");
+    return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s,s:s}", "approvalId", id, "status", status),
+                   "No approval request %.*s%s%s.", TG_UTF8_CUT(id, 64),
+                   strcmp(status, "all") ? " that is " : "", strcmp(status, "all") ? status : "");
   }
   bool truncated = tg_json_cut(rows, limit);
   size_t i;

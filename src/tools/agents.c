@@ -213,8 +213,8 @@ static int file_edit(tg_call_ctx *cx, json_t *args, json_t **ret) {
     return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
                    json_pack("{s:s,s:s,s:s}", "reason", "hash_mismatch", "expectedHash", expected,
                              "currentHash", current),
-                   "The agent's files changed since hash %.64s; the current hash is %s.", expected,
-                   current);
+                   "The agent's files changed since hash %.*s; the current hash is %s.",
+                   TG_UTF8_CUT(expected, 64), current);
   _cleanup_bodies_ bodies b = {0};
   r = read_bodies(cx, agent_id, &h, &repo, tip, &b);
   if (r < 0) return r;

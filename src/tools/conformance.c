@@ -8,6 +8,7 @@
 
 #include "core/call.h"
 #include "util/cleanup.h"
+#include "util/json.h"
 #include "util/status.h"
 
 /* The suite only checks that these decode as base64 of the right media type. */
@@ -347,13 +348,6 @@ static int h_ir_multiple(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return input_required(asked, kept, ret);
 }
 
-/* How many bytes of s, at most max, end on a character's boundary (UTF-8). */
-static int utf8_prefix(const char *s, int max) {
-  int n = (int)strnlen(s, (size_t)max);
-  while (n > 0 && s[n] && ((unsigned char)s[n] & 0xC0) == 0x80) n--;
-  return n;
-}
-
 static int h_ir_multi_round(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const char *st = state(cx);
   if (refused(answer(cx, "step1")) || refused(answer(cx, "step2")))
@@ -366,7 +360,7 @@ static int h_ir_multi_round(tg_call_ctx *cx, json_t *args, json_t **ret) {
   }
   if (st && strcmp(st, "round-1") == 0 && name) {
     _cleanup_free_ char *next = NULL;
-    if (asprintf(&next, "round-2:%.*s", utf8_prefix(name, 64), name) < 0) return TG_E_NOMEM;
+    if (asprintf(&next, "round-2:%.*s", TG_UTF8_CUT(name, 64)) < 0) return TG_E_NOMEM;
     return input_required(json_pack("{s:o}", "step2", elicit("Step 2: What is your favorite color?", "color", "string")), next, ret);
   }
   return input_required(json_pack("{s:o}", "step1", elicit("Step 1: What is your name?", "name", "string")), "round-1", ret);

@@ -202,7 +202,7 @@ static int mission_state(tg_call_ctx *cx, json_t *args, json_t **ret) {
   /* Out of reach answers exactly like missing: the same code, message and details. */
   if (!mission || !tg_scope_reaches(cx->principal, &ref))
     return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "missionSlugOrId", key),
-                   "No mission %.64s.", key);
+                   "No mission %.*s.", TG_UTF8_CUT(key, 64));
 
   _cleanup_json_ json_t *counts = NULL, *works = NULL;
   r = tg_db_query(cx->db,
@@ -300,8 +300,8 @@ static int kb_get(tg_call_ctx *cx, json_t *args, json_t **ret) {
   if (r < 0) return r;
   if (json_array_size(matches) == 0)
     return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s,s:s?}", "slug", slug, "workId", work),
-                   "No knowledge-base document %s%s%.64s.", slug, work ? " in work " : "",
-                   work ? work : "");
+                   "No knowledge-base document %s%s%.*s.", slug, work ? " in work " : "",
+                   TG_UTF8_CUT(work ? work : "", 64));
   if (json_array_size(matches) > 1) {
     /* Only works the caller reaches were selected, so the list reveals nothing new. */
     json_t *candidates = json_array();
@@ -439,7 +439,7 @@ static int find_work(tg_call_ctx *cx, const char *slug, tg_scope_ref *ref) {
 static int out_of_scope(tg_call_ctx *cx, const char *key, const char *value) {
   return tg_fail(cx, TG_ERR_PERMISSION_DENIED,
                  json_pack("{s:s,s:s}", key, value, "reason", "out_of_scope"),
-                 "%s %.80s is outside your scope.", key, value);
+                 "%s %.*s is outside your scope.", key, TG_UTF8_CUT(value, 80));
 }
 
 static int kb_put(tg_call_ctx *cx, json_t *args, json_t **ret) {
@@ -621,8 +621,8 @@ static int canonical_tools(tg_call_ctx *cx, json_t *names, json_t **ret) {
     const tg_tool *t = tg_registry_find(cx->env->registry, json_string_value(n));
     if (!t)
       return tg_fail(cx, TG_ERR_VALIDATION_FAILED, json_pack("{s:O}", "tool", n),
-                     "The skill's allowed-tools name %.128s, which is no tool of this catalog.",
-                     json_string_value(n));
+                     "The skill's allowed-tools name %.*s, which is no tool of this catalog.",
+                     TG_UTF8_CUT(json_string_value(n), 128));
     json_array_append_new(out, json_string(t->name));
   }
   *ret = TAKE_PTR(out);

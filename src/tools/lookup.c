@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "util/cleanup.h"
+#include "util/json.h"
 #include "util/status.h"
 
 int tg_lookup_agent(tg_call_ctx *cx, const char *slug, json_t **ret) {
@@ -33,8 +34,8 @@ int tg_lookup_scope_id(tg_call_ctx *cx, const char *kind, const char *id_or_slug
                             json_pack("[ss]", cx->principal->tenant_id, id_or_slug), &row);
     if (r < 0) return r;
     if (!row)
-      return tg_fail(cx, TG_ERR_NOT_FOUND, TAKE_PTR(owned), "No %s %.64s in this workspace.", kind,
-                     id_or_slug);
+      return tg_fail(cx, TG_ERR_NOT_FOUND, TAKE_PTR(owned), "No %s %.*s in this workspace.", kind,
+                     TG_UTF8_CUT(id_or_slug, 64));
     snprintf(out, TG_UUID_LEN + 1, "%s", json_string_value(json_object_get(row, "id")));
     return TG_OK;
   }

@@ -47,7 +47,7 @@ static void identity(const tg_call_ctx *cx, char *name, size_t name_size, char *
 /* The message as given plus trailers that tie the commit to the call that made it. */
 static char *full_message(const tg_call_ctx *cx, const char *message) {
   char *out = NULL;
-  if (asprintf(&out, "%.4096s\n\nToolgate-Tool: %s%s%s\n", message, cx->tool->name,
+  if (asprintf(&out, "%.*s\n\nToolgate-Tool: %s%s%s\n", TG_UTF8_CUT(message, 4096), cx->tool->name,
                cx->run_id ? "\nToolgate-Run: " : "", cx->run_id ? cx->run_id : "") < 0)
     return NULL;
   return out;
@@ -582,12 +582,12 @@ int tg_repo_prepare(tg_call_ctx *cx, tg_scope_repo *repo, const char *branch, bo
   tg_git_problem problem = {0};
   r = tg_git_commit(repo->git, parent, changes, n, name, email, text, move->new_sha, &problem);
   if (r == TG_E_INVAL)
-    return tg_fail(cx, TG_ERR_VALIDATION_FAILED,
-                   json_pack("{s:s,s:I,s:s,s:s}", "reason", problem.reason, "index",
-                             (json_int_t)problem.index, "path", changes[problem.index].path,
-                             "repo", repo->label),
-                   "File %zu (%.200s): %s.", problem.index, changes[problem.index].path,
-                   problem_message(problem.reason));
+    return tg_fail(
+        cx, TG_ERR_VALIDATION_FAILED,
+        json_pack("{s:s,s:I,s:s,s:s}", "reason", problem.reason, "index", (json_int_t)problem.index,
+                  "path", changes[problem.index].path, "repo", repo->label),
+        "File %zu (%.*s): %s.", problem.index, TG_UTF8_CUT(changes[problem.index].path, 200),
+        problem_message(problem.reason));
   if (r < 0) return r;
   return tg_repo_record(cx, repo, move);
 }
@@ -812,8 +812,8 @@ static int pr_open(tg_call_ctx *cx, json_t *args, json_t **ret) {
   _cleanup_free_ char *url = pr_url(cx, &repo, number);
   if (!url) return TG_E_NOMEM;
   char summary[400];
-  snprintf(summary, sizeof summary, "Opened pull request #%lld in %s: %.200s", (long long)number,
-           repo.label, title);
+  snprintf(summary, sizeof summary, "Opened pull request #%lld in %s: %.*s", (long long)number,
+           repo.label, TG_UTF8_CUT(title, 200));
   _cleanup_json_ json_t *scope = tg_repo_activity_scope(&repo);
   r = tg_activity(cx, "AGENT_OPENED_PR", scope, summary,
                   json_pack("{s:s,s:I,s:s,s:s,s:s,s:s,s:o}", "repo", repo.label, "prNumber",
@@ -1032,9 +1032,9 @@ static int pr_merge(tg_call_ctx *cx, json_t *args, json_t **ret) {
                    json_pack("{s:s,s:s,s:s}", "reason", "branch_missing", "base", base, "head", head),
                    "Branch %s or %s no longer exists.", base, head);
   _cleanup_free_ char *message = NULL;
-  if (asprintf(&message, "Merge pull request #%lld from %s\n\n%.200s\n",
+  if (asprintf(&message, "Merge pull request #%lld from %s\n\n%.*s\n",
                (long long)json_integer_value(json_object_get(row, "number")), head,
-               json_string_value(json_object_get(row, "title"))) < 0)
+               TG_UTF8_CUT(json_string_value(json_object_get(row, "title")), 200)) < 0)
     return TG_E_NOMEM;
   char name[80], email[120];
   identity(cx, name, sizeof name, email, sizeof email);

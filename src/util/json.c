@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "util/json.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,49 @@ size_t tg_utf8_prefix(const char *text, size_t max) {
   if (n == max)
     while (n > 0 && ((unsigned char)text[n] & 0xc0) == 0x80) n--;
   return n;
+}
+
+/* How many bytes a character starting with lead takes (1 to 4), or 0 for a byte no
+ * character starts with (a continuation byte, an overlong form's lead, or past U+10FFFF). */
+static size_t utf8_width(unsigned char lead) {
+  if (lead < 0x80) return 1;
+  if (lead < 0xc2) return 0;
+  if (lead < 0xe0) return 2;
+  if (lead < 0xf0) return 3;
+  return lead < 0xf5 ? 4 : 0;
+}
+
+/* The length of the valid character at s (no overlong form, no surrogate, nothing past
+ * U+10FFFF: what jansson takes), or 0; *short_cut set when s holds a character's start that
+ * the end of the text cut short. */
+static size_t utf8_char(const unsigned char *s, bool *short_cut) {
+  size_t n = utf8_width(s[0]), i = 1;
+  *short_cut = false;
+  if (n <= 1) return n;
+  uint32_t code = s[0] & (0x7f >> n);
+  for (; i < n && (s[i] & 0xc0) == 0x80; i++) code = code << 6 | (s[i] & 0x3f);
+  if (i < n) {
+    *short_cut = s[i] == '\0';
+    return 0;
+  }
+  static const uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+  bool valid = code >= least[n] && code <= 0x10ffff && (code < 0xd800 || code > 0xdfff);
+  return valid ? n : 0;
+}
+
+void tg_utf8_mend(char *text) {
+  unsigned char *s = (unsigned char *)text;
+  while (*s) {
+    bool short_cut;
+    size_t n = utf8_char(s, &short_cut);
+    if (n) {
+      s += n;
+    } else if (short_cut) {
+      *s = '\0';
+    } else {
+      *s++ = '?';
+    }
+  }
 }
 
 json_t *tg_json_truncate(json_t *value, size_t max_bytes) {

@@ -23,6 +23,15 @@ bool tg_json_cut(json_t *rows, json_int_t limit);
  * character. */
 size_t tg_utf8_prefix(const char *text, size_t max);
 
+/* For printf's "%.*s": text, cut to at most max bytes on a character boundary ("%.64s" may
+ * halve a character, and JSON takes no such text). text is read twice. */
+#define TG_UTF8_CUT(text, max) (int)tg_utf8_prefix((text), (max)), (text)
+
+/* Makes text UTF-8 as jansson takes it, in place, so that a message built from bytes of any
+ * origin (a header, a command line) can go into JSON: a character cut short at its end is
+ * dropped, and any other byte that starts no valid character becomes '?'. */
+void tg_utf8_mend(char *text);
+
 /* Compact JSON text of value (malloc'd), or NULL when out of memory. */
 char *tg_json_text(const json_t *value);
 

@@ -707,6 +707,39 @@ static void test_invalid_arguments_name_every_violation(void **state) {
   tg_call_result_done(&res);
 }
 
+/* A refusal whose message quotes an argument cut to a byte count that falls within a
+ * character ("/" and 40 two-byte "é" outrun the 80 bytes kept of an argument's path) still
+ * answers its envelope and writes its row, the cut made on a whole character. */
+static void test_a_message_cut_within_a_character_is_answered(void **state) {
+  world *w = *state;
+  char key[121] = "", args[200];
+  for (int i = 0; i < 60; i++) strcat(key, "\xc3\xa9");
+  snprintf(args, sizeof args, "{\"note\":\"n\",\"%s\":1}", key);
+  tg_call_result res;
+  expect_refusal(w, w->writer, TG_SURFACE_AGENT, "test.item.write", args, NULL, "validation_failed",
+                 &res);
+  const char *message =
+      json_string_value(json_object_get(json_object_get(res.value, "error"), "message"));
+  char want[200];
+  snprintf(want, sizeof want, "Invalid arguments: /%.78s: ", key); /* 39 whole "é" */
+  assert_non_null(strstr(message, want));
+  tg_call_result_done(&res);
+  _cleanup_json_ json_t *log = last_log(w->f);
+  const char *line = json_string_value(json_object_get(log, "message"));
+  assert_non_null(strstr(line, want));
+}
+
+/* A run id that is no UUID's text, such as bytes of no character that a header or a command
+ * line may give, is refused as such, and not echoed. */
+static void test_a_run_id_of_foreign_bytes_is_refused(void **state) {
+  world *w = *state;
+  tg_call_result res;
+  expect_refusal(w, w->reader, TG_SURFACE_AGENT, "echoText", "{\"text\":\"a\"}", "\xff\xfe-1",
+                 "validation_failed", &res);
+  assert_string_equal(json_string_value(json_object_get(details(&res), "reason")), "bad_run_id");
+  tg_call_result_done(&res);
+}
+
 /* A handler failure rolls back its writes and its activity; the telemetry row stays. */
 static void test_failures_roll_back(void **state) {
   world *w = *state;
@@ -1467,6 +1500,8 @@ int main(void) {
       T(test_approval_list_by_status),
       T(test_unreviewable_calls_are_not_put_to_approvers),
       T(test_invalid_arguments_name_every_violation),
+      T(test_a_message_cut_within_a_character_is_answered),
+      T(test_a_run_id_of_foreign_bytes_is_refused),
       T(test_failures_roll_back),
       T(test_dry_run_writes_nothing),
       T(test_calls_attach_to_runs),

@@ -108,6 +108,16 @@ check "getActivity" 0 "$tg" call getActivity --agent builder --args '{"limit":50
 is "the task's story" '[.rows[].actionType] | (index("TASK_CREATED") != null and index("TASK_COMMENTED") != null and index("TASK_UPDATED") != null)'
 is "the task's scope only" '[.rows[].actionType] | index("MISSION_CREATED") == null'
 
+# A title of two-byte characters whose quote in the activity summary is cut within one
+# ("x" then 45 "é": the 80 bytes kept end halfway through the 40th) is still created.
+title="x$(printf '\xc3\xa9%.0s' $(seq 45))"
+check "createTask with a title cut within a character" 0 "$tg" call createTask --agent builder \
+  --args "{\"title\":\"$title\"}"
+is "created" '.slug == "T-2"'
+check "getActivity of it" 0 "$tg" call getActivity --agent builder --args '{"limit":1}'
+is "its summary ends on the last whole character" \
+  ".rows[0].summary == \"Task T-2 created: x$(printf '\xc3\xa9%.0s' $(seq 39))\""
+
 for cmd in missions ideas works tasks; do
   check "--help of '$cmd'" 0 "$tg" $cmd --help
   has "--help of '$cmd' prints usage" "usage: toolgate $cmd"

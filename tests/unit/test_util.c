@@ -116,6 +116,37 @@ static void test_utf8_prefix_ends_on_a_character(void **state) {
   assert_int_equal(tg_utf8_prefix(s, 0), 0);
 }
 
+static void test_utf8_mend_leaves_text_jansson_takes(void **state) {
+  static const struct {
+    const char *in, *out;
+  } cases[] = {
+      {"ab\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", "ab\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"},
+      {"ab\xc3", "ab"},             /* an é cut short by the end */
+      {"x\xe2\x82", "x"},           /* a euro sign cut short */
+      {"\xf0\x9f\x98", ""},         /* an emoji cut short */
+      {"a\xc3(b", "a?(b"},          /* a lead with no continuation, mid-text */
+      {"\x80x", "?x"},              /* a lone continuation byte */
+      {"\xc0\xaf", "??"},           /* an overlong '/' */
+      {"\xed\xa0\x80", "???"},      /* a surrogate */
+      {"\xf4\x90\x80\x80", "????"}, /* past U+10FFFF */
+      {"\xff\xfe", "??"},
+      {"", ""},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char text[32];
+    snprintf(text, sizeof text, "%s", cases[i].in);
+    tg_utf8_mend(text);
+    assert_string_equal(text, cases[i].out);
+    json_t *taken = json_string(text);
+    assert_non_null(taken);
+    json_decref(taken);
+  }
+  /* What "%.*s" with TG_UTF8_CUT writes ends on a character. */
+  char cut[16];
+  snprintf(cut, sizeof cut, "[%.*s]", TG_UTF8_CUT("\xc3\xa9\xc3\xa9", 3));
+  assert_string_equal(cut, "[\xc3\xa9]");
+}
+
 static void test_parse_bounds_and_reports(void **state) {
   char *why = NULL;
   assert_null(tg_json_parse("{\"a\":", 100, &why));
@@ -255,6 +286,7 @@ int main(void) {
       cmocka_unit_test(test_truncate_keeps_small_values),
       cmocka_unit_test(test_truncate_is_valid_bounded_and_marked),
       cmocka_unit_test(test_utf8_prefix_ends_on_a_character),
+      cmocka_unit_test(test_utf8_mend_leaves_text_jansson_takes),
       cmocka_unit_test(test_parse_bounds_and_reports),
       cmocka_unit_test(test_error_envelope),
       cmocka_unit_test(test_status_text),
