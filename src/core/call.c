@@ -490,6 +490,15 @@ static int reject(call_state *st, tg_call_result *ret, tg_errcode code, const ch
   return answer(ret, code, message, details);
 }
 
+/* Refuses the call of a tool the catalog does not hold. Its row goes in the run the call
+ * names when the run gate let it in (gates, as decide set it), as any other refusal's does. */
+static int unknown_tool(call_state *st, tg_call_result *ret, int gates) {
+  const char *name = st->req->tool;
+  if (gates == 0 && st->req->run_id) snprintf(st->run_id, sizeof st->run_id, "%s", st->req->run_id);
+  return reject(st, ret, TG_ERR_NOT_FOUND, "No tool by that name.",
+                json_pack("{s:s%}", "tool", name, tg_utf8_prefix(name, CALLED_AS_MAX)));
+}
+
 /* Answers internal_error for a failure (status) that is no tool's error envelope; the log
  * says which, and what the database said when it was the database. */
 static int internal(call_state *st, tg_call_result *ret, const char *what, int status,
@@ -706,6 +715,8 @@ static int decide(call_state *st, bool kept, tg_refusal *refusal, json_t *trace,
                       .surface = st->req->surface, .args = st->args, .run_id = st->req->run_id,
                       .run_read_later = first_in_write};
   if (r == TG_OK && st->tool) *gates = tg_gates_run(&in, refusal, trace);
+  else if (r == TG_OK)
+    *gates = tg_gates_check_run(&in, refusal); /* see unknown_tool */
   /* A refusal is decided on what the gates read, the held run too: else another gate's
    * refusal could be recorded in a run that ended, or ask for an approval there. */
   bool again = *gates == 1 && in.run_read_later;
@@ -890,8 +901,7 @@ int tg_call(const tg_env *env, const tg_call_request *req, tg_call_result *ret) 
   if ((r = decide(&st, kept, &refusal, trace, &gates)) < 0)
     r = unread_caller(ret, r);
   else if (!st.tool)
-    r = reject(&st, ret, TG_ERR_NOT_FOUND, "No tool by that name.",
-               json_pack("{s:s%}", "tool", req->tool, tg_utf8_prefix(req->tool, CALLED_AS_MAX)));
+    r = unknown_tool(&st, ret, gates);
   else if (req->dry_run && gates >= 0)
     r = dry_run_answer(&st, ret, gates, &refusal, trace);
   else if (gates < 0)

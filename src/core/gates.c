@@ -288,6 +288,12 @@ int tg_gates_recheck(const tg_gate_input *in, tg_refusal *refusal) {
   return run_gates(in, AT_WRITE, refusal, NULL);
 }
 
+int tg_gates_check_run(const tg_gate_input *in, tg_refusal *refusal) {
+  int r = gate_run(in, refusal);
+  if (r == 1) refusal->gate = "run";
+  return r;
+}
+
 void tg_refusal_done(tg_refusal *refusal) {
   json_decref(refusal->details);
   refusal->details = NULL;

@@ -36,4 +36,8 @@ int tg_gates_run(const tg_gate_input *in, tg_refusal *refusal, json_t *trace);
  * the snapshot tg_gates_run read may have moved since. Answers as tg_gates_run. */
 int tg_gates_recheck(const tg_gate_input *in, tg_refusal *refusal);
 
+/* The run gate alone, for a call of no tool (the other gates need one): whether in->run_id,
+ * when given, names a running run of the calling agent. Answers as tg_gates_run. */
+int tg_gates_check_run(const tg_gate_input *in, tg_refusal *refusal);
+
 void tg_refusal_done(tg_refusal *refusal);

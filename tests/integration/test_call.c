@@ -804,14 +804,29 @@ static void test_calls_attach_to_runs(void **state) {
   }
   expect_refusal(w, w->writer, TG_SURFACE_AGENT, "test.item.write", "{}", run, "validation_failed", &res);
   tg_call_result_done(&res);
+  /* A call of no tool is the run's too. */
+  expect_refusal(w, w->writer, TG_SURFACE_AGENT, "no.such.tool", "{}", run, "not_found", &res);
+  tg_call_result_done(&res);
   _cleanup_json_ json_t *n = NULL;
   assert_int_equal(tg_db_query_row(w->f->db, "SELECT COUNT(*) AS n FROM agent_run_logs WHERE run_id = $1",
                                    json_pack("[s]", run), &n),
                    0);
-  assert_int_equal(json_integer_value(json_object_get(n, "n")), 3);
-  /* Another agent's run, and an ended run, are refused. */
+  assert_int_equal(json_integer_value(json_object_get(n, "n")), 4);
+  /* Another agent's run, and an ended run, are refused; a call of no tool naming another
+   * agent's run is in none. */
   expect_refusal(w, w->reader, TG_SURFACE_AGENT, "echoText", "{\"text\":\"a\"}", run, "not_found", &res);
   tg_call_result_done(&res);
+  expect_refusal(w, w->reader, TG_SURFACE_AGENT, "no.such.tool", "{}", run, "not_found", &res);
+  tg_call_result_done(&res);
+  _cleanup_json_ json_t *foreign = last_log(w->f);
+  assert_true(json_is_null(json_object_get(foreign, "run_id")));
+  json_decref(n);
+  n = NULL;
+  assert_int_equal(
+      tg_db_query_row(w->f->db, "SELECT COUNT(*) AS n FROM agent_run_logs WHERE run_id = $1",
+                      json_pack("[s]", run), &n),
+      0);
+  assert_int_equal(json_integer_value(json_object_get(n, "n")), 4);
   char end_args[100];
   snprintf(end_args, sizeof end_args, "{\"runId\":\"%s\"}", run);
   assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "admin.run.end", end_args, NULL, &res), 0);
