@@ -65,21 +65,28 @@ static bool refuse_cancelled(server *s, struct MHD_Connection *conn, session *x,
 /* Answers a call on the pool (st its stream, read by this connection of socket fd; x its
  * session, whose reference the connection holds) once its stream has something: the whole
  * reply when it ended before sending anything else, else the stream (primed_len: the bytes of
- * its priming event). */
+ * its priming event). A client that left before is answered nothing. */
 static enum MHD_Result answer_pool_call(server *s, struct MHD_Connection *conn, session *x,
                                         stream *st, int fd, size_t primed_len) {
   pthread_mutex_lock(&st->lock);
   bool gone = false;
   /* No connection reads st yet, so nothing was dropped: len == 0 means nothing appended. */
   while (!st->done && st->len == 0 && !st->polling) {
-    if (!tg_timed_wait(&st->ready, &st->lock, HANGUP_CHECK_MS) || x || gone ||
-        !http_client_gone(fd))
+    if (!tg_timed_wait(&st->ready, &st->lock, HANGUP_CHECK_MS) || gone || !http_client_gone(fd))
       continue;
-    /* A stateless client that went away cancelled its call, which ends soon after. */
     gone = true;
     unsigned id = st->reader;
     pthread_mutex_unlock(&st->lock);
     http_stream_detach(st, id);
+    if (x) {
+      /* A session's call runs on (a client that leaves cancels nothing), but its stream,
+       * unprimed, is none its client can resume: the connection is let go now, not held
+       * until the call first sends. */
+      http_stream_release(st);
+      http_session_put(s, x);
+      return MHD_NO;
+    }
+    /* A stateless client that went away cancelled its call, which ends soon after. */
     pthread_mutex_lock(&st->lock);
   }
   if (st->len == 0 && !st->polling) {

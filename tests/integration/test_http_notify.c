@@ -595,16 +595,22 @@ static exchange *start_waiting_call(world *w) {
 
 /* Waits until the server has at least least (0: no) calls waiting for a pool thread (queued),
  * or requests being answered. */
-static void await_load(world *w, bool queued, unsigned least) {
+/* Waits until the requests being answered (or the calls queued: queued) are least to most. */
+static void await_load_within(world *w, bool queued, unsigned least, unsigned most) {
   for (int i = 0;; i++) {
     unsigned answering = 0, waiting = 0;
     tg_http_load(w->h, &answering, &waiting);
     unsigned n = queued ? waiting : answering;
-    if (least ? n >= least : n == 0) return;
+    if (n >= least && n <= most) return;
     if (i == HANG_GUARD_S * 100)
       fail_msg("the server never got there (%u answering, %u queued)", answering, waiting);
     usleep(10 * 1000);
   }
+}
+
+/* Waits until at least least (0: no) requests are being answered, or calls queued. */
+static void await_load(world *w, bool queued, unsigned least) {
+  await_load_within(w, queued, least, least ? UINT_MAX : 0);
 }
 
 /* A client that left its GET stream gets another at once, not 405 until the server's next
@@ -806,6 +812,34 @@ static void test_a_session_call_cancelled_in_line_is_answered_at_once(void **sta
 
 static void test_a_session_call_in_line_ends_at_once_with_its_session(void **state) {
   call_in_line_ends_at_once(*state, true);
+}
+
+/* A call of a session of a revision before 2025-11-25, waiting for a pool thread, lets its
+ * connection go as its client leaves, at once, not once a thread comes free: its stream is not
+ * primed (such clients resume none), so nothing would notice the client gone, and the
+ * connection would hold its place and its caller's count of requests till then. The call
+ * stays in line: a client that leaves cancels no session call. */
+static void test_an_old_session_call_in_line_lets_its_connection_go(void **state) {
+  world *w = *state;
+  char sid[64], held[64];
+  open_session(w, "{}", held);
+  open_session_at(w, "2025-06-18", "{}", sid);
+  exchange *running[POOL_THREADS - 1];
+  static const char *const calls[] = {CALL_WITH("10", "test_wait_cancel", "{}"),
+                                      CALL_WITH("11", "test_wait_cancel", "{}"),
+                                      CALL_WITH("12", "test_wait_cancel", "{}")};
+  _Static_assert(sizeof calls / sizeof calls[0] == POOL_THREADS - 1, "a call a thread it may hold");
+  for (int i = 0; i < POOL_THREADS - 1; i++) running[i] = start(w, "POST", held, NULL, calls[i]);
+  kit_wait_for(NULL, POOL_THREADS - 1);
+  exchange *queued =
+      start(w, "POST", sid, NULL, CALL_WITH("\"in-line\"", "test_wait_cancel", "{}"));
+  await_load(w, true, 1);
+  await_load(w, false, POOL_THREADS);
+  finish(queued);
+  await_load_within(w, false, POOL_THREADS - 1, POOL_THREADS - 1);
+  await_load(w, true, 1); /* still in line */
+  still_running_alone(running);
+  for (int i = 0; i < POOL_THREADS - 1; i++) finish(running[i]);
 }
 
 /* A stateless call waiting for a pool thread leaves the line as its client leaves, at once,
@@ -3832,6 +3866,7 @@ int main(void) {
       T(test_a_stateless_call_run_in_place_ends_with_its_client),
       T(test_the_pool_serves_the_caller_running_fewest_first),
       T(test_a_session_call_cancelled_in_line_is_answered_at_once),
+      T(test_an_old_session_call_in_line_lets_its_connection_go),
       T(test_a_stateless_call_in_line_leaves_it_with_its_client),
       T(test_a_session_call_in_line_ends_at_once_with_its_session),
       T(test_sessions_are_bounded_per_principal),
