@@ -782,17 +782,24 @@ static void still_running_alone(exchange *running[POOL_THREADS - 1]) {
 /* A session's call waiting for a pool thread has its stream primed at once; cancelled (or
  * its session deleted: by_delete), it is ended at once, without an answer, not once a thread
  * comes free; it never runs. The calls holding the threads run in another session. */
-static void call_in_line_ends_at_once(world *w, bool by_delete) {
-  char sid[64], held[64];
+/* Starts calls in a session of their own (running), on all the pool's threads a caller may
+ * hold, and waits until they run. */
+static void hold_the_pool(world *w, exchange *running[POOL_THREADS - 1]) {
+  char held[64];
   open_session(w, "{}", held);
-  open_session(w, "{}", sid);
-  exchange *running[POOL_THREADS - 1];
   static const char *const calls[] = {CALL_WITH("10", "test_wait_cancel", "{}"),
                                       CALL_WITH("11", "test_wait_cancel", "{}"),
                                       CALL_WITH("12", "test_wait_cancel", "{}")};
   _Static_assert(sizeof calls / sizeof calls[0] == POOL_THREADS - 1, "a call a thread it may hold");
   for (int i = 0; i < POOL_THREADS - 1; i++) running[i] = start(w, "POST", held, NULL, calls[i]);
   kit_wait_for(NULL, POOL_THREADS - 1);
+}
+
+static void call_in_line_ends_at_once(world *w, bool by_delete) {
+  char sid[64];
+  open_session(w, "{}", sid);
+  exchange *running[POOL_THREADS - 1];
+  hold_the_pool(w, running);
   exchange *queued = start(w, "POST", sid, NULL, CALL_WITH("\"in-line\"", "test_wait_cancel", "{}"));
   await_load(w, true, 1);
   await(queued, "retry: 500\ndata: \n\n"); /* primed while in line: it could resume */
@@ -821,16 +828,10 @@ static void test_a_session_call_in_line_ends_at_once_with_its_session(void **sta
  * stays in line: a client that leaves cancels no session call. */
 static void test_an_old_session_call_in_line_lets_its_connection_go(void **state) {
   world *w = *state;
-  char sid[64], held[64];
-  open_session(w, "{}", held);
+  char sid[64];
   open_session_at(w, "2025-06-18", "{}", sid);
   exchange *running[POOL_THREADS - 1];
-  static const char *const calls[] = {CALL_WITH("10", "test_wait_cancel", "{}"),
-                                      CALL_WITH("11", "test_wait_cancel", "{}"),
-                                      CALL_WITH("12", "test_wait_cancel", "{}")};
-  _Static_assert(sizeof calls / sizeof calls[0] == POOL_THREADS - 1, "a call a thread it may hold");
-  for (int i = 0; i < POOL_THREADS - 1; i++) running[i] = start(w, "POST", held, NULL, calls[i]);
-  kit_wait_for(NULL, POOL_THREADS - 1);
+  hold_the_pool(w, running);
   exchange *queued =
       start(w, "POST", sid, NULL, CALL_WITH("\"in-line\"", "test_wait_cancel", "{}"));
   await_load(w, true, 1);
