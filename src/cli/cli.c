@@ -13,6 +13,7 @@
 #include "core/principal.h"
 #include "tools/providers.h"
 #include "util/cleanup.h"
+#include "util/json.h"
 #include "util/status.h"
 
 int cli_usage(const char *usage, const char *fmt, ...) {
@@ -212,6 +213,12 @@ char *cli_read_file(const char *path, size_t max_bytes) {
     return NULL;
   }
   buf[n] = '\0';
+  /* Its text goes into JSON (a document, a skill, a schema): UTF-8, which has no NUL. */
+  if (memchr(buf, '\0', n) || !tg_utf8_valid(buf)) {
+    fprintf(stderr, "toolgate: %s: not UTF-8 text\n", path);
+    free(buf);
+    return NULL;
+  }
   return buf;
 }
 

@@ -5,6 +5,7 @@
 
 #include "cli/cli.h"
 #include "mcp/server.h"
+#include "util/json.h"
 
 static const cli_command commands[] = {
     {"init", cmd_init, "create the database (--demo: a demo workspace, owner and agent)"},
@@ -66,10 +67,25 @@ static int take_globals(cli *c, int *argc, char **argv) {
   return CLI_OK;
 }
 
+/* Refuses arg, which is not UTF-8 text, showing its bytes past printable ASCII as \xNN. */
+static int refuse_foreign(const char *arg) {
+  fputs("toolgate: argument '", stderr);
+  for (const unsigned char *s = (const unsigned char *)arg; *s; s++)
+    fprintf(stderr, *s >= 0x20 && *s < 0x7f ? "%c" : "\\x%02x", *s);
+  fputs("' is not UTF-8 text\n", stderr);
+  return CLI_USAGE;
+}
+
 int main(int argc, char **argv) {
   cli c = {.data_dir = getenv("TOOLGATE_DATA")};
   if (!c.data_dir || !*c.data_dir) c.data_dir = "data";
   if (take_globals(&c, &argc, argv) != CLI_OK) return CLI_USAGE;
+  /* What a command is given goes into JSON, which holds UTF-8 text only: an argument of other
+   * bytes is refused here, rather than dropped or failing without a word further in. (--data
+   * names a folder, in any bytes.) */
+  for (int i = 1; i < argc; i++)
+    if (!tg_utf8_valid(argv[i])) return refuse_foreign(argv[i]);
+  if (c.tenant && !tg_utf8_valid(c.tenant)) return refuse_foreign(c.tenant);
   if (argc < 2) {
     usage(stderr);
     return CLI_USAGE;

@@ -62,6 +62,16 @@ void tg_utf8_mend(char *text) {
   }
 }
 
+bool tg_utf8_valid(const char *text) {
+  bool short_cut;
+  for (const unsigned char *s = (const unsigned char *)text; *s;) {
+    size_t n = utf8_char(s, &short_cut);
+    if (!n) return false;
+    s += n;
+  }
+  return true;
+}
+
 json_t *tg_json_truncate(json_t *value, size_t max_bytes) {
   char *text = tg_json_text(value);
   if (!text) return NULL;

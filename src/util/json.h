@@ -32,6 +32,9 @@ size_t tg_utf8_prefix(const char *text, size_t max);
  * dropped, and any other byte that starts no valid character becomes '?'. */
 void tg_utf8_mend(char *text);
 
+/* Whether text is UTF-8 as jansson takes it: what tg_utf8_mend would leave as it is. */
+bool tg_utf8_valid(const char *text);
+
 /* Compact JSON text of value (malloc'd), or NULL when out of memory. */
 char *tg_json_text(const json_t *value);
 

@@ -590,4 +590,18 @@ check "another workspace" 1 "$tg" --tenant other call agent.tool.list --token "$
 says "another workspace refused" "the token belongs to another workspace than 'other'"
 check "another workspace on stdio" 1 "$tg" --tenant other mcp --token "$demo_token" </dev/null
 
+# Arguments and files go into JSON, UTF-8 text: other bytes are refused, and said, rather than
+# an option dropped (a filter listing everything) or a command failing without a word.
+check "a filter of foreign bytes" 2 "$tg" tasks list --agent $'\xc3'
+says "the argument named" "argument '\\\\xc3' is not UTF-8 text"
+check "an argument of foreign bytes" 2 "$tg" policy set $'caf\xe9' approval
+says "its bytes shown" "argument 'caf\\\\xe9' is not UTF-8 text"
+check "a workspace of foreign bytes" 2 "$tg" --tenant $'\xff' tasks list
+printf 'caf\xe9\n' >"$dir/latin1.md"
+check "a file of foreign bytes" 1 "$tg" --tenant demo skills add "$dir/latin1.md"
+says "the file named" "latin1.md: not UTF-8 text"
+printf 'a\0b\n' >"$dir/nul.md"
+check "a file holding a NUL" 1 "$tg" --tenant demo skills add "$dir/nul.md"
+says "that file named" "nul.md: not UTF-8 text"
+
 finish

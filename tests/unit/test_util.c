@@ -116,7 +116,7 @@ static void test_utf8_prefix_ends_on_a_character(void **state) {
   assert_int_equal(tg_utf8_prefix(s, 0), 0);
 }
 
-static void test_utf8_mend_leaves_text_jansson_takes(void **state) {
+static void test_utf8_mend_and_valid_agree_with_jansson(void **state) {
   static const struct {
     const char *in, *out;
   } cases[] = {
@@ -135,7 +135,12 @@ static void test_utf8_mend_leaves_text_jansson_takes(void **state) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char text[32];
     snprintf(text, sizeof text, "%s", cases[i].in);
+    assert_int_equal(tg_utf8_valid(text), strcmp(cases[i].in, cases[i].out) == 0);
+    json_t *raw = json_string(text); /* jansson takes what is valid, and only that */
+    assert_int_equal(raw != NULL, tg_utf8_valid(text));
+    json_decref(raw);
     tg_utf8_mend(text);
+    assert_true(tg_utf8_valid(text));
     assert_string_equal(text, cases[i].out);
     json_t *taken = json_string(text);
     assert_non_null(taken);
@@ -286,7 +291,7 @@ int main(void) {
       cmocka_unit_test(test_truncate_keeps_small_values),
       cmocka_unit_test(test_truncate_is_valid_bounded_and_marked),
       cmocka_unit_test(test_utf8_prefix_ends_on_a_character),
-      cmocka_unit_test(test_utf8_mend_leaves_text_jansson_takes),
+      cmocka_unit_test(test_utf8_mend_and_valid_agree_with_jansson),
       cmocka_unit_test(test_parse_bounds_and_reports),
       cmocka_unit_test(test_error_envelope),
       cmocka_unit_test(test_status_text),
