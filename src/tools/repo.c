@@ -47,7 +47,7 @@ static void identity(const tg_call_ctx *cx, char *name, size_t name_size, char *
 /* The message as given plus trailers that tie the commit to the call that made it. */
 static char *full_message(const tg_call_ctx *cx, const char *message) {
   char *out = NULL;
-  if (asprintf(&out, "%.*s\n\nToolgate-Tool: %s%s%s\n", TG_UTF8_CUT(message, 4096), cx->tool->name,
+  if (asprintf(&out, "%s\n\nToolgate-Tool: %s%s%s\n", message, cx->tool->name,
                cx->run_id ? "\nToolgate-Run: " : "", cx->run_id ? cx->run_id : "") < 0)
     return NULL;
   return out;

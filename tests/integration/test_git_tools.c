@@ -134,6 +134,26 @@ static json_t *crash_after_commit(world *w, const char *tool, const char *args) 
   return v;
 }
 
+/* A commit message as long as its schema lets it be, in two-byte characters (4096 of them,
+ * 8192 bytes), is kept whole. */
+static void test_a_long_commit_message_is_kept_whole(void **state) {
+  world *w = *state;
+  char message[2 * 4096 + 1] = "";
+  for (int i = 0; i < 4096; i++) memcpy(message + 2 * i, "\xc3\xa9", 3);
+  _cleanup_free_ char *args = NULL;
+  assert_true(
+      asprintf(&args,
+               "{\"files\":[{\"path\":\"docs/long.md\",\"content\":\"x\",\"mode\":\"add\"}],"
+               "\"commitMessage\":\"%s\"}",
+               message) > 0);
+  json_decref(expect(w, w->worker, "commitToRepo", args, NULL, ""));
+  _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
+  _cleanup_free_ char *shown = tg_test_shell_output("git -C %s log -1 --format=%%B main", dir);
+  _cleanup_free_ char *want = NULL;
+  assert_true(asprintf(&want, "%s\n\nToolgate-Tool: repo.commit.create", message) > 0);
+  assert_non_null(strstr(shown, want));
+}
+
 static void test_commit_to_repo(void **state) {
   world *w = *state;
   json_t *v = expect(w, w->worker, "commitToRepo",
@@ -1328,16 +1348,21 @@ int main(void) {
     return 1;
   }
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_commit_to_repo),        cmocka_unit_test(test_commit_scope_rules),
-      cmocka_unit_test(test_edit_agent_file),       cmocka_unit_test(test_pull_requests),
-      cmocka_unit_test(test_create_sub_agent),      cmocka_unit_test(test_failure_between_steps),
+      cmocka_unit_test(test_commit_to_repo),
+      cmocka_unit_test(test_commit_scope_rules),
+      cmocka_unit_test(test_a_long_commit_message_is_kept_whole),
+      cmocka_unit_test(test_edit_agent_file),
+      cmocka_unit_test(test_pull_requests),
+      cmocka_unit_test(test_create_sub_agent),
+      cmocka_unit_test(test_failure_between_steps),
       cmocka_unit_test(test_concurrent_writer),
       cmocka_unit_test(test_calls_of_one_transaction_build_on_each_other),
       cmocka_unit_test(test_locked_branch_fails_and_stays_unpublished),
       cmocka_unit_test(test_built_on_a_commit_given_up),
       cmocka_unit_test(test_edit_while_another_is_in_flight),
       cmocka_unit_test(test_repository_list_bounds),
-      cmocka_unit_test(test_changes_outside_stand), cmocka_unit_test(test_pending_move_already_built_on),
+      cmocka_unit_test(test_changes_outside_stand),
+      cmocka_unit_test(test_pending_move_already_built_on),
       cmocka_unit_test(test_pending_move_given_up_takes_back),
       cmocka_unit_test(test_take_back_that_fails_is_passed_over),
       cmocka_unit_test(test_edit_reads_the_hash_taken_back),
