@@ -701,7 +701,8 @@ static int write_call(void *arg, tg_db *db) {
  * written. kept: start from the principal this connection keeps, without reading whether it
  * still stands (the write checks that, still_allowed); a refusal is answered only on current
  * permissions, so it is then decided again on a fresh principal. Answers the load's status
- * (TG_E_NOTFOUND: no such caller); *gates is tg_gates_run's answer, 0 when there is no tool. */
+ * (TG_E_NOTFOUND: no such caller); *gates is tg_gates_run's answer, or, for no tool,
+ * tg_gates_check_run's. */
 static int decide(call_state *st, bool kept, tg_refusal *refusal, json_t *trace, int *gates) {
   tg_db *db = st->env->db;
   const char *id = st->req->principal_id;

@@ -125,8 +125,8 @@ static int gate_run(const tg_gate_input *in, tg_refusal *out) {
   if (in->principal->kind != TG_PRINCIPAL_AGENT)
     return refuse(out, TG_ERR_VALIDATION_FAILED, json_pack("{s:s}", "reason", "run_for_user"),
                   "Only agents' calls belong to runs.");
-  /* A run id is a UUID: anything else names no run, and is not echoed back (a header or a
-   * command line gives it, in bytes of any kind). */
+  /* A run id is a UUID: one of other characters, or longer, names no run and is not echoed
+   * back (a header or a command line gives it, in bytes of any kind). */
   size_t len = strlen(in->run_id);
   if (len == 0 || len > TG_UUID_LEN || strspn(in->run_id, RUN_ID_CHARS) != len)
     return refuse(out, TG_ERR_VALIDATION_FAILED,

@@ -84,6 +84,7 @@ static enum MHD_Result answer_pool_call(server *s, struct MHD_Connection *conn, 
        * until the call first sends. */
       http_stream_release(st);
       http_session_put(s, x);
+      http_close_on_purpose();
       return MHD_NO;
     }
     /* A stateless client that went away cancelled its call, which ends soon after. */
