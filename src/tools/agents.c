@@ -298,6 +298,10 @@ static int child_scope(tg_call_ctx *cx, const char *scope, const char *target,
                        tg_scope_ref *ref, char scope_id[TG_UUID_LEN + 1]) {
   *ref = (tg_scope_ref){0};
   *scope_id = '\0';
+  if (strcmp(scope, "tenant") == 0 && target) /* seed 000: null for tenant */
+    return tg_fail(cx, TG_ERR_VALIDATION_FAILED,
+                   json_pack("{s:s,s:s}", "reason", "target_for_tenant", "scope", scope),
+                   "A tenant-scoped sub-agent names no targetId.");
   if (strcmp(scope, "tenant") == 0) return TG_OK;
   size_t t = strcmp(scope, "mission") == 0 ? 0 : strcmp(scope, "idea") == 0 ? 1 : 2;
   char *slot = t == 0 ? ref->mission_id : t == 1 ? ref->idea_id : ref->work_id;

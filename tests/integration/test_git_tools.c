@@ -610,6 +610,11 @@ static void test_create_sub_agent(void **state) {
   json_decref(expect(w, w->planner, "createSubAgent", "{\"name\":\"Idea Kid\",\"capabilities\":\"x\",\"scope\":\"idea\",\"targetId\":\"i1\"}", NULL, ""));
   json_decref(expect(w, w->planner, "createSubAgent", "{\"name\":\"Mission Kid\",\"capabilities\":\"x\",\"scope\":\"mission\"}", NULL, ""));
   json_decref(expect(w, w->tenant, "createSubAgent", "{\"name\":\"Tenant Kid\",\"capabilities\":\"x\",\"scope\":\"tenant\"}", NULL, ""));
+  /* A tenant's sub-agent names no target: one given is refused, not dropped. */
+  json_decref(expect(w, w->tenant, "createSubAgent",
+                     "{\"name\":\"Odd Kid\",\"capabilities\":\"x\",\"scope\":\"tenant\","
+                     "\"targetId\":\"site\"}",
+                     NULL, "validation_failed"));
   json_decref(expect(w, w->tenant, "createSubAgent", "{\"name\":\"Far Kid\",\"capabilities\":\"x\",\"scope\":\"work\",\"targetId\":\"other\"}", NULL, ""));
   assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM agent_files f JOIN agents a ON a.id = f.agent_id WHERE a.slug = 'tenant-kid'"), 5);
   _cleanup_json_ json_t *idea = NULL;
