@@ -257,6 +257,11 @@ static int run_suite(struct run *r, const char *suite_dir) {
     say(r->out, "cannot read %s: %s\n", suite_dir, strerror(errno));
     return TG_E_IO;
   }
+  if (n == 0) { /* a run of no test passes nothing: the folder is not the suite's */
+    free(files);
+    say(r->out, "no test files (*.json) in %s\n", suite_dir);
+    return TG_E_NOTFOUND;
+  }
   _cleanup_free_ char *remotes = NULL, *metas = NULL;
   int rc = 0;
   if ((!o->remotes_dir && asprintf(&remotes, "%s/../remotes", suite_dir) < 0) ||
