@@ -55,7 +55,10 @@ int cli_parse_options(int argc, char **argv, const char *usage, const char *comm
   if (json) options[n++] = (struct option){"json", no_argument, NULL, 'j'};
   int opt;
   while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
-    if (opt == 'j') {
+    if (opt >= 0 && (size_t)opt < n_keys && json_object_get(args, keys[opt].key)) {
+      /* Given twice, one would be dropped without a word. */
+      return cli_usage(usage, "%s: --%s is given twice", command, keys[opt].option);
+    } else if (opt == 'j') {
       *json = true;
     } else if (opt >= 0 && (size_t)opt < n_keys && !keys[opt].integer) {
       json_object_set_new(args, keys[opt].key, json_string(optarg));

@@ -11,8 +11,9 @@
 static const char usage[] =
     "usage: toolgate tools list [--agent SLUG] [--surface agent|mcp|api] [--json]\n"
     "       toolgate tools docs [--out FILE]\n\n"
-    "list   without --agent: the whole catalog; with --agent: the tools that agent is offered\n"
-    "       on the surface (default agent), by the same gates a call passes\n"
+    "list   without --agent: the whole catalog (--surface: its tools on that surface); with\n"
+    "       --agent: the tools that agent is offered on the surface (default agent), by the\n"
+    "       same gates a call passes\n"
     "docs   writes the catalog reference (default docs/TOOLS.md)\n";
 
 static json_t *string_list(const char *const *items, size_t n) {
@@ -21,6 +22,8 @@ static json_t *string_list(const char *const *items, size_t n) {
   return list;
 }
 
+#define ALL_SURFACES (TG_SURFACE_AGENT | TG_SURFACE_MCP | TG_SURFACE_API)
+
 static json_t *surfaces_of(const tg_tool *t) {
   json_t *list = json_array();
   for (unsigned bit = TG_SURFACE_AGENT; list && bit <= TG_SURFACE_API; bit <<= 1)
@@ -28,11 +31,13 @@ static json_t *surfaces_of(const tg_tool *t) {
   return list;
 }
 
-/* The whole catalog as data: what `tools list --json` prints and docs are made from. */
-static json_t *catalog(const tg_registry *reg) {
+/* The catalog as data, of the tools on one of surfaces (a mask; all of them: the whole
+ * catalog): what `tools list --json` prints and docs are made from. */
+static json_t *catalog(const tg_registry *reg, unsigned surfaces) {
   json_t *list = json_array();
   for (size_t i = 0; list && i < tg_registry_count(reg); i++) {
     const tg_tool *t = tg_registry_at(reg, i);
+    if (!(t->surfaces & surfaces)) continue;
     json_array_append_new(
         list, json_pack("{s:s,s:s,s:s?,s:s,s:s,s:o,s:s,s:s,s:o,s:O,s:O}", "name", t->model_name,
                         "canonicalName", t->name, "alias", t->alias, "provider", t->provider->name,
@@ -65,7 +70,7 @@ static int tools_list(cli *c, int argc, char **argv) {
                                           {"json", no_argument, NULL, 'j'},
                                           {0}};
   const char *agent = NULL;
-  tg_surface surface = TG_SURFACE_AGENT;
+  tg_surface surface = 0; /* none given */
   bool json = false;
   int opt;
   while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
@@ -77,11 +82,12 @@ static int tools_list(cli *c, int argc, char **argv) {
   }
   if (optind < argc) return cli_usage(usage, "tools list: unexpected '%s'", argv[optind]);
   if (agent) {
-    json_t *args = json_pack("{s:s,s:s}", "agentSlug", agent, "surface", tg_surface_name(surface));
+    json_t *args = json_pack("{s:s,s:s}", "agentSlug", agent, "surface",
+                             tg_surface_name(surface ? surface : TG_SURFACE_AGENT));
     return cli_operate(c, "admin.agent.tools", args, json, print_listed);
   }
   if (cli_open_registry(c) != CLI_OK) return CLI_FAILED;
-  _cleanup_json_ json_t *tools = catalog(c->registry);
+  _cleanup_json_ json_t *tools = catalog(c->registry, surface ? surface : ALL_SURFACES);
   if (json) cli_print_json(tools);
   else print_table(tools);
   return CLI_OK;
@@ -131,7 +137,7 @@ static int tools_docs(cli *c, int argc, char **argv) {
   }
   if (optind < argc) return cli_usage(usage, "tools docs: unexpected '%s'", argv[optind]);
   if (cli_open_registry(c) != CLI_OK) return CLI_FAILED;
-  _cleanup_json_ json_t *tools = catalog(c->registry);
+  _cleanup_json_ json_t *tools = catalog(c->registry, ALL_SURFACES);
   FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
   if (!f) {
     fprintf(stderr, "toolgate: cannot write %s: %s (--out FILE writes elsewhere)\n", path,

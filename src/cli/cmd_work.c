@@ -257,7 +257,11 @@ static void show_task(json_t *result) {
     printf("%s %s (%s)\n", i ? "           " : "\nblocked by:", str(v, "slug"), str(v, "status"));
   json_array_foreach(json_object_get(result, "blocks"), i, v)
     printf("%s %s (%s)\n", i ? "       " : "\nblocks:", str(v, "slug"), str(v, "status"));
+  if (json_is_true(json_object_get(result, "blocksTruncated")))
+    puts("        (and more tasks it blocks, not shown)");
   if (json_array_size(json_object_get(result, "chat"))) puts("\nchat:");
+  if (json_is_true(json_object_get(result, "chatTruncated")))
+    puts("  (older messages not shown: the newest are)");
   json_array_foreach(json_object_get(result, "chat"), i, v) {
     json_t *author = json_object_get(v, "author");
     printf("  %s %s:%s\n    %s\n", str(v, "createdAt"), str(author, "type"), str(author, "name"),

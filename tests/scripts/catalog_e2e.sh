@@ -118,6 +118,20 @@ check "getActivity of it" 0 "$tg" call getActivity --agent builder --args '{"lim
 is "its summary ends on the last whole character" \
   ".rows[0].summary == \"Task T-2 created: x$(printf '\xc3\xa9%.0s' $(seq 39))\""
 
+# Past the 200 messages a task shows, the text says the older ones are not shown, as the
+# JSON's chatTruncated does (200 more, in one stdio session).
+for i in $(seq 200); do
+  printf '{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"work_task_comment",%s' "$i" \
+    '"arguments":{"taskSlug":"T-1","body":"more"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}'
+  echo
+done >"$dir/comments.jsonl"
+check "200 more comments" 0 "$tg" mcp --agent builder <"$dir/comments.jsonl"
+is "none refused" '.result.isError != true'
+check "tasks show of a long chat" 0 "$tg" tasks show T-1
+has "older messages said to be left out" '^  \(older messages not shown: the newest are\)$'
+check "tasks show of a long chat, as JSON" 0 "$tg" tasks show T-1 --json
+is "the JSON says so too" '.chatTruncated == true and (.chat | length) == 200'
+
 for cmd in missions ideas works tasks; do
   check "--help of '$cmd'" 0 "$tg" $cmd --help
   has "--help of '$cmd' prints usage" "usage: toolgate $cmd"

@@ -565,6 +565,7 @@ done
 # A suite folder copied alone has no remotes or meta-schemas beside it: the error names the
 # options that say where they are.
 mkdir -p "$dir/suite/draft2020-12" "$dir/empty"
+echo '[]' >"$dir/suite/draft2020-12/none.json" # a test file of no tests
 check "schema test-suite without remotes" 1 "$tg" schema test-suite "$dir/suite/draft2020-12"
 has "names --remotes" 'cannot open .*/draft2020-12/\.\./remotes: .*--remotes DIR'
 check "schema test-suite without meta-schemas" 1 "$tg" schema test-suite "$dir/suite/draft2020-12" \
@@ -589,6 +590,19 @@ check "the token's own workspace" 0 "$tg" --tenant demo call agent.tool.list --t
 check "another workspace" 1 "$tg" --tenant other call agent.tool.list --token "$demo_token"
 says "another workspace refused" "the token belongs to another workspace than 'other'"
 check "another workspace on stdio" 1 "$tg" --tenant other mcp --token "$demo_token" </dev/null
+
+# An option given twice is refused, not one of them dropped.
+check "an option given twice" 2 "$tg" --tenant demo tasks list --status todo --status done
+says "the option named" "tasks list: --status is given twice"
+# The catalog on one surface holds only that surface's tools.
+check "tools list --surface api" 0 "$tg" tools list --surface api --json
+is "the api surface's tools only" 'length > 0 and all(.[]; .surfaces | index("api") != null)'
+check "tools list" 0 "$tg" tools list --json
+is "some tools are on no api surface" 'any(.[]; .surfaces | index("api") == null)'
+# A suite folder holding no test passes nothing.
+mkdir "$dir/no-suite"
+check "schema test-suite of no tests" 1 "$tg" schema test-suite "$dir/no-suite"
+has "no tests named" "no test files"
 
 # Arguments and files go into JSON, UTF-8 text: other bytes are refused, and said, rather than
 # an option dropped (a filter listing everything) or a command failing without a word.
