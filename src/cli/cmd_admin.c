@@ -270,6 +270,8 @@ static void show_run(json_t *result) {
          json_string_value(json_object_get(run, "status")),
          json_string_value(json_object_get(run, "started_at")));
   show_logs(json_object_get(result, "logs"));
+  if (json_is_true(json_object_get(result, "truncated")))
+    puts("  (more rows than shown: these are the run's first 1000)");
 }
 
 static void show_calls(json_t *result) {

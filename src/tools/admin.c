@@ -480,10 +480,11 @@ static int run_show(tg_call_ctx *cx, json_t *args, json_t **ret) {
   r = tg_db_query(cx->db,
                   "SELECT id, step, level, message, metadata, created_at FROM agent_run_logs"
                   " WHERE run_id = $1 ORDER BY created_at, id LIMIT $2",
-                  json_pack("[si]", id, RUN_LOGS_MAX), &logs);
+                  json_pack("[si]", id, RUN_LOGS_MAX + 1), &logs);
   if (r < 0) return r;
+  bool truncated = tg_json_cut(logs, RUN_LOGS_MAX);
   metadata_as_json(logs);
-  *ret = json_pack("{s:O,s:o}", "run", run, "logs", logs);
+  *ret = json_pack("{s:O,s:o,s:b}", "run", run, "logs", logs, "truncated", truncated);
   return *ret ? TG_OK : TG_E_NOMEM;
 }
 

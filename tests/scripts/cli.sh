@@ -280,7 +280,21 @@ run=$(cat "$dir/out")
 check "call in a run" 0 "$tg" call agent.tool.list --agent demo --run "$run"
 check "call in a run again" 0 "$tg" call agent.tool.list --agent demo --run "$run"
 check "runs show" 0 "$tg" runs show "$run" --json
-is "runs show" '(.logs | length) == 2 and .logs[0].step == "tool:agent.tool.list" and .logs[0].level == "INFO"'
+is "runs show" '(.logs | length) == 2 and .logs[0].step == "tool:agent.tool.list" and .logs[0].level == "INFO"
+  and .truncated == false'
+# A run of more rows than it shows (1000) says so, in JSON and in text.
+check "runs start for many calls" 0 "$tg" runs start --agent demo
+long_run=$(cat "$dir/out")
+for i in $(seq 1001); do
+  printf '{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"agent_tool_list",%s}\n' "$i" \
+    '"arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}'
+done >"$dir/calls.jsonl"
+check "1001 calls in it" 0 "$tg" mcp --agent demo --run "$long_run" --rate-limit off <"$dir/calls.jsonl"
+check "runs show of it" 0 "$tg" runs show "$long_run" --json
+is "its first 1000 rows, truncated" '(.logs | length) == 1000 and .truncated == true'
+check "runs show of it, as text" 0 "$tg" runs show "$long_run"
+has "the rows left out said" "more rows than shown: these are the run's first 1000"
+check "runs end of it" 0 "$tg" runs end "$long_run"
 check "runs list" 0 "$tg" runs list --agent demo
 check "runs list --json" 0 "$tg" runs list --agent demo --json
 is "the agent's runs" "(.runs | map(.id) | index(\"$run\")) != null and all(.runs[]; .agent == \"demo\")"
