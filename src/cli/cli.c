@@ -217,7 +217,7 @@ char *cli_read_file(const char *path, size_t max_bytes) {
   }
   buf[n] = '\0';
   /* Its text goes into JSON (a document, a skill, a schema): UTF-8, which has no NUL. */
-  if (memchr(buf, '\0', n) || !tg_utf8_valid(buf)) {
+  if (memchr(buf, '\0', n) || !tg_utf8_valid(buf, n)) {
     fprintf(stderr, "toolgate: %s: not UTF-8 text\n", path);
     free(buf);
     return NULL;

@@ -84,8 +84,8 @@ int main(int argc, char **argv) {
    * bytes is refused here, rather than dropped or failing without a word further in. (--data
    * names a folder, in any bytes.) */
   for (int i = 1; i < argc; i++)
-    if (!tg_utf8_valid(argv[i])) return refuse_foreign(argv[i]);
-  if (c.tenant && !tg_utf8_valid(c.tenant)) return refuse_foreign(c.tenant);
+    if (!tg_utf8_valid(argv[i], strlen(argv[i]))) return refuse_foreign(argv[i]);
+  if (c.tenant && !tg_utf8_valid(c.tenant, strlen(c.tenant))) return refuse_foreign(c.tenant);
   if (argc < 2) {
     usage(stderr);
     return CLI_USAGE;

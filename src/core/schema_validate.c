@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "core/schema_internal.h"
+#include "util/json.h"
 
 /* A step of a JSON pointer: /kw (schema paths), then /key or /idx. */
 struct seg {
@@ -152,13 +153,8 @@ static const char *quote(char *buf, size_t size, const char *s, size_t len) {
   buf[o++] = '"';
   for (size_t i = 0; i < len;) {
     unsigned char ch = (unsigned char)s[i];
-    size_t n = ch < 0x80 ? 1
-               : (ch & 0xe0) == 0xc0 ? 2
-               : (ch & 0xf0) == 0xe0 ? 3
-               : (ch & 0xf8) == 0xf0 ? 4
-                                     : 0;
-    bool valid = n && i + n <= len;
-    for (size_t k = 1; valid && k < n; k++) valid = ((unsigned char)s[i + k] & 0xc0) == 0x80;
+    size_t n = tg_utf8_char(s + i, len - i);
+    bool valid = n != 0;
     if (!valid) n = 1;
     if (o + n > limit) {
       memcpy(buf + o, "...", 3);

@@ -19,6 +19,7 @@
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/embed.h"
+#include "util/json.h"
 #include "util/log.h"
 #include "util/status.h"
 
@@ -133,37 +134,6 @@ static int sqlite_err(tg_db *db, int sqlite_rc) {
 static bool injected(tg_db *db) { return db->fail_after > 0 && --db->fail_after == 0; }
 
 static int injected_failure(tg_db *db) { return set_err(db, TG_E_DB, "injected failure"); }
-
-/* RFC 3629 (no overlong forms, surrogates or code points above U+10FFFF), as jansson
- * requires; checking first tells a bad value apart from a failed allocation. */
-static bool valid_utf8(const unsigned char *s, size_t n) {
-  for (size_t i = 0; i < n;) {
-    unsigned c = s[i];
-    size_t len;
-    uint32_t cp;
-    if (c < 0x80) {
-      i++;
-      continue;
-    }
-    if (c >= 0xc2 && c <= 0xdf)
-      len = 2, cp = c & 0x1f;
-    else if (c >= 0xe0 && c <= 0xef)
-      len = 3, cp = c & 0x0f;
-    else if (c >= 0xf0 && c <= 0xf4)
-      len = 4, cp = c & 0x07;
-    else
-      return false;
-    if (n - i < len) return false;
-    for (size_t k = 1; k < len; k++) {
-      if ((s[i + k] & 0xc0) != 0x80) return false;
-      cp = cp << 6 | (s[i + k] & 0x3f);
-    }
-    if (len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) return false;
-    if (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) return false;
-    i += len;
-  }
-  return true;
-}
 
 /* Returns the cached statement for sql, preparing it (and evicting the least recently used
  * one) on a miss. Cached statements are always reset, so evicting one is safe. */
@@ -300,7 +270,8 @@ static int column_value(tg_db *db, sqlite3_stmt *stmt, int i, const char *name, 
       if (sqlite3_errcode(db->conn) == SQLITE_NOMEM) return nomem(db);
       p = (const unsigned char *)"", len = 0; /* an empty BLOB */
     }
-    if (!valid_utf8(p, len))
+    /* Checked first, to tell a bad value from a failed allocation. */
+    if (!tg_utf8_valid((const char *)p, len))
       return set_err(db, TG_E_DB, "column %s holds text that is not valid UTF-8", name);
     v = json_stringn_nocheck((const char *)p, len);
     break;
@@ -318,7 +289,7 @@ static int row_object(tg_db *db, sqlite3_stmt *stmt, json_t **ret) {
   for (int i = 0; i < n; i++) {
     const char *name = sqlite3_column_name(stmt, i);
     if (!name) return nomem(db);
-    if (!valid_utf8((const unsigned char *)name, strlen(name)))
+    if (!tg_utf8_valid(name, strlen(name)))
       return set_err(db, TG_E_INVAL, "a column name is not valid UTF-8");
     /* Silently keeping one of two same-named columns (a join's "id") would hide a bug. */
     if (json_object_get(row, name))

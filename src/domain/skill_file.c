@@ -8,6 +8,7 @@
 #include <yaml.h>
 
 #include "util/cleanup.h"
+#include "util/json.h"
 #include "util/status.h"
 
 /* Lines of the file before the YAML starts: the opening "---". Marks count from 0. */
@@ -35,28 +36,6 @@ static size_t utf8_chars(const char *s, size_t n) {
   size_t chars = 0;
   for (size_t i = 0; i < n; i++) chars += ((unsigned char)s[i] & 0xC0) != 0x80;
   return chars;
-}
-
-/* Well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF). */
-static bool utf8_valid(const unsigned char *s, size_t n) {
-  for (size_t i = 0; i < n;) {
-    unsigned c = s[i];
-    size_t len = c < 0x80             ? 1
-                 : (c & 0xE0) == 0xC0 ? 2
-                 : (c & 0xF0) == 0xE0 ? 3
-                 : (c & 0xF8) == 0xF0 ? 4
-                                      : 0;
-    if (len == 0 || i + len > n) return false;
-    unsigned cp = len == 1 ? c : c & (0x7F >> len);
-    for (size_t k = 1; k < len; k++) {
-      if ((s[i + k] & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (s[i + k] & 0x3F);
-    }
-    static const unsigned min[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += len;
-  }
-  return true;
 }
 
 /* Whether the line at p is marker (then blanks, an optional CR, a newline or the end); *next
@@ -302,7 +281,7 @@ int tg_skill_file_parse(const char *text, size_t len, json_t **ret, char **reter
   *ret = NULL;
   *reterr = NULL;
   if (memchr(text, '\0', len)) return fail(reterr, "the file contains a NUL byte");
-  if (!utf8_valid((const unsigned char *)text, len)) return fail(reterr, "the file is not UTF-8");
+  if (!tg_utf8_valid(text, len)) return fail(reterr, "the file is not UTF-8");
   const char *p = text, *end = text + len, *front, *next;
   if (len >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0) p += 3; /* a BOM some editors write */
   if (!delimiter(p, end, "---", &front))

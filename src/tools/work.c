@@ -23,9 +23,9 @@
 #define BLOCKS_SHOW_MAX 200 /* dependents work.task.show returns */
 #define NESTED_MAX 100      /* ideas and works per mission in work.mission.list */
 #define IDEA_SLUG_BASE_MAX 50
-#define SUMMARY_TITLE_MAX                                                                   \
-  80                         /* bytes of a title quoted in an activity summary (tg_activity \
-                              * drops a character the cut halves) */
+/* Bytes of a title quoted in an activity summary (tg_activity drops a character the cut
+ * halves). */
+#define SUMMARY_TITLE_MAX 80
 #define PARTICIPANTS_MAX 100 /* assignees, reviewers and approvers of one task */
 
 static const char *row_str(json_t *row, const char *key) {

@@ -29,46 +29,49 @@ static size_t utf8_width(unsigned char lead) {
   return lead < 0xf5 ? 4 : 0;
 }
 
-/* The length of the valid character at s (no overlong form, no surrogate, nothing past
- * U+10FFFF: what jansson takes), or 0; *short_cut set when s holds a character's start that
- * the end of the text cut short. */
-static size_t utf8_char(const unsigned char *s, bool *short_cut) {
-  size_t n = utf8_width(s[0]), i = 1;
+/* The length of the valid character at s, of at most n bytes (tg_utf8_char), or 0;
+ * *short_cut set when the n bytes end within a character they begin. */
+static size_t utf8_char(const unsigned char *s, size_t n, bool *short_cut) {
+  size_t width = utf8_width(s[0]), i = 1;
   *short_cut = false;
-  if (n <= 1) return n;
-  uint32_t code = s[0] & (0x7f >> n);
-  for (; i < n && (s[i] & 0xc0) == 0x80; i++) code = code << 6 | (s[i] & 0x3f);
-  if (i < n) {
-    *short_cut = s[i] == '\0';
+  if (width <= 1) return width;
+  uint32_t code = s[0] & (0x7f >> width);
+  for (; i < width && i < n && (s[i] & 0xc0) == 0x80; i++) code = code << 6 | (s[i] & 0x3f);
+  if (i < width) {
+    *short_cut = i == n;
     return 0;
   }
   static const uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
-  bool valid = code >= least[n] && code <= 0x10ffff && (code < 0xd800 || code > 0xdfff);
-  return valid ? n : 0;
+  bool valid = code >= least[width] && code <= 0x10ffff && (code < 0xd800 || code > 0xdfff);
+  return valid ? width : 0;
+}
+
+size_t tg_utf8_char(const char *s, size_t n) {
+  bool short_cut;
+  return n ? utf8_char((const unsigned char *)s, n, &short_cut) : 0;
 }
 
 void tg_utf8_mend(char *text) {
   unsigned char *s = (unsigned char *)text;
-  while (*s) {
+  for (size_t left = strlen(text); left;) {
     bool short_cut;
-    size_t n = utf8_char(s, &short_cut);
-    if (n) {
-      s += n;
-    } else if (short_cut) {
+    size_t n = utf8_char(s, left, &short_cut);
+    if (short_cut) {
       *s = '\0';
-    } else {
-      *s++ = '?';
+      return;
     }
+    if (!n) {
+      *s = '?';
+      n = 1;
+    }
+    s += n;
+    left -= n;
   }
 }
 
-bool tg_utf8_valid(const char *text) {
-  bool short_cut;
-  for (const unsigned char *s = (const unsigned char *)text; *s;) {
-    size_t n = utf8_char(s, &short_cut);
-    if (!n) return false;
-    s += n;
-  }
+bool tg_utf8_valid(const char *s, size_t n) {
+  for (size_t i = 0, width; i < n; i += width)
+    if (!(width = tg_utf8_char(s + i, n - i))) return false;
   return true;
 }
 

@@ -32,8 +32,14 @@ size_t tg_utf8_prefix(const char *text, size_t max);
  * dropped, and any other byte that starts no valid character becomes '?'. */
 void tg_utf8_mend(char *text);
 
-/* Whether text is UTF-8 as jansson takes it: what tg_utf8_mend would leave as it is. */
-bool tg_utf8_valid(const char *text);
+/* The length of the UTF-8 character at s, within its n bytes, as jansson takes UTF-8 (RFC
+ * 3629: no overlong form, no surrogate, nothing past U+10FFFF): 1 to 4 (a NUL byte is one),
+ * or 0 when no whole character starts there. */
+size_t tg_utf8_char(const char *s, size_t n);
+
+/* Whether the n bytes at s are UTF-8 as jansson takes it (what tg_utf8_mend would leave as
+ * it is, for a C string). */
+bool tg_utf8_valid(const char *s, size_t n);
 
 /* Compact JSON text of value (malloc'd), or NULL when out of memory. */
 char *tg_json_text(const json_t *value);

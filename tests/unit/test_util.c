@@ -135,17 +135,24 @@ static void test_utf8_mend_and_valid_agree_with_jansson(void **state) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char text[32];
     snprintf(text, sizeof text, "%s", cases[i].in);
-    assert_int_equal(tg_utf8_valid(text), strcmp(cases[i].in, cases[i].out) == 0);
+    assert_int_equal(tg_utf8_valid(text, strlen(text)), strcmp(cases[i].in, cases[i].out) == 0);
     json_t *raw = json_string(text); /* jansson takes what is valid, and only that */
-    assert_int_equal(raw != NULL, tg_utf8_valid(text));
+    assert_int_equal(raw != NULL, tg_utf8_valid(text, strlen(text)));
     json_decref(raw);
     tg_utf8_mend(text);
-    assert_true(tg_utf8_valid(text));
+    assert_true(tg_utf8_valid(text, strlen(text)));
     assert_string_equal(text, cases[i].out);
     json_t *taken = json_string(text);
     assert_non_null(taken);
     json_decref(taken);
   }
+  /* A character is read within the bytes given: one they end within is none. */
+  assert_int_equal(tg_utf8_char("\xc3\xa9", 2), 2);
+  assert_int_equal(tg_utf8_char("\xc3\xa9", 1), 0);
+  assert_int_equal(tg_utf8_char("\0x", 2), 1); /* a NUL byte is a character */
+  assert_int_equal(tg_utf8_char("x", 0), 0);
+  assert_false(tg_utf8_valid("a\xc3\xa9", 2));
+  assert_true(tg_utf8_valid("a\0b", 3));
   /* What "%.*s" with TG_UTF8_CUT writes ends on a character. */
   char cut[16];
   snprintf(cut, sizeof cut, "[%.*s]", TG_UTF8_CUT("\xc3\xa9\xc3\xa9", 3));
