@@ -44,6 +44,20 @@ bool cli_integer_option(const char *usage, const char *command, const char *opti
   return true;
 }
 
+int cli_getopt(int argc, char **argv, const struct option *options, const char *repeatable,
+               const char *command, unsigned long long *seen) {
+  int index = -1;
+  int opt = getopt_long(argc, argv, "", options, &index);
+  if (opt == -1 || opt == '?' || index < 0 || options[index].has_arg == no_argument) return opt;
+  if (repeatable && opt > 0 && strchr(repeatable, opt)) return opt;
+  if (*seen & (1ull << index)) {
+    fprintf(stderr, "toolgate: %s: --%s is given twice\n", command, options[index].name);
+    return '?';
+  }
+  *seen |= 1ull << index;
+  return opt;
+}
+
 int cli_parse_options(int argc, char **argv, const char *usage, const char *command,
                       const cli_option_key *keys, size_t n_keys, json_t *args,
                       const char **positional, bool *json) {
@@ -54,11 +68,9 @@ int cli_parse_options(int argc, char **argv, const char *usage, const char *comm
     options[n] = (struct option){keys[n].option, required_argument, NULL, (int)n};
   if (json) options[n++] = (struct option){"json", no_argument, NULL, 'j'};
   int opt;
-  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
-    if (opt >= 0 && (size_t)opt < n_keys && json_object_get(args, keys[opt].key)) {
-      /* Given twice, one would be dropped without a word. */
-      return cli_usage(usage, "%s: --%s is given twice", command, keys[opt].option);
-    } else if (opt == 'j') {
+  unsigned long long seen = 0;
+  while ((opt = cli_getopt(argc, argv, options, NULL, command, &seen)) != -1) {
+    if (opt == 'j') {
       *json = true;
     } else if (opt >= 0 && (size_t)opt < n_keys && !keys[opt].integer) {
       json_object_set_new(args, keys[opt].key, json_string(optarg));
@@ -183,6 +195,19 @@ int cli_operate(cli *c, const char *tool, json_t *args, bool json, void (*show)(
   return CLI_OK;
 }
 
+int cli_list(cli *c, int argc, char **argv, const char *usage, const char *command,
+             const char *tool, void (*show)(json_t *)) {
+  static const cli_option_key keys[] = {{"limit", "limit", true}};
+  json_t *args = json_object();
+  bool json = false;
+  int r = cli_parse_options(argc, argv, usage, command, keys, 1, args, NULL, &json);
+  if (r != CLI_OK) {
+    json_decref(args);
+    return r;
+  }
+  return cli_operate(c, tool, args, json, show);
+}
+
 int cli_json_only(int argc, char **argv, const char *usage, const char *command, bool *json) {
   *json = false;
   for (int i = 1; i < argc; i++) {
@@ -206,12 +231,15 @@ char *cli_read_file(const char *path, size_t max_bytes) {
     return NULL;
   }
   char *buf = malloc(max_bytes + 1);
+  errno = 0;
   size_t n = buf ? fread(buf, 1, max_bytes + 1, f) : 0;
-  bool err = ferror(f);
+  int err = ferror(f) ? (errno ? errno : EIO) : 0; /* a folder: EISDIR */
   fclose(f);
   if (!buf || err || n > max_bytes) {
     fprintf(stderr, "toolgate: %s: %s\n", path,
-            !buf ? "out of memory" : err ? "read error" : "file too large");
+            !buf  ? "out of memory"
+            : err ? strerror(err)
+                  : "file too large");
     free(buf);
     return NULL;
   }

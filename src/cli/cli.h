@@ -1,5 +1,6 @@
 /* Shared by the subcommands of the toolgate CLI. */
 #pragma once
+#include <getopt.h>
 #include <jansson.h>
 #include <stdbool.h>
 
@@ -49,6 +50,13 @@ void cli_more_note(json_t *result);
 bool cli_integer_option(const char *usage, const char *command, const char *option,
                         const char *key, const char *value, json_t *args);
 
+/* getopt_long over long options only, refusing one with a value given twice (the first would
+ * be dropped without a word) unless its val is in repeatable (NULL: none). Returns what
+ * getopt_long returns, or '?' after saying which option of command came twice. *seen, zeroed
+ * before the first call, holds the options met, by their index in options (fewer than 64). */
+int cli_getopt(int argc, char **argv, const struct option *options, const char *repeatable,
+               const char *command, unsigned long long *seen);
+
 /* One long option per tool argument: --option VALUE into args[key], an integer when integer. */
 typedef struct cli_option_key {
   const char *option; /* "cap-cents" */
@@ -72,6 +80,9 @@ int cli_operator_call(cli *c, const char *tool, json_t *args, json_t **ret);
 /* Opens the workspace, calls tool as the owner with args (stolen), prints the result as
  * indented JSON, or with show when json is false and show is given. */
 int cli_operate(cli *c, const char *tool, json_t *args, bool json, void (*show)(json_t *));
+/* A listing command, [--limit N] [--json]: the tool's result, shown or as JSON. */
+int cli_list(cli *c, int argc, char **argv, const char *usage, const char *command,
+             const char *tool, void (*show)(json_t *));
 
 /* For a subcommand (of command) whose only option is --json: sets *json, or prints a usage
  * error and returns CLI_USAGE on anything else. */

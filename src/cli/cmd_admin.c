@@ -11,7 +11,7 @@
 static const char agents_usage[] =
     "usage: toolgate agents create --slug S [--name N] [--scope tenant|mission:S|idea:S|work:S]\n"
     "                              [--status draft|active] [--grant P]...\n"
-    "       toolgate agents list [--json]\n"
+    "       toolgate agents list [--limit N] [--json]\n"
     "       toolgate agents grant SLUG PERMISSION\n"
     "       toolgate agents revoke SLUG PERMISSION\n"
     "       toolgate agents start|pause|archive|unarchive SLUG\n\n"
@@ -28,7 +28,8 @@ static int agents_create(cli *c, int argc, char **argv) {
   json_object_set_new(args, "grants", grants);
   static const char *const keys[] = {['s'] = "slug", ['n'] = "name", ['c'] = "scope", ['t'] = "status"};
   int opt;
-  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+  unsigned long long seen = 0;
+  while ((opt = cli_getopt(argc, argv, options, "g", "agents create", &seen)) != -1) {
     if (opt == 'g') {
       json_array_append_new(grants, json_string(optarg));
     } else if (opt == 's' || opt == 'n' || opt == 'c' || opt == 't') {
@@ -57,13 +58,11 @@ static void show_agents(json_t *result) {
       printf("%s%s", k ? "," : "", json_string_value(g));
     putchar('\n');
   }
-  if (json_is_true(json_object_get(result, "truncated"))) puts("(more agents not shown)");
+  cli_more_note(result);
 }
 
 static int agents_list(cli *c, int argc, char **argv) {
-  bool json;
-  if (cli_json_only(argc, argv, agents_usage, "agents", &json) != CLI_OK) return CLI_USAGE;
-  return cli_operate(c, "admin.agent.list", json_object(), json, show_agents);
+  return cli_list(c, argc, argv, agents_usage, "agents list", "admin.agent.list", show_agents);
 }
 
 static int agents_grant_change(cli *c, int argc, char **argv, const char *tool) {
@@ -102,7 +101,7 @@ int cmd_agents(cli *c, int argc, char **argv) {
 
 static const char token_usage[] =
     "usage: toolgate token create (--user NAME | --agent SLUG)\n"
-    "       toolgate token list [--user NAME | --agent SLUG] [--all] [--json]\n"
+    "       toolgate token list [--user NAME | --agent SLUG] [--all] [--limit N] [--json]\n"
     "       toolgate token revoke TOKEN_ID\n\n"
     "create makes an API token for a user or an agent and prints it once; only its hash is\n"
     "kept. list shows live tokens (with --all, revoked ones too) by id and first characters.\n"
@@ -110,21 +109,25 @@ static const char token_usage[] =
     "the sessions, streams and stdio servers it opened.\n";
 
 /* A token command's options: --user NAME or --agent SLUG into args (with required, exactly
- * one of them, as create needs; else at most one), and list's --all and --json. */
+ * one of them, as create needs; else at most one), and list's --all, --limit and --json. */
 static int token_holder_options(int argc, char **argv, bool required, json_t *args, bool *all,
                                 bool *json) {
-  static const struct option options[] = {{"user", required_argument, NULL, 'u'},
-                                          {"agent", required_argument, NULL, 'a'},
-                                          {"all", no_argument, NULL, 'l'},
-                                          {"json", no_argument, NULL, 'j'},
-                                          {0}};
+  static const struct option options[] = {
+      {"user", required_argument, NULL, 'u'},  {"agent", required_argument, NULL, 'a'},
+      {"all", no_argument, NULL, 'l'},         {"json", no_argument, NULL, 'j'},
+      {"limit", required_argument, NULL, 'n'}, {0}};
   int opt, holders = 0;
-  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+  unsigned long long seen = 0;
+  while ((opt = cli_getopt(argc, argv, options, NULL, "token", &seen)) != -1) {
     if ((opt == 'l' || opt == 'j') && !required) *(opt == 'l' ? all : json) = true;
-    else if (opt == 'u' || opt == 'a') {
+    else if (opt == 'n' && !required) {
+      if (!cli_integer_option(token_usage, "token list", "limit", "limit", optarg, args))
+        return CLI_USAGE;
+    } else if (opt == 'u' || opt == 'a') {
       json_object_set_new(args, opt == 'u' ? "username" : "agentSlug", json_string(optarg));
       holders++;
-    } else return cli_usage(token_usage, "token %s: bad option", argv[0]);
+    } else
+      return cli_usage(token_usage, "token %s: bad option", argv[0]);
   }
   if (optind < argc || holders > 1 || (required && holders != 1))
     return cli_usage(token_usage, "token %s: give %s one of --user, --agent", argv[0],
@@ -155,7 +158,7 @@ static void show_tokens(json_t *result) {
            json_string_value(json_object_get(t, "createdAt")), used ? used : "-",
            revoked ? revoked : "-");
   }
-  if (json_is_true(json_object_get(result, "truncated"))) puts("(more tokens not shown)");
+  cli_more_note(result);
 }
 
 static int token_list(cli *c, int argc, char **argv) {
@@ -194,7 +197,8 @@ static int runs_start(cli *c, int argc, char **argv) {
   static const struct option options[] = {{"agent", required_argument, NULL, 'a'}, {0}};
   const char *agent = NULL;
   int opt;
-  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+  unsigned long long seen = 0;
+  while ((opt = cli_getopt(argc, argv, options, NULL, "runs start", &seen)) != -1) {
     if (opt == 'a') agent = optarg;
     else return cli_usage(runs_usage, "runs start: bad option");
   }
@@ -210,7 +214,8 @@ static int runs_end(cli *c, int argc, char **argv) {
   static const struct option options[] = {{"status", required_argument, NULL, 's'}, {0}};
   json_t *args = json_object();
   int opt;
-  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+  unsigned long long seen = 0;
+  while ((opt = cli_getopt(argc, argv, options, NULL, "runs end", &seen)) != -1) {
     if (opt == 's') {
       json_object_set_new(args, "status", json_string(optarg));
     } else {
@@ -461,7 +466,8 @@ static int workspace_set(cli *c, int argc, char **argv) {
   static const struct option options[] = {{"naming", required_argument, NULL, 'n'}, {0}};
   const char *naming = NULL;
   int opt;
-  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+  unsigned long long seen = 0;
+  while ((opt = cli_getopt(argc, argv, options, NULL, "workspace set", &seen)) != -1) {
     if (opt == 'n') naming = optarg;
     else return cli_usage(workspace_usage, "workspace set: bad option");
   }

@@ -54,7 +54,8 @@ int cmd_call(cli *c, int argc, char **argv) {
   const char *agent = NULL, *user = NULL, *args_text = "{}", *surface = NULL;
   tg_call_request req = {0};
   int opt;
-  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+  unsigned long long seen = 0;
+  while ((opt = cli_getopt(argc, argv, options, NULL, "call", &seen)) != -1) {
     switch (opt) {
     case 'a': agent = optarg; break;
     case 'u': user = optarg; break;

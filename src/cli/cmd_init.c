@@ -32,7 +32,8 @@ int cmd_init(cli *c, int argc, char **argv) {
   bool demo = false;
   const char *owner = "owner";
   int opt;
-  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+  unsigned long long seen = 0;
+  while ((opt = cli_getopt(argc, argv, options, NULL, "init", &seen)) != -1) {
     if (opt == 'd') demo = true;
     else if (opt == 'o') owner = optarg;
     else return cli_usage(init_usage, "init: bad option");

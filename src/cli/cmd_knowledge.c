@@ -20,7 +20,7 @@ static const char *str(json_t *object, const char *key) {
 
 static const char kb_usage[] =
     "usage: toolgate kb put --work SLUG --slug SLUG --title TITLE --file FILE\n"
-    "       toolgate kb list [--json]\n\n"
+    "       toolgate kb list [--limit N] [--json]\n\n"
     "A knowledge-base document belongs to a work; put replaces the document with the same slug\n"
     "in that work. Agents that reach the work read it with kb.document.get, as user content.\n";
 
@@ -32,7 +32,8 @@ static int kb_put(cli *c, int argc, char **argv) {
                                           {0}};
   const char *work = NULL, *slug = NULL, *title = NULL, *file = NULL;
   int opt;
-  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+  unsigned long long seen = 0;
+  while ((opt = cli_getopt(argc, argv, options, NULL, "kb put", &seen)) != -1) {
     switch (opt) {
     case 'w': work = optarg; break;
     case 's': slug = optarg; break;
@@ -61,13 +62,11 @@ static void show_documents(json_t *result) {
            (long long)json_integer_value(json_object_get(d, "characters")), str(d, "updatedAt"),
            str(d, "title"));
   }
-  if (json_is_true(json_object_get(result, "truncated"))) puts("(more documents not shown)");
+  cli_more_note(result);
 }
 
 static int kb_list(cli *c, int argc, char **argv) {
-  bool json;
-  if (cli_json_only(argc, argv, kb_usage, "kb", &json) != CLI_OK) return CLI_USAGE;
-  return cli_operate(c, "kb.document.list", json_object(), json, show_documents);
+  return cli_list(c, argc, argv, kb_usage, "kb list", "kb.document.list", show_documents);
 }
 
 int cmd_kb(cli *c, int argc, char **argv) {
@@ -77,7 +76,7 @@ int cmd_kb(cli *c, int argc, char **argv) {
 
 static const char skills_usage[] =
     "usage: toolgate skills add FILE [--bind tenant|mission:SLUG|work:SLUG|agent:SLUG]...\n"
-    "       toolgate skills list [--json]\n\n"
+    "       toolgate skills list [--limit N] [--json]\n\n"
     "A skill file is Markdown behind a YAML front matter:\n"
     "  ---\n"
     "  name: Release notes\n"
@@ -93,7 +92,8 @@ static int skills_add(cli *c, int argc, char **argv) {
   static const struct option options[] = {{"bind", required_argument, NULL, 'b'}, {0}};
   _cleanup_json_ json_t *bindings = json_array();
   int opt;
-  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+  unsigned long long seen = 0;
+  while ((opt = cli_getopt(argc, argv, options, "b", "skills add", &seen)) != -1) {
     if (opt != 'b') return cli_usage(skills_usage, "skills add: bad option");
     json_array_append_new(bindings, json_string(optarg));
   }
@@ -115,13 +115,11 @@ static void show_skills(json_t *result) {
     if (json_array_size(json_object_get(s, "bindings")) == 0) printf("(nothing: inactive)");
     putchar('\n');
   }
-  if (json_is_true(json_object_get(result, "truncated"))) puts("(more skills not shown)");
+  cli_more_note(result);
 }
 
 static int skills_list(cli *c, int argc, char **argv) {
-  bool json;
-  if (cli_json_only(argc, argv, skills_usage, "skills", &json) != CLI_OK) return CLI_USAGE;
-  return cli_operate(c, "skill.catalog.list", json_object(), json, show_skills);
+  return cli_list(c, argc, argv, skills_usage, "skills list", "skill.catalog.list", show_skills);
 }
 
 int cmd_skills(cli *c, int argc, char **argv) {
@@ -146,11 +144,6 @@ static void show_activity(json_t *result) {
 
 int cmd_activity(cli *c, int argc, char **argv) {
   if (cli_wants_help(argc, argv, activity_usage)) return CLI_OK;
-  static const cli_option_key keys[] = {{"limit", "limit", true}};
-  _cleanup_json_ json_t *args = json_object();
-  bool json = false;
   optind = 1;
-  int r = cli_parse_options(argc, argv, activity_usage, "activity", keys, 1, args, NULL, &json);
-  if (r != CLI_OK) return r;
-  return cli_operate(c, "work.activity.list", TAKE_PTR(args), json, show_activity);
+  return cli_list(c, argc, argv, activity_usage, "activity", "work.activity.list", show_activity);
 }

@@ -199,7 +199,8 @@ int cmd_mcp(cli *c, int argc, char **argv) {
   const char *agent = NULL, *run = NULL, *rate = TG_RATE_LIMIT_DEFAULT;
   bool fixtures = false;
   int opt;
-  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+  unsigned long long seen = 0;
+  while ((opt = cli_getopt(argc, argv, options, NULL, "mcp", &seen)) != -1) {
     switch (opt) {
     case 'a': agent = optarg; break;
     case 't': c->token = optarg; break;
@@ -286,7 +287,8 @@ int cmd_serve(cli *c, int argc, char **argv) {
                         .threads = cpus > 0 ? (cpus < 128 ? 2 * (unsigned)cpus : 256) : 8};
   const char *agent = NULL, *rate = TG_RATE_LIMIT_DEFAULT;
   int opt;
-  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+  unsigned long long seen = 0;
+  while ((opt = cli_getopt(argc, argv, options, NULL, "serve", &seen)) != -1) {
     switch (opt) {
     case 'l': cfg.listen = optarg; break;
     case 'R': rate = optarg; break;

@@ -1,5 +1,6 @@
 /* Operator commands on repositories and pull requests: each is a tool call of the repo
  * provider made as the workspace owner, like every operator command. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,12 +29,7 @@ static void show_repos(json_t *result) {
 }
 
 static int repos_list(cli *c, int argc, char **argv) {
-  static const cli_option_key keys[] = {{"limit", "limit", true}};
-  _cleanup_json_ json_t *args = json_object();
-  bool json = false;
-  int r = cli_parse_options(argc, argv, repos_usage, "repos list", keys, 1, args, NULL, &json);
-  if (r != CLI_OK) return r;
-  return cli_operate(c, "repo.repository.list", json_incref(args), json, show_repos);
+  return cli_list(c, argc, argv, repos_usage, "repos list", "repo.repository.list", show_repos);
 }
 
 int cmd_repos(cli *c, int argc, char **argv) {
@@ -85,8 +81,9 @@ static json_t *pr_args(int argc, char **argv, bool allow_json, bool *json) {
     else n = 3;
   }
   char *end = NULL;
-  long number = n == 2 ? strtol(pos[1], &end, 10) : 0;
-  if (n != 2 || *end || number < 1) {
+  errno = 0;
+  long long number = n == 2 ? strtoll(pos[1], &end, 10) : 0;
+  if (n != 2 || *end || number < 1 || errno == ERANGE) {
     cli_usage(prs_usage, "prs %s: give REPO and a pull request NUMBER", argv[0]);
     return NULL;
   }

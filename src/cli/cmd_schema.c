@@ -10,13 +10,14 @@
 #include "util/json.h"
 
 #define SCHEMA_FILE_MAX (16 * 1024 * 1024)
+#define VIOLATIONS_SHOWN 1000
 
 static const char usage[] =
     "usage: toolgate schema validate --schema FILE --instance FILE\n"
     "       toolgate schema test-suite DIR [--exclusions FILE] [--remotes DIR]\n"
     "                                      [--metaschemas DIR] [--verbose]\n\n"
-    "validate    prints every violation (instance pointer, schema pointer, keyword) and exits 1\n"
-    "            when the instance is invalid, 0 when it is valid\n"
+    "validate    prints each violation (instance pointer, schema pointer, keyword), up to 1000,\n"
+    "            and exits 1 when the instance is invalid, 0 when it is valid\n"
     "test-suite  runs a folder of the official JSON-Schema-Test-Suite (draft2020-12); ends with\n"
     "            'N passed, M failed'; exits 1 when a test not listed in --exclusions fails\n";
 
@@ -35,7 +36,8 @@ static int schema_validate(cli *c, int argc, char **argv) {
                                           {0}};
   const char *schema_path = NULL, *instance_path = NULL;
   int opt;
-  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+  unsigned long long seen = 0;
+  while ((opt = cli_getopt(argc, argv, options, NULL, "schema validate", &seen)) != -1) {
     if (opt == 's') schema_path = optarg;
     else if (opt == 'i') instance_path = optarg;
     else return cli_usage(usage, "schema validate: bad option");
@@ -52,8 +54,11 @@ static int schema_validate(cli *c, int argc, char **argv) {
     return CLI_FAILED;
   }
   _cleanup_json_ json_t *errors = json_array();
-  bool valid = tg_schema_validate(compiled, instance, errors, 1000);
+  /* One past what is printed, to know whether more were left out. */
+  bool valid = tg_schema_validate(compiled, instance, errors, VIOLATIONS_SHOWN + 1);
   tg_schema_free(compiled);
+  bool more = json_array_size(errors) > VIOLATIONS_SHOWN;
+  if (more) json_array_remove(errors, VIOLATIONS_SHOWN);
   size_t i;
   json_t *e;
   json_array_foreach(errors, i, e) {
@@ -64,6 +69,7 @@ static int schema_validate(cli *c, int argc, char **argv) {
            json_string_value(json_object_get(e, "keyword")),
            json_string_value(json_object_get(e, "schemaPath")));
   }
+  if (more) printf("(more violations than the %d shown)\n", VIOLATIONS_SHOWN);
   printf("%s\n", valid ? "valid" : "invalid");
   return valid ? CLI_OK : CLI_FAILED;
 }
@@ -76,7 +82,8 @@ static int schema_test_suite(cli *c, int argc, char **argv) {
                                           {0}};
   tg_schema_suite_options opts = {0};
   int opt;
-  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+  unsigned long long seen = 0;
+  while ((opt = cli_getopt(argc, argv, options, NULL, "schema test-suite", &seen)) != -1) {
     switch (opt) {
     case 'e': opts.exclusions_path = optarg; break;
     case 'r': opts.remotes_dir = optarg; break;

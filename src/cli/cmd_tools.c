@@ -73,7 +73,8 @@ static int tools_list(cli *c, int argc, char **argv) {
   tg_surface surface = 0; /* none given */
   bool json = false;
   int opt;
-  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+  unsigned long long seen = 0;
+  while ((opt = cli_getopt(argc, argv, options, NULL, "tools list", &seen)) != -1) {
     if (opt == 'a') agent = optarg;
     else if (opt == 'j') json = true;
     else if (opt == 's' && !(surface = tg_surface_parse(optarg)))
@@ -131,7 +132,8 @@ static int tools_docs(cli *c, int argc, char **argv) {
   static const struct option options[] = {{"out", required_argument, NULL, 'o'}, {0}};
   const char *path = "docs/TOOLS.md";
   int opt;
-  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+  unsigned long long seen = 0;
+  while ((opt = cli_getopt(argc, argv, options, NULL, "tools docs", &seen)) != -1) {
     if (opt == 'o') path = optarg;
     else return cli_usage(usage, "tools docs: bad option");
   }

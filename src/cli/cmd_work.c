@@ -23,8 +23,9 @@ static int require(json_t *args, const char *usage, const char *cmd, const char 
 
 static const char missions_usage[] =
     "usage: toolgate missions create --slug S --title T [--description D] [--cap-cents N]\n"
-    "       toolgate missions list [--json]\n\n"
-    "A mission holds ideas and works; agents, tasks and spend are scoped to it.\n";
+    "       toolgate missions list [--limit N] [--json]\n\n"
+    "A mission holds ideas and works; agents, tasks and spend are scoped to it. list shows the\n"
+    "first 100 missions (--limit 1..100) and counts each one's ideas and works.\n";
 
 static int missions_create(cli *c, int argc, char **argv) {
   static const cli_option_key keys[] = {{"slug", "slug", false},
@@ -58,19 +59,21 @@ static void show_missions(json_t *result) {
            (long long)json_integer_value(json_object_get(m, "ideaCount")),
            (long long)json_integer_value(json_object_get(m, "workCount")), spend, str(m, "title"));
   }
-  if (json_is_true(json_object_get(result, "truncated"))) puts("(more missions than shown)");
+  if (json_is_true(json_object_get(result, "truncated")))
+    puts("(more missions not shown: --limit goes up to 100)");
 }
 
 static int missions_list(cli *c, int argc, char **argv) {
+  static const cli_option_key keys[] = {{"limit", "limit", true}};
   bool json = false;
   json_t *args = json_object();
   int r =
-      cli_parse_options(argc, argv, missions_usage, "missions list", NULL, 0, args, NULL, &json);
+      cli_parse_options(argc, argv, missions_usage, "missions list", keys, 1, args, NULL, &json);
   if (r != CLI_OK) {
     json_decref(args);
     return r;
   }
-  json_object_set_new(args, "limit", json_integer(100));
+  if (!json_object_get(args, "limit")) json_object_set_new(args, "limit", json_integer(100));
   return cli_operate(c, "work.mission.list", args, json, show_missions);
 }
 
@@ -79,9 +82,29 @@ int cmd_missions(cli *c, int argc, char **argv) {
   return cli_dispatch(c, argc, argv, subs, 2, missions_usage);
 }
 
+/* Whether an ideas or works listing left any out (a mission lists its first 100 of each, with
+ * their count; the list, its first 100 missions); with say, prints what it left out. */
+static bool part_left_out(json_t *result, const char *part, const char *count_key, bool say) {
+  bool left_out = json_is_true(json_object_get(result, "truncated"));
+  size_t i;
+  json_t *m;
+  json_array_foreach(json_object_get(result, "missions"), i, m) {
+    json_int_t count = json_integer_value(json_object_get(m, count_key));
+    size_t shown = json_array_size(json_object_get(m, part));
+    if ((size_t)count <= shown) continue;
+    left_out = true;
+    if (say)
+      printf("(mission %s: the first %zu of its %lld %s shown)\n", str(m, "slug"), shown,
+             (long long)count, part);
+  }
+  if (say && json_is_true(json_object_get(result, "truncated")))
+    puts("(missions past the first 100 not shown: name one with --mission)");
+  return left_out;
+}
+
 /* ideas list and works list show one part of the mission list, so there is one query. */
 static int list_part(cli *c, int argc, char **argv, const char *usage, void (*show)(json_t *),
-                     const char *part) {
+                     const char *part, const char *count_key) {
   static const cli_option_key keys[] = {{"mission", "missionSlug", false}};
   bool json = false;
   json_t *args = json_object();
@@ -94,7 +117,8 @@ static int list_part(cli *c, int argc, char **argv, const char *usage, void (*sh
   }
   json_object_set_new(args, "limit", json_integer(100));
   if (!json) return cli_operate(c, "work.mission.list", args, false, show);
-  /* --json: the part of every mission, flattened, each entry naming its mission. */
+  /* --json: the part of every mission, flattened, each entry naming its mission, and whether
+   * the listing left any out. */
   _cleanup_json_ json_t *result = NULL;
   r = cli_open(c, false) == CLI_OK ? cli_operator_call(c, "work.mission.list", args, &result) : CLI_FAILED;
   json_decref(args);
@@ -109,7 +133,10 @@ static int list_part(cli *c, int argc, char **argv, const char *usage, void (*sh
       json_array_append_new(flat, copy);
     }
   }
-  cli_print_json(flat);
+  _cleanup_json_ json_t *out = json_pack("{s:O,s:b}", part, flat, "truncated",
+                                         part_left_out(result, part, count_key, false));
+  if (!out) return CLI_FAILED;
+  cli_print_json(out);
   return CLI_OK;
 }
 
@@ -142,10 +169,11 @@ static void show_ideas(json_t *result) {
       printf("%-24s %-32s %-9s %s\n", str(m, "slug"), str(idea, "slug"), str(idea, "status"),
              str(idea, "title"));
   }
+  part_left_out(result, "ideas", "ideaCount", true);
 }
 
 static int ideas_list(cli *c, int argc, char **argv) {
-  return list_part(c, argc, argv, ideas_usage, show_ideas, "ideas");
+  return list_part(c, argc, argv, ideas_usage, show_ideas, "ideas", "ideaCount");
 }
 
 int cmd_ideas(cli *c, int argc, char **argv) {
@@ -184,10 +212,11 @@ static void show_works(json_t *result) {
       printf("%-24s %-24s %-24s %s\n", str(m, "slug"), str(work, "slug"), str(work, "idea"),
              str(work, "title"));
   }
+  part_left_out(result, "works", "workCount", true);
 }
 
 static int works_list(cli *c, int argc, char **argv) {
-  return list_part(c, argc, argv, works_usage, show_works, "works");
+  return list_part(c, argc, argv, works_usage, show_works, "works", "workCount");
 }
 
 int cmd_works(cli *c, int argc, char **argv) {

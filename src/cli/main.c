@@ -51,16 +51,17 @@ static void usage(FILE *out) {
 /* Takes the global options out of argv wherever they stand. */
 static int take_globals(cli *c, int *argc, char **argv) {
   int out = 1;
+  bool given[2] = {false, false}; /* --data, --tenant */
   for (int i = 1; i < *argc; i++) {
-    const char **slot = strcmp(argv[i], "--data") == 0     ? &c->data_dir
-                        : strcmp(argv[i], "--tenant") == 0 ? &c->tenant
-                                                           : NULL;
-    if (!slot) {
+    int which = strcmp(argv[i], "--data") == 0 ? 0 : strcmp(argv[i], "--tenant") == 0 ? 1 : -1;
+    if (which < 0) {
       argv[out++] = argv[i];
       continue;
     }
-    if (i + 1 >= *argc) return cli_usage(NULL, "%s needs a value", argv[i]);
-    *slot = argv[++i];
+    if (i + 1 >= *argc || !*argv[i + 1]) return cli_usage(NULL, "%s needs a value", argv[i]);
+    if (given[which]) return cli_usage(NULL, "%s is given twice", argv[i]);
+    given[which] = true;
+    *(which == 0 ? &c->data_dir : &c->tenant) = argv[++i];
   }
   *argc = out;
   argv[out] = NULL;

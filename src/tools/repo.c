@@ -909,6 +909,21 @@ static json_t *pr_json(json_t *row) {
   return pr;
 }
 
+/* TG_OK when the workspace holds the work or mission label names (its repository is made at
+ * its first use), else the refusal. */
+static int repo_owner_known(tg_call_ctx *cx, const char *label) {
+  _cleanup_json_ json_t *row = NULL;
+  int r = tg_db_query_row(cx->db,
+                          "SELECT 1 AS known FROM works WHERE tenant_id = $1"
+                          " AND $2 IN ('work:' || slug || '/data', 'work:' || slug || '/website')"
+                          " UNION ALL SELECT 1 FROM missions WHERE tenant_id = $1"
+                          " AND $2 = 'mission:' || slug || '/mission'",
+                          json_pack("[ss]", cx->principal->tenant_id, label), &row);
+  if (r < 0 || row) return r;
+  return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "repo", label),
+                 "No repository %s in this workspace: no such work or mission.", label);
+}
+
 static int pr_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
   json_int_t limit = json_integer_value(json_object_get(args, "limit"));
   if (!limit) limit = 50;
@@ -924,6 +939,12 @@ static int pr_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
                                 tg_json_str(args, "state"), limit + 1),
                       &rows);
   if (r < 0) return r;
+  /* A filter naming no repository is not_found, not an empty list that hides the typo. */
+  const char *label = tg_json_str(args, "repo");
+  if (label && json_array_size(rows) == 0) {
+    r = repo_owner_known(cx, label);
+    if (r < 0) return r;
+  }
   bool truncated = tg_json_cut(rows, limit);
   json_t *list = json_array();
   size_t i;

@@ -27,11 +27,20 @@ is "mission tree" '.missions[0].works[0].slug == "site" and .missions[0].ideas[0
 check "ideas list" 0 "$tg" ideas list --mission launch
 has "ideas table" 'pricing-page'
 check "works list --json" 0 "$tg" works list --json
-is "works of every mission" 'map(.slug) == ["site", "elsewhere"] and .[0].mission == "launch"'
+is "works of every mission" '(.works | map(.slug)) == ["site", "elsewhere"] and .works[0].mission == "launch" and .truncated == false'
 check "ideas list --mission --json" 0 "$tg" ideas list --mission launch --json
-is "the mission's ideas" 'map(.slug) == ["pricing-page"]'
+is "the mission's ideas" '(.ideas | map(.slug)) == ["pricing-page"] and .truncated == false'
 check "works list --mission" 0 "$tg" works list --mission other --json
-is "the mission's works only" 'map(.slug) == ["elsewhere"]'
+is "the mission's works only" '(.works | map(.slug)) == ["elsewhere"]'
+# A mission lists its first 100 ideas and works; the listing says what it left out.
+check "missions create many" 0 "$tg" missions create --slug many --title "Many ideas"
+for i in $(seq 101); do "$tg" ideas create --mission many --title "Idea $i" >/dev/null; done
+check "ideas list past 100" 0 "$tg" ideas list --mission many
+has "the rest said" '^\(mission many: the first 100 of its 101 ideas shown\)$'
+check "ideas list past 100 --json" 0 "$tg" ideas list --mission many --json
+is "the rest flagged" '(.ideas | length) == 100 and .truncated'
+check "missions list --limit 1" 0 "$tg" missions list --limit 1
+has "more missions said" '^\(more missions not shown: --limit goes up to 100\)$'
 # A filter naming nothing is not_found, not an empty list that hides the typo.
 check "ideas list in an unknown mission" 1 "$tg" ideas list --mission nope
 is "unknown mission named" '.error.code == "not_found" and .error.message == "No mission nope in this workspace."'

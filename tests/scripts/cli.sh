@@ -632,4 +632,63 @@ printf 'a\0b\n' >"$dir/nul.md"
 check "a file holding a NUL" 1 "$tg" --tenant demo skills add "$dir/nul.md"
 says "that file named" "nul.md: not UTF-8 text"
 
+# A listing says what it leaves out, and --limit takes it further.
+check "agents create a second" 0 "$tg" --tenant demo agents create --slug second
+check "agents list --limit 1" 0 "$tg" --tenant demo agents list --limit 1
+has "the rest said" '^\(more: raise --limit\)$'
+check "agents list --limit 1 --json" 0 "$tg" --tenant demo agents list --limit 1 --json
+is "one agent, more flagged" '(.agents | length) == 1 and .truncated'
+check "agents list --limit 1000" 0 "$tg" --tenant demo agents list --limit 1000 --json
+is "every agent" '(.agents | length) > 1 and .truncated == false'
+check "token list --limit 1" 0 "$tg" --tenant demo token list --limit 1 --json
+is "one token, more flagged" '(.tokens | length) == 1 and .truncated'
+check "token list --limit lots" 2 "$tg" --tenant demo token list --limit lots
+check "a mission for documents" 0 "$tg" --tenant demo missions create --slug docs --title Docs
+check "a work for documents" 0 "$tg" --tenant demo works create --slug handbook --mission docs
+printf '# One\n' >"$dir/one.md"
+check "kb put" 0 "$tg" --tenant demo kb put --work handbook --slug one --title One --file "$dir/one.md"
+check "kb put another" 0 "$tg" --tenant demo kb put --work handbook --slug two --title Two --file "$dir/one.md"
+check "kb list --limit 1" 0 "$tg" --tenant demo kb list --limit 1 --json
+is "one document, more flagged" '(.documents | length) == 1 and .truncated'
+check "kb list" 0 "$tg" --tenant demo kb list
+has "both documents" '^handbook +two '
+printf -- '---\nname: First skill\ndescription: One.\n---\nDo one thing.\n' >"$dir/first.md"
+printf -- '---\nname: Second skill\ndescription: Two.\n---\nDo another.\n' >"$dir/second.md"
+check "skills add, bound twice" 0 "$tg" --tenant demo skills add "$dir/first.md" --bind tenant --bind agent:demo
+check "skills add another" 0 "$tg" --tenant demo skills add "$dir/second.md"
+check "skills list --limit 1" 0 "$tg" --tenant demo skills list --limit 1 --json
+is "one skill, more flagged" '(.skills | length) == 1 and .truncated'
+check "skills list" 0 "$tg" --tenant demo skills list
+has "both bindings kept" '^first-skill +First skill +(agent:demo,tenant|tenant,agent:demo)$'
+
+# Each option of a command is given once: a second would drop the first without a word.
+check "call --args twice" 2 "$tg" --tenant demo call agent.tool.list --agent demo --args '{}' --args '{"x":1}'
+says "that option named" "call: --args is given twice"
+check "kb put --slug twice" 2 "$tg" --tenant demo kb put --work handbook --slug a --slug b --title A --file "$dir/one.md"
+says "kb put's option named" "kb put: --slug is given twice"
+check "--tenant twice" 2 "$tg" --tenant demo --tenant other agents list
+says "the global option named" "--tenant is given twice"
+check "--data empty" 2 "$tg" --data '' agents list
+says "an empty folder name refused" "--data needs a value"
+
+# A file that is a folder says so; a filter naming no repository is not_found.
+check "kb put of a folder" 1 "$tg" --tenant demo kb put --work handbook --slug x --title X --file "$dir"
+says "a folder named" "Is a directory"
+check "prs list of no such repository" 1 "$tg" --tenant demo prs list --repo work:nope/data
+is "not_found" '.error.code == "not_found" and .error.details.repo == "work:nope/data"'
+check "prs list of a work's repository, not made yet" 0 "$tg" --tenant demo prs list --repo work:handbook/data --json
+is "none" '.pullRequests == [] and .truncated == false'
+check "prs show of a number past 64 bits" 2 "$tg" --tenant demo prs show work:handbook/data 99999999999999999999
+
+# schema validate prints up to 1000 violations and says when there were more.
+echo '{"items": {"type": "string"}}' >"$dir/strings.json"
+seq 1001 | jq -s . >"$dir/numbers.json"
+check "schema validate, 1001 violations" 1 "$tg" schema validate --schema "$dir/strings.json" --instance "$dir/numbers.json"
+has "the rest said" '^\(more violations than the 1000 shown\)$'
+if [ "$(grep -c 'keyword type' "$dir/out")" = 1000 ]; then passes=$((passes + 1)); else failed "1000 violations printed"; fi
+echo '["a", 2]' >"$dir/one-number.json"
+check "schema validate, one violation" 1 "$tg" schema validate --schema "$dir/strings.json" --instance "$dir/one-number.json"
+has "the violation" '^/1: .*keyword type'
+if grep -q "more violations" "$dir/out"; then failed "no more said for one"; else passes=$((passes + 1)); fi
+
 finish
