@@ -235,31 +235,25 @@ static int mission_state(tg_call_ctx *cx, json_t *args, json_t **ret) {
 /* ---- kb.document.get ------------------------------------------------------------------- */
 
 /* Text that must not act inside KB content: our own fence tag, which would let a document
- * close its fence and speak outside it, and the control markers of chat templates. The tag
- * is defused by a zero-width space after '<'; the markers are dropped. */
-static const char *const fence_tags[] = {"<kb-document", "</kb-document"};
-static const char *const control_markers[] = {"[INST]", "[/INST]", "<|im_start|>", "<|im_end|>",
-                                              "<|system|>"};
+ * close its fence and speak outside it, and the control markers of chat templates. Each is
+ * defused where it starts by a zero-width space after its first character. Nothing is taken
+ * out, so no two pieces can be joined into a new one: every marker in the output would have
+ * stood at the same place in the input, and got its space there. */
+static const char *const defused[] = {"<kb-document", "</kb-document", "[INST]",    "[/INST]",
+                                      "<|im_start|>", "<|im_end|>",    "<|system|>"};
 
-static size_t match_any(const char *p, const char *end, const char *const *list, size_t n) {
-  for (size_t k = 0; k < n; k++) {
-    size_t len = strlen(list[k]);
-    if ((size_t)(end - p) >= len && strncasecmp(p, list[k], len) == 0) return len;
+static bool starts_defused(const char *p, const char *end) {
+  for (size_t k = 0; k < sizeof defused / sizeof *defused; k++) {
+    size_t len = strlen(defused[k]);
+    if ((size_t)(end - p) >= len && strncasecmp(p, defused[k], len) == 0) return true;
   }
-  return 0;
+  return false;
 }
 
 static void defuse_into(FILE *out, const char *text, size_t len) {
-  const char *p = text, *end = text + len;
-  while (p < end) {
-    size_t n = match_any(p, end, control_markers, sizeof control_markers / sizeof *control_markers);
-    if (n) {
-      p += n;
-      continue;
-    }
+  for (const char *p = text, *end = text + len; p < end; p++) {
     fputc(*p, out);
-    if (*p == '<' && match_any(p, end, fence_tags, 2)) fputs("\xe2\x80\x8b", out); /* U+200B */
-    p++;
+    if ((*p == '<' || *p == '[') && starts_defused(p, end)) fputs("\xe2\x80\x8b", out); /* U+200B */
   }
 }
 
