@@ -29,6 +29,10 @@ typedef struct call_state {
   uint64_t started_ns;
   char run_id[TG_UUID_LEN + 1]; /* the run the telemetry row belongs to, "" for none */
   bool run_written;             /* the call's own run is committed */
+  /* The telemetry row last written, and whether it is committed: a failure after the commit
+   * (a git move given up) replaces it, so that the call keeps one row. */
+  char telemetry_id[TG_UUID_LEN + 1];
+  bool telemetry_committed;
   /* What the telemetry row says whatever the outcome (prepare_telemetry): made on the
    * caller's thread, so that the shared transaction, which runs one job at a time, adds only
    * the outcome. */
@@ -284,6 +288,12 @@ static int write_telemetry(call_state *st, tg_db *db, tg_errcode code, const cha
                task ? "\"" : "", approval ? ",\"approvalId\":\"" : "", approval ? approval : "",
                approval ? "\"" : "", refusals) < 0)
     return TG_E_NOMEM;
+  if (st->telemetry_committed)
+    return tg_db_exec(db,
+                      "UPDATE agent_run_logs SET level = $2, message = $3, metadata = $4"
+                      " WHERE id = $1",
+                      json_pack("[ssss]", st->telemetry_id, level_of(code), line, meta), NULL);
+  memcpy(st->telemetry_id, id, sizeof id);
   r = tg_db_exec(db,
                  "INSERT INTO agent_run_logs (id, tenant_id, run_id, principal_id, step,"
                  " level, message, metadata, created_at)"
@@ -799,6 +809,7 @@ static int execute(call_state *st, tg_call_result *ret) {
   tg_refusal_done(&job.refusal);
   if (r == TG_OK) {
     st->run_written = *st->run_id && !st->req->run_id;
+    st->telemetry_committed = true;
     r = finish_after(&cx, true);
     if (r == TG_OK) {
       ret->code = TG_ERR_NONE;

@@ -571,6 +571,16 @@ int tg_repo_prepare(tg_call_ctx *cx, tg_scope_repo *repo, const char *branch, bo
                                "branch", branch),
                      "Branch %s already exists in %s.", branch, repo->label);
     if (r != TG_E_NOTFOUND) return r;
+    char clash[TG_GIT_BRANCH_MAX + 1];
+    r = tg_git_branch_clash(repo->git, branch, clash);
+    if (r == TG_OK)
+      return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
+                     json_pack("{s:s,s:s,s:s,s:s}", "reason", "branch_clash", "repo", repo->label,
+                               "branch", branch, "clashesWith", clash),
+                     "Branch %s cannot be made in %s beside branch %s: one name would be a "
+                     "folder of the other.",
+                     branch, repo->label, clash);
+    if (r != TG_E_NOTFOUND) return r;
     *move->old_sha = '\0';
   } else {
     memcpy(move->old_sha, parent, sizeof parent);

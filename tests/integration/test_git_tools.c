@@ -490,6 +490,31 @@ static void test_pull_requests(void **state) {
              NULL, "precondition_failed");
   assert_string_equal(reason_of(v), "branch_exists");
   json_decref(v);
+  /* git keeps a branch as a file: feat/one/sub cannot stand beside feat/one, nor feat beside
+   * feat/one. Refused before anything is written: no pull request, no branch, one row. */
+  long prs = count(w, "SELECT COUNT(*) AS n FROM pull_requests");
+  long rows = count(w, "SELECT COUNT(*) AS n FROM agent_run_logs");
+  v = expect(w, w->worker, "openPullRequest",
+             "{\"files\":[{\"path\":\"x.md\",\"content\":\"x\",\"mode\":\"add\"}],"
+             "\"branchName\":\"feat/one/sub\",\"title\":\"Under\",\"body\":\"\"}",
+             NULL, "precondition_failed");
+  assert_string_equal(reason_of(v), "branch_clash");
+  assert_string_equal(json_string_value(json_object_get(
+                          json_object_get(json_object_get(v, "error"), "details"), "clashesWith")),
+                      "feat/one");
+  json_decref(v);
+  v = expect(w, w->worker, "openPullRequest",
+             "{\"files\":[{\"path\":\"x.md\",\"content\":\"x\",\"mode\":\"add\"}],"
+             "\"branchName\":\"feat\",\"title\":\"Over\",\"body\":\"\"}",
+             NULL, "precondition_failed");
+  assert_string_equal(reason_of(v), "branch_clash");
+  json_decref(v);
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM pull_requests"), prs);
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM agent_run_logs"), rows + 2);
+  assert_int_equal(count(w,
+                         "SELECT COUNT(*) AS n FROM agent_run_logs WHERE message LIKE"
+                         " 'precondition_failed: Branch feat% cannot be made%'"),
+                   2);
   json_decref(expect(w, w->worker, "openPullRequest",
                      "{\"files\":[{\"path\":\"x.md\",\"content\":\"x\",\"mode\":\"add\"}],"
                      "\"branchName\":\"-bad\",\"title\":\"Bad\",\"body\":\"\"}",
@@ -741,6 +766,7 @@ static void test_concurrent_writer(void **state) {
   race_target = parent;
   long moves = count(w, "SELECT COUNT(*) AS n FROM repo_ref_moves");
   long refusals = count(w, "SELECT COUNT(*) AS n FROM agent_run_logs WHERE message LIKE 'precondition_failed%'");
+  long rows = count(w, "SELECT COUNT(*) AS n FROM agent_run_logs");
   tg_git_test_before_move = move_branch_away;
   json_t *v = expect(w, w->worker, "commitToRepo",
                      "{\"files\":[{\"path\":\"race.md\",\"content\":\"r\",\"mode\":\"add\"}],\"commitMessage\":\"race\"}",
@@ -758,6 +784,8 @@ static void test_concurrent_writer(void **state) {
   assert_int_equal(count(w, sql), 1);
   assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM agent_run_logs WHERE message LIKE 'precondition_failed%'"),
                    refusals + 1);
+  /* One row for the call: its failure took the place of the row its commit wrote. */
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM agent_run_logs"), rows + 1);
   /* Its activity row, which told of a commit that never reached the branch, is taken back. */
   snprintf(sql, sizeof sql,
            "SELECT COUNT(*) AS n FROM activity_log WHERE json_extract(details, '$.sha') = '%s'", lost);
