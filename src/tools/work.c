@@ -264,6 +264,19 @@ static int dispatch_start(tg_call_ctx *cx, const char *task_id, const char *task
   return r;
 }
 
+static int open_blockers(tg_call_ctx *cx, const char *task_id, json_t **ret);
+
+/* An auto-start task's agents are started as it becomes todo, unless a blocker is still open:
+ * they could not move it to in_progress. The last blocker to close starts them then
+ * (unblock_dependents). */
+static int auto_start(tg_call_ctx *cx, const char *task_id, const char *task_slug,
+                      json_int_t start) {
+  _cleanup_json_ json_t *open = NULL;
+  int r = open_blockers(cx, task_id, &open);
+  if (r < 0 || json_array_size(open) > 0) return r;
+  return dispatch_start(cx, task_id, task_slug, start, "auto_start");
+}
+
 /* The approvers of a task who have not approved yet, as [{type, name}]. */
 static int pending_approvers(tg_call_ctx *cx, const char *task_id, json_t **ret) {
   return tg_db_query(cx->db,
@@ -342,7 +355,7 @@ static int apply_move(tg_call_ctx *cx, json_t *task, tg_task_status from, tg_tas
   /* An auto-start task starts its agents as soon as it is todo: the job of its next start,
    * which the move to in_progress later joins instead of doubling. */
   else if (to == TG_TASK_TODO && json_integer_value(json_object_get(task, "auto_start")))
-    r = dispatch_start(cx, id, slug, starts + 1, "auto_start");
+    r = auto_start(cx, id, slug, starts + 1);
   if (r < 0) return r;
   tg_scope_ref ref;
   ref_of_task(task, &ref);
@@ -355,14 +368,15 @@ static int apply_move(tg_call_ctx *cx, json_t *task, tg_task_status from, tg_tas
                             unblocked_by));
 }
 
-/* A task closing (done, cancelled) releases the blocked tasks it was the last open blocker
- * of: each goes back to the status it had when blocked, or to todo when the machine does not
- * lead there from blocked. */
+/* A task closing (done, cancelled) releases the tasks it was the last open blocker of: a
+ * blocked one goes back to the status it had when blocked, or to todo when the machine does
+ * not lead there from blocked; an auto-start one in todo gets its agents started. */
 static int unblock_dependents(tg_call_ctx *cx, json_t *blocker) {
   _cleanup_json_ json_t *dependents = NULL;
   int r = tg_db_query(cx->db,
                       "SELECT t.* FROM tasks t JOIN task_blocks b ON b.task_id = t.id"
-                      " WHERE b.blocked_by_task_id = $1 AND t.status = 'blocked'"
+                      " WHERE b.blocked_by_task_id = $1"
+                      " AND (t.status = 'blocked' OR (t.status = 'todo' AND t.auto_start = 1))"
                       " ORDER BY t.created_at, t.id",
                       json_pack("[s]", row_str(blocker, "id")), &dependents);
   size_t i;
@@ -372,6 +386,12 @@ static int unblock_dependents(tg_call_ctx *cx, json_t *blocker) {
     _cleanup_json_ json_t *open = NULL;
     r = open_blockers(cx, row_str(task, "id"), &open);
     if (r < 0 || json_array_size(open) > 0) continue;
+    if (strcmp(row_str(task, "status"), "todo") == 0) {
+      r = dispatch_start(cx, row_str(task, "id"), row_str(task, "slug"),
+                         json_integer_value(json_object_get(task, "start_count")) + 1,
+                         "auto_start");
+      continue;
+    }
     tg_task_status back;
     if (!tg_task_status_parse(row_str(task, "previous_status"), &back) ||
         !tg_task_can_transition(TG_TASK_BLOCKED, back))
@@ -476,7 +496,7 @@ static int task_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const char *status = tg_json_str(args, "status") ? tg_json_str(args, "status") : "backlog";
   bool todo = strcmp(status, "todo") == 0;
   json_t *auto_arg = json_object_get(args, "autoStart");
-  bool auto_start = auto_arg ? json_is_true(auto_arg) : todo;
+  bool starts_now = auto_arg ? json_is_true(auto_arg) : todo;
   const char *priority = tg_json_str(args, "priority") ? tg_json_str(args, "priority") : "p3";
   json_t *labels = json_object_get(args, "labels");
   char id[TG_UUID_LEN + 1], slug[32], now[TG_ISO_LEN + 1];
@@ -494,7 +514,7 @@ static int task_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
                 labels ? json_incref(labels) : json_array(), status,
                 parent ? json_object_get(parent, "id") : json_null(), nonempty(ref.mission_id),
                 nonempty(ref.idea_id), nonempty(ref.work_id), actor_type(p), p->subject_id,
-                auto_start, now),
+                starts_now, now),
       NULL);
   json_array_foreach(agents, i, v) {
     if (r == TG_OK) r = add_participant(cx, id, "agent", row_str(v, "id"), "assignee", NULL);
@@ -509,7 +529,7 @@ static int task_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
                      " VALUES ($1, $2, $3)",
                      json_pack("[sOs]", id, json_object_get(v, "id"), now), NULL);
   }
-  if (r == TG_OK && todo && auto_start) r = dispatch_start(cx, id, slug, 1, "auto_start");
+  if (r == TG_OK && todo && starts_now) r = auto_start(cx, id, slug, 1);
   if (r < 0) return r;
 
   json_t *agent_slugs = json_array(), *blocker_slugs = json_array();
@@ -523,7 +543,7 @@ static int task_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
                          slug, "title", tg_json_str(args, "title"), "status", status, "priority",
                          priority, "assigneeAgents", agent_slugs, "assigneeUsers",
                          json_object_get(args, "assigneeUserIds"), "blockedBy", blocker_slugs,
-                         "parentTaskSlug", parent_slug, "autoStart", auto_start));
+                         "parentTaskSlug", parent_slug, "autoStart", starts_now));
   if (r < 0) return r;
   *ret = json_pack("{s:s,s:s,s:s}", "slug", slug, "id", id, "status", status);
   return *ret ? TG_OK : TG_E_NOMEM;

@@ -568,6 +568,40 @@ static void test_auto_start_dispatch(void **state) {
   assert_int_equal(jobs_of(w, "agent-task-execute"), 11);
 }
 
+/* An auto-start task with a blocker open starts no agent, which could not move it to
+ * in_progress: its last blocker to close starts them. */
+static void test_auto_start_waits_for_blockers(void **state) {
+  world *w = *state;
+  tslug first = task(w, w->boss, "{\"title\":\"first\"}");
+  tslug second = task(w, w->boss, "{\"title\":\"second\"}");
+  tslug now = task(w, w->boss,
+                   "{\"title\":\"now\",\"status\":\"todo\",\"blockedBySlugs\":[\"%s\"],"
+                   "\"assigneeAgentSlugs\":[\"w1-dev\"]}",
+                   first.s);
+  tslug later = task(w, w->boss,
+                     "{\"title\":\"later\",\"autoStart\":true,"
+                     "\"blockedBySlugs\":[\"%s\",\"%s\"],\"assigneeAgentSlugs\":[\"w2-dev\"]}",
+                     first.s, second.s);
+  move(w, w->boss, later.s, "todo");
+  assert_int_equal(jobs_of(w, "agent-task-execute"), 0);
+  /* The first closing releases the task it alone blocked, not the one still blocked. */
+  move(w, w->boss, first.s, "cancelled");
+  assert_int_equal(jobs_of(w, "agent-task-execute"), 1);
+  _cleanup_json_ json_t *job =
+      row(w, "SELECT payload FROM jobs WHERE kind = 'agent-task-execute'", NULL);
+  _cleanup_json_ json_t *payload =
+      json_loads(json_string_value(json_object_get(job, "payload")), 0, NULL);
+  assert_string_equal(json_string_value(json_object_get(payload, "taskSlug")), now.s);
+  assert_string_equal(json_string_value(json_object_get(payload, "trigger")), "auto_start");
+  assert_int_equal(json_integer_value(json_object_get(payload, "start")), 1);
+  move(w, w->boss, second.s, "cancelled");
+  assert_int_equal(jobs_of(w, "agent-task-execute"), 2);
+  /* Moving to in_progress joins the start made then. */
+  move(w, w->boss, now.s, "in_progress");
+  move(w, w->boss, later.s, "in_progress");
+  assert_int_equal(jobs_of(w, "agent-task-execute"), 2);
+}
+
 static void set_agent_status(world *w, const char *slug, const char *status) {
   assert_int_equal(tg_db_exec(w->f->db, "UPDATE agents SET status = $1 WHERE tenant_id = $2 AND slug = $3",
                               json_pack("[sss]", status, w->f->tenant_id, slug), NULL),
@@ -887,7 +921,8 @@ static void test_blockers_gate_and_release(void **state) {
   _cleanup_json_ json_t *back = task_row(w, u.s);
   assert_string_equal(json_string_value(json_object_get(back, "status")), "in_progress");
   assert_int_equal(json_integer_value(json_object_get(back, "start_count")), 2);
-  assert_int_equal(jobs_of(w, "agent-task-execute"), jobs + 1); /* its auto-start was the first */
+  /* Its auto-start, made as b3 first closed, was the first start; the return the second. */
+  assert_int_equal(jobs_of(w, "agent-task-execute"), jobs + 2);
   /* done is gated by blockers too. */
   tslug b4 = task(w, w->boss, "{\"title\":\"fourth\"}");
   tslug x = task(w, w->boss, "{\"title\":\"x\",\"status\":\"todo\",\"blockedBySlugs\":[\"%s\"]}", b4.s);
@@ -1229,6 +1264,7 @@ int main(void) {
       T(test_cross_scope_assignees),
       T(test_parent_and_blockers),
       T(test_auto_start_dispatch),
+      T(test_auto_start_waits_for_blockers),
       T(test_comment),
       T(test_inactive_assignees_wait),
       T(test_transition_table_through_the_tool),
