@@ -351,6 +351,15 @@ static int apply_move(tg_call_ctx *cx, json_t *task, tg_task_status from, tg_tas
   if (r < 0) return r;
   /* Another writer moved the task since it was read: the move is no longer the one asked. */
   if (changes == 0) return illegal_move(cx, slug, from, to);
+  /* A task re-opened is work to approve again: the approvals given to it closed are taken
+   * back, so its next done waits for them anew. */
+  int64_t withdrawn = 0;
+  if (!tg_task_status_open(from) && tg_task_status_open(to))
+    r = tg_db_exec(cx->db,
+                   "UPDATE task_assignees SET approved_at = NULL WHERE task_id = $1"
+                   " AND role = 'approver' AND approved_at IS NOT NULL",
+                   json_pack("[s]", id), &withdrawn);
+  if (r < 0) return r;
   if (start) r = dispatch_start(cx, id, slug, starts + 1, "start");
   /* An auto-start task starts its agents as soon as it is todo: the job of its next start,
    * which the move to in_progress later joins instead of doubling. */
@@ -362,10 +371,12 @@ static int apply_move(tg_call_ctx *cx, json_t *task, tg_task_status from, tg_tas
   char summary[160];
   snprintf(summary, sizeof summary, "Task %s moved from %s to %s%s%s", slug, from_name, to_name,
            unblocked_by ? ": unblocked by " : "", unblocked_by ? unblocked_by : "");
-  return activity(cx, "TASK_UPDATED", &ref, summary,
-                  json_pack("{s:s,s:s,s:s,s:s,s:s?,s:s?}", "taskId", id, "taskSlug", slug, "from",
-                            from_name, "to", to_name, "reason", reason, "unblockedBy",
-                            unblocked_by));
+  json_t *details =
+      json_pack("{s:s,s:s,s:s,s:s,s:s?,s:s?}", "taskId", id, "taskSlug", slug, "from", from_name,
+                "to", to_name, "reason", reason, "unblockedBy", unblocked_by);
+  if (details && withdrawn)
+    json_object_set_new(details, "approvalsWithdrawn", json_integer((json_int_t)withdrawn));
+  return activity(cx, "TASK_UPDATED", &ref, summary, details);
 }
 
 /* A task closing (done, cancelled) releases the tasks it was the last open blocker of: a
@@ -742,6 +753,14 @@ static int task_approve(tg_call_ctx *cx, json_t *args, json_t **ret) {
   if (r == TG_OK) r = find_participant(cx, args, &type, &who);
   if (r < 0) return r;
   const char *task_id = row_str(task, "id"), *name = participant_name(who);
+  /* A person may record the approval another approver gave; an agent gives only its own,
+   * and may not speak for a person or for another agent. */
+  if (cx->principal->kind == TG_PRINCIPAL_AGENT &&
+      (strcmp(type, "agent") != 0 || strcmp(row_str(who, "id"), cx->principal->subject_id) != 0))
+    return tg_fail(cx, TG_ERR_PERMISSION_DENIED,
+                   json_pack("{s:s,s:s,s:s,s:s}", "reason", "not_the_approver", "taskSlug", slug,
+                             "approverType", type, "approver", name),
+                   "An agent records only its own approval, not that of %s.", name);
   r = tg_db_query_row(cx->db,
                       "SELECT approved_at FROM task_assignees WHERE task_id = $1 AND actor_type = $2"
                       " AND actor_id = $3 AND role = 'approver'",

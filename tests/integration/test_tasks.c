@@ -868,8 +868,49 @@ static void test_approvals_before_done(void **state) {
   json_decref(d);
 
   json_decref(ok(w, w->f->owner, "work.task.approve", "{\"taskSlug\":\"%s\",\"username\":\"alice\"}", t.s));
-  json_decref(ok(w, w->f->owner, "work.task.approve", "{\"taskSlug\":\"%s\",\"agentSlug\":\"w1-dev\"}", t.s));
+  /* An agent allowed to approve (on the api surface) gives its own approval only: not a
+   * person's, nor another agent's. Refused, with nothing written. */
+  json_decref(ok(w, w->f->owner, "admin.grant.add",
+                 "{\"agentSlug\":\"w1-dev\",\"permission\":\"tasks.approve\"}"));
+  static const char *const others[] = {"\"username\":\"alice\"", "\"agentSlug\":\"m1-lead\""};
+  for (size_t i = 0; i < 2; i++) {
+    _cleanup_free_ char *before = domain_snapshot(w->f);
+    char args[160];
+    snprintf(args, sizeof args, "{\"taskSlug\":\"%s\",%s}", t.s, others[i]);
+    tg_call_result res;
+    assert_int_equal(
+        fixture_call(w->f, w->w1dev, TG_SURFACE_API, "work.task.approve", args, NULL, &res),
+        TG_E_TOOL);
+    assert_string_equal(fixture_code(&res), "permission_denied");
+    assert_string_equal(
+        json_string_value(json_object_get(
+            json_object_get(json_object_get(res.value, "error"), "details"), "reason")),
+        "not_the_approver");
+    tg_call_result_done(&res);
+    _cleanup_free_ char *after = domain_snapshot(w->f);
+    assert_string_equal(before, after);
+  }
+  char own[160];
+  snprintf(own, sizeof own, "{\"taskSlug\":\"%s\",\"agentSlug\":\"w1-dev\"}", t.s);
+  tg_call_result res;
+  assert_int_equal(
+      fixture_call(w->f, w->w1dev, TG_SURFACE_API, "work.task.approve", own, NULL, &res), 0);
+  tg_call_result_done(&res);
   move(w, w->boss, t.s, "done");
+  /* Re-opened, it is work to approve again: its next done waits for every approver anew. */
+  move(w, w->boss, t.s, "in_progress");
+  _cleanup_json_ json_t *reopened =
+      row(w,
+          "SELECT details FROM activity_log WHERE action_type = 'TASK_UPDATED'"
+          " ORDER BY created_at DESC, id DESC LIMIT 1",
+          NULL);
+  _cleanup_json_ json_t *reopened_details =
+      json_loads(json_string_value(json_object_get(reopened, "details")), 0, NULL);
+  assert_int_equal(json_integer_value(json_object_get(reopened_details, "approvalsWithdrawn")), 3);
+  d = fails(w, w->boss, "transitionTask", "precondition_failed",
+            "{\"taskSlug\":\"%s\",\"to\":\"done\"}", t.s);
+  assert_int_equal(json_array_size(json_object_get(d, "pendingApprovers")), 3);
+  json_decref(d);
   /* A task without approvers needs none. */
   tslug free_task = task_in(w, TG_TASK_IN_PROGRESS);
   move(w, w->boss, free_task.s, "done");
