@@ -289,6 +289,9 @@ int tg_git_commit(tg_git *g, const char *parent_sha, const tg_git_change *change
   git_oid tree_id, commit_id, parent_id;
   if (r == TG_OK && tg_git2.git_tree_create_updated(&tree_id, g->repo, base, n, updates) < 0)
     r = tg_libgit2_fail("write tree");
+  /* A commit changing nothing (a modify to the same content) is refused, as git refuses it. */
+  if (r == TG_OK && parent_sha && tg_git2.git_oid_equal(&tree_id, tg_git2.git_tree_id(base)))
+    r = problem_at(problem, 0, "no_change");
   if (r == TG_OK && tg_git2.git_tree_lookup(&tree, g->repo, &tree_id) < 0)
     r = tg_libgit2_fail("read tree");
   if (r == TG_OK && parent_sha &&

@@ -56,7 +56,8 @@ typedef struct tg_git_change {
  * one of "exists" (an add of an existing path), "missing" (a modify or delete of a missing
  * one), "not_a_file" (the path is a folder or a submodule), "symlink" (the path, or a folder
  * on its way, is a symbolic link in the tree), "under_a_file" (a folder on its way is a file),
- * "duplicate" (two changes to the same path or one under the other). */
+ * "duplicate" (two changes to the same path or one under the other), "no_change" (together
+ * they leave the parent's tree as it is; index 0). */
 typedef struct tg_git_problem {
   size_t index;
   const char *reason;

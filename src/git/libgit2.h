@@ -21,8 +21,8 @@
   X(git_repository_free) X(git_repository_init_ext) X(git_repository_init_options_init) \
   X(git_repository_open_bare) X(git_signature_free) X(git_signature_now) \
   X(git_tree_create_updated) X(git_tree_entry_bypath) X(git_tree_entry_filemode) \
-  X(git_tree_entry_free) X(git_tree_entry_id) X(git_tree_free) X(git_tree_lookup) \
-  X(git_treebuilder_free) X(git_treebuilder_new) X(git_treebuilder_write)
+  X(git_tree_entry_free) X(git_tree_entry_id) X(git_tree_free) X(git_tree_id) \
+  X(git_tree_lookup) X(git_treebuilder_free) X(git_treebuilder_new) X(git_treebuilder_write)
 
 struct tg_libgit2 {
 #define TG_LIBGIT2_POINTER(f) __typeof__(f) *f;

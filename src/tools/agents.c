@@ -221,6 +221,13 @@ static int file_edit(tg_call_ctx *cx, json_t *args, json_t **ret) {
   int k = file_index(name);
   size_t old_len = b.len[k];
   bool existed = b.text[k] != NULL;
+  /* An edit that changes nothing is refused, wherever the files are kept, as a commit that
+   * changes nothing is. */
+  if (existed && old_len == len && memcmp(b.text[k], body, len) == 0)
+    return tg_fail(
+        cx, TG_ERR_PRECONDITION_FAILED,
+        json_pack("{s:s,s:s,s:s}", "reason", "no_change", "name", name, "currentHash", current),
+        "%s already holds this text: there is nothing to edit.", name);
   free(b.text[k]);
   if (!(b.text[k] = strndup(body, len))) return TG_E_NOMEM;
   b.len[k] = len;

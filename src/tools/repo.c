@@ -591,6 +591,11 @@ int tg_repo_prepare(tg_call_ctx *cx, tg_scope_repo *repo, const char *branch, bo
   identity(cx, name, sizeof name, email, sizeof email);
   tg_git_problem problem = {0};
   r = tg_git_commit(repo->git, parent, changes, n, name, email, text, move->new_sha, &problem);
+  if (r == TG_E_INVAL && strcmp(problem.reason, "no_change") == 0)
+    return tg_fail(
+        cx, TG_ERR_PRECONDITION_FAILED,
+        json_pack("{s:s,s:s,s:s}", "reason", "no_change", "repo", repo->label, "branch", base),
+        "The files are already so on %s of %s: there is nothing to commit.", base, repo->label);
   if (r == TG_E_INVAL)
     return tg_fail(
         cx, TG_ERR_VALIDATION_FAILED,

@@ -108,6 +108,14 @@ static long count(world *w, const char *sql) {
   return n;
 }
 
+/* The sha of main in the repository at dir. */
+static char *tip_of(const char *dir) {
+  char *sha = tg_test_shell_output("git -C %s rev-parse main", dir);
+  assert_true(strlen(sha) >= 40);
+  sha[40] = '\0';
+  return sha;
+}
+
 /* The worker's openPullRequest on a new branch, with hook as tg_git_test_before_move: it
  * must fail concurrent_write. */
 static void pr_fails_concurrent_write(world *w,
@@ -187,21 +195,44 @@ static void test_commit_to_repo(void **state) {
   _cleanup_free_ char *a = tg_test_shell_output("git -C %s show main:docs/a.md", dir);
   assert_string_equal(a, "beta\n");
   assert_int_not_equal(sh("git -C %s cat-file -e main:items/b.json 2>/dev/null", dir), 0);
+  /* a commit changing nothing is refused, as git refuses it: no commit, no activity row */
+  _cleanup_free_ char *refs = tg_test_shell_output("git -C %s for-each-ref", dir);
+  long commits = count(
+      w, "SELECT COUNT(*) AS n FROM activity_log WHERE action_type = 'AGENT_COMMITTED_TO_REPO'");
+  v = expect(w, w->worker, "commitToRepo",
+             "{\"files\":[{\"path\":\"docs/a.md\",\"content\":\"beta\\n\",\"mode\":\"modify\"}],"
+             "\"commitMessage\":\"Same\"}",
+             NULL, "precondition_failed");
+  assert_string_equal(reason_of(v), "no_change");
+  json_decref(v);
+  _cleanup_free_ char *refs_after = tg_test_shell_output("git -C %s for-each-ref", dir);
+  assert_string_equal(refs, refs_after);
+  assert_int_equal(
+      count(w,
+            "SELECT COUNT(*) AS n FROM activity_log WHERE action_type = 'AGENT_COMMITTED_TO_REPO'"),
+      commits);
 
   /* add of an existing path, modify and delete of missing ones, changes that overlap */
-  static const struct { const char *files, *reason; } bad[] = {
+  static const struct { const char *files, *reason;
+  } bad[] = {
       {"[{\"path\":\"docs/a.md\",\"content\":\"x\",\"mode\":\"add\"}]", "exists"},
       {"[{\"path\":\"docs/zz.md\",\"mode\":\"delete\"}]", "missing"},
+      {"[{\"path\":\"docs/a.md\",\"content\":\"x\",\"mode\":\"delete\"}]",
+       NULL}, /* content dropped */
       {"[{\"path\":\"nope/zz.md\",\"content\":\"x\",\"mode\":\"modify\"}]", "missing"},
       {"[{\"path\":\"docs\",\"content\":\"x\",\"mode\":\"modify\"}]", "not_a_file"},
       {"[{\"path\":\"docs/a.md/x\",\"content\":\"x\",\"mode\":\"add\"}]", "under_a_file"},
-      {"[{\"path\":\"n/a\",\"content\":\"x\",\"mode\":\"add\"},{\"path\":\"n/a\",\"content\":\"y\",\"mode\":\"add\"}]", "duplicate"},
+      {"[{\"path\":\"n/a\",\"content\":\"x\",\"mode\":\"add\"},{\"path\":\"n/"
+       "a\",\"content\":\"y\",\"mode\":\"add\"}]",
+       "duplicate"},
       {"[{\"path\":\"../x\",\"content\":\"x\",\"mode\":\"add\"}]", "bad_path"},
       {"[{\"path\":\"/etc/x\",\"content\":\"x\",\"mode\":\"add\"}]", "bad_path"},
       {"[{\"path\":\".git/config\",\"content\":\"x\",\"mode\":\"add\"}]", "bad_path"},
       {"[{\"path\":\"a\\u0001b\",\"content\":\"x\",\"mode\":\"add\"}]", "bad_path"},
       {"[{\"path\":\"\\u2025/x\",\"content\":\"x\",\"mode\":\"add\"}]", "bad_path"},
-      {"[{\"path\":\"ok.md\",\"content\":\"x\\nuse gh" "p_0123456789abcdefghijABCDEFGHIJ012345\",\"mode\":\"add\"}]", "secret"},
+      {"[{\"path\":\"ok.md\",\"content\":\"x\\nuse gh"
+       "p_0123456789abcdefghijABCDEFGHIJ012345\",\"mode\":\"add\"}]",
+       "secret"},
   };
   _cleanup_free_ char *before = tg_test_shell_output("git -C %s for-each-ref", dir);
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -384,6 +415,14 @@ static void test_edit_agent_file(void **state) {
   _cleanup_json_ json_t *agent = NULL;
   assert_int_equal(tg_db_query_row(w->f->db, "SELECT content_hash FROM agents WHERE slug = 'worker'", NULL, &agent), 0);
   assert_string_equal(json_string_value(json_object_get(agent, "content_hash")), hash1);
+  /* the same text again changes nothing: refused, and no commit made */
+  _cleanup_free_ char *tip = tip_of(dir);
+  v = expect(w, w->worker, "editAgentFile", "{\"name\":\"SOUL.md\",\"body\":\"# Worker\\n\"}", NULL,
+             "precondition_failed");
+  assert_string_equal(reason_of(v), "no_change");
+  json_decref(v);
+  _cleanup_free_ char *same_tip = tip_of(dir);
+  assert_string_equal(tip, same_tip);
 
   /* expectedHash: a stale one is refused with the current hash */
   char args[400];
@@ -697,13 +736,6 @@ static void assert_agree_on(world *w, const char *dir, const char *pattern) {
 
 /* assert_agree_on every branch. */
 static void assert_agree(world *w, const char *dir) { assert_agree_on(w, dir, "refs/heads"); }
-
-static char *tip_of(const char *dir) {
-  char *sha = tg_test_shell_output("git -C %s rev-parse main", dir);
-  assert_true(strlen(sha) >= 40);
-  sha[40] = '\0';
-  return sha;
-}
 
 static void test_failure_between_steps(void **state) {
   world *w = *state;
