@@ -319,7 +319,8 @@ static int make_room_locked(tg_mcp_tasks *t, const char *principal, long kept,
           (!oldest || k->read > oldest->read || (k->read == oldest->read && k->seq < oldest->seq)))
         oldest = k;
     }
-  if (t->running >= TG_MCP_MAX_RUNNING_TASKS) {
+  if (t->running >= TG_MCP_MAX_RUNNING_TASKS &&
+      (running > 0 || t->running >= TG_MCP_MAX_RUNNING_TASKS_ALL)) {
     ret->limit = "running";
     ret->max = TG_MCP_MAX_RUNNING_TASKS;
   } else if (running >= TG_MCP_MAX_RUNNING_TASKS_EACH) {

@@ -28,7 +28,10 @@
 #define TG_MCP_TASK_POLL_MS 500          /* how often a client should poll */
 #define TG_MCP_MAX_TASKS 64              /* tasks one principal holds, ended or not */
 #define TG_MCP_MAX_RUNNING_TASKS_EACH 8  /* tasks one principal runs (or that wait for it) */
-#define TG_MCP_MAX_RUNNING_TASKS 32      /* threads running tasks in one server */
+#define TG_MCP_MAX_RUNNING_TASKS 32      /* threads running tasks in one server, shared */
+/* Past the shared bound, a principal running none may still start one, up to this many in
+ * all: principals that fill the shared bound cannot lock the others out. */
+#define TG_MCP_MAX_RUNNING_TASKS_ALL (2 * TG_MCP_MAX_RUNNING_TASKS)
 #define TG_MCP_TASK_STATUS_MAX 1024      /* bytes of a statusMessage kept */
 #define TG_MCP_MAX_KEPT_TASKS 256        /* ended tasks of one principal the database keeps
                                           * for their time to live: no more start then */
@@ -89,7 +92,8 @@ typedef struct tg_mcp_task_start {
 
 /* Runs call on a thread of its own until its handler detaches or the call ends, whichever
  * comes first. Returns 0; TG_E_TOO_LARGE (with ret->limit) when the server runs
- * TG_MCP_MAX_RUNNING_TASKS, the principal TG_MCP_MAX_RUNNING_TASKS_EACH, or it holds
+ * TG_MCP_MAX_RUNNING_TASKS and the principal runs one already (or the server runs
+ * TG_MCP_MAX_RUNNING_TASKS_ALL), the principal TG_MCP_MAX_RUNNING_TASKS_EACH, or it holds
  * TG_MCP_MAX_TASKS none of which may make room (an ended task makes room once the database
  * keeps how it ended: a read one first, then the longest ended), or the database keeps
  * TG_MCP_MAX_KEPT_TASKS of its ended tasks; or another TG_E_* status. */

@@ -2086,31 +2086,41 @@ static void assert_plain_call(world *w, const char *principal) {
   json_decref(r);
 }
 
-/* Tasks hold threads: a principal runs a few, a server a few more. */
+/* Tasks hold threads: a principal runs a few, a server a few more, and past them one more for
+ * each principal running none, so that those filling the shared bound lock no one out. */
 static void test_task_running_limits(void **state) {
   world *w = *state;
   enum { PRINCIPALS = TG_MCP_MAX_RUNNING_TASKS / TG_MCP_MAX_RUNNING_TASKS_EACH };
-  char who[PRINCIPALS + 1][TG_UUID_LEN + 1];
-  char *ids[PRINCIPALS][TG_MCP_MAX_RUNNING_TASKS_EACH];
-  for (int p = 0; p <= PRINCIPALS; p++) {
+  enum { LATE = TG_MCP_MAX_RUNNING_TASKS_ALL - TG_MCP_MAX_RUNNING_TASKS };
+  char who[PRINCIPALS][TG_UUID_LEN + 1], late[LATE + 1][TG_UUID_LEN + 1];
+  char *ids[PRINCIPALS][TG_MCP_MAX_RUNNING_TASKS_EACH], *late_ids[LATE];
+  for (int p = 0; p < PRINCIPALS + LATE + 1; p++) {
     char args[64];
     snprintf(args, sizeof args, "{\"slug\":\"runner%d\"}", p);
-    fixture_agent(w->f, args, who[p]);
+    fixture_agent(w->f, args, p < PRINCIPALS ? who[p] : late[p - PRINCIPALS]);
   }
   for (int p = 0; p < PRINCIPALS; p++) {
     for (int i = 0; i < TG_MCP_MAX_RUNNING_TASKS_EACH; i++) ids[p][i] = park_task_as(w, who[p]);
     /* One principal's share is spent; the others' are not. */
     if (p + 1 < PRINCIPALS) assert_refused(w, who[p], "runningEach", TG_MCP_MAX_RUNNING_TASKS_EACH);
   }
-  /* The server's is spent: a principal running none is refused too... */
-  assert_refused(w, who[PRINCIPALS], "running", TG_MCP_MAX_RUNNING_TASKS);
+  /* The shared bound is spent: a principal running one already is refused... */
+  late_ids[0] = park_task_as(w, late[0]);
+  assert_refused(w, late[0], "running", TG_MCP_MAX_RUNNING_TASKS);
   /* ...but a tool that can do without a task still runs, as a plain call. */
-  assert_plain_call(w, who[PRINCIPALS]);
+  assert_plain_call(w, late[0]);
+  /* Each principal running none starts one, until the server runs the most it ever does. */
+  for (int p = 1; p < LATE; p++) late_ids[p] = park_task_as(w, late[p]);
+  assert_refused(w, late[LATE], "running", TG_MCP_MAX_RUNNING_TASKS);
   for (int p = 0; p < PRINCIPALS; p++)
     for (int i = 0; i < TG_MCP_MAX_RUNNING_TASKS_EACH; i++) {
       assert_ack(task_action_as(w, who[p], "tasks/cancel", ids[p][i], NULL));
       free(ids[p][i]);
     }
+  for (int p = 0; p < LATE; p++) {
+    assert_ack(task_action_as(w, late[p], "tasks/cancel", late_ids[p], NULL));
+    free(late_ids[p]);
+  }
 }
 
 /* Counts the task threads that ended (tg_mcp_tasks_test_ended). */
