@@ -174,6 +174,7 @@ struct server {
   atomic_size_t taking; /* request bodies held, for all callers */
   size_t taking_max;
   int64_t replay_keep_ms; /* past it, a stream that delivered nothing keeps nothing */
+  int64_t keepalive_ms;   /* a stream quiet so long sends a comment line */
   pthread_mutex_t shares_lock; /* apart from lock: streams are released under it */
   held_share *shares;
   /* When a line a client can cause was last logged (monotonic ms; see tg_log_may): a bad token,
@@ -260,6 +261,7 @@ struct stream {
   bool cut_primed; /* the answer cut is the priming event alone, which gives the delay */
   bool reader_primed; /* the connection reading st reads it from its priming event */
   bool primed;        /* st began with its priming event (kept when delivered and dropped) */
+  bool quiet_start;   /* its answer began with nothing to send: a comment line goes out first */
   /* A sessionless stream's, run once when its client goes away. */
   void (*on_close)(void *arg);
   void *close_arg;

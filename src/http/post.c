@@ -65,15 +65,19 @@ static bool refuse_cancelled(server *s, struct MHD_Connection *conn, session *x,
 /* Answers a call on the pool (st its stream, read by this connection of socket fd; x its
  * session, whose reference the connection holds) once its stream has something: the whole
  * reply when it ended before sending anything else, else the stream (primed_len: the bytes of
- * its priming event). A client that left before is answered nothing. */
+ * its priming event). A call quiet as long as a stream may be (waiting in line for a thread,
+ * or running without a word) is answered by its stream all the same, whose comment lines keep
+ * its client from timing out. A client that left before is answered nothing. */
 static enum MHD_Result answer_pool_call(server *s, struct MHD_Connection *conn, session *x,
                                         stream *st, int fd, size_t primed_len) {
   pthread_mutex_lock(&st->lock);
   bool gone = false;
+  long long quiet_ms = 0;
   /* No connection reads st yet, so nothing was dropped: len == 0 means nothing appended. */
-  while (!st->done && st->len == 0 && !st->polling) {
-    if (!tg_timed_wait(&st->ready, &st->lock, HANGUP_CHECK_MS) || gone || !http_client_gone(fd))
-      continue;
+  while (!st->done && st->len == 0 && !st->polling && (gone || quiet_ms < s->keepalive_ms)) {
+    if (!tg_timed_wait(&st->ready, &st->lock, HANGUP_CHECK_MS) || gone) continue;
+    quiet_ms += HANGUP_CHECK_MS;
+    if (!http_client_gone(fd)) continue;
     gone = true;
     unsigned id = st->reader;
     pthread_mutex_unlock(&st->lock);
@@ -90,7 +94,8 @@ static enum MHD_Result answer_pool_call(server *s, struct MHD_Connection *conn, 
     /* A stateless client that went away cancelled its call, which ends soon after. */
     pthread_mutex_lock(&st->lock);
   }
-  if (st->len == 0 && !st->polling) {
+  bool quiet = !st->done && st->len == 0 && !st->polling;
+  if (st->len == 0 && !st->polling && !quiet) {
     char *final = st->final;
     int status = st->final_status;
     st->final = NULL;
@@ -124,6 +129,7 @@ static enum MHD_Result answer_pool_call(server *s, struct MHD_Connection *conn, 
   st->cutting = st->polling;
   st->cut_at = st->len;
   st->streaming = st->reading = true;
+  st->quiet_start = quiet;
   unsigned reader_id = st->reader;
   if (st->final) {
     http_append_reply_locked(st, st->final, st->final_id);

@@ -83,6 +83,7 @@ typedef struct tg_http_config {
   size_t max_held_bytes; /* output held for all clients; 0: TG_HTTP_MAX_HELD_BYTES */
   size_t max_taking_bytes; /* request bodies held for all clients; 0: TG_HTTP_MAX_TAKING_BYTES */
   long long replay_keep_ms; /* 0: TG_HTTP_REPLAY_KEEP_MS */
+  long long keepalive_ms;   /* 0: TG_HTTP_KEEPALIVE_MS */
   long long session_idle_ms; /* 0: TG_HTTP_SESSION_IDLE_MS */
   unsigned idle_timeout_s; /* 0: TG_HTTP_IDLE_TIMEOUT_S */
   long long rest_after_ms; /* 0: TG_HTTP_REST_AFTER_MS */

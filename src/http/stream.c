@@ -490,15 +490,16 @@ static ssize_t stream_ended(reader *rd) {
 static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
   reader *rd = cls;
   stream *st = rd->st;
-  long long quiet_ms = 0;
   pthread_mutex_lock(&st->lock);
+  long long quiet_ms = st->quiet_start ? st->srv->keepalive_ms : 0;
+  st->quiet_start = false;
   while (st->sent == st->len && !st->done && !st->cutting && rd->id == st->reader) {
     if (!tg_timed_wait(&st->ready, &st->lock, HANGUP_CHECK_MS)) continue;
     if (http_client_gone(rd->fd)) {
       pthread_mutex_unlock(&st->lock);
       return stream_ended(rd);
     }
-    if ((quiet_ms += HANGUP_CHECK_MS) >= TG_HTTP_KEEPALIVE_MS) {
+    if ((quiet_ms += HANGUP_CHECK_MS) >= st->srv->keepalive_ms) {
       /* A comment line keeps proxies and clients from timing the stream out. */
       static const char keepalive[] = ": keep-alive\n\n";
       pthread_mutex_unlock(&st->lock);

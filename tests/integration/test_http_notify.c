@@ -859,6 +859,32 @@ static void test_a_stateless_call_in_line_leaves_it_with_its_client(void **state
   for (int i = 0; i < POOL_THREADS - 1; i++) finish(running[i]);
 }
 
+/* A call quiet as long as a stream may be, here waiting in line for a thread, is answered by
+ * its event stream all the same, whose comment lines keep its client from timing out; its
+ * result comes on it once it runs. */
+static void test_a_quiet_call_hears_keep_alives(void **state) {
+  world *w = *state;
+  w->cfg.keepalive_ms = 200;
+  restart(w);
+  exchange *running[POOL_THREADS - 1];
+  for (int i = 0; i < POOL_THREADS - 1; i++) running[i] = start_waiting_call(w);
+  kit_wait_for(NULL, POOL_THREADS - 1);
+  exchange *queued = start(w, "POST", NULL, STATELESS_ROUTE("test_note_close"),
+                           STATELESS_CALL("5", "test_note_close", "{}"));
+  await_load(w, true, 1); /* its caller holds all the threads it may */
+  await(queued, ": keep-alive\n\n");
+  assert_int_equal(queued->status, 200);
+  await_load(w, true, 1); /* still in line */
+  finish(running[0]);     /* cancelled: its thread comes free */
+  await(queued, "\"result\"");
+  assert_non_null(strstr(queued->got, "data: {\"jsonrpc\":\"2.0\",\"id\":5,\"result\""));
+  await(queued, NULL);
+  finish(queued);
+  for (int i = 1; i < POOL_THREADS - 1; i++) finish(running[i]);
+  w->cfg.keepalive_ms = 0;
+  restart(w);
+}
+
 /* A free pool thread takes the queued call of the caller running the fewest: with one caller
  * on all threads but one and another on the last, the second's next call goes ahead of the
  * first's, queued before it. */
@@ -3869,6 +3895,7 @@ int main(void) {
       T(test_a_session_call_cancelled_in_line_is_answered_at_once),
       T(test_an_old_session_call_in_line_lets_its_connection_go),
       T(test_a_stateless_call_in_line_leaves_it_with_its_client),
+      T(test_a_quiet_call_hears_keep_alives),
       T(test_a_session_call_in_line_ends_at_once_with_its_session),
       T(test_sessions_are_bounded_per_principal),
       T(test_every_session_is_found_by_its_id),
