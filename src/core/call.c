@@ -303,7 +303,7 @@ static int write_telemetry(call_state *st, tg_db *db, tg_errcode code, const cha
                  NULL);
   /* The count the run's cap reads (gate_run_cap), kept only for the tools that have one. */
   if (r == TG_OK && code == TG_ERR_NONE && *st->run_id && st->tool && st->tool->max_per_run)
-    r = tg_run_count_success(db, st->run_id, st->tool->name);
+    r = tg_run_count_success(db, st->run_id, st->tool->name, 1);
   return r;
 }
 
@@ -469,6 +469,9 @@ static int record_failure(call_state *st, tg_errcode code, const char *message, 
   else if (r == TG_OK && ran) /* committed, then an after-commit step failed */
     r = tg_db_exec(db, "UPDATE agent_runs SET status = 'failed' WHERE id = $1",
                    json_pack("[s]", st->run_id), NULL);
+  /* Its row becomes the failure's: the success counted with it for the run's cap goes too. */
+  if (r == TG_OK && st->telemetry_committed && *st->run_id && st->tool && st->tool->max_per_run)
+    r = tg_run_count_success(db, st->run_id, st->tool->name, -1);
   if (r == TG_OK) r = write_telemetry(st, db, code, message, 0);
   if (r == TG_OK) r = tg_db_commit(db);
   if (r == TG_OK && *approval_id && st->approval)

@@ -75,12 +75,12 @@ int tg_run_successes(tg_db *db, const char *id, const char *tool, int64_t *ret_n
   return TG_OK;
 }
 
-int tg_run_count_success(tg_db *db, const char *id, const char *tool) {
+int tg_run_count_success(tg_db *db, const char *id, const char *tool, int delta) {
   return tg_db_exec(db,
                     "INSERT INTO agent_run_successes (run_id, step, n)"
-                    " VALUES ($1, 'tool:' || $2, 1)"
-                    " ON CONFLICT (run_id, step) DO UPDATE SET n = agent_run_successes.n + 1",
-                    json_pack("[ss]", id, tool), NULL);
+                    " VALUES ($1, 'tool:' || $2, $3)"
+                    " ON CONFLICT (run_id, step) DO UPDATE SET n = agent_run_successes.n + $3",
+                    json_pack("[ssi]", id, tool, delta), NULL);
 }
 
 int tg_run_end_orphans(tg_db *db, int *ret_ended) {

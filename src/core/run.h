@@ -34,5 +34,6 @@ int tg_run_end_orphans(tg_db *db, int *ret_ended);
  * per run (maxPerRun): into *ret_n (0 when none did, or for a run that is not there). */
 int tg_run_successes(tg_db *db, const char *id, const char *tool, int64_t *ret_n);
 
-/* Counts a success of tool in run id, in the caller's transaction. */
-int tg_run_count_success(tg_db *db, const char *id, const char *tool);
+/* Counts a success of tool in run id (delta 1), or takes one counted back (delta -1: the
+ * call failed after its commit), in the caller's transaction. */
+int tg_run_count_success(tg_db *db, const char *id, const char *tool, int delta);

@@ -1,7 +1,6 @@
 #define _GNU_SOURCE
 #include "git/git.h"
 
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,26 +128,10 @@ int tg_git_branches(tg_git *g, size_t max, json_t **ret, bool *truncated) {
   return TG_OK;
 }
 
-int tg_git_branch_clash(tg_git *g, const char *name, char clash[TG_GIT_BRANCH_MAX + 1]) {
-  json_t *names = NULL;
-  bool more;
-  int r = tg_git_branches(g, SIZE_MAX, &names, &more);
-  if (r < 0) return r;
-  r = TG_E_NOTFOUND;
-  size_t n = strlen(name), i;
-  json_t *branch;
-  json_array_foreach(names, i, branch) {
-    const char *other = json_string_value(branch);
-    size_t m = strlen(other);
-    if ((m < n && strncmp(name, other, m) == 0 && name[m] == '/') ||
-        (n < m && strncmp(other, name, n) == 0 && other[n] == '/')) {
-      snprintf(clash, TG_GIT_BRANCH_MAX + 1, "%s", other);
-      r = TG_OK;
-      break;
-    }
-  }
-  json_decref(names);
-  return r;
+bool tg_git_names_clash(const char *a, const char *b) {
+  size_t n = strlen(a), m = strlen(b);
+  return (n < m && strncmp(b, a, n) == 0 && b[n] == '/') ||
+         (m < n && strncmp(a, b, m) == 0 && a[m] == '/');
 }
 
 /* The tree of commit sha, or the empty tree when sha is NULL. */

@@ -33,10 +33,9 @@ int tg_git_branch_check(const char *name);
 int tg_git_tip(tg_git *g, const char *branch, char sha[TG_GIT_SHA_LEN + 1]);
 /* The branch names, at most max, as a new array of strings; *truncated when there are more. */
 int tg_git_branches(tg_git *g, size_t max, json_t **ret, bool *truncated);
-/* The branch that keeps a branch called name from being made, into clash: one whose name is
- * a folder of name, or has name as a folder ("f1" and "f1/sub"), for git keeps a branch as a
- * file. TG_E_NOTFOUND when there is none. */
-int tg_git_branch_clash(tg_git *g, const char *name, char clash[TG_GIT_BRANCH_MAX + 1]);
+/* Whether branches a and b cannot both be: one's name is a folder of the other's ("f1" and
+ * "f1/sub"), for git keeps a branch as a file. */
+bool tg_git_names_clash(const char *a, const char *b);
 
 /* The file at path in commit sha: a malloc'd NUL-terminated copy and its size. TG_E_NOTFOUND
  * when it is missing or not a regular file; TG_E_TOO_LARGE over max bytes. */

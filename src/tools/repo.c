@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "tools/repo.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -549,6 +550,53 @@ static const char *problem_message(const char *reason) {
   return "the path is a folder or a submodule";
 }
 
+/* The branch that keeps a branch called name from being made in repo, into taken: one that
+ * is, or whose name clashes with it (tg_git_names_clash), in git or to be made by a move
+ * recorded and not made yet (another call's of the shared transaction); TG_E_NOTFOUND when
+ * there is none. */
+static int branch_taken(tg_call_ctx *cx, const tg_scope_repo *repo, const char *name,
+                        char taken[TG_GIT_BRANCH_MAX + 1]) {
+  _cleanup_json_ json_t *branches = NULL, *pending = NULL;
+  bool more;
+  int r = tg_git_branches(repo->git, SIZE_MAX, &branches, &more);
+  if (r == TG_OK)
+    r = tg_db_query(cx->db,
+                    "SELECT DISTINCT branch FROM repo_ref_moves WHERE repo_id = $1"
+                    " AND applied_at IS NULL AND abandoned_at IS NULL",
+                    json_pack("[s]", repo->id), &pending);
+  if (r < 0) return r;
+  size_t i;
+  json_t *row;
+  json_array_foreach(pending, i, row) json_array_append(branches, json_object_get(row, "branch"));
+  json_array_foreach(branches, i, row) {
+    const char *other = json_string_value(row);
+    if (other && (strcmp(other, name) == 0 || tg_git_names_clash(other, name))) {
+      snprintf(taken, TG_GIT_BRANCH_MAX + 1, "%s", other);
+      return TG_OK;
+    }
+  }
+  return TG_E_NOTFOUND;
+}
+
+/* TG_OK when a branch called name may be made in repo, else its refusal. */
+static int new_branch_free(tg_call_ctx *cx, const tg_scope_repo *repo, const char *name) {
+  char taken[TG_GIT_BRANCH_MAX + 1];
+  int r = branch_taken(cx, repo, name, taken);
+  if (r == TG_E_NOTFOUND) return TG_OK;
+  if (r < 0) return r;
+  if (strcmp(taken, name) == 0)
+    return tg_fail(
+        cx, TG_ERR_PRECONDITION_FAILED,
+        json_pack("{s:s,s:s,s:s}", "reason", "branch_exists", "repo", repo->label, "branch", name),
+        "Branch %s already exists in %s.", name, repo->label);
+  return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
+                 json_pack("{s:s,s:s,s:s,s:s}", "reason", "branch_clash", "repo", repo->label,
+                           "branch", name, "clashesWith", taken),
+                 "Branch %s cannot be made in %s beside branch %s: one name would be a folder "
+                 "of the other.",
+                 name, repo->label, taken);
+}
+
 int tg_repo_prepare(tg_call_ctx *cx, tg_scope_repo *repo, const char *branch, bool create,
                     const tg_git_change *changes, size_t n, const char *message,
                     tg_repo_move *move) {
@@ -564,23 +612,8 @@ int tg_repo_prepare(tg_call_ctx *cx, tg_scope_repo *repo, const char *branch, bo
   if (r < 0) return r;
   snprintf(move->branch, sizeof move->branch, "%s", branch);
   if (create) {
-    r = tg_git_tip(repo->git, branch, move->old_sha);
-    if (r == TG_OK)
-      return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
-                     json_pack("{s:s,s:s,s:s}", "reason", "branch_exists", "repo", repo->label,
-                               "branch", branch),
-                     "Branch %s already exists in %s.", branch, repo->label);
-    if (r != TG_E_NOTFOUND) return r;
-    char clash[TG_GIT_BRANCH_MAX + 1];
-    r = tg_git_branch_clash(repo->git, branch, clash);
-    if (r == TG_OK)
-      return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
-                     json_pack("{s:s,s:s,s:s,s:s}", "reason", "branch_clash", "repo", repo->label,
-                               "branch", branch, "clashesWith", clash),
-                     "Branch %s cannot be made in %s beside branch %s: one name would be a "
-                     "folder of the other.",
-                     branch, repo->label, clash);
-    if (r != TG_E_NOTFOUND) return r;
+    r = new_branch_free(cx, repo, branch);
+    if (r < 0) return r;
     *move->old_sha = '\0';
   } else {
     memcpy(move->old_sha, parent, sizeof parent);

@@ -491,6 +491,16 @@ static void test_edit_agent_file(void **state) {
   json_decref(v);
   assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM agent_files f JOIN agents a ON a.id = f.agent_id"
                             " WHERE a.slug = 'boss' AND f.body = 'boss'"), 1);
+  /* there too, the same text again is refused, and nothing written */
+  long edited =
+      count(w, "SELECT COUNT(*) AS n FROM activity_log WHERE action_type = 'AGENT_FILE_EDITED'");
+  v = expect(w, w->tenant, "editAgentFile", "{\"name\":\"SOUL.md\",\"body\":\"boss\"}", NULL,
+             "precondition_failed");
+  assert_string_equal(reason_of(v), "no_change");
+  json_decref(v);
+  assert_int_equal(
+      count(w, "SELECT COUNT(*) AS n FROM activity_log WHERE action_type = 'AGENT_FILE_EDITED'"),
+      edited);
   /* a mission agent's files live in the mission repository */
   json_decref(expect(w, w->planner, "editAgentFile", "{\"name\":\"SOUL.md\",\"body\":\"plan\"}", NULL, ""));
   _cleanup_free_ char *mdir = repo_dir(w, "missions/m1/mission");
@@ -548,8 +558,15 @@ static void test_pull_requests(void **state) {
              NULL, "precondition_failed");
   assert_string_equal(reason_of(v), "branch_clash");
   json_decref(v);
+  /* a pull request changing nothing is refused as a commit changing nothing is */
+  v = expect(w, w->worker, "openPullRequest",
+             "{\"files\":[{\"path\":\"docs/a.md\",\"content\":\"beta\\n\",\"mode\":\"modify\"}],"
+             "\"branchName\":\"same\",\"title\":\"Same\",\"body\":\"\"}",
+             NULL, "precondition_failed");
+  assert_string_equal(reason_of(v), "no_change");
+  json_decref(v);
   assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM pull_requests"), prs);
-  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM agent_run_logs"), rows + 2);
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM agent_run_logs"), rows + 3);
   assert_int_equal(count(w,
                          "SELECT COUNT(*) AS n FROM agent_run_logs WHERE message LIKE"
                          " 'precondition_failed: Branch feat% cannot be made%'"),
@@ -844,6 +861,24 @@ static void test_concurrent_writer(void **state) {
                             " AND state = 'open'"), 0);
   _cleanup_free_ char *pr_tip = tg_test_shell_output("git -C %s rev-parse race-pr", dir);
   assert_int_equal(strncmp(pr_tip, parent, 40), 0);
+
+  /* An agent file edit whose move was given up counts no success in its run: its retry there
+   * is not held to the one edit a run. */
+  char run[TG_UUID_LEN + 1];
+  fixture_run_start(w->f, "worker", run);
+  race_branch = "main";
+  tg_git_test_before_move = move_branch_away;
+  v = expect(w, w->worker, "editAgentFile", "{\"name\":\"TOOLS.md\",\"body\":\"raced\"}", run,
+             "precondition_failed");
+  tg_git_test_before_move = NULL;
+  assert_string_equal(reason_of(v), "concurrent_write");
+  json_decref(v);
+  json_decref(
+      expect(w, w->worker, "editAgentFile", "{\"name\":\"TOOLS.md\",\"body\":\"raced\"}", run, ""));
+  v = expect(w, w->worker, "editAgentFile", "{\"name\":\"TOOLS.md\",\"body\":\"again\"}", run,
+             "precondition_failed");
+  assert_string_equal(reason_of(v), "per_run_cap");
+  json_decref(v);
   assert_int_equal(sh("git -C %s fsck --strict --no-progress >/dev/null 2>&1", dir), 0);
 }
 
@@ -866,19 +901,22 @@ static void gather_queued(void) {
 
 typedef struct committer {
   world *w;
+  const char *tool; /* NULL: commitToRepo */
   char args[200];
   int status;
   char code[32];
 } committer;
 
-/* One commitToRepo of the worker on a database connection of its own. */
+/* One call of the worker's (commitToRepo unless named) on a database connection of its own. */
 static void *commit_alone(void *arg) {
   committer *c = arg;
   tg_env env = c->w->f->env;
   env.db = tg_test_db_open(c->w->f->dir);
   json_t *args = json_loads(c->args, 0, NULL);
-  tg_call_request req = {.principal_id = c->w->worker, .surface = TG_SURFACE_AGENT,
-                         .tool = "commitToRepo", .args = args};
+  tg_call_request req = {.principal_id = c->w->worker,
+                         .surface = TG_SURFACE_AGENT,
+                         .tool = c->tool ? c->tool : "commitToRepo",
+                         .args = args};
   tg_call_result res;
   c->status = tg_call(&env, &req, &res);
   snprintf(c->code, sizeof c->code, "%s", fixture_code(&res));
@@ -926,6 +964,39 @@ static void test_calls_of_one_transaction_build_on_each_other(void **state) {
                    told + N);
   assert_agree_on(w, dir, "refs/heads/main"); /* other tests raced other branches */
   assert_int_equal(sh("git -C %s fsck --strict --no-progress >/dev/null 2>&1", dir), 0);
+}
+
+/* Pull requests of one shared transaction on branches that cannot both be (f2 and f2/sub): the
+ * second sees the first's branch, recorded and not made yet, and is refused before it writes,
+ * instead of failing at its move with its pull request opened and closed. */
+static void test_clashing_branches_of_one_transaction(void **state) {
+  world *w = *state;
+  json_decref(expect_api(w, "repo.repository.list", "{}", "")); /* the repository exists */
+  static const char *const names[] = {"f2", "f2/sub"};
+  committer c[2];
+  pthread_t threads[2];
+  gathering.queued = 0;
+  gathering.want = 2;
+  tg_db_test_queued = gather_queued;
+  for (int i = 0; i < 2; i++) {
+    c[i] = (committer){.w = w, .tool = "openPullRequest"};
+    snprintf(c[i].args, sizeof c[i].args,
+             "{\"files\":[{\"path\":\"clash/%d.md\",\"content\":\"%d\",\"mode\":\"add\"}],"
+             "\"branchName\":\"%s\",\"title\":\"T\",\"body\":\"\"}",
+             i, i, names[i]);
+    assert_int_equal(pthread_create(&threads[i], NULL, commit_alone, &c[i]), 0);
+  }
+  for (int i = 0; i < 2; i++) pthread_join(threads[i], NULL);
+  tg_db_test_queued = NULL;
+  int made = c[0].status == 0 ? 0 : 1;
+  assert_int_equal(c[made].status, 0);
+  assert_string_equal(c[1 - made].code, "precondition_failed");
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM pull_requests WHERE head_branch LIKE 'f2%'"),
+                   1);
+  assert_int_equal(count(w,
+                         "SELECT COUNT(*) AS n FROM pull_requests WHERE head_branch LIKE 'f2%'"
+                         " AND state = 'open'"),
+                   1);
 }
 
 /* A branch whose lock file another git writer holds (here: one left as it crashed): the call
@@ -1422,6 +1493,7 @@ int main(void) {
       cmocka_unit_test(test_failure_between_steps),
       cmocka_unit_test(test_concurrent_writer),
       cmocka_unit_test(test_calls_of_one_transaction_build_on_each_other),
+      cmocka_unit_test(test_clashing_branches_of_one_transaction),
       cmocka_unit_test(test_locked_branch_fails_and_stays_unpublished),
       cmocka_unit_test(test_built_on_a_commit_given_up),
       cmocka_unit_test(test_edit_while_another_is_in_flight),
