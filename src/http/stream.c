@@ -490,23 +490,25 @@ static ssize_t stream_ended(reader *rd) {
 static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
   reader *rd = cls;
   stream *st = rd->st;
+  long long quiet_ms = 0;
   pthread_mutex_lock(&st->lock);
-  long long quiet_ms = st->quiet_start ? st->srv->keepalive_ms : 0;
+  bool comment_now = st->quiet_start; /* an answer begun quiet opens with one */
   st->quiet_start = false;
   while (st->sent == st->len && !st->done && !st->cutting && rd->id == st->reader) {
-    if (!tg_timed_wait(&st->ready, &st->lock, HANGUP_CHECK_MS)) continue;
-    if (http_client_gone(rd->fd)) {
-      pthread_mutex_unlock(&st->lock);
-      return stream_ended(rd);
+    if (!comment_now) {
+      if (!tg_timed_wait(&st->ready, &st->lock, HANGUP_CHECK_MS)) continue;
+      if (http_client_gone(rd->fd)) {
+        pthread_mutex_unlock(&st->lock);
+        return stream_ended(rd);
+      }
+      if ((quiet_ms += HANGUP_CHECK_MS) < st->srv->keepalive_ms) continue;
     }
-    if ((quiet_ms += HANGUP_CHECK_MS) >= st->srv->keepalive_ms) {
-      /* A comment line keeps proxies and clients from timing the stream out. */
-      static const char keepalive[] = ": keep-alive\n\n";
-      pthread_mutex_unlock(&st->lock);
-      size_t n = sizeof keepalive - 1 < max ? sizeof keepalive - 1 : max;
-      memcpy(out, keepalive, n);
-      return (ssize_t)n;
-    }
+    /* A comment line keeps proxies and clients from timing the stream out. */
+    static const char keepalive[] = ": keep-alive\n\n";
+    pthread_mutex_unlock(&st->lock);
+    size_t n = sizeof keepalive - 1 < max ? sizeof keepalive - 1 : max;
+    memcpy(out, keepalive, n);
+    return (ssize_t)n;
   }
   bool current = rd->id == st->reader;
   /* An answer cut for polling ends after the events before the cut. */

@@ -322,7 +322,7 @@ static int make_room_locked(tg_mcp_tasks *t, const char *principal, long kept,
   if (t->running >= TG_MCP_MAX_RUNNING_TASKS &&
       (running > 0 || t->running >= TG_MCP_MAX_RUNNING_TASKS_ALL)) {
     ret->limit = "running";
-    ret->max = TG_MCP_MAX_RUNNING_TASKS;
+    ret->max = running > 0 ? TG_MCP_MAX_RUNNING_TASKS : TG_MCP_MAX_RUNNING_TASKS_ALL;
   } else if (running >= TG_MCP_MAX_RUNNING_TASKS_EACH) {
     ret->limit = "runningEach";
     ret->max = TG_MCP_MAX_RUNNING_TASKS_EACH;

@@ -2111,7 +2111,7 @@ static void test_task_running_limits(void **state) {
   assert_plain_call(w, late[0]);
   /* Each principal running none starts one, until the server runs the most it ever does. */
   for (int p = 1; p < LATE; p++) late_ids[p] = park_task_as(w, late[p]);
-  assert_refused(w, late[LATE], "running", TG_MCP_MAX_RUNNING_TASKS);
+  assert_refused(w, late[LATE], "running", TG_MCP_MAX_RUNNING_TASKS_ALL);
   for (int p = 0; p < PRINCIPALS; p++)
     for (int i = 0; i < TG_MCP_MAX_RUNNING_TASKS_EACH; i++) {
       assert_ack(task_action_as(w, who[p], "tasks/cancel", ids[p][i], NULL));
