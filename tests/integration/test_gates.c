@@ -176,7 +176,8 @@ static bool offered(json_t *tools, const char *name) {
 }
 
 /* A tool only a person may call is no agent's: an agent granted every permission is not
- * offered it and is refused it, with nothing written; the owner is offered it. */
+ * offered it and is refused it, with nothing written; the owner is offered it. Every tool that
+ * changes who may do what is such a tool. */
 static void test_people_only_tools_refuse_agents(void **state) {
   fixture *f = fixture_new(NULL);
   char agent[TG_UUID_LEN + 1];
@@ -206,6 +207,18 @@ static void test_people_only_tools_refuse_agents(void **state) {
     checked++;
   }
   assert_true(checked > 0);
+  /* Among them, every tool that changes who may do what: an agent granted one could grant
+   * itself more, lift a hold, start its own sub-agents or act under another's token. */
+  static const char *const authority[] = {
+      "admin.agent.create",  "admin.grant.add",       "admin.grant.revoke",
+      "admin.token.create",  "admin.token.revoke",    "admin.policy.set",
+      "admin.workspace.set", "admin.agent.start",     "admin.agent.pause",
+      "admin.agent.archive", "admin.agent.unarchive", "agent.approval.resolve"};
+  for (size_t i = 0; i < sizeof authority / sizeof authority[0]; i++) {
+    const tg_tool *t = tg_registry_find(f->registry, authority[i]);
+    assert_non_null(t);
+    if (!(t->flags & TG_TOOL_PEOPLE_ONLY)) fail_msg("%s is not people_only", authority[i]);
+  }
   fixture_free(f);
 }
 
