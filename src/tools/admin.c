@@ -345,11 +345,22 @@ static int policy_set(tg_call_ctx *cx, json_t *args, json_t **ret) {
                            " DO UPDATE SET mode = excluded.mode, updated_at = excluded.updated_at",
                            json_pack("[ssss]", cx->principal->tenant_id, tool->name, mode, now),
                            NULL);
+  /* Requests waiting for a decision, and decisions letting a call through, belong to the hold
+   * they were asked under: a tool no longer held lets them go, so that a hold set again later
+   * is not passed on an old approval. */
+  int64_t withdrawn = 0;
+  if (r == TG_OK && strcmp(mode, "approval") != 0)
+    r = tg_db_exec(cx->db,
+                   "UPDATE approval_requests SET status = 'expired' WHERE tenant_id = $1"
+                   " AND tool_name = $2 AND status IN ('pending', 'approved')",
+                   json_pack("[ss]", cx->principal->tenant_id, tool->name), &withdrawn);
   if (r < 0) return r;
   char summary[200];
   snprintf(summary, sizeof summary, "Tool policy of %s set to %s", tool->name, mode);
-  r = tg_activity(cx, "TOOL_POLICY_CHANGED", NULL, summary,
-                  json_pack("{s:s,s:s}", "tool", tool->name, "mode", mode));
+  json_t *details = json_pack("{s:s,s:s}", "tool", tool->name, "mode", mode);
+  if (details && withdrawn)
+    json_object_set_new(details, "approvalsWithdrawn", json_integer((json_int_t)withdrawn));
+  r = tg_activity(cx, "TOOL_POLICY_CHANGED", NULL, summary, details);
   if (r < 0) return r;
   *ret = json_pack("{s:s,s:s}", "tool", tool->name, "mode", mode);
   return *ret ? TG_OK : TG_E_NOMEM;

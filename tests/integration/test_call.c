@@ -550,6 +550,36 @@ static void test_approval_holds_the_very_call(void **state) {
   set_policy(w, "test.item.write", "default");
 }
 
+/* A request, approved or waiting, belongs to the hold it was asked under: once the tool is no
+ * longer held, it goes, and a hold set again is not passed on it. */
+static void test_a_policy_change_withdraws_live_approvals(void **state) {
+  world *w = *state;
+  set_policy(w, "test.item.write", "approval");
+  const char *args = "{\"note\":\"toggled\"}";
+  _cleanup_free_ char *approved = held_call(w, w->writer, args, true);
+  json_decref(resolve(w, w->f->owner, approved, "approve", ""));
+  _cleanup_free_ char *waiting = held_call(w, w->writer, "{\"note\":\"waiting\"}", true);
+  set_policy(w, "test.item.write", "default");
+  assert_string_equal(request_status(w, approved), "expired");
+  assert_string_equal(request_status(w, waiting), "expired");
+  _cleanup_json_ json_t *changed = NULL;
+  assert_int_equal(
+      tg_db_query_row(w->f->db,
+                      "SELECT details FROM activity_log WHERE action_type ="
+                      " 'TOOL_POLICY_CHANGED' ORDER BY created_at DESC, id DESC LIMIT 1",
+                      NULL, &changed),
+      0);
+  _cleanup_json_ json_t *said =
+      json_loads(json_string_value(json_object_get(changed, "details")), 0, NULL);
+  assert_int_equal(json_integer_value(json_object_get(said, "approvalsWithdrawn")), 2);
+  /* Held again: the same call asks anew, and the old decision is no longer to be had. */
+  set_policy(w, "test.item.write", "approval");
+  _cleanup_free_ char *anew = held_call(w, w->writer, args, true);
+  assert_string_not_equal(anew, approved);
+  json_decref(resolve(w, w->f->owner, waiting, "approve", "precondition_failed"));
+  set_policy(w, "test.item.write", "default");
+}
+
 /* The ids of the requests of status the owner lists (newest first), as "id,id,". */
 static void listed_requests(world *w, const char *status, char *out, size_t size) {
   char args[64];
@@ -1511,6 +1541,7 @@ int main(void) {
       T(test_inactive_agent_is_denied),
       T(test_policy_gates),
       T(test_approval_holds_the_very_call),
+      T(test_a_policy_change_withdraws_live_approvals),
       T(test_approval_requests_are_bounded),
       T(test_approval_list_by_status),
       T(test_unreviewable_calls_are_not_put_to_approvers),
