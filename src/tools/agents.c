@@ -529,11 +529,20 @@ static int lifecycle_move(tg_call_ctx *cx, json_t *args, json_t **ret, const lif
   if (changes != 1)
     return tg_fail(cx, TG_ERR_PRECONDITION_FAILED, json_pack("{s:s}", "reason", "concurrent_change"),
                    "Agent %s changed status meanwhile; retry.", slug);
+  /* An agent that stops acting gives up the runs queued for it while it was active: none may
+   * wake it later; a person's start makes it join the next ones. */
+  int64_t withdrawn = 0;
+  if (strcmp(m->to, "active") != 0)
+    r = tg_db_exec(cx->db, "DELETE FROM jobs WHERE agent_id = $1 AND status = 'queued'",
+                   json_pack("[O]", json_object_get(agent, "id")), &withdrawn);
+  if (r < 0) return r;
   char summary[160];
   snprintf(summary, sizeof summary, "Agent %s %s → %s", slug, status, m->to);
-  r = tg_activity(cx, m->action[k], NULL, summary,
-                  json_pack("{s:O,s:s,s:s}", "agentId", json_object_get(agent, "id"), "from",
-                            status, "to", m->to));
+  json_t *details = json_pack("{s:O,s:s,s:s}", "agentId", json_object_get(agent, "id"), "from",
+                              status, "to", m->to);
+  if (details && withdrawn)
+    json_object_set_new(details, "jobsWithdrawn", json_integer((json_int_t)withdrawn));
+  r = tg_activity(cx, m->action[k], NULL, summary, details);
   if (r < 0) return r;
   *ret = json_pack("{s:s,s:s,s:s}", "agentSlug", slug, "status", m->to, "previousStatus", status);
   return *ret ? TG_OK : TG_E_NOMEM;

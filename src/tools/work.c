@@ -217,9 +217,10 @@ static int add_participant(tg_call_ctx *cx, const char *task_id, const char *typ
                     json_pack("[sssss]", task_id, type, actor_id, role, now), changes);
 }
 
-/* A dispatch, written once per dedupe key however often its cause repeats. payload is
- * stolen. */
-static int queue_job(tg_call_ctx *cx, const char *kind, const char *dedupe_key, json_t *payload) {
+/* A dispatch waking agent_id, written once per dedupe key however often its cause repeats.
+ * payload is stolen. */
+static int queue_job(tg_call_ctx *cx, const char *kind, const char *agent_id,
+                     const char *dedupe_key, json_t *payload) {
   char id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
   if (tg_uuid7(id) < 0) {
     json_decref(payload);
@@ -227,10 +228,11 @@ static int queue_job(tg_call_ctx *cx, const char *kind, const char *dedupe_key, 
   }
   tg_now_iso(now);
   return tg_db_exec(cx->db,
-                    "INSERT INTO jobs (id, tenant_id, kind, payload, dedupe_key, created_at)"
-                    " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (dedupe_key) DO NOTHING",
-                    json_pack("[sssoss]", id, cx->principal->tenant_id, kind, payload, dedupe_key,
-                              now),
+                    "INSERT INTO jobs (id, tenant_id, kind, agent_id, payload, dedupe_key,"
+                    " created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+                    " ON CONFLICT (dedupe_key) DO NOTHING",
+                    json_pack("[ssssoss]", id, cx->principal->tenant_id, kind, agent_id, payload,
+                              dedupe_key, now),
                     NULL);
 }
 
@@ -256,7 +258,7 @@ static int dispatch_start(tg_call_ctx *cx, const char *task_id, const char *task
     char key[160];
     snprintf(key, sizeof key, "agent-task-execute:%s:%s:%lld", task_id, row_str(agent, "id"),
              (long long)start);
-    r = queue_job(cx, "agent-task-execute", key,
+    r = queue_job(cx, "agent-task-execute", row_str(agent, "id"), key,
                   json_pack("{s:s,s:s,s:O,s:O,s:I,s:s}", "taskId", task_id, "taskSlug", task_slug,
                             "agentId", json_object_get(agent, "id"), "agentSlug",
                             json_object_get(agent, "slug"), "start", start, "trigger", trigger));
@@ -602,7 +604,7 @@ static int ping_mentioned(tg_call_ctx *cx, json_t *task, const char *message_id,
   if (r < 0 || !row) return r;
   char key[160];
   snprintf(key, sizeof key, "agent-chat-reply:%s:%s", message_id, agent_id);
-  return queue_job(cx, "agent-chat-reply", key,
+  return queue_job(cx, "agent-chat-reply", agent_id, key,
                    json_pack("{s:O,s:O,s:s,s:s,s:O}", "taskId", json_object_get(task, "id"),
                              "taskSlug", json_object_get(task, "slug"), "messageId", message_id,
                              "agentId", agent_id, "agentSlug", json_object_get(mention, "slug")));

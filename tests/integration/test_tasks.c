@@ -602,6 +602,41 @@ static void test_auto_start_waits_for_blockers(void **state) {
   assert_int_equal(jobs_of(w, "agent-task-execute"), 2);
 }
 
+/* An agent paused or archived gives up the runs queued for it while it was active: none may
+ * wake it later, and started again it joins the task's next start only. */
+static void test_a_stopped_agent_gives_up_its_queued_runs(void **state) {
+  world *w = *state;
+  tslug t = task(w, w->boss,
+                 "{\"title\":\"queued\",\"status\":\"todo\","
+                 "\"assigneeAgentSlugs\":[\"w1-dev\",\"w2-dev\"]}");
+  assert_int_equal(jobs_of(w, "agent-task-execute"), 2);
+  json_decref(ok(w, w->f->owner, "admin.agent.pause", "{\"agentSlug\":\"w1-dev\"}"));
+  assert_int_equal(jobs_of(w, "agent-task-execute"), 1); /* w2-dev's stays */
+  char id[TG_UUID_LEN + 1];
+  assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM jobs WHERE agent_id = $1",
+                         json_pack("[s]", id_of(w, "agents", "w1-dev", id))),
+                   0);
+  _cleanup_json_ json_t *paused =
+      row(w,
+          "SELECT details FROM activity_log WHERE action_type = 'AGENT_PAUSED'"
+          " ORDER BY created_at DESC, id DESC LIMIT 1",
+          NULL);
+  _cleanup_json_ json_t *said =
+      json_loads(json_string_value(json_object_get(paused, "details")), 0, NULL);
+  assert_int_equal(json_integer_value(json_object_get(said, "jobsWithdrawn")), 1);
+  /* Started again, it does not resume by itself... */
+  json_decref(ok(w, w->f->owner, "admin.agent.start", "{\"agentSlug\":\"w1-dev\"}"));
+  assert_int_equal(jobs_of(w, "agent-task-execute"), 1);
+  /* ...and joins the task's next start. */
+  move(w, w->boss, t.s, "in_progress");
+  assert_int_equal(
+      count(w, "SELECT COUNT(*) AS n FROM jobs WHERE agent_id = $1", json_pack("[s]", id)), 1);
+  /* Archived, the same. */
+  json_decref(ok(w, w->f->owner, "admin.agent.archive", "{\"agentSlug\":\"w1-dev\"}"));
+  assert_int_equal(
+      count(w, "SELECT COUNT(*) AS n FROM jobs WHERE agent_id = $1", json_pack("[s]", id)), 0);
+}
+
 static void set_agent_status(world *w, const char *slug, const char *status) {
   assert_int_equal(tg_db_exec(w->f->db, "UPDATE agents SET status = $1 WHERE tenant_id = $2 AND slug = $3",
                               json_pack("[sss]", status, w->f->tenant_id, slug), NULL),
@@ -1306,6 +1341,7 @@ int main(void) {
       T(test_parent_and_blockers),
       T(test_auto_start_dispatch),
       T(test_auto_start_waits_for_blockers),
+      T(test_a_stopped_agent_gives_up_its_queued_runs),
       T(test_comment),
       T(test_inactive_assignees_wait),
       T(test_transition_table_through_the_tool),
