@@ -25,6 +25,7 @@
 #define N_FILES 5
 #define BODY_MAX 65536  /* bytes of one agent file */
 #define SAMPLE_MAX 5120 /* characters of a new body kept in the activity row */
+#define SUBAGENTS_MAX 32 /* sub-agents of one agent not archived */
 
 static const char *const file_names[N_FILES] = {"SOUL.md", "AGENTS.md", "HEARTBEAT.md", "TOOLS.md",
                                                 "agent.yml"};
@@ -383,6 +384,22 @@ static int subagent_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
                    json_pack("{s:s,s:O}", "reason", "child_permissions", "flags", on),
                    "A sub-agent starts with every permission off; a person grants them.");
 
+  const char *creator = p->kind == TG_PRINCIPAL_AGENT ? p->subject_id : NULL;
+  if (creator) {
+    _cleanup_json_ json_t *held = NULL;
+    int r = tg_db_query_row(cx->db,
+                            "SELECT COUNT(*) AS n FROM agents WHERE created_by_agent_id = $1"
+                            " AND status <> 'archived'",
+                            json_pack("[s]", creator), &held);
+    if (r < 0) return r;
+    if (json_integer_value(json_object_get(held, "n")) >= SUBAGENTS_MAX)
+      return tg_fail(cx, TG_ERR_PRECONDITION_FAILED,
+                     json_pack("{s:s,s:i}", "reason", "too_many_subagents", "max", SUBAGENTS_MAX),
+                     "An agent holds at most %d sub-agents not archived; a person archives one "
+                     "to make room.",
+                     SUBAGENTS_MAX);
+  }
+
   const char *cadence = tg_json_str(args, "heartbeatCadence");
   const char *why = tg_cadence_check(cadence, tg_now_ms());
   if (why)
@@ -427,7 +444,6 @@ static int subagent_create(tg_call_ctx *cx, json_t *args, json_t **ret) {
 
   char agent_id[TG_UUID_LEN + 1], principal_id[TG_UUID_LEN + 1], now[TG_ISO_LEN + 1];
   tg_now_iso(now);
-  const char *creator = p->kind == TG_PRINCIPAL_AGENT ? p->subject_id : NULL;
   tg_new_agent agent = {.slug = slug, .name = name, .status = "draft", .scope_type = scope,
                         .scope_id = *scope_id ? scope_id : NULL, .content_hash = hash,
                         .created_by_agent_id = creator, .title = title,

@@ -698,6 +698,33 @@ static void test_create_sub_agent(void **state) {
                      NULL, "validation_failed"));
   json_decref(expect(w, w->tenant, "createSubAgent", "{\"name\":\"Far Kid\",\"capabilities\":\"x\",\"scope\":\"work\",\"targetId\":\"other\"}", NULL, ""));
   assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM agent_files f JOIN agents a ON a.id = f.agent_id WHERE a.slug = 'tenant-kid'"), 5);
+  /* An agent holds a bounded number of sub-agents not archived; archiving one makes room. */
+  long refused_at = -1;
+  for (int i = 0; i < 100 && refused_at < 0; i++) {
+    char args[160];
+    snprintf(args, sizeof args, "{\"name\":\"Kid %d\",\"capabilities\":\"x\",\"scope\":\"tenant\"}",
+             i);
+    tg_call_result res;
+    fixture_call(w->f, w->tenant, TG_SURFACE_AGENT, "createSubAgent", args, NULL, &res);
+    if (strcmp(fixture_code(&res), "precondition_failed") == 0) {
+      json_t *d = json_object_get(json_object_get(res.value, "error"), "details");
+      assert_string_equal(json_string_value(json_object_get(d, "reason")), "too_many_subagents");
+      refused_at = (long)json_integer_value(json_object_get(d, "max"));
+    } else {
+      assert_string_equal(fixture_code(&res), "");
+    }
+    tg_call_result_done(&res);
+  }
+  assert_true(refused_at > 0);
+  assert_int_equal(
+      count(w,
+            "SELECT COUNT(*) AS n FROM agents a JOIN agents c ON c.id = a.created_by_agent_id"
+            " WHERE c.slug = 'boss' AND a.status <> 'archived'"),
+      refused_at);
+  json_decref(expect_api(w, "admin.agent.archive", "{\"agentSlug\":\"kid-0\"}", ""));
+  json_decref(expect(w, w->tenant, "createSubAgent",
+                     "{\"name\":\"Kid again\",\"capabilities\":\"x\",\"scope\":\"tenant\"}", NULL,
+                     ""));
   _cleanup_json_ json_t *idea = NULL;
   assert_int_equal(tg_db_query_row(w->f->db, "SELECT id FROM ideas WHERE slug = 'i1'", NULL, &idea), 0);
   _cleanup_free_ char *mdir = repo_dir(w, "missions/m1/mission");
