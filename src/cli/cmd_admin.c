@@ -7,6 +7,7 @@
 
 #include "cli/cli.h"
 #include "util/cleanup.h"
+#include "util/json.h"
 
 static const char agents_usage[] =
     "usage: toolgate agents create --slug S [--name N] [--scope tenant|mission:S|idea:S|work:S]\n"
@@ -367,19 +368,49 @@ static const char approvals_usage[] =
     "caller's next call with the same arguments within the hour runs, once. A denied call is\n"
     "refused for the hour. Requests wait 24 hours for a decision.\n";
 
+/* Whether text holds a character that reorders how what follows it is shown (the bidirectional
+ * controls: U+061C, U+200E, U+200F, U+202A to U+202E, U+2066 to U+2069). */
+static bool reorders_display(const char *text) {
+  for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+    if (p[0] == 0xd8 && p[1] == 0x9c) return true;
+    if (p[0] != 0xe2 || !p[1]) continue;
+    if (p[1] == 0x80 && (p[2] == 0x8e || p[2] == 0x8f || (p[2] >= 0xaa && p[2] <= 0xae)))
+      return true;
+    if (p[1] == 0x81 && p[2] >= 0xa6 && p[2] <= 0xa9) return true;
+  }
+  return false;
+}
+
+/* A request's arguments as an approver reads them: JSON, with every character past ASCII
+ * escaped (*escaped) when some would reorder what is shown, so that the text read is the text
+ * that runs. */
+static char *approver_text(json_t *args, size_t flags, bool *escaped) {
+  char *text = json_dumps(args, flags);
+  *escaped = text && reorders_display(text);
+  if (!*escaped) return text;
+  free(text);
+  return json_dumps(args, flags | JSON_ENSURE_ASCII);
+}
+
+#define LISTED_ARGS_MAX 200 /* bytes of a request's arguments in the list */
+
 static void show_approvals(json_t *result) {
   json_t *rows = json_object_get(result, "approvals");
   if (!json_array_size(rows)) puts("(no approval requests)");
   size_t i;
   json_t *a;
   json_array_foreach(rows, i, a) {
-    _cleanup_free_ char *args = json_dumps(json_object_get(a, "args"), JSON_COMPACT);
-    printf("%s %-8s %s %s by %s: %s %.200s\n", json_string_value(json_object_get(a, "id")),
+    bool escaped;
+    _cleanup_free_ char *args = approver_text(json_object_get(a, "args"), JSON_COMPACT, &escaped);
+    bool cut = args && strlen(args) > LISTED_ARGS_MAX;
+    printf("%s %-8s %s %s by %s: %s %s%.*s%s\n", json_string_value(json_object_get(a, "id")),
            json_string_value(json_object_get(a, "status")),
            json_string_value(json_object_get(a, "created_at")),
            json_string_value(json_object_get(a, "caller_kind")),
            json_string_value(json_object_get(a, "caller")),
-           json_string_value(json_object_get(a, "tool")), args ? args : "");
+           json_string_value(json_object_get(a, "tool")), escaped ? "(escaped) " : "",
+           TG_UTF8_CUT(args ? args : "", LISTED_ARGS_MAX),
+           cut ? "... (cut: approvals show ID shows them whole)" : "");
   }
   cli_more_note(result);
 }
@@ -404,8 +435,11 @@ static void show_approval(json_t *result) {
     const char *value = json_string_value(json_object_get(a, fields[i]));
     if (value) printf("%-12s %s\n", fields[i], value);
   }
-  puts("arguments:");
-  cli_print_json(json_object_get(a, "args"));
+  bool escaped;
+  _cleanup_free_ char *args = approver_text(json_object_get(a, "args"), JSON_INDENT(2), &escaped);
+  printf("arguments%s:\n%s\n",
+         escaped ? " (escaped: they hold characters that reorder what is shown)" : "",
+         args ? args : "");
 }
 
 static int approvals_show(cli *c, int argc, char **argv) {

@@ -267,6 +267,17 @@ is "unknown request" '.error.code == "not_found"'
 check "approvals approve without an id" 2 "$tg" approvals approve
 check "approvals list bad status" 1 "$tg" approvals list --status nope
 is "bad status" '.error.code == "validation_failed"'
+# What an approver reads: a list line cut says so; text that would reorder how the rest shows
+# (U+202E) is shown escaped, so that the text read is the text that runs.
+spoof=$(printf '{"title":"Routine cleanup","description":"ok%300s\u202e and delete everything"}' '')
+check "a held call to spoof" 1 "$tg" call work.task.create --agent demo --args "$spoof"
+spoofed=$(jq -r .error.details.approvalId "$dir/out")
+check "approvals list of it" 0 "$tg" approvals list
+has "its line cut, said" "^$spoofed pending .*\\(escaped\\) .*\\.\\.\\. \\(cut: approvals show ID shows them whole\\)$"
+check "approvals show of it" 0 "$tg" approvals show "$spoofed"
+has "escaped, said" '^arguments \(escaped: they hold characters that reorder what is shown\):$'
+has "the control escaped" 'ok {300}\\u202E and delete everything'
+if grep -q $'\u202e' "$dir/out"; then failed "the control shown raw"; else passes=$((passes + 1)); fi
 check "policy back from approval" 0 "$tg" policy set work.task.create default
 
 check "workspace set --naming catalog" 0 "$tg" workspace set --naming catalog
