@@ -100,6 +100,14 @@ static const char *reason_of(json_t *value) {
       json_object_get(json_object_get(json_object_get(value, "error"), "details"), "reason"));
 }
 
+/* Calls and expects code, for reason. */
+static void expect_refused(world *w, const char *who, const char *tool, const char *args,
+                           const char *code, const char *reason) {
+  json_t *v = expect(w, who, tool, args, NULL, code);
+  assert_string_equal(reason_of(v), reason);
+  json_decref(v);
+}
+
 static long count(world *w, const char *sql) {
   json_t *row = NULL;
   assert_int_equal(tg_db_query_row(w->f->db, sql, NULL, &row), 0);
@@ -199,12 +207,11 @@ static void test_commit_to_repo(void **state) {
   _cleanup_free_ char *refs = tg_test_shell_output("git -C %s for-each-ref", dir);
   long commits = count(
       w, "SELECT COUNT(*) AS n FROM activity_log WHERE action_type = 'AGENT_COMMITTED_TO_REPO'");
-  v = expect(w, w->worker, "commitToRepo",
-             "{\"files\":[{\"path\":\"docs/a.md\",\"content\":\"beta\\n\",\"mode\":\"modify\"}],"
-             "\"commitMessage\":\"Same\"}",
-             NULL, "precondition_failed");
-  assert_string_equal(reason_of(v), "no_change");
-  json_decref(v);
+  expect_refused(
+      w, w->worker, "commitToRepo",
+      "{\"files\":[{\"path\":\"docs/a.md\",\"content\":\"beta\\n\",\"mode\":\"modify\"}],"
+      "\"commitMessage\":\"Same\"}",
+      "precondition_failed", "no_change");
   _cleanup_free_ char *refs_after = tg_test_shell_output("git -C %s for-each-ref", dir);
   assert_string_equal(refs, refs_after);
   assert_int_equal(
@@ -326,12 +333,11 @@ static void test_commit_scope_rules(void **state) {
   snprintf(args, sizeof args, "{%s,\"targetRepo\":\"mission\",\"targetId\":\"m1\"}", file);
   json_decref(expect(w, w->worker, "commitToRepo", args, NULL, "permission_denied"));
   /* agent files are reserved to editAgentFile */
-  v = expect(w, w->worker, "commitToRepo",
-             "{\"files\":[{\"path\":\".works/agents/worker/SOUL.md\",\"content\":\"x\",\"mode\":\"add\"}],"
-             "\"commitMessage\":\"m\"}",
-             NULL, "permission_denied");
-  assert_string_equal(reason_of(v), "agent_files");
-  json_decref(v);
+  expect_refused(
+      w, w->worker, "commitToRepo",
+      "{\"files\":[{\"path\":\".works/agents/worker/SOUL.md\",\"content\":\"x\",\"mode\":\"add\"}],"
+      "\"commitMessage\":\"m\"}",
+      "permission_denied", "agent_files");
   /* and so are the folders on the way to them: a file in their place would block them all */
   _cleanup_free_ char *dir = repo_dir(w, "works/site/data");
   _cleanup_free_ char *before = tg_test_shell_output("git -C %s rev-parse main", dir);
@@ -543,28 +549,28 @@ static void test_pull_requests(void **state) {
    * feat/one. Refused before anything is written: no pull request, no branch, one row. */
   long prs = count(w, "SELECT COUNT(*) AS n FROM pull_requests");
   long rows = count(w, "SELECT COUNT(*) AS n FROM agent_run_logs");
-  v = expect(w, w->worker, "openPullRequest",
-             "{\"files\":[{\"path\":\"x.md\",\"content\":\"x\",\"mode\":\"add\"}],"
-             "\"branchName\":\"feat/one/sub\",\"title\":\"Under\",\"body\":\"\"}",
-             NULL, "precondition_failed");
-  assert_string_equal(reason_of(v), "branch_clash");
-  assert_string_equal(json_string_value(json_object_get(
-                          json_object_get(json_object_get(v, "error"), "details"), "clashesWith")),
-                      "feat/one");
-  json_decref(v);
-  v = expect(w, w->worker, "openPullRequest",
-             "{\"files\":[{\"path\":\"x.md\",\"content\":\"x\",\"mode\":\"add\"}],"
-             "\"branchName\":\"feat\",\"title\":\"Over\",\"body\":\"\"}",
-             NULL, "precondition_failed");
-  assert_string_equal(reason_of(v), "branch_clash");
-  json_decref(v);
-  /* a pull request changing nothing is refused as a commit changing nothing is */
-  v = expect(w, w->worker, "openPullRequest",
-             "{\"files\":[{\"path\":\"docs/a.md\",\"content\":\"beta\\n\",\"mode\":\"modify\"}],"
-             "\"branchName\":\"same\",\"title\":\"Same\",\"body\":\"\"}",
-             NULL, "precondition_failed");
-  assert_string_equal(reason_of(v), "no_change");
-  json_decref(v);
+  static const struct {
+    const char *file, *branch, *reason, *clashes_with;
+  } refused[] = {
+      {"\"path\":\"x.md\",\"content\":\"x\",\"mode\":\"add\"", "feat/one/sub", "branch_clash",
+       "feat/one"},
+      {"\"path\":\"x.md\",\"content\":\"x\",\"mode\":\"add\"", "feat", "branch_clash", NULL},
+      /* a pull request changing nothing is refused as a commit changing nothing is */
+      {"\"path\":\"docs/a.md\",\"content\":\"beta\\n\",\"mode\":\"modify\"", "same", "no_change",
+       NULL},
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    char args[300];
+    snprintf(args, sizeof args,
+             "{\"files\":[{%s}],\"branchName\":\"%s\",\"title\":\"T\",\"body\":\"\"}",
+             refused[i].file, refused[i].branch);
+    v = expect(w, w->worker, "openPullRequest", args, NULL, "precondition_failed");
+    assert_string_equal(reason_of(v), refused[i].reason);
+    const char *with = json_string_value(
+        json_object_get(json_object_get(json_object_get(v, "error"), "details"), "clashesWith"));
+    if (refused[i].clashes_with) assert_string_equal(with, refused[i].clashes_with);
+    json_decref(v);
+  }
   assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM pull_requests"), prs);
   assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM agent_run_logs"), rows + 3);
   assert_int_equal(count(w,

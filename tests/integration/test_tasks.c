@@ -495,6 +495,15 @@ static void test_parent_and_blockers(void **state) {
   json_decref(d);
 }
 
+/* The details of the newest activity row of action (a new object). */
+static json_t *last_activity(world *w, const char *action) {
+  _cleanup_json_ json_t *newest = row(w,
+                                      "SELECT details FROM activity_log WHERE action_type = $1"
+                                      " ORDER BY created_at DESC, id DESC LIMIT 1",
+                                      json_pack("[s]", action));
+  return json_loads(json_string_value(json_object_get(newest, "details")), 0, NULL);
+}
+
 static long jobs_of(world *w, const char *kind) {
   return count(w, "SELECT COUNT(*) AS n FROM jobs WHERE kind = $1", json_pack("[s]", kind));
 }
@@ -616,13 +625,7 @@ static void test_a_stopped_agent_gives_up_its_queued_runs(void **state) {
   assert_int_equal(count(w, "SELECT COUNT(*) AS n FROM jobs WHERE agent_id = $1",
                          json_pack("[s]", id_of(w, "agents", "w1-dev", id))),
                    0);
-  _cleanup_json_ json_t *paused =
-      row(w,
-          "SELECT details FROM activity_log WHERE action_type = 'AGENT_PAUSED'"
-          " ORDER BY created_at DESC, id DESC LIMIT 1",
-          NULL);
-  _cleanup_json_ json_t *said =
-      json_loads(json_string_value(json_object_get(paused, "details")), 0, NULL);
+  _cleanup_json_ json_t *said = last_activity(w, "AGENT_PAUSED");
   assert_int_equal(json_integer_value(json_object_get(said, "jobsWithdrawn")), 1);
   /* Started again, it does not resume by itself... */
   json_decref(ok(w, w->f->owner, "admin.agent.start", "{\"agentSlug\":\"w1-dev\"}"));
@@ -934,14 +937,8 @@ static void test_approvals_before_done(void **state) {
   move(w, w->boss, t.s, "done");
   /* Re-opened, it is work to approve again: its next done waits for every approver anew. */
   move(w, w->boss, t.s, "in_progress");
-  _cleanup_json_ json_t *reopened =
-      row(w,
-          "SELECT details FROM activity_log WHERE action_type = 'TASK_UPDATED'"
-          " ORDER BY created_at DESC, id DESC LIMIT 1",
-          NULL);
-  _cleanup_json_ json_t *reopened_details =
-      json_loads(json_string_value(json_object_get(reopened, "details")), 0, NULL);
-  assert_int_equal(json_integer_value(json_object_get(reopened_details, "approvalsWithdrawn")), 3);
+  _cleanup_json_ json_t *reopened = last_activity(w, "TASK_UPDATED");
+  assert_int_equal(json_integer_value(json_object_get(reopened, "approvalsWithdrawn")), 3);
   d = fails(w, w->boss, "transitionTask", "precondition_failed",
             "{\"taskSlug\":\"%s\",\"to\":\"done\"}", t.s);
   assert_int_equal(json_array_size(json_object_get(d, "pendingApprovers")), 3);
@@ -973,11 +970,7 @@ static void test_blockers_gate_and_release(void **state) {
   _cleanup_json_ json_t *released = task_row(w, t.s);
   assert_string_equal(json_string_value(json_object_get(released, "status")), "todo");
   assert_true(json_is_null(json_object_get(released, "previous_status")));
-  _cleanup_json_ json_t *act = row(w,
-                                   "SELECT details FROM activity_log WHERE action_type = 'TASK_UPDATED'"
-                                   " ORDER BY created_at DESC, id DESC LIMIT 1",
-                                   NULL);
-  _cleanup_json_ json_t *details = json_loads(json_string_value(json_object_get(act, "details")), 0, NULL);
+  _cleanup_json_ json_t *details = last_activity(w, "TASK_UPDATED");
   assert_string_equal(json_string_value(json_object_get(details, "unblockedBy")), b2.s);
   assert_string_equal(json_string_value(json_object_get(details, "taskSlug")), t.s);
   move(w, w->boss, t.s, "in_progress");
