@@ -38,13 +38,17 @@ static json_t *catalog(const tg_registry *reg, unsigned surfaces) {
   for (size_t i = 0; list && i < tg_registry_count(reg); i++) {
     const tg_tool *t = tg_registry_at(reg, i);
     if (!(t->surfaces & surfaces)) continue;
+    /* Who may call it whatever the grants: the caller gate's flags. */
+    const char *callers = t->flags & TG_TOOL_PEOPLE_ONLY   ? "people"
+                          : t->flags & TG_TOOL_AGENTS_ONLY ? "agents"
+                                                           : "all";
     json_array_append_new(
-        list, json_pack("{s:s,s:s,s:s?,s:s,s:s,s:o,s:s,s:s,s:o,s:O,s:O}", "name", t->model_name,
+        list, json_pack("{s:s,s:s,s:s?,s:s,s:s,s:o,s:s,s:s,s:o,s:s,s:O,s:O}", "name", t->model_name,
                         "canonicalName", t->name, "alias", t->alias, "provider", t->provider->name,
                         "description", t->description, "surfaces", surfaces_of(t), "effect",
                         tg_effect_name(t->effect), "risk", tg_risk_name(t->risk), "permissions",
-                        string_list(t->permissions, t->n_permissions), "inputSchema",
-                        t->input_schema, "outputSchema", t->output_schema));
+                        string_list(t->permissions, t->n_permissions), "callers", callers,
+                        "inputSchema", t->input_schema, "outputSchema", t->output_schema));
   }
   return list;
 }
@@ -118,12 +122,19 @@ static void write_docs(FILE *f, json_t *tools) {
   json_array_foreach(tools, i, t) {
     _cleanup_free_ char *in = json_dumps(json_object_get(t, "inputSchema"), JSON_INDENT(2));
     _cleanup_free_ char *out = json_dumps(json_object_get(t, "outputSchema"), JSON_INDENT(2));
-    fprintf(f, "\n## %s\n\n`%s` (provider `%s`)\n\n%s\n\nArguments:\n\n```json\n%s\n```\n\n"
-               "Result:\n\n```json\n%s\n```\n",
+    const char *callers = json_string_value(json_object_get(t, "callers"));
+    const char *only = strcmp(callers, "people") == 0
+                           ? "\n\nOnly a person may call it, whatever an agent's grants."
+                       : strcmp(callers, "agents") == 0
+                           ? "\n\nOnly an agent may call it: it acts on the calling agent's own."
+                           : "";
+    fprintf(f,
+            "\n## %s\n\n`%s` (provider `%s`)\n\n%s%s\n\nArguments:\n\n```json\n%s\n```\n\n"
+            "Result:\n\n```json\n%s\n```\n",
             json_string_value(json_object_get(t, "name")),
             json_string_value(json_object_get(t, "canonicalName")),
             json_string_value(json_object_get(t, "provider")),
-            json_string_value(json_object_get(t, "description")), in ? in : "",
+            json_string_value(json_object_get(t, "description")), only, in ? in : "",
             out ? out : "");
   }
 }

@@ -624,6 +624,9 @@ check "tools list --surface api" 0 "$tg" tools list --surface api --json
 is "the api surface's tools only" 'length > 0 and all(.[]; .surfaces | index("api") != null)'
 check "tools list" 0 "$tg" tools list --json
 is "some tools are on no api surface" 'any(.[]; .surfaces | index("api") == null)'
+is "who may call each, whatever the grants" 'map({(.canonicalName): .callers}) | add
+  | .["admin.grant.add"] == "people" and .["agent.file.edit"] == "agents"
+    and .["agent.tool.list"] == "all"'
 # A suite folder holding no test passes nothing.
 mkdir "$dir/no-suite"
 check "schema test-suite of no tests" 1 "$tg" schema test-suite "$dir/no-suite"
