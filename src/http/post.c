@@ -437,6 +437,26 @@ static bool open_session(server *s, struct MHD_Connection *conn, worker *w,
   return true;
 }
 
+/* Whether the dispatch would refuse w's message (its envelope, headers, version, method),
+ * answered then with that refusal and its status (*result): for a request about to hold
+ * something bounded (a watch, a place in the pool's line), so that it is told what is wrong
+ * with it at once, not after waiting its turn. */
+static bool refused_ahead(server *s, struct MHD_Connection *conn, tg_db *db, worker *w,
+                          enum MHD_Result *result) {
+  tg_env env = http_server_env(s, db);
+  tg_mcp_request checked = {
+      .env = &env, .principal_id = w->principal, .session = &w->scratch, .headers = &w->headers};
+  tg_mcp_reply refusal;
+  int r = tg_mcp_refusal(&s->mcp, &checked, &w->msg, &refusal);
+  if (r < 0)
+    *result = http_queue_refusal_as(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, &w->msg,
+                                    TG_RPC_INTERNAL_ERROR, "Out of memory");
+  else if (r > 0)
+    *result = http_queue_reply(s, conn, w->principal, (unsigned)refusal.http_status, refusal.text,
+                               w->msg.id, NULL, NULL);
+  return r != 0;
+}
+
 /* Serves w's message on this connection's thread, and answers it: its events (progress,
  * log messages) go ahead of its result in one response; a subscriptions/listen request's
  * answer stays open as its subscription. */
@@ -450,16 +470,8 @@ static enum MHD_Result serve_here(server *s, struct MHD_Connection *conn, tg_db 
   listener *l = NULL;
   if (modern && w->msg.kind == TG_RPC_REQUEST &&
       strcmp(w->msg.method, "subscriptions/listen") == 0) {
-    tg_mcp_request checked = {.env = &env, .principal_id = principal, .session = &w->scratch,
-                              .headers = &w->headers};
-    tg_mcp_reply refusal;
-    int r = tg_mcp_refusal(&s->mcp, &checked, &w->msg, &refusal);
-    if (r < 0)
-      return http_queue_refusal_as(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, &w->msg,
-                                   TG_RPC_INTERNAL_ERROR, "Out of memory");
-    if (r > 0)
-      return http_queue_reply(s, conn, principal, (unsigned)refusal.http_status, refusal.text,
-                              w->msg.id, NULL, NULL);
+    enum MHD_Result refused;
+    if (refused_ahead(s, conn, db, w, &refused)) return refused;
     unsigned status = 0;
     const char *why = NULL;
     if (!(l = http_listener_open(s, principal, w->token_hash, &status, &why)))
@@ -555,6 +567,7 @@ enum MHD_Result http_handle_post(server *s, struct MHD_Connection *conn, tg_db *
                   (strcmp(w->msg.method, "tools/call") == 0 ||
                    (w->sess && strcmp(w->msg.method, "prompts/get") == 0));
   if (sse_call && waits_on_client(s, &w->msg)) {
+    if (refused_ahead(s, conn, db, w, &result)) goto done;
     bool started = false;
     result = start_call(s, conn, w, &started);
     if (started) return result;

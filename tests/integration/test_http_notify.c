@@ -885,6 +885,22 @@ static void test_a_quiet_call_hears_keep_alives(void **state) {
   restart(w);
 }
 
+/* A call the dispatch refuses (here, for an Mcp-Name that is not its tool's) is answered at
+ * once with its status, not after waiting its turn for a thread: it never joins the line. */
+static void test_a_refused_call_does_not_wait_in_line(void **state) {
+  world *w = *state;
+  exchange *running[POOL_THREADS - 1];
+  for (int i = 0; i < POOL_THREADS - 1; i++) running[i] = start_waiting_call(w);
+  kit_wait_for(NULL, POOL_THREADS - 1);
+  char *got = request(w, "POST", NULL, STATELESS_ROUTE("test_note_close"),
+                      STATELESS_CALL("6", "test_wait_cancel", "{}"), 400);
+  assert_non_null(strstr(got, "-32020"));
+  free(got);
+  await_load(w, true, 0);
+  still_running_alone(running);
+  for (int i = 0; i < POOL_THREADS - 1; i++) finish(running[i]);
+}
+
 /* A free pool thread takes the queued call of the caller running the fewest: with one caller
  * on all threads but one and another on the last, the second's next call goes ahead of the
  * first's, queued before it. */
@@ -3896,6 +3912,7 @@ int main(void) {
       T(test_an_old_session_call_in_line_lets_its_connection_go),
       T(test_a_stateless_call_in_line_leaves_it_with_its_client),
       T(test_a_quiet_call_hears_keep_alives),
+      T(test_a_refused_call_does_not_wait_in_line),
       T(test_a_session_call_in_line_ends_at_once_with_its_session),
       T(test_sessions_are_bounded_per_principal),
       T(test_every_session_is_found_by_its_id),
