@@ -38,6 +38,41 @@ static void expect_refused(const char *spec, const tg_handler_entry *handlers, s
   free(why);
 }
 
+/* A subschema written as a bare true or false, where a client's portability check (the MCP
+ * Inspector's) wants an object: only additionalProperties and unevaluatedProperties may be
+ * false. Fails naming the tool and the keyword. */
+static void assert_portable(const json_t *schema, const char *tool) {
+  static const char *const maps[] = {"properties", "patternProperties", "$defs",
+                                     "dependentSchemas"};
+  static const char *const lists[] = {"allOf", "anyOf", "oneOf", "prefixItems"};
+  static const char *const ones[] = {
+      "items", "not", "if", "then", "else", "contains", "propertyNames", "unevaluatedItems"};
+  const char *key;
+  json_t *value, *sub;
+  size_t i;
+  json_object_foreach((json_t *)schema, key, value) {
+    bool map = false, list = false, one = false;
+    for (i = 0; i < sizeof maps / sizeof *maps; i++) map |= strcmp(key, maps[i]) == 0;
+    for (i = 0; i < sizeof lists / sizeof *lists; i++) list |= strcmp(key, lists[i]) == 0;
+    for (i = 0; i < sizeof ones / sizeof *ones; i++) one |= strcmp(key, ones[i]) == 0;
+    const char *name;
+    if (map) {
+      json_object_foreach(value, name, sub) {
+        if (json_is_boolean(sub)) fail_msg("%s: a bare boolean schema under %s", tool, key);
+        assert_portable(sub, tool);
+      }
+    } else if (list) {
+      json_array_foreach(value, i, sub) {
+        if (json_is_boolean(sub)) fail_msg("%s: a bare boolean schema in %s", tool, key);
+        assert_portable(sub, tool);
+      }
+    } else if (one) {
+      if (json_is_boolean(value)) fail_msg("%s: a bare boolean schema as %s", tool, key);
+      assert_portable(value, tool);
+    }
+  }
+}
+
 static void test_builtin_registry_loads_and_finds_every_name(void **state) {
   tg_registry *reg = NULL;
   char *why = NULL;
@@ -51,6 +86,8 @@ static void test_builtin_registry_loads_and_finds_every_name(void **state) {
     assert_null(strchr(t->model_name, '.'));
     assert_non_null(t->handler);
     assert_non_null(t->input);
+    assert_portable(t->input_schema, t->name);
+    if (t->output_schema) assert_portable(t->output_schema, t->name);
   }
   assert_null(tg_registry_find(reg, "agent.tool"));
   assert_null(tg_registry_find(reg, ""));
