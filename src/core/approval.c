@@ -17,6 +17,10 @@ static void iso_from_now(int64_t ms, char out[TG_ISO_LEN + 1]) {
 }
 
 bool tg_approval_needed(const tg_principal *p, const tg_tool *tool) {
+  /* The hold puts a person between an agent and the tool (seed 001: "requires user
+   * approval"); a person's own call is that person's decision, and no one else could make it
+   * in a workspace of one person. */
+  if (p->kind != TG_PRINCIPAL_AGENT) return false;
   const char *mode = json_string_value(json_object_get(p->policies, tool->name));
   return mode && strcmp(mode, "approval") == 0;
 }

@@ -15,7 +15,7 @@
 #define TG_APPROVAL_PENDING_MAX 50                  /* requests one caller may have waiting */
 #define TG_APPROVAL_ARGS_MAX (64 * 1024) /* bytes of arguments an approver can be shown */
 
-/* Whether p's workspace holds tool for approval. */
+/* Whether p is an agent whose workspace holds tool for approval. */
 bool tg_approval_needed(const tg_principal *p, const tg_tool *tool);
 
 /* The arguments' canonical JSON (sorted keys; malloc'd, in *text unless text is NULL), what

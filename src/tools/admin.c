@@ -327,13 +327,21 @@ static int policy_set(tg_call_ctx *cx, json_t *args, json_t **ret) {
     return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "tool", tg_json_str(args, "tool")),
                    "No tool %.*s.", TG_UTF8_CUT(tg_json_str(args, "tool"), 128));
   const char *mode = tg_json_str(args, "mode");
-  /* This tool disabled (or held for an approval) could never be set back: no operator
-   * could change any policy again. */
-  if (tool == cx->tool && strcmp(mode, "enabled") != 0 && strcmp(mode, "default") != 0)
+  /* This tool disabled could never be set back: no operator could change any policy again. */
+  if (tool == cx->tool && strcmp(mode, "disabled") == 0)
     return tg_fail(cx, TG_ERR_VALIDATION_FAILED,
                    json_pack("{s:s,s:s,s:s}", "reason", "self_lockout", "tool", tool->name, "mode",
                              mode),
                    "%s cannot be set to %s: no policy could be changed after.", tool->name, mode);
+  /* The hold is on agents' calls (tg_approval_needed): on a tool only people call it would
+   * hold nothing, and say it did. */
+  if ((tool->flags & TG_TOOL_PEOPLE_ONLY) && strcmp(mode, "approval") == 0)
+    return tg_fail(
+        cx, TG_ERR_VALIDATION_FAILED,
+        json_pack("{s:s,s:s,s:s}", "reason", "people_only", "tool", tool->name, "mode", mode),
+        "%s cannot be held for approval: only people call it, and the hold is on "
+        "agents' calls.",
+        tool->name);
   char now[TG_ISO_LEN + 1];
   tg_now_iso(now);
   int r = strcmp(mode, "default") == 0
@@ -520,9 +528,9 @@ static int user_calls(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return *ret ? TG_OK : TG_E_NOMEM;
 }
 
-/* Approves or denies a pending approval request. A person decides (the tool is people_only:
- * two agents granted approvals.resolve could let each other through), and never a request of
- * their own. */
+/* Approves or denies a pending approval request, which only an agent's call opens. A person
+ * decides (the tool is people_only: two agents granted approvals.resolve could let each other
+ * through). */
 static int approval_resolve(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const char *id = tg_json_str(args, "approvalId");
   const char *decision = tg_json_str(args, "decision");
@@ -533,10 +541,6 @@ static int approval_resolve(tg_call_ctx *cx, json_t *args, json_t **ret) {
   if (!request)
     return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "approvalId", id),
                    "No approval request %.*s.", TG_UTF8_CUT(id, 64));
-  if (strcmp(tg_json_str(request, "principal_id"), cx->principal->id) == 0)
-    return tg_fail(cx, TG_ERR_PERMISSION_DENIED,
-                   json_pack("{s:s,s:s}", "reason", "own_request", "approvalId", id),
-                   "No one decides an approval request of their own.");
   const char *status = tg_json_str(request, "status");
   if (strcmp(status, "pending") == 0 && !json_integer_value(json_object_get(request, "live")))
     status = "expired";
