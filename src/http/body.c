@@ -103,8 +103,8 @@ enum MHD_Result http_refuse_busy(server *s, struct MHD_Connection *conn, const r
 
 /* A message's values take more than its text's bytes once decoded (the two bytes of "{}"
  * become a table): the excess is counted with its body against the bounds on bodies held at
- * once, before it is decoded and until it is answered. False (rq->busy_status set) when it
- * would pass them. */
+ * once, before it is decoded and until it is answered (the text is let go once decoded).
+ * False (rq->busy_status set) when it would pass them. */
 bool http_take_decoded(server *s, request *rq) {
   size_t held = tg_rpc_reckon(rq->body ? rq->body : "", rq->len);
   size_t more = held > rq->len ? held - rq->len : 0;

@@ -286,7 +286,7 @@ typedef struct request {
   char principal[TG_UUID_LEN + 1];
   char token_hash[TG_TOKEN_HASH_LEN + 1]; /* of the token that named it; "" without auth */
   int64_t checked_ms; /* monotonic: when the token was checked */
-  char *body;
+  char *body;         /* NULL once decoded (read_post) */
   size_t len;
   size_t dropped; /* of a body past the bound: the bytes that came, none of them kept */
   tg_rpc_id_scan *past; /* of such a body, what its refusal may name */

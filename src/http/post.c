@@ -282,7 +282,13 @@ static worker *read_post(server *s, struct MHD_Connection *conn, request *rq,
   snprintf(w->token_hash, sizeof w->token_hash, "%s", rq->token_hash);
   tg_mcp_session_init(&w->scratch);
   json_t *err = NULL;
-  if (tg_rpc_decode(rq->body ? rq->body : "", rq->len, &w->msg, &err) == 0) return w;
+  if (tg_rpc_decode(rq->body ? rq->body : "", rq->len, &w->msg, &err) == 0) {
+    /* The message holds all the text says, and the body is counted as that from here on
+     * (http_take_decoded): a call waiting in line keeps one of the two. */
+    free(rq->body);
+    rq->body = NULL;
+    return w;
+  }
   free(w);
   if (err) {
     http_scan_body(rq, &scan);

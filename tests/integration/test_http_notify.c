@@ -3679,14 +3679,14 @@ static void test_a_token_revoked_while_its_body_comes_is_refused(void **state) {
   assert_int_equal(fixture_count(w->f, "agent_run_logs"), audited);
 }
 
-/* A connection to port on which w->token's holder sends a call of test_simple_text, with
+/* A connection to port on which w->token's holder sends a call of tool, with
  * request id id and pad bytes in its _meta, a string, or with tables an array of empty
  * objects ("{}," each): whole, or all but its last 100 bytes; with accept, not NULL, as its
  * Accept header. */
-static int padded_call(world *w, unsigned port, const char *id, size_t pad, bool tables,
-                       bool whole, const char *accept) {
-  char *body = NULL, *lines = accepting_lines(w, "tools/call", "test_simple_text",
-                                              accept ? accept : USUAL_ACCEPT);
+static int padded_call(world *w, unsigned port, const char *tool, const char *id, size_t pad,
+                       bool tables, bool whole, const char *accept) {
+  char *body = NULL,
+       *lines = accepting_lines(w, "tools/call", tool, accept ? accept : USUAL_ACCEPT);
   char *padding = malloc(pad + 4);
   size_t len = 1;
   if (tables) {
@@ -3700,10 +3700,10 @@ static int padded_call(world *w, unsigned port, const char *id, size_t pad, bool
   }
   assert_true(asprintf(&body,
                        "{\"jsonrpc\":\"2.0\",\"id\":\"%s\",\"method\":\"tools/call\",\"params\":{"
-                       "\"name\":\"test_simple_text\",\"arguments\":{},\"_meta\":{"
+                       "\"name\":\"%s\",\"arguments\":{},\"_meta\":{"
                        "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
                        "\"io.modelcontextprotocol/clientCapabilities\":{},\"pad\":%s}}}",
-                       id, padding) > 0);
+                       id, tool, padding) > 0);
   free(padding);
   int fd = fixture_connect(port);
   char head[1024];
@@ -3722,7 +3722,7 @@ static int padded_call(world *w, unsigned port, const char *id, size_t pad, bool
 static void expect_bodies_refused(world *w, unsigned port, const char *id, size_t pad,
                                   bool tables, const char *status, const char *limit) {
   char answer[ANSWER_MAX], named[64];
-  int fd = padded_call(w, port, id, pad, tables, true, NULL);
+  int fd = padded_call(w, port, "test_simple_text", id, pad, tables, true, NULL);
   read_answer(fd, answer, sizeof answer);
   close(fd);
   if (strncmp(answer, "HTTP/1.1 ", 9) != 0 || strncmp(answer + 9, status, 3) != 0)
@@ -3744,7 +3744,7 @@ static void test_request_bodies_held_at_once_are_bounded(void **state) {
   int held[2];
   for (int i = 0; i < 2; i++) {
     w->token = w->tokens[i];
-    held[i] = padded_call(w, port, "held", 28 * 1024, false, false, NULL);
+    held[i] = padded_call(w, port, "test_simple_text", "held", 28 * 1024, false, false, NULL);
   }
   usleep(300 * 1000); /* both bodies read so far, well before the next */
   long audited = fixture_count(w->f, "agent_run_logs");
@@ -3759,7 +3759,7 @@ static void test_request_bodies_held_at_once_are_bounded(void **state) {
   w->token = w->tokens[2];
   char answer[ANSWER_MAX];
   for (int tries = 0;; tries++) {
-    int fd = padded_call(w, port, "served", 12 * 1024, false, true, NULL);
+    int fd = padded_call(w, port, "test_simple_text", "served", 12 * 1024, false, true, NULL);
     read_answer(fd, answer, sizeof answer);
     close(fd);
     if (strncmp(answer, "HTTP/1.1 200", 12) == 0) break;
@@ -3782,18 +3782,46 @@ static void test_request_bodies_count_as_decoded(void **state) {
   /* One whose Accept would be refused too is refused for it first, as it would be within
    * the bounds (the request is wrong whatever the server holds). */
   char answer[ANSWER_MAX];
-  int fd = padded_call(w, port, "tables-json", 3 * 1024, true, true, "application/json");
+  int fd = padded_call(w, port, "test_simple_text", "tables-json", 3 * 1024, true, true,
+                       "application/json");
   read_answer(fd, answer, sizeof answer);
   close(fd);
   if (strncmp(answer, "HTTP/1.1 406", 12) != 0) fail_msg("expected 406, got: %s", answer);
   assert_non_null(strstr(answer, "\"id\":\"tables-json\""));
   assert_int_equal(fixture_count(w->f, "agent_run_logs"), audited);
-  fd = padded_call(w, port, "string", 3 * 1024, false, true, NULL);
+  fd = padded_call(w, port, "test_simple_text", "string", 3 * 1024, false, true, NULL);
   read_answer(fd, answer, sizeof answer);
   close(fd);
   if (strncmp(answer, "HTTP/1.1 200", 12) != 0) fail_msg("expected 200, got: %s", answer);
   assert_null(strstr(answer, "isError"));
   assert_int_equal(fixture_count(w->f, "agent_run_logs"), audited + 1);
+}
+
+/* A body's text is let go once it is decoded: calls waiting in line for a pool thread hold
+ * their messages, not their text beside them (which would hold twice the bytes counted). */
+static void test_a_call_in_line_holds_its_message_not_its_text(void **state) {
+  world *w = *state;
+  unsigned port = 0;
+  assert_int_equal(sscanf(w->url, "http://127.0.0.1:%u/", &port), 1);
+  exchange *calls[POOL_THREADS];
+  for (int i = 0; i < POOL_THREADS; i++) {
+    w->token = w->tokens[i == POOL_THREADS - 1];
+    calls[i] = start_waiting_call(w);
+  }
+  kit_wait_for(NULL, POOL_THREADS);
+  enum { IN_LINE = 8, PAD = 1024 * 1024 };
+  w->token = w->tokens[2];
+  size_t before = in_use();
+  int fds[IN_LINE];
+  for (int i = 0; i < IN_LINE; i++)
+    fds[i] = padded_call(w, port, "test_wait_cancel", "padded", PAD, false, true, NULL);
+  await_load(w, true, IN_LINE);
+  long long held = (long long)in_use() - (long long)before;
+  if (held > IN_LINE * PAD * 7 / 4) /* the text beside them would make it twice */
+    fail_msg("%d calls of %d bytes in line hold %lld bytes", IN_LINE, PAD, held);
+  for (int i = 0; i < IN_LINE; i++) close(fds[i]);
+  w->token = w->tokens[0];
+  for (int i = 0; i < POOL_THREADS; i++) finish(calls[i]);
 }
 
 static void test_listen_streams_are_bounded_and_freed_when_closed(void **state) {
@@ -3957,6 +3985,7 @@ int main(void) {
       T(test_the_sweeper_drops_expired_tasks),
       T(test_request_bodies_held_at_once_are_bounded),
       T(test_request_bodies_count_as_decoded),
+      T(test_a_call_in_line_holds_its_message_not_its_text),
       T(test_a_value_like_an_input_request_is_content),
       T(test_a_question_past_those_waiting_is_to_retry),
       T(test_a_slow_reader_is_cut_off),
