@@ -506,6 +506,38 @@ static bool header_differs(const char *header, const char *body) {
   return header && (!body || strcmp(header, body) != 0);
 }
 
+/* Whether an element of batch decodes as a message of kind that claims a version and that
+ * check (NULL: none) answers true for. */
+static bool any_claiming(const tg_rpc_msg *batch, tg_rpc_kind kind,
+                         bool (*check)(const tg_rpc_msg *m, void *arg), void *arg) {
+  bool found = false;
+  size_t i;
+  json_t *value;
+  json_array_foreach(batch->root, i, value) {
+    tg_rpc_msg m;
+    json_t *error = NULL;
+    found = tg_rpc_decode_element(value, &m, &error) == 0 && m.kind == kind &&
+            tg_mcp_has_claim(&m) && (!check || check(&m, arg));
+    tg_rpc_msg_done(&m);
+    json_decref(error);
+    if (found) break;
+  }
+  return found;
+}
+
+/* A version refusal's parts, for a check of any_claiming. */
+typedef struct version_refusal {
+  const char *header_version, *message;
+  int *code;
+  json_t **data;
+} version_refusal;
+
+static bool refused_alone(const tg_rpc_msg *m, void *arg) {
+  version_refusal *v = arg;
+  v->message = tg_mcp_version_refusal(m, v->header_version, v->code, v->data);
+  return v->message != NULL;
+}
+
 const char *tg_mcp_version_refusal(const tg_rpc_msg *msg, const char *header_version, int *code,
                                    json_t **data) {
   *data = NULL;
@@ -513,7 +545,13 @@ const char *tg_mcp_version_refusal(const tg_rpc_msg *msg, const char *header_ver
     *code = TG_RPC_INVALID_REQUEST;
     bool spoken = !header_version || tg_mcp_legacy_supported(header_version) ||
                   strcmp(header_version, TG_MCP_MODERN_VERSION) == 0;
-    return spoken ? NULL : "Unsupported MCP-Protocol-Version";
+    if (!spoken) return "Unsupported MCP-Protocol-Version";
+    /* A batch's notifications are checked as each would be alone (its requests claiming
+     * 2026-07-28 refuse it as they stand alone). */
+    version_refusal v = {header_version, NULL, code, data};
+    return msg->kind == TG_RPC_BATCH && any_claiming(msg, TG_RPC_NOTIFICATION, refused_alone, &v)
+               ? v.message
+               : NULL;
   }
   json_t *version = json_object_get(meta_of(msg), META_VERSION);
   const char *claimed = json_string_value(version);
@@ -951,23 +989,6 @@ static char *within_bound(char *text, json_t *id, size_t *used, size_t max) {
   return instead;
 }
 
-/* Whether a request of batch claims 2026-07-28, which stands alone. */
-static bool batch_claims_modern(const tg_rpc_msg *batch) {
-  bool claims = false;
-  size_t i;
-  json_t *value;
-  json_array_foreach(batch->root, i, value) {
-    tg_rpc_msg m;
-    json_t *error = NULL;
-    claims = tg_rpc_decode_element(value, &m, &error) == 0 && m.kind == TG_RPC_REQUEST &&
-             tg_mcp_has_claim(&m);
-    tg_rpc_msg_done(&m);
-    json_decref(error);
-    if (claims) break;
-  }
-  return claims;
-}
-
 /* The reply to element, a message of a batch that reads as one (decoded, borrowed), in
  * reply->text: NULL for a response (its transport delivered it), a notification or a request
  * cancelled. initialize stands alone: a session that takes batches has had it already (a
@@ -991,7 +1012,8 @@ int tg_mcp_handle_batch(const tg_mcp_server *srv, const tg_mcp_request *req,
   /* A request of it that claims 2026-07-28 refuses the batch, before any of it runs, lest
    * the others run without it. */
   bool unbatched = !tg_mcp_takes_batches(req->session);
-  if (unbatched || batch_claims_modern(batch)) {
+  /* A request that claims 2026-07-28 stands alone. */
+  if (unbatched || any_claiming(batch, TG_RPC_REQUEST, NULL, NULL)) {
     _cleanup_json_ json_t *refusal =
         unbatched ? tg_mcp_unbatched_refusal(batch)
                   : tg_rpc_refuse_batch(batch, TG_RPC_INVALID_REQUEST,

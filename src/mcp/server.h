@@ -169,7 +169,8 @@ bool tg_mcp_legacy_supported(const char *version);
  * response, a batch), sent with the version header header_version (NULL: none), is refused
  * for the versions it names, with its JSON-RPC code in *code and the error's data in *data
  * (a new reference, or NULL); NULL when it is not (the dispatch checks a claiming request's,
- * in the order 2026-07-28 sets). */
+ * in the order 2026-07-28 sets). A batch: its header, then each notification in it that
+ * claims a version, as it would be alone. */
 const char *tg_mcp_version_refusal(const tg_rpc_msg *msg, const char *header_version, int *code,
                                    json_t **data);
 /* The requestId a notifications/cancelled names (borrowed), or NULL for any other message. */

@@ -2023,9 +2023,12 @@ static void test_what_a_session_may_not_send(void **state) {
 /* A 2026-07-28 notification's version header binds as a request's: one that differs from
  * its _meta claim is refused (-32020), and so is a claim of a version the server does not
  * speak (-32022) or one that is no string (-32602); one that agrees is taken (202), as is a
- * claim without the header. */
+ * claim without the header. The same in a batch of a 2025-03-26 session: a batch is refused
+ * for a notification it holds that would be refused alone. */
 static void test_a_modern_notification_names_a_version_it_speaks(void **state) {
   world *w = *state;
+  char sid[64];
+  open_session_at(w, "2025-03-26", "{}", sid);
   static const struct {
     const char *header, *claim, *refusal;
   } cases[] = {
@@ -2046,6 +2049,14 @@ static void test_a_modern_notification_names_a_version_it_speaks(void **state) {
              cases[i].claim);
     char *got = request(w, "POST", NULL, cases[i].header, body, cases[i].refusal ? 400 : 202);
     if (cases[i].refusal) assert_non_null(strstr(got, cases[i].refusal));
+    free(got);
+    /* In a batch, with the session's version header, or none. */
+    const char *header = cases[i].header ? "MCP-Protocol-Version: 2025-03-26" : NULL;
+    const char *refusal = cases[i].header ? "\"code\":-32020" : cases[i].refusal;
+    char batch[512];
+    snprintf(batch, sizeof batch, "[" PING ",%s]", body);
+    got = request(w, "POST", sid, header, batch, refusal ? 400 : 200);
+    assert_non_null(strstr(got, refusal ? refusal : "\"result\""));
     free(got);
   }
 }
