@@ -56,6 +56,15 @@ void http_listener_closed(void *arg) {
   http_listener_put(arg); /* the answer's reference */
 }
 
+/* Whether l's client closed its stream, which l's reader notices within HANGUP_CHECK_MS: a
+ * client listening again at once is not refused for it meanwhile. */
+static bool listener_left(listener *l) {
+  pthread_mutex_lock(&l->st->lock);
+  bool left = l->st->reading && http_client_gone(l->st->reader_fd);
+  pthread_mutex_unlock(&l->st->lock);
+  return left;
+}
+
 /* Registers a listen stream of principal, within the bounds, with a reference for the caller
  * (http_listener_serve passes it to the answer); NULL with *status and *why when it cannot. */
 listener *http_listener_open(server *s, const char *principal, const char *token_hash,
@@ -72,11 +81,15 @@ listener *http_listener_open(server *s, const char *principal, const char *token
     snprintf(l->principal, sizeof l->principal, "%s", principal);
     snprintf(l->token_hash, sizeof l->token_hash, "%s", token_hash);
     pthread_mutex_lock(&s->lock);
-    size_t mine = 0;
-    for (listener *o = s->listeners; o; o = o->next) mine += strcmp(o->principal, principal) == 0;
+    size_t mine = 0, all = 0;
+    for (listener *o = s->listeners; o; o = o->next) {
+      if (listener_left(o)) continue;
+      all++;
+      mine += strcmp(o->principal, principal) == 0;
+    }
     *status = s->closing ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_TOO_MANY_REQUESTS;
-    *why = s->closing                              ? "The server is stopping"
-           : s->n_listeners >= TG_HTTP_MAX_LISTENS ? "Too many open subscriptions/listen streams"
+    *why = s->closing                   ? "The server is stopping"
+           : all >= TG_HTTP_MAX_LISTENS ? "Too many open subscriptions/listen streams"
            : mine >= TG_HTTP_MAX_LISTENS_PER_PRINCIPAL
                ? "Too many open subscriptions/listen streams of this caller"
                : NULL;
@@ -101,6 +114,7 @@ enum MHD_Result http_listener_serve(struct MHD_Connection *conn, listener *l) {
   pthread_mutex_lock(&st->lock);
   st->streaming = true;
   st->reading = true;
+  st->reader_fd = http_connection_fd(conn);
   st->on_close = http_listener_closed;
   st->close_arg = l;
   st->refs++;
