@@ -104,7 +104,7 @@ static bool read_media(struct MHD_Connection *conn, const char *method, request 
     rq->refused_media_status = MHD_HTTP_NOT_ACCEPTABLE;
   } else if (!tg_http_is_json(MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                           "Content-Type"))) {
-    rq->refused_media = "Content-Type must be application/json";
+    rq->refused_media = "Content-Type must be application/json, in UTF-8 if it names a charset";
     rq->refused_media_status = MHD_HTTP_UNSUPPORTED_MEDIA_TYPE;
   } else if (encoded(conn)) {
     rq->refused_media = "Content-Encoding is not supported: send the body as it is";

@@ -47,20 +47,30 @@ static int qvalue(const char *p, const char *end) {
   return q > 1000 ? -1 : q;
 }
 
+/* The value of the first parameter called name among [p, end) (";a=1;b=2"), without the
+ * spaces around it, in [*value, *value_end); false when there is none. */
+static bool param(const char *p, const char *end, const char *name, const char **value,
+                  const char **value_end) {
+  while (p < end) {
+    const char *start = p + 1, *param_end = next_sep(start, end, ';');
+    const char *eq = memchr(start, '=', (size_t)(param_end - start));
+    p = param_end;
+    if (!eq) continue;
+    const char *name_end = eq;
+    *value = eq + 1;
+    *value_end = param_end;
+    trim(&start, &name_end);
+    trim(value, value_end);
+    if (same(start, name_end, name)) return true;
+  }
+  return false;
+}
+
 /* The quality the parameters [p, end) of a range give it: 1000 without q, -1 when its q is
  * not a qvalue. */
 static int range_quality(const char *p, const char *end) {
-  while (p < end) {
-    const char *param = p + 1, *param_end = next_sep(param, end, ';');
-    const char *eq = memchr(param, '=', (size_t)(param_end - param));
-    p = param_end;
-    if (!eq) continue;
-    const char *name = param, *name_end = eq, *value = eq + 1, *value_end = param_end;
-    trim(&name, &name_end);
-    trim(&value, &value_end);
-    if (same(name, name_end, "q")) return qvalue(value, value_end);
-  }
-  return 1000;
+  const char *value, *value_end;
+  return param(p, end, "q", &value, &value_end) ? qvalue(value, value_end) : 1000;
 }
 
 tg_accept tg_http_accepts(const char *accept, const char *type) {
@@ -92,7 +102,15 @@ tg_accept tg_http_accepts(const char *accept, const char *type) {
 bool tg_http_is_json(const char *content_type) {
   if (!content_type) return false;
   const char *end = content_type + strlen(content_type);
-  const char *p = content_type, *type_end = next_sep(p, end, ';');
+  const char *p = content_type, *type_end = next_sep(p, end, ';'), *params = type_end;
   trim(&p, &type_end);
-  return same(p, type_end, "application/json");
+  if (!same(p, type_end, "application/json")) return false;
+  /* JSON is UTF-8 (RFC 8259 §8.1): a body said to be in another charset would be misread. */
+  const char *charset, *charset_end;
+  if (!param(params, end, "charset", &charset, &charset_end)) return true;
+  if (charset_end - charset >= 2 && *charset == '"' && charset_end[-1] == '"') {
+    charset++;
+    charset_end--;
+  }
+  return same(charset, charset_end, "utf-8") || same(charset, charset_end, "utf8");
 }

@@ -4157,8 +4157,11 @@ static void test_http_post_media_types(void **state) {
       {"Accept: application/json, text/event-stream\r\nContent-Type: text/plain\r\n", "415",
        "Content-Type must be application/json"},
       {"Accept: application/json, text/event-stream\r\n", "415", "Content-Type must be"},
-      {"Accept: application/json, text/event-stream\r\nContent-Encoding: gzip\r\n" JSON_BODY,
-       "415", "Content-Encoding is not supported"},
+      {"Accept: application/json, text/event-stream\r\nContent-Type: application/json; "
+       "charset=latin1\r\n",
+       "415", "in UTF-8 if it names a charset"},
+      {"Accept: application/json, text/event-stream\r\nContent-Encoding: gzip\r\n" JSON_BODY, "415",
+       "Content-Encoding is not supported"},
       {"Accept: application/json, text/event-stream\r\nContent-Encoding: identity\r\n"
        "Content-Encoding: br\r\n" JSON_BODY,
        "415", "Content-Encoding is not supported"},

@@ -72,10 +72,24 @@ static void test_accept(void **state) {
 }
 
 static void test_json_content_type(void **state) {
-  static const char *const json[] = {JSON, "Application/JSON", " " JSON " ",
-                                     JSON "; charset=utf-8", JSON ";charset=\"utf-8\""};
-  static const char *const other[] = {"", "text/plain", "application/jsonl", "application/json-seq",
-                                      "application/*", "*/*", "json", "application/ json"};
+  static const char *const json[] = {JSON,
+                                     "Application/JSON",
+                                     " " JSON " ",
+                                     JSON "; charset=utf-8",
+                                     JSON ";charset=\"utf-8\"",
+                                     JSON "; foo=bar; Charset=UTF-8 ",
+                                     JSON "; charset=utf8"};
+  static const char *const other[] = {"",
+                                      "text/plain",
+                                      "application/jsonl",
+                                      "application/json-seq",
+                                      "application/*",
+                                      "*/*",
+                                      "json",
+                                      "application/ json",
+                                      JSON "; charset=latin1",
+                                      JSON "; charset=\"utf-16\"",
+                                      JSON "; charset="};
   for (size_t i = 0; i < sizeof json / sizeof json[0]; i++)
     if (!tg_http_is_json(json[i])) fail_msg("'%s' is JSON", json[i]);
   for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
