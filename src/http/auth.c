@@ -33,6 +33,12 @@ caller http_authenticate(server *s, struct MHD_Connection *conn, tg_db *db,
               ? tg_principal_by_token_hash(db, hash, s->cfg->tenant_id, out)
               : TG_E_DB;
   if (r == TG_OK) tg_token_used(s->token_uses, hash);
+  /* Refused all the same, but logged as what it is: "unknown or revoked" would send its
+   * operator after the wrong cause. */
+  char elsewhere[TG_UUID_LEN + 1];
+  if (r == TG_E_NOTFOUND && s->cfg->tenant_id &&
+      tg_principal_by_token_hash(db, hash, NULL, elsewhere) == TG_OK)
+    return CALLER_OTHER_WORKSPACE;
   return r == TG_OK ? CALLER_KNOWN : r == TG_E_NOTFOUND ? CALLER_BAD_TOKEN : CALLER_UNCHECKED;
 }
 
@@ -43,10 +49,15 @@ caller http_authenticate(server *s, struct MHD_Connection *conn, tg_db *db,
  * connect"). */
 enum MHD_Result http_refuse_caller(server *s, struct MHD_Connection *conn, caller who) {
   if (who != CALLER_NO_TOKEN && tg_log_may(&s->refused_logged_ms))
-    tg_log(TG_LOG_WARN, "http: refused a request whose Bearer token %s (logged once a minute "
-           "at most)", who == CALLER_UNCHECKED    ? "the database could not check (503)"
-                       : who == CALLER_EMPTY_TOKEN ? "is empty (401): is the client's token set?"
-                                                   : "is unknown or revoked (401)");
+    tg_log(TG_LOG_WARN,
+           "http: refused a request whose Bearer token %s (logged once a minute "
+           "at most)",
+           who == CALLER_UNCHECKED     ? "the database could not check (503)"
+           : who == CALLER_EMPTY_TOKEN ? "is empty (401): is the client's token set?"
+           : who == CALLER_OTHER_WORKSPACE
+               ? "belongs to another workspace than the one this server serves "
+                 "(--tenant) (401)"
+               : "is unknown or revoked (401)");
   /* The token may be good: the client must not drop it. */
   if (who == CALLER_UNCHECKED)
     return http_queue_rpc_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, TG_RPC_INTERNAL_ERROR,
@@ -61,7 +72,7 @@ enum MHD_Result http_refuse_caller(server *s, struct MHD_Connection *conn, calle
       text ? MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_COPY) : NULL;
   if (!res) return MHD_NO;
   MHD_add_response_header(res, "WWW-Authenticate",
-                          who == CALLER_BAD_TOKEN
+                          who == CALLER_BAD_TOKEN || who == CALLER_OTHER_WORKSPACE
                               ? "Bearer realm=\"toolgate\", error=\"invalid_token\""
                               : "Bearer realm=\"toolgate\"");
   return http_respond_with(conn, MHD_HTTP_UNAUTHORIZED, res, "application/json", NULL, NULL);

@@ -363,6 +363,7 @@ typedef enum caller {
   CALLER_NO_TOKEN,
   CALLER_EMPTY_TOKEN, /* "Bearer" alone: often a client's token variable left unset */
   CALLER_BAD_TOKEN,
+  CALLER_OTHER_WORKSPACE, /* a good token of a workspace other than the one served (--tenant) */
   CALLER_UNCHECKED
 } caller;
 

@@ -615,6 +615,19 @@ check "the token's own workspace" 0 "$tg" --tenant demo call agent.tool.list --t
 check "another workspace" 1 "$tg" --tenant other call agent.tool.list --token "$demo_token"
 says "another workspace refused" "the token belongs to another workspace than 'other'"
 check "another workspace on stdio" 1 "$tg" --tenant other mcp --token "$demo_token" </dev/null
+# Over HTTP it is refused as any bad token is, and logged as what it is.
+"$tg" --tenant other serve --listen 127.0.0.1:0 2>"$dir/other.log" &
+other=$!
+port=$(port_of "$dir/other.log")
+check "another workspace over HTTP" 0 curl -s -o /dev/null -w '%{http_code}' \
+  -H "Authorization: Bearer $demo_token" -H 'Content-Type: application/json' \
+  -H 'Accept: application/json, text/event-stream' "http://127.0.0.1:$port/mcp" \
+  -d '{"jsonrpc":"2.0","id":1,"method":"ping"}'
+has "refused" '^401$'
+kill -TERM "$other" 2>/dev/null || true
+check "the other workspace's server stops" 0 wait "$other"
+check "its log" 0 cat "$dir/other.log"
+has "logged as another workspace's" 'belongs to another workspace than the one this server serves'
 
 # An option given twice is refused, not one of them dropped.
 check "an option given twice" 2 "$tg" --tenant demo tasks list --status todo --status done
