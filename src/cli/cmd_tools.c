@@ -13,7 +13,7 @@ static const char usage[] =
     "       toolgate tools docs [--out FILE]\n\n"
     "list   without --agent: the whole catalog (--surface: its tools on that surface); with\n"
     "       --agent: the tools that agent is offered on the surface (default agent), by the\n"
-    "       same gates a call passes\n"
+    "       same gates a call passes; --json prints {\"tools\": [...]} either way\n"
     "docs   writes the catalog reference (default docs/TOOLS.md)\n";
 
 static json_t *string_list(const char *const *items, size_t n) {
@@ -93,7 +93,10 @@ static int tools_list(cli *c, int argc, char **argv) {
   }
   if (cli_open_registry(c) != CLI_OK) return CLI_FAILED;
   _cleanup_json_ json_t *tools = catalog(c->registry, surface ? surface : ALL_SURFACES);
-  if (json) cli_print_json(tools);
+  /* Shaped as --agent's list, {"tools": [...]}: one script reads both. */
+  _cleanup_json_ json_t *listed = json ? json_pack("{s:O}", "tools", tools) : NULL;
+  if (json)
+    cli_print_json(listed);
   else print_table(tools);
   return CLI_OK;
 }

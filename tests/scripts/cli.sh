@@ -18,7 +18,7 @@ has "migrate is idempotent" 'applied 0 migrations'
 check "tools list" 0 "$tg" tools list
 has "catalog" 'agent.tool.list'
 check "tools list --json" 0 "$tg" tools list --json
-is "catalog json" 'map(.canonicalName) | index("admin.agent.create") != null'
+is "catalog json" '.tools | map(.canonicalName) | index("admin.agent.create") != null'
 check "tools list --agent demo" 0 "$tg" tools list --agent demo --json
 is "demo agent's list" '.tools | map(.name) | (index("agent_tool_list") != null) and all(startswith("admin_") | not)'
 check "tools list --agent on the api surface" 0 "$tg" tools list --agent demo --surface api --json
@@ -634,10 +634,10 @@ check "an option given twice" 2 "$tg" --tenant demo tasks list --status todo --s
 says "the option named" "tasks list: --status is given twice"
 # The catalog on one surface holds only that surface's tools.
 check "tools list --surface api" 0 "$tg" tools list --surface api --json
-is "the api surface's tools only" 'length > 0 and all(.[]; .surfaces | index("api") != null)'
+is "the api surface's tools only" '.tools | length > 0 and all(.[]; .surfaces | index("api") != null)'
 check "tools list" 0 "$tg" tools list --json
-is "some tools are on no api surface" 'any(.[]; .surfaces | index("api") == null)'
-is "who may call each, whatever the grants" 'map({(.canonicalName): .callers}) | add
+is "some tools are on no api surface" '.tools | any(.[]; .surfaces | index("api") == null)'
+is "who may call each, whatever the grants" '.tools | map({(.canonicalName): .callers}) | add
   | .["admin.grant.add"] == "people" and .["agent.file.edit"] == "agents"
     and .["agent.tool.list"] == "all"'
 # A suite folder holding no test passes nothing.
