@@ -241,7 +241,7 @@ static void show_runs(json_t *result) {
            json_string_value(json_object_get(r, "agent")),
            json_string_value(json_object_get(r, "status")),
            (long long)json_integer_value(json_object_get(r, "calls")),
-           json_string_value(json_object_get(r, "started_at")));
+           json_string_value(json_object_get(r, "startedAt")));
   }
   cli_more_note(result);
 }
@@ -261,7 +261,7 @@ static void show_logs(json_t *logs) {
   json_t *log;
   json_array_foreach(logs, i, log) {
     json_t *meta = json_object_get(log, "metadata");
-    printf("  %s %-5s %-28s %8.3f ms  %s\n", json_string_value(json_object_get(log, "created_at")),
+    printf("  %s %-5s %-28s %8.3f ms  %s\n", json_string_value(json_object_get(log, "createdAt")),
            json_string_value(json_object_get(log, "level")),
            json_string_value(json_object_get(log, "step")),
            json_number_value(json_object_get(meta, "durationMs")),
@@ -274,7 +274,7 @@ static void show_run(json_t *result) {
   printf("run %s of %s: %s (%s)\n", json_string_value(json_object_get(run, "id")),
          json_string_value(json_object_get(run, "agent")),
          json_string_value(json_object_get(run, "status")),
-         json_string_value(json_object_get(run, "started_at")));
+         json_string_value(json_object_get(run, "startedAt")));
   show_logs(json_object_get(result, "logs"));
   if (json_is_true(json_object_get(result, "truncated")))
     puts("  (more rows than shown: these are the run's first 1000)");
@@ -405,8 +405,8 @@ static void show_approvals(json_t *result) {
     bool cut = args && strlen(args) > LISTED_ARGS_MAX;
     printf("%s %-8s %s %s by %s: %s %s%.*s%s\n", json_string_value(json_object_get(a, "id")),
            json_string_value(json_object_get(a, "status")),
-           json_string_value(json_object_get(a, "created_at")),
-           json_string_value(json_object_get(a, "caller_kind")),
+           json_string_value(json_object_get(a, "createdAt")),
+           json_string_value(json_object_get(a, "callerKind")),
            json_string_value(json_object_get(a, "caller")),
            json_string_value(json_object_get(a, "tool")), escaped ? "(escaped) " : "",
            TG_UTF8_CUT(args ? args : "", LISTED_ARGS_MAX),
@@ -428,9 +428,9 @@ static int approvals_list(cli *c, int argc, char **argv) {
 /* One request whole: what an approver decides on. */
 static void show_approval(json_t *result) {
   json_t *a = json_array_get(json_object_get(result, "approvals"), 0);
-  static const char *const fields[] = {"id", "status", "tool", "caller", "caller_kind",
-                                       "created_at", "expires_at", "decided_by", "decided_at",
-                                       "note", "used_at", "run_id"};
+  static const char *const fields[] = {"id",         "status",    "tool",      "caller",
+                                       "callerKind", "createdAt", "expiresAt", "decidedBy",
+                                       "decidedAt",  "note",      "usedAt",    "runId"};
   for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) {
     const char *value = json_string_value(json_object_get(a, fields[i]));
     if (value) printf("%-12s %s\n", fields[i], value);

@@ -458,15 +458,15 @@ static int run_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
   /* An agent that does not exist is not_found, not an empty list that hides a typo. */
   int r = slug ? tg_lookup_agent(cx, slug, &agent) : TG_OK;
   if (r < 0) return r;
-  r = tg_db_query(cx->db,
-                  "SELECT r.id, a.slug AS agent, r.status, r.trigger, r.started_at, r.ended_at,"
-                  " (SELECT COUNT(*) FROM agent_run_logs l WHERE l.run_id = r.id) AS calls"
-                  " FROM agent_runs r JOIN agents a ON a.id = r.agent_id"
-                  " WHERE r.tenant_id = $1 AND ($2 IS NULL OR r.agent_id = $2)"
-                  " ORDER BY r.started_at DESC, r.id DESC LIMIT $3",
-                  json_pack("[ss?I]", cx->principal->tenant_id, tg_json_str(agent, "id"),
-                            limit + 1),
-                  &runs);
+  r = tg_db_query(
+      cx->db,
+      "SELECT r.id, a.slug AS agent, r.status, r.trigger, r.started_at AS \"startedAt\","
+      " r.ended_at AS \"endedAt\", (SELECT COUNT(*) FROM agent_run_logs l WHERE l.run_id = r.id) "
+      "AS calls"
+      " FROM agent_runs r JOIN agents a ON a.id = r.agent_id"
+      " WHERE r.tenant_id = $1 AND ($2 IS NULL OR r.agent_id = $2)"
+      " ORDER BY r.started_at DESC, r.id DESC LIMIT $3",
+      json_pack("[ss?I]", cx->principal->tenant_id, tg_json_str(agent, "id"), limit + 1), &runs);
   if (r < 0) return r;
   bool truncated = tg_json_cut(runs, limit);
   *ret = json_pack("{s:o,s:b}", "runs", runs, "truncated", truncated);
@@ -487,8 +487,9 @@ static int run_show(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const char *id = tg_json_str(args, "runId");
   _cleanup_json_ json_t *run = NULL;
   int r = tg_db_query_row(cx->db,
-                          "SELECT r.id, a.slug AS agent, r.status, r.trigger, r.started_at,"
-                          " r.ended_at FROM agent_runs r JOIN agents a ON a.id = r.agent_id"
+                          "SELECT r.id, a.slug AS agent, r.status, r.trigger,"
+                          " r.started_at AS \"startedAt\", r.ended_at AS \"endedAt\""
+                          " FROM agent_runs r JOIN agents a ON a.id = r.agent_id"
                           " WHERE r.id = $1 AND r.tenant_id = $2",
                           json_pack("[ss]", id, cx->principal->tenant_id), &run);
   if (r < 0) return r;
@@ -497,8 +498,8 @@ static int run_show(tg_call_ctx *cx, json_t *args, json_t **ret) {
                    TG_UTF8_CUT(id, 64));
   json_t *logs = NULL;
   r = tg_db_query(cx->db,
-                  "SELECT id, step, level, message, metadata, created_at FROM agent_run_logs"
-                  " WHERE run_id = $1 ORDER BY created_at, id LIMIT $2",
+                  "SELECT id, step, level, message, metadata, created_at AS \"createdAt\""
+                  " FROM agent_run_logs WHERE run_id = $1 ORDER BY created_at, id LIMIT $2",
                   json_pack("[si]", id, RUN_LOGS_MAX + 1), &logs);
   if (r < 0) return r;
   bool truncated = tg_json_cut(logs, RUN_LOGS_MAX);
@@ -514,13 +515,14 @@ static int user_calls(tg_call_ctx *cx, json_t *args, json_t **ret) {
   json_t *calls = NULL;
   int r = principal_named(cx, args, &user);
   if (r < 0) return r;
-  r = tg_db_query(cx->db,
-                  "SELECT id, step, level, message, metadata, created_at FROM agent_run_logs"
-                  " WHERE principal_id = $1 AND run_id IS NULL AND tenant_id = $2"
-                  " ORDER BY created_at DESC, id DESC LIMIT $3",
-                  json_pack("[OsI]", json_object_get(user, "principal_id"),
-                            cx->principal->tenant_id, limit + 1),
-                  &calls);
+  r = tg_db_query(
+      cx->db,
+      "SELECT id, step, level, message, metadata, created_at AS \"createdAt\""
+      " FROM agent_run_logs WHERE principal_id = $1 AND run_id IS NULL AND tenant_id = $2"
+      " ORDER BY created_at DESC, id DESC LIMIT $3",
+      json_pack("[OsI]", json_object_get(user, "principal_id"), cx->principal->tenant_id,
+                limit + 1),
+      &calls);
   if (r < 0) return r;
   bool truncated = tg_json_cut(calls, limit);
   metadata_as_json(calls);
@@ -596,13 +598,14 @@ static int approval_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
   tg_now_iso(now);
   snprintf(
       sql, sizeof sql,
-      "SELECT q.id, COALESCE(a.slug, u.username) AS caller, p.kind AS caller_kind,"
-      " q.tool_name AS tool, q.args, q.run_id,"
+      "SELECT q.id, COALESCE(a.slug, u.username) AS caller, p.kind AS \"callerKind\","
+      " q.tool_name AS tool, q.args, q.run_id AS \"runId\","
       " CASE WHEN q.status IN ('pending', 'approved', 'denied') AND q.expires_at <= $1"
-      " THEN 'expired' ELSE q.status END AS status, q.created_at, q.expires_at,"
-      " (SELECT COALESCE(da.slug, du.username) FROM principals d"
+      " THEN 'expired' ELSE q.status END AS status, q.created_at AS \"createdAt\","
+      " q.expires_at AS \"expiresAt\", (SELECT COALESCE(da.slug, du.username) FROM principals d"
       " LEFT JOIN agents da ON da.principal_id = d.id LEFT JOIN users du ON du.principal_id = d.id"
-      " WHERE d.id = q.decided_by) AS decided_by, q.decided_at, q.note, q.used_at"
+      " WHERE d.id = q.decided_by) AS \"decidedBy\", q.decided_at AS \"decidedAt\", q.note,"
+      " q.used_at AS \"usedAt\""
       " FROM approval_requests q JOIN principals p ON p.id = q.principal_id"
       " LEFT JOIN agents a ON a.principal_id = p.id LEFT JOIN users u ON u.principal_id = p.id"
       " WHERE q.tenant_id = $2 AND %s AND ($5 IS NULL OR q.id = $5)"

@@ -261,7 +261,7 @@ check "the denied call" 1 "$tg" call work.task.create --agent demo --args "$held
 is "refused as denied" '.error.code == "permission_denied" and .error.details.reason == "approval_denied"'
 check "approvals list --status all" 0 "$tg" approvals list --status all --json
 is "one used, one denied, one task" "(.approvals | map(.status)) == [\"denied\", \"used\"]
-  and .approvals[1].decided_by == \"owner\" and .approvals[1].note == \"looks fine\""
+  and .approvals[1].decidedBy == \"owner\" and .approvals[1].note == \"looks fine\""
 check "approvals approve unknown" 1 "$tg" approvals approve nope
 is "unknown request" '.error.code == "not_found"'
 check "approvals approve without an id" 2 "$tg" approvals approve
@@ -446,19 +446,19 @@ check "a stdio server killed" 0 kill -KILL "$killed_pid"
 { wait "$killed_pid"; } 2>/dev/null || true # without its "Killed" line
 exec 7>&-
 check "runs show of its run" 0 "$tg" runs show "$killed_run" --json
-is "left running" '.run.status == "running" and .run.trigger == "mcp" and .run.ended_at == null'
+is "left running" '.run.status == "running" and .run.trigger == "mcp" and .run.endedAt == null'
 serve_held b
 check "the next server's run" 0 "$tg" runs show "$held_run" --json
 is "is running" '.run.status == "running"'
 check "its log" 0 cat "$dir/b.err"
 has "says it ended the killed server's run" 'ended 1 run of servers gone'
 check "runs show of the killed server's run" 0 "$tg" runs show "$killed_run" --json
-is "ended failed" '.run.status == "failed" and .run.ended_at != null'
+is "ended failed" '.run.status == "failed" and .run.endedAt != null'
 check "a server beside the one serving" 0 bash -c 'echo "$1" | "$0" mcp --agent demo' \
   "$tg" "$stdio_call"
 if grep -q 'ended .* run' "$dir/err"; then failed "it ended no run"; else passes=$((passes + 1)); fi
 check "runs show of the serving one's run" 0 "$tg" runs show "$held_run" --json
-is "still running" '.run.status == "running" and .run.ended_at == null'
+is "still running" '.run.status == "running" and .run.endedAt == null'
 exec 8>&-
 wait "$held_pid"
 check "runs show once its input closed" 0 "$tg" runs show "$held_run" --json
@@ -473,7 +473,7 @@ exec 7>&-
 reaper=$!
 [ -n "$(port_of "$dir/reaper.log")" ] || failed "the HTTP server did not start"
 check "runs show once an HTTP server started" 0 "$tg" runs show "$killed_run" --json
-is "the killed server's run ended failed" '.run.status == "failed" and .run.ended_at != null'
+is "the killed server's run ended failed" '.run.status == "failed" and .run.endedAt != null'
 kill -TERM "$reaper"
 check "the HTTP server stops" 0 wait "$reaper"
 check "the HTTP server's log" 0 cat "$dir/reaper.log"
@@ -548,7 +548,7 @@ exec 5>&-
 check "its log" 0 cat "$dir/revoked.err"
 has "says why" 'stopped: its token was revoked'
 check "runs show of its run" 0 "$tg" runs show "$revoked_run" --json
-is "ended cancelled" '.run.status == "cancelled" and .run.ended_at != null'
+is "ended cancelled" '.run.status == "cancelled" and .run.endedAt != null'
 check "a stdio server by the owner's token" 0 bash -c 'echo "$1" | "$0" mcp --token "$2"' \
   "$tg" "$stdio_call" "$owner_token"
 is "served" '.result.structuredContent.tools | length > 0'
