@@ -92,13 +92,15 @@ static json_t *pr_args(int argc, char **argv, bool allow_json, bool *json) {
 
 static void show_pr(json_t *result) {
   json_t *p = json_object_get(result, "pullRequest");
-  printf("#%lld %s [%s] %s → %s by %s\n\n%s\n\n",
+  printf("#%lld %s [%s] %s → %s by %s\n\n",
          (long long)json_integer_value(json_object_get(p, "number")),
          json_string_value(json_object_get(p, "title")),
          json_string_value(json_object_get(p, "state")),
-         json_string_value(json_object_get(p, "head")), json_string_value(json_object_get(p, "base")),
-         json_string_value(json_object_get(p, "author")),
-         json_string_value(json_object_get(p, "body")));
+         json_string_value(json_object_get(p, "head")),
+         json_string_value(json_object_get(p, "base")),
+         json_string_value(json_object_get(p, "author")));
+  const char *body = json_string_value(json_object_get(p, "body"));
+  if (body && *body) printf("%s\n\n", body); /* a pull request opened with none has none */
   fputs(json_string_value(json_object_get(result, "diff")), stdout);
   if (json_is_true(json_object_get(result, "diffTruncated"))) puts("(diff truncated)");
 }

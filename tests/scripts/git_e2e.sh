@@ -36,6 +36,12 @@ check "prs merge" 0 "$tg" prs merge work:site/data 1
 is "merged" '.state == "merged" and .fastForward == true'
 check "prs merge again" 1 "$tg" prs merge work:site/data 1
 check "prs show bad" 2 "$tg" prs show work:site/data
+check "openPullRequest with an empty body" 0 "$tg" call openPullRequest --agent writer \
+  --args '{"files":[{"path":"team.md","content":"# Team\n","mode":"add"}],"branchName":"team","title":"Add team","body":""}'
+check "prs show of it" 0 "$tg" prs show work:site/data 2
+cp "$dir/out" "$dir/shown"
+check "its header, one blank line, then the diff" 0 sed -n '2,3p' "$dir/shown"
+has "no body shown" '^diff --git a/team\.md b/team\.md$'
 check "agents start" 0 "$tg" agents start proof-reader
 is "started" '.status == "active" and .previousStatus == "draft"'
 check "agents pause" 0 "$tg" agents pause proof-reader
