@@ -875,10 +875,12 @@ int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_
   }
   if (r != 0) return r < 0 ? r : 0;
   const method *m = find_method(srv, msg->method, c.modern ? ERA_MODERN : ERA_LEGACY);
+  const char *refused = c.modern ? NULL : meta_refusal(msg->params); /* else check_modern's */
   /* A ping pins nothing either: over stdio it may be answered ahead of its turn, where it
-   * could not (see stdio.c). */
-  if (!c.modern && req->session->era == TG_MCP_ERA_NONE && strcmp(m->name, "initialize") != 0 &&
-      strcmp(m->name, "ping") != 0 && !req->headers)
+   * could not (see stdio.c); nor does a request refused for its _meta, as a 2026-07-28 one
+   * refused for its envelope does not. */
+  if (!c.modern && !refused && req->session->era == TG_MCP_ERA_NONE &&
+      strcmp(m->name, "initialize") != 0 && strcmp(m->name, "ping") != 0 && !req->headers)
     req->session->era = TG_MCP_ERA_LEGACY;
   json_t *result = NULL;
   if (req->inflight && tg_mcp_inflight_begin(req->inflight, msg->id) < 0) return TG_E_NOMEM;
@@ -888,10 +890,9 @@ int tg_mcp_handle(const tg_mcp_server *srv, const tg_mcp_request *req, const tg_
     return 0;
   }
   /* Not begun before its transport gave up on every answer: said so, as a client may retry. */
-  const char *refused;
   if (req->abandoned && atomic_load(req->abandoned))
     r = mcp_rpc_fail(&c, TG_RPC_INTERNAL_ERROR, "The server is stopping", NULL);
-  else if (!c.modern && (refused = meta_refusal(msg->params))) /* else check_modern's */
+  else if (refused)
     r = mcp_rpc_fail(&c, TG_RPC_INVALID_PARAMS, refused, NULL);
   else
     r = m->fn(&c, msg->params, &result);

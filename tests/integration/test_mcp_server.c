@@ -890,6 +890,13 @@ static void test_stdio_pinning(void **state) {
   assert_null(json_object_get(json_object_get(caps, "resources"), "subscribe"));
   json_decref(r);
   assert_int_equal(w->session.era, TG_MCP_ERA_NONE); /* discover never pins */
+  /* Nor does a request refused for its _meta, whatever era it would have been of. */
+  r = send_msg(w,
+               "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\",\"params\":{\"_meta\":5}}",
+               NULL, NULL);
+  assert_int_equal(error_code(r), TG_RPC_INVALID_PARAMS);
+  json_decref(r);
+  assert_int_equal(w->session.era, TG_MCP_ERA_NONE);
   /* A claim of a version not spoken pins nothing: the client may fall back to initialize. */
   r = send_msg(w, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\",\"params\":{\"_meta\":{"
                   "\"io.modelcontextprotocol/protocolVersion\":\"v999\","
