@@ -269,6 +269,9 @@ static int m_initialize(cx *c, json_t *params, json_t **ret) {
   /* Kept for the session's life: only what is read of them. The session changes only once
    * nothing can fail any more, so that an initialize failing for memory may be sent again. */
   json_t *kept = tg_client_capabilities_read(caps);
+  /* Elicitation came with 2025-06-18: a client of an older revision that declares it may
+   * not read the request (the revisions compare as their dates). */
+  if (kept && strcmp(version, "2025-06-18") < 0) json_object_del(kept, "elicitation");
   *ret = json_pack("{s:s,s:o,s:o,s:s}", "protocolVersion", version, "capabilities",
                    capabilities(c->srv, false), "serverInfo", server_info(c->srv), "instructions",
                    INSTRUCTIONS);

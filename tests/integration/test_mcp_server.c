@@ -1119,6 +1119,22 @@ static void test_progress_and_logging(void **state) {
   assert_int_equal(json_array_size(w->sent), 3);
 }
 
+/* Elicitation came with 2025-06-18: a session of an older revision is not asked, whatever
+ * its client declares (sampling, older, is kept). */
+static void test_an_older_session_is_not_asked_to_elicit(void **state) {
+  world *w = *state;
+  handshake(w, INITIALIZE(1, "2025-03-26", "{\"elicitation\":{},\"sampling\":{}}"));
+  assert_null(json_object_get(w->session.client_capabilities, "elicitation"));
+  assert_non_null(json_object_get(w->session.client_capabilities, "sampling"));
+  json_t *r =
+      send_msg(w,
+               "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":"
+               "\"test_elicitation\",\"arguments\":{\"message\":\"who?\"}}}",
+               NULL, NULL);
+  assert_int_equal(json_array_size(w->sent), 0);
+  json_decref(r);
+}
+
 static void test_elicitation_asks_the_client(void **state) {
   world *w = *state;
   json_decref(send_msg(w, INITIALIZE(1, "2025-11-25", "{\"elicitation\":{}}"), NULL, NULL));
@@ -4890,6 +4906,7 @@ int main(void) {
       T(test_param_keys),
       T(test_completion),
       T(test_progress_and_logging),
+      T(test_an_older_session_is_not_asked_to_elicit),
       T(test_elicitation_asks_the_client),
       T(test_input_requests_asked_on_2025),
       T(test_which_tools_have_their_input_asked_on_2025),
