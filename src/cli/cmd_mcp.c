@@ -171,10 +171,16 @@ static int open_rate_limit(const char *text, const char *usage, const char *comm
     tg_log(TG_LOG_WARN, "%s: --rate-limit off: a caller's tool calls are not limited", command);
     return CLI_OK;
   }
-  if (!(*limit = tg_rate_limit_new(calls, seconds))) return CLI_FAILED;
-  tg_log(TG_LOG_INFO, "%s: each caller has a bucket of %u tool call%s, refilled in %u s",
-         command, calls, calls == 1 ? "" : "s", seconds);
-  return CLI_OK;
+  return (*limit = tg_rate_limit_new(calls, seconds)) ? CLI_OK : CLI_FAILED;
+}
+
+/* Tells the rate limit open_rate_limit took from text, once the server is about to serve: a
+ * start that fails says why alone. */
+static void tell_rate_limit(const char *text, const char *command) {
+  unsigned calls, seconds;
+  if (tg_rate_limit_parse(text, &calls, &seconds) == 0 && calls)
+    tg_log(TG_LOG_INFO, "%s: each caller has a bucket of %u tool call%s, refilled in %u s", command,
+           calls, calls == 1 ? "" : "s", seconds);
 }
 
 static void ignore_signal(int sig) { (void)sig; }
@@ -241,6 +247,7 @@ int cmd_mcp(cli *c, int argc, char **argv) {
   char who[96];
   describe(c, principal, who, sizeof who);
   const char *by = c->token_from_env ? " (by TOOLGATE_TOKEN)" : c->token ? " (by token)" : "";
+  tell_rate_limit(rate, "mcp");
   tg_log(TG_LOG_INFO, "mcp: serving stdio as %s%s%s%s%.64s", who, by,
          fixtures ? " with the conformance fixtures" : "", srv.run_id ? ", in run " : "",
          srv.run_id ? srv.run_id : "");
@@ -343,6 +350,7 @@ int cmd_serve(cli *c, int argc, char **argv) {
   cfg.public_url = getenv("TOOLGATE_PUBLIC_URL");
   cfg.registry = c->registry;
   end_orphan_runs(c);
+  tell_rate_limit(rate, "serve");
   /* Every server thread opens its own connection: the start-up one would only sit idle. */
   tg_db_close(c->db);
   c->db = c->env.db = NULL;

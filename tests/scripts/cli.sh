@@ -120,6 +120,12 @@ check "mcp told to stop while its output is full" 0 bash -c '
 says "the message cut short" 'the message being written is cut short'
 check "serve --no-auth as an unknown agent" 1 "$tg" serve --no-auth --agent ghost --listen 127.0.0.1:0
 says "unknown agent named" "no agent 'ghost' in this workspace"
+cp "$dir/err" "$dir/ghost.err"
+check "no rate limit told by a server that does not start" 1 grep -q 'bucket of' "$dir/ghost.err"
+check "mcp as an unknown agent" 1 "$tg" mcp --agent ghost
+says "unknown agent named by mcp" "no agent 'ghost' in this workspace"
+cp "$dir/err" "$dir/ghost.err"
+check "nor by a stdio server that does not start" 1 grep -q 'bucket of' "$dir/ghost.err"
 check "serve on a port past 65535" 2 "$tg" serve --listen 127.0.0.1:99999
 says "bad port" 'the port must be a number from 0 to 65535'
 check "refused before it starts: its reason alone" 0 test "$(wc -l <"$dir/err")" = 1
