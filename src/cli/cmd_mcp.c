@@ -159,7 +159,8 @@ static void end_session_run(cli *c, session_run *run, int served) {
     tg_log(TG_LOG_WARN, "mcp: run %s was not ended: %s", run->id, tg_db_errmsg(c->db));
 }
 
-/* The limit --rate-limit names (text) in *limit: NULL for "off", which is logged loudly. */
+/* The limit --rate-limit names (text) in *limit: NULL for "off" (tg_rate_limit_tell says
+ * either once the server serves). */
 static int open_rate_limit(const char *text, const char *usage, const char *command,
                            tg_rate_limit **limit) {
   unsigned calls, seconds;
@@ -167,20 +168,8 @@ static int open_rate_limit(const char *text, const char *usage, const char *comm
   if (tg_rate_limit_parse(text, &calls, &seconds) < 0)
     return cli_usage(usage, "%s: --rate-limit takes CALLS/SECONDS (1 to %u calls in 1 to %u s) "
                      "or off", command, TG_RATE_LIMIT_MAX_CALLS, TG_RATE_LIMIT_MAX_SECONDS);
-  if (!calls) {
-    tg_log(TG_LOG_WARN, "%s: --rate-limit off: a caller's tool calls are not limited", command);
-    return CLI_OK;
-  }
+  if (!calls) return CLI_OK;
   return (*limit = tg_rate_limit_new(calls, seconds)) ? CLI_OK : CLI_FAILED;
-}
-
-/* Tells the rate limit open_rate_limit took from text, once the server is about to serve: a
- * start that fails says why alone. */
-static void tell_rate_limit(const char *text, const char *command) {
-  unsigned calls, seconds;
-  if (tg_rate_limit_parse(text, &calls, &seconds) == 0 && calls)
-    tg_log(TG_LOG_INFO, "%s: each caller has a bucket of %u tool call%s, refilled in %u s", command,
-           calls, calls == 1 ? "" : "s", seconds);
 }
 
 static void ignore_signal(int sig) { (void)sig; }
@@ -247,7 +236,7 @@ int cmd_mcp(cli *c, int argc, char **argv) {
   char who[96];
   describe(c, principal, who, sizeof who);
   const char *by = c->token_from_env ? " (by TOOLGATE_TOKEN)" : c->token ? " (by token)" : "";
-  tell_rate_limit(rate, "mcp");
+  tg_rate_limit_tell(limit, "mcp");
   tg_log(TG_LOG_INFO, "mcp: serving stdio as %s%s%s%s%.64s", who, by,
          fixtures ? " with the conformance fixtures" : "", srv.run_id ? ", in run " : "",
          srv.run_id ? srv.run_id : "");
@@ -350,7 +339,6 @@ int cmd_serve(cli *c, int argc, char **argv) {
   cfg.public_url = getenv("TOOLGATE_PUBLIC_URL");
   cfg.registry = c->registry;
   end_orphan_runs(c);
-  tell_rate_limit(rate, "serve");
   /* Every server thread opens its own connection: the start-up one would only sit idle. */
   tg_db_close(c->db);
   c->db = c->env.db = NULL;

@@ -70,6 +70,14 @@ tg_rate_limit *tg_rate_limit_new(unsigned calls, unsigned seconds) {
   return limit;
 }
 
+void tg_rate_limit_tell(const tg_rate_limit *limit, const char *command) {
+  if (!limit)
+    tg_log(TG_LOG_WARN, "%s: --rate-limit off: a caller's tool calls are not limited", command);
+  else
+    tg_log(TG_LOG_INFO, "%s: each caller has a bucket of %u tool call%s, refilled in %u s", command,
+           limit->calls, limit->calls == 1 ? "" : "s", limit->seconds);
+}
+
 void tg_rate_limit_free(tg_rate_limit *limit) {
   if (!limit) return;
   for (size_t i = 0; i < CHAINS; i++)

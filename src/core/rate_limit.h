@@ -42,6 +42,9 @@ int tg_rate_limit_parse(const char *text, unsigned *calls, unsigned *seconds);
  * of memory. Thread-safe. */
 tg_rate_limit *tg_rate_limit_new(unsigned calls, unsigned seconds);
 void tg_rate_limit_free(tg_rate_limit *limit);
+/* Logs what limit lets each caller do (NULL: no limit, a warning), for command ("serve"), once
+ * its server serves. */
+void tg_rate_limit_tell(const tg_rate_limit *limit, const char *command);
 static inline void tg_rate_limit_freep(tg_rate_limit **limit) { tg_rate_limit_free(*limit); }
 #define _cleanup_rate_limit_ __attribute__((cleanup(tg_rate_limit_freep)))
 

@@ -414,6 +414,7 @@ int tg_http_serve(const tg_http_config *cfg) {
            cfg->no_auth_who, cfg->no_auth_principal);
   tg_log(TG_LOG_INFO, "serve: listening on %.*s:%u", (int)(strrchr(cfg->listen, ':') - cfg->listen),
          cfg->listen, port);
+  tg_rate_limit_tell(cfg->rate_limit, "serve");
   int sig = 0;
   sigwait(&stop, &sig);
   tg_log(TG_LOG_INFO, "serve: stopping on signal %d", sig);

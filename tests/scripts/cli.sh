@@ -150,6 +150,8 @@ port=$(port_of "$dir/first.log")
 if [ -n "$port" ]; then
   check "serve on a busy port" 1 timeout 30 "$tg" serve --no-auth --listen "127.0.0.1:$port"
   says "busy port" 'Address already in use \(another server has it: give another with --listen HOST:PORT\)'
+  cp "$dir/err" "$dir/busy.err"
+  check "no rate limit told by a server that could not listen" 1 grep -q 'bucket of' "$dir/busy.err"
 else
   failed "serve on a busy port: the first server did not start"
 fi
