@@ -56,13 +56,31 @@ void http_listener_closed(void *arg) {
   http_listener_put(arg); /* the answer's reference */
 }
 
-/* Whether l's client closed its stream, which l's reader notices within HANGUP_CHECK_MS: a
- * client listening again at once is not refused for it meanwhile. */
+/* Whether l's client closed its stream, which l's reader notices within HANGUP_CHECK_MS. */
 static bool listener_left(listener *l) {
   pthread_mutex_lock(&l->st->lock);
   bool left = l->st->reading && http_client_gone(l->st->reader_fd);
   pthread_mutex_unlock(&l->st->lock);
   return left;
+}
+
+/* Takes out of the registry, with s->lock held, the listeners whose clients closed their
+ * streams, so that a client listening again at once is not refused for them meanwhile (the
+ * registry stays within its bounds: the server's end counts on it). Their registry
+ * references go to gone[], at most TG_HTTP_MAX_LISTENS; returns how many. */
+static size_t unlink_left_locked(server *s, listener **gone) {
+  size_t n = 0;
+  for (listener **p = &s->listeners; *p;) {
+    listener *o = *p;
+    if (!listener_left(o)) {
+      p = &o->next;
+      continue;
+    }
+    *p = o->next;
+    s->n_listeners--;
+    gone[n++] = o;
+  }
+  return n;
 }
 
 /* Registers a listen stream of principal, within the bounds, with a reference for the caller
@@ -80,16 +98,13 @@ listener *http_listener_open(server *s, const char *principal, const char *token
     l->refs = 2; /* the registry's and the caller's */
     snprintf(l->principal, sizeof l->principal, "%s", principal);
     snprintf(l->token_hash, sizeof l->token_hash, "%s", token_hash);
+    listener *gone[TG_HTTP_MAX_LISTENS];
     pthread_mutex_lock(&s->lock);
-    size_t mine = 0, all = 0;
-    for (listener *o = s->listeners; o; o = o->next) {
-      if (listener_left(o)) continue;
-      all++;
-      mine += strcmp(o->principal, principal) == 0;
-    }
+    size_t n_gone = unlink_left_locked(s, gone), mine = 0;
+    for (listener *o = s->listeners; o; o = o->next) mine += strcmp(o->principal, principal) == 0;
     *status = s->closing ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_TOO_MANY_REQUESTS;
-    *why = s->closing                   ? "The server is stopping"
-           : all >= TG_HTTP_MAX_LISTENS ? "Too many open subscriptions/listen streams"
+    *why = s->closing                              ? "The server is stopping"
+           : s->n_listeners >= TG_HTTP_MAX_LISTENS ? "Too many open subscriptions/listen streams"
            : mine >= TG_HTTP_MAX_LISTENS_PER_PRINCIPAL
                ? "Too many open subscriptions/listen streams of this caller"
                : NULL;
@@ -99,6 +114,7 @@ listener *http_listener_open(server *s, const char *principal, const char *token
       s->n_listeners++;
     }
     pthread_mutex_unlock(&s->lock);
+    for (size_t i = 0; i < n_gone; i++) http_listener_put(gone[i]);
     if (!*why) return l;
   }
   if (l) tg_mcp_watch_free(l->watch);
