@@ -363,8 +363,9 @@ static const char approvals_usage[] =
     "       toolgate approvals show APPROVAL_ID [--json]\n"
     "       toolgate approvals approve APPROVAL_ID [--note TEXT] [--json]\n"
     "       toolgate approvals deny APPROVAL_ID [--note TEXT] [--json]\n\n"
-    "A tool whose policy is 'approval' runs only on an approval of the very call (its caller,\n"
-    "tool and arguments). A held call is refused with details.approvalId; once approved, the\n"
+    "A tool whose policy is 'approval' runs an agent's call, or a person's over MCP, only on an\n"
+    "approval of the very call (its caller, tool and arguments). A held call is refused with\n"
+    "details.approvalId; once approved (by a person: here, for one of your own), the\n"
     "caller's next call with the same arguments within the hour runs, once. A denied call is\n"
     "refused for the hour. Requests wait 24 hours for a decision.\n";
 

@@ -16,11 +16,12 @@ static void iso_from_now(int64_t ms, char out[TG_ISO_LEN + 1]) {
   tg_iso8601(tg_now_ms() + ms, out);
 }
 
-bool tg_approval_needed(const tg_principal *p, const tg_tool *tool) {
+bool tg_approval_needed(const tg_principal *p, const tg_tool *tool, tg_surface surface) {
   /* The hold puts a person between an agent and the tool (seed 001: "requires user
-   * approval"); a person's own call is that person's decision, and no one else could make it
-   * in a workspace of one person. */
-  if (p->kind != TG_PRINCIPAL_AGENT) return false;
+   * approval"). A person's own call elsewhere is that person's decision (no one else could
+   * make it in a workspace of one person); over MCP the caller may be the client acting on
+   * the person's token, so it waits for the person, outside MCP (approval_resolve). */
+  if (p->kind != TG_PRINCIPAL_AGENT && surface != TG_SURFACE_MCP) return false;
   const char *mode = json_string_value(json_object_get(p->policies, tool->name));
   return mode && strcmp(mode, "approval") == 0;
 }

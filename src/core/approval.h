@@ -15,8 +15,9 @@
 #define TG_APPROVAL_PENDING_MAX 50                  /* requests one caller may have waiting */
 #define TG_APPROVAL_ARGS_MAX (64 * 1024) /* bytes of arguments an approver can be shown */
 
-/* Whether p is an agent whose workspace holds tool for approval. */
-bool tg_approval_needed(const tg_principal *p, const tg_tool *tool);
+/* Whether p's workspace holds tool for approval, for a call of p's on surface: an agent's on
+ * any, a person's on MCP. */
+bool tg_approval_needed(const tg_principal *p, const tg_tool *tool, tg_surface surface);
 
 /* The arguments' canonical JSON (sorted keys; malloc'd, in *text unless text is NULL), what
  * an approver is shown, and the hex SHA-256 of the tool's name and that text. */

@@ -682,7 +682,8 @@ static int unless_cancelled(tg_call_ctx *cx) {
  * ends: undone with it when it fails, left for the next round when the handler asks its
  * client for input (a call may take several rounds, each its own tg_call). */
 static int use_approval(call_state *st, tg_db *db, json_t *result) {
-  if (!tg_approval_needed(st->principal, st->tool) || tg_client_asks_input(st->tool, result))
+  if (!tg_approval_needed(st->principal, st->tool, st->req->surface) ||
+      tg_client_asks_input(st->tool, result))
     return TG_OK;
   const char *digest = approval_digest(st);
   return digest ? tg_approval_use(db, st->principal->id, st->tool->name, digest, st->approval_used)
@@ -794,7 +795,7 @@ static int execute(call_state *st, tg_call_result *ret) {
   if (prepare_telemetry(st) < 0) return internal(st, ret, "no telemetry row", TG_E_NOMEM, false);
 
   /* Made before the write lock is taken, which the approval gate runs under again. */
-  if (tg_approval_needed(st->principal, st->tool) && !approval_digest(st))
+  if (tg_approval_needed(st->principal, st->tool, st->req->surface) && !approval_digest(st))
     return internal(st, ret, "no approval digest", TG_E_NOMEM, false);
   json_t *result = NULL;
   int r = interactive ? run_interactive(st, &cx, &result) : TG_OK;

@@ -218,7 +218,7 @@ static int gate_arguments(const tg_gate_input *in, tg_refusal *out) {
  * caller, tool and arguments) that is still good, and uses it (call.c). Without one the
  * refusal names the request, which the refused call's record opens when there is none. */
 static int gate_approval(const tg_gate_input *in, tg_refusal *out) {
-  if (!tg_approval_needed(in->principal, in->tool)) return 0;
+  if (!tg_approval_needed(in->principal, in->tool, in->surface)) return 0;
   char made[65];
   const char *digest = in->approval_digest;
   _cleanup_json_ json_t *row = NULL;

@@ -333,14 +333,15 @@ static int policy_set(tg_call_ctx *cx, json_t *args, json_t **ret) {
                    json_pack("{s:s,s:s,s:s}", "reason", "self_lockout", "tool", tool->name, "mode",
                              mode),
                    "%s cannot be set to %s: no policy could be changed after.", tool->name, mode);
-  /* The hold is on agents' calls (tg_approval_needed): on a tool only people call it would
-   * hold nothing, and say it did. */
-  if ((tool->flags & TG_TOOL_PEOPLE_ONLY) && strcmp(mode, "approval") == 0)
+  /* The hold is on agents' calls and on people's over MCP (tg_approval_needed): on a tool
+   * only people call, and not over MCP, it would hold nothing, and say it did. */
+  if ((tool->flags & TG_TOOL_PEOPLE_ONLY) && !(tool->surfaces & TG_SURFACE_MCP) &&
+      strcmp(mode, "approval") == 0)
     return tg_fail(
         cx, TG_ERR_VALIDATION_FAILED,
         json_pack("{s:s,s:s,s:s}", "reason", "people_only", "tool", tool->name, "mode", mode),
-        "%s cannot be held for approval: only people call it, and the hold is on "
-        "agents' calls.",
+        "%s cannot be held for approval: only people call it, and not over MCP, where alone a "
+        "person's call is held.",
         tool->name);
   char now[TG_ISO_LEN + 1];
   tg_now_iso(now);
@@ -530,9 +531,9 @@ static int user_calls(tg_call_ctx *cx, json_t *args, json_t **ret) {
   return *ret ? TG_OK : TG_E_NOMEM;
 }
 
-/* Approves or denies a pending approval request, which only an agent's call opens. A person
- * decides (the tool is people_only: two agents granted approvals.resolve could let each other
- * through). */
+/* Approves or denies a pending approval request. A person decides (the tool is people_only:
+ * two agents granted approvals.resolve could let each other through); their own request
+ * (made over MCP) only outside MCP, where the client that made it could decide it too. */
 static int approval_resolve(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const char *id = tg_json_str(args, "approvalId");
   const char *decision = tg_json_str(args, "decision");
@@ -543,6 +544,12 @@ static int approval_resolve(tg_call_ctx *cx, json_t *args, json_t **ret) {
   if (!request)
     return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "approvalId", id),
                    "No approval request %.*s.", TG_UTF8_CUT(id, 64));
+  if (cx->surface == TG_SURFACE_MCP &&
+      strcmp(tg_json_str(request, "principal_id"), cx->principal->id) == 0)
+    return tg_fail(cx, TG_ERR_PERMISSION_DENIED,
+                   json_pack("{s:s,s:s}", "reason", "own_request_over_mcp", "approvalId", id),
+                   "A request of your own is decided outside MCP (toolgate approvals, the API): "
+                   "the client that made it could decide it here.");
   const char *status = tg_json_str(request, "status");
   if (strcmp(status, "pending") == 0 && !json_integer_value(json_object_get(request, "live")))
     status = "expired";

@@ -333,11 +333,11 @@ static void test_policy_gates(void **state) {
   tg_call_result_done(&res);
 
   /* The policy tool cannot shut itself off: no policy could be changed after. No tool only
-   * people call is held for approval: the hold is on agents' calls, so it would hold nothing
-   * (the approval tool among them, whose hold would leave no approval decidable). */
+   * people call, and not over MCP, is held for approval: the hold is on agents' calls and on
+   * people's over MCP, so it would hold nothing. */
   const char *refused[][3] = {{"admin.policy.set", "disabled", "self_lockout"},
                               {"admin.policy.set", "approval", "people_only"},
-                              {"agent.approval.resolve", "approval", "people_only"}};
+                              {"admin.grant.add", "approval", "people_only"}};
   for (size_t i = 0; i < 3; i++) {
     char args[100];
     snprintf(args, sizeof args, "{\"tool\":\"%s\",\"mode\":\"%s\"}", refused[i][0], refused[i][1]);
@@ -347,7 +347,7 @@ static void test_policy_gates(void **state) {
   }
   assert_int_equal(
       fixture_count_where(w->f, "SELECT COUNT(*) AS n FROM tool_policies WHERE tool_name = $1",
-                          json_pack("[s]", "agent.approval.resolve")),
+                          json_pack("[s]", "admin.grant.add")),
       0);
   set_policy(w, "admin.policy.set", "enabled");
   set_policy(w, "admin.policy.set", "default");
@@ -406,6 +406,12 @@ static json_t *resolve(world *w, const char *decider, const char *id, const char
   return value;
 }
 
+/* The reason of a refusal's envelope. */
+static const char *reason_of(json_t *refusal) {
+  return json_string_value(
+      json_object_get(json_object_get(json_object_get(refusal, "error"), "details"), "reason"));
+}
+
 static const char *request_status(world *w, const char *id) {
   static char status[16];
   _cleanup_json_ json_t *row = NULL;
@@ -452,7 +458,7 @@ static void test_approval_holds_the_very_call(void **state) {
   assert_string_equal(json_string_value(json_object_get(
                           json_object_get(json_object_get(by_agent, "error"), "details"), "reason")),
                       "people_only");
-  /* A person's own call is that person's decision: it runs, and asks no one. */
+  /* A person's own call, not over MCP, is that person's decision: it runs, and asks no one. */
   long requests = fixture_count(w->f, "approval_requests");
   assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "test.item.write",
                                 "{\"note\":\"owner's\"}", NULL, &res),
@@ -1533,6 +1539,39 @@ static void test_interactive_call_decided_on_current_permissions(void **state) {
   assert_int_equal(fixture_count(w->f, "agent_runs"), runs);
 }
 
+/* Over MCP a person's call of a held tool waits as an agent's does, since the client may be
+ * acting on the person's token: the person decides it outside MCP alone (over MCP the client
+ * could), and the very call then runs, once. */
+static void test_a_persons_call_over_mcp_waits_for_that_person(void **state) {
+  world *w = *state;
+  set_policy(w, "test.read.echo", "approval");
+  static const char args[] = "{\"text\":\"mine\"}";
+  tg_call_result res;
+  assert_int_equal(
+      fixture_call(w->f, w->f->owner, TG_SURFACE_MCP, "test.read.echo", args, NULL, &res),
+      TG_E_TOOL);
+  assert_string_equal(reason_of(res.value), "approval_required");
+  _cleanup_free_ char *id = strdup(json_string_value(json_object_get(details(&res), "approvalId")));
+  tg_call_result_done(&res);
+  char decision[200];
+  snprintf(decision, sizeof decision, "{\"approvalId\":\"%s\",\"decision\":\"approve\"}", id);
+  expect_refusal(w, w->f->owner, TG_SURFACE_MCP, "agent.approval.resolve", decision, NULL,
+                 "permission_denied", &res);
+  assert_string_equal(reason_of(res.value), "own_request_over_mcp");
+  tg_call_result_done(&res);
+  assert_string_equal(request_status(w, id), "pending");
+  json_decref(resolve(w, w->f->owner, id, "approve", ""));
+  assert_int_equal(
+      fixture_call(w->f, w->f->owner, TG_SURFACE_MCP, "test.read.echo", args, NULL, &res), 0);
+  tg_call_result_done(&res);
+  assert_string_equal(request_status(w, id), "used");
+  assert_int_equal(
+      fixture_call(w->f, w->f->owner, TG_SURFACE_MCP, "test.read.echo", args, NULL, &res),
+      TG_E_TOOL);
+  assert_string_equal(reason_of(res.value), "approval_required");
+  tg_call_result_done(&res);
+}
+
 int main(void) {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
   const struct CMUnitTest tests[] = {
@@ -1546,6 +1585,7 @@ int main(void) {
       T(test_inactive_agent_is_denied),
       T(test_policy_gates),
       T(test_approval_holds_the_very_call),
+      T(test_a_persons_call_over_mcp_waits_for_that_person),
       T(test_a_policy_change_withdraws_live_approvals),
       T(test_approval_requests_are_bounded),
       T(test_approval_list_by_status),
