@@ -1132,6 +1132,11 @@ static void test_an_older_session_is_not_asked_to_elicit(void **state) {
                "\"test_elicitation\",\"arguments\":{\"message\":\"who?\"}}}",
                NULL, NULL);
   assert_int_equal(json_array_size(w->sent), 0);
+  /* Refused as any input the client did not declare, naming what it would need. */
+  json_t *error = json_object_get(json_object_get(result_of(r), "structuredContent"), "error");
+  assert_string_equal(json_string_value(json_object_get(error, "code")), "precondition_failed");
+  assert_non_null(json_object_get(
+      json_object_get(json_object_get(error, "details"), "requiredCapabilities"), "elicitation"));
   json_decref(r);
 }
 
