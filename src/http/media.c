@@ -105,12 +105,14 @@ bool tg_http_is_json(const char *content_type) {
   const char *p = content_type, *type_end = next_sep(p, end, ';'), *params = type_end;
   trim(&p, &type_end);
   if (!same(p, type_end, "application/json")) return false;
-  /* JSON is UTF-8 (RFC 8259 §8.1): a body said to be in another charset would be misread. */
+  /* JSON is UTF-8 (RFC 8259 §8.1): a body said to be in another charset would be misread
+   * (US-ASCII, a part of UTF-8, aside: older clients name it). */
   const char *charset, *charset_end;
   if (!param(params, end, "charset", &charset, &charset_end)) return true;
   if (charset_end - charset >= 2 && *charset == '"' && charset_end[-1] == '"') {
     charset++;
     charset_end--;
   }
-  return same(charset, charset_end, "utf-8") || same(charset, charset_end, "utf8");
+  return same(charset, charset_end, "utf-8") || same(charset, charset_end, "utf8") ||
+         same(charset, charset_end, "us-ascii");
 }

@@ -19,6 +19,6 @@ typedef struct tg_accept {
  * quality counts; a range whose quality cannot be read counts for nothing. */
 tg_accept tg_http_accepts(const char *accept, const char *type);
 
-/* Whether a Content-Type value (NULL when absent) is application/json, in UTF-8 when it names
- * a charset. */
+/* Whether a Content-Type value (NULL when absent) is application/json, in UTF-8 (or US-ASCII)
+ * when it names a charset. */
 bool tg_http_is_json(const char *content_type);

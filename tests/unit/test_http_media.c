@@ -78,7 +78,8 @@ static void test_json_content_type(void **state) {
                                      JSON "; charset=utf-8",
                                      JSON ";charset=\"utf-8\"",
                                      JSON "; foo=bar; Charset=UTF-8 ",
-                                     JSON "; charset=utf8"};
+                                     JSON "; charset=utf8",
+                                     JSON "; charset=US-ASCII"};
   static const char *const other[] = {"",
                                       "text/plain",
                                       "application/jsonl",
