@@ -369,10 +369,13 @@ static const char approvals_usage[] =
     "caller's next call with the same arguments within the hour runs, once. A denied call is\n"
     "refused for the hour. Requests wait 24 hours for a decision.\n";
 
-/* Whether text holds a character that reorders how what follows it is shown (the bidirectional
- * controls: U+061C, U+200E, U+200F, U+202A to U+202E, U+2066 to U+2069). */
-static bool reorders_display(const char *text) {
+/* Whether text holds a character that changes how what follows it is shown: the
+ * bidirectional controls (U+061C, U+200E, U+200F, U+202A to U+202E, U+2066 to U+2069), which
+ * reorder it, and the C1 controls (U+0080 to U+009F), which some terminals take for the start
+ * of a control sequence. */
+static bool misleads_display(const char *text) {
   for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+    if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) return true;
     if (p[0] == 0xd8 && p[1] == 0x9c) return true;
     if (p[0] != 0xe2 || !p[1]) continue;
     if (p[1] == 0x80 && (p[2] == 0x8e || p[2] == 0x8f || (p[2] >= 0xaa && p[2] <= 0xae)))
@@ -383,11 +386,11 @@ static bool reorders_display(const char *text) {
 }
 
 /* A request's arguments as an approver reads them: JSON, with every character past ASCII
- * escaped (*escaped) when some would reorder what is shown, so that the text read is the text
+ * escaped (*escaped) when some would change what is shown, so that the text read is the text
  * that runs. */
 static char *approver_text(json_t *args, size_t flags, bool *escaped) {
   char *text = json_dumps(args, flags);
-  *escaped = text && reorders_display(text);
+  *escaped = text && misleads_display(text);
   if (!*escaped) return text;
   free(text);
   return json_dumps(args, flags | JSON_ENSURE_ASCII);
@@ -439,7 +442,7 @@ static void show_approval(json_t *result) {
   bool escaped;
   _cleanup_free_ char *args = approver_text(json_object_get(a, "args"), JSON_INDENT(2), &escaped);
   printf("arguments%s:\n%s\n",
-         escaped ? " (escaped: they hold characters that reorder what is shown)" : "",
+         escaped ? " (escaped: they hold characters that change what is shown)" : "",
          args ? args : "");
 }
 

@@ -283,9 +283,16 @@ spoofed=$(jq -r .error.details.approvalId "$dir/out")
 check "approvals list of it" 0 "$tg" approvals list
 has "its line cut, said" "^$spoofed pending .*\\(escaped\\) .*\\.\\.\\. \\(cut: approvals show ID shows them whole\\)$"
 check "approvals show of it" 0 "$tg" approvals show "$spoofed"
-has "escaped, said" '^arguments \(escaped: they hold characters that reorder what is shown\):$'
+has "escaped, said" '^arguments \(escaped: they hold characters that change what is shown\):$'
 has "the control escaped" 'ok {300}\\u202E and delete everything'
 if grep -q $'\u202e' "$dir/out"; then failed "the control shown raw"; else passes=$((passes + 1)); fi
+# So is a C1 control (U+009B, a terminal's control sequence introducer to some).
+check "a held call with a C1 control" 1 "$tg" call work.task.create --agent demo \
+  --args '{"title":"Fix typo\u009b2K\u009b1Gharmless"}'
+c1=$(jq -r .error.details.approvalId "$dir/out")
+check "approvals show of that" 0 "$tg" approvals show "$c1"
+has "the C1 control escaped" 'Fix typo\\u009B2K\\u009B1Gharmless'
+if grep -q $'\u009b' "$dir/out"; then failed "the C1 control shown raw"; else passes=$((passes + 1)); fi
 check "policy back from approval" 0 "$tg" policy set work.task.create default
 
 check "workspace set --naming catalog" 0 "$tg" workspace set --naming catalog
