@@ -532,8 +532,9 @@ static int user_calls(tg_call_ctx *cx, json_t *args, json_t **ret) {
 }
 
 /* Approves or denies a pending approval request. A person decides (the tool is people_only:
- * two agents granted approvals.resolve could let each other through); their own request
- * (made over MCP) only outside MCP, where the client that made it could decide it too. */
+ * two agents granted approvals.resolve could let each other through), and not over MCP (the
+ * tool is on the api surface alone), where the client may be an agent acting on the person's
+ * token. */
 static int approval_resolve(tg_call_ctx *cx, json_t *args, json_t **ret) {
   const char *id = tg_json_str(args, "approvalId");
   const char *decision = tg_json_str(args, "decision");
@@ -544,12 +545,6 @@ static int approval_resolve(tg_call_ctx *cx, json_t *args, json_t **ret) {
   if (!request)
     return tg_fail(cx, TG_ERR_NOT_FOUND, json_pack("{s:s}", "approvalId", id),
                    "No approval request %.*s.", TG_UTF8_CUT(id, 64));
-  if (cx->surface == TG_SURFACE_MCP &&
-      strcmp(tg_json_str(request, "principal_id"), cx->principal->id) == 0)
-    return tg_fail(cx, TG_ERR_PERMISSION_DENIED,
-                   json_pack("{s:s,s:s}", "reason", "own_request_over_mcp", "approvalId", id),
-                   "A request of your own is decided outside MCP (toolgate approvals, the API): "
-                   "the client that made it could decide it here.");
   const char *status = tg_json_str(request, "status");
   if (strcmp(status, "pending") == 0 && !json_integer_value(json_object_get(request, "live")))
     status = "expired";

@@ -1540,8 +1540,8 @@ static void test_interactive_call_decided_on_current_permissions(void **state) {
 }
 
 /* Over MCP a person's call of a held tool waits as an agent's does, since the client may be
- * acting on the person's token: the person decides it outside MCP alone (over MCP the client
- * could), and the very call then runs, once. */
+ * acting on the person's token: the person decides it outside MCP (over MCP the client could
+ * decide it; no approval is decided there), and the very call then runs, once. */
 static void test_a_persons_call_over_mcp_waits_for_that_person(void **state) {
   world *w = *state;
   set_policy(w, "test.read.echo", "approval");
@@ -1557,7 +1557,7 @@ static void test_a_persons_call_over_mcp_waits_for_that_person(void **state) {
   snprintf(decision, sizeof decision, "{\"approvalId\":\"%s\",\"decision\":\"approve\"}", id);
   expect_refusal(w, w->f->owner, TG_SURFACE_MCP, "agent.approval.resolve", decision, NULL,
                  "permission_denied", &res);
-  assert_string_equal(reason_of(res.value), "own_request_over_mcp");
+  assert_string_equal(reason_of(res.value), "surface");
   tg_call_result_done(&res);
   assert_string_equal(request_status(w, id), "pending");
   json_decref(resolve(w, w->f->owner, id, "approve", ""));

@@ -2547,25 +2547,29 @@ static void test_an_approval_lasts_a_call_of_many_rounds(void **state) {
   char *id = strdup(json_string_value(
       json_object_get(json_object_get(json_object_get(refusal, "error"), "details"), "approvalId")));
   json_decref(r);
-  /* Decided over MCP, as a person does with their own token; the agent may not. */
+  /* Decided by a person, outside MCP: over MCP neither the agent nor the person's token may. */
   static const char status_of[] = "SELECT COUNT(*) AS n FROM approval_requests WHERE id = $1"
                                   " AND status = $2";
-  char *resolve = NULL;
-  assert_true(asprintf(&resolve,
-                       "\"name\":\"agent_approval_resolve\",\"arguments\":{\"approvalId\":\"%s\","
-                       "\"decision\":\"approve\"}",
-                       id) > 0);
-  r = request_as(w, w->agent, "{}", "tools/call", resolve, NULL);
-  json_t *refused = json_object_get(result_of(r), "structuredContent");
-  assert_string_equal(str(json_object_get(json_object_get(refused, "error"), "details"), "reason"),
-                      "people_only");
-  json_decref(r);
+  char *resolve = NULL, *decision = NULL;
+  assert_true(asprintf(&decision, "{\"approvalId\":\"%s\",\"decision\":\"approve\"}", id) > 0);
+  assert_true(asprintf(&resolve, "\"name\":\"agent_approval_resolve\",\"arguments\":%s", decision) >
+              0);
+  const char *const callers[] = {w->agent, w->f->owner};
+  for (size_t i = 0; i < 2; i++) {
+    r = request_as(w, callers[i], "{}", "tools/call", resolve, NULL);
+    json_t *refused = json_object_get(result_of(r), "structuredContent");
+    assert_string_equal(
+        str(json_object_get(json_object_get(refused, "error"), "details"), "reason"), "surface");
+    json_decref(r);
+  }
   assert_int_equal(fixture_count_where(w->f, status_of, json_pack("[ss]", id, "pending")), 1);
-  r = request_as(w, w->f->owner, "{}", "tools/call", resolve, NULL);
-  assert_string_equal(str(json_object_get(result_of(r), "structuredContent"), "status"),
-                      "approved");
-  json_decref(r);
+  assert_int_equal(fixture_call(w->f, w->f->owner, TG_SURFACE_API, "agent.approval.resolve",
+                                decision, NULL, &res),
+                   0);
+  assert_string_equal(str(res.value, "status"), "approved");
+  tg_call_result_done(&res);
   free(resolve);
+  free(decision);
   r = request_as(w, w->agent, ELICITS, "tools/call", call, NULL);
   assert_string_equal(str(result_of(r), "resultType"), "input_required");
   assert_int_equal(fixture_count_where(w->f, status_of, json_pack("[ss]", id, "approved")), 1);
