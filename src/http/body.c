@@ -115,6 +115,15 @@ bool http_take_decoded(server *s, request *rq) {
   return true;
 }
 
+/* Gives back, once, what rq's body (and its message) counted against the bounds on bodies
+ * held, when neither is held any more: at its end, or before, as its answer may stay open
+ * long after (a listen stream's). */
+void http_body_let_go(server *s, request *rq) {
+  if (!rq->taker || rq->let_go) return;
+  http_taking_count(s, rq->taker, rq->len + rq->decoded, true);
+  rq->let_go = true;
+}
+
 /* The ids rq's body names, as an error refusing it may name them. */
 void http_scan_body(const request *rq, tg_rpc_id_scan *scan) {
   tg_rpc_id_scan_init(scan);

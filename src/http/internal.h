@@ -25,6 +25,9 @@
 #define SESSION_ID_BYTES 16
 #define MAX_ASKS 16      /* server-to-client requests open per session */
 #define HANGUP_CHECK_MS 1000 /* how soon a client closing a stream is noticed */
+/* A body this large or larger has what malloc keeps trimmed once its text is let go (read_post)
+ * and once it is done (on_completed). */
+#define HTTP_TRIM_AFTER_BYTES (1u * 1024u * 1024u)
 #define SPARE_DBS 16         /* database connections kept from closed client connections */
 /* How long a stopping server lets listen streams deliver their end, and the calls cancelled
  * past its grace end so. */
@@ -295,6 +298,7 @@ typedef struct request {
   held_share *taker;
   unsigned busy_status;
   size_t decoded; /* counted with its body: what its message holds decoded beyond its bytes */
+  bool let_go;    /* its body and message no longer counted (http_body_let_go) */
   bool takes_events;   /* Accept takes text/event-stream */
   bool prefers_events; /* Accept names it, no lower than JSON: a call's answer may stream */
   /* A header about the message given more than once on a POST: the refusal waits for the
@@ -397,6 +401,7 @@ enum MHD_Result http_refuse_busy(server *s, struct MHD_Connection *conn, const r
                                  const tg_rpc_id_scan *scan);
 bool http_take_decoded(server *s, request *rq);
 void http_scan_body(const request *rq, tg_rpc_id_scan *scan);
+void http_body_let_go(server *s, request *rq);
 enum MHD_Result http_refuse_too_large(server *s, struct MHD_Connection *conn,
                                       const request *rq, const tg_rpc_id_scan *scan);
 

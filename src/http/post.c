@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "http/internal.h"
 
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -287,6 +288,7 @@ static worker *read_post(server *s, struct MHD_Connection *conn, request *rq,
      * (http_take_decoded): a call waiting in line keeps one of the two. */
     free(rq->body);
     rq->body = NULL;
+    if (rq->len >= HTTP_TRIM_AFTER_BYTES) malloc_trim(0); /* else malloc keeps it resident */
     return w;
   }
   free(w);
@@ -582,5 +584,6 @@ enum MHD_Result http_handle_post(server *s, struct MHD_Connection *conn, tg_db *
   result = serve_here(s, conn, db, w, modern, sse_call);
 done:
   http_worker_free(w);
+  http_body_let_go(s, rq); /* its message gone with w, whatever its answer holds open */
   return result;
 }

@@ -19,8 +19,6 @@
 /* A request whose body took longer than this to arrive has its token checked again once it
  * has: one revoked meanwhile is refused, as running calls are cancelled (end_revoked). */
 #define TOKEN_RECHECK_MS 1000
-/* A body this large or larger has what malloc keeps trimmed once it is done (on_completed). */
-#define TRIM_AFTER_BYTES (1u * 1024u * 1024u)
 
 /* What a call on one of this server's threads runs against. */
 tg_env http_server_env(const server *s, tg_db *db) {
@@ -97,9 +95,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   if (p) http_request_done_once(s, &p->answering);
   /* The message a large body was read as took many small blocks, which malloc keeps once
    * freed: a burst of them would hold hundreds of megabytes for good. */
-  bool large = rq->len + rq->dropped >= TRIM_AFTER_BYTES;
+  bool large = rq->len + rq->dropped >= HTTP_TRIM_AFTER_BYTES;
   if (rq->taker) {
-    http_taking_count(s, rq->taker, rq->len + rq->decoded, true);
+    http_body_let_go(s, rq);
     http_share_put(s, rq->taker);
   }
   free(rq->body);

@@ -3808,6 +3808,38 @@ static void test_request_bodies_count_as_decoded(void **state) {
   assert_int_equal(fixture_count(w->f, "agent_run_logs"), audited + 1);
 }
 
+/* A listen request's body stops counting against the bounds on bodies held once it is
+ * served: its stream may stay open for hours, holding neither its text nor its message. With
+ * 64 KB for all (32 KB a caller), a caller listening with 28 KB still calls with 28 KB more. */
+static void test_an_open_listen_stream_holds_no_body(void **state) {
+  world *w = *state;
+  w->cfg.max_taking_bytes = 64 * 1024;
+  unsigned port = restart(w);
+  char *pad = malloc(28 * 1024 + 1), *body = NULL;
+  memset(pad, 'x', 28 * 1024);
+  pad[28 * 1024] = 0;
+  assert_true(asprintf(&body,
+                       "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"subscriptions/listen\","
+                       "\"params\":{\"notifications\":{\"toolsListChanged\":true},\"_meta\":{"
+                       "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+                       "\"io.modelcontextprotocol/clientCapabilities\":{},\"pad\":\"%s\"}}}",
+                       pad) > 0);
+  free(pad);
+  int fd = fixture_connect(port);
+  char *lines = modern_lines(w, "subscriptions/listen", NULL), answer[4096] = "";
+  fixture_http_send(fd, port, "POST", lines, body);
+  free(lines);
+  free(body);
+  size_t len = 0;
+  read_until(fd, answer, sizeof answer, &len, "acknowledged");
+  char got[ANSWER_MAX];
+  int call = padded_call(w, port, "test_simple_text", "beside", 28 * 1024, false, true, NULL);
+  read_answer(call, got, sizeof got);
+  close(call);
+  if (strncmp(got, "HTTP/1.1 200", 12) != 0) fail_msg("expected 200, got: %s", got);
+  close(fd);
+}
+
 /* A body's text is let go once it is decoded: calls waiting in line for a pool thread hold
  * their messages, not their text beside them (which would hold twice the bytes counted). */
 static void test_a_call_in_line_holds_its_message_not_its_text(void **state) {
@@ -4020,6 +4052,7 @@ int main(void) {
       T(test_request_bodies_held_at_once_are_bounded),
       T(test_request_bodies_count_as_decoded),
       T(test_a_call_in_line_holds_its_message_not_its_text),
+      T(test_an_open_listen_stream_holds_no_body),
       T(test_a_value_like_an_input_request_is_content),
       T(test_a_question_past_those_waiting_is_to_retry),
       T(test_a_slow_reader_is_cut_off),
