@@ -365,7 +365,7 @@ static const char approvals_usage[] =
     "       toolgate approvals deny APPROVAL_ID [--note TEXT] [--json]\n\n"
     "A tool whose policy is 'approval' runs an agent's call, or a person's over MCP, only on an\n"
     "approval of the very call (its caller, tool and arguments). A held call is refused with\n"
-    "details.approvalId; once approved (by a person: here, for one of your own), the\n"
+    "details.approvalId; once a person approves it here (never over MCP), the\n"
     "caller's next call with the same arguments within the hour runs, once. A denied call is\n"
     "refused for the hour. Requests wait 24 hours for a decision.\n";
 

@@ -93,11 +93,14 @@ static int tools_list(cli *c, int argc, char **argv) {
   }
   if (cli_open_registry(c) != CLI_OK) return CLI_FAILED;
   _cleanup_json_ json_t *tools = catalog(c->registry, surface ? surface : ALL_SURFACES);
+  if (!json) {
+    print_table(tools);
+    return CLI_OK;
+  }
   /* Shaped as --agent's list, {"tools": [...]}: one script reads both. */
-  _cleanup_json_ json_t *listed = json ? json_pack("{s:O}", "tools", tools) : NULL;
-  if (json)
-    cli_print_json(listed);
-  else print_table(tools);
+  _cleanup_json_ json_t *listed = json_pack("{s:O}", "tools", tools);
+  if (!listed) return CLI_FAILED;
+  cli_print_json(listed);
   return CLI_OK;
 }
 

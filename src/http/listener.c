@@ -68,9 +68,9 @@ static bool listener_left(listener *l) {
  * streams, so that a client listening again at once is not refused for them meanwhile (the
  * registry stays within its bounds: the server's end counts on it). Their registry
  * references go to gone[], at most TG_HTTP_MAX_LISTENS; returns how many. */
-static size_t unlink_left_locked(server *s, listener **gone) {
+static size_t unlink_left_locked(server *s, listener *gone[TG_HTTP_MAX_LISTENS]) {
   size_t n = 0;
-  for (listener **p = &s->listeners; *p;) {
+  for (listener **p = &s->listeners; *p && n < TG_HTTP_MAX_LISTENS;) {
     listener *o = *p;
     if (!listener_left(o)) {
       p = &o->next;

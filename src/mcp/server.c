@@ -1016,7 +1016,6 @@ int tg_mcp_handle_batch(const tg_mcp_server *srv, const tg_mcp_request *req,
   /* A request of it that claims 2026-07-28 refuses the batch, before any of it runs, lest
    * the others run without it. */
   bool unbatched = !tg_mcp_takes_batches(req->session);
-  /* A request that claims 2026-07-28 stands alone. */
   if (unbatched || any_claiming(batch, TG_RPC_REQUEST, NULL, NULL)) {
     _cleanup_json_ json_t *refusal =
         unbatched ? tg_mcp_unbatched_refusal(batch)

@@ -462,8 +462,8 @@ static int run_list(tg_call_ctx *cx, json_t *args, json_t **ret) {
   r = tg_db_query(
       cx->db,
       "SELECT r.id, a.slug AS agent, r.status, r.trigger, r.started_at AS \"startedAt\","
-      " r.ended_at AS \"endedAt\", (SELECT COUNT(*) FROM agent_run_logs l WHERE l.run_id = r.id) "
-      "AS calls"
+      " r.ended_at AS \"endedAt\","
+      " (SELECT COUNT(*) FROM agent_run_logs l WHERE l.run_id = r.id) AS calls"
       " FROM agent_runs r JOIN agents a ON a.id = r.agent_id"
       " WHERE r.tenant_id = $1 AND ($2 IS NULL OR r.agent_id = $2)"
       " ORDER BY r.started_at DESC, r.id DESC LIMIT $3",
